@@ -1,0 +1,47 @@
+"""gpuprof: why is my PyTorch training slow, and where did the GPU memory go.
+
+Analysis (``gpuprof.analyze``) needs no torch and no GPU. The capture API
+(``gpuprof.profile``, ``gpuprof.profile_step``) imports torch lazily, on
+first use, so ``import gpuprof`` stays cheap and torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "analyze",
+    "analyze_trace",
+    "Finding",
+    "Severity",
+    "Report",
+    "profile",
+    "profile_step",
+]
+
+from gpuprof.findings import Finding, Severity
+from gpuprof.report import Report
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpuprof.analysis import analyze, analyze_trace
+    from gpuprof.capture import profile, profile_step
+
+_LAZY = {
+    "analyze": "gpuprof.analysis",
+    "analyze_trace": "gpuprof.analysis",
+    "profile": "gpuprof.capture",
+    "profile_step": "gpuprof.capture",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy so that `gpuprof analyze` never imports torch (capture does).
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuprof' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

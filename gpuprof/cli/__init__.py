@@ -1,0 +1,87 @@
+"""The ``gpuprof`` command line: a click group, one module per command.
+
+Library functions return data; this package prints it and maps errors to exit
+codes (see ``gpuprof.errors``). No traceback reaches the user for bad input.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from gpuprof import __version__
+from gpuprof.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GpuprofError
+
+__all__ = ["main", "cli"]
+
+EPILOG = """\b
+Exit codes:
+  0  no finding at or above the --fail-on bar
+  1  findings at or above the --fail-on bar
+  2  bad input or usage
+  3  internal gpuprof error (a bug; set GPUPROF_DEBUG=1 for the traceback)
+"""
+
+
+class _Group(click.Group):
+    """A group that turns gpuprof's own errors into one line and an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GpuprofError as err:
+            click.echo(f"gpuprof: error: {err}", err=True)
+            ctx.exit(err.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            click.echo("gpuprof: interrupted", err=True)
+            ctx.exit(130)
+        except MemoryError:
+            click.echo("gpuprof: error: out of memory while analysing the input", err=True)
+            ctx.exit(EXIT_INTERNAL)
+        except Exception as err:  # noqa: BLE001 - last line of defence, reported, not swallowed
+            if os.environ.get("GPUPROF_DEBUG"):
+                raise
+            click.echo(
+                f"gpuprof: internal error: {type(err).__name__}: {err} "
+                "(a gpuprof bug; rerun with GPUPROF_DEBUG=1 for the traceback)",
+                err=True,
+            )
+            ctx.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpuprof")
+def cli() -> None:
+    """Diagnose PyTorch profiler traces and CUDA memory snapshots."""
+
+
+def _register() -> None:
+    from gpuprof.cli import analyze, rules
+
+    cli.add_command(analyze.analyze_cmd)
+    cli.add_command(rules.rules_cmd)
+    cli.add_command(rules.explain_cmd)
+    try:
+        from gpuprof.cli import memory
+    except ImportError as err:  # the memory command is optional until it lands
+        if "gpuprof.cli.memory" not in str(err) and "cannot import name 'memory'" not in str(err):
+            raise
+    else:
+        cli.add_command(memory.memory_cmd)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    cli.main(args=argv, prog_name="gpuprof")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv[1:])

@@ -1,0 +1,81 @@
+"""Options and output handling shared by the commands that produce a report."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from gpuprof.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from gpuprof.findings import Severity, filter_findings
+from gpuprof.report import Report
+
+__all__ = ["report_options", "emit_report", "split_codes"]
+
+FORMATS = ("terminal", "json", "markdown")
+
+
+def split_codes(values: tuple[str, ...]) -> list[str]:
+    """``--select GP101,GP2 --select GP3`` -> ``["GP101", "GP2", "GP3"]``."""
+    out: list[str] = []
+    for v in values:
+        out.extend(p.strip() for p in v.split(",") if p.strip())
+    return out
+
+
+def report_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --format/-o/--select/--ignore/--fail-on to a command."""
+    options = [
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(FORMATS),
+            default="terminal",
+            show_default=True,
+            help="Output format. json follows docs/report-schema.md.",
+        ),
+        click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file."),
+        click.option("--select", multiple=True, metavar="CODES", help="Only these codes or prefixes (GP1,GP203)."),
+        click.option("--ignore", multiple=True, metavar="CODES", help="Drop these codes or prefixes."),
+        click.option(
+            "--fail-on",
+            type=click.Choice([s.value for s in Severity]),
+            default="warning",
+            show_default=True,
+            help="Exit 1 when a finding at or above this severity remains.",
+        ),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def emit_report(
+    report: Report,
+    fmt: str,
+    output: str | None,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    fail_on: str,
+) -> int:
+    """Filter, render and write ``report``; return the exit code it earns."""
+    from gpuprof.render import render
+
+    report.findings = filter_findings(report.findings, split_codes(select), split_codes(ignore))
+    if output:
+        text = render(report, fmt, color=False)
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as err:
+            raise InputError(output, f"cannot write the report: {err.strerror or err}") from None
+        click.echo(f"gpuprof: report written to {os.fspath(output)}", err=True)
+    else:
+        text = render(report, fmt, color=None)
+        sys.stdout.write(text)
+        if not text.endswith("\n"):
+            sys.stdout.write("\n")
+    bar = Severity.parse(fail_on)
+    return EXIT_FINDINGS if report.count_at_or_above(bar) else EXIT_OK

@@ -1,0 +1,38 @@
+"""Errors that reach the user as one line, and the exit codes they map to.
+
+Exit codes (documented in the README and ``gpuprof --help``):
+
+* 0: success, no finding at or above the ``--fail-on`` bar;
+* 1: success, but findings at or above the bar;
+* 2: bad input or usage (missing file, not a trace, corrupt gzip, bad option);
+* 3: an internal gpuprof error (a bug: please report it).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["EXIT_OK", "EXIT_FINDINGS", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "GpuprofError", "InputError"]
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+
+
+class GpuprofError(Exception):
+    """Base class of errors gpuprof reports to the user without a traceback."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class InputError(GpuprofError):
+    """An input file or directory that gpuprof cannot use.
+
+    ``str(err)`` is one line: ``<path>: <problem>``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
+        self.path = os.fspath(path)
+        self.problem = " ".join(str(problem).split())  # always one line
+        super().__init__(f"{self.path}: {self.problem}")

@@ -1,0 +1,214 @@
+"""Findings: what gpuprof has to say, as data.
+
+A :class:`Finding` is produced by a rule (trace analysis), by a runtime check
+(capture) or by the memory analysis. It carries numbers, not prose: every
+renderer (terminal, JSON, markdown, TensorBoard, the annotated trace) turns
+the same fields into text. The ``message`` is the one-line summary with the
+numbers already in it; everything else is structured.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+__all__ = [
+    "Severity",
+    "SourceLocation",
+    "EventRef",
+    "Evidence",
+    "Finding",
+    "sort_findings",
+    "filter_findings",
+    "code_matches",
+]
+
+
+class Severity(str, enum.Enum):
+    """How much a finding matters. Ordered: info < warning < error."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+    @classmethod
+    def parse(cls, value: "str | Severity") -> "Severity":
+        if isinstance(value, Severity):
+            return value
+        try:
+            return cls(value.lower())
+        except ValueError:
+            raise ValueError(f"unknown severity {value!r} (use info, warning or error)") from None
+
+
+_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A place in the user's source code (``file:line`` plus the function name when known)."""
+
+    file: str
+    line: int | None = None
+    function: str | None = None
+
+    def __str__(self) -> str:
+        text = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{text} ({self.function})" if self.function else text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "function": self.function}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SourceLocation":
+        return cls(file=d["file"], line=d.get("line"), function=d.get("function"))
+
+
+@dataclass(frozen=True)
+class EventRef:
+    """One trace event behind a finding: where it is in the trace (µs, as in the file)."""
+
+    name: str
+    ts: float
+    dur: float = 0.0
+    pid: int | str | None = None
+    tid: int | str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ts": self.ts, "dur": self.dur, "pid": self.pid, "tid": self.tid}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EventRef":
+        return cls(name=d["name"], ts=d["ts"], dur=d.get("dur", 0.0), pid=d.get("pid"), tid=d.get("tid"))
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The measurement a finding rests on: ``metric`` = ``value`` compared with ``threshold``.
+
+    ``events`` points at (a bounded sample of) the trace events behind the value,
+    so a viewer can jump to them; ``extra`` holds further named numbers.
+    """
+
+    metric: str
+    value: float | int | str | None
+    threshold: float | int | None = None
+    unit: str = ""
+    events: tuple[EventRef, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "value": self.value,
+            "threshold": self.threshold,
+            "unit": self.unit,
+            "events": [e.to_dict() for e in self.events],
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Evidence":
+        return cls(
+            metric=d["metric"],
+            value=d.get("value"),
+            threshold=d.get("threshold"),
+            unit=d.get("unit", ""),
+            events=tuple(EventRef.from_dict(e) for e in d.get("events", ())),
+            extra=dict(d.get("extra", {})),
+        )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis.
+
+    ``cost_us_per_step`` is the estimated time the problem costs per training
+    step, in microseconds (``None`` when it cannot be estimated, e.g. memory
+    findings); ``cost_share`` is the same as a fraction of the step time.
+    ``origin`` says which part of gpuprof produced it: ``trace``, ``runtime``
+    or ``memory``; ``source`` names the input (a trace file, a snapshot).
+    """
+
+    code: str
+    name: str
+    severity: Severity
+    message: str
+    advice: str
+    evidence: tuple[Evidence, ...] = ()
+    cost_us_per_step: float | None = None
+    cost_share: float | None = None
+    location: SourceLocation | None = None
+    origin: str = "trace"
+    source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "severity": self.severity.value,
+            "message": self.message,
+            "advice": self.advice,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "cost_us_per_step": self.cost_us_per_step,
+            "cost_share": self.cost_share,
+            "location": self.location.to_dict() if self.location else None,
+            "origin": self.origin,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+        loc = d.get("location")
+        return cls(
+            code=d["code"],
+            name=d["name"],
+            severity=Severity.parse(d["severity"]),
+            message=d["message"],
+            advice=d.get("advice", ""),
+            evidence=tuple(Evidence.from_dict(e) for e in d.get("evidence", ())),
+            cost_us_per_step=d.get("cost_us_per_step"),
+            cost_share=d.get("cost_share"),
+            location=SourceLocation.from_dict(loc) if loc else None,
+            origin=d.get("origin", "trace"),
+            source=d.get("source"),
+        )
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Most expensive first; findings without a cost estimate after, by severity then code."""
+
+    def key(f: Finding) -> tuple[int, float, int, str]:
+        has_cost = f.cost_us_per_step is not None
+        return (0 if has_cost else 1, -(f.cost_us_per_step or 0.0), -f.severity.rank, f.code)
+
+    return sorted(findings, key=key)
+
+
+def code_matches(code: str, patterns: Iterable[str]) -> bool:
+    """True when ``code`` equals or starts with one of ``patterns`` (``GP1`` selects GP1xx)."""
+    code = code.upper()
+    return any(code.startswith(p.strip().upper()) for p in patterns if p.strip())
+
+
+def filter_findings(
+    findings: Iterable[Finding],
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+) -> list[Finding]:
+    """Keep findings whose code matches ``select`` (all when empty) and not ``ignore``."""
+    select = [s for s in select if s.strip()]
+    ignore = [s for s in ignore if s.strip()]
+    out = []
+    for f in findings:
+        if select and not code_matches(f.code, select):
+            continue
+        if ignore and code_matches(f.code, ignore):
+            continue
+        out.append(f)
+    return out

@@ -1,0 +1,205 @@
+"""What an analysis returns: summaries plus findings, with a versioned JSON schema.
+
+The JSON form (``Report.to_dict``) is a public interface: its layout is
+described in ``docs/report-schema.md`` and versioned by ``SCHEMA_VERSION``.
+Adding a field is a minor change (``1.x``); renaming or removing one bumps
+the major number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpuprof.findings import Finding, Severity, sort_findings
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "DeviceInfo",
+    "KernelStat",
+    "OpStat",
+    "CopyStat",
+    "SyncStat",
+    "TraceSummary",
+    "Section",
+    "Report",
+]
+
+SCHEMA_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One GPU as the trace describes it (``deviceProperties``), or as far as it is known."""
+
+    id: int
+    name: str = ""
+    compute_capability: tuple[int, int] | None = None
+    total_memory: int | None = None
+    num_sms: int | None = None
+    vendor: str = ""  # "nvidia", "amd" or "" when unknown
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "compute_capability": list(self.compute_capability) if self.compute_capability else None,
+            "total_memory": self.total_memory,
+            "num_sms": self.num_sms,
+            "vendor": self.vendor,
+        }
+
+
+@dataclass(frozen=True)
+class KernelStat:
+    """Total GPU time of one kernel name over the analysed steps."""
+
+    name: str
+    count: int
+    total_us: float
+    mean_us: float
+    share_of_gpu: float  # fraction of all kernel time
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class OpStat:
+    """Host-side time of one operator name (self time excludes child operators)."""
+
+    name: str
+    count: int
+    total_us: float
+    self_us: float
+    gpu_us: float  # time of the GPU work this op launched
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class CopyStat:
+    """Host/device copies of one direction and host-memory kind."""
+
+    direction: str  # "HtoD", "DtoH", "DtoD", "PtoP", "other"
+    memory: str  # "pageable", "pinned", "device", "unknown"
+    count: int
+    bytes: int
+    total_us: float
+    bandwidth_gbps: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class SyncStat:
+    """Host synchronisation points grouped by cause (op, runtime call and source line)."""
+
+    cause: str  # e.g. "aten::item", "cudaStreamSynchronize"
+    runtime: str  # the runtime call that blocked
+    count: int
+    total_us: float
+    location: str | None  # "file:line" when the trace has Python stacks
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class TraceSummary:
+    """The headline metrics of one trace. Every metric is defined in ``gpuprof.trace.metrics``."""
+
+    path: str
+    devices: list[DeviceInfo] = field(default_factory=list)
+    has_gpu_activity: bool = False
+    num_steps: int = 0
+    step_ids: list[int] = field(default_factory=list)
+    step_time_us: float = 0.0  # median step time
+    step_time_mean_us: float = 0.0
+    gpu_busy_us: float = 0.0  # mean per step
+    gpu_utilization: float | None = None  # fraction, None without GPU activity
+    breakdown_us: dict[str, float] = field(default_factory=dict)  # mean per step
+    idle_breakdown_us: dict[str, float] = field(default_factory=dict)  # mean per step
+    top_kernels: list[KernelStat] = field(default_factory=list)
+    top_ops: list[OpStat] = field(default_factory=list)
+    copies: list[CopyStat] = field(default_factory=list)
+    syncs: list[SyncStat] = field(default_factory=list)
+    rank: int | None = None
+    world_size: int | None = None
+    num_events: int = 0
+    file_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "devices": [d.to_dict() for d in self.devices],
+            "has_gpu_activity": self.has_gpu_activity,
+            "num_steps": self.num_steps,
+            "step_ids": list(self.step_ids),
+            "step_time_us": self.step_time_us,
+            "step_time_mean_us": self.step_time_mean_us,
+            "gpu_busy_us": self.gpu_busy_us,
+            "gpu_utilization": self.gpu_utilization,
+            "breakdown_us": dict(self.breakdown_us),
+            "idle_breakdown_us": dict(self.idle_breakdown_us),
+            "top_kernels": [k.to_dict() for k in self.top_kernels],
+            "top_ops": [o.to_dict() for o in self.top_ops],
+            "copies": [c.to_dict() for c in self.copies],
+            "syncs": [s.to_dict() for s in self.syncs],
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "num_events": self.num_events,
+            "file_bytes": self.file_bytes,
+            "notes": list(self.notes),
+        }
+
+
+class Section(Protocol):
+    """Any further summary (memory analysis, a capture run) that a report can carry.
+
+    ``kind`` names it in JSON; renderers look the kind up to draw it.
+    """
+
+    kind: str
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class Report:
+    """The result of ``gpuprof analyze`` / ``gpuprof memory`` / a capture run."""
+
+    command: str  # "analyze", "memory", "memory-diff", "capture"
+    inputs: list[str] = field(default_factory=list)
+    traces: list[TraceSummary] = field(default_factory=list)
+    sections: list[Any] = field(default_factory=list)  # objects following the Section protocol
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def sorted_findings(self) -> list[Finding]:
+        return sort_findings(self.findings)
+
+    def max_severity(self) -> Severity | None:
+        if not self.findings:
+            return None
+        return max((f.severity for f in self.findings), key=lambda s: s.rank)
+
+    def count_at_or_above(self, bar: Severity) -> int:
+        return sum(1 for f in self.findings if f.severity.rank >= bar.rank)
+
+    def to_dict(self) -> dict[str, Any]:
+        from gpuprof import __version__
+
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "gpuprof", "version": __version__},
+            "command": self.command,
+            "inputs": list(self.inputs),
+            "traces": [t.to_dict() for t in self.traces],
+            "sections": [{"kind": s.kind, **s.to_dict()} for s in self.sections],
+            "findings": [f.to_dict() for f in self.sorted_findings()],
+            "notes": list(self.notes),
+        }

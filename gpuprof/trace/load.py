@@ -1,0 +1,569 @@
+"""Load PyTorch profiler traces fast and in bounded memory.
+
+A trace file is read as a stream of blocks (plain ``.json`` or gzip, detected
+from the bytes, not the name) and cut into chunks at event boundaries
+(``}`` ``,`` ``{`` between two events of the ``traceEvents`` array). Each chunk
+is decoded by msgspec straight into the typed structs of
+:mod:`gpuprof.trace.raw` and then normalised into :class:`~gpuprof.trace.model.Event`
+records; the JSON text of a chunk is dropped before the next one is read. So
+peak memory is one chunk plus the compact events, whatever the file size.
+
+Why a cut is safe: a chunk is only accepted when ``[`` + chunk + ``]`` decodes
+as a list of events. A cut inside a string or inside a nested object leaves an
+unbalanced chunk that cannot decode, so an accepted cut is always a real event
+boundary; on failure the loader tries an earlier boundary and, in the end,
+decodes the rest in one piece (where a real syntax error is then reported).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import sys
+import zlib
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator, Union
+
+import msgspec
+
+from gpuprof.errors import InputError
+from gpuprof.report import DeviceInfo
+from gpuprof.trace import raw as R
+from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, Trace
+from gpuprof.trace.vocab import Kind, parse_copy_name
+
+__all__ = ["load_trace", "find_traces", "TRACE_SUFFIXES", "Progress"]
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+BLOCK = 16 * 1024 * 1024  # bytes of JSON text per chunk
+_MAX_HEADER = 256 * 1024 * 1024  # give up looking for "traceEvents" after this much text
+_BOUNDARY_TRIES = 16
+
+Progress = Callable[[int, int], None]  # (bytes read so far, total bytes)
+
+_WS = frozenset(b" \t\r\n")
+_MARKER = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+_EVENTS_DECODER = msgspec.json.Decoder(list[R.RawEvent], strict=False)
+_TRACE_DECODER = msgspec.json.Decoder(R.RawTrace, strict=False)
+_ANY_DECODER = msgspec.json.Decoder()
+
+_CAT_KIND: dict[str, int] = {}
+for _cat, _kind in {
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "Operator": Kind.CPU_OP,
+    "user_annotation": Kind.USER_ANNOTATION,
+    "python_function": Kind.PYTHON_FUNCTION,
+    "python": Kind.PYTHON_FUNCTION,
+    "cuda_runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "Runtime": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "hip_runtime": Kind.RUNTIME,
+    "kernel": Kind.KERNEL,
+    "Kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "Memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "Memset": Kind.MEMSET,
+    "cuda_sync": Kind.GPU_SYNC,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+}.items():
+    _CAT_KIND[_cat] = int(_kind)
+
+_DTYPE_FLAGS: dict[str, int] = {
+    "float": DTYPE_FLOAT,
+    "c10::Half": DTYPE_HALF,
+    "c10::BFloat16": DTYPE_HALF,
+    "Half": DTYPE_HALF,
+    "BFloat16": DTYPE_HALF,
+    "c10::Float8_e4m3fn": DTYPE_HALF,
+    "c10::Float8_e5m2": DTYPE_HALF,
+    "double": DTYPE_DOUBLE,
+}
+
+
+# --------------------------------------------------------------------------- files
+
+
+def find_traces(path: Union[str, os.PathLike[str]]) -> list[Path]:
+    """The trace files named by ``path``: the file itself, or every
+    ``*.json``/``*.json.gz`` under a directory (the ``tensorboard_trace_handler``
+    layout ``<logdir>/<run>/<worker>[.<span>].pt.trace.json[.gz]``), sorted."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(p, "no such file or directory")
+    if p.is_dir():
+        found = sorted(
+            f
+            for f in p.rglob("*")
+            if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
+        )
+        # report.json files written by gpuprof itself are not traces
+        found = [f for f in found if not f.name.startswith("report.") and not f.name.endswith(".gpuprof.json")]
+        if not found:
+            raise InputError(p, "directory holds no trace files (*.json or *.json.gz)")
+        return found
+    return [p]
+
+
+class _Source:
+    """Blocks of JSON text from a plain or gzip file, with byte progress."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.raw: BinaryIO = open(path, "rb")
+        except FileNotFoundError:
+            raise InputError(path, "no such file") from None
+        except IsADirectoryError:
+            raise InputError(path, "is a directory") from None
+        except PermissionError:
+            raise InputError(path, "permission denied") from None
+        except OSError as err:
+            raise InputError(path, f"cannot open: {err.strerror or err}") from None
+        self.size = os.fstat(self.raw.fileno()).st_size
+        magic = self.raw.read(2)
+        self.raw.seek(0)
+        self.gzipped = magic == b"\x1f\x8b"
+        self.stream: BinaryIO = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzipped else self.raw
+        self.text_bytes = 0
+
+    def read(self, n: int) -> bytes:
+        try:
+            data = self.stream.read(n)
+        except (gzip.BadGzipFile, zlib.error) as err:
+            raise InputError(self.path, f"corrupt gzip data ({err})") from None
+        except EOFError:
+            raise InputError(self.path, "truncated gzip file (ends before the end-of-stream marker)") from None
+        except OSError as err:
+            raise InputError(self.path, f"read error: {err.strerror or err}") from None
+        self.text_bytes += len(data)
+        return data
+
+    @property
+    def position(self) -> int:
+        try:
+            return self.raw.tell()
+        except (OSError, ValueError):
+            return 0
+
+    def close(self) -> None:
+        self.stream.close()
+        self.raw.close()
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = None) -> Trace:
+    """Load one trace file into a :class:`Trace` (events sorted by time).
+
+    Raises :class:`~gpuprof.errors.InputError` with a one-line reason for
+    anything that is not a readable PyTorch profiler trace.
+    """
+    p = Path(path)
+    src = _Source(p)
+    builder = _Builder(str(p))
+    builder.trace.file_bytes = src.size
+    try:
+        _read_all(src, builder, progress)
+    finally:
+        src.close()
+    trace = builder.finish()
+    trace.json_bytes = src.text_bytes
+    if trace.num_events == 0:
+        raise InputError(p, "trace has no events (traceEvents is empty)")
+    return trace
+
+
+def _read_all(src: _Source, builder: "_Builder", progress: Progress | None) -> None:
+    buf = src.read(BLOCK)
+    if not buf.strip():
+        raise InputError(src.path, "empty file")
+    start = _skip_ws(buf, 0)
+    first = buf[start : start + 1]
+    if first == b"[":
+        list_format = True
+        events_at = start + 1
+    elif first == b"{":
+        list_format = False
+        m = _MARKER.search(buf)
+        while m is None and len(buf) < _MAX_HEADER:
+            more = src.read(BLOCK)
+            if not more:
+                break
+            buf += more
+            m = _MARKER.search(buf)
+        if m is None:
+            # Small or odd file: decode it whole; the decoder says what is wrong.
+            buf += _read_rest(src)
+            _decode_whole(src.path, buf, builder, list_format=False)
+            return
+        events_at = m.end()
+    else:
+        raise InputError(src.path, f"not a PyTorch profiler trace (JSON text expected, found {_show(buf[start:start + 12])})")
+
+    head = buf[:events_at]  # "{...,"traceEvents": [" or "["
+    pending = buf[events_at:]  # event text not yet decoded
+    first_chunk = True
+    eof = False
+    while True:
+        if progress is not None:
+            progress(src.position, src.size)
+        if not eof and len(pending) < BLOCK:
+            more = src.read(BLOCK)
+            if more:
+                pending += more
+                continue
+            eof = True
+        if eof:
+            _decode_last(src.path, head if first_chunk else None, pending, builder, list_format)
+            break
+        cut = _decode_prefix(pending, builder)
+        if cut is None:
+            # no boundary accepted in this much text: read on and try with more
+            more = src.read(BLOCK)
+            if more:
+                pending += more
+                continue
+            eof = True
+            continue
+        if first_chunk:
+            builder.header(src.path, head, list_format)
+            first_chunk = False
+        pending = pending[cut:]
+    if progress is not None:
+        progress(src.size, src.size)
+
+
+def _read_rest(src: _Source) -> bytes:
+    parts = []
+    while True:
+        more = src.read(BLOCK)
+        if not more:
+            return b"".join(parts)
+        parts.append(more)
+
+
+def _decode_prefix(pending: bytes, builder: "_Builder") -> int | None:
+    """Decode the longest prefix of ``pending`` that ends at an event boundary.
+
+    Returns the offset where the next event starts, or None when no boundary
+    in ``pending`` decodes (then the caller reads more text)."""
+    hi = len(pending)
+    for _ in range(_BOUNDARY_TRIES):
+        b = _last_boundary(pending, 0, hi)
+        if b is None:
+            return None
+        end, nxt = b
+        try:
+            events = _EVENTS_DECODER.decode(b"[" + pending[:end] + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            hi = end - 1  # a cut inside a string or nested object: try an earlier one
+            continue
+        builder.ingest(events)
+        return nxt
+    return None
+
+
+def _last_boundary(buf: bytes, lo: int, hi: int) -> tuple[int, int] | None:
+    """Last ``}`` ws* ``,`` ws* ``{`` in ``buf[lo:hi]``: (index after ``}``, index of ``{``)."""
+    pos = hi
+    ws = _WS
+    while True:
+        j = buf.rfind(b"{", lo, pos)
+        if j < 0:
+            return None
+        k = j - 1
+        while k >= lo and buf[k] in ws:
+            k -= 1
+        if k >= lo and buf[k] == 0x2C:  # ","
+            k -= 1
+            while k >= lo and buf[k] in ws:
+                k -= 1
+            if k >= lo and buf[k] == 0x7D:  # "}"
+                return k + 1, j
+        pos = j
+
+
+def _decode_last(path: Path, head: bytes | None, pending: bytes, builder: "_Builder", list_format: bool) -> None:
+    """Decode the final text: the last events and whatever follows the array."""
+    if head is not None:  # the whole file was one chunk
+        _decode_whole(path, head + pending, builder, list_format)
+        return
+    text = (b"[" + pending) if list_format else (b'{"traceEvents":[' + pending)
+    _decode_whole(path, text, builder, list_format, event_offset=builder.events_seen)
+
+
+def _decode_whole(path: Path, text: bytes, builder: "_Builder", list_format: bool, event_offset: int = 0) -> None:
+    try:
+        if list_format:
+            events = _EVENTS_DECODER.decode(text)
+            builder.ingest(events)
+            return
+        top = _TRACE_DECODER.decode(text)
+    except msgspec.ValidationError as err:
+        raise InputError(path, _explain_validation(path, text, err, list_format, event_offset)) from None
+    except msgspec.DecodeError as err:
+        raise InputError(path, _explain_decode(err)) from None
+    if top.traceEvents is None:
+        raise InputError(path, 'not a PyTorch profiler trace (no "traceEvents" array)')
+    builder.metadata(top)
+    builder.ingest(top.traceEvents)
+
+
+def _explain_decode(err: Exception) -> str:
+    msg = str(err)
+    if "truncated" in msg:
+        return "truncated JSON (the file ends in the middle of the trace)"
+    return f"not valid JSON ({msg})"
+
+
+def _explain_validation(path: Path, text: bytes, err: Exception, list_format: bool, event_offset: int) -> str:
+    msg = str(err)
+    if list_format and msg.startswith("Expected `object`") and "$[" in msg:
+        return "not a PyTorch profiler trace (a JSON list, but not of trace events)"
+    if msg.startswith("Expected `object`") and "`$`" in msg:
+        try:
+            kind = type(_ANY_DECODER.decode(text)).__name__
+        except msgspec.DecodeError:
+            kind = "value"
+        return f"not a PyTorch profiler trace (top-level JSON {kind}, expected an object or list)"
+
+    def shift(m: re.Match[bytes] | re.Match[str]) -> str:
+        return f"{m.group(1)}[{int(m.group(2)) + event_offset}]"
+
+    msg = re.sub(r"(traceEvents|\$)\[(\d+)\]", shift, msg)
+    return f"unexpected value in the trace: {msg}"
+
+
+def _skip_ws(buf: bytes, i: int) -> int:
+    n = len(buf)
+    while i < n and buf[i] in _WS:
+        i += 1
+    return i
+
+
+def _show(b: bytes) -> str:
+    return repr(b.decode("utf-8", "replace")) if b else "nothing"
+
+
+# --------------------------------------------------------------------------- normalising
+
+
+def _as_int(x: object) -> int:
+    if type(x) is int:
+        return x  # type: ignore[return-value]
+    if x is None:
+        return -1
+    try:
+        return int(x)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return -1
+
+
+class _Builder:
+    """Accumulates normalised events into a Trace."""
+
+    def __init__(self, path: str) -> None:
+        self.trace = Trace(path=path)
+        self.events_seen = 0
+        self._names: dict[str, str] = {}
+        self._stacks: dict[str, str] = {}
+        self._device_props: list[R.RawDeviceProps] = []
+        self._meta_seen = False
+
+    # -- header / metadata
+    def header(self, path: Path, head: bytes, list_format: bool) -> None:
+        if list_format:
+            return
+        text = head[: _MARKER.search(head).start()].rstrip()  # type: ignore[union-attr]
+        if text.endswith(b","):
+            text = text[:-1]
+        try:
+            top = _TRACE_DECODER.decode(text + b"}")
+        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            raise InputError(path, f"malformed trace header ({err})") from None
+        self.metadata(top)
+
+    def metadata(self, top: R.RawTrace) -> None:
+        props = top.deviceProperties or top.computeProperties
+        if props and not self._device_props:
+            self._device_props = list(props)
+        di = top.distributedInfo
+        if di is not None:
+            r, w = _as_int(di.rank), _as_int(di.world_size)
+            if r >= 0 and self.trace.rank is None:
+                self.trace.rank = r
+            if w > 0 and self.trace.world_size is None:
+                self.trace.world_size = w
+        if top.baseTimeNanoseconds is not None and self.trace.base_time_ns is None:
+            self.trace.base_time_ns = int(top.baseTimeNanoseconds)
+        if top.with_stack:
+            self.trace.with_stack = True
+        if top.profile_memory:
+            self.trace.profile_memory = True
+
+    # -- events
+    def ingest(self, events: list[R.RawEvent]) -> None:  # noqa: C901 - one hot loop, kept flat for speed
+        t = self.trace
+        self.events_seen += len(events)
+        names = self._names
+        cat_kind = _CAT_KIND
+        out = {
+            int(Kind.CPU_OP): t.ops,
+            int(Kind.USER_ANNOTATION): t.annotations,
+            int(Kind.PYTHON_FUNCTION): t.python,
+            int(Kind.RUNTIME): t.runtime,
+            int(Kind.KERNEL): t.kernels,
+            int(Kind.MEMCPY): t.memcpys,
+            int(Kind.MEMSET): t.memsets,
+            int(Kind.GPU_SYNC): t.gpu_syncs,
+            int(Kind.GPU_ANNOTATION): t.gpu_annotations,
+            int(Kind.MEMORY): t.memory,
+        }
+        K_OP = int(Kind.CPU_OP)
+        K_PY = int(Kind.PYTHON_FUNCTION)
+        K_KERNEL = int(Kind.KERNEL)
+        K_MEMCPY = int(Kind.MEMCPY)
+        K_MEMSET = int(Kind.MEMSET)
+        K_SYNC = int(Kind.GPU_SYNC)
+        K_GPU_ANN = int(Kind.GPU_ANNOTATION)
+        K_MEM = int(Kind.MEMORY)
+        dtype_flags = _DTYPE_FLAGS
+        stacks = self._stacks
+        for ev in events:
+            ph = ev.ph
+            if ph == "X":
+                kind = cat_kind.get(ev.cat)  # type: ignore[arg-type]
+                if kind is None:
+                    continue
+            elif ph == "i" or ph == "I":
+                if ev.name != "[memory]":
+                    continue
+                kind = K_MEM
+            elif ph == "M":
+                self._meta(ev)
+                continue
+            else:
+                continue
+            ts = ev.ts
+            if ts is None or ts != ts:  # missing or NaN: cannot be placed on a timeline
+                continue
+            dur = ev.dur
+            if dur is None or not dur > 0:
+                dur = 0.0
+            name = ev.name
+            if type(name) is not str:
+                name = "" if name is None else str(name)
+            name = names.setdefault(name, name)  # one string object per distinct name
+            pid = ev.pid
+            tid = ev.tid
+            if pid is None:
+                pid = -1
+            if tid is None:
+                tid = -1
+            a = ev.args
+            if a is None:
+                out[kind].append(Event(kind, name, ts, dur, pid, tid))
+                continue
+            x = a.external_id
+            if x is None:
+                x = a.external_id_lc
+            ext = x if type(x) is int else _as_int(x)
+            c = a.correlation
+            corr = c if type(c) is int else _as_int(c)
+            if kind == K_OP:
+                flags = 0
+                it = a.input_type
+                if it:
+                    for s in it:
+                        if type(s) is str:
+                            f = dtype_flags.get(s)
+                            if f:
+                                flags |= f
+                cs = a.call_stack
+                extra: object = flags
+                if cs:
+                    extra = (flags, stacks.setdefault(cs, cs))
+                out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, extra))
+            elif kind == K_KERNEL or kind == K_MEMCPY or kind == K_MEMSET or kind == K_SYNC or kind == K_GPU_ANN:
+                d = a.device
+                device = d if type(d) is int else _as_int(d)
+                if device < 0:
+                    device = pid if type(pid) is int else 0
+                s = a.stream
+                stream = s if type(s) is int else _as_int(s)
+                if stream < 0:
+                    stream = tid if type(tid) is int else _as_int(tid)
+                nb = a.bytes
+                nbytes = int(nb) if nb is not None and nb == nb and nb > 0 else 0
+                extra = parse_copy_name(name) if kind == K_MEMCPY else None
+                out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, device, stream, nbytes, extra))
+            elif kind == K_MEM:
+                nb = a.mem_bytes
+                nbytes = int(nb) if nb is not None and nb == nb else 0
+                ta, tr = a.total_allocated, a.total_reserved
+                extra = (int(ta), int(tr if tr is not None else -1)) if ta is not None else None
+                out[kind].append(
+                    Event(kind, name, ts, 0.0, pid, tid, ext, corr, _as_int(a.device_id), _as_int(a.device_type), nbytes, extra)
+                )
+            elif kind == K_PY:
+                out[kind].append(
+                    Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, (a.python_id, a.python_parent_id))
+                )
+            else:
+                out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr))
+
+    def _meta(self, ev: R.RawEvent) -> None:
+        a = ev.args
+        if a is None:
+            return
+        if ev.name == "process_labels" and isinstance(a.labels, str):
+            self.trace.process_labels[ev.pid if ev.pid is not None else -1] = a.labels
+        elif ev.name == "thread_name" and isinstance(a.name, str):
+            self.trace.thread_names[(ev.pid if ev.pid is not None else -1, ev.tid if ev.tid is not None else -1)] = a.name
+
+    # -- finish
+    def finish(self) -> Trace:
+        t = self.trace
+        t.num_events = self.events_seen
+        t.devices = [_device_info(p, i) for i, p in enumerate(self._device_props)]
+        t.sort()
+        return t
+
+
+def _device_info(p: R.RawDeviceProps, index: int) -> DeviceInfo:
+    dev_id = _as_int(p.id)
+    if dev_id < 0:
+        dev_id = index
+    major = _as_int(p.computeMajor if p.computeMajor is not None else p.major)
+    minor = _as_int(p.computeMinor if p.computeMinor is not None else p.minor)
+    name = p.name or ""
+    low = name.lower()
+    if "nvidia" in low or "tesla" in low or "quadro" in low or "geforce" in low:
+        vendor = "nvidia"
+    elif "amd" in low or "instinct" in low or "radeon" in low:
+        vendor = "amd"
+    else:
+        vendor = ""
+    cc = (major, minor) if major >= 0 and minor >= 0 else None
+    if vendor == "amd":
+        cc = None  # ROCm reports gfx numbers here, not CUDA compute capabilities
+    elif cc is not None and not vendor:
+        vendor = "nvidia"
+    sms = p.numSms if p.numSms is not None else p.multiProcessorCount
+    total = int(p.totalGlobalMem) if p.totalGlobalMem else None
+    return DeviceInfo(id=dev_id, name=name, compute_capability=cc, total_memory=total, num_sms=sms, vendor=vendor)
+
+
+if __name__ == "__main__":  # pragma: no cover - manual timing aid
+    import time
+
+    for arg in sys.argv[1:]:
+        t0 = time.perf_counter()
+        tr = load_trace(arg)
+        print(arg, tr.num_events, tr.kept_events, f"{time.perf_counter() - t0:.2f}s")

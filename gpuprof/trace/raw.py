@@ -1,0 +1,91 @@
+"""The slice of the Kineto/Chrome trace JSON that gpuprof decodes.
+
+These msgspec Structs name only the fields the analysis needs; msgspec skips
+every other key at C speed, so a trace is never materialised as dicts. Field
+types are lenient where real traces disagree (``tid`` is an int in current
+traces and a string in 2021 ones; ``pid`` is ``"Spans"`` on marker events).
+
+Arg names are the raw Kineto spellings; :mod:`gpuprof.trace.vocab` turns the
+several spellings of one thing (``External id`` / ``external id``) into one.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+__all__ = ["RawArgs", "RawEvent", "RawDeviceProps", "RawDistributedInfo", "RawTrace"]
+
+Scalar = Union[int, float, str, None]
+
+
+class RawArgs(msgspec.Struct, gc=False):
+    external_id: Union[int, str, None] = msgspec.field(name="External id", default=None)
+    external_id_lc: Union[int, str, None] = msgspec.field(name="external id", default=None)
+    correlation: Union[int, str, None] = None
+    device: Union[int, str, None] = None
+    stream: Union[int, str, None] = None
+    bytes: Union[int, float, None] = None
+    bandwidth: Union[float, int, str, None] = msgspec.field(name="memory bandwidth (GB/s)", default=None)
+    grid: Union[list, str, None] = None
+    block: Union[list, str, None] = None
+    input_type: Union[list, str, None] = msgspec.field(name="Input type", default=None)
+    call_stack: Union[str, None] = msgspec.field(name="Call stack", default=None)
+    python_id: Union[int, str, None] = msgspec.field(name="Python id", default=None)
+    python_parent_id: Union[int, str, None] = msgspec.field(name="Python parent id", default=None)
+    # [memory] instant events
+    mem_bytes: Union[int, float, None] = msgspec.field(name="Bytes", default=None)
+    total_allocated: Union[int, float, None] = msgspec.field(name="Total Allocated", default=None)
+    total_reserved: Union[int, float, None] = msgspec.field(name="Total Reserved", default=None)
+    device_id: Union[int, str, None] = msgspec.field(name="Device Id", default=None)
+    device_type: Union[int, str, None] = msgspec.field(name="Device Type", default=None)
+    addr: Union[int, str, None] = msgspec.field(name="Addr", default=None)
+    # metadata events (ph == "M")
+    name: Union[str, int, None] = None
+    labels: Union[str, None] = None
+    # cuda_sync events
+    sync_kind: Union[str, None] = msgspec.field(name="cuda_sync_kind", default=None)
+
+
+class RawEvent(msgspec.Struct, gc=False):
+    ph: Union[str, None] = None
+    cat: Union[str, None] = None
+    name: Union[str, int, float, None] = None
+    pid: Union[int, str, float, None] = None
+    tid: Union[int, str, float, None] = None
+    ts: Union[float, None] = None
+    dur: Union[float, None] = None
+    args: Union[RawArgs, None] = None
+
+
+class RawDeviceProps(msgspec.Struct, gc=False):
+    id: Union[int, str, None] = None
+    name: Union[str, None] = None
+    totalGlobalMem: Union[int, float, None] = None
+    computeMajor: Union[int, str, None] = None
+    computeMinor: Union[int, str, None] = None
+    numSms: Union[int, None] = None
+    # 2021 test_resources schema ("computeProperties")
+    major: Union[int, None] = None
+    minor: Union[int, None] = None
+    multiProcessorCount: Union[int, None] = None
+
+
+class RawDistributedInfo(msgspec.Struct, gc=False):
+    rank: Union[int, str, None] = None
+    world_size: Union[int, str, None] = None
+    backend: Union[str, None] = None
+
+
+class RawTrace(msgspec.Struct, gc=False):
+    traceEvents: Union[list[RawEvent], None] = None
+    deviceProperties: Union[list[RawDeviceProps], None] = None
+    computeProperties: Union[list[RawDeviceProps], None] = None
+    distributedInfo: Union[RawDistributedInfo, None] = None
+    baseTimeNanoseconds: Union[int, float, None] = None
+    schemaVersion: Union[int, str, None] = None
+    displayTimeUnit: Union[str, None] = None
+    with_stack: Union[int, bool, None] = None
+    profile_memory: Union[int, bool, None] = None
+    record_shapes: Union[int, bool, None] = None

@@ -1,0 +1,18 @@
+"""Rules: one module per theme, one class per rule, registered on import.
+
+Importing this package registers every rule; ``gpuprof.rules.base.all_rules()``
+lists them. Codes are stable: GP1xx utilisation and data loading, GP2xx copies
+and host syncs, GP3xx kernels/launch/precision, GP4xx placement and
+parallelism, GP5xx memory, GP9xx trace quality.
+"""
+
+import importlib
+
+_MODULES = ("utilization", "dataloader", "copies", "syncs", "runtime", "kernels", "precision", "placement", "memory", "quality")
+
+for _name in _MODULES:
+    try:
+        importlib.import_module(f"gpuprof.rules.{_name}")
+    except ModuleNotFoundError as _err:  # a theme module not written yet
+        if _err.name != f"gpuprof.rules.{_name}":
+            raise

@@ -1,0 +1,131 @@
+"""``gpuprof analyze``: diagnose PyTorch profiler traces."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from gpuprof.cli.common import emit_report, report_options, split_codes
+from gpuprof.errors import InputError
+
+__all__ = ["analyze_cmd"]
+
+# Files at least this big get a progress bar when stderr is a terminal.
+PROGRESS_MIN_BYTES = 32 * 1024 * 1024
+
+
+@click.command("analyze")
+@click.argument("path", type=click.Path(path_type=str))
+@report_options
+@click.option(
+    "--option",
+    "rule_options",
+    multiple=True,
+    metavar="CODE.NAME=VALUE",
+    help="Override a rule threshold, e.g. GP101.min_utilization=0.6 (see `gpuprof explain CODE`).",
+)
+@click.option(
+    "--annotate",
+    type=click.Path(dir_okay=True, path_type=str),
+    metavar="OUT.pt.trace.json.gz",
+    help="Write the trace back with each finding on its own track (open in Perfetto). "
+    "For a directory of traces, OUT is a directory.",
+)
+@click.option("--progress/--no-progress", default=None, help="Progress bar for big files (default: on a terminal).")
+def analyze_cmd(
+    path: str,
+    fmt: str,
+    output: str | None,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    fail_on: str,
+    rule_options: tuple[str, ...],
+    annotate: str | None,
+    progress: bool | None,
+) -> None:
+    """Diagnose a trace file (.json/.json.gz) or a directory of traces.
+
+    PATH is what torch.profiler wrote: export_chrome_trace's file, or the
+    log directory of tensorboard_trace_handler.
+    """
+    from gpuprof.analysis import analyze
+    from gpuprof.rules.base import parse_option_overrides
+
+    try:
+        options = parse_option_overrides(rule_options)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--option") from None
+
+    show_progress = progress if progress is not None else sys.stderr.isatty()
+    with ExitStack() as stack:
+        factory = _progress_factory(stack) if show_progress else None
+        report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory)
+    if annotate:
+        _annotate(report, annotate)
+    code = emit_report(report, fmt, output, select, ignore, fail_on)
+    sys.exit(code)
+
+
+def _progress_factory(stack: ExitStack) -> Callable[[Path], Any]:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = stack.enter_context(
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            transient=True,
+            console=_stderr_console(),
+        )
+    )
+
+    def factory(path: Path) -> Callable[[int, int], None] | None:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return None
+        if size < PROGRESS_MIN_BYTES:
+            return None
+        task = bar.add_task(path.name, total=size)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return update
+
+    return factory
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _annotate(report: Any, out: str) -> None:
+    from gpuprof.render.annotate import annotate_trace
+
+    traces = [t.path for t in report.traces]
+    if len(traces) == 1 and not os.path.isdir(out):
+        annotate_trace(traces[0], [f for f in report.findings if f.source == traces[0]], out)
+        click.echo(f"gpuprof: annotated trace written to {out}", err=True)
+        return
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as err:
+        raise InputError(out, f"cannot create the directory: {err.strerror or err}") from None
+    for t in traces:
+        name = Path(t).name
+        for suffix in (".json.gz", ".json"):
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+                break
+        dest = os.path.join(out, f"{name}.gpuprof.json.gz")
+        annotate_trace(t, [f for f in report.findings if f.source == t], dest)
+    click.echo(f"gpuprof: {len(traces)} annotated traces written to {out}", err=True)

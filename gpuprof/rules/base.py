@@ -1,0 +1,183 @@
+"""The rule framework: one small, self-documenting unit per diagnosis.
+
+A rule is a subclass of :class:`Rule` registered with :func:`register`. It
+has a stable ``code`` (``GP101``), a slug ``name``, a default severity, a
+docstring that explains what it detects and why it matters, a ``bad_example``
+and a ``good_example`` (user code, shown by ``gpuprof explain``), and its
+thresholds as :class:`Option` objects, overridable from the command line
+(``--option GP101.min_utilization=0.6``). ``check`` reads the trace and its
+metrics and yields findings; it never prints.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Iterator, Mapping
+
+from gpuprof.findings import Evidence, EventRef, Finding, Severity, SourceLocation
+from gpuprof.trace.metrics import TraceMetrics
+from gpuprof.trace.model import Event, Trace
+
+__all__ = [
+    "Option",
+    "Rule",
+    "RuleContext",
+    "register",
+    "all_rules",
+    "get_rule",
+    "parse_option_overrides",
+    "event_refs",
+]
+
+MAX_EVENT_REFS = 20  # evidence keeps a bounded sample of events
+
+
+@dataclass(frozen=True)
+class Option:
+    """A rule threshold with its default and meaning."""
+
+    name: str
+    default: float | int | bool | str
+    help: str
+
+    def parse(self, text: str) -> Any:
+        kind = type(self.default)
+        if kind is bool:
+            low = text.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"expected true/false, got {text!r}")
+        return kind(text)
+
+
+class RuleContext:
+    """What a rule sees: the trace, its metrics and the rule's option values."""
+
+    def __init__(self, trace: Trace, metrics: TraceMetrics, options: Mapping[str, Any]) -> None:
+        self.trace = trace
+        self.metrics = metrics
+        self._options = dict(options)
+
+    def opt(self, name: str) -> Any:
+        return self._options[name]
+
+
+class Rule:
+    """Base class of all rules. See the module docstring."""
+
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    severity: ClassVar[Severity] = Severity.WARNING
+    options: ClassVar[tuple[Option, ...]] = ()
+    bad_example: ClassVar[str] = ""
+    good_example: ClassVar[str] = ""
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- helpers for subclasses ------------------------------------------------
+    @classmethod
+    def doc(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        return {o.name: o.default for o in cls.options}
+
+    def finding(
+        self,
+        ctx: RuleContext,
+        message: str,
+        advice: str,
+        *,
+        evidence: Iterable[Evidence] = (),
+        cost_us_per_step: float | None = None,
+        location: SourceLocation | None = None,
+        severity: Severity | None = None,
+    ) -> Finding:
+        """Build a Finding with this rule's code and the cost share of the median step."""
+        step = ctx.metrics.mean_step_time
+        share = (cost_us_per_step / step) if (cost_us_per_step is not None and step > 0) else None
+        return Finding(
+            code=self.code,
+            name=self.name,
+            severity=severity or self.severity,
+            message=message,
+            advice=textwrap.dedent(advice).strip(),
+            evidence=tuple(evidence),
+            cost_us_per_step=cost_us_per_step,
+            cost_share=share,
+            location=location,
+            origin="trace",
+            source=ctx.trace.path,
+        )
+
+
+_REGISTRY: dict[str, type[Rule]] = {}
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    """Class decorator: add a rule to the registry (codes are unique)."""
+    if not cls.code or not cls.name:
+        raise ValueError(f"rule {cls.__name__} needs a code and a name")
+    if cls.code in _REGISTRY and _REGISTRY[cls.code] is not cls:
+        raise ValueError(f"duplicate rule code {cls.code}")
+    if not cls.__doc__ or not cls.bad_example or not cls.good_example:
+        raise ValueError(f"rule {cls.code} needs a docstring, a bad_example and a good_example")
+    _REGISTRY[cls.code] = cls
+    return cls
+
+
+def all_rules() -> list[type[Rule]]:
+    import gpuprof.rules  # noqa: F401 - importing the package registers every rule
+
+    return [_REGISTRY[c] for c in sorted(_REGISTRY)]
+
+
+def get_rule(code_or_name: str) -> type[Rule] | None:
+    key = code_or_name.strip()
+    for r in all_rules():
+        if r.code.upper() == key.upper() or r.name == key.lower():
+            return r
+    return None
+
+
+def parse_option_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``["GP101.min_utilization=0.6"]`` -> ``{"GP101": {"min_utilization": 0.6}}``.
+
+    Raises ValueError with a one-line reason for unknown rules/options or bad values.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise ValueError(f"option {item!r} must look like CODE.name=value")
+        key, value = item.split("=", 1)
+        code, opt_name = key.split(".", 1)
+        rule = get_rule(code)
+        if rule is None:
+            raise ValueError(f"unknown rule {code!r} in option {item!r}")
+        opt = next((o for o in rule.options if o.name == opt_name), None)
+        if opt is None:
+            names = ", ".join(o.name for o in rule.options) or "none"
+            raise ValueError(f"rule {rule.code} has no option {opt_name!r} (options: {names})")
+        try:
+            out.setdefault(rule.code, {})[opt.name] = opt.parse(value)
+        except ValueError as err:
+            raise ValueError(f"bad value for {rule.code}.{opt.name}: {err}") from None
+    return out
+
+
+def event_refs(events: Iterable[Event], limit: int = MAX_EVENT_REFS) -> tuple[EventRef, ...]:
+    """A bounded sample of trace events, as references a viewer can jump to."""
+    out = []
+    it: Iterator[Event] = iter(events)
+    for ev in it:
+        out.append(EventRef(name=ev.name, ts=ev.ts, dur=ev.dur, pid=ev.pid, tid=ev.tid))
+        if len(out) >= limit:
+            break
+    return tuple(out)

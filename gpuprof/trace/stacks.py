@@ -1,0 +1,131 @@
+"""From a moment on a host thread to the user's source line.
+
+Two sources of Python stacks exist in traces:
+
+* ``python_function`` events (``with_stack=True`` in torch >= 1.10): nested
+  ranges named ``path/file.py(LINE): function``;
+* the legacy ``Call stack`` arg of 2021 operators: ``frame;frame;...`` with the
+  innermost frame first.
+
+"User code" is a frame that is not inside a known library or the standard
+library; the innermost user frame is what a finding points at.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from typing import Union
+
+from gpuprof.findings import SourceLocation
+from gpuprof.trace.model import Event, Trace
+
+__all__ = ["parse_frame", "is_user_frame", "StackIndex"]
+
+_FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
+
+# Top-level packages and stdlib modules whose frames are never "the user's line".
+_LIBRARY_ROOTS = frozenset(
+    """torch torchvision torchaudio torchtext functorch transformers accelerate triton numpy lightning
+    pytorch_lightning lightning_fabric deepspeed apex timm diffusers datasets tqdm collections contextlib
+    functools typing threading multiprocessing importlib runpy asyncio abc copy enum weakref warnings logging
+    concurrent selectors queue json re dataclasses inspect traceback site codecs os posixpath genericpath
+    tensorboard gpuprof""".split()
+)
+_LIB_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "/torch/", "/gpuprof/")
+
+_LOC_CACHE: dict[str, Union[SourceLocation, None]] = {}
+
+
+def parse_frame(name: str) -> SourceLocation | None:
+    """``train.py(42): step`` -> SourceLocation("train.py", 42, "step"); None for built-ins."""
+    m = _FRAME_RE.match(name)
+    if not m:
+        return None
+    return SourceLocation(file=m.group(1), line=int(m.group(2)), function=m.group(3))
+
+
+def is_user_frame(name: str) -> bool:
+    """True for a frame in the user's own code (not a library, not the standard library)."""
+    if not name or name[0] == "<":
+        return False
+    m = _FRAME_RE.match(name)
+    if not m:
+        return False
+    path = m.group(1)
+    if any(marker in path for marker in _LIB_MARKERS):
+        return False
+    if path.startswith("<"):
+        return False
+    root = path.split("/", 1)[0] if "/" in path else None
+    if root is not None and root in _LIBRARY_ROOTS:
+        return False
+    if root is None and path.endswith(".py") and path[:-3] in _LIBRARY_ROOTS:
+        return False  # stdlib single-file modules written bare, e.g. "threading.py"
+    return True
+
+
+def user_location(name: str) -> SourceLocation | None:
+    hit = _LOC_CACHE.get(name, False)
+    if hit is not False:
+        return hit  # type: ignore[return-value]
+    loc = parse_frame(name) if is_user_frame(name) else None
+    if len(_LOC_CACHE) < 100_000:
+        _LOC_CACHE[name] = loc
+    return loc
+
+
+class StackIndex:
+    """Finds the innermost user frame around a moment on a host thread."""
+
+    # A frame that started this many frames earlier is too far away to be an
+    # enclosing user frame worth the scan (deep backward scans cost time).
+    MAX_SCAN = 4000
+
+    def __init__(self, trace: Trace) -> None:
+        self._frames: dict[tuple[object, object], list[Event]] = {}
+        for ev in trace.python:
+            self._frames.setdefault((ev.pid, ev.tid), []).append(ev)
+        self._starts = {k: [e.ts for e in v] for k, v in self._frames.items()}
+
+    @property
+    def available(self) -> bool:
+        return bool(self._frames)
+
+    def location(self, pid: object, tid: object, t: float, op: Event | None = None) -> SourceLocation | None:
+        """The innermost user frame on thread (pid, tid) active at time ``t``.
+
+        Falls back to the legacy ``Call stack`` of ``op`` when the trace has no
+        Python frames for that thread.
+        """
+        key = (pid, tid)
+        frames = self._frames.get(key)
+        if frames is None and isinstance(tid, str) and tid.isdigit():
+            key = (pid, int(tid))
+            frames = self._frames.get(key)
+        if frames:
+            starts = self._starts[key]
+            i = bisect_right(starts, t) - 1
+            stop = max(-1, i - self.MAX_SCAN)
+            while i > stop:
+                fr = frames[i]
+                if fr.ts + fr.dur >= t:
+                    loc = user_location(fr.name)
+                    if loc is not None:
+                        return loc
+                i -= 1
+        if op is not None:
+            return call_stack_location(op)
+        return None
+
+
+def call_stack_location(op: Event) -> SourceLocation | None:
+    """First user frame of a 2021-style ``Call stack`` (innermost first)."""
+    extra = op.extra
+    if not isinstance(extra, tuple) or len(extra) != 2 or not isinstance(extra[1], str):
+        return None
+    for frame in extra[1].split(";"):
+        loc = user_location(frame.strip())
+        if loc is not None:
+            return loc
+    return None

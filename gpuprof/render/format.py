@@ -1,0 +1,329 @@
+"""Number and name formatting shared by the terminal and markdown renderers.
+
+Every renderer formats a duration, a share or a byte count the same way, so a
+number in ``report.md`` and the terminal output is the same string. Durations
+in reports are microseconds (as in the trace files); shares are fractions
+(0.25 means 25 %).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+from gpuprof.findings import Evidence, Finding, Severity
+from gpuprof.report import DeviceInfo, Report, TraceSummary
+
+__all__ = [
+    "BREAKDOWN_KEYS",
+    "IDLE_KEYS",
+    "BREAKDOWN_LABELS",
+    "IDLE_LABELS",
+    "fmt_us",
+    "fmt_ms",
+    "fmt_pct",
+    "fmt_share_of",
+    "fmt_bytes",
+    "fmt_count",
+    "fmt_gbps",
+    "fmt_number",
+    "fmt_value",
+    "fmt_cc",
+    "fmt_device",
+    "fmt_devices",
+    "fmt_rank",
+    "fmt_steps",
+    "fmt_cost",
+    "fmt_evidence",
+    "fmt_location",
+    "shorten",
+    "ordered_items",
+    "step_basis_us",
+    "findings_total",
+    "short_message",
+]
+
+# The order (and wording) of the step-time breakdown and GPU-idle breakdown
+# rows. Keys the analysis adds later still render, after these, under their own name.
+BREAKDOWN_KEYS: tuple[str, ...] = (
+    "kernel",
+    "memcpy",
+    "memset",
+    "communication",
+    "runtime",
+    "data_loading",
+    "cpu_exec",
+    "other",
+)
+BREAKDOWN_LABELS: dict[str, str] = {
+    "kernel": "Kernels",
+    "memcpy": "Memcpy",
+    "memset": "Memset",
+    "communication": "Communication",
+    "runtime": "CUDA runtime",
+    "data_loading": "Data loading",
+    "cpu_exec": "CPU exec",
+    "other": "Other",
+}
+IDLE_KEYS: tuple[str, ...] = ("data_loading", "sync", "blocking_copy", "runtime", "optimizer", "cpu_other")
+IDLE_LABELS: dict[str, str] = {
+    "data_loading": "Data loading",
+    "sync": "Host sync",
+    "blocking_copy": "Blocking copy",
+    "runtime": "CUDA runtime",
+    "optimizer": "Optimizer (CPU)",
+    "cpu_other": "Other CPU work",
+}
+
+
+def _bad(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and not math.isfinite(x))
+
+
+def fmt_us(us: float | None) -> str:
+    """A duration given in µs, in the unit that keeps 3 significant digits: ``850 µs``, ``12.3 ms``, ``1.50 s``."""
+    if _bad(us):
+        return "n/a"
+    a = abs(us)  # type: ignore[arg-type]
+    if a < 1000:
+        return f"{us:.0f} µs" if a >= 10 or a == 0 else f"{us:.1f} µs"
+    if a < 1_000_000:
+        ms = us / 1000  # type: ignore[operator]
+        return f"{ms:.1f} ms" if abs(ms) >= 10 else f"{ms:.2f} ms"
+    return f"{us / 1_000_000:.2f} s"  # type: ignore[operator]
+
+
+def fmt_ms(us: float | None) -> str:
+    """A duration given in µs as a bare number of milliseconds with 2 decimals (``12.35``), for ms columns."""
+    if _bad(us):
+        return "n/a"
+    return f"{us / 1000:.2f}"  # type: ignore[operator]
+
+
+def fmt_pct(share: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage: ``0.4567`` -> ``45.7%``."""
+    if _bad(share):
+        return "n/a"
+    return f"{share * 100:.{digits}f}%"  # type: ignore[operator]
+
+
+def fmt_share_of(part_us: float | None, whole_us: float | None) -> str:
+    """``part`` as a percentage of ``whole`` (``n/a`` when whole is zero or unknown)."""
+    if _bad(part_us) or _bad(whole_us) or not whole_us:
+        return "n/a"
+    return fmt_pct(part_us / whole_us)  # type: ignore[operator]
+
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def fmt_bytes(n: float | None) -> str:
+    """A byte count in binary units: ``1536`` -> ``1.5 KiB``."""
+    if _bad(n):
+        return "n/a"
+    v = float(n)  # type: ignore[arg-type]
+    sign = "-" if v < 0 else ""
+    v = abs(v)
+    for unit in _BYTE_UNITS:
+        if v < 1024 or unit == _BYTE_UNITS[-1]:
+            if unit == "B":
+                return f"{sign}{v:.0f} B"
+            return f"{sign}{v:.1f} {unit}"
+        v /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def fmt_count(n: int | float | None) -> str:
+    """An integer count with thousands separators: ``12345`` -> ``12,345``."""
+    if _bad(n):
+        return "n/a"
+    return f"{int(n):,}"  # type: ignore[arg-type]
+
+
+def fmt_gbps(gbps: float | None) -> str:
+    """A bandwidth in GB/s (decimal gigabytes, as CUDA tools report it)."""
+    if _bad(gbps):
+        return "n/a"
+    return f"{gbps:.1f} GB/s"
+
+
+def fmt_number(x: Any) -> str:
+    """A plain number for evidence values: integers as is, floats with up to 3 significant decimals."""
+    if x is None:
+        return "n/a"
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return "n/a"
+        if x == int(x) and abs(x) < 1e15:
+            return f"{int(x):,}"
+        if abs(x) >= 100:
+            return f"{x:,.1f}"
+        return f"{x:.3g}"
+    return str(x)
+
+
+def fmt_value(value: Any, unit: str = "") -> str:
+    """An evidence value with its unit, using the duration/bytes/share formats for known units."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if unit == "us":
+            return fmt_us(float(value))
+        if unit == "ms":
+            return fmt_us(float(value) * 1000)
+        if unit == "bytes":
+            return fmt_bytes(value)
+        if unit in ("fraction", "share", "ratio_of_step"):
+            return fmt_pct(float(value))
+        if unit in ("%", "percent"):
+            return f"{fmt_number(value)}%"
+        if unit == "GB/s":
+            return fmt_gbps(float(value))
+    text = fmt_number(value)
+    return f"{text} {unit}" if unit else text
+
+
+def fmt_cc(cc: Sequence[int] | None) -> str:
+    """A CUDA compute capability: ``(8, 0)`` -> ``8.0``."""
+    if not cc:
+        return "n/a"
+    return ".".join(str(x) for x in cc)
+
+
+def fmt_device(d: DeviceInfo) -> str:
+    """``GPU 0: NVIDIA H100 (sm 9.0, 79.1 GiB, 132 SMs)`` with only the parts the trace knows."""
+    parts = []
+    if d.compute_capability:
+        parts.append(f"sm {fmt_cc(d.compute_capability)}")
+    if d.total_memory:
+        parts.append(fmt_bytes(d.total_memory))
+    if d.num_sms:
+        parts.append(f"{d.num_sms} SMs")
+    name = d.name or "unknown GPU"
+    extra = f" ({', '.join(parts)})" if parts else ""
+    return f"GPU {d.id}: {name}{extra}"
+
+
+def fmt_devices(devices: Sequence[DeviceInfo]) -> str:
+    """All devices of a trace; identical devices are folded (``8 x NVIDIA H100 (sm 9.0)``)."""
+    if not devices:
+        return "none recorded"
+    groups: dict[tuple[str, Any], list[int]] = {}
+    for d in devices:
+        groups.setdefault((d.name, d.compute_capability), []).append(d.id)
+    if len(groups) == 1 and len(devices) > 1:
+        d = devices[0]
+        return f"{len(devices)} x {fmt_device(d).split(': ', 1)[1]}"
+    return "; ".join(fmt_device(d) for d in devices)
+
+
+def fmt_rank(rank: int | None, world_size: int | None) -> str:
+    """``rank 3 of 8``, ``rank 3``, ``world of 8`` or ``single process``."""
+    if rank is None and world_size is None:
+        return "single process"
+    if rank is None:
+        return f"world of {world_size}"
+    if world_size is None:
+        return f"rank {rank}"
+    return f"rank {rank} of {world_size}"
+
+
+def fmt_steps(step_ids: Iterable[int], limit: int = 8) -> str:
+    """Step ids folded into ranges: ``[3, 4, 5, 9]`` -> ``3-5, 9`` (at most ``limit`` ranges shown)."""
+    ids = sorted(set(step_ids))
+    if not ids:
+        return "none"
+    ranges: list[tuple[int, int]] = []
+    lo = hi = ids[0]
+    for x in ids[1:]:
+        if x == hi + 1:
+            hi = x
+            continue
+        ranges.append((lo, hi))
+        lo = hi = x
+    ranges.append((lo, hi))
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in ranges]
+    if len(parts) > limit:
+        parts = parts[:limit] + [f"... ({len(parts) - limit} more ranges)"]
+    return ", ".join(parts)
+
+
+def fmt_cost(f: Finding) -> str:
+    """The estimated cost per step: ``12.3 ms/step (18.5% of step)``, or ``not estimated``."""
+    if f.cost_us_per_step is None:
+        return "not estimated"
+    text = f"{fmt_us(f.cost_us_per_step)}/step"
+    if f.cost_share is not None:
+        text += f" ({fmt_pct(f.cost_share)} of step)"
+    return text
+
+
+def fmt_evidence(e: Evidence) -> str:
+    """``metric = value (threshold: x)``, values with their units."""
+    text = f"{e.metric} = {fmt_value(e.value, e.unit)}"
+    if e.threshold is not None:
+        text += f" (threshold {fmt_value(e.threshold, e.unit)})"
+    return text
+
+
+def fmt_location(f: Finding) -> str | None:
+    return str(f.location) if f.location is not None else None
+
+
+def shorten(name: str, width: int = 60) -> str:
+    """Cut a long (kernel) name in the middle so both the namespace and the template tail stay visible."""
+    if len(name) <= width:
+        return name
+    keep = width - 1
+    head = (keep + 1) // 2
+    tail = keep - head
+    return name[:head] + "…" + (name[-tail:] if tail else "")
+
+
+def short_message(message: str, width: int = 80) -> str:
+    """The message cut at ``width`` characters (at a word boundary when one is near)."""
+    message = " ".join(message.split())
+    if len(message) <= width:
+        return message
+    cut = message.rfind(" ", 0, width - 1)
+    if cut < width // 2:
+        cut = width - 1
+    return message[:cut].rstrip(" ,;:") + "…"
+
+
+def step_basis_us(t: TraceSummary) -> float:
+    """The step time the breakdown percentages are taken of.
+
+    The breakdowns are means per step, so their shares are of the mean step
+    time (then they add up to 100%); the median is the fallback when the mean
+    is unknown.
+    """
+    return t.step_time_mean_us or t.step_time_us
+
+
+def ordered_items(d: dict[str, float], order: Sequence[str]) -> list[tuple[str, float]]:
+    """The known keys in ``order``, then any other keys in the dict's own order."""
+    out = [(k, d[k]) for k in order if k in d]
+    out += [(k, v) for k, v in d.items() if k not in order]
+    return out
+
+
+def findings_total(report: Report) -> str:
+    """``3 findings: 1 error, 2 warnings`` (or ``No findings.``)."""
+    n = len(report.findings)
+    if n == 0:
+        return "No findings."
+    counts = {s: 0 for s in Severity}
+    for f in report.findings:
+        counts[f.severity] += 1
+    parts = []
+    for sev in (Severity.ERROR, Severity.WARNING, Severity.INFO):
+        c = counts[sev]
+        if c:
+            word = sev.value if c == 1 else ("info" if sev is Severity.INFO else f"{sev.value}s")
+            parts.append(f"{c} {word}")
+    return f"{n} finding{'s' if n != 1 else ''}: {', '.join(parts)}"

@@ -1,0 +1,146 @@
+"""Shared fixtures for the renderer tests: a representative report with every field set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
+from gpuprof.report import CopyStat, DeviceInfo, KernelStat, OpStat, Report, SyncStat, TraceSummary
+
+SHARED_TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+
+
+def shared_trace(rel: str) -> Path:
+    """A real trace from the shared read-only corpus, or skip the test when it is absent."""
+    p = (SHARED_TRACES / rel).resolve()
+    if not p.is_file():
+        pytest.skip(f"shared trace {rel} not available under {SHARED_TRACES}")
+    return p
+
+
+@dataclass
+class DemoSection:
+    """A report section of a kind only the tests know (registered per test)."""
+
+    kind: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": list(self.rows)}
+
+
+def make_trace_summary(path: str = "run/worker0.pt.trace.json.gz") -> TraceSummary:
+    step = 84_312.5
+    breakdown = {
+        "kernel": 41_250.0,
+        "memcpy": 6_120.5,
+        "memset": 310.0,
+        "communication": 4_800.0,
+        "runtime": 2_430.0,
+        "data_loading": 21_900.0,
+        "cpu_exec": 6_002.0,
+        "other": 1_500.0,
+    }
+    idle = {
+        "data_loading": 21_900.0,
+        "sync": 3_480.25,
+        "blocking_copy": 2_100.0,
+        "runtime": 1_200.0,
+        "optimizer": 950.0,
+        "cpu_other": 2_731.0,
+    }
+    return TraceSummary(
+        path=path,
+        devices=[DeviceInfo(id=0, name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0), total_memory=85_045_870_592, num_sms=132, vendor="nvidia")],
+        has_gpu_activity=True,
+        num_steps=5,
+        step_ids=[3, 4, 5, 6, 9],
+        step_time_us=step,
+        step_time_mean_us=85_001.0,
+        gpu_busy_us=52_480.5,
+        gpu_utilization=52_480.5 / 85_001.0,
+        breakdown_us=breakdown,
+        idle_breakdown_us=idle,
+        top_kernels=[
+            KernelStat("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(Params)", 250, 98_765.0, 395.06, 0.4123),
+            KernelStat("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)", 12_500, 31_000.0, 2.48, 0.1294),
+            KernelStat("[weird] kernel | with pipes *and* _marks_", 3, 12.5, 4.1667, 0.0001),
+        ],
+        top_ops=[
+            OpStat("aten::convolution", 265, 120_000.0, 4_000.0, 98_000.0),
+            OpStat("aten::item", 50, 17_401.25, 17_100.0, 12.0),
+        ],
+        copies=[
+            CopyStat("HtoD", "pageable", 25, 3_221_225_472, 30_600.0, 10.5),
+            CopyStat("DtoH", "pinned", 50, 400, 151.0, None),
+        ],
+        syncs=[SyncStat("aten::item", "cudaStreamSynchronize", 50, 17_401.25, "train.py:88")],
+        rank=1,
+        world_size=4,
+        num_events=1_234_567,
+        file_bytes=98_765_432,
+        notes=["2 steps were dropped as warm-up"],
+    )
+
+
+def make_findings() -> list[Finding]:
+    refs = (EventRef("aten::item", 1_000_100.0, 350.0, 1234, 1234), EventRef("aten::item", 1_090_100.0, 348.5, 1234, 1234))
+    return [
+        Finding(
+            code="GP203",
+            name="host-sync-item",
+            severity=Severity.WARNING,
+            message="aten::item() blocks the host 10 times per step for 3.48 ms",
+            advice="Keep the value on the GPU, or read it every N steps.",
+            evidence=(Evidence("sync_time_per_step", 3_480.25, 1_000.0, "us", refs, {"calls_per_step": 10}),),
+            cost_us_per_step=3_480.25,
+            cost_share=3_480.25 / 85_001.0,
+            location=SourceLocation("train.py", 88, "train_step"),
+            origin="trace",
+            source="run/worker0.pt.trace.json.gz",
+        ),
+        Finding(
+            code="GP102",
+            name="dataloader-main-process",
+            severity=Severity.ERROR,
+            message="Data loading takes 25.8% of each step [num_workers=0]",
+            advice="Set DataLoader(num_workers=4, pin_memory=True).",
+            evidence=(
+                Evidence("data_loading_share", 0.2576, 0.1, "fraction", (EventRef("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 2_000_000.0, 21_900.0, 1234, 1234),)),
+                Evidence("num_workers", 0, None, ""),
+            ),
+            cost_us_per_step=21_900.0,
+            cost_share=21_900.0 / 85_001.0,
+            location=SourceLocation("train.py", 61),
+            source="run/worker0.pt.trace.json.gz",
+        ),
+        Finding(
+            code="GP901",
+            name="few-steps",
+            severity=Severity.INFO,
+            message="Only 5 steps were profiled",
+            advice="Profile at least 10 active steps.",
+            evidence=(Evidence("num_steps", 5, 10, "steps"),),
+            source="run/worker0.pt.trace.json.gz",
+        ),
+    ]
+
+
+def make_report() -> Report:
+    return Report(
+        command="analyze",
+        inputs=["run/"],
+        traces=[make_trace_summary()],
+        sections=[DemoSection("render-test-demo", [{"a": 1}])],
+        findings=make_findings(),
+        notes=["1 trace analysed"],
+    )
+
+
+@pytest.fixture
+def report() -> Report:
+    return make_report()

@@ -101,23 +101,18 @@ class DataLoadingShare(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         m = ctx.metrics
-        if not m.steps or not m.dataloader_events:
-            return
+        if not m.steps or not m.dataloader_events or m.dataloader_single_process:
+            return  # num_workers=0 is GP102's finding; this one is about workers that fall behind
         share = m.data_loading_share
         if share <= ctx.opt("max_share"):
             return
         per_step = sum(m.data_loading_per_step) / m.num_steps
-        where = "in the main process" if m.dataloader_single_process else "waiting for DataLoader workers"
-        advice = (
-            "Move loading off the training thread with num_workers>0 (see GP102)."
-            if m.dataloader_single_process
-            else "Workers cannot keep up: raise num_workers, prefetch_factor, make per-sample transforms cheaper "
-            "(decode on GPU, e.g. DALI/torchvision.io.decode_jpeg(device='cuda')), or cache preprocessed data."
-        )
         yield self.finding(
             ctx,
-            f"Data loading takes {share:.0%} of the step ({per_step / 1000:.1f} ms of {m.mean_step_time / 1000:.1f} ms), {where}",
-            advice,
+            f"Data loading takes {share:.0%} of the step ({per_step / 1000:.1f} ms of {m.mean_step_time / 1000:.1f} ms) "
+            "waiting for DataLoader workers",
+            "Workers cannot keep up: raise num_workers and prefetch_factor, make per-sample transforms cheaper "
+            "(decode on the GPU, e.g. torchvision.io.decode_jpeg(device='cuda') or DALI), or cache preprocessed data.",
             evidence=[
                 Evidence(
                     "data_loading_share",

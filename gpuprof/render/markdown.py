@@ -1,0 +1,191 @@
+"""Markdown rendering (GitHub-flavoured): ``report.md`` and the TensorBoard text summary.
+
+The text must read well both on GitHub (CommonMark + GFM tables) and in
+TensorBoard (Python-Markdown, HTML sanitised), so: names and code go into code
+spans (where ``<``/``>`` are literal in both), prose is escaped with HTML
+entities for ``<``/``>``/``&`` and backslashes for the inline markup
+characters, and ``|`` is escaped inside table cells.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+from gpuprof.findings import Finding, Severity
+from gpuprof.render import format as F
+from gpuprof.render.sections import markdown_renderer
+from gpuprof.report import Report, TraceSummary
+
+__all__ = ["render_markdown", "md_escape", "md_code", "md_table"]
+
+TOP_N = 10  # rows of each top-kernels/ops/copies/syncs table
+NAME_WIDTH = 80  # kernel/op names are cut in the middle beyond this
+
+SEVERITY_MARK = {Severity.ERROR: "🔴 error", Severity.WARNING: "🟡 warning", Severity.INFO: "🔵 info"}
+
+# Characters that start inline markup; "_" only matters at a word edge (never inside
+# num_workers, in CommonMark or Python-Markdown), "#" only at the start of a line.
+_INLINE = re.compile(r"([\\`*\[\]|]|(?<!\w)_|_(?!\w)|^#)")
+
+
+def md_escape(text: str) -> str:
+    """``text`` as literal markdown prose (safe inside a table cell too)."""
+    text = " ".join(str(text).split())  # one line: a newline would end a table row
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _INLINE.sub(lambda m: "\\" + m.group(0), text)
+
+
+def md_code(text: str) -> str:
+    """``text`` as an inline code span (pipes escaped so it can sit in a table cell)."""
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    fence = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> str:
+    """A GFM table; ``align`` holds one of ``l``/``r`` per column (default left). Cells are already markdown."""
+    align = align.ljust(len(headers), "l")
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" if a == "r" else ":---" for a in align) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def render_markdown(report: Report) -> str:
+    """The report as one self-contained markdown document."""
+    out: list[str] = [f"# gpuprof {md_escape(report.command)} report", ""]
+    out.append(f"**{md_escape(F.findings_total(report))}**")
+    out.append("")
+    if report.inputs:
+        out.append("Inputs: " + ", ".join(md_code(i) for i in report.inputs))
+        out.append("")
+    for t in report.traces:
+        out.extend(_trace(t))
+    out.extend(_findings(report))
+    for section in report.sections:
+        kind = getattr(section, "kind", None)
+        fn = markdown_renderer(kind) if isinstance(kind, str) else None
+        if fn is None:
+            out.append(f"_Section {md_code(str(kind))} has no markdown view; see the JSON report._")
+            out.append("")
+            continue
+        out.append(fn(section).rstrip("\n"))
+        out.append("")
+    if report.notes:
+        out.append("## Notes")
+        out.append("")
+        out.extend(f"- {md_escape(n)}" for n in report.notes)
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# --------------------------------------------------------------------------- traces
+
+
+def _trace(t: TraceSummary) -> list[str]:
+    out = [f"## Trace {md_code(t.path)}", ""]
+    if t.num_steps:
+        steps = f"{t.num_steps} (ids {F.fmt_steps(t.step_ids)})"
+    else:
+        steps = "none found (no ProfilerStep#N ranges); times are over the whole trace"
+    if t.gpu_utilization is None:
+        util = "n/a (no GPU activity in this trace)"
+    else:
+        util = f"**{F.fmt_pct(t.gpu_utilization)}** (GPU busy {F.fmt_ms(t.gpu_busy_us)} ms per step)"
+    size = f"{F.fmt_count(t.num_events)} events"
+    if t.file_bytes:
+        size += f", {F.fmt_bytes(t.file_bytes)} on disk"
+    out += [
+        f"- **Device:** {md_escape(F.fmt_devices(t.devices))}",
+        f"- **Rank:** {F.fmt_rank(t.rank, t.world_size)}",
+        f"- **Steps:** {steps}",
+        f"- **Step time:** {F.fmt_ms(t.step_time_us)} ms median, {F.fmt_ms(t.step_time_mean_us)} ms mean",
+        f"- **GPU utilisation:** {util}",
+        f"- **Trace:** {size}",
+        "",
+    ]
+    basis = F.step_basis_us(t)
+    if t.breakdown_us:
+        out += ["### Step time breakdown", ""]
+        out.append(_breakdown(t.breakdown_us, F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
+        out.append("")
+    if t.idle_breakdown_us:
+        out += ["### While the GPU was idle, the host was in", ""]
+        out.append(_breakdown(t.idle_breakdown_us, F.IDLE_KEYS, F.IDLE_LABELS, basis))
+        out.append("")
+    if t.top_kernels:
+        out += ["### Top kernels", ""]
+        rows = [
+            (md_code(F.shorten(k.name, NAME_WIDTH)), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu))
+            for k in t.top_kernels[:TOP_N]
+        ]
+        out += [md_table(["Kernel", "Calls", "Total", "Mean", "% GPU"], rows, "lrrrr"), ""]
+    if t.top_ops:
+        out += ["### Top operators", ""]
+        rows = [
+            (md_code(F.shorten(o.name, NAME_WIDTH)), F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
+            for o in t.top_ops[:TOP_N]
+        ]
+        out += [md_table(["Operator", "Calls", "Total", "Self", "GPU"], rows, "lrrrr"), ""]
+    if t.copies:
+        out += ["### Copies", ""]
+        rows = [
+            (md_escape(c.direction), md_escape(c.memory), F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps))
+            for c in t.copies[:TOP_N]
+        ]
+        out += [md_table(["Direction", "Host memory", "Count", "Bytes", "Time", "Bandwidth"], rows, "llrrrr"), ""]
+    if t.syncs:
+        out += ["### Host synchronisations", ""]
+        rows = [
+            (md_code(F.shorten(s.cause, NAME_WIDTH)), md_code(s.runtime), F.fmt_count(s.count), F.fmt_us(s.total_us), md_code(s.location) if s.location else "-")
+            for s in t.syncs[:TOP_N]
+        ]
+        out += [md_table(["Cause", "Runtime call", "Count", "Total", "Location"], rows, "llrrl"), ""]
+    if t.notes:
+        out += [f"> Note: {md_escape(n)}" for n in t.notes]
+        out.append("")
+    return out
+
+
+def _breakdown(values: dict[str, float], order: Sequence[str], labels: dict[str, str], basis_us: float) -> str:
+    rows = [(md_escape(labels.get(k, k)), F.fmt_ms(us), F.fmt_share_of(us, basis_us)) for k, us in F.ordered_items(values, order)]
+    return md_table(["", "ms/step", "% of step"], rows, "lrr")
+
+
+# --------------------------------------------------------------------------- findings
+
+
+def _findings(report: Report) -> list[str]:
+    findings = report.sorted_findings()
+    if not findings:
+        return []
+    out = ["## Findings (most expensive first)", ""]
+    summary = [
+        (str(i), SEVERITY_MARK[f.severity], md_code(f.code), md_escape(f.name), F.fmt_cost(f))
+        for i, f in enumerate(findings, 1)
+    ]
+    out += [md_table(["#", "Severity", "Code", "Finding", "Cost"], summary, "rlllr"), ""]
+    for i, f in enumerate(findings, 1):
+        out.extend(_finding(i, f))
+    return out
+
+
+def _finding(index: int, f: Finding) -> list[str]:
+    out = [f"### {index}. {md_code(f.code)} {md_escape(f.name)} ({f.severity.value})", "", md_escape(f.message), ""]
+    out.append(f"- **Cost:** {F.fmt_cost(f)}")
+    loc = F.fmt_location(f)
+    if loc:
+        out.append(f"- **Where:** {md_code(loc)}")
+    if f.source:
+        out.append(f"- **Input:** {md_code(f.source)}")
+    for e in f.evidence:
+        line = f"- **Evidence:** {md_escape(F.fmt_evidence(e))}"
+        if e.events:
+            line += f", {len(e.events)} event{'s' if len(e.events) != 1 else ''} in the trace"
+        out.append(line)
+    if f.advice:
+        out.append(f"- **Fix:** {md_escape(f.advice)}")
+    out.append("")
+    return out

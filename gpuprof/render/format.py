@@ -13,6 +13,7 @@ from typing import Any, Iterable, Sequence
 
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.report import DeviceInfo, Report, TraceSummary
+from gpuprof.trace.metrics import BREAKDOWN_KEYS, IDLE_KEYS
 
 __all__ = [
     "BREAKDOWN_KEYS",
@@ -43,18 +44,9 @@ __all__ = [
     "short_message",
 ]
 
-# The order (and wording) of the step-time breakdown and GPU-idle breakdown
-# rows. Keys the analysis adds later still render, after these, under their own name.
-BREAKDOWN_KEYS: tuple[str, ...] = (
-    "kernel",
-    "memcpy",
-    "memset",
-    "communication",
-    "runtime",
-    "data_loading",
-    "cpu_exec",
-    "other",
-)
+# Row labels of the step-time and GPU-idle breakdowns; the keys and their order
+# come from the metrics module that defines them. A key without a label still
+# renders, under its own name.
 BREAKDOWN_LABELS: dict[str, str] = {
     "kernel": "Kernels",
     "memcpy": "Memcpy",
@@ -65,7 +57,6 @@ BREAKDOWN_LABELS: dict[str, str] = {
     "cpu_exec": "CPU exec",
     "other": "Other",
 }
-IDLE_KEYS: tuple[str, ...] = ("data_loading", "sync", "blocking_copy", "runtime", "optimizer", "cpu_other")
 IDLE_LABELS: dict[str, str] = {
     "data_loading": "Data loading",
     "sync": "Host sync",

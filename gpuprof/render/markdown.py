@@ -111,7 +111,7 @@ def _trace(t: TraceSummary) -> list[str]:
         out += ["### Step time breakdown", ""]
         out.append(_breakdown(t.breakdown_us, F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
         out.append("")
-    if t.idle_breakdown_us:
+    if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
         out += ["### While the GPU was idle, the host was in", ""]
         out.append(_breakdown(t.idle_breakdown_us, F.IDLE_KEYS, F.IDLE_LABELS, basis))
         out.append("")

@@ -78,7 +78,6 @@ def _stdout_is_tty() -> bool:
 def _render(console: Console, report: Report) -> None:
     for trace in report.traces:
         _render_trace(console, trace)
-        console.print()
     _render_findings(console, report)
     for section in report.sections:
         kind = getattr(section, "kind", None)
@@ -140,7 +139,7 @@ def _util_style(u: float) -> str:
 
 def _table(title: str, columns: Sequence[tuple[str, str]]) -> Table:
     """A compact table; ``columns`` are (header, justify)."""
-    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
+    table = Table(title=title or None, title_justify="left", title_style="bold", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
     for header, justify in columns:
         if justify == "name":
             table.add_column(header, justify="left", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH + 2)
@@ -149,8 +148,9 @@ def _table(title: str, columns: Sequence[tuple[str, str]]) -> Table:
     return table
 
 
-def _breakdown_table(title: str, values: dict[str, float], order: Sequence[str], labels: dict[str, str], basis_us: float) -> Table:
-    table = _table(title, [("", "left"), ("ms/step", "right"), ("% of step", "right")])
+def _breakdown_table(heading: str, values: dict[str, float], order: Sequence[str], labels: dict[str, str], basis_us: float) -> Table:
+    # the heading sits in the first column's header: as a table title it would wrap to the table's width
+    table = _table("", [(heading, "left"), ("ms/step", "right"), ("% of step", "right")])
     for key, us in F.ordered_items(values, order):
         table.add_row(Text(labels.get(key, key)), F.fmt_ms(us), F.fmt_share_of(us, basis_us))
     return table
@@ -161,9 +161,9 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
     parts: list[RenderableType] = [_kv_grid(_summary_rows(t))]
     tables: list[RenderableType] = []
     if t.breakdown_us:
-        tables.append(_breakdown_table("Step time breakdown", t.breakdown_us, F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
-    if t.idle_breakdown_us:
-        tables.append(_breakdown_table("While the GPU was idle, the host was in", t.idle_breakdown_us, F.IDLE_KEYS, F.IDLE_LABELS, basis))
+        tables.append(_breakdown_table("Step time", t.breakdown_us, F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
+    if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
+        tables.append(_breakdown_table("GPU idle: host was in", t.idle_breakdown_us, F.IDLE_KEYS, F.IDLE_LABELS, basis))
     if tables:
         grid = Table.grid(padding=(0, 4))
         for _ in tables:
@@ -201,6 +201,8 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
         console.print()
     for note in t.notes:
         console.print(Text(f"note: {note}", style="dim"))
+    if t.notes:
+        console.print()
 
 
 # --------------------------------------------------------------------------- findings

@@ -1,0 +1,481 @@
+"""``gpuprof memory FILE``: where the memory went, as a report section plus findings.
+
+Per device the section holds: peak allocated and reserved (and when), the
+totals over time, the number of allocations, the top holders at the peak by
+allocation site and by size class, fragmentation, the OOM (when there was
+one) and blocks waiting on other streams. The figures are defined in
+:mod:`gpuprof.memory.replay`; the finding codes (GP510-GP519) in
+``docs/memory.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
+from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, Site, SiteTable
+from gpuprof.memory.model import BlockState, DeviceMemory, MemoryData
+from gpuprof.memory.replay import Holders, ReplayResult, Totals, replay_holders, replay_totals
+from gpuprof.memory.units import SIZE_CLASSES, fmt_bytes, size_class
+from gpuprof.report import Report
+
+__all__ = [
+    "MemoryOptions",
+    "MemorySection",
+    "DeviceAnalysis",
+    "analyze_device",
+    "analyze_memory",
+    "memory_report",
+    "CODES",
+]
+
+# code -> (name, what it means); the long form is in docs/memory.md.
+CODES: dict[str, tuple[str, str]] = {
+    "GP510": ("near-capacity", "peak reserved memory is close to the device's capacity"),
+    "GP511": ("fragmentation", "reserved memory that no request can use: free but split into pieces"),
+    "GP512": ("out-of-memory", "an allocation failed (CUDA out of memory)"),
+    "GP513": ("record-stream-pending", "freed blocks kept waiting on other streams (record_stream)"),
+    "GP514": ("dominant-holder", "one allocation site holds most of the memory at the peak"),
+    "GP515": ("history-truncated", "part of the peak was allocated before the recorded history"),
+    "GP520": ("site-growth", "an allocation site holds more memory in B than in A (diff)"),
+    "GP521": ("steady-growth", "allocated memory grows from step to step (diff of one trace)"),
+}
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """Thresholds of the memory analysis (each one a CLI option)."""
+
+    capacity_threshold: float = 0.90  # GP510: peak reserved / device memory
+    fragmentation_ratio: float = 0.30  # GP511 (info): free-but-reserved / reserved at snapshot time
+    fragmentation_min_bytes: int = 256 << 20  # GP511: ignore less free-but-reserved memory than this
+    pending_share: float = 0.05  # GP513 warning: bytes waiting on other streams / peak allocated
+    pending_min_bytes: int = 16 << 20  # GP513: ignore less than this
+    holder_share: float = 0.50  # GP514: top site's share of the peak
+    history_share: float = 0.10  # GP515: share of the peak allocated before the history
+    growth_spread: float = 0.75  # OOM advice: a site's live blocks span this share of the history
+    growth_min_blocks: int = 4  # ... and number at least this many
+    top: int = 10  # rows in the holder tables
+    timeline_points: int = 400  # points of the totals timeline in the report
+    internal_patterns: tuple[str, ...] = DEFAULT_INTERNAL_PATTERNS
+
+
+@dataclass
+class DeviceAnalysis:
+    """The analysis of one device (everything the section, the findings and the HTML need)."""
+
+    dm: DeviceMemory
+    totals: Totals
+    replay: ReplayResult
+    peak_moment: int  # event index of the peak (-1: snapshot time)
+    fragmentation: dict[str, Any]
+    ooms: list[dict[str, Any]]
+    top_sites: list[dict[str, Any]]
+    size_classes: list[dict[str, Any]]
+
+    def to_dict(self, sites: SiteTable, opts: MemoryOptions) -> dict[str, Any]:
+        t = self.totals
+        dm = self.dm
+        r = self.replay
+
+        def when(i: int) -> float | None:
+            if not len(dm):
+                return None
+            return dm.time[i] if i >= 0 else dm.time[0]
+
+        return {
+            "device": dm.device,
+            "total_memory": dm.total_memory,
+            "history_events": len(dm),
+            "time_unit": "us" if dm.has_time else "event",
+            "num_allocations": t.num_allocations,
+            "live_blocks": sum(v[1] for v in r.holders[-1].by_site.values()) if -1 in r.holders else None,
+            "allocated": {"initial": t.initial_allocated, "final": t.final_allocated, "peak": t.peak_allocated,
+                          "peak_at": when(t.peak_allocated_at)},
+            "reserved": {"initial": t.initial_reserved, "final": t.final_reserved, "peak": t.peak_reserved,
+                         "peak_at": when(t.peak_reserved_at)},
+            "timeline": [list(p) for p in t.timeline],
+            "top_sites": self.top_sites,
+            "size_classes": self.size_classes,
+            "fragmentation": self.fragmentation,
+            "pending_free": {
+                "deferred_frees": r.pending_frees,
+                "deferred_bytes": r.pending_bytes_total,
+                "max_bytes_waiting": r.pending_max_bytes,
+                "max_wait": r.pending_max_wait,
+            },
+            "ooms": self.ooms,
+        }
+
+
+@dataclass
+class MemorySection:
+    """The ``memory`` report section: one entry per device."""
+
+    source: str
+    source_type: str
+    devices: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    kind: str = "memory"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "source_type": self.source_type,
+            "devices": self.devices,
+            "notes": list(self.notes),
+            "allocator_settings": self.settings,
+        }
+
+
+# --------------------------------------------------------------------------- per device
+
+
+def _site_rows(h: Holders, sites: SiteTable, total: int, top: int) -> list[dict[str, Any]]:
+    rows = sorted(h.by_site.items(), key=lambda kv: -kv[1][0])[:top]
+    out = []
+    for sid, (nbytes, count) in rows:
+        d = sites.sites[sid].to_dict()
+        d.update(bytes=nbytes, blocks=count, share=(nbytes / total) if total else None)
+        out.append(d)
+    return out
+
+
+def _class_rows(h: Holders) -> list[dict[str, Any]]:
+    acc = [[0, 0] for _ in SIZE_CLASSES]
+    for s in h.sizes:
+        c = acc[size_class(s)]
+        c[0] += s
+        c[1] += 1
+    return [{"class": name, "bytes": b, "blocks": n} for (name, _), (b, n) in zip(SIZE_CLASSES, acc) if n]
+
+
+def _fragmentation(dm: DeviceMemory, t: Totals) -> dict[str, Any]:
+    """Free-but-reserved memory at snapshot time, how it is split, and the largest free block."""
+    out: dict[str, Any] = {"unallocated_at_peak_reserved": t.unallocated_at_peak_reserved}
+    if dm.segments is None:
+        return out
+    reserved = allocated = pending = 0
+    split_n = split_b = 0
+    free_n = 0
+    largest = 0
+    expandable = False
+    for seg in dm.segments:
+        reserved += seg.total_size
+        expandable = expandable or seg.is_expandable
+        split = len(seg.blocks) > 1
+        for b in seg.blocks:
+            if b.state == BlockState.ALLOCATED:
+                allocated += b.size
+            elif b.state == BlockState.PENDING_FREE:
+                pending += b.size
+            else:
+                free_n += 1
+                if b.size > largest:
+                    largest = b.size
+                if split:
+                    split_n += 1
+                    split_b += b.size
+    out.update(
+        segments=len(dm.segments),
+        reserved=reserved,
+        allocated=allocated,
+        pending_free=pending,
+        unallocated=reserved - allocated - pending,
+        free_blocks=free_n,
+        inactive_split_blocks=split_n,
+        inactive_split_bytes=split_b,
+        largest_free_block=largest,
+        expandable_segments=expandable,
+    )
+    return out
+
+
+def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> DeviceAnalysis:
+    oom_idx = tuple(o.index for o in dm.ooms[:3])
+    totals = replay_totals(dm, buckets=opts.timeline_points, mark=oom_idx)
+    peak_moment = totals.peak_allocated_at if len(dm) else -1
+    moments = tuple(sorted({peak_moment, -1, *oom_idx}))
+    rep = replay_holders(dm, moments)
+    peak_h = rep.holders[peak_moment]
+    # What the replay cannot attribute (traces: blocks from before the first event) is shown as such.
+    gap = totals.peak_allocated - peak_h.total
+    if gap > 0:
+        peak_h.by_site.setdefault(SiteTable.PRE_TRACE, [0, 0])[0] += gap
+    frag = _fragmentation(dm, totals)
+    ooms = []
+    for o in dm.ooms[:3]:
+        h = rep.holders.get(o.index, Holders())
+        alloc_at = totals.allocated_at.get(o.index)
+        res_at = totals.reserved_at.get(o.index)
+        ooms.append({
+            "time": o.time,
+            "requested": o.size,
+            "device_free": o.device_free,
+            "allocated": alloc_at,
+            "reserved": res_at,
+            "cached_free": (res_at - alloc_at - rep.pending_at.get(o.index, 0))
+            if (res_at is not None and alloc_at is not None) else None,
+            "pending_free": rep.pending_at.get(o.index, 0),
+            "site": sites.sites[o.site].to_dict(),
+            "top_live_sites": _site_rows(h, sites, alloc_at or h.total, opts.top),
+            "growing_sites": _growing_sites(h, dm, sites, opts),
+        })
+    return DeviceAnalysis(
+        dm=dm,
+        totals=totals,
+        replay=rep,
+        peak_moment=peak_moment,
+        fragmentation=frag,
+        ooms=ooms,
+        top_sites=_site_rows(peak_h, sites, totals.peak_allocated, opts.top),
+        size_classes=_class_rows(peak_h),
+    )
+
+
+def _growing_sites(h: Holders, dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> list[dict[str, Any]]:
+    """Sites whose live blocks were allocated all through the history: references kept across iterations."""
+    if len(dm) < 2:
+        return []
+    span = dm.time[-1] - dm.time[0]
+    if span <= 0:
+        return []
+    out = []
+    for sid, times in h.alloc_times.items():
+        if sid <= SiteTable.PRE_TRACE or len(times) < opts.growth_min_blocks:
+            continue
+        spread = (max(times) - min(times)) / span
+        if spread >= opts.growth_spread:
+            out.append({"site": sites.sites[sid].label, "bytes": h.by_site[sid][0], "blocks": h.by_site[sid][1],
+                        "spread": spread, "location": _loc(sites.sites[sid])})
+    out.sort(key=lambda d: -d["bytes"])
+    return out[:5]
+
+
+def _loc(site: Site) -> dict[str, Any] | None:
+    return {"file": site.file, "line": site.line, "function": site.function} if site.file else None
+
+
+# --------------------------------------------------------------------------- findings
+
+
+def _finding(code: str, severity: Severity, message: str, advice: str, evidence: list[Evidence],
+             source: str, location: SourceLocation | None = None) -> Finding:
+    return Finding(code=code, name=CODES[code][0], severity=severity, message=message, advice=advice,
+                   evidence=tuple(evidence), location=location, origin="memory", source=source)
+
+
+def _location(site_dict: dict[str, Any] | None) -> SourceLocation | None:
+    if not site_dict or not site_dict.get("file"):
+        return None
+    return SourceLocation(site_dict["file"], site_dict.get("line"), site_dict.get("function"))
+
+
+def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, source: str) -> list[Finding]:
+    out: list[Finding] = []
+    dm, t, frag, rep = da.dm, da.totals, da.fragmentation, da.replay
+    dev = dm.device
+
+    # GP510: near capacity
+    if dm.total_memory and t.peak_reserved is not None:
+        share = t.peak_reserved / dm.total_memory
+        if share >= opts.capacity_threshold:
+            out.append(_finding(
+                "GP510", Severity.WARNING,
+                f"{dev}: peak reserved {fmt_bytes(t.peak_reserved)} is {share:.0%} of the device's "
+                f"{fmt_bytes(dm.total_memory)}",
+                "One larger batch or sequence will run out of memory. Find the largest holders at the peak "
+                "(below) and shrink them: activation checkpointing, mixed precision (AMP), smaller batch.",
+                [Evidence("peak_reserved_share", round(share, 4), opts.capacity_threshold, "fraction",
+                          extra={"peak_reserved": t.peak_reserved, "total_memory": dm.total_memory,
+                                 "peak_allocated": t.peak_allocated})],
+                source,
+            ))
+
+    # GP512 / GP511 at an OOM
+    for o in da.ooms:
+        out.extend(_oom_findings(o, da, opts, source))
+
+    # GP511 without an OOM: much reserved memory free but split
+    if not da.ooms and frag.get("reserved"):
+        unalloc = frag["unallocated"]
+        ratio = unalloc / frag["reserved"]
+        if ratio >= opts.fragmentation_ratio and unalloc >= opts.fragmentation_min_bytes:
+            out.append(_finding(
+                "GP511", Severity.INFO,
+                f"{dev}: {fmt_bytes(unalloc)} ({ratio:.0%}) of the {fmt_bytes(frag['reserved'])} reserved is free; "
+                f"{frag['inactive_split_blocks']} free pieces ({fmt_bytes(frag['inactive_split_bytes'])}) sit in "
+                f"split segments; largest free block {fmt_bytes(frag['largest_free_block'])}",
+                "Cached memory is fine while requests fit in it. If this process or another on the GPU runs short, "
+                "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow in place instead of "
+                "splitting.",
+                [Evidence("unallocated_share", round(ratio, 4), opts.fragmentation_ratio, "fraction",
+                          extra={k: frag[k] for k in ("reserved", "allocated", "unallocated", "inactive_split_blocks",
+                                                       "inactive_split_bytes", "largest_free_block")})],
+                source,
+            ))
+
+    # GP513: record_stream
+    if rep.pending_frees and rep.pending_max_bytes >= opts.pending_min_bytes:
+        share = rep.pending_max_bytes / t.peak_allocated if t.peak_allocated else 0.0
+        sev = Severity.WARNING if share >= opts.pending_share else Severity.INFO
+        out.append(_finding(
+            "GP513", sev,
+            f"{dev}: up to {fmt_bytes(rep.pending_max_bytes)} of freed blocks waited on other streams "
+            f"({share:.0%} of the peak allocated); {rep.pending_frees} frees deferred",
+            "Blocks used on a side stream (tensor.record_stream, NCCL, prefetch) can only be reused once that "
+            "stream's work is done. Free them earlier, synchronise the side stream sooner, or allocate them on the "
+            "stream that uses them.",
+            [Evidence("pending_free_share", round(share, 4), opts.pending_share, "fraction",
+                      extra={"max_bytes_waiting": rep.pending_max_bytes, "deferred_frees": rep.pending_frees,
+                             "deferred_bytes": rep.pending_bytes_total, "max_wait": rep.pending_max_wait})],
+            source,
+        ))
+
+    # GP514: dominant holder at the peak
+    if da.top_sites:
+        top = da.top_sites[0]
+        if top["file"] and top["share"] is not None and top["share"] >= opts.holder_share:
+            out.append(_finding(
+                "GP514", Severity.INFO,
+                f"{dev}: {top['site']} holds {fmt_bytes(top['bytes'])} ({top['share']:.0%}) of the peak "
+                f"{fmt_bytes(t.peak_allocated)} in {top['blocks']} blocks",
+                "This line is where reducing memory pays most (smaller tensors, freeing them earlier, "
+                "checkpointing the activations it creates).",
+                [Evidence("top_site_share", round(top["share"], 4), opts.holder_share, "fraction",
+                          extra={"bytes": top["bytes"], "blocks": top["blocks"], "peak_allocated": t.peak_allocated})],
+                source,
+                _location(top),
+            ))
+
+    # GP515: history truncated
+    pre = next((r for r in da.top_sites if r["site"] == sites.sites[SiteTable.PRE_TRACE].label), None)
+    if pre and t.peak_allocated and pre["bytes"] / t.peak_allocated >= opts.history_share:
+        out.append(_finding(
+            "GP515", Severity.INFO,
+            f"{dev}: {fmt_bytes(pre['bytes'])} ({pre['bytes'] / t.peak_allocated:.0%}) of the peak was allocated "
+            "before the recorded history began, so its allocation sites are unknown",
+            "Start recording earlier (torch.cuda.memory._record_memory_history() before building the model) or "
+            "raise max_entries.",
+            [Evidence("pre_history_share", round(pre["bytes"] / t.peak_allocated, 4), opts.history_share, "fraction",
+                      extra={"bytes": pre["bytes"]})],
+            source,
+        ))
+    return out
+
+
+def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, source: str) -> list[Finding]:
+    dev = da.dm.device
+    frag = da.fragmentation
+    req = o["requested"]
+    free = o["device_free"]
+    cached = o["cached_free"]
+    pending = o["pending_free"] or 0
+    largest = frag.get("largest_free_block")
+    total = da.dm.total_memory
+    out: list[Finding] = []
+    advice_kinds: list[str] = []
+    advice: list[str] = []
+
+    fits_in_total = cached is not None and free is not None and req <= cached + free
+    fragmented = (fits_in_total and (free is None or req > free)
+                  and (largest is None or req > largest))
+    if fragmented:
+        advice_kinds.append("expandable_segments")
+        advice.append(
+            f"The {fmt_bytes(req)} request would fit in the {fmt_bytes(cached)} reserved but free memory, "
+            f"yet the largest free block is {fmt_bytes(largest)}: set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb) to stop fragmentation."
+        )
+        evidence = [Evidence("request_vs_largest_free_block", req, largest, "bytes", extra={
+            "requested": req, "largest_free_block": largest, "unallocated_reserved": cached,
+            "inactive_split_blocks": frag.get("inactive_split_blocks"),
+            "inactive_split_bytes": frag.get("inactive_split_bytes"), "device_free": free,
+        })]
+        out.append(_finding(
+            "GP511", Severity.WARNING,
+            f"{dev}: out of memory from fragmentation: {fmt_bytes(req)} requested, {fmt_bytes(cached)} reserved but "
+            f"free in {frag.get('inactive_split_blocks', '?')} split blocks, largest free block {fmt_bytes(largest)}",
+            advice[-1], evidence, source,
+        ))
+    if pending and pending >= min(req, opts.pending_min_bytes):
+        advice_kinds.append("record_stream")
+        advice.append(f"{fmt_bytes(pending)} of freed blocks were still waiting on other streams (record_stream): "
+                      "synchronise or free them earlier.")
+    growing = o["growing_sites"]
+    if growing:
+        advice_kinds.append("free_references")
+        g = growing[0]
+        advice.append(
+            f"{g['site']} kept {g['blocks']} blocks ({fmt_bytes(g['bytes'])}) alive from all through the run: "
+            "references held across iterations (a list of outputs, a loss summed without .item()/.detach()). "
+            "Drop them."
+        )
+    if not fragmented:
+        if total and req > total:
+            advice_kinds.append("smaller_batch")
+            advice.append(f"A single {fmt_bytes(req)} allocation is larger than the whole device: shrink the batch "
+                          "or the sequence/image size.")
+        else:
+            advice_kinds.extend(["smaller_batch", "activation_checkpointing", "amp"])
+            advice.append("Live tensors fill the device: use a smaller batch (with gradient accumulation), activation "
+                          "checkpointing (torch.utils.checkpoint) or mixed precision (torch.autocast) to shrink "
+                          "activations.")
+    if total and free is not None and o["reserved"] is not None:
+        others = total - free - o["reserved"]
+        if others > 0.1 * total:
+            advice_kinds.append("other_processes")
+            advice.append(f"About {fmt_bytes(others)} of the device is held outside this allocator (other processes, "
+                          "NCCL, cuBLAS workspaces): check nvidia-smi.")
+    o["advice_kinds"] = advice_kinds
+    loc = _location(o["site"])
+    msg = (f"{dev}: CUDA out of memory: {fmt_bytes(req)} requested with {fmt_bytes(free)} free on the device; "
+           f"{fmt_bytes(o['allocated'])} allocated, {fmt_bytes(o['reserved'])} reserved")
+    if o["site"].get("file"):
+        msg += f", at {o['site']['site']}"
+    out.insert(0, _finding(
+        "GP512", Severity.ERROR, msg, " ".join(advice),
+        [Evidence("requested", req, free, "bytes", extra={
+            "device_free": free, "allocated": o["allocated"], "reserved": o["reserved"], "cached_free": cached,
+            "pending_free": pending, "largest_free_block": largest, "advice": advice_kinds,
+            "top_live_sites": [{"site": s["site"], "bytes": s["bytes"]} for s in o["top_live_sites"][:5]],
+        })],
+        source, loc,
+    ))
+    return out
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def analyze_memory(data: MemoryData, opts: MemoryOptions | None = None
+                   ) -> tuple[MemorySection, list[Finding], list[DeviceAnalysis]]:
+    """Analyse every device of ``data``: the section, the findings, and the per-device analyses."""
+    opts = opts or MemoryOptions()
+    analyses = [analyze_device(dm, data.sites, opts) for dm in data.devices]
+    notes = list(data.notes)
+    findings: list[Finding] = []
+    for da in analyses:
+        if da.totals.inconsistent:
+            notes.append(f"{da.dm.device}: the recorded history and the final state disagree; totals are clamped at 0")
+        findings.extend(device_findings(da, data.sites, opts, data.path))
+    section = MemorySection(
+        source=data.path,
+        source_type=data.source_type,
+        devices=[da.to_dict(data.sites, opts) for da in analyses],
+        notes=notes,
+        settings={k: v for k, v in data.settings.items() if isinstance(v, (str, int, float, bool)) or v is None},
+    )
+    return section, findings, analyses
+
+
+def memory_report(path: str, opts: MemoryOptions | None = None) -> Report:
+    """Load ``path`` (snapshot or trace) and return the ``memory`` report."""
+    from gpuprof.memory.load import load_memory
+
+    opts = opts or MemoryOptions()
+    data = load_memory(path, opts.internal_patterns)
+    section, findings, _ = analyze_memory(data, opts)
+    return Report(command="memory", inputs=[path], sections=[section], findings=findings)

@@ -1,0 +1,152 @@
+"""Allocation sites: which line of the user's code asked for the memory.
+
+A snapshot records, for every allocation, the stack at the moment it was
+made (``frames``: ``{"filename", "line", "name"}`` dicts, innermost first,
+Python and, with ``context="all"``, C++ frames mixed). The *allocation site*
+is the first frame, counting from the innermost, that belongs to the user's
+code: frames inside torch itself, the Python standard library, C/C++ sources
+and interpreter internals are skipped, because "aten::empty in
+TensorFactories.cpp" says nothing about which of your lines to change.
+
+:class:`SiteTable` interns sites so an analysis of a million allocations
+keeps one small object per distinct site, and caches the frame walk per
+frames list (snapshots share one list object among entries with the same
+stack, so the cache hits almost always).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+__all__ = ["Site", "SiteTable", "DEFAULT_INTERNAL_PATTERNS", "UNKNOWN_SITE", "PRE_TRACE_SITE", "frame_text"]
+
+# Filenames that are not the user's code (regular expressions, searched).
+DEFAULT_INTERNAL_PATTERNS: tuple[str, ...] = (
+    r"(^|[/\\])(torch|functorch|triton)[/\\]",  # the torch package and its compilers
+    r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\](?!site-packages|dist-packages)",  # the standard library
+    r"^<frozen ",  # importlib bootstrap
+    r"\.(c|cc|cpp|cxx|h|hh|hpp|cu|cuh)$",  # C/C++ frames (context="all")
+    r"^\?\?$|^$",  # unsymbolised frames
+)
+
+
+def frame_text(frame: Any) -> str:
+    """``file:line:function`` for one frame dict (or whatever the file holds)."""
+    if isinstance(frame, dict):
+        return f"{frame.get('filename', '?')}:{frame.get('line', '?')}:{frame.get('name', '?')}"
+    return str(frame)
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where an allocation was made: the first user frame, plus the full stack for display.
+
+    ``file`` is empty for the two pseudo-sites :data:`UNKNOWN_SITE` (no stack
+    was recorded) and :data:`PRE_TRACE_SITE` (allocated before the recorded
+    history began).
+    """
+
+    label: str  # "train.py:42 (forward)" or a pseudo-site description
+    file: str = ""
+    line: int | None = None
+    function: str | None = None
+    stack: tuple[str, ...] = field(default=(), compare=False, hash=False)  # innermost first
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "site": self.label,
+            "file": self.file or None,
+            "line": self.line,
+            "function": self.function,
+            "stack": list(self.stack),
+        }
+
+
+UNKNOWN_SITE = Site("<no stack recorded>")
+PRE_TRACE_SITE = Site("<allocated before the recorded history>")
+
+_MAX_STACK = 24  # frames kept for display per site
+
+
+class SiteTable:
+    """Interns :class:`Site` objects; site ids are small ints (0 and 1 are the pseudo-sites)."""
+
+    UNKNOWN = 0
+    PRE_TRACE = 1
+
+    def __init__(self, internal_patterns: Iterable[str] = DEFAULT_INTERNAL_PATTERNS) -> None:
+        self.sites: list[Site] = [UNKNOWN_SITE, PRE_TRACE_SITE]
+        self._ids: dict[Any, int] = {}
+        self._by_list: dict[int, tuple[Any, int]] = {}  # id(frames list) -> (list kept alive, site id)
+        self._internal = re.compile("|".join(f"(?:{p})" for p in internal_patterns))
+        self._file_internal: dict[str, bool] = {}
+
+    def __len__(self) -> int:
+        return len(self.sites)
+
+    def is_internal(self, filename: str) -> bool:
+        hit = self._file_internal.get(filename)
+        if hit is None:
+            hit = bool(self._internal.search(filename))
+            self._file_internal[filename] = hit
+        return hit
+
+    def add_label(self, label: str, file: str = "", line: int | None = None, function: str | None = None,
+                  stack: Sequence[str] = ()) -> int:
+        """Intern a site given directly (trace-derived sites: an operator or a Python frame)."""
+        key = ("label", label)
+        sid = self._ids.get(key)
+        if sid is None:
+            sid = len(self.sites)
+            self.sites.append(Site(label, file, line, function, tuple(stack[:_MAX_STACK])))
+            self._ids[key] = sid
+        return sid
+
+    def site_of(self, frames: Any) -> int:
+        """The site id of a snapshot ``frames`` list (innermost first)."""
+        if not frames:
+            return self.UNKNOWN
+        cached = self._by_list.get(id(frames))
+        if cached is not None and cached[0] is frames:
+            return cached[1]
+        sid = self._resolve(frames)
+        self._by_list[id(frames)] = (frames, sid)
+        return sid
+
+    def _resolve(self, frames: Sequence[Any]) -> int:
+        chosen = None
+        fallback = None
+        for fr in frames:
+            if not isinstance(fr, dict):
+                continue
+            fn = fr.get("filename")
+            if not isinstance(fn, str):
+                continue
+            if not self.is_internal(fn):
+                chosen = fr
+                break
+            if fallback is None and fn.endswith(".py"):
+                fallback = fr  # innermost Python frame, used when every frame is internal
+        fr = chosen if chosen is not None else fallback
+        if fr is None:
+            fr = next((f for f in frames if isinstance(f, dict)), None)
+        if fr is None:
+            return self.UNKNOWN
+        file = str(fr.get("filename", "?"))
+        line = fr.get("line")
+        line = int(line) if isinstance(line, int) else None
+        func = fr.get("name")
+        func = str(func) if func is not None else None
+        key = (file, line, func)
+        sid = self._ids.get(key)
+        if sid is None:
+            label = f"{file}:{line}" if line is not None else file
+            if func:
+                label += f" ({func})"
+            stack = tuple(frame_text(f) for f in frames[:_MAX_STACK])
+            sid = len(self.sites)
+            self.sites.append(Site(label, file, line, func, stack))
+            self._ids[key] = sid
+        return sid

@@ -1,0 +1,139 @@
+"""The memory model shared by snapshots and profiler traces.
+
+Both inputs become, per device, one :class:`DeviceMemory`: the allocator's
+history as parallel arrays (one slot per event, in time order) plus, for
+snapshots, the allocator's state when the snapshot was taken (segments and
+their blocks). Parallel lists of ints keep a million events in tens of MB and
+let the analysis run as flat loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprof.memory.frames import SiteTable
+
+__all__ = [
+    "ALLOC",
+    "FREE_REQUESTED",
+    "FREE_COMPLETED",
+    "SEGMENT_ALLOC",
+    "SEGMENT_FREE",
+    "OOM",
+    "ACTION_NAMES",
+    "BlockState",
+    "Block",
+    "Segment",
+    "OomEvent",
+    "DeviceMemory",
+    "MemoryData",
+]
+
+# Event kinds (PyTorch's TraceEntry actions). segment_map/segment_unmap
+# (expandable segments growing/shrinking) count as SEGMENT_ALLOC/SEGMENT_FREE:
+# both change reserved memory by ``size``.
+ALLOC = 0
+FREE_REQUESTED = 1  # the tensor died; its bytes stop counting as allocated
+FREE_COMPLETED = 2  # the block is back in the cache (later than FREE_REQUESTED after record_stream)
+SEGMENT_ALLOC = 3
+SEGMENT_FREE = 4
+OOM = 5
+
+ACTION_NAMES = {
+    "alloc": ALLOC,
+    "free_requested": FREE_REQUESTED,
+    "free_completed": FREE_COMPLETED,
+    "segment_alloc": SEGMENT_ALLOC,
+    "segment_free": SEGMENT_FREE,
+    "segment_map": SEGMENT_ALLOC,
+    "segment_unmap": SEGMENT_FREE,
+    "oom": OOM,
+}
+
+
+class BlockState:
+    """Block states in a snapshot's segments."""
+
+    ALLOCATED = "active_allocated"  # a live tensor
+    PENDING_FREE = "active_pending_free"  # freed, waiting on other streams' work (record_stream)
+    INACTIVE = "inactive"  # free, cached by the allocator
+
+
+@dataclass
+class Block:
+    """One block of a segment at snapshot time."""
+
+    address: int
+    size: int
+    requested_size: int
+    state: str
+    site: int  # SiteTable id
+
+
+@dataclass
+class Segment:
+    """One cudaMalloc'd (or expandable) region at snapshot time."""
+
+    address: int
+    total_size: int
+    stream: int
+    segment_type: str  # "large" or "small"
+    is_expandable: bool
+    blocks: list[Block]
+
+
+@dataclass
+class OomEvent:
+    """An allocation that failed: ``size`` requested while ``device_free`` bytes were free on the device."""
+
+    index: int  # position in the event arrays
+    time: float
+    size: int
+    device_free: int | None
+    stream: int
+    site: int
+
+
+@dataclass
+class DeviceMemory:
+    """One device's allocator history and final state.
+
+    Arrays ``time``/``action``/``addr``/``size``/``site``/``stream`` hold one
+    slot per history event, in order. ``time`` is in µs when ``has_time``,
+    else the event's index. ``allocated``/``reserved`` hold the totals the
+    file itself recorded after each event (profiler traces), or are None
+    (snapshots: the analysis reconstructs them).
+    """
+
+    device: str  # "cuda:0", "cpu"
+    index: int
+    time: list[float] = field(default_factory=list)
+    action: list[int] = field(default_factory=list)
+    addr: list[int] = field(default_factory=list)
+    size: list[int] = field(default_factory=list)
+    site: list[int] = field(default_factory=list)
+    stream: list[int] = field(default_factory=list)
+    allocated: list[int] | None = None
+    reserved: list[int] | None = None
+    has_time: bool = True
+    segments: list[Segment] | None = None  # None: the input has no final state (traces)
+    ooms: list[OomEvent] = field(default_factory=list)
+    total_memory: int | None = None
+    has_segment_events: bool = True  # False for traces: reserved comes only from the recorded totals
+
+    def __len__(self) -> int:
+        return len(self.action)
+
+
+@dataclass
+class MemoryData:
+    """Everything loaded from one input file."""
+
+    path: str
+    source_type: str  # "snapshot" or "trace"
+    devices: list[DeviceMemory]
+    sites: SiteTable
+    notes: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # allocator_settings of the snapshot
+    steps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, start µs, end µs), traces only

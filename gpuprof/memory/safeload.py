@@ -1,0 +1,93 @@
+"""Load snapshot pickles without running anything they contain.
+
+A memory snapshot is a pickle, and users receive snapshots from colleagues.
+``pickle.load`` on an untrusted file runs arbitrary code: the file can name
+any importable callable (``os.system``) and ask for it to be called. PyTorch
+snapshots never need that: ``torch.cuda.memory._dump_snapshot`` pickles plain
+dicts, lists, tuples, strings, numbers, booleans and None.
+
+:func:`safe_loads` therefore unpickles with a restricted unpickler that
+refuses every opcode that reaches outside those built-in containers:
+
+* every global lookup (``GLOBAL``, ``STACK_GLOBAL``, ``INST``, ``EXT1/2/4``
+  all go through ``find_class``) is rejected, so no callable or class can be
+  named, hence nothing can be called (``REDUCE``, ``NEWOBJ``, ``OBJ`` and
+  ``BUILD`` need an object that only ``find_class`` could have produced);
+* persistent ids (``PERSID``/``BINPERSID``) are rejected;
+* out-of-band buffers (protocol 5) are not supplied, so they fail too.
+
+The rejection is an :class:`UnsafePickleError` naming what the file tried to
+import, turned into a one-line :class:`~gpuprof.errors.InputError` by
+:func:`load_pickle_file`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from typing import Any
+
+from gpuprof.errors import InputError
+
+__all__ = ["UnsafePickleError", "safe_loads", "load_pickle_file", "PICKLE_MAGIC", "looks_like_pickle"]
+
+# Protocol 2+ pickles start with the PROTO opcode (0x80) and the protocol number.
+PICKLE_MAGIC = b"\x80"
+
+
+class UnsafePickleError(pickle.UnpicklingError):
+    """The pickle asked for something other than plain containers and scalars."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """An unpickler that can build only the built-in containers and scalars."""
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API
+        raise UnsafePickleError(
+            f"refusing to load: the pickle tries to import {module}.{name}, "
+            "and a memory snapshot holds only plain data (dicts, lists, strings, numbers)"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UnsafePickleError(
+            "refusing to load: the pickle uses a persistent id (torch.save format?), "
+            "and a memory snapshot holds only plain data"
+        )
+
+
+def safe_loads(data: bytes) -> Any:
+    """Unpickle ``data`` allowing only plain containers and scalars.
+
+    Raises :class:`UnsafePickleError` when the pickle tries to import or call
+    anything, and :class:`pickle.UnpicklingError` (or ``EOFError``,
+    ``ValueError``) when it is malformed.
+    """
+    return _PlainUnpickler(io.BytesIO(data)).load()
+
+
+def looks_like_pickle(head: bytes) -> bool:
+    """True when ``head`` (the first bytes of a file) starts like a protocol-2+ pickle."""
+    return len(head) >= 2 and head[:1] == PICKLE_MAGIC and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL
+
+
+def load_pickle_file(path: str | os.PathLike[str]) -> Any:
+    """Read ``path`` and :func:`safe_loads` it; any failure is a one-line :class:`InputError`."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory") from None
+    except OSError as err:
+        raise InputError(path, f"cannot read: {err.strerror or err}") from None
+    try:
+        return safe_loads(data)
+    except UnsafePickleError as err:
+        raise InputError(path, str(err)) from None
+    except (pickle.UnpicklingError, EOFError, ValueError, IndexError, TypeError, KeyError) as err:
+        # Malformed pickles surface as any of these from the C unpickler.
+        raise InputError(path, f"corrupt or truncated pickle ({type(err).__name__}: {err})") from None
+    except MemoryError:
+        raise InputError(path, "pickle too large to load in memory") from None

@@ -1,0 +1,405 @@
+"""GP201/GP202/GP204: host↔device copies that cost the GPU time.
+
+Also home of the small helpers the other GP2xx/GP4xx rule modules share
+(host step membership, kernel-idle time inside host intervals, byte and
+time formatting for messages).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
+from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.trace import intervals as iv
+from gpuprof.trace.metrics import CopyEvent, TraceMetrics
+from gpuprof.trace.model import Event
+from gpuprof.trace.vocab import RuntimeClass, classify_runtime
+
+__all__ = [
+    "PageableCopy",
+    "BlockingCopy",
+    "SmallDeviceToHostCopies",
+    "host_step_of",
+    "kernel_busy",
+    "kernel_idle_within",
+    "copy_wait_calls",
+    "fmt_bytes",
+    "fmt_time",
+]
+
+
+# ------------------------------------------------------------------ shared helpers
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes in binary units for messages: ``19267584`` -> ``18.4 MiB``."""
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:.0f} B" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def fmt_time(us: float) -> str:
+    """A duration in µs for messages: ``850 µs``, ``1.94 ms``, ``12.3 ms``, ``1.50 s``."""
+    a = abs(us)
+    if a < 1000:
+        return f"{us:.0f} µs" if a >= 10 or a == 0 else f"{us:.1f} µs"
+    if a < 1_000_000:
+        return f"{us / 1000:.1f} ms" if a >= 10_000 else f"{us / 1000:.2f} ms"
+    return f"{us / 1e6:.2f} s"
+
+
+def host_step_of(m: TraceMetrics, t: float) -> int | None:
+    """Index of the step whose *host* range (``ProfilerStep#`` start to its end) contains ``t``.
+
+    Unlike ``TraceMetrics.step_of``, the tail of the last step where only the
+    GPU is still running does not count: host calls made there (the
+    profiler's own closing ``cudaDeviceSynchronize``) are not the user's.
+    """
+    if not m.steps:
+        return None
+    starts = getattr(m, "_gp2_host_starts", None)
+    if starts is None:
+        starts = [s.start for s in m.steps]
+        object.__setattr__(m, "_gp2_host_starts", starts)
+    i = bisect_right(starts, t) - 1
+    if i < 0:
+        return None
+    s = m.steps[i]
+    # steps tile the timeline: everything up to the next step start belongs to step i
+    end = s.end if i + 1 < len(m.steps) else s.cpu_end
+    return i if t <= end else None
+
+
+def kernel_busy(m: TraceMetrics) -> list[iv.Interval]:
+    """Union of kernel intervals on the main device (copies and memsets excluded), cached."""
+    cached = getattr(m, "_gp2_kernel_busy", None)
+    if cached is None:
+        dev = m.main_device
+        cached = iv.merge_unsorted((k.ts, k.end) for k in m.trace.kernels if k.device == dev) if dev is not None else []
+        object.__setattr__(m, "_gp2_kernel_busy", cached)
+    return cached
+
+
+def kernel_idle_within(m: TraceMetrics, host: Sequence[iv.Interval]) -> float:
+    """Time inside the (merged) host intervals when the main device ran no kernel."""
+    merged = iv.merge(sorted(host))
+    return iv.total(iv.subtract(merged, kernel_busy(m)))
+
+
+def _rt_by_thread(m: TraceMetrics) -> tuple[dict[tuple[str, str], list[Event]], dict[tuple[str, str], list[float]]]:
+    cached = getattr(m, "_gp2_rt_by_thread", None)
+    if cached is None:
+        by: dict[tuple[str, str], list[Event]] = defaultdict(list)
+        for r in m.trace.runtime:
+            by[(str(r.pid), str(r.tid))].append(r)
+        cached = (dict(by), {k: [r.ts for r in v] for k, v in by.items()})
+        object.__setattr__(m, "_gp2_rt_by_thread", cached)
+    return cached
+
+
+def copy_wait_calls(m: TraceMetrics, c: CopyEvent) -> list[Event]:
+    """The host calls during which the host waited for copy ``c``.
+
+    Its own runtime call, plus the stream/device synchronisation that follows
+    it on the same thread before any other GPU work is queued (the same
+    look-ahead as the blocking-copy definition in ``gpuprof.trace.metrics``).
+    """
+    if c.launch is None:
+        return []
+    out = [c.launch]
+    by, starts = _rt_by_thread(m)
+    key = (str(c.launch.pid), str(c.launch.tid))
+    seq = by.get(key, [])
+    i = bisect_right(starts.get(key, []), c.launch.ts)
+    for r in seq[i : i + 8]:
+        rc = classify_runtime(r.name)
+        if rc is RuntimeClass.SYNC:
+            out.append(r)
+            break
+        if rc in (RuntimeClass.LAUNCH, RuntimeClass.MEMCPY, RuntimeClass.MEMSET):
+            break
+    return out
+
+
+def _copy_location(m: TraceMetrics, c: CopyEvent) -> SourceLocation | None:
+    ev = c.launch if c.launch is not None else c.gpu
+    op = m.op_by_ext.get(ev.ext) if ev.ext >= 0 else None
+    return m.stacks.location(ev.pid, ev.tid, ev.ts, op=op)
+
+
+def _most_common(locs: Iterable[SourceLocation | None]) -> SourceLocation | None:
+    counts: dict[SourceLocation, int] = defaultdict(int)
+    for loc in locs:
+        if loc is not None:
+            counts[loc] += 1
+    return max(counts, key=lambda k: counts[k]) if counts else None
+
+
+_DIR_WORDS = {"HtoD": "host→device", "DtoH": "device→host"}
+
+
+def _copy_numbers(m: TraceMetrics, copies: list[CopyEvent]) -> dict[str, float]:
+    """Per-step figures of a group of copies (definitions in the rule docstrings)."""
+    n = max(m.num_steps, 1)
+    sizes = [c.gpu.nbytes for c in copies]
+    total_bytes = sum(sizes)
+    gpu_us = sum(c.gpu.dur for c in copies)
+    waits = [w for c in copies for w in copy_wait_calls(m, c)]
+    host = [(w.ts, w.end) for w in waits]
+    blocked = iv.total(iv.merge(sorted(host)))
+    return {
+        "count_per_step": len(copies) / n,
+        "bytes_per_step": total_bytes / n,
+        "bytes_per_copy": max(sizes) if sizes else 0,
+        "gpu_us_per_step": gpu_us / n,
+        "bandwidth_gbps": (total_bytes / gpu_us / 1e3) if gpu_us > 0 else 0.0,
+        "host_blocked_us_per_step": blocked / n,
+        "kernel_idle_us_per_step": (kernel_idle_within(m, host) / n) if m.main_device is not None else blocked / n,
+    }
+
+
+def _int_bytes(nums: dict[str, float]) -> dict[str, float | int]:
+    """Byte figures as integers, the rest rounded, for evidence ``extra``."""
+    return {k: (int(v) if "bytes" in k else round(v, 3)) for k, v in nums.items()}
+
+
+def _copy_evidence(metric: str, value: float, threshold: float | None, unit: str, nums: dict[str, float],
+                   copies: list[CopyEvent]) -> Evidence:
+    return Evidence(metric, value, threshold, unit, events=event_refs(c.gpu for c in copies), extra=_int_bytes(nums))
+
+
+# ------------------------------------------------------------------ GP201
+
+
+@register
+class PageableCopy(Rule):
+    """Host↔device copies from or to pageable (not page-locked) host memory.
+
+    Detected from the GPU copy's name, ``Memcpy HtoD (Pageable -> Device)`` /
+    ``Memcpy DtoH (Device -> Pageable)``, for copies inside steps. The CUDA
+    driver stages a pageable copy through a pinned bounce buffer, so it runs
+    at a fraction of the bus bandwidth and the host call does not return until
+    the data is staged: the copy can never overlap with compute and
+    ``non_blocking=True`` has no effect.
+
+    Figures per direction: bytes per step (all pageable copies of the step),
+    bytes per copy (the largest copy), count per step, achieved bandwidth
+    (bytes / GPU copy time). The cost is the time, per step, during which the
+    host was inside these copy calls (or the synchronisation right after
+    them) while the main GPU ran no kernel.
+    """
+
+    code = "GP201"
+    name = "pageable-copy"
+    title = "Copies from/to pageable host memory"
+    severity = Severity.WARNING
+    options = (
+        Option("min_bytes_per_step", 1 << 20, "report a direction when its pageable copies move at least this many bytes per step"),
+    )
+    bad_example = """
+        loader = DataLoader(ds, batch_size=32)            # batches live in pageable memory
+        for x, y in loader:
+            x = x.to("cuda")                              # Memcpy HtoD (Pageable -> Device), synchronous
+    """
+    good_example = """
+        loader = DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True)
+        for x, y in loader:
+            x = x.to("cuda", non_blocking=True)           # Memcpy HtoD (Pinned -> Device), asynchronous
+    """
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        m = ctx.metrics
+        if not m.steps:
+            return
+        by_dir: dict[str, list[CopyEvent]] = defaultdict(list)
+        for c in m.copies:
+            if c.step is not None and c.kind.host_memory == "pageable" and c.kind.direction in _DIR_WORDS:
+                by_dir[c.kind.direction].append(c)
+        for direction, copies in sorted(by_dir.items()):
+            nums = _copy_numbers(m, copies)
+            if nums["bytes_per_step"] < ctx.opt("min_bytes_per_step"):
+                continue
+            blocking = sum(1 for c in copies if c.blocking)
+            advice = (
+                "Pin the host memory so the copy can run asynchronously at full bus speed: "
+                "DataLoader(..., pin_memory=True) for batches, or tensor.pin_memory() for tensors you copy "
+                "repeatedly; then copy with .to(device, non_blocking=True)."
+                if direction == "HtoD"
+                else "Copy into a preallocated pinned buffer: buf = torch.empty(shape, pin_memory=True); "
+                "buf.copy_(t, non_blocking=True), and synchronise (an event) only when the data is read."
+            )
+            yield self.finding(
+                ctx,
+                f"{nums['count_per_step']:.3g} pageable {_DIR_WORDS[direction]} copies per step "
+                f"({fmt_bytes(nums['bytes_per_step'])} per step, up to {fmt_bytes(nums['bytes_per_copy'])} "
+                f"= {nums['bytes_per_copy']:,} bytes per copy) at {nums['bandwidth_gbps']:.1f} GB/s; "
+                f"{blocking} of {len(copies)} blocked the host, "
+                f"{fmt_time(nums['kernel_idle_us_per_step'])} per step without kernels",
+                advice,
+                evidence=[
+                    _copy_evidence("pageable_bytes_per_step", int(nums["bytes_per_step"]), ctx.opt("min_bytes_per_step"),
+                                   "bytes", nums, copies),
+                ],
+                cost_us_per_step=nums["kernel_idle_us_per_step"],
+                location=_most_common(_copy_location(m, c) for c in copies),
+            )
+
+
+# ------------------------------------------------------------------ GP202
+
+
+@register
+class BlockingCopy(Rule):
+    """Host→device copies after which the host waits for the GPU.
+
+    A copy is blocking (see ``gpuprof.trace.metrics``) when its host call
+    returned only after the GPU copy ended, or when a stream/device
+    synchronisation follows it before any other GPU work is queued: the
+    ``.to(device)`` of a pageable tensor, or ``non_blocking=False``. While the
+    host waits it queues no kernels, so the GPU drains and then idles.
+
+    Host time blocked per step = union of the copy calls and the
+    synchronisations after them. The cost is the part of that time when the
+    main GPU ran no kernel (the copy itself included: with an asynchronous
+    copy the host would keep queueing work meanwhile). Device→host copies are
+    host syncs by nature and are reported by GP203/GP204.
+    """
+
+    code = "GP202"
+    name = "blocking-copy"
+    title = "Blocking host→device copies"
+    severity = Severity.WARNING
+    options = (
+        Option("min_blocked_us_per_step", 100.0, "report when the host waits at least this long per step (µs)"),
+    )
+    bad_example = """
+        for x, y in loader:
+            x, y = x.to("cuda"), y.to("cuda")            # host waits for each copy
+            loss = model(x).sum()
+    """
+    good_example = """
+        loader = DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True)
+        for x, y in loader:
+            x = x.to("cuda", non_blocking=True)           # queued; the host runs on
+            y = y.to("cuda", non_blocking=True)
+            loss = model(x).sum()                         # no torch.cuda.synchronize() here
+    """
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        m = ctx.metrics
+        if not m.steps:
+            return
+        copies = [c for c in m.copies if c.step is not None and c.blocking and c.kind.direction == "HtoD"]
+        if not copies:
+            return
+        nums = _copy_numbers(m, copies)
+        if nums["host_blocked_us_per_step"] < ctx.opt("min_blocked_us_per_step"):
+            return
+        pageable = sum(1 for c in copies if c.kind.host_memory == "pageable")
+        with_sync = sum(1 for c in copies if len(copy_wait_calls(m, c)) > 1)
+        memory = ("pageable" if pageable == len(copies) else "pinned" if pageable == 0 else "pageable and pinned")
+        yield self.finding(
+            ctx,
+            f"{nums['count_per_step']:.3g} blocking {memory} host→device copies per step "
+            f"({fmt_bytes(nums['bytes_per_step'])} per step, up to {fmt_bytes(nums['bytes_per_copy'])} "
+            f"= {nums['bytes_per_copy']:,} bytes per copy): the host waits {fmt_time(nums['host_blocked_us_per_step'])} "
+            f"per step, {fmt_time(nums['kernel_idle_us_per_step'])} of it with no kernel running",
+            "Copy from pinned memory without waiting: DataLoader(pin_memory=True) (or tensor.pin_memory()), then "
+            ".to(device, non_blocking=True); do not call torch.cuda.synchronize(), .item() or .cpu() right after "
+            "the copy.",
+            evidence=[
+                Evidence(
+                    "host_blocked_us_per_step",
+                    round(nums["host_blocked_us_per_step"], 1),
+                    ctx.opt("min_blocked_us_per_step"),
+                    "us",
+                    events=event_refs(c.gpu for c in copies),
+                    extra={**_int_bytes(nums), "pageable_copies": pageable, "followed_by_sync": with_sync},
+                ),
+            ],
+            cost_us_per_step=nums["kernel_idle_us_per_step"],
+            location=_most_common(_copy_location(m, c) for c in copies),
+        )
+
+
+# ------------------------------------------------------------------ GP204
+
+
+@register
+class SmallDeviceToHostCopies(Rule):
+    """Small device→host copies in (nearly) every step: ``loss.item()``, ``metric.cpu()``.
+
+    A small copy (fewer than ``max_bytes``) from the GPU to the host forces
+    the host to wait until all queued GPU work is done, every step. Reported
+    per source line when Python stacks are recorded (one finding per line),
+    with the count per step; only when such copies occur in at least
+    ``min_step_fraction`` of the steps. The cost is the time per step the
+    host spent in those copy calls and the synchronisations right after them
+    while the main GPU ran no kernel.
+    """
+
+    code = "GP204"
+    name = "small-dtoh-copies"
+    title = "Small device→host copies every step"
+    severity = Severity.INFO
+    options = (
+        Option("max_bytes", 64 << 10, "copies smaller than this many bytes count as small"),
+        Option("min_step_fraction", 0.8, "report when at least this fraction of steps has such a copy"),
+        Option("min_steps", 2, "need at least this many steps to call something per-step"),
+    )
+    bad_example = """
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward(); opt.step()
+            running += loss.item()                        # device→host copy + sync every step
+    """
+    good_example = """
+        running = torch.zeros((), device="cuda")
+        for i, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y)
+            loss.backward(); opt.step()
+            running += loss.detach()                      # stays on the GPU
+            if i % 100 == 0:
+                print(running.item() / 100); running.zero_()
+    """
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        m = ctx.metrics
+        if m.num_steps < ctx.opt("min_steps"):
+            return
+        small = [
+            c for c in m.copies
+            if c.step is not None and c.kind.direction == "DtoH" and 0 <= c.gpu.nbytes < ctx.opt("max_bytes")
+        ]
+        groups: dict[SourceLocation | None, list[CopyEvent]] = defaultdict(list)
+        for c in small:
+            groups[_copy_location(m, c)].append(c)
+        for loc, copies in groups.items():
+            steps_hit = {c.step for c in copies}
+            frac = len(steps_hit) / m.num_steps
+            if frac < ctx.opt("min_step_fraction"):
+                continue
+            nums = _copy_numbers(m, copies)
+            where = f" at {loc}" if loc else ""
+            yield self.finding(
+                ctx,
+                f"{nums['count_per_step']:.3g} small device→host copies per step{where} "
+                f"(in {len(steps_hit)} of {m.num_steps} steps, up to {fmt_bytes(nums['bytes_per_copy'])} each): "
+                f"the host waits {fmt_time(nums['host_blocked_us_per_step'])} per step",
+                "Keep per-step scalars on the GPU (accumulate loss.detach() into a GPU tensor) and read them with "
+                ".item()/.cpu() only every N steps; for logging, copy into a pinned buffer with non_blocking=True and "
+                "read it after a later synchronisation.",
+                evidence=[
+                    Evidence("steps_with_small_dtoh_fraction", round(frac, 4), ctx.opt("min_step_fraction"), "fraction",
+                             events=event_refs(c.gpu for c in copies),
+                             extra={**_int_bytes(nums), "max_bytes": ctx.opt("max_bytes")}),
+                ],
+                cost_us_per_step=nums["kernel_idle_us_per_step"],
+                location=loc,
+            )

@@ -10,16 +10,12 @@ import pytest
 
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.report import CopyStat, DeviceInfo, KernelStat, OpStat, Report, SyncStat, TraceSummary
-
-SHARED_TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+from gpuprof.testing.realtraces import shared_path
 
 
 def shared_trace(rel: str) -> Path:
     """A real trace from the shared read-only corpus, or skip the test when it is absent."""
-    p = (SHARED_TRACES / rel).resolve()
-    if not p.is_file():
-        pytest.skip(f"shared trace {rel} not available under {SHARED_TRACES}")
-    return p
+    return shared_path(*rel.split("/"))
 
 
 @dataclass

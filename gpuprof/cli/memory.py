@@ -1,0 +1,131 @@
+"""``gpuprof memory``: where the GPU memory went (snapshots and profiler traces).
+
+``gpuprof memory FILE [options]`` analyses one snapshot pickle or trace;
+``gpuprof memory diff A [B]`` ranks the allocation sites that grew. The
+group routes a first argument that is not a subcommand name to ``show``, so
+both spellings work without ``gpuprof memory show FILE``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from gpuprof.cli.common import emit_report, report_options
+
+__all__ = ["memory_cmd"]
+
+
+class _DefaultGroup(click.Group):
+    """A group whose first argument, when not a subcommand, is handed to the ``show`` command."""
+
+    default_cmd = "show"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = [self.default_cmd, *args]
+        return super().parse_args(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "FILE [OPTIONS] | diff A [B] [OPTIONS]")
+
+
+def _size(_ctx: Any, _param: Any, value: str | None) -> int | None:
+    from gpuprof.memory.units import parse_bytes
+
+    if value is None:
+        return None
+    try:
+        return parse_bytes(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+@click.group("memory", cls=_DefaultGroup, invoke_without_command=False)
+def memory_cmd() -> None:
+    """Analyse a CUDA memory snapshot or a profiler trace with [memory] events.
+
+    \b
+    FILE: a snapshot pickle (torch.cuda.memory._dump_snapshot or gpuprof's
+    capture), or a trace recorded with profile_memory=True. Snapshots are
+    loaded with a restricted unpickler: a pickle that tries to import or
+    call anything is rejected and nothing in it runs.
+    \b
+      gpuprof memory snapshot.pickle
+      gpuprof memory snapshot.pickle --html memory.html
+      gpuprof memory diff before.pickle after.pickle
+      gpuprof memory diff trace.json.gz        (first vs last profiler step)
+    """
+
+
+@memory_cmd.command("show")
+@click.argument("file", type=click.Path(path_type=str))
+@report_options
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=str), metavar="OUT.html",
+              help="Also write a self-contained HTML timeline (no network access needed).")
+@click.option("--device-memory", callback=_size, metavar="SIZE",
+              help="Device capacity (e.g. 80GiB) when the input does not record it.")
+@click.option("--capacity-threshold", type=click.FloatRange(0, 1), default=0.90, show_default=True,
+              help="GP510: warn when peak reserved is at least this share of the device.")
+@click.option("--fragmentation-ratio", type=click.FloatRange(0, 1), default=0.30, show_default=True,
+              help="GP511: report free-but-reserved memory above this share of reserved.")
+@click.option("--fragmentation-min", callback=_size, default="256MiB", show_default=True, metavar="SIZE",
+              help="GP511: ignore less free-but-reserved memory than this.")
+@click.option("--pending-share", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+              help="GP513: warn when blocks waiting on other streams reach this share of the peak.")
+@click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Rows in holder tables.")
+@click.option("--skip-frames", multiple=True, metavar="REGEX",
+              help="More filename patterns to skip when looking for the first user frame.")
+def show_cmd(file: str, fmt: str, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
+             fail_on: str, html_out: str | None, device_memory: int | None, capacity_threshold: float,
+             fragmentation_ratio: float, fragmentation_min: int, pending_share: float, top: int,
+             skip_frames: tuple[str, ...]) -> None:
+    """Analyse one snapshot or trace FILE."""
+    from gpuprof.memory.analysis import MemoryOptions, analyze_memory
+    from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
+    from gpuprof.memory.load import load_memory
+    from gpuprof.report import Report
+
+    opts = MemoryOptions(capacity_threshold=capacity_threshold, fragmentation_ratio=fragmentation_ratio,
+                         fragmentation_min_bytes=fragmentation_min, pending_share=pending_share, top=top,
+                         internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames))
+    data = load_memory(file, opts.internal_patterns)
+    if device_memory:
+        for dm in data.devices:
+            if dm.device.startswith("cuda"):
+                dm.total_memory = device_memory
+    section, findings, analyses = analyze_memory(data, opts)
+    report = Report(command="memory", inputs=[file], sections=[section], findings=findings)
+    if html_out:
+        from gpuprof.memory.html import write_html
+
+        write_html(data, analyses, findings, html_out)
+        click.echo(f"gpuprof: memory timeline written to {html_out}", err=True)
+    sys.exit(emit_report(report, fmt, output, select, ignore, fail_on))
+
+
+@memory_cmd.command("diff")
+@click.argument("before", type=click.Path(path_type=str))
+@click.argument("after", type=click.Path(path_type=str), required=False)
+@report_options
+@click.option("--min-growth", callback=_size, default="16MiB", show_default=True, metavar="SIZE",
+              help="GP520: report a site that grew by at least this much.")
+@click.option("--top", type=click.IntRange(1, 1000), default=15, show_default=True, help="Rows in the growth table.")
+@click.option("--skip-frames", multiple=True, metavar="REGEX",
+              help="More filename patterns to skip when looking for the first user frame.")
+def diff_cmd(before: str, after: str | None, fmt: str, output: str | None, select: tuple[str, ...],
+             ignore: tuple[str, ...], fail_on: str, min_growth: int, top: int, skip_frames: tuple[str, ...]) -> None:
+    """Rank the allocation sites that grew from BEFORE to AFTER (the leak finder).
+
+    With one trace and no AFTER, compares the end of its first and last
+    profiler steps.
+    """
+    from gpuprof.memory.analysis import MemoryOptions
+    from gpuprof.memory.diff import DiffOptions, diff_report
+    from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
+
+    report = diff_report(before, after, DiffOptions(min_growth=min_growth, top=top),
+                         MemoryOptions(internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)))
+    sys.exit(emit_report(report, fmt, output, select, ignore, fail_on))

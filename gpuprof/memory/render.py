@@ -1,0 +1,155 @@
+"""Terminal and markdown drawing of the ``memory`` and ``memory-diff`` report sections.
+
+Registered with :mod:`gpuprof.render.sections` on import; the generic
+renderers call these for ``report.sections``. Sections arrive as the objects
+of :mod:`gpuprof.memory.analysis` / :mod:`gpuprof.memory.diff`; only their
+``to_dict()`` form is read, so a section rebuilt from JSON draws the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuprof.memory.units import fmt_bytes
+from gpuprof.render.sections import register_section
+
+__all__ = ["memory_terminal", "memory_markdown", "diff_terminal", "diff_markdown"]
+
+
+def _d(section: Any) -> dict[str, Any]:
+    return section.to_dict() if hasattr(section, "to_dict") else dict(section)
+
+
+def _when(v: Any, unit: str) -> str:
+    if v is None:
+        return "-"
+    return f"event {int(v)}" if unit == "event" else f"t={v / 1e6:.3f} s" if v > 1e12 else f"{v:.0f} us"
+
+
+def _summary_rows(dev: dict[str, Any]) -> list[tuple[str, str]]:
+    a, r = dev["allocated"], dev["reserved"]
+    u = dev["time_unit"]
+    rows = [
+        ("peak allocated", f"{fmt_bytes(a['peak'])} at {_when(a['peak_at'], u)}"),
+        ("peak reserved", f"{fmt_bytes(r['peak'])} at {_when(r['peak_at'], u)}" if r["peak"] is not None else "unknown"),
+        ("allocated (start -> end)", f"{fmt_bytes(a['initial'])} -> {fmt_bytes(a['final'])}"),
+        ("reserved (start -> end)", f"{fmt_bytes(r['initial'])} -> {fmt_bytes(r['final'])}"),
+        ("allocations recorded", f"{dev['num_allocations']:,} in {dev['history_events']:,} events"),
+    ]
+    if dev.get("total_memory"):
+        rows.insert(0, ("device memory", fmt_bytes(dev["total_memory"])))
+    f = dev["fragmentation"]
+    if "reserved" in f:
+        rows.append(("free but reserved (now)", f"{fmt_bytes(f['unallocated'])} in {f['free_blocks']} blocks, "
+                     f"{f['inactive_split_blocks']} in split segments; largest {fmt_bytes(f['largest_free_block'])}"))
+    p = dev["pending_free"]
+    if p["deferred_frees"]:
+        rows.append(("waiting on other streams", f"{p['deferred_frees']} frees deferred, up to "
+                     f"{fmt_bytes(p['max_bytes_waiting'])} at once"))
+    return rows
+
+
+def memory_terminal(console: Any, section: Any) -> None:
+    from rich.table import Table
+
+    d = _d(section)
+    console.print(f"[bold]Memory[/bold] ({d['source_type']}: {d['source']})")
+    for dev in d["devices"]:
+        t = Table(title=f"{dev['device']}", show_header=False, title_justify="left")
+        t.add_column("metric")
+        t.add_column("value")
+        for k, v in _summary_rows(dev):
+            t.add_row(k, v)
+        console.print(t)
+        if dev["top_sites"]:
+            h = Table(title="Top holders at the peak, by allocation site", title_justify="left")
+            for c in ("site", "bytes", "blocks", "share"):
+                h.add_column(c, justify="right" if c != "site" else "left")
+            for s in dev["top_sites"]:
+                h.add_row(s["site"], fmt_bytes(s["bytes"]), str(s["blocks"]),
+                          f"{s['share']:.0%}" if s["share"] is not None else "-")
+            console.print(h)
+        if dev["size_classes"]:
+            c = Table(title="At the peak, by size class", title_justify="left")
+            for col in ("size class", "bytes", "blocks"):
+                c.add_column(col, justify="right" if col != "size class" else "left")
+            for s in dev["size_classes"]:
+                c.add_row(s["class"], fmt_bytes(s["bytes"]), str(s["blocks"]))
+            console.print(c)
+        for o in dev["ooms"]:
+            console.print(f"[bold red]OOM[/bold red]: {fmt_bytes(o['requested'])} requested, "
+                          f"{fmt_bytes(o['device_free'])} free, {fmt_bytes(o['allocated'])} allocated, "
+                          f"{fmt_bytes(o['reserved'])} reserved at {o['site']['site']}")
+    for n in d["notes"]:
+        console.print(f"[dim]note: {n}[/dim]")
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def memory_markdown(section: Any) -> str:
+    d = _d(section)
+    parts = [f"## Memory\n\n{d['source_type']}: `{d['source']}`"]
+    for dev in d["devices"]:
+        parts.append(f"### {dev['device']}")
+        parts.append(_md_table(["metric", "value"], [[k, v] for k, v in _summary_rows(dev)]))
+        if dev["top_sites"]:
+            parts.append("**Top holders at the peak, by allocation site**")
+            parts.append(_md_table(["site", "bytes", "blocks", "share"], [
+                [f"`{s['site']}`", fmt_bytes(s["bytes"]), str(s["blocks"]),
+                 f"{s['share']:.0%}" if s["share"] is not None else "-"] for s in dev["top_sites"]]))
+        if dev["size_classes"]:
+            parts.append("**At the peak, by size class**")
+            parts.append(_md_table(["size class", "bytes", "blocks"], [
+                [s["class"], fmt_bytes(s["bytes"]), str(s["blocks"])] for s in dev["size_classes"]]))
+        for o in dev["ooms"]:
+            parts.append(f"**OOM**: {fmt_bytes(o['requested'])} requested, {fmt_bytes(o['device_free'])} free, "
+                         f"{fmt_bytes(o['allocated'])} allocated, {fmt_bytes(o['reserved'])} reserved at "
+                         f"`{o['site']['site']}`")
+    parts += [f"_note: {n}_" for n in d["notes"]]
+    return "\n\n".join(parts) + "\n"
+
+
+def _diff_rows(dev: dict[str, Any]) -> list[list[str]]:
+    return [[r["site"], fmt_bytes(r["growth"]), fmt_bytes(r["before"]), fmt_bytes(r["after"]),
+             f"{r['blocks_before']} -> {r['blocks_after']}"] for r in dev["sites"]]
+
+
+_DIFF_HEAD = ["site", "growth", "before", "after", "blocks"]
+
+
+def diff_terminal(console: Any, section: Any) -> None:
+    from rich.table import Table
+
+    d = _d(section)
+    console.print(f"[bold]Memory diff[/bold]: {d['before']} -> {d['after']}")
+    for dev in d["devices"]:
+        t = Table(title=f"{dev['device']}: sites ranked by growth ({dev['before']} -> {dev['after']})",
+                  title_justify="left")
+        for c in _DIFF_HEAD:
+            t.add_column(c, justify="left" if c == "site" else "right")
+        for r in _diff_rows(dev):
+            t.add_row(*r)
+        console.print(t)
+    for n in d["notes"]:
+        console.print(f"[dim]note: {n}[/dim]")
+
+
+def diff_markdown(section: Any) -> str:
+    d = _d(section)
+    parts = [f"## Memory diff\n\n`{d['before']}` -> `{d['after']}`"]
+    for dev in d["devices"]:
+        parts.append(f"### {dev['device']} ({dev['before']} -> {dev['after']})")
+        rows = _diff_rows(dev)
+        for r in rows:
+            r[0] = f"`{r[0]}`"
+        parts.append(_md_table(_DIFF_HEAD, rows))
+    parts += [f"_note: {n}_" for n in d["notes"]]
+    return "\n\n".join(parts) + "\n"
+
+
+register_section("memory", terminal=memory_terminal, markdown=memory_markdown)
+register_section("memory-diff", terminal=diff_terminal, markdown=diff_markdown)

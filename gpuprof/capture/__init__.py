@@ -1,0 +1,41 @@
+"""Capture: profile a PyTorch training loop and diagnose it as it runs.
+
+::
+
+    import gpuprof
+
+    with gpuprof.profile("logs") as prof:          # context manager
+        for batch in loader:
+            train_step(batch)
+            prof.step()
+
+    @gpuprof.profile_step("logs")                 # or a decorator: each call is a step
+    def train_step(batch): ...
+
+See ``docs/capture.md`` for the files written, the defaults and the runtime
+checks (GP6xx). This package imports torch; ``import gpuprof`` does not.
+"""
+
+from __future__ import annotations
+
+from gpuprof.capture.api import StepProfiler, profile, profile_step
+from gpuprof.capture.codes import RUNTIME_CHECKS, RuntimeCheck
+from gpuprof.capture.config import CaptureConfig, CheckOptions, Schedule
+from gpuprof.capture.guard import GpuprofWarning
+from gpuprof.capture.placement import DeviceMismatchError
+from gpuprof.capture.session import Profiler, TraceFile
+
+__all__ = [
+    "profile",
+    "profile_step",
+    "Profiler",
+    "StepProfiler",
+    "Schedule",
+    "CheckOptions",
+    "CaptureConfig",
+    "TraceFile",
+    "GpuprofWarning",
+    "DeviceMismatchError",
+    "RuntimeCheck",
+    "RUNTIME_CHECKS",
+]

@@ -1,0 +1,171 @@
+"""``gpuprof.profile`` (context manager) and ``gpuprof.profile_step`` (decorator)."""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import threading
+from typing import Any, Callable, Sequence, TypeVar, overload
+
+from gpuprof.capture.config import DEFAULT_LOGDIR, CaptureConfig, CheckOptions, Schedule
+from gpuprof.capture.session import Profiler
+from gpuprof.report import Report
+
+__all__ = ["profile", "profile_step", "StepProfiler"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def profile(
+    logdir: str | os.PathLike[str] = DEFAULT_LOGDIR,
+    *,
+    run: str | None = None,
+    schedule: Schedule | Callable[[int], Any] | None = None,
+    activities: Sequence[Any] | None = None,
+    record_shapes: bool = True,
+    with_stack: bool = True,
+    profile_memory: bool = True,
+    with_flops: bool = False,
+    with_modules: bool = False,
+    memory_history: bool = True,
+    oom_observer: bool = True,
+    sync_debug: bool = True,
+    checks: bool = True,
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    tensorboard: bool = True,
+    analyze: bool = True,
+    print_report: bool = True,
+    models: Sequence[Any] = (),
+    flush_every: int = 500,
+    options: CheckOptions | None = None,
+) -> Profiler:
+    """Profile a training loop: ``with gpuprof.profile(logdir) as prof:`` and ``prof.step()`` per iteration.
+
+    Writes ``<logdir>/<run>/`` (see ``docs/capture.md``): Chrome traces of the
+    steps the ``schedule`` records, TensorBoard events (per-step scalars and
+    the findings), CUDA memory snapshots, ``report.json`` and ``report.md``,
+    and prints a short report at the end. ``schedule`` is a :class:`Schedule`
+    or a ``torch.profiler.schedule(...)`` callable (default: ``Schedule()``,
+    steps 7-11 recorded). ``activities=None`` means CPU, plus CUDA when
+    available. ``models`` are checked for device placement before the first
+    step. A failure inside gpuprof is one warning; training goes on.
+    """
+    config = CaptureConfig(
+        logdir=os.fspath(logdir), run=run, schedule=schedule if schedule is not None else Schedule(),
+        activities=activities, record_shapes=record_shapes, with_stack=with_stack,
+        profile_memory=profile_memory, with_flops=with_flops, with_modules=with_modules,
+        memory_history=memory_history, oom_observer=oom_observer, sync_debug=sync_debug, checks=checks,
+        select=tuple(select), ignore=tuple(ignore), tensorboard=tensorboard, analyze=analyze,
+        print_report=print_report, models=tuple(models), flush_every=flush_every,
+        options=options or CheckOptions(),
+    )
+    return Profiler(config)
+
+
+class StepProfiler:
+    """A train-step function wrapped by :func:`profile_step`.
+
+    Every call is one step: the call runs, then the schedule advances. The
+    capture starts at the first call and finishes at interpreter exit, at
+    :meth:`finish`, or when a call raises (the trace so far is written, the
+    exception propagates; later calls run unprofiled).
+    """
+
+    def __init__(self, fn: Callable[..., Any], make: Callable[[], Profiler]) -> None:
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self._make = make
+        self._lock = threading.Lock()
+        self.profiler: Profiler | None = None
+        self._done = False
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # used as a method decorator: bind like a function
+        if obj is None:
+            return self
+        return functools.partial(self.__call__, obj)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        prof = self.profiler
+        if prof is None:
+            if self._done:
+                return self._fn(*args, **kwargs)
+            prof = self._start(args, kwargs)
+        elif len(prof._signatures) < prof.config.options.stable_shape_batches:
+            prof.note_signature(_args_signature(args, kwargs))
+        try:
+            out = self._fn(*args, **kwargs)
+        except BaseException as exc:
+            replacement = prof.handle_error(exc)
+            self.finish()
+            if replacement is not None:
+                raise replacement from exc
+            raise
+        prof.step()
+        return out
+
+    def _start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Profiler:
+        with self._lock:
+            if self.profiler is not None:
+                return self.profiler
+            prof = self._make()
+            import torch.nn
+
+            prof.watch(*[a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.nn.Module)])
+            prof.start()
+            prof.note_signature(_args_signature(args, kwargs))
+            self.profiler = prof
+            atexit.register(self.finish)
+            return prof
+
+    def finish(self) -> Report | None:
+        """End the capture now (also runs at exit); returns the report."""
+        prof = self.profiler
+        if prof is None:
+            return None
+        self.profiler = None
+        self._done = True
+        try:
+            atexit.unregister(self.finish)
+        finally:
+            report = prof.stop()
+        self.report = report
+        return report
+
+
+def _args_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    from gpuprof.capture.dataloader import batch_signature
+
+    return (batch_signature(list(args)), batch_signature(dict(kwargs)))
+
+
+@overload
+def profile_step(fn: F, /) -> F: ...
+
+
+@overload
+def profile_step(
+    fn: None = None,
+    /,
+    logdir: str | os.PathLike[str] = DEFAULT_LOGDIR,
+    **kwargs: Any,
+) -> Callable[[F], F]: ...
+
+
+def profile_step(fn: Callable[..., Any] | None = None, /, logdir: str | os.PathLike[str] = DEFAULT_LOGDIR,
+                 **kwargs: Any) -> Any:
+    """Decorate a train-step function: each call is one profiled step, no ``step()`` to remember.
+
+    ``@gpuprof.profile_step`` or ``@gpuprof.profile_step(logdir, schedule=..., ...)`` with the
+    keyword arguments of :func:`profile`. The wrapper has ``.finish()`` (the capture also
+    finishes at interpreter exit) and ``.profiler`` while running.
+    """
+    # validate now, not at the first call
+    profile(logdir, **kwargs)
+
+    def wrap(f: Callable[..., Any]) -> Any:
+        return StepProfiler(f, lambda: profile(logdir, **kwargs))
+
+    return wrap(fn) if fn is not None else wrap

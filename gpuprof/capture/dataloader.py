@@ -1,0 +1,300 @@
+"""DataLoader instrumentation and its checks (GP601-GP604).
+
+While a capture runs, ``DataLoader.__iter__`` and the iterators' ``__next__``
+are wrapped (class attributes, restored when the capture ends) to learn, for
+every loader the loop iterates: its settings, where the loop iterates it
+(``file:line``), how many epochs ran, and how long the training process
+waited for each batch. That wait is the **data-loading time** of a step: the
+time spent inside ``__next__`` between two ``step()`` calls. Its **share** is
+that time over the step time. The wrapper costs two clock reads per batch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any, Callable
+
+from gpuprof.capture.codes import runtime_check
+from gpuprof.capture.config import CheckOptions
+from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
+
+__all__ = ["LoaderRecord", "LoaderMonitor", "batch_signature", "dataloader_findings", "available_cores"]
+
+Signature = tuple[Any, ...]
+
+
+def batch_signature(obj: Any, depth: int = 0) -> Signature | None:
+    """Shapes and dtypes of the tensors in a batch (nested tuples/lists/dicts), or None."""
+    shape = getattr(obj, "shape", None)
+    if shape is not None and hasattr(obj, "dtype"):
+        return ("T", tuple(shape), str(obj.dtype))
+    if depth > 3:
+        return None
+    if isinstance(obj, (tuple, list)):
+        return ("L",) + tuple(batch_signature(x, depth + 1) for x in obj[:16])
+    if isinstance(obj, dict):
+        return ("D",) + tuple((str(k), batch_signature(v, depth + 1)) for k, v in list(obj.items())[:16])
+    return None
+
+
+@dataclass
+class LoaderRecord:
+    """What one DataLoader did during the capture."""
+
+    label: str  # "DataLoader(MyDataset)"
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool
+    batch_size: int | None
+    location: SourceLocation | None
+    epochs: int = 0
+    batches: int = 0
+    fetch_s: float = 0.0
+    epoch_start_s: list[float] = field(default_factory=list)  # first-batch latency of each epoch
+    signatures: list[Signature | None] = field(default_factory=list)
+    _awaiting_first: bool = False
+
+
+class LoaderMonitor:
+    """Collects :class:`LoaderRecord` objects; ``on_fetch(seconds)`` feeds the step clock."""
+
+    def __init__(self, on_fetch: Callable[[float], None], max_signatures: int = 8) -> None:
+        self.records: dict[int, LoaderRecord] = {}
+        self._refs: dict[int, Any] = {}
+        self._on_fetch = on_fetch
+        self._max_signatures = max_signatures
+
+    # Called from the wrapped DataLoader.__iter__ (user's frame is ``caller``).
+    def on_iter(self, loader: Any, iterator: Any, caller: Any) -> None:
+        key = id(loader)
+        rec = self.records.get(key)
+        if rec is None:
+            dataset = getattr(loader, "dataset", None)
+            loc = None
+            if caller is not None:
+                code = caller.f_code
+                loc = SourceLocation(code.co_filename, caller.f_lineno, code.co_name)
+            rec = LoaderRecord(
+                label=f"{type(loader).__name__}({type(dataset).__name__})",
+                num_workers=int(getattr(loader, "num_workers", 0) or 0),
+                pin_memory=bool(getattr(loader, "pin_memory", False)),
+                persistent_workers=bool(getattr(loader, "persistent_workers", False)),
+                batch_size=getattr(loader, "batch_size", None),
+                location=loc,
+            )
+            self.records[key] = rec
+            try:  # keep the id from being reused by another loader while we hold the record
+                self._refs[key] = weakref.ref(loader)
+            except TypeError:
+                self._refs[key] = loader
+        rec.epochs += 1
+        rec._awaiting_first = True
+        try:
+            iterator._gpuprof_record = rec
+        except (AttributeError, TypeError):
+            pass  # an iterator class with __slots__: timing still counts via the step clock
+        self._epoch_t0 = perf_counter()
+
+    def on_next(self, iterator: Any, seconds: float, batch: Any) -> None:
+        self._on_fetch(seconds)
+        rec = getattr(iterator, "_gpuprof_record", None)
+        if rec is None:
+            return
+        rec.batches += 1
+        rec.fetch_s += seconds
+        if rec._awaiting_first:
+            rec._awaiting_first = False
+            rec.epoch_start_s.append(seconds)
+        if len(rec.signatures) < self._max_signatures:
+            rec.signatures.append(batch_signature(batch))
+
+    @property
+    def seen(self) -> bool:
+        return bool(self.records)
+
+
+# ---------------------------------------------------------------------- patching
+
+_INSTALLED: list[LoaderMonitor] = []  # stack: the innermost capture gets the events
+_ORIGINAL: dict[str, Any] = {}
+
+
+def install(monitor: LoaderMonitor) -> None:
+    """Route DataLoader events to ``monitor`` until :func:`uninstall`."""
+    from torch.utils.data import dataloader as dl
+
+    if not _INSTALLED:
+        loader_cls = dl.DataLoader
+        iter_cls = dl._BaseDataLoaderIter
+        orig_iter = loader_cls.__iter__
+        orig_next = iter_cls.__next__
+        _ORIGINAL["iter"] = orig_iter
+        _ORIGINAL["next"] = orig_next
+
+        def __iter__(self: Any) -> Any:  # noqa: N807 - replaces the dunder
+            it = orig_iter(self)
+            if _INSTALLED:
+                mon = _INSTALLED[-1]
+                try:
+                    mon.on_iter(self, it, sys._getframe(1))
+                except Exception as err:  # noqa: BLE001 - never break the user's loop
+                    _warn_once(err)
+            return it
+
+        def __next__(self: Any) -> Any:  # noqa: N807
+            if not _INSTALLED:
+                return orig_next(self)
+            t0 = perf_counter()
+            batch = orig_next(self)
+            dt = perf_counter() - t0
+            try:
+                _INSTALLED[-1].on_next(self, dt, batch)
+            except Exception as err:  # noqa: BLE001
+                _warn_once(err)
+            return batch
+
+        __iter__.__wrapped__ = orig_iter  # type: ignore[attr-defined]
+        __next__.__wrapped__ = orig_next  # type: ignore[attr-defined]
+        loader_cls.__iter__ = __iter__  # type: ignore[method-assign]
+        iter_cls.__next__ = __next__  # type: ignore[method-assign]
+    _INSTALLED.append(monitor)
+
+
+def uninstall(monitor: LoaderMonitor) -> None:
+    from torch.utils.data import dataloader as dl
+
+    if monitor in _INSTALLED:
+        _INSTALLED.remove(monitor)
+    if not _INSTALLED and _ORIGINAL:
+        dl.DataLoader.__iter__ = _ORIGINAL.pop("iter")  # type: ignore[method-assign]
+        dl._BaseDataLoaderIter.__next__ = _ORIGINAL.pop("next")  # type: ignore[method-assign]
+
+
+_WARNED: list[bool] = []
+
+
+def _warn_once(err: Exception) -> None:
+    if _WARNED:
+        return
+    _WARNED.append(True)
+    import warnings
+
+    from gpuprof.capture.guard import GpuprofWarning
+
+    warnings.warn(
+        f"gpuprof: DataLoader monitor failed ({type(err).__name__}: {err}); "
+        "data-loading numbers may be incomplete. Training continues.",
+        GpuprofWarning,
+        stacklevel=3,
+    )
+
+
+# ---------------------------------------------------------------------- checks
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _finding(code: str, message: str, advice: str, rec: LoaderRecord, evidence: tuple[Evidence, ...],
+             severity: Severity | None = None, cost_us: float | None = None,
+             cost_share: float | None = None) -> Finding:
+    check = runtime_check(code)
+    return Finding(
+        code=code,
+        name=check.name,
+        severity=severity or check.severity,
+        message=message,
+        advice=advice,
+        evidence=evidence,
+        cost_us_per_step=cost_us,
+        cost_share=cost_share,
+        location=rec.location,
+        origin="runtime",
+        source=rec.label,
+    )
+
+
+def dataloader_findings(
+    records: list[LoaderRecord],
+    *,
+    total_step_s: float,
+    num_steps: int,
+    on_cuda: bool,
+    cores: int,
+    local_world_size: int,
+    options: CheckOptions,
+) -> list[Finding]:
+    """GP601-GP604 for the loaders seen during the run."""
+    out: list[Finding] = []
+    steps = max(num_steps, 1)
+    for rec in records:
+        if rec.batches == 0:
+            continue
+        share = rec.fetch_s / total_step_s if total_step_s > 0 else 0.0
+        per_step_us = rec.fetch_s / steps * 1e6
+        if rec.num_workers == 0 and share >= options.dataloader_min_share:
+            sev = Severity.WARNING if share >= options.dataloader_share_warning else Severity.INFO
+            out.append(_finding(
+                "GP601",
+                f"{rec.label} loads batches in the training process (num_workers=0): "
+                f"{share:.0%} of step time is spent waiting for data ({per_step_us / 1000:.2f} ms/step)",
+                "Set num_workers>0 (start with min(8, CPU cores per GPU)) so batches are prepared in "
+                "background processes while the model trains; add persistent_workers=True and, on CUDA, "
+                "pin_memory=True.",
+                rec,
+                (Evidence("data_loading_share", round(share, 4), options.dataloader_share_warning, "fraction",
+                          extra={"num_workers": 0, "batches": rec.batches, "fetch_s": round(rec.fetch_s, 6)}),),
+                severity=sev,
+                cost_us=per_step_us,
+                cost_share=share,
+            ))
+        if on_cuda and not rec.pin_memory:
+            out.append(_finding(
+                "GP602",
+                f"{rec.label} has pin_memory=False while training on CUDA: host-to-device copies of "
+                "its batches come from pageable memory and cannot overlap with compute",
+                "Pass pin_memory=True to the DataLoader and copy with .to(device, non_blocking=True).",
+                rec,
+                (Evidence("pin_memory", "False", None, "", extra={"batches": rec.batches}),),
+            ))
+        total_workers = rec.num_workers * max(local_world_size, 1)
+        if rec.num_workers > 0 and total_workers > cores:
+            who = (f"{rec.num_workers} workers x {local_world_size} local ranks" if local_world_size > 1
+                   else f"{rec.num_workers} workers")
+            out.append(_finding(
+                "GP603",
+                f"{rec.label} starts {who} = {total_workers} processes on {cores} available CPU cores: "
+                "workers compete for cores with each other and the training process",
+                f"Use at most {max(cores // max(local_world_size, 1) - 1, 1)} workers per process "
+                "(cores per rank minus one for the training loop).",
+                rec,
+                (Evidence("workers", total_workers, cores, "processes", extra={"num_workers": rec.num_workers,
+                                                                                 "local_world_size": local_world_size}),),
+            ))
+        if (rec.num_workers > 0 and not rec.persistent_workers
+                and rec.epochs >= options.persistent_workers_min_epochs):
+            restarts = rec.epoch_start_s[1:] if len(rec.epoch_start_s) > 1 else rec.epoch_start_s
+            mean_start = sum(restarts) / len(restarts) if restarts else 0.0
+            cost_us = mean_start * max(rec.epochs - 1, 0) / steps * 1e6
+            out.append(_finding(
+                "GP604",
+                f"{rec.label} restarts its {rec.num_workers} worker processes every epoch "
+                f"(persistent_workers=False, {rec.epochs} epochs): the first batch of an epoch waits "
+                f"{mean_start * 1000:.1f} ms",
+                "Pass persistent_workers=True so workers (and their dataset state) survive between epochs.",
+                rec,
+                (Evidence("epoch_start_latency_s", round(mean_start, 6), None, "s",
+                          extra={"epochs": rec.epochs}),),
+                cost_us=cost_us,
+                cost_share=(cost_us / (total_step_s / steps * 1e6)) if total_step_s > 0 else None,
+            ))
+    return out

@@ -1,0 +1,245 @@
+"""Memory during capture: per-step samples, leak detection (GP640), CUDA
+memory history snapshots and the out-of-memory observer (GP641).
+
+**Per-step memory sample** (taken at each ``step()``): on CUDA, the caching
+allocator's ``allocated``, ``reserved`` and peak-allocated bytes of the
+current device (peak since the process started; gpuprof never resets the
+user's peak counters). Without CUDA, the process's resident set size (RSS)
+from ``/proc/self/statm``: coarser, but it still grows when tensors leak.
+
+**Memory growth** (GP640): over the samples after ``leak_skip_steps``, the
+least-squares slope of memory against step number, in bytes per step. It is
+reported when the slope is at least ``leak_min_bytes_per_step``, the total
+rise at least ``leak_min_total_bytes``, and at least ``leak_min_rising_share``
+of the step-to-step changes are increases (a sawtooth of caching is not a leak).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from gpuprof.capture.codes import runtime_check
+from gpuprof.capture.config import CheckOptions
+from gpuprof.findings import Evidence, Finding, SourceLocation
+
+__all__ = ["MemorySampler", "growth_finding", "HistoryRecorder", "OOMObserver", "oom_finding"]
+
+MiB = 1024 * 1024
+
+
+class MemorySampler:
+    """Appends one sample per step to ``allocated``/``reserved``/``peak`` (CUDA) or ``rss`` (host)."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.allocated: list[int] = []
+        self.reserved: list[int] = []
+        self.peak: list[int] = []
+        self.rss: list[int] = []
+        self.available = True
+        self._fd: int | None = None
+        if cuda:
+            import torch
+
+            self._stats = torch.cuda.memory_stats_as_nested_dict  # no flattening: cheap per step
+            self.sample: Callable[[], None] = self._sample_cuda
+        else:
+            try:
+                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+                self._page = os.sysconf("SC_PAGE_SIZE")
+                self.sample = self._sample_rss
+            except (OSError, AttributeError, ValueError):
+                self.available = False
+                self.sample = _noop
+
+    @property
+    def kind(self) -> str:
+        return "cuda" if self.cuda else "host_rss"
+
+    def series(self) -> list[int]:
+        """The series the leak detector reads."""
+        return self.allocated if self.cuda else self.rss
+
+    def _sample_cuda(self) -> None:
+        s = self._stats()
+        if not s:  # CUDA not initialised yet: nothing allocated
+            self.allocated.append(0)
+            self.reserved.append(0)
+            self.peak.append(0)
+            return
+        self.allocated.append(s["allocated_bytes"]["all"]["current"])
+        self.reserved.append(s["reserved_bytes"]["all"]["current"])
+        self.peak.append(s["allocated_bytes"]["all"]["peak"])
+
+    def _sample_rss(self) -> None:
+        raw = os.pread(self._fd, 128, 0)  # type: ignore[arg-type]
+        self.rss.append(int(raw.split()[1]) * self._page)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            finally:
+                self._fd = None
+
+
+def _noop() -> None:
+    return None
+
+
+def growth_finding(series: list[int], kind: str, options: CheckOptions,
+                   location: SourceLocation | None = None) -> Finding | None:
+    """GP640 when ``series`` (one sample per step) rises steadily (see the module docstring)."""
+    samples = series[options.leak_skip_steps:]
+    n = len(samples)
+    if n < options.leak_min_steps:
+        return None
+    xs = range(n)
+    mx = (n - 1) / 2
+    my = sum(samples) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, samples)) / sxx
+    diffs = [b - a for a, b in zip(samples, samples[1:])]
+    changes = [d for d in diffs if d != 0]
+    rising = sum(1 for d in changes if d > 0) / len(changes) if changes else 0.0
+    total = samples[-1] - samples[0]
+    if slope < options.leak_min_bytes_per_step or total < options.leak_min_total_bytes:
+        return None
+    if rising < options.leak_min_rising_share:
+        return None
+    what = "allocated CUDA memory" if kind == "cuda" else "the process's resident memory (RSS)"
+    c = runtime_check("GP640")
+    return Finding(
+        code=c.code, name=c.name, severity=c.severity,
+        message=f"{what} grows by {slope / MiB:.2f} MiB per step ({total / MiB:.1f} MiB over {n} steps, "
+                f"{rising:.0%} of steps rising): something keeps a reference to every step's tensors",
+        advice="Look for tensors kept across steps: `total_loss += loss` keeps every step's autograd graph "
+               "alive (use `loss.item()` or `loss.detach()`), lists of outputs/losses appended each step, "
+               "or caches keyed by step. `gpuprof memory` on the dumped snapshot shows who holds the memory.",
+        evidence=(Evidence("growth_bytes_per_step", round(slope), options.leak_min_bytes_per_step, "bytes",
+                           extra={"samples": n, "total_growth_bytes": total, "rising_share": round(rising, 3),
+                                  "series": kind, "first_bytes": samples[0], "last_bytes": samples[-1]}),),
+        location=location,
+        origin="runtime",
+    )
+
+
+class HistoryRecorder:
+    """``torch.cuda.memory._record_memory_history`` around recorded steps; snapshots as pickle protocol 4."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self.recording = False
+        self.snapshots: list[Path] = []
+
+    def start(self) -> None:
+        import torch
+
+        torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
+        self.recording = True
+
+    def dump(self, path: Path) -> None:
+        """Write the snapshot (also stops recording)."""
+        import torch
+
+        try:
+            snap = torch.cuda.memory._snapshot()
+            _atomic_write(path, lambda fh: pickle.dump(snap, fh, protocol=4))
+            self.snapshots.append(path)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.recording:
+            import torch
+
+            self.recording = False
+            torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    # A full disk leaves no half-written file behind.
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+class OOMObserver:
+    """On a CUDA out-of-memory error: dump a snapshot and ``memory_stats()``, name the files.
+
+    Uses ``torch._C._cuda_attach_out_of_memory_observer`` (called by the
+    allocator before it raises); the exception then propagates as usual.
+    Observers cannot be detached, so a finished capture leaves an inert one.
+    """
+
+    def __init__(self, files: Callable[[int], tuple[Path, Path]], stream: Any = None) -> None:
+        self._files = files
+        self._stream = stream
+        self.active = False
+        self.dumped: list[tuple[Path, Path]] = []
+        self.attached = False
+
+    def attach(self) -> bool:
+        import torch
+
+        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is None:
+            return False
+        attach(self._observe)
+        self.attached = True
+        self.active = True
+        return True
+
+    def _observe(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
+        if not self.active:
+            return
+        try:
+            self.dump(extra={"device": device, "requested_bytes": alloc,
+                             "device_allocated_bytes": device_allocated, "device_free_bytes": device_free})
+        except Exception as err:  # noqa: BLE001 - the OOM itself must still propagate
+            print(f"gpuprof: could not dump the out-of-memory snapshot: {type(err).__name__}: {err}",
+                  file=self._stream or sys.stderr)
+
+    def dump(self, extra: dict[str, Any] | None = None) -> tuple[Path, Path]:
+        """Write the snapshot and stats now; print one line naming them."""
+        import torch
+
+        snap_path, stats_path = self._files(time.time_ns())
+        snap = torch.cuda.memory._snapshot()
+        _atomic_write(snap_path, lambda fh: pickle.dump(snap, fh, protocol=4))
+        stats = {"memory_stats": torch.cuda.memory_stats(), **(extra or {})}
+        _atomic_write(stats_path, lambda fh: fh.write(json.dumps(stats, indent=1, default=str).encode()))
+        self.dumped.append((snap_path, stats_path))
+        print(f"gpuprof: CUDA out of memory: snapshot {snap_path}, stats {stats_path} "
+              f"(inspect with: gpuprof memory {snap_path})", file=self._stream or sys.stderr)
+        return snap_path, stats_path
+
+
+def oom_finding(files: list[tuple[Path, Path]], message: str) -> Finding:
+    c = runtime_check("GP641")
+    first = str(message).strip().splitlines()[0] if str(message).strip() else "CUDA out of memory"
+    names = "; ".join(f"{s} and {j}" for s, j in files) or "no snapshot could be written"
+    return Finding(
+        code=c.code, name=c.name, severity=c.severity,
+        message=f"the run hit CUDA out-of-memory ({first}); dumped {names}",
+        advice=f"Run `gpuprof memory {files[0][0] if files else '<snapshot>'}` to see what held the memory at "
+               "the moment of the OOM; then reduce the batch size, use activation checkpointing or mixed "
+               "precision, or free tensors kept across steps.",
+        evidence=(Evidence("oom_snapshots", len(files), None, "files",
+                           extra={"files": [[str(s), str(j)] for s, j in files]}),),
+        origin="runtime",
+    )

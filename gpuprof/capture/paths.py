@@ -1,0 +1,142 @@
+"""Where a capture writes: the run directory and per-rank file names.
+
+Layout (the one torch-tb-profiler reads and ``gpuprof analyze DIR`` finds)::
+
+    <logdir>/<run>/<worker>.<span>.pt.trace.json.gz        Chrome trace, one per recorded cycle
+    <logdir>/<run>/<worker>.<span>.memory_snapshot.pickle  CUDA memory snapshot of that cycle
+    <out>/events.out.tfevents.*                            TensorBoard scalars and findings text
+    <out>/report.json, <out>/report.md                     the diagnosis
+
+``<worker>`` is ``rank<R>`` under ``torchrun`` (``RANK`` set), else
+``<host>_<pid>`` as ``torch.profiler.tensorboard_trace_handler`` names it.
+``<out>`` is the run directory itself for a single process and
+``<run>/rank<R>`` under ``torchrun``, so ranks never write the same file and
+TensorBoard shows one scalar series per rank.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["RankInfo", "RunPaths", "rank_info", "default_run_name"]
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """This process's place in a distributed job (from ``torchrun``'s variables)."""
+
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    local_world_size: int | None
+
+    @property
+    def distributed(self) -> bool:
+        return self.rank is not None
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def rank_info() -> RankInfo:
+    """``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``LOCAL_WORLD_SIZE`` as set by ``torchrun``."""
+    rank = _env_int("RANK")
+    local = _env_int("LOCAL_RANK")
+    if rank is None and local is not None:
+        rank = local
+    return RankInfo(rank, local, _env_int("WORLD_SIZE"), _env_int("LOCAL_WORLD_SIZE"))
+
+
+def default_run_name(ranks: RankInfo) -> str:
+    """A run name every rank of one job agrees on without talking to the others.
+
+    ``GPUPROF_RUN`` wins; under torchrun its run id (``TORCHELASTIC_RUN_ID``,
+    when it is not the default ``none``) or else the launcher's pid (the ranks
+    of one node share it); otherwise the local time, to the second.
+    """
+    explicit = os.environ.get("GPUPROF_RUN", "").strip()
+    if explicit:
+        return _safe(explicit)
+    if ranks.distributed:
+        run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
+        if run_id and run_id.lower() != "none":
+            return "run-" + _safe(run_id)
+        return f"run-torchrun-{os.getppid()}"
+    return time.strftime("run-%Y%m%d-%H%M%S")
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in name) or "run"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The files of one capture (see the module docstring)."""
+
+    logdir: Path
+    run_dir: Path
+    out_dir: Path
+    worker: str
+
+    @classmethod
+    def make(cls, logdir: str | os.PathLike[str], run: str | None, ranks: RankInfo) -> "RunPaths":
+        logdir_p = Path(logdir).expanduser()
+        run_name = _safe(run) if run else default_run_name(ranks)
+        run_dir = logdir_p / run_name
+        if ranks.distributed:
+            worker = f"rank{ranks.rank}"
+            out_dir = run_dir / worker
+        else:
+            worker = f"{socket.gethostname()}_{os.getpid()}"
+            if not run:
+                run_dir = _unique(run_dir)
+            out_dir = run_dir
+        return cls(logdir_p, run_dir, out_dir, _safe(worker))
+
+    def create(self) -> None:
+        """Make the directories (raises OSError when the logdir is unwritable)."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        probe = self.out_dir / f".gpuprof-write-test-{os.getpid()}"
+        with open(probe, "wb") as fh:  # fail now, not at the first trace
+            fh.write(b"ok")
+        probe.unlink()
+
+    def trace_file(self, span: int) -> Path:
+        return self.run_dir / f"{self.worker}.{span}.pt.trace.json.gz"
+
+    def snapshot_file(self, span: int) -> Path:
+        return self.run_dir / f"{self.worker}.{span}.memory_snapshot.pickle"
+
+    def oom_files(self, span: int) -> tuple[Path, Path]:
+        return (
+            self.out_dir / f"{self.worker}.oom.{span}.memory_snapshot.pickle",
+            self.out_dir / f"{self.worker}.oom.{span}.memory_stats.gpuprof.json",
+        )
+
+    @property
+    def report_json(self) -> Path:
+        return self.out_dir / "report.json"
+
+    @property
+    def report_md(self) -> Path:
+        return self.out_dir / "report.md"
+
+
+def _unique(run_dir: Path) -> Path:
+    # Two runs started in the same second must not share a directory.
+    if not run_dir.exists():
+        return run_dir
+    for i in range(2, 10_000):
+        cand = run_dir.with_name(f"{run_dir.name}-{i}")
+        if not cand.exists():
+            return cand
+    return run_dir.with_name(f"{run_dir.name}-{os.getpid()}")

@@ -1,0 +1,507 @@
+"""The capture session: what ``gpuprof.profile(...)`` returns.
+
+The torch profiler is only alive around the steps the schedule traces: while
+the schedule says "not yet", ``step()`` takes a clock reading and a memory
+sample and returns, so steps outside the active window cost about a
+microsecond. When the schedule moves to warm-up or recording, a
+``torch.profiler.profile`` is started for that cycle and torn down after it.
+
+Everything gpuprof does inside the loop goes through a :class:`Guard`: a
+failure is one warning and the loop goes on. The user's exceptions pass
+through unchanged (the trace recorded so far is written first), except
+PyTorch's device-mismatch error, re-raised as a
+:class:`~gpuprof.capture.placement.DeviceMismatchError` that names the
+module, tensor, shape and device, with the original chained.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from time import perf_counter
+from types import TracebackType
+from typing import Any, Callable
+
+from gpuprof.capture import dataloader as dlmod
+from gpuprof.capture.config import CaptureConfig, Schedule
+from gpuprof.capture.guard import Guard
+from gpuprof.capture.memory import HistoryRecorder, MemorySampler, OOMObserver, growth_finding, oom_finding
+from gpuprof.capture.paths import RankInfo, RunPaths, rank_info
+from gpuprof.capture.placement import PlacementMonitor, enrich_device_error, is_device_error
+from gpuprof.capture.syncs import SyncLocator
+from gpuprof.findings import Finding, SourceLocation, filter_findings
+from gpuprof.report import Report
+
+__all__ = ["Profiler", "TraceFile"]
+
+
+class TraceFile:
+    """One trace written by the session, with the global steps it recorded."""
+
+    def __init__(self, path: Path, first_step: int, last_step: int, snapshot: Path | None,
+                 step_offset: int = 0) -> None:
+        self.path = path
+        self.step_offset = step_offset  # ProfilerStep#N in the file is global step N + step_offset
+        self.first_step = first_step
+        self.last_step = last_step
+        self.snapshot = snapshot
+
+    def __repr__(self) -> str:
+        return f"TraceFile({str(self.path)!r}, steps {self.first_step}-{self.last_step})"
+
+
+class Profiler:
+    """A capture around a training loop. Use ``with gpuprof.profile(...) as prof:`` and call
+    :meth:`step` once per iteration; or :meth:`start`/:meth:`stop` explicitly.
+
+    After :meth:`stop` (or the ``with`` block), :attr:`report` holds the merged
+    :class:`~gpuprof.report.Report` and :attr:`files` the files written.
+    """
+
+    def __init__(self, config: CaptureConfig) -> None:
+        import torch  # noqa: F401 - fail here, clearly, when torch is missing
+        from torch.profiler import ProfilerAction, ProfilerActivity
+
+        self.config = config
+        self._PA = ProfilerAction
+        self._NONE = ProfilerAction.NONE
+        self._RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+        self._ProfilerActivity = ProfilerActivity
+        self.guard = Guard()
+        self.ranks: RankInfo = rank_info()
+        self.paths: RunPaths | None = None
+        self.report: Report | None = None
+        self.traces: list[TraceFile] = []
+        self.findings: list[Finding] = []  # runtime findings raised so far
+        self.step_num = 0  # index of the current step (steps completed so far)
+        self.started = False
+        self.finished = False
+        self.cuda = False
+        self.location: SourceLocation | None = None  # the user's loop (for findings without a better place)
+        # per-step samples (index = step)
+        self.step_s: list[float] = []
+        self.fetch_s: list[float] = []
+        self._fetch_acc = 0.0
+        self._t_last = 0.0
+        self._flushed = 0
+        self._tp: Any = None  # the live torch.profiler.profile
+        self._tp_offset = 0
+        self._tp_first_record: int | None = None
+        self._action: Any = None
+        self._span: int | None = None
+        self._schedule: Callable[[int], Any] = _noop_schedule
+        self._first_step_pending = True
+        self._anomaly_steps = 0
+        self._anomaly_checked = 0
+        self._recorded_steps = 0
+        self._signatures: list[Any] = []
+        self._settings: Any = None
+        self._writer: Any = None
+        self.memory: MemorySampler | None = None
+        self.history: HistoryRecorder | None = None
+        self.oom: OOMObserver | None = None
+        self.syncs: SyncLocator | None = None
+        self.loaders = dlmod.LoaderMonitor(self._on_fetch, max_signatures=config.options.stable_shape_batches)
+        self.placement = PlacementMonitor(config.options.placement_max_modules)
+        self._activities: list[Any] = []
+        self._stream = sys.stderr
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def run_dir(self) -> Path | None:
+        """``<logdir>/<run>``: traces (and, for one process, everything else)."""
+        return self.paths.run_dir if self.paths else None
+
+    @property
+    def out_dir(self) -> Path | None:
+        """Where this rank's TensorBoard events and reports go."""
+        return self.paths.out_dir if self.paths else None
+
+    def watch(self, *modules: Any) -> "Profiler":
+        """Check these modules' placement now (and name their submodules in findings)."""
+        self.placement.watch(modules)
+        return self
+
+    def __enter__(self) -> "Profiler":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        replacement = self.handle_error(exc) if exc is not None else None
+        self.stop()
+        if replacement is not None:
+            raise replacement from exc
+        return False  # the user's exception (if any) propagates unchanged
+
+    def start(self) -> "Profiler":
+        """Start the session (idempotent)."""
+        if self.started:
+            return self
+        self.started = True
+        cfg = self.config
+        self.location = _caller_location()
+        self.guard.run("capture setup", "gpuprof records nothing in this run", self._setup)
+        self._t_last = perf_counter()
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one training iteration (call it once per iteration)."""
+        t = perf_counter()
+        if not self.started or self.finished:
+            return
+        self.step_s.append(t - self._t_last)
+        self.fetch_s.append(self._fetch_acc)
+        self._fetch_acc = 0.0
+        mem = self.memory
+        if mem is not None:
+            try:
+                mem.sample()
+            except Exception as err:  # noqa: BLE001
+                self.memory = None
+                self.guard.fail("memory sampling", "no per-step memory numbers", err)
+        self.step_num += 1
+        nxt = self._schedule(self.step_num)
+        if nxt is not self._NONE or self._tp is not None or self._first_step_pending:
+            self.guard.run("profiler", "no trace is recorded", self._advance, nxt)
+        elif self.step_num - self._flushed >= self.config.flush_every:
+            self.guard.run("TensorBoard writer", "no further TensorBoard scalars", self._flush_scalars)
+        self._t_last = perf_counter()
+
+    def stop(self) -> Report | None:
+        """End the session: flush the trace, run the checks and the analysis, write and print the report."""
+        if not self.started or self.finished:
+            return self.report
+        self.finished = True
+        self.guard.run("profiler", "the last trace may be missing", self._close_profiler)
+        self._teardown_hooks()
+        from gpuprof.capture.summary import finish
+
+        self.report = self.guard.run("report", "no report is written", finish, self)
+        return self.report
+
+    def handle_error(self, exc: BaseException) -> BaseException | None:
+        """Record what an exception from the user's step tells; return a replacement to raise, if any."""
+        if is_device_error(exc):
+            made = self.guard.run("device-mismatch report", "the original error is raised unchanged",
+                                  enrich_device_error, exc, self.placement.roots())
+            if made is not None:
+                err, finding = made
+                self.findings.append(finding)
+                return err
+            return None
+        if type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(exc)[:200]:
+            self.guard.run("out-of-memory report", "no out-of-memory snapshot", self._on_oom, exc)
+        return None
+
+    # ------------------------------------------------------------------ internals
+
+    def _setup(self) -> None:
+        import torch
+
+        cfg = self.config
+        self.cuda = bool(torch.cuda.is_available())
+        sched = cfg.schedule
+        self._schedule = sched.to_torch() if isinstance(sched, Schedule) else sched
+        self._action = self._schedule(0)
+        if cfg.activities is not None:
+            self._activities = list(cfg.activities)
+        else:
+            self._activities = [self._ProfilerActivity.CPU]
+            if self.cuda:
+                self._activities.append(self._ProfilerActivity.CUDA)
+        paths = RunPaths.make(cfg.logdir, cfg.run, self.ranks)
+        try:
+            paths.create()
+            self.paths = paths
+        except OSError as err:
+            self.guard.fail("log directory", f"nothing is written to {cfg.logdir} (traces, TensorBoard, report)",
+                            f"cannot write to {paths.out_dir}: {err.strerror or err}")
+        # hooks that cost nothing per step, or only during step 0
+        if cfg.checks:
+            self.placement.watch(cfg.models)
+            self.guard.run("placement check", "no device-placement findings", self.placement.install)
+        self.guard.run("DataLoader monitor", "no data-loading numbers", dlmod.install, self.loaders)
+        self.memory = self.guard.run("memory sampling", "no per-step memory numbers", MemorySampler, self.cuda)
+        if self.memory is not None and not self.memory.available:
+            self.guard.note("no /proc/self/statm: host memory is not sampled, memory growth is not checked")
+            self.memory = None
+        if not self.cuda:
+            self.guard.note("no CUDA: memory history snapshots, the out-of-memory observer and the host-sync "
+                            "locator are off (per-step memory is the process RSS)")
+        else:
+            if cfg.memory_history and self.paths is not None:
+                self.history = HistoryRecorder(cfg.memory_history_max_entries)
+            if cfg.sync_debug and cfg.checks:
+                self.syncs = SyncLocator()
+            if cfg.oom_observer and self.paths is not None:
+                paths_ = self.paths
+                obs = OOMObserver(paths_.oom_files, self._stream)
+                if self.guard.run("out-of-memory observer", "no snapshot at an OOM", obs.attach):
+                    self.oom = obs
+                else:
+                    self.oom = obs  # still usable from the exception path
+                    self.guard.note("this torch has no out-of-memory observer: the OOM snapshot is dumped when "
+                                    "the error leaves the step")
+        if cfg.tensorboard and self.paths is not None:
+            self.guard.run("TensorBoard writer", "no TensorBoard event files (pip install 'tensorboard>=2.21')",
+                           self._open_writer)
+        if self._action is not self._NONE:
+            self._start_profiler(0)
+            if self._action in self._RECORDING:
+                self._enter_recording()
+
+    def _open_writer(self) -> None:
+        from gpuprof.render.tensorboard import TensorBoardWriter
+
+        assert self.paths is not None
+        self._writer = TensorBoardWriter(self.paths.out_dir, filename_suffix=f".{self.paths.worker}")
+
+    def _on_fetch(self, seconds: float) -> None:
+        self._fetch_acc += seconds
+
+    def _advance(self, nxt: Any) -> None:
+        """Slow path of step(): the first step's checks and profiler state changes."""
+        if self._first_step_pending:
+            self._first_step_pending = False
+            self.guard.run("placement check", "no device-placement findings", self._after_first_step)
+        prev = self._action
+        self._action = nxt
+        recording_prev = prev in self._RECORDING
+        recording_next = nxt in self._RECORDING
+        if recording_prev:
+            self._recorded_steps += 1
+            self._check_anomaly()
+        if self._tp is None:
+            if nxt is not self._NONE:
+                self._start_profiler(self.step_num)
+                if recording_next:
+                    self._enter_recording()
+            return
+        if prev is self._PA.RECORD_AND_SAVE:
+            self._leave_recording()
+        self._tp.step()  # may export the trace (on_trace_ready)
+        if recording_next and not recording_prev or (prev is self._PA.RECORD_AND_SAVE and recording_next):
+            self._enter_recording()
+        if nxt is self._NONE:
+            self._drop_profiler()
+
+    def _start_profiler(self, at_step: int) -> None:
+        if not self.guard.ok("profiler") or self.paths is None:
+            return
+        import torch.profiler as tprof
+
+        sched = self._schedule
+        offset = at_step
+        cfg = self.config
+
+        def shifted(step: int) -> Any:  # the torch profiler counts from 0 at its creation
+            return sched(step + offset)
+
+        def make(activities: list[Any]) -> Any:
+            return tprof.profile(
+                activities=activities,
+                schedule=shifted,
+                on_trace_ready=self._on_trace_ready,
+                record_shapes=cfg.record_shapes,
+                profile_memory=cfg.profile_memory,
+                with_stack=cfg.with_stack,
+                with_flops=cfg.with_flops,
+                with_modules=cfg.with_modules,
+            )
+
+        tp = make(self._activities)
+        try:
+            tp.start()
+        except Exception as err:  # noqa: BLE001 - CUPTI missing or broken: try the CPU alone
+            cuda_act = self._ProfilerActivity.CUDA
+            if cuda_act not in self._activities:
+                raise
+            _quiet_stop(tp)
+            self._activities = [a for a in self._activities if a != cuda_act]
+            self.guard.fail("CUDA activity tracing (CUPTI)", "traces hold CPU activity only", err)
+            tp = make(self._activities)
+            tp.start()
+        self._tp = tp
+        self._tp_offset = offset
+
+    def _enter_recording(self) -> None:
+        self._tp_first_record = self.step_num
+        if self.history is not None and not self.history.recording:
+            self.guard.run("memory history", "no memory snapshot beside the trace", self.history.start)
+        if self.syncs is not None and not self.syncs.installed:
+            self.guard.run("host-sync locator", "no host-sync findings", self.syncs.install)
+
+    def _leave_recording(self) -> None:
+        self._span = time.time_ns()
+        if self.syncs is not None and self.syncs.installed:
+            self.guard.run("host-sync locator", "no host-sync findings", self.syncs.uninstall)
+        if self.history is not None and self.history.recording and self.paths is not None:
+            path = self.paths.snapshot_file(self._span)
+            self.guard.run("memory history", "no memory snapshot beside the trace", self.history.dump, path)
+
+    def _on_trace_ready(self, tp: Any) -> None:
+        """torch calls this at the end of a recorded cycle: export ``<worker>.<span>.pt.trace.json.gz``."""
+        if self.paths is None:
+            return
+        span = self._span or time.time_ns()
+        self._span = None
+        path = self.paths.trace_file(span)
+        first = self._tp_first_record if self._tp_first_record is not None else self.step_num
+        snap = self.paths.snapshot_file(span)
+
+        def export() -> None:
+            tmp = path.with_name(path.name[: -len(".pt.trace.json.gz")] + ".partial.pt.trace.json.gz")
+            try:
+                tp.export_chrome_trace(str(tmp))
+                os.replace(tmp, path)
+            except BaseException:
+                try:
+                    tmp.unlink()
+                except OSError:
+                    pass
+                raise
+            self.traces.append(TraceFile(path, first, self.step_num - 1 if self.step_num > first else first,
+                                         snap if snap.exists() else None, self._tp_offset))
+
+        self.guard.run("trace export", "this trace is lost", export)
+
+    def _drop_profiler(self) -> None:
+        tp, self._tp = self._tp, None
+        if tp is not None:
+            tp.__exit__(None, None, None)
+
+    def _close_profiler(self) -> None:
+        """At the end of the run: write what the current cycle recorded so far."""
+        if self._tp is None:
+            return
+        if self._action in self._RECORDING:
+            self._leave_recording()
+        else:
+            self._span = None
+        tp, self._tp = self._tp, None
+        tp.__exit__(None, None, None)  # exports via on_trace_ready when it was recording
+
+    def _teardown_hooks(self) -> None:
+        self.guard.run("placement check", "none", self.placement.uninstall)
+        self.guard.run("DataLoader monitor", "none", dlmod.uninstall, self.loaders)
+        if self.syncs is not None and self.syncs.installed:
+            self.guard.run("host-sync locator", "none", self.syncs.uninstall)
+        if self.history is not None and self.history.recording:
+            self.guard.run("memory history", "none", self.history.stop)
+        if self.oom is not None:
+            self.oom.active = False
+        if self.memory is not None:
+            self.memory.close()
+
+    def _after_first_step(self) -> None:
+        self.placement.uninstall()
+        self._check_anomaly()
+        from gpuprof.capture.settings import read_settings
+
+        self._settings = read_settings()
+
+    def _check_anomaly(self) -> None:
+        import torch
+
+        self._anomaly_checked += 1
+        if torch.is_anomaly_enabled():
+            self._anomaly_steps += 1
+
+    def _on_oom(self, exc: BaseException) -> None:
+        if self.oom is None:
+            self.findings.append(oom_finding([], str(exc)))
+            return
+        if not self.oom.dumped and self.paths is not None:
+            self.oom.dump(extra={"exception": str(exc)[:2000]})
+        self.findings.append(oom_finding(list(self.oom.dumped), str(exc)))
+
+    def note_signature(self, sig: Any) -> None:
+        if len(self._signatures) < self.config.options.stable_shape_batches:
+            self._signatures.append(sig)
+
+    def _flush_scalars(self) -> None:
+        """Write the buffered per-step scalars to TensorBoard."""
+        w = self._writer
+        end = len(self.step_s)
+        if w is None or not self.guard.ok("TensorBoard writer"):
+            self._flushed = end
+            return
+        mem = self.memory
+        loaders = self.loaders.seen
+        for i in range(self._flushed, end):
+            st = self.step_s[i]
+            vals: dict[str, float] = {"step_time_ms": st * 1000.0}
+            if loaders and st > 0:
+                vals["data_loading_share"] = min(self.fetch_s[i] / st, 1.0)
+            if mem is not None:
+                if mem.cuda and i < len(mem.allocated):
+                    vals["memory_allocated_mib"] = mem.allocated[i] / 2**20
+                    vals["memory_reserved_mib"] = mem.reserved[i] / 2**20
+                    vals["memory_peak_mib"] = mem.peak[i] / 2**20
+                elif not mem.cuda and i < len(mem.rss):
+                    vals["host_rss_mib"] = mem.rss[i] / 2**20
+            w.add_step(i, vals)
+        self._flushed = end
+        w.flush()
+
+    # ------------------------------------------------------------------ results used by summary
+
+    def runtime_findings(self) -> list[Finding]:
+        """All GP6xx findings of the run (after :meth:`stop`)."""
+        from gpuprof.capture.settings import anomaly_finding
+
+        cfg = self.config
+        out = list(self.findings)
+        if cfg.checks:
+            out += self.guard.run("placement check", "no device-placement findings", self.placement.findings) or []
+            total = sum(self.step_s)
+            lw = self.ranks.local_world_size or 1
+            out += dlmod.dataloader_findings(
+                list(self.loaders.records.values()), total_step_s=total, num_steps=len(self.step_s),
+                on_cuda=self.cuda and _cuda_used(), cores=dlmod.available_cores(), local_world_size=lw,
+                options=cfg.options,
+            )
+            if self.syncs is not None:
+                self.syncs.steps = self._recorded_steps
+                out += self.syncs.findings(cfg.options)
+            a = anomaly_finding(self._anomaly_steps, self._anomaly_checked)
+            if a:
+                out.append(a)
+            if self.memory is not None:
+                g = growth_finding(self.memory.series(), self.memory.kind, cfg.options, self.location)
+                if g:
+                    out.append(g)
+        return filter_findings(out, cfg.select, cfg.ignore)
+
+
+def _noop_schedule(step: int) -> Any:
+    from torch.profiler import ProfilerAction
+
+    return ProfilerAction.NONE
+
+
+def _quiet_stop(tp: Any) -> None:
+    try:
+        tp.__exit__(None, None, None)
+    except Exception:  # noqa: BLE001 - the profiler that failed to start may fail to stop; it is dropped
+        return
+
+
+def _cuda_used() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_initialized() and torch.cuda.memory_allocated() > 0)
+
+
+def _caller_location() -> SourceLocation | None:
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename.replace(os.sep, "/")
+        if "/gpuprof/capture/" not in fn and not fn.startswith("<frozen") and "contextlib" not in fn:
+            return SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+        f = f.f_back  # type: ignore[assignment]
+    return None

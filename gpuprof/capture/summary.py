@@ -1,0 +1,370 @@
+"""End of a capture: checks, trace analysis, TensorBoard, report files, the printed summary.
+
+Runs once, from ``Profiler.stop()``. Each part is guarded: a failure is a
+warning and the remaining parts still run. The analyzer is the one behind
+``gpuprof analyze``; its findings are merged with the runtime ones (GP6xx),
+except trace findings that a runtime finding already covers with better
+evidence (see :data:`COVERED`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuprof.findings import Finding, Severity, filter_findings, sort_findings
+from gpuprof.render.sections import register_section
+from gpuprof.report import Report
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpuprof.capture.session import Profiler
+
+__all__ = ["CaptureSection", "COVERED", "finish", "findings_markdown", "short_report"]
+
+# runtime code -> trace codes it makes redundant (same problem, measured over every step)
+COVERED: dict[str, tuple[str, ...]] = {"GP601": ("GP102",)}
+
+
+@dataclass
+class CaptureSection:
+    """What the capture did: where its files are and the per-step numbers it measured."""
+
+    kind: str = "capture"
+    logdir: str = ""
+    run_dir: str = ""
+    out_dir: str = ""
+    worker: str = ""
+    rank: int | None = None
+    steps: int = 0
+    step_time_median_ms: float | None = None
+    data_loading_share: float | None = None
+    recorded_steps: list[list[int]] = field(default_factory=list)  # [first, last] per trace
+    traces: list[str] = field(default_factory=list)
+    memory_snapshots: list[str] = field(default_factory=list)
+    oom_files: list[str] = field(default_factory=list)
+    tensorboard_dir: str | None = None
+    memory_series: str | None = None  # "cuda" or "host_rss"
+    memory_first_mib: float | None = None
+    memory_last_mib: float | None = None
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d.pop("kind")
+        return d
+
+
+def _section_markdown(sec: CaptureSection) -> str:
+    lines = ["## Capture", ""]
+    lines.append(f"- run directory: `{sec.run_dir}`")
+    if sec.steps:
+        med = f", median step {sec.step_time_median_ms:.2f} ms" if sec.step_time_median_ms is not None else ""
+        lines.append(f"- steps: {sec.steps}{med}")
+    if sec.data_loading_share is not None:
+        lines.append(f"- data loading: {sec.data_loading_share:.1%} of step time")
+    for t, rng in zip(sec.traces, sec.recorded_steps):
+        lines.append(f"- trace (steps {rng[0]}-{rng[1]}): `{t}`")
+    for s in sec.memory_snapshots:
+        lines.append(f"- memory snapshot: `{s}` (`gpuprof memory {s}`)")
+    for s in sec.oom_files:
+        lines.append(f"- out-of-memory dump: `{s}`")
+    if sec.tensorboard_dir:
+        lines.append(f"- TensorBoard: `tensorboard --logdir {shlex.quote(sec.tensorboard_dir)}`")
+    for part, why in sec.failures.items():
+        lines.append(f"- {part} failed: {why}")
+    return "\n".join(lines) + "\n"
+
+
+register_section("capture", markdown=_section_markdown)
+
+
+# ---------------------------------------------------------------------- the pipeline
+
+
+def finish(prof: "Profiler") -> Report:
+    g = prof.guard
+    cfg = prof.config
+    trace_paths = [str(t.path) for t in prof.traces if t.path.exists()]
+    report = Report(command="capture", inputs=trace_paths)
+
+    runtime = g.run("runtime checks", "no runtime findings", prof.runtime_findings) or []
+    if cfg.checks:
+        runtime += g.run("settings checks", "no settings findings", _settings_findings, prof, trace_paths) or []
+    if cfg.analyze and trace_paths:
+        analysed = g.run("trace analysis", "the report holds the runtime checks only", _analyze, trace_paths, cfg)
+        if analysed is not None:
+            report.traces = analysed.traces
+            report.notes += analysed.notes
+            report.findings = _merge(runtime, analysed.findings)
+        else:
+            report.findings = list(runtime)
+    else:
+        report.findings = list(runtime)
+    report.findings = sort_findings(report.findings)
+
+    section = _section(prof, trace_paths)
+    report.sections.append(section)
+    report.notes = list(g.notes) + report.notes
+    if not prof.traces and prof.step_s and prof.paths is not None and g.ok("profiler"):
+        report.notes.append(_no_trace_note(prof))
+
+    if prof._writer is not None:
+        g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard, prof, report)
+    if prof.paths is not None:
+        g.run("report writer", "no report.json/report.md", _write_reports, prof, report)
+    section.failures = dict(g.failed)
+    if cfg.print_report:
+        print(short_report(report, prof), file=prof._stream)
+    return report
+
+
+def _analyze(trace_paths: list[str], cfg: Any) -> Report:
+    from gpuprof.analysis import analyze
+
+    merged = Report(command="capture")
+    for p in trace_paths:
+        r = analyze(p, select=tuple(cfg.select), ignore=tuple(cfg.ignore))
+        merged.traces += r.traces
+        merged.findings += r.findings
+        merged.notes += [n for n in r.notes if n not in merged.notes]
+    return merged
+
+
+def _merge(runtime: list[Finding], trace: list[Finding]) -> list[Finding]:
+    present = {f.code for f in runtime}
+    dropped = {c for code in present for c in COVERED.get(code, ())}
+    return list(runtime) + [f for f in trace if f.code not in dropped]
+
+
+def _settings_findings(prof: "Profiler", trace_paths: list[str]) -> list[Finding]:
+    from gpuprof.capture.settings import cudnn_benchmark_finding, tf32_finding, trace_op_facts
+
+    s = prof._settings
+    if s is None or not s.cuda:
+        return []
+    facts = trace_op_facts(trace_paths) if trace_paths else {"has_conv": False, "fp32_matmuls": 0}
+    has_conv = facts["has_conv"] or _roots_have_conv(prof)
+    out = [cudnn_benchmark_finding(s, has_conv, _shapes_stable(prof)), tf32_finding(s, facts["fp32_matmuls"])]
+    return filter_findings([f for f in out if f is not None], prof.config.select, prof.config.ignore)
+
+
+def _roots_have_conv(prof: "Profiler") -> bool:
+    from torch.nn.modules.conv import _ConvNd
+
+    return any(isinstance(m, _ConvNd) for root in prof.placement.roots() for m in root.modules())
+
+
+def _shapes_stable(prof: "Profiler") -> bool | None:
+    """True when the first batches (of a DataLoader, or the step's arguments) all had one shape.
+
+    A different last batch (``drop_last=False``) does not count against it.
+    """
+    series = [r.signatures for r in prof.loaders.records.values() if r.signatures]
+    if prof._signatures:
+        series.append(prof._signatures)
+    if not series:
+        return None
+    for sigs in series:
+        head = sigs[:-1] if len(sigs) > 2 else sigs
+        if any(s != head[0] for s in head):
+            return False
+    return True
+
+
+def _section(prof: "Profiler", trace_paths: list[str]) -> CaptureSection:
+    p = prof.paths
+    steps = len(prof.step_s)
+    total = sum(prof.step_s)
+    mem = prof.memory
+    series = mem.series() if mem is not None else []
+    return CaptureSection(
+        logdir=str(p.logdir) if p else prof.config.logdir,
+        run_dir=str(p.run_dir) if p else "",
+        out_dir=str(p.out_dir) if p else "",
+        worker=p.worker if p else "",
+        rank=prof.ranks.rank,
+        steps=steps,
+        step_time_median_ms=statistics.median(prof.step_s) * 1000 if steps else None,
+        data_loading_share=(sum(prof.fetch_s) / total) if (prof.loaders.seen and total > 0) else None,
+        recorded_steps=[[t.first_step, t.last_step] for t in prof.traces],
+        traces=trace_paths,
+        memory_snapshots=[str(s) for s in (prof.history.snapshots if prof.history else [])],
+        oom_files=[str(x) for pair in (prof.oom.dumped if prof.oom else []) for x in pair],
+        tensorboard_dir=str(p.logdir) if (p and prof._writer is not None) else None,
+        memory_series=mem.kind if mem is not None else None,
+        memory_first_mib=series[0] / 2**20 if series else None,
+        memory_last_mib=series[-1] / 2**20 if series else None,
+    )
+
+
+def _no_trace_note(prof: "Profiler") -> str:
+    from gpuprof.capture.config import Schedule
+
+    sched = prof.config.schedule
+    where = f" ({sched.describe()})" if isinstance(sched, Schedule) else ""
+    return (f"the loop ended after {len(prof.step_s)} steps, before the schedule recorded a step{where}: "
+            "no trace was written; pass a shorter schedule, e.g. gpuprof.capture.Schedule(wait=1, warmup=1, "
+            "active=3)")
+
+
+def _gpu_utilization_per_step(prof: "Profiler") -> dict[int, float]:
+    """Global step -> GPU busy / step time, from the traces (recorded steps with GPU activity only)."""
+    from gpuprof.trace.load import load_trace
+    from gpuprof.trace.metrics import compute_metrics
+
+    out: dict[int, float] = {}
+    for tf in prof.traces:
+        if not tf.path.exists():
+            continue
+        m = compute_metrics(load_trace(tf.path))
+        dev = m.main_device
+        if dev is None or not m.has_step_markers:
+            continue
+        busy = m.busy_per_step.get(dev, [])
+        for st, b in zip(m.steps, busy):
+            if st.dur > 0:
+                out[st.id + tf.step_offset] = min(b / st.dur, 1.0)
+    return out
+
+
+def _write_tensorboard(prof: "Profiler", report: Report) -> None:
+    w = prof._writer
+    prof._flush_scalars()
+    util = prof.guard.run("GPU utilisation scalars", "no GPU utilisation in TensorBoard",
+                          _gpu_utilization_per_step, prof) or {}
+    for step, u in sorted(util.items()):
+        w.add_step(step, {"gpu_utilization": u})
+    w.add_text(findings_markdown(report), step=len(prof.step_s))
+    w.close()
+
+
+def _write_reports(prof: "Profiler", report: Report) -> None:
+    from gpuprof.render.jsonout import render_json
+
+    assert prof.paths is not None
+    _write_text(prof.paths.report_json, render_json(report))
+    try:
+        from gpuprof.render import render
+
+        md = render(report, "markdown")
+    except ModuleNotFoundError:  # the markdown renderer ships separately; use the compact one
+        md = "# gpuprof capture report\n\n" + findings_markdown(report)
+    _write_text(prof.paths.report_md, md)
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------------- text
+
+
+def _cost(f: Finding) -> str:
+    if f.cost_us_per_step is None:
+        return ""
+    share = f" ({f.cost_share:.0%})" if f.cost_share is not None else ""
+    return f"{f.cost_us_per_step / 1000:.2f} ms/step{share}"
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def findings_markdown(report: Report) -> str:
+    """The findings as a markdown table plus the run facts (TensorBoard's Text tab)."""
+    lines: list[str] = []
+    findings = sort_findings(report.findings)
+    if findings:
+        lines += ["| severity | code | finding | cost | where |", "|---|---|---|---|---|"]
+        for f in findings:
+            lines.append(f"| {f.severity.value} | {f.code} | {_md_cell(f.message)} | {_cost(f)} | "
+                         f"{_md_cell(str(f.location) if f.location else '')} |")
+        lines.append("")
+        lines.append("**What to do**")
+        lines.append("")
+        for f in findings:
+            lines.append(f"- **{f.code}** {_md_cell(f.advice)}")
+    else:
+        lines.append("No findings.")
+    for t in report.traces:
+        util = f", GPU utilisation {t.gpu_utilization:.0%}" if t.gpu_utilization is not None else ""
+        lines.append("")
+        lines.append(f"Trace `{os.path.basename(t.path)}`: {t.num_steps} steps, median step "
+                     f"{t.step_time_us / 1000:.2f} ms{util}")
+    for sec in report.sections:
+        if getattr(sec, "kind", None) == "capture":
+            lines += ["", _section_markdown(sec)]
+    if report.notes:
+        lines += ["", "Notes:"] + [f"- {n}" for n in report.notes]
+    return "\n".join(lines) + "\n"
+
+
+def short_report(report: Report, prof: "Profiler", top: int = 5) -> str:
+    """The few lines printed at the end of a run."""
+    sec = next((s for s in report.sections if getattr(s, "kind", None) == "capture"), None)
+    lines = []
+    head = f"gpuprof: {len(prof.step_s)} steps"
+    if sec and sec.step_time_median_ms is not None:
+        head += f", median {sec.step_time_median_ms:.2f} ms/step"
+    utils = [t.gpu_utilization for t in report.traces if t.gpu_utilization is not None]
+    if utils:
+        head += f", GPU busy {sum(utils) / len(utils):.0%} of recorded steps"
+    if sec and sec.data_loading_share is not None:
+        head += f", data loading {sec.data_loading_share:.0%}"
+    lines.append(head)
+    findings = sort_findings(report.findings)
+    if findings:
+        counts = {s: sum(1 for f in findings if f.severity == s) for s in Severity}
+        parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(),
+                 key=lambda kv: -kv[0].rank) if n]
+        lines.append(f"gpuprof: {len(findings)} findings ({', '.join(parts)})")
+        for f in findings[:top]:
+            where = f" [{_short_loc(f)}]" if f.location else ""
+            cost = f" cost {_cost(f)}" if f.cost_us_per_step is not None else ""
+            lines.append(f"  {f.severity.value:<7} {f.code} {_one_line(f.message, 110)}{cost}{where}")
+        if len(findings) > top:
+            lines.append(f"  ... {len(findings) - top} more in the report")
+    else:
+        lines.append("gpuprof: no findings")
+    for n in report.notes[:3]:
+        lines.append(f"gpuprof: note: {_one_line(n, 160)}")
+    if prof.paths is not None and sec is not None:
+        lines.append(f"gpuprof: files in {sec.run_dir}")
+        for t in sec.traces:
+            lines.append(f"  trace        {t}")
+        if sec.traces:
+            lines.append("               open in Perfetto (https://ui.perfetto.dev, Open trace file) or "
+                         f"run: gpuprof analyze {shlex.quote(sec.run_dir)}")
+        for s in sec.memory_snapshots[:2]:
+            lines.append(f"  memory       {s}  (gpuprof memory {shlex.quote(s)})")
+        if sec.tensorboard_dir:
+            lines.append(f"  TensorBoard  tensorboard --logdir {shlex.quote(sec.tensorboard_dir)}")
+        if prof.paths.report_md.exists():
+            lines.append(f"  report       {prof.paths.report_md} (and report.json)")
+    return "\n".join(lines)
+
+
+def _short_loc(f: Finding) -> str:
+    loc = f.location
+    assert loc is not None
+    name = os.path.basename(loc.file)
+    return f"{name}:{loc.line}" if loc.line is not None else name
+
+
+def _one_line(text: str, limit: int) -> str:
+    t = " ".join(str(text).split())
+    return t if len(t) <= limit else t[: limit - 3] + "..."
+

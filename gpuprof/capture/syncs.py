@@ -1,0 +1,126 @@
+"""Host-sync locator (GP630).
+
+During recorded steps on CUDA, ``torch.cuda.set_sync_debug_mode("warn")``
+makes PyTorch warn ("called a synchronizing CUDA operation") each time an
+operation blocks the host until the GPU catches up (``.item()``, ``.cpu()``,
+``nonzero``, a blocking copy, ...). The locator takes those warnings away
+from the console, attributes each to the innermost source line outside torch
+and gpuprof, and counts them per step. Other warnings pass through untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections import Counter
+from typing import Any, Callable
+
+from gpuprof.capture.codes import runtime_check
+from gpuprof.capture.config import CheckOptions
+from gpuprof.findings import Evidence, Finding, SourceLocation
+
+__all__ = ["SYNC_WARNING_TEXT", "SyncLocator"]
+
+SYNC_WARNING_TEXT = "called a synchronizing CUDA operation"
+
+
+def _set_cuda_mode(mode: str) -> Any:
+    import torch
+
+    prev = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode(mode)
+    return prev
+
+
+def _restore_cuda_mode(prev: Any) -> None:
+    import torch
+
+    torch.cuda.set_sync_debug_mode(prev)
+
+
+class SyncLocator:
+    """Counts sync warnings by source line while installed.
+
+    ``set_mode``/``restore_mode`` default to the CUDA ones; tests pass others.
+    """
+
+    def __init__(
+        self,
+        set_mode: Callable[[str], Any] = _set_cuda_mode,
+        restore_mode: Callable[[Any], None] = _restore_cuda_mode,
+    ) -> None:
+        self._set_mode = set_mode
+        self._restore_mode = restore_mode
+        self.sites: Counter[tuple[str, int, str]] = Counter()
+        self.steps = 0  # recorded steps while installed
+        self._prev_mode: Any = None
+        self._prev_show: Any = None
+        self._filter: Any = None
+        self.installed = False
+
+    def install(self) -> None:
+        if self.installed:
+            return
+        self._prev_mode = self._set_mode("warn")
+        # "always": the default filter would show one warning per line and hide the count
+        warnings.filterwarnings("always", message=SYNC_WARNING_TEXT)
+        self._filter = warnings.filters[0]
+        self._prev_show = warnings.showwarning
+        warnings.showwarning = self._show
+        self.installed = True
+
+    def uninstall(self) -> None:
+        if not self.installed:
+            return
+        self.installed = False
+        try:
+            self._restore_mode(self._prev_mode)
+        finally:
+            if warnings.showwarning is self._show:  # the user may have replaced it meanwhile
+                warnings.showwarning = self._prev_show
+            try:
+                warnings.filters.remove(self._filter)
+                warnings._filters_mutated()  # type: ignore[attr-defined]
+            except (ValueError, AttributeError):
+                pass  # the filter list was reset by the user (warnings.resetwarnings): nothing to remove
+
+    def _show(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+              line: Any = None) -> None:
+        if SYNC_WARNING_TEXT not in str(message):
+            self._prev_show(message, category, filename, lineno, file, line)
+            return
+        self.sites[_user_site(filename, lineno)] += 1
+
+    def findings(self, options: CheckOptions) -> list[Finding]:
+        steps = max(self.steps, 1)
+        check = runtime_check("GP630")
+        out = []
+        for (file, line, func), count in self.sites.most_common():
+            per_step = count / steps
+            if per_step < options.sync_min_per_step:
+                continue
+            out.append(Finding(
+                code="GP630", name=check.name, severity=check.severity,
+                message=f"{file}:{line} synchronises the host with the GPU {per_step:g} times per step "
+                        f"({count} in {self.steps} recorded steps)",
+                advice="Keep values on the GPU inside the step: accumulate losses as tensors and call "
+                       ".item() once per logging interval; avoid .cpu()/.tolist()/nonzero()/bool(tensor) "
+                       "in the hot loop; copy host tensors with non_blocking=True from pinned memory.",
+                evidence=(Evidence("syncs_per_step", round(per_step, 3), options.sync_min_per_step, "syncs",
+                                   extra={"count": count, "recorded_steps": self.steps}),),
+                location=SourceLocation(file, line, func or None),
+                origin="runtime", source=f"{file}:{line}",
+            ))
+        return out
+
+
+def _user_site(filename: str, lineno: int) -> tuple[str, int, str]:
+    """The innermost frame outside torch, warnings and gpuprof; else the warning's own location."""
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename.replace(os.sep, "/")
+        if not ("/torch/" in fn or "/gpuprof/capture/" in fn or fn.endswith("/warnings.py") or fn.startswith("<")):
+            return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+        f = f.f_back  # type: ignore[assignment]
+    return (filename, lineno, "")

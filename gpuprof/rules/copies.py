@@ -303,10 +303,11 @@ class BlockingCopy(Rule):
             return
         pageable = sum(1 for c in copies if c.kind.host_memory == "pageable")
         with_sync = sum(1 for c in copies if len(copy_wait_calls(m, c)) > 1)
-        memory = ("pageable" if pageable == len(copies) else "pinned" if pageable == 0 else "pageable and pinned")
+        kinds = {c.kind.host_memory for c in copies}
+        memory = " and ".join(sorted(k for k in kinds if k != "unknown")) if kinds != {"unknown"} else ""
         yield self.finding(
             ctx,
-            f"{nums['count_per_step']:.3g} blocking {memory} host→device copies per step "
+            f"{nums['count_per_step']:.3g} blocking {memory + ' ' if memory else ''}host→device copies per step "
             f"({fmt_bytes(nums['bytes_per_step'])} per step, up to {fmt_bytes(nums['bytes_per_copy'])} "
             f"= {nums['bytes_per_copy']:,} bytes per copy): the host waits {fmt_time(nums['host_blocked_us_per_step'])} "
             f"per step, {fmt_time(nums['kernel_idle_us_per_step'])} of it with no kernel running",

@@ -1,0 +1,212 @@
+"""GP203: the host stops and waits for the GPU inside the training step."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from typing import Iterable
+
+from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
+from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.copies import copy_wait_calls, fmt_time, host_step_of, kernel_busy
+from gpuprof.trace.metrics import SyncPoint, TraceMetrics
+
+__all__ = ["HostSync"]
+
+# Python frames that mean "a tensor is being turned into text".
+_FORMAT_MARKERS = ("torch/_tensor_str.py", "_tensor.py", "__repr__", "__format__", "__str__")
+_PRINT_CAUSE = "print(tensor) / f-string of a tensor"
+_AUTOTUNE_CAUSE = "cuDNN autotuning (cudnn.benchmark=True)"
+_CONV_OPS = ("aten::conv", "aten::_convolution", "aten::cudnn_convolution")
+
+_ADVICE = {
+    ".item()": "Keep the value on the GPU (accumulate loss.detach() into a GPU tensor, compare with torch.where) and "
+    "read it with .item() only every N steps or at the end of the epoch.",
+    ".cpu() / .to('cpu')": "Move results to the CPU only when needed, every N steps; for logging, copy into a pinned "
+    "buffer with non_blocking=True and read it after a later synchronisation.",
+    "torch.cuda.synchronize()": "Remove torch.cuda.synchronize() from the training loop; time GPU work with "
+    "torch.cuda.Event(enable_timing=True) and read the events once, later.",
+    _PRINT_CAUSE: "Printing or formatting a CUDA tensor copies it to the host and waits for the GPU: log every N "
+    "steps, or log loss.detach() accumulated on the GPU.",
+    _AUTOTUNE_CAUSE: "cudnn.benchmark times candidate kernels on the first iterations with each new input shape; "
+    "profile after warm-up (torch.profiler.schedule(wait=..., warmup=...)) and keep input shapes fixed.",
+}
+_GENERIC_ADVICE = (
+    "Avoid data-dependent host decisions in the step: keep tensors on the GPU, use torch.where/masking instead of "
+    "boolean indexing or nonzero, pass output_size to repeat_interleave, and read values (.item(), .tolist(), "
+    "bool(tensor)) only every N steps."
+)
+
+
+def _format_frames(m: TraceMetrics) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """Per host thread, the intervals of Python frames that format a tensor as text (cached)."""
+    cached = getattr(m, "_gp203_format_frames", None)
+    if cached is None:
+        cached = defaultdict(list)
+        for fr in m.trace.python:
+            if any(k in fr.name for k in _FORMAT_MARKERS) and "torch" in fr.name:
+                cached[(str(fr.pid), str(fr.tid))].append((fr.ts, fr.end))
+        cached = dict(cached)
+        object.__setattr__(m, "_gp203_format_frames", cached)
+    return cached
+
+
+def _cause(m: TraceMetrics, s: SyncPoint) -> str:
+    r = s.runtime
+    for lo, hi in _format_frames(m).get((str(r.pid), str(r.tid)), ()):
+        if lo <= r.ts <= hi:
+            return _PRINT_CAUSE
+    if "EventSynchronize" in r.name and any(o.name.startswith(_CONV_OPS) for o in s.ops):
+        return _AUTOTUNE_CAUSE
+    return s.cause
+
+
+def _idle_after(m: TraceMetrics, t: float, limit: float) -> float:
+    """Time from ``t`` until the next kernel starts on the main device (0 if none starts before ``limit``)."""
+    busy = kernel_busy(m)
+    starts = getattr(m, "_gp203_busy_starts", None)
+    if starts is None:
+        starts = [b[0] for b in busy]
+        object.__setattr__(m, "_gp203_busy_starts", starts)
+    i = bisect_left(starts, t)
+    if i > 0 and busy[i - 1][1] > t:
+        return 0.0  # a kernel is still running when the host returns
+    if i >= len(busy) or busy[i][0] > limit:
+        return 0.0
+    return busy[i][0] - t
+
+
+def _is_profiler_own(m: TraceMetrics, s: SyncPoint, last_op_end: float) -> bool:
+    """The device sync the profiler issues when it stops: no operator, no user frame, after the last operator."""
+    return not s.ops and s.location is None and "Device" in s.runtime.name and s.runtime.ts >= last_op_end
+
+
+@register
+class HostSync(Rule):
+    """The host waits for the GPU in the middle of a step (a host sync point).
+
+    Sync points come from ``gpuprof.trace.metrics``: synchronising runtime
+    calls (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
+    ``cudaEventSynchronize``) and blocking device→host copies on the main
+    thread. Each is attributed to what the user wrote, from the operator
+    chain (``aten::item`` > ``aten::_local_scalar_dense`` is ``.item()``,
+    ``aten::nonzero``, ``aten::copy_`` to the CPU is ``.cpu()``, Python frames
+    in ``torch/_tensor_str.py`` are ``print(tensor)``, no operator at all is
+    ``torch.cuda.synchronize()``) and to the user's source line (Python frames
+    with ``with_stack=True``, or the 2021 ``Call stack``). One finding per
+    (cause, source line). Syncs outside the steps' host ranges (the
+    profiler's own closing ``cudaDeviceSynchronize``) and the waits of
+    blocking host→device copies (GP202) are left out.
+
+    After a sync the GPU queue is empty, so the GPU idles until the host has
+    queued new work. The cost of one sync = min(host time blocked in it, time
+    from its end until the next kernel starts on the main GPU): the bubble the
+    sync created, but never more than the time the host lost.
+    """
+
+    code = "GP203"
+    name = "host-sync"
+    title = "Host waits for the GPU inside the step"
+    severity = Severity.WARNING
+    options = (
+        Option("min_cost_us_per_step", 50.0, "report a sync site costing at least this much per step (µs)"),
+        Option("min_share", 0.005, "and at least this share of the step"),
+        Option("warn_share", 0.03, "a cost above this share of the step is a warning, below it info"),
+    )
+    bad_example = """
+        for x, y in loader:
+            loss = model(x.cuda()).sum()
+            loss.backward(); opt.step()
+            total += loss.item()                  # host waits for the whole step's GPU work
+            if (y.cuda() > 0).any():              # bool(tensor): another sync
+                print(loss)                       # printing a CUDA tensor: another sync
+    """
+    good_example = """
+        total = torch.zeros((), device="cuda")
+        for i, (x, y) in enumerate(loader):
+            loss = model(x.cuda(non_blocking=True)).sum()
+            loss.backward(); opt.step()
+            total += loss.detach()                # no sync
+            if i % 100 == 0:
+                print(total.item() / 100)         # one sync every 100 steps
+    """
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        m = ctx.metrics
+        if not m.steps or not m.syncs:
+            return
+        copy_waits = {
+            id(w)
+            for c in m.copies
+            if c.blocking and c.kind.direction == "HtoD"
+            for w in copy_wait_calls(m, c)
+        }
+        main = m.main_thread
+        last_op_end = max(
+            (o.end for o in m.trace.ops if main is not None and str(o.pid) == str(main[0]) and str(o.tid) == str(main[1])),
+            default=float("-inf"),
+        )
+        groups: dict[tuple[str, SourceLocation | None], list[SyncPoint]] = defaultdict(list)
+        for s in m.syncs:
+            if host_step_of(m, s.runtime.ts) is None or id(s.runtime) in copy_waits:
+                continue
+            if _is_profiler_own(m, s, last_op_end):
+                continue
+            groups[(_cause(m, s), s.location)].append(s)
+
+        n = m.num_steps
+        for (cause, loc), syncs in groups.items():
+            # one occurrence = one outermost operator (.item() is a copy *and* a stream sync)
+            occ: dict[int, list[SyncPoint]] = defaultdict(list)
+            for s in syncs:
+                occ[id(s.ops[0]) if s.ops else id(s.runtime)].append(s)
+            blocked_total = 0.0
+            cost_total = 0.0
+            for parts in occ.values():
+                blocked = sum(p.runtime.dur for p in parts)
+                last = max(p.runtime.end for p in parts)
+                step = host_step_of(m, last)
+                limit = m.steps[step].end if step is not None else last
+                blocked_total += blocked
+                cost_total += min(blocked, _idle_after(m, last, limit)) if m.main_device is not None else blocked
+            count = len(occ) / n
+            cost = cost_total / n
+            blocked_ps = blocked_total / n
+            share = cost / m.mean_step_time if m.mean_step_time > 0 else 0.0
+            if cost < ctx.opt("min_cost_us_per_step") or share < ctx.opt("min_share"):
+                continue
+            chain = _chain(syncs[0])
+            runtime_names = sorted({s.runtime.name for s in syncs})
+            where = f" at {loc}" if loc else ""
+            yield self.finding(
+                ctx,
+                f"{cause}{where}: {count:.3g} host syncs per step, host blocked {fmt_time(blocked_ps)} per step, "
+                f"GPU left idle about {fmt_time(cost)} per step ({share:.1%} of the step)",
+                _ADVICE.get(cause, _GENERIC_ADVICE),
+                evidence=[
+                    Evidence(
+                        "sync_cost_us_per_step",
+                        round(cost, 1),
+                        ctx.opt("min_cost_us_per_step"),
+                        "us",
+                        events=event_refs(s.runtime for s in syncs),
+                        extra={
+                            "cause": cause,
+                            "count_per_step": round(count, 3),
+                            "host_blocked_us_per_step": round(blocked_ps, 1),
+                            "op_chain": chain,
+                            "runtime_calls": runtime_names,
+                            "steps_with_sync": len({host_step_of(m, s.runtime.ts) for s in syncs}),
+                        },
+                    )
+                ],
+                cost_us_per_step=cost,
+                location=loc,
+                severity=Severity.WARNING if share >= ctx.opt("warn_share") else Severity.INFO,
+            )
+
+
+def _chain(s: SyncPoint) -> str:
+    """``aten::item > aten::_local_scalar_dense > cudaMemcpyAsync`` (innermost four operators)."""
+    names = [o.name for o in s.ops[-4:]] + [s.runtime.name]
+    return " > ".join(names)

@@ -349,8 +349,7 @@ def site_series(dm: DeviceMemory, site_slot: dict[int, int], slots: int, buckets
         if b != cur_b:
             times.append(bt)
             rows.append(peak_row)
-            cur_b, bt = b, t[i]
-            peak_row, peak_sum = list(cur), sum(cur)
+            cur_b, bt, peak_sum = b, t[i], -1
         a = act[i]
         if a == ALLOC:
             s = site_slot.get(site[i], other)
@@ -360,10 +359,8 @@ def site_series(dm: DeviceMemory, site_slot: dict[int, int], slots: int, buckets
             p = live.pop(addr[i], None)
             if p is not None:
                 cur[p[1]] -= p[0]
-        else:
-            continue
         tot = sum(cur)
-        if tot > peak_sum:  # keep the bucket's highest moment, so peaks survive aggregation
+        if tot > peak_sum:  # keep the bucket's highest moment (after an event), so peaks survive aggregation
             peak_sum = tot
             peak_row = list(cur)
     times.append(bt)

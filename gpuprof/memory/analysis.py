@@ -89,6 +89,7 @@ class DeviceAnalysis:
             "total_memory": dm.total_memory,
             "history_events": len(dm),
             "time_unit": "us" if dm.has_time else "event",
+            "time_start": dm.time[0] if len(dm) else None,  # times below are absolute, in time_unit
             "num_allocations": t.num_allocations,
             "live_blocks": sum(v[1] for v in r.holders[-1].by_site.values()) if -1 in r.holders else None,
             "allocated": {"initial": t.initial_allocated, "final": t.final_allocated, "peak": t.peak_allocated,

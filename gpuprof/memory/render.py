@@ -20,18 +20,22 @@ def _d(section: Any) -> dict[str, Any]:
     return section.to_dict() if hasattr(section, "to_dict") else dict(section)
 
 
-def _when(v: Any, unit: str) -> str:
+def _when(v: Any, unit: str, start: Any) -> str:
+    """An event time as an offset from the start of the recorded history."""
     if v is None:
         return "-"
-    return f"event {int(v)}" if unit == "event" else f"t={v / 1e6:.3f} s" if v > 1e12 else f"{v:.0f} us"
+    if unit == "event":
+        return f"event {int(v)}"
+    return f"+{(v - (start or 0)) / 1e6:.6f} s into the history"
 
 
 def _summary_rows(dev: dict[str, Any]) -> list[tuple[str, str]]:
     a, r = dev["allocated"], dev["reserved"]
     u = dev["time_unit"]
+    t0 = dev.get("time_start")
     rows = [
-        ("peak allocated", f"{fmt_bytes(a['peak'])} at {_when(a['peak_at'], u)}"),
-        ("peak reserved", f"{fmt_bytes(r['peak'])} at {_when(r['peak_at'], u)}" if r["peak"] is not None else "unknown"),
+        ("peak allocated", f"{fmt_bytes(a['peak'])} at {_when(a['peak_at'], u, t0)}"),
+        ("peak reserved", f"{fmt_bytes(r['peak'])} at {_when(r['peak_at'], u, t0)}" if r["peak"] is not None else "unknown"),
         ("allocated (start -> end)", f"{fmt_bytes(a['initial'])} -> {fmt_bytes(a['final'])}"),
         ("reserved (start -> end)", f"{fmt_bytes(r['initial'])} -> {fmt_bytes(r['final'])}"),
         ("allocations recorded", f"{dev['num_allocations']:,} in {dev['history_events']:,} events"),

@@ -1,0 +1,208 @@
+"""GP301: the GPU waits on kernel launches (many tiny kernels)."""
+
+from __future__ import annotations
+
+import statistics
+from bisect import bisect_right
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+from gpuprof.findings import Evidence, Finding, Severity
+from gpuprof.render.format import fmt_us
+from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.trace import intervals as iv
+from gpuprof.trace.metrics import TraceMetrics, is_communication_kernel
+from gpuprof.trace.model import Event
+from gpuprof.trace.vocab import RuntimeClass, classify_runtime
+
+__all__ = ["LaunchBound", "LaunchStats", "launch_stats"]
+
+
+@dataclass
+class LaunchStats:
+    """Kernel-launch figures of the main device over the step windows.
+
+    * ``kernels``: compute kernels (not NCCL/RCCL collectives) of the main device
+      that start inside a step window.
+    * ``tiny``: those shorter than the tiny-kernel threshold.
+    * ``median_us``: median kernel duration.
+    * ``launch_idle_us``: **launch overhead**, the time inside the step windows
+      when the main device ran nothing (no kernel, copy or memset) while a host
+      thread was inside a runtime call that launched work on that device
+      (``cudaLaunchKernel``, ``cuLaunchKernel``, ``hipLaunchKernel``, ...).
+    * ``optimizer_tiny``: tiny kernels launched from inside
+      ``Optimizer.step``/``zero_grad`` on the main thread.
+    * ``top_ops``: the operators that launched the most tiny kernels.
+    """
+
+    kernels: list[Event]
+    tiny: list[Event]
+    median_us: float
+    launch_idle_us: float
+    optimizer_tiny: int
+    top_ops: list[tuple[str, int]]
+
+
+def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
+    """Compute :class:`LaunchStats` (None without GPU activity or steps)."""
+    dev = m.main_device
+    if dev is None or not m.steps:
+        return None
+    kernels = [
+        k
+        for k in m.trace.kernels
+        if k.device == dev and not is_communication_kernel(k.name) and m.step_of(k.ts) is not None
+    ]
+    if not kernels:
+        return None
+    tiny = [k for k in kernels if k.dur < tiny_us]
+    # Launch calls that put work on the main device, from any host thread.
+    dev_corrs = {g.corr for g in m.trace.gpu_events() if g.device == dev and g.corr >= 0}
+    launches = iv.merge_unsorted(
+        (r.ts, r.end)
+        for r in m.trace.runtime
+        if r.corr in dev_corrs and classify_runtime(r.name) is RuntimeClass.LAUNCH
+    )
+    idle = iv.subtract(m.windows, m.gpu_busy.get(dev, []))
+    launch_idle = iv.total(iv.intersect(idle, launches))
+
+    optimizer = m.host_intervals.get("optimizer", [])
+    opt_starts = [s for s, _ in optimizer]
+    optimizer_tiny = 0
+    ops: Counter[str] = Counter()
+    for k in tiny:
+        launch = m.launch_by_corr.get(k.corr)
+        if launch is None:
+            continue
+        if optimizer and _inside(launch.ts, optimizer, opt_starts):
+            optimizer_tiny += 1
+        op = m.op_by_ext.get(launch.ext)
+        if op is not None:
+            ops[op.name] += 1
+    return LaunchStats(
+        kernels=kernels,
+        tiny=tiny,
+        median_us=statistics.median(k.dur for k in kernels),
+        launch_idle_us=launch_idle,
+        optimizer_tiny=optimizer_tiny,
+        top_ops=ops.most_common(3),
+    )
+
+
+def _inside(t: float, ivs: list[iv.Interval], starts: list[float]) -> bool:
+    i = bisect_right(starts, t) - 1
+    return i >= 0 and t <= ivs[i][1]
+
+
+@register
+class LaunchBound(Rule):
+    """The GPU runs many tiny kernels and waits for the host to launch the next one.
+
+    Detected on the main device over the profiled steps: the share of
+    kernels shorter than ``tiny_us`` and the **launch overhead** (GPU idle
+    while a host thread was inside a launch call for that GPU, see
+    :class:`LaunchStats`). Each launch costs the host 5-20 µs of runtime call
+    plus the Python and dispatcher work around it; when kernels run for less
+    than that, the GPU finishes each one before the next arrives and the
+    step's speed is set by the CPU, not the GPU. The cost is the launch
+    overhead per step: the GPU time a launch-free schedule (CUDA graphs) would
+    give back, a lower bound since Python time between launches idles the GPU
+    too.
+    """
+
+    code = "GP301"
+    name = "launch-bound"
+    title = "Launch-bound: many tiny kernels, GPU waiting on launches"
+    severity = Severity.WARNING
+    options = (
+        Option("tiny_us", 10.0, "kernels shorter than this many µs count as tiny"),
+        Option("min_kernels_per_step", 20, "ignore steps with fewer kernels than this (too few to be launch-bound)"),
+        Option("min_tiny_share", 0.5, "report when at least this share of kernels is tiny"),
+        Option("min_launch_share", 0.05, "...and the launch overhead is at least this share of the step"),
+        Option("max_utilization", 0.8, "...and the GPU is busy less than this share of the step"),
+        Option("error_above", 0.25, "launch overhead above this share of the step is an error"),
+    )
+    bad_example = """
+        model = SmallMLP().cuda()                       # a few µs of GPU work per layer
+        opt = torch.optim.Adam(model.parameters(), foreach=False)
+        for x, y in loader:                             # batch_size=8
+            loss = F.cross_entropy(model(x), y)         # hundreds of tiny kernels, one launch each
+            loss.backward(); opt.step(); opt.zero_grad()
+    """
+    good_example = """
+        model = torch.compile(SmallMLP().cuda(), mode="reduce-overhead")   # fused kernels in CUDA graphs
+        opt = torch.optim.Adam(model.parameters(), fused=True)
+        for x, y in loader:                             # batch_size=256: more work per launch
+            loss = F.cross_entropy(model(x), y)
+            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    """
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        m = ctx.metrics
+        st = launch_stats(m, ctx.opt("tiny_us"))
+        if st is None:
+            return
+        n_steps = m.num_steps
+        step_us = m.mean_step_time
+        tiny_share = len(st.tiny) / len(st.kernels)
+        launch_per_step = st.launch_idle_us / n_steps
+        launch_share = launch_per_step / step_us if step_us > 0 else 0.0
+        util = m.gpu_utilization or 0.0
+        if tiny_share < ctx.opt("min_tiny_share") or launch_share < ctx.opt("min_launch_share"):
+            return
+        per_step = len(st.kernels) / n_steps
+        if util >= ctx.opt("max_utilization") or per_step < ctx.opt("min_kernels_per_step"):
+            return
+        ops = ", ".join(f"{name} ({n})" for name, n in st.top_ops)
+        advice = [
+            "Give the GPU more work per launch: a larger batch size; "
+            "torch.compile(model, mode=\"reduce-overhead\") to fuse element-wise kernels and replay them as CUDA graphs "
+            "(or capture the step with torch.cuda.graphs / torch.cuda.make_graphed_callables)",
+        ]
+        if st.optimizer_tiny:
+            advice.append(
+                f"{st.optimizer_tiny} of the tiny kernels come from the optimizer: use "
+                "torch.optim.AdamW(..., fused=True) (or foreach=True), and zero_grad(set_to_none=True)"
+            )
+        else:
+            advice.append("use fused/foreach optimizers (torch.optim.AdamW(..., fused=True))")
+        advice.append(
+            "replace Python loops over small tensors with batched tensor ops (fewer, larger kernels)"
+            + (f"; most tiny kernels are launched by {ops}" if ops else "")
+        )
+        sev = Severity.ERROR if launch_share > ctx.opt("error_above") else Severity.WARNING
+        yield self.finding(
+            ctx,
+            f"Launch-bound: {tiny_share:.0%} of {len(st.kernels)} kernels run < {ctx.opt('tiny_us'):g} µs "
+            f"(median {fmt_us(st.median_us)}, {per_step:.0f} kernels per step); the GPU is busy {util:.0%} of the "
+            f"step and waits {fmt_us(launch_per_step)} per step ({launch_share:.0%}) on kernel launches",
+            "; ".join(advice) + ".",
+            evidence=[
+                Evidence(
+                    "tiny_kernel_share",
+                    round(tiny_share, 4),
+                    ctx.opt("min_tiny_share"),
+                    "fraction",
+                    events=event_refs(st.tiny),
+                    extra={
+                        "kernels": len(st.kernels),
+                        "tiny_kernels": len(st.tiny),
+                        "tiny_us": ctx.opt("tiny_us"),
+                        "kernels_per_step": round(per_step, 1),
+                        "median_kernel_us": round(st.median_us, 2),
+                        "optimizer_tiny_kernels": st.optimizer_tiny,
+                        "top_ops": dict(st.top_ops),
+                    },
+                ),
+                Evidence(
+                    "launch_overhead_share",
+                    round(launch_share, 4),
+                    ctx.opt("min_launch_share"),
+                    "fraction",
+                    extra={"launch_overhead_us_per_step": round(launch_per_step, 1), "gpu_utilization": round(util, 4)},
+                ),
+            ],
+            cost_us_per_step=launch_per_step,
+            severity=sev,
+        )

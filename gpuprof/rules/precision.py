@@ -1,0 +1,304 @@
+"""GP302: matrix multiplies and convolutions run in FP32 without tensor cores."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from gpuprof.findings import Evidence, Finding, Severity
+from gpuprof.render.format import fmt_us
+from gpuprof.report import DeviceInfo
+from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.trace.metrics import TraceMetrics, is_communication_kernel
+from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Event
+
+__all__ = [
+    "NoTensorCores",
+    "PrecisionStats",
+    "precision_stats",
+    "is_eligible_kernel",
+    "uses_tensor_cores",
+    "is_fp32_kernel",
+    "device_capability",
+]
+
+_NAME_CHARS = 300  # the markers sit in the first part of a (possibly mangled, templated) kernel name
+
+# Kernels doing GEMM or convolution work, the work tensor cores / matrix cores accelerate.
+_ELIGIBLE = re.compile(
+    r"gemm|conv(?!ert)|cudnn|cutlass|xmma|wgmma|kernel2|dgrad|wgrad|fprop|winograd|nvjet|fmha"
+    r"|flash_fwd|flash_bwd|flash_attn|flashattn|cijk_|mfma|xdlops|_xdl|ck::|ck_tile|2ck16tensor_operation|triton_tem_"
+    r"|igemm|fft2d|scudnn"
+)
+# ... except helpers, layout shuffles, normalisation and matrix-vector kernels that happen to match.
+_NOT_ELIGIBLE = re.compile(
+    r"fbgemm|gemv|gemmk1|computeoffsets|computeboffsets|computewgrad|computesplitk|nchwtonhwc|nhwctonchw"
+    r"|bn_fw|bn_bw|batch_norm|batchnorm|layer_norm|layernorm|softmax|pool|scalepackedtensor|im2col"
+    r"|transpose|split_embedding|reduce|depthwise|elementwise|fill|memset|copy"
+)
+# Names that say the kernel runs on tensor cores (NVIDIA) or matrix cores (AMD), Volta to Blackwell, CDNA1-3.
+_TENSOR_CORE = re.compile(
+    r"(?<!\d)[hsi]?(?:884|1688|16816|16832|8816|161616)(?!\d)|hmma|imma|tensorop|wmma|nvjet|fmha|flash_fwd"
+    r"|flash_bwd|flash_attn|flashattn|wgmma|(?:bf16|fp16|f16|tf32|half|bfloat16|e4m3|e5m2|fp8)"
+    r"|tfloat32|_mi\d+x\d+|mfma|xdlops|_xdl|ck::|ck_tile|2ck16tensor_operation|_hhs_|_bbs_|_hss_|_bss_"
+)
+# Generic tensor-core GEMM families that are FP32 (no tensor cores) when every operand is f32.
+_XMMA = re.compile(r"xmma|sm\d+_gemm|sm\d+_xmma")
+_FP32_ONLY_XMMA = re.compile(r"f32f32_f32f32")
+# Names that say the kernel runs on the FP32 (or FP64/complex) SIMT path.
+_FP32 = re.compile(r"sgemm|scudnn|simt|dgemm|cgemm|zgemm|<float|<double|_s_b_|_sb_")
+# Kernel-name prefixes that reveal the architecture when the trace has no deviceProperties.
+_ARCH_PREFIX = {"volta_": (7, 0), "turing_": (7, 5), "ampere_": (8, 0), "hopper_": (9, 0)}
+_SM_PREFIX = re.compile(r"(?:^|[^a-z])sm_?(\d{2,3})_")
+_AMD_MI = re.compile(r"mi\s?(\d{2,3})", re.I)
+
+# Operators whose kernels tensor cores can run, used when the kernel name alone is ambiguous.
+TC_OPS = frozenset(
+    {
+        "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul", "aten::linear",
+        "aten::_scaled_mm", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
+        "aten::_convolution", "aten::cudnn_convolution", "aten::cudnn_convolution_transpose",
+        "aten::cudnn_convolution_backward_input", "aten::cudnn_convolution_backward_weight",
+        "aten::convolution_backward", "aten::miopen_convolution", "aten::conv_transpose2d",
+        "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention", "aten::einsum",
+    }
+)  # fmt: skip
+
+
+def is_eligible_kernel(name: str) -> bool:
+    """A GEMM/convolution kernel (by name) that tensor cores could run."""
+    low = name[:_NAME_CHARS].lower()
+    return bool(_ELIGIBLE.search(low)) and not _NOT_ELIGIBLE.search(low)
+
+
+def uses_tensor_cores(name: str) -> bool | None:
+    """True when the name says tensor/matrix cores, False when it says FP32 SIMT, None when it says neither."""
+    low = name[:_NAME_CHARS].lower()
+    if "simt" in low:
+        return False
+    if _XMMA.search(low) and _FP32_ONLY_XMMA.search(low) and "tf32" not in low:
+        return False
+    if _TENSOR_CORE.search(low):
+        return True
+    if _XMMA.search(low):
+        return True
+    if _FP32.search(low):
+        return False
+    return None
+
+
+def is_fp32_kernel(name: str) -> bool:
+    return uses_tensor_cores(name) is False
+
+
+def _op_flags(op: Event | None) -> int:
+    if op is None:
+        return 0
+    extra = op.extra
+    if isinstance(extra, tuple):
+        extra = extra[0]
+    return extra if isinstance(extra, int) else 0
+
+
+@dataclass
+class PrecisionStats:
+    """Kernel time of the main device over the steps, split by tensor-core use.
+
+    * ``kernel_us``: all compute kernels (not collectives).
+    * ``eligible_us``: GEMM/convolution kernels (by name, or launched by a
+      matmul/convolution operator), the work tensor cores could run.
+    * ``tensor_core_us``: eligible kernels that ran on tensor cores: the name
+      says so, or the name is ambiguous and the launching operator took
+      FP16/BF16/FP8 inputs.
+    * ``fp32_us``: eligible minus tensor-core time: GEMM/conv work on the FP32 path.
+    * ``ops_float`` / ``ops_half``: matmul/convolution operators whose inputs
+      were FP32 only / included FP16, BF16 or FP8 (from "Input type").
+    """
+
+    kernel_us: float = 0.0
+    eligible_us: float = 0.0
+    tensor_core_us: float = 0.0
+    fp32_us: float = 0.0
+    fp32_kernels: list[Event] = field(default_factory=list)
+    fp32_by_name: dict[str, float] = field(default_factory=dict)
+    ops_float: int = 0
+    ops_half: int = 0
+
+
+def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
+    dev = m.main_device
+    if dev is None or not m.steps:
+        return None
+    st = PrecisionStats()
+    for k in m.trace.kernels:
+        if k.device != dev or is_communication_kernel(k.name) or m.step_of(k.ts) is None:
+            continue
+        st.kernel_us += k.dur
+        tc = uses_tensor_cores(k.name)
+        eligible = is_eligible_kernel(k.name) or tc is True
+        op = None
+        if not eligible or tc is None:
+            launch = m.launch_by_corr.get(k.corr)
+            op = m.op_by_ext.get(launch.ext if launch is not None else k.ext)
+            if not eligible and op is not None and op.name in TC_OPS and not _NOT_ELIGIBLE.search(k.name[:_NAME_CHARS].lower()):
+                eligible = True
+        if not eligible:
+            continue
+        st.eligible_us += k.dur
+        if tc is None:
+            tc = bool(_op_flags(op) & DTYPE_HALF)
+        if tc:
+            st.tensor_core_us += k.dur
+        else:
+            st.fp32_us += k.dur
+            st.fp32_kernels.append(k)
+            st.fp32_by_name[k.name] = st.fp32_by_name.get(k.name, 0.0) + k.dur
+    for o in m.trace.ops:
+        if o.name in TC_OPS:
+            flags = _op_flags(o)
+            if flags & DTYPE_HALF:
+                st.ops_half += 1
+            elif flags & DTYPE_FLOAT:
+                st.ops_float += 1
+    return st
+
+
+def device_capability(m: TraceMetrics) -> tuple[DeviceInfo | None, tuple[int, int] | None, str]:
+    """The main device, its tensor-core generation as (major, minor), and where that came from.
+
+    NVIDIA: the compute capability from deviceProperties. AMD: CDNA Instinct
+    parts (MI100 and later) are reported as (9, 0)-equivalent "capable"; older or
+    unknown AMD parts as None. Without deviceProperties the architecture is read
+    from kernel-name prefixes (``volta_sgemm`` -> 7.0, ``sm90_xmma`` -> 9.0).
+    """
+    dev = None
+    for d in m.trace.devices:
+        if d.id == m.main_device:
+            dev = d
+            break
+    if dev is None and m.trace.devices:
+        dev = m.trace.devices[0]
+    if dev is not None:
+        if dev.vendor == "amd":
+            hit = _AMD_MI.search(dev.name)
+            if hit and int(hit.group(1)) >= 100:
+                return dev, (9, 0), f"{dev.name} (CDNA matrix cores)"
+        elif dev.compute_capability is not None:
+            cc = dev.compute_capability
+            return dev, cc, f"{dev.name or 'GPU'} (compute capability {cc[0]}.{cc[1]})"
+    for k in m.trace.kernels[:5000]:
+        low = k.name.lower()
+        for prefix, cc in _ARCH_PREFIX.items():
+            if low.startswith(prefix) or f" {prefix}" in low:
+                return dev, cc, f"compute capability {cc[0]}.{cc[1]}, inferred from kernel {k.name[:40]!r}"
+        hit = _SM_PREFIX.search(low)
+        if hit:
+            num = int(hit.group(1))
+            cc = (num // 10, num % 10)
+            return dev, cc, f"compute capability {cc[0]}.{cc[1]}, inferred from kernel {k.name[:40]!r}"
+    return dev, None, "unknown GPU"
+
+
+@register
+class NoTensorCores(Rule):
+    """Matrix multiplies and convolutions run in FP32 on a GPU with tensor cores.
+
+    Tensor cores (NVIDIA compute capability 7.0 and later, AMD Instinct MI100
+    and later) run FP16/BF16 (and on Ampere+ TF32) GEMMs and convolutions
+    several times faster than the FP32 path. Detected from kernel names: the
+    share of kernel time in GEMM/convolution kernels whose names show the FP32
+    path (``volta_sgemm``, ``scudnn``, ``implicit_convolve_sgemm``,
+    ``cutlass_*_simt_*``) or no tensor-core marker (``s1688``, ``h884``,
+    ``16816``, ``tensorop``, ``hmma``, ``xmma`` with f16/bf16/tf32, ``nvjet``,
+    flash attention, AMD ``Cijk_*_MI16x16`` / MFMA / composable-kernel), with
+    the launching operator's input dtypes deciding ambiguous names. The
+    estimated saving is a conservative fraction of that FP32 time.
+    """
+
+    code = "GP302"
+    name = "no-tensor-cores"
+    title = "FP32 GEMM/convolution time on a tensor-core GPU"
+    severity = Severity.WARNING
+    options = (
+        Option("min_fp32_share", 0.15, "report when FP32 GEMM/conv kernels take at least this share of kernel time"),
+        Option("min_compute_capability", 7.0, "NVIDIA GPUs from this compute capability have tensor cores"),
+        Option("saving_fraction", 0.5, "share of the FP32 GEMM/conv time that mixed precision is assumed to save"),
+    )
+    bad_example = """
+        model = torchvision.models.resnet50().cuda()        # FP32 weights and activations
+        for x, y in loader:
+            loss = F.cross_entropy(model(x.cuda()), y.cuda())   # volta_sgemm / scudnn kernels
+            loss.backward(); opt.step(); opt.zero_grad()
+    """
+    good_example = """
+        model = torchvision.models.resnet50().cuda()
+        torch.backends.cuda.matmul.allow_tf32 = True        # Ampere+: TF32 for the remaining FP32 matmuls
+        torch.backends.cudnn.allow_tf32 = True
+        for x, y in loader:
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x.cuda()), y.cuda())
+            loss.backward(); opt.step(); opt.zero_grad()
+    """
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        m = ctx.metrics
+        st = precision_stats(m)
+        if st is None or st.kernel_us <= 0 or st.eligible_us <= 0:
+            return
+        dev, cc, where = device_capability(m)
+        if cc is None or cc[0] + cc[1] / 10 < ctx.opt("min_compute_capability"):
+            return
+        fp32_share = st.fp32_us / st.kernel_us
+        if fp32_share < ctx.opt("min_fp32_share"):
+            return
+        n = m.num_steps
+        tc_share = st.tensor_core_us / st.kernel_us
+        eligible_share = st.eligible_us / st.kernel_us
+        saving = st.fp32_us / n * ctx.opt("saving_fraction")
+        top = sorted(st.fp32_by_name.items(), key=lambda kv: -kv[1])[:3]
+        ops = ""
+        if st.ops_float or st.ops_half:
+            ops = f"; {st.ops_float} of {st.ops_float + st.ops_half} matmul/conv ops take FP32 inputs"
+        ampere = cc[0] >= 8
+        advice = (
+            'Run the forward pass under torch.autocast(device_type="cuda", dtype=torch.bfloat16) '
+            "(with float16 instead, add torch.amp.GradScaler('cuda') around backward/step)"
+        )
+        if ampere:
+            advice += (
+                "; at the very least enable TF32 for the FP32 matmuls and convolutions: "
+                'torch.set_float32_matmul_precision("high") and torch.backends.cudnn.allow_tf32 = True'
+            )
+        else:
+            advice += " (compute capability < 8.0 has no BF16/TF32 tensor cores: use dtype=torch.float16 with GradScaler)"
+        advice += ". Keep channel counts and matrix dimensions multiples of 8 so the tensor-core kernels apply."
+        yield self.finding(
+            ctx,
+            f"FP32 matmul/conv without tensor cores on {where}: {fp32_share:.0%} of kernel time "
+            f"({fmt_us(st.fp32_us / n)} per step) in FP32 GEMM/conv kernels, {tc_share:.0%} on tensor cores"
+            f"{ops}; mixed precision could save about {fmt_us(saving)} per step",
+            advice,
+            evidence=[
+                Evidence(
+                    "fp32_gemm_conv_share",
+                    round(fp32_share, 4),
+                    ctx.opt("min_fp32_share"),
+                    "fraction",
+                    events=event_refs(st.fp32_kernels),
+                    extra={
+                        "compute_capability": f"{cc[0]}.{cc[1]}",
+                        "device": dev.name if dev is not None else None,
+                        "tensor_core_share": round(tc_share, 4),
+                        "eligible_share": round(eligible_share, 4),
+                        "fp32_us_per_step": round(st.fp32_us / n, 1),
+                        "ops_fp32_inputs": st.ops_float,
+                        "ops_half_inputs": st.ops_half,
+                        "top_fp32_kernels": {k[:120]: round(v / n, 1) for k, v in top},
+                    },
+                ),
+                Evidence("compute_capability", f"{cc[0]}.{cc[1]}", ctx.opt("min_compute_capability"), "", extra={"source": where}),
+            ],
+            cost_us_per_step=saving,
+        )

@@ -209,3 +209,25 @@ def test_load_from_file_matches_in_memory(oom_snapshot: Path) -> None:
     d = load_snapshot(oom_snapshot)
     assert d.source_type == "snapshot" and len(d.devices) == 1
     assert len(d.devices[0].ooms) == 1 and d.devices[0].ooms[0].size == 100 * MiB
+
+
+def test_fragmentation_without_oom_is_info_only() -> None:
+    b = SnapshotBuilder(device_memory=16 * GiB)
+    act = b.stack(("/home/u/proj/model.py", 30, "forward"))
+    xs = [b.alloc(6 * MiB, act) for _ in range(300)]  # 100 segments of 20 MiB
+    for x in xs[::3] + xs[1::3]:
+        b.free(x)
+    _, findings, analyses = analyze_memory(parse_snapshot(b.snapshot(), "s"))
+    frag = [f for f in findings if f.code == "GP511"]
+    assert len(frag) == 1 and frag[0].severity is Severity.INFO
+    assert frag[0].evidence[0].extra["unallocated"] == 2000 * MiB - 100 * 6 * MiB
+    assert frag[0].evidence[0].extra["largest_free_block"] == 12 * MiB
+
+
+def test_no_torch_import() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, gpuprof.memory, gpuprof.memory.html, gpuprof.cli.memory; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -8,6 +8,7 @@ name cannot be mistaken for a style tag.
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import sys
 from typing import Any, Sequence
@@ -36,12 +37,13 @@ SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", S
 def render_terminal(report: Report, color: bool | None = None, width: int | None = None) -> str:
     """The report as text for a terminal.
 
-    ``color`` None means: colour only when stdout is a terminal. ``width``
-    defaults to the terminal's width (when colouring a terminal) or 120.
+    ``color`` None means: colour only when stdout is a terminal and the
+    ``NO_COLOR`` environment variable is unset (https://no-color.org).
+    ``width`` defaults to the terminal's width on a terminal, else 120.
     """
     is_tty = _stdout_is_tty()
     if color is None:
-        color = is_tty
+        color = is_tty and not os.environ.get("NO_COLOR")
     if width is None:
         width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if is_tty else DEFAULT_WIDTH
         width = max(width, MIN_WIDTH)
@@ -50,7 +52,7 @@ def render_terminal(report: Report, color: bool | None = None, width: int | None
         file=buf,
         force_terminal=color,
         color_system="auto" if color else None,
-        no_color=not color,
+        no_color=not color,  # explicit: an explicit color=True wins over NO_COLOR
         width=width,
         highlight=False,
         emoji=False,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from rich.text import Text
 
 from gpuprof.findings import Finding, Severity
@@ -14,7 +13,7 @@ from gpuprof.render.sections import register_section
 from gpuprof.render.terminal import DEFAULT_WIDTH, render_terminal
 from gpuprof.report import KernelStat, Report, TraceSummary
 
-from .conftest import DemoSection, make_report, make_trace_summary
+from .conftest import DemoSection, make_trace_summary
 
 WIDE = 400  # wide enough that no cell or message wraps, so lines can be searched
 
@@ -41,6 +40,9 @@ def test_color_none_follows_stdout(report, monkeypatch):
     monkeypatch.setattr(T, "_stdout_is_tty", lambda: True)
     monkeypatch.delenv("NO_COLOR", raising=False)
     assert "\x1b[" in render_terminal(report, color=None, width=120)
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\x1b[" not in render_terminal(report, color=None, width=120)
+    assert "\x1b[" in render_terminal(report, color=True, width=120)  # asked for explicitly
 
 
 def test_default_width_is_respected(report):

@@ -146,24 +146,25 @@ def profile_step(fn: F, /) -> F: ...
 
 
 @overload
-def profile_step(
-    fn: None = None,
-    /,
-    logdir: str | os.PathLike[str] = DEFAULT_LOGDIR,
-    **kwargs: Any,
-) -> Callable[[F], F]: ...
+def profile_step(logdir: str | os.PathLike[str] = DEFAULT_LOGDIR, /, **kwargs: Any) -> Callable[[F], F]: ...
 
 
-def profile_step(fn: Callable[..., Any] | None = None, /, logdir: str | os.PathLike[str] = DEFAULT_LOGDIR,
-                 **kwargs: Any) -> Any:
+def profile_step(fn_or_logdir: Any = None, /, **kwargs: Any) -> Any:
     """Decorate a train-step function: each call is one profiled step, no ``step()`` to remember.
 
-    ``@gpuprof.profile_step`` or ``@gpuprof.profile_step(logdir, schedule=..., ...)`` with the
-    keyword arguments of :func:`profile`. The wrapper has ``.finish()`` (the capture also
-    finishes at interpreter exit) and ``.profiler`` while running.
+    ``@gpuprof.profile_step``, or ``@gpuprof.profile_step(logdir, schedule=..., ...)`` with the
+    arguments of :func:`profile`. The wrapper has ``.finish()`` (the capture also finishes at
+    interpreter exit; it returns the report) and ``.profiler`` while it runs.
     """
-    # validate now, not at the first call
-    profile(logdir, **kwargs)
+    if callable(fn_or_logdir):
+        fn: Callable[..., Any] | None = fn_or_logdir
+        logdir = kwargs.pop("logdir", DEFAULT_LOGDIR)
+    else:
+        fn = None
+        if fn_or_logdir is not None and "logdir" in kwargs:
+            raise TypeError("profile_step() got logdir twice")
+        logdir = fn_or_logdir if fn_or_logdir is not None else kwargs.pop("logdir", DEFAULT_LOGDIR)
+    profile(logdir, **kwargs)  # validate the arguments now, not at the first call
 
     def wrap(f: Callable[..., Any]) -> Any:
         return StepProfiler(f, lambda: profile(logdir, **kwargs))

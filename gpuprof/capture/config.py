@@ -83,8 +83,10 @@ class CheckOptions:
     sync_min_per_step: float = 1.0
     # GP640: steps at the start of the run ignored by the leak detector (warm-up allocations)
     leak_skip_steps: int = 3
-    # GP640: fewest samples the leak detector needs
+    # GP640: fewest per-step samples the leak detector needs (CUDA: every step)
     leak_min_steps: int = 8
+    # GP640: fewest recorded steps when the series comes from the trace (no CUDA)
+    leak_trace_min_steps: int = 3
     # GP640: fraction of step-to-step changes that must be increases
     leak_min_rising_share: float = 0.7
     # GP640: minimum growth per step (bytes) to call it a leak

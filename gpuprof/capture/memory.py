@@ -11,7 +11,14 @@ from ``/proc/self/statm``: coarser, but it still grows when tensors leak.
 least-squares slope of memory against step number, in bytes per step. It is
 reported when the slope is at least ``leak_min_bytes_per_step``, the total
 rise at least ``leak_min_total_bytes``, and at least ``leak_min_rising_share``
-of the step-to-step changes are increases (a sawtooth of caching is not a leak).
+of the step-to-step differences are increases (a sawtooth of caching, or one
+jump, is not a leak). On CUDA the series is the allocated bytes at every
+step (``leak_min_steps`` samples at least). RSS is too coarse for this (the
+allocator and shared-memory batches move it), so without CUDA the series is
+the CPU allocator's "Total Allocated" at the end of each *recorded* step,
+from the trace's ``[memory]`` events (``profile_memory=True``; at least
+``leak_trace_min_steps`` steps, total rise at least
+``leak_min_bytes_per_step`` per step).
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
 
-__all__ = ["MemorySampler", "growth_finding", "HistoryRecorder", "OOMObserver", "oom_finding"]
+__all__ = ["MemorySampler", "growth_finding", "trace_allocated_series", "HistoryRecorder", "OOMObserver",
+           "oom_finding"]
 
 MiB = 1024 * 1024
 
@@ -95,10 +103,20 @@ def _noop() -> None:
 
 def growth_finding(series: list[int], kind: str, options: CheckOptions,
                    location: SourceLocation | None = None) -> Finding | None:
-    """GP640 when ``series`` (one sample per step) rises steadily (see the module docstring)."""
-    samples = series[options.leak_skip_steps:]
+    """GP640 when ``series`` (one sample per step) rises steadily (see the module docstring).
+
+    ``kind``: ``cuda`` (every step's allocated bytes) or ``cpu_trace`` (recorded steps, from the trace).
+    """
+    if kind == "cpu_trace":
+        samples = list(series)
+        min_steps = options.leak_trace_min_steps
+        min_total = options.leak_min_bytes_per_step * max(len(samples) - 1, 1)
+    else:
+        samples = series[options.leak_skip_steps:]
+        min_steps = options.leak_min_steps
+        min_total = options.leak_min_total_bytes
     n = len(samples)
-    if n < options.leak_min_steps:
+    if n < max(min_steps, 2):
         return None
     xs = range(n)
     mx = (n - 1) / 2
@@ -106,14 +124,13 @@ def growth_finding(series: list[int], kind: str, options: CheckOptions,
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, samples)) / sxx
     diffs = [b - a for a, b in zip(samples, samples[1:])]
-    changes = [d for d in diffs if d != 0]
-    rising = sum(1 for d in changes if d > 0) / len(changes) if changes else 0.0
+    rising = sum(1 for d in diffs if d > 0) / len(diffs)
     total = samples[-1] - samples[0]
-    if slope < options.leak_min_bytes_per_step or total < options.leak_min_total_bytes:
+    if slope < options.leak_min_bytes_per_step or total < min_total:
         return None
     if rising < options.leak_min_rising_share:
         return None
-    what = "allocated CUDA memory" if kind == "cuda" else "the process's resident memory (RSS)"
+    what = "allocated CUDA memory" if kind == "cuda" else "allocated CPU memory (recorded steps)"
     c = runtime_check("GP640")
     return Finding(
         code=c.code, name=c.name, severity=c.severity,
@@ -128,6 +145,31 @@ def growth_finding(series: list[int], kind: str, options: CheckOptions,
         location=location,
         origin="runtime",
     )
+
+
+def trace_allocated_series(path: str | os.PathLike[str], device_type: int = 0) -> list[tuple[int, int]]:
+    """(ProfilerStep id, allocator "Total Allocated" at the step's end) for one device type
+    (0 = CPU), from a trace recorded with ``profile_memory=True``. No torch needed."""
+    from gpuprof.trace.load import load_trace
+    from gpuprof.trace.metrics import compute_metrics
+
+    trace = load_trace(path)
+    m = compute_metrics(trace)
+    if not m.has_step_markers:
+        return []
+    events = [e for e in trace.memory if e.stream == device_type and isinstance(e.extra, tuple)]
+    out: list[tuple[int, int]] = []
+    j = 0
+    last: int | None = None
+    for st in m.steps:
+        while j < len(events) and events[j].ts <= st.end:
+            total = events[j].extra[0]
+            if total is not None:
+                last = int(total)
+            j += 1
+        if last is not None:
+            out.append((st.id, last))
+    return out
 
 
 class HistoryRecorder:

@@ -40,10 +40,8 @@ __all__ = ["Profiler", "TraceFile"]
 class TraceFile:
     """One trace written by the session, with the global steps it recorded."""
 
-    def __init__(self, path: Path, first_step: int, last_step: int, snapshot: Path | None,
-                 step_offset: int = 0) -> None:
-        self.path = path
-        self.step_offset = step_offset  # ProfilerStep#N in the file is global step N + step_offset
+    def __init__(self, path: Path, first_step: int, last_step: int, snapshot: Path | None) -> None:
+        self.path = path  # its ProfilerStep#N are the loop's step numbers
         self.first_step = first_step
         self.last_step = last_step
         self.snapshot = snapshot
@@ -87,7 +85,6 @@ class Profiler:
         self._t_last = 0.0
         self._flushed = 0
         self._tp: Any = None  # the live torch.profiler.profile
-        self._tp_offset = 0
         self._tp_first_record: int | None = None
         self._action: Any = None
         self._span: int | None = None
@@ -231,7 +228,7 @@ class Profiler:
             self.memory = None
         if not self.cuda:
             self.guard.note("no CUDA: memory history snapshots, the out-of-memory observer and the host-sync "
-                            "locator are off (per-step memory is the process RSS)")
+                            "locator are off; memory growth is checked on the recorded steps only")
         else:
             if cfg.memory_history and self.paths is not None:
                 self.history = HistoryRecorder(cfg.memory_history_max_entries)
@@ -295,16 +292,12 @@ class Profiler:
         import torch.profiler as tprof
 
         sched = self._schedule
-        offset = at_step
         cfg = self.config
 
-        def shifted(step: int) -> Any:  # the torch profiler counts from 0 at its creation
-            return sched(step + offset)
-
         def make(activities: list[Any]) -> Any:
-            return tprof.profile(
+            tp = tprof.profile(
                 activities=activities,
-                schedule=shifted,
+                schedule=sched,
                 on_trace_ready=self._on_trace_ready,
                 record_shapes=cfg.record_shapes,
                 profile_memory=cfg.profile_memory,
@@ -312,6 +305,14 @@ class Profiler:
                 with_flops=cfg.with_flops,
                 with_modules=cfg.with_modules,
             )
+            # The profiler is created late (at the first warm-up step), but its step
+            # numbers (ProfilerStep#N in the trace) and schedule must be the loop's.
+            action = sched(at_step)
+            tp.step_num = at_step
+            tp.current_action = action
+            if hasattr(tp, "_prev_schedule_action"):
+                tp._prev_schedule_action = action
+            return tp
 
         tp = make(self._activities)
         try:
@@ -326,7 +327,6 @@ class Profiler:
             tp = make(self._activities)
             tp.start()
         self._tp = tp
-        self._tp_offset = offset
 
     def _enter_recording(self) -> None:
         self._tp_first_record = self.step_num
@@ -365,7 +365,7 @@ class Profiler:
                     pass
                 raise
             self.traces.append(TraceFile(path, first, self.step_num - 1 if self.step_num > first else first,
-                                         snap if snap.exists() else None, self._tp_offset))
+                                         snap if snap.exists() else None))
 
         self.guard.run("trace export", "this trace is lost", export)
 
@@ -471,8 +471,8 @@ class Profiler:
             a = anomaly_finding(self._anomaly_steps, self._anomaly_checked)
             if a:
                 out.append(a)
-            if self.memory is not None:
-                g = growth_finding(self.memory.series(), self.memory.kind, cfg.options, self.location)
+            if self.memory is not None and self.memory.cuda:
+                g = growth_finding(self.memory.allocated, "cuda", cfg.options, self.location)
                 if g:
                     out.append(g)
         return filter_findings(out, cfg.select, cfg.ignore)

@@ -94,6 +94,8 @@ def finish(prof: "Profiler") -> Report:
     runtime = g.run("runtime checks", "no runtime findings", prof.runtime_findings) or []
     if cfg.checks:
         runtime += g.run("settings checks", "no settings findings", _settings_findings, prof, trace_paths) or []
+        if not prof.cuda and cfg.profile_memory:
+            runtime += g.run("memory growth check", "no memory-growth finding", _cpu_growth, prof) or []
     if cfg.analyze and trace_paths:
         analysed = g.run("trace analysis", "the report holds the runtime checks only", _analyze, trace_paths, cfg)
         if analysed is not None:
@@ -150,6 +152,21 @@ def _settings_findings(prof: "Profiler", trace_paths: list[str]) -> list[Finding
     has_conv = facts["has_conv"] or _roots_have_conv(prof)
     out = [cudnn_benchmark_finding(s, has_conv, _shapes_stable(prof)), tf32_finding(s, facts["fp32_matmuls"])]
     return filter_findings([f for f in out if f is not None], prof.config.select, prof.config.ignore)
+
+
+def _cpu_growth(prof: "Profiler") -> list[Finding]:
+    from gpuprof.capture.memory import growth_finding, trace_allocated_series
+
+    out = []
+    for tf in prof.traces:
+        if not tf.path.exists():
+            continue
+        series = [v for _, v in trace_allocated_series(tf.path)]
+        f = growth_finding(series, "cpu_trace", prof.config.options, prof.location)
+        if f is not None:
+            out.append(f)
+            break
+    return filter_findings(out, prof.config.select, prof.config.ignore)
 
 
 def _roots_have_conv(prof: "Profiler") -> bool:
@@ -227,7 +244,7 @@ def _gpu_utilization_per_step(prof: "Profiler") -> dict[int, float]:
         busy = m.busy_per_step.get(dev, [])
         for st, b in zip(m.steps, busy):
             if st.dur > 0:
-                out[st.id + tf.step_offset] = min(b / st.dur, 1.0)
+                out[st.id] = min(b / st.dur, 1.0)
     return out
 
 

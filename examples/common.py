@@ -1,0 +1,51 @@
+"""Shared bits of the gpuprof examples: command line, device choice, a small model.
+
+Every example runs the pathology by default and the clean version with
+``--baseline``; ``--logdir`` and ``--steps`` keep CI runs small.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch import nn
+
+import gpuprof
+from gpuprof.capture import Schedule
+
+
+def parse_args(description: str, steps: int = 30, extra: list[tuple[str, dict]] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--baseline", action="store_true", help="run the clean version (no pathology)")
+    p.add_argument("--logdir", default="gpuprof_logs", help="where gpuprof writes (default: gpuprof_logs)")
+    p.add_argument("--run", default=None, help="run name under logdir (default: a timestamp)")
+    p.add_argument("--steps", type=int, default=steps, help=f"training steps (default: {steps})")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    for name, kw in extra or []:
+        p.add_argument(name, **kw)
+    return p.parse_args()
+
+
+def pick_device(arg: str | None) -> torch.device:
+    if arg:
+        return torch.device(arg)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def mlp(width: int = 256, depth: int = 3, classes: int = 10) -> nn.Module:
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    layers.append(nn.Linear(width, classes))
+    return nn.Sequential(*layers)
+
+
+def schedule(steps: int) -> Schedule:
+    """Record a few steps after start-up, within a run of ``steps`` steps."""
+    if steps >= 16:
+        return Schedule()  # gpuprof's default: steps 7-11 recorded
+    return Schedule(wait=1, warmup=1, active=max(min(steps - 3, 5), 1))
+
+
+__all__ = ["parse_args", "pick_device", "mlp", "schedule", "gpuprof"]

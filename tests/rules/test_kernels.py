@@ -1,0 +1,93 @@
+"""GP301 (launch-bound: many tiny kernels, the GPU waiting on launches)."""
+
+from __future__ import annotations
+
+from gpuprof.analysis import analyze
+from gpuprof.testing.realtraces import shared_path
+from gpuprof.testing.tracegen import KERNELS, TraceBuilder, simple_training
+
+TRACELENS = ("hta", "TraceLens", "tests", "traces")
+
+
+def _gp301(path, **options):
+    found = [f for f in analyze(path, select=["GP301"], options={"GP301": options}).findings]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def _tiny_kernel_loop(tmp_path, queued: bool = False):
+    """Five steps of 200 element-wise kernels of 3 µs plus a non-fused optimizer.
+
+    ``queued`` puts a 5 ms GEMM in front of each step's small kernels, so the
+    host launches them while the GPU is busy and they then run back to back.
+    """
+    tb = TraceBuilder(launch_us=6.0, gap_us=4.0)
+    for _ in range(5):
+        with tb.step():
+            if queued:
+                tb.gemm("bf16", us=5000)
+            for _ in range(200):
+                with tb.op("aten::add", input_types=["float", "float", "Scalar"]):
+                    tb.kernel(KERNELS["elementwise"], us=3.0)
+            tb.optimizer(ms=0.1, kernels=40, kernel_us=2.0)
+    return tb.write(tmp_path / ("queued.json" if queued else "tiny.json"))
+
+
+def test_gp301_bad(tmp_path):
+    f = _gp301(_tiny_kernel_loop(tmp_path))
+    assert f is not None
+    tiny, launch = f.evidence
+    assert tiny.value > 0.95  # every kernel is 2-3 µs
+    assert tiny.extra["kernels_per_step"] == 240  # 200 adds + 40 optimizer kernels
+    assert tiny.extra["median_kernel_us"] < 10
+    assert tiny.extra["optimizer_tiny_kernels"] == 5 * 40
+    assert tiny.extra["top_ops"]["aten::add"] == 5 * 200
+    assert tiny.events  # points at tiny kernels
+    # the GPU is idle while the host is in cudaLaunchKernel: 6 µs of each 10 µs launch cycle, minus the kernel
+    assert 0.2 < launch.value < 0.7
+    assert f.cost_us_per_step > 500
+    assert "240 kernels per step" in f.message
+    assert "fused=True" in f.advice and "reduce-overhead" in f.advice
+    assert "aten::add" in f.advice
+
+
+def test_gp301_good(tmp_path):
+    path = simple_training(TraceBuilder(), steps=5).write(tmp_path / "good.json")
+    assert _gp301(path) is None
+
+
+def test_gp301_good_when_tiny_kernels_are_queued_behind_work(tmp_path):
+    # Same 240 tiny kernels per step, but launched while a long GEMM runs: the GPU never waits on them.
+    path = _tiny_kernel_loop(tmp_path, queued=True)
+    assert _gp301(path) is None
+    # ... while the tiny-kernel share alone would have matched: the launch overhead is what decides
+    assert _gp301(path, min_launch_share=0.0, max_utilization=1.01) is not None
+
+
+def test_gp301_option_overrides_threshold(tmp_path):
+    path = _tiny_kernel_loop(tmp_path)
+    assert _gp301(path, tiny_us=1.0) is None  # no kernel is shorter than 1 µs
+
+
+def test_gp301_real_bert_small_is_launch_bound():
+    f = _gp301(shared_path(*TRACELENS, "h100", "gaunernst_bert-small-uncased__1016001.json.gz"))
+    assert f is not None
+    tiny, launch = f.evidence
+    assert tiny.value >= 0.95  # SOURCES.md: 97% of the 60 kernels < 10 us
+    assert tiny.extra["kernels"] == 60
+    assert launch.extra["gpu_utilization"] < 0.1  # GPU ~7% busy
+
+
+def test_gp301_real_b200_eager_is_launch_bound():
+    f = _gp301(shared_path(*TRACELENS, "b200", "eager_trace.json.gz"))
+    assert f is not None
+    assert f.evidence[0].value > 0.7  # 76% of all kernels (84% of compute kernels) < 10 us
+    assert f.evidence[1].extra["gpu_utilization"] < 0.2
+
+
+def test_gp301_real_healthy_trace_is_not_launch_bound():
+    path = shared_path(
+        "hta", "HolisticTraceAnalysis", "tests", "data", "ns_resolution_trace",
+        "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    )
+    assert _gp301(path) is None  # GPU ~97% busy

@@ -30,6 +30,8 @@ __all__ = [
     "CODES",
 ]
 
+UNATTRIBUTED = "<unattributed: the trace records no allocation addresses>"
+
 # code -> (name, what it means); the long form is in docs/memory.md.
 CODES: dict[str, tuple[str, str]] = {
     "GP510": ("near-capacity", "peak reserved memory is close to the device's capacity"),
@@ -200,11 +202,16 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> D
     peak_moment = totals.peak_allocated_at if len(dm) else -1
     moments = tuple(sorted({peak_moment, -1, *oom_idx}))
     rep = replay_holders(dm, moments)
+    if not dm.has_addresses:
+        # Without addresses the replay cannot tell which block a free releases: attribute nothing.
+        rep.holders = {m: Holders() for m in moments}
+        rep.orphan_frees = 0
     peak_h = rep.holders[peak_moment]
     # What the replay cannot attribute (traces: blocks from before the first event) is shown as such.
     gap = totals.peak_allocated - peak_h.total
     if gap > 0:
-        peak_h.by_site.setdefault(SiteTable.PRE_TRACE, [0, 0])[0] += gap
+        sid = SiteTable.PRE_TRACE if dm.has_addresses else sites.add_label(UNATTRIBUTED)
+        peak_h.by_site.setdefault(sid, [0, 0])[0] += gap
     frag = _fragmentation(dm, totals)
     ooms = []
     for o in dm.ooms[:3]:

@@ -103,7 +103,11 @@ def diff_memory(a: MemoryData, b: MemoryData | None, opts: DiffOptions | None = 
             tot = replay_totals(dm, mark=moments)
             first_n, first_i = ends[0]
             last_n, last_i = ends[-1]
-            rows = _compare(rep.holders[first_i], a.sites, rep.holders[last_i], a.sites, opts.top)
+            if dm.has_addresses:
+                rows = _compare(rep.holders[first_i], a.sites, rep.holders[last_i], a.sites, opts.top)
+            else:
+                rows = []  # frees cannot be matched with allocations: only the step totals mean something
+                notes.append(f"{dm.device}: the trace has no allocation addresses; only step totals are compared")
             per_step = [{"step": n, "allocated": tot.allocated_at.get(i)} for n, i in ends]
             devices.append({"device": dm.device, "before": f"end of step {first_n}", "after": f"end of step {last_n}",
                             "sites": rows, "step_allocated": per_step})

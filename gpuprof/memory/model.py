@@ -121,6 +121,7 @@ class DeviceMemory:
     ooms: list[OomEvent] = field(default_factory=list)
     total_memory: int | None = None
     has_segment_events: bool = True  # False for traces: reserved comes only from the recorded totals
+    has_addresses: bool = True  # False for traces whose [memory] events carry no Addr (frees cannot be matched)
 
     def __len__(self) -> int:
         return len(self.action)

@@ -53,24 +53,31 @@ def _summary_rows(dev: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _esc(text: Any) -> str:
+    # Site labels, paths and notes may hold "[...]" (e.g. "[memory]"), which rich would read as markup.
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
 def memory_terminal(console: Any, section: Any) -> None:
     from rich.table import Table
 
     d = _d(section)
-    console.print(f"[bold]Memory[/bold] ({d['source_type']}: {d['source']})")
+    console.print(f"[bold]Memory[/bold] ({d['source_type']}: {_esc(d['source'])})")
     for dev in d["devices"]:
         t = Table(title=f"{dev['device']}", show_header=False, title_justify="left")
         t.add_column("metric")
         t.add_column("value")
         for k, v in _summary_rows(dev):
-            t.add_row(k, v)
+            t.add_row(k, _esc(v))
         console.print(t)
         if dev["top_sites"]:
             h = Table(title="Top holders at the peak, by allocation site", title_justify="left")
             for c in ("site", "bytes", "blocks", "share"):
                 h.add_column(c, justify="right" if c != "site" else "left")
             for s in dev["top_sites"]:
-                h.add_row(s["site"], fmt_bytes(s["bytes"]), str(s["blocks"]),
+                h.add_row(_esc(s["site"]), fmt_bytes(s["bytes"]), str(s["blocks"]),
                           f"{s['share']:.0%}" if s["share"] is not None else "-")
             console.print(h)
         if dev["size_classes"]:
@@ -83,9 +90,9 @@ def memory_terminal(console: Any, section: Any) -> None:
         for o in dev["ooms"]:
             console.print(f"[bold red]OOM[/bold red]: {fmt_bytes(o['requested'])} requested, "
                           f"{fmt_bytes(o['device_free'])} free, {fmt_bytes(o['allocated'])} allocated, "
-                          f"{fmt_bytes(o['reserved'])} reserved at {o['site']['site']}")
+                          f"{fmt_bytes(o['reserved'])} reserved at {_esc(o['site']['site'])}")
     for n in d["notes"]:
-        console.print(f"[dim]note: {n}[/dim]")
+        console.print(f"[dim]note: {_esc(n)}[/dim]")
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
@@ -129,17 +136,17 @@ def diff_terminal(console: Any, section: Any) -> None:
     from rich.table import Table
 
     d = _d(section)
-    console.print(f"[bold]Memory diff[/bold]: {d['before']} -> {d['after']}")
+    console.print(f"[bold]Memory diff[/bold]: {_esc(d['before'])} -> {_esc(d['after'])}")
     for dev in d["devices"]:
         t = Table(title=f"{dev['device']}: sites ranked by growth ({dev['before']} -> {dev['after']})",
                   title_justify="left")
         for c in _DIFF_HEAD:
             t.add_column(c, justify="left" if c == "site" else "right")
         for r in _diff_rows(dev):
-            t.add_row(*r)
+            t.add_row(*(_esc(c) for c in r))
         console.print(t)
     for n in d["notes"]:
-        console.print(f"[dim]note: {n}[/dim]")
+        console.print(f"[dim]note: {_esc(n)}[/dim]")
 
 
 def diff_markdown(section: Any) -> str:

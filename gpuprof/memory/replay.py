@@ -330,6 +330,8 @@ def site_series(dm: DeviceMemory, site_slot: dict[int, int], slots: int, buckets
     """
     n = len(dm)
     act, addr, size, site, t = dm.action, dm.addr, dm.size, dm.site, dm.time
+    if not dm.has_addresses:
+        act = [-1] * n  # frees cannot be matched: attribute nothing, the caller shows the total as unattributed
     cur = [0] * (slots + 1)
     other = slots
     live: dict[int, tuple[int, int]] = {}

@@ -198,6 +198,12 @@ def memory_from_trace(trace: Trace, internal_patterns: Any = DEFAULT_INTERNAL_PA
     if not has_totals:
         notes.append("the trace has no Total Allocated/Reserved (PyTorch 1.8-era): allocated memory is the running "
                       "sum of Bytes from the first event, reserved memory is unknown")
+    for dm in devices.values():
+        if all(a < 0 for a in dm.addr):
+            dm.has_addresses = False
+    if any(not dm.has_addresses for dm in devices.values()):
+        notes.append("the [memory] events carry no Addr, so frees cannot be matched with allocations: "
+                      "who held the memory at the peak is unknown (totals are still exact)")
     totals = {d.id: d.total_memory for d in trace.devices}
     for dm in devices.values():
         if dm.device.startswith("cuda"):

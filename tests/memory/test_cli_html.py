@@ -146,3 +146,22 @@ def test_html_renders_in_headless_chromium_offline(oom_snapshot: Path, tmp_path:
             assert shot.stat().st_size > 5 * blank.stat().st_size  # a blank page compresses to almost nothing
         finally:
             browser.close()
+
+
+def test_terminal_escapes_markup_in_notes_and_sites() -> None:
+    from rich.console import Console
+
+    from gpuprof.memory.analysis import MemorySection
+
+    dev = {"device": "cpu", "total_memory": None, "history_events": 0, "time_unit": "us", "time_start": None,
+           "num_allocations": 0, "live_blocks": 0,
+           "allocated": {"initial": 0, "final": 0, "peak": 0, "peak_at": None},
+           "reserved": {"initial": None, "final": None, "peak": None, "peak_at": None},
+           "timeline": [], "top_sites": [{"site": "[bold]x[/bold]", "bytes": 1, "blocks": 1, "share": 1.0}],
+           "size_classes": [], "fragmentation": {}, "ooms": [],
+           "pending_free": {"deferred_frees": 0, "deferred_bytes": 0, "max_bytes_waiting": 0, "max_wait": 0}}
+    sec = MemorySection(source="t.json", source_type="trace", devices=[dev], notes=["the [memory] events"])
+    console = Console(record=True, width=120, color_system=None)
+    memory_terminal(console, sec)
+    text = console.export_text()
+    assert "the [memory] events" in text and "[bold]x[/bold]" in text

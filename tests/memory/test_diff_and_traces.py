@@ -71,9 +71,14 @@ def test_2021_trace_without_totals_rebuilds_them_and_diffs_steps() -> None:
     cuda = next(d for d in section.devices if d["device"] == "cuda:0")
     assert cuda["reserved"]["peak"] is None
     assert cuda["allocated"]["peak"] > 0
+    # 2021 [memory] events have no Addr: nothing is attributed to a site, nothing is over-counted
+    assert any("no Addr" in n for n in data.notes)
+    assert [s["site"] for s in cuda["top_sites"]] == ["<unattributed: the trace records no allocation addresses>"]
+    assert cuda["top_sites"][0]["bytes"] == cuda["allocated"]["peak"]
     report = diff_report(str(p), None)
     dev = next(d for d in report.sections[0].devices if d["device"] == "cuda:0")
     assert dev["before"].startswith("end of step") and len(dev["step_allocated"]) >= 2
+    assert dev["sites"] == []
 
 
 def test_sniff_decides_by_content_not_extension(tmp_path: Path, clean_snapshot: Path) -> None:

@@ -365,8 +365,10 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
             "GP515", Severity.INFO,
             f"{dev}: {fmt_bytes(pre['bytes'])} ({pre['bytes'] / t.peak_allocated:.0%}) of the peak was allocated "
             "before the recorded history began, so its allocation sites are unknown",
-            "Start recording earlier (torch.cuda.memory._record_memory_history() before building the model) or "
-            "raise max_entries.",
+            ("Start recording earlier (torch.cuda.memory._record_memory_history() before building the model) or "
+             "raise max_entries.") if dm.segments is not None else
+            ("In a profiler trace these are usually the weights, gradients and optimizer state allocated before "
+             "profiling began; a memory snapshot recorded from the start names their lines."),
             [Evidence("pre_history_share", round(pre["bytes"] / t.peak_allocated, 4), opts.history_share, "fraction",
                       extra={"bytes": pre["bytes"]})],
             source,

@@ -148,7 +148,7 @@ const cv = document.getElementById("c"), ctx = cv.getContext("2d"), tip = docume
 const M = {l: 70, r: 10, t: 10, b: 28};
 let dev = null, view = null, drag = null;
 function fmtB(n){ if(n===null||n===undefined) return "?"; const u=["B","KiB","MiB","GiB","TiB"]; let i=0, v=Math.abs(n);
-  while(v>=1024&&i<u.length-1){v/=1024;i++;} return (n<0?"-":"")+(i?v.toFixed(2):v)+" "+u[i]; }
+  while(v>=1024&&i<u.length-1){v/=1024;i++;} return (n<0?"-":"")+(i?v.toFixed(2):Math.round(v))+" "+u[i]; }
 function esc(s){ return String(s).replace(/[&<>]/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;"}[c])); }
 function ymax(){ let m = 1; for (let i = 0; i < dev.t.length; i++){ if (dev.t[i] < view[0] || dev.t[i] > view[1]) continue;
   m = Math.max(m, dev.allocated[i] || 0, dev.reserved[i] || 0); } return m * 1.05; }
@@ -161,20 +161,22 @@ function draw(){
   const idx = []; for (let i = 0; i < dev.t.length; i++) if (dev.t[i] >= view[0] && dev.t[i] <= view[1]) idx.push(i);
   if (idx.length === 1) idx.push(idx[0]);
   const ns = dev.slots.length, base = new Float64Array(idx.length);
-  const step = x => [x, x + Math.max(1, (cv.width - M.l - M.r) / Math.max(idx.length, 1))];
   for (let s = 0; s < ns; s++){
     ctx.fillStyle = dev.slots[s].color; ctx.beginPath();
     const top = [];
     idx.forEach((i, k) => { const v = base[k] + (dev.series[i][s] || 0); top.push(v); });
+    // Steps, not slopes: memory keeps its value until the next bucket.
+    const xe = k => k + 1 < idx.length ? X(dev.t[idx[k + 1]]) : X(dev.t[idx[k]]) + 1;
     ctx.moveTo(X(dev.t[idx[0]]), Y(base[0]));
-    idx.forEach((i, k) => ctx.lineTo(X(dev.t[i]), Y(top[k])));
-    for (let k = idx.length - 1; k >= 0; k--) ctx.lineTo(X(dev.t[idx[k]]), Y(base[k]));
+    idx.forEach((i, k) => { ctx.lineTo(X(dev.t[i]), Y(top[k])); ctx.lineTo(xe(k), Y(top[k])); });
+    for (let k = idx.length - 1; k >= 0; k--) { ctx.lineTo(xe(k), Y(base[k])); ctx.lineTo(X(dev.t[idx[k]]), Y(base[k])); }
     ctx.closePath(); ctx.fill();
     top.forEach((v, k) => base[k] = v);
   }
   const line = (arr, color, dash) => { ctx.strokeStyle = color; ctx.setLineDash(dash); ctx.lineWidth = 1.5; ctx.beginPath();
-    let on = false; idx.forEach(i => { const v = arr[i]; if (v === null || v === undefined) { on = false; return; }
-      if (!on) { ctx.moveTo(X(dev.t[i]), Y(v)); on = true; } else ctx.lineTo(X(dev.t[i]), Y(v)); }); ctx.stroke(); ctx.setLineDash([]); };
+    let on = false, py = 0; idx.forEach(i => { const v = arr[i]; if (v === null || v === undefined) { on = false; return; }
+      if (!on) { ctx.moveTo(X(dev.t[i]), Y(v)); on = true; } else { ctx.lineTo(X(dev.t[i]), py); ctx.lineTo(X(dev.t[i]), Y(v)); } py = Y(v); });
+    ctx.stroke(); ctx.setLineDash([]); };
   line(dev.allocated, "#000", []); line(dev.reserved, "#c00", [6, 3]);
   if (dev.total_memory && dev.total_memory < ym) { ctx.strokeStyle = "#999"; ctx.beginPath(); ctx.moveTo(M.l, Y(dev.total_memory)); ctx.lineTo(W - M.r, Y(dev.total_memory)); ctx.stroke(); }
   ctx.fillStyle = "#333"; ctx.font = "11px sans-serif"; ctx.textAlign = "right";
@@ -222,6 +224,9 @@ function show(k){
 const sel = document.getElementById("dev");
 DATA.devices.forEach((d, k) => { const o = document.createElement("option"); o.value = k; o.textContent = d.device; sel.appendChild(o); });
 sel.addEventListener("change", () => show(+sel.value));
-if (DATA.devices.length) show(0);
+// Start on the device with the highest peak (a GPU trace also has a small "cpu" device).
+let first = 0; DATA.devices.forEach((d, k) => { if ((d.peak_allocated || 0) > (DATA.devices[first].peak_allocated || 0)) first = k; });
+sel.value = String(first);
+if (DATA.devices.length) show(first);
 </script></body></html>
 """

@@ -114,6 +114,7 @@ def finish(prof: "Profiler") -> Report:
     if not prof.traces and prof.step_s and prof.paths is not None and g.ok("profiler"):
         report.notes.append(_no_trace_note(prof))
 
+    section.failures = dict(g.failed)
     if prof._writer is not None:
         g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard, prof, report)
     if prof.paths is not None:

@@ -39,6 +39,20 @@ def _extra_cause(m: TraceMetrics, i: int, baseline: dict[str, float]) -> tuple[s
     return key, b.get(key, 0.0) - baseline.get(key, 0.0)
 
 
+def _step_times(steps: list[Step]) -> list[float]:
+    """Step times as the training loop sees them: each step's window, except the last one's host time.
+
+    The last step's window also holds the GPU draining the work queued by
+    earlier steps when the host ran ahead, which makes it look slow in any
+    healthy GPU-bound loop; its host time is the comparable figure.
+    """
+    out = [s.dur for s in steps]
+    if out:
+        last = steps[-1]
+        out[-1] = min(last.dur, max(last.cpu_end - last.start, 0.0))
+    return out
+
+
 @register
 class StepOutliers(Rule):
     """Some profiled steps take much longer than the others.
@@ -49,7 +63,8 @@ class StepOutliers(Rule):
     the profiler schedule's ``warmup`` was too short and the averages are
     skewed) and **outliers** later on (single steps ``outlier_factor`` times
     slower: garbage collection, checkpoint saving, evaluation, logging or a
-    data-loading stall). For each slow step the finding names the part of the
+    data-loading stall). The last step is measured by its host time (see
+    ``_step_times``). For each slow step the finding names the part of the
     step-time breakdown that grew most compared with a median step.
     """
 
@@ -83,7 +98,7 @@ class StepOutliers(Rule):
         steps = m.steps
         if not m.has_step_markers or len(steps) < ctx.opt("min_steps"):
             return
-        times = [s.dur for s in steps]
+        times = _step_times(steps)
         # Warm-up: leading steps slower than the median of the steps after them.
         n_warm = 0
         while n_warm < len(steps) - 2:

@@ -52,7 +52,7 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class KernelStat:
-    """Total GPU time of one kernel name over the analysed steps."""
+    """Total GPU time of one kernel name over the whole trace."""
 
     name: str
     count: int

@@ -102,7 +102,7 @@ def find_traces(path: Union[str, os.PathLike[str]]) -> list[Path]:
             if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
         )
         # report.json files written by gpuprof itself are not traces
-        found = [f for f in found if not f.name.startswith("report.") and not f.name.endswith(".gpuprof.json")]
+        found = [f for f in found if not f.name.startswith("report.") and not f.name.endswith((".gpuprof.json", ".gpuprof.json.gz"))]
         if not found:
             raise InputError(p, "directory holds no trace files (*.json or *.json.gz)")
         return found
@@ -222,7 +222,7 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None) -> N
         if eof:
             _decode_last(src.path, head if first_chunk else None, pending, builder, list_format)
             break
-        cut = _decode_prefix(pending, builder)
+        cut = _decode_prefix(src.path, pending, builder, list_format)
         if cut is None:
             # no boundary accepted in this much text: read on and try with more
             more = src.read(BLOCK)
@@ -248,7 +248,7 @@ def _read_rest(src: _Source) -> bytes:
         parts.append(more)
 
 
-def _decode_prefix(pending: bytes, builder: "_Builder") -> int | None:
+def _decode_prefix(path: Path, pending: bytes, builder: "_Builder", list_format: bool) -> int | None:
     """Decode the longest prefix of ``pending`` that ends at an event boundary.
 
     Returns the offset where the next event starts, or None when no boundary
@@ -259,11 +259,22 @@ def _decode_prefix(pending: bytes, builder: "_Builder") -> int | None:
         if b is None:
             return None
         end, nxt = b
+        text = b"[" + pending[:end] + b"]"
         try:
-            events = _EVENTS_DECODER.decode(b"[" + pending[:end] + b"]")
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            events = _EVENTS_DECODER.decode(text)
+        except msgspec.DecodeError:
             hi = end - 1  # a cut inside a string or nested object: try an earlier one
             continue
+        except msgspec.ValidationError as err:
+            # A wrongly typed value is an error in the file itself, not in the
+            # cut: the text before a cut parses the same way as in the whole
+            # file, and a bad cut shows up as a syntax error (DecodeError) at
+            # its end. Reporting it now, rather than trying earlier cuts and
+            # reading on, keeps bad input from costing time and memory
+            # quadratic in the file size.
+            msg = str(err) if list_format else str(err).replace("`$[", "`$.traceEvents[")
+            problem = _explain_validation(path, text, msgspec.ValidationError(msg), list_format, builder.events_seen)
+            raise InputError(path, problem) from None
         builder.ingest(events)
         return nxt
     return None

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from gpuprof.findings import Evidence, Finding, Severity
+from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.render.format import fmt_us
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace import intervals as iv
@@ -34,6 +34,8 @@ class LaunchStats:
     * ``optimizer_tiny``: tiny kernels launched from inside
       ``Optimizer.step``/``zero_grad`` on the main thread.
     * ``top_ops``: the operators that launched the most tiny kernels.
+    * ``location``: the user's source line around the first tiny-kernel launch
+      of the top operator (when the trace has Python stacks).
     """
 
     kernels: list[Event]
@@ -42,6 +44,7 @@ class LaunchStats:
     launch_idle_us: float
     optimizer_tiny: int
     top_ops: list[tuple[str, int]]
+    location: SourceLocation | None = None
 
 
 def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
@@ -71,6 +74,7 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
     opt_starts = [s for s, _ in optimizer]
     optimizer_tiny = 0
     ops: Counter[str] = Counter()
+    first_launch: dict[str, tuple[Event, Event]] = {}
     for k in tiny:
         launch = m.launch_by_corr.get(k.corr)
         if launch is None:
@@ -80,13 +84,20 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
         op = m.op_by_ext.get(launch.ext)
         if op is not None:
             ops[op.name] += 1
+            first_launch.setdefault(op.name, (launch, op))
+    top_ops = ops.most_common(3)
+    location = None
+    if top_ops:
+        launch, op = first_launch[top_ops[0][0]]
+        location = m.stacks.location(launch.pid, launch.tid, launch.ts, op=op)
     return LaunchStats(
         kernels=kernels,
         tiny=tiny,
         median_us=statistics.median(k.dur for k in kernels),
         launch_idle_us=launch_idle,
         optimizer_tiny=optimizer_tiny,
-        top_ops=ops.most_common(3),
+        top_ops=top_ops,
+        location=location,
     )
 
 
@@ -158,7 +169,7 @@ class LaunchBound(Rule):
         advice = [
             "Give the GPU more work per launch: a larger batch size; "
             "torch.compile(model, mode=\"reduce-overhead\") to fuse element-wise kernels and replay them as CUDA graphs "
-            "(or capture the step with torch.cuda.graphs / torch.cuda.make_graphed_callables)",
+            "(or capture the step yourself with torch.cuda.graph / torch.cuda.make_graphed_callables)",
         ]
         if st.optimizer_tiny:
             advice.append(
@@ -204,5 +215,6 @@ class LaunchBound(Rule):
                 ),
             ],
             cost_us_per_step=launch_per_step,
+            location=st.location,
             severity=sev,
         )

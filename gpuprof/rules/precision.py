@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from gpuprof.findings import Evidence, Finding, Severity
+from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.render.format import fmt_us
 from gpuprof.report import DeviceInfo
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
@@ -23,6 +23,7 @@ __all__ = [
     "device_capability",
 ]
 
+_LOCATION_TRIES = 200  # FP32 kernels tried when looking for a user source line
 _NAME_CHARS = 300  # the markers sit in the first part of a (possibly mangled, templated) kernel name
 
 # Kernels doing GEMM or convolution work, the work tensor cores / matrix cores accelerate.
@@ -125,6 +126,7 @@ class PrecisionStats:
     fp32_by_name: dict[str, float] = field(default_factory=dict)
     ops_float: int = 0
     ops_half: int = 0
+    location: SourceLocation | None = None  # user line launching the longest FP32 GEMM/conv kernel
 
 
 def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
@@ -155,6 +157,13 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
             st.fp32_us += k.dur
             st.fp32_kernels.append(k)
             st.fp32_by_name[k.name] = st.fp32_by_name.get(k.name, 0.0) + k.dur
+    # The longest FP32 kernels first; backward kernels launched from autograd threads have no Python stack.
+    for k in sorted(st.fp32_kernels, key=lambda e: -e.dur)[:_LOCATION_TRIES]:
+        launch = m.launch_by_corr.get(k.corr)
+        if launch is not None:
+            st.location = m.stacks.location(launch.pid, launch.tid, launch.ts, op=m.op_by_ext.get(launch.ext))
+            if st.location is not None:
+                break
     for o in m.trace.ops:
         if o.name in TC_OPS:
             flags = _op_flags(o)
@@ -301,4 +310,5 @@ class NoTensorCores(Rule):
                 Evidence("compute_capability", f"{cc[0]}.{cc[1]}", ctx.opt("min_compute_capability"), "", extra={"source": where}),
             ],
             cost_us_per_step=saving,
+            location=st.location,
         )

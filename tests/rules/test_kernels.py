@@ -91,3 +91,15 @@ def test_gp301_real_healthy_trace_is_not_launch_bound():
         "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
     )
     assert _gp301(path) is None  # GPU ~97% busy
+
+
+def test_gp301_location_is_the_users_line(tmp_path):
+    tb = TraceBuilder(launch_us=6.0, gap_us=4.0)
+    for _ in range(3):
+        with tb.step(), tb.python("train.py", 42, "train_step"):
+            for _ in range(100):
+                with tb.op("aten::mul", input_types=["float", "float"]):
+                    tb.kernel(KERNELS["elementwise"], us=2.0)
+    f = _gp301(tb.write(tmp_path / "stack.json"))
+    assert f is not None and f.location is not None
+    assert (f.location.file, f.location.line) == ("train.py", 42)

@@ -174,3 +174,15 @@ def test_gp302_real_h100_bf16_traces_do_not_fire(name):
     assert f.evidence[0].value < 0.01
     assert f.evidence[0].extra["tensor_core_share"] > 0.5
     assert f.evidence[0].extra["ops_half_inputs"] > 10 * max(f.evidence[0].extra["ops_fp32_inputs"], 1)
+
+
+def test_gp302_location_is_the_users_line(tmp_path):
+    tb = TraceBuilder(**V100)
+    for _ in range(3):
+        with tb.step():
+            with tb.python("model.py", 17, "forward"):
+                tb.gemm("float", us=900, name="aten::linear")
+            tb.cpu(us=50)
+    f = _gp302(tb.write(tmp_path / "stack.json"))
+    assert f is not None and f.location is not None
+    assert (f.location.file, f.location.line) == ("model.py", 17)

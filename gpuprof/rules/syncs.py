@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections import defaultdict
 from typing import Iterable
@@ -13,8 +14,8 @@ from gpuprof.trace.metrics import SyncPoint, TraceMetrics
 
 __all__ = ["HostSync"]
 
-# Python frames that mean "a tensor is being turned into text".
-_FORMAT_MARKERS = ("torch/_tensor_str.py", "_tensor.py", "__repr__", "__format__", "__str__")
+# Python frames that mean "a tensor is being turned into text" (print, str, f-strings, repr).
+_FORMAT_FRAME_RE = re.compile(r"torch/_tensor_str\.py\(|torch/_tensor\.py\(\d+\): (?:__repr__|__format__|__str__)$")
 _PRINT_CAUSE = "print(tensor) / f-string of a tensor"
 _AUTOTUNE_CAUSE = "cuDNN autotuning (cudnn.benchmark=True)"
 _CONV_OPS = ("aten::conv", "aten::_convolution", "aten::cudnn_convolution")
@@ -24,6 +25,8 @@ _ADVICE = {
     "read it with .item() only every N steps or at the end of the epoch.",
     ".cpu() / .to('cpu')": "Move results to the CPU only when needed, every N steps; for logging, copy into a pinned "
     "buffer with non_blocking=True and read it after a later synchronisation.",
+    "event.synchronize()": "Wait on an event only when its result is needed: stream.wait_event(e) orders GPU work "
+    "without blocking the host; read timings (elapsed_time) once, after the loop.",
     "torch.cuda.synchronize()": "Remove torch.cuda.synchronize() from the training loop; time GPU work with "
     "torch.cuda.Event(enable_timing=True) and read the events once, later.",
     _PRINT_CAUSE: "Printing or formatting a CUDA tensor copies it to the host and waits for the GPU: log every N "
@@ -44,7 +47,7 @@ def _format_frames(m: TraceMetrics) -> dict[tuple[str, str], list[tuple[float, f
     if cached is None:
         cached = defaultdict(list)
         for fr in m.trace.python:
-            if any(k in fr.name for k in _FORMAT_MARKERS) and "torch" in fr.name:
+            if _FORMAT_FRAME_RE.search(fr.name):
                 cached[(str(fr.pid), str(fr.tid))].append((fr.ts, fr.end))
         cached = dict(cached)
         object.__setattr__(m, "_gp203_format_frames", cached)
@@ -56,13 +59,22 @@ def _cause(m: TraceMetrics, s: SyncPoint) -> str:
     for lo, hi in _format_frames(m).get((str(r.pid), str(r.tid)), ()):
         if lo <= r.ts <= hi:
             return _PRINT_CAUSE
+    for o in s.ops[:1]:  # 2021 traces: the Python stack is the outermost operator's "Call stack"
+        if isinstance(o.extra, tuple) and isinstance(o.extra[-1], str) and _FORMAT_FRAME_RE.search(o.extra[-1]):
+            return _PRINT_CAUSE
     if "EventSynchronize" in r.name and any(o.name.startswith(_CONV_OPS) for o in s.ops):
         return _AUTOTUNE_CAUSE
+    if not s.ops and s.cause == r.name:  # a bare runtime call: name what the user called
+        for marker, what in (("EventSynchronize", "event.synchronize()"), ("StreamSynchronize", "stream.synchronize()")):
+            if marker in r.name:
+                return what
     return s.cause
 
 
 def _idle_after(m: TraceMetrics, t: float, limit: float) -> float:
-    """Time from ``t`` until the next kernel starts on the main device (0 if none starts before ``limit``)."""
+    """Time from ``t`` until the next kernel starts on the main device (0 if none starts before ``limit``).
+
+    The GPU has nothing queued after a sync, so this is the bubble the sync leaves."""
     busy = kernel_busy(m)
     starts = getattr(m, "_gp203_busy_starts", None)
     if starts is None:
@@ -165,10 +177,10 @@ class HostSync(Rule):
             for parts in occ.values():
                 blocked = sum(p.runtime.dur for p in parts)
                 last = max(p.runtime.end for p in parts)
-                step = host_step_of(m, last)
-                limit = m.steps[step].end if step is not None else last
                 blocked_total += blocked
-                cost_total += min(blocked, _idle_after(m, last, limit)) if m.main_device is not None else blocked
+                # the bubble often spans into the next step (.item() at the end of a step)
+                idle = _idle_after(m, last, m.steps[-1].end)
+                cost_total += min(blocked, idle) if m.main_device is not None else blocked
             count = len(occ) / n
             cost = cost_total / n
             blocked_ps = blocked_total / n

@@ -1,0 +1,120 @@
+"""GP203 host-sync: synthetic and real traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuprof.analysis import analyze
+from gpuprof.testing.realtraces import shared_path
+from gpuprof.testing.tracegen import TraceBuilder, simple_training
+
+
+def _gp203(path, **options):
+    return [f for f in analyze(path, select=["GP203"], options={"GP203": options} if options else None).findings]
+
+
+def _sync_loop(tmp_path: Path, dialect: str = "modern", item: bool = True, synchronize: bool = False,
+               print_tensor: bool = False, steps: int = 4) -> Path:
+    """Before each sync the host queues ~4 ms of GEMMs; after it, 2 ms of CPU work before the next launch."""
+    tb = TraceBuilder(dialect=dialect)
+
+    def queue_work() -> None:
+        with tb.frames(("train.py", 30, "train")):
+            for _ in range(4):
+                tb.gemm(us=1000)
+
+    for _ in range(steps):
+        with tb.step():
+            if item:
+                queue_work()
+                tb.sync_item(line=("train.py", 42, "train"))
+                tb.cpu(ms=2.0)
+            if synchronize:
+                queue_work()
+                with tb.frames(("train.py", 48, "train")):
+                    tb.device_synchronize()
+                tb.cpu(ms=2.0)
+            if print_tensor:
+                queue_work()
+                with tb.frames(("train.py", 51, "train"), ("torch/_tensor.py", 431, "__repr__"),
+                               ("torch/_tensor_str.py", 664, "_str")):
+                    tb.sync_op("aten::item")
+                tb.cpu(ms=2.0)
+    return tb.write(tmp_path / f"syncs_{dialect}_{item}_{synchronize}_{print_tensor}.json")
+
+
+@pytest.mark.parametrize("dialect", ["modern", "2021"])
+def test_gp203_bad(tmp_path, dialect):
+    found = _gp203(_sync_loop(tmp_path, dialect))
+    assert len(found) == 1, found
+    f = found[0]
+    ev = f.evidence[0]
+    assert ev.extra["cause"] == ".item()"
+    # one .item() per step: its copy and its stream sync count once
+    assert ev.extra["count_per_step"] == 1
+    assert ev.extra["op_chain"].startswith("aten::item > aten::_local_scalar_dense > ")
+    assert {"cudaMemcpyAsync", "cudaStreamSynchronize"} <= set(ev.extra["runtime_calls"])
+    # the host waits for the ~4 ms of queued GEMMs, then the GPU idles for the 2 ms of CPU work: the cost is
+    # that bubble, never more than the host time blocked; the last step's sync has no launch after it (3 x 2 ms / 4)
+    assert ev.extra["host_blocked_us_per_step"] > 3000
+    assert 1300 < f.cost_us_per_step < 1700
+    assert f.location is not None and (f.location.file, f.location.line) == ("train.py", 42)
+    assert ".item()" in f.message and "train.py:42" in f.message and "1 host syncs per step" in f.message
+    assert "every N steps" in f.advice
+
+
+def test_gp203_bad_one_finding_per_cause_and_line(tmp_path):
+    found = _gp203(_sync_loop(tmp_path, item=True, synchronize=True, print_tensor=True))
+    by_cause = {f.evidence[0].extra["cause"]: f for f in found}
+    assert set(by_cause) == {".item()", "torch.cuda.synchronize()", "print(tensor) / f-string of a tensor"}, by_cause
+    assert by_cause["torch.cuda.synchronize()"].location.line == 48
+    assert by_cause["print(tensor) / f-string of a tensor"].location.line == 51
+    assert "torch.cuda.Event" in by_cause["torch.cuda.synchronize()"].advice
+
+
+def test_gp203_good(tmp_path):
+    assert _gp203(simple_training(TraceBuilder(), steps=4).write(tmp_path / "good.json")) == []
+
+
+def test_gp203_good_profiler_closing_sync_is_not_the_users(tmp_path):
+    # The profiler's own cudaDeviceSynchronize after the last step, while the GPU still runs.
+    tb = TraceBuilder()
+    for _ in range(3):
+        with tb.step():
+            for _ in range(4):
+                tb.gemm(us=1000)
+    sync = tb.device_synchronize()
+    path = tb.write(tmp_path / "closing.json")
+    assert sync["dur"] > 3000  # the host really waited
+    assert _gp203(path, min_cost_us_per_step=0.0, min_share=0.0) == []
+
+
+def test_gp203_good_cheap_sync_below_threshold(tmp_path):
+    # GPU idle already when .item() runs: the host barely waits, nothing is lost
+    tb = TraceBuilder()
+    for _ in range(4):
+        with tb.step():
+            tb.cpu(ms=5.0)
+            tb.sync_item(line=("train.py", 42))
+            tb.gemm(us=200)
+    path = tb.write(tmp_path / "cheap.json")
+    assert _gp203(path) == []
+    assert len(_gp203(path, min_cost_us_per_step=0.0, min_share=0.0)) == 1
+
+
+def test_gp203_not_fired_by_v100_copy_syncs(v100_samples):
+    # Their stream syncs belong to the blocking H2D copies (GP202); the closing device sync is the profiler's.
+    for path in v100_samples:
+        assert _gp203(path) == [], path
+
+
+def test_gp203_real_trace_item_found_when_thresholds_off():
+    # HTA's cuda_event_sync trace: one .item() (aten::item > aten::_local_scalar_dense) and one event.synchronize()
+    path = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "critical_path", "cuda_event_sync",
+                       "event_sync_trace.json.gz")
+    found = _gp203(path, min_cost_us_per_step=0.0, min_share=0.0)
+    by_cause = {f.evidence[0].extra["cause"]: f for f in found}
+    assert set(by_cause) == {".item()", "event.synchronize()"}, by_cause
+    assert by_cause[".item()"].evidence[0].extra["count_per_step"] == 1

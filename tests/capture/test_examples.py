@@ -1,0 +1,67 @@
+"""The CPU-capable examples end to end: each pathology is flagged, its baseline is not."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# example -> (codes that must appear without --baseline, codes that must not appear with it)
+CASES = {
+    "dataloader_workers.py": ({"GP601"}, {"GP601", "GP102"}),
+    "memory_leak.py": ({"GP640"}, {"GP640"}),
+    "device_mismatch.py": ({"GP612", "GP613"}, {"GP610", "GP611", "GP612", "GP613"}),
+}
+
+
+def _run(script: str, logdir: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), "--logdir", str(logdir), "--run", "r", "--device", "cpu",
+         "--steps", "20", *extra],
+        capture_output=True, text=True, timeout=240, env=env, cwd=str(EXAMPLES),
+    )
+    report = json.loads((logdir / "r" / "report.json").read_text())
+    return proc, report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(CASES))
+def test_pathology_flagged_baseline_clean(script: str, tmp_path: Path) -> None:
+    must, must_not = CASES[script]
+    proc, report = _run(script, tmp_path / "bad")
+    codes = {f["code"] for f in report["findings"]}
+    assert must <= codes, (codes, proc.stderr[-2000:])
+    assert all(f["origin"] == "runtime" for f in report["findings"] if f["code"].startswith("GP6"))
+    if script == "device_mismatch.py":
+        assert proc.returncode == 1
+        assert "DeviceMismatchError" in proc.stderr and "Net.encoder.0" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "gpuprof: " in proc.stderr and "tensorboard --logdir" in proc.stderr
+    proc, report = _run(script, tmp_path / "good", "--baseline")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    codes = {f["code"] for f in report["findings"]}
+    assert not (codes & must_not), codes
+
+
+@pytest.mark.slow
+def test_train_example_runs(tmp_path: Path) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "train.py"), "--logdir", str(tmp_path), "--run", "r", "--device", "cpu",
+         "--steps", "20"],
+        capture_output=True, text=True, timeout=240, env=env, cwd=str(EXAMPLES),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = tmp_path / "r"
+    assert list(run.glob("*.pt.trace.json.gz")) and (run / "report.json").exists()
+    assert list(run.glob("events.out.tfevents.*"))

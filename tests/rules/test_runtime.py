@@ -1,0 +1,106 @@
+"""GP205 expensive-runtime-calls: synthetic and real traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuprof.analysis import analyze
+from gpuprof.rules.runtime import is_allocator_call
+from gpuprof.testing.realtraces import shared_path
+from gpuprof.testing.tracegen import TraceBuilder, simple_training
+
+
+def _gp205(path, **options):
+    return [f for f in analyze(path, select=["GP205"], options={"GP205": options} if options else None).findings]
+
+
+def _empty_cache_loop(tmp_path: Path, steps: int = 5, hip: bool = False) -> Path:
+    """torch.cuda.empty_cache() at the end of each step: cudaFree, then cudaMalloc again in the next."""
+    tb = TraceBuilder(hip=hip)
+    for _ in range(steps):
+        with tb.step():
+            with tb.frames(("train.py", 20, "train")):
+                tb.cuda_malloc(us=400.0)
+                for _ in range(4):
+                    tb.gemm(us=1000)
+            with tb.frames(("train.py", 31, "train")):
+                tb.cuda_free(us=300.0)
+    return tb.write(tmp_path / f"empty_cache_{hip}.json")
+
+
+def test_gp205_bad(tmp_path):
+    found = _gp205(_empty_cache_loop(tmp_path))
+    assert len(found) == 1, found
+    f = found[0]
+    ev = f.evidence[0]
+    assert ev.value == 1.0  # allocator calls in every step
+    assert ev.extra["calls_per_step"] == {"cudaMalloc": 1.0, "cudaFree": 1.0}
+    # cudaFree waits for the ~4 ms of queued GEMMs (GPU busy) and then frees for 300 µs (GPU idle);
+    # cudaMalloc's 400 µs run while the GPU is idle at the start of the step
+    assert ev.extra["allocator_us_per_step"] > 4000
+    assert 600 < f.cost_us_per_step < 900
+    assert "cudaFree ×1" in f.message and "cudaMalloc ×1" in f.message and "5 of 5 steps" in f.message
+    assert "empty_cache" in f.advice and "expandable_segments" in f.advice
+    assert f.location is not None and f.location.file == "train.py"
+
+
+def test_gp205_bad_hip(tmp_path):
+    found = _gp205(_empty_cache_loop(tmp_path, hip=True))
+    assert len(found) == 1
+    assert set(found[0].evidence[0].extra["calls_per_step"]) == {"hipMalloc", "hipFree"}
+
+
+def test_gp205_bad_long_synchronous_call(tmp_path):
+    tb = TraceBuilder()
+    for _ in range(4):
+        with tb.step():
+            with tb.frames(("train.py", 12, "train")):
+                tb.runtime("cudaStreamCreateWithFlags", ms=3.0)
+            for _ in range(4):
+                tb.gemm(us=1000)
+            tb.cpu(ms=5.0)  # the GPU drains before the next step
+    found = _gp205(tb.write(tmp_path / "streams.json"))
+    assert len(found) == 1, found
+    f = found[0]
+    ev = f.evidence[0]
+    assert ev.extra["call"] == "cudaStreamCreateWithFlags"
+    assert ev.value == 3000.0
+    assert ev.extra["calls_per_step"] == 1
+    assert 2900 < f.cost_us_per_step <= 3000  # the GPU has nothing to do meanwhile
+    assert "cudaStreamCreateWithFlags takes 3.00 ms per step" in f.message
+    assert f.location is not None and f.location.line == 12
+
+
+def test_gp205_good(tmp_path):
+    # cudaMalloc only in the first (warm-up) step of five: the cache is reused afterwards
+    path = simple_training(TraceBuilder(), steps=5, warmup_steps=1).write(tmp_path / "warmup.json")
+    assert _gp205(path) == []
+    # ... though it would count as churn if one step in five were enough
+    assert len(_gp205(path, min_step_fraction=0.2)) == 1
+
+
+def test_gp205_good_without_step_markers(tmp_path):
+    # One big "step": set-up calls cannot be told from per-step ones, so nothing is claimed.
+    tb = TraceBuilder()
+    tb.cuda_malloc(us=5000.0)
+    for _ in range(4):
+        tb.gemm(us=1000)
+    tb.cuda_free(us=3000.0)
+    assert _gp205(tb.write(tmp_path / "nosteps.json")) == []
+
+
+def test_allocator_call_names():
+    for name in ("cudaMalloc", "cudaFree", "cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "hipFree", "hipMalloc",
+                 "cuMemMap", "cuMemUnmap", "cuMemCreate", "cudaMallocAsync"):
+        assert is_allocator_call(name), name
+    for name in ("cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaEventRecord"):
+        assert not is_allocator_call(name), name
+
+
+def test_gp205_quiet_on_real_multi_step_traces(v100_samples):
+    paths = list(v100_samples) + [
+        shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "df_index_resolver", "df_index_resolver.json.gz"),
+        shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "nccl_parser_config", "nccl_data.json.gz"),
+    ]
+    for path in paths:
+        assert _gp205(path) == [], path

@@ -543,8 +543,20 @@ class _Builder:
         t = self.trace
         t.num_events = self.events_seen
         t.devices = [_device_info(p, i) for i, p in enumerate(self._device_props)]
+        if any(d.vendor != "amd" and not d.name for d in t.devices) and _uses_hip(t):
+            # ROCm traces may leave the device name empty; the runtime's names tell the vendor.
+            t.devices = [
+                DeviceInfo(id=d.id, name=d.name, compute_capability=None, total_memory=d.total_memory, num_sms=d.num_sms, vendor="amd")
+                if not d.name
+                else d
+                for d in t.devices
+            ]
         t.sort()
         return t
+
+
+def _uses_hip(t: Trace) -> bool:
+    return any(r.name.startswith("hip") for r in t.runtime[:2000])
 
 
 def _device_info(p: R.RawDeviceProps, index: int) -> DeviceInfo:

@@ -28,6 +28,7 @@ __all__ = [
     "copy_wait_calls",
     "fmt_bytes",
     "fmt_time",
+    "count_of",
 ]
 
 
@@ -52,6 +53,11 @@ def fmt_time(us: float) -> str:
     if a < 1_000_000:
         return f"{us / 1000:.1f} ms" if a >= 10_000 else f"{us / 1000:.2f} ms"
     return f"{us / 1e6:.2f} s"
+
+
+def count_of(n: float, singular: str, plural: str | None = None) -> str:
+    """``2 copies``, ``1 copy``, ``0.5 copies``: a per-step count with its noun."""
+    return f"{n:.3g} {singular if n == 1 else (plural or singular + 's')}"
 
 
 def host_step_of(m: TraceMetrics, t: float) -> int | None:
@@ -141,6 +147,7 @@ def _most_common(locs: Iterable[SourceLocation | None]) -> SourceLocation | None
     return max(counts, key=lambda k: counts[k]) if counts else None
 
 
+_SMALL_COPY = 64 << 10  # below this a host→device copy is a scalar or a tiny index, not a batch
 _DIR_WORDS = {"HtoD": "host→device", "DtoH": "device→host"}
 
 
@@ -226,6 +233,7 @@ class PageableCopy(Rule):
             if nums["bytes_per_step"] < ctx.opt("min_bytes_per_step"):
                 continue
             blocking = sum(1 for c in copies if c.blocking)
+            words = _DIR_WORDS[direction]
             advice = (
                 "Pin the host memory so the copy can run asynchronously at full bus speed: "
                 "DataLoader(..., pin_memory=True) for batches, or tensor.pin_memory() for tensors you copy "
@@ -236,7 +244,7 @@ class PageableCopy(Rule):
             )
             yield self.finding(
                 ctx,
-                f"{nums['count_per_step']:.3g} pageable {_DIR_WORDS[direction]} copies per step "
+                f"{count_of(nums['count_per_step'], f'pageable {words} copy', f'pageable {words} copies')} per step "
                 f"({fmt_bytes(nums['bytes_per_step'])} per step, up to {fmt_bytes(nums['bytes_per_copy'])} "
                 f"= {nums['bytes_per_copy']:,} bytes per copy) at {nums['bandwidth_gbps']:.1f} GB/s; "
                 f"{blocking} of {len(copies)} blocked the host, "
@@ -305,15 +313,19 @@ class BlockingCopy(Rule):
         with_sync = sum(1 for c in copies if len(copy_wait_calls(m, c)) > 1)
         kinds = {c.kind.host_memory for c in copies}
         memory = " and ".join(sorted(k for k in kinds if k != "unknown")) if kinds != {"unknown"} else ""
+        memory_ = memory + " " if memory else ""
         yield self.finding(
             ctx,
-            f"{nums['count_per_step']:.3g} blocking {memory + ' ' if memory else ''}host→device copies per step "
+            f"{count_of(nums['count_per_step'], f'blocking {memory_}host→device copy', f'blocking {memory_}host→device copies')}"
+            " per step "
             f"({fmt_bytes(nums['bytes_per_step'])} per step, up to {fmt_bytes(nums['bytes_per_copy'])} "
             f"= {nums['bytes_per_copy']:,} bytes per copy): the host waits {fmt_time(nums['host_blocked_us_per_step'])} "
             f"per step, {fmt_time(nums['kernel_idle_us_per_step'])} of it with no kernel running",
             "Copy from pinned memory without waiting: DataLoader(pin_memory=True) (or tensor.pin_memory()), then "
             ".to(device, non_blocking=True); do not call torch.cuda.synchronize(), .item() or .cpu() right after "
-            "the copy.",
+            "the copy."
+            + (" For small values made each step (torch.tensor(x, device='cuda')), create them on the GPU "
+               "(torch.full(..., device='cuda')) or pass Python numbers." if nums["bytes_per_copy"] < _SMALL_COPY else ""),
             evidence=[
                 Evidence(
                     "host_blocked_us_per_step",
@@ -390,7 +402,7 @@ class SmallDeviceToHostCopies(Rule):
             where = f" at {loc}" if loc else ""
             yield self.finding(
                 ctx,
-                f"{nums['count_per_step']:.3g} small device→host copies per step{where} "
+                f"{count_of(nums['count_per_step'], 'small device→host copy', 'small device→host copies')} per step{where} "
                 f"(in {len(steps_hit)} of {m.num_steps} steps, up to {fmt_bytes(nums['bytes_per_copy'])} each): "
                 f"the host waits {fmt_time(nums['host_blocked_us_per_step'])} per step",
                 "Keep per-step scalars on the GPU (accumulate loss.detach() into a GPU tensor) and read them with "

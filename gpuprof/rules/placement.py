@@ -9,7 +9,7 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.copies import fmt_bytes, fmt_time, host_step_of, kernel_idle_within
+from gpuprof.rules.copies import count_of, fmt_bytes, fmt_time, host_step_of, kernel_idle_within
 from gpuprof.trace import intervals as iv
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
@@ -54,7 +54,9 @@ class DataParallelUsed(Rule):
     (the GIL serialises the replicas' launches); it copies the whole model
     from GPU 0 to the others in every forward and gathers the outputs back on
     GPU 0. Overhead per step = host time (union, main thread) in the
-    replicate/broadcast/scatter/gather ranges; that is the cost.
+    replicate/broadcast/scatter/gather ranges + GPU time of the peer-to-peer
+    copies (union over devices; the replicas cannot start before their
+    parameters and inputs arrive); that is the cost.
     """
 
     code = "GP401"
@@ -108,18 +110,20 @@ class DataParallelUsed(Rule):
             and (m.main_thread is None or _same(e, m.main_thread))
             and host_step_of(m, e.ts) is not None
         ]
-        overhead = iv.total(iv.merge(sorted(overhead_ivs))) / n if overhead_ivs else None
-        p2p = [c for c in m.copies if c.kind.direction in ("PtoP", "DtoD") and c.step is not None]
+        host_overhead = iv.total(iv.merge(sorted(overhead_ivs))) / n
+        p2p = [c for c in m.copies if c.kind.direction == "PtoP" and c.step is not None]
         p2p_bytes = sum(c.gpu.nbytes for c in p2p) / n
+        p2p_us = iv.total(iv.merge_unsorted((c.gpu.ts, c.gpu.end) for c in p2p)) / n
+        overhead = (host_overhead + p2p_us) if (overhead_ivs or p2p) else None
         gpus = len(m.devices_active)
         single = gpus <= 1
         parts = [f"on {gpus} GPU{'s' if gpus != 1 else ''}"]
         if forwards_ps is not None:
-            parts.append(f"{forwards_ps:.3g} DataParallel forwards per step")
-        if overhead is not None:
-            parts.append(f"{fmt_time(overhead)} per step replicating/scattering/gathering on the host")
+            parts.append(f"{count_of(forwards_ps, 'DataParallel forward')} per step")
+        if overhead_ivs:
+            parts.append(f"{fmt_time(host_overhead)} per step replicating/scattering/gathering on the host")
         if p2p:
-            parts.append(f"{fmt_bytes(p2p_bytes)} per step copied between GPUs")
+            parts.append(f"{fmt_bytes(p2p_bytes)} per step copied between GPUs in {fmt_time(p2p_us)}")
         first = min((e for evs in marks.values() for e in evs), key=lambda e: e.ts)
         loc = _user_location(m, marks)
         yield self.finding(
@@ -143,7 +147,9 @@ class DataParallelUsed(Rule):
                         "gpus_active": gpus,
                         "forwards_per_step": round(forwards_ps, 3) if forwards_ps is not None else None,
                         "overhead_us_per_step": round(overhead, 1) if overhead is not None else None,
+                        "host_overhead_us_per_step": round(host_overhead, 1),
                         "peer_copy_bytes_per_step": int(p2p_bytes),
+                        "peer_copy_us_per_step": round(p2p_us, 1),
                         "first_mark": first.name,
                     },
                 )

@@ -9,7 +9,7 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.copies import copy_wait_calls, fmt_time, host_step_of, kernel_busy
+from gpuprof.rules.copies import copy_wait_calls, count_of, fmt_time, host_step_of, kernel_busy
 from gpuprof.trace.metrics import SyncPoint, TraceMetrics
 
 __all__ = ["HostSync"]
@@ -192,7 +192,7 @@ class HostSync(Rule):
             where = f" at {loc}" if loc else ""
             yield self.finding(
                 ctx,
-                f"{cause}{where}: {count:.3g} host syncs per step, host blocked {fmt_time(blocked_ps)} per step, "
+                f"{cause}{where}: {count_of(count, 'host sync')} per step, host blocked {fmt_time(blocked_ps)} per step, "
                 f"GPU left idle about {fmt_time(cost)} per step ({share:.1%} of the step)",
                 _ADVICE.get(cause, _GENERIC_ADVICE),
                 evidence=[

@@ -141,7 +141,7 @@ def test_gp204_bad(tmp_path):
     assert ev.extra["count_per_step"] == 1
     assert ev.extra["bytes_per_copy"] == 4
     assert f.location is not None and (f.location.file, f.location.line) == ("train.py", 57)
-    assert "train.py:57" in f.message and "1 small device→host copies per step" in f.message
+    assert "train.py:57" in f.message and "1 small device→host copy per step" in f.message
     assert ".item()" in f.advice
 
 

@@ -61,7 +61,7 @@ def test_gp203_bad(tmp_path, dialect):
     assert ev.extra["host_blocked_us_per_step"] > 3000
     assert 1300 < f.cost_us_per_step < 1700
     assert f.location is not None and (f.location.file, f.location.line) == ("train.py", 42)
-    assert ".item()" in f.message and "train.py:42" in f.message and "1 host syncs per step" in f.message
+    assert ".item()" in f.message and "train.py:42" in f.message and "1 host sync per step" in f.message
     assert "every N steps" in f.advice
 
 

@@ -208,6 +208,7 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None) -> N
 
     head = buf[:events_at]  # "{...,"traceEvents": [" or "["
     pending = buf[events_at:]  # event text not yet decoded
+    base = events_at  # offset of pending[0] in the JSON text, for error messages
     first_chunk = True
     eof = False
     while True:
@@ -220,9 +221,9 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None) -> N
                 continue
             eof = True
         if eof:
-            _decode_last(src.path, head if first_chunk else None, pending, builder, list_format)
+            _decode_last(src.path, head if first_chunk else None, pending, builder, list_format, base)
             break
-        cut = _decode_prefix(src.path, pending, builder, list_format)
+        cut = _decode_prefix(src.path, pending, builder, list_format, base)
         if cut is None:
             # no boundary accepted in this much text: read on and try with more
             more = src.read(BLOCK)
@@ -235,6 +236,7 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None) -> N
             builder.header(src.path, head, list_format)
             first_chunk = False
         pending = pending[cut:]
+        base += cut
     if progress is not None:
         progress(src.size, src.size)
 
@@ -248,7 +250,7 @@ def _read_rest(src: _Source) -> bytes:
         parts.append(more)
 
 
-def _decode_prefix(path: Path, pending: bytes, builder: "_Builder", list_format: bool) -> int | None:
+def _decode_prefix(path: Path, pending: bytes, builder: "_Builder", list_format: bool, base: int) -> int | None:
     """Decode the longest prefix of ``pending`` that ends at an event boundary.
 
     Returns the offset where the next event starts, or None when no boundary
@@ -262,10 +264,7 @@ def _decode_prefix(path: Path, pending: bytes, builder: "_Builder", list_format:
         text = b"[" + pending[:end] + b"]"
         try:
             events = _EVENTS_DECODER.decode(text)
-        except msgspec.DecodeError:
-            hi = end - 1  # a cut inside a string or nested object: try an earlier one
-            continue
-        except msgspec.ValidationError as err:
+        except msgspec.ValidationError as err:  # (a subclass of DecodeError: caught first)
             # A wrongly typed value is an error in the file itself, not in the
             # cut: the text before a cut parses the same way as in the whole
             # file, and a bad cut shows up as a syntax error (DecodeError) at
@@ -275,6 +274,14 @@ def _decode_prefix(path: Path, pending: bytes, builder: "_Builder", list_format:
             msg = str(err) if list_format else str(err).replace("`$[", "`$.traceEvents[")
             problem = _explain_validation(path, text, msgspec.ValidationError(msg), list_format, builder.events_seen)
             raise InputError(path, problem) from None
+        except msgspec.DecodeError as err:
+            if _is_syntax_error_before(err, len(text) - 1):
+                # malformed JSON before the cut: no earlier or later cut can fix it
+                raise InputError(path, _explain_decode(err, base - 1)) from None
+            hi = end - 1  # a cut inside a string or nested object: try an earlier one
+            continue
+        except UnicodeDecodeError as err:  # bytes of a string are never changed by a cut
+            raise InputError(path, _explain_unicode(err)) from None
         builder.ingest(events)
         return nxt
     return None
@@ -300,16 +307,20 @@ def _last_boundary(buf: bytes, lo: int, hi: int) -> tuple[int, int] | None:
         pos = j
 
 
-def _decode_last(path: Path, head: bytes | None, pending: bytes, builder: "_Builder", list_format: bool) -> None:
+def _decode_last(
+    path: Path, head: bytes | None, pending: bytes, builder: "_Builder", list_format: bool, base: int = 0
+) -> None:
     """Decode the final text: the last events and whatever follows the array."""
     if head is not None:  # the whole file was one chunk
         _decode_whole(path, head + pending, builder, list_format)
         return
-    text = (b"[" + pending) if list_format else (b'{"traceEvents":[' + pending)
-    _decode_whole(path, text, builder, list_format, event_offset=builder.events_seen)
+    prefix = b"[" if list_format else b'{"traceEvents":['
+    _decode_whole(path, prefix + pending, builder, list_format, builder.events_seen, base - len(prefix))
 
 
-def _decode_whole(path: Path, text: bytes, builder: "_Builder", list_format: bool, event_offset: int = 0) -> None:
+def _decode_whole(
+    path: Path, text: bytes, builder: "_Builder", list_format: bool, event_offset: int = 0, byte_offset: int = 0
+) -> None:
     try:
         if list_format:
             events = _EVENTS_DECODER.decode(text)
@@ -319,18 +330,43 @@ def _decode_whole(path: Path, text: bytes, builder: "_Builder", list_format: boo
     except msgspec.ValidationError as err:
         raise InputError(path, _explain_validation(path, text, err, list_format, event_offset)) from None
     except msgspec.DecodeError as err:
-        raise InputError(path, _explain_decode(err)) from None
+        raise InputError(path, _explain_decode(err, byte_offset)) from None
+    except UnicodeDecodeError as err:
+        raise InputError(path, _explain_unicode(err)) from None
     if top.traceEvents is None:
         raise InputError(path, 'not a PyTorch profiler trace (no "traceEvents" array)')
     builder.metadata(top)
     builder.ingest(top.traceEvents)
 
 
-def _explain_decode(err: Exception) -> str:
+_BYTE_RE = re.compile(r"\(byte (\d+)\)")
+
+
+def _explain_decode(err: Exception, byte_offset: int = 0) -> str:
     msg = str(err)
     if "truncated" in msg:
         return "truncated JSON (the file ends in the middle of the trace)"
+    # positions are in the text given to the decoder: make them file positions
+    msg = _BYTE_RE.sub(lambda m: f"(byte {int(m.group(1)) + byte_offset})", msg)
     return f"not valid JSON ({msg})"
+
+
+def _explain_unicode(err: UnicodeDecodeError) -> str:
+    return f"not valid UTF-8 text in a JSON string ({err.reason}: byte 0x{err.object[err.start]:02x})"
+
+
+def _is_syntax_error_before(err: Exception, last: int) -> bool:
+    """True when a DecodeError of ``[`` + chunk + ``]`` is a real syntax error.
+
+    A cut at a wrong place shows up only at the end of the text: as
+    truncation (inside a string or nested value), as an error at the final
+    ``]`` (byte ``last``), or as trailing characters (a cut past the end of
+    the event array). Anything earlier is malformed JSON in the file."""
+    msg = str(err)
+    if "truncated" in msg or "trailing characters" in msg:
+        return False
+    m = _BYTE_RE.search(msg)
+    return m is not None and int(m.group(1)) < last
 
 
 def _explain_validation(path: Path, text: bytes, err: Exception, list_format: bool, event_offset: int) -> str:
@@ -340,7 +376,7 @@ def _explain_validation(path: Path, text: bytes, err: Exception, list_format: bo
     if msg.startswith("Expected `object`") and "`$`" in msg:
         try:
             kind = type(_ANY_DECODER.decode(text)).__name__
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError):
             kind = "value"
         return f"not a PyTorch profiler trace (top-level JSON {kind}, expected an object or list)"
 
@@ -396,7 +432,7 @@ class _Builder:
             text = text[:-1]
         try:
             top = _TRACE_DECODER.decode(text + b"}")
-        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as err:
             raise InputError(path, f"malformed trace header ({err})") from None
         self.metadata(top)
 

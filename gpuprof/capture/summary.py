@@ -251,7 +251,7 @@ def _gpu_utilization_per_step(prof: "Profiler") -> dict[int, float]:
 
 def _write_tensorboard(prof: "Profiler", report: Report) -> None:
     w = prof._writer
-    prof._flush_scalars()
+    prof._flush_scalars(wait=True)
     util = prof.guard.run("GPU utilisation scalars", "no GPU utilisation in TensorBoard",
                           _gpu_utilization_per_step, prof) or {}
     for step, u in sorted(util.items()):

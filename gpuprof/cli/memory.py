@@ -33,7 +33,7 @@ class _DefaultGroup(click.Group):
 
 
 def _size(_ctx: Any, _param: Any, value: str | None) -> int | None:
-    from gpuprof.memory.units import parse_bytes
+    from gpuprof.units import parse_bytes
 
     if value is None:
         return None

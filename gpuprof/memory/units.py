@@ -1,38 +1,20 @@
-"""Byte sizes for people: ``fmt_bytes`` and ``parse_bytes``."""
+"""Byte sizes in the memory reports, and the allocator's size classes.
+
+The formats themselves live in :mod:`gpuprof.units`; the memory reports print
+byte sizes with two decimals, because allocator blocks of neighbouring sizes
+(20 MiB segments, 2 MiB tails) would otherwise read the same.
+"""
 
 from __future__ import annotations
 
-import re
+from gpuprof import units
 
-__all__ = ["fmt_bytes", "parse_bytes", "SIZE_CLASSES", "size_class"]
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+__all__ = ["fmt_bytes", "SIZE_CLASSES", "size_class"]
 
 
 def fmt_bytes(n: int | float | None) -> str:
-    """``1536`` -> ``"1.50 KiB"``; None -> ``"?"``."""
-    if n is None:
-        return "?"
-    sign = "-" if n < 0 else ""
-    v = float(abs(n))
-    for unit in _UNITS:
-        if v < 1024 or unit == _UNITS[-1]:
-            return f"{sign}{int(v)} B" if unit == "B" else f"{sign}{v:.2f} {unit}"
-        v /= 1024
-    raise AssertionError("unreachable")
-
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.I)
-_MULT = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_bytes(text: str) -> int:
-    """``"80GiB"``, ``"512 MB"``, ``"1048576"`` -> bytes (binary multiples either way)."""
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise ValueError(f"not a size: {text!r} (use e.g. 80GiB, 512MiB or a number of bytes)")
-    unit = (m.group(2) or "").lower()[:1]
-    return int(float(m.group(1)) * _MULT[unit])
+    """A byte count with two decimals: ``1536`` -> ``1.50 KiB`` (see :func:`gpuprof.units.fmt_bytes`)."""
+    return units.fmt_bytes(n, digits=2)
 
 
 # Size classes that match the caching allocator's own boundaries: blocks of at

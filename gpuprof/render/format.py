@@ -1,9 +1,11 @@
 """Number and name formatting shared by the terminal and markdown renderers.
 
 Every renderer formats a duration, a share or a byte count the same way, so a
-number in ``report.md`` and the terminal output is the same string. Durations
-in reports are microseconds (as in the trace files); shares are fractions
-(0.25 means 25 %).
+number in ``report.md`` and the terminal output is the same string. The plain
+value formats (``fmt_us``, ``fmt_bytes``, ``fmt_pct``, ...) are defined in
+:mod:`gpuprof.units`, which the rules use too, and re-exported here; this
+module adds what only a renderer needs (evidence values, devices, step ranges,
+findings).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Iterable, Sequence
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.report import DeviceInfo, Report, TraceSummary
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, IDLE_KEYS
+from gpuprof.units import fmt_bytes, fmt_count, fmt_gbps, fmt_ms, fmt_pct, fmt_share_of, fmt_us
 
 __all__ = [
     "BREAKDOWN_KEYS",
@@ -65,77 +68,6 @@ IDLE_LABELS: dict[str, str] = {
     "optimizer": "Optimizer (CPU)",
     "cpu_other": "Other CPU work",
 }
-
-
-def _bad(x: Any) -> bool:
-    return x is None or (isinstance(x, float) and not math.isfinite(x))
-
-
-def fmt_us(us: float | None) -> str:
-    """A duration given in µs, in the unit that keeps 3 significant digits: ``850 µs``, ``12.3 ms``, ``1.50 s``."""
-    if _bad(us):
-        return "n/a"
-    a = abs(us)  # type: ignore[arg-type]
-    if a < 1000:
-        return f"{us:.0f} µs" if a >= 10 or a == 0 else f"{us:.1f} µs"
-    if a < 1_000_000:
-        ms = us / 1000  # type: ignore[operator]
-        return f"{ms:.1f} ms" if abs(ms) >= 10 else f"{ms:.2f} ms"
-    return f"{us / 1_000_000:.2f} s"  # type: ignore[operator]
-
-
-def fmt_ms(us: float | None) -> str:
-    """A duration given in µs as a bare number of milliseconds with 2 decimals (``12.35``), for ms columns."""
-    if _bad(us):
-        return "n/a"
-    return f"{us / 1000:.2f}"  # type: ignore[operator]
-
-
-def fmt_pct(share: float | None, digits: int = 1) -> str:
-    """A fraction as a percentage: ``0.4567`` -> ``45.7%``."""
-    if _bad(share):
-        return "n/a"
-    return f"{share * 100:.{digits}f}%"  # type: ignore[operator]
-
-
-def fmt_share_of(part_us: float | None, whole_us: float | None) -> str:
-    """``part`` as a percentage of ``whole`` (``n/a`` when whole is zero or unknown)."""
-    if _bad(part_us) or _bad(whole_us) or not whole_us:
-        return "n/a"
-    return fmt_pct(part_us / whole_us)  # type: ignore[operator]
-
-
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def fmt_bytes(n: float | None) -> str:
-    """A byte count in binary units: ``1536`` -> ``1.5 KiB``."""
-    if _bad(n):
-        return "n/a"
-    v = float(n)  # type: ignore[arg-type]
-    sign = "-" if v < 0 else ""
-    v = abs(v)
-    for unit in _BYTE_UNITS:
-        if v < 1024 or unit == _BYTE_UNITS[-1]:
-            if unit == "B":
-                return f"{sign}{v:.0f} B"
-            return f"{sign}{v:.1f} {unit}"
-        v /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def fmt_count(n: int | float | None) -> str:
-    """An integer count with thousands separators: ``12345`` -> ``12,345``."""
-    if _bad(n):
-        return "n/a"
-    return f"{int(n):,}"  # type: ignore[arg-type]
-
-
-def fmt_gbps(gbps: float | None) -> str:
-    """A bandwidth in GB/s (decimal gigabytes, as CUDA tools report it)."""
-    if _bad(gbps):
-        return "n/a"
-    return f"{gbps:.1f} GB/s"
 
 
 def fmt_number(x: Any) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.render.format import fmt_us
+from gpuprof.units import fmt_us
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace import intervals as iv
 from gpuprof.trace.metrics import TraceMetrics, is_communication_kernel

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from gpuprof.findings import Evidence, EventRef, Finding, Severity
-from gpuprof.render.format import fmt_bytes, fmt_us
+from gpuprof.units import fmt_bytes, fmt_us
 from gpuprof.rules.base import Option, Rule, RuleContext, register
 from gpuprof.trace.model import Event, Trace
 

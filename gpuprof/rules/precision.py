@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.render.format import fmt_us
+from gpuprof.units import fmt_us
 from gpuprof.report import DeviceInfo
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.metrics import TraceMetrics, is_communication_kernel

@@ -7,7 +7,7 @@ import statistics
 from typing import Iterable
 
 from gpuprof.findings import Evidence, EventRef, Finding, Severity
-from gpuprof.render.format import fmt_bytes, fmt_us
+from gpuprof.units import fmt_bytes, fmt_us
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, Step, TraceMetrics
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime

@@ -1,136 +1,22 @@
-"""GP201/GP202/GP204: host↔device copies that cost the GPU time.
-
-Also home of the small helpers the other GP2xx/GP4xx rule modules share
-(host step membership, kernel-idle time inside host intervals, byte and
-time formatting for messages).
-"""
+"""GP201/GP202/GP204: host↔device copies that cost the GPU time."""
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import defaultdict
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within
 from gpuprof.trace import intervals as iv
 from gpuprof.trace.metrics import CopyEvent, TraceMetrics
-from gpuprof.trace.model import Event
-from gpuprof.trace.vocab import RuntimeClass, classify_runtime
+from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = [
     "PageableCopy",
     "BlockingCopy",
     "SmallDeviceToHostCopies",
-    "host_step_of",
-    "kernel_busy",
-    "kernel_idle_within",
-    "copy_wait_calls",
-    "fmt_bytes",
-    "fmt_time",
-    "count_of",
 ]
-
-
-# ------------------------------------------------------------------ shared helpers
-
-
-def fmt_bytes(n: float) -> str:
-    """Bytes in binary units for messages: ``19267584`` -> ``18.4 MiB``."""
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(v) < 1024 or unit == "TiB":
-            return f"{v:.0f} B" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def fmt_time(us: float) -> str:
-    """A duration in µs for messages: ``850 µs``, ``1.94 ms``, ``12.3 ms``, ``1.50 s``."""
-    a = abs(us)
-    if a < 1000:
-        return f"{us:.0f} µs" if a >= 10 or a == 0 else f"{us:.1f} µs"
-    if a < 1_000_000:
-        return f"{us / 1000:.1f} ms" if a >= 10_000 else f"{us / 1000:.2f} ms"
-    return f"{us / 1e6:.2f} s"
-
-
-def count_of(n: float, singular: str, plural: str | None = None) -> str:
-    """``2 copies``, ``1 copy``, ``0.5 copies``: a per-step count with its noun."""
-    return f"{n:.3g} {singular if n == 1 else (plural or singular + 's')}"
-
-
-def host_step_of(m: TraceMetrics, t: float) -> int | None:
-    """Index of the step whose *host* range (``ProfilerStep#`` start to its end) contains ``t``.
-
-    Unlike ``TraceMetrics.step_of``, the tail of the last step where only the
-    GPU is still running does not count: host calls made there (the
-    profiler's own closing ``cudaDeviceSynchronize``) are not the user's.
-    """
-    if not m.steps:
-        return None
-    starts = getattr(m, "_gp2_host_starts", None)
-    if starts is None:
-        starts = [s.start for s in m.steps]
-        object.__setattr__(m, "_gp2_host_starts", starts)
-    i = bisect_right(starts, t) - 1
-    if i < 0:
-        return None
-    s = m.steps[i]
-    # steps tile the timeline: everything up to the next step start belongs to step i
-    end = s.end if i + 1 < len(m.steps) else s.cpu_end
-    return i if t <= end else None
-
-
-def kernel_busy(m: TraceMetrics) -> list[iv.Interval]:
-    """Union of kernel intervals on the main device (copies and memsets excluded), cached."""
-    cached = getattr(m, "_gp2_kernel_busy", None)
-    if cached is None:
-        dev = m.main_device
-        cached = iv.merge_unsorted((k.ts, k.end) for k in m.trace.kernels if k.device == dev) if dev is not None else []
-        object.__setattr__(m, "_gp2_kernel_busy", cached)
-    return cached
-
-
-def kernel_idle_within(m: TraceMetrics, host: Sequence[iv.Interval]) -> float:
-    """Time inside the (merged) host intervals when the main device ran no kernel."""
-    merged = iv.merge(sorted(host))
-    return iv.total(iv.subtract(merged, kernel_busy(m)))
-
-
-def _rt_by_thread(m: TraceMetrics) -> tuple[dict[tuple[str, str], list[Event]], dict[tuple[str, str], list[float]]]:
-    cached = getattr(m, "_gp2_rt_by_thread", None)
-    if cached is None:
-        by: dict[tuple[str, str], list[Event]] = defaultdict(list)
-        for r in m.trace.runtime:
-            by[(str(r.pid), str(r.tid))].append(r)
-        cached = (dict(by), {k: [r.ts for r in v] for k, v in by.items()})
-        object.__setattr__(m, "_gp2_rt_by_thread", cached)
-    return cached
-
-
-def copy_wait_calls(m: TraceMetrics, c: CopyEvent) -> list[Event]:
-    """The host calls during which the host waited for copy ``c``.
-
-    Its own runtime call, plus the stream/device synchronisation that follows
-    it on the same thread before any other GPU work is queued (the same
-    look-ahead as the blocking-copy definition in ``gpuprof.trace.metrics``).
-    """
-    if c.launch is None:
-        return []
-    out = [c.launch]
-    by, starts = _rt_by_thread(m)
-    key = (str(c.launch.pid), str(c.launch.tid))
-    seq = by.get(key, [])
-    i = bisect_right(starts.get(key, []), c.launch.ts)
-    for r in seq[i : i + 8]:
-        rc = classify_runtime(r.name)
-        if rc is RuntimeClass.SYNC:
-            out.append(r)
-            break
-        if rc in (RuntimeClass.LAUNCH, RuntimeClass.MEMCPY, RuntimeClass.MEMSET):
-            break
-    return out
 
 
 def _copy_location(m: TraceMetrics, c: CopyEvent) -> SourceLocation | None:
@@ -248,7 +134,7 @@ class PageableCopy(Rule):
                 f"({fmt_bytes(nums['bytes_per_step'])} per step, up to {fmt_bytes(nums['bytes_per_copy'])} "
                 f"= {nums['bytes_per_copy']:,} bytes per copy) at {nums['bandwidth_gbps']:.1f} GB/s; "
                 f"{blocking} of {len(copies)} blocked the host, "
-                f"{fmt_time(nums['kernel_idle_us_per_step'])} per step without kernels",
+                f"{fmt_us(nums['kernel_idle_us_per_step'])} per step without kernels",
                 advice,
                 evidence=[
                     _copy_evidence("pageable_bytes_per_step", int(nums["bytes_per_step"]), ctx.opt("min_bytes_per_step"),
@@ -319,8 +205,8 @@ class BlockingCopy(Rule):
             f"{count_of(nums['count_per_step'], f'blocking {memory_}host→device copy', f'blocking {memory_}host→device copies')}"
             " per step "
             f"({fmt_bytes(nums['bytes_per_step'])} per step, up to {fmt_bytes(nums['bytes_per_copy'])} "
-            f"= {nums['bytes_per_copy']:,} bytes per copy): the host waits {fmt_time(nums['host_blocked_us_per_step'])} "
-            f"per step, {fmt_time(nums['kernel_idle_us_per_step'])} of it with no kernel running",
+            f"= {nums['bytes_per_copy']:,} bytes per copy): the host waits {fmt_us(nums['host_blocked_us_per_step'])} "
+            f"per step, {fmt_us(nums['kernel_idle_us_per_step'])} of it with no kernel running",
             "Copy from pinned memory without waiting: DataLoader(pin_memory=True) (or tensor.pin_memory()), then "
             ".to(device, non_blocking=True); do not call torch.cuda.synchronize(), .item() or .cpu() right after "
             "the copy."
@@ -404,7 +290,7 @@ class SmallDeviceToHostCopies(Rule):
                 ctx,
                 f"{count_of(nums['count_per_step'], 'small device→host copy', 'small device→host copies')} per step{where} "
                 f"(in {len(steps_hit)} of {m.num_steps} steps, up to {fmt_bytes(nums['bytes_per_copy'])} each): "
-                f"the host waits {fmt_time(nums['host_blocked_us_per_step'])} per step",
+                f"the host waits {fmt_us(nums['host_blocked_us_per_step'])} per step",
                 "Keep per-step scalars on the GPU (accumulate loss.detach() into a GPU tensor) and read them with "
                 ".item()/.cpu() only every N steps; for logging, copy into a pinned buffer with non_blocking=True and "
                 "read it after a later synchronisation.",

@@ -9,11 +9,12 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.copies import count_of, fmt_bytes, fmt_time, host_step_of, kernel_idle_within
+from gpuprof.rules.common import count_of, host_step_of, kernel_idle_within
 from gpuprof.trace import intervals as iv
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import Kind, RuntimeClass, classify_runtime, step_number
+from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = ["DataParallelUsed", "CpuComputeWithGpu", "is_heavy_compute_op"]
 
@@ -121,9 +122,9 @@ class DataParallelUsed(Rule):
         if forwards_ps is not None:
             parts.append(f"{count_of(forwards_ps, 'DataParallel forward')} per step")
         if overhead_ivs:
-            parts.append(f"{fmt_time(host_overhead)} per step replicating/scattering/gathering on the host")
+            parts.append(f"{fmt_us(host_overhead)} per step replicating/scattering/gathering on the host")
         if p2p:
-            parts.append(f"{fmt_bytes(p2p_bytes)} per step copied between GPUs in {fmt_time(p2p_us)}")
+            parts.append(f"{fmt_bytes(p2p_bytes)} per step copied between GPUs in {fmt_us(p2p_us)}")
         first = min((e for evs in marks.values() for e in evs), key=lambda e: e.ts)
         loc = _user_location(m, marks)
         yield self.finding(
@@ -278,12 +279,12 @@ class CpuComputeWithGpu(Rule):
             a[0] += 1
             a[1] += o.dur
         top = sorted(by_name.items(), key=lambda kv: -kv[1][1])
-        listing = ", ".join(f"{k} ×{v[0] / n:.3g} ({fmt_time(v[1] / n)})" for k, v in top[:4])
+        listing = ", ".join(f"{k} ×{v[0] / n:.3g} ({fmt_us(v[1] / n)})" for k, v in top[:4])
         cost = kernel_idle_within(m, [(o.ts, o.end) for o in cpu_ops]) / n
         biggest = max(cpu_ops, key=lambda o: o.dur)
         yield self.finding(
             ctx,
-            f"Matmul/conv operators run on the CPU for {fmt_time(time_ps)} per step ({share:.0%} of the step) although "
+            f"Matmul/conv operators run on the CPU for {fmt_us(time_ps)} per step ({share:.0%} of the step) although "
             f"GPU {m.main_device} is in use: {listing} per step",
             "Move the model and its inputs to the GPU: model.to('cuda') after building every submodule (including "
             "heads, losses with weights and layers created later), inputs with .to('cuda', non_blocking=True); check "

@@ -7,10 +7,11 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.copies import fmt_time, host_step_of, kernel_idle_within
+from gpuprof.rules.common import host_step_of, kernel_idle_within
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
+from gpuprof.units import fmt_us
 
 __all__ = ["ExpensiveRuntimeCalls", "is_allocator_call"]
 
@@ -133,7 +134,7 @@ class ExpensiveRuntimeCalls(Rule):
         yield self.finding(
             ctx,
             f"Allocator calls in {len(steps_hit)} of {n} steps ({counts} per step): "
-            f"{fmt_time(time_ps)} per step in cudaMalloc/cudaFree-like calls, {fmt_time(cost)} of it with no kernel running",
+            f"{fmt_us(time_ps)} per step in cudaMalloc/cudaFree-like calls, {fmt_us(cost)} of it with no kernel running",
             advice,
             evidence=[
                 Evidence(
@@ -164,8 +165,8 @@ class ExpensiveRuntimeCalls(Rule):
         cost = _cost(m, calls)
         yield self.finding(
             ctx,
-            f"{name} takes {fmt_time(time_ps)} per step ({share:.1%} of the step; {len(calls) / n:.3g} calls per step, "
-            f"longest {fmt_time(longest.dur)}), {fmt_time(cost)} of it with no kernel running",
+            f"{name} takes {fmt_us(time_ps)} per step ({share:.1%} of the step; {len(calls) / n:.3g} calls per step, "
+            f"longest {fmt_us(longest.dur)}), {fmt_us(cost)} of it with no kernel running",
             f"Move {name} out of the training step: create streams/events, query device attributes and load "
             "modules once at start-up and reuse them.",
             evidence=[

@@ -9,8 +9,9 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.copies import copy_wait_calls, count_of, fmt_time, host_step_of, kernel_busy
+from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy
 from gpuprof.trace.metrics import SyncPoint, TraceMetrics
+from gpuprof.units import fmt_us
 
 __all__ = ["HostSync"]
 
@@ -192,8 +193,8 @@ class HostSync(Rule):
             where = f" at {loc}" if loc else ""
             yield self.finding(
                 ctx,
-                f"{cause}{where}: {count_of(count, 'host sync')} per step, host blocked {fmt_time(blocked_ps)} per step, "
-                f"GPU left idle about {fmt_time(cost)} per step ({share:.1%} of the step)",
+                f"{cause}{where}: {count_of(count, 'host sync')} per step, host blocked {fmt_us(blocked_ps)} per step, "
+                f"GPU left idle about {fmt_us(cost)} per step ({share:.1%} of the step)",
                 _ADVICE.get(cause, _GENERIC_ADVICE),
                 evidence=[
                     Evidence(

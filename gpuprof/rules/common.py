@@ -1,0 +1,103 @@
+"""Helpers the rule modules share: host-step membership, kernel-idle time, copy waits, counts.
+
+They read only the trace model and its metrics; per-metrics results are cached
+on the ``TraceMetrics`` object (as private attributes) because several rules
+ask the same question of the same trace.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from typing import Sequence
+
+from gpuprof.trace import intervals as iv
+from gpuprof.trace.metrics import CopyEvent, TraceMetrics
+from gpuprof.trace.model import Event
+from gpuprof.trace.vocab import RuntimeClass, classify_runtime
+
+__all__ = [
+    "count_of",
+    "host_step_of",
+    "kernel_busy",
+    "kernel_idle_within",
+    "copy_wait_calls",
+]
+
+
+def count_of(n: float, singular: str, plural: str | None = None) -> str:
+    """``2 copies``, ``1 copy``, ``0.5 copies``: a per-step count with its noun."""
+    return f"{n:.3g} {singular if n == 1 else (plural or singular + 's')}"
+
+
+def host_step_of(m: TraceMetrics, t: float) -> int | None:
+    """Index of the step whose *host* range (``ProfilerStep#`` start to its end) contains ``t``.
+
+    Unlike ``TraceMetrics.step_of``, the tail of the last step where only the
+    GPU is still running does not count: host calls made there (the
+    profiler's own closing ``cudaDeviceSynchronize``) are not the user's.
+    """
+    if not m.steps:
+        return None
+    starts = getattr(m, "_gp2_host_starts", None)
+    if starts is None:
+        starts = [s.start for s in m.steps]
+        object.__setattr__(m, "_gp2_host_starts", starts)
+    i = bisect_right(starts, t) - 1
+    if i < 0:
+        return None
+    s = m.steps[i]
+    # steps tile the timeline: everything up to the next step start belongs to step i
+    end = s.end if i + 1 < len(m.steps) else s.cpu_end
+    return i if t <= end else None
+
+
+def kernel_busy(m: TraceMetrics) -> list[iv.Interval]:
+    """Union of kernel intervals on the main device (copies and memsets excluded), cached."""
+    cached = getattr(m, "_gp2_kernel_busy", None)
+    if cached is None:
+        dev = m.main_device
+        cached = iv.merge_unsorted((k.ts, k.end) for k in m.trace.kernels if k.device == dev) if dev is not None else []
+        object.__setattr__(m, "_gp2_kernel_busy", cached)
+    return cached
+
+
+def kernel_idle_within(m: TraceMetrics, host: Sequence[iv.Interval]) -> float:
+    """Time inside the (merged) host intervals when the main device ran no kernel."""
+    merged = iv.merge(sorted(host))
+    return iv.total(iv.subtract(merged, kernel_busy(m)))
+
+
+def _rt_by_thread(m: TraceMetrics) -> tuple[dict[tuple[str, str], list[Event]], dict[tuple[str, str], list[float]]]:
+    cached = getattr(m, "_gp2_rt_by_thread", None)
+    if cached is None:
+        by: dict[tuple[str, str], list[Event]] = defaultdict(list)
+        for r in m.trace.runtime:
+            by[(str(r.pid), str(r.tid))].append(r)
+        cached = (dict(by), {k: [r.ts for r in v] for k, v in by.items()})
+        object.__setattr__(m, "_gp2_rt_by_thread", cached)
+    return cached
+
+
+def copy_wait_calls(m: TraceMetrics, c: CopyEvent) -> list[Event]:
+    """The host calls during which the host waited for copy ``c``.
+
+    Its own runtime call, plus the stream/device synchronisation that follows
+    it on the same thread before any other GPU work is queued (the same
+    look-ahead as the blocking-copy definition in ``gpuprof.trace.metrics``).
+    """
+    if c.launch is None:
+        return []
+    out = [c.launch]
+    by, starts = _rt_by_thread(m)
+    key = (str(c.launch.pid), str(c.launch.tid))
+    seq = by.get(key, [])
+    i = bisect_right(starts.get(key, []), c.launch.ts)
+    for r in seq[i : i + 8]:
+        rc = classify_runtime(r.name)
+        if rc is RuntimeClass.SYNC:
+            out.append(r)
+            break
+        if rc in (RuntimeClass.LAUNCH, RuntimeClass.MEMCPY, RuntimeClass.MEMSET):
+            break
+    return out

@@ -63,7 +63,6 @@ def render_markdown(report: Report) -> str:
         out.append("")
     for t in report.traces:
         out.extend(_trace(t))
-    out.extend(_findings(report))
     for section in report.sections:
         kind = getattr(section, "kind", None)
         fn = markdown_renderer(kind) if isinstance(kind, str) else None
@@ -73,6 +72,7 @@ def render_markdown(report: Report) -> str:
             continue
         out.append(fn(section).rstrip("\n"))
         out.append("")
+    out.extend(_findings(report))
     if report.notes:
         out.append("## Notes")
         out.append("")

@@ -80,7 +80,7 @@ def _stdout_is_tty() -> bool:
 def _render(console: Console, report: Report) -> None:
     for trace in report.traces:
         _render_trace(console, trace)
-    _render_findings(console, report)
+    # summaries (trace and other sections) first, then what to do about them
     for section in report.sections:
         kind = getattr(section, "kind", None)
         fn = terminal_renderer(kind) if isinstance(kind, str) else None
@@ -89,6 +89,7 @@ def _render(console: Console, report: Report) -> None:
             continue
         fn(console, section)
         console.print()
+    _render_findings(console, report)
     if report.notes:
         console.print(Text("Notes", style="bold"))
         for note in report.notes:

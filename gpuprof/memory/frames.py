@@ -26,6 +26,7 @@ __all__ = ["Site", "SiteTable", "DEFAULT_INTERNAL_PATTERNS", "UNKNOWN_SITE", "PR
 DEFAULT_INTERNAL_PATTERNS: tuple[str, ...] = (
     r"(^|[/\\])(torch|functorch|triton)[/\\]",  # the torch package and its compilers
     r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\](?!site-packages|dist-packages)",  # the standard library
+    r"(^|[/\\])gpuprof[/\\]capture[/\\]",  # gpuprof's own capture wrappers (e.g. its DataLoader iterator)
     r"^<frozen ",  # importlib bootstrap
     r"\.(c|cc|cpp|cxx|h|hh|hpp|cu|cuh)$",  # C/C++ frames (context="all")
     r"^\?\?$|^$",  # unsymbolised frames

@@ -32,7 +32,7 @@ _LIBRARY_ROOTS = frozenset(
     concurrent selectors queue json re dataclasses inspect traceback site codecs os posixpath genericpath
     tensorboard gpuprof""".split()
 )
-_LIB_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "/torch/", "/gpuprof/")
+_LIB_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "/torch/", "gpuprof/capture/")
 
 _LOC_CACHE: dict[str, Union[SourceLocation, None]] = {}
 

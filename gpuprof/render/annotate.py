@@ -20,7 +20,6 @@ top-level object (keys such as ``deviceProperties`` may follow the array).
 from __future__ import annotations
 
 import gzip
-import math
 import os
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Union
@@ -30,13 +29,12 @@ import msgspec
 from gpuprof.errors import InputError
 from gpuprof.findings import EventRef, Finding, sort_findings
 from gpuprof.render import format as F
+from gpuprof.render.jsonout import json_safe
 from gpuprof.trace.load import (  # the loader's block reader and event-boundary scanner, shared on purpose
     _BOUNDARY_TRIES,
-    _MARKER,
-    _MAX_HEADER,
     BLOCK,
     _last_boundary,
-    _skip_ws,
+    _read_head,
     _Source,
 )
 
@@ -170,28 +168,9 @@ class _Clock:
 
 
 def _copy_with_findings(src: _Source, sink: _Sink, findings: list[Finding]) -> int:
-    buf = src.read(BLOCK)
-    if not buf.strip():
-        raise InputError(src.path, "empty file")
-    start = _skip_ws(buf, 0)
-    first = buf[start : start + 1]
-    if first == b"[":
-        list_format = True
-        events_at = start + 1
-    elif first == b"{":
-        list_format = False
-        m = _MARKER.search(buf)
-        while m is None and len(buf) < _MAX_HEADER:
-            more = src.read(BLOCK)
-            if not more:
-                break
-            buf += more
-            m = _MARKER.search(buf)
-        if m is None:
-            raise InputError(src.path, 'not a PyTorch profiler trace (no "traceEvents" array)')
-        events_at = m.end()
-    else:
-        raise InputError(src.path, "not a PyTorch profiler trace (JSON text expected)")
+    buf, events_at, list_format = _read_head(src)
+    if events_at is None:
+        raise InputError(src.path, 'not a PyTorch profiler trace (no "traceEvents" array)')
 
     sink.write(buf[:events_at])
     pending = buf[events_at:]
@@ -225,7 +204,7 @@ def _copy_with_findings(src: _Source, sink: _Sink, findings: list[Finding]) -> i
     if new:
         if body or events_before:
             sink.write(b",\n")
-        sink.write(b",\n".join(_ENCODER.encode(_finite(e)) for e in new))
+        sink.write(b",\n".join(_ENCODER.encode(json_safe(e)) for e in new))
         sink.write(b"\n")
     sink.write(pending[close:])
     return len(new)
@@ -388,14 +367,3 @@ def _finding_args(f: Finding) -> dict[str, Any]:
 
 def _instant(name: str, ts: float, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
     return {"ph": "i", "s": "g", "cat": "gpuprof", "name": name, "pid": pid, "tid": tid, "ts": ts, "args": args}
-
-
-def _finite(obj: Any) -> Any:
-    # JSON has no NaN/Infinity; an undefined number is written as null
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj

@@ -9,22 +9,26 @@ import msgspec
 
 from gpuprof.report import Report
 
-__all__ = ["render_json", "report_json_bytes"]
+__all__ = ["render_json", "report_json_bytes", "json_safe"]
 
 
-def _finite(obj: Any) -> Any:
-    # JSON has no NaN/Infinity; a metric that is undefined is written as null.
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every NaN/infinite float (nested in dicts, lists, tuples) replaced by None.
+
+    JSON has no NaN/Infinity, so an undefined number is written as null; the
+    report JSON and the annotated trace's new events both go through this.
+    """
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return obj
 
 
 def report_json_bytes(report: Report) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(_finite(report.to_dict())), indent=2)
+    return msgspec.json.format(msgspec.json.encode(json_safe(report.to_dict())), indent=2)
 
 
 def render_json(report: Report) -> str:

@@ -179,32 +179,43 @@ def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = N
     return trace
 
 
-def _read_all(src: _Source, builder: "_Builder", progress: Progress | None) -> None:
+def _read_head(src: _Source) -> tuple[bytes, int | None, bool]:
+    """Read the start of a trace up to where its events begin.
+
+    Returns the text read so far, the offset just after the ``[`` that opens
+    the events (``"traceEvents": [`` of an object, or a top-level ``[``) and
+    whether the file is a bare list of events. The offset is None for an
+    object with no ``traceEvents`` key in its first ``_MAX_HEADER`` bytes
+    (all of the text read so far is returned then). Raises
+    :class:`~gpuprof.errors.InputError` for an empty file or one that is not
+    JSON text. The annotator reads its input the same way.
+    """
     buf = src.read(BLOCK)
     if not buf.strip():
         raise InputError(src.path, "empty file")
     start = _skip_ws(buf, 0)
     first = buf[start : start + 1]
     if first == b"[":
-        list_format = True
-        events_at = start + 1
-    elif first == b"{":
-        list_format = False
-        m = _MARKER.search(buf)
-        while m is None and len(buf) < _MAX_HEADER:
-            more = src.read(BLOCK)
-            if not more:
-                break
-            buf += more
-            m = _MARKER.search(buf)
-        if m is None:
-            # Small or odd file: decode it whole; the decoder says what is wrong.
-            buf += _read_rest(src)
-            _decode_whole(src.path, buf, builder, list_format=False)
-            return
-        events_at = m.end()
-    else:
+        return buf, start + 1, True
+    if first != b"{":
         raise InputError(src.path, f"not a PyTorch profiler trace (JSON text expected, found {_show(buf[start:start + 12])})")
+    m = _MARKER.search(buf)
+    while m is None and len(buf) < _MAX_HEADER:
+        more = src.read(BLOCK)
+        if not more:
+            break
+        buf += more
+        m = _MARKER.search(buf)
+    return buf, (m.end() if m is not None else None), False
+
+
+def _read_all(src: _Source, builder: "_Builder", progress: Progress | None) -> None:
+    buf, events_at, list_format = _read_head(src)
+    if events_at is None:
+        # Small or odd file: decode it whole; the decoder says what is wrong.
+        buf += _read_rest(src)
+        _decode_whole(src.path, buf, builder, list_format=False)
+        return
 
     head = buf[:events_at]  # "{...,"traceEvents": [" or "["
     pending = buf[events_at:]  # event text not yet decoded

@@ -8,6 +8,7 @@ intervals (``start < end``), as :func:`merge` returns.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
 from typing import Iterable, Sequence
 
@@ -46,27 +47,8 @@ def union(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
         return list(b)
     if not b:
         return list(a)
-    out: list[Interval] = []
-    i = j = 0
-    na, nb = len(a), len(b)
-    cur_s = cur_e = None
-    while i < na or j < nb:
-        if j >= nb or (i < na and a[i][0] <= b[j][0]):
-            s, e = a[i]
-            i += 1
-        else:
-            s, e = b[j]
-            j += 1
-        if cur_e is None:
-            cur_s, cur_e = s, e
-        elif s <= cur_e:
-            if e > cur_e:
-                cur_e = e
-        else:
-            out.append((cur_s, cur_e))  # type: ignore[arg-type]
-            cur_s, cur_e = s, e
-    out.append((cur_s, cur_e))  # type: ignore[arg-type]
-    return out
+    # a two-way merge by start keeps it linear; merge() fuses what overlaps
+    return merge(heapq.merge(a, b))
 
 
 def intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:

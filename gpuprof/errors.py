@@ -36,3 +36,14 @@ class InputError(GpuprofError):
         self.path = os.fspath(path)
         self.problem = " ".join(str(problem).split())  # always one line
         super().__init__(f"{self.path}: {self.problem}")
+
+    @classmethod
+    def from_os_error(cls, path: str | os.PathLike[str], err: OSError, doing: str = "open") -> "InputError":
+        """The error for a file that could not be opened or read (``doing``: what failed, for other errors)."""
+        if isinstance(err, FileNotFoundError):
+            return cls(path, "no such file")
+        if isinstance(err, IsADirectoryError):
+            return cls(path, "is a directory")
+        if isinstance(err, PermissionError):
+            return cls(path, "permission denied")
+        return cls(path, f"cannot {doing}: {err.strerror or err}")

@@ -27,7 +27,7 @@ def sniff(path: str | os.PathLike[str]) -> str:
         with open(p, "rb") as fh:
             head = fh.read(64)
     except OSError as err:
-        raise InputError(p, f"cannot read: {err.strerror or err}") from None
+        raise InputError.from_os_error(p, err, "read") from None
     if not head:
         raise InputError(p, "empty file")
     if head[:1] == b"\x80":

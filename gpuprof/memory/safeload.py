@@ -76,12 +76,8 @@ def load_pickle_file(path: str | os.PathLike[str]) -> Any:
     try:
         with open(path, "rb") as fh:
             data = fh.read()
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory") from None
     except OSError as err:
-        raise InputError(path, f"cannot read: {err.strerror or err}") from None
+        raise InputError.from_os_error(path, err, "read") from None
     try:
         return safe_loads(data)
     except UnsafePickleError as err:

@@ -116,14 +116,8 @@ class _Source:
         self.path = path
         try:
             self.raw: BinaryIO = open(path, "rb")
-        except FileNotFoundError:
-            raise InputError(path, "no such file") from None
-        except IsADirectoryError:
-            raise InputError(path, "is a directory") from None
-        except PermissionError:
-            raise InputError(path, "permission denied") from None
         except OSError as err:
-            raise InputError(path, f"cannot open: {err.strerror or err}") from None
+            raise InputError.from_os_error(path, err) from None
         self.size = os.fstat(self.raw.fileno()).st_size
         magic = self.raw.read(2)
         self.raw.seek(0)

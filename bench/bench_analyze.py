@@ -1,0 +1,294 @@
+"""Benchmark: ``gpuprof analyze`` on ~200 MB and ~1 GB traces, against ``json.load``.
+
+Builds big uncompressed traces by repeating a real GPU trace (default: the
+35 MB V100 ResNet-50 tb_plugin sample) end to end with shifted timestamps,
+step numbers, External ids, correlation ids and flow ids, so every copy is
+a new stretch of the same training run and ids stay unique. The output is
+streamed copy by copy (nothing of the size of the output is held in RAM).
+
+Then, for each size and in one run, each command runs in a fresh child
+process and is measured for wall time and peak RSS (``/usr/bin/time -v``
+when present, else ``getrusage(RUSAGE_CHILDREN)`` of a wrapper process):
+
+* ``gpuprof analyze FILE --format json -o /dev/null`` (end to end);
+* ``python -m gpuprof.trace.load FILE`` (the loader alone);
+* ``json.load`` of the same file (the in-run baseline for the ratios).
+
+It prints a table (MB/s, peak RSS, RSS/file size, gpuprof/json.load ratios)
+and writes ``<workdir>/results.json``. Targets: >= 150 MB/s end to end and
+peak RSS <= 2x the file size. The file is read once before measuring so that
+every command sees a warm page cache.
+
+Usage: ``python bench/bench_analyze.py [--sizes 200,1000] [--workdir bench/out]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SOURCE = (REPO / ".." / "shared" / "traces" / "tbplugin" / "samples" / "resnet50_num_workers_0"
+                  / "worker0.1623143566756.pt.trace.json.gz")
+MB = 1_000_000  # sizes and rates are in decimal MB, as file sizes are usually quoted
+TARGET_MB_S = 150.0
+TARGET_RSS_RATIO = 2.0
+
+# Fields rewritten per copy. Times move by the source's span; ids by the source's largest id.
+_FIELD_RE = re.compile(
+    r'"(ts|external ts|External id|external id|correlation|id|Python id|Python parent id)": '
+    r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+    r"|ProfilerStep#(\d+)"
+)
+_TIME_KEYS = frozenset({"ts", "external ts"})
+
+
+# --------------------------------------------------------------------------- building
+
+
+class _Template:
+    """The source trace split into header, event text and trailer, with shift amounts."""
+
+    def __init__(self, source: Path) -> None:
+        raw = source.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        text = raw.decode("utf-8")
+        m = re.search(r'"traceEvents"\s*:\s*\[', text)
+        if m is None:
+            raise SystemExit(f"{source}: no traceEvents array")
+        events, end = json.JSONDecoder().raw_decode(text, m.end() - 1)  # end: just past the "]"
+        close = text.rindex("]", m.end() - 1, end)
+        self.head = text[: m.end()]
+        self.body = text[m.end() : close].strip()
+        self.tail = text[close:]
+        ts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
+        ends = [e["ts"] + e.get("dur", 0) for e in events
+                if isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur", 0), (int, float))]
+        self.span = max(ends) - min(ts) + 1000.0  # 1 ms between copies
+        ids = [0]
+        steps = [0]
+        for e in events:
+            a = e.get("args") or {}
+            for k in ("External id", "external id", "correlation", "Python id"):
+                if isinstance(a.get(k), int):
+                    ids.append(a[k])
+            if isinstance(e.get("id"), int):
+                ids.append(e["id"])
+            m2 = re.match(r"ProfilerStep#(\d+)$", str(e.get("name", "")))
+            if m2:
+                steps.append(int(m2.group(1)))
+        self.id_step = max(ids) + 1
+        self.step_step = max(steps) + 1
+        self.copy_bytes = len(self.body.encode("utf-8")) + 2  # + ",\n" between copies
+        self.num_events = len(events)
+
+    def copy(self, k: int) -> str:
+        """The event text of copy ``k`` (copy 0 is the source unchanged)."""
+        if k == 0:
+            return self.body
+        dt = self.span * k
+        did = self.id_step * k
+        dstep = self.step_step * k
+
+        def shift(m: re.Match[str]) -> str:
+            if m.group(3) is not None:
+                return f"ProfilerStep#{int(m.group(3)) + dstep}"
+            key, val = m.group(1), m.group(2)
+            if key in _TIME_KEYS:
+                if "." in val or "e" in val or "E" in val:
+                    return f'"{key}": {float(val) + dt!r}'
+                return f'"{key}": {int(val) + int(dt)}'
+            if "." in val or "e" in val or "E" in val:
+                return m.group(0)
+            v = int(val)
+            return f'"{key}": {v + did if v > 0 else v}'  # 0 / -1 mean "no id": keep them
+
+        return _FIELD_RE.sub(shift, self.body)
+
+
+def build(template: _Template, path: Path, target_mb: float) -> tuple[int, int]:
+    """Write a trace of about ``target_mb`` MB; returns (copies, bytes)."""
+    copies = max(1, round(target_mb * MB / template.copy_bytes))
+    tmp = path.with_suffix(".partial")
+    with open(tmp, "w", encoding="utf-8") as out:
+        out.write(template.head)
+        out.write("\n")
+        for k in range(copies):
+            if k:
+                out.write(",\n")
+            out.write(template.copy(k))
+        out.write("\n")
+        out.write(template.tail)
+    tmp.replace(path)
+    return copies, path.stat().st_size
+
+
+def ensure_trace(template: _Template, source: Path, workdir: Path, target_mb: int) -> Path:
+    """Build ``trace_<N>MB.json`` unless an identical build is already there."""
+    path = workdir / f"trace_{target_mb}MB.json"
+    meta_path = path.with_suffix(".meta.json")
+    want = {"source": str(source), "source_size": source.stat().st_size, "target_mb": target_mb, "version": 1}
+    if path.exists() and meta_path.exists():
+        try:
+            if json.loads(meta_path.read_text()) == want:
+                return path
+        except ValueError:
+            pass
+    t0 = time.perf_counter()
+    copies, size = build(template, path, target_mb)
+    meta_path.write_text(json.dumps(want))
+    print(f"built {path.name}: {copies} copies, {size / MB:.0f} MB in {time.perf_counter() - t0:.1f}s",
+          file=sys.stderr)
+    return path
+
+
+# --------------------------------------------------------------------------- measuring
+
+_RUSAGE_WRAPPER = (
+    "import resource, subprocess, sys, time\n"
+    "t = time.perf_counter(); rc = subprocess.call(sys.argv[1:]); t = time.perf_counter() - t\n"
+    "r = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "sys.stderr.write(f'\\n@@bench {rc} {t} {r.ru_maxrss}\\n')\n"
+)
+
+
+def measure(cmd: list[str], use_gnu_time: bool = True) -> dict[str, Any]:
+    """Run ``cmd`` in a fresh child; wall seconds, peak RSS bytes, exit code."""
+    if use_gnu_time and os.path.exists("/usr/bin/time"):
+        t0 = time.perf_counter()
+        p = subprocess.run(["/usr/bin/time", "-v", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+        wall = time.perf_counter() - t0
+        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+        rc_m = re.search(r"Exit status: (\d+)", p.stderr)
+        if m is None:
+            raise RuntimeError(f"/usr/bin/time gave no RSS for {cmd}: {p.stderr[-500:]}")
+        return {"wall_s": wall, "peak_rss": int(m.group(1)) * 1024,
+                "exit": int(rc_m.group(1)) if rc_m else p.returncode, "stderr": _tail(p.stderr)}
+    p = subprocess.run([sys.executable, "-c", _RUSAGE_WRAPPER, *cmd], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    m = re.search(r"@@bench (-?\d+) ([\d.e-]+) (\d+)", p.stderr)
+    if m is None:
+        raise RuntimeError(f"no measurement for {cmd}: {p.stderr[-500:]}")
+    rss = int(m.group(3)) * (1 if sys.platform == "darwin" else 1024)  # ru_maxrss: KiB on Linux
+    return {"wall_s": float(m.group(2)), "peak_rss": rss, "exit": int(m.group(1)), "stderr": _tail(p.stderr)}
+
+
+def _tail(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith(("\t", "@@bench"))]
+    return "\n".join(lines[-3:])
+
+
+def commands(path: Path, loader_only: bool) -> dict[str, list[str]]:
+    py = sys.executable
+    cmds = {
+        "gpuprof analyze": [py, "-m", "gpuprof", "analyze", str(path), "--format", "json", "-o", os.devnull,
+                            "--no-progress"],
+        "json.load": [py, "-c", "import json, sys\nwith open(sys.argv[1], 'rb') as f: json.load(f)", str(path)],
+    }
+    if loader_only:
+        cmds["loader only"] = [py, "-m", "gpuprof.trace.load", str(path)]
+    return cmds
+
+
+def warm(path: Path) -> None:
+    with open(path, "rb") as fh:
+        while fh.read(64 << 20):
+            pass
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="trace to repeat (.json or .json.gz)")
+    ap.add_argument("--sizes", default="200,1000", help="target sizes in MB, comma-separated")
+    ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out", help="where traces and results go")
+    ap.add_argument("--no-loader", action="store_true", help="skip the loader-only measurement")
+    ap.add_argument("--clean", action="store_true", help="delete the built traces afterwards (default: keep them)")
+    ap.add_argument("--rusage", action="store_true", help="measure RSS with getrusage, not /usr/bin/time -v")
+    args = ap.parse_args(argv)
+
+    source = args.source.resolve()
+    if not source.exists():
+        print(f"bench_analyze: source trace not found: {source}", file=sys.stderr)
+        return 2
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    template = _Template(source)
+
+    rows: list[dict[str, Any]] = []
+    for target in sizes:
+        path = ensure_trace(template, source, args.workdir, target)
+        size = path.stat().st_size
+        warm(path)
+        base: dict[str, Any] | None = None
+        results = {}
+        for name, cmd in commands(path, not args.no_loader).items():
+            r = measure(cmd, use_gnu_time=not args.rusage)
+            ok = r["exit"] in (0, 1)  # 1 = findings at/above --fail-on: a normal analysis
+            results[name] = r
+            if name == "json.load":
+                base = r
+            rows.append({
+                "size_target_mb": target, "file_bytes": size, "command": name, "exit": r["exit"], "ok": ok,
+                "wall_s": round(r["wall_s"], 3), "mb_per_s": round(size / MB / r["wall_s"], 1),
+                "peak_rss_bytes": r["peak_rss"], "rss_over_file": round(r["peak_rss"] / size, 3),
+                "error": "" if ok else r["stderr"],
+            })
+        assert base is not None
+        for row in rows:
+            if row["size_target_mb"] == target:
+                row["time_vs_json_load"] = round(row["wall_s"] / base["wall_s"], 3)
+                row["rss_vs_json_load"] = round(row["peak_rss_bytes"] / base["peak_rss"], 3)
+
+    _print_table(rows)
+    out = {
+        "source": str(source),
+        "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                    "cpus": os.cpu_count()},
+        "targets": {"mb_per_s": TARGET_MB_S, "rss_over_file": TARGET_RSS_RATIO},
+        "rows": rows,
+    }
+    res = args.workdir / "results.json"
+    res.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"\nresults written to {res}")
+    if args.clean:
+        for target in sizes:
+            for p in (args.workdir / f"trace_{target}MB.json", args.workdir / f"trace_{target}MB.meta.json"):
+                p.unlink(missing_ok=True)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    hdr = f"{'file':>8} {'command':<16} {'wall s':>8} {'MB/s':>7} {'peak RSS MB':>12} {'RSS/file':>9} " \
+          f"{'t/json':>7} {'RSS/json':>9}  target"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        verdict = ""
+        if r["command"] == "gpuprof analyze":
+            fast = r["mb_per_s"] >= TARGET_MB_S
+            lean = r["rss_over_file"] <= TARGET_RSS_RATIO
+            verdict = ("ok" if fast and lean else
+                       ", ".join(x for x, bad in (("slow", not fast), ("RSS high", not lean)) if bad))
+        if not r["ok"]:
+            verdict = f"FAILED (exit {r['exit']}): {r['error'][-120:]}"
+        print(f"{r['file_bytes'] / MB:>6.0f}MB {r['command']:<16} {r['wall_s']:>8.2f} {r['mb_per_s']:>7.1f} "
+              f"{r['peak_rss_bytes'] / MB:>12.0f} {r['rss_over_file']:>9.2f} {r['time_vs_json_load']:>7.2f} "
+              f"{r['rss_vs_json_load']:>9.2f}  {verdict}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""bench/bench_analyze.py builds big traces by repeating a real one: the copies must stay a valid trace."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuprof.testing.realtraces import shared_path
+from gpuprof.trace.load import load_trace
+from gpuprof.trace.vocab import step_number
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_analyze", REPO / "bench" / "bench_analyze.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("parts", [
+    ("hta", "HolisticTraceAnalysis", "tests", "data", "critical_path", "cuda_event_sync", "event_sync_trace.json.gz"),
+    ("tbplugin", "test_resources", "gpu_metrics_input.json"),
+], ids=["modern", "2021"])
+def test_repeated_trace_shifts_times_steps_and_ids(tmp_path: Path, parts: tuple[str, ...]) -> None:
+    bench = _bench_module()
+    src = shared_path(*parts)
+    one = load_trace(src)
+    template = bench._Template(src)
+    out = tmp_path / "big.json"
+    copies, size = bench.build(template, out, target_mb=4 * template.copy_bytes / bench.MB)
+    assert copies == 4 and size == out.stat().st_size
+    json.loads(out.read_bytes())  # valid JSON for any parser, not only ours
+    big = load_trace(out)
+    assert big.num_events == 4 * one.num_events
+    assert len(big.kernels) == 4 * len(one.kernels)
+    # each copy is a later stretch of the run: kernels never overlap earlier copies
+    k = sorted(big.kernels, key=lambda e: e.ts)
+    n = len(one.kernels)
+    for c in range(1, 4):
+        assert k[c * n].ts >= k[c * n - 1].ts
+    span = max(e.end for e in one.kernels) - min(e.ts for e in one.kernels)
+    assert k[-1].ts - k[0].ts >= 3 * span
+    # ids stay unique: one launch per correlation id, as in the source
+    corr = [r.corr for r in big.runtime if r.corr > 0]
+    assert len(corr) == len(set(corr)) == 4 * len([r for r in one.runtime if r.corr > 0])
+    steps = [step_number(e.name) for e in big.annotations + big.ops if step_number(e.name) is not None]
+    assert len(steps) == len(set(steps)) == 4 * len(
+        [e for e in one.annotations + one.ops if step_number(e.name) is not None])

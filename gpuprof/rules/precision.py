@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -68,12 +70,14 @@ TC_OPS = frozenset(
 )  # fmt: skip
 
 
+@functools.lru_cache(maxsize=16384)  # a trace has few distinct kernel names and many kernels
 def is_eligible_kernel(name: str) -> bool:
     """A GEMM/convolution kernel (by name) that tensor cores could run."""
     low = name[:_NAME_CHARS].lower()
     return bool(_ELIGIBLE.search(low)) and not _NOT_ELIGIBLE.search(low)
 
 
+@functools.lru_cache(maxsize=16384)
 def uses_tensor_cores(name: str) -> bool | None:
     """True when the name says tensor/matrix cores, False when it says FP32 SIMT, None when it says neither."""
     low = name[:_NAME_CHARS].lower()

@@ -154,11 +154,8 @@ class HostSync(Rule):
             if c.blocking and c.kind.direction == "HtoD"
             for w in copy_wait_calls(m, c)
         }
-        main = m.main_thread
-        last_op_end = max(
-            (o.end for o in m.trace.ops if main is not None and str(o.pid) == str(main[0]) and str(o.tid) == str(main[1])),
-            default=float("-inf"),
-        )
+        main_ops = m.host_intervals["cpu_ops"]  # merged operator time of the main thread
+        last_op_end = main_ops[-1][1] if main_ops else float("-inf")
         groups: dict[tuple[str, SourceLocation | None], list[SyncPoint]] = defaultdict(list)
         for s in m.syncs:
             if host_step_of(m, s.runtime.ts) is None or id(s.runtime) in copy_waits:

@@ -49,6 +49,8 @@ issued it and the user's source line when Python stacks were recorded.
 
 from __future__ import annotations
 
+import functools
+
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
@@ -88,6 +90,7 @@ IDLE_KEYS = ("sync", "blocking_copy", "runtime", "data_loading", "optimizer", "c
 _COMM_MARKERS = ("nccl", "rccl", "gloo", "allreduce", "all_reduce", "allgather", "all_gather", "reducescatter", "reduce_scatter", "alltoall", "c10d::")
 
 
+@functools.lru_cache(maxsize=16384)  # called per kernel; names repeat
 def is_communication_kernel(name: str) -> bool:
     """NCCL/RCCL collective kernels (``ncclKernel_AllReduce_...``, ``ncclDevKernel_...``)."""
     low = name[:64].lower()
@@ -291,8 +294,10 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         if o.ext >= 0:
             op_by_ext.setdefault(o.ext, o)
 
+    main_keys = _thread_keys(main)
+
     def on_main(e: Event) -> bool:
-        return main is not None and _same_thread((e.pid, e.tid), main)
+        return (e.pid, e.tid) in main_keys
 
     main_runtime = [r for r in trace.runtime if on_main(r)]
     copy_events = _copies(trace, launch_by_corr, main_runtime)
@@ -307,19 +312,24 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
             rt_copy.append((r.ts, r.end))
         else:
             rt_other.append((r.ts, r.end))
-    host_dl_events = [
-        e
-        for e in _host_named(trace)
-        if is_dataloader_name(e.name) and (main is None or on_main(e))
-    ]
+    host_dl_events: list[Event] = []
+    optimizer_events: list[Event] = []
+    for e in _host_named(trace):
+        name = e.name
+        if is_dataloader_name(name) and (main is None or on_main(e)):
+            host_dl_events.append(e)
+        elif name[:1] == "O" and is_optimizer_name(name) and on_main(e):  # cheap test first: every frame passes here
+            optimizer_events.append(e)
     dl_events = [e for e in host_dl_events if e.name.startswith("enumerate(DataLoader)")] or host_dl_events
     single: bool | None = None
     if any(e.name.startswith("enumerate(DataLoader)") for e in dl_events):
         single = any(is_single_process_dataloader(e.name) for e in dl_events)
     data_loading = iv.merge_unsorted((e.ts, e.end) for e in host_dl_events)
-    optimizer = iv.merge_unsorted((e.ts, e.end) for e in _host_named(trace) if is_optimizer_name(e.name) and on_main(e))
+    optimizer = iv.merge_unsorted((e.ts, e.ts + e.dur) for e in optimizer_events)
     cpu_ops = iv.merge(
-        (o.ts, o.end) for o in trace.ops if on_main(o) and step_number(o.name) is None
+        (o.ts, o.ts + o.dur)
+        for o in trace.ops
+        if (o.pid, o.tid) in main_keys and not o.name.startswith("ProfilerStep#")
     )
     runtime_all = iv.merge_unsorted(rt_sync + rt_copy + rt_other)
     host = {
@@ -397,6 +407,23 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     metrics.kernel_stats = _kernel_stats(trace)
     metrics.op_stats = _op_stats(trace, launch_by_corr, op_by_ext)
     return metrics
+
+
+def _thread_keys(t: HostThread | None) -> frozenset[HostThread]:
+    """The spellings of one host thread's (pid, tid): 2021 traces mix int and str tids."""
+    if t is None:
+        return frozenset()
+    keys = {t, (str(t[0]), str(t[1]))}
+    for a in (t[0], str(t[0])):
+        for b in (t[1], str(t[1])):
+            keys.add((a, b))
+    try:
+        keys.add((int(t[0]), int(t[1])))
+        keys.add((t[0], int(t[1])))
+        keys.add((int(t[0]), t[1]))
+    except (TypeError, ValueError):
+        pass
+    return frozenset(keys)
 
 
 def _same_thread(a: HostThread, b: HostThread) -> bool:
@@ -589,10 +616,13 @@ def _sync_points(
 
 
 def _dtoh_near(r: Event, m: TraceMetrics) -> bool:
-    for c in m.copies:
-        if c.launch is not None and abs(c.launch.ts - r.ts) < 5000 and c.kind.direction == "DtoH":
-            return True
-    return False
+    """A device-to-host copy was launched within 5 ms of ``r``."""
+    starts = getattr(m, "_dtoh_starts", None)
+    if starts is None:
+        starts = sorted(c.launch.ts for c in m.copies if c.launch is not None and c.kind.direction == "DtoH")
+        object.__setattr__(m, "_dtoh_starts", starts)
+    i = bisect_left(starts, r.ts - 5000)
+    return i < len(starts) and starts[i] < r.ts + 5000
 
 
 def _kernel_stats(trace: Trace) -> list[KernelStat]:
@@ -615,36 +645,43 @@ def _kernel_stats(trace: Trace) -> list[KernelStat]:
 
 
 def _op_stats(trace: Trace, launch_by_corr: dict[int, Event], op_by_ext: dict[int, Event]) -> list[OpStat]:
-    """Per operator name: count, total and self host time, and GPU time of the work it launched."""
-    child_time: dict[int, float] = defaultdict(float)
-    by_thread: dict[HostThread, list[Event]] = defaultdict(list)
+    """Per operator name: count, total and self host time, and GPU time of the work it launched.
+
+    Self time = the op's duration minus that of the ops nested directly in it
+    (on its thread). GPU time = kernels, copies and memsets whose launch call
+    carries the op's External id.
+    """
+    # name -> [count, total, self, gpu]; one pass per thread with a stack of open ops
+    agg: dict[str, list[float]] = {}
+    stacks: dict[HostThread, list[tuple[float, list[float]]]] = defaultdict(list)
     for o in trace.ops:
-        if step_number(o.name) is None:
-            by_thread[(o.pid, o.tid)].append(o)
-    for ops in by_thread.values():
-        stack: list[Event] = []
-        for o in ops:
-            while stack and stack[-1].end <= o.ts:
-                stack.pop()
-            if stack and o.end <= stack[-1].end:
-                child_time[id(stack[-1])] += o.dur
-            stack.append(o)
-    gpu_time: dict[int, float] = defaultdict(float)
+        name = o.name
+        if name.startswith("ProfilerStep#"):
+            continue
+        a = agg.get(name)
+        if a is None:
+            a = agg[name] = [0, 0.0, 0.0, 0.0]
+        ts, dur = o.ts, o.dur
+        end = ts + dur
+        a[0] += 1
+        a[1] += dur
+        a[2] += dur
+        stack = stacks[(o.pid, o.tid)]
+        while stack and stack[-1][0] <= ts:
+            stack.pop()
+        if stack and end <= stack[-1][0]:
+            stack[-1][1][2] -= dur  # the parent's self time excludes this child
+        stack.append((end, a))
     for g in trace.gpu_events():
         launch = launch_by_corr.get(g.corr)
-        ext = launch.ext if launch is not None else g.ext
-        op = op_by_ext.get(ext)
+        op = op_by_ext.get(launch.ext if launch is not None else g.ext)
         if op is not None:
-            gpu_time[id(op)] += g.dur
-    agg: dict[str, list[float]] = {}
-    for ops in by_thread.values():
-        for o in ops:
-            a = agg.setdefault(o.name, [0, 0.0, 0.0, 0.0])
-            a[0] += 1
-            a[1] += o.dur
-            a[2] += max(o.dur - child_time.get(id(o), 0.0), 0.0)
-            a[3] += gpu_time.get(id(o), 0.0)
-    stats = [OpStat(name=n, count=int(c), total_us=t, self_us=s, gpu_us=g) for n, (c, t, s, g) in agg.items()]
+            a = agg.get(op.name)
+            if a is not None:
+                a[3] += g.dur
+    stats = [
+        OpStat(name=n, count=int(c), total_us=t, self_us=max(s_, 0.0), gpu_us=g) for n, (c, t, s_, g) in agg.items()
+    ]
     stats.sort(key=lambda s: (-s.gpu_us, -s.self_us))
     return stats
 

@@ -204,7 +204,7 @@ def is_dataloader_name(name: str) -> bool:
     for traces whose only trace of the DataLoader is the Python stack.
     """
     return name.startswith("enumerate(DataLoader)") or (
-        "torch/utils/data/dataloader.py" in name and name.endswith("__next__")
+        name.endswith("__next__") and "torch/utils/data/dataloader.py" in name
     )
 
 

@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from gpuprof.capture.codes import runtime_check
+from gpuprof.atomic import atomic_path
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
+from gpuprof.memory.snapshot import dump_snapshot
 
 __all__ = ["MemorySampler", "growth_finding", "trace_allocated_series", "HistoryRecorder", "OOMObserver",
            "oom_finding"]
@@ -191,8 +192,7 @@ class HistoryRecorder:
         import torch
 
         try:
-            snap = torch.cuda.memory._snapshot()
-            _atomic_write(path, lambda fh: pickle.dump(snap, fh, protocol=4))
+            dump_snapshot(torch.cuda.memory._snapshot(), path)
             self.snapshots.append(path)
         finally:
             self.stop()
@@ -203,21 +203,6 @@ class HistoryRecorder:
 
             self.recording = False
             torch.cuda.memory._record_memory_history(enabled=None)
-
-
-def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
-    # A full disk leaves no half-written file behind.
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
 
 
 class OOMObserver:
@@ -261,10 +246,10 @@ class OOMObserver:
         import torch
 
         snap_path, stats_path = self._files(time.time_ns())
-        snap = torch.cuda.memory._snapshot()
-        _atomic_write(snap_path, lambda fh: pickle.dump(snap, fh, protocol=4))
+        dump_snapshot(torch.cuda.memory._snapshot(), snap_path)
         stats = {"memory_stats": torch.cuda.memory_stats(), **(extra or {})}
-        _atomic_write(stats_path, lambda fh: fh.write(json.dumps(stats, indent=1, default=str).encode()))
+        with atomic_path(stats_path) as tmp:
+            tmp.write_text(json.dumps(stats, indent=1, default=str), encoding="utf-8")
         self.dumped.append((snap_path, stats_path))
         print(f"gpuprof: CUDA out of memory: snapshot {snap_path}, stats {stats_path} "
               f"(inspect with: gpuprof memory {snap_path})", file=self._stream or sys.stderr)

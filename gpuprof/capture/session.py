@@ -24,6 +24,7 @@ from time import perf_counter
 from types import TracebackType
 from typing import Any, Callable
 
+from gpuprof.atomic import atomic_path
 from gpuprof.capture import dataloader as dlmod
 from gpuprof.capture.config import CaptureConfig, Schedule
 from gpuprof.capture.guard import Guard
@@ -356,16 +357,10 @@ class Profiler:
         snap = self.paths.snapshot_file(span)
 
         def export() -> None:
-            tmp = path.with_name(path.name[: -len(".pt.trace.json.gz")] + ".partial.pt.trace.json.gz")
-            try:
+            # torch gzips by the suffix, so the temporary name keeps it
+            partial = path.with_name(path.name[: -len(".pt.trace.json.gz")] + ".partial.pt.trace.json.gz")
+            with atomic_path(path, partial) as tmp:
                 tp.export_chrome_trace(str(tmp))
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    tmp.unlink()
-                except OSError:
-                    pass
-                raise
             self.traces.append(TraceFile(path, first, self.step_num - 1 if self.step_num > first else first,
                                          snap if snap.exists() else None))
 

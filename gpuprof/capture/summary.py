@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuprof.atomic import atomic_path
 from gpuprof.findings import Finding, Severity, filter_findings, sort_findings
 from gpuprof.render.sections import register_section
 from gpuprof.report import Report
@@ -275,16 +276,8 @@ def _write_reports(prof: "Profiler", report: Report) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
 
 
 # ---------------------------------------------------------------------- text

@@ -33,6 +33,7 @@ import os
 import pickle
 from typing import Any
 
+from gpuprof.atomic import atomic_path
 from gpuprof.errors import InputError
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, SiteTable
 from gpuprof.memory.model import (
@@ -55,10 +56,8 @@ SNAPSHOT_PICKLE_PROTOCOL = 4
 
 def dump_snapshot(snapshot: Any, path: str | os.PathLike[str]) -> None:
     """Write ``snapshot`` (plain data only) as a protocol-4 pickle, atomically."""
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    with open(tmp, "wb") as fh:
+    with atomic_path(path, f"{os.fspath(path)}.tmp{os.getpid()}") as tmp, open(tmp, "wb") as fh:
         pickle.dump(snapshot, fh, protocol=SNAPSHOT_PICKLE_PROTOCOL)
-    os.replace(tmp, path)
 
 
 def load_snapshot(path: str | os.PathLike[str], internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS) -> MemoryData:

@@ -31,9 +31,8 @@ from gpuprof.findings import EventRef, Finding, sort_findings
 from gpuprof.render import format as F
 from gpuprof.render.jsonout import json_safe
 from gpuprof.trace.load import (  # the loader's block reader and event-boundary scanner, shared on purpose
-    _BOUNDARY_TRIES,
+    candidate_cuts,
     BLOCK,
-    _last_boundary,
     _read_head,
     _Source,
 )
@@ -212,17 +211,11 @@ def _copy_with_findings(src: _Source, sink: _Sink, findings: list[Finding]) -> i
 
 def _validated_cut(pending: bytes, clock: _Clock) -> int | None:
     """Offset of the ``{`` starting the last event in ``pending`` whose predecessors decode as events."""
-    hi = len(pending)
-    for _ in range(_BOUNDARY_TRIES):
-        b = _last_boundary(pending, 0, hi)
-        if b is None:
-            return None
-        end, nxt = b
+    for end, nxt in candidate_cuts(pending):
         try:
             stamps = _STAMPS.decode(b"[" + pending[:end] + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError):
-            hi = end - 1  # a "}, {" inside a string or nested object: try an earlier one
-            continue
+            continue  # a "}, {" inside a string or nested object: try an earlier one
         clock.see(stamps)
         return nxt
     return None

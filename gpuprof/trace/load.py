@@ -260,12 +260,7 @@ def _decode_prefix(path: Path, pending: bytes, builder: "_Builder", list_format:
 
     Returns the offset where the next event starts, or None when no boundary
     in ``pending`` decodes (then the caller reads more text)."""
-    hi = len(pending)
-    for _ in range(_BOUNDARY_TRIES):
-        b = _last_boundary(pending, 0, hi)
-        if b is None:
-            return None
-        end, nxt = b
+    for end, nxt in candidate_cuts(pending):
         text = b"[" + pending[:end] + b"]"
         try:
             events = _EVENTS_DECODER.decode(text)
@@ -283,13 +278,28 @@ def _decode_prefix(path: Path, pending: bytes, builder: "_Builder", list_format:
             if _is_syntax_error_before(err, len(text) - 1):
                 # malformed JSON before the cut: no earlier or later cut can fix it
                 raise InputError(path, _explain_decode(err, base - 1)) from None
-            hi = end - 1  # a cut inside a string or nested object: try an earlier one
-            continue
+            continue  # a cut inside a string or nested object: try an earlier one
         except UnicodeDecodeError as err:  # bytes of a string are never changed by a cut
             raise InputError(path, _explain_unicode(err)) from None
         builder.ingest(events)
         return nxt
     return None
+
+
+def candidate_cuts(pending: bytes) -> Iterator[tuple[int, int]]:
+    """Possible event boundaries in ``pending``, last first, at most ``_BOUNDARY_TRIES`` of them.
+
+    Each is (index after the ``}`` ending an event, index of the ``{`` starting
+    the next). A caller accepts the first whose prefix decodes as a list of
+    events; see the module docstring for why that makes the cut safe.
+    """
+    hi = len(pending)
+    for _ in range(_BOUNDARY_TRIES):
+        b = _last_boundary(pending, 0, hi)
+        if b is None:
+            return
+        yield b
+        hi = b[0] - 1
 
 
 def _last_boundary(buf: bytes, lo: int, hi: int) -> tuple[int, int] | None:

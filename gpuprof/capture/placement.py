@@ -309,7 +309,7 @@ def enrich_device_error(err: RuntimeError, known_roots: list[Any]) -> tuple[Devi
     check = runtime_check("GP613")
     finding = Finding(
         code="GP613", name=check.name, severity=check.severity,
-        message=f"the step raised a device-mismatch error" + (f" in module `{path}`" if path else "")
+        message="the step raised a device-mismatch error" + (f" in module `{path}`" if path else "")
                 + f": {first}",
         advice="Move the inputs to the module's device or the module to the inputs' device; gpuprof's "
                "message lists every tensor involved with its shape and device.",

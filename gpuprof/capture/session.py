@@ -142,7 +142,6 @@ class Profiler:
         if self.started:
             return self
         self.started = True
-        cfg = self.config
         self.location = _caller_location()
         self.guard.run("capture setup", "gpuprof records nothing in this run", self._setup)
         self._t_last = perf_counter()

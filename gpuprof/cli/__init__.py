@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from gpuprof import __version__
-from gpuprof.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GpuprofError
+from gpuprof.errors import EXIT_INTERNAL, GpuprofError
 
 __all__ = ["main", "cli"]
 

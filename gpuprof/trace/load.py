@@ -31,7 +31,7 @@ from gpuprof.errors import InputError
 from gpuprof.report import DeviceInfo
 from gpuprof.trace import raw as R
 from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, Trace
-from gpuprof.trace.vocab import Kind, parse_copy_name
+from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
 
 __all__ = ["load_trace", "find_traces", "TRACE_SUFFIXES", "Progress"]
 
@@ -49,29 +49,8 @@ _EVENTS_DECODER = msgspec.json.Decoder(list[R.RawEvent], strict=False)
 _TRACE_DECODER = msgspec.json.Decoder(R.RawTrace, strict=False)
 _ANY_DECODER = msgspec.json.Decoder()
 
-_CAT_KIND: dict[str, int] = {}
-for _cat, _kind in {
-    "cpu_op": Kind.CPU_OP,
-    "operator": Kind.CPU_OP,
-    "Operator": Kind.CPU_OP,
-    "user_annotation": Kind.USER_ANNOTATION,
-    "python_function": Kind.PYTHON_FUNCTION,
-    "python": Kind.PYTHON_FUNCTION,
-    "cuda_runtime": Kind.RUNTIME,
-    "cuda_driver": Kind.RUNTIME,
-    "Runtime": Kind.RUNTIME,
-    "runtime": Kind.RUNTIME,
-    "hip_runtime": Kind.RUNTIME,
-    "kernel": Kind.KERNEL,
-    "Kernel": Kind.KERNEL,
-    "gpu_memcpy": Kind.MEMCPY,
-    "Memcpy": Kind.MEMCPY,
-    "gpu_memset": Kind.MEMSET,
-    "Memset": Kind.MEMSET,
-    "cuda_sync": Kind.GPU_SYNC,
-    "gpu_user_annotation": Kind.GPU_ANNOTATION,
-}.items():
-    _CAT_KIND[_cat] = int(_kind)
+# plain ints for the hot loop
+_CAT_KIND: dict[str, int] = {cat: int(kind) for cat, kind in CATEGORY_KIND.items()}
 
 _DTYPE_FLAGS: dict[str, int] = {
     "float": DTYPE_FLOAT,

@@ -218,16 +218,13 @@ class TraceMetrics:
             return i
         return None
 
-    @property
+    @functools.cached_property
     def _step_starts(self) -> list[float]:
-        starts = getattr(self, "_starts_cache", None)
-        if starts is None:
-            starts = [s.start for s in self.steps]
-            object.__setattr__(self, "_starts_cache", starts)
-        return starts
+        return [s.start for s in self.steps]
 
-    def events_in_steps(self, events: Iterable[Event]) -> list[Event]:
-        return [e for e in events if self.step_of(e.ts) is not None]
+    @functools.cached_property
+    def _dtoh_launch_starts(self) -> list[float]:
+        return sorted(c.launch.ts for c in self.copies if c.launch is not None and c.kind.direction == "DtoH")
 
     def summary(self) -> TraceSummary:
         t = self.trace
@@ -426,13 +423,6 @@ def _thread_keys(t: HostThread | None) -> frozenset[HostThread]:
     return frozenset(keys)
 
 
-def _same_thread(a: HostThread, b: HostThread) -> bool:
-    if a == b:
-        return True
-    # 2021 traces write tids as strings in some events and ints in others
-    return str(a[0]) == str(b[0]) and str(a[1]) == str(b[1])
-
-
 def _host_named(trace: Trace) -> Iterable[Event]:
     """Events whose names carry annotations: user annotations, ops (2021 dialect), Python frames."""
     yield from trace.annotations
@@ -459,10 +449,11 @@ def _main_thread(trace: Trace) -> HostThread | None:
 
 
 def _steps(trace: Trace, main: HostThread | None) -> tuple[list[Step], bool]:
+    main_keys = _thread_keys(main)
     marks = []
     for e in list(trace.annotations) + list(trace.ops):
         n = step_number(e.name)
-        if n is not None and (main is None or _same_thread((e.pid, e.tid), main)):
+        if n is not None and (main is None or (e.pid, e.tid) in main_keys):
             marks.append((e.ts, e.end, n))
     marks.sort()
     # A ProfilerStep can appear both as user_annotation and (older torch) as an op: dedupe.
@@ -617,10 +608,7 @@ def _sync_points(
 
 def _dtoh_near(r: Event, m: TraceMetrics) -> bool:
     """A device-to-host copy was launched within 5 ms of ``r``."""
-    starts = getattr(m, "_dtoh_starts", None)
-    if starts is None:
-        starts = sorted(c.launch.ts for c in m.copies if c.launch is not None and c.kind.direction == "DtoH")
-        object.__setattr__(m, "_dtoh_starts", starts)
+    starts = m._dtoh_launch_starts
     i = bisect_left(starts, r.ts - 5000)
     return i < len(starts) and starts[i] < r.ts + 5000
 

@@ -16,7 +16,7 @@ import re
 
 __all__ = [
     "Kind",
-    "kind_of",
+    "CATEGORY_KIND",
     "CopyKind",
     "parse_copy_name",
     "RuntimeClass",
@@ -46,7 +46,8 @@ class Kind(enum.IntEnum):
     OTHER = 0
 
 
-_CATEGORY_KIND: dict[str, Kind] = {
+# Trace categories of every dialect -> Kind ("X" events; [memory] instants are Kind.MEMORY).
+CATEGORY_KIND: dict[str, Kind] = {
     "cpu_op": Kind.CPU_OP,
     "operator": Kind.CPU_OP,
     "Operator": Kind.CPU_OP,
@@ -67,17 +68,6 @@ _CATEGORY_KIND: dict[str, Kind] = {
     "cuda_sync": Kind.GPU_SYNC,
     "gpu_user_annotation": Kind.GPU_ANNOTATION,
 }
-
-GPU_KINDS = frozenset({Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET})
-
-
-def kind_of(ph: str | None, cat: str | None, name: str) -> Kind:
-    """Classify one raw event. Flow (``s``/``f``), counter and metadata events are OTHER."""
-    if ph == "X":
-        return _CATEGORY_KIND.get(cat or "", Kind.OTHER)
-    if ph == "i" or ph == "I":
-        return Kind.MEMORY if name == "[memory]" else Kind.OTHER
-    return Kind.OTHER
 
 
 # --- copies -------------------------------------------------------------------

@@ -39,11 +39,7 @@ def host_step_of(m: TraceMetrics, t: float) -> int | None:
     """
     if not m.steps:
         return None
-    starts = getattr(m, "_gp2_host_starts", None)
-    if starts is None:
-        starts = [s.start for s in m.steps]
-        object.__setattr__(m, "_gp2_host_starts", starts)
-    i = bisect_right(starts, t) - 1
+    i = bisect_right(m.step_starts, t) - 1
     if i < 0:
         return None
     s = m.steps[i]
@@ -53,13 +49,8 @@ def host_step_of(m: TraceMetrics, t: float) -> int | None:
 
 
 def kernel_busy(m: TraceMetrics) -> list[iv.Interval]:
-    """Union of kernel intervals on the main device (copies and memsets excluded), cached."""
-    cached = getattr(m, "_gp2_kernel_busy", None)
-    if cached is None:
-        dev = m.main_device
-        cached = iv.merge_unsorted((k.ts, k.end) for k in m.trace.kernels if k.device == dev) if dev is not None else []
-        object.__setattr__(m, "_gp2_kernel_busy", cached)
-    return cached
+    """Union of kernel intervals on the main device (copies and memsets excluded)."""
+    return m.kernel_busy
 
 
 def kernel_idle_within(m: TraceMetrics, host: Sequence[iv.Interval]) -> float:

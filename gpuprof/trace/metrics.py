@@ -161,6 +161,7 @@ class TraceMetrics:
     copies: list[CopyEvent]
     host_intervals: dict[str, list[iv.Interval]]
     stacks: StackIndex
+    kernel_busy: list[iv.Interval] = field(default_factory=list)  # union of all kernels on the main device
     kernel_stats: list[KernelStat] = field(default_factory=list)
     op_stats: list[OpStat] = field(default_factory=list)
 
@@ -213,13 +214,14 @@ class TraceMetrics:
 
     def step_of(self, t: float) -> int | None:
         """Index of the step whose window contains ``t`` (None outside all steps)."""
-        i = bisect_right(self._step_starts, t) - 1
+        i = bisect_right(self.step_starts, t) - 1
         if i >= 0 and t <= self.steps[i].end:
             return i
         return None
 
     @functools.cached_property
-    def _step_starts(self) -> list[float]:
+    def step_starts(self) -> list[float]:
+        """Start of each step, in order (for bisecting a time to its step)."""
         return [s.start for s in self.steps]
 
     @functools.cached_property
@@ -400,6 +402,8 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     for c in copy_events:
         c.step = metrics.step_of(c.gpu.ts)
     metrics.copies = copy_events
+    if main_device is not None:
+        metrics.kernel_busy = iv.union(kernels_m[main_device], comm_m[main_device])
     metrics.syncs = _sync_points(trace, metrics, main_runtime, blocking_copy_calls)
     metrics.kernel_stats = _kernel_stats(trace)
     metrics.op_stats = _op_stats(trace, launch_by_corr, op_by_ext)

@@ -8,13 +8,11 @@ ask the same question of the same trace.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import defaultdict
 from typing import Sequence
 
-from gpuprof.trace import intervals as iv
-from gpuprof.trace.metrics import CopyEvent, TraceMetrics
+from gpuprof.trace.intervals import Interval, Intervals
+from gpuprof.trace.metrics import CopyEvent, TraceMetrics, next_sync_call
 from gpuprof.trace.model import Event
-from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 
 __all__ = [
     "count_of",
@@ -48,26 +46,14 @@ def host_step_of(m: TraceMetrics, t: float) -> int | None:
     return i if t <= end else None
 
 
-def kernel_busy(m: TraceMetrics) -> list[iv.Interval]:
+def kernel_busy(m: TraceMetrics) -> Intervals:
     """Union of kernel intervals on the main device (copies and memsets excluded)."""
     return m.kernel_busy
 
 
-def kernel_idle_within(m: TraceMetrics, host: Sequence[iv.Interval]) -> float:
-    """Time inside the (merged) host intervals when the main device ran no kernel."""
-    merged = iv.merge(sorted(host))
-    return iv.total(iv.subtract(merged, kernel_busy(m)))
-
-
-def _rt_by_thread(m: TraceMetrics) -> tuple[dict[tuple[str, str], list[Event]], dict[tuple[str, str], list[float]]]:
-    cached = getattr(m, "_gp2_rt_by_thread", None)
-    if cached is None:
-        by: dict[tuple[str, str], list[Event]] = defaultdict(list)
-        for r in m.trace.runtime:
-            by[(str(r.pid), str(r.tid))].append(r)
-        cached = (dict(by), {k: [r.ts for r in v] for k, v in by.items()})
-        object.__setattr__(m, "_gp2_rt_by_thread", cached)
-    return cached
+def kernel_idle_within(m: TraceMetrics, host: Sequence[Interval]) -> float:
+    """Time inside the host intervals (in any order) when the main device ran no kernel."""
+    return Intervals.from_pairs(host).subtract(kernel_busy(m)).total()
 
 
 def copy_wait_calls(m: TraceMetrics, c: CopyEvent) -> list[Event]:
@@ -79,16 +65,5 @@ def copy_wait_calls(m: TraceMetrics, c: CopyEvent) -> list[Event]:
     """
     if c.launch is None:
         return []
-    out = [c.launch]
-    by, starts = _rt_by_thread(m)
-    key = (str(c.launch.pid), str(c.launch.tid))
-    seq = by.get(key, [])
-    i = bisect_right(starts.get(key, []), c.launch.ts)
-    for r in seq[i : i + 8]:
-        rc = classify_runtime(r.name)
-        if rc is RuntimeClass.SYNC:
-            out.append(r)
-            break
-        if rc in (RuntimeClass.LAUNCH, RuntimeClass.MEMCPY, RuntimeClass.MEMSET):
-            break
-    return out
+    sync = next_sync_call(m.threads, c.launch)
+    return [c.launch] if sync is None else [c.launch, sync]

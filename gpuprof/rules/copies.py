@@ -8,7 +8,7 @@ from typing import Iterable
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within
-from gpuprof.trace import intervals as iv
+from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import CopyEvent, TraceMetrics
 from gpuprof.units import fmt_bytes, fmt_us
 
@@ -45,7 +45,7 @@ def _copy_numbers(m: TraceMetrics, copies: list[CopyEvent]) -> dict[str, float]:
     gpu_us = sum(c.gpu.dur for c in copies)
     waits = [w for c in copies for w in copy_wait_calls(m, c)]
     host = [(w.ts, w.end) for w in waits]
-    blocked = iv.total(iv.merge(sorted(host)))
+    blocked = Intervals.from_pairs(host).total()
     return {
         "count_per_step": len(copies) / n,
         "bytes_per_step": total_bytes / n,

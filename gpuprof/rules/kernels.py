@@ -11,7 +11,7 @@ from typing import Iterable
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.units import fmt_us
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.trace import intervals as iv
+from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics, is_communication_kernel
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
@@ -52,26 +52,25 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
     dev = m.main_device
     if dev is None or not m.steps:
         return None
-    kernels = [
-        k
-        for k in m.trace.kernels
-        if k.device == dev and not is_communication_kernel(k.name) and m.step_of(k.ts) is not None
-    ]
+    lo, hi = m.windows[0][0], m.windows[-1][1]  # steps tile the timeline: one bisect per kernel is not needed
+    step_kernels = [k for k in m.trace.kernels if k.device == dev and lo <= k.ts <= hi]
+    comm = {name for name in {k.name for k in step_kernels} if is_communication_kernel(name)}
+    kernels = [k for k in step_kernels if k.name not in comm and m.step_of(k.ts) is not None] if comm or _has_gaps(m) else step_kernels
     if not kernels:
         return None
     tiny = [k for k in kernels if k.dur < tiny_us]
     # Launch calls that put work on the main device, from any host thread.
     dev_corrs = {g.corr for g in m.trace.gpu_events() if g.device == dev and g.corr >= 0}
-    launches = iv.merge_unsorted(
+    launches = Intervals.from_pairs(
         (r.ts, r.end)
         for r in m.trace.runtime
         if r.corr in dev_corrs and classify_runtime(r.name) is RuntimeClass.LAUNCH
     )
-    idle = iv.subtract(m.windows, m.gpu_busy.get(dev, []))
-    launch_idle = iv.total(iv.intersect(idle, launches))
+    idle = Intervals.from_pairs(m.windows).subtract(m.gpu_busy.get(dev, Intervals.empty()))
+    launch_idle = idle.intersect(launches).total()
 
-    optimizer = m.host_intervals.get("optimizer", [])
-    opt_starts = [s for s, _ in optimizer]
+    optimizer = m.host_intervals.get("optimizer", Intervals.empty())
+    opt_starts, opt_ends = optimizer.starts.tolist(), optimizer.ends.tolist()  # bisect on lists: no numpy call per kernel
     optimizer_tiny = 0
     ops: Counter[str] = Counter()
     first_launch: dict[str, tuple[Event, Event]] = {}
@@ -79,7 +78,8 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
         launch = m.launch_by_corr.get(k.corr)
         if launch is None:
             continue
-        if optimizer and _inside(launch.ts, optimizer, opt_starts):
+        i = bisect_right(opt_starts, launch.ts) - 1
+        if i >= 0 and launch.ts <= opt_ends[i]:
             optimizer_tiny += 1
         op = m.op_by_ext.get(launch.ext)
         if op is not None:
@@ -101,9 +101,9 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
     )
 
 
-def _inside(t: float, ivs: list[iv.Interval], starts: list[float]) -> bool:
-    i = bisect_right(starts, t) - 1
-    return i >= 0 and t <= ivs[i][1]
+def _has_gaps(m: TraceMetrics) -> bool:
+    """True when the step windows leave gaps between them (two profiling spans in one file)."""
+    return any(a[1] < b[0] for a, b in zip(m.windows, m.windows[1:]))
 
 
 @register

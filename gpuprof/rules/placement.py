@@ -10,7 +10,7 @@ from typing import Iterable
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import count_of, host_step_of, kernel_idle_within
-from gpuprof.trace import intervals as iv
+from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import Kind, RuntimeClass, classify_runtime, step_number
@@ -111,10 +111,10 @@ class DataParallelUsed(Rule):
             and (m.main_thread is None or _same(e, m.main_thread))
             and host_step_of(m, e.ts) is not None
         ]
-        host_overhead = iv.total(iv.merge(sorted(overhead_ivs))) / n
+        host_overhead = Intervals.from_pairs(overhead_ivs).total() / n
         p2p = [c for c in m.copies if c.kind.direction == "PtoP" and c.step is not None]
         p2p_bytes = sum(c.gpu.nbytes for c in p2p) / n
-        p2p_us = iv.total(iv.merge_unsorted((c.gpu.ts, c.gpu.end) for c in p2p)) / n
+        p2p_us = Intervals.from_pairs((c.gpu.ts, c.gpu.end) for c in p2p).total() / n
         overhead = (host_overhead + p2p_us) if (overhead_ivs or p2p) else None
         gpus = len(m.devices_active)
         single = gpus <= 1
@@ -186,15 +186,15 @@ def is_heavy_compute_op(name: str) -> bool:
     return name.startswith(_HEAVY_PREFIXES) and not name.startswith(_HEAVY_EXCLUDE)
 
 
-def _gpu_launches_by_thread(m: TraceMetrics) -> dict[tuple[str, str], list[float]]:
+def _gpu_launches_by_thread(m: TraceMetrics) -> dict[tuple, list[float]]:
     """Start times of runtime calls that put work on a GPU (launch, copy, memset), per host thread."""
-    out: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for r in m.trace.runtime:
-        if classify_runtime(r.name) in (RuntimeClass.LAUNCH, RuntimeClass.MEMCPY, RuntimeClass.MEMSET):
-            out[(str(r.pid), str(r.tid))].append(r.ts)
-    for v in out.values():
-        v.sort()
-    return dict(out)
+    out: dict[tuple, list[float]] = {}
+    for key, calls in m.threads.runtime.items():
+        out[key] = [r.ts for r in calls if classify_runtime(r.name) in _GPU_WORK_CALLS]  # calls are in time order
+    return out
+
+
+_GPU_WORK_CALLS = (RuntimeClass.LAUNCH, RuntimeClass.MEMCPY, RuntimeClass.MEMSET)
 
 
 @register
@@ -240,20 +240,24 @@ class CpuComputeWithGpu(Rule):
         t = ctx.trace
         if m.main_device is None or not m.steps:
             return
-        launches = _gpu_launches_by_thread(m)
+        heavy = {s.name for s in m.op_stats if is_heavy_compute_op(s.name) and step_number(s.name) is None}
+        if not heavy:
+            return
+        candidates = [o for o in t.ops if o.name in heavy]
+        if not candidates:
+            return
         launched_ext: set[int] = set()
         for g in t.gpu_events():
             launch = m.launch_by_corr.get(g.corr)
             ext = launch.ext if launch is not None else g.ext
             if ext >= 0:
                 launched_ext.add(ext)
+        launches = _gpu_launches_by_thread(m)
 
         cpu_ops: list[Event] = []
-        last_end: dict[tuple[str, str], float] = {}
-        for o in t.ops:  # sorted by start: skip heavy ops nested in an already-taken one
-            if not is_heavy_compute_op(o.name) or step_number(o.name) is not None:
-                continue
-            key = (str(o.pid), str(o.tid))
+        last_end: dict[tuple, float] = {}
+        for o in candidates:  # sorted by start: skip heavy ops nested in an already-taken one
+            key = (o.pid, o.tid)
             if o.ext >= 0 and o.ext in launched_ext:
                 continue
             starts = launches.get(key, [])
@@ -269,7 +273,7 @@ class CpuComputeWithGpu(Rule):
         if not cpu_ops:
             return
         n = m.num_steps
-        time_ps = iv.total(iv.merge_unsorted((o.ts, o.end) for o in cpu_ops)) / n
+        time_ps = Intervals.from_pairs((o.ts, o.end) for o in cpu_ops).total() / n
         share = time_ps / m.mean_step_time if m.mean_step_time > 0 else 0.0
         if time_ps < ctx.opt("min_us_per_step") or share < ctx.opt("min_share"):
             return

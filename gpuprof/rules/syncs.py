@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
 from collections import defaultdict
 from typing import Iterable
 
@@ -77,16 +76,12 @@ def _idle_after(m: TraceMetrics, t: float, limit: float) -> float:
 
     The GPU has nothing queued after a sync, so this is the bubble the sync leaves."""
     busy = kernel_busy(m)
-    starts = getattr(m, "_gp203_busy_starts", None)
-    if starts is None:
-        starts = [b[0] for b in busy]
-        object.__setattr__(m, "_gp203_busy_starts", starts)
-    i = bisect_left(starts, t)
-    if i > 0 and busy[i - 1][1] > t:
+    i = busy.next_start(t)
+    if i > 0 and busy.ends[i - 1] > t:
         return 0.0  # a kernel is still running when the host returns
-    if i >= len(busy) or busy[i][0] > limit:
+    if i >= len(busy) or busy.starts[i] > limit:
         return 0.0
-    return busy[i][0] - t
+    return float(busy.starts[i]) - t
 
 
 def _is_profiler_own(m: TraceMetrics, s: SyncPoint, last_op_end: float) -> bool:
@@ -155,7 +150,7 @@ class HostSync(Rule):
             for w in copy_wait_calls(m, c)
         }
         main_ops = m.host_intervals["cpu_ops"]  # merged operator time of the main thread
-        last_op_end = main_ops[-1][1] if main_ops else float("-inf")
+        last_op_end = float(main_ops.ends[-1]) if main_ops else float("-inf")
         groups: dict[tuple[str, SourceLocation | None], list[SyncPoint]] = defaultdict(list)
         for s in m.syncs:
             if host_step_of(m, s.runtime.ts) is None or id(s.runtime) in copy_waits:

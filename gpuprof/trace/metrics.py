@@ -50,16 +50,18 @@ issued it and the user's source line when Python stacks were recorded.
 from __future__ import annotations
 
 import functools
-
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Iterable, Union
+
+import numpy as np
 
 from gpuprof.findings import SourceLocation
 from gpuprof.report import CopyStat, KernelStat, OpStat, SyncStat, TraceSummary
-from gpuprof.trace import intervals as iv
+from gpuprof.trace.intervals import Interval, Intervals, first_cover_per_window
 from gpuprof.trace.model import Event, Trace
 from gpuprof.trace.stacks import StackIndex
 from gpuprof.trace.vocab import (
@@ -76,6 +78,7 @@ from gpuprof.trace.vocab import (
 __all__ = [
     "Step",
     "SyncPoint",
+    "ThreadIndex",
     "CopyEvent",
     "TraceMetrics",
     "compute_metrics",
@@ -144,11 +147,11 @@ class TraceMetrics:
     trace: Trace
     main_thread: HostThread | None
     steps: list[Step]
-    windows: list[iv.Interval]
+    windows: list[Interval]
     has_step_markers: bool
     devices_active: list[int]
     main_device: int | None
-    gpu_busy: dict[int, list[iv.Interval]]
+    gpu_busy: dict[int, Intervals]
     busy_per_step: dict[int, list[float]]
     breakdown_per_step: list[dict[str, float]]
     idle_per_step: list[dict[str, float]]
@@ -159,9 +162,10 @@ class TraceMetrics:
     op_by_ext: dict[int, Event]
     syncs: list[SyncPoint]
     copies: list[CopyEvent]
-    host_intervals: dict[str, list[iv.Interval]]
+    host_intervals: dict[str, Intervals]
     stacks: StackIndex
-    kernel_busy: list[iv.Interval] = field(default_factory=list)  # union of all kernels on the main device
+    threads: "ThreadIndex"
+    kernel_busy: Intervals = field(default_factory=Intervals.empty)  # union of all kernels on the main device
     kernel_stats: list[KernelStat] = field(default_factory=list)
     op_stats: list[OpStat] = field(default_factory=list)
 
@@ -261,105 +265,84 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     steps, has_markers = _steps(trace, main)
     windows = [(s.start, s.end) for s in steps]
 
-    # GPU side
-    gpu_by_dev: dict[int, list[iv.Interval]] = defaultdict(list)
-    comm_by_dev: dict[int, list[iv.Interval]] = defaultdict(list)
-    kern_by_dev: dict[int, list[iv.Interval]] = defaultdict(list)
-    for k in trace.kernels:
-        (comm_by_dev if is_communication_kernel(k.name) else kern_by_dev)[k.device].append((k.ts, k.ts + k.dur))
-    memcpy_by_dev: dict[int, list[iv.Interval]] = defaultdict(list)
-    for c in trace.memcpys:
-        memcpy_by_dev[c.device].append((c.ts, c.ts + c.dur))
-    memset_by_dev: dict[int, list[iv.Interval]] = defaultdict(list)
-    for m in trace.memsets:
-        memset_by_dev[m.device].append((m.ts, m.ts + m.dur))
+    # GPU side: per device, the union of each kind of GPU work
+    kern_by_dev, comm_by_dev = _kernel_sets(trace.kernels)
+    memcpy_by_dev = _device_sets(trace.memcpys)
+    memset_by_dev = _device_sets(trace.memsets)
     devices = sorted(set(kern_by_dev) | set(comm_by_dev) | set(memcpy_by_dev) | set(memset_by_dev))
-    kernels_m = {d: iv.merge(kern_by_dev.get(d, ())) for d in devices}
-    comm_m = {d: iv.merge(comm_by_dev.get(d, ())) for d in devices}
-    memcpy_m = {d: iv.merge(memcpy_by_dev.get(d, ())) for d in devices}
-    memset_m = {d: iv.merge(memset_by_dev.get(d, ())) for d in devices}
+    none = Intervals.empty()
+    gpu_by_dev: dict[int, Intervals] = {}
     for d in devices:
-        gpu_by_dev[d] = iv.union(iv.union(kernels_m[d], comm_m[d]), iv.union(memcpy_m[d], memset_m[d]))
-    busy_per_step = {d: iv.per_window(gpu_by_dev[d], windows) for d in devices}
+        gpu_by_dev[d] = (
+            kern_by_dev.get(d, none).union(comm_by_dev.get(d, none)).union(memcpy_by_dev.get(d, none)).union(memset_by_dev.get(d, none))
+        )
+    busy_per_step = {d: gpu_by_dev[d].per_window(windows) for d in devices}
     main_device = max(devices, key=lambda d: sum(busy_per_step[d])) if devices else None
 
-    # host side (main thread)
-    launch_by_corr: dict[int, Event] = {}
-    for r in trace.runtime:
-        if r.corr >= 0:
-            launch_by_corr[r.corr] = r
-    op_by_ext: dict[int, Event] = {}
-    for o in trace.ops:
-        if o.ext >= 0:
-            op_by_ext.setdefault(o.ext, o)
-
+    # host side
+    launch_by_corr: dict[int, Event] = {r.corr: r for r in trace.runtime if r.corr >= 0}
+    op_by_ext: dict[int, Event] = {o.ext: o for o in reversed(trace.ops) if o.ext >= 0}  # the first op wins
+    threads = ThreadIndex.build(trace)
     main_keys = _thread_keys(main)
-
-    def on_main(e: Event) -> bool:
-        return (e.pid, e.tid) in main_keys
-
-    main_runtime = [r for r in trace.runtime if on_main(r)]
-    copy_events = _copies(trace, launch_by_corr, main_runtime)
+    main_runtime = threads.runtime_on(main_keys)
+    copy_events = _copies(trace, launch_by_corr, threads)
     blocking_copy_calls = {id(c.launch) for c in copy_events if c.blocking and c.launch is not None}
 
     rt_sync, rt_copy, rt_other = [], [], []
     for r in main_runtime:
         rc = classify_runtime(r.name)
         if rc is RuntimeClass.SYNC:
-            rt_sync.append((r.ts, r.end))
+            rt_sync.append(r)
         elif id(r) in blocking_copy_calls or (rc is RuntimeClass.MEMCPY and not r.name.endswith("Async")):
-            rt_copy.append((r.ts, r.end))
+            rt_copy.append(r)
         else:
-            rt_other.append((r.ts, r.end))
+            rt_other.append(r)
     host_dl_events: list[Event] = []
     optimizer_events: list[Event] = []
     for e in _host_named(trace):
         name = e.name
-        if is_dataloader_name(name) and (main is None or on_main(e)):
+        if is_dataloader_name(name) and (main is None or (e.pid, e.tid) in main_keys):
             host_dl_events.append(e)
-        elif name[:1] == "O" and is_optimizer_name(name) and on_main(e):  # cheap test first: every frame passes here
+        elif name[:1] == "O" and is_optimizer_name(name) and (e.pid, e.tid) in main_keys:  # cheap test first
             optimizer_events.append(e)
     dl_events = [e for e in host_dl_events if e.name.startswith("enumerate(DataLoader)")] or host_dl_events
     single: bool | None = None
     if any(e.name.startswith("enumerate(DataLoader)") for e in dl_events):
         single = any(is_single_process_dataloader(e.name) for e in dl_events)
-    data_loading = iv.merge_unsorted((e.ts, e.end) for e in host_dl_events)
-    optimizer = iv.merge_unsorted((e.ts, e.ts + e.dur) for e in optimizer_events)
-    cpu_ops = iv.merge(
-        (o.ts, o.ts + o.dur)
-        for o in trace.ops
-        if (o.pid, o.tid) in main_keys and not o.name.startswith("ProfilerStep#")
-    )
-    runtime_all = iv.merge_unsorted(rt_sync + rt_copy + rt_other)
+    data_loading = _union_of(host_dl_events)
+    optimizer = _union_of(optimizer_events)
+    cpu_ops = _union_of([o for o in threads.ops_on(main_keys) if not o.name.startswith("ProfilerStep#")])
     host = {
-        "sync": iv.merge(rt_sync),
-        "blocking_copy": iv.merge(rt_copy),
-        "runtime": iv.merge(rt_other),
-        "runtime_all": runtime_all,
+        "sync": _union_of(rt_sync),
+        "blocking_copy": _union_of(rt_copy),
+        "runtime": _union_of(rt_other),
         "data_loading": data_loading,
         "optimizer": optimizer,
         "cpu_ops": cpu_ops,
     }
+    host["runtime_all"] = host["sync"].union(host["blocking_copy"]).union(host["runtime"])
 
     # breakdowns
+    def on_main_device(sets: dict[int, Intervals]) -> Intervals:
+        return sets.get(main_device, none) if main_device is not None else none
+
     breakdown = _priority_split(
         windows,
         [
-            ("kernel", kernels_m.get(main_device, []) if main_device is not None else []),
-            ("communication", comm_m.get(main_device, []) if main_device is not None else []),
-            ("memcpy", memcpy_m.get(main_device, []) if main_device is not None else []),
-            ("memset", memset_m.get(main_device, []) if main_device is not None else []),
-            ("runtime", runtime_all),
+            ("kernel", on_main_device(kern_by_dev)),
+            ("communication", on_main_device(comm_by_dev)),
+            ("memcpy", on_main_device(memcpy_by_dev)),
+            ("memset", on_main_device(memset_by_dev)),
+            ("runtime", host["runtime_all"]),
             ("data_loading", data_loading),
             ("cpu_exec", cpu_ops),
         ],
         rest="other",
     )
-    busy_main = gpu_by_dev.get(main_device, []) if main_device is not None else []
-    idle_windows_split = _priority_split(
+    idle = _priority_split(
         windows,
         [
-            ("_gpu_busy", busy_main),
+            ("_gpu_busy", on_main_device(gpu_by_dev)),
             ("sync", host["sync"]),
             ("blocking_copy", host["blocking_copy"]),
             ("runtime", host["runtime"]),
@@ -368,10 +351,8 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         ],
         rest="cpu_other",
     )
-    idle = []
-    for d in idle_windows_split:
+    for d in idle:
         d.pop("_gpu_busy")
-        idle.append(d)
     if main_device is None:
         # No GPU activity: "idle" is meaningless; keep zeros rather than a fake split.
         idle = [{k: 0.0 for k in IDLE_KEYS} for _ in windows]
@@ -385,11 +366,11 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         has_step_markers=has_markers,
         devices_active=devices,
         main_device=main_device,
-        gpu_busy=dict(gpu_by_dev),
+        gpu_busy=gpu_by_dev,
         busy_per_step=busy_per_step,
         breakdown_per_step=breakdown,
         idle_per_step=idle,
-        data_loading_per_step=iv.per_window(data_loading, windows),
+        data_loading_per_step=data_loading.per_window(windows),
         dataloader_events=dl_events,
         dataloader_single_process=single,
         launch_by_corr=launch_by_corr,
@@ -398,16 +379,127 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         copies=[],
         host_intervals=host,
         stacks=stacks,
+        threads=threads,
     )
     for c in copy_events:
         c.step = metrics.step_of(c.gpu.ts)
     metrics.copies = copy_events
-    if main_device is not None:
-        metrics.kernel_busy = iv.union(kernels_m[main_device], comm_m[main_device])
-    metrics.syncs = _sync_points(trace, metrics, main_runtime, blocking_copy_calls)
+    metrics.kernel_busy = on_main_device(kern_by_dev).union(on_main_device(comm_by_dev))
+    metrics.op_stats = _op_stats(trace, threads, launch_by_corr, op_by_ext)
+    metrics.syncs = _sync_points(metrics, main_runtime, blocking_copy_calls)
     metrics.kernel_stats = _kernel_stats(trace)
-    metrics.op_stats = _op_stats(trace, launch_by_corr, op_by_ext)
     return metrics
+
+
+_TS = attrgetter("ts")
+_DUR = attrgetter("dur")
+_DEVICE = attrgetter("device")
+_NAME = attrgetter("name")
+
+
+def _union_of(events: list[Event]) -> Intervals:
+    """The time covered by ``events`` (in any order)."""
+    n = len(events)
+    if n == 0:
+        return Intervals.empty()
+    return Intervals.from_spans(np.fromiter(map(_TS, events), np.float64, n), np.fromiter(map(_DUR, events), np.float64, n))
+
+
+def _device_sets(events: list[Event], mask: np.ndarray | None = None) -> dict[int, Intervals]:
+    """Per device, the time covered by ``events`` (sorted by start), optionally only where ``mask``."""
+    n = len(events)
+    if n == 0:
+        return {}
+    ts = np.fromiter(map(_TS, events), np.float64, n)
+    dur = np.fromiter(map(_DUR, events), np.float64, n)
+    dev = np.fromiter(map(_DEVICE, events), np.int64, n)
+    if mask is not None:
+        ts, dur, dev = ts[mask], dur[mask], dev[mask]
+    out = {}
+    for d in np.unique(dev).tolist():
+        sel = dev == d
+        out[d] = Intervals.from_spans(ts[sel], dur[sel], is_sorted=True)
+    return out
+
+
+def _kernel_sets(kernels: list[Event]) -> tuple[dict[int, Intervals], dict[int, Intervals]]:
+    """Per device, the time covered by compute kernels and by communication (collective) kernels."""
+    comm = np.fromiter(map(is_communication_kernel, map(_NAME, kernels)), bool, len(kernels))
+    if not comm.any():
+        return _device_sets(kernels), {}
+    return _device_sets(kernels, ~comm), _device_sets(kernels, comm)
+
+
+@dataclass
+class ThreadIndex:
+    """Host operators and runtime calls grouped by host thread ``(pid, tid)``, each group in time order.
+
+    ``*_starts`` hold the start times of each group, for bisecting a moment to
+    the events around it. ``op_parent[key][i]`` is the index of the operator
+    that directly encloses operator ``i`` on its thread (-1 at top level).
+    """
+
+    ops: dict[HostThread, list[Event]]
+    op_starts: dict[HostThread, list[float]]
+    op_parent: dict[HostThread, list[int]]
+    runtime: dict[HostThread, list[Event]]
+    runtime_starts: dict[HostThread, list[float]]
+
+    @classmethod
+    def build(cls, trace: Trace) -> "ThreadIndex":
+        ops = _group_by_thread(trace.ops)
+        runtime = _group_by_thread(trace.runtime)
+        return cls(
+            ops=ops,
+            op_starts={k: list(map(_TS, v)) for k, v in ops.items()},
+            op_parent={},  # filled by _op_stats, which walks the same nesting
+            runtime=runtime,
+            runtime_starts={k: list(map(_TS, v)) for k, v in runtime.items()},
+        )
+
+    def parents(self, key: HostThread) -> list[int]:
+        """``op_parent[key]``, computed here if ``_op_stats`` has not walked the thread."""
+        got = self.op_parent.get(key)
+        if got is None:
+            got = self.op_parent[key] = _nesting(self.ops.get(key, []))
+        return got
+
+    def runtime_on(self, keys: frozenset[HostThread]) -> list[Event]:
+        return _merged_in_time([self.runtime[k] for k in keys if k in self.runtime])
+
+    def ops_on(self, keys: frozenset[HostThread]) -> list[Event]:
+        return _merged_in_time([self.ops[k] for k in keys if k in self.ops])
+
+
+def _nesting(ops: list[Event]) -> list[int]:
+    """Index of the directly enclosing op of each op (ops of one thread, in time order)."""
+    parents = [-1] * len(ops)
+    stack: list[tuple[float, int]] = []
+    for i, o in enumerate(ops):
+        while stack and stack[-1][0] <= o.ts:
+            stack.pop()
+        if stack:
+            parents[i] = stack[-1][1]
+        stack.append((o.ts + o.dur, i))
+    return parents
+
+
+def _group_by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
+    by: dict[HostThread, list[Event]] = {}
+    for e in events:
+        key = (e.pid, e.tid)
+        group = by.get(key)
+        if group is None:
+            by[key] = [e]
+        else:
+            group.append(e)
+    return by
+
+
+def _merged_in_time(groups: list[list[Event]]) -> list[Event]:
+    if len(groups) == 1:
+        return groups[0]
+    return sorted((e for g in groups for e in g), key=_TS)
 
 
 def _thread_keys(t: HostThread | None) -> frozenset[HostThread]:
@@ -506,32 +598,15 @@ def _extent(trace: Trace) -> tuple[float, float]:
     return lo, hi
 
 
-def _priority_split(
-    windows: list[iv.Interval],
-    layers: list[tuple[str, list[iv.Interval]]],
-    rest: str,
-) -> list[dict[str, float]]:
+def _priority_split(windows: list[Interval], layers: list[tuple[str, Intervals]], rest: str) -> list[dict[str, float]]:
     """Per window, the time each layer covers that no earlier layer covered; ``rest`` is what none covers."""
-    out = [dict() for _ in windows]  # type: list[dict[str, float]]
-    cover: list[iv.Interval] = []
-    covered_before = [0.0] * len(windows)
-    for name, ivs in layers:
-        cover = iv.union(cover, ivs)
-        covered_now = iv.per_window(cover, windows)
-        for w in range(len(windows)):
-            out[w][name] = max(covered_now[w] - covered_before[w], 0.0)
-        covered_before = covered_now
-    for w, (lo, hi) in enumerate(windows):
-        out[w][rest] = max((hi - lo) - covered_before[w], 0.0)
-    return out
+    split = first_cover_per_window(windows, [ivs for _, ivs in layers]).tolist()
+    names = [name for name, _ in layers] + [rest]
+    return [dict(zip(names, row)) for row in split]
 
 
-def _copies(trace: Trace, launch_by_corr: dict[int, Event], main_runtime: list[Event]) -> list[CopyEvent]:
+def _copies(trace: Trace, launch_by_corr: dict[int, Event], threads: ThreadIndex) -> list[CopyEvent]:
     """Pair GPU copies with their host calls and decide which ones blocked the host."""
-    rt_by_thread: dict[HostThread, list[Event]] = defaultdict(list)
-    for r in trace.runtime:
-        rt_by_thread[(r.pid, r.tid)].append(r)
-    starts = {k: [r.ts for r in v] for k, v in rt_by_thread.items()}
     out = []
     for g in trace.memcpys:
         launch = launch_by_corr.get(g.corr)
@@ -540,45 +615,51 @@ def _copies(trace: Trace, launch_by_corr: dict[int, Event], main_runtime: list[E
             if launch.end >= g.end - 1.0:
                 blocking = True  # host call returned only after the copy ended
             else:
-                seq = rt_by_thread[(launch.pid, launch.tid)]
-                i = bisect_right(starts[(launch.pid, launch.tid)], launch.ts)
-                for r in seq[i : i + 8]:
-                    rc = classify_runtime(r.name)
-                    if rc is RuntimeClass.SYNC:
-                        blocking = r.end >= g.end - 1.0
-                        break
-                    if rc in (RuntimeClass.LAUNCH, RuntimeClass.MEMCPY, RuntimeClass.MEMSET):
-                        break
+                sync = next_sync_call(threads, launch)
+                blocking = sync is not None and sync.end >= g.end - 1.0
         out.append(CopyEvent(gpu=g, launch=launch, kind=g.extra, blocking=blocking, step=None))
     return out
 
 
-def _enclosing_ops(trace_ops_by_thread: dict, starts_by_thread: dict, ev: Event, direct: Event | None) -> list[Event]:
+def next_sync_call(threads: ThreadIndex, call: Event) -> Event | None:
+    """The stream/device synchronisation that follows runtime ``call`` on its thread
+    before any other GPU work is queued there (looking at most 8 calls ahead)."""
+    key = (call.pid, call.tid)
+    seq = threads.runtime.get(key)
+    if not seq:
+        return None
+    i = bisect_right(threads.runtime_starts[key], call.ts)
+    for r in seq[i : i + 8]:
+        rc = classify_runtime(r.name)
+        if rc is RuntimeClass.SYNC:
+            return r
+        if rc is RuntimeClass.LAUNCH or rc is RuntimeClass.MEMCPY or rc is RuntimeClass.MEMSET:
+            return None
+    return None
+
+
+def _enclosing_ops(threads: ThreadIndex, ev: Event, direct: Event | None) -> list[Event]:
+    """The operators on ``ev``'s thread whose range contains ``ev``, outermost first (step markers excluded)."""
     key = (ev.pid, ev.tid)
-    ops = trace_ops_by_thread.get(key)
+    ops = threads.ops.get(key)
     if not ops:
         return [direct] if direct is not None else []
-    starts = starts_by_thread[key]
-    i = bisect_right(starts, ev.ts) - 1
+    parent = threads.parents(key)
+    i = bisect_right(threads.op_starts[key], ev.ts) - 1
+    ts, end = ev.ts, ev.end
     chain = []
-    scanned = 0
-    while i >= 0 and scanned < 3000:
+    # Operators nest on a thread, so those open at ev.ts are the last one started
+    # before it and that one's ancestors: walk up the parent links.
+    while i >= 0:
         o = ops[i]
-        if o.ts <= ev.ts and o.end >= ev.end and step_number(o.name) is None:
+        if o.ts <= ts and o.end >= end and step_number(o.name) is None:
             chain.append(o)
-        i -= 1
-        scanned += 1
+        i = parent[i]
     chain.reverse()  # outermost first
     return chain
 
 
-def _sync_points(
-    trace: Trace, m: TraceMetrics, main_runtime: list[Event], blocking_copy_calls: set[int]
-) -> list[SyncPoint]:
-    ops_by_thread: dict[HostThread, list[Event]] = defaultdict(list)
-    for o in trace.ops:
-        ops_by_thread[(o.pid, o.tid)].append(o)
-    starts = {k: [o.ts for o in v] for k, v in ops_by_thread.items()}
+def _sync_points(m: TraceMetrics, main_runtime: list[Event], blocking_copy_calls: set[int]) -> list[SyncPoint]:
     copy_by_launch = {id(c.launch): c for c in m.copies if c.launch is not None}
     out = []
     for r in main_runtime:
@@ -589,7 +670,7 @@ def _sync_points(
             pass
         else:
             continue
-        chain = _enclosing_ops(ops_by_thread, starts, r, m.op_by_ext.get(r.ext))
+        chain = _enclosing_ops(m.threads, r, m.op_by_ext.get(r.ext))
         cause = None
         for o in reversed(chain):  # innermost known sync op names the cause
             cause = SYNC_OPS.get(o.name)
@@ -636,34 +717,43 @@ def _kernel_stats(trace: Trace) -> list[KernelStat]:
     return stats
 
 
-def _op_stats(trace: Trace, launch_by_corr: dict[int, Event], op_by_ext: dict[int, Event]) -> list[OpStat]:
+def _op_stats(trace: Trace, threads: ThreadIndex, launch_by_corr: dict[int, Event], op_by_ext: dict[int, Event]) -> list[OpStat]:
     """Per operator name: count, total and self host time, and GPU time of the work it launched.
 
     Self time = the op's duration minus that of the ops nested directly in it
     (on its thread). GPU time = kernels, copies and memsets whose launch call
-    carries the op's External id.
+    carries the op's External id. The same walk records each op's enclosing
+    op in ``threads.op_parent``.
     """
     # name -> [count, total, self, gpu]; one pass per thread with a stack of open ops
     agg: dict[str, list[float]] = {}
-    stacks: dict[HostThread, list[tuple[float, list[float]]]] = defaultdict(list)
-    for o in trace.ops:
-        name = o.name
-        if name.startswith("ProfilerStep#"):
-            continue
-        a = agg.get(name)
-        if a is None:
-            a = agg[name] = [0, 0.0, 0.0, 0.0]
-        ts, dur = o.ts, o.dur
-        end = ts + dur
-        a[0] += 1
-        a[1] += dur
-        a[2] += dur
-        stack = stacks[(o.pid, o.tid)]
-        while stack and stack[-1][0] <= ts:
-            stack.pop()
-        if stack and end <= stack[-1][0]:
-            stack[-1][1][2] -= dur  # the parent's self time excludes this child
-        stack.append((end, a))
+    for key, ops in threads.ops.items():
+        parents = [-1] * len(ops)
+        stack: list[tuple[float, list[float] | None, int]] = []  # (end, stats of the op or None, index)
+        for i, o in enumerate(ops):
+            name = o.name
+            ts = o.ts
+            end = ts + o.dur
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            if stack:
+                parents[i] = stack[-1][2]
+            if name.startswith("ProfilerStep#"):
+                stack.append((end, None, i))
+                continue
+            a = agg.get(name)
+            if a is None:
+                a = agg[name] = [0, 0.0, 0.0, 0.0]
+            dur = o.dur
+            a[0] += 1
+            a[1] += dur
+            a[2] += dur
+            if stack:
+                top = stack[-1]
+                if end <= top[0] and top[1] is not None:
+                    top[1][2] -= dur  # the parent's self time excludes this child
+            stack.append((end, a, i))
+        threads.op_parent[key] = parents
     for g in trace.gpu_events():
         launch = launch_by_corr.get(g.corr)
         op = op_by_ext.get(launch.ext if launch is not None else g.ext)

@@ -31,12 +31,15 @@ from gpuprof.errors import InputError
 from gpuprof.report import DeviceInfo
 from gpuprof.trace import raw as R
 from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, Trace
+from gpuprof.trace.loadhelper import Fallback, Helper
 from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
 
-__all__ = ["load_trace", "find_traces", "TRACE_SUFFIXES", "Progress"]
+__all__ = ["load_trace", "find_traces", "default_jobs", "TRACE_SUFFIXES", "Progress"]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 BLOCK = 16 * 1024 * 1024  # bytes of JSON text per chunk
+PARALLEL_MIN_BYTES = 64 * 1024 * 1024  # JSON text below which a helper process costs more than it saves
+WAIT_FOR_HELPER = False  # tests: wait until the helper is up, so that small inputs use it too
 _MAX_HEADER = 256 * 1024 * 1024  # give up looking for "traceEvents" after this much text
 _BOUNDARY_TRIES = 16
 
@@ -101,6 +104,7 @@ class _Source:
         magic = self.raw.read(2)
         self.raw.seek(0)
         self.gzipped = magic == b"\x1f\x8b"
+        self.estimated_text_bytes = self._estimate_text_bytes()
         self.stream: BinaryIO = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzipped else self.raw
         self.text_bytes = 0
 
@@ -115,6 +119,18 @@ class _Source:
             raise InputError(self.path, f"read error: {err.strerror or err}") from None
         self.text_bytes += len(data)
         return data
+
+    def _estimate_text_bytes(self) -> int:
+        """Size of the JSON text: the file size, or for gzip the size its trailer records (mod 4 GiB)."""
+        if not self.gzipped or self.size < 4:
+            return self.size
+        try:
+            self.raw.seek(-4, os.SEEK_END)
+            isize = int.from_bytes(self.raw.read(4), "little")
+            self.raw.seek(0)
+        except OSError:
+            return self.size
+        return max(isize, self.size)  # a multi-GB text wraps around: the file size is a floor
 
     @property
     def position(self) -> int:
@@ -131,18 +147,34 @@ class _Source:
 # --------------------------------------------------------------------------- loading
 
 
-def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = None) -> Trace:
+def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = None, jobs: int | None = None) -> Trace:
     """Load one trace file into a :class:`Trace` (events sorted by time).
+
+    ``jobs``: processes that decode the file (default: ``GPUPROF_JOBS`` or the
+    CPUs this process may use, at most 2). With 2, a big file is decoded
+    by this process and one helper process together (see :mod:`gpuprof.trace.loadhelper`).
 
     Raises :class:`~gpuprof.errors.InputError` with a one-line reason for
     anything that is not a readable PyTorch profiler trace.
     """
     p = Path(path)
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs > 1:
+        try:
+            return _load(p, progress, jobs)
+        except Fallback:
+            # The helper saw something unexpected (a bad cut, bad data) or died.
+            # Read the file again alone: that path finds the exact cut or error.
+            pass
+    return _load(p, progress, 1)
+
+
+def _load(p: Path, progress: Progress | None, jobs: int) -> Trace:
     src = _Source(p)
     builder = _Builder(str(p))
     builder.trace.file_bytes = src.size
     try:
-        _read_all(src, builder, progress)
+        _read_all(src, builder, progress, jobs)
     finally:
         src.close()
     trace = builder.finish()
@@ -150,6 +182,21 @@ def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = N
     if trace.num_events == 0:
         raise InputError(p, "trace has no events (traceEvents is empty)")
     return trace
+
+
+def default_jobs() -> int:
+    """Processes to load with: ``GPUPROF_JOBS`` if set, else the usable CPUs, at most 2."""
+    env = os.environ.get("GPUPROF_JOBS", "").strip()
+    if env:
+        try:
+            return max(1, min(int(env), 2))
+        except ValueError:
+            return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 2))
 
 
 def _read_head(src: _Source) -> tuple[bytes, int | None, bool]:
@@ -182,7 +229,7 @@ def _read_head(src: _Source) -> tuple[bytes, int | None, bool]:
     return buf, (m.end() if m is not None else None), False
 
 
-def _read_all(src: _Source, builder: "_Builder", progress: Progress | None) -> None:
+def _read_all(src: _Source, builder: "_Builder", progress: Progress | None, jobs: int = 1) -> None:
     buf, events_at, list_format = _read_head(src)
     if events_at is None:
         # Small or odd file: decode it whole; the decoder says what is wrong.
@@ -191,38 +238,123 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None) -> N
         return
 
     head = buf[:events_at]  # "{...,"traceEvents": [" or "["
-    pending = buf[events_at:]  # event text not yet decoded
-    base = events_at  # offset of pending[0] in the JSON text, for error messages
+    text = _Text(buf, events_at)
     first_chunk = True
     eof = False
-    while True:
-        if progress is not None:
-            progress(src.position, src.size)
-        if not eof and len(pending) < BLOCK:
-            more = src.read(BLOCK)
-            if more:
-                pending += more
+    helper: Helper | None = None
+    try:
+        while True:
+            if progress is not None:
+                progress(src.position, src.size)
+            if not eof and text.pending < BLOCK:
+                more = src.read(BLOCK)
+                if more:
+                    text.append(more)
+                    continue
+                eof = True
+            if eof:
+                if helper is not None:
+                    helper.finish(builder)
+                _decode_last(src.path, head if first_chunk else None, text.rest(), builder, list_format, text.offset + text.pos)
+                break
+            if helper is None and jobs > 1 and not first_chunk and src.estimated_text_bytes >= PARALLEL_MIN_BYTES:
+                helper = Helper.start(wait=WAIT_FOR_HELPER)  # None where no helper can run: then read on alone
+                jobs = 1 if helper is None else jobs
+            if helper is not None:
+                cut = _dispatch_chunk(text, builder, helper)
+            else:
+                cut = _decode_prefix(src.path, text, builder, list_format)
+            if cut is None:
+                # no boundary accepted in this much text: read on and try with more
+                more = src.read(BLOCK)
+                if more:
+                    text.append(more)
+                    continue
+                eof = True
                 continue
-            eof = True
-        if eof:
-            _decode_last(src.path, head if first_chunk else None, pending, builder, list_format, base)
-            break
-        cut = _decode_prefix(src.path, pending, builder, list_format, base)
-        if cut is None:
-            # no boundary accepted in this much text: read on and try with more
-            more = src.read(BLOCK)
-            if more:
-                pending += more
-                continue
-            eof = True
-            continue
-        if first_chunk:
-            builder.header(src.path, head, list_format)
-            first_chunk = False
-        pending = pending[cut:]
-        base += cut
+            if first_chunk:
+                builder.header(src.path, head, list_format)
+                first_chunk = False
+            text.pos = cut
+    finally:
+        if helper is not None:
+            helper.close()
     if progress is not None:
         progress(src.size, src.size)
+
+
+class _Text:
+    """The JSON text read so far and not yet decoded, in one growing buffer.
+
+    ``buf[pos:]`` is the undecoded text; ``offset`` is the position of
+    ``buf[0]`` in the file's JSON text (for error messages). Decoded text is
+    dropped when more is read, so the buffer stays about one block long.
+    Chunks are decoded in place (see :func:`_decode_range`), never copied.
+    """
+
+    def __init__(self, buf: bytes, pos: int) -> None:
+        self.buf = bytearray(buf)
+        self.pos = pos
+        self.offset = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self.buf) - self.pos
+
+    def append(self, more: bytes) -> None:
+        if self.pos > 1:
+            # keep one byte before pos: _decode_range borrows it for the "["
+            drop = self.pos - 1
+            del self.buf[:drop]
+            self.offset += drop
+            self.pos -= drop
+        self.buf += more
+
+    def rest(self) -> bytes:
+        return bytes(self.buf[self.pos :])
+
+
+def _decode_range(buf: bytearray, lo: int, hi: int, decoder: msgspec.json.Decoder = _EVENTS_DECODER) -> object:
+    """Decode the events ``buf[lo:hi]`` as one JSON list, without copying them.
+
+    The bytes just outside the range (a ``,``, ``[`` or whitespace before the
+    first event and after the last) are replaced by ``[`` and ``]`` for the
+    decode and put back after it, so the decoder sees exactly
+    ``[`` + events + ``]`` (same length, same byte offsets).
+    """
+    saved_lo, saved_hi = buf[lo - 1], buf[hi]
+    buf[lo - 1] = 0x5B  # [
+    buf[hi] = 0x5D  # ]
+    try:
+        with memoryview(buf) as whole, whole[lo - 1 : hi + 1] as view:
+            return decoder.decode(view)
+    finally:
+        buf[lo - 1] = saved_lo
+        buf[hi] = saved_hi
+
+
+def _dispatch_chunk(text: _Text, builder: "_Builder", helper: "Helper") -> int | None:
+    """Hand the pending events up to their last boundary to the helper, or decode them here.
+
+    Returns where the next event starts (None: no boundary in the pending
+    text). Anything unexpected raises :class:`Fallback`: the sequential reader
+    then tries earlier cuts or names the error exactly.
+    """
+    buf, lo = text.buf, text.pos
+    cut = _last_boundary(buf, lo, len(buf))
+    if cut is None:
+        return None
+    end, nxt = cut
+    if helper.ready():
+        helper.submit(buf, lo, end)
+    else:
+        try:
+            events = _decode_range(buf, lo, end)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            raise Fallback from None
+        helper.add_local(builder, events)  # type: ignore[arg-type]
+    helper.collect(builder)
+    return nxt
 
 
 def _read_rest(src: _Source) -> bytes:
@@ -234,15 +366,16 @@ def _read_rest(src: _Source) -> bytes:
         parts.append(more)
 
 
-def _decode_prefix(path: Path, pending: bytes, builder: "_Builder", list_format: bool, base: int) -> int | None:
-    """Decode the longest prefix of ``pending`` that ends at an event boundary.
+def _decode_prefix(path: Path, text: _Text, builder: "_Builder", list_format: bool) -> int | None:
+    """Decode the longest prefix of the pending text that ends at an event boundary.
 
-    Returns the offset where the next event starts, or None when no boundary
-    in ``pending`` decodes (then the caller reads more text)."""
-    for end, nxt in candidate_cuts(pending):
-        text = b"[" + pending[:end] + b"]"
+    Returns the index in ``text.buf`` where the next event starts, or None when
+    no boundary in the pending text decodes (then the caller reads more)."""
+    buf, lo = text.buf, text.pos
+    base = text.offset + lo  # position of the first pending byte in the file's JSON text
+    for end, nxt in candidate_cuts(buf, lo):
         try:
-            events = _EVENTS_DECODER.decode(text)
+            events = _decode_range(buf, lo, end)
         except msgspec.ValidationError as err:  # (a subclass of DecodeError: caught first)
             # A wrongly typed value is an error in the file itself, not in the
             # cut: the text before a cut parses the same way as in the whole
@@ -251,22 +384,23 @@ def _decode_prefix(path: Path, pending: bytes, builder: "_Builder", list_format:
             # reading on, keeps bad input from costing time and memory
             # quadratic in the file size.
             msg = str(err) if list_format else str(err).replace("`$[", "`$.traceEvents[")
-            problem = _explain_validation(path, text, msgspec.ValidationError(msg), list_format, builder.events_seen)
+            chunk = b"[" + bytes(buf[lo:end]) + b"]"
+            problem = _explain_validation(path, chunk, msgspec.ValidationError(msg), list_format, builder.events_seen)
             raise InputError(path, problem) from None
         except msgspec.DecodeError as err:
-            if _is_syntax_error_before(err, len(text) - 1):
+            if _is_syntax_error_before(err, end - lo + 1):
                 # malformed JSON before the cut: no earlier or later cut can fix it
                 raise InputError(path, _explain_decode(err, base - 1)) from None
             continue  # a cut inside a string or nested object: try an earlier one
         except UnicodeDecodeError as err:  # bytes of a string are never changed by a cut
             raise InputError(path, _explain_unicode(err)) from None
-        builder.ingest(events)
+        builder.ingest(events)  # type: ignore[arg-type]
         return nxt
     return None
 
 
-def candidate_cuts(pending: bytes) -> Iterator[tuple[int, int]]:
-    """Possible event boundaries in ``pending``, last first, at most ``_BOUNDARY_TRIES`` of them.
+def candidate_cuts(pending: bytes | bytearray, lo: int = 0) -> Iterator[tuple[int, int]]:
+    """Possible event boundaries in ``pending[lo:]``, last first, at most ``_BOUNDARY_TRIES`` of them.
 
     Each is (index after the ``}`` ending an event, index of the ``{`` starting
     the next). A caller accepts the first whose prefix decodes as a list of
@@ -274,14 +408,14 @@ def candidate_cuts(pending: bytes) -> Iterator[tuple[int, int]]:
     """
     hi = len(pending)
     for _ in range(_BOUNDARY_TRIES):
-        b = _last_boundary(pending, 0, hi)
+        b = _last_boundary(pending, lo, hi)
         if b is None:
             return
         yield b
         hi = b[0] - 1
 
 
-def _last_boundary(buf: bytes, lo: int, hi: int) -> tuple[int, int] | None:
+def _last_boundary(buf: bytes | bytearray, lo: int, hi: int) -> tuple[int, int] | None:
     """Last ``}`` ws* ``,`` ws* ``{`` in ``buf[lo:hi]``: (index after ``}``, index of ``{``)."""
     pos = hi
     ws = _WS
@@ -409,13 +543,32 @@ def _as_int(x: object) -> int:
 class _Builder:
     """Accumulates normalised events into a Trace."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, names: dict[str, str] | None = None, stacks: dict[str, str] | None = None) -> None:
         self.trace = Trace(path=path)
         self.events_seen = 0
-        self._names: dict[str, str] = {}
-        self._stacks: dict[str, str] = {}
+        self._names: dict[str, str] = {} if names is None else names
+        self._stacks: dict[str, str] = {} if stacks is None else stacks
         self._device_props: list[R.RawDeviceProps] = []
         self._meta_seen = False
+
+    # -- partial results (see gpuprof.trace.loadhelper)
+    def part(self) -> "_Builder":
+        """An empty builder for a later chunk, sharing this one's string tables."""
+        return _Builder(self.trace.path, self._names, self._stacks)
+
+    def payload(self) -> tuple:
+        """What :meth:`merge` needs of this builder's events (picklable)."""
+        t = self.trace
+        return (self.events_seen, [v for v in t.lists().values()], t.process_labels, t.thread_names)
+
+    def merge(self, payload: tuple) -> None:
+        """Append the events of a later chunk (a :meth:`payload`), as if ingested here."""
+        seen, lists, labels, names = payload
+        self.events_seen += seen
+        for mine, theirs in zip(self.trace.lists().values(), lists):
+            mine.extend(theirs)
+        self.trace.process_labels.update(labels)
+        self.trace.thread_names.update(names)
 
     # -- header / metadata
     def header(self, path: Path, head: bytes, list_format: bool) -> None:

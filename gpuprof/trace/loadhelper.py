@@ -1,0 +1,256 @@
+"""A helper process that decodes chunks of a big trace alongside the loader.
+
+Decoding JSON and normalising events is CPU-bound Python, and msgspec holds
+the GIL, so threads cannot share it; a second process can. For big inputs
+(``PARALLEL_MIN_BYTES`` of JSON text or more) the loader in
+:mod:`gpuprof.trace.load` starts one helper (``python -m
+gpuprof.trace.loadhelper``) and, chunk by chunk, either hands a chunk to it or
+decodes it itself, whichever is free. The helper sends back the normalised
+events of each chunk (pickled); the loader appends every chunk's events in
+file order, so the result is the same :class:`~gpuprof.trace.model.Trace` a
+single process builds, event for event (``tests/trace/test_parallel_load.py``
+checks this on real traces).
+
+The fast path is optimistic. A chunk ends at the last ``}, {`` in the text,
+which is nearly always a real event boundary; the single-process reader
+tries earlier boundaries when it is not and gives exact error messages for
+bad input. So anything unexpected here (a chunk that does not decode, a
+helper that dies or cannot start, a full disk) raises :class:`Fallback`, and
+``load_trace`` reads the file again in one process. The loader never fails
+because of the helper.
+
+Chunks and results travel as files in a private temporary directory (in
+``/dev/shm`` where it exists, so in memory); the pipes carry one short line
+per file. Pushing megabytes through a 64 KiB pipe would make each side wait
+on the other's GIL hundreds of times per chunk.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Fallback", "Helper"]
+
+MAX_AHEAD = 64  # chunks decoded or queued but not yet appended (their events are kept anyway; this only caps a stalled helper)
+MAX_IN_HELPER = 2  # chunks handed to the helper and not yet back
+_WAIT_S = 120.0  # a helper silent for this long is given up on
+
+
+class Fallback(Exception):
+    """The parallel fast path cannot go on: load the file again in one process."""
+
+
+def _scratch_dir() -> str:
+    shm = "/dev/shm"
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="gpuprof-load-", dir=base)
+
+
+class Helper:
+    """The loader's side of one helper process."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], scratch: str) -> None:
+        self.proc = proc
+        self.scratch = scratch
+        self._fd = proc.stdout.fileno()  # type: ignore[union-attr]
+        self._lines: deque[str] = deque()
+        self._partial = b""
+        self._ready = False
+        self._order: deque[tuple[str, Any]] = deque()  # ("helper", seq) or ("local", payload), in file order
+        self._in_helper = 0
+        self._seq = 0
+
+    @classmethod
+    def start(cls, wait: bool = False) -> "Helper | None":
+        """Start a helper process; None where none can run (then the loader reads alone).
+
+        ``wait``: return only once the helper is ready (tests use it so that
+        even small inputs go through the helper)."""
+        if not sys.executable or os.name != "posix":
+            return None
+        env = dict(os.environ)
+        # the helper must import this very gpuprof, whatever sys.path games the caller played
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            scratch = _scratch_dir()
+        except OSError:
+            return None
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gpuprof.trace.loadhelper", scratch],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        except OSError:
+            shutil.rmtree(scratch, ignore_errors=True)
+            return None
+        helper = cls(proc, scratch)
+        if wait:
+            try:
+                helper._poll(_WAIT_S)
+            except Fallback:
+                pass  # a helper that died says so again at its first use
+        return helper
+
+    # -- short messages from the helper: one line each
+    def _poll(self, timeout: float) -> bool:
+        """Read what the helper has said; True when at least one line is waiting."""
+        if self._lines:
+            return True
+        try:
+            ready, _, _ = select.select([self._fd], [], [], timeout)
+        except (OSError, ValueError):
+            raise Fallback("the helper process stopped") from None
+        if not ready:
+            return False
+        data = os.read(self._fd, 65536)
+        if not data:
+            raise Fallback("the helper process stopped")
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        self._lines.extend(line.decode() for line in lines)
+        return bool(self._lines)
+
+    def _send(self, line: str) -> None:
+        try:
+            self.proc.stdin.write(line.encode() + b"\n")  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            raise Fallback("the helper process stopped") from None
+
+    # -- the loader's calls
+    def ready(self) -> bool:
+        """True when the helper can take another chunk now."""
+        if not self._ready:
+            if not self._poll(0):
+                return False
+            if self._lines.popleft() != "ready":
+                raise Fallback("the helper process did not start")
+            self._ready = True
+        return self._in_helper < MAX_IN_HELPER
+
+    def submit(self, buf: bytearray, lo: int, hi: int) -> None:
+        """Hand the events ``buf[lo:hi]`` to the helper (as one JSON list)."""
+        path = os.path.join(self.scratch, f"chunk{self._seq}")
+        saved_lo, saved_hi = buf[lo - 1], buf[hi]
+        buf[lo - 1] = 0x5B  # [  (the bytes around the events, put back below; no copy of the chunk)
+        buf[hi] = 0x5D  # ]
+        try:
+            with memoryview(buf) as whole, whole[lo - 1 : hi + 1] as view, open(path, "wb") as f:
+                f.write(view)
+        except OSError:
+            raise Fallback("cannot write the helper's chunk") from None
+        finally:
+            buf[lo - 1] = saved_lo
+            buf[hi] = saved_hi
+        self._send(path)
+        self._order.append(("helper", self._seq))
+        self._seq += 1
+        self._in_helper += 1
+
+    def add_local(self, builder: Any, events: list[Any]) -> None:
+        """Events of the next chunk, decoded by the loader itself."""
+        if not self._order:
+            builder.ingest(events)  # nothing earlier outstanding: straight in
+            return
+        part = builder.part()
+        part.ingest(events)
+        self._order.append(("local", part.payload()))
+        if len(self._order) >= MAX_AHEAD:
+            self.collect(builder, until=MAX_AHEAD - 1)
+
+    def collect(self, builder: Any, until: int | None = None) -> None:
+        """Append finished chunks in file order; wait while more than ``until`` are outstanding."""
+        while self._order:
+            kind, payload = self._order[0]
+            if kind == "helper":
+                block = until is not None and len(self._order) > until
+                if not self._poll(_WAIT_S if block else 0):
+                    if block:
+                        raise Fallback("the helper process stopped answering")
+                    return
+                line = self._lines.popleft()
+                if not line.startswith("ok "):
+                    raise Fallback(f"the helper process could not decode a chunk ({line})")
+                result = line[3:]
+                try:
+                    with open(result, "rb") as f:
+                        payload = pickle.load(f)
+                    os.unlink(result)
+                except (OSError, pickle.UnpicklingError, EOFError):
+                    raise Fallback("cannot read the helper's result") from None
+                self._in_helper -= 1
+            self._order.popleft()
+            builder.merge(payload)
+
+    def finish(self, builder: Any) -> None:
+        """Wait for every outstanding chunk and append it."""
+        self.collect(builder, until=0)
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()  # type: ignore[union-attr]  # the helper exits at end of input
+        except OSError:
+            pass  # it is gone already; wait() below reaps it
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the helper process
+
+
+def main(scratch: str) -> int:
+    from gpuprof.trace.load import _EVENTS_DECODER, _Builder
+
+    def say(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    say("ready")
+    root = _Builder("")
+    for line in sys.stdin:  # one chunk file per line, until the loader closes the pipe
+        chunk = line.rstrip("\n")
+        result = chunk + ".out"
+        try:
+            with open(chunk, "rb") as f:
+                data = f.read()
+            os.unlink(chunk)
+            events = _EVENTS_DECODER.decode(data)
+            del data
+            part = root.part()  # string tables shared across chunks, so pickles reuse names
+            part.ingest(events)
+            del events
+            with open(result, "wb") as f:
+                pickle.dump(part.payload(), f, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as err:  # noqa: BLE001 - told to the loader, which then reads the file alone
+            say(f"error {type(err).__name__}: {str(err)[:200]!r}")
+            continue
+        say(f"ok {result}")
+    return 0
+
+
+if __name__ == "__main__":
+    import gc
+
+    gc.disable()  # as in the loader: millions of small objects, no cycles worth collecting
+    try:
+        sys.exit(main(sys.argv[1]))
+    except (BrokenPipeError, KeyboardInterrupt):
+        sys.exit(1)

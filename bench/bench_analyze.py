@@ -7,8 +7,10 @@ a new stretch of the same training run and ids stay unique. The output is
 streamed copy by copy (nothing of the size of the output is held in RAM).
 
 Then, for each size and in one run, each command runs in a fresh child
-process and is measured for wall time and peak RSS (``/usr/bin/time -v``
-when present, else ``getrusage(RUSAGE_CHILDREN)`` of a wrapper process):
+process and is measured for wall time and peak memory: the larger of the
+child's own peak RSS and the sampled peak of the RSS summed over the child
+and its descendants (gpuprof's loader helper process) plus the helper's
+scratch files (see :func:`measure`):
 
 * ``gpuprof analyze FILE --format json -o /dev/null`` (end to end);
 * ``python -m gpuprof.trace.load FILE`` (the loader alone);
@@ -25,6 +27,7 @@ Usage: ``python bench/bench_analyze.py [--sizes 200,1000] [--workdir bench/out]`
 from __future__ import annotations
 
 import argparse
+import glob
 import gzip
 import json
 import os
@@ -32,6 +35,7 @@ import platform
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -154,34 +158,66 @@ def ensure_trace(template: _Template, source: Path, workdir: Path, target_mb: in
 
 # --------------------------------------------------------------------------- measuring
 
-_RUSAGE_WRAPPER = (
-    "import resource, subprocess, sys, time\n"
-    "t = time.perf_counter(); rc = subprocess.call(sys.argv[1:]); t = time.perf_counter() - t\n"
-    "r = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-    "sys.stderr.write(f'\\n@@bench {rc} {t} {r.ru_maxrss}\\n')\n"
-)
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_SCRATCH_GLOBS = ("/dev/shm/gpuprof-load-*", os.path.join(tempfile.gettempdir(), "gpuprof-load-*"))
 
 
-def measure(cmd: list[str], use_gnu_time: bool = True) -> dict[str, Any]:
-    """Run ``cmd`` in a fresh child; wall seconds, peak RSS bytes, exit code."""
-    if use_gnu_time and os.path.exists("/usr/bin/time"):
+def _tree_rss(root: int) -> int:
+    """Resident bytes of process ``root`` and all its descendants, now (Linux /proc)."""
+    total = 0
+    pids = [root]
+    while pids:
+        pid = pids.pop()
+        try:
+            with open(f"/proc/{pid}/statm") as fh:
+                total += int(fh.read().split()[1]) * _PAGE
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    pids.extend(int(x) for x in fh.read().split())
+        except (OSError, ValueError, IndexError):
+            continue  # exited between the listing and the read
+    return total
+
+
+def _scratch_bytes() -> int:
+    """Bytes in the loader helper's scratch files (in /dev/shm: memory that no RSS shows)."""
+    total = 0
+    for pattern in _SCRATCH_GLOBS:
+        for d in glob.glob(pattern):
+            for f in glob.glob(os.path.join(d, "*")):
+                try:
+                    total += os.stat(f).st_size
+                except OSError:
+                    continue
+    return total
+
+
+def measure(cmd: list[str], interval: float = 0.005) -> dict[str, Any]:
+    """Run ``cmd`` in a fresh child: wall seconds, peak memory bytes, exit code.
+
+    Peak memory is the larger of the child's own ``ru_maxrss`` (exact) and
+    the largest sum, sampled every ``interval`` s, of the RSS of the child
+    and all its descendants (gpuprof's loader helper) plus the helper's
+    scratch files in /dev/shm. A sum is what the machine must hold, which
+    ``/usr/bin/time`` and ``RUSAGE_CHILDREN`` (a maximum over processes) do not give.
+    """
+    with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        p = subprocess.run(["/usr/bin/time", "-v", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        peak_tree = 0
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid == proc.pid:
+                break
+            peak_tree = max(peak_tree, _tree_rss(proc.pid) + _scratch_bytes())
+            time.sleep(interval)
         wall = time.perf_counter() - t0
-        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
-        rc_m = re.search(r"Exit status: (\d+)", p.stderr)
-        if m is None:
-            raise RuntimeError(f"/usr/bin/time gave no RSS for {cmd}: {p.stderr[-500:]}")
-        return {"wall_s": wall, "peak_rss": int(m.group(1)) * 1024,
-                "exit": int(rc_m.group(1)) if rc_m else p.returncode, "stderr": _tail(p.stderr)}
-    p = subprocess.run([sys.executable, "-c", _RUSAGE_WRAPPER, *cmd], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True)
-    m = re.search(r"@@bench (-?\d+) ([\d.e-]+) (\d+)", p.stderr)
-    if m is None:
-        raise RuntimeError(f"no measurement for {cmd}: {p.stderr[-500:]}")
-    rss = int(m.group(3)) * (1 if sys.platform == "darwin" else 1024)  # ru_maxrss: KiB on Linux
-    return {"wall_s": float(m.group(2)), "peak_rss": rss, "exit": int(m.group(1)), "stderr": _tail(p.stderr)}
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: keep Popen from waiting again
+        err.seek(0)
+        stderr = err.read().decode("utf-8", "replace")
+    own = ru.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # KiB on Linux
+    return {"wall_s": wall, "peak_rss": max(own, peak_tree), "own_peak_rss": own, "tree_peak_rss": peak_tree,
+            "exit": proc.returncode, "stderr": _tail(stderr)}
 
 
 def _tail(stderr: str) -> str:
@@ -217,7 +253,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out", help="where traces and results go")
     ap.add_argument("--no-loader", action="store_true", help="skip the loader-only measurement")
     ap.add_argument("--clean", action="store_true", help="delete the built traces afterwards (default: keep them)")
-    ap.add_argument("--rusage", action="store_true", help="measure RSS with getrusage, not /usr/bin/time -v")
     args = ap.parse_args(argv)
 
     source = args.source.resolve()
@@ -236,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         base: dict[str, Any] | None = None
         results = {}
         for name, cmd in commands(path, not args.no_loader).items():
-            r = measure(cmd, use_gnu_time=not args.rusage)
+            r = measure(cmd)
             ok = r["exit"] in (0, 1)  # 1 = findings at/above --fail-on: a normal analysis
             results[name] = r
             if name == "json.load":
@@ -245,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                 "size_target_mb": target, "file_bytes": size, "command": name, "exit": r["exit"], "ok": ok,
                 "wall_s": round(r["wall_s"], 3), "mb_per_s": round(size / MB / r["wall_s"], 1),
                 "peak_rss_bytes": r["peak_rss"], "rss_over_file": round(r["peak_rss"] / size, 3),
+                "own_peak_rss_bytes": r["own_peak_rss"], "tree_peak_rss_bytes": r["tree_peak_rss"],
                 "error": "" if ok else r["stderr"],
             })
         assert base is not None

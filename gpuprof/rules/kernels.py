@@ -12,7 +12,7 @@ from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.units import fmt_us
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.metrics import TraceMetrics, is_communication_kernel
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 
@@ -52,20 +52,21 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
     dev = m.main_device
     if dev is None or not m.steps:
         return None
-    lo, hi = m.windows[0][0], m.windows[-1][1]  # steps tile the timeline: one bisect per kernel is not needed
-    step_kernels = [k for k in m.trace.kernels if k.device == dev and lo <= k.ts <= hi]
-    comm = {name for name in {k.name for k in step_kernels} if is_communication_kernel(name)}
-    kernels = [k for k in step_kernels if k.name not in comm and m.step_of(k.ts) is not None] if comm or _has_gaps(m) else step_kernels
+    kernels = m.step_kernels
     if not kernels:
         return None
     tiny = [k for k in kernels if k.dur < tiny_us]
     # Launch calls that put work on the main device, from any host thread.
-    dev_corrs = {g.corr for g in m.trace.gpu_events() if g.device == dev and g.corr >= 0}
-    launches = Intervals.from_pairs(
-        (r.ts, r.end)
-        for r in m.trace.runtime
-        if r.corr in dev_corrs and classify_runtime(r.name) is RuntimeClass.LAUNCH
-    )
+    launch_ts: list[float] = []
+    launch_end: list[float] = []
+    for events in (m.trace.kernels, m.trace.memcpys, m.trace.memsets):
+        for g in events:
+            if g.device == dev:
+                r = m.launch_by_corr.get(g.corr)
+                if r is not None and classify_runtime(r.name) is RuntimeClass.LAUNCH:
+                    launch_ts.append(r.ts)
+                    launch_end.append(r.ts + r.dur)
+    launches = Intervals.from_arrays(launch_ts, launch_end)
     idle = Intervals.from_pairs(m.windows).subtract(m.gpu_busy.get(dev, Intervals.empty()))
     launch_idle = idle.intersect(launches).total()
 
@@ -99,11 +100,6 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
         top_ops=top_ops,
         location=location,
     )
-
-
-def _has_gaps(m: TraceMetrics) -> bool:
-    """True when the step windows leave gaps between them (two profiling spans in one file)."""
-    return any(a[1] < b[0] for a, b in zip(m.windows, m.windows[1:]))
 
 
 @register

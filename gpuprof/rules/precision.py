@@ -6,14 +6,17 @@ import functools
 
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.units import fmt_us
 from gpuprof.report import DeviceInfo
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.trace.metrics import TraceMetrics, is_communication_kernel
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Event
+
+_NAME = attrgetter("name")
 
 __all__ = [
     "NoTensorCores",
@@ -138,12 +141,15 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
     if dev is None or not m.steps:
         return None
     st = PrecisionStats()
-    for k in m.trace.kernels:
-        if k.device != dev or is_communication_kernel(k.name) or m.step_of(k.ts) is None:
-            continue
-        st.kernel_us += k.dur
-        tc = uses_tensor_cores(k.name)
-        eligible = is_eligible_kernel(k.name) or tc is True
+    kernels = m.step_kernels
+    # per distinct name: (tensor cores from the name: True/False/None, GEMM/conv by name)
+    by_name = {name: (uses_tensor_cores(name), is_eligible_kernel(name)) for name in set(map(_NAME, kernels))}
+    fp32_by_name = st.fp32_by_name
+    for k in kernels:
+        dur = k.dur
+        st.kernel_us += dur
+        tc, eligible = by_name[k.name]
+        eligible = eligible or tc is True
         op = None
         if not eligible or tc is None:
             launch = m.launch_by_corr.get(k.corr)
@@ -152,15 +158,16 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
                 eligible = True
         if not eligible:
             continue
-        st.eligible_us += k.dur
+        st.eligible_us += dur
         if tc is None:
             tc = bool(_op_flags(op) & DTYPE_HALF)
         if tc:
-            st.tensor_core_us += k.dur
+            st.tensor_core_us += dur
         else:
-            st.fp32_us += k.dur
+            st.fp32_us += dur
             st.fp32_kernels.append(k)
-            st.fp32_by_name[k.name] = st.fp32_by_name.get(k.name, 0.0) + k.dur
+            fp32_by_name[k.name] = fp32_by_name.get(k.name, 0.0) + dur
+    tc_ops = TC_OPS & {s.name for s in m.op_stats}  # only the names this trace has
     # The longest FP32 kernels first; backward kernels launched from autograd threads have no Python stack.
     for k in sorted(st.fp32_kernels, key=lambda e: -e.dur)[:_LOCATION_TRIES]:
         launch = m.launch_by_corr.get(k.corr)
@@ -169,7 +176,7 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
             if st.location is not None:
                 break
     for o in m.trace.ops:
-        if o.name in TC_OPS:
+        if o.name in tc_ops:
             flags = _op_flags(o)
             if flags & DTYPE_HALF:
                 st.ops_half += 1

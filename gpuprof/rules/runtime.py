@@ -29,6 +29,16 @@ def is_allocator_call(name: str) -> bool:
     return rc in (RuntimeClass.MALLOC, RuntimeClass.FREE) or name.startswith(_VMM_CALLS)
 
 
+def _interest(name: str) -> bool | None:
+    """True: an allocator call; False: a call this rule times; None: reported elsewhere or cheap by design."""
+    if is_allocator_call(name):
+        return True
+    rc = classify_runtime(name)
+    if rc in _ELSEWHERE or (rc is RuntimeClass.MEMSET and name.endswith("Async")):
+        return None
+    return False
+
+
 def _location(m: TraceMetrics, r: Event) -> SourceLocation | None:
     op = m.op_by_ext.get(r.ext) if r.ext >= 0 else None
     return m.stacks.location(r.pid, r.tid, r.ts, op=op)
@@ -93,16 +103,15 @@ class ExpensiveRuntimeCalls(Rule):
             return  # one big "step" cannot tell set-up calls from per-step ones
         alloc: list[Event] = []
         other: dict[str, list[Event]] = defaultdict(list)
+        wanted = {name: _interest(name) for name in {r.name for r in m.trace.runtime}}  # per distinct name, once
         for r in m.trace.runtime:
-            if host_step_of(m, r.ts) is None:
+            what = wanted[r.name]
+            if what is None or host_step_of(m, r.ts) is None:
                 continue
-            if is_allocator_call(r.name):
+            if what:
                 alloc.append(r)
-                continue
-            rc = classify_runtime(r.name)
-            if rc in _ELSEWHERE or (rc is RuntimeClass.MEMSET and r.name.endswith("Async")):
-                continue
-            other[r.name].append(r)
+            else:
+                other[r.name].append(r)
         yield from self._churn(ctx, alloc)
         for name, calls in other.items():
             yield from self._long_calls(ctx, name, calls)

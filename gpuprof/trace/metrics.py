@@ -229,6 +229,21 @@ class TraceMetrics:
         return [s.start for s in self.steps]
 
     @functools.cached_property
+    def step_kernels(self) -> list[Event]:
+        """Compute kernels (not NCCL/RCCL collectives) of the main device that start inside a step window."""
+        dev = self.main_device
+        if dev is None or not self.steps:
+            return []
+        lo, hi = self.windows[0][0], self.windows[-1][1]
+        kernels = self.trace.kernels
+        i, j = bisect_left(kernels, lo, key=_TS), bisect_right(kernels, hi, key=_TS)  # kernels are in time order
+        comm = {name for name in set(map(_NAME, kernels[i:j])) if is_communication_kernel(name)}
+        gaps = any(a[1] < b[0] for a, b in zip(self.windows, self.windows[1:]))
+        if not comm and not gaps:  # steps tile [lo, hi]: no per-kernel step lookup needed
+            return [k for k in kernels[i:j] if k.device == dev]
+        return [k for k in kernels[i:j] if k.device == dev and k.name not in comm and self.step_of(k.ts) is not None]
+
+    @functools.cached_property
     def _dtoh_launch_starts(self) -> list[float]:
         return sorted(c.launch.ts for c in self.copies if c.launch is not None and c.kind.direction == "DtoH")
 
@@ -261,8 +276,10 @@ class TraceMetrics:
 
 
 def compute_metrics(trace: Trace) -> TraceMetrics:
-    main = _main_thread(trace)
-    steps, has_markers = _steps(trace, main)
+    markers = _step_markers(trace)
+    main = _main_thread(trace, markers)
+    launch_by_corr: dict[int, Event] = {r.corr: r for r in trace.runtime if r.corr >= 0}
+    steps, has_markers = _steps(trace, main, markers, launch_by_corr)
     windows = [(s.start, s.end) for s in steps]
 
     # GPU side: per device, the union of each kind of GPU work
@@ -280,7 +297,6 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     main_device = max(devices, key=lambda d: sum(busy_per_step[d])) if devices else None
 
     # host side
-    launch_by_corr: dict[int, Event] = {r.corr: r for r in trace.runtime if r.corr >= 0}
     op_by_ext: dict[int, Event] = {o.ext: o for o in reversed(trace.ops) if o.ext >= 0}  # the first op wins
     threads = ThreadIndex.build(trace)
     main_keys = _thread_keys(main)
@@ -526,11 +542,20 @@ def _host_named(trace: Trace) -> Iterable[Event]:
     yield from trace.python
 
 
-def _main_thread(trace: Trace) -> HostThread | None:
+def _step_markers(trace: Trace) -> list[Event]:
+    """The ``ProfilerStep#N`` ranges: user annotations, or operators in older traces."""
+    out: list[Event] = []
+    for events in (trace.annotations, trace.ops):
+        names = {n for n in set(map(_NAME, events)) if step_number(n) is not None}  # per distinct name, once
+        if names:
+            out.extend(e for e in events if e.name in names)
+    return out
+
+
+def _main_thread(trace: Trace, markers: list[Event]) -> HostThread | None:
     step_threads: dict[HostThread, int] = defaultdict(int)
-    for e in list(trace.annotations) + list(trace.ops):
-        if step_number(e.name) is not None:
-            step_threads[(e.pid, e.tid)] += 1
+    for e in markers:
+        step_threads[(e.pid, e.tid)] += 1
     if step_threads:
         return max(step_threads, key=lambda k: step_threads[k])
     op_time: dict[HostThread, float] = defaultdict(float)
@@ -544,49 +569,61 @@ def _main_thread(trace: Trace) -> HostThread | None:
     return max(op_time, key=lambda k: op_time[k])
 
 
-def _steps(trace: Trace, main: HostThread | None) -> tuple[list[Step], bool]:
+def _steps(
+    trace: Trace, main: HostThread | None, markers: list[Event], launch_by_corr: dict[int, Event]
+) -> tuple[list[Step], bool]:
     main_keys = _thread_keys(main)
-    marks = []
-    for e in list(trace.annotations) + list(trace.ops):
-        n = step_number(e.name)
-        if n is not None and (main is None or (e.pid, e.tid) in main_keys):
-            marks.append((e.ts, e.end, n))
-    marks.sort()
+    marks = sorted(
+        (e.ts, e.end, step_number(e.name)) for e in markers if main is None or (e.pid, e.tid) in main_keys
+    )
     # A ProfilerStep can appear both as user_annotation and (older torch) as an op: dedupe.
-    dedup = []
+    dedup: list[tuple[float, float, int]] = []
     for m in marks:
         if dedup and dedup[-1][2] == m[2] and abs(dedup[-1][0] - m[0]) < 1.0:
             continue
-        dedup.append(m)
-    marks = dedup
-    if not marks:
+        dedup.append(m)  # type: ignore[arg-type]
+    if not dedup:
         lo, hi = _extent(trace)
         if hi <= lo:
             return [], False
         return [Step(index=0, id=0, start=lo, end=hi, cpu_end=hi)], False
 
-    # GPU work launched inside a step's host window extends that step (last step only, or before a gap).
-    gpu_end_by_launch: list[tuple[float, float]] = []
-    corr_launch = {r.corr: r.ts for r in trace.runtime if r.corr >= 0}
-    for g in trace.gpu_events():
-        lt = corr_launch.get(g.corr)
-        if lt is not None:
-            gpu_end_by_launch.append((lt, g.end))
-    gpu_end_by_launch.sort()
-    launch_times = [x[0] for x in gpu_end_by_launch]
-
+    gpu_end = _GpuEndByLaunch(trace, launch_by_corr)
     steps = []
-    for i, (s, e, n) in enumerate(marks):
-        lo = bisect_left(launch_times, s)
-        hi = bisect_right(launch_times, e)
-        gpu_end = max((x[1] for x in gpu_end_by_launch[lo:hi]), default=e)
-        end = max(e, gpu_end)
-        if i + 1 < len(marks):
-            nxt = marks[i + 1][0]
+    for i, (s, e, n) in enumerate(dedup):
+        if i + 1 < len(dedup):
+            nxt = dedup[i + 1][0]
             # contiguous steps tile exactly; before a gap, GPU work may extend the step up to the next start
-            end = nxt if nxt - e < 1.0 else min(end, nxt)
+            end = nxt if nxt - e < 1.0 else min(max(e, gpu_end.latest(s, e)), nxt)
+        else:
+            end = max(e, gpu_end.latest(s, e))  # the last step lasts until its GPU work is done
         steps.append(Step(index=i, id=n, start=s, end=end, cpu_end=e))
     return steps, True
+
+
+class _GpuEndByLaunch:
+    """When the GPU work launched in a host time range ends (built on first use)."""
+
+    def __init__(self, trace: Trace, launch_by_corr: dict[int, Event]) -> None:
+        self._trace = trace
+        self._launch_by_corr = launch_by_corr
+        self._launch: np.ndarray | None = None
+        self._end: np.ndarray | None = None
+
+    def latest(self, lo: float, hi: float) -> float:
+        """The latest end of GPU work launched at ``lo <= t <= hi`` (-inf if none)."""
+        if self._launch is None:
+            pairs = []
+            for g in self._trace.gpu_events():
+                r = self._launch_by_corr.get(g.corr)
+                if r is not None:
+                    pairs.append((r.ts, g.ts + g.dur))
+            pairs.sort()
+            self._launch = np.array([p[0] for p in pairs], dtype=np.float64)
+            self._end = np.array([p[1] for p in pairs], dtype=np.float64)
+        i = int(np.searchsorted(self._launch, lo, side="left"))
+        j = int(np.searchsorted(self._launch, hi, side="right"))
+        return float(self._end[i:j].max()) if j > i else float("-inf")  # type: ignore[index]
 
 
 def _extent(trace: Trace) -> tuple[float, float]:

@@ -17,6 +17,7 @@ decodes the rest in one piece (where a real syntax error is then reported).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import re
@@ -109,16 +110,28 @@ class _Source:
         self.text_bytes = 0
 
     def read(self, n: int) -> bytes:
-        try:
+        with self._errors():
             data = self.stream.read(n)
+        self.text_bytes += len(data)
+        return data
+
+    def read_into(self, view: memoryview) -> int:
+        """Read into ``view`` (straight from the file or the decompressor); returns how many bytes."""
+        with self._errors():
+            got = self.stream.readinto(view) or 0  # type: ignore[attr-defined]
+        self.text_bytes += got
+        return got
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
         except (gzip.BadGzipFile, zlib.error) as err:
             raise InputError(self.path, f"corrupt gzip data ({err})") from None
         except EOFError:
             raise InputError(self.path, "truncated gzip file (ends before the end-of-stream marker)") from None
         except OSError as err:
             raise InputError(self.path, f"read error: {err.strerror or err}") from None
-        self.text_bytes += len(data)
-        return data
 
     def _estimate_text_bytes(self) -> int:
         """Size of the JSON text: the file size, or for gzip the size its trailer records (mod 4 GiB)."""
@@ -242,33 +255,31 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None, jobs
     first_chunk = True
     eof = False
     helper: Helper | None = None
+    if jobs > 1 and src.estimated_text_bytes >= PARALLEL_MIN_BYTES:
+        # started now, it is ready (~0.1 s) by the time the first chunk is decoded here
+        helper = Helper.start(wait=WAIT_FOR_HELPER)  # None where no helper can run: then read on alone
     try:
         while True:
             if progress is not None:
                 progress(src.position, src.size)
             if not eof and text.pending < BLOCK:
-                more = src.read(BLOCK)
-                if more:
-                    text.append(more)
+                if text.read_more(src, BLOCK):
                     continue
                 eof = True
             if eof:
+                rest = text.rest()
                 if helper is not None:
-                    helper.finish(builder)
-                _decode_last(src.path, head if first_chunk else None, text.rest(), builder, list_format, text.offset + text.pos)
+                    _finish_with_helper(src.path, rest, builder, helper, list_format, text.offset + text.pos)
+                else:
+                    _decode_last(src.path, head if first_chunk else None, rest, builder, list_format, text.offset + text.pos)
                 break
-            if helper is None and jobs > 1 and not first_chunk and src.estimated_text_bytes >= PARALLEL_MIN_BYTES:
-                helper = Helper.start(wait=WAIT_FOR_HELPER)  # None where no helper can run: then read on alone
-                jobs = 1 if helper is None else jobs
-            if helper is not None:
-                cut = _dispatch_chunk(text, builder, helper)
+            if helper is not None and not first_chunk:  # the first chunk is decoded here, with the header
+                cut = _dispatch_chunk(text, builder, helper, src.estimated_text_bytes)
             else:
                 cut = _decode_prefix(src.path, text, builder, list_format)
             if cut is None:
                 # no boundary accepted in this much text: read on and try with more
-                more = src.read(BLOCK)
-                if more:
-                    text.append(more)
+                if text.read_more(src, BLOCK):
                     continue
                 eof = True
                 continue
@@ -284,34 +295,46 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None, jobs
 
 
 class _Text:
-    """The JSON text read so far and not yet decoded, in one growing buffer.
+    """The JSON text read so far and not yet decoded, in one reused buffer.
 
-    ``buf[pos:]`` is the undecoded text; ``offset`` is the position of
-    ``buf[0]`` in the file's JSON text (for error messages). Decoded text is
-    dropped when more is read, so the buffer stays about one block long.
-    Chunks are decoded in place (see :func:`_decode_range`), never copied.
+    ``buf[pos:end]`` is the undecoded text (the bytes after ``end`` are stale);
+    ``offset`` is the position of ``buf[0]`` in the file's JSON text (for
+    error messages). Before each read the undecoded tail moves to the front,
+    and the file is read straight into the buffer, so a block of text is
+    copied once, by the read itself. Chunks are decoded in place (see
+    :func:`_decode_range`).
     """
 
     def __init__(self, buf: bytes, pos: int) -> None:
         self.buf = bytearray(buf)
         self.pos = pos
+        self.end = len(buf)
         self.offset = 0
 
     @property
     def pending(self) -> int:
-        return len(self.buf) - self.pos
+        return self.end - self.pos
 
-    def append(self, more: bytes) -> None:
+    def read_more(self, src: _Source, n: int) -> int:
+        """Read up to ``n`` more bytes after the pending text; returns how many were read."""
+        buf = self.buf
         if self.pos > 1:
             # keep one byte before pos: _decode_range borrows it for the "["
             drop = self.pos - 1
-            del self.buf[:drop]
+            keep = self.end - drop
+            buf[:keep] = buf[drop : self.end]
             self.offset += drop
             self.pos -= drop
-        self.buf += more
+            self.end = keep
+        if len(buf) < self.end + n:
+            buf.extend(bytes(self.end + n - len(buf)))  # grows to about one block, once
+        with memoryview(buf) as view:
+            got = src.read_into(view[self.end : self.end + n])
+        self.end += got
+        return got
 
     def rest(self) -> bytes:
-        return bytes(self.buf[self.pos :])
+        return bytes(self.buf[self.pos : self.end])
 
 
 def _decode_range(buf: bytearray, lo: int, hi: int, decoder: msgspec.json.Decoder = _EVENTS_DECODER) -> object:
@@ -333,19 +356,22 @@ def _decode_range(buf: bytearray, lo: int, hi: int, decoder: msgspec.json.Decode
         buf[hi] = saved_hi
 
 
-def _dispatch_chunk(text: _Text, builder: "_Builder", helper: "Helper") -> int | None:
+def _dispatch_chunk(text: _Text, builder: "_Builder", helper: "Helper", total: int) -> int | None:
     """Hand the pending events up to their last boundary to the helper, or decode them here.
 
     Returns where the next event starts (None: no boundary in the pending
     text). Anything unexpected raises :class:`Fallback`: the sequential reader
-    then tries earlier cuts or names the error exactly.
+    then tries earlier cuts or names the error exactly. ``total``: the
+    expected size of the JSON text, to keep the helper's queue short near the
+    end, where this process would otherwise wait for it with nothing to do.
     """
     buf, lo = text.buf, text.pos
-    cut = _last_boundary(buf, lo, len(buf))
+    cut = _last_boundary(buf, lo, text.end)
     if cut is None:
         return None
     end, nxt = cut
-    if helper.ready():
+    chunks_left = (total - (text.offset + end)) / max(end - lo, 1)
+    if helper.ready(chunks_left):
         helper.submit(buf, lo, end)
     else:
         try:
@@ -355,6 +381,20 @@ def _dispatch_chunk(text: _Text, builder: "_Builder", helper: "Helper") -> int |
         helper.add_local(builder, events)  # type: ignore[arg-type]
     helper.collect(builder)
     return nxt
+
+
+def _finish_with_helper(path: Path, rest: bytes, builder: "_Builder", helper: "Helper", list_format: bool, base: int) -> None:
+    """Decode the final text here while the helper finishes its chunks, then append both in order."""
+    part = builder.part()
+    try:
+        _decode_last(path, None, rest, part, list_format, base)
+    except InputError:
+        part = None  # decoded again below, after the earlier events, so the message counts them
+    helper.finish(builder)
+    if part is not None:
+        builder.absorb(part)
+    else:
+        _decode_last(path, None, rest, builder, list_format, base)
 
 
 def _read_rest(src: _Source) -> bytes:
@@ -373,7 +413,7 @@ def _decode_prefix(path: Path, text: _Text, builder: "_Builder", list_format: bo
     no boundary in the pending text decodes (then the caller reads more)."""
     buf, lo = text.buf, text.pos
     base = text.offset + lo  # position of the first pending byte in the file's JSON text
-    for end, nxt in candidate_cuts(buf, lo):
+    for end, nxt in candidate_cuts(buf, lo, text.end):
         try:
             events = _decode_range(buf, lo, end)
         except msgspec.ValidationError as err:  # (a subclass of DecodeError: caught first)
@@ -399,14 +439,15 @@ def _decode_prefix(path: Path, text: _Text, builder: "_Builder", list_format: bo
     return None
 
 
-def candidate_cuts(pending: bytes | bytearray, lo: int = 0) -> Iterator[tuple[int, int]]:
-    """Possible event boundaries in ``pending[lo:]``, last first, at most ``_BOUNDARY_TRIES`` of them.
+def candidate_cuts(pending: bytes | bytearray, lo: int = 0, hi: int | None = None) -> Iterator[tuple[int, int]]:
+    """Possible event boundaries in ``pending[lo:hi]``, last first, at most ``_BOUNDARY_TRIES`` of them.
 
     Each is (index after the ``}`` ending an event, index of the ``{`` starting
     the next). A caller accepts the first whose prefix decodes as a list of
     events; see the module docstring for why that makes the cut safe.
     """
-    hi = len(pending)
+    if hi is None:
+        hi = len(pending)
     for _ in range(_BOUNDARY_TRIES):
         b = _last_boundary(pending, lo, hi)
         if b is None:
@@ -560,6 +601,21 @@ class _Builder:
         """What :meth:`merge` needs of this builder's events (picklable)."""
         t = self.trace
         return (self.events_seen, [v for v in t.lists().values()], t.process_labels, t.thread_names)
+
+    def absorb(self, part: "_Builder") -> None:
+        """Append a later chunk's builder: its events and the metadata found after them."""
+        self.merge(part.payload())
+        if part._device_props and not self._device_props:
+            self._device_props = part._device_props
+        t, p = self.trace, part.trace
+        if t.rank is None:
+            t.rank = p.rank
+        if t.world_size is None:
+            t.world_size = p.world_size
+        if t.base_time_ns is None:
+            t.base_time_ns = p.base_time_ns
+        t.with_stack = t.with_stack or p.with_stack
+        t.profile_memory = t.profile_memory or p.profile_memory
 
     def merge(self, payload: tuple) -> None:
         """Append the events of a later chunk (a :meth:`payload`), as if ingested here."""

@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = ["Fallback", "Helper"]
 
 MAX_AHEAD = 64  # chunks decoded or queued but not yet appended (their events are kept anyway; this only caps a stalled helper)
 MAX_IN_HELPER = 2  # chunks handed to the helper and not yet back
+HELPER_COST = 1.5  # time for the helper to return a chunk / time to decode one here (measured: 1.5-1.9)
 _WAIT_S = 120.0  # a helper silent for this long is given up on
 
 
@@ -130,15 +132,22 @@ class Helper:
             raise Fallback("the helper process stopped") from None
 
     # -- the loader's calls
-    def ready(self) -> bool:
-        """True when the helper can take another chunk now."""
+    def ready(self, chunks_left: float = float("inf")) -> bool:
+        """True when the helper should take the next chunk.
+
+        ``chunks_left``: about how many chunks follow this one. The helper
+        takes a chunk only while this process has enough of them left to
+        work on until the helper's queue is done (a helper chunk costs about
+        ``HELPER_COST`` times a local one: the helper also pickles), so that
+        neither waits for the other at the end.
+        """
         if not self._ready:
             if not self._poll(0):
                 return False
             if self._lines.popleft() != "ready":
                 raise Fallback("the helper process did not start")
             self._ready = True
-        return self._in_helper < MAX_IN_HELPER
+        return self._in_helper < MAX_IN_HELPER and chunks_left >= HELPER_COST * (self._in_helper + 1)
 
     def submit(self, buf: bytearray, lo: int, hi: int) -> None:
         """Hand the events ``buf[lo:hi]`` to the helper (as one JSON list)."""
@@ -203,14 +212,20 @@ class Helper:
             self.proc.stdin.close()  # type: ignore[union-attr]  # the helper exits at end of input
         except OSError:
             pass  # it is gone already; wait() below reaps it
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        # The helper exits on end of input; freeing its memory takes it tens of
+        # milliseconds, so reap it in the background rather than wait here.
+        threading.Thread(target=_reap, args=(self.proc,), name="gpuprof-load-reap", daemon=True).start()
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # ------------------------------------------------------------------ the helper process

@@ -11,6 +11,7 @@ Times are microseconds, as in the file (Chrome trace convention).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Iterator, Union
 
 import msgspec
@@ -119,10 +120,9 @@ class Trace:
         return sum(len(v) for v in self.lists().values())
 
     def sort(self) -> None:
-        key = _ts_key
+        key = _TS
         for events in self.lists().values():
             events.sort(key=key)
 
 
-def _ts_key(e: Event) -> float:
-    return e.ts
+_TS = attrgetter("ts")  # in C: a Python key function costs as much as the sort

@@ -36,6 +36,7 @@ def small_chunks(monkeypatch):
     monkeypatch.setattr(L, "BLOCK", 16 * 1024)
     monkeypatch.setattr(L, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(L, "WAIT_FOR_HELPER", True)
+    monkeypatch.setattr(H, "HELPER_COST", 0.0)  # hand chunks over up to the very end, however few
     sent = []
     real_submit = H.Helper.submit
 

@@ -55,7 +55,7 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Iterable, Union
+from typing import Union
 
 import numpy as np
 
@@ -315,12 +315,19 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
             rt_other.append(r)
     host_dl_events: list[Event] = []
     optimizer_events: list[Event] = []
-    for e in _host_named(trace):
-        name = e.name
-        if is_dataloader_name(name) and (main is None or (e.pid, e.tid) in main_keys):
-            host_dl_events.append(e)
-        elif name[:1] == "O" and is_optimizer_name(name) and (e.pid, e.tid) in main_keys:  # cheap test first
-            optimizer_events.append(e)
+    for events in (trace.annotations, trace.ops, trace.python):  # events whose names carry annotations
+        names = set(map(_NAME, events))
+        dl_names = {n for n in names if is_dataloader_name(n)}  # per distinct name, once
+        opt_names = {n for n in names if is_optimizer_name(n)} - dl_names
+        if not dl_names and not opt_names:
+            continue
+        for e in events:
+            name = e.name
+            if name in dl_names:
+                if main is None or (e.pid, e.tid) in main_keys:
+                    host_dl_events.append(e)
+            elif name in opt_names and (e.pid, e.tid) in main_keys:
+                optimizer_events.append(e)
     dl_events = [e for e in host_dl_events if e.name.startswith("enumerate(DataLoader)")] or host_dl_events
     single: bool | None = None
     if any(e.name.startswith("enumerate(DataLoader)") for e in dl_events):
@@ -451,7 +458,7 @@ class ThreadIndex:
     """Host operators and runtime calls grouped by host thread ``(pid, tid)``, each group in time order.
 
     ``*_starts`` hold the start times of each group, for bisecting a moment to
-    the events around it. ``op_parent[key][i]`` is the index of the operator
+    the events around it. ``parents(key)[i]`` is the index of the operator
     that directly encloses operator ``i`` on its thread (-1 at top level).
     """
 
@@ -468,13 +475,13 @@ class ThreadIndex:
         return cls(
             ops=ops,
             op_starts={k: list(map(_TS, v)) for k, v in ops.items()},
-            op_parent={},  # filled by _op_stats, which walks the same nesting
+            op_parent={},  # filled on demand by parents()
             runtime=runtime,
             runtime_starts={k: list(map(_TS, v)) for k, v in runtime.items()},
         )
 
     def parents(self, key: HostThread) -> list[int]:
-        """``op_parent[key]``, computed here if ``_op_stats`` has not walked the thread."""
+        """``op_parent[key]``, computed on first use (only threads with sync points need it)."""
         got = self.op_parent.get(key)
         if got is None:
             got = self.op_parent[key] = _nesting(self.ops.get(key, []))
@@ -501,15 +508,10 @@ def _nesting(ops: list[Event]) -> list[int]:
 
 
 def _group_by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
-    by: dict[HostThread, list[Event]] = {}
+    by: defaultdict[HostThread, list[Event]] = defaultdict(list)
     for e in events:
-        key = (e.pid, e.tid)
-        group = by.get(key)
-        if group is None:
-            by[key] = [e]
-        else:
-            group.append(e)
-    return by
+        by[(e.pid, e.tid)].append(e)
+    return dict(by)
 
 
 def _merged_in_time(groups: list[list[Event]]) -> list[Event]:
@@ -533,13 +535,6 @@ def _thread_keys(t: HostThread | None) -> frozenset[HostThread]:
     except (TypeError, ValueError):
         pass
     return frozenset(keys)
-
-
-def _host_named(trace: Trace) -> Iterable[Event]:
-    """Events whose names carry annotations: user annotations, ops (2021 dialect), Python frames."""
-    yield from trace.annotations
-    yield from trace.ops
-    yield from trace.python
 
 
 def _step_markers(trace: Trace) -> list[Event]:
@@ -759,38 +754,35 @@ def _op_stats(trace: Trace, threads: ThreadIndex, launch_by_corr: dict[int, Even
 
     Self time = the op's duration minus that of the ops nested directly in it
     (on its thread). GPU time = kernels, copies and memsets whose launch call
-    carries the op's External id. The same walk records each op's enclosing
-    op in ``threads.op_parent``.
+    carries the op's External id. ``ProfilerStep#N`` ranges are not operators.
     """
-    # name -> [count, total, self, gpu]; one pass per thread with a stack of open ops
-    agg: dict[str, list[float]] = {}
-    for key, ops in threads.ops.items():
-        parents = [-1] * len(ops)
-        stack: list[tuple[float, list[float] | None, int]] = []  # (end, stats of the op or None, index)
-        for i, o in enumerate(ops):
-            name = o.name
+    # name -> [count, total, self, gpu]; step markers map to None
+    agg: dict[str, list[float] | None] = {n: None for n in set(map(_NAME, trace.ops)) if n.startswith("ProfilerStep#")}
+    for ops in threads.ops.values():
+        stack: list[tuple[float, list[float] | None]] = []  # (end, stats) of the ops open at this point
+        pop, push = stack.pop, stack.append
+        for o in ops:
             ts = o.ts
-            end = ts + o.dur
-            while stack and stack[-1][0] <= ts:
-                stack.pop()
-            if stack:
-                parents[i] = stack[-1][2]
-            if name.startswith("ProfilerStep#"):
-                stack.append((end, None, i))
-                continue
-            a = agg.get(name)
-            if a is None:
-                a = agg[name] = [0, 0.0, 0.0, 0.0]
             dur = o.dur
-            a[0] += 1
-            a[1] += dur
-            a[2] += dur
+            while stack and stack[-1][0] <= ts:
+                pop()
+            name = o.name
+            a = agg.get(name, _NEW)
+            if a is None:  # a step marker: open, so that its children do not count as nested in anything
+                push((ts + dur, None))
+                continue
+            if a is _NEW:
+                a = agg[name] = [0, 0.0, dur, 0.0]
+            else:
+                a[2] += dur  # type: ignore[index]
+            a[0] += 1  # type: ignore[index]
+            a[1] += dur  # type: ignore[index]
+            end = ts + dur
             if stack:
-                top = stack[-1]
-                if end <= top[0] and top[1] is not None:
-                    top[1][2] -= dur  # the parent's self time excludes this child
-            stack.append((end, a, i))
-        threads.op_parent[key] = parents
+                top_end, top = stack[-1]
+                if end <= top_end and top is not None:
+                    top[2] -= dur  # the parent's self time excludes this child
+            push((end, a))  # type: ignore[arg-type]
     for g in trace.gpu_events():
         launch = launch_by_corr.get(g.corr)
         op = op_by_ext.get(launch.ext if launch is not None else g.ext)
@@ -799,10 +791,15 @@ def _op_stats(trace: Trace, threads: ThreadIndex, launch_by_corr: dict[int, Even
             if a is not None:
                 a[3] += g.dur
     stats = [
-        OpStat(name=n, count=int(c), total_us=t, self_us=max(s_, 0.0), gpu_us=g) for n, (c, t, s_, g) in agg.items()
+        OpStat(name=n, count=int(v[0]), total_us=v[1], self_us=max(v[2], 0.0), gpu_us=v[3])
+        for n, v in agg.items()
+        if v is not None
     ]
     stats.sort(key=lambda s: (-s.gpu_us, -s.self_us))
     return stats
+
+
+_NEW: list[float] = []  # sentinel: a name not seen yet
 
 
 def _copy_stats(copies: list[CopyEvent]) -> list[CopyStat]:

@@ -38,7 +38,7 @@ from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
 __all__ = ["load_trace", "find_traces", "default_jobs", "TRACE_SUFFIXES", "Progress"]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-BLOCK = 16 * 1024 * 1024  # bytes of JSON text per chunk
+BLOCK = 1024 * 1024  # bytes of JSON text per chunk: small enough that a chunk and its decoded events stay in the CPU caches (16 MiB chunks loaded 1.4x slower)
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024  # JSON text below which a helper process costs more than it saves
 WAIT_FOR_HELPER = False  # tests: wait until the helper is up, so that small inputs use it too
 _MAX_HEADER = 256 * 1024 * 1024  # give up looking for "traceEvents" after this much text

@@ -42,7 +42,7 @@ from typing import Any
 __all__ = ["Fallback", "Helper"]
 
 MAX_AHEAD = 64  # chunks decoded or queued but not yet appended (their events are kept anyway; this only caps a stalled helper)
-MAX_IN_HELPER = 2  # chunks handed to the helper and not yet back
+MAX_IN_HELPER = 4  # chunks handed to the helper and not yet back
 HELPER_COST = 1.5  # time for the helper to return a chunk / time to decode one here (measured: 1.5-1.9)
 _WAIT_S = 120.0  # a helper silent for this long is given up on
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import statistics
-from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Iterable
+
+import numpy as np
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.units import fmt_us
@@ -15,6 +16,9 @@ from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
+
+_TS = attrgetter("ts")
+_DUR = attrgetter("dur")
 
 __all__ = ["LaunchBound", "LaunchStats", "launch_stats"]
 
@@ -57,44 +61,37 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
         return None
     tiny = [k for k in kernels if k.dur < tiny_us]
     # Launch calls that put work on the main device, from any host thread.
-    launch_ts: list[float] = []
-    launch_end: list[float] = []
-    for events in (m.trace.kernels, m.trace.memcpys, m.trace.memsets):
-        for g in events:
-            if g.device == dev:
-                r = m.launch_by_corr.get(g.corr)
-                if r is not None and classify_runtime(r.name) is RuntimeClass.LAUNCH:
-                    launch_ts.append(r.ts)
-                    launch_end.append(r.ts + r.dur)
-    launches = Intervals.from_arrays(launch_ts, launch_end)
+    launch_names = {n for n in {r.name for r in m.launch_by_corr.values()} if classify_runtime(n) is RuntimeClass.LAUNCH}
+    calls = [
+        r
+        for events in (m.trace.kernels, m.trace.memcpys, m.trace.memsets)
+        for r in map(m.launch_by_corr.get, (g.corr for g in events if g.device == dev))
+        if r is not None and r.name in launch_names
+    ]
+    launches = Intervals.from_spans(np.fromiter(map(_TS, calls), np.float64, len(calls)), np.fromiter(map(_DUR, calls), np.float64, len(calls)))
     idle = Intervals.from_pairs(m.windows).subtract(m.gpu_busy.get(dev, Intervals.empty()))
     launch_idle = idle.intersect(launches).total()
 
+    get_launch, get_op = m.launch_by_corr.get, m.op_by_ext.get
+    tiny_launches = [r for r in map(get_launch, [k.corr for k in tiny]) if r is not None]
     optimizer = m.host_intervals.get("optimizer", Intervals.empty())
-    opt_starts, opt_ends = optimizer.starts.tolist(), optimizer.ends.tolist()  # bisect on lists: no numpy call per kernel
     optimizer_tiny = 0
-    ops: Counter[str] = Counter()
-    first_launch: dict[str, tuple[Event, Event]] = {}
-    for k in tiny:
-        launch = m.launch_by_corr.get(k.corr)
-        if launch is None:
-            continue
-        i = bisect_right(opt_starts, launch.ts) - 1
-        if i >= 0 and launch.ts <= opt_ends[i]:
-            optimizer_tiny += 1
-        op = m.op_by_ext.get(launch.ext)
-        if op is not None:
-            ops[op.name] += 1
-            first_launch.setdefault(op.name, (launch, op))
+    if optimizer and tiny_launches:
+        t = np.fromiter(map(_TS, tiny_launches), np.float64, len(tiny_launches))
+        i = np.searchsorted(optimizer.starts, t, side="right") - 1
+        optimizer_tiny = int(((i >= 0) & (t <= optimizer.ends[np.maximum(i, 0)])).sum())
+    launching_ops = [get_op(r.ext) for r in tiny_launches]
+    ops = Counter(o.name for o in launching_ops if o is not None)
     top_ops = ops.most_common(3)
     location = None
     if top_ops:
-        launch, op = first_launch[top_ops[0][0]]
+        top = top_ops[0][0]
+        launch, op = next((r, o) for r, o in zip(tiny_launches, launching_ops) if o is not None and o.name == top)
         location = m.stacks.location(launch.pid, launch.tid, launch.ts, op=op)
     return LaunchStats(
         kernels=kernels,
         tiny=tiny,
-        median_us=statistics.median(k.dur for k in kernels),
+        median_us=float(np.median(np.fromiter(map(_DUR, kernels), np.float64, len(kernels)))),
         launch_idle_us=launch_idle,
         optimizer_tiny=optimizer_tiny,
         top_ops=top_ops,

@@ -188,13 +188,23 @@ def is_heavy_compute_op(name: str) -> bool:
 
 def _gpu_launches_by_thread(m: TraceMetrics) -> dict[tuple, list[float]]:
     """Start times of runtime calls that put work on a GPU (launch, copy, memset), per host thread."""
-    out: dict[tuple, list[float]] = {}
-    for key, calls in m.threads.runtime.items():
-        out[key] = [r.ts for r in calls if classify_runtime(r.name) in _GPU_WORK_CALLS]  # calls are in time order
-    return out
+    names = {r.name for calls in m.threads.runtime.values() for r in calls}
+    work = {n for n in names if classify_runtime(n) in _GPU_WORK_CALLS}  # per distinct name, once
+    return {key: [r.ts for r in calls if r.name in work] for key, calls in m.threads.runtime.items()}  # in time order
 
 
 _GPU_WORK_CALLS = (RuntimeClass.LAUNCH, RuntimeClass.MEMCPY, RuntimeClass.MEMSET)
+
+
+def _launched_ext(m: TraceMetrics) -> set[int]:
+    """External ids of the operators that GPU activity is linked to (through its launch call, or directly)."""
+    out: set[int] = set()
+    for g in m.trace.gpu_events():
+        launch = m.launch_by_corr.get(g.corr)
+        ext = launch.ext if launch is not None else g.ext
+        if ext >= 0:
+            out.add(ext)
+    return out
 
 
 @register
@@ -246,24 +256,22 @@ class CpuComputeWithGpu(Rule):
         candidates = [o for o in t.ops if o.name in heavy]
         if not candidates:
             return
-        launched_ext: set[int] = set()
-        for g in t.gpu_events():
-            launch = m.launch_by_corr.get(g.corr)
-            ext = launch.ext if launch is not None else g.ext
-            if ext >= 0:
-                launched_ext.add(ext)
         launches = _gpu_launches_by_thread(m)
+        launched_ext: set[int] | None = None  # built only if some op put nothing on a GPU from its thread
 
         cpu_ops: list[Event] = []
         last_end: dict[tuple, float] = {}
         for o in candidates:  # sorted by start: skip heavy ops nested in an already-taken one
             key = (o.pid, o.tid)
-            if o.ext >= 0 and o.ext in launched_ext:
-                continue
             starts = launches.get(key, [])
             i = bisect_left(starts, o.ts)
             if i < len(starts) and starts[i] <= o.end:
                 continue  # put work on a GPU
+            if o.ext >= 0:
+                if launched_ext is None:
+                    launched_ext = _launched_ext(m)
+                if o.ext in launched_ext:
+                    continue  # GPU work linked to it (launched from another thread)
             if host_step_of(m, o.ts) is None:
                 continue
             if o.end <= last_end.get(key, float("-inf")):

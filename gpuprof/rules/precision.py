@@ -17,6 +17,7 @@ from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Event
 
 _NAME = attrgetter("name")
+_DUR = attrgetter("dur")
 
 __all__ = [
     "NoTensorCores",
@@ -142,26 +143,34 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
         return None
     st = PrecisionStats()
     kernels = m.step_kernels
-    # per distinct name: (tensor cores from the name: True/False/None, GEMM/conv by name)
-    by_name = {name: (uses_tensor_cores(name), is_eligible_kernel(name)) for name in set(map(_NAME, kernels))}
+    st.kernel_us = sum(map(_DUR, kernels))
+    # Per distinct name: the verdict when the name settles it, else None (the launching op decides).
+    verdict: dict[str, str | None] = {}
+    for name in set(map(_NAME, kernels)):
+        tc, eligible = uses_tensor_cores(name), is_eligible_kernel(name)
+        if eligible or tc is True:
+            verdict[name] = None if tc is None else ("tc" if tc else "fp32")
+        elif _NOT_ELIGIBLE.search(name[:_NAME_CHARS].lower()):
+            verdict[name] = "no"  # not GEMM/conv work, whatever launched it
+        else:
+            verdict[name] = None  # eligible only when launched by a matmul/conv operator
     fp32_by_name = st.fp32_by_name
     for k in kernels:
+        v = verdict[k.name]
+        if v == "no":
+            continue
         dur = k.dur
-        st.kernel_us += dur
-        tc, eligible = by_name[k.name]
-        eligible = eligible or tc is True
-        op = None
-        if not eligible or tc is None:
+        if v is None:
             launch = m.launch_by_corr.get(k.corr)
             op = m.op_by_ext.get(launch.ext if launch is not None else k.ext)
-            if not eligible and op is not None and op.name in TC_OPS and not _NOT_ELIGIBLE.search(k.name[:_NAME_CHARS].lower()):
-                eligible = True
-        if not eligible:
-            continue
+            tc = uses_tensor_cores(k.name)
+            if not (is_eligible_kernel(k.name) or tc is True or (op is not None and op.name in TC_OPS)):
+                continue
+            if tc is None:
+                tc = bool(_op_flags(op) & DTYPE_HALF)
+            v = "tc" if tc else "fp32"
         st.eligible_us += dur
-        if tc is None:
-            tc = bool(_op_flags(op) & DTYPE_HALF)
-        if tc:
+        if v == "tc":
             st.tensor_core_us += dur
         else:
             st.fp32_us += dur

@@ -54,6 +54,7 @@ import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import compress
 from operator import attrgetter
 from typing import Union
 
@@ -232,16 +233,20 @@ class TraceMetrics:
     def step_kernels(self) -> list[Event]:
         """Compute kernels (not NCCL/RCCL collectives) of the main device that start inside a step window."""
         dev = self.main_device
-        if dev is None or not self.steps:
-            return []
-        lo, hi = self.windows[0][0], self.windows[-1][1]
         kernels = self.trace.kernels
-        i, j = bisect_left(kernels, lo, key=_TS), bisect_right(kernels, hi, key=_TS)  # kernels are in time order
-        comm = {name for name in set(map(_NAME, kernels[i:j])) if is_communication_kernel(name)}
-        gaps = any(a[1] < b[0] for a, b in zip(self.windows, self.windows[1:]))
-        if not comm and not gaps:  # steps tile [lo, hi]: no per-kernel step lookup needed
-            return [k for k in kernels[i:j] if k.device == dev]
-        return [k for k in kernels[i:j] if k.device == dev and k.name not in comm and self.step_of(k.ts) is not None]
+        if dev is None or not self.steps or not kernels:
+            return []
+        n = len(kernels)
+        ts = np.fromiter(map(_TS, kernels), np.float64, n)
+        keep = np.fromiter(map(_DEVICE, kernels), np.int64, n) == dev
+        lo = np.array([s.start for s in self.steps])
+        hi = np.array([s.end for s in self.steps])
+        w = np.searchsorted(lo, ts, side="right") - 1  # the step each kernel starts in, if any
+        keep &= (w >= 0) & (ts <= hi[np.maximum(w, 0)])
+        comm = {name for name in set(map(_NAME, kernels)) if is_communication_kernel(name)}
+        if comm:
+            keep &= np.fromiter((k.name not in comm for k in kernels), bool, n)
+        return list(compress(kernels, keep.tolist()))
 
     @functools.cached_property
     def _dtoh_launch_starts(self) -> list[float]:

@@ -3,8 +3,8 @@
 Decoding JSON and normalising events is CPU-bound Python, and msgspec holds
 the GIL, so threads cannot share it; a second process can. For big inputs
 (``PARALLEL_MIN_BYTES`` of JSON text or more) the loader in
-:mod:`gpuprof.trace.load` starts one helper (``python -m
-gpuprof.trace.loadhelper``) and, chunk by chunk, either hands a chunk to it or
+:mod:`gpuprof.trace.load` starts one helper (a ``python``
+running :func:`run`) and, chunk by chunk, either hands a chunk to it or
 decodes it itself, whichever is free. The helper sends back the normalised
 events of each chunk (pickled); the loader appends every chunk's events in
 file order, so the result is the same :class:`~gpuprof.trace.model.Trace` a
@@ -79,21 +79,26 @@ class Helper:
         even small inputs go through the helper)."""
         if not sys.executable or os.name != "posix":
             return None
-        env = dict(os.environ)
-        # the helper must import this very gpuprof, whatever sys.path games the caller played
+        # The helper must import this very gpuprof (a checkout may shadow an
+        # installed one): its directory goes first on the helper's sys.path,
+        # unless it is there already (an installed package's site-packages).
         root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        boot = (
+            "import sys\n"
+            f"root = {root!r}\n"
+            "if root not in sys.path: sys.path.insert(0, root)\n"
+            "from gpuprof.trace.loadhelper import run; run()\n"
+        )
         try:
             scratch = _scratch_dir()
         except OSError:
             return None
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "gpuprof.trace.loadhelper", scratch],
+                [sys.executable, "-c", boot, scratch],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
-                env=env,
             )
         except OSError:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -261,7 +266,8 @@ def main(scratch: str) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """Entry point of the helper process (``sys.argv[1]``: the scratch directory)."""
     import gc
 
     gc.disable()  # as in the loader: millions of small objects, no cycles worth collecting

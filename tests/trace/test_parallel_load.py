@@ -166,3 +166,15 @@ def test_default_jobs_reads_the_environment(monkeypatch):
     assert L.default_jobs() == 1
     monkeypatch.delenv("GPUPROF_JOBS")
     assert L.default_jobs() == min(len(os.sched_getaffinity(0)), 2)
+
+
+def test_helper_queue_stays_short_near_the_end():
+    h = H.Helper.__new__(H.Helper)  # the queueing rule alone, without a process
+    h._ready, h._in_helper, h._lines = True, 0, None
+    cost = H.HELPER_COST
+    assert h.ready(chunks_left=cost * 1 + 1)
+    assert not h.ready(chunks_left=cost * 1 - 0.1)  # this process would wait for the helper at the end
+    h._in_helper = 2
+    assert h.ready(chunks_left=cost * 3) and not h.ready(chunks_left=cost * 3 - 0.1)
+    h._in_helper = H.MAX_IN_HELPER
+    assert not h.ready(chunks_left=1e9)  # its queue is full

@@ -308,8 +308,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
-    hdr = f"{'file':>8} {'command':<16} {'wall s':>8} {'MB/s':>7} {'peak RSS MB':>12} {'RSS/file':>9} " \
-          f"{'t/json':>7} {'RSS/json':>9}  target"
+    hdr = f"{'file':>8} {'command':<16} {'wall s':>8} {'MB/s':>7} {'peak mem MB':>12} {'mem/file':>9} " \
+          f"{'t/json':>7} {'mem/json':>9}  target"
     print(hdr)
     print("-" * len(hdr))
     for r in rows:

@@ -52,3 +52,17 @@ def test_repeated_trace_shifts_times_steps_and_ids(tmp_path: Path, parts: tuple[
     steps = [step_number(e.name) for e in big.annotations + big.ops if step_number(e.name) is not None]
     assert len(steps) == len(set(steps)) == 4 * len(
         [e for e in one.annotations + one.ops if step_number(e.name) is not None])
+
+
+def test_memory_is_summed_over_the_process_tree():
+    """The bench counts a helper process's memory: a parent and a child each holding 80 MB read as >= 160 MB."""
+    import sys
+
+    bench = _bench_module()
+    hold = "b = bytearray(80 << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(0.6)"
+    parent = f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {hold!r}]); {hold}; p.wait()"
+    r = bench.measure([sys.executable, "-c", parent], interval=0.01)
+    assert r["exit"] == 0
+    assert r["own_peak_rss"] >= 80 << 20  # the child alone
+    assert r["tree_peak_rss"] >= 160 << 20  # both at once
+    assert r["peak_rss"] == max(r["own_peak_rss"], r["tree_peak_rss"])

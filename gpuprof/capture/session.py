@@ -462,6 +462,7 @@ class Profiler:
     def _write_scalars(self, w: Any, start: int, end: int) -> None:
         mem = self.memory
         loaders = self.loaders.seen
+        rss = mem.rss_by_step() if mem is not None and not mem.cuda else {}
         for i in range(start, end):
             st = self.step_s[i]
             vals: dict[str, float] = {"step_time_ms": st * 1000.0}
@@ -472,8 +473,8 @@ class Profiler:
                     vals["memory_allocated_mib"] = mem.allocated[i] / 2**20
                     vals["memory_reserved_mib"] = mem.reserved[i] / 2**20
                     vals["memory_peak_mib"] = mem.peak[i] / 2**20
-                elif not mem.cuda and i < len(mem.rss):
-                    vals["host_rss_mib"] = mem.rss[i] / 2**20
+                elif i in rss:
+                    vals["host_rss_mib"] = rss[i] / 2**20
             w.add_step(i, vals)
         w.flush()
 

@@ -1,0 +1,37 @@
+"""gpuprof writes its per-step scalars as TFRecord event files itself: TensorBoard must read them back exactly."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("tensorboard")
+pytest.importorskip("torch")
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tb_crc  # noqa: E402
+
+from gpuprof.render.tensorboard import TensorBoardWriter, masked_crc32c  # noqa: E402
+
+
+@pytest.mark.parametrize("data", [b"", b"12345678", bytes(range(256)), b"\xff" * 73])
+def test_crc_matches_tensorboards(data):
+    assert masked_crc32c(data) == tb_crc(data)
+
+
+def test_scalars_and_text_read_back_exactly(tmp_path):
+    with TensorBoardWriter(tmp_path, filename_suffix=".w0") as w:
+        for i in range(300):
+            w.add_step(i, {"step_time_ms": 10.0 + i, "host_rss_mib": 512.5})
+        w.add_step(300, {})  # nothing to write: no event
+        w.add_text("**2 findings**")
+    files = os.listdir(tmp_path)
+    assert any(".scalars.w0" in f for f in files) and all(f.startswith("events.out.tfevents.") for f in files)
+    acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    steps = acc.Scalars("gpuprof/step_time_ms")
+    assert [s.step for s in steps] == list(range(300))
+    assert [s.value for s in steps] == [10.0 + i for i in range(300)]
+    assert {s.value for s in acc.Scalars("gpuprof/host_rss_mib")} == {512.5}
+    assert "gpuprof/findings/text_summary" in acc.Tags()["tensors"]  # the findings text, via SummaryWriter

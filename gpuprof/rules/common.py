@@ -1,8 +1,7 @@
 """Helpers the rule modules share: host-step membership, kernel-idle time, copy waits, counts.
 
-They read only the trace model and its metrics; per-metrics results are cached
-on the ``TraceMetrics`` object (as private attributes) because several rules
-ask the same question of the same trace.
+They read only the trace model and its metrics (shared per-trace indexes,
+such as the per-thread runtime calls, live on ``TraceMetrics``).
 """
 
 from __future__ import annotations

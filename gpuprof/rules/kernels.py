@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Iterable
 
 import numpy as np
@@ -13,12 +12,9 @@ from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.units import fmt_us
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event
+from gpuprof.trace.metrics import TraceMetrics, union_of
+from gpuprof.trace.model import Event, dur_of, ts_of
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
-
-_TS = attrgetter("ts")
-_DUR = attrgetter("dur")
 
 __all__ = ["LaunchBound", "LaunchStats", "launch_stats"]
 
@@ -68,7 +64,7 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
         for r in map(m.launch_by_corr.get, (g.corr for g in events if g.device == dev))
         if r is not None and r.name in launch_names
     ]
-    launches = Intervals.from_spans(np.fromiter(map(_TS, calls), np.float64, len(calls)), np.fromiter(map(_DUR, calls), np.float64, len(calls)))
+    launches = union_of(calls)
     idle = Intervals.from_pairs(m.windows).subtract(m.gpu_busy.get(dev, Intervals.empty()))
     launch_idle = idle.intersect(launches).total()
 
@@ -77,7 +73,7 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
     optimizer = m.host_intervals.get("optimizer", Intervals.empty())
     optimizer_tiny = 0
     if optimizer and tiny_launches:
-        t = np.fromiter(map(_TS, tiny_launches), np.float64, len(tiny_launches))
+        t = np.fromiter(map(ts_of, tiny_launches), np.float64, len(tiny_launches))
         i = np.searchsorted(optimizer.starts, t, side="right") - 1
         optimizer_tiny = int(((i >= 0) & (t <= optimizer.ends[np.maximum(i, 0)])).sum())
     launching_ops = [get_op(r.ext) for r in tiny_launches]
@@ -91,7 +87,7 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
     return LaunchStats(
         kernels=kernels,
         tiny=tiny,
-        median_us=float(np.median(np.fromiter(map(_DUR, kernels), np.float64, len(kernels)))),
+        median_us=float(np.median(np.fromiter(map(dur_of, kernels), np.float64, len(kernels)))),
         launch_idle_us=launch_idle,
         optimizer_tiny=optimizer_tiny,
         top_ops=top_ops,

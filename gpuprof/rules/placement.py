@@ -11,7 +11,7 @@ from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import count_of, host_step_of, kernel_idle_within
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.metrics import TraceMetrics
+from gpuprof.trace.metrics import TraceMetrics, union_of
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import Kind, RuntimeClass, classify_runtime, step_number
 from gpuprof.units import fmt_bytes, fmt_us
@@ -114,7 +114,7 @@ class DataParallelUsed(Rule):
         host_overhead = Intervals.from_pairs(overhead_ivs).total() / n
         p2p = [c for c in m.copies if c.kind.direction == "PtoP" and c.step is not None]
         p2p_bytes = sum(c.gpu.nbytes for c in p2p) / n
-        p2p_us = Intervals.from_pairs((c.gpu.ts, c.gpu.end) for c in p2p).total() / n
+        p2p_us = union_of([c.gpu for c in p2p]).total() / n
         overhead = (host_overhead + p2p_us) if (overhead_ivs or p2p) else None
         gpus = len(m.devices_active)
         single = gpus <= 1
@@ -281,7 +281,7 @@ class CpuComputeWithGpu(Rule):
         if not cpu_ops:
             return
         n = m.num_steps
-        time_ps = Intervals.from_pairs((o.ts, o.end) for o in cpu_ops).total() / n
+        time_ps = union_of(cpu_ops).total() / n
         share = time_ps / m.mean_step_time if m.mean_step_time > 0 else 0.0
         if time_ps < ctx.opt("min_us_per_step") or share < ctx.opt("min_share"):
             return

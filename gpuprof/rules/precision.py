@@ -6,7 +6,6 @@ import functools
 
 import re
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
@@ -14,10 +13,8 @@ from gpuprof.units import fmt_us
 from gpuprof.report import DeviceInfo
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Event
+from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Event, dur_of, name_of
 
-_NAME = attrgetter("name")
-_DUR = attrgetter("dur")
 
 __all__ = [
     "NoTensorCores",
@@ -143,10 +140,10 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
         return None
     st = PrecisionStats()
     kernels = m.step_kernels
-    st.kernel_us = sum(map(_DUR, kernels))
+    st.kernel_us = sum(map(dur_of, kernels))
     # Per distinct name: the verdict when the name settles it, else None (the launching op decides).
     verdict: dict[str, str | None] = {}
-    for name in set(map(_NAME, kernels)):
+    for name in set(map(name_of, kernels)):
         tc, eligible = uses_tensor_cores(name), is_eligible_kernel(name)
         if eligible or tc is True:
             verdict[name] = None if tc is None else ("tc" if tc else "fp32")

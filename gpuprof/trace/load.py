@@ -337,12 +337,13 @@ class _Text:
         return bytes(self.buf[self.pos : self.end])
 
 
-def _decode_range(buf: bytearray, lo: int, hi: int, decoder: msgspec.json.Decoder = _EVENTS_DECODER) -> object:
-    """Decode the events ``buf[lo:hi]`` as one JSON list, without copying them.
+@contextlib.contextmanager
+def as_json_list(buf: bytearray, lo: int, hi: int) -> Iterator[memoryview]:
+    """The events ``buf[lo:hi]`` as one JSON list, without copying them.
 
     The bytes just outside the range (a ``,``, ``[`` or whitespace before the
-    first event and after the last) are replaced by ``[`` and ``]`` for the
-    decode and put back after it, so the decoder sees exactly
+    first event and after the last) are replaced by ``[`` and ``]`` while the
+    view is in use and put back after it, so a reader sees exactly
     ``[`` + events + ``]`` (same length, same byte offsets).
     """
     saved_lo, saved_hi = buf[lo - 1], buf[hi]
@@ -350,10 +351,16 @@ def _decode_range(buf: bytearray, lo: int, hi: int, decoder: msgspec.json.Decode
     buf[hi] = 0x5D  # ]
     try:
         with memoryview(buf) as whole, whole[lo - 1 : hi + 1] as view:
-            return decoder.decode(view)
+            yield view
     finally:
         buf[lo - 1] = saved_lo
         buf[hi] = saved_hi
+
+
+def _decode_range(buf: bytearray, lo: int, hi: int) -> object:
+    """Decode the events ``buf[lo:hi]`` in place (see :func:`as_json_list`)."""
+    with as_json_list(buf, lo, hi) as view:
+        return _EVENTS_DECODER.decode(view)
 
 
 def _dispatch_chunk(text: _Text, builder: "_Builder", helper: "Helper", total: int) -> int | None:
@@ -372,7 +379,8 @@ def _dispatch_chunk(text: _Text, builder: "_Builder", helper: "Helper", total: i
     end, nxt = cut
     chunks_left = (total - (text.offset + end)) / max(end - lo, 1)
     if helper.ready(chunks_left):
-        helper.submit(buf, lo, end)
+        with as_json_list(buf, lo, end) as chunk:
+            helper.submit(chunk)
     else:
         try:
             events = _decode_range(buf, lo, end)

@@ -67,7 +67,7 @@ class Helper:
         self._lines: deque[str] = deque()
         self._partial = b""
         self._ready = False
-        self._order: deque[tuple[str, Any]] = deque()  # ("helper", seq) or ("local", payload), in file order
+        self._order: deque[tuple[str, Any]] = deque()  # ("helper", None) or ("local", payload), in file order
         self._in_helper = 0
         self._seq = 0
 
@@ -95,7 +95,7 @@ class Helper:
             return None
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-c", boot, scratch],
+                [sys.executable, "-c", boot],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -154,22 +154,16 @@ class Helper:
             self._ready = True
         return self._in_helper < MAX_IN_HELPER and chunks_left >= HELPER_COST * (self._in_helper + 1)
 
-    def submit(self, buf: bytearray, lo: int, hi: int) -> None:
-        """Hand the events ``buf[lo:hi]`` to the helper (as one JSON list)."""
+    def submit(self, chunk: memoryview) -> None:
+        """Hand a chunk of events (the text of one JSON list) to the helper."""
         path = os.path.join(self.scratch, f"chunk{self._seq}")
-        saved_lo, saved_hi = buf[lo - 1], buf[hi]
-        buf[lo - 1] = 0x5B  # [  (the bytes around the events, put back below; no copy of the chunk)
-        buf[hi] = 0x5D  # ]
         try:
-            with memoryview(buf) as whole, whole[lo - 1 : hi + 1] as view, open(path, "wb") as f:
-                f.write(view)
+            with open(path, "wb") as f:
+                f.write(chunk)
         except OSError:
             raise Fallback("cannot write the helper's chunk") from None
-        finally:
-            buf[lo - 1] = saved_lo
-            buf[hi] = saved_hi
         self._send(path)
-        self._order.append(("helper", self._seq))
+        self._order.append(("helper", None))
         self._seq += 1
         self._in_helper += 1
 
@@ -216,7 +210,7 @@ class Helper:
         try:
             self.proc.stdin.close()  # type: ignore[union-attr]  # the helper exits at end of input
         except OSError:
-            pass  # it is gone already; wait() below reaps it
+            pass  # it is gone already; _reap below collects its exit status
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -236,7 +230,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
 # ------------------------------------------------------------------ the helper process
 
 
-def main(scratch: str) -> int:
+def main() -> int:
     from gpuprof.trace.load import _EVENTS_DECODER, _Builder
 
     def say(line: str) -> None:
@@ -267,11 +261,11 @@ def main(scratch: str) -> int:
 
 
 def run() -> None:
-    """Entry point of the helper process (``sys.argv[1]``: the scratch directory)."""
+    """Entry point of the helper process (started by :meth:`Helper.start`)."""
     import gc
 
     gc.disable()  # as in the loader: millions of small objects, no cycles worth collecting
     try:
-        sys.exit(main(sys.argv[1]))
+        sys.exit(main())
     except (BrokenPipeError, KeyboardInterrupt):
         sys.exit(1)

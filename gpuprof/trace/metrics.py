@@ -55,15 +55,14 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import attrgetter
-from typing import Union
+from typing import Sequence, Union
 
 import numpy as np
 
 from gpuprof.findings import SourceLocation
 from gpuprof.report import CopyStat, KernelStat, OpStat, SyncStat, TraceSummary
 from gpuprof.trace.intervals import Interval, Intervals, first_cover_per_window
-from gpuprof.trace.model import Event, Trace
+from gpuprof.trace.model import Event, Trace, device_of, dur_of, name_of, ts_of
 from gpuprof.trace.stacks import StackIndex
 from gpuprof.trace.vocab import (
     SYNC_OPS,
@@ -84,6 +83,8 @@ __all__ = [
     "TraceMetrics",
     "compute_metrics",
     "is_communication_kernel",
+    "communication_names",
+    "union_of",
     "BREAKDOWN_KEYS",
     "IDLE_KEYS",
 ]
@@ -237,13 +238,13 @@ class TraceMetrics:
         if dev is None or not self.steps or not kernels:
             return []
         n = len(kernels)
-        ts = np.fromiter(map(_TS, kernels), np.float64, n)
-        keep = np.fromiter(map(_DEVICE, kernels), np.int64, n) == dev
+        ts = np.fromiter(map(ts_of, kernels), np.float64, n)
+        keep = np.fromiter(map(device_of, kernels), np.int64, n) == dev
         lo = np.array([s.start for s in self.steps])
         hi = np.array([s.end for s in self.steps])
         w = np.searchsorted(lo, ts, side="right") - 1  # the step each kernel starts in, if any
         keep &= (w >= 0) & (ts <= hi[np.maximum(w, 0)])
-        comm = {name for name in set(map(_NAME, kernels)) if is_communication_kernel(name)}
+        comm = communication_names(kernels)
         if comm:
             keep &= np.fromiter((k.name not in comm for k in kernels), bool, n)
         return list(compress(kernels, keep.tolist()))
@@ -321,7 +322,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     host_dl_events: list[Event] = []
     optimizer_events: list[Event] = []
     for events in (trace.annotations, trace.ops, trace.python):  # events whose names carry annotations
-        names = set(map(_NAME, events))
+        names = set(map(name_of, events))
         dl_names = {n for n in names if is_dataloader_name(n)}  # per distinct name, once
         opt_names = {n for n in names if is_optimizer_name(n)} - dl_names
         if not dl_names and not opt_names:
@@ -337,13 +338,13 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     single: bool | None = None
     if any(e.name.startswith("enumerate(DataLoader)") for e in dl_events):
         single = any(is_single_process_dataloader(e.name) for e in dl_events)
-    data_loading = _union_of(host_dl_events)
-    optimizer = _union_of(optimizer_events)
-    cpu_ops = _union_of([o for o in threads.ops_on(main_keys) if not o.name.startswith("ProfilerStep#")])
+    data_loading = union_of(host_dl_events)
+    optimizer = union_of(optimizer_events)
+    cpu_ops = union_of([o for o in threads.ops_on(main_keys) if not o.name.startswith("ProfilerStep#")])
     host = {
-        "sync": _union_of(rt_sync),
-        "blocking_copy": _union_of(rt_copy),
-        "runtime": _union_of(rt_other),
+        "sync": union_of(rt_sync),
+        "blocking_copy": union_of(rt_copy),
+        "runtime": union_of(rt_other),
         "data_loading": data_loading,
         "optimizer": optimizer,
         "cpu_ops": cpu_ops,
@@ -419,18 +420,12 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     return metrics
 
 
-_TS = attrgetter("ts")
-_DUR = attrgetter("dur")
-_DEVICE = attrgetter("device")
-_NAME = attrgetter("name")
-
-
-def _union_of(events: list[Event]) -> Intervals:
+def union_of(events: Sequence[Event]) -> Intervals:
     """The time covered by ``events`` (in any order)."""
     n = len(events)
     if n == 0:
         return Intervals.empty()
-    return Intervals.from_spans(np.fromiter(map(_TS, events), np.float64, n), np.fromiter(map(_DUR, events), np.float64, n))
+    return Intervals.from_spans(np.fromiter(map(ts_of, events), np.float64, n), np.fromiter(map(dur_of, events), np.float64, n))
 
 
 def _device_sets(events: list[Event], mask: np.ndarray | None = None) -> dict[int, Intervals]:
@@ -438,9 +433,9 @@ def _device_sets(events: list[Event], mask: np.ndarray | None = None) -> dict[in
     n = len(events)
     if n == 0:
         return {}
-    ts = np.fromiter(map(_TS, events), np.float64, n)
-    dur = np.fromiter(map(_DUR, events), np.float64, n)
-    dev = np.fromiter(map(_DEVICE, events), np.int64, n)
+    ts = np.fromiter(map(ts_of, events), np.float64, n)
+    dur = np.fromiter(map(dur_of, events), np.float64, n)
+    dev = np.fromiter(map(device_of, events), np.int64, n)
     if mask is not None:
         ts, dur, dev = ts[mask], dur[mask], dev[mask]
     out = {}
@@ -450,11 +445,17 @@ def _device_sets(events: list[Event], mask: np.ndarray | None = None) -> dict[in
     return out
 
 
+def communication_names(kernels: list[Event]) -> set[str]:
+    """The distinct names among ``kernels`` that are collectives (each name classified once)."""
+    return {name for name in set(map(name_of, kernels)) if is_communication_kernel(name)}
+
+
 def _kernel_sets(kernels: list[Event]) -> tuple[dict[int, Intervals], dict[int, Intervals]]:
     """Per device, the time covered by compute kernels and by communication (collective) kernels."""
-    comm = np.fromiter(map(is_communication_kernel, map(_NAME, kernels)), bool, len(kernels))
-    if not comm.any():
+    names = communication_names(kernels)
+    if not names:
         return _device_sets(kernels), {}
+    comm = np.fromiter((k.name in names for k in kernels), bool, len(kernels))
     return _device_sets(kernels, ~comm), _device_sets(kernels, comm)
 
 
@@ -479,10 +480,10 @@ class ThreadIndex:
         runtime = _group_by_thread(trace.runtime)
         return cls(
             ops=ops,
-            op_starts={k: list(map(_TS, v)) for k, v in ops.items()},
+            op_starts={k: list(map(ts_of, v)) for k, v in ops.items()},
             op_parent={},  # filled on demand by parents()
             runtime=runtime,
-            runtime_starts={k: list(map(_TS, v)) for k, v in runtime.items()},
+            runtime_starts={k: list(map(ts_of, v)) for k, v in runtime.items()},
         )
 
     def parents(self, key: HostThread) -> list[int]:
@@ -522,7 +523,7 @@ def _group_by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
 def _merged_in_time(groups: list[list[Event]]) -> list[Event]:
     if len(groups) == 1:
         return groups[0]
-    return sorted((e for g in groups for e in g), key=_TS)
+    return sorted((e for g in groups for e in g), key=ts_of)
 
 
 def _thread_keys(t: HostThread | None) -> frozenset[HostThread]:
@@ -546,7 +547,7 @@ def _step_markers(trace: Trace) -> list[Event]:
     """The ``ProfilerStep#N`` ranges: user annotations, or operators in older traces."""
     out: list[Event] = []
     for events in (trace.annotations, trace.ops):
-        names = {n for n in set(map(_NAME, events)) if step_number(n) is not None}  # per distinct name, once
+        names = {n for n in set(map(name_of, events)) if step_number(n) is not None}  # per distinct name, once
         if names:
             out.extend(e for e in events if e.name in names)
     return out
@@ -762,7 +763,7 @@ def _op_stats(trace: Trace, threads: ThreadIndex, launch_by_corr: dict[int, Even
     carries the op's External id. ``ProfilerStep#N`` ranges are not operators.
     """
     # name -> [count, total, self, gpu]; step markers map to None
-    agg: dict[str, list[float] | None] = {n: None for n in set(map(_NAME, trace.ops)) if n.startswith("ProfilerStep#")}
+    agg: dict[str, list[float] | None] = {n: None for n in set(map(name_of, trace.ops)) if n.startswith("ProfilerStep#")}
     for ops in threads.ops.values():
         stack: list[tuple[float, list[float] | None]] = []  # (end, stats) of the ops open at this point
         pop, push = stack.pop, stack.append

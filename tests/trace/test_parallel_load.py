@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import gzip
+import json
 import os
 import tempfile
 
@@ -40,12 +41,29 @@ def small_chunks(monkeypatch):
     sent = []
     real_submit = H.Helper.submit
 
-    def submit(self, buf, lo, hi):
-        sent.append(hi - lo)
-        return real_submit(self, buf, lo, hi)
+    def submit(self, chunk):
+        sent.append(len(chunk))
+        return real_submit(self, chunk)
 
     monkeypatch.setattr(H.Helper, "submit", submit)
     return sent
+
+
+@pytest.fixture
+def fallbacks(monkeypatch):
+    """The ``jobs`` of every load that gave up on the helper and was redone in one process."""
+    seen = []
+    real_load = L._load
+
+    def spy(p, progress, jobs):
+        try:
+            return real_load(p, progress, jobs)
+        except H.Fallback:
+            seen.append(jobs)
+            raise
+
+    monkeypatch.setattr(L, "_load", spy)
+    return seen
 
 
 def _training(path, steps: int = 40):
@@ -85,7 +103,7 @@ def test_plain_json_and_no_scratch_left(tmp_path, small_chunks):
     assert after == before, "the helper's scratch directory was left behind"
 
 
-def test_a_cut_inside_a_string_falls_back_to_the_exact_reader(tmp_path, small_chunks, monkeypatch):
+def test_a_cut_inside_a_string_falls_back_to_the_exact_reader(tmp_path, small_chunks, fallbacks):
     # Names full of "}, {" put fake boundaries everywhere: the helper's optimistic
     # cut lands inside a string, the chunk does not decode, and the load is redone alone.
     trace = simple_training(TraceBuilder(), steps=30, layers=12).to_dict()
@@ -93,26 +111,13 @@ def test_a_cut_inside_a_string_falls_back_to_the_exact_reader(tmp_path, small_ch
         if ev.get("cat") == "cpu_op":
             ev["name"] = 'aten::weird}, {"x": 1}, {' * 200
     path = tmp_path / "odd.json"
-    import json
-
     path.write_text(json.dumps(trace))
-    fallbacks = []
-    real_load = L._load
-
-    def spy(p, progress, jobs):
-        try:
-            return real_load(p, progress, jobs)
-        except H.Fallback:
-            fallbacks.append(jobs)
-            raise
-
-    monkeypatch.setattr(L, "_load", spy)
     got = L.load_trace(path, jobs=2)
     assert fallbacks == [2]
     _same(L.load_trace(path, jobs=1), got)
 
 
-def test_a_helper_that_dies_changes_nothing(tmp_path, monkeypatch, small_chunks):
+def test_a_helper_that_dies_changes_nothing(tmp_path, monkeypatch, small_chunks, fallbacks):
     path = tmp_path / "t.json.gz"
     _training(path)
     real_start = H.Helper.start
@@ -124,17 +129,6 @@ def test_a_helper_that_dies_changes_nothing(tmp_path, monkeypatch, small_chunks)
         return h
 
     monkeypatch.setattr(H.Helper, "start", staticmethod(start_then_kill))
-    fallbacks = []
-    real_load = L._load
-
-    def spy(p, progress, jobs):
-        try:
-            return real_load(p, progress, jobs)
-        except H.Fallback:
-            fallbacks.append(jobs)
-            raise
-
-    monkeypatch.setattr(L, "_load", spy)
     _same(L.load_trace(path, jobs=1), L.load_trace(path, jobs=2))
     assert fallbacks == [2]
 

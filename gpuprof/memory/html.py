@@ -133,11 +133,11 @@ _SCRIPT = r"""
 const DATA = JSON.parse(document.getElementById("data").textContent);
 const cv = document.getElementById("c"), ctx = cv.getContext("2d"), tip = document.getElementById("tip");
 const M = {l: 70, r: 10, t: 10, b: 28};
-const SHORT = 300;  // characters of a name shown in the page; the hover title has up to 16 frames of them
+const SHORT = 300, LONG = 1000;  // characters of a name / of a message shown; a longer one is cut with a count
 let dev = null, view = null, drag = null;
 function fmtB(n){ if(n===null||n===undefined) return "?"; const u=["B","KiB","MiB","GiB","TiB"]; let i=0, v=Math.abs(n);
   while(v>=1024&&i<u.length-1){v/=1024;i++;} return (n<0?"-":"")+(i?v.toFixed(2):Math.round(v))+" "+u[i]; }
-function short(s){ s = String(s); return s.length > SHORT ? s.slice(0, SHORT) + "\u2026 (" + (s.length - SHORT) + " more characters)" : s; }
+function short(s, n = SHORT){ s = String(s); return s.length > n ? s.slice(0, n) + "\u2026 (" + (s.length - n) + " more characters)" : s; }
 // An element with fixed attribute names; children are strings (become Text nodes) or elements.
 function el(tag, attrs, ...kids){ const e = document.createElement(tag);
   for (const k of Object.keys(attrs || {})) e.setAttribute(k, String(attrs[k]));
@@ -192,7 +192,7 @@ function hover(ev){
   let txt = (dev.time_unit === "s" ? "t = " + Number(dev.t[i]).toFixed(6) + " s" : "event #" + dev.t[i]) +
     "\nallocated " + fmtB(dev.allocated[i]) + "   reserved " + fmtB(dev.reserved[i]);
   if (hit >= 0){ const sl = dev.slots[hit]; txt += "\n\n" + short(sl.label) + ": " + fmtB(dev.series[i][hit]);
-    if (sl.stack.length) txt += "\n  " + sl.stack.slice(0, 16).map(short).join("\n  "); }
+    if (sl.stack.length) txt += "\n  " + sl.stack.slice(0, 16).map(s => short(s)).join("\n  "); }
   tip.textContent = txt; tip.style.display = "block";
   tip.style.left = Math.min(x + 14, cv.width - 300) + "px"; tip.style.top = (y + 14) + "px";
 }
@@ -212,7 +212,7 @@ function legend(){
 }
 function holders(){
   const rows = [el("tr", {}, el("th", {}, "site"), el("th", {}, "bytes"), el("th", {}, "blocks"), el("th", {}, "share"))];
-  for (const r of dev.top) rows.push(el("tr", {title: (r.stack || []).slice(0, 16).map(short).join("\n")},
+  for (const r of dev.top) rows.push(el("tr", {title: (r.stack || []).slice(0, 16).map(s => short(s)).join("\n")},
     el("td", {}, short(r.site)), el("td", {}, fmtB(r.bytes)), el("td", {}, String(r.blocks)),
     el("td", {}, r.share === null || r.share === undefined ? "-" : (100 * r.share).toFixed(0) + "%")));
   document.getElementById("top").replaceChildren(...rows);
@@ -225,9 +225,9 @@ function header(){
   document.getElementById("title").textContent = short(DATA.title);
   document.getElementById("sum").textContent = DATA.devices.map(d => short(d.device) + ": peak allocated " + fmtB(d.peak_allocated) +
     ", peak reserved " + fmtB(d.peak_reserved) + ", " + Number(d.events).toLocaleString("en-US") + " events").join(" \u00b7 ");
-  const items = DATA.findings.map(f => el("li", {class: f.severity}, el("b", {}, short(f.code)), " ", f.message));
+  const items = DATA.findings.map(f => el("li", {class: f.severity}, el("b", {}, short(f.code)), " ", short(f.message, LONG)));
   document.getElementById("findings").replaceChildren(items.length ? el("ul", {}, ...items) : el("p", {}, "No findings."));
-  document.getElementById("notes").replaceChildren(...DATA.notes.map(n => el("li", {}, n)));
+  document.getElementById("notes").replaceChildren(...DATA.notes.map(n => el("li", {}, short(n, LONG))));
 }
 header();
 const sel = document.getElementById("dev");

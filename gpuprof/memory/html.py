@@ -12,6 +12,12 @@ aggregation happens here, in Python: the history is cut into at most
 and sites beyond the ``sites`` largest at the peak are summed into "other".
 The page then draws a few thousand numbers, whatever the input size. All
 JavaScript and CSS are inline; the page loads nothing.
+
+Every name on the page comes from the input file, i.e. from a stranger, so
+the page is inert by construction (see :mod:`gpuprof.memory.htmlsafe`): the
+data is an escaped JSON document, the script builds the DOM with
+``textContent``/``setAttribute`` only, and the policy allows that script and
+stylesheet by hash and nothing else.
 """
 
 from __future__ import annotations

@@ -12,12 +12,16 @@ aggregation happens here, in Python: the history is cut into at most
 and sites beyond the ``sites`` largest at the peak are summed into "other".
 The page then draws a few thousand numbers, whatever the input size. All
 JavaScript and CSS are inline; the page loads nothing.
+
+Every name on the page comes from the input file, i.e. from a stranger, so
+the page is inert by construction (see :mod:`gpuprof.memory.htmlsafe`): the
+data is an escaped JSON document, the script builds the DOM with
+``textContent``/``setAttribute`` only, and the policy allows that script and
+stylesheet by hash and nothing else.
 """
 
 from __future__ import annotations
 
-import html as _html
-import json
 import os
 from typing import Any
 
@@ -25,9 +29,9 @@ from gpuprof.errors import InputError
 from gpuprof.findings import Finding
 from gpuprof.memory.analysis import DeviceAnalysis
 from gpuprof.memory.frames import SiteTable
+from gpuprof.memory.htmlsafe import fill_template, page_policy, script_json, text_for_html
 from gpuprof.memory.model import MemoryData
 from gpuprof.memory.replay import replay_totals, site_series
-from gpuprof.memory.units import fmt_bytes
 
 __all__ = ["build_page_data", "render_html", "write_html"]
 
@@ -94,18 +98,15 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
 
 
 def render_html(page: dict[str, Any]) -> str:
-    payload = json.dumps(page, separators=(",", ":")).replace("</", "<\\/")  # no "</script>" inside the JSON
-    title = _html.escape(f"gpuprof memory: {os.path.basename(page['source'])}")
-    rows = []
-    for f in page["findings"]:
-        rows.append(f"<li class='{_html.escape(f['severity'])}'><b>{_html.escape(f['code'])}</b> "
-                    f"{_html.escape(f['message'])}</li>")
-    findings = "<ul>" + "".join(rows) + "</ul>" if rows else "<p>No findings.</p>"
-    summary = " &middot; ".join(
-        f"{_html.escape(d['device'])}: peak allocated {fmt_bytes(d['peak_allocated'])}, "
-        f"peak reserved {fmt_bytes(d['peak_reserved'])}, {d['events']:,} events" for d in page["devices"])
-    return (_TEMPLATE.replace("__TITLE__", title).replace("__SUMMARY__", summary)
-            .replace("__FINDINGS__", findings).replace("__DATA__", payload))
+    """The page for ``page`` (from :func:`build_page_data`): inert whatever names the data holds.
+
+    Only two values are substituted, in one pass: the ``<title>`` text
+    (HTML-escaped) and the JSON document (see :func:`script_json`). Every
+    other piece of text on the page is put there by the page's script with
+    ``textContent``.
+    """
+    title = f"gpuprof memory: {os.path.basename(page['source'])}"
+    return fill_template(_TEMPLATE, {"TITLE": text_for_html(title), "DATA": script_json(dict(page, title=title))})
 
 
 def write_html(data: MemoryData, analyses: list[DeviceAnalysis], findings: list[Finding], out: str,
@@ -118,38 +119,36 @@ def write_html(data: MemoryData, analyses: list[DeviceAnalysis], findings: list[
         raise InputError(out, f"cannot write the HTML: {err.strerror or err}") from None
 
 
-_TEMPLATE = r"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
-<title>__TITLE__</title>
-<style>
+# The stylesheet and the script are constants: the policy allows them by hash, and nothing else.
+_STYLE = r"""
 body{font:13px system-ui,sans-serif;margin:16px;color:#222;background:#fff}
-h1{font-size:18px;margin:0 0 4px} .sum{color:#555;margin-bottom:8px}
+h1{font-size:18px;margin:0 0 4px;overflow-wrap:anywhere} h2{font-size:15px} .sum{color:#555;margin-bottom:8px;overflow-wrap:anywhere}
 #wrap{position:relative} canvas{border:1px solid #ccc;cursor:crosshair;display:block}
 #tip{position:absolute;pointer-events:none;background:rgba(255,255,255,.96);border:1px solid #999;padding:6px 8px;
  font:12px ui-monospace,monospace;white-space:pre;display:none;max-width:640px;overflow:hidden;box-shadow:0 2px 6px #0003}
-#legend span{display:inline-block;margin:2px 10px 2px 0} #legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
+#legend span{display:inline-block;margin:2px 10px 2px 0;overflow-wrap:anywhere} #legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
 table{border-collapse:collapse;margin-top:10px} td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
-td:first-child,th:first-child{text-align:left;font-family:ui-monospace,monospace}
-li.error{color:#b00} li.warning{color:#a60} .hint{color:#777;font-size:12px}
-</style></head><body>
-<h1>__TITLE__</h1><div class="sum">__SUMMARY__</div>
-<div>__FINDINGS__</div>
-<label>Device <select id="dev"></select></label>
-<span class="hint">drag: zoom to a range &middot; wheel: zoom &middot; double-click: reset &middot; hover: allocation stack</span>
-<div id="wrap"><canvas id="c" width="1100" height="420"></canvas><div id="tip"></div></div>
-<div id="legend"></div>
-<h2 style="font-size:15px">Top holders at the peak</h2><table id="top"></table>
-<script id="data" type="application/json">__DATA__</script>
-<script>
+td:first-child,th:first-child{text-align:left;font-family:ui-monospace,monospace;max-width:80ch;overflow-wrap:anywhere;white-space:pre-wrap}
+li{overflow-wrap:anywhere} li.error{color:#b00} li.warning{color:#a60} .hint,.notes{color:#777;font-size:12px}
+"""
+
+# Data reaches the DOM only through textContent, Text nodes (append) and setAttribute of fixed attribute
+# names; there is no innerHTML, insertAdjacentHTML, outerHTML or document.write in this script.
+_SCRIPT = r"""
 "use strict";
 const DATA = JSON.parse(document.getElementById("data").textContent);
 const cv = document.getElementById("c"), ctx = cv.getContext("2d"), tip = document.getElementById("tip");
 const M = {l: 70, r: 10, t: 10, b: 28};
+const SHORT = 300, LONG = 1000;  // characters of a name / of a message shown; a longer one is cut with a count
 let dev = null, view = null, drag = null;
 function fmtB(n){ if(n===null||n===undefined) return "?"; const u=["B","KiB","MiB","GiB","TiB"]; let i=0, v=Math.abs(n);
   while(v>=1024&&i<u.length-1){v/=1024;i++;} return (n<0?"-":"")+(i?v.toFixed(2):Math.round(v))+" "+u[i]; }
-function esc(s){ return String(s).replace(/[&<>]/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;"}[c])); }
+function short(s, n = SHORT){ s = String(s); return s.length > n ? s.slice(0, n) + "\u2026 (" + (s.length - n) + " more characters)" : s; }
+// An element with fixed attribute names; children are strings (become Text nodes) or elements.
+function el(tag, attrs, ...kids){ const e = document.createElement(tag);
+  for (const k of Object.keys(attrs || {})) e.setAttribute(k, String(attrs[k]));
+  e.append(...kids); return e; }
+function swatch(color){ const i = el("i"); i.style.background = color; return i; }
 function ymax(){ let m = 1; for (let i = 0; i < dev.t.length; i++){ if (dev.t[i] < view[0] || dev.t[i] > view[1]) continue;
   m = Math.max(m, dev.allocated[i] || 0, dev.reserved[i] || 0); } return m * 1.05; }
 function X(t){ return M.l + (t - view[0]) / Math.max(view[1] - view[0], 1e-12) * (cv.width - M.l - M.r); }
@@ -161,7 +160,7 @@ function draw(){
   const idx = []; for (let i = 0; i < dev.t.length; i++) if (dev.t[i] >= view[0] && dev.t[i] <= view[1]) idx.push(i);
   if (idx.length === 1) idx.push(idx[0]);
   const ns = dev.slots.length, base = new Float64Array(idx.length);
-  for (let s = 0; s < ns; s++){
+  for (let s = 0; s < ns && idx.length; s++){
     ctx.fillStyle = dev.slots[s].color; ctx.beginPath();
     const top = [];
     idx.forEach((i, k) => { const v = base[k] + (dev.series[i][s] || 0); top.push(v); });
@@ -193,40 +192,73 @@ function nearest(t){ let lo = 0, hi = dev.t.length - 1; while (lo < hi){ const m
 function hover(ev){
   const r = cv.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
   if (drag){ drag.x1 = x; draw(); return; }
-  if (x < M.l || x > cv.width - M.r){ tip.style.display = "none"; return; }
+  if (x < M.l || x > cv.width - M.r || !dev.t.length){ tip.style.display = "none"; return; }
   const i = nearest(T(x)), ym = ymax(), v = (cv.height - M.b - y) / (cv.height - M.t - M.b) * ym;
   let acc = 0, hit = -1; for (let s = 0; s < dev.slots.length; s++){ acc += dev.series[i][s] || 0; if (v <= acc){ hit = s; break; } }
-  let txt = (dev.time_unit === "s" ? "t = " + dev.t[i].toFixed(6) + " s" : "event #" + dev.t[i]) +
+  let txt = (dev.time_unit === "s" ? "t = " + Number(dev.t[i]).toFixed(6) + " s" : "event #" + dev.t[i]) +
     "\nallocated " + fmtB(dev.allocated[i]) + "   reserved " + fmtB(dev.reserved[i]);
-  if (hit >= 0){ const sl = dev.slots[hit]; txt += "\n\n" + sl.label + ": " + fmtB(dev.series[i][hit]);
-    if (sl.stack.length) txt += "\n  " + sl.stack.slice(0, 16).join("\n  "); }
+  if (hit >= 0){ const sl = dev.slots[hit]; txt += "\n\n" + short(sl.label) + ": " + fmtB(dev.series[i][hit]);
+    if (sl.stack.length) txt += "\n  " + sl.stack.slice(0, 16).map(s => short(s)).join("\n  "); }
   tip.textContent = txt; tip.style.display = "block";
   tip.style.left = Math.min(x + 14, cv.width - 300) + "px"; tip.style.top = (y + 14) + "px";
 }
 cv.addEventListener("mousemove", hover);
 cv.addEventListener("mouseleave", () => { tip.style.display = "none"; });
 cv.addEventListener("mousedown", ev => { const r = cv.getBoundingClientRect(); drag = {x0: ev.clientX - r.left}; });
-window.addEventListener("mouseup", () => { if (drag && drag.x1 !== undefined && Math.abs(drag.x1 - drag.x0) > 4){
+window.addEventListener("mouseup", () => { if (!dev) return; if (drag && drag.x1 !== undefined && Math.abs(drag.x1 - drag.x0) > 4){
   const a = T(Math.min(drag.x0, drag.x1)), b = T(Math.max(drag.x0, drag.x1)); view = [a, b]; } drag = null; draw(); });
-cv.addEventListener("dblclick", () => { reset(); draw(); });
-cv.addEventListener("wheel", ev => { ev.preventDefault(); const r = cv.getBoundingClientRect(), t = T(ev.clientX - r.left);
+cv.addEventListener("dblclick", () => { if (dev) { reset(); draw(); } });
+cv.addEventListener("wheel", ev => { if (!dev) return; ev.preventDefault(); const r = cv.getBoundingClientRect(), t = T(ev.clientX - r.left);
   const f = ev.deltaY < 0 ? 0.8 : 1.25; view = [t - (t - view[0]) * f, t + (view[1] - t) * f]; draw(); }, {passive: false});
 function reset(){ const t = dev.t; view = t.length ? [t[0], t[t.length - 1] > t[0] ? t[t.length - 1] : t[0] + 1] : [0, 1]; }
+function legend(){
+  const spans = dev.slots.map(s => el("span", {title: s.label}, swatch(s.color), short(s.label)));
+  spans.push(el("span", {}, swatch("#000"), "allocated"), el("span", {}, swatch("#c00"), "reserved"));
+  document.getElementById("legend").replaceChildren(...spans);
+}
+function holders(){
+  const rows = [el("tr", {}, el("th", {}, "site"), el("th", {}, "bytes"), el("th", {}, "blocks"), el("th", {}, "share"))];
+  for (const r of dev.top) rows.push(el("tr", {title: (r.stack || []).slice(0, 16).map(s => short(s)).join("\n")},
+    el("td", {}, short(r.site)), el("td", {}, fmtB(r.bytes)), el("td", {}, String(r.blocks)),
+    el("td", {}, r.share === null || r.share === undefined ? "-" : (100 * r.share).toFixed(0) + "%")));
+  document.getElementById("top").replaceChildren(...rows);
+}
 function show(k){
-  dev = DATA.devices[k]; reset(); draw();
-  document.getElementById("legend").innerHTML = dev.slots.map(s => "<span><i style='background:" + s.color + "'></i>" + esc(s.label) + "</span>").join("") +
-    "<span><i style='background:#000'></i>allocated</span><span><i style='background:#c00'></i>reserved</span>";
-  document.getElementById("top").innerHTML = "<tr><th>site</th><th>bytes</th><th>blocks</th><th>share</th></tr>" +
-    dev.top.map(r => "<tr title='" + esc(r.stack.join("\n")) + "'><td>" + esc(r.site) + "</td><td>" + fmtB(r.bytes) + "</td><td>" + r.blocks +
-      "</td><td>" + (r.share === null ? "-" : (100 * r.share).toFixed(0) + "%") + "</td></tr>").join("");
+  dev = DATA.devices[k]; reset(); draw(); legend(); holders();
   window.gpuprofSeries = dev.slots.map(s => s.label);
 }
+function header(){
+  document.getElementById("title").textContent = short(DATA.title);
+  document.getElementById("sum").textContent = DATA.devices.map(d => short(d.device) + ": peak allocated " + fmtB(d.peak_allocated) +
+    ", peak reserved " + fmtB(d.peak_reserved) + ", " + Number(d.events).toLocaleString("en-US") + " events").join(" \u00b7 ");
+  const items = DATA.findings.map(f => el("li", {class: f.severity}, el("b", {}, short(f.code)), " ", short(f.message, LONG)));
+  document.getElementById("findings").replaceChildren(items.length ? el("ul", {}, ...items) : el("p", {}, "No findings."));
+  document.getElementById("notes").replaceChildren(...DATA.notes.map(n => el("li", {}, short(n, LONG))));
+}
+header();
 const sel = document.getElementById("dev");
-DATA.devices.forEach((d, k) => { const o = document.createElement("option"); o.value = k; o.textContent = d.device; sel.appendChild(o); });
+sel.replaceChildren(...DATA.devices.map((d, k) => el("option", {value: k}, short(d.device))));
 sel.addEventListener("change", () => show(+sel.value));
 // Start on the device with the highest peak (a GPU trace also has a small "cpu" device).
 let first = 0; DATA.devices.forEach((d, k) => { if ((d.peak_allocated || 0) > (DATA.devices[first].peak_allocated || 0)) first = k; });
 sel.value = String(first);
 if (DATA.devices.length) show(first);
-</script></body></html>
 """
+
+# __TITLE__ and __DATA__ are the only substitutions (one pass, fill_template). The policy must come before
+# anything it governs, so it is the first thing after the charset.
+_TEMPLATE = ("""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content=\"""" + page_policy([_SCRIPT], [_STYLE]) + """\">
+<title>__TITLE__</title>
+<style>""" + _STYLE + """</style></head><body>
+<h1 id="title"></h1><div class="sum" id="sum"></div>
+<div id="findings"></div><ul class="notes" id="notes"></ul>
+<label>Device <select id="dev"></select></label>
+<span class="hint">drag: zoom to a range &middot; wheel: zoom &middot; double-click: reset &middot; hover: allocation stack</span>
+<div id="wrap"><canvas id="c" width="1100" height="420"></canvas><div id="tip"></div></div>
+<div id="legend"></div>
+<h2>Top holders at the peak</h2><table id="top"></table>
+<script id="data" type="application/json">__DATA__</script>
+<script>""" + _SCRIPT + """</script></body></html>
+""")

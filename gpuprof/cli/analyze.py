@@ -72,7 +72,10 @@ def analyze_cmd(
 
 
 def _progress_factory(stack: ExitStack) -> Callable[[Path], Any]:
+    from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from gpuprof.render.safe import visible
 
     bar = stack.enter_context(
         Progress(
@@ -92,7 +95,8 @@ def _progress_factory(stack: ExitStack) -> Callable[[Path], Any]:
             return None
         if size < PROGRESS_MIN_BYTES:
             return None
-        task = bar.add_task(path.name, total=size)
+        # the description is read as rich markup: a file name may hold "[...]" and control characters
+        task = bar.add_task(escape(visible(path.name)), total=size)
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuprof.atomic import atomic_path
+from gpuprof.atomic import atomic_write
 from gpuprof.findings import Finding, Severity, filter_findings, sort_findings
 from gpuprof.render.markdown import md_code, md_escape
 from gpuprof.render.safe import one_line, visible
@@ -279,8 +279,7 @@ def _write_reports(prof: "Profiler", report: Report) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    atomic_write(path, text)
 
 
 # ---------------------------------------------------------------------- text

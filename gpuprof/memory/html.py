@@ -21,7 +21,7 @@ import json
 import os
 from typing import Any
 
-from gpuprof.errors import InputError
+from gpuprof.atomic import write_output
 from gpuprof.findings import Finding
 from gpuprof.memory.analysis import DeviceAnalysis
 from gpuprof.memory.frames import SiteTable
@@ -111,11 +111,7 @@ def render_html(page: dict[str, Any]) -> str:
 def write_html(data: MemoryData, analyses: list[DeviceAnalysis], findings: list[Finding], out: str,
                points: int = 1500, sites: int = 12) -> None:
     text = render_html(build_page_data(data, analyses, findings, points, sites))
-    try:
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as err:
-        raise InputError(out, f"cannot write the HTML: {err.strerror or err}") from None
+    write_output(out, text, "the HTML")  # atomic: a full disk leaves the previous page intact
 
 
 _TEMPLATE = r"""<!doctype html>

@@ -17,9 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuprof.memory.units import fmt_bytes
-from gpuprof.render.format import shorten
 from gpuprof.render.markdown import md_code, md_escape
-from gpuprof.render.safe import visible
+from gpuprof.render.safe import clip, shorten, visible
 from gpuprof.render.sections import register_section
 
 __all__ = ["memory_terminal", "memory_markdown", "diff_terminal", "diff_markdown"]
@@ -69,7 +68,7 @@ def _esc(text: Any) -> str:
     # and control characters, which the terminal would obey.
     from rich.markup import escape
 
-    return escape(visible(text))
+    return escape(clip(text))
 
 
 def _site(site: Any) -> str:

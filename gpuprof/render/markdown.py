@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
-from gpuprof.render.safe import one_line, visible
+from gpuprof.render.safe import clip, one_line, visible
 from gpuprof.render.sections import markdown_renderer
 from gpuprof.report import Report, TraceSummary
 
@@ -55,7 +55,7 @@ def md_code(text: str, cell: bool = False) -> str:
     one space from each end). ``cell``: the span sits in a table cell, where
     ``|`` must be escaped (GFM removes the backslash before the span is read).
     """
-    text = visible(text)  # no newline either: a code span may not end a table row
+    text = clip(text)  # no newline either: a code span may not end a table row
     longest = max((len(m.group(0)) for m in _BACKTICKS.finditer(text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else ""

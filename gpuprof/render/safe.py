@@ -15,7 +15,11 @@ characters itself.
 
 from __future__ import annotations
 
-__all__ = ["visible", "one_line", "is_inert", "UNSAFE_CODEPOINTS"]
+__all__ = ["visible", "one_line", "clip", "shorten", "is_inert", "UNSAFE_CODEPOINTS", "MAX_TEXT"]
+
+#: The most characters of one piece of data (a name, a path, a message) a renderer shows: a
+#: 200,000-character kernel name must not turn a report into megabytes.
+MAX_TEXT = 1000
 
 
 def _unsafe() -> frozenset[int]:
@@ -52,9 +56,27 @@ def visible(text: object) -> str:
     return str(text).translate(_TABLE)
 
 
-def one_line(text: object) -> str:
-    """Prose on one line: runs of whitespace (newlines included) become one space, then :func:`visible`."""
-    return visible(" ".join(str(text).split()))
+def one_line(text: object, limit: int = MAX_TEXT) -> str:
+    """Prose on one line: runs of whitespace (newlines included) become one space, then :func:`clip`."""
+    return clip(" ".join(str(text).split()), limit)
+
+
+def clip(text: object, limit: int = MAX_TEXT) -> str:
+    """:func:`visible`, then cut in the middle to at most ``limit`` characters."""
+    return shorten(visible(text), limit)
+
+
+def shorten(name: str, width: int = 60) -> str:
+    """Cut a long (kernel) name in the middle so both the namespace and the template tail stay visible.
+
+    Names that differ at either end stay distinct.
+    """
+    if len(name) <= width:
+        return name
+    keep = width - 1
+    head = (keep + 1) // 2
+    tail = keep - head
+    return name[:head] + "…" + (name[-tail:] if tail else "")
 
 
 def is_inert(text: str) -> bool:

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
-from gpuprof.render.safe import visible
+from gpuprof.render.safe import clip, visible
 from gpuprof.render.sections import terminal_renderer
 from gpuprof.report import Report, TraceSummary
 
@@ -81,8 +81,8 @@ def _stdout_is_tty() -> bool:
 
 
 def _t(text: object, style: str = "") -> Text:
-    """Data as inert text: control characters made visible, no markup read."""
-    return Text(visible(text), style=style)
+    """Data as inert text: control characters made visible, no markup read, a huge name cut in the middle."""
+    return Text(clip(text), style=style)
 
 
 def _name(name: str) -> Text:
@@ -188,7 +188,7 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
         parts.append(Text(""))
         parts.append(grid)
     title = Text("Trace ", style="bold")
-    title.append(visible(t.path), style="bold")
+    title.append(clip(t.path), style="bold")
     console.print(Panel(Group(*parts), title=title, title_align="left", box=box.ROUNDED, expand=True))
 
     if t.top_kernels:
@@ -237,8 +237,8 @@ def _finding_panel(index: int, f: Finding) -> Panel:
     style = SEVERITY_STYLE[f.severity]
     title = Text(f"{index}. ")
     title.append(f.severity.value.upper(), style=style)
-    title.append(f" {visible(f.code)} ", style="bold")
-    title.append(visible(f.name))
+    title.append(f" {clip(f.code)} ", style="bold")
+    title.append(clip(f.name))
     rows: list[tuple[str, str | Text]] = [("Cost", F.fmt_cost(f))]
     loc = F.fmt_location(f)
     if loc:
@@ -253,6 +253,6 @@ def _finding_panel(index: int, f: Finding) -> Panel:
     body: list[Any] = [_t(f.message), _kv_grid(rows)]
     if f.advice:
         advice = Text("Fix: ", style="bold green")
-        advice.append(visible(f.advice))
+        advice.append(clip(f.advice))
         body.append(advice)
     return Panel(Group(*body), title=title, title_align="left", border_style=style.replace("bold ", ""), box=box.ROUNDED)

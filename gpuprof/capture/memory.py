@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuprof.capture.codes import runtime_check
-from gpuprof.atomic import atomic_path
+from gpuprof.atomic import atomic_write
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.memory.snapshot import dump_snapshot
@@ -269,8 +269,7 @@ class OOMObserver:
         snap_path, stats_path = self._files(time.time_ns())
         dump_snapshot(torch.cuda.memory._snapshot(), snap_path)
         stats = {"memory_stats": torch.cuda.memory_stats(), **(extra or {})}
-        with atomic_path(stats_path) as tmp:
-            tmp.write_text(json.dumps(stats, indent=1, default=str), encoding="utf-8")
+        atomic_write(stats_path, json.dumps(stats, indent=1, default=str))
         self.dumped.append((snap_path, stats_path))
         print(f"gpuprof: CUDA out of memory: snapshot {snap_path}, stats {stats_path} "
               f"(inspect with: gpuprof memory {snap_path})", file=self._stream or sys.stderr)

@@ -17,6 +17,7 @@ TensorBoard shows one scalar series per rank.
 from __future__ import annotations
 
 import os
+import tempfile
 import socket
 import time
 from dataclasses import dataclass
@@ -105,10 +106,9 @@ class RunPaths:
     def create(self) -> None:
         """Make the directories (raises OSError when the logdir is unwritable)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        probe = self.out_dir / f".gpuprof-write-test-{os.getpid()}"
-        with open(probe, "wb") as fh:  # fail now, not at the first trace
+        # fail now, not at the first trace; an anonymous file (no name another user could plant a link at)
+        with tempfile.TemporaryFile(dir=self.out_dir) as fh:
             fh.write(b"ok")
-        probe.unlink()
 
     def trace_file(self, span: int) -> Path:
         return self.run_dir / f"{self.worker}.{span}.pt.trace.json.gz"

@@ -357,8 +357,7 @@ class Profiler:
 
         def export() -> None:
             # torch gzips by the suffix, so the temporary name keeps it
-            partial = path.with_name(path.name[: -len(".pt.trace.json.gz")] + ".partial.pt.trace.json.gz")
-            with atomic_path(path, partial) as tmp:
+            with atomic_path(path, suffix=".pt.trace.json.gz") as tmp:
                 tp.export_chrome_trace(str(tmp))
             self.traces.append(TraceFile(path, first, self.step_num - 1 if self.step_num > first else first,
                                          snap if snap.exists() else None))

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuprof.atomic import atomic_path
+from gpuprof.atomic import atomic_write
 from gpuprof.findings import Finding, Severity, filter_findings, sort_findings
+from gpuprof.render.markdown import md_code, md_escape
+from gpuprof.render.safe import one_line, visible
 from gpuprof.render.sections import register_section
 from gpuprof.report import Report
 
@@ -60,23 +62,24 @@ class CaptureSection:
 
 
 def _section_markdown(sec: CaptureSection) -> str:
+    # paths hold the worker name (host name, user-set) and may hold anything: code spans, visible controls
     lines = ["## Capture", ""]
-    lines.append(f"- run directory: `{sec.run_dir}`")
+    lines.append(f"- run directory: {md_code(sec.run_dir)}")
     if sec.steps:
         med = f", median step {sec.step_time_median_ms:.2f} ms" if sec.step_time_median_ms is not None else ""
         lines.append(f"- steps: {sec.steps}{med}")
     if sec.data_loading_share is not None:
         lines.append(f"- data loading: {sec.data_loading_share:.1%} of step time")
     for t, rng in zip(sec.traces, sec.recorded_steps):
-        lines.append(f"- trace (steps {rng[0]}-{rng[1]}): `{t}`")
+        lines.append(f"- trace (steps {rng[0]}-{rng[1]}): {md_code(t)}")
     for s in sec.memory_snapshots:
-        lines.append(f"- memory snapshot: `{s}` (`gpuprof memory {s}`)")
+        lines.append(f"- memory snapshot: {md_code(s)} ({md_code('gpuprof memory ' + shlex.quote(s))})")
     for s in sec.oom_files:
-        lines.append(f"- out-of-memory dump: `{s}`")
+        lines.append(f"- out-of-memory dump: {md_code(s)}")
     if sec.tensorboard_dir:
-        lines.append(f"- TensorBoard: `tensorboard --logdir {shlex.quote(sec.tensorboard_dir)}`")
+        lines.append(f"- TensorBoard: {md_code('tensorboard --logdir ' + shlex.quote(sec.tensorboard_dir))}")
     for part, why in sec.failures.items():
-        lines.append(f"- {part} failed: {why}")
+        lines.append(f"- {md_escape(part)} failed: {md_escape(why)}")
     return "\n".join(lines) + "\n"
 
 
@@ -276,8 +279,7 @@ def _write_reports(prof: "Profiler", report: Report) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    atomic_write(path, text)
 
 
 # ---------------------------------------------------------------------- text
@@ -291,7 +293,8 @@ def _cost(f: Finding) -> str:
 
 
 def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    # md_escape: one line, controls visible, no HTML, no markup; "|" escaped for the table
+    return md_escape(text)
 
 
 def findings_markdown(report: Report) -> str:
@@ -301,25 +304,25 @@ def findings_markdown(report: Report) -> str:
     if findings:
         lines += ["| severity | code | finding | cost | where |", "|---|---|---|---|---|"]
         for f in findings:
-            lines.append(f"| {f.severity.value} | {f.code} | {_md_cell(f.message)} | {_cost(f)} | "
+            lines.append(f"| {f.severity.value} | {_md_cell(f.code)} | {_md_cell(f.message)} | {_cost(f)} | "
                          f"{_md_cell(str(f.location) if f.location else '')} |")
         lines.append("")
         lines.append("**What to do**")
         lines.append("")
         for f in findings:
-            lines.append(f"- **{f.code}** {_md_cell(f.advice)}")
+            lines.append(f"- **{_md_cell(f.code)}** {_md_cell(f.advice)}")
     else:
         lines.append("No findings.")
     for t in report.traces:
         util = f", GPU utilisation {t.gpu_utilization:.0%}" if t.gpu_utilization is not None else ""
         lines.append("")
-        lines.append(f"Trace `{os.path.basename(t.path)}`: {t.num_steps} steps, median step "
+        lines.append(f"Trace {md_code(os.path.basename(t.path))}: {t.num_steps} steps, median step "
                      f"{t.step_time_us / 1000:.2f} ms{util}")
     for sec in report.sections:
         if getattr(sec, "kind", None) == "capture":
             lines += ["", _section_markdown(sec)]
     if report.notes:
-        lines += ["", "Notes:"] + [f"- {n}" for n in report.notes]
+        lines += ["", "Notes:"] + [f"- {md_escape(n)}" for n in report.notes]
     return "\n".join(lines) + "\n"
 
 
@@ -345,7 +348,7 @@ def short_report(report: Report, prof: "Profiler", top: int = 5) -> str:
         for f in findings[:top]:
             where = f" [{_short_loc(f)}]" if f.location else ""
             cost = f" cost {_cost(f)}" if f.cost_us_per_step is not None else ""
-            lines.append(f"  {f.severity.value:<7} {f.code} {_one_line(f.message, 110)}{cost}{where}")
+            lines.append(f"  {f.severity.value:<7} {visible(f.code)} {_one_line(f.message, 110)}{cost}{where}")
         if len(findings) > top:
             lines.append(f"  ... {len(findings) - top} more in the report")
     else:
@@ -353,29 +356,29 @@ def short_report(report: Report, prof: "Profiler", top: int = 5) -> str:
     for n in report.notes[:3]:
         lines.append(f"gpuprof: note: {_one_line(n, 160)}")
     if prof.paths is not None and sec is not None:
-        lines.append(f"gpuprof: files in {sec.run_dir}")
+        lines.append(f"gpuprof: files in {visible(sec.run_dir)}")
         for t in sec.traces:
-            lines.append(f"  trace        {t}")
+            lines.append(f"  trace        {visible(t)}")
         if sec.traces:
             lines.append("               open in Perfetto (https://ui.perfetto.dev, Open trace file) or "
-                         f"run: gpuprof analyze {shlex.quote(sec.run_dir)}")
+                         f"run: gpuprof analyze {visible(shlex.quote(sec.run_dir))}")
         for s in sec.memory_snapshots[:2]:
-            lines.append(f"  memory       {s}  (gpuprof memory {shlex.quote(s)})")
+            lines.append(f"  memory       {visible(s)}  (gpuprof memory {visible(shlex.quote(s))})")
         if sec.tensorboard_dir:
-            lines.append(f"  TensorBoard  tensorboard --logdir {shlex.quote(sec.tensorboard_dir)}")
+            lines.append(f"  TensorBoard  tensorboard --logdir {visible(shlex.quote(sec.tensorboard_dir))}")
         if prof.paths.report_md.exists():
-            lines.append(f"  report       {prof.paths.report_md} (and report.json)")
+            lines.append(f"  report       {visible(prof.paths.report_md)} (and report.json)")
     return "\n".join(lines)
 
 
 def _short_loc(f: Finding) -> str:
     loc = f.location
     assert loc is not None
-    name = os.path.basename(loc.file)
+    name = visible(os.path.basename(loc.file))
     return f"{name}:{loc.line}" if loc.line is not None else name
 
 
 def _one_line(text: str, limit: int) -> str:
-    t = " ".join(str(text).split())
+    t = one_line(text)  # printed to the user's terminal: controls from trace names made visible
     return t if len(t) <= limit else t[: limit - 3] + "..."
 

@@ -14,6 +14,7 @@ import click
 
 from gpuprof import __version__
 from gpuprof.errors import EXIT_INTERNAL, GpuprofError
+from gpuprof.render.safe import visible
 
 __all__ = ["main", "cli"]
 
@@ -27,13 +28,17 @@ Exit codes:
 
 
 class _Group(click.Group):
-    """A group that turns gpuprof's own errors into one line and an exit code."""
+    """A group that turns gpuprof's own errors into one line and an exit code.
+
+    The line names files found in directories (and so chosen by whoever wrote
+    them): control characters in it are made visible, never sent to the terminal.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except GpuprofError as err:
-            click.echo(f"gpuprof: error: {err}", err=True)
+            click.echo(f"gpuprof: error: {visible(err)}", err=True)
             ctx.exit(err.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
@@ -47,7 +52,7 @@ class _Group(click.Group):
             if os.environ.get("GPUPROF_DEBUG"):
                 raise
             click.echo(
-                f"gpuprof: internal error: {type(err).__name__}: {err} "
+                f"gpuprof: internal error: {type(err).__name__}: {visible(err)} "
                 "(a gpuprof bug; rerun with GPUPROF_DEBUG=1 for the traceback)",
                 err=True,
             )

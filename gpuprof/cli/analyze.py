@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import click
 
-from gpuprof.cli.common import emit_report, report_options, split_codes
+from gpuprof.atomic import refuse_input_as_output
+from gpuprof.cli.common import emit_report, input_files, report_options, split_codes
 from gpuprof.errors import InputError
 
 __all__ = ["analyze_cmd"]
@@ -65,6 +66,8 @@ def analyze_cmd(
     with ExitStack() as stack:
         factory = _progress_factory(stack) if show_progress else None
         report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory)
+    if output:  # checked before --annotate writes anything
+        refuse_input_as_output(output, input_files(report))
     if annotate:
         _annotate(report, annotate)
     code = emit_report(report, fmt, output, select, ignore, fail_on)
@@ -72,7 +75,10 @@ def analyze_cmd(
 
 
 def _progress_factory(stack: ExitStack) -> Callable[[Path], Any]:
+    from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from gpuprof.render.safe import visible
 
     bar = stack.enter_context(
         Progress(
@@ -92,7 +98,8 @@ def _progress_factory(stack: ExitStack) -> Callable[[Path], Any]:
             return None
         if size < PROGRESS_MIN_BYTES:
             return None
-        task = bar.add_task(path.name, total=size)
+        # the description is read as rich markup: a file name may hold "[...]" and control characters
+        task = bar.add_task(escape(visible(path.name)), total=size)
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
@@ -111,21 +118,30 @@ def _stderr_console() -> Any:
 def _annotate(report: Any, out: str) -> None:
     from gpuprof.render.annotate import annotate_trace
 
+    from gpuprof.render.safe import visible
+
     traces = [t.path for t in report.traces]
+    sources = input_files(report)
     if len(traces) == 1 and not os.path.isdir(out):
+        refuse_input_as_output(out, sources, "--annotate")
         annotate_trace(traces[0], [f for f in report.findings if f.source == traces[0]], out)
-        click.echo(f"gpuprof: annotated trace written to {out}", err=True)
+        click.echo(f"gpuprof: annotated trace written to {visible(out)}", err=True)
         return
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as err:
         raise InputError(out, f"cannot create the directory: {err.strerror or err}") from None
-    for t in traces:
-        name = Path(t).name
-        for suffix in (".json.gz", ".json"):
-            if name.endswith(suffix):
-                name = name[: -len(suffix)]
-                break
-        dest = os.path.join(out, f"{name}.gpuprof.json.gz")
+    dests = [(t, os.path.join(out, f"{_stem(t)}.gpuprof.json.gz")) for t in traces]
+    for _, dest in dests:  # all checked before the first is written
+        refuse_input_as_output(dest, sources, "--annotate")
+    for t, dest in dests:
         annotate_trace(t, [f for f in report.findings if f.source == t], dest)
-    click.echo(f"gpuprof: {len(traces)} annotated traces written to {out}", err=True)
+    click.echo(f"gpuprof: {len(traces)} annotated traces written to {visible(out)}", err=True)
+
+
+def _stem(trace: str) -> str:
+    name = Path(trace).name
+    for suffix in (".json.gz", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name

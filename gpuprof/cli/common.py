@@ -8,11 +8,13 @@ from typing import Any, Callable
 
 import click
 
-from gpuprof.errors import EXIT_FINDINGS, EXIT_OK, InputError
+from gpuprof.atomic import refuse_input_as_output, write_output
+from gpuprof.errors import EXIT_FINDINGS, EXIT_OK
 from gpuprof.findings import Severity, filter_findings
+from gpuprof.render.safe import visible
 from gpuprof.report import Report
 
-__all__ = ["report_options", "emit_report", "split_codes"]
+__all__ = ["report_options", "emit_report", "split_codes", "input_files"]
 
 FORMATS = ("terminal", "json", "markdown")
 
@@ -52,6 +54,11 @@ def report_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def input_files(report: Report) -> list[str]:
+    """Every file the report was made from: the inputs as given and each trace found in a directory."""
+    return list(report.inputs) + [t.path for t in report.traces]
+
+
 def emit_report(
     report: Report,
     fmt: str,
@@ -65,13 +72,10 @@ def emit_report(
 
     report.findings = filter_findings(report.findings, split_codes(select), split_codes(ignore))
     if output:
+        refuse_input_as_output(output, input_files(report))
         text = render(report, fmt, color=False)
-        try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as err:
-            raise InputError(output, f"cannot write the report: {err.strerror or err}") from None
-        click.echo(f"gpuprof: report written to {os.fspath(output)}", err=True)
+        write_output(output, text, "the report")  # atomic: a full disk leaves the previous report intact
+        click.echo(f"gpuprof: report written to {visible(os.fspath(output))}", err=True)
     else:
         text = render(report, fmt, color=None)
         sys.stdout.write(text)

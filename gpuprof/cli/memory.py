@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from gpuprof.atomic import refuse_input_as_output
 from gpuprof.cli.common import emit_report, report_options
 
 __all__ = ["memory_cmd"]
@@ -98,11 +99,15 @@ def show_cmd(file: str, fmt: str, output: str | None, select: tuple[str, ...], i
                 dm.total_memory = device_memory
     section, findings, analyses = analyze_memory(data, opts)
     report = Report(command="memory", inputs=[file], sections=[section], findings=findings)
+    if output:  # checked before --html writes anything
+        refuse_input_as_output(output, [file])
     if html_out:
         from gpuprof.memory.html import write_html
+        from gpuprof.render.safe import visible
 
+        refuse_input_as_output(html_out, [file], "--html")
         write_html(data, analyses, findings, html_out)
-        click.echo(f"gpuprof: memory timeline written to {html_out}", err=True)
+        click.echo(f"gpuprof: memory timeline written to {visible(html_out)}", err=True)
     sys.exit(emit_report(report, fmt, output, select, ignore, fail_on))
 
 

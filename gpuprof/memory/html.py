@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpuprof.errors import InputError
+from gpuprof.atomic import write_output
 from gpuprof.findings import Finding
 from gpuprof.memory.analysis import DeviceAnalysis
 from gpuprof.memory.frames import SiteTable
@@ -112,11 +112,7 @@ def render_html(page: dict[str, Any]) -> str:
 def write_html(data: MemoryData, analyses: list[DeviceAnalysis], findings: list[Finding], out: str,
                points: int = 1500, sites: int = 12) -> None:
     text = render_html(build_page_data(data, analyses, findings, points, sites))
-    try:
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as err:
-        raise InputError(out, f"cannot write the HTML: {err.strerror or err}") from None
+    write_output(out, text, "the HTML")  # atomic: a full disk leaves the previous page intact
 
 
 # The stylesheet and the script are constants: the policy allows them by hash, and nothing else.

@@ -4,6 +4,12 @@ Registered with :mod:`gpuprof.render.sections` on import; the generic
 renderers call these for ``report.sections``. Sections arrive as the objects
 of :mod:`gpuprof.memory.analysis` / :mod:`gpuprof.memory.diff`; only their
 ``to_dict()`` form is read, so a section rebuilt from JSON draws the same.
+
+Site labels, file names and notes come from the snapshot, that is from
+strangers: every such string is made inert (control characters visible,
+rich markup escaped, markdown code spans that cannot be broken out of) and
+long sites are cut in the middle, so one huge frame name cannot flood the
+terminal.
 """
 
 from __future__ import annotations
@@ -11,9 +17,13 @@ from __future__ import annotations
 from typing import Any
 
 from gpuprof.memory.units import fmt_bytes
+from gpuprof.render.markdown import md_code, md_escape
+from gpuprof.render.safe import clip, shorten, visible
 from gpuprof.render.sections import register_section
 
 __all__ = ["memory_terminal", "memory_markdown", "diff_terminal", "diff_markdown"]
+
+SITE_WIDTH = 100  # allocation sites are cut in the middle beyond this many characters
 
 
 def _d(section: Any) -> dict[str, Any]:
@@ -54,30 +64,40 @@ def _summary_rows(dev: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _esc(text: Any) -> str:
-    # Site labels, paths and notes may hold "[...]" (e.g. "[memory]"), which rich would read as markup.
+    # Site labels, paths and notes may hold "[...]" (e.g. "[memory]"), which rich would read as markup,
+    # and control characters, which the terminal would obey.
     from rich.markup import escape
 
-    return escape(str(text))
+    return escape(clip(text))
+
+
+def _site(site: Any) -> str:
+    """A site label for a table: visible and cut in the middle (the file and the function both stay)."""
+    return shorten(visible(site), SITE_WIDTH)
+
+
+def _note(text: Any) -> str:
+    return shorten(" ".join(str(text).split()), 4 * SITE_WIDTH)
 
 
 def memory_terminal(console: Any, section: Any) -> None:
     from rich.table import Table
 
     d = _d(section)
-    console.print(f"[bold]Memory[/bold] ({d['source_type']}: {_esc(d['source'])})")
+    console.print(f"[bold]Memory[/bold] ({_esc(d['source_type'])}: {_esc(d['source'])})")
     for dev in d["devices"]:
-        t = Table(title=f"{dev['device']}", show_header=False, title_justify="left")
+        t = Table(title=_esc(dev["device"]), show_header=False, title_justify="left")
         t.add_column("metric")
         t.add_column("value")
         for k, v in _summary_rows(dev):
-            t.add_row(k, _esc(v))
+            t.add_row(_esc(k), _esc(v))
         console.print(t)
         if dev["top_sites"]:
             h = Table(title="Top holders at the peak, by allocation site", title_justify="left")
             for c in ("site", "bytes", "blocks", "share"):
                 h.add_column(c, justify="right" if c != "site" else "left")
             for s in dev["top_sites"]:
-                h.add_row(_esc(s["site"]), fmt_bytes(s["bytes"]), str(s["blocks"]),
+                h.add_row(_esc(_site(s["site"])), fmt_bytes(s["bytes"]), str(s["blocks"]),
                           f"{s['share']:.0%}" if s["share"] is not None else "-")
             console.print(h)
         if dev["size_classes"]:
@@ -85,47 +105,52 @@ def memory_terminal(console: Any, section: Any) -> None:
             for col in ("size class", "bytes", "blocks"):
                 c.add_column(col, justify="right" if col != "size class" else "left")
             for s in dev["size_classes"]:
-                c.add_row(s["class"], fmt_bytes(s["bytes"]), str(s["blocks"]))
+                c.add_row(_esc(s["class"]), fmt_bytes(s["bytes"]), str(s["blocks"]))
             console.print(c)
         for o in dev["ooms"]:
             console.print(f"[bold red]OOM[/bold red]: {fmt_bytes(o['requested'])} requested, "
                           f"{fmt_bytes(o['device_free'])} free, {fmt_bytes(o['allocated'])} allocated, "
-                          f"{fmt_bytes(o['reserved'])} reserved at {_esc(o['site']['site'])}")
+                          f"{fmt_bytes(o['reserved'])} reserved at {_esc(_site(o['site']['site']))}")
     for n in d["notes"]:
-        console.print(f"[dim]note: {_esc(n)}[/dim]")
+        console.print(f"[dim]note: {_esc(_note(n))}[/dim]")
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    """A GFM table of cells that are already markdown (escaped with md_escape or md_code(cell=True))."""
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def _md_site(site: Any) -> str:
+    return md_code(_site(site), cell=True)
 
 
 def memory_markdown(section: Any) -> str:
     d = _d(section)
-    parts = [f"## Memory\n\n{d['source_type']}: `{d['source']}`"]
+    parts = [f"## Memory\n\n{md_escape(d['source_type'])}: {md_code(d['source'])}"]
     for dev in d["devices"]:
-        parts.append(f"### {dev['device']}")
-        parts.append(_md_table(["metric", "value"], [[k, v] for k, v in _summary_rows(dev)]))
+        parts.append(f"### {md_escape(dev['device'])}")
+        parts.append(_md_table(["metric", "value"], [[md_escape(k), md_escape(v)] for k, v in _summary_rows(dev)]))
         if dev["top_sites"]:
             parts.append("**Top holders at the peak, by allocation site**")
             parts.append(_md_table(["site", "bytes", "blocks", "share"], [
-                [f"`{s['site']}`", fmt_bytes(s["bytes"]), str(s["blocks"]),
+                [_md_site(s["site"]), fmt_bytes(s["bytes"]), str(s["blocks"]),
                  f"{s['share']:.0%}" if s["share"] is not None else "-"] for s in dev["top_sites"]]))
         if dev["size_classes"]:
             parts.append("**At the peak, by size class**")
             parts.append(_md_table(["size class", "bytes", "blocks"], [
-                [s["class"], fmt_bytes(s["bytes"]), str(s["blocks"])] for s in dev["size_classes"]]))
+                [md_escape(s["class"]), fmt_bytes(s["bytes"]), str(s["blocks"])] for s in dev["size_classes"]]))
         for o in dev["ooms"]:
             parts.append(f"**OOM**: {fmt_bytes(o['requested'])} requested, {fmt_bytes(o['device_free'])} free, "
                          f"{fmt_bytes(o['allocated'])} allocated, {fmt_bytes(o['reserved'])} reserved at "
-                         f"`{o['site']['site']}`")
-    parts += [f"_note: {n}_" for n in d["notes"]]
+                         f"{md_code(_site(o['site']['site']))}")
+    parts += [f"_note: {md_escape(_note(n))}_" for n in d["notes"]]
     return "\n\n".join(parts) + "\n"
 
 
 def _diff_rows(dev: dict[str, Any]) -> list[list[str]]:
-    return [[r["site"], fmt_bytes(r["growth"]), fmt_bytes(r["before"]), fmt_bytes(r["after"]),
+    return [[_site(r["site"]), fmt_bytes(r["growth"]), fmt_bytes(r["before"]), fmt_bytes(r["after"]),
              f"{r['blocks_before']} -> {r['blocks_after']}"] for r in dev["sites"]]
 
 
@@ -138,7 +163,7 @@ def diff_terminal(console: Any, section: Any) -> None:
     d = _d(section)
     console.print(f"[bold]Memory diff[/bold]: {_esc(d['before'])} -> {_esc(d['after'])}")
     for dev in d["devices"]:
-        t = Table(title=f"{dev['device']}: sites ranked by growth ({dev['before']} -> {dev['after']})",
+        t = Table(title=_esc(f"{dev['device']}: sites ranked by growth ({dev['before']} -> {dev['after']})"),
                   title_justify="left")
         for c in _DIFF_HEAD:
             t.add_column(c, justify="left" if c == "site" else "right")
@@ -146,19 +171,17 @@ def diff_terminal(console: Any, section: Any) -> None:
             t.add_row(*(_esc(c) for c in r))
         console.print(t)
     for n in d["notes"]:
-        console.print(f"[dim]note: {_esc(n)}[/dim]")
+        console.print(f"[dim]note: {_esc(_note(n))}[/dim]")
 
 
 def diff_markdown(section: Any) -> str:
     d = _d(section)
-    parts = [f"## Memory diff\n\n`{d['before']}` -> `{d['after']}`"]
+    parts = [f"## Memory diff\n\n{md_code(d['before'])} -> {md_code(d['after'])}"]
     for dev in d["devices"]:
-        parts.append(f"### {dev['device']} ({dev['before']} -> {dev['after']})")
-        rows = _diff_rows(dev)
-        for r in rows:
-            r[0] = f"`{r[0]}`"
+        parts.append(f"### {md_escape(dev['device'])} ({md_escape(dev['before'])} -> {md_escape(dev['after'])})")
+        rows = [[md_code(r[0], cell=True), *(md_escape(c) for c in r[1:])] for r in _diff_rows(dev)]
         parts.append(_md_table(_DIFF_HEAD, rows))
-    parts += [f"_note: {n}_" for n in d["notes"]]
+    parts += [f"_note: {md_escape(_note(n))}_" for n in d["notes"]]
     return "\n\n".join(parts) + "\n"
 
 

@@ -56,7 +56,7 @@ SNAPSHOT_PICKLE_PROTOCOL = 4
 
 def dump_snapshot(snapshot: Any, path: str | os.PathLike[str]) -> None:
     """Write ``snapshot`` (plain data only) as a protocol-4 pickle, atomically."""
-    with atomic_path(path, f"{os.fspath(path)}.tmp{os.getpid()}") as tmp, open(tmp, "wb") as fh:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         pickle.dump(snapshot, fh, protocol=SNAPSHOT_PICKLE_PROTOCOL)
 
 

@@ -26,6 +26,7 @@ from typing import Any, BinaryIO, Iterable, Union
 
 import msgspec
 
+from gpuprof.atomic import atomic_path
 from gpuprof.errors import InputError
 from gpuprof.findings import EventRef, Finding, sort_findings
 from gpuprof.render import format as F
@@ -76,23 +77,20 @@ def annotate_trace(src_path: PathLike, findings: Iterable[Finding], out_path: Pa
     out = Path(out_path)
     findings = list(findings)
     source = _Source(src)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        sink = _Sink(out, tmp)
-        try:
-            added = _copy_with_findings(source, sink, findings)
-            sink.close()
-        except BaseException:
-            sink.abort()
-            raise
-        try:
-            os.replace(tmp, out)
-        except OSError as err:
-            raise InputError(out, f"cannot write the annotated trace: {err.strerror or err}") from None
+        # a private temporary file beside ``out`` (see gpuprof.atomic), moved into place when complete
+        with atomic_path(out) as tmp:
+            sink = _Sink(out, tmp)
+            try:
+                added = _copy_with_findings(source, sink, findings)
+                sink.close()
+            except BaseException:
+                sink.abort()
+                raise
+    except OSError as err:  # creating the temporary file or moving it into place; the sink names ``out`` itself
+        raise InputError(out, f"cannot write the annotated trace: {err.strerror or err}") from None
     finally:
         source.close()
-        if tmp.exists():
-            tmp.unlink()
     return added
 
 

@@ -14,6 +14,7 @@ import math
 from typing import Any, Iterable, Sequence
 
 from gpuprof.findings import Evidence, Finding, Severity
+from gpuprof.render.safe import shorten
 from gpuprof.report import DeviceInfo, Report, TraceSummary
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, IDLE_KEYS
 from gpuprof.units import fmt_bytes, fmt_count, fmt_gbps, fmt_ms, fmt_pct, fmt_share_of, fmt_us
@@ -195,16 +196,6 @@ def fmt_evidence(e: Evidence) -> str:
 
 def fmt_location(f: Finding) -> str | None:
     return str(f.location) if f.location is not None else None
-
-
-def shorten(name: str, width: int = 60) -> str:
-    """Cut a long (kernel) name in the middle so both the namespace and the template tail stay visible."""
-    if len(name) <= width:
-        return name
-    keep = width - 1
-    head = (keep + 1) // 2
-    tail = keep - head
-    return name[:head] + "…" + (name[-tail:] if tail else "")
 
 
 def short_message(message: str, width: int = 80) -> str:

@@ -5,6 +5,12 @@ TensorBoard (Python-Markdown, HTML sanitised), so: names and code go into code
 spans (where ``<``/``>`` are literal in both), prose is escaped with HTML
 entities for ``<``/``>``/``&`` and backslashes for the inline markup
 characters, and ``|`` is escaped inside table cells.
+
+Names come from strangers, so nothing in them may act: control characters
+are made visible first (:mod:`gpuprof.render.safe`), a code span's backtick
+fence is longer than any run of backticks in the name (the CommonMark rule),
+so a name holding a double backtick cannot close its span early, and raw HTML
+never passes through (``<`` is an entity in prose and literal in code spans).
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from typing import Iterable, Sequence
 
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
+from gpuprof.render.safe import clip, one_line, visible
 from gpuprof.render.sections import markdown_renderer
 from gpuprof.report import Report, TraceSummary
 
-__all__ = ["render_markdown", "md_escape", "md_code", "md_table"]
+__all__ = ["render_markdown", "md_escape", "md_code", "md_name", "md_table"]
 
 TOP_N = 10  # rows of each top-kernels/ops/copies/syncs table
 NAME_WIDTH = 80  # kernel/op names are cut in the middle beyond this
@@ -31,17 +38,35 @@ _INLINE = re.compile(r"([\\`*\[\]|]|(?<!\w)_|_(?!\w)|^#)")
 
 def md_escape(text: str) -> str:
     """``text`` as literal markdown prose (safe inside a table cell too)."""
-    text = " ".join(str(text).split())  # one line: a newline would end a table row
+    text = one_line(text)  # one line: a newline would end a table row
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _INLINE.sub(lambda m: "\\" + m.group(0), text)
 
 
-def md_code(text: str) -> str:
-    """``text`` as an inline code span (pipes escaped so it can sit in a table cell)."""
-    text = " ".join(str(text).split()).replace("|", "\\|")
-    fence = "``" if "`" in text else "`"
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
+_BACKTICKS = re.compile("`+")
+
+
+def md_code(text: str, cell: bool = False) -> str:
+    """``text`` as an inline code span whose content reads back as :func:`visible` ``(text)``.
+
+    The fence is one backtick longer than the longest run inside (a span ends
+    only at a run of exactly its fence's length), and a space pads both ends
+    when the text starts or ends with a backtick or a space (CommonMark strips
+    one space from each end). ``cell``: the span sits in a table cell, where
+    ``|`` must be escaped (GFM removes the backslash before the span is read).
+    """
+    text = clip(text)  # no newline either: a code span may not end a table row
+    longest = max((len(m.group(0)) for m in _BACKTICKS.finditer(text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else ""
+    if cell:
+        text = text.replace("|", "\\|")
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_name(name: str, width: int = 80, cell: bool = True) -> str:
+    """A (kernel) name as a code span, cut in the middle beyond ``width`` so distinct names stay distinct."""
+    return md_code(F.shorten(visible(name), width), cell=cell)
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> str:
@@ -118,14 +143,14 @@ def _trace(t: TraceSummary) -> list[str]:
     if t.top_kernels:
         out += ["### Top kernels", ""]
         rows = [
-            (md_code(F.shorten(k.name, NAME_WIDTH)), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu))
+            (md_name(k.name, NAME_WIDTH), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu))
             for k in t.top_kernels[:TOP_N]
         ]
         out += [md_table(["Kernel", "Calls", "Total", "Mean", "% GPU"], rows, "lrrrr"), ""]
     if t.top_ops:
         out += ["### Top operators", ""]
         rows = [
-            (md_code(F.shorten(o.name, NAME_WIDTH)), F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
+            (md_name(o.name, NAME_WIDTH), F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
             for o in t.top_ops[:TOP_N]
         ]
         out += [md_table(["Operator", "Calls", "Total", "Self", "GPU"], rows, "lrrrr"), ""]
@@ -139,7 +164,7 @@ def _trace(t: TraceSummary) -> list[str]:
     if t.syncs:
         out += ["### Host synchronisations", ""]
         rows = [
-            (md_code(F.shorten(s.cause, NAME_WIDTH)), md_code(s.runtime), F.fmt_count(s.count), F.fmt_us(s.total_us), md_code(s.location) if s.location else "-")
+            (md_name(s.cause, NAME_WIDTH), md_name(s.runtime, NAME_WIDTH), F.fmt_count(s.count), F.fmt_us(s.total_us), md_name(s.location, NAME_WIDTH) if s.location else "-")
             for s in t.syncs[:TOP_N]
         ]
         out += [md_table(["Cause", "Runtime call", "Count", "Total", "Location"], rows, "llrrl"), ""]
@@ -163,7 +188,7 @@ def _findings(report: Report) -> list[str]:
         return []
     out = ["## Findings (most expensive first)", ""]
     summary = [
-        (str(i), SEVERITY_MARK[f.severity], md_code(f.code), md_escape(f.name), F.fmt_cost(f))
+        (str(i), SEVERITY_MARK[f.severity], md_code(f.code, cell=True), md_escape(f.name), F.fmt_cost(f))
         for i, f in enumerate(findings, 1)
     ]
     out += [md_table(["#", "Severity", "Code", "Finding", "Cost"], summary, "rlllr"), ""]

@@ -32,6 +32,8 @@ import struct
 import time
 from typing import Any, BinaryIO, Mapping
 
+from gpuprof.render.safe import visible
+
 __all__ = ["TAGS", "TEXT_TAG", "TensorBoardWriter"]
 
 TAGS = {
@@ -117,7 +119,13 @@ class TensorBoardWriter:
         self._scalars.add(step, values)
 
     def add_text(self, markdown: str, step: int = 0, tag: str = TEXT_TAG) -> None:
-        self._writer.add_text(tag, markdown, global_step=step)
+        """Write ``markdown`` to the Text tab; any control character left in it is made visible.
+
+        The markdown is built from trace names by escaping renderers already;
+        this last pass keeps the event file free of them whatever the caller passes.
+        """
+        text = "\n".join(visible(line) for line in markdown.split("\n"))
+        self._writer.add_text(tag, text, global_step=step)
 
     def flush(self) -> None:
         self._scalars.flush()

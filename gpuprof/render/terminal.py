@@ -2,7 +2,9 @@
 
 All text that comes from data (file names, kernel names, messages) goes into
 ``rich.text.Text`` objects, never into markup strings, so a ``[`` in a kernel
-name cannot be mistaken for a style tag.
+name cannot be mistaken for a style tag; and it goes through :func:`_t`, which
+makes control characters visible (:mod:`gpuprof.render.safe`), so an escape
+sequence in a kernel name is shown, never sent to the terminal.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rich.text import Text
 
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
+from gpuprof.render.safe import clip, visible
 from gpuprof.render.sections import terminal_renderer
 from gpuprof.report import Report, TraceSummary
 
@@ -77,6 +80,16 @@ def _stdout_is_tty() -> bool:
         return False
 
 
+def _t(text: object, style: str = "") -> Text:
+    """Data as inert text: control characters made visible, no markup read, a huge name cut in the middle."""
+    return Text(clip(text), style=style)
+
+
+def _name(name: str) -> Text:
+    """A table name cell: visible, then cut in the middle so distinct long names stay distinct."""
+    return Text(F.shorten(visible(name), NAME_WIDTH))
+
+
 def _render(console: Console, report: Report) -> None:
     for trace in report.traces:
         _render_trace(console, trace)
@@ -85,7 +98,7 @@ def _render(console: Console, report: Report) -> None:
         kind = getattr(section, "kind", None)
         fn = terminal_renderer(kind) if isinstance(kind, str) else None
         if fn is None:
-            console.print(Text(f"(section {kind!r} cannot be shown in the terminal; use --format json)", style="dim"))
+            console.print(_t(f"(section {kind!r} cannot be shown in the terminal; use --format json)", style="dim"))
             continue
         fn(console, section)
         console.print()
@@ -93,7 +106,7 @@ def _render(console: Console, report: Report) -> None:
     if report.notes:
         console.print(Text("Notes", style="bold"))
         for note in report.notes:
-            console.print(Text(f"  • {note}"))
+            console.print(_t(f"  • {note}"))
         console.print()
     console.print(Text(F.findings_total(report), style=_total_style(report)))
 
@@ -111,7 +124,7 @@ def _kv_grid(rows: Sequence[tuple[str, str | Text]]) -> Table:
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
     for key, value in rows:
-        grid.add_row(Text(key), value if isinstance(value, Text) else Text(value))
+        grid.add_row(Text(key), value if isinstance(value, Text) else _t(value))
     return grid
 
 
@@ -155,7 +168,7 @@ def _breakdown_table(heading: str, values: dict[str, float], order: Sequence[str
     # the heading sits in the first column's header: as a table title it would wrap to the table's width
     table = _table("", [(heading, "left"), ("ms/step", "right"), ("% of step", "right")])
     for key, us in F.ordered_items(values, order):
-        table.add_row(Text(labels.get(key, key)), F.fmt_ms(us), F.fmt_share_of(us, basis_us))
+        table.add_row(_t(labels.get(key, key)), F.fmt_ms(us), F.fmt_share_of(us, basis_us))
     return table
 
 
@@ -175,35 +188,35 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
         parts.append(Text(""))
         parts.append(grid)
     title = Text("Trace ", style="bold")
-    title.append(t.path, style="bold")
+    title.append(clip(t.path), style="bold")
     console.print(Panel(Group(*parts), title=title, title_align="left", box=box.ROUNDED, expand=True))
 
     if t.top_kernels:
         kt = _table("Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")])
         for k in t.top_kernels[:TOP_N]:
-            kt.add_row(Text(F.shorten(k.name, NAME_WIDTH)), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu))
+            kt.add_row(_name(k.name), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu))
         console.print(kt)
         console.print()
     if t.top_ops:
         ot = _table("Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU", "right")])
         for o in t.top_ops[:TOP_N]:
-            ot.add_row(Text(F.shorten(o.name, NAME_WIDTH)), F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
+            ot.add_row(_name(o.name), F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
         console.print(ot)
         console.print()
     if t.copies:
         ct = _table("Copies", [("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")])
         for c in t.copies[:TOP_N]:
-            ct.add_row(c.direction, c.memory, F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps))
+            ct.add_row(_t(c.direction), _t(c.memory), F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps))
         console.print(ct)
         console.print()
     if t.syncs:
         st = _table("Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "left")])
         for s in t.syncs[:TOP_N]:
-            st.add_row(Text(F.shorten(s.cause, NAME_WIDTH)), Text(s.runtime), F.fmt_count(s.count), F.fmt_us(s.total_us), Text(s.location or "-"))
+            st.add_row(_name(s.cause), _t(s.runtime), F.fmt_count(s.count), F.fmt_us(s.total_us), _t(s.location or "-"))
         console.print(st)
         console.print()
     for note in t.notes:
-        console.print(Text(f"note: {note}", style="dim"))
+        console.print(_t(f"note: {note}", style="dim"))
     if t.notes:
         console.print()
 
@@ -224,8 +237,8 @@ def _finding_panel(index: int, f: Finding) -> Panel:
     style = SEVERITY_STYLE[f.severity]
     title = Text(f"{index}. ")
     title.append(f.severity.value.upper(), style=style)
-    title.append(f" {f.code} ", style="bold")
-    title.append(f.name)
+    title.append(f" {clip(f.code)} ", style="bold")
+    title.append(clip(f.name))
     rows: list[tuple[str, str | Text]] = [("Cost", F.fmt_cost(f))]
     loc = F.fmt_location(f)
     if loc:
@@ -233,13 +246,13 @@ def _finding_panel(index: int, f: Finding) -> Panel:
     if f.source:
         rows.append(("Input", f.source))
     for e in f.evidence:
-        text = Text(F.fmt_evidence(e))
+        text = _t(F.fmt_evidence(e))
         if e.events:
             text.append(f"  [{len(e.events)} event{'s' if len(e.events) != 1 else ''} in trace]", style="dim")
         rows.append(("Evidence", text))
-    body: list[Any] = [Text(f.message), _kv_grid(rows)]
+    body: list[Any] = [_t(f.message), _kv_grid(rows)]
     if f.advice:
         advice = Text("Fix: ", style="bold green")
-        advice.append(f.advice)
+        advice.append(clip(f.advice))
         body.append(advice)
     return Panel(Group(*body), title=title, title_align="left", border_style=style.replace("bold ", ""), box=box.ROUNDED)

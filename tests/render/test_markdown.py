@@ -65,11 +65,11 @@ def test_summary_numbers(report):
     for key, us in t.idle_breakdown_us.items():
         assert f"| {F.IDLE_LABELS[key]} | {F.fmt_ms(us)} | {F.fmt_share_of(us, basis)} |" in out
     for k in t.top_kernels:
-        _line_with(out, md_code(F.shorten(k.name, 80)), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_pct(k.share_of_gpu))
+        _line_with(out, md_code(F.shorten(k.name, 80), cell=True), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_pct(k.share_of_gpu))
     for c in t.copies:
         _line_with(out, c.direction, F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps))
     for s in t.syncs:
-        _line_with(out, md_code(s.cause), md_code(s.runtime), F.fmt_us(s.total_us))
+        _line_with(out, md_code(s.cause, cell=True), md_code(s.runtime, cell=True), F.fmt_us(s.total_us))
 
 
 def test_findings_in_cost_order(report):

@@ -1,0 +1,84 @@
+"""Display-safe text: names from traces and snapshots made inert before any renderer shows them.
+
+Kernel, operator, frame and file names come from strangers (a trace attached
+to an issue, a colleague's snapshot). Printed raw, ``\\x1b[2J`` clears the
+user's terminal, an OSC 8 sequence plants a link, OSC 0 retitles the window,
+and a right-to-left override makes ``evil.py`` read as something else. Every
+renderer (terminal, markdown, the capture summary, TensorBoard text) passes
+such text through :func:`visible` first, which replaces each of these
+characters by a visible escape (``\\x1b``, ``\\u202e``) so the name stays
+recognisable and distinct, but nothing in it acts on the terminal.
+
+JSON output is not passed through here: it is data, and JSON escapes control
+characters itself.
+"""
+
+from __future__ import annotations
+
+__all__ = ["visible", "one_line", "clip", "shorten", "is_inert", "UNSAFE_CODEPOINTS", "MAX_TEXT"]
+
+#: The most characters of one piece of data (a name, a path, a message) a renderer shows: a
+#: 200,000-character kernel name must not turn a report into megabytes.
+MAX_TEXT = 1000
+
+
+def _unsafe() -> frozenset[int]:
+    cps = set(range(0x00, 0x20))  # C0 controls (ESC, BEL, NUL, CR, BS, newline, tab)
+    cps.add(0x7F)  # DEL
+    cps.update(range(0x80, 0xA0))  # C1 controls (0x9b is a one-byte CSI)
+    cps.update(range(0x202A, 0x202F))  # LRE RLE PDF LRO RLO: bidi embeddings and overrides
+    cps.update(range(0x2066, 0x206A))  # LRI RLI FSI PDI: bidi isolates
+    cps.update((0x200E, 0x200F, 0x061C))  # LRM RLM ALM: invisible direction marks
+    cps.update((0x2028, 0x2029))  # line and paragraph separators: a line break to some readers
+    return frozenset(cps)
+
+
+#: The code points :func:`visible` replaces.
+UNSAFE_CODEPOINTS = _unsafe()
+
+
+def _escape(cp: int) -> str:
+    return f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}"
+
+
+# str.translate with a dict is the fastest way to map a few code points in long text
+_TABLE = {cp: _escape(cp) for cp in UNSAFE_CODEPOINTS}
+
+
+def visible(text: object) -> str:
+    """``text`` with every control character, DEL, bidi control and line separator shown as an escape.
+
+    ``"clear\\x1b[2J"`` becomes the 12 printable characters ``clear\\x1b[2J``;
+    ``"\\u202e"`` becomes ``\\u202e``. Backslashes are left alone so Windows
+    paths stay readable; a name that literally spells ``\\x1b`` therefore
+    looks like one that holds ESC, which is harmless: neither acts.
+    """
+    return str(text).translate(_TABLE)
+
+
+def one_line(text: object, limit: int = MAX_TEXT) -> str:
+    """Prose on one line: runs of whitespace (newlines included) become one space, then :func:`clip`."""
+    return clip(" ".join(str(text).split()), limit)
+
+
+def clip(text: object, limit: int = MAX_TEXT) -> str:
+    """:func:`visible`, then cut in the middle to at most ``limit`` characters."""
+    return shorten(visible(text), limit)
+
+
+def shorten(name: str, width: int = 60) -> str:
+    """Cut a long (kernel) name in the middle so both the namespace and the template tail stay visible.
+
+    Names that differ at either end stay distinct.
+    """
+    if len(name) <= width:
+        return name
+    keep = width - 1
+    head = (keep + 1) // 2
+    tail = keep - head
+    return name[:head] + "…" + (name[-tail:] if tail else "")
+
+
+def is_inert(text: str) -> bool:
+    """True when ``text`` holds none of the characters :func:`visible` replaces."""
+    return not any(ord(c) in UNSAFE_CODEPOINTS for c in text)

@@ -5,7 +5,9 @@ and an end (``E``) event instead of one complete event with a ``dur``. Each
 thread (``pid``, ``tid``) has a stack of open slices: an ``E`` closes the most
 recent open ``B`` of its thread (LIFO), whatever its name, and its ``args``
 are merged into the ``B``'s. Events are taken in time order, and in file
-order at equal times (a stable sort), as the trace viewers do.
+order at equal times (a stable sort), as the trace viewers do. The complete
+events come out in the order of their ``B``, so a parent stays ahead of a
+child that starts at the same time.
 
 Pairing runs once, on every ``B``/``E`` of the file, after all chunks are
 decoded (possibly in two processes): a pair split across chunks is paired
@@ -25,7 +27,7 @@ Each of these is counted, and the loader says so in the trace's notes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Iterable
 
 from gpuprof.trace.raw import RawArgs, RawEvent
@@ -73,18 +75,23 @@ def pair_slices(events: Iterable[RawEvent]) -> Paired:
         else:
             timed.append(ev)
     timed.sort(key=attrgetter("ts"))  # stable: file order at equal times
-    open_slices: dict[tuple[object, object], list[RawEvent]] = {}
-    for ev in timed:
+    open_slices: dict[tuple[object, object], list[tuple[int, RawEvent]]] = {}
+    done: list[tuple[int, RawEvent]] = []
+    for i, ev in enumerate(timed):
         key = (ev.pid, ev.tid)
         if ev.ph == "B":
-            open_slices.setdefault(key, []).append(ev)
+            open_slices.setdefault(key, []).append((i, ev))
             continue
         stack = open_slices.get(key)
         if not stack:
             out.unopened_ends += 1
             continue
-        begin = stack.pop()
-        out.complete.append(_complete(begin, ev))
+        at, begin = stack.pop()
+        done.append((at, _complete(begin, ev)))
+    # in the order of their B: a parent before the child that starts at the same time,
+    # as a complete-event trace writes them (later sorts by ts keep that order)
+    done.sort(key=itemgetter(0))
+    out.complete = [ev for _, ev in done]
     out.unclosed_begins = sum(len(s) for s in open_slices.values())
     return out
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from gpuprof.errors import InputError
+from gpuprof.errors import InputError, RuleError
 from gpuprof.findings import Finding, filter_findings, sort_findings
 from gpuprof.report import Report, TraceSummary
 from gpuprof.rules.base import Rule, RuleContext, all_rules
@@ -19,9 +19,20 @@ from gpuprof.trace.load import find_traces, load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
 
-__all__ = ["analyze", "analyze_trace", "run_rules"]
+__all__ = ["analyze", "analyze_trace", "run_rules", "strict_rules", "STRICT_ENV", "RuleFailure"]
 
 ProgressFactory = Callable[[Path], "Callable[[int, int], None] | None"]
+RuleFailure = tuple[str, BaseException]  # (rule code, what it raised)
+
+# Set (to anything but "0") to make every rule failure raise, even where the caller
+# collects them (the capture side): the test suite runs with it, so a crashing rule
+# fails its tests instead of looking like "no findings".
+STRICT_ENV = "GPUPROF_STRICT_RULES"
+
+
+def strict_rules() -> bool:
+    """True when ``GPUPROF_STRICT_RULES`` is set (the test suite sets it): a rule that raises is never collected."""
+    return os.environ.get(STRICT_ENV, "").strip() not in ("", "0")
 
 
 def run_rules(
@@ -30,18 +41,23 @@ def run_rules(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
-    notes: list[str] | None = None,
+    failures: list[RuleFailure] | None = None,
 ) -> list[Finding]:
     """Run every registered rule (narrowed by ``select``/``ignore`` code prefixes).
 
-    A rule that raises is reported in ``notes`` and skipped, so one broken rule
-    never hides the others' findings.
+    A rule that raises has unknown findings, so its failure is never quiet:
+    with a ``failures`` list, ``(code, exception)`` is appended to it and the
+    other rules still run (the caller must then say the analysis is
+    incomplete); without one, or in strict mode (:func:`strict_rules`),
+    :class:`~gpuprof.errors.RuleError` is raised at once, chained to the
+    rule's own exception.
     """
     from gpuprof.findings import code_matches
 
     select = [s for s in select if s]
     ignore = [s for s in ignore if s]
     options = options or {}
+    strict = failures is None or strict_rules()
     findings: list[Finding] = []
     for rule_cls in all_rules():
         if select and not code_matches(rule_cls.code, select):
@@ -51,12 +67,13 @@ def run_rules(
         opts = {**rule_cls.defaults(), **dict(options.get(rule_cls.code, {}))}
         rule: Rule = rule_cls()
         try:
-            findings.extend(rule.check(RuleContext(trace, metrics, opts)))
-        except Exception as err:  # noqa: BLE001 - reported in the notes, never silent
-            if os.environ.get("GPUPROF_DEBUG"):
-                raise
-            if notes is not None:
-                notes.append(f"rule {rule_cls.code} failed on {trace.path}: {type(err).__name__}: {err}")
+            # list() first: a rule that raises halfway through its generator adds no partial findings
+            findings.extend(list(rule.check(RuleContext(trace, metrics, opts))))
+        except Exception as err:  # noqa: BLE001 - raised as RuleError or handed to the caller, never dropped
+            if strict:
+                raise RuleError(trace.path, [(rule_cls.code, err)]) from err
+            assert failures is not None
+            failures.append((rule_cls.code, err))
     return findings
 
 
@@ -65,16 +82,34 @@ def analyze_trace(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
+    failures: list[RuleFailure] | None = None,
 ) -> tuple[TraceSummary, list[Finding]]:
-    """Metrics and findings of one loaded trace."""
+    """Metrics and findings of one loaded trace.
+
+    Rules that raise: without a ``failures`` list, every rule still runs and
+    then :class:`~gpuprof.errors.RuleError` names all that failed; with one,
+    they are appended to it and the trace's notes say the analysis is
+    incomplete.
+    """
     metrics = compute_metrics(trace)
     summary = metrics.summary()
-    notes: list[str] = []
-    findings = run_rules(trace, metrics, options, select, ignore, notes)
-    summary.notes.extend(notes)
+    failed: list[RuleFailure] = []
+    findings = run_rules(trace, metrics, options, select, ignore, failed)
+    if failed:
+        if failures is None:
+            raise RuleError(trace.path, failed) from failed[0][1]
+        failures.extend(failed)
+        for code, err in failed:
+            summary.notes.append(f"rule {code} failed ({_one_line(err)}): the analysis of this trace is incomplete")
+    summary.notes.extend(trace.load_notes)
     if not metrics.has_step_markers and metrics.steps:
         summary.notes.append("no ProfilerStep# markers: the whole trace is treated as one step")
     return summary, sort_findings(findings)
+
+
+def _one_line(err: BaseException, limit: int = 200) -> str:
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def analyze(
@@ -84,17 +119,24 @@ def analyze(
     ignore: Iterable[str] = (),
     options: Mapping[str, Mapping[str, Any]] | None = None,
     progress: ProgressFactory | None = None,
+    failures: list[RuleFailure] | None = None,
 ) -> Report:
     """Analyse a trace file, or every trace under a directory, into one Report.
 
     Raises :class:`gpuprof.errors.InputError` for unusable input.
+    A rule that raises: without ``failures`` (the command line),
+    :class:`gpuprof.errors.RuleError` (exit 3) once the trace's other rules
+    have run. With a ``failures`` list (the capture side, which must not
+    stop), ``(code, exception)`` is appended to it and the report is returned
+    with the codes in ``report.failed_rules`` and a note per failure, so it
+    never reads as a clean "no findings".
     """
     # The analysis allocates millions of short tuples and no reference cycles worth
     # collecting; the cyclic GC's repeated full passes over them cost ~10% of the run.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _analyze(path, list(select), list(ignore), options, progress)
+        return _analyze(path, list(select), list(ignore), options, progress, failures)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -106,6 +148,7 @@ def _analyze(
     ignore: list[str],
     options: Mapping[str, Mapping[str, Any]] | None,
     progress: ProgressFactory | None,
+    failures: list[RuleFailure] | None,
 ) -> Report:
     files = find_traces(path)
     report = Report(command="analyze", inputs=[os.fspath(path)])
@@ -121,7 +164,12 @@ def _analyze(
             errors.append(err)
             report.notes.append(f"skipped {err}")
             continue
-        summary, findings = analyze_trace(trace, options, select, ignore)
+        failed: list[RuleFailure] | None = None if failures is None else []
+        summary, findings = analyze_trace(trace, options, select, ignore, failed)
+        if failed:
+            assert failures is not None
+            failures.extend(failed)
+            report.failed_rules += [code for code, _ in failed if code not in report.failed_rules]
         del trace  # only the summary and findings outlive the trace
         report.traces.append(summary)
         report.findings.extend(findings)

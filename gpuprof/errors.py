@@ -5,14 +5,17 @@ Exit codes (documented in the README and ``gpuprof --help``):
 * 0: success, no finding at or above the ``--fail-on`` bar;
 * 1: success, but findings at or above the bar;
 * 2: bad input or usage (missing file, not a trace, corrupt gzip, bad option);
-* 3: an internal gpuprof error (a bug: please report it).
+* 3: an internal gpuprof error (a bug: please report it), including a rule
+  that raised (:class:`RuleError`): its findings are unknown, so the
+  analysis cannot say "no findings".
 """
 
 from __future__ import annotations
 
 import os
+from typing import Sequence
 
-__all__ = ["EXIT_OK", "EXIT_FINDINGS", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "GpuprofError", "InputError"]
+__all__ = ["EXIT_OK", "EXIT_FINDINGS", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "GpuprofError", "InputError", "RuleError"]
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -47,3 +50,31 @@ class InputError(GpuprofError):
         if isinstance(err, PermissionError):
             return cls(path, "permission denied")
         return cls(path, f"cannot {doing}: {err.strerror or err}")
+
+
+class RuleError(GpuprofError):
+    """One or more rules raised while checking a trace: a gpuprof bug, exit 3.
+
+    ``failures`` holds ``(code, exception)`` pairs in rule order; ``codes``
+    the codes alone. ``str(err)`` is one line naming the trace, each failed
+    code and the first error. The exceptions keep their tracebacks, which the
+    command line prints only under ``GPUPROF_DEBUG=1``.
+    """
+
+    exit_code = EXIT_INTERNAL
+
+    def __init__(self, path: str | os.PathLike[str], failures: Sequence[tuple[str, BaseException]]) -> None:
+        if not failures:
+            raise ValueError("RuleError needs at least one failure")
+        self.path = os.fspath(path)
+        self.failures = list(failures)
+        self.codes = [code for code, _ in self.failures]
+        code, first = self.failures[0]
+        what = " ".join(f"{type(first).__name__}: {first}".split())
+        if len(what) > 200:
+            what = what[:197] + "..."
+        rules = "rule " + self.codes[0] if len(self.codes) == 1 else "rules " + ", ".join(self.codes)
+        super().__init__(
+            f"{self.path}: {rules} failed ({code}: {what}); the analysis is incomplete "
+            "(a gpuprof bug; rerun with GPUPROF_DEBUG=1 for the traceback)"
+        )

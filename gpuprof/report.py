@@ -25,7 +25,7 @@ __all__ = [
     "Report",
 ]
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
@@ -178,6 +178,9 @@ class Report:
     sections: list[Any] = field(default_factory=list)  # objects following the Section protocol
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # codes of rules that raised (capture side only; `gpuprof analyze` exits 3 instead):
+    # their findings are unknown, so an empty ``findings`` does not mean "nothing wrong"
+    failed_rules: list[str] = field(default_factory=list)
 
     def sorted_findings(self) -> list[Finding]:
         return sort_findings(self.findings)
@@ -202,4 +205,5 @@ class Report:
             "sections": [{"kind": s.kind, **s.to_dict()} for s in self.sections],
             "findings": [f.to_dict() for f in self.sorted_findings()],
             "notes": list(self.notes),
+            "failed_rules": list(self.failed_rules),
         }

@@ -101,11 +101,15 @@ def finish(prof: "Profiler") -> Report:
         if not prof.cuda and cfg.profile_memory:
             runtime += g.run("memory growth check", "no memory-growth finding", _cpu_growth, prof) or []
     if cfg.analyze and trace_paths:
-        analysed = g.run("trace analysis", "the report holds the runtime checks only", _analyze, trace_paths, cfg)
+        failures: list[Any] = []  # (code, exception) of each rule that raised
+        analysed = g.run("trace analysis", "the report holds the runtime checks only", _analyze, trace_paths, cfg, failures)
+        for code, err in failures:  # one warning per rule (a rule failing on two traces warns once)
+            g.fail(f"rule {code}", "its findings are missing and the report says the analysis is incomplete", err)
         if analysed is not None:
             report.traces = analysed.traces
             report.notes += analysed.notes
             report.findings = _merge(runtime, analysed.findings)
+            report.failed_rules = list(analysed.failed_rules)
         else:
             report.findings = list(runtime)
     else:
@@ -129,15 +133,18 @@ def finish(prof: "Profiler") -> Report:
     return report
 
 
-def _analyze(trace_paths: list[str], cfg: Any) -> Report:
+def _analyze(trace_paths: list[str], cfg: Any, failures: list[Any]) -> Report:
     from gpuprof.analysis import analyze
 
     merged = Report(command="capture")
     for p in trace_paths:
-        r = analyze(p, select=tuple(cfg.select), ignore=tuple(cfg.ignore))
+        # with a failures list a rule that raises costs neither the other rules' findings
+        # nor the training: finish() warns about it and the report says it is incomplete
+        r = analyze(p, select=tuple(cfg.select), ignore=tuple(cfg.ignore), failures=failures)
         merged.traces += r.traces
         merged.findings += r.findings
         merged.notes += [n for n in r.notes if n not in merged.notes]
+        merged.failed_rules += [c for c in r.failed_rules if c not in merged.failed_rules]
     return merged
 
 
@@ -311,8 +318,10 @@ def findings_markdown(report: Report) -> str:
         lines.append("")
         for f in findings:
             lines.append(f"- **{_md_cell(f.code)}** {_md_cell(f.advice)}")
-    else:
+    elif not report.failed_rules:
         lines.append("No findings.")
+    if report.failed_rules:
+        lines += ["" if findings else "No findings, but:", f"**{_incomplete(report)}**"]
     for t in report.traces:
         util = f", GPU utilisation {t.gpu_utilization:.0%}" if t.gpu_utilization is not None else ""
         lines.append("")
@@ -351,8 +360,10 @@ def short_report(report: Report, prof: "Profiler", top: int = 5) -> str:
             lines.append(f"  {f.severity.value:<7} {visible(f.code)} {_one_line(f.message, 110)}{cost}{where}")
         if len(findings) > top:
             lines.append(f"  ... {len(findings) - top} more in the report")
-    else:
+    elif not report.failed_rules:
         lines.append("gpuprof: no findings")
+    if report.failed_rules:
+        lines.append(f"gpuprof: {'' if findings else 'no findings, but '}{_incomplete(report)}")
     for n in report.notes[:3]:
         lines.append(f"gpuprof: note: {_one_line(n, 160)}")
     if prof.paths is not None and sec is not None:
@@ -369,6 +380,12 @@ def short_report(report: Report, prof: "Profiler", top: int = 5) -> str:
         if prof.paths.report_md.exists():
             lines.append(f"  report       {visible(prof.paths.report_md)} (and report.json)")
     return "\n".join(lines)
+
+
+def _incomplete(report: Report) -> str:
+    """The line that keeps a report with failed rules from reading as complete."""
+    rules = ("rule " if len(report.failed_rules) == 1 else "rules ") + ", ".join(report.failed_rules)
+    return f"the analysis is incomplete: {rules} failed (a gpuprof bug; see the notes)"
 
 
 def _short_loc(f: Finding) -> str:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from typing import Any
 
 import click
 
 from gpuprof import __version__
-from gpuprof.errors import EXIT_INTERNAL, GpuprofError
+from gpuprof.errors import EXIT_INTERNAL, GpuprofError, RuleError
 from gpuprof.render.safe import visible
 
 __all__ = ["main", "cli"]
@@ -23,7 +24,8 @@ Exit codes:
   0  no finding at or above the --fail-on bar
   1  findings at or above the --fail-on bar
   2  bad input or usage
-  3  internal gpuprof error (a bug; set GPUPROF_DEBUG=1 for the traceback)
+  3  internal gpuprof error, including a rule that raised (its code is
+     named; set GPUPROF_DEBUG=1 for the traceback): the analysis is incomplete
 """
 
 
@@ -38,6 +40,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except GpuprofError as err:
+            if os.environ.get("GPUPROF_DEBUG"):
+                _print_tracebacks(err)
             click.echo(f"gpuprof: error: {visible(err)}", err=True)
             ctx.exit(err.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
@@ -50,13 +54,22 @@ class _Group(click.Group):
             ctx.exit(EXIT_INTERNAL)
         except Exception as err:  # noqa: BLE001 - last line of defence, reported, not swallowed
             if os.environ.get("GPUPROF_DEBUG"):
-                raise
+                # the traceback, then still exit 3: Python's own exit 1 would read as "findings"
+                click.echo("".join(traceback.format_exception(err)).rstrip(), err=True)
             click.echo(
                 f"gpuprof: internal error: {type(err).__name__}: {visible(err)} "
                 "(a gpuprof bug; rerun with GPUPROF_DEBUG=1 for the traceback)",
                 err=True,
             )
             ctx.exit(EXIT_INTERNAL)
+
+
+def _print_tracebacks(err: GpuprofError) -> None:
+    """Under GPUPROF_DEBUG: the traceback of each rule that raised (other errors are the input's, not code's)."""
+    if isinstance(err, RuleError):
+        for code, cause in err.failures:
+            click.echo(f"gpuprof: traceback of rule {code}:", err=True)
+            click.echo("".join(traceback.format_exception(cause)).rstrip(), err=True)
 
 
 @click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

@@ -227,10 +227,25 @@ def ordered_items(d: dict[str, float], order: Sequence[str]) -> list[tuple[str, 
 
 
 def findings_total(report: Report) -> str:
-    """``3 findings: 1 error, 2 warnings`` (or ``No findings.``)."""
+    """``3 findings: 1 error, 2 warnings`` (or ``No findings.``).
+
+    When rules failed (``report.failed_rules``) the line says the analysis is
+    incomplete: their findings are unknown, so it is never a clean "No findings."
+    """
     n = len(report.findings)
+    failed = report.failed_rules
+    if failed:
+        rules = ("rule " if len(failed) == 1 else "rules ") + ", ".join(failed)
+        incomplete = f"the analysis is incomplete: {rules} failed (a gpuprof bug)"
+        if n == 0:
+            return f"No findings, but {incomplete}."
+        return f"{_total(report, n)}; {incomplete}"
     if n == 0:
         return "No findings."
+    return _total(report, n)
+
+
+def _total(report: Report, n: int) -> str:
     counts = {s: 0 for s in Severity}
     for f in report.findings:
         counts[f.severity] += 1

@@ -33,6 +33,7 @@ from gpuprof.report import DeviceInfo
 from gpuprof.trace import raw as R
 from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, Trace
 from gpuprof.trace.loadhelper import Fallback, Helper
+from gpuprof.trace.pairing import pair_slices
 from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
 
 __all__ = ["load_trace", "find_traces", "default_jobs", "TRACE_SUFFIXES", "Progress"]
@@ -599,6 +600,11 @@ class _Builder:
         self._stacks: dict[str, str] = {} if stacks is None else stacks
         self._device_props: list[R.RawDeviceProps] = []
         self._meta_seen = False
+        # B/E events in file order: paired in finish(), once every chunk is in,
+        # so a pair split across chunks (or across processes) still pairs
+        self._slices: list[R.RawEvent] = []
+        self._no_dur = 0  # X events without dur, kept as zero-length
+        self._pairs = 0  # B/E pairs made into complete events
 
     # -- partial results (see gpuprof.trace.loadhelper)
     def part(self) -> "_Builder":
@@ -608,7 +614,8 @@ class _Builder:
     def payload(self) -> tuple:
         """What :meth:`merge` needs of this builder's events (picklable)."""
         t = self.trace
-        return (self.events_seen, [v for v in t.lists().values()], t.process_labels, t.thread_names)
+        return (self.events_seen, [v for v in t.lists().values()], t.process_labels, t.thread_names,
+                self._slices, self._no_dur)
 
     def absorb(self, part: "_Builder") -> None:
         """Append a later chunk's builder: its events and the metadata found after them."""
@@ -627,12 +634,14 @@ class _Builder:
 
     def merge(self, payload: tuple) -> None:
         """Append the events of a later chunk (a :meth:`payload`), as if ingested here."""
-        seen, lists, labels, names = payload
+        seen, lists, labels, names, slices, no_dur = payload
         self.events_seen += seen
         for mine, theirs in zip(self.trace.lists().values(), lists):
             mine.extend(theirs)
         self.trace.process_labels.update(labels)
         self.trace.thread_names.update(names)
+        self._slices.extend(slices)
+        self._no_dur += no_dur
 
     # -- header / metadata
     def header(self, path: Path, head: bytes, list_format: bool) -> None:
@@ -706,6 +715,9 @@ class _Builder:
             elif ph == "M":
                 self._meta(ev)
                 continue
+            elif ph == "B" or ph == "E":
+                self._slices.append(ev)  # paired in finish()
+                continue
             else:
                 continue
             ts = ev.ts
@@ -713,6 +725,8 @@ class _Builder:
                 continue
             dur = ev.dur
             if dur is None or not dur > 0:
+                if dur is None and ph == "X":
+                    self._no_dur += 1
                 dur = 0.0
             name = ev.name
             if type(name) is not str:
@@ -788,7 +802,14 @@ class _Builder:
     # -- finish
     def finish(self) -> Trace:
         t = self.trace
+        if self._slices:
+            self._pair_slices()
+        if self._no_dur:
+            n = self._no_dur
+            t.load_notes.append(f"{n} complete event{'' if n == 1 else 's'} (ph X) without dur: kept with zero duration")
         t.num_events = self.events_seen
+        if t.num_events and not t.kept_events:
+            raise InputError(t.path, self._nothing_usable())
         t.devices = [_device_info(p, i) for i, p in enumerate(self._device_props)]
         if any(d.vendor != "amd" and not d.name for d in t.devices) and _uses_hip(t):
             # ROCm traces may leave the device name empty; the runtime's names tell the vendor.
@@ -800,6 +821,27 @@ class _Builder:
             ]
         t.sort()
         return t
+
+
+    def _pair_slices(self) -> None:
+        """Turn the B/E events into complete events (see gpuprof.trace.pairing) and normalise those."""
+        paired = pair_slices(self._slices)
+        self._slices = []
+        seen = self.events_seen
+        self.ingest(paired.complete)
+        self.events_seen = seen  # each pair was counted as its two events already
+        self.trace.load_notes += paired.notes()
+        self._pairs = len(paired.complete)
+
+    def _nothing_usable(self) -> str:
+        """Why a trace with events has none gpuprof can analyse (one line)."""
+        pairs = self._pairs
+        found = f"; {pairs} B/E pairs were found, none of a known category" if pairs else ""
+        return (
+            f"no events gpuprof can analyse among the {self.events_seen} in the file: no complete events "
+            f"(ph X, or B/E pairs) of a PyTorch profiler category (cpu_op, kernel, cuda_runtime, ...) "
+            f"and no [memory] events{found}"
+        )
 
 
 def _uses_hip(t: Trace) -> bool:

@@ -95,6 +95,9 @@ class Trace:
     gpu_syncs: list[Event] = field(default_factory=list)  # Kind.GPU_SYNC
     gpu_annotations: list[Event] = field(default_factory=list)  # Kind.GPU_ANNOTATION
     memory: list[Event] = field(default_factory=list)  # Kind.MEMORY
+    # what loading had to guess or leave out (B/E events without a partner, X events
+    # without dur): copied into the trace's notes in the report
+    load_notes: list[str] = field(default_factory=list)
     process_labels: dict[Union[int, str], str] = field(default_factory=dict)
     thread_names: dict[tuple[Union[int, str], Union[int, str]], str] = field(default_factory=dict)
 

@@ -17,8 +17,10 @@ only for GPU work whose runtime call is missing from the trace, and only when
 the trace's External ids were seen to name the launching op on every GPU
 event where both could be checked.
 
-Everything is vectorised: per host thread, one sort of the operators and a
-few ``searchsorted`` calls; no Python loop per kernel or per operator.
+The work is vectorised: per host thread, one sort of the operators and a few
+``searchsorted`` calls; fields are read with ``map``/``np.fromiter``. The one
+Python loop over operators builds the External id index, and only when
+External ids are trusted and some GPU work has no recorded runtime call.
 """
 
 from __future__ import annotations
@@ -153,14 +155,15 @@ def attribute(
         gpu_op = np.where(launched, rt_op[order[pos]], -1)
 
     g_ext = np.fromiter(map(_ext_of, gpu), np.int64, len(gpu))
-    op_ext = np.fromiter(map(_ext_of, ops), np.int64, n)
-    checkable = (gpu_op >= 0) & (g_ext >= 0)
-    ext_trusted = bool(checkable.any()) and bool((op_ext[gpu_op[checkable]] == g_ext[checkable]).all())
+    checkable = np.flatnonzero((gpu_op >= 0) & (g_ext >= 0))
+    # the External id of each op that launched a checkable event (ops outnumber GPU events: read only these)
+    op_ext = np.fromiter(map(_ext_of, map(ops.__getitem__, gpu_op[checkable].tolist())), np.int64, len(checkable))
+    ext_trusted = bool(len(checkable)) and bool((op_ext == g_ext[checkable]).all())
     if ext_trusted and not launched.all():
         by_ext: dict[int, int] = {}
-        for i, e in enumerate(op_ext.tolist()):
-            if e >= 0:
-                by_ext.setdefault(e, i)
+        for i, o in enumerate(ops):
+            if o.ext >= 0:
+                by_ext.setdefault(o.ext, i)
         for i in np.flatnonzero(~launched & (g_ext >= 0)).tolist():
             gpu_op[i] = by_ext.get(int(g_ext[i]), -1)
 

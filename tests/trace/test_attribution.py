@@ -167,7 +167,6 @@ def test_v100_kernel_time_per_op_agrees_with_tensorboard_plugin():
         op = a.op_of_gpu_event(i)
         if op is not None:
             ours[op.name] += t.kernels[i].dur
-    top = [n for n, _ in plugin.most_common(10)]
-    assert [n for n, _ in ours.most_common(10)][:3] == top[:3]
-    worst = max(abs(ours[n] - plugin[n]) / plugin[n] for n in top)
-    assert worst < 0.01, worst
+    # measured: identical for every operator (591,532 µs of kernel time in all)
+    assert [n for n, _ in ours.most_common(10)] == [n for n, _ in plugin.most_common(10)]
+    assert {n: float(v) for n, v in plugin.items()} == {n: float(v) for n, v in ours.items()}

@@ -72,7 +72,8 @@ class OpStat:
     count: int
     total_us: float
     self_us: float
-    gpu_us: float  # time of the GPU work this op launched
+    gpu_us: float  # GPU self time: the work this op launched itself (torch's self_device_time_total)
+    gpu_total_us: float = 0.0  # gpu_us plus that of the ops nested in it (torch's device_time_total)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -210,12 +210,27 @@ def memory_from_trace(trace: Trace, internal_patterns: Any = DEFAULT_INTERNAL_PA
             dm.total_memory = totals.get(dm.index)
     data = MemoryData(path=path, source_type="trace", devices=sorted(devices.values(), key=lambda d: d.device),
                       sites=sites, notes=notes)
-    for op in trace.ops:
-        n = step_number(op.name)
-        if n is not None:
-            data.steps.append((n, op.ts, op.ts + op.dur))
-    data.steps.sort(key=lambda s: s[1])
+    data.steps = _steps(trace)
     return data
+
+
+def _steps(trace: Trace) -> list[tuple[int, float, float]]:
+    """The ``ProfilerStep#N`` ranges, as ``gpuprof analyze`` finds them: user annotations in
+    current traces, operators in older ones; a step recorded as both counts once."""
+    marks = sorted(
+        (n, e.ts, e.ts + e.dur)
+        for events in (trace.annotations, trace.ops)
+        for e in events
+        for n in (step_number(e.name),)
+        if n is not None
+    )
+    out: list[tuple[int, float, float]] = []
+    for m in marks:
+        if out and out[-1][0] == m[0] and abs(out[-1][1] - m[1]) < 1.0:
+            continue  # the same step as an annotation and as an op
+        out.append(m)
+    out.sort(key=lambda s: s[1])
+    return out
 
 
 def _site(e: Event, py: _Enclosing | None, ops: _Enclosing, sites: SiteTable, cache: dict[tuple[Any, ...], int]) -> int:

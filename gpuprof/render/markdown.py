@@ -153,7 +153,7 @@ def _trace(t: TraceSummary) -> list[str]:
             (md_name(o.name, NAME_WIDTH), F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
             for o in t.top_ops[:TOP_N]
         ]
-        out += [md_table(["Operator", "Calls", "Total", "Self", "GPU"], rows, "lrrrr"), ""]
+        out += [md_table(["Operator", "Calls", "Total", "Self", "GPU self"], rows, "lrrrr"), ""]
     if t.copies:
         out += ["### Copies", ""]
         rows = [

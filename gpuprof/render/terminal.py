@@ -198,7 +198,7 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
         console.print(kt)
         console.print()
     if t.top_ops:
-        ot = _table("Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU", "right")])
+        ot = _table("Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU self", "right")])
         for o in t.top_ops[:TOP_N]:
             ot.add_row(_name(o.name), F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
         console.print(ot)

@@ -42,6 +42,19 @@ main thread) / step time.
 the GPU copy ended, or that is followed on the same thread by a stream/device
 synchronisation before any other GPU work is launched.
 
+**GPU time of an operator** (top-operators table): each kernel, copy and
+memset is charged to the operator that launched it: the innermost operator
+open on the host thread of its runtime call (the ``cudaLaunchKernel``/
+``hipMemcpyAsync``... with the same correlation id) when that call starts.
+*GPU self* time (``gpu_us``) is the time of the work an operator launched
+itself, torch's ``self_device_time_total``; *GPU total* (``gpu_total_us``)
+adds the GPU self time of every operator nested in it, torch's
+``device_time_total``. Both are summed over the calls of one operator name.
+An operator that launches nothing directly (``aten::view``, ``aten::conv2d``)
+has no GPU self time. A kernel's ``External id`` is not trusted to name its
+operator (in many traces it equals the correlation id); see
+:mod:`gpuprof.trace.attribution`.
+
 **Sync point**: a synchronising runtime call (``*Synchronize``) or a
 blocking device→host copy on the main thread, with the operator chain that
 issued it and the user's source line when Python stacks were recorded.
@@ -61,6 +74,7 @@ import numpy as np
 
 from gpuprof.findings import SourceLocation
 from gpuprof.report import CopyStat, KernelStat, OpStat, SyncStat, TraceSummary
+from gpuprof.trace.attribution import attribute
 from gpuprof.trace.intervals import Interval, Intervals, first_cover_per_window
 from gpuprof.trace.model import Event, Trace, device_of, dur_of, name_of, ts_of
 from gpuprof.trace.stacks import StackIndex
@@ -414,7 +428,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         c.step = metrics.step_of(c.gpu.ts)
     metrics.copies = copy_events
     metrics.kernel_busy = on_main_device(kern_by_dev).union(on_main_device(comm_by_dev))
-    metrics.op_stats = _op_stats(trace, threads, launch_by_corr, op_by_ext)
+    metrics.op_stats = _op_stats(trace, threads)
     metrics.syncs = _sync_points(metrics, main_runtime, blocking_copy_calls)
     metrics.kernel_stats = _kernel_stats(trace)
     return metrics
@@ -755,14 +769,14 @@ def _kernel_stats(trace: Trace) -> list[KernelStat]:
     return stats
 
 
-def _op_stats(trace: Trace, threads: ThreadIndex, launch_by_corr: dict[int, Event], op_by_ext: dict[int, Event]) -> list[OpStat]:
+def _op_stats(trace: Trace, threads: ThreadIndex) -> list[OpStat]:
     """Per operator name: count, total and self host time, and GPU time of the work it launched.
 
     Self time = the op's duration minus that of the ops nested directly in it
-    (on its thread). GPU time = kernels, copies and memsets whose launch call
-    carries the op's External id. ``ProfilerStep#N`` ranges are not operators.
+    (on its thread). GPU self / total time: see **GPU time of an operator** in
+    the module docstring. ``ProfilerStep#N`` ranges are not operators.
     """
-    # name -> [count, total, self, gpu]; step markers map to None
+    # name -> [count, total, self]; step markers map to None
     agg: dict[str, list[float] | None] = {n: None for n in set(map(name_of, trace.ops)) if n.startswith("ProfilerStep#")}
     for ops in threads.ops.values():
         stack: list[tuple[float, list[float] | None]] = []  # (end, stats) of the ops open at this point
@@ -778,7 +792,7 @@ def _op_stats(trace: Trace, threads: ThreadIndex, launch_by_corr: dict[int, Even
                 push((ts + dur, None))
                 continue
             if a is _NEW:
-                a = agg[name] = [0, 0.0, dur, 0.0]
+                a = agg[name] = [0, 0.0, dur]
             else:
                 a[2] += dur  # type: ignore[index]
             a[0] += 1  # type: ignore[index]
@@ -789,16 +803,11 @@ def _op_stats(trace: Trace, threads: ThreadIndex, launch_by_corr: dict[int, Even
                 if end <= top_end and top is not None:
                     top[2] -= dur  # the parent's self time excludes this child
             push((end, a))  # type: ignore[arg-type]
-    for g in trace.gpu_events():
-        launch = launch_by_corr.get(g.corr)
-        op = op_by_ext.get(launch.ext if launch is not None else g.ext)
-        if op is not None:
-            a = agg.get(op.name)
-            if a is not None:
-                a[3] += g.dur
+    per_name = attribute(trace, threads.ops, threads.runtime).per_name()
     stats = [
-        OpStat(name=n, count=int(v[0]), total_us=v[1], self_us=max(v[2], 0.0), gpu_us=v[3])
+        OpStat(name=n, count=int(v[0]), total_us=v[1], self_us=max(v[2], 0.0), gpu_us=g[0], gpu_total_us=g[1])
         for n, v in agg.items()
+        for g in (per_name.get(n, (0.0, 0.0)),)
         if v is not None
     ]
     stats.sort(key=lambda s: (-s.gpu_us, -s.self_us))

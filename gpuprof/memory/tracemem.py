@@ -210,7 +210,8 @@ def memory_from_trace(trace: Trace, internal_patterns: Any = DEFAULT_INTERNAL_PA
             dm.total_memory = totals.get(dm.index)
     data = MemoryData(path=path, source_type="trace", devices=sorted(devices.values(), key=lambda d: d.device),
                       sites=sites, notes=notes)
-    for op in trace.ops:
+    # ProfilerStep#N is a cpu_op in older traces and a user_annotation in current ones (torch 2.x)
+    for op in (*trace.ops, *trace.annotations):
         n = step_number(op.name)
         if n is not None:
             data.steps.append((n, op.ts, op.ts + op.dur))

@@ -287,3 +287,24 @@ def test_recordings_come_from_a_cuda_gpu() -> None:
 def test_recorded_file_matches_its_manifest(entry: dict[str, Any]) -> None:
     results = check.check_entry(DATA, entry)
     assert results and all(r.ok for r in results), "\n".join(r.line() for r in results)
+
+
+@pytest.mark.slow
+def test_a_failing_run_is_reported_and_the_others_still_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    if _cuda():
+        pytest.skip("CUDA is available")
+    rec = _recorder()
+    broken = rec.Case("no_such_example.py", False, 5, frozenset({"GP601"}), frozenset())
+    real = next(c for c in rec.CPU_CASES if c.name == "device_mismatch")  # fails in step 0: quick
+    monkeypatch.setattr(rec, "CPU_CASES", [broken, real])
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert rec.main([str(tmp_path / "out"), "--allow-cpu"]) == 1
+    stdout = capsys.readouterr().out
+    assert any(line.startswith("no_such_example ") and "FAIL" in line and "no report.json" in line
+               for line in stdout.splitlines()), stdout
+    assert any(line.startswith("device_mismatch ") and line.endswith("ok") for line in stdout.splitlines()), stdout
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [(r["name"], r["ok"]) for r in manifest["runs"]] == [("no_such_example", False), ("device_mismatch", True)]
+    assert [f["file"] for f in manifest["files"]] == ["device_mismatch.report.json"]

@@ -556,6 +556,9 @@ def write_readme(out: Path, manifest: dict[str, Any]) -> None:
 
 def _describe(c: dict[str, Any]) -> str:
     k = c["kind"]
+    if k == "report_codes" and c.get("locations"):
+        return (f"report: has {' '.join(c['must']) or '-'} at "
+                + ", ".join(f"{w['file']}:{w['line']}" for w in c["locations"]))
     if k in ("analyze_codes", "report_codes"):
         return (f"{'analyze' if k == 'analyze_codes' else 'report'}: has {' '.join(c['must']) or '-'}, "
                 f"not {' '.join(c['must_not']) or '-'}")
@@ -565,11 +568,10 @@ def _describe(c: dict[str, Any]) -> str:
         return "no GPU activity" if c["value"] is None else f"GPU utilisation {c['value']:.3f}"
     if k == "h2d_bytes_per_step":
         return f"{c['bytes']:,} HtoD bytes/step ({c['memory']})"
-    if k in ("sync_site", "leak_site_trace", "leak_site_snapshot"):
-        return f"{k.replace('_', ' ')} {c['file']}:{c.get('line', c.get('source_line'))}"
-    if k == "report_codes" and c.get("locations"):
-        return (f"report: has {' '.join(c['must']) or '-'} at "
-                + ", ".join(f"{w['file']}:{w['line']}" for w in c["locations"]))
+    if k == "leak_site_snapshot":
+        return f"leak at {c['file']}:{c['line']}"
+    if k in ("sync_site", "leak_site_trace"):  # a trace names the file (and function), not the exact line
+        return f"{k.replace('_', ' ')} in {c['file']} (source line {c['source_line']})"
     if k == "oom":
         return f"OOM request {c['requested']:,} B, {c['allocated']:,} B allocated, at {c['file']}:{c['line']}"
     return k

@@ -7,6 +7,8 @@ Every example runs the pathology by default and the clean version with
 from __future__ import annotations
 
 import argparse
+import json
+import os
 
 import torch
 from torch import nn
@@ -48,4 +50,15 @@ def schedule(steps: int) -> Schedule:
     return Schedule(wait=1, warmup=1, active=max(min(steps - 3, 5), 1))
 
 
-__all__ = ["parse_args", "pick_device", "mlp", "schedule", "gpuprof"]
+def note_facts(**facts: object) -> None:
+    """Tell examples/record_gpu_truth.py what this run knows (e.g. a batch's bytes), for its expectations.
+
+    Writes ``facts`` as JSON to ``$GPUPROF_EXAMPLE_FACTS`` when that is set; does nothing otherwise.
+    """
+    path = os.environ.get("GPUPROF_EXAMPLE_FACTS")
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(facts, fh)
+
+
+__all__ = ["parse_args", "pick_device", "mlp", "schedule", "note_facts", "gpuprof"]

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from common import gpuprof, mlp, parse_args, pick_device, schedule
+from common import gpuprof, mlp, note_facts, parse_args, pick_device, schedule
 
 
 def main() -> None:
@@ -26,7 +26,9 @@ def main() -> None:
     n = args.steps * 256
     data = TensorDataset(torch.randn(n, 1024), torch.randint(0, 10, (n,)))
     pinned = args.baseline and cuda
-    loader = DataLoader(data, batch_size=256, num_workers=2, persistent_workers=True, pin_memory=pinned)
+    batch = 256
+    note_facts(h2d_bytes_per_step=sum(t[:batch].nbytes for t in data.tensors))  # x and y of one batch
+    loader = DataLoader(data, batch_size=batch, num_workers=2, persistent_workers=True, pin_memory=pinned)
     model = nn.Sequential(nn.Linear(1024, 256), nn.ReLU(), mlp()).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Union
 import msgspec
 
 from gpuprof.errors import InputError
-from gpuprof.inputs import GZIP_RATIO_FLOOR, MAX_EVENT_BYTES, MAX_GZIP_RATIO, STDIN, is_stdin, open_input
+from gpuprof.inputs import GZIP_RATIO_FLOOR, MAX_EVENT_BYTES, MAX_GZIP_RATIO, STDIN, Opened, is_stdin, open_input
 from gpuprof.report import DeviceInfo
 from gpuprof.trace import raw as R
 from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, Trace
@@ -105,9 +105,10 @@ class _Source:
     text to wade through.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, opened: Opened | None = None) -> None:
         self.path = path
-        opened = open_input(path, peek=2)
+        if opened is None:
+            opened = open_input(path, peek=2)
         self.raw = opened.stream
         self.regular = opened.regular
         self.size = opened.size if opened.size is not None else 0
@@ -189,7 +190,9 @@ class _Source:
 # --------------------------------------------------------------------------- loading
 
 
-def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = None, jobs: int | None = None) -> Trace:
+def load_trace(
+    path: Union[str, os.PathLike[str]], progress: Progress | None = None, jobs: int | None = None, opened: Opened | None = None
+) -> Trace:
     """Load one trace file into a :class:`Trace` (events sorted by time).
 
     ``jobs``: processes that decode the file (default: ``GPUPROF_JOBS`` or the
@@ -201,6 +204,8 @@ def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = N
     """
     p = Path(path)
     jobs = default_jobs() if jobs is None else jobs
+    if opened is not None:
+        return _load(p, progress, 1, opened)  # an input already being read (a pipe after sniffing)
     if jobs > 1 and not _is_regular(p):
         # A pipe can be read only once, and the parallel path may need to read
         # the input again (Fallback): stream it in one process.
@@ -215,8 +220,8 @@ def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = N
     return _load(p, progress, 1)
 
 
-def _load(p: Path, progress: Progress | None, jobs: int) -> Trace:
-    src = _Source(p)
+def _load(p: Path, progress: Progress | None, jobs: int, opened: Opened | None = None) -> Trace:
+    src = _Source(p, opened)
     builder = _Builder(str(p))
     builder.trace.file_bytes = src.size
     try:

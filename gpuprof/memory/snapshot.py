@@ -264,7 +264,7 @@ def parse_snapshot(
                 tm = k
             else:
                 any_time = True
-                if type(tm) is not int:
+                if type(tm) is not int or not -_U64 < tm < _U64:
                     tm = _time(tm)
                     if tm is None:
                         raise InputError(path, f"malformed snapshot: device_traces[{i}][{k}].time_us is {_kind(e.get('time_us'))}")

@@ -62,6 +62,9 @@ def analyze_cmd(
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--option") from None
 
+    if annotate and (path == "-" or not (os.path.isfile(path) or os.path.isdir(path))):
+        # the annotator reads the trace a second time, which a pipe cannot give
+        raise InputError(path, "--annotate needs a trace file or directory, not a pipe or standard input")
     show_progress = progress if progress is not None else sys.stderr.isatty()
     with ExitStack() as stack:
         factory = _progress_factory(stack) if show_progress else None

@@ -33,11 +33,19 @@ DEFAULT_INTERNAL_PATTERNS: tuple[str, ...] = (
 )
 
 
+def _scalar(v: Any) -> str:
+    # Only scalars are printed: a container from a hostile pickle may share
+    # itself so often that its text would be exponentially long.
+    if isinstance(v, (str, int, float)) or v is None:
+        return str(v)
+    return "?"
+
+
 def frame_text(frame: Any) -> str:
     """``file:line:function`` for one frame dict (or whatever the file holds)."""
     if isinstance(frame, dict):
-        return f"{frame.get('filename', '?')}:{frame.get('line', '?')}:{frame.get('name', '?')}"
-    return str(frame)
+        return f"{_scalar(frame.get('filename', '?'))}:{_scalar(frame.get('line', '?'))}:{_scalar(frame.get('name', '?'))}"
+    return _scalar(frame)
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,11 @@ class SiteTable:
             self._ids[key] = sid
         return sid
 
+    def knows(self, frames: Any) -> bool:
+        """Whether this very frames list was resolved already (then ``site_of`` costs O(1))."""
+        cached = self._by_list.get(id(frames))
+        return cached is not None and cached[0] is frames
+
     def site_of(self, frames: Any) -> int:
         """The site id of a snapshot ``frames`` list (innermost first)."""
         if not frames:
@@ -135,11 +148,11 @@ class SiteTable:
             fr = next((f for f in frames if isinstance(f, dict)), None)
         if fr is None:
             return self.UNKNOWN
-        file = str(fr.get("filename", "?"))
+        file = _scalar(fr.get("filename", "?"))
         line = fr.get("line")
         line = int(line) if isinstance(line, int) else None
         func = fr.get("name")
-        func = str(func) if func is not None else None
+        func = _scalar(func) if func is not None else None
         key = (file, line, func)
         sid = self._ids.get(key)
         if sid is None:

@@ -6,30 +6,26 @@ import os
 from typing import Any
 
 from gpuprof.errors import InputError
+from gpuprof.inputs import Opened, is_stdin, open_input
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
 from gpuprof.memory.model import MemoryData
 
-__all__ = ["sniff", "load_memory"]
+__all__ = ["sniff", "sniff_head", "load_memory"]
 
 
 def sniff(path: str | os.PathLike[str]) -> str:
-    """``"snapshot"`` or ``"trace"`` from the file's first bytes (not its name).
+    """``"snapshot"`` or ``"trace"`` from the file's first bytes (not its name)."""
+    opened = _open(path)
+    opened.close()
+    return sniff_head(opened.head)
+
+
+def sniff_head(head: bytes) -> str:
+    """``"snapshot"`` or ``"trace"`` from an input's first bytes.
 
     Pickles of protocol 2+ start with 0x80; traces are JSON (``{``/``[``) or
     gzip (0x1f 0x8b). Anything else is tried as an old-protocol pickle.
     """
-    p = os.fspath(path)
-    if not os.path.exists(p):
-        raise InputError(p, "no such file")
-    if os.path.isdir(p):
-        raise InputError(p, "is a directory (give one snapshot or trace file)")
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(64)
-    except OSError as err:
-        raise InputError.from_os_error(p, err, "read") from None
-    if not head:
-        raise InputError(p, "empty file")
     if head[:1] == b"\x80":
         return "snapshot"
     if head[:2] == b"\x1f\x8b":
@@ -39,13 +35,32 @@ def sniff(path: str | os.PathLike[str]) -> str:
     return "snapshot"
 
 
+def _open(path: str | os.PathLike[str]) -> Opened:
+    p = os.fspath(path)
+    if not is_stdin(p):
+        if not os.path.exists(p):
+            raise InputError(p, "no such file")
+        if os.path.isdir(p):
+            raise InputError(p, "is a directory (give one snapshot or trace file)")
+    opened = open_input(p, peek=64)
+    if not opened.head:
+        opened.close()
+        raise InputError(p, "empty file")
+    return opened
+
+
 def load_memory(path: str | os.PathLike[str], internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS) -> MemoryData:
-    """Load ``path`` (snapshot or trace) into :class:`MemoryData`."""
-    kind = sniff(path)
+    """Load ``path`` (snapshot or trace; ``-`` or a pipe is read once, as a stream) into :class:`MemoryData`."""
+    opened = _open(path)
+    kind = sniff_head(opened.head)
     if kind == "snapshot":
         from gpuprof.memory.snapshot import load_snapshot
 
-        return load_snapshot(path, internal_patterns)
-    from gpuprof.memory.tracemem import load_trace_memory
+        return load_snapshot(path, internal_patterns, opened=opened)
+    from gpuprof.memory.tracemem import memory_from_trace
+    from gpuprof.trace.load import load_trace
 
-    return load_trace_memory(os.fspath(path), internal_patterns)
+    if opened.regular:
+        opened.close()  # the trace loader opens the file itself (and may read it in two processes)
+        return memory_from_trace(load_trace(os.fspath(path)), internal_patterns)
+    return memory_from_trace(load_trace(os.fspath(path), opened=opened), internal_patterns)

@@ -29,8 +29,9 @@ import pickle
 from typing import Any
 
 from gpuprof.errors import InputError
+from gpuprof.inputs import Opened, open_input
 
-__all__ = ["UnsafePickleError", "safe_loads", "load_pickle_file", "PICKLE_MAGIC", "looks_like_pickle"]
+__all__ = ["UnsafePickleError", "safe_loads", "load_pickle_file", "PICKLE_MAGIC", "looks_like_pickle", "load_pickle_input"]
 
 # Protocol 2+ pickles start with the PROTO opcode (0x80) and the protocol number.
 PICKLE_MAGIC = b"\x80"
@@ -73,17 +74,29 @@ def looks_like_pickle(head: bytes) -> bool:
 
 def load_pickle_file(path: str | os.PathLike[str]) -> Any:
     """Read ``path`` and :func:`safe_loads` it; any failure is a one-line :class:`InputError`."""
+    return load_pickle_input(path)[0]
+
+
+def load_pickle_input(path: str | os.PathLike[str], opened: Opened | None = None) -> tuple[Any, int]:
+    """Read ``path`` (a file, a pipe, ``-`` for standard input; or the already ``opened`` input)
+    and :func:`safe_loads` it. Returns the object and the pickle's size in bytes; any failure
+    is a one-line :class:`InputError`."""
+    if opened is None:
+        opened = open_input(path, peek=0)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = opened.stream.read()
     except OSError as err:
         raise InputError.from_os_error(path, err, "read") from None
+    finally:
+        opened.close()
     try:
-        return safe_loads(data)
+        return safe_loads(data), len(data)
     except UnsafePickleError as err:
         raise InputError(path, str(err)) from None
-    except (pickle.UnpicklingError, EOFError, ValueError, IndexError, TypeError, KeyError) as err:
-        # Malformed pickles surface as any of these from the C unpickler.
-        raise InputError(path, f"corrupt or truncated pickle ({type(err).__name__}: {err})") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, IndexError, TypeError, KeyError, AttributeError,
+            OverflowError, RecursionError) as err:
+        # Malformed pickles surface as any of these from the C unpickler
+        # (AttributeError: BUILD on a dict; OverflowError: a huge count).
+        raise InputError(path, f"corrupt or truncated pickle ({type(err).__name__}: {str(err)[:200]})") from None
     except MemoryError:
         raise InputError(path, "pickle too large to load in memory") from None

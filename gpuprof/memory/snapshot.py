@@ -29,12 +29,14 @@ history. gpuprof may add a ``"gpuprof"`` key: ``{"devices": [{"id",
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 from typing import Any
 
 from gpuprof.atomic import atomic_path
 from gpuprof.errors import InputError
+from gpuprof.inputs import MAX_DEVICE_INDEX, SNAPSHOT_ITEMS_PER_BYTE, Opened
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, SiteTable
 from gpuprof.memory.model import (
     ACTION_NAMES,
@@ -45,7 +47,7 @@ from gpuprof.memory.model import (
     OomEvent,
     Segment,
 )
-from gpuprof.memory.safeload import load_pickle_file
+from gpuprof.memory.safeload import load_pickle_input
 
 __all__ = ["SNAPSHOT_PICKLE_PROTOCOL", "parse_snapshot", "load_snapshot", "dump_snapshot"]
 
@@ -60,19 +62,83 @@ def dump_snapshot(snapshot: Any, path: str | os.PathLike[str]) -> None:
         pickle.dump(snapshot, fh, protocol=SNAPSHOT_PICKLE_PROTOCOL)
 
 
-def load_snapshot(path: str | os.PathLike[str], internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS) -> MemoryData:
-    """Safely unpickle and parse the snapshot at ``path``."""
-    return parse_snapshot(load_pickle_file(path), os.fspath(path), internal_patterns)
+def load_snapshot(
+    path: str | os.PathLike[str], internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS, opened: Opened | None = None
+) -> MemoryData:
+    """Safely unpickle and parse the snapshot at ``path`` (``-``: standard input; or the ``opened`` input)."""
+    obj, nbytes = load_pickle_input(path, opened)
+    return parse_snapshot(obj, os.fspath(path), internal_patterns, max_items=_item_budget(nbytes))
+
+
+def _item_budget(nbytes: int) -> int:
+    """Items a snapshot of ``nbytes`` may describe (see ``SNAPSHOT_ITEMS_PER_BYTE``), with a floor for tiny files."""
+    return max(nbytes, 4096) * SNAPSHOT_ITEMS_PER_BYTE.value()
+
+
+_U64 = 1 << 64  # sizes, addresses and streams are 64-bit values in PyTorch
 
 
 def _int(v: Any, default: int = 0) -> int:
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v == v:
+        return v if -_U64 < v < _U64 else default
+    if isinstance(v, float) and math.isfinite(v):
         return int(v)
     return default
+
+
+def _uint(v: Any) -> int:
+    """A size or address: an int (or integral float) in [0, 2**64); None counts as 0; -1 for anything else."""
+    if type(v) is int:
+        return v if 0 <= v < _U64 else -1
+    if v is None:
+        return 0
+    if isinstance(v, float) and v == v and 0 <= v < _U64:
+        return int(v)
+    if isinstance(v, bool):
+        return int(v)
+    return -1
+
+
+def _time(v: Any) -> float | int | None:
+    """A history timestamp (µs): a finite number; None when it is not one."""
+    if type(v) is int:
+        return v if -_U64 < v < _U64 else None
+    if type(v) is float:
+        return v if math.isfinite(v) else None
+    return None
+
+
+def _kind(v: Any) -> str:
+    """What a bad value is, for a message, without printing it (it may be huge or deeply shared)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return "a negative number" if v < 0 else ("NaN" if v != v else "too large" if v >= _U64 else repr(v))
+    return f"a {type(v).__name__}"
+
+
+def _text(v: Any, default: str) -> str | None:
+    """A string field (block state, segment type): the string, ``default`` when missing, None when not a string."""
+    if v is None:
+        return default
+    return v if isinstance(v, str) else None
+
+
+class _Budget:
+    """Counts the items a snapshot describes against what its file size allows."""
+
+    def __init__(self, path: str, max_items: int | None) -> None:
+        self.path = path
+        self.max_items = max_items
+        self.left = max_items if max_items is not None else -1
+
+    def take(self, n: int) -> None:
+        if self.max_items is None:
+            return
+        self.left -= n
+        if self.left < 0:
+            raise InputError(self.path, "malformed snapshot: " + SNAPSHOT_ITEMS_PER_BYTE.exceeded(
+                f"it describes more than {self.max_items:,} items (lists shared many times over?)"))
 
 
 def _block_frames(b: dict[str, Any]) -> Any:
@@ -84,8 +150,17 @@ def _block_frames(b: dict[str, Any]) -> Any:
     return fr
 
 
-def parse_snapshot(obj: Any, path: str, internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS) -> MemoryData:
-    """Turn an unpickled snapshot into :class:`MemoryData` (raises :class:`InputError` if it is not one)."""
+def parse_snapshot(
+    obj: Any, path: str, internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS, max_items: int | None = None
+) -> MemoryData:
+    """Turn an unpickled snapshot into :class:`MemoryData` (raises :class:`InputError` if it is not one).
+
+    ``max_items``: how many segments, blocks, history entries and frames
+    lists the snapshot may describe (``load_snapshot`` allows
+    ``SNAPSHOT_ITEMS_PER_BYTE`` per byte of the file). A pickle can refer to
+    one list many times, so a few KB can describe billions of entries; the
+    count refuses that before the work, as it meets each list.
+    """
     if isinstance(obj, list):
         obj = {"segments": obj}
     if not isinstance(obj, dict):
@@ -94,41 +169,67 @@ def parse_snapshot(obj: Any, path: str, internal_patterns: Any = DEFAULT_INTERNA
     traces_raw = obj.get("device_traces")
     if not isinstance(segs_raw, list) or (traces_raw is not None and not isinstance(traces_raw, list)):
         raise InputError(path, "not a PyTorch memory snapshot (no 'segments' list)")
+    budget = _Budget(path, max_items)
     sites = SiteTable(internal_patterns)
     notes: list[str] = []
+    max_device = MAX_DEVICE_INDEX.value()
 
+    budget.take(len(segs_raw))
     n_dev = len(traces_raw) if traces_raw else 0
+    if n_dev > max_device + 1:
+        raise InputError(path, "malformed snapshot: " + MAX_DEVICE_INDEX.exceeded(f"device_traces lists {n_dev:,} devices"))
     for s in segs_raw:
         if isinstance(s, dict):
-            n_dev = max(n_dev, _int(s.get("device")) + 1)
+            d = s.get("device")
+            d = 0 if d is None else _int(d, -1)
+            if not 0 <= d <= max_device:
+                raise InputError(path, "malformed snapshot: " + MAX_DEVICE_INDEX.exceeded(
+                    f"a segment is on device {d if d != -1 else _kind(s.get('device'))}"))
+            n_dev = max(n_dev, d + 1)
     devices = [DeviceMemory(device=f"cuda:{i}", index=i, segments=[]) for i in range(n_dev)]
 
-    for s in segs_raw:
+    for j, s in enumerate(segs_raw):
         if not isinstance(s, dict):
             raise InputError(path, "malformed snapshot: a segment is not a dict")
         dev = devices[_int(s.get("device"))]
-        addr = _int(s.get("address"))
+        addr = _uint(s.get("address"))
+        total = _uint(s.get("total_size"))
+        seg_type = _text(s.get("segment_type"), "large")
+        if addr < 0 or total < 0 or seg_type is None:
+            field, v = ("address", s.get("address")) if addr < 0 else (
+                ("total_size", s.get("total_size")) if total < 0 else ("segment_type", s.get("segment_type")))
+            raise InputError(path, f"malformed snapshot: segments[{j}].{field} is {_kind(v)}")
         blocks: list[Block] = []
         cursor = addr
-        for b in s.get("blocks") or ():
+        blocks_raw = s.get("blocks") or ()
+        if not isinstance(blocks_raw, (list, tuple)):
+            raise InputError(path, f"malformed snapshot: segments[{j}].blocks is {_kind(blocks_raw)}, not a list")
+        budget.take(len(blocks_raw))
+        for k, b in enumerate(blocks_raw):
             if not isinstance(b, dict):
                 raise InputError(path, "malformed snapshot: a block is not a dict")
-            size = _int(b.get("size"))
-            baddr = _int(b.get("address"), cursor)
+            size = _uint(b.get("size"))
+            baddr = _uint(b.get("address", cursor))
+            state = _text(b.get("state"), "inactive")
+            if size < 0 or baddr < 0 or state is None:
+                field = "size" if size < 0 else "address" if baddr < 0 else "state"
+                raise InputError(path, f"malformed snapshot: segments[{j}].blocks[{k}].{field} is {_kind(b.get(field))}")
             req = b.get("requested_size")
             if req is None and isinstance(b.get("history"), list) and b["history"]:
                 req = b["history"][-1].get("real_size") if isinstance(b["history"][-1], dict) else None
-            blocks.append(
-                Block(baddr, size, _int(req, size), str(b.get("state", "inactive")), sites.site_of(_block_frames(b)))
-            )
+            r = _uint(req) if req is not None else size
+            frames = _block_frames(b)
+            if isinstance(frames, list) and not sites.knows(frames):
+                budget.take(1)
+            blocks.append(Block(baddr, size, r if r >= 0 else size, state, sites.site_of(frames)))
             cursor = baddr + size
         assert dev.segments is not None
         dev.segments.append(
             Segment(
                 address=addr,
-                total_size=_int(s.get("total_size")),
+                total_size=total,
                 stream=_int(s.get("stream")),
-                segment_type=str(s.get("segment_type", "large")),
+                segment_type=seg_type,
                 is_expandable=bool(s.get("is_expandable", False)),
                 blocks=blocks,
             )
@@ -139,6 +240,7 @@ def parse_snapshot(obj: Any, path: str, internal_patterns: Any = DEFAULT_INTERNA
     for i, entries in enumerate(traces_raw or ()):
         if not isinstance(entries, list):
             raise InputError(path, f"malformed snapshot: device_traces[{i}] is not a list")
+        budget.take(len(entries))
         dev = devices[i]
         t_ = dev.time
         a_ = dev.action
@@ -147,6 +249,7 @@ def parse_snapshot(obj: Any, path: str, internal_patterns: Any = DEFAULT_INTERNA
         si_ = dev.site
         st_ = dev.stream
         site_of = sites.site_of
+        knows = sites.knows
         actions = ACTION_NAMES
         for k, e in enumerate(entries):
             try:
@@ -161,23 +264,40 @@ def parse_snapshot(obj: Any, path: str, internal_patterns: Any = DEFAULT_INTERNA
                 tm = k
             else:
                 any_time = True
+                if type(tm) is not int or not -_U64 < tm < _U64:
+                    tm = _time(tm)
+                    if tm is None:
+                        raise InputError(path, f"malformed snapshot: device_traces[{i}][{k}].time_us is {_kind(e.get('time_us'))}")
             size = e.get("size", 0)
-            sid = site_of(e.get("frames"))
+            if type(size) is not int or not 0 <= size < _U64:
+                size = _uint(size)
+                if size < 0:
+                    raise InputError(path, f"malformed snapshot: device_traces[{i}][{k}].size is {_kind(e.get('size'))}")
+            frames = e.get("frames")
+            if frames and not knows(frames):
+                budget.take(1)
+            sid = site_of(frames)
+            stream = e.get("stream", 0)
+            if type(stream) is not int:
+                stream = _int(stream)
             if act == OOM:
                 free = e.get("device_free")
                 dev.ooms.append(
-                    OomEvent(len(a_), float(tm), _int(size), _int(free) if free is not None else None,
-                             _int(e.get("stream")), sid)
+                    OomEvent(len(a_), float(tm), size, _int(free) if free is not None else None, stream, sid)
                 )
                 addr = 0
             else:
                 addr = e.get("addr", 0)
+                if type(addr) is not int or not 0 <= addr < _U64:
+                    addr = _uint(addr)
+                    if addr < 0:
+                        raise InputError(path, f"malformed snapshot: device_traces[{i}][{k}].addr is {_kind(e.get('addr'))}")
             t_.append(tm)
             a_.append(act)
             ad_.append(addr)
             sz_.append(size)
             si_.append(sid)
-            st_.append(e.get("stream", 0))
+            st_.append(stream)
     for dev in devices:
         dev.has_time = not no_time
     if no_time and any_time:
@@ -192,11 +312,14 @@ def parse_snapshot(obj: Any, path: str, internal_patterns: Any = DEFAULT_INTERNA
 
     meta = obj.get("gpuprof")
     if isinstance(meta, dict):
-        for d in meta.get("devices") or ():
+        meta_devices = meta.get("devices") or ()
+        budget.take(len(meta_devices) if isinstance(meta_devices, (list, tuple)) else 0)
+        for d in meta_devices if isinstance(meta_devices, (list, tuple)) else ():
             if isinstance(d, dict):
                 idx = _int(d.get("id"), -1)
-                if 0 <= idx < len(devices) and d.get("total_memory"):
-                    devices[idx].total_memory = _int(d.get("total_memory"))
+                total = _uint(d.get("total_memory"))
+                if 0 <= idx < len(devices) and total > 0:
+                    devices[idx].total_memory = total
     settings = obj.get("allocator_settings")
     # Drop devices with neither state nor history (a multi-GPU box where only one GPU was used).
     devices = [d for d in devices if len(d) or d.segments]

@@ -24,11 +24,12 @@ import re
 import sys
 import zlib
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Union
+from typing import Any, Callable, Iterator, Union
 
 import msgspec
 
 from gpuprof.errors import InputError
+from gpuprof.inputs import GZIP_RATIO_FLOOR, MAX_EVENT_BYTES, MAX_GZIP_RATIO, STDIN, Opened, is_stdin, open_input
 from gpuprof.report import DeviceInfo
 from gpuprof.trace import raw as R
 from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, Trace
@@ -42,7 +43,6 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 BLOCK = 1024 * 1024  # bytes of JSON text per chunk: small enough that a chunk and its decoded events stay in the CPU caches (16 MiB chunks loaded 1.4x slower)
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024  # JSON text below which a helper process costs more than it saves
 WAIT_FOR_HELPER = False  # tests: wait until the helper is up, so that small inputs use it too
-_MAX_HEADER = 256 * 1024 * 1024  # give up looking for "traceEvents" after this much text
 _BOUNDARY_TRIES = 16
 
 Progress = Callable[[int, int], None]  # (bytes read so far, total bytes)
@@ -76,6 +76,8 @@ def find_traces(path: Union[str, os.PathLike[str]]) -> list[Path]:
     """The trace files named by ``path``: the file itself, or every
     ``*.json``/``*.json.gz`` under a directory (the ``tensorboard_trace_handler``
     layout ``<logdir>/<run>/<worker>[.<span>].pt.trace.json[.gz]``), sorted."""
+    if is_stdin(path):
+        return [Path(STDIN)]  # standard input: read as a stream (see gpuprof.inputs)
     p = Path(path)
     if not p.exists():
         raise InputError(p, "no such file or directory")
@@ -94,34 +96,57 @@ def find_traces(path: Union[str, os.PathLike[str]]) -> list[Path]:
 
 
 class _Source:
-    """Blocks of JSON text from a plain or gzip file, with byte progress."""
+    """Blocks of JSON text from a plain or gzip file or pipe, with byte progress.
 
-    def __init__(self, path: Path) -> None:
+    The input is read front to back, once, never seeked (see
+    :mod:`gpuprof.inputs`), so a pipe or standard input streams like a file.
+    Reading refuses a gzip stream that decompresses more than
+    ``MAX_GZIP_RATIO`` times the compressed bytes read so far (beyond
+    ``GZIP_RATIO_FLOOR`` of text): a few MB of gzip must not become GBs of
+    text to wade through.
+    """
+
+    def __init__(self, path: Path, opened: Opened | None = None) -> None:
         self.path = path
-        try:
-            self.raw: BinaryIO = open(path, "rb")
-        except OSError as err:
-            raise InputError.from_os_error(path, err) from None
-        self.size = os.fstat(self.raw.fileno()).st_size
-        magic = self.raw.read(2)
-        self.raw.seek(0)
-        self.gzipped = magic == b"\x1f\x8b"
-        self.estimated_text_bytes = self._estimate_text_bytes()
-        self.stream: BinaryIO = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzipped else self.raw
+        if opened is None:
+            opened = open_input(path, peek=2)
+        self.raw = opened.stream
+        self.regular = opened.regular
+        self.size = opened.size if opened.size is not None else 0
+        self.gzipped = opened.head[:2] == b"\x1f\x8b"
+        self.estimated_text_bytes = self._estimate_text_bytes(path)
+        self.stream: Any = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzipped else self.raw
         self.text_bytes = 0
+        self._max_ratio = MAX_GZIP_RATIO.value()
+        self._check_ratio_at = GZIP_RATIO_FLOOR if self.gzipped else -1
 
     def read(self, n: int) -> bytes:
         with self._errors():
             data = self.stream.read(n)
         self.text_bytes += len(data)
+        if 0 <= self._check_ratio_at <= self.text_bytes:
+            self._check_ratio()
         return data
 
     def read_into(self, view: memoryview) -> int:
         """Read into ``view`` (straight from the file or the decompressor); returns how many bytes."""
         with self._errors():
-            got = self.stream.readinto(view) or 0  # type: ignore[attr-defined]
+            got = self.stream.readinto(view) or 0
         self.text_bytes += got
+        if 0 <= self._check_ratio_at <= self.text_bytes:
+            self._check_ratio()
         return got
+
+    def _check_ratio(self) -> None:
+        # Checked once per ~1 MiB of text, not per read: cheap at any block size.
+        self._check_ratio_at = self.text_bytes + BLOCK
+        if self.text_bytes > self._max_ratio * max(self.raw.consumed, 1):
+            ratio = self.text_bytes // max(self.raw.consumed, 1)
+            raise InputError(
+                self.path,
+                "gzip bomb? " + MAX_GZIP_RATIO.exceeded(
+                    f"{self.raw.consumed:,} bytes of gzip decompress to over {self.text_bytes:,} bytes ({ratio}x)"),
+            )
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -134,34 +159,41 @@ class _Source:
         except OSError as err:
             raise InputError(self.path, f"read error: {err.strerror or err}") from None
 
-    def _estimate_text_bytes(self) -> int:
-        """Size of the JSON text: the file size, or for gzip the size its trailer records (mod 4 GiB)."""
+    def _estimate_text_bytes(self, path: Path) -> int:
+        """Size of the JSON text: the file size, or for gzip the size its trailer records (mod 4 GiB).
+
+        0 for a pipe (unknown: the loader then reads in one process). The
+        trailer is read through a second handle, so the stream is never seeked.
+        """
+        if not self.regular:
+            return 0
         if not self.gzipped or self.size < 4:
             return self.size
         try:
-            self.raw.seek(-4, os.SEEK_END)
-            isize = int.from_bytes(self.raw.read(4), "little")
-            self.raw.seek(0)
+            with open(path, "rb") as f:
+                f.seek(-4, os.SEEK_END)
+                isize = int.from_bytes(f.read(4), "little")
         except OSError:
             return self.size
         return max(isize, self.size)  # a multi-GB text wraps around: the file size is a floor
 
     @property
     def position(self) -> int:
-        try:
-            return self.raw.tell()
-        except (OSError, ValueError):
-            return 0
+        """Bytes of the input read so far (compressed bytes for gzip)."""
+        return self.raw.consumed
 
     def close(self) -> None:
-        self.stream.close()
+        if self.stream is not self.raw:
+            self.stream.close()
         self.raw.close()
 
 
 # --------------------------------------------------------------------------- loading
 
 
-def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = None, jobs: int | None = None) -> Trace:
+def load_trace(
+    path: Union[str, os.PathLike[str]], progress: Progress | None = None, jobs: int | None = None, opened: Opened | None = None
+) -> Trace:
     """Load one trace file into a :class:`Trace` (events sorted by time).
 
     ``jobs``: processes that decode the file (default: ``GPUPROF_JOBS`` or the
@@ -173,6 +205,12 @@ def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = N
     """
     p = Path(path)
     jobs = default_jobs() if jobs is None else jobs
+    if opened is not None:
+        return _load(p, progress, 1, opened)  # an input already being read (a pipe after sniffing)
+    if jobs > 1 and not _is_regular(p):
+        # A pipe can be read only once, and the parallel path may need to read
+        # the input again (Fallback): stream it in one process.
+        jobs = 1
     if jobs > 1:
         try:
             return _load(p, progress, jobs)
@@ -183,8 +221,8 @@ def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = N
     return _load(p, progress, 1)
 
 
-def _load(p: Path, progress: Progress | None, jobs: int) -> Trace:
-    src = _Source(p)
+def _load(p: Path, progress: Progress | None, jobs: int, opened: Opened | None = None) -> Trace:
+    src = _Source(p, opened)
     builder = _Builder(str(p))
     builder.trace.file_bytes = src.size
     try:
@@ -196,6 +234,15 @@ def _load(p: Path, progress: Progress | None, jobs: int) -> Trace:
     if trace.num_events == 0:
         raise InputError(p, "trace has no events (traceEvents is empty)")
     return trace
+
+
+def _is_regular(p: Path) -> bool:
+    if is_stdin(p):
+        return False
+    try:
+        return p.is_file()  # follows links: /dev/stdin redirected from a file is one
+    except OSError:
+        return False
 
 
 def default_jobs() -> int:
@@ -219,10 +266,11 @@ def _read_head(src: _Source) -> tuple[bytes, int | None, bool]:
     Returns the text read so far, the offset just after the ``[`` that opens
     the events (``"traceEvents": [`` of an object, or a top-level ``[``) and
     whether the file is a bare list of events. The offset is None for an
-    object with no ``traceEvents`` key in its first ``_MAX_HEADER`` bytes
-    (all of the text read so far is returned then). Raises
-    :class:`~gpuprof.errors.InputError` for an empty file or one that is not
-    JSON text. The annotator reads its input the same way.
+    object that ends with no ``traceEvents`` key (all of its text is
+    returned then). Raises :class:`~gpuprof.errors.InputError` for an empty
+    file, one that is not JSON text, and one with more than
+    ``MAX_EVENT_BYTES`` of text before its events (the header is held
+    whole, like one event). The annotator reads its input the same way.
     """
     buf = src.read(BLOCK)
     if not buf.strip():
@@ -234,13 +282,21 @@ def _read_head(src: _Source) -> tuple[bytes, int | None, bool]:
     if first != b"{":
         raise InputError(src.path, f"not a PyTorch profiler trace (JSON text expected, found {_show(buf[start:start + 12])})")
     m = _MARKER.search(buf)
-    while m is None and len(buf) < _MAX_HEADER:
-        more = src.read(BLOCK)
+    if m is not None:
+        return buf, m.end(), False
+    limit = MAX_EVENT_BYTES.value()
+    text = bytearray(buf)
+    while m is None:
+        if len(text) > limit:
+            raise InputError(src.path, MAX_EVENT_BYTES.exceeded(f'no "traceEvents" array in the first {len(text):,} bytes'))
+        more = src.read(max(BLOCK, len(text)))  # doubling: finding the marker costs O(header), not O(header^2)
         if not more:
-            break
-        buf += more
-        m = _MARKER.search(buf)
-    return buf, (m.end() if m is not None else None), False
+            return bytes(text), None, False
+        # search only the new text (and a marker's length before it)
+        from_ = max(0, len(text) - 256)
+        text += more
+        m = _MARKER.search(text, from_)
+    return bytes(text), m.end(), False
 
 
 def _read_all(src: _Source, builder: "_Builder", progress: Progress | None, jobs: int = 1) -> None:
@@ -251,6 +307,7 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None, jobs
         _decode_whole(src.path, buf, builder, list_format=False)
         return
 
+    max_event = MAX_EVENT_BYTES.value()
     head = buf[:events_at]  # "{...,"traceEvents": [" or "["
     text = _Text(buf, events_at)
     first_chunk = True
@@ -268,6 +325,8 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None, jobs
                     continue
                 eof = True
             if eof:
+                if text.pending > max_event:
+                    raise InputError(src.path, _too_big(text.pending))
                 rest = text.rest()
                 if helper is not None:
                     _finish_with_helper(src.path, rest, builder, helper, list_format, text.offset + text.pos)
@@ -279,8 +338,13 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None, jobs
             else:
                 cut = _decode_prefix(src.path, text, builder, list_format)
             if cut is None:
-                # no boundary accepted in this much text: read on and try with more
-                if text.read_more(src, BLOCK):
+                # No boundary accepted in this much text: one event (or the text
+                # after the events) is this big. Read as much again, so finding
+                # its end costs O(its size) rather than O(size^2 / BLOCK), up to
+                # the limit on one event.
+                if text.pending > max_event:
+                    raise InputError(src.path, _too_big(text.pending))
+                if text.read_more(src, max(BLOCK, min(text.pending, max_event + 1 - text.pending))):
                     continue
                 eof = True
                 continue
@@ -293,6 +357,13 @@ def _read_all(src: _Source, builder: "_Builder", progress: Progress | None, jobs
             helper.close()
     if progress is not None:
         progress(src.size, src.size)
+
+
+def _too_big(pending: int) -> str:
+    return MAX_EVENT_BYTES.exceeded(f"an event (or the text after the events) of more than {pending:,} bytes")
+
+
+_TOO_DEEP = "JSON nested too deeply (a trace event is a few levels deep; this text nests thousands)"
 
 
 class _Text:
@@ -385,7 +456,7 @@ def _dispatch_chunk(text: _Text, builder: "_Builder", helper: "Helper", total: i
     else:
         try:
             events = _decode_range(buf, lo, end)
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             raise Fallback from None
         helper.add_local(builder, events)  # type: ignore[arg-type]
     helper.collect(builder)
@@ -443,6 +514,8 @@ def _decode_prefix(path: Path, text: _Text, builder: "_Builder", list_format: bo
             continue  # a cut inside a string or nested object: try an earlier one
         except UnicodeDecodeError as err:  # bytes of a string are never changed by a cut
             raise InputError(path, _explain_unicode(err)) from None
+        except RecursionError:  # a prefix nests as deep as the whole file
+            raise InputError(path, _TOO_DEEP) from None
         builder.ingest(events)  # type: ignore[arg-type]
         return nxt
     return None
@@ -511,6 +584,8 @@ def _decode_whole(
         raise InputError(path, _explain_decode(err, byte_offset)) from None
     except UnicodeDecodeError as err:
         raise InputError(path, _explain_unicode(err)) from None
+    except RecursionError:
+        raise InputError(path, _TOO_DEEP) from None
     if top.traceEvents is None:
         raise InputError(path, 'not a PyTorch profiler trace (no "traceEvents" array)')
     builder.metadata(top)
@@ -554,7 +629,7 @@ def _explain_validation(path: Path, text: bytes, err: Exception, list_format: bo
     if msg.startswith("Expected `object`") and "`$`" in msg:
         try:
             kind = type(_ANY_DECODER.decode(text)).__name__
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             kind = "value"
         return f"not a PyTorch profiler trace (top-level JSON {kind}, expected an object or list)"
 
@@ -654,6 +729,8 @@ class _Builder:
             top = _TRACE_DECODER.decode(text + b"}")
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as err:
             raise InputError(path, f"malformed trace header ({err})") from None
+        except RecursionError:
+            raise InputError(path, _TOO_DEEP) from None
         self.metadata(top)
 
     def metadata(self, top: R.RawTrace) -> None:

@@ -23,23 +23,31 @@ Chunks and results travel as files in a private temporary directory (in
 ``/dev/shm`` where it exists, so in memory); the pipes carry one short line
 per file. Pushing megabytes through a 64 KiB pipe would make each side wait
 on the other's GIL hundreds of times per chunk.
+
+The directory is named ``gpuprof-load-<pid>-*`` and holds ``owner.lock``,
+which the loader keeps ``flock``-ed while it runs. It is removed when the
+load ends, and on SIGTERM/SIGINT during the load; after a SIGKILL (or the OOM
+killer) the next load removes it: a lock that can be taken proves the owner
+is gone, even if its pid was reused.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["Fallback", "Helper"]
+__all__ = ["Fallback", "Helper", "remove_stale"]
 
 MAX_AHEAD = 64  # chunks decoded or queued but not yet appended (their events are kept anyway; this only caps a stalled helper)
 MAX_IN_HELPER = 4  # chunks handed to the helper and not yet back
@@ -51,18 +59,118 @@ class Fallback(Exception):
     """The parallel fast path cannot go on: load the file again in one process."""
 
 
-def _scratch_dir() -> str:
+_PREFIX = "gpuprof-load-"
+_LOCK = "owner.lock"
+
+
+def _scratch_base() -> str | None:
     shm = "/dev/shm"
-    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-    return tempfile.mkdtemp(prefix="gpuprof-load-", dir=base)
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def _scratch_dir() -> tuple[str, int]:
+    """A new scratch directory and the fd of the lock its owner (this process) holds in it.
+
+    The name carries the pid (for people); the lock is the proof: a later
+    run that can take it knows the owner is gone, whatever reused its pid.
+    """
+    base = _scratch_base()
+    remove_stale(base)
+    path = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=base)
+    try:
+        fd = os.open(os.path.join(path, _LOCK), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    return path, fd
+
+
+def remove_stale(base: str | None = None) -> list[str]:
+    """Remove scratch directories left by loads that were killed (SIGKILL, the OOM killer).
+
+    A directory whose lock can be taken has no living owner. Returns the
+    directories removed.
+    """
+    base = base if base is not None else (_scratch_base() or tempfile.gettempdir())
+    removed: list[str] = []
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            fd = os.open(os.path.join(path, _LOCK), os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # being created right now, or not ours: leave it
+        except OSError:
+            continue  # another user's, or unreadable: not ours to judge
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # its owner is alive
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
+
+
+class _CleanOnSignal:
+    """While a load runs: on SIGTERM/SIGINT remove the scratch, then let the signal do what it did before.
+
+    Installed only in the main thread (Python runs handlers there), and the
+    previous handlers come back on exit. The signal is re-delivered with the
+    previous handler in place, so the exit status is the usual one.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, cleanup: Callable[[], None]) -> None:
+        self._cleanup = cleanup
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_CleanOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                try:
+                    self._previous[sig] = signal.signal(sig, self._handle)
+                except (ValueError, OSError):
+                    pass  # not settable here (an embedded interpreter): the stale sweep covers it
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for sig, prev in self._previous.items():
+            signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def _handle(self, sig: int, frame: Any) -> None:
+        self._cleanup()
+        prev = self._previous.get(sig)
+        self._restore()
+        if callable(prev):
+            prev(sig, frame)  # e.g. Python's SIGINT handler: KeyboardInterrupt, as without us
+        elif prev == signal.SIG_IGN:
+            return
+        else:
+            os.kill(os.getpid(), sig)  # default action: die of the signal, as without us
 
 
 class Helper:
     """The loader's side of one helper process."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], scratch: str) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], scratch: str, lock_fd: int) -> None:
         self.proc = proc
         self.scratch = scratch
+        self._lock_fd = lock_fd
+        self._signals = _CleanOnSignal(self._remove_scratch)
+        self._signals.__enter__()
         self._fd = proc.stdout.fileno()  # type: ignore[union-attr]
         self._lines: deque[str] = deque()
         self._partial = b""
@@ -90,7 +198,7 @@ class Helper:
             "from gpuprof.trace.loadhelper import run; run()\n"
         )
         try:
-            scratch = _scratch_dir()
+            scratch, lock_fd = _scratch_dir()
         except OSError:
             return None
         try:
@@ -102,8 +210,9 @@ class Helper:
             )
         except OSError:
             shutil.rmtree(scratch, ignore_errors=True)
+            os.close(lock_fd)
             return None
-        helper = cls(proc, scratch)
+        helper = cls(proc, scratch, lock_fd)
         if wait:
             try:
                 helper._poll(_WAIT_S)
@@ -213,10 +322,18 @@ class Helper:
             pass  # it is gone already; _reap below collects its exit status
         if self.proc.stdout is not None:
             self.proc.stdout.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        self._signals.__exit__()
+        self._remove_scratch()
         # The helper exits on end of input; freeing its memory takes it tens of
         # milliseconds, so reap it in the background rather than wait here.
         threading.Thread(target=_reap, args=(self.proc,), name="gpuprof-load-reap", daemon=True).start()
+
+
+    def _remove_scratch(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:

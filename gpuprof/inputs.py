@@ -1,0 +1,162 @@
+"""Open an input file that may be a pipe, and the limits on what reading one may cost.
+
+``gpuprof analyze`` and ``gpuprof memory`` read their input front to back,
+once. A regular file can be sized and sniffed by seeking; a pipe (``-`` for
+standard input, ``/dev/stdin``, a FIFO, ``<(zcat trace.json.gz)``) cannot,
+so :func:`open_input` reads its first bytes and hands them back before the
+rest (:class:`Prefixed`), and nothing downstream seeks.
+
+The limits (documented in the README, "Limits") keep a small hostile file
+from costing memory or time out of proportion to what it describes. Each can
+be raised with an environment variable; :func:`limit` reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from gpuprof.errors import InputError
+
+__all__ = ["STDIN", "Limit", "MAX_EVENT_BYTES", "MAX_GZIP_RATIO", "GZIP_RATIO_FLOOR", "MAX_DEVICE_INDEX",
+           "SNAPSHOT_ITEMS_PER_BYTE", "Opened", "Prefixed", "open_input", "is_stdin"]
+
+STDIN = "-"  # the name that means standard input
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A documented limit: its default and the environment variable that overrides it."""
+
+    env: str
+    default: int
+    what: str  # for messages: "the largest single event"
+
+    def value(self) -> int:
+        """The limit in force: the environment variable when set to a size or number, else the default."""
+        text = os.environ.get(self.env, "").strip()
+        if not text:
+            return self.default
+        from gpuprof.units import parse_bytes
+
+        try:
+            v = parse_bytes(text)
+        except ValueError:
+            return self.default  # a typo must not lift the limit, nor stop the run
+        return v if v > 0 else self.default
+
+    def exceeded(self, got: str) -> str:
+        """The end of a one-line error: what was found and how to raise the limit."""
+        return f"{got}, beyond {self.what} gpuprof accepts ({self.value():,}; set {self.env} to raise it)"
+
+
+# A real event is at most tens of KB (a long call stack); 64 MiB leaves room for any
+# real one and bounds the text held undecoded (and the cost of finding its end).
+MAX_EVENT_BYTES = Limit("GPUPROF_MAX_EVENT_BYTES", 64 * 1024 * 1024, "the largest single event (bytes of JSON)")
+# Real profiler traces gzip 10-30x; deflate's own maximum is about 1030x (long runs of one byte).
+MAX_GZIP_RATIO = Limit("GPUPROF_MAX_GZIP_RATIO", 200, "the largest decompression ratio")
+GZIP_RATIO_FLOOR = 64 * 1024 * 1024  # JSON text below which the ratio is not checked (tiny files compress oddly)
+# Real machines have at most tens of GPUs; device indices size per-device tables.
+MAX_DEVICE_INDEX = Limit("GPUPROF_MAX_DEVICE_INDEX", 1023, "the largest device index")
+# Items (segments, blocks, history entries, frames lists) a snapshot may describe per byte of
+# its pickle: a tree of dicts needs at least 2 bytes per item, so only shared references
+# (one list reached many times) can exceed it.
+SNAPSHOT_ITEMS_PER_BYTE = Limit("GPUPROF_MAX_SNAPSHOT_ITEMS_PER_BYTE", 1, "the items a snapshot may describe per byte of the file")
+
+
+def is_stdin(path: str | os.PathLike[str]) -> bool:
+    return os.fspath(path) == STDIN
+
+
+class Prefixed:
+    """A binary reader that returns ``prefix`` first, then the rest of ``raw``; counts bytes returned."""
+
+    def __init__(self, prefix: bytes, raw: BinaryIO) -> None:
+        self._prefix = memoryview(prefix)
+        self._raw = raw
+        self.consumed = 0  # bytes handed out so far (compressed bytes, for a gzip reader)
+
+    def read(self, n: int = -1) -> bytes:
+        if self._prefix:
+            if n is None or n < 0:
+                data = bytes(self._prefix) + self._raw.read()
+                self._prefix = memoryview(b"")
+            else:
+                data = bytes(self._prefix[:n])
+                self._prefix = self._prefix[n:]
+                if len(data) < n:  # a read is short only at end of input, as for a file
+                    data += self._raw.read(n - len(data))
+        else:
+            data = self._raw.read(n)
+        self.consumed += len(data)
+        return data
+
+    def readinto(self, view: memoryview | bytearray) -> int:
+        if self._prefix:
+            n = min(len(view), len(self._prefix))
+            view[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+        else:
+            n = self._raw.readinto(view) or 0  # type: ignore[attr-defined]
+        self.consumed += n
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+@dataclass
+class Opened:
+    """An input opened for one front-to-back read.
+
+    ``head``: its first bytes (at most ``peek``; fewer only at end of input),
+    which ``stream`` returns again first. ``size``: the file's size, or None
+    for a pipe or device (unknown until read).
+    """
+
+    name: str
+    stream: Prefixed
+    head: bytes
+    size: int | None
+
+    @property
+    def regular(self) -> bool:
+        return self.size is not None
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def open_input(path: str | os.PathLike[str], peek: int = 64) -> Opened:
+    """Open ``path`` (``-``: standard input) and read its first ``peek`` bytes; errors are :class:`InputError`."""
+    name = os.fspath(path)
+    try:
+        if is_stdin(name):
+            if sys.stdin is None:
+                raise InputError(name, "standard input is closed")
+            raw: BinaryIO = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+        else:
+            raw = open(name, "rb")
+    except OSError as err:
+        raise InputError.from_os_error(name, err) from None
+    try:
+        st = os.fstat(raw.fileno())
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(name, "is a directory")
+        size = st.st_size if stat.S_ISREG(st.st_mode) else None
+        head = b""
+        while len(head) < peek:  # a pipe may hand out fewer bytes per read
+            more = raw.read(peek - len(head))
+            if not more:
+                break
+            head += more
+    except OSError as err:
+        raw.close()
+        raise InputError.from_os_error(name, err, "read") from None
+    except InputError:
+        raw.close()
+        raise
+    return Opened(name, Prefixed(head, raw), head, size)

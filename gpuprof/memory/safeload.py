@@ -23,10 +23,12 @@ import, turned into a one-line :class:`~gpuprof.errors.InputError` by
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 from gpuprof.errors import InputError
 from gpuprof.inputs import Opened, open_input
@@ -35,6 +37,11 @@ __all__ = ["UnsafePickleError", "safe_loads", "load_pickle_file", "PICKLE_MAGIC"
 
 # Protocol 2+ pickles start with the PROTO opcode (0x80) and the protocol number.
 PICKLE_MAGIC = b"\x80"
+
+# Address space allowed for unpickling, beyond what the process already maps: a
+# snapshot's Python objects take 10-30x its pickle; 64x leaves room, 2 GiB at least.
+_BUDGET_PER_BYTE = 64
+_MIN_BUDGET = 2 << 30
 
 
 class UnsafePickleError(pickle.UnpicklingError):
@@ -67,6 +74,46 @@ def safe_loads(data: bytes) -> Any:
     return _PlainUnpickler(io.BytesIO(data)).load()
 
 
+@contextlib.contextmanager
+def _address_space_budget(nbytes: int) -> Iterator[None]:
+    """Cap the process's address space while an untrusted pickle is unpickled.
+
+    The C unpickler sizes its memo table by the largest memo index it is given
+    (``LONG_BINPUT`` takes 4 bytes): a 10-byte pickle can make it allocate and
+    zero gigabytes before any check of ours runs. Under this cap such an
+    allocation fails with ``MemoryError`` (one line, exit 2) instead. The cap is
+    the current size plus a budget in proportion to the pickle. ``setrlimit``
+    is process-wide, so it is applied only where gpuprof owns the process's
+    only thread (the ``gpuprof memory`` command), never inside a training job.
+    """
+    try:
+        import resource
+    except ImportError:  # not on Linux/Unix: no cap
+        yield
+        return
+    if threading.active_count() != 1:
+        yield
+        return
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        with open("/proc/self/statm", "rb") as fh:
+            vm = int(fh.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        yield
+        return
+    cap = vm + max(_MIN_BUDGET, _BUDGET_PER_BYTE * nbytes)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        yield  # an existing, tighter cap stays
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def looks_like_pickle(head: bytes) -> bool:
     """True when ``head`` (the first bytes of a file) starts like a protocol-2+ pickle."""
     return len(head) >= 2 and head[:1] == PICKLE_MAGIC and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL
@@ -90,7 +137,8 @@ def load_pickle_input(path: str | os.PathLike[str], opened: Opened | None = None
     finally:
         opened.close()
     try:
-        return safe_loads(data), len(data)
+        with _address_space_budget(len(data)):
+            return safe_loads(data), len(data)
     except UnsafePickleError as err:
         raise InputError(path, str(err)) from None
     except (pickle.UnpicklingError, EOFError, ValueError, IndexError, TypeError, KeyError, AttributeError,
@@ -99,4 +147,6 @@ def load_pickle_input(path: str | os.PathLike[str], opened: Opened | None = None
         # (AttributeError: BUILD on a dict; OverflowError: a huge count).
         raise InputError(path, f"corrupt or truncated pickle ({type(err).__name__}: {str(err)[:200]})") from None
     except MemoryError:
-        raise InputError(path, "pickle too large to load in memory") from None
+        raise InputError(
+            path, f"the pickle asks for more memory than a {len(data):,}-byte snapshot can describe (or than is free)"
+        ) from None

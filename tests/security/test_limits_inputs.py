@@ -312,3 +312,27 @@ def test_real_traces_are_within_the_default_limits() -> None:
         text = zlib.decompress(raw, 31)
         assert len(text) < MAX_GZIP_RATIO.default * len(raw) / 4, f  # a wide margin
         assert len(text) < MAX_EVENT_BYTES.default or b"}," in text, f
+
+
+def test_huge_memo_index_is_refused_before_it_is_allocated(tmp_path: Path) -> None:
+    # PROTO 2, EMPTY_DICT, LONG_BINPUT 0x0ffffff0, STOP: 9 bytes that make the C unpickler
+    # size its memo table for 268 million entries (2-4 GB zeroed) before anything of ours runs.
+    # The child may map 8 GB, so only gpuprof's own budget stops it.
+    p = tmp_path / "memo.pickle"
+    p.write_bytes(b"\x80\x02}r" + (0x0FFFFFF0).to_bytes(4, "little") + b".")
+    code = (
+        "import resource, sys\n"
+        "from gpuprof.cli import main\n"
+        "try:\n    main(['memory', sys.argv[1]])\n"
+        "except SystemExit as e:\n    rc = e.code\n"
+        "print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'rc', rc)\n"
+    )
+    e = {**os.environ, "PYTHONPATH": str(REPO)}
+    big = 8 << 30
+    r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, env=e, timeout=60,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (big, big)))
+    out, err = r.stdout.decode(), r.stderr.decode()
+    line = out.strip().splitlines()[-1].split()
+    assert line[0] == "maxrss_kb" and line[3] == "2", (out, err)
+    assert int(line[1]) < 1024 * 1024, out  # far below the 2 GB the memo table would take
+    assert_refused(p, 2, err, "asks for more memory")

@@ -6,9 +6,11 @@ import atexit
 import functools
 import os
 import threading
+import warnings
 from typing import Any, Callable, Sequence, TypeVar, overload
 
 from gpuprof.capture.config import DEFAULT_LOGDIR, CaptureConfig, CheckOptions, Schedule
+from gpuprof.capture.guard import GpuprofWarning, safe_text, user_stacklevel
 from gpuprof.capture.session import Profiler
 from gpuprof.report import Report
 
@@ -70,7 +72,13 @@ class StepProfiler:
     Every call is one step: the call runs, then the schedule advances. The
     capture starts at the first call and finishes at interpreter exit, at
     :meth:`finish`, or when a call raises (the trace so far is written, the
-    exception propagates; later calls run unprofiled).
+    exception propagates, the same object; later calls run unprofiled).
+
+    One thread drives the capture: the one that made the first call. Calls
+    from other threads, and calls the function makes to itself (recursion),
+    run the function unprofiled; the other-thread case is said once. The
+    torch profiler is per process and must be stepped and stopped on the
+    thread that started it, so concurrent steps would corrupt it.
     """
 
     def __init__(self, fn: Callable[..., Any], make: Callable[[], Profiler]) -> None:
@@ -79,7 +87,10 @@ class StepProfiler:
         self._make = make
         self._lock = threading.Lock()
         self.profiler: Profiler | None = None
+        self.report: Report | None = None
         self._done = False
+        self._driver: int | None = None  # thread ident of the first caller
+        self._depth = 0  # the driver's calls in progress (only the driver thread changes it)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # used as a method decorator: bind like a function
@@ -93,28 +104,49 @@ class StepProfiler:
             if self._done:
                 return self._fn(*args, **kwargs)
             prof = self._start(args, kwargs)
-        elif len(prof._signatures) < prof.config.options.stable_shape_batches:
+            if prof is None:  # gpuprof could not start: the call runs all the same
+                return self._fn(*args, **kwargs)
+        if threading.get_ident() != self._driver:
+            prof._from_other_thread(f"{_name(self._fn)}()")
+            return self._fn(*args, **kwargs)
+        if self._depth:  # the step calling itself: one step, not several
+            return self._fn(*args, **kwargs)
+        if len(prof._signatures) < prof.config.options.stable_shape_batches:
             prof.note_signature(_args_signature(args, kwargs))
+        self._depth += 1
         try:
             out = self._fn(*args, **kwargs)
         except BaseException as exc:
-            replacement = prof.handle_error(exc)
-            self.finish()
+            replacement = None
+            try:
+                replacement = prof.handle_error(exc)  # never raises an Exception
+            finally:
+                self._depth -= 1
+                self.finish()  # the profiler is stopped whatever handle_error did
             if replacement is not None:
                 raise replacement from exc
-            raise
+            raise  # the user's exception, the same object
+        self._depth -= 1
         prof.step()
         return out
 
-    def _start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Profiler:
+    def _start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Profiler | None:
         with self._lock:
-            if self.profiler is not None:
-                return self.profiler
-            prof = self._make()
-            import torch.nn
+            if self.profiler is not None or self._done:
+                return self.profiler  # another thread started it (or it finished meanwhile)
+            try:
+                prof = self._make()
+                import torch.nn
 
-            prof.watch(*[a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.nn.Module)])
-            prof.start()
+                prof.watch(*[a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.nn.Module)])
+            except Exception as err:  # noqa: BLE001 - reported; training goes on unprofiled
+                self._done = True
+                warnings.warn(f"gpuprof: capture setup failed ({type(err).__name__}: {safe_text(err)}); "
+                              "gpuprof records nothing in this run. Training continues.", GpuprofWarning,
+                              stacklevel=user_stacklevel())
+                return None
+            self._driver = threading.get_ident()
+            prof.start()  # records nothing, with one warning, when another profiler runs
             prof.note_signature(_args_signature(args, kwargs))
             self.profiler = prof
             atexit.register(self.finish)
@@ -122,17 +154,21 @@ class StepProfiler:
 
     def finish(self) -> Report | None:
         """End the capture now (also runs at exit); returns the report."""
-        prof = self.profiler
+        with self._lock:
+            prof, self.profiler = self.profiler, None
+            self._done = True
         if prof is None:
-            return None
-        self.profiler = None
-        self._done = True
+            return self.report
         try:
             atexit.unregister(self.finish)
         finally:
-            report = prof.stop()
-        self.report = report
-        return report
+            self.report = prof.stop()
+        return self.report
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else "the step function"
 
 
 def _args_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

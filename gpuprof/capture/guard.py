@@ -7,14 +7,19 @@ through :meth:`Guard.run`. An ``Exception`` raised there is turned into one
 is then switched off so the warning is not repeated every step. Nothing is
 silently swallowed: the warning always says what failed.
 ``KeyboardInterrupt``/``SystemExit`` are not ``Exception`` and pass through.
+
+Exceptions come from user code, so their ``__str__`` is user code too: it is
+only ever called through :func:`safe_text`, which cannot raise.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import Any, Callable, TypeVar
 
-__all__ = ["GpuprofWarning", "Guard"]
+__all__ = ["GpuprofWarning", "Guard", "safe_text", "user_stacklevel"]
 
 T = TypeVar("T")
 
@@ -23,12 +28,55 @@ class GpuprofWarning(RuntimeWarning):
     """A part of gpuprof failed or is unavailable; training goes on without it."""
 
 
+def safe_text(obj: object, limit: int = 300) -> str:
+    """``str(obj)`` on one line, at most ``limit`` characters; never raises.
+
+    A user's exception may have a ``__str__`` that raises (or returns a non-str);
+    calling it unguarded on gpuprof's error path would replace the user's
+    exception with that error and leave the profiler running.
+    """
+    try:
+        text = str(obj)  # str() itself raises TypeError when __str__ returns a non-str
+    except Exception as err:  # noqa: BLE001 - the text is diagnostic only; say that it failed
+        text = f"<{_type_name(obj)}: str() failed with {_type_name(err)}>"
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
+def _type_name(obj: object) -> str:
+    try:
+        # type.__name__ read through type itself, so a metaclass property cannot run
+        name = type.__dict__["__name__"].__get__(type(obj))
+    except Exception:  # noqa: BLE001 - a class without a readable name still gets a label
+        name = "object"
+    return name if isinstance(name, str) else "object"
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the user's line, past gpuprof's capture frames.
+
+    Counted for a ``warnings.warn`` called by the function that calls this one.
+    """
+    level = 1
+    frame = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
+    while frame is not None:
+        name = frame.f_code.co_filename.replace(os.sep, "/")
+        if "/gpuprof/capture/" not in name and "contextlib" not in name:
+            return level
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return 1
+
+
 class Guard:
     """Runs gpuprof's parts, turning their failures into one warning each."""
 
     def __init__(self) -> None:
         self.failed: dict[str, str] = {}  # part -> one-line reason
         self.notes: list[str] = []
+        self.said: set[str] = set()  # keys of warn_once messages already given
 
     def ok(self, part: str) -> bool:
         return part not in self.failed
@@ -47,16 +95,27 @@ class Guard:
         """Record a failure of ``part`` and warn once."""
         if part in self.failed:
             return
-        reason = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
-        reason = " ".join(str(reason).split())
-        if len(reason) > 300:
-            reason = reason[:297] + "..."
+        reason = safe_text(err if isinstance(err, str) else f"{_type_name(err)}: {safe_text(err, 10_000)}")
         self.failed[part] = reason
         warnings.warn(
             f"gpuprof: {part} failed ({reason}); {consequence}. Training continues.",
             GpuprofWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
+
+    def disable(self, part: str, reason: str, message: str) -> None:
+        """Switch ``part`` off for a reason that is no failure (e.g. another profiler runs); warn ``message`` once."""
+        if part in self.failed:
+            return
+        self.failed[part] = safe_text(reason)
+        warnings.warn(message, GpuprofWarning, stacklevel=user_stacklevel())
+
+    def warn_once(self, key: str, message: str) -> None:
+        """Warn ``message`` (a full sentence) the first time ``key`` is seen, never again."""
+        if key in self.said:
+            return
+        self.said.add(key)
+        warnings.warn(message, GpuprofWarning, stacklevel=user_stacklevel())
 
     def note(self, text: str) -> None:
         """A one-line note (a feature unavailable here), kept for the report."""

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, Iterable, Iterator
 
 from gpuprof.capture.codes import runtime_check
+from gpuprof.capture.guard import safe_text
 from gpuprof.findings import Evidence, Finding, SourceLocation
 
 __all__ = [
@@ -250,7 +251,7 @@ def module_findings(roots: list[Any]) -> list[Finding]:
 def is_device_error(err: BaseException) -> bool:
     if not isinstance(err, RuntimeError) or isinstance(err, DeviceMismatchError):
         return False
-    text = str(err)
+    text = safe_text(err, 10_000)  # the user's error: its __str__ may raise
     return any(p in text for p in _DEVICE_ERROR_PATTERNS)
 
 

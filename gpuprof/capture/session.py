@@ -8,16 +8,29 @@ microsecond. When the schedule moves to warm-up or recording, a
 
 Everything gpuprof does inside the loop goes through a :class:`Guard`: a
 failure is one warning and the loop goes on. The user's exceptions pass
-through unchanged (the trace recorded so far is written first), except
-PyTorch's device-mismatch error, re-raised as a
-:class:`~gpuprof.capture.placement.DeviceMismatchError` that names the
-module, tensor, shape and device, with the original chained.
+through as the very same object (the trace recorded so far is written first;
+their ``__str__`` is never called unguarded), except PyTorch's device-mismatch
+error, re-raised as a :class:`~gpuprof.capture.placement.DeviceMismatchError`
+that names the module, tensor, shape and device, with the original chained
+(when building it fails, the original passes through).
+
+A capture must never crash or alter the training (issue 8), so:
+
+* it claims the process first (:mod:`gpuprof.capture.active`): while another
+  gpuprof capture or someone else's profiler runs, it records nothing and says
+  so in one warning;
+* it has one driver, the thread that started it: ``step()`` from another
+  thread does nothing (said once), because the torch profiler must be stepped
+  and stopped on the thread that started it;
+* the torch profiler is always stopped: on any failure of gpuprof's own code,
+  in :meth:`Profiler.stop` whatever else fails, and at interpreter exit.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from time import perf_counter
@@ -25,9 +38,10 @@ from types import TracebackType
 from typing import Any, Callable
 
 from gpuprof.atomic import atomic_path
+from gpuprof.capture import active
 from gpuprof.capture import dataloader as dlmod
 from gpuprof.capture.config import CaptureConfig, Schedule
-from gpuprof.capture.guard import Guard
+from gpuprof.capture.guard import Guard, safe_text
 from gpuprof.capture.memory import HistoryRecorder, MemorySampler, OOMObserver, growth_finding, oom_finding
 from gpuprof.capture.paths import RankInfo, RunPaths, rank_info
 from gpuprof.capture.placement import PlacementMonitor, enrich_device_error, is_device_error
@@ -77,6 +91,9 @@ class Profiler:
         self.step_num = 0  # index of the current step (steps completed so far)
         self.started = False
         self.finished = False
+        self.inactive: str | None = None  # why this capture records nothing (another profiler runs)
+        self.inherited = False  # this is a fork child's copy: the parent's files and profiler are not ours
+        self._driver: int | None = None  # the thread that started the capture; only it steps
         self.cuda = False
         self.location: SourceLocation | None = None  # the user's loop (for findings without a better place)
         # per-step samples (index = step)
@@ -131,19 +148,43 @@ class Profiler:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
-        replacement = self.handle_error(exc) if exc is not None else None
-        self.stop()
+        replacement = None
+        try:
+            if exc is not None:
+                replacement = self.handle_error(exc)
+        finally:
+            self.stop()  # the profiler is stopped whatever happened above
         if replacement is not None:
             raise replacement from exc
-        return False  # the user's exception (if any) propagates unchanged
+        return False  # the user's exception (if any) propagates: the same object
 
     def start(self) -> "Profiler":
-        """Start the session (idempotent)."""
+        """Start the session (idempotent).
+
+        When another gpuprof capture or someone else's profiler is running,
+        the session records nothing (one :class:`GpuprofWarning` says why) and
+        :meth:`step`/:meth:`stop` do nothing: a second profiler would corrupt
+        the first one's trace and can crash the process.
+        """
         if self.started:
             return self
         self.started = True
+        self._driver = threading.get_ident()
         self.location = _caller_location()
-        self.guard.run("capture setup", "gpuprof records nothing in this run", self._setup)
+        why = self.guard.run("capture setup", "gpuprof records nothing in this run", active.claim, self)
+        if why is not None or not self.guard.ok("capture setup"):
+            self.finished = True  # step() and stop() now do nothing
+            self.inactive = why or self.guard.failed["capture setup"]
+            if why is not None:
+                self.guard.warn_once("inactive", f"gpuprof: {why}; this capture records nothing, so as not to "
+                                                 "disturb it. Training continues.")
+            return self
+        try:
+            self.guard.run("capture setup", "gpuprof records nothing in this run", self._setup)
+        except BaseException:  # KeyboardInterrupt during setup: undo the hooks, stop, re-raise
+            self._shut_down()
+            self.finished = True
+            raise
         self._t_last = perf_counter()
         return self
 
@@ -151,6 +192,9 @@ class Profiler:
         """Mark the end of one training iteration (call it once per iteration)."""
         t = perf_counter()
         if not self.started or self.finished:
+            return
+        if threading.get_ident() != self._driver:
+            self._from_other_thread("step()")
             return
         self.step_s.append(t - self._t_last)
         self.fetch_s.append(self._fetch_acc)
@@ -165,25 +209,46 @@ class Profiler:
         self.step_num += 1
         nxt = self._schedule(self.step_num)
         if nxt is not self._NONE or self._tp is not None or self._first_step_pending:
-            self.guard.run("profiler", "no trace is recorded", self._advance, nxt)
+            self.guard.run("profiler", "no trace is recorded", self._advance_or_drop, nxt)
         elif self.step_num - self._flushed >= self.config.flush_every:
             self.guard.run("TensorBoard writer", "no further TensorBoard scalars", self._flush_scalars)
         self._t_last = perf_counter()
 
     def stop(self) -> Report | None:
-        """End the session: flush the trace, run the checks and the analysis, write and print the report."""
+        """End the session: flush the trace, run the checks and the analysis, write and print the report.
+
+        Idempotent; does nothing before :meth:`start`. The torch profiler is
+        stopped and gpuprof's hooks removed even when something here fails.
+        """
         if not self.started or self.finished:
             return self.report
         self.finished = True
-        self.guard.run("profiler", "the last trace may be missing", self._close_profiler)
-        self._teardown_hooks()
+        self._shut_down()
         from gpuprof.capture.summary import finish
 
         self.report = self.guard.run("report", "no report is written", finish, self)
         return self.report
 
     def handle_error(self, exc: BaseException) -> BaseException | None:
-        """Record what an exception from the user's step tells; return a replacement to raise, if any."""
+        """Record what an exception from the user's step tells; return a replacement to raise, if any.
+
+        Never raises (an ``Exception`` of gpuprof's own is one warning) and
+        never calls the exception's ``__str__`` unguarded: the caller re-raises
+        the user's exception, the same object, whatever happens here.
+        """
+        if not self.started or self.finished:
+            return None  # an inactive or finished capture leaves the user's error alone
+        made = self.guard.run("error report", "the exception is raised unchanged", self._inspect_error, exc)
+        return made
+
+    def forget_after_fork(self) -> None:
+        """In a fork child: this copy must never step, stop or write anything of the parent's."""
+        self.inherited = True
+        self.finished = True
+
+    # ------------------------------------------------------------------ internals
+
+    def _inspect_error(self, exc: BaseException) -> BaseException | None:
         if is_device_error(exc):
             made = self.guard.run("device-mismatch report", "the original error is raised unchanged",
                                   enrich_device_error, exc, self.placement.roots())
@@ -192,11 +257,27 @@ class Profiler:
                 self.findings.append(finding)
                 return err
             return None
-        if type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(exc)[:200]:
+        if type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in safe_text(exc, 200):
             self.guard.run("out-of-memory report", "no out-of-memory snapshot", self._on_oom, exc)
         return None
 
-    # ------------------------------------------------------------------ internals
+    def _from_other_thread(self, what: str) -> None:
+        me = threading.current_thread().name
+        driver = next((t.name for t in threading.enumerate() if t.ident == self._driver), "a finished thread")
+        self.guard.warn_once("other thread", f"gpuprof: {what} was called from thread {me!r}, but the capture is "
+                                             f"driven by thread {driver!r}, which started it; calls from other "
+                                             "threads are not profiled (one driver per capture). Training "
+                                             "continues.")
+
+    def _shut_down(self) -> None:
+        """Stop the torch profiler, remove the hooks, give the process claim back: each even if another fails."""
+        try:
+            self._close_profiler()
+        finally:
+            try:
+                self._teardown_hooks()
+            finally:
+                active.release(self)
 
     def _setup(self) -> None:
         import torch
@@ -262,6 +343,16 @@ class Profiler:
     def _on_fetch(self, seconds: float) -> None:
         self._fetch_acc += seconds
 
+    def _advance_or_drop(self, nxt: Any) -> None:
+        try:
+            self._advance(nxt)
+        except BaseException:
+            # a torch profiler left half-advanced and never stopped crashes the process at exit
+            tp, self._tp = self._tp, None
+            if tp is not None:
+                _quiet_stop(tp)
+            raise
+
     def _advance(self, nxt: Any) -> None:
         """Slow path of step(): the first step's checks and profiler state changes."""
         if self._first_step_pending:
@@ -291,6 +382,11 @@ class Profiler:
     def _start_profiler(self, at_step: int) -> None:
         if not self.guard.ok("profiler") or self.paths is None:
             return
+        other = active.other_profiler()  # someone started a profiler since the capture began
+        if other is not None:
+            self.guard.disable("profiler", other, f"gpuprof: {other}; gpuprof records no trace in this run, so "
+                                                  "as not to disturb it. Training continues.")
+            return
         import torch.profiler as tprof
 
         sched = self._schedule
@@ -319,15 +415,20 @@ class Profiler:
         tp = make(self._activities)
         try:
             tp.start()
-        except Exception as err:  # noqa: BLE001 - CUPTI missing or broken: try the CPU alone
+        except BaseException as err:
+            _quiet_stop(tp)  # a half-started profiler must not stay enabled
             cuda_act = self._ProfilerActivity.CUDA
-            if cuda_act not in self._activities:
+            if not isinstance(err, Exception) or cuda_act not in self._activities:
                 raise
-            _quiet_stop(tp)
+            # CUPTI missing or broken: try the CPU alone
             self._activities = [a for a in self._activities if a != cuda_act]
             self.guard.fail("CUDA activity tracing (CUPTI)", "traces hold CPU activity only", err)
             tp = make(self._activities)
-            tp.start()
+            try:
+                tp.start()
+            except BaseException:
+                _quiet_stop(tp)
+                raise
         self._tp = tp
 
     def _enter_recording(self) -> None:
@@ -370,15 +471,25 @@ class Profiler:
             tp.__exit__(None, None, None)
 
     def _close_profiler(self) -> None:
-        """At the end of the run: write what the current cycle recorded so far."""
-        if self._tp is None:
-            return
-        if self._action in self._RECORDING:
-            self._leave_recording()
-        else:
-            self._span = None
+        """At the end of the run: write what the current cycle recorded so far, and stop the profiler.
+
+        Runs even after the "profiler" part failed: a torch profiler left
+        running crashes the process at exit.
+        """
         tp, self._tp = self._tp, None
-        tp.__exit__(None, None, None)  # exports via on_trace_ready when it was recording
+        if tp is None:
+            return
+        try:
+            if self._action in self._RECORDING and self.guard.ok("profiler"):
+                self.guard.run("profiler", "the last trace may be missing", self._leave_recording)
+            else:
+                self._span = None
+        finally:
+            try:
+                tp.__exit__(None, None, None)  # exports via on_trace_ready when it was recording
+            except Exception as err:  # noqa: BLE001 - reported; the profiler is dropped either way
+                self.guard.fail("profiler", "the last trace may be missing", err)
+                _quiet_stop(tp)
 
     def _teardown_hooks(self) -> None:
         self.guard.run("placement check", "none", self.placement.uninstall)
@@ -390,7 +501,7 @@ class Profiler:
         if self.oom is not None:
             self.oom.active = False
         if self.memory is not None:
-            self.memory.close()
+            self.guard.run("memory sampling", "none", self.memory.close)
 
     def _after_first_step(self) -> None:
         self.placement.uninstall()
@@ -407,12 +518,13 @@ class Profiler:
             self._anomaly_steps += 1
 
     def _on_oom(self, exc: BaseException) -> None:
+        text = safe_text(exc, 2000)
         if self.oom is None:
-            self.findings.append(oom_finding([], str(exc)))
+            self.findings.append(oom_finding([], text))
             return
         if not self.oom.dumped and self.paths is not None:
-            self.oom.dump(extra={"exception": str(exc)[:2000]})
-        self.findings.append(oom_finding(list(self.oom.dumped), str(exc)))
+            self.oom.dump(extra={"exception": text})
+        self.findings.append(oom_finding(list(self.oom.dumped), text))
 
     def note_signature(self, sig: Any) -> None:
         if len(self._signatures) < self.config.options.stable_shape_batches:

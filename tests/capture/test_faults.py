@@ -183,3 +183,36 @@ def test_dataloader_patch_removed_after_run(tmp_path: Path) -> None:
     before = (dl.DataLoader.__iter__, dl._BaseDataLoaderIter.__next__)
     _run(tmp_path, tensorboard=False, analyze=False)
     assert (dl.DataLoader.__iter__, dl._BaseDataLoaderIter.__next__) == before
+
+
+def test_device_error_passes_through_when_enrichment_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof.capture import session
+
+    def broken(*a: Any, **k: Any) -> None:
+        raise ValueError("injected enrichment bug")
+
+    monkeypatch.setattr(session, "enrich_device_error", broken)
+    raised = RuntimeError("Expected all tensors to be on the same device, but found at least two devices")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError) as info:
+            with gpuprof.profile(tmp_path, schedule=quick_schedule(), print_report=False, tensorboard=False):
+                raise raised
+    assert info.value is raised and info.value.__cause__ is None  # the original, unchanged
+    ours = [str(w.message) for w in caught if issubclass(w.category, GpuprofWarning)]
+    assert len(ours) == 1 and "injected enrichment bug" in ours[0]
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_another_running_profiler_means_no_capture(tmp_path: Path) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.autograd.profiler.profile() as user:
+            with gpuprof.profile(tmp_path, schedule=quick_schedule(), print_report=False) as prof:
+                for _ in range(STEPS):
+                    torch.randn(8, 8) @ torch.randn(8, 8)
+                    prof.step()
+    ours = [str(w.message) for w in caught if issubclass(w.category, GpuprofWarning)]
+    assert len(ours) == 1 and "already running" in ours[0]
+    assert prof.inactive is not None and prof.report is None and not list(tmp_path.iterdir())
+    assert any(e.name == "aten::mm" for e in user.function_events)  # the user's profiler saw every op

@@ -17,16 +17,30 @@ workers, ``multiprocessing``) the child forgets it, and the child's copy of
 the capture is marked inherited so it never writes or stops anything of the
 parent's. At interpreter exit a capture that was started and never stopped is
 stopped here, so the torch profiler is never left running into shutdown.
+
+Someone else's profiler can also start *after* gpuprof's, inside its
+recorded window (a callback, a library, the user's own code). PyTorch cannot
+run both: the second takes the first one's session, and exporting either
+then crashes the process. While gpuprof's torch profiler runs, :func:`watch`
+therefore wraps the three places every Python-level torch profiler goes
+through to start (``_prepare_profiler`` for Kineto, ``_run_on_profiler_start``
+for Kineto/ITT/NVTX, ``_enable_profiler_legacy``) so that gpuprof first
+stops its own profiler (:func:`watch`'s ``give_way``) and the other one then
+starts as if gpuprof had not been there. gpuprof's own calls into torch's
+profiler run under :func:`own_call` and pass straight through.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import os
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-__all__ = ["claim", "release", "owner", "other_profiler"]
+__all__ = ["claim", "release", "owner", "other_profiler", "watch", "unwatch", "own_call"]
 
 
 class _Capture(Protocol):
@@ -93,11 +107,73 @@ def other_profiler() -> str | None:
     return None
 
 
+# (module, attribute) of torch's profiler-start functions that watch() wraps
+_START_POINTS = (
+    ("torch.autograd.profiler", "_prepare_profiler"),
+    ("torch.autograd.profiler", "_run_on_profiler_start"),
+    ("torch.autograd.profiler_legacy", "_enable_profiler_legacy"),
+)
+_calls = threading.local()  # .ours: this thread is inside gpuprof's own call into torch's profiler
+_give_way: Callable[[], None] | None = None
+
+
+@contextlib.contextmanager
+def own_call() -> Iterator[None]:
+    """Mark gpuprof's own calls into torch's profiler, which the start-point wrappers let through."""
+    before = getattr(_calls, "ours", False)
+    _calls.ours = True
+    try:
+        yield
+    finally:
+        _calls.ours = before
+
+
+def watch(give_way: Callable[[], None]) -> None:
+    """Call ``give_way`` (it must not raise) before any other torch profiler starts, until :func:`unwatch`.
+
+    The wrappers stay in torch's modules once installed (someone may have
+    wrapped them again on top of ours); with nothing watched they only pass
+    the call through.
+    """
+    global _give_way
+    import importlib
+
+    _give_way = give_way
+    for module_name, attr in _START_POINTS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        original = getattr(module, attr, None)
+        if original is None or getattr(original, "__gpuprof_original__", None) is not None:
+            continue  # absent in this torch, or already wrapped
+        setattr(module, attr, _wrap_start(original))
+
+
+def unwatch() -> None:
+    """Stop watching for other profilers (gpuprof's own profiler has stopped)."""
+    global _give_way
+    _give_way = None
+
+
+def _wrap_start(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def starting_a_profiler(*args: Any, **kwargs: Any) -> Any:
+        give_way = _give_way
+        if give_way is not None and not getattr(_calls, "ours", False):
+            give_way()
+        return original(*args, **kwargs)
+
+    starting_a_profiler.__gpuprof_original__ = original  # type: ignore[attr-defined]
+    return starting_a_profiler
+
+
 def _forget_in_child() -> None:
     # runs in the child right after fork: the parent's capture is not the child's; a
     # lock another parent thread held at the fork would stay locked here forever
-    global _owner, _lock
+    global _owner, _lock, _give_way
     _lock = threading.Lock()
+    _give_way = None
     held, _owner = _owner, None
     if held is not None:
         held.forget_after_fork()

@@ -54,6 +54,11 @@ def _type_name(obj: object) -> str:
     return name if isinstance(name, str) else "object"
 
 
+# frames a warning skips to reach the user's line: gpuprof's capture, context managers,
+# and torch's profiler (gpuprof warns from inside it when another profiler starts)
+_NOT_THE_USERS = ("/gpuprof/capture/", "contextlib", "/torch/autograd/profiler", "/torch/profiler/")
+
+
 def user_stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the user's line, past gpuprof's capture frames.
 
@@ -63,7 +68,7 @@ def user_stacklevel() -> int:
     frame = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
     while frame is not None:
         name = frame.f_code.co_filename.replace(os.sep, "/")
-        if "/gpuprof/capture/" not in name and "contextlib" not in name:
+        if not any(part in name for part in _NOT_THE_USERS):
             return level
         frame = frame.f_back  # type: ignore[assignment]
         level += 1

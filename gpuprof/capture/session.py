@@ -103,6 +103,9 @@ class Profiler:
         self._t_last = 0.0
         self._flushed = 0
         self._tp: Any = None  # the live torch.profiler.profile
+        # the driver steps the torch profiler; give_way may stop it from another thread
+        self._tp_lock = threading.RLock()
+        self._asked_to_give_way: threading.Event | None = None  # set by another thread's profiler start
         self._tp_first_record: int | None = None
         self._action: Any = None
         self._span: int | None = None
@@ -196,6 +199,8 @@ class Profiler:
         if threading.get_ident() != self._driver:
             self._from_other_thread("step()")
             return
+        if self._asked_to_give_way is not None:
+            self._give_way()  # on the driving thread now: stop gpuprof's profiler properly
         self.step_s.append(t - self._t_last)
         self.fetch_s.append(self._fetch_acc)
         self._fetch_acc = 0.0
@@ -344,14 +349,16 @@ class Profiler:
         self._fetch_acc += seconds
 
     def _advance_or_drop(self, nxt: Any) -> None:
-        try:
-            self._advance(nxt)
-        except BaseException:
-            # a torch profiler left half-advanced and never stopped crashes the process at exit
-            tp, self._tp = self._tp, None
-            if tp is not None:
-                _quiet_stop(tp)
-            raise
+        with self._tp_lock:
+            try:
+                self._advance(nxt)
+            except BaseException:
+                # a torch profiler left half-advanced and never stopped crashes the process at exit
+                tp, self._tp = self._tp, None
+                if tp is not None:
+                    active.unwatch()
+                    _quiet_stop(tp)
+                raise
 
     def _advance(self, nxt: Any) -> None:
         """Slow path of step(): the first step's checks and profiler state changes."""
@@ -373,7 +380,8 @@ class Profiler:
             return
         if prev is self._PA.RECORD_AND_SAVE:
             self._leave_recording()
-        self._tp.step()  # may export the trace (on_trace_ready)
+        with active.own_call():
+            self._tp.step()  # may export the trace (on_trace_ready)
         if recording_next and not recording_prev or (prev is self._PA.RECORD_AND_SAVE and recording_next):
             self._enter_recording()
         if nxt is self._NONE:
@@ -414,7 +422,8 @@ class Profiler:
 
         tp = make(self._activities)
         try:
-            tp.start()
+            with active.own_call():
+                tp.start()
         except BaseException as err:
             _quiet_stop(tp)  # a half-started profiler must not stay enabled
             cuda_act = self._ProfilerActivity.CUDA
@@ -425,11 +434,73 @@ class Profiler:
             self.guard.fail("CUDA activity tracing (CUPTI)", "traces hold CPU activity only", err)
             tp = make(self._activities)
             try:
-                tp.start()
+                with active.own_call():
+                    tp.start()
             except BaseException:
                 _quiet_stop(tp)
                 raise
         self._tp = tp
+        active.watch(self._give_way)
+
+    def _give_way(self) -> None:
+        """Someone else's torch profiler is starting while gpuprof's runs: stop gpuprof's first.
+
+        PyTorch runs one profiler at a time; a second one started on top of
+        the first takes its session, and exporting either then crashes the
+        process. gpuprof steps aside: it keeps the trace recorded so far,
+        stops its profiler, records no more traces in this run and says so
+        once. Never raises: it runs inside the other profiler's start.
+
+        torch can stop and export a profiler only on the thread that started
+        it. So when the other profiler starts on another thread, that thread
+        waits (at most ``GIVE_WAY_WAIT_S``) for the driving thread's next
+        ``step()``, which stops gpuprof's profiler there. If the driver does
+        not come (it waits for that very thread), gpuprof's profiler is
+        stopped from the other thread: its current trace is lost, and PyTorch
+        may still fail at exit with two profilers on two threads.
+        """
+        try:
+            if threading.get_ident() != self._driver:
+                self._wait_for_driver()
+                return
+            with self._tp_lock:
+                asked, self._asked_to_give_way = self._asked_to_give_way, None
+                try:
+                    if self._tp is None:
+                        return
+                    at = self.step_num
+                    self._close_profiler()
+                finally:
+                    if asked is not None:
+                        asked.set()
+            self.guard.disable(
+                "profiler", "another torch profiler started",
+                f"gpuprof: another torch profiler started at step {at} while gpuprof's was running; PyTorch "
+                "runs one profiler at a time, so gpuprof stopped its own there (the steps recorded so far are "
+                "kept) and records no more traces in this run. Training continues.")
+        except Exception as err:  # noqa: BLE001 - reported; the other profiler must still start
+            self.guard.fail("profiler", "no more traces in this run", err)
+
+    def _wait_for_driver(self) -> None:
+        with self._tp_lock:
+            if self._tp is None:
+                return
+            asked = self._asked_to_give_way = self._asked_to_give_way or threading.Event()
+        if asked.wait(GIVE_WAY_WAIT_S):
+            return
+        with self._tp_lock:
+            self._asked_to_give_way = None
+            if self._tp is None:
+                return
+            at = self.step_num
+            self.guard.said.add("foreign stop")  # one warning for this, below
+            self._close_profiler()
+        self.guard.disable(
+            "profiler", "another torch profiler started",
+            f"gpuprof: another torch profiler started on thread {threading.current_thread().name!r} at step {at} "
+            "while gpuprof's was running, and the thread that drives gpuprof did not step within "
+            f"{GIVE_WAY_WAIT_S:g} s; gpuprof stopped its profiler from this thread, so its current trace is lost, "
+            "and PyTorch may still crash at exit with profilers started on two threads. Training continues.")
 
     def _enter_recording(self) -> None:
         self._tp_first_record = self.step_num
@@ -468,19 +539,39 @@ class Profiler:
     def _drop_profiler(self) -> None:
         tp, self._tp = self._tp, None
         if tp is not None:
+            active.unwatch()
             tp.__exit__(None, None, None)
 
     def _close_profiler(self) -> None:
         """At the end of the run: write what the current cycle recorded so far, and stop the profiler.
 
         Runs even after the "profiler" part failed: a torch profiler left
-        running crashes the process at exit.
+        running crashes the process at exit. On a thread other than the one
+        that started it (``stop()`` from another thread, or at exit after the
+        driving thread ended), torch can stop the profiler but not export its
+        trace (the export crashes the process), so the current cycle is lost
+        and one warning says so.
         """
-        tp, self._tp = self._tp, None
-        if tp is None:
-            return
+        with self._tp_lock:
+            tp, self._tp = self._tp, None
+            if tp is None:
+                return
+            active.unwatch()
+            if threading.get_ident() != self._driver:
+                tp.on_trace_ready = None
+                if self._action in self._RECORDING:
+                    self._span = None
+                    self.guard.warn_once(
+                        "foreign stop",
+                        f"gpuprof: the capture was stopped on thread {threading.current_thread().name!r}, not on "
+                        "the thread that drives it; PyTorch can export a trace only on the thread that started "
+                        f"the profiler, so the steps recorded since step {self._tp_first_record} are lost. Call "
+                        "stop()/finish() on the driving thread. Training continues.")
+            self._stop_profiler(tp)
+
+    def _stop_profiler(self, tp: Any) -> None:
         try:
-            if self._action in self._RECORDING and self.guard.ok("profiler"):
+            if self._action in self._RECORDING and self.guard.ok("profiler") and tp.on_trace_ready is not None:
                 self.guard.run("profiler", "the last trace may be missing", self._leave_recording)
             else:
                 self._span = None
@@ -623,6 +714,9 @@ def _noop_schedule(step: int) -> Any:
     from torch.profiler import ProfilerAction
 
     return ProfilerAction.NONE
+
+
+GIVE_WAY_WAIT_S = 10.0  # how long another thread's profiler start waits for gpuprof's driver to step
 
 
 def _quiet_stop(tp: Any) -> None:

@@ -131,6 +131,104 @@ SCRIPTS: dict[str, str] = {
         assert profiler_off()
         print("FINAL user_profiler_before_window")
     ''',
+    # the user's torch profiler starts inside gpuprof's recorded window, on the driving thread
+    "user_profiler_in_window": '''
+        m = model(); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GpuprofWarning)
+            with gpuprof.profile(LOG, schedule=Schedule(wait=1, warmup=1, active=4), **QUIET) as prof:
+                user = torch.profiler.profile()
+                for i in range(10):
+                    if i == 3:
+                        user.start()                                 # gpuprof is recording steps 2-5
+                    one(m, opt)
+                    if i == 6:
+                        user.stop()
+                    prof.step()
+        user_trace = os.path.join(LOG, "user_trace.json")
+        user.export_chrome_trace(user_trace)                          # used to segfault
+        with open(user_trace) as f:
+            assert sum(1 for e in json.load(f)["traceEvents"] if e.get("name") == "aten::addmm") >= 8
+        said = ours(caught)
+        assert len(said) == 1 and "another torch profiler started at step 3" in said[0], said
+        assert len(traces()) == 1 and prof.report is not None          # the steps before it are kept
+        import gzip
+        with gzip.open(traces()[0], "rt") as f:
+            steps = sorted({e["name"] for e in json.load(f)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")})
+        assert steps == ["ProfilerStep#2", "ProfilerStep#3"], steps    # 3: up to the start of theirs
+        assert profiler_off()
+        print("FINAL user_profiler_in_window")
+    ''',
+    # a monitoring thread starts its own torch profiler while gpuprof records on the training thread
+    "user_profiler_other_thread": '''
+        m = model(); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        exported = []
+        go = threading.Event()
+
+        def theirs():
+            go.wait()
+            user = torch.profiler.profile()
+            user.start()                                              # waits for gpuprof's next step
+            torch.randn(64, 64) @ torch.randn(64, 64)
+            user.stop()
+            path = os.path.join(LOG, "user_trace.json")
+            user.export_chrome_trace(path)
+            with open(path) as f:
+                exported.append(sum(1 for e in json.load(f)["traceEvents"] if e.get("name") == "aten::mm"))
+
+        t = threading.Thread(target=theirs, name="their-thread"); t.start()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GpuprofWarning)
+            with gpuprof.profile(LOG, schedule=Schedule(wait=1, warmup=1, active=6), **QUIET) as prof:
+                for i in range(12):
+                    one(m, opt)
+                    if i == 3:
+                        go.set()
+                        import time; time.sleep(0.3)                  # their start is now waiting
+                    prof.step()
+        t.join()
+        assert exported == [1], exported                              # their profiler worked
+        said = ours(caught)
+        assert len(said) == 1 and "another torch profiler started at step 3" in said[0], said
+        assert len(traces()) == 1 and prof.report is not None and profiler_off()   # steps 2-3 kept
+        print("FINAL user_profiler_other_thread")
+    ''',
+    # DataLoader workers forked inside the recorded window (a new epoch's loader)
+    "dataloader_fork_in_window": '''
+        from torch.utils.data import DataLoader, TensorDataset
+        m = model(); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        ds = TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,)))
+        with gpuprof.profile(LOG, schedule=Schedule(wait=1, warmup=1, active=6), **QUIET) as prof:
+            for epoch in range(3):                                    # epoch 1's workers fork at step 4
+                for x, y in DataLoader(ds, batch_size=16, num_workers=2):
+                    loss = nn.functional.cross_entropy(m(x), y)
+                    opt.zero_grad(); loss.backward(); opt.step()
+                    prof.step()
+        assert prof.step_num == 12 and len(traces()) == 1 and len(reports()) == 1 and profiler_off()
+        print("FINAL dataloader_fork_in_window")
+    ''',
+    # a capture started on a worker thread that ends without stopping it; then one stopped from main
+    "driver_thread_ends": '''
+        m = model(); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        first = gpuprof.profile(os.path.join(LOG, "first"), schedule=Schedule(wait=0, warmup=1, active=20), **QUIET)
+
+        def drive(prof):
+            prof.start()
+            for _ in range(5):
+                one(m, opt)
+                prof.step()
+
+        t = threading.Thread(target=drive, args=(first,), name="driver"); t.start(); t.join()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GpuprofWarning)
+            report = first.stop()                                     # from the main thread: used to segfault
+        said = ours(caught)
+        assert len(said) == 1 and "not on the thread that drives it" in said[0] and "since step 1" in said[0], said
+        assert report is not None and not traces() and profiler_off()
+        second = gpuprof.profile(os.path.join(LOG, "second"), schedule=Schedule(wait=0, warmup=1, active=20), **QUIET)
+        t = threading.Thread(target=drive, args=(second,), name="driver2"); t.start(); t.join()
+        print("FINAL driver_thread_ends")                             # second is stopped at exit, from main
+    ''',
     # nested gpuprof.profile() contexts, and a @profile_step inside a gpuprof.profile()
     "nested": '''
         m = model(); opt = torch.optim.SGD(m.parameters(), lr=0.1)
@@ -289,7 +387,7 @@ EXPECTED: dict[str, tuple[int, str]] = {
 }
 
 # what each run must have left in its logdir: (traces, reports), where the script cannot see it itself
-FILES_AFTER_EXIT: dict[str, tuple[int, int]] = {"never_stopped": (1, 1)}
+FILES_AFTER_EXIT: dict[str, tuple[int, int]] = {"never_stopped": (1, 1), "driver_thread_ends": (0, 2)}
 
 
 def _run_all(script: Path, logdirs: list[Path]) -> list[subprocess.CompletedProcess[str]]:

@@ -19,6 +19,8 @@ import sys
 import warnings
 from typing import Any, Callable, TypeVar
 
+from gpuprof.render.safe import visible
+
 __all__ = ["GpuprofWarning", "Guard", "safe_text", "user_stacklevel"]
 
 T = TypeVar("T")
@@ -29,7 +31,7 @@ class GpuprofWarning(RuntimeWarning):
 
 
 def safe_text(obj: object, limit: int = 300) -> str:
-    """``str(obj)`` on one line, at most ``limit`` characters; never raises.
+    """``str(obj)`` on one line, control characters shown as escapes, at most ``limit`` characters; never raises.
 
     A user's exception may have a ``__str__`` that raises (or returns a non-str);
     calling it unguarded on gpuprof's error path would replace the user's
@@ -39,7 +41,7 @@ def safe_text(obj: object, limit: int = 300) -> str:
         text = str(obj)  # str() itself raises TypeError when __str__ returns a non-str
     except Exception as err:  # noqa: BLE001 - the text is diagnostic only; say that it failed
         text = f"<{_type_name(obj)}: str() failed with {_type_name(err)}>"
-    text = " ".join(text.split())
+    text = visible(" ".join(text.split()))  # warnings reach a terminal: no escape sequence acts there
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text

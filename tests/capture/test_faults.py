@@ -216,3 +216,16 @@ def test_another_running_profiler_means_no_capture(tmp_path: Path) -> None:
     assert len(ours) == 1 and "already running" in ours[0]
     assert prof.inactive is not None and prof.report is None and not list(tmp_path.iterdir())
     assert any(e.name == "aten::mm" for e in user.function_events)  # the user's profiler saw every op
+
+
+def test_failure_text_reaches_the_terminal_inert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure's text (an exception message, maybe built from a path or a name) is shown, never acted on."""
+    def boom(self: Any) -> None:
+        raise RuntimeError("bad \x1b[2J\x1b]0;owned\x07 name\u202e")
+
+    monkeypatch.setattr(torch.profiler.profile, "start", boom)
+    prof, ours, done = _run(tmp_path, tensorboard=False)
+    text = str(ours[0].message)
+    assert done == STEPS and len(ours) == 1
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "bad \\x1b[2J\\x1b]0;owned\\x07 name\\u202e" in text

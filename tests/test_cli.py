@@ -88,4 +88,28 @@ def test_rules_lists_every_rule_and_explain_each():
         res = run("explain", rule.code)
         assert res.exit_code == 0 and rule.name in res.stdout and "Triggers it:" in res.stdout
     bad = run("explain", "GP000")
-    assert bad.exit_code == 2 and "unknown rule" in bad.output
+    assert bad.exit_code == 2 and "unknown code" in bad.output
+
+
+def test_rules_and_explain_cover_memory_and_runtime_codes():
+    """Every code a report can print is listed and explained, not only the trace rules'."""
+    from gpuprof.capture.codes import RUNTIME_CHECKS
+    from gpuprof.memory.analysis import CODES
+
+    listing = run("rules", "--format", "markdown").stdout
+    others = list(CODES) + [c.code for c in RUNTIME_CHECKS]
+    assert len(others) >= 20
+    for code in others:
+        row = next((ln for ln in listing.splitlines() if ln.startswith(f"| {code} |")), None)
+        assert row is not None, code
+        res = run("explain", code)
+        assert res.exit_code == 0, (code, res.output)
+        # the long form from docs/ (this is a source checkout), not the pointer to it
+        assert "not found beside this installation" not in res.stdout, code
+        assert len(res.stdout) > 200, (code, res.stdout)
+    assert "`num_workers=0`" in run("explain", "GP601").stdout
+    assert "largest_free_block" in run("explain", "GP511").stdout
+    # a name two catalogues share is refused, naming both codes
+    amb = run("explain", "out-of-memory")
+    assert amb.exit_code == 2 and "GP512" in amb.output and "GP641" in amb.output
+    assert run("explain", "tf32-disabled").exit_code == 0

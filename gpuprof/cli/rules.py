@@ -1,4 +1,4 @@
-"""``gpuprof rules`` and ``gpuprof explain CODE``: the rule catalogue."""
+"""``gpuprof rules`` and ``gpuprof explain CODE``: every finding code (see :mod:`gpuprof.codes`)."""
 
 from __future__ import annotations
 
@@ -12,49 +12,42 @@ __all__ = ["rules_cmd", "explain_cmd"]
 @click.command("rules")
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown"]), default="terminal", show_default=True)
 def rules_cmd(fmt: str) -> None:
-    """List every rule: code, name, default severity and title."""
-    from gpuprof.rules.base import all_rules
+    """List every finding code: trace rules, memory findings and capture's runtime checks."""
+    from gpuprof.codes import catalogue
 
-    rules = all_rules()
+    codes = catalogue()
     if fmt == "markdown":
-        lines = ["| code | name | severity | what it finds |", "|---|---|---|---|"]
-        lines += [f"| {r.code} | {r.name} | {r.severity.value} | {r.title} |" for r in rules]
+        lines = ["| code | name | severity | reported by | what it finds |", "|---|---|---|---|---|"]
+        lines += [f"| {c.code} | {c.name} | {c.severity} | {_by(c.reported_by)} | {c.title} |" for c in codes]
         click.echo("\n".join(lines))
         return
     from rich.console import Console
     from rich.table import Table
 
     table = Table(show_header=True, header_style="bold")
-    for col in ("code", "name", "severity", "what it finds"):
-        table.add_column(col)
-    for r in rules:
-        table.add_row(r.code, r.name, r.severity.value, r.title)
+    for col in ("code", "name", "severity", "by", "what it finds"):
+        table.add_column(col, no_wrap=col in ("code", "name", "by"))
+    for c in codes:
+        table.add_row(c.code, c.name, c.severity, _by(c.reported_by), c.title)
     Console().print(table)
+
+
+def _by(reported_by: str) -> str:
+    return reported_by.split(" (")[0].removeprefix("gpuprof ")
 
 
 @click.command("explain")
 @click.argument("code")
 def explain_cmd(code: str) -> None:
-    """Explain a rule: what it detects, why it matters, its options and examples."""
-    from gpuprof.rules.base import get_rule
+    """Explain a finding code (or a name): what it detects, why it matters, its options and examples."""
+    from gpuprof.codes import explain_text, lookup
 
-    rule = get_rule(code)
-    if rule is None:
-        click.echo(f"gpuprof: error: unknown rule {code!r} (see `gpuprof rules`)", err=True)
+    found = lookup(code)
+    if not found:
+        click.echo(f"gpuprof: error: unknown code {code!r} (see `gpuprof rules`)", err=True)
         raise SystemExit(EXIT_BAD_INPUT)
-    click.echo(explain_text(rule))
-
-
-def explain_text(rule: type) -> str:
-    parts = [f"{rule.code} {rule.name} ({rule.severity.value})", rule.title, "", rule.doc()]
-    if rule.options:
-        parts += ["", "Options (--option CODE.NAME=VALUE):"]
-        parts += [f"  {o.name} = {o.default!r}: {o.help}" for o in rule.options]
-    parts += ["", "Triggers it:", _indent(rule.bad_example), "", "Does not:", _indent(rule.good_example)]
-    return "\n".join(parts)
-
-
-def _indent(code: str) -> str:
-    import textwrap
-
-    return textwrap.indent(textwrap.dedent(code).strip("\n"), "    ")
+    if len(found) > 1:
+        which = ", ".join(f"{c.code} ({_by(c.reported_by)})" for c in found)
+        click.echo(f"gpuprof: error: the name {code!r} belongs to {which}; explain one by its code", err=True)
+        raise SystemExit(EXIT_BAD_INPUT)
+    click.echo(explain_text(found[0]))

@@ -16,23 +16,27 @@ import sys
 from typing import Any, Sequence
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
-from gpuprof.render.safe import clip, visible
+from gpuprof.render.safe import clip, shorten_distinct, visible
 from gpuprof.render.sections import terminal_renderer
 from gpuprof.report import Report, TraceSummary
 
-__all__ = ["render_terminal", "DEFAULT_WIDTH", "TOP_N"]
+__all__ = ["render_terminal", "terminal_width", "DEFAULT_WIDTH", "MIN_WIDTH", "STACK_BELOW", "TOP_N"]
 
-DEFAULT_WIDTH = 120  # columns when the output is not a terminal (files, pipes, tests)
-MIN_WIDTH = 80
+DEFAULT_WIDTH = 120  # columns when the output is not a terminal and COLUMNS is unset (files, pipes, tests)
+MIN_WIDTH = 40  # narrower terminals are drawn as if this wide
+STACK_BELOW = 60  # tables narrower than this show each row as a name line plus its numbers
 TOP_N = 10  # rows of each top-kernels/ops/copies/syncs table
 NAME_WIDTH = 60  # kernel/op names are cut in the middle beyond this
+MIN_NAME = 16  # a name column narrower than this makes a table stack its rows instead
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
 
@@ -42,14 +46,13 @@ def render_terminal(report: Report, color: bool | None = None, width: int | None
 
     ``color`` None means: colour only when stdout is a terminal and the
     ``NO_COLOR`` environment variable is unset (https://no-color.org).
-    ``width`` defaults to the terminal's width on a terminal, else 120.
+    ``width`` defaults to :func:`terminal_width`.
     """
     is_tty = _stdout_is_tty()
     if color is None:
         color = is_tty and not os.environ.get("NO_COLOR")
     if width is None:
-        width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if is_tty else DEFAULT_WIDTH
-        width = max(width, MIN_WIDTH)
+        width = terminal_width(is_tty)
     buf = io.StringIO()
     console = Console(
         file=buf,
@@ -73,6 +76,28 @@ def render_terminal(report: Report, color: bool | None = None, width: int | None
     return text
 
 
+def terminal_width(is_tty: bool | None = None) -> int:
+    """The width to draw at: the terminal's when stdout is one (``shutil.get_terminal_size``, which
+    lets ``COLUMNS`` override it, as usual), else ``COLUMNS`` when it is a positive integer, else
+    :data:`DEFAULT_WIDTH`; never below :data:`MIN_WIDTH`."""
+    if is_tty is None:
+        is_tty = _stdout_is_tty()
+    if is_tty:
+        cols = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    else:
+        cols = _env_columns() or DEFAULT_WIDTH
+    return max(cols, MIN_WIDTH)
+
+
+def _env_columns() -> int | None:
+    raw = os.environ.get("COLUMNS", "").strip()
+    try:
+        cols = int(raw)
+    except ValueError:
+        return None
+    return cols if cols > 0 else None
+
+
 def _stdout_is_tty() -> bool:
     try:
         return sys.stdout.isatty()
@@ -83,11 +108,6 @@ def _stdout_is_tty() -> bool:
 def _t(text: object, style: str = "") -> Text:
     """Data as inert text: control characters made visible, no markup read, a huge name cut in the middle."""
     return Text(clip(text), style=style)
-
-
-def _name(name: str) -> Text:
-    """A table name cell: visible, then cut in the middle so distinct long names stay distinct."""
-    return Text(F.shorten(visible(name), NAME_WIDTH))
 
 
 def _render(console: Console, report: Report) -> None:
@@ -157,11 +177,81 @@ def _table(title: str, columns: Sequence[tuple[str, str]]) -> Table:
     """A compact table; ``columns`` are (header, justify)."""
     table = Table(title=title or None, title_justify="left", title_style="bold", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
     for header, justify in columns:
-        if justify == "name":
-            table.add_column(header, justify="left", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH + 2)
-        else:
-            table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     return table
+
+
+# one column's cells are joined by a blank, with a blank of padding on each inner side
+_GAP = 3
+
+
+def _emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]]) -> None:
+    """Print a table that fits ``console.width`` without ever cutting a number.
+
+    ``columns`` are (header, kind): kind ``"name"`` marks a column of names from
+    the data, which gives way (names cut in the middle, kept distinct by
+    :func:`shorten_distinct`); ``"left"``/``"right"`` columns keep their full
+    width. When the names would get narrower than :data:`MIN_NAME`, or the
+    console is narrower than :data:`STACK_BELOW`, each row is printed as its
+    name on one line and ``header value`` pairs below it instead.
+    """
+    width = console.width
+    heads = [h for h, _ in columns]
+    names = [i for i, (_, kind) in enumerate(columns) if kind == "name"]
+    cells = [[visible(c) if i in names else clip(c) for i, c in enumerate(row)] for row in rows]
+    natural = [max([cell_len(heads[i])] + [cell_len(r[i]) for r in cells]) for i in range(len(columns))]
+    fixed = sum(natural[i] for i in range(len(columns)) if i not in names) + _GAP * (len(columns) - 1)
+    widths = {i: max(cell_len(heads[i]), min(natural[i], NAME_WIDTH)) for i in names}
+    while widths and fixed + sum(widths.values()) > width:
+        j = max(widths, key=lambda i: widths[i])
+        if widths[j] <= 1:
+            break
+        widths[j] -= 1
+    narrow = any(widths[i] < min(natural[i], MIN_NAME) for i in names)
+    if width < STACK_BELOW or narrow or fixed + sum(widths.values()) > width:
+        _emit_stacked(console, title, columns, cells)
+        return
+    for i in names:
+        short = shorten_distinct([r[i] for r in cells], widths[i])
+        for r, text in zip(cells, short):
+            r[i] = text
+    table = Table(title=title or None, title_justify="left", title_style="bold", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
+    for i, (header, kind) in enumerate(columns):
+        if kind == "name":
+            table.add_column(header, justify="left", no_wrap=True, overflow="ellipsis", width=widths[i])
+        else:
+            table.add_column(header, justify=kind, no_wrap=True, min_width=natural[i])  # type: ignore[arg-type]
+    for r in cells:
+        table.add_row(*(Text(c) for c in r))
+    console.print(table)
+
+
+def _emit_stacked(console: Console, title: str, columns: Sequence[tuple[str, str]], cells: list[list[str]]) -> None:
+    """The narrow form of a table: per row, its first column on a line, then ``header value`` pairs, indented."""
+    width = console.width
+    inner = max(width - 2, 8)
+    if title:
+        console.print(Text(title, style="bold"))
+    kinds = [k for _, k in columns]
+    lead = kinds.index("name") if "name" in kinds else 0
+    firsts = shorten_distinct([r[lead] for r in cells], width) if kinds[lead] == "name" else [r[lead] for r in cells]
+    others = [i for i in range(len(columns)) if i != lead]
+    short: dict[int, list[str]] = {}
+    for i in others:
+        if kinds[i] == "name":
+            short[i] = shorten_distinct([r[i] for r in cells], max(inner - cell_len(columns[i][0]) - 1, 8))
+    for n, r in enumerate(cells):
+        console.print(Text(firsts[n], style="bold"), no_wrap=True, overflow="ellipsis")
+        lines: list[str] = []
+        for i in others:
+            value = short[i][n] if i in short else r[i]
+            piece = f"{columns[i][0]} {value}"
+            if lines and cell_len(lines[-1]) + 2 + cell_len(piece) <= inner:
+                lines[-1] += "  " + piece
+            else:
+                lines.append(piece)
+        for line in lines:
+            console.print(Text("  " + line), no_wrap=True, overflow="fold")
 
 
 def _breakdown_table(heading: str, values: dict[str, float], order: Sequence[str], labels: dict[str, str], basis_us: float) -> Table:
@@ -170,6 +260,23 @@ def _breakdown_table(heading: str, values: dict[str, float], order: Sequence[str
     for key, us in F.ordered_items(values, order):
         table.add_row(_t(labels.get(key, key)), F.fmt_ms(us), F.fmt_share_of(us, basis_us))
     return table
+
+
+def _side_by_side(console: Console, tables: list[Table], width: int) -> list[RenderableType]:
+    """The tables next to each other when they fit in ``width``, else one below the other."""
+    sizes = [Measurement.get(console, console.options, t).maximum for t in tables]
+    if sum(sizes) + 4 * (len(tables) - 1) <= width:
+        grid = Table.grid(padding=(0, 4))
+        for _ in tables:
+            grid.add_column(vertical="top")
+        grid.add_row(*tables)
+        return [grid]
+    out: list[RenderableType] = []
+    for i, t in enumerate(tables):
+        if i:
+            out.append(Text(""))
+        out.append(t)
+    return out
 
 
 def _render_trace(console: Console, t: TraceSummary) -> None:
@@ -181,39 +288,27 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
     if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
         tables.append(_breakdown_table("GPU idle: host was in", t.idle_breakdown_us, F.IDLE_KEYS, F.IDLE_LABELS, basis))
     if tables:
-        grid = Table.grid(padding=(0, 4))
-        for _ in tables:
-            grid.add_column(vertical="top")
-        grid.add_row(*tables)
         parts.append(Text(""))
-        parts.append(grid)
+        parts.extend(_side_by_side(console, tables, console.width - 4))  # 4: the panel's border and padding
     title = Text("Trace ", style="bold")
-    title.append(clip(t.path), style="bold")
+    title.append(F.shorten(visible(t.path), max(console.width - 12, 20)), style="bold")
     console.print(Panel(Group(*parts), title=title, title_align="left", box=box.ROUNDED, expand=True))
 
     if t.top_kernels:
-        kt = _table("Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")])
-        for k in t.top_kernels[:TOP_N]:
-            kt.add_row(_name(k.name), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu))
-        console.print(kt)
+        rows = [(k.name, F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu)) for k in t.top_kernels[:TOP_N]]
+        _emit_table(console, "Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")], rows)
         console.print()
     if t.top_ops:
-        ot = _table("Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU self", "right")])
-        for o in t.top_ops[:TOP_N]:
-            ot.add_row(_name(o.name), F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
-        console.print(ot)
+        rows = [(o.name, F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us)) for o in t.top_ops[:TOP_N]]
+        _emit_table(console, "Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU self", "right")], rows)
         console.print()
     if t.copies:
-        ct = _table("Copies", [("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")])
-        for c in t.copies[:TOP_N]:
-            ct.add_row(_t(c.direction), _t(c.memory), F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps))
-        console.print(ct)
+        rows = [(c.direction, c.memory, F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps)) for c in t.copies[:TOP_N]]
+        _emit_table(console, "Copies", [("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
         console.print()
     if t.syncs:
-        st = _table("Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "left")])
-        for s in t.syncs[:TOP_N]:
-            st.add_row(_name(s.cause), _t(s.runtime), F.fmt_count(s.count), F.fmt_us(s.total_us), _t(s.location or "-"))
-        console.print(st)
+        rows = [(s.cause, s.runtime, F.fmt_count(s.count), F.fmt_us(s.total_us), s.location or "-") for s in t.syncs[:TOP_N]]
+        _emit_table(console, "Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
         console.print()
     for note in t.notes:
         console.print(_t(f"note: {note}", style="dim"))

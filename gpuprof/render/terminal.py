@@ -13,7 +13,7 @@ import io
 import os
 import shutil
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rich import box
 from rich.cells import cell_len
@@ -111,8 +111,12 @@ def _t(text: object, style: str = "") -> Text:
 
 
 def _render(console: Console, report: Report) -> None:
-    for trace in report.traces:
-        _render_trace(console, trace)
+    labels = _trace_labels(report)
+    if len(report.traces) > 1:
+        _render_traces(console, report.traces, labels)
+    else:
+        for trace in report.traces:
+            _render_trace(console, trace)
     # summaries (trace and other sections) first, then what to do about them
     for section in report.sections:
         kind = getattr(section, "kind", None)
@@ -122,7 +126,7 @@ def _render(console: Console, report: Report) -> None:
             continue
         fn(console, section)
         console.print()
-    _render_findings(console, report)
+    _render_findings(console, report, labels)
     if report.notes:
         console.print(Text("Notes", style="bold"))
         for note in report.notes:
@@ -316,29 +320,207 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
         console.print()
 
 
+# --------------------------------------------------------------------------- several traces
+
+
+def _trace_labels(report: Report) -> dict[str, str]:
+    """``#1``, ``#2``, ... for the traces of a report, in report order."""
+    return {t.path: f"#{i}" for i, t in enumerate(report.traces, 1)}
+
+
+def _label(source: str | None, labels: dict[str, str]) -> str:
+    if source is None:
+        return "-"
+    return labels.get(source) or F.shorten(visible(source), 60)
+
+
+def _applies_to(group: Sequence[Finding], labels: dict[str, str]) -> str:
+    """``#1 32.8 ms/step, #3 33.0 ms/step`` in trace order."""
+    order = {path: i for i, path in enumerate(labels)}
+    items = sorted(group, key=lambda f: (order.get(f.source or "", len(order)), f.source or ""))
+    parts = []
+    for f in items:
+        cost = f" {F.fmt_us(f.cost_us_per_step)}/step" if f.cost_us_per_step is not None else ""
+        parts.append(f"{_label(f.source, labels)}{cost}")
+    return ", ".join(parts)
+
+
+def _chunks(n: int, lead: int, col: int, width: int) -> list[range]:
+    """Split ``n`` per-trace columns of ``col`` characters into groups that fit beside a ``lead`` column."""
+    per = max(1, (width - lead) // (col + _GAP))
+    return [range(a, min(a + per, n)) for a in range(0, n, per)]
+
+
+def _emit_per_trace(console: Console, title: str, lead: tuple[str, str], keys: Sequence[str], values: Sequence[Sequence[str]], labels: Sequence[str]) -> None:
+    """A table of one row per key and one column per trace (``values[row][trace]``), split into
+    several tables of fewer traces each when they do not fit side by side."""
+    if not keys:
+        return
+    col = max([len(x) for x in labels] + [cell_len(v) for row in values for v in row])
+    lead_w = max(cell_len(lead[0]), min(max(cell_len(visible(k)) for k in keys), NAME_WIDTH if lead[1] == "name" else 10**6))
+    if lead[1] == "name":
+        lead_w = min(lead_w, max(MIN_NAME, 30))
+    chunks = _chunks(len(labels), lead_w, col, console.width)
+    for n, chunk in enumerate(chunks):
+        part = title
+        if len(chunks) > 1:
+            part += f" ({labels[chunk[0]]}-{labels[chunk[-1]]})"
+        columns = [lead] + [(labels[i], "right") for i in chunk]
+        rows = [[k] + [values[r][i] for i in chunk] for r, k in enumerate(keys)]
+        _emit_table(console, part, columns, rows)
+        console.print()
+
+
+def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_path: dict[str, str]) -> None:
+    """Several traces of one run: one summary with a column per trace, then the top tables across them."""
+    labels = [labels_by_path[t.path] for t in traces]
+    paths = [t.path for t in traces]
+    try:
+        common = os.path.commonpath(paths)
+    except ValueError:  # relative and absolute mixed, or different drives
+        common = ""
+    if common in paths:  # one path inside another cannot happen for files; keep the names whole
+        common = os.path.dirname(common)
+    console.print(Text(f"{len(traces)} traces" + (" in " if common else ""), style="bold") + Text(F.shorten(visible(common), max(console.width - 16, 20)) if common else "", style="bold"))
+    for label, path in zip(labels, paths):
+        rel = os.path.relpath(path, common) if common else path
+        console.print(Text(f"  {label:<4}") + Text(F.shorten(visible(rel), max(console.width - 7, 20))), no_wrap=True, overflow="ellipsis")
+    shared: list[tuple[str, str]] = []
+    devices = {F.fmt_devices(t.devices) for t in traces}
+    ranks = {F.fmt_rank(t.rank, t.world_size) for t in traces}
+    if len(devices) == 1:
+        shared.append(("Device", devices.pop()))
+    if len(ranks) == 1:
+        shared.append(("Rank", ranks.pop()))
+    if shared:
+        console.print(_kv_grid(shared))
+    console.print()
+
+    keys: list[str] = []
+    values: list[list[str]] = []
+
+    def row(key: str, cells: list[str]) -> None:
+        keys.append(key)
+        values.append(cells)
+
+    if len(devices) > 1:
+        for label, t in zip(labels, traces):
+            console.print(_t(f"Device {label}: {F.fmt_devices(t.devices)}"))
+    if len(ranks) > 1:
+        row("Rank", [("-" if t.rank is None else str(t.rank)) for t in traces])
+    row("Steps", [str(t.num_steps) for t in traces])
+    row("Step median (ms)", [F.fmt_ms(t.step_time_us) for t in traces])
+    row("Step mean (ms)", [F.fmt_ms(t.step_time_mean_us) for t in traces])
+    row("GPU utilisation", [F.fmt_pct(t.gpu_utilization) if t.gpu_utilization is not None else "n/a" for t in traces])
+    row("GPU busy (ms/step)", [F.fmt_ms(t.gpu_busy_us) for t in traces])
+    row("Events", [F.fmt_count(t.num_events) for t in traces])
+    for heading, attr, order, names in (
+        ("ms/step", "breakdown_us", F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS),
+        ("GPU idle, host in", "idle_breakdown_us", F.IDLE_KEYS, F.IDLE_LABELS),
+    ):
+        seen: dict[str, None] = {}
+        for t in traces:
+            for k, _ in F.ordered_items(getattr(t, attr), order):
+                seen.setdefault(k, None)
+        for k in seen:
+            label = names.get(k, k)
+            key = f"{label} (ms)" if attr == "breakdown_us" else f"idle: {label}"
+            row(key, [F.fmt_ms(getattr(t, attr)[k]) if k in getattr(t, attr) else "-" for t in traces])
+    _emit_per_trace(console, "Summary per trace (times per step)", ("", "left"), keys, values, labels)
+
+    def top(title: str, header: str, stats: list[list[Any]], value: Callable[[Any], float]) -> None:
+        total: dict[str, float] = {}
+        per: list[dict[str, float]] = []
+        for ss in stats:
+            d: dict[str, float] = {}
+            for st in ss[:TOP_N]:
+                d[st_name(st)] = d.get(st_name(st), 0.0) + value(st)
+                total[st_name(st)] = total.get(st_name(st), 0.0) + value(st)
+            per.append(d)
+        names = sorted(total, key=lambda n: -total[n])[:TOP_N]
+        vals = [[F.fmt_us(d[n]) if n in d else "-" for d in per] for n in names]
+        _emit_per_trace(console, title, (header, "name"), names, vals, labels)
+
+    def st_name(st: Any) -> str:
+        return st.name
+
+    if any(t.top_kernels for t in traces):
+        top("Top kernels (total GPU time per trace)", "Kernel", [t.top_kernels for t in traces], lambda k: k.total_us)
+    if any(t.top_ops for t in traces):
+        top("Top operators (GPU self time per trace)", "Operator", [t.top_ops for t in traces], lambda o: o.gpu_us)
+    copies = [(label, c) for label, t in zip(labels, traces) for c in t.copies[:TOP_N]]
+    if copies:
+        rows = [(label, c.direction, c.memory, F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps)) for label, c in copies]
+        _emit_table(console, "Copies", [("Trace", "left"), ("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
+        console.print()
+    syncs = [(label, s) for label, t in zip(labels, traces) for s in t.syncs[:TOP_N]]
+    if syncs:
+        rows = [(label, s.cause, s.runtime, F.fmt_count(s.count), F.fmt_us(s.total_us), s.location or "-") for label, s in syncs]
+        _emit_table(console, "Host synchronisations", [("Trace", "left"), ("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
+        console.print()
+    notes = [(label, note) for label, t in zip(labels, traces) for note in t.notes]
+    for label, note in notes:
+        console.print(_t(f"note ({label}): {note}", style="dim"))
+    if notes:
+        console.print()
+    console.print(Text("Each trace's own operator and kernel tables: gpuprof analyze FILE, or --format json.", style="dim"))
+    console.print()
+
+
 # --------------------------------------------------------------------------- findings
 
 
-def _render_findings(console: Console, report: Report) -> None:
+def _render_findings(console: Console, report: Report, labels: dict[str, str]) -> None:
     findings = report.sorted_findings()
     if not findings:
         return
-    console.print(Text("Findings (most expensive first)", style="bold underline"))
-    for i, f in enumerate(findings, 1):
-        console.print(_finding_panel(i, f))
+    if len(report.traces) <= 1:
+        console.print(Text("Findings (most expensive first)", style="bold underline"))
+        for i, f in enumerate(findings, 1):
+            console.print(_finding_panel(i, f))
+        return
+    groups = group_findings(findings)
+    head = f"Findings (most expensive first): {len(findings)} in {len(report.traces)} traces, {len(groups)} distinct, each shown once with the traces it applies to"
+    console.print(Text(head, style="bold underline"))
+    for i, group in enumerate(groups, 1):
+        console.print(_finding_panel(i, group[0], group, labels))
 
 
-def _finding_panel(index: int, f: Finding) -> Panel:
+def group_findings(findings: Sequence[Finding]) -> list[list[Finding]]:
+    """Findings of several traces grouped by rule code and source location, most expensive first.
+
+    The message is not part of the key: it holds each trace's own numbers
+    (``12.3 ms per step``), so the same problem at the same line of the
+    training script reads differently in every worker or step file. Findings
+    without a location group by their code alone (a whole-trace problem, like
+    low utilisation, seen in several traces). Each group's first finding is
+    its most expensive; ``findings`` must come sorted (``Report.sorted_findings``).
+    """
+    groups: dict[tuple[str, str | None], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.code, F.fmt_location(f)), []).append(f)
+    return list(groups.values())
+
+
+def _finding_panel(index: int, f: Finding, group: Sequence[Finding] = (), labels: dict[str, str] | None = None) -> Panel:
+    """One finding; with ``group`` (the same finding in several traces, ``f`` the most expensive) the
+    traces it applies to, each with its own cost, replace the input line."""
     style = SEVERITY_STYLE[f.severity]
     title = Text(f"{index}. ")
     title.append(f.severity.value.upper(), style=style)
     title.append(f" {clip(f.code)} ", style="bold")
     title.append(clip(f.name))
-    rows: list[tuple[str, str | Text]] = [("Cost", F.fmt_cost(f))]
+    labels = labels or {}
+    cost = F.fmt_cost(f)
+    if len(group) > 1:
+        cost += f" in {_label(f.source, labels)}, the most expensive of {len(group)}"
+    rows: list[tuple[str, str | Text]] = [("Cost", cost)]
     loc = F.fmt_location(f)
     if loc:
         rows.append(("Where", loc))
-    if f.source:
+    if group:
+        rows.append(("Traces", _applies_to(group, labels)))
+    elif f.source:
         rows.append(("Input", f.source))
     for e in f.evidence:
         text = _t(F.fmt_evidence(e))

@@ -382,9 +382,12 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
     if common in paths:  # one path inside another cannot happen for files; keep the names whole
         common = os.path.dirname(common)
     console.print(Text(f"{len(traces)} traces" + (" in " if common else ""), style="bold") + Text(F.shorten(visible(common), max(console.width - 16, 20)) if common else "", style="bold"))
+    legend = Table.grid(padding=(0, 2))
+    legend.add_column(no_wrap=True)
+    legend.add_column(overflow="fold")  # whole paths, wrapped: this is where a label is looked up
     for label, path in zip(labels, paths):
-        rel = os.path.relpath(path, common) if common else path
-        console.print(Text(f"  {label:<4}") + Text(F.shorten(visible(rel), max(console.width - 7, 20))), no_wrap=True, overflow="ellipsis")
+        legend.add_row(Text(f"  {label}"), _t(os.path.relpath(path, common) if common else path))
+    console.print(legend)
     shared: list[tuple[str, str]] = []
     devices = {F.fmt_devices(t.devices) for t in traces}
     ranks = {F.fmt_rank(t.rank, t.world_size) for t in traces}

@@ -195,9 +195,10 @@ def _emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]]
     ``columns`` are (header, kind): kind ``"name"`` marks a column of names from
     the data, which gives way (names cut in the middle, kept distinct by
     :func:`shorten_distinct`); ``"left"``/``"right"`` columns keep their full
-    width. When the names would get narrower than :data:`MIN_NAME`, or the
-    console is narrower than :data:`STACK_BELOW`, each row is printed as its
-    name on one line and ``header value`` pairs below it instead.
+    width. When the names would get narrower than :data:`MIN_NAME`, a table
+    with names is on a console narrower than :data:`STACK_BELOW`, or the
+    numbers alone do not fit, each row is printed as its name (or first cell)
+    on one line and ``header value`` pairs below it instead.
     """
     width = console.width
     heads = [h for h, _ in columns]
@@ -212,14 +213,16 @@ def _emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]]
             break
         widths[j] -= 1
     narrow = any(widths[i] < min(natural[i], MIN_NAME) for i in names)
-    if width < STACK_BELOW or narrow or fixed + sum(widths.values()) > width:
+    if (names and width < STACK_BELOW) or narrow or fixed + sum(widths.values()) > width:
         _emit_stacked(console, title, columns, cells)
         return
     for i in names:
         short = shorten_distinct([r[i] for r in cells], widths[i])
         for r, text in zip(cells, short):
             r[i] = text
-    table = Table(title=title or None, title_justify="left", title_style="bold", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
+    if title:  # above the table, not its title: a title wraps at the table's own width
+        console.print(Text(title, style="bold"))
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
     for i, (header, kind) in enumerate(columns):
         if kind == "name":
             table.add_column(header, justify="left", no_wrap=True, overflow="ellipsis", width=widths[i])
@@ -348,6 +351,7 @@ def _applies_to(group: Sequence[Finding], labels: dict[str, str]) -> str:
 def _chunks(n: int, lead: int, col: int, width: int) -> list[range]:
     """Split ``n`` per-trace columns of ``col`` characters into groups that fit beside a ``lead`` column."""
     per = max(1, (width - lead) // (col + _GAP))
+    per = -(-n // -(-n // per))  # as many tables as needed, the traces spread evenly over them
     return [range(a, min(a + per, n)) for a in range(0, n, per)]
 
 
@@ -360,11 +364,14 @@ def _emit_per_trace(console: Console, title: str, lead: tuple[str, str], keys: S
     lead_w = max(cell_len(lead[0]), min(max(cell_len(visible(k)) for k in keys), NAME_WIDTH if lead[1] == "name" else 10**6))
     if lead[1] == "name":
         lead_w = min(lead_w, max(MIN_NAME, 30))
-    chunks = _chunks(len(labels), lead_w, col, console.width)
-    for n, chunk in enumerate(chunks):
+    if lead[1] == "name" and console.width < STACK_BELOW:
+        chunks = [range(len(labels))]  # stacked rows: all traces under each name
+    else:
+        chunks = _chunks(len(labels), lead_w, col, console.width)
+    for chunk in chunks:
         part = title
         if len(chunks) > 1:
-            part += f" ({labels[chunk[0]]}-{labels[chunk[-1]]})"
+            part += f" ({labels[chunk[0]]}" + (f"-{labels[chunk[-1]]})" if len(chunk) > 1 else ")")
         columns = [lead] + [(labels[i], "right") for i in chunk]
         rows = [[k] + [values[r][i] for i in chunk] for r, k in enumerate(keys)]
         _emit_table(console, part, columns, rows)

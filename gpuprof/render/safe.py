@@ -120,6 +120,35 @@ def _around(name: str, start: int, end: int, width: int) -> str:
     return text if len(text) <= width else shorten(name, width)
 
 
+def _tell_apart(group: list[str], width: int) -> dict[str, str]:
+    """Cuts of the (different) names in ``group`` that differ from each other."""
+    # first: each name keeps the part where it starts to differ from the others
+    cut: dict[str, str] = {}
+    for n in group:
+        others = [o for o in group if o != n]
+        start = min(_common_prefix(n, o) for o in others)
+        end = len(n) - min(_common_prefix(n[::-1], o[::-1]) for o in others)
+        cut[n] = _around(n, start, max(end, start + 1), width)
+    if len(set(cut.values())) == len(group):
+        return cut
+    # names that differ in several places: keep a little of each place where some two of them part
+    starts = sorted({_common_prefix(a, b) for i, a in enumerate(group) for b in group[i + 1 :]})
+    for start in starts:
+        cut = {n: _around(n, start, len(n), width) for n in group}
+        if len(set(cut.values())) == len(group):
+            return cut
+    room = width - (len(starts) + 1)  # a "…" before each kept place and before the tail
+    each = (room - 4) // len(starts) if starts else 0
+    if each >= 2:
+        ends = room - each * len(starts)
+        head, tail = (ends + 1) // 2, ends // 2
+        cut = {n: _keep(n, [(0, head)] + [(s, s + each) for s in starts] + [(len(n) - tail, len(n))]) for n in group}
+        if len(set(cut.values())) == len(group) and all(len(c) <= width for c in cut.values()):
+            return cut
+    # still the same: number them
+    return {n: shorten(n, width - len(f"~{i}")) + f"~{i}" for i, n in enumerate(group, 1)}
+
+
 def shorten_distinct(names: list[str], width: int) -> list[str]:
     """:func:`shorten` for each name, but different names never come out the same.
 
@@ -140,15 +169,7 @@ def shorten_distinct(names: list[str], width: int) -> list[str]:
             return out
         fixed: dict[str, str] = {}
         for group in clashes.values():
-            for n in group:
-                others = [o for o in group if o != n]
-                start = min(_common_prefix(n, o) for o in others)
-                end = len(n) - min(_common_prefix(n[::-1], o[::-1]) for o in others)
-                fixed[n] = _around(n, start, max(end, start + 1), width)
-            if len({fixed[n] for n in group}) < len(group):  # still the same: number them
-                for i, n in enumerate(group, 1):
-                    tag = f"~{i}"
-                    fixed[n] = shorten(n, width - len(tag)) + tag
+            fixed.update(_tell_apart(group, width))
         out = [fixed.get(n, s) for n, s in zip(names, out)]
     return out
 

@@ -180,3 +180,15 @@ def test_directory_summary_once_and_each_finding_once(rel: str, columns: int) ->
         shown = set(re.findall(r"#\d+", traces))
         assert shown == wanted, (title, traces)
     assert out.rstrip("\n").splitlines()[-1] == F.findings_total(report)
+
+
+@pytest.mark.parametrize("width", [30, 45, 60])
+def test_shorten_distinct_names_differing_in_several_places(width: int) -> None:
+    """Like the elementwise kernels of a real H100 trace: a template argument differs early
+    (128, 4 vs 128, 2), the functor later; all must read differently, without a ~N tag."""
+    base = "void at::native::elementwise_kernel<128, {n}, at::native::gpu_kernel_impl_nocast<at::native::{f}<float> >(at::TensorIteratorBase&)::{{lambda(int)#1}})"
+    names = [base.format(n=n, f=f) for n, f in ((4, "MulFunctor"), (4, "AddFunctor"), (2, "MulFunctor"), (4, "direct_copy"))]
+    out = shorten_distinct(names, width)
+    assert len(set(out)) == len(names), out
+    assert all(len(s) <= width for s in out)
+    assert not any(s.endswith(("~1", "~2", "~3", "~4")) for s in out)

@@ -19,6 +19,14 @@ def _strict_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(STRICT_ENV, "1")
 
 
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The terminal report takes its width from COLUMNS when stdout is not a terminal; a COLUMNS
+    exported by the shell that runs the tests must not change what they render. Tests of that
+    set it themselves."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def v100_samples() -> list[Path]:
     return _v100_samples()

@@ -13,26 +13,30 @@ import io
 import os
 import shutil
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
-from gpuprof.render.safe import clip, visible
+from gpuprof.render.safe import clip, shorten_distinct, visible
 from gpuprof.render.sections import terminal_renderer
 from gpuprof.report import Report, TraceSummary
 
-__all__ = ["render_terminal", "DEFAULT_WIDTH", "TOP_N"]
+__all__ = ["render_terminal", "terminal_width", "DEFAULT_WIDTH", "MIN_WIDTH", "STACK_BELOW", "TOP_N"]
 
-DEFAULT_WIDTH = 120  # columns when the output is not a terminal (files, pipes, tests)
-MIN_WIDTH = 80
+DEFAULT_WIDTH = 120  # columns when the output is not a terminal and COLUMNS is unset (files, pipes, tests)
+MIN_WIDTH = 40  # narrower terminals are drawn as if this wide
+STACK_BELOW = 60  # tables narrower than this show each row as a name line plus its numbers
 TOP_N = 10  # rows of each top-kernels/ops/copies/syncs table
 NAME_WIDTH = 60  # kernel/op names are cut in the middle beyond this
+MIN_NAME = 16  # a name column narrower than this makes a table stack its rows instead
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
 
@@ -42,14 +46,13 @@ def render_terminal(report: Report, color: bool | None = None, width: int | None
 
     ``color`` None means: colour only when stdout is a terminal and the
     ``NO_COLOR`` environment variable is unset (https://no-color.org).
-    ``width`` defaults to the terminal's width on a terminal, else 120.
+    ``width`` defaults to :func:`terminal_width`.
     """
     is_tty = _stdout_is_tty()
     if color is None:
         color = is_tty and not os.environ.get("NO_COLOR")
     if width is None:
-        width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if is_tty else DEFAULT_WIDTH
-        width = max(width, MIN_WIDTH)
+        width = terminal_width(is_tty)
     buf = io.StringIO()
     console = Console(
         file=buf,
@@ -73,6 +76,28 @@ def render_terminal(report: Report, color: bool | None = None, width: int | None
     return text
 
 
+def terminal_width(is_tty: bool | None = None) -> int:
+    """The width to draw at: the terminal's when stdout is one (``shutil.get_terminal_size``, which
+    lets ``COLUMNS`` override it, as usual), else ``COLUMNS`` when it is a positive integer, else
+    :data:`DEFAULT_WIDTH`; never below :data:`MIN_WIDTH`."""
+    if is_tty is None:
+        is_tty = _stdout_is_tty()
+    if is_tty:
+        cols = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    else:
+        cols = _env_columns() or DEFAULT_WIDTH
+    return max(cols, MIN_WIDTH)
+
+
+def _env_columns() -> int | None:
+    raw = os.environ.get("COLUMNS", "").strip()
+    try:
+        cols = int(raw)
+    except ValueError:
+        return None
+    return cols if cols > 0 else None
+
+
 def _stdout_is_tty() -> bool:
     try:
         return sys.stdout.isatty()
@@ -85,14 +110,13 @@ def _t(text: object, style: str = "") -> Text:
     return Text(clip(text), style=style)
 
 
-def _name(name: str) -> Text:
-    """A table name cell: visible, then cut in the middle so distinct long names stay distinct."""
-    return Text(F.shorten(visible(name), NAME_WIDTH))
-
-
 def _render(console: Console, report: Report) -> None:
-    for trace in report.traces:
-        _render_trace(console, trace)
+    labels = _trace_labels(report)
+    if len(report.traces) > 1:
+        _render_traces(console, report.traces, labels)
+    else:
+        for trace in report.traces:
+            _render_trace(console, trace)
     # summaries (trace and other sections) first, then what to do about them
     for section in report.sections:
         kind = getattr(section, "kind", None)
@@ -102,7 +126,7 @@ def _render(console: Console, report: Report) -> None:
             continue
         fn(console, section)
         console.print()
-    _render_findings(console, report)
+    _render_findings(console, report, labels)
     if report.notes:
         console.print(Text("Notes", style="bold"))
         for note in report.notes:
@@ -157,11 +181,84 @@ def _table(title: str, columns: Sequence[tuple[str, str]]) -> Table:
     """A compact table; ``columns`` are (header, justify)."""
     table = Table(title=title or None, title_justify="left", title_style="bold", header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
     for header, justify in columns:
-        if justify == "name":
-            table.add_column(header, justify="left", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH + 2)
-        else:
-            table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     return table
+
+
+# one column's cells are joined by a blank, with a blank of padding on each inner side
+_GAP = 3
+
+
+def _emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]]) -> None:
+    """Print a table that fits ``console.width`` without ever cutting a number.
+
+    ``columns`` are (header, kind): kind ``"name"`` marks a column of names from
+    the data, which gives way (names cut in the middle, kept distinct by
+    :func:`shorten_distinct`); ``"left"``/``"right"`` columns keep their full
+    width. When the names would get narrower than :data:`MIN_NAME`, a table
+    with names is on a console narrower than :data:`STACK_BELOW`, or the
+    numbers alone do not fit, each row is printed as its name (or first cell)
+    on one line and ``header value`` pairs below it instead.
+    """
+    width = console.width
+    heads = [h for h, _ in columns]
+    names = [i for i, (_, kind) in enumerate(columns) if kind == "name"]
+    cells = [[visible(c) if i in names else clip(c) for i, c in enumerate(row)] for row in rows]
+    natural = [max([cell_len(heads[i])] + [cell_len(r[i]) for r in cells]) for i in range(len(columns))]
+    fixed = sum(natural[i] for i in range(len(columns)) if i not in names) + _GAP * (len(columns) - 1)
+    widths = {i: max(cell_len(heads[i]), min(natural[i], NAME_WIDTH)) for i in names}
+    while widths and fixed + sum(widths.values()) > width:
+        j = max(widths, key=lambda i: widths[i])
+        if widths[j] <= 1:
+            break
+        widths[j] -= 1
+    narrow = any(widths[i] < min(natural[i], MIN_NAME) for i in names)
+    if (names and width < STACK_BELOW) or narrow or fixed + sum(widths.values()) > width:
+        _emit_stacked(console, title, columns, cells)
+        return
+    for i in names:
+        short = shorten_distinct([r[i] for r in cells], widths[i])
+        for r, text in zip(cells, short):
+            r[i] = text
+    if title:  # above the table, not its title: a title wraps at the table's own width
+        console.print(Text(title, style="bold"))
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
+    for i, (header, kind) in enumerate(columns):
+        if kind == "name":
+            table.add_column(header, justify="left", no_wrap=True, overflow="ellipsis", width=widths[i])
+        else:
+            table.add_column(header, justify=kind, no_wrap=True, min_width=natural[i])  # type: ignore[arg-type]
+    for r in cells:
+        table.add_row(*(Text(c) for c in r))
+    console.print(table)
+
+
+def _emit_stacked(console: Console, title: str, columns: Sequence[tuple[str, str]], cells: list[list[str]]) -> None:
+    """The narrow form of a table: per row, its first column on a line, then ``header value`` pairs, indented."""
+    width = console.width
+    inner = max(width - 2, 8)
+    if title:
+        console.print(Text(title, style="bold"))
+    kinds = [k for _, k in columns]
+    lead = kinds.index("name") if "name" in kinds else 0
+    firsts = shorten_distinct([r[lead] for r in cells], width) if kinds[lead] == "name" else [r[lead] for r in cells]
+    others = [i for i in range(len(columns)) if i != lead]
+    short: dict[int, list[str]] = {}
+    for i in others:
+        if kinds[i] == "name":
+            short[i] = shorten_distinct([r[i] for r in cells], max(inner - cell_len(columns[i][0]) - 1, 8))
+    for n, r in enumerate(cells):
+        console.print(Text(firsts[n], style="bold"), no_wrap=True, overflow="ellipsis")
+        lines: list[str] = []
+        for i in others:
+            value = short[i][n] if i in short else r[i]
+            piece = f"{columns[i][0]} {value}"
+            if lines and cell_len(lines[-1]) + 2 + cell_len(piece) <= inner:
+                lines[-1] += "  " + piece
+            else:
+                lines.append(piece)
+        for line in lines:
+            console.print(Text("  " + line), no_wrap=True, overflow="fold")
 
 
 def _breakdown_table(heading: str, values: dict[str, float], order: Sequence[str], labels: dict[str, str], basis_us: float) -> Table:
@@ -170,6 +267,23 @@ def _breakdown_table(heading: str, values: dict[str, float], order: Sequence[str
     for key, us in F.ordered_items(values, order):
         table.add_row(_t(labels.get(key, key)), F.fmt_ms(us), F.fmt_share_of(us, basis_us))
     return table
+
+
+def _side_by_side(console: Console, tables: list[Table], width: int) -> list[RenderableType]:
+    """The tables next to each other when they fit in ``width``, else one below the other."""
+    sizes = [Measurement.get(console, console.options, t).maximum for t in tables]
+    if sum(sizes) + 4 * (len(tables) - 1) <= width:
+        grid = Table.grid(padding=(0, 4))
+        for _ in tables:
+            grid.add_column(vertical="top")
+        grid.add_row(*tables)
+        return [grid]
+    out: list[RenderableType] = []
+    for i, t in enumerate(tables):
+        if i:
+            out.append(Text(""))
+        out.append(t)
+    return out
 
 
 def _render_trace(console: Console, t: TraceSummary) -> None:
@@ -181,39 +295,27 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
     if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
         tables.append(_breakdown_table("GPU idle: host was in", t.idle_breakdown_us, F.IDLE_KEYS, F.IDLE_LABELS, basis))
     if tables:
-        grid = Table.grid(padding=(0, 4))
-        for _ in tables:
-            grid.add_column(vertical="top")
-        grid.add_row(*tables)
         parts.append(Text(""))
-        parts.append(grid)
+        parts.extend(_side_by_side(console, tables, console.width - 4))  # 4: the panel's border and padding
     title = Text("Trace ", style="bold")
-    title.append(clip(t.path), style="bold")
+    title.append(F.shorten(visible(t.path), max(console.width - 12, 20)), style="bold")
     console.print(Panel(Group(*parts), title=title, title_align="left", box=box.ROUNDED, expand=True))
 
     if t.top_kernels:
-        kt = _table("Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")])
-        for k in t.top_kernels[:TOP_N]:
-            kt.add_row(_name(k.name), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu))
-        console.print(kt)
+        rows = [(k.name, F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu)) for k in t.top_kernels[:TOP_N]]
+        _emit_table(console, "Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")], rows)
         console.print()
     if t.top_ops:
-        ot = _table("Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU self", "right")])
-        for o in t.top_ops[:TOP_N]:
-            ot.add_row(_name(o.name), F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
-        console.print(ot)
+        rows = [(o.name, F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us)) for o in t.top_ops[:TOP_N]]
+        _emit_table(console, "Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU self", "right")], rows)
         console.print()
     if t.copies:
-        ct = _table("Copies", [("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")])
-        for c in t.copies[:TOP_N]:
-            ct.add_row(_t(c.direction), _t(c.memory), F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps))
-        console.print(ct)
+        rows = [(c.direction, c.memory, F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps)) for c in t.copies[:TOP_N]]
+        _emit_table(console, "Copies", [("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
         console.print()
     if t.syncs:
-        st = _table("Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "left")])
-        for s in t.syncs[:TOP_N]:
-            st.add_row(_name(s.cause), _t(s.runtime), F.fmt_count(s.count), F.fmt_us(s.total_us), _t(s.location or "-"))
-        console.print(st)
+        rows = [(s.cause, s.runtime, F.fmt_count(s.count), F.fmt_us(s.total_us), s.location or "-") for s in t.syncs[:TOP_N]]
+        _emit_table(console, "Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
         console.print()
     for note in t.notes:
         console.print(_t(f"note: {note}", style="dim"))
@@ -221,29 +323,214 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
         console.print()
 
 
+# --------------------------------------------------------------------------- several traces
+
+
+def _trace_labels(report: Report) -> dict[str, str]:
+    """``#1``, ``#2``, ... for the traces of a report, in report order."""
+    return {t.path: f"#{i}" for i, t in enumerate(report.traces, 1)}
+
+
+def _label(source: str | None, labels: dict[str, str]) -> str:
+    if source is None:
+        return "-"
+    return labels.get(source) or F.shorten(visible(source), 60)
+
+
+def _applies_to(group: Sequence[Finding], labels: dict[str, str]) -> str:
+    """``#1 32.8 ms/step, #3 33.0 ms/step`` in trace order."""
+    order = {path: i for i, path in enumerate(labels)}
+    items = sorted(group, key=lambda f: (order.get(f.source or "", len(order)), f.source or ""))
+    parts = []
+    for f in items:
+        cost = f" {F.fmt_us(f.cost_us_per_step)}/step" if f.cost_us_per_step is not None else ""
+        parts.append(f"{_label(f.source, labels)}{cost}")
+    return ", ".join(parts)
+
+
+def _chunks(n: int, lead: int, col: int, width: int) -> list[range]:
+    """Split ``n`` per-trace columns of ``col`` characters into groups that fit beside a ``lead`` column."""
+    per = max(1, (width - lead) // (col + _GAP))
+    per = -(-n // -(-n // per))  # as many tables as needed, the traces spread evenly over them
+    return [range(a, min(a + per, n)) for a in range(0, n, per)]
+
+
+def _emit_per_trace(console: Console, title: str, lead: tuple[str, str], keys: Sequence[str], values: Sequence[Sequence[str]], labels: Sequence[str]) -> None:
+    """A table of one row per key and one column per trace (``values[row][trace]``), split into
+    several tables of fewer traces each when they do not fit side by side."""
+    if not keys:
+        return
+    col = max([len(x) for x in labels] + [cell_len(v) for row in values for v in row])
+    lead_w = max(cell_len(lead[0]), min(max(cell_len(visible(k)) for k in keys), NAME_WIDTH if lead[1] == "name" else 10**6))
+    if lead[1] == "name":
+        lead_w = min(lead_w, max(MIN_NAME, 30))
+    if lead[1] == "name" and console.width < STACK_BELOW:
+        chunks = [range(len(labels))]  # stacked rows: all traces under each name
+    else:
+        chunks = _chunks(len(labels), lead_w, col, console.width)
+    for chunk in chunks:
+        part = title
+        if len(chunks) > 1:
+            part += f" ({labels[chunk[0]]}" + (f"-{labels[chunk[-1]]})" if len(chunk) > 1 else ")")
+        columns = [lead] + [(labels[i], "right") for i in chunk]
+        rows = [[k] + [values[r][i] for i in chunk] for r, k in enumerate(keys)]
+        _emit_table(console, part, columns, rows)
+        console.print()
+
+
+def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_path: dict[str, str]) -> None:
+    """Several traces of one run: one summary with a column per trace, then the top tables across them."""
+    labels = [labels_by_path[t.path] for t in traces]
+    paths = [t.path for t in traces]
+    try:
+        common = os.path.commonpath(paths)
+    except ValueError:  # relative and absolute mixed, or different drives
+        common = ""
+    if common in paths:  # one path inside another cannot happen for files; keep the names whole
+        common = os.path.dirname(common)
+    console.print(Text(f"{len(traces)} traces" + (" in " if common else ""), style="bold") + Text(F.shorten(visible(common), max(console.width - 16, 20)) if common else "", style="bold"))
+    legend = Table.grid(padding=(0, 2))
+    legend.add_column(no_wrap=True)
+    legend.add_column(overflow="fold")  # whole paths, wrapped: this is where a label is looked up
+    for label, path in zip(labels, paths):
+        legend.add_row(Text(f"  {label}"), _t(os.path.relpath(path, common) if common else path))
+    console.print(legend)
+    shared: list[tuple[str, str]] = []
+    devices = {F.fmt_devices(t.devices) for t in traces}
+    ranks = {F.fmt_rank(t.rank, t.world_size) for t in traces}
+    if len(devices) == 1:
+        shared.append(("Device", devices.pop()))
+    if len(ranks) == 1:
+        shared.append(("Rank", ranks.pop()))
+    if shared:
+        console.print(_kv_grid(shared))
+    console.print()
+
+    keys: list[str] = []
+    values: list[list[str]] = []
+
+    def row(key: str, cells: list[str]) -> None:
+        keys.append(key)
+        values.append(cells)
+
+    if len(devices) > 1:
+        for label, t in zip(labels, traces):
+            console.print(_t(f"Device {label}: {F.fmt_devices(t.devices)}"))
+    if len(ranks) > 1:
+        row("Rank", [("-" if t.rank is None else str(t.rank)) for t in traces])
+    row("Steps", [str(t.num_steps) for t in traces])
+    row("Step median (ms)", [F.fmt_ms(t.step_time_us) for t in traces])
+    row("Step mean (ms)", [F.fmt_ms(t.step_time_mean_us) for t in traces])
+    row("GPU utilisation", [F.fmt_pct(t.gpu_utilization) if t.gpu_utilization is not None else "n/a" for t in traces])
+    row("GPU busy (ms/step)", [F.fmt_ms(t.gpu_busy_us) for t in traces])
+    row("Events", [F.fmt_count(t.num_events) for t in traces])
+    for heading, attr, order, names in (
+        ("ms/step", "breakdown_us", F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS),
+        ("GPU idle, host in", "idle_breakdown_us", F.IDLE_KEYS, F.IDLE_LABELS),
+    ):
+        seen: dict[str, None] = {}
+        for t in traces:
+            for k, _ in F.ordered_items(getattr(t, attr), order):
+                seen.setdefault(k, None)
+        for k in seen:
+            label = names.get(k, k)
+            key = f"{label} (ms)" if attr == "breakdown_us" else f"idle: {label}"
+            row(key, [F.fmt_ms(getattr(t, attr)[k]) if k in getattr(t, attr) else "-" for t in traces])
+    _emit_per_trace(console, "Summary per trace (times per step)", ("", "left"), keys, values, labels)
+
+    def top(title: str, header: str, stats: list[list[Any]], value: Callable[[Any], float]) -> None:
+        total: dict[str, float] = {}
+        per: list[dict[str, float]] = []
+        for ss in stats:
+            d: dict[str, float] = {}
+            for st in ss[:TOP_N]:
+                d[st_name(st)] = d.get(st_name(st), 0.0) + value(st)
+                total[st_name(st)] = total.get(st_name(st), 0.0) + value(st)
+            per.append(d)
+        names = sorted(total, key=lambda n: -total[n])[:TOP_N]
+        vals = [[F.fmt_us(d[n]) if n in d else "-" for d in per] for n in names]
+        _emit_per_trace(console, title, (header, "name"), names, vals, labels)
+
+    def st_name(st: Any) -> str:
+        return st.name
+
+    if any(t.top_kernels for t in traces):
+        top("Top kernels (total GPU time per trace)", "Kernel", [t.top_kernels for t in traces], lambda k: k.total_us)
+    if any(t.top_ops for t in traces):
+        top("Top operators (GPU self time per trace)", "Operator", [t.top_ops for t in traces], lambda o: o.gpu_us)
+    copies = [(label, c) for label, t in zip(labels, traces) for c in t.copies[:TOP_N]]
+    if copies:
+        rows = [(label, c.direction, c.memory, F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps)) for label, c in copies]
+        _emit_table(console, "Copies", [("Trace", "left"), ("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
+        console.print()
+    syncs = [(label, s) for label, t in zip(labels, traces) for s in t.syncs[:TOP_N]]
+    if syncs:
+        rows = [(label, s.cause, s.runtime, F.fmt_count(s.count), F.fmt_us(s.total_us), s.location or "-") for label, s in syncs]
+        _emit_table(console, "Host synchronisations", [("Trace", "left"), ("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
+        console.print()
+    notes = [(label, note) for label, t in zip(labels, traces) for note in t.notes]
+    for label, note in notes:
+        console.print(_t(f"note ({label}): {note}", style="dim"))
+    if notes:
+        console.print()
+    console.print(Text("Each trace's own operator and kernel tables: gpuprof analyze FILE, or --format json.", style="dim"))
+    console.print()
+
+
 # --------------------------------------------------------------------------- findings
 
 
-def _render_findings(console: Console, report: Report) -> None:
+def _render_findings(console: Console, report: Report, labels: dict[str, str]) -> None:
     findings = report.sorted_findings()
     if not findings:
         return
-    console.print(Text("Findings (most expensive first)", style="bold underline"))
-    for i, f in enumerate(findings, 1):
-        console.print(_finding_panel(i, f))
+    if len(report.traces) <= 1:
+        console.print(Text("Findings (most expensive first)", style="bold underline"))
+        for i, f in enumerate(findings, 1):
+            console.print(_finding_panel(i, f))
+        return
+    groups = group_findings(findings)
+    head = f"Findings (most expensive first): {len(findings)} in {len(report.traces)} traces, {len(groups)} distinct, each shown once with the traces it applies to"
+    console.print(Text(head, style="bold underline"))
+    for i, group in enumerate(groups, 1):
+        console.print(_finding_panel(i, group[0], group, labels))
 
 
-def _finding_panel(index: int, f: Finding) -> Panel:
+def group_findings(findings: Sequence[Finding]) -> list[list[Finding]]:
+    """Findings of several traces grouped by rule code and source location, most expensive first.
+
+    The message is not part of the key: it holds each trace's own numbers
+    (``12.3 ms per step``), so the same problem at the same line of the
+    training script reads differently in every worker or step file. Findings
+    without a location group by their code alone (a whole-trace problem, like
+    low utilisation, seen in several traces). Each group's first finding is
+    its most expensive; ``findings`` must come sorted (``Report.sorted_findings``).
+    """
+    groups: dict[tuple[str, str | None], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.code, F.fmt_location(f)), []).append(f)
+    return list(groups.values())
+
+
+def _finding_panel(index: int, f: Finding, group: Sequence[Finding] = (), labels: dict[str, str] | None = None) -> Panel:
+    """One finding; with ``group`` (the same finding in several traces, ``f`` the most expensive) the
+    traces it applies to, each with its own cost, replace the input line."""
     style = SEVERITY_STYLE[f.severity]
     title = Text(f"{index}. ")
     title.append(f.severity.value.upper(), style=style)
     title.append(f" {clip(f.code)} ", style="bold")
     title.append(clip(f.name))
-    rows: list[tuple[str, str | Text]] = [("Cost", F.fmt_cost(f))]
+    labels = labels or {}
+    cost = F.fmt_cost(f)
+    if len(group) > 1:
+        cost += f" in {_label(f.source, labels)}, the most expensive of {len(group)}"
+    rows: list[tuple[str, str | Text]] = [("Cost", cost)]
     loc = F.fmt_location(f)
     if loc:
         rows.append(("Where", loc))
-    if f.source:
+    if group:
+        rows.append(("Traces", _applies_to(group, labels)))
+    elif f.source:
         rows.append(("Input", f.source))
     for e in f.evidence:
         text = _t(F.fmt_evidence(e))

@@ -140,3 +140,22 @@ def test_memory_sections_show_sites_inert(name: str, tmp_path: Path) -> None:
     spans = [c.content for t in tokens if t.type == "inline" for c in (t.children or []) if c.type == "code_inline"]
     assert not [c for t in tokens if t.type == "inline" for c in (t.children or []) if c.type == "html_inline"]
     assert shorten(visible(top), 100) in spans
+
+
+@pytest.mark.parametrize("width", [80, 50])
+@pytest.mark.parametrize("name", TEXT_HOSTILE + [HUGE_NAME], ids=[f"text{i}" for i in range(len(TEXT_HOSTILE))] + ["huge"])
+def test_terminal_directory_summary_shows_names_inert(name: str, width: int, tmp_path: Path) -> None:
+    """A directory of traces (one summary, per-trace columns, grouped findings): trace file names,
+    kernel, operator, sync and frame names all arrive inert, at widths that stack rows too."""
+    d = tmp_path / "run"
+    d.mkdir()
+    file_part = name[:40].replace("/", "_").replace("\x00", "_") if name != HUGE_NAME else "huge"  # a file name holds no NUL
+    for i in range(2):
+        _trace(name, d / f"w{i}.{file_part}.pt.trace.json")
+    report = analyze(str(d))
+    assert len(report.traces) == 2
+    out = render_terminal(report, color=True, width=width)
+    rest = _SGR.sub("", out)
+    assert "\x1b" not in rest and _unsafe_left(rest) == []
+    assert "#1" in rest and "#2" in rest  # the per-trace summary, not a panel per trace
+    assert len(out) < 80 * MAX_TEXT

@@ -55,15 +55,28 @@ class Option:
 
 
 class RuleContext:
-    """What a rule sees: the trace, its metrics and the rule's option values."""
+    """What a rule sees: the trace, its metrics and the rule's option values.
 
-    def __init__(self, trace: Trace, metrics: TraceMetrics, options: Mapping[str, Any]) -> None:
+    ``others`` maps the code of every *other* rule that runs in the same
+    analysis (after ``--select``/``--ignore``) to its option values. A rule
+    whose findings overlap another's uses it to leave a shared cost to the
+    rule that owns it (see :meth:`runs`), so costs are never counted twice;
+    without it (a context built by hand) no other rule is assumed to run.
+    """
+
+    def __init__(self, trace: Trace, metrics: TraceMetrics, options: Mapping[str, Any],
+                 others: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.trace = trace
         self.metrics = metrics
         self._options = dict(options)
+        self._others = {k: dict(v) for k, v in (others or {}).items()}
 
     def opt(self, name: str) -> Any:
         return self._options[name]
+
+    def runs(self, code: str) -> Mapping[str, Any] | None:
+        """The option values of rule ``code`` when it runs in this analysis, else None."""
+        return self._others.get(code)
 
 
 class Rule:

@@ -112,10 +112,24 @@ class Rule:
         cost_us_per_step: float | None = None,
         location: SourceLocation | None = None,
         severity: Severity | None = None,
+        cost_label: str | None = None,
     ) -> Finding:
-        """Build a Finding with this rule's code and the cost share of the median step."""
+        """Build a Finding with this rule's code and the cost share of the mean step.
+
+        With a cost, ``cost_label`` says what the cost is (``"GPU idle while
+        loading data"``) and the message ends with ``cost: LABEL, T per step
+        (S of the mean step)``: the same figure and share the Cost field
+        shows, so message and cost never disagree silently. The share's
+        denominator is the mean step time (total step time / steps).
+        """
         step = ctx.metrics.mean_step_time
         share = (cost_us_per_step / step) if (cost_us_per_step is not None and step > 0) else None
+        if cost_us_per_step is not None:
+            if not cost_label:
+                raise ValueError(f"rule {self.code}: a finding with a cost needs a cost_label")
+            from gpuprof.rules.common import of_step
+
+            message = f"{message}; cost: {cost_label}, {of_step(ctx.metrics, cost_us_per_step)}"
         return Finding(
             code=self.code,
             name=self.name,

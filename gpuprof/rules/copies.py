@@ -154,14 +154,14 @@ class PageableCopy(Rule):
                 f"({fmt_bytes(nums['bytes_per_step'])} per step, largest copy {fmt_bytes(nums['bytes_per_copy'])} "
                 f"= {nums['bytes_per_copy']:,} bytes), achieved bandwidth {nums['bandwidth_gbps']:.1f} GB/s "
                 f"(bytes / GPU copy time); {blocking} of the {len(copies)} copies in {m.num_steps} steps "
-                f"blocked the host; cost: host waiting in these copies with no kernel running, "
-                f"{of_step(m, nums['kernel_idle_us_per_step'])}",
+                f"blocked the host",
                 advice,
                 evidence=[
                     _copy_evidence("pageable_bytes_per_step", int(nums["bytes_per_step"]), ctx.opt("min_bytes_per_step"),
                                    "bytes", nums, copies),
                 ],
                 cost_us_per_step=nums["kernel_idle_us_per_step"],
+                cost_label="host waiting in these copies with no kernel running",
                 location=_most_common(_copy_location(m, c) for c in copies),
             )
 
@@ -247,20 +247,19 @@ class BlockingCopy(Rule):
                 extra={"kernel_idle_us_per_step": round(shared_us, 3),
                        "copies": sum(1 for c in copies if id(c) in owned_ids)},
             )]
-            charge = (
-                f"; cost: {fmt_us(shared_us)} of that is counted in GP201 (pageable copies), "
-                f"the rest, {of_step(m, cost)}, here"
+            label = (
+                f"that waiting less the {fmt_us(shared_us)} per step counted in GP201 "
+                f"(its pageable copies)"
             )
         else:
-            charge = f"; cost: that time, {of_step(m, cost)}"
+            label = "that waiting with no kernel running"
         yield self.finding(
             ctx,
             f"{count_of(nums['count_per_step'], f'blocking {memory_}host→device copy', f'blocking {memory_}host→device copies')}"
             " per step "
             f"({fmt_bytes(nums['bytes_per_step'])} per step, largest copy {fmt_bytes(nums['bytes_per_copy'])} "
             f"= {nums['bytes_per_copy']:,} bytes): the host waits {fmt_us(nums['host_blocked_us_per_step'])} "
-            f"per step in them, {fmt_us(nums['kernel_idle_us_per_step'])} per step of it with no kernel running"
-            + charge,
+            f"per step in them, {fmt_us(nums['kernel_idle_us_per_step'])} per step of it with no kernel running",
             "Copy from pinned memory without waiting: DataLoader(pin_memory=True) (or tensor.pin_memory()), then "
             ".to(device, non_blocking=True); do not call torch.cuda.synchronize(), .item() or .cpu() right after "
             "the copy."
@@ -278,6 +277,7 @@ class BlockingCopy(Rule):
                 *shared,
             ],
             cost_us_per_step=cost,
+            cost_label=label,
             location=_most_common(_copy_location(m, c) for c in copies),
         )
 
@@ -355,5 +355,6 @@ class SmallDeviceToHostCopies(Rule):
                              extra={**_int_bytes(nums), "max_bytes": ctx.opt("max_bytes")}),
                 ],
                 cost_us_per_step=nums["kernel_idle_us_per_step"],
+                cost_label="host waiting in these copies with no kernel running",
                 location=loc,
             )

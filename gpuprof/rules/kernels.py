@@ -174,9 +174,9 @@ class LaunchBound(Rule):
         sev = Severity.ERROR if launch_share > ctx.opt("error_above") else Severity.WARNING
         yield self.finding(
             ctx,
-            f"Launch-bound: {tiny_share:.0%} of {len(st.kernels)} kernels run < {ctx.opt('tiny_us'):g} µs "
-            f"(median {fmt_us(st.median_us)}, {per_step:.0f} kernels per step); the GPU is busy {util:.0%} of the "
-            f"step and waits {fmt_us(launch_per_step)} per step ({launch_share:.0%}) on kernel launches",
+            f"Launch-bound: {tiny_share:.0%} of the {len(st.kernels)} kernels in {n_steps} steps run < "
+            f"{ctx.opt('tiny_us'):g} µs (median kernel {fmt_us(st.median_us)}, {per_step:.3g} kernels per step); "
+            f"the GPU is busy {util:.0%} of the step time",
             "; ".join(advice) + ".",
             evidence=[
                 Evidence(
@@ -204,6 +204,7 @@ class LaunchBound(Rule):
                 ),
             ],
             cost_us_per_step=launch_per_step,
+            cost_label="GPU idle while the host was inside kernel-launch calls",
             location=st.location,
             severity=sev,
         )

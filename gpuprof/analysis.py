@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping
 from gpuprof.errors import InputError, RuleError
 from gpuprof.findings import Finding, filter_findings, sort_findings
 from gpuprof.report import Report, TraceSummary
-from gpuprof.rules.base import Rule, RuleContext, all_rules
+from gpuprof.rules.base import Rule, RuleContext, all_rules, severity_for_cost
 from gpuprof.trace.load import find_traces, load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
@@ -70,7 +70,9 @@ def run_rules(
         rule: Rule = rule_cls()
         try:
             # list() first: a rule that raises halfway through its generator adds no partial findings
-            findings.extend(list(rule.check(RuleContext(trace, metrics, opts, others))))
+            found = list(rule.check(RuleContext(trace, metrics, opts, others)))
+            # severity follows cost, for every rule, here (see gpuprof.rules.base)
+            findings.extend(severity_for_cost(f, opts) for f in found)
         except Exception as err:  # noqa: BLE001 - raised as RuleError or handed to the caller, never dropped
             if strict:
                 raise RuleError(trace.path, [(rule_cls.code, err)]) from err

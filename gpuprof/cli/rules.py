@@ -47,9 +47,8 @@ def explain_cmd(code: str) -> None:
 
 def explain_text(rule: type) -> str:
     parts = [f"{rule.code} {rule.name} ({rule.severity.value})", rule.title, "", rule.doc()]
-    if rule.options:
-        parts += ["", "Options (--option CODE.NAME=VALUE):"]
-        parts += [f"  {o.name} = {o.default!r}: {o.help}" for o in rule.options]
+    parts += ["", "Options (--option CODE.NAME=VALUE):"]
+    parts += [f"  {o.name} = {o.default!r}: {o.help}" for o in rule.all_options()]
     parts += ["", "Triggers it:", _indent(rule.bad_example), "", "Does not:", _indent(rule.good_example)]
     return "\n".join(parts)
 

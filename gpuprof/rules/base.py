@@ -7,10 +7,21 @@ and a ``good_example`` (user code, shown by ``gpuprof explain``), and its
 thresholds as :class:`Option` objects, overridable from the command line
 (``--option GP101.min_utilization=0.6``). ``check`` reads the trace and its
 metrics and yields findings; it never prints.
+
+**Costs and severity.** A finding's cost is the time per step the problem
+costs; its message ends with it, labelled (see :meth:`Rule.finding`). Where
+two rules describe the same time, one owns the cost and the other names it
+in an evidence ``cost_counted_in`` (GP201 owns the pageable copies GP202
+also reports). Severity follows cost, in one place for every trace rule
+(``gpuprof.analysis.run_rules``): a finding whose cost is under the rule's
+``info_below_share`` of the mean step time (default 1%, an option of every
+rule, e.g. ``--option GP202.info_below_share=0.05``) is reported as
+``info``, whatever the rule chose. Findings without a cost keep theirs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import textwrap
 from dataclasses import dataclass
@@ -29,9 +40,13 @@ __all__ = [
     "get_rule",
     "parse_option_overrides",
     "event_refs",
+    "severity_for_cost",
+    "COMMON_OPTIONS",
+    "INFO_BELOW_SHARE",
 ]
 
 MAX_EVENT_REFS = 20  # evidence keeps a bounded sample of events
+INFO_BELOW_SHARE = 0.01  # default of every rule's info_below_share: cheaper findings are info
 
 
 @dataclass(frozen=True)
@@ -99,8 +114,13 @@ class Rule:
         return inspect.cleandoc(cls.__doc__ or "")
 
     @classmethod
+    def all_options(cls) -> tuple[Option, ...]:
+        """The rule's own options, then the ones every rule has (``info_below_share``)."""
+        return cls.options + COMMON_OPTIONS
+
+    @classmethod
     def defaults(cls) -> dict[str, Any]:
-        return {o.name: o.default for o in cls.options}
+        return {o.name: o.default for o in cls.all_options()}
 
     def finding(
         self,
@@ -143,6 +163,27 @@ class Rule:
             origin="trace",
             source=ctx.trace.path,
         )
+
+
+COMMON_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "info_below_share",
+        INFO_BELOW_SHARE,
+        "a finding whose cost is under this share of the mean step time is info (severity follows cost)",
+    ),
+)
+
+
+def severity_for_cost(finding: Finding, options: Mapping[str, Any]) -> Finding:
+    """The finding as ``info`` when its cost share is under ``info_below_share``; unchanged otherwise.
+
+    Applied by ``gpuprof.analysis.run_rules`` to every trace rule's findings,
+    so the policy lives here, once, not in each rule.
+    """
+    limit = options.get("info_below_share", INFO_BELOW_SHARE)
+    if finding.cost_share is None or finding.severity is Severity.INFO or finding.cost_share >= limit:
+        return finding
+    return dataclasses.replace(finding, severity=Severity.INFO)
 
 
 _REGISTRY: dict[str, type[Rule]] = {}
@@ -188,9 +229,9 @@ def parse_option_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:
         rule = get_rule(code)
         if rule is None:
             raise ValueError(f"unknown rule {code!r} in option {item!r}")
-        opt = next((o for o in rule.options if o.name == opt_name), None)
+        opt = next((o for o in rule.all_options() if o.name == opt_name), None)
         if opt is None:
-            names = ", ".join(o.name for o in rule.options) or "none"
+            names = ", ".join(o.name for o in rule.all_options()) or "none"
             raise ValueError(f"rule {rule.code} has no option {opt_name!r} (options: {names})")
         try:
             out.setdefault(rule.code, {})[opt.name] = opt.parse(value)

@@ -94,3 +94,48 @@ def test_gp102_bad_message_labels_loading_and_cost_on_real_trace():
 
 def of_step_text(f):
     return f"{fmt_us(f.cost_us_per_step)} per step ({f.cost_share:.1%} of the mean step)"
+
+
+# ------------------------------------------------------------------ severity follows cost
+
+
+def _cheap_blocking_copies(tmp_path):
+    """Pinned copies followed by a sync (GP202) costing ~0.1% of 100 ms steps."""
+    tb = TraceBuilder()
+    for _ in range(4):
+        with tb.step():
+            for _ in range(3):
+                tb.copy_h2d(1 << 20, pageable=False, blocking=True)
+            tb.gemm(us=100_000)
+    return tb.write(tmp_path / "cheap.json")
+
+
+def test_severity_follows_cost_cheap_finding_is_info(tmp_path):
+    path = _cheap_blocking_copies(tmp_path)
+    (f,) = analyze(path, select=["GP202"]).findings
+    assert 0 < f.cost_share < 0.01
+    assert f.severity.value == "info"
+    # the threshold is an option of every rule
+    (f0,) = analyze(path, select=["GP202"], options={"GP202": {"info_below_share": 0.0}}).findings
+    assert f0.severity.value == "warning"
+
+
+def test_severity_follows_cost_real_traces():
+    # GP302 cost 0.006% of a 43 s "step" was a warning; the V100 sample's GP202 cost, all counted in GP201, is 0
+    a100 = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "critical_path", "alexnet",
+                       "benchmark_result_2869224_1695835535_trace.json.gz")
+    for f in analyze(a100).findings:
+        if f.cost_share is not None and f.cost_share < 0.01:
+            assert f.severity.value == "info", (f.code, f.cost_share)
+    by_code = {f.code: f for f in analyze(shared_path(*GP102_SAMPLE)).findings}
+    assert by_code["GP202"].severity.value == "info" and by_code["GP201"].severity.value == "warning"
+
+
+def test_info_below_share_is_documented_and_overridable():
+    from gpuprof.cli.rules import explain_text
+    from gpuprof.rules.base import all_rules, parse_option_overrides
+
+    for rule in all_rules():
+        assert rule.defaults()["info_below_share"] == 0.01
+        assert "info_below_share" in explain_text(rule)
+    assert parse_option_overrides(["GP301.info_below_share=0.05"]) == {"GP301": {"info_below_share": 0.05}}

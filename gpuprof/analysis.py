@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping
 from gpuprof.errors import InputError, RuleError
 from gpuprof.findings import Finding, filter_findings, sort_findings
 from gpuprof.report import Report, TraceSummary
-from gpuprof.rules.base import Rule, RuleContext, all_rules
+from gpuprof.rules.base import Rule, RuleContext, all_rules, severity_for_cost
 from gpuprof.trace.load import find_traces, load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
@@ -59,16 +59,20 @@ def run_rules(
     options = options or {}
     strict = failures is None or strict_rules()
     findings: list[Finding] = []
-    for rule_cls in all_rules():
-        if select and not code_matches(rule_cls.code, select):
-            continue
-        if ignore and code_matches(rule_cls.code, ignore):
-            continue
-        opts = {**rule_cls.defaults(), **dict(options.get(rule_cls.code, {}))}
+    chosen = [
+        r for r in all_rules()
+        if (not select or code_matches(r.code, select)) and not (ignore and code_matches(r.code, ignore))
+    ]
+    all_opts = {r.code: {**r.defaults(), **dict(options.get(r.code, {}))} for r in chosen}
+    for rule_cls in chosen:
+        opts = all_opts[rule_cls.code]
+        others = {c: o for c, o in all_opts.items() if c != rule_cls.code}
         rule: Rule = rule_cls()
         try:
             # list() first: a rule that raises halfway through its generator adds no partial findings
-            findings.extend(list(rule.check(RuleContext(trace, metrics, opts))))
+            found = list(rule.check(RuleContext(trace, metrics, opts, others)))
+            # severity follows cost, for every rule, here (see gpuprof.rules.base)
+            findings.extend(severity_for_cost(f, opts) for f in found)
         except Exception as err:  # noqa: BLE001 - raised as RuleError or handed to the caller, never dropped
             if strict:
                 raise RuleError(trace.path, [(rule_cls.code, err)]) from err

@@ -56,9 +56,8 @@ def explain_text(code: Code) -> str:
     rule = get_rule(code.code) if code.reported_by == "gpuprof analyze" else None
     if rule is not None:
         parts = [f"{rule.code} {rule.name} ({rule.severity.value})", rule.title, "", rule.doc()]
-        if rule.options:
-            parts += ["", "Options (--option CODE.NAME=VALUE):"]
-            parts += [f"  {o.name} = {o.default!r}: {o.help}" for o in rule.options]
+        parts += ["", "Options (--option CODE.NAME=VALUE):"]
+        parts += [f"  {o.name} = {o.default!r}: {o.help}" for o in rule.all_options()]
         parts += ["", "Triggers it:", _indent(rule.bad_example), "", "Does not:", _indent(rule.good_example)]
         return "\n".join(parts)
     return "\n".join([f"{code.code} {code.name} ({code.severity})", code.title, "",

@@ -130,7 +130,15 @@ class Finding:
 
     ``cost_us_per_step`` is the estimated time the problem costs per training
     step, in microseconds (``None`` when it cannot be estimated, e.g. memory
-    findings); ``cost_share`` is the same as a fraction of the step time.
+    findings); ``cost_share`` is the same as a fraction of the mean step time
+    (total step time / number of steps). A trace rule's message ends with the
+    cost, labelled (``cost: GPU idle while loading data, 59.3 ms per step
+    (33.4% of the mean step)``); where two findings describe the same time,
+    one owns the cost and the other names it in an evidence
+    ``cost_counted_in`` (its own cost is what is left), so costs can be
+    summed without counting anything twice. Severity follows cost: a trace
+    finding whose cost is under its rule's ``info_below_share`` of the step
+    is ``info`` (see ``gpuprof.rules.base``).
     ``origin`` says which part of gpuprof produced it: ``trace``, ``runtime``
     or ``memory``; ``source`` names the input (a trace file, a snapshot).
     """

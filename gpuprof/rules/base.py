@@ -7,10 +7,21 @@ and a ``good_example`` (user code, shown by ``gpuprof explain``), and its
 thresholds as :class:`Option` objects, overridable from the command line
 (``--option GP101.min_utilization=0.6``). ``check`` reads the trace and its
 metrics and yields findings; it never prints.
+
+**Costs and severity.** A finding's cost is the time per step the problem
+costs; its message ends with it, labelled (see :meth:`Rule.finding`). Where
+two rules describe the same time, one owns the cost and the other names it
+in an evidence ``cost_counted_in`` (GP201 owns the pageable copies GP202
+also reports). Severity follows cost, in one place for every trace rule
+(``gpuprof.analysis.run_rules``): a finding whose cost is under the rule's
+``info_below_share`` of the mean step time (default 1%, an option of every
+rule, e.g. ``--option GP202.info_below_share=0.05``) is reported as
+``info``, whatever the rule chose. Findings without a cost keep theirs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import textwrap
 from dataclasses import dataclass
@@ -29,9 +40,13 @@ __all__ = [
     "get_rule",
     "parse_option_overrides",
     "event_refs",
+    "severity_for_cost",
+    "COMMON_OPTIONS",
+    "INFO_BELOW_SHARE",
 ]
 
 MAX_EVENT_REFS = 20  # evidence keeps a bounded sample of events
+INFO_BELOW_SHARE = 0.01  # default of every rule's info_below_share: cheaper findings are info
 
 
 @dataclass(frozen=True)
@@ -55,15 +70,28 @@ class Option:
 
 
 class RuleContext:
-    """What a rule sees: the trace, its metrics and the rule's option values."""
+    """What a rule sees: the trace, its metrics and the rule's option values.
 
-    def __init__(self, trace: Trace, metrics: TraceMetrics, options: Mapping[str, Any]) -> None:
+    ``others`` maps the code of every *other* rule that runs in the same
+    analysis (after ``--select``/``--ignore``) to its option values. A rule
+    whose findings overlap another's uses it to leave a shared cost to the
+    rule that owns it (see :meth:`runs`), so costs are never counted twice;
+    without it (a context built by hand) no other rule is assumed to run.
+    """
+
+    def __init__(self, trace: Trace, metrics: TraceMetrics, options: Mapping[str, Any],
+                 others: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.trace = trace
         self.metrics = metrics
         self._options = dict(options)
+        self._others = {k: dict(v) for k, v in (others or {}).items()}
 
     def opt(self, name: str) -> Any:
         return self._options[name]
+
+    def runs(self, code: str) -> Mapping[str, Any] | None:
+        """The option values of rule ``code`` when it runs in this analysis, else None."""
+        return self._others.get(code)
 
 
 class Rule:
@@ -86,8 +114,13 @@ class Rule:
         return inspect.cleandoc(cls.__doc__ or "")
 
     @classmethod
+    def all_options(cls) -> tuple[Option, ...]:
+        """The rule's own options, then the ones every rule has (``info_below_share``)."""
+        return cls.options + COMMON_OPTIONS
+
+    @classmethod
     def defaults(cls) -> dict[str, Any]:
-        return {o.name: o.default for o in cls.options}
+        return {o.name: o.default for o in cls.all_options()}
 
     def finding(
         self,
@@ -99,10 +132,24 @@ class Rule:
         cost_us_per_step: float | None = None,
         location: SourceLocation | None = None,
         severity: Severity | None = None,
+        cost_label: str | None = None,
     ) -> Finding:
-        """Build a Finding with this rule's code and the cost share of the median step."""
+        """Build a Finding with this rule's code and the cost share of the mean step.
+
+        With a cost, ``cost_label`` says what the cost is (``"GPU idle while
+        loading data"``) and the message ends with ``cost: LABEL, T per step
+        (S of the mean step)``: the same figure and share the Cost field
+        shows, so message and cost never disagree silently. The share's
+        denominator is the mean step time (total step time / steps).
+        """
         step = ctx.metrics.mean_step_time
         share = (cost_us_per_step / step) if (cost_us_per_step is not None and step > 0) else None
+        if cost_us_per_step is not None:
+            if not cost_label:
+                raise ValueError(f"rule {self.code}: a finding with a cost needs a cost_label")
+            from gpuprof.rules.common import of_step
+
+            message = f"{message}; cost: {cost_label}, {of_step(ctx.metrics, cost_us_per_step)}"
         return Finding(
             code=self.code,
             name=self.name,
@@ -116,6 +163,27 @@ class Rule:
             origin="trace",
             source=ctx.trace.path,
         )
+
+
+COMMON_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "info_below_share",
+        INFO_BELOW_SHARE,
+        "a finding whose cost is under this share of the mean step time is info (severity follows cost)",
+    ),
+)
+
+
+def severity_for_cost(finding: Finding, options: Mapping[str, Any]) -> Finding:
+    """The finding as ``info`` when its cost share is under ``info_below_share``; unchanged otherwise.
+
+    Applied by ``gpuprof.analysis.run_rules`` to every trace rule's findings,
+    so the policy lives here, once, not in each rule.
+    """
+    limit = options.get("info_below_share", INFO_BELOW_SHARE)
+    if finding.cost_share is None or finding.severity is Severity.INFO or finding.cost_share >= limit:
+        return finding
+    return dataclasses.replace(finding, severity=Severity.INFO)
 
 
 _REGISTRY: dict[str, type[Rule]] = {}
@@ -161,9 +229,9 @@ def parse_option_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:
         rule = get_rule(code)
         if rule is None:
             raise ValueError(f"unknown rule {code!r} in option {item!r}")
-        opt = next((o for o in rule.options if o.name == opt_name), None)
+        opt = next((o for o in rule.all_options() if o.name == opt_name), None)
         if opt is None:
-            names = ", ".join(o.name for o in rule.options) or "none"
+            names = ", ".join(o.name for o in rule.all_options()) or "none"
             raise ValueError(f"rule {rule.code} has no option {opt_name!r} (options: {names})")
         try:
             out.setdefault(rule.code, {})[opt.name] = opt.parse(value)

@@ -12,6 +12,7 @@ from typing import Sequence
 from gpuprof.trace.intervals import Interval, Intervals
 from gpuprof.trace.metrics import CopyEvent, TraceMetrics, next_sync_call
 from gpuprof.trace.model import Event
+from gpuprof.units import fmt_us
 
 __all__ = [
     "count_of",
@@ -19,12 +20,24 @@ __all__ = [
     "kernel_busy",
     "kernel_idle_within",
     "copy_wait_calls",
+    "of_step",
 ]
 
 
 def count_of(n: float, singular: str, plural: str | None = None) -> str:
     """``2 copies``, ``1 copy``, ``0.5 copies``: a per-step count with its noun."""
     return f"{n:.3g} {singular if n == 1 else (plural or singular + 's')}"
+
+
+def of_step(m: TraceMetrics, us: float) -> str:
+    """``"12.3 ms per step (4.5% of the mean step)"``: a per-step time labelled with its share.
+
+    The share is of the mean step time (total step time / steps), the same
+    denominator as a finding's ``cost_share``, so message and cost agree.
+    """
+    step = m.mean_step_time
+    share = f" ({us / step:.1%} of the mean step)" if step > 0 else ""
+    return f"{fmt_us(us)} per step{share}"
 
 
 def host_step_of(m: TraceMetrics, t: float) -> int | None:

@@ -7,7 +7,7 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within
+from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within, of_step
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import CopyEvent, TraceMetrics
 from gpuprof.units import fmt_bytes, fmt_us
@@ -57,6 +57,30 @@ def _copy_numbers(m: TraceMetrics, copies: list[CopyEvent]) -> dict[str, float]:
     }
 
 
+def _waits(m: TraceMetrics, copies: list[CopyEvent]) -> Intervals:
+    """Union of the host calls in which the host waited for ``copies`` (see ``copy_wait_calls``)."""
+    return Intervals.from_pairs([(w.ts, w.end) for c in copies for w in copy_wait_calls(m, c)])
+
+
+def _idle_per_step(m: TraceMetrics, host: Intervals) -> float:
+    """Per step: the part of ``host`` when the main GPU ran no kernel (all of it without a GPU)."""
+    n = max(m.num_steps, 1)
+    return (kernel_idle_within(m, list(host)) if m.main_device is not None else host.total()) / n
+
+
+def pageable_copies(m: TraceMetrics, min_bytes_per_step: float) -> dict[str, list[CopyEvent]]:
+    """GP201's copies: pageable copies inside steps, per direction, where they move enough bytes per step."""
+    by_dir: dict[str, list[CopyEvent]] = defaultdict(list)
+    for c in m.copies:
+        if c.step is not None and c.kind.host_memory == "pageable" and c.kind.direction in _DIR_WORDS:
+            by_dir[c.kind.direction].append(c)
+    n = max(m.num_steps, 1)
+    return {
+        d: cs for d, cs in sorted(by_dir.items())
+        if sum(c.gpu.nbytes for c in cs) / n >= min_bytes_per_step
+    }
+
+
 def _int_bytes(nums: dict[str, float]) -> dict[str, float | int]:
     """Byte figures as integers, the rest rounded, for evidence ``extra``."""
     return {k: (int(v) if "bytes" in k else round(v, 3)) for k, v in nums.items()}
@@ -85,7 +109,9 @@ class PageableCopy(Rule):
     bytes per copy (the largest copy), count per step, achieved bandwidth
     (bytes / GPU copy time). The cost is the time, per step, during which the
     host was inside these copy calls (or the synchronisation right after
-    them) while the main GPU ran no kernel.
+    them) while the main GPU ran no kernel. GP201 owns this cost when GP202
+    reports the same (blocking) copies: GP202 then names GP201 in its
+    ``cost_counted_in`` evidence and charges only its other copies.
     """
 
     code = "GP201"
@@ -110,14 +136,8 @@ class PageableCopy(Rule):
         m = ctx.metrics
         if not m.steps:
             return
-        by_dir: dict[str, list[CopyEvent]] = defaultdict(list)
-        for c in m.copies:
-            if c.step is not None and c.kind.host_memory == "pageable" and c.kind.direction in _DIR_WORDS:
-                by_dir[c.kind.direction].append(c)
-        for direction, copies in sorted(by_dir.items()):
+        for direction, copies in pageable_copies(m, ctx.opt("min_bytes_per_step")).items():
             nums = _copy_numbers(m, copies)
-            if nums["bytes_per_step"] < ctx.opt("min_bytes_per_step"):
-                continue
             blocking = sum(1 for c in copies if c.blocking)
             words = _DIR_WORDS[direction]
             advice = (
@@ -131,16 +151,17 @@ class PageableCopy(Rule):
             yield self.finding(
                 ctx,
                 f"{count_of(nums['count_per_step'], f'pageable {words} copy', f'pageable {words} copies')} per step "
-                f"({fmt_bytes(nums['bytes_per_step'])} per step, up to {fmt_bytes(nums['bytes_per_copy'])} "
-                f"= {nums['bytes_per_copy']:,} bytes per copy) at {nums['bandwidth_gbps']:.1f} GB/s; "
-                f"{blocking} of {len(copies)} blocked the host, "
-                f"{fmt_us(nums['kernel_idle_us_per_step'])} per step without kernels",
+                f"({fmt_bytes(nums['bytes_per_step'])} per step, largest copy {fmt_bytes(nums['bytes_per_copy'])} "
+                f"= {nums['bytes_per_copy']:,} bytes), achieved bandwidth {nums['bandwidth_gbps']:.1f} GB/s "
+                f"(bytes / GPU copy time); {blocking} of the {len(copies)} copies in {m.num_steps} steps "
+                f"blocked the host",
                 advice,
                 evidence=[
                     _copy_evidence("pageable_bytes_per_step", int(nums["bytes_per_step"]), ctx.opt("min_bytes_per_step"),
                                    "bytes", nums, copies),
                 ],
                 cost_us_per_step=nums["kernel_idle_us_per_step"],
+                cost_label="host waiting in these copies with no kernel running",
                 location=_most_common(_copy_location(m, c) for c in copies),
             )
 
@@ -163,6 +184,16 @@ class BlockingCopy(Rule):
     main GPU ran no kernel (the copy itself included: with an asynchronous
     copy the host would keep queueing work meanwhile). Device→host copies are
     host syncs by nature and are reported by GP203/GP204.
+
+    **Shared cost with GP201.** A pageable copy is blocking too, so the two
+    rules can describe the same copies. When GP201 runs in the same analysis
+    and reports the host→device direction, GP201 owns the cost of those
+    pageable copies (pinning them is the fix): GP202's cost is only the
+    kernel-idle time of its other blocking copies, outside the host time
+    already charged to GP201, and its evidence ``cost_counted_in`` names
+    GP201 with the part left there. The two costs add up to the kernel-idle
+    time of all the copies, counted once. Without GP201 (``--select GP202``,
+    ``--ignore GP201``), GP202 charges all its copies.
     """
 
     code = "GP202"
@@ -200,13 +231,35 @@ class BlockingCopy(Rule):
         kinds = {c.kind.host_memory for c in copies}
         memory = " and ".join(sorted(k for k in kinds if k != "unknown")) if kinds != {"unknown"} else ""
         memory_ = memory + " " if memory else ""
+        # Cost shared with GP201: the pageable host→device copies it reports are charged there, once.
+        gp201 = ctx.runs("GP201")
+        owned = pageable_copies(m, gp201["min_bytes_per_step"]).get("HtoD", []) if gp201 is not None else []
+        owned_ids = {id(c) for c in owned}
+        own_host = _waits(m, [c for c in copies if id(c) not in owned_ids])
+        cost = nums["kernel_idle_us_per_step"]
+        shared = []
+        if owned:
+            owned_host = _waits(m, owned)
+            cost = _idle_per_step(m, own_host.subtract(owned_host))
+            shared_us = max(nums["kernel_idle_us_per_step"] - cost, 0.0)
+            shared = [Evidence(
+                "cost_counted_in", "GP201", None, "",
+                extra={"kernel_idle_us_per_step": round(shared_us, 3),
+                       "copies": sum(1 for c in copies if id(c) in owned_ids)},
+            )]
+            label = (
+                f"that waiting less the {fmt_us(shared_us)} per step counted in GP201 "
+                f"(its pageable copies)"
+            )
+        else:
+            label = "that waiting with no kernel running"
         yield self.finding(
             ctx,
             f"{count_of(nums['count_per_step'], f'blocking {memory_}host→device copy', f'blocking {memory_}host→device copies')}"
             " per step "
-            f"({fmt_bytes(nums['bytes_per_step'])} per step, up to {fmt_bytes(nums['bytes_per_copy'])} "
-            f"= {nums['bytes_per_copy']:,} bytes per copy): the host waits {fmt_us(nums['host_blocked_us_per_step'])} "
-            f"per step, {fmt_us(nums['kernel_idle_us_per_step'])} of it with no kernel running",
+            f"({fmt_bytes(nums['bytes_per_step'])} per step, largest copy {fmt_bytes(nums['bytes_per_copy'])} "
+            f"= {nums['bytes_per_copy']:,} bytes): the host waits {fmt_us(nums['host_blocked_us_per_step'])} "
+            f"per step in them, {fmt_us(nums['kernel_idle_us_per_step'])} per step of it with no kernel running",
             "Copy from pinned memory without waiting: DataLoader(pin_memory=True) (or tensor.pin_memory()), then "
             ".to(device, non_blocking=True); do not call torch.cuda.synchronize(), .item() or .cpu() right after "
             "the copy."
@@ -221,8 +274,10 @@ class BlockingCopy(Rule):
                     events=event_refs(c.gpu for c in copies),
                     extra={**_int_bytes(nums), "pageable_copies": pageable, "followed_by_sync": with_sync},
                 ),
+                *shared,
             ],
-            cost_us_per_step=nums["kernel_idle_us_per_step"],
+            cost_us_per_step=cost,
+            cost_label=label,
             location=_most_common(_copy_location(m, c) for c in copies),
         )
 
@@ -300,5 +355,6 @@ class SmallDeviceToHostCopies(Rule):
                              extra={**_int_bytes(nums), "max_bytes": ctx.opt("max_bytes")}),
                 ],
                 cost_us_per_step=nums["kernel_idle_us_per_step"],
+                cost_label="host waiting in these copies with no kernel running",
                 location=loc,
             )

@@ -6,8 +6,14 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.common import of_step
+from gpuprof.units import fmt_us
 
 __all__ = ["DataLoaderMainProcess", "DataLoadingShare"]
+
+
+# The cost is less than the loading time when kernels queued before the loading still ran during it.
+_COST_LABEL = "the part of that loading when the GPU was idle (kernels queued earlier ran during the rest)"
 
 
 def _gpu_idle_loading(ctx: RuleContext) -> float:
@@ -55,8 +61,8 @@ class DataLoaderMainProcess(Rule):
             loc = m.stacks.location(ev0.pid, ev0.tid, ev0.ts)
         yield self.finding(
             ctx,
-            f"DataLoader runs in the main process (num_workers=0): {per_step / 1000:.1f} ms per step "
-            f"({share:.0%} of the step) spent building batches on the training thread",
+            f"DataLoader runs in the main process (num_workers=0): {of_step(m, per_step)} "
+            "spent building batches on the training thread",
             "Set DataLoader(num_workers=N) with N around the number of CPU cores per GPU (start with 4-8), "
             "and pin_memory=True, persistent_workers=True so workers survive between epochs.",
             evidence=[
@@ -70,6 +76,7 @@ class DataLoaderMainProcess(Rule):
                 )
             ],
             cost_us_per_step=_gpu_idle_loading(ctx),
+            cost_label=_COST_LABEL,
             location=loc,
         )
 
@@ -109,8 +116,8 @@ class DataLoadingShare(Rule):
         per_step = sum(m.data_loading_per_step) / m.num_steps
         yield self.finding(
             ctx,
-            f"Data loading takes {share:.0%} of the step ({per_step / 1000:.1f} ms of {m.mean_step_time / 1000:.1f} ms) "
-            "waiting for DataLoader workers",
+            f"Data loading takes {of_step(m, per_step)} waiting for DataLoader workers "
+            f"(mean step {fmt_us(m.mean_step_time)})",
             "Workers cannot keep up: raise num_workers and prefetch_factor, make per-sample transforms cheaper "
             "(decode on the GPU, e.g. torchvision.io.decode_jpeg(device='cuda') or DALI), or cache preprocessed data.",
             evidence=[
@@ -124,5 +131,6 @@ class DataLoadingShare(Rule):
                 )
             ],
             cost_us_per_step=_gpu_idle_loading(ctx),
+            cost_label=_COST_LABEL,
             severity=Severity.ERROR if share > ctx.opt("error_above") else Severity.WARNING,
         )

@@ -30,7 +30,13 @@ class LaunchStats:
     * ``launch_idle_us``: **launch overhead**, the time inside the step windows
       when the main device ran nothing (no kernel, copy or memset) while a host
       thread was inside a runtime call that launched work on that device
-      (``cudaLaunchKernel``, ``cuLaunchKernel``, ``hipLaunchKernel``, ...).
+      (``cudaLaunchKernel``, ``cuLaunchKernel``, ``hipLaunchKernel``, ...)
+      lasting at most ``max_launch_us``: a longer call is not per-launch
+      overhead but a one-off (lazy loading of the kernel's module on first
+      use, a full launch queue).
+    * ``launch_interval_us``: **launch cadence**, the median time between the
+      starts of consecutive launch calls of those kernels (in time order, all
+      host threads); None with fewer than two launches.
     * ``optimizer_tiny``: tiny kernels launched from inside
       ``Optimizer.step``/``zero_grad`` on the main thread.
     * ``top_ops``: the operators that launched the most tiny kernels.
@@ -42,12 +48,13 @@ class LaunchStats:
     tiny: list[Event]
     median_us: float
     launch_idle_us: float
+    launch_interval_us: float | None
     optimizer_tiny: int
     top_ops: list[tuple[str, int]]
     location: SourceLocation | None = None
 
 
-def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
+def launch_stats(m: TraceMetrics, tiny_us: float, max_launch_us: float = float("inf")) -> LaunchStats | None:
     """Compute :class:`LaunchStats` (None without GPU activity or steps)."""
     dev = m.main_device
     if dev is None or not m.steps:
@@ -62,13 +69,16 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
         r
         for events in (m.trace.kernels, m.trace.memcpys, m.trace.memsets)
         for r in map(m.launch_by_corr.get, (g.corr for g in events if g.device == dev))
-        if r is not None and r.name in launch_names
+        if r is not None and r.name in launch_names and r.dur <= max_launch_us
     ]
     launches = union_of(calls)
     idle = Intervals.from_pairs(m.windows).subtract(m.gpu_busy.get(dev, Intervals.empty()))
     launch_idle = idle.intersect(launches).total()
 
     get_launch, get_op = m.launch_by_corr.get, m.op_by_ext.get
+    kernel_launch_ts = np.sort(np.fromiter(
+        (r.ts for r in map(get_launch, [k.corr for k in kernels]) if r is not None), np.float64))
+    launch_interval = float(np.median(np.diff(kernel_launch_ts))) if len(kernel_launch_ts) > 1 else None
     tiny_launches = [r for r in map(get_launch, [k.corr for k in tiny]) if r is not None]
     optimizer = m.host_intervals.get("optimizer", Intervals.empty())
     optimizer_tiny = 0
@@ -89,6 +99,7 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
         tiny=tiny,
         median_us=float(np.median(np.fromiter(map(dur_of, kernels), np.float64, len(kernels)))),
         launch_idle_us=launch_idle,
+        launch_interval_us=launch_interval,
         optimizer_tiny=optimizer_tiny,
         top_ops=top_ops,
         location=location,
@@ -97,12 +108,22 @@ def launch_stats(m: TraceMetrics, tiny_us: float) -> LaunchStats | None:
 
 @register
 class LaunchBound(Rule):
-    """The GPU runs many tiny kernels and waits for the host to launch the next one.
+    """The GPU runs tiny kernels and waits for the host to launch the next one.
 
-    Detected on the main device over the profiled steps: the share of
-    kernels shorter than ``tiny_us`` and the **launch overhead** (GPU idle
-    while a host thread was inside a launch call for that GPU, see
-    :class:`LaunchStats`). Each launch costs the host 5-20 µs of runtime call
+    Judged on the main device over the profiled steps by launch gaps and
+    kernel sizes, whatever the number of kernels per step (a small model
+    with a handful of kernels can be launch-bound too). All of:
+
+    * kernel sizes: at least ``min_tiny_share`` of the kernels are shorter
+      than ``tiny_us``, and the median kernel is shorter than the **launch
+      cadence** (median time between consecutive launches): each kernel ends
+      before the next one is launched, so no queue builds up;
+    * launch gaps: the **launch overhead** (GPU idle while a host thread was
+      inside a launch call for that GPU, see :class:`LaunchStats`) is at
+      least ``min_launch_share`` of the step;
+    * the GPU is busy less than ``max_utilization`` of the step.
+
+    Each launch costs the host 5-20 µs of runtime call
     plus the Python and dispatcher work around it; when kernels run for less
     than that, the GPU finishes each one before the next arrives and the
     step's speed is set by the CPU, not the GPU. The cost is the launch
@@ -117,7 +138,7 @@ class LaunchBound(Rule):
     severity = Severity.WARNING
     options = (
         Option("tiny_us", 10.0, "kernels shorter than this many µs count as tiny"),
-        Option("min_kernels_per_step", 20, "ignore steps with fewer kernels than this (too few to be launch-bound)"),
+        Option("max_launch_us", 100.0, "launch calls longer than this (µs) are one-offs (lazy module loading), not launch overhead"),
         Option("min_tiny_share", 0.5, "report when at least this share of kernels is tiny"),
         Option("min_launch_share", 0.05, "...and the launch overhead is at least this share of the step"),
         Option("max_utilization", 0.8, "...and the GPU is busy less than this share of the step"),
@@ -140,7 +161,7 @@ class LaunchBound(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         m = ctx.metrics
-        st = launch_stats(m, ctx.opt("tiny_us"))
+        st = launch_stats(m, ctx.opt("tiny_us"), ctx.opt("max_launch_us"))
         if st is None:
             return
         n_steps = m.num_steps
@@ -152,8 +173,10 @@ class LaunchBound(Rule):
         if tiny_share < ctx.opt("min_tiny_share") or launch_share < ctx.opt("min_launch_share"):
             return
         per_step = len(st.kernels) / n_steps
-        if util >= ctx.opt("max_utilization") or per_step < ctx.opt("min_kernels_per_step"):
+        if util >= ctx.opt("max_utilization"):
             return
+        if st.launch_interval_us is None or st.median_us >= st.launch_interval_us:
+            return  # kernels outlast the launch cadence: work queues up, the launches are not what the GPU waits on
         ops = ", ".join(f"{name} ({n})" for name, n in st.top_ops)
         advice = [
             "Give the GPU more work per launch: a larger batch size; "
@@ -174,9 +197,10 @@ class LaunchBound(Rule):
         sev = Severity.ERROR if launch_share > ctx.opt("error_above") else Severity.WARNING
         yield self.finding(
             ctx,
-            f"Launch-bound: {tiny_share:.0%} of {len(st.kernels)} kernels run < {ctx.opt('tiny_us'):g} µs "
-            f"(median {fmt_us(st.median_us)}, {per_step:.0f} kernels per step); the GPU is busy {util:.0%} of the "
-            f"step and waits {fmt_us(launch_per_step)} per step ({launch_share:.0%}) on kernel launches",
+            f"Launch-bound: {tiny_share:.0%} of the {len(st.kernels)} kernels in {n_steps} steps run < "
+            f"{ctx.opt('tiny_us'):g} µs (median kernel {fmt_us(st.median_us)}, median time between launches "
+            f"{fmt_us(st.launch_interval_us)}, {per_step:.3g} kernels per step); "
+            f"the GPU is busy {util:.0%} of the step time",
             "; ".join(advice) + ".",
             evidence=[
                 Evidence(
@@ -191,6 +215,7 @@ class LaunchBound(Rule):
                         "tiny_us": ctx.opt("tiny_us"),
                         "kernels_per_step": round(per_step, 1),
                         "median_kernel_us": round(st.median_us, 2),
+                        "launch_interval_us": round(st.launch_interval_us, 2),
                         "optimizer_tiny_kernels": st.optimizer_tiny,
                         "top_ops": dict(st.top_ops),
                     },
@@ -204,6 +229,7 @@ class LaunchBound(Rule):
                 ),
             ],
             cost_us_per_step=launch_per_step,
+            cost_label="GPU idle while the host was inside kernel-launch calls",
             location=st.location,
             severity=sev,
         )

@@ -9,7 +9,7 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import count_of, host_step_of, kernel_idle_within
+from gpuprof.rules.common import count_of, host_step_of, kernel_idle_within, of_step
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics, union_of
 from gpuprof.trace.model import Event
@@ -156,6 +156,7 @@ class DataParallelUsed(Rule):
                 )
             ],
             cost_us_per_step=overhead,
+            cost_label="DataParallel overhead: host time replicating/scattering/gathering plus GPU-to-GPU copy time",
             location=loc,
             severity=Severity.INFO if single else Severity.WARNING,
         )
@@ -296,7 +297,7 @@ class CpuComputeWithGpu(Rule):
         biggest = max(cpu_ops, key=lambda o: o.dur)
         yield self.finding(
             ctx,
-            f"Matmul/conv operators run on the CPU for {fmt_us(time_ps)} per step ({share:.0%} of the step) although "
+            f"Matmul/conv operators run on the CPU for {of_step(m, time_ps)} although "
             f"GPU {m.main_device} is in use: {listing} per step",
             "Move the model and its inputs to the GPU: model.to('cuda') after building every submodule (including "
             "heads, losses with weights and layers created later), inputs with .to('cuda', non_blocking=True); check "
@@ -317,5 +318,6 @@ class CpuComputeWithGpu(Rule):
                 )
             ],
             cost_us_per_step=cost,
+            cost_label="time in these CPU operators with no kernel running on the GPU",
             location=m.stacks.location(biggest.pid, biggest.tid, biggest.ts, op=biggest),
         )

@@ -304,7 +304,7 @@ class NoTensorCores(Rule):
             ctx,
             f"FP32 matmul/conv without tensor cores on {where}: {fp32_share:.0%} of kernel time "
             f"({fmt_us(st.fp32_us / n)} per step) in FP32 GEMM/conv kernels, {tc_share:.0%} on tensor cores"
-            f"{ops}; mixed precision could save about {fmt_us(saving)} per step",
+            f"{ops}",
             advice,
             evidence=[
                 Evidence(
@@ -327,5 +327,6 @@ class NoTensorCores(Rule):
                 Evidence("compute_capability", f"{cc[0]}.{cc[1]}", ctx.opt("min_compute_capability"), "", extra={"source": where}),
             ],
             cost_us_per_step=saving,
+            cost_label=f"estimated saving with mixed precision ({ctx.opt('saving_fraction'):.0%} of the FP32 GEMM/conv time)",
             location=st.location,
         )

@@ -137,6 +137,7 @@ class StepOutliers(Rule):
                     )
                 ],
                 cost_us_per_step=excess / len(steps),
+                cost_label="time of the warm-up steps above the median, spread over all steps",
                 severity=Severity.INFO,
             )
         slow = [i for i in steady if times[i] > ctx.opt("outlier_factor") * median]
@@ -167,6 +168,7 @@ class StepOutliers(Rule):
                 )
             ],
             cost_us_per_step=excess / len(steps),
+            cost_label="time of the slow steps above the median, spread over all steps",
         )
 
 

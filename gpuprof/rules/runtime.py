@@ -7,7 +7,7 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import host_step_of, kernel_idle_within
+from gpuprof.rules.common import host_step_of, kernel_idle_within, of_step
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
@@ -143,7 +143,7 @@ class ExpensiveRuntimeCalls(Rule):
         yield self.finding(
             ctx,
             f"Allocator calls in {len(steps_hit)} of {n} steps ({counts} per step): "
-            f"{fmt_us(time_ps)} per step in cudaMalloc/cudaFree-like calls, {fmt_us(cost)} of it with no kernel running",
+            f"{fmt_us(time_ps)} per step in cudaMalloc/cudaFree-like calls",
             advice,
             evidence=[
                 Evidence(
@@ -160,6 +160,7 @@ class ExpensiveRuntimeCalls(Rule):
                 )
             ],
             cost_us_per_step=cost,
+            cost_label="time in these calls with no kernel running",
             location=_location(m, max(calls, key=lambda r: r.dur)),
         )
 
@@ -174,8 +175,8 @@ class ExpensiveRuntimeCalls(Rule):
         cost = _cost(m, calls)
         yield self.finding(
             ctx,
-            f"{name} takes {fmt_us(time_ps)} per step ({share:.1%} of the step; {len(calls) / n:.3g} calls per step, "
-            f"longest {fmt_us(longest.dur)}), {fmt_us(cost)} of it with no kernel running",
+            f"{name} takes {of_step(m, time_ps)} ({len(calls) / n:.3g} calls per step, "
+            f"longest call {fmt_us(longest.dur)})",
             f"Move {name} out of the training step: create streams/events, query device attributes and load "
             "modules once at start-up and reuse them.",
             evidence=[
@@ -195,5 +196,6 @@ class ExpensiveRuntimeCalls(Rule):
                 )
             ],
             cost_us_per_step=cost,
+            cost_label="time in these calls with no kernel running",
             location=_location(m, longest),
         )

@@ -185,8 +185,7 @@ class HostSync(Rule):
             where = f" at {loc}" if loc else ""
             yield self.finding(
                 ctx,
-                f"{cause}{where}: {count_of(count, 'host sync')} per step, host blocked {fmt_us(blocked_ps)} per step, "
-                f"GPU left idle about {fmt_us(cost)} per step ({share:.1%} of the step)",
+                f"{cause}{where}: {count_of(count, 'host sync')} per step, host blocked {fmt_us(blocked_ps)} per step",
                 _ADVICE.get(cause, _GENERIC_ADVICE),
                 evidence=[
                     Evidence(
@@ -206,6 +205,7 @@ class HostSync(Rule):
                     )
                 ],
                 cost_us_per_step=cost,
+                cost_label="GPU left idle after these syncs (at most the blocked time)",
                 location=loc,
                 severity=Severity.WARNING if share >= ctx.opt("warn_share") else Severity.INFO,
             )

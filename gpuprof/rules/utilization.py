@@ -7,6 +7,7 @@ from typing import Iterable
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, register
 from gpuprof.trace.metrics import IDLE_KEYS
+from gpuprof.units import fmt_us
 
 __all__ = ["LowGpuUtilization"]
 
@@ -63,9 +64,9 @@ class LowGpuUtilization(Rule):
         sev = Severity.ERROR if util < ctx.opt("error_below") else Severity.WARNING
         yield self.finding(
             ctx,
-            f"GPU {m.main_device} busy {util:.0%} of the step ({m.gpu_busy_total() / max(m.num_steps, 1) / 1000:.1f} ms "
-            f"of {m.mean_step_time / 1000:.1f} ms); idle {idle_total / 1000:.1f} ms per step"
-            + (f", the host meanwhile {', '.join(parts)}" if parts else ""),
+            f"GPU {m.main_device} busy {util:.0%} of the step time ({fmt_us(m.gpu_busy_total() / max(m.num_steps, 1))} "
+            f"of the {fmt_us(m.mean_step_time)} mean step)"
+            + (f"; while it was idle the host was {', '.join(parts)} per step" if parts else ""),
             "Fix the causes reported below in order of cost; the idle breakdown shows where the host spent "
             "the GPU's idle time.",
             evidence=[
@@ -73,5 +74,6 @@ class LowGpuUtilization(Rule):
                 Evidence("gpu_idle_us_per_step", round(idle_total, 1), None, "us", extra={k: round(v, 1) for k, v in idle.items()}),
             ],
             cost_us_per_step=idle_total,
+            cost_label="GPU idle time, all causes (it includes the costs of the other findings: do not add them)",
             severity=sev,
         )

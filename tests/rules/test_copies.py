@@ -114,6 +114,34 @@ def test_gp202_bad_pageable_blocks_the_host(tmp_path):
     assert f.evidence[0].extra["pageable_copies"] == 8
 
 
+def _mixed_loop(tmp_path: Path, steps: int = 4) -> Path:
+    """Pageable batch copy (GP201's) plus a pinned label copy followed by a sync (GP202's only)."""
+    tb = TraceBuilder(device="Tesla V100-SXM2-32GB", cc=(7, 0))
+    for _ in range(steps):
+        with tb.step():
+            tb.copy_h2d(BATCH, pageable=True, blocking=True)
+            tb.copy_h2d(4 * BATCH, pageable=False, blocking=True)
+            for _ in range(6):
+                tb.gemm("float", us=800)
+    return tb.write(tmp_path / "mixed.json")
+
+
+def test_gp202_bad_cost_shared_with_gp201_is_counted_once(tmp_path):
+    path = _mixed_loop(tmp_path)
+    both = {f.code: f for f in analyze(path, select=["GP201", "GP202"]).findings}
+    gp201, gp202 = both["GP201"], both["GP202"]
+    alone = _one(path, "GP202")  # GP202 without GP201: charges all its copies
+    assert alone.cost_us_per_step > gp201.cost_us_per_step > 1000
+    # the pinned copy's wait stays with GP202; the pageable one is GP201's, once
+    assert 1000 < gp202.cost_us_per_step < alone.cost_us_per_step - 1000
+    assert gp201.cost_us_per_step + gp202.cost_us_per_step == pytest.approx(alone.cost_us_per_step, rel=1e-6)
+    shared = next(e for e in gp202.evidence if e.metric == "cost_counted_in")
+    assert shared.value == "GP201" and shared.extra["copies"] == 4
+    # ignoring GP201 gives the whole cost back to GP202
+    ignored = [f for f in analyze(path, ignore=["GP201"]).findings if f.code == "GP202"]
+    assert ignored[0].cost_us_per_step == pytest.approx(alone.cost_us_per_step)
+
+
 def test_gp202_good(tmp_path):
     assert _one(_pageable_loop(tmp_path, pinned=True, blocking=False), "GP202") is None
     assert _one(simple_training(TraceBuilder(), steps=4).write(tmp_path / "good.json"), "GP202") is None
@@ -182,9 +210,20 @@ def test_gp201_gp202_real_v100_samples(v100_samples):
             assert extra["bytes_per_step"] == pytest.approx(per_step, abs=1), (path, extra)
             assert extra["count_per_step"] == 2
             assert "19,267,584 bytes" in f.message
-            assert f.cost_us_per_step and f.cost_us_per_step > 1000  # ~1.9 ms copies at ~10 GB/s
-        assert 4.0 < by_code["GP201"].evidence[0].extra["bandwidth_gbps"] < 13.0
-        assert by_code["GP202"].evidence[0].extra["followed_by_sync"] == 12  # cudaStreamSynchronize after each
+        gp201, gp202 = by_code["GP201"], by_code["GP202"]
+        assert gp201.cost_us_per_step > 1000  # ~1.9 ms copies at ~10 GB/s
+        # every blocking copy here is one of GP201's pageable copies: GP201 owns the cost, GP202 points at it
+        assert gp202.cost_us_per_step == pytest.approx(0.0, abs=1e-6)
+        shared = next(e for e in gp202.evidence if e.metric == "cost_counted_in")
+        assert shared.value == "GP201"
+        assert shared.extra["kernel_idle_us_per_step"] == pytest.approx(gp201.cost_us_per_step, abs=0.01)
+        assert "counted in GP201" in gp202.message
+        # GP202 alone charges the same copies itself
+        alone = _one(path, "GP202")
+        assert alone.cost_us_per_step == pytest.approx(gp201.cost_us_per_step, rel=1e-9)
+        assert not any(e.metric == "cost_counted_in" for e in alone.evidence)
+        assert 4.0 < gp201.evidence[0].extra["bandwidth_gbps"] < 13.0
+        assert gp202.evidence[0].extra["followed_by_sync"] == 12  # cudaStreamSynchronize after each
 
 
 def test_gp204_does_not_fire_on_v100_samples(v100_samples):

@@ -103,3 +103,50 @@ def test_gp301_location_is_the_users_line(tmp_path):
     f = _gp301(tb.write(tmp_path / "stack.json"))
     assert f is not None and f.location is not None
     assert (f.location.file, f.location.line) == ("train.py", 42)
+
+
+def _small_host_bound_model(tmp_path, kernels: int = 8, kernel_us: float = 3.0):
+    """A small model: a few tiny kernels per step, each launched after some Python work (host-bound)."""
+    tb = TraceBuilder(launch_us=8.0, gap_us=4.0)
+    for _ in range(6):
+        with tb.step():
+            for _ in range(kernels):
+                with tb.op("aten::linear", input_types=["float", "float"]):
+                    tb.kernel(KERNELS["elementwise"], us=kernel_us)
+    return tb.write(tmp_path / f"small_{kernels}_{kernel_us:g}.json")
+
+
+def test_gp301_bad_small_model_with_few_kernels_is_launch_bound(tmp_path):
+    # 8 kernels per step: the old 20-kernels-per-step floor never called this launch-bound
+    f = _gp301(_small_host_bound_model(tmp_path))
+    assert f is not None
+    tiny, launch = f.evidence
+    assert tiny.extra["kernels_per_step"] == 8
+    assert tiny.extra["median_kernel_us"] < tiny.extra["launch_interval_us"]
+    assert launch.value >= 0.05
+    assert "8 kernels per step" in f.message
+
+
+def test_gp301_good_when_kernels_outlast_the_launch_cadence(tmp_path):
+    # 9 µs kernels (tiny by the 10 µs threshold) launched every ~12 µs... but make them longer than the cadence
+    tb = TraceBuilder(launch_us=2.0, gap_us=0.5)
+    for _ in range(6):
+        with tb.step():
+            for _ in range(200):
+                tb.kernel(KERNELS["elementwise"], us=9.0)
+    path = tb.write(tmp_path / "queued_small.json")
+    # the launch-gap and utilisation tests alone would report it
+    assert _gp301(path, max_utilization=1.01, min_launch_share=0.0) is None
+
+
+def test_gp301_good_one_slow_first_launch_is_not_launch_overhead():
+    # MI250 toy training: 7 kernels per step, GPU 2% busy (Python-bound), and one hipLaunchKernel of 6.5 ms
+    # (the kernel's module loaded on first use). Without the kernel-count floor that one call alone
+    # made 71% of the step "launch overhead"; ordinary launches (5-12 µs) are ~1% of the step.
+    path = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "amd_trace",
+                       "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    assert _gp301(path) is None
+    f = _gp301(path, max_launch_us=1e9, min_launch_share=0.0)
+    assert f is not None and f.evidence[1].value > 0.5  # the one-off call is what made the figure
+    small = _gp301(path, min_launch_share=0.0)
+    assert small is not None and small.evidence[1].value < 0.03

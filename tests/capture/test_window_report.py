@@ -155,3 +155,18 @@ def test_summary_lists_every_finding_whole_with_its_fix() -> None:
         assert f"GP{100 + i} problem {i} {long}" in text
         assert f"Fix: do thing {i} " + "y" * 200 + " end-of-fix" in text
     assert "more in the report" not in text
+
+
+@pytest.mark.parametrize("repeat, early", [(1, True), (0, False)])
+def test_torch_schedule_callable_window_report_only_when_no_cycle_follows(
+    tmp_path: Path, repeat: int, early: bool
+) -> None:
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=repeat)
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gpuprof.profile(tmp_path, schedule=sched, tensorboard=False, print_report=False) as prof:
+        for _ in range(6):  # one cycle is steps 0-3; with repeat=0 the next one records from step 5
+            train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
+            prof.step()
+        assert (prof._report_thread is not None) is early
+    assert prof.report is not None and report_json(run_dir(tmp_path))["sections"][0]["steps"] == 6

@@ -263,9 +263,6 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
             text = final_line(report, prof, early[0])
         else:
             text = short_report(report, prof)
-            if not final:
-                text += (f"\ngpuprof: (written when the recorded window closed at step {section.steps}; the "
-                         "report is rewritten with the whole run's numbers when the run ends)")
         prof._printed_findings = (section.steps, now)
         print(text, file=prof._stream, flush=True)
 

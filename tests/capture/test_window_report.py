@@ -84,10 +84,14 @@ def test_window_report_written_in_the_background_and_reused_at_stop(
                 assert prof._report_thread is not None
         prof._report_thread.join(120)
         assert (run_dir(tmp_path) / "report.json").exists()  # before stop()
-        assert report_json(run_dir(tmp_path))["sections"][0]["steps"] == 5
+        early = report_json(run_dir(tmp_path))
+        assert early["sections"][0]["steps"] == 5
+        assert any("recorded window closed at step 5" in n for n in early["notes"])
         assert prof.window_report is not None
     assert calls == ["gpuprof-report"]  # analysed once, off the training thread; stop() reused it
-    assert report_json(run_dir(tmp_path))["sections"][0]["steps"] == 12  # the final report: whole run
+    final = report_json(run_dir(tmp_path))
+    assert final["sections"][0]["steps"] == 12  # the final report: the whole run
+    assert not any("recorded window closed" in n for n in final["notes"])
     err = capsys.readouterr().err
     assert "gpuprof: 5 steps" in err and "recorded window closed at step 5" in err
     assert "gpuprof: 12 steps" in err and "findings as printed at step 5" in err

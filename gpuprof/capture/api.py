@@ -166,6 +166,18 @@ class StepProfiler:
         return self.report
 
 
+def _prepare_dataloaders() -> None:
+    """Patch the DataLoader now: the loop's loader is iterated before the first call starts the capture."""
+    from gpuprof.capture import dataloader as dlmod
+
+    try:
+        dlmod.prepare()
+    except Exception as err:  # noqa: BLE001 - reported; the capture still works, without those batches
+        warnings.warn(f"gpuprof: DataLoader monitor setup failed ({type(err).__name__}: {safe_text(err)}); "
+                      "a DataLoader iterated before the first step is not seen. Training continues.",
+                      GpuprofWarning, stacklevel=user_stacklevel())
+
+
 def _name(fn: Callable[..., Any]) -> str:
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     return name if isinstance(name, str) else "the step function"
@@ -203,6 +215,7 @@ def profile_step(fn_or_logdir: Any = None, /, **kwargs: Any) -> Any:
     profile(logdir, **kwargs)  # validate the arguments now, not at the first call
 
     def wrap(f: Callable[..., Any]) -> Any:
+        _prepare_dataloaders()
         return StepProfiler(f, lambda: profile(logdir, **kwargs))
 
     return wrap(fn) if fn is not None else wrap

@@ -22,7 +22,8 @@ from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 
-__all__ = ["LoaderRecord", "LoaderMonitor", "batch_signature", "dataloader_findings", "available_cores"]
+__all__ = ["LoaderRecord", "LoaderMonitor", "available_cores", "batch_signature", "data_loading_share", "dataloader_findings",
+           "prepare"]
 
 Signature = tuple[Any, ...]
 
@@ -67,17 +68,24 @@ class LoaderMonitor:
         self._refs: dict[int, Any] = {}
         self._on_fetch = on_fetch
         self._max_signatures = max_signatures
+        self.batches = 0  # batches from every iterator seen, also ones without a record
 
     # Called from the wrapped DataLoader.__iter__ (user's frame is ``caller``).
     def on_iter(self, loader: Any, iterator: Any, caller: Any) -> None:
+        rec = self._record(loader, _location(caller))
+        rec.epochs += 1
+        rec._awaiting_first = True
+        try:
+            iterator._gpuprof_record = rec
+        except (AttributeError, TypeError):
+            pass  # an iterator class with __slots__: timing still counts via the step clock
+        self._epoch_t0 = perf_counter()
+
+    def _record(self, loader: Any, loc: SourceLocation | None) -> LoaderRecord:
         key = id(loader)
         rec = self.records.get(key)
         if rec is None:
             dataset = getattr(loader, "dataset", None)
-            loc = None
-            if caller is not None:
-                code = caller.f_code
-                loc = SourceLocation(code.co_filename, caller.f_lineno, code.co_name)
             rec = LoaderRecord(
                 label=f"{type(loader).__name__}({type(dataset).__name__})",
                 num_workers=int(getattr(loader, "num_workers", 0) or 0),
@@ -88,22 +96,42 @@ class LoaderMonitor:
             )
             self.records[key] = rec
             try:  # keep the id from being reused by another loader while we hold the record
-                self._refs[key] = weakref.ref(loader)
+                self._refs[key] = loader if isinstance(loader, _IteratorAsLoader) else weakref.ref(loader)
             except TypeError:
                 self._refs[key] = loader
+        return rec
+
+    def _adopt(self, iterator: Any) -> LoaderRecord | None:
+        """An iterator created before the capture started (``for x, y in loader: step(x, y)``).
+
+        Its loader is known when the DataLoader class was patched at decoration
+        time (:func:`prepare`: the iterator carries ``_gpuprof_origin``); else
+        the record is built from the iterator's own settings. The epoch's
+        first-batch latency was before the capture, so it is not counted.
+        """
+        origin = getattr(iterator, "_gpuprof_origin", None)
+        loader = origin[0]() if origin is not None else None
+        if loader is not None:
+            rec = self._record(loader, origin[1])
+        else:
+            sampler = getattr(iterator, "_index_sampler", None)
+            rec = self._record(_IteratorAsLoader(iterator, getattr(sampler, "batch_size", None)),
+                               _location(_user_frame()))
         rec.epochs += 1
-        rec._awaiting_first = True
         try:
             iterator._gpuprof_record = rec
         except (AttributeError, TypeError):
-            pass  # an iterator class with __slots__: timing still counts via the step clock
-        self._epoch_t0 = perf_counter()
+            return None  # no attribute: not counted per loader (the step clock still has it)
+        return rec
 
     def on_next(self, iterator: Any, seconds: float, batch: Any) -> None:
         self._on_fetch(seconds)
+        self.batches += 1
         rec = getattr(iterator, "_gpuprof_record", None)
         if rec is None:
-            return
+            rec = self._adopt(iterator)
+            if rec is None:
+                return
         rec.batches += 1
         rec.fetch_s += seconds
         if rec._awaiting_first:
@@ -117,17 +145,68 @@ class LoaderMonitor:
         return bool(self.records)
 
 
+class _IteratorAsLoader:
+    """A loader's settings read from its iterator (the loader itself is not reachable from it)."""
+
+    def __init__(self, it: Any, batch_size: int | None) -> None:
+        self.dataset = getattr(it, "_dataset", None)
+        self.num_workers = getattr(it, "_num_workers", 0)
+        self.pin_memory = getattr(it, "_pin_memory", False)
+        self.persistent_workers = getattr(it, "_persistent_workers", False)
+        self.batch_size = batch_size
+        self._it = weakref.ref(it)  # the record's key is this object's id: keep it alive with the record
+
+
+_IteratorAsLoader.__name__ = "DataLoader"  # the label reads DataLoader(<dataset>)
+
+
+def _location(frame: Any) -> SourceLocation | None:
+    if frame is None:
+        return None
+    code = frame.f_code
+    return SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
+
+
+def _user_frame() -> Any:
+    """The innermost frame outside gpuprof's capture and torch's data package (the loop's line)."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename.replace(os.sep, "/")
+        if "/gpuprof/capture/" not in name and "/torch/utils/data/" not in name:
+            return f
+        f = f.f_back
+    return None
+
+
 # ---------------------------------------------------------------------- patching
 
 _INSTALLED: list[LoaderMonitor] = []  # stack: the innermost capture gets the events
 _ORIGINAL: dict[str, Any] = {}
 
 
+def prepare() -> None:
+    """Patch the DataLoader classes now, before any capture runs (``profile_step`` calls it when it decorates).
+
+    In the usual loop, ``for x, y in loader: train_step(x, y)``, the loader's
+    iterator is created before the first call starts the capture. Patched
+    early, ``__iter__`` tags each new iterator with its loader (a weak
+    reference) and the loop's line, so the capture, once started, files that
+    epoch's batches under the right loader. Until a capture runs the patch
+    costs a flag test per batch and a tag per epoch.
+    """
+    _patch()
+
+
 def install(monitor: LoaderMonitor) -> None:
     """Route DataLoader events to ``monitor`` until :func:`uninstall`."""
+    _patch()
+    _INSTALLED.append(monitor)
+
+
+def _patch() -> None:
     from torch.utils.data import dataloader as dl
 
-    if not _INSTALLED:
+    if not _ORIGINAL:
         loader_cls = dl.DataLoader
         iter_cls = dl._BaseDataLoaderIter
         orig_iter = loader_cls.__iter__
@@ -137,12 +216,13 @@ def install(monitor: LoaderMonitor) -> None:
 
         def __iter__(self: Any) -> Any:  # noqa: N807 - replaces the dunder
             it = orig_iter(self)
-            if _INSTALLED:
-                mon = _INSTALLED[-1]
-                try:
-                    mon.on_iter(self, it, sys._getframe(1))
-                except Exception as err:  # noqa: BLE001 - never break the user's loop
-                    _warn_once(err)
+            try:
+                if _INSTALLED:
+                    _INSTALLED[-1].on_iter(self, it, sys._getframe(1))
+                else:  # no capture yet: remember the loader for the one that starts later
+                    it._gpuprof_origin = (weakref.ref(self), _location(sys._getframe(1)))
+            except Exception as err:  # noqa: BLE001 - never break the user's loop
+                _warn_once(err)
             return it
 
         def __next__(self: Any) -> Any:  # noqa: N807
@@ -161,7 +241,6 @@ def install(monitor: LoaderMonitor) -> None:
         __next__.__wrapped__ = orig_next  # type: ignore[attr-defined]
         loader_cls.__iter__ = __iter__  # type: ignore[method-assign]
         iter_cls.__next__ = __next__  # type: ignore[method-assign]
-    _INSTALLED.append(monitor)
 
 
 def uninstall(monitor: LoaderMonitor) -> None:
@@ -183,10 +262,10 @@ def _warn_once(err: Exception) -> None:
     _WARNED.append(True)
     import warnings
 
-    from gpuprof.capture.guard import GpuprofWarning
+    from gpuprof.capture.guard import GpuprofWarning, safe_text
 
     warnings.warn(
-        f"gpuprof: DataLoader monitor failed ({type(err).__name__}: {err}); "
+        f"gpuprof: DataLoader monitor failed ({type(err).__name__}: {safe_text(err)}); "
         "data-loading numbers may be incomplete. Training continues.",
         GpuprofWarning,
         stacklevel=3,
@@ -194,6 +273,18 @@ def _warn_once(err: Exception) -> None:
 
 
 # ---------------------------------------------------------------------- checks
+
+
+def data_loading_share(fetch_s: float, step_s: float) -> float | None:
+    """The data-loading share: seconds inside ``DataLoader.__next__`` over the step seconds they fall in.
+
+    The one definition behind the report's ``data_loading_share``, the printed
+    summary, GP601 (per loader) and the ``gpuprof/data_loading_share``
+    TensorBoard scalar (per step). At most 1; None without step time.
+    """
+    if step_s <= 0:
+        return None
+    return min(fetch_s / step_s, 1.0)
 
 
 def available_cores() -> int:
@@ -239,7 +330,7 @@ def dataloader_findings(
     for rec in records:
         if rec.batches == 0:
             continue
-        share = rec.fetch_s / total_step_s if total_step_s > 0 else 0.0
+        share = data_loading_share(rec.fetch_s, total_step_s) or 0.0
         per_step_us = rec.fetch_s / steps * 1e6
         if rec.num_workers == 0 and share >= options.dataloader_min_share:
             sev = Severity.WARNING if share >= options.dataloader_share_warning else Severity.INFO

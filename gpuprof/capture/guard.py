@@ -21,7 +21,7 @@ from typing import Any, Callable, TypeVar
 
 from gpuprof.render.safe import visible
 
-__all__ = ["GpuprofWarning", "Guard", "safe_text", "user_stacklevel"]
+__all__ = ["DeferredGuard", "GpuprofWarning", "Guard", "safe_text", "user_stacklevel"]
 
 T = TypeVar("T")
 
@@ -124,7 +124,57 @@ class Guard:
         self.said.add(key)
         warnings.warn(message, GpuprofWarning, stacklevel=user_stacklevel())
 
+    def all_failed(self) -> dict[str, str]:
+        """Every part failed so far, for the report's ``failures``."""
+        return dict(self.failed)
+
     def note(self, text: str) -> None:
         """A one-line note (a feature unavailable here), kept for the report."""
         if text not in self.notes:
             self.notes.append(text)
+
+
+class DeferredGuard(Guard):
+    """A :class:`Guard` for gpuprof's background report thread: failures are kept, not warned.
+
+    ``warnings.warn`` from a background thread points at no line of the user's
+    and races with ``warnings.catch_warnings`` on the training thread, so the
+    failures are recorded here and :meth:`replay` hands them to the session's
+    guard on the driving thread (at its next ``step()`` or at ``stop()``),
+    where each becomes the usual one warning. A part the session's guard
+    already marked failed is skipped here too.
+    """
+
+    def __init__(self, parent: Guard) -> None:
+        super().__init__()
+        self._parent = parent
+        self.notes = list(parent.notes)
+        self.deferred: list[tuple[str, str, BaseException | str]] = []
+
+    def ok(self, part: str) -> bool:
+        return part not in self.failed and self._parent.ok(part)
+
+    def run(self, part: str, consequence: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        if not self.ok(part):
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - kept and replayed as a warning on the driving thread
+            self.fail(part, consequence, err)
+            return None
+
+    def fail(self, part: str, consequence: str, err: BaseException | str) -> None:
+        if not self.ok(part):
+            return
+        self.failed[part] = safe_text(err if isinstance(err, str) else f"{_type_name(err)}: {safe_text(err, 10_000)}")
+        self.deferred.append((part, consequence, err))
+
+    def all_failed(self) -> dict[str, str]:
+        """The parent's failures and this thread's, for the report's ``failures``."""
+        return {**self._parent.failed, **self.failed}
+
+    def replay(self) -> None:
+        """Warn about each kept failure through the parent guard (call on the driving thread)."""
+        kept, self.deferred = self.deferred, []
+        for part, consequence, err in kept:
+            self._parent.fail(part, consequence, err)

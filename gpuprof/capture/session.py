@@ -119,6 +119,14 @@ class Profiler:
         self._writer: Any = None
         self._flush_thread: Any = None
         self._flush_error: Exception | None = None
+        # the report written when the schedule's last recorded window closes (background thread)
+        self.window_report: Report | None = None
+        self._window_closed = False  # set in on_trace_ready; step() then starts the report thread
+        self._report_thread: threading.Thread | None = None
+        self._report_guard: Any = None  # its DeferredGuard, replayed on the driving thread
+        self._report_ready = False  # the thread is done: step() collects its warnings
+        self._trace_results: Any = None  # summary.TraceResults, reused by the final report
+        self._printed_findings: Any = None  # (step, findings) of the summary printed last
         self.memory: MemorySampler | None = None
         self.history: HistoryRecorder | None = None
         self.oom: OOMObserver | None = None
@@ -215,6 +223,12 @@ class Profiler:
         nxt = self._schedule(self.step_num)
         if nxt is not self._NONE or self._tp is not None or self._first_step_pending:
             self.guard.run("profiler", "no trace is recorded", self._advance_or_drop, nxt)
+            if self._window_closed:
+                self._window_closed = False
+                self.guard.run("window report", "the report is written when the run ends instead",
+                               self._start_window_report)
+        elif self._report_ready:
+            self._collect_window_report()
         elif self.step_num - self._flushed >= self.config.flush_every:
             self.guard.run("TensorBoard writer", "no further TensorBoard scalars", self._flush_scalars)
         self._t_last = perf_counter()
@@ -229,6 +243,11 @@ class Profiler:
             return self.report
         self.finished = True
         self._shut_down()
+        self._collect_window_report()  # waits for a report thread still running
+        if not self.step_s and self.loaders.batches:
+            from gpuprof.capture.summary import no_steps_text
+
+            self.guard.warn_once("no steps", f"gpuprof: {no_steps_text(self.loaders.batches)}.")
         from gpuprof.capture.summary import finish
 
         self.report = self.guard.run("report", "no report is written", finish, self)
@@ -334,6 +353,12 @@ class Profiler:
         if cfg.tensorboard and self.paths is not None:
             self.guard.run("TensorBoard writer", "no TensorBoard event files (pip install 'tensorboard>=2.21')",
                            self._open_writer)
+        if self.paths is not None:
+            # the report thread's imports, done now (~60 ms once, before the first timed step): importing on
+            # that thread would stall the window's end, or leave a half-done import to DataLoader workers forked then
+            from gpuprof.capture import summary
+
+            self.guard.run("window report", "the report is written when the run ends instead", summary.preload)
         if self._action is not self._NONE:
             self._start_profiler(0)
             if self._action in self._RECORDING:
@@ -533,8 +558,71 @@ class Profiler:
                 tp.export_chrome_trace(str(tmp))
             self.traces.append(TraceFile(path, first, self.step_num - 1 if self.step_num > first else first,
                                          snap if snap.exists() else None))
+            if not self.finished:  # step() starts the report once the profiler is dropped
+                self._window_closed = bool(self.guard.run(
+                    "window report", "the report is written when the run ends instead", self._no_more_recording))
 
         self.guard.run("trace export", "this trace is lost", export)
+
+    def _no_more_recording(self) -> bool:
+        """True when the schedule records no further cycle after the one just exported."""
+        sched = self.config.schedule
+        if isinstance(sched, Schedule):
+            return sched.repeat > 0 and len(self.traces) >= sched.repeat
+        # a torch.profiler.schedule callable: look ahead (a cycle repeated forever finds its next window soon)
+        fn = self._schedule
+        return not any(fn(s) in self._RECORDING for s in range(self.step_num, self.step_num + LOOKAHEAD_STEPS))
+
+    def _start_window_report(self) -> None:
+        """The recorded window closed for good: analyse and write the report now, on a background thread.
+
+        Runs on the driving thread right after the last trace is exported. The
+        live state is copied here (cheap: the runtime checks, the step times);
+        the thread then reads the trace files only, never torch nor the loop's
+        state, writes report.json/report.md and the TensorBoard text and prints
+        the summary. Its failures are kept and warned about here, once each,
+        at a later ``step()`` or at ``stop()``, which waits for the thread.
+        """
+        if self._report_thread is not None or self.paths is None:
+            return
+        from gpuprof.capture import summary
+        from gpuprof.capture.guard import DeferredGuard
+
+        facts = summary.run_facts(self)
+        guard = DeferredGuard(self.guard)
+        self._report_guard = guard
+        t = threading.Thread(target=self._window_report, args=(facts, guard), name="gpuprof-report", daemon=True)
+        self._report_thread = t
+        t.start()
+
+    def _window_report(self, facts: Any, guard: Any) -> None:
+        """Body of the report thread (see :meth:`_start_window_report`)."""
+        from gpuprof.capture import summary
+
+        try:
+            res = summary.trace_results(self, facts, guard)
+            self._trace_results = res
+            report = summary.assemble(self, facts, res, guard)
+            report.notes.append(f"written when the recorded window closed at step {facts.steps}, while the run "
+                                "goes on; rewritten with the whole run when it ends")
+            summary.publish(self, report, guard, final=False)
+            self.window_report = report
+        except Exception as err:  # noqa: BLE001 - kept; warned about on the driving thread
+            guard.fail("window report", "the report is written when the run ends instead", err)
+        finally:
+            self._report_ready = True
+
+    def _collect_window_report(self) -> None:
+        """Wait for the report thread (if any) and warn about its failures, once each."""
+        t = self._report_thread
+        if t is None:
+            return
+        if t is not threading.current_thread():
+            t.join()
+        self._report_ready = False
+        guard, self._report_guard = self._report_guard, None
+        if guard is not None:
+            guard.replay()
 
     def _drop_profiler(self) -> None:
         tp, self._tp = self._tp, None
@@ -668,8 +756,9 @@ class Profiler:
         for i in range(start, end):
             st = self.step_s[i]
             vals: dict[str, float] = {"step_time_ms": st * 1000.0}
-            if loaders and st > 0:
-                vals["data_loading_share"] = min(self.fetch_s[i] / st, 1.0)
+            share = dlmod.data_loading_share(self.fetch_s[i], st) if loaders else None
+            if share is not None:
+                vals["data_loading_share"] = share
             if mem is not None:
                 if mem.cuda and i < len(mem.allocated):
                     vals["memory_allocated_mib"] = mem.allocated[i] / 2**20
@@ -716,6 +805,7 @@ def _noop_schedule(step: int) -> Any:
     return ProfilerAction.NONE
 
 
+LOOKAHEAD_STEPS = 10_000  # steps of a schedule callable searched for another recorded window
 GIVE_WAY_WAIT_S = 10.0  # how long another thread's profiler start waits for gpuprof's driver to step
 
 

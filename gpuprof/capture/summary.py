@@ -1,7 +1,12 @@
 """End of a capture: checks, trace analysis, TensorBoard, report files, the printed summary.
 
-Runs once, from ``Profiler.stop()``. Each part is guarded: a failure is a
-warning and the remaining parts still run. The analyzer is the one behind
+Runs when the schedule's last recorded window closes, on a background thread
+(:func:`run_facts` on the training thread copies the live state first; then
+:func:`trace_results`, :func:`assemble` and :func:`publish` read files and
+those copies only), and again from ``Profiler.stop()`` for the whole run,
+reusing the trace results. Each part is guarded: a failure is a warning
+(from the background thread, replayed on the training thread) and the
+remaining parts still run. The analyzer is the one behind
 ``gpuprof analyze``; its findings are merged with the runtime ones (GP6xx),
 except trace findings that a runtime finding already covers with better
 evidence (see :data:`COVERED`).
@@ -17,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuprof.atomic import atomic_write
+from gpuprof.capture.dataloader import data_loading_share
 from gpuprof.findings import Finding, Severity, filter_findings, sort_findings
 from gpuprof.render.markdown import md_code, md_escape
 from gpuprof.render.safe import one_line, visible
@@ -26,7 +32,8 @@ from gpuprof.report import Report
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.capture.session import Profiler
 
-__all__ = ["CaptureSection", "COVERED", "finish", "findings_markdown", "short_report"]
+__all__ = ["CaptureSection", "COVERED", "RunFacts", "TraceResults", "assemble", "finish", "findings_markdown",
+           "publish", "run_facts", "short_report", "trace_results"]
 
 # runtime code -> trace codes it makes redundant (same problem, measured over every step)
 COVERED: dict[str, tuple[str, ...]] = {"GP601": ("GP102",)}
@@ -89,48 +96,187 @@ register_section("capture", markdown=_section_markdown)
 # ---------------------------------------------------------------------- the pipeline
 
 
+@dataclass
+class RunFacts:
+    """What the report needs from the live session, copied on the driving thread.
+
+    Everything that touches torch or state the training loop keeps changing
+    (step times, DataLoader records, the modules) is read here, so the rest of
+    the pipeline (:func:`trace_results`, :func:`assemble`) reads files and
+    these copies only and can run on a background thread.
+    """
+
+    steps: int
+    trace_paths: list[str]
+    traces: list[Any]  # TraceFile objects of those paths
+    runtime: list[Finding]
+    section: CaptureSection
+    notes: list[str]
+    settings: Any = None  # gpuprof.capture.settings.Settings of the first step
+    roots_have_conv: bool = False
+    shapes_stable: bool | None = None
+
+
+@dataclass
+class TraceResults:
+    """What the traces say; computed once per set of traces (reads files only, no torch)."""
+
+    trace_paths: list[str]
+    analysed: Report | None = None
+    rule_failures: list[Any] = field(default_factory=list)  # (code, exception) of each rule that raised
+    op_facts: dict[str, Any] | None = None
+    cpu_growth: list[Finding] = field(default_factory=list)
+    gpu_util: dict[int, float] | None = None
+
+
 def finish(prof: "Profiler") -> Report:
+    """The end-of-run report, on the driving thread (traces analysed at the window's end are reused)."""
+    g = prof.guard
+    facts = run_facts(prof)
+    res = prof._trace_results
+    if res is None or res.trace_paths != facts.trace_paths:
+        res = prof._trace_results = trace_results(prof, facts, g)
+    report = assemble(prof, facts, res, g)
+    publish(prof, report, g, final=True)
+    return report
+
+
+def preload() -> None:
+    """Import what the report thread needs, on the driving thread (see Profiler._start_window_report)."""
+    import gpuprof.analysis  # noqa: F401
+    import gpuprof.capture.memory  # noqa: F401
+    import gpuprof.capture.settings  # noqa: F401
+    import gpuprof.render.jsonout  # noqa: F401
+    import gpuprof.trace.load  # noqa: F401
+    import gpuprof.trace.metrics  # noqa: F401
+
+    try:
+        import gpuprof.render  # noqa: F401
+    except ModuleNotFoundError:  # the markdown renderer ships separately; _write_reports falls back
+        return
+
+
+def run_facts(prof: "Profiler") -> RunFacts:
+    """Copy what the report needs from the session (driving thread: may touch torch)."""
     g = prof.guard
     cfg = prof.config
-    trace_paths = [str(t.path) for t in prof.traces if t.path.exists()]
-    report = Report(command="capture", inputs=trace_paths)
-
+    traces = [t for t in prof.traces if t.path.exists()]
+    trace_paths = [str(t.path) for t in traces]
     runtime = g.run("runtime checks", "no runtime findings", prof.runtime_findings) or []
-    if cfg.checks:
-        runtime += g.run("settings checks", "no settings findings", _settings_findings, prof, trace_paths) or []
-        if not prof.cuda and cfg.profile_memory:
-            runtime += g.run("memory growth check", "no memory-growth finding", _cpu_growth, prof) or []
-    if cfg.analyze and trace_paths:
-        failures: list[Any] = []  # (code, exception) of each rule that raised
-        analysed = g.run("trace analysis", "the report holds the runtime checks only", _analyze, trace_paths, cfg, failures)
-        for code, err in failures:  # one warning per rule (a rule failing on two traces warns once)
-            g.fail(f"rule {code}", "its findings are missing and the report says the analysis is incomplete", err)
-        if analysed is not None:
-            report.traces = analysed.traces
-            report.notes += analysed.notes
-            report.findings = _merge(runtime, analysed.findings)
-            report.failed_rules = list(analysed.failed_rules)
-        else:
-            report.findings = list(runtime)
-    else:
-        report.findings = list(runtime)
-    report.findings = sort_findings(report.findings)
-
-    section = _section(prof, trace_paths)
-    report.sections.append(section)
-    report.notes = list(g.notes) + report.notes
+    s = prof._settings
+    conv, stable = False, None
+    if cfg.checks and s is not None and s.cuda:
+        conv = bool(g.run("settings checks", "no settings findings", _roots_have_conv, prof))
+        stable = _shapes_stable(prof)
+    notes = list(g.notes)
     if not prof.traces and prof.step_s and prof.paths is not None and g.ok("profiler"):
-        report.notes.append(_no_trace_note(prof))
+        notes.append(_no_trace_note(prof))
+    if not prof.step_s and prof.loaders.batches:
+        notes.append(no_steps_text(prof.loaders.batches))
+    return RunFacts(steps=len(prof.step_s), trace_paths=trace_paths, traces=traces, runtime=runtime,
+                    section=_section(prof, trace_paths), notes=notes, settings=s, roots_have_conv=conv,
+                    shapes_stable=stable)
 
-    section.failures = dict(g.failed)
+
+def no_steps_text(batches: int) -> str:
+    return (f"the DataLoader monitor saw {batches} batch{'es' if batches != 1 else ''} but no step was marked, so "
+            "nothing was recorded or checked: call prof.step() once per training iteration (or decorate the "
+            "train-step function with @gpuprof.profile_step)")
+
+
+def trace_results(prof: "Profiler", facts: RunFacts, g: Any) -> TraceResults:
+    """Analyse the traces: the analyzer's rules, the settings facts, CPU memory growth, GPU utilisation.
+
+    Reads the trace files and the session's configuration only (never torch,
+    never the live loop state), so it runs on the background report thread.
+    """
+    cfg = prof.config
+    paths = facts.trace_paths
+    res = TraceResults(trace_paths=list(paths))
+    if cfg.analyze and paths:
+        res.analysed = g.run("trace analysis", "the report holds the runtime checks only", _analyze, paths, cfg,
+                             res.rule_failures)
+    if cfg.checks and paths:
+        if facts.settings is not None and facts.settings.cuda:
+            from gpuprof.capture.settings import trace_op_facts
+
+            res.op_facts = g.run("settings checks", "no settings findings", trace_op_facts, paths)
+        if not prof.cuda and cfg.profile_memory:
+            res.cpu_growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, prof,
+                                   facts.traces) or []
+    if prof._writer is not None and paths:
+        res.gpu_util = g.run("GPU utilisation scalars", "no GPU utilisation in TensorBoard",
+                             _gpu_utilization_per_step, facts.traces) or {}
+    return res
+
+
+def assemble(prof: "Profiler", facts: RunFacts, res: TraceResults, g: Any) -> Report:
+    """The merged report from the copied facts and the trace results (any thread)."""
+    cfg = prof.config
+    report = Report(command="capture", inputs=list(facts.trace_paths))
+    runtime = list(facts.runtime)
+    if cfg.checks:
+        runtime += g.run("settings checks", "no settings findings", _settings_findings, prof, facts, res) or []
+        runtime += filter_findings(res.cpu_growth, cfg.select, cfg.ignore)
+    for code, err in res.rule_failures:  # one warning per rule (a rule failing on two traces warns once)
+        g.fail(f"rule {code}", "its findings are missing and the report says the analysis is incomplete", err)
+    analysed = res.analysed
+    if analysed is not None:
+        report.traces = list(analysed.traces)
+        report.notes = list(analysed.notes)
+        report.findings = _merge(runtime, analysed.findings)
+        report.failed_rules = list(analysed.failed_rules)
+    else:
+        report.findings = runtime
+    report.findings = sort_findings(report.findings)
+    section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures
+    report.sections.append(section)
+    report.notes = list(facts.notes) + report.notes
+    section.failures = g.all_failed()
+    return report
+
+
+def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
+    """Write the report (TensorBoard text, report.json, report.md) and print the summary.
+
+    ``final=False`` is the report written when the recorded window closes, on
+    the background thread: TensorBoard gets the findings text only (the
+    scalars belong to the training thread). ``final=True`` is the end of the
+    run: it also writes the remaining scalars and closes the writer, and when
+    the window's summary was printed already, prints one line instead of the
+    whole summary again unless the findings changed since.
+    """
+    cfg = prof.config
+    section = next(s for s in report.sections if getattr(s, "kind", None) == "capture")
     if prof._writer is not None:
-        g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard, prof, report)
+        if final:
+            g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard, prof, report)
+        else:
+            g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard_text, prof, report)
     if prof.paths is not None:
         g.run("report writer", "no report.json/report.md", _write_reports, prof, report)
-    section.failures = dict(g.failed)
+    section.failures = g.all_failed()
     if cfg.print_report:
-        print(short_report(report, prof), file=prof._stream)
-    return report
+        early = prof._printed_findings
+        now = _findings_key(report)
+        if final and early is not None and early[1] == now:
+            text = final_line(report, prof, early[0])
+        else:
+            text = short_report(report, prof)
+        prof._printed_findings = (section.steps, now)
+        print(text, file=prof._stream, flush=True)
+
+
+def _findings_key(report: Report) -> list[tuple[str, str, str]]:
+    return [(f.code, f.message, f.advice) for f in report.findings] + [("", "", r) for r in report.failed_rules]
+
+
+def final_line(report: Report, prof: "Profiler", at_step: int) -> str:
+    """The end-of-run line when the findings are those printed at the window's end."""
+    head = short_report(report, prof).split("\n", 1)[0]
+    where = f" in {visible(prof.paths.out_dir)}" if prof.paths is not None else ""
+    return (f"{head}; findings as printed at step {at_step}; report.json and report.md rewritten with the whole "
+            f"run{where}")
 
 
 def _analyze(trace_paths: list[str], cfg: Any, failures: list[Any]) -> Report:
@@ -139,7 +285,7 @@ def _analyze(trace_paths: list[str], cfg: Any, failures: list[Any]) -> Report:
     merged = Report(command="capture")
     for p in trace_paths:
         # with a failures list a rule that raises costs neither the other rules' findings
-        # nor the training: finish() warns about it and the report says it is incomplete
+        # nor the training: assemble() warns about it and the report says it is incomplete
         r = analyze(p, select=tuple(cfg.select), ignore=tuple(cfg.ignore), failures=failures)
         merged.traces += r.traces
         merged.findings += r.findings
@@ -154,23 +300,23 @@ def _merge(runtime: list[Finding], trace: list[Finding]) -> list[Finding]:
     return list(runtime) + [f for f in trace if f.code not in dropped]
 
 
-def _settings_findings(prof: "Profiler", trace_paths: list[str]) -> list[Finding]:
-    from gpuprof.capture.settings import cudnn_benchmark_finding, tf32_finding, trace_op_facts
+def _settings_findings(prof: "Profiler", facts: RunFacts, res: TraceResults) -> list[Finding]:
+    from gpuprof.capture.settings import cudnn_benchmark_finding, tf32_finding
 
-    s = prof._settings
+    s = facts.settings
     if s is None or not s.cuda:
         return []
-    facts = trace_op_facts(trace_paths) if trace_paths else {"has_conv": False, "fp32_matmuls": 0}
-    has_conv = facts["has_conv"] or _roots_have_conv(prof)
-    out = [cudnn_benchmark_finding(s, has_conv, _shapes_stable(prof)), tf32_finding(s, facts["fp32_matmuls"])]
+    op = res.op_facts if res.op_facts is not None else {"has_conv": False, "fp32_matmuls": 0}
+    has_conv = op["has_conv"] or facts.roots_have_conv
+    out = [cudnn_benchmark_finding(s, has_conv, facts.shapes_stable), tf32_finding(s, op["fp32_matmuls"])]
     return filter_findings([f for f in out if f is not None], prof.config.select, prof.config.ignore)
 
 
-def _cpu_growth(prof: "Profiler") -> list[Finding]:
+def _cpu_growth(prof: "Profiler", traces: list[Any]) -> list[Finding]:
     from gpuprof.capture.memory import growth_finding, trace_allocated_series
 
     out = []
-    for tf in prof.traces:
+    for tf in traces:
         if not tf.path.exists():
             continue
         series = [v for _, v in trace_allocated_series(tf.path)]
@@ -178,7 +324,7 @@ def _cpu_growth(prof: "Profiler") -> list[Finding]:
         if f is not None:
             out.append(f)
             break
-    return filter_findings(out, prof.config.select, prof.config.ignore)
+    return out
 
 
 def _roots_have_conv(prof: "Profiler") -> bool:
@@ -218,7 +364,7 @@ def _section(prof: "Profiler", trace_paths: list[str]) -> CaptureSection:
         rank=prof.ranks.rank,
         steps=steps,
         step_time_median_ms=statistics.median(prof.step_s) * 1000 if steps else None,
-        data_loading_share=(sum(prof.fetch_s) / total) if (prof.loaders.seen and total > 0) else None,
+        data_loading_share=data_loading_share(sum(prof.fetch_s), total) if prof.loaders.seen else None,
         recorded_steps=[[t.first_step, t.last_step] for t in prof.traces],
         traces=trace_paths,
         memory_snapshots=[str(s) for s in (prof.history.snapshots if prof.history else [])],
@@ -240,13 +386,13 @@ def _no_trace_note(prof: "Profiler") -> str:
             "active=3)")
 
 
-def _gpu_utilization_per_step(prof: "Profiler") -> dict[int, float]:
+def _gpu_utilization_per_step(traces: list[Any]) -> dict[int, float]:
     """Global step -> GPU busy / step time, from the traces (recorded steps with GPU activity only)."""
     from gpuprof.trace.load import load_trace
     from gpuprof.trace.metrics import compute_metrics
 
     out: dict[int, float] = {}
-    for tf in prof.traces:
+    for tf in traces:
         if not tf.path.exists():
             continue
         m = compute_metrics(load_trace(tf.path))
@@ -261,14 +407,21 @@ def _gpu_utilization_per_step(prof: "Profiler") -> dict[int, float]:
 
 
 def _write_tensorboard(prof: "Profiler", report: Report) -> None:
+    """End of the run (driving thread): the remaining scalars, GPU utilisation, the findings, close."""
     w = prof._writer
     prof._flush_scalars(wait=True)
-    util = prof.guard.run("GPU utilisation scalars", "no GPU utilisation in TensorBoard",
-                          _gpu_utilization_per_step, prof) or {}
+    res = prof._trace_results
+    util = res.gpu_util if res is not None and res.gpu_util is not None else {}
     for step, u in sorted(util.items()):
         w.add_step(step, {"gpu_utilization": u})
-    w.add_text(findings_markdown(report), step=len(prof.step_s))
+    _write_tensorboard_text(prof, report)
     w.close()
+
+
+def _write_tensorboard_text(prof: "Profiler", report: Report) -> None:
+    """The findings in the Text tab, at the report's step (SummaryWriter queues it: any thread)."""
+    sec = next(s for s in report.sections if getattr(s, "kind", None) == "capture")
+    prof._writer.add_text(findings_markdown(report), step=sec.steps)
 
 
 def _write_reports(prof: "Profiler", report: Report) -> None:
@@ -335,11 +488,11 @@ def findings_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def short_report(report: Report, prof: "Profiler", top: int = 5) -> str:
-    """The few lines printed at the end of a run."""
+def short_report(report: Report, prof: "Profiler") -> str:
+    """The summary printed when the report is written: every finding, each with its fix."""
     sec = next((s for s in report.sections if getattr(s, "kind", None) == "capture"), None)
     lines = []
-    head = f"gpuprof: {len(prof.step_s)} steps"
+    head = f"gpuprof: {sec.steps if sec is not None else len(prof.step_s)} steps"
     if sec and sec.step_time_median_ms is not None:
         head += f", median {sec.step_time_median_ms:.2f} ms/step"
     utils = [t.gpu_utilization for t in report.traces if t.gpu_utilization is not None]
@@ -353,19 +506,19 @@ def short_report(report: Report, prof: "Profiler", top: int = 5) -> str:
         counts = {s: sum(1 for f in findings if f.severity == s) for s in Severity}
         parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(),
                  key=lambda kv: -kv[0].rank) if n]
-        lines.append(f"gpuprof: {len(findings)} findings ({', '.join(parts)})")
-        for f in findings[:top]:
+        lines.append(f"gpuprof: {len(findings)} finding{'s' if len(findings) != 1 else ''} ({', '.join(parts)})")
+        for f in findings:  # all of them, whole: the summary is the report most users read
             where = f" [{_short_loc(f)}]" if f.location else ""
             cost = f" cost {_cost(f)}" if f.cost_us_per_step is not None else ""
-            lines.append(f"  {f.severity.value:<7} {visible(f.code)} {_one_line(f.message, 110)}{cost}{where}")
-        if len(findings) > top:
-            lines.append(f"  ... {len(findings) - top} more in the report")
+            lines.append(f"  {f.severity.value:<7} {visible(f.code)} {one_line(f.message)}{cost}{where}")
+            if f.advice:
+                lines.append(f"          Fix: {one_line(f.advice)}")
     elif not report.failed_rules:
         lines.append("gpuprof: no findings")
     if report.failed_rules:
         lines.append(f"gpuprof: {'' if findings else 'no findings, but '}{_incomplete(report)}")
-    for n in report.notes[:3]:
-        lines.append(f"gpuprof: note: {_one_line(n, 160)}")
+    for n in report.notes:
+        lines.append(f"gpuprof: note: {one_line(n)}")
     if prof.paths is not None and sec is not None:
         lines.append(f"gpuprof: files in {visible(sec.run_dir)}")
         for t in sec.traces:
@@ -393,9 +546,3 @@ def _short_loc(f: Finding) -> str:
     assert loc is not None
     name = visible(os.path.basename(loc.file))
     return f"{name}:{loc.line}" if loc.line is not None else name
-
-
-def _one_line(text: str, limit: int) -> str:
-    t = one_line(text)  # printed to the user's terminal: controls from trace names made visible
-    return t if len(t) <= limit else t[: limit - 3] + "..."
-

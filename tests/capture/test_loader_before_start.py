@@ -1,0 +1,62 @@
+"""DataLoaders iterated before the first @profile_step call (the usual ``for x, y in loader: step(x, y)``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gpuprof  # noqa: E402
+
+from .conftest import quick_schedule, report_json, run_dir, tiny_model, train_step  # noqa: E402
+
+
+class _SlowData(torch.utils.data.Dataset):  # type: ignore[misc]
+    def __len__(self) -> int:
+        return 96
+
+    def __getitem__(self, i: int) -> Any:
+        time.sleep(0.002)  # data loading dominates the step: GP601 for sure
+        return torch.randn(16), i % 4
+
+
+def _decorated(logdir: Path) -> Any:
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @gpuprof.profile_step(logdir, schedule=quick_schedule(), tensorboard=False, print_report=False)
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return train_step(model, opt, x, y)
+
+    return step
+
+
+def test_loader_iterated_before_the_first_decorated_call_is_seen(tmp_path: Path) -> None:
+    loader = torch.utils.data.DataLoader(_SlowData(), batch_size=4)
+    step = _decorated(tmp_path)
+    for x, y in loader:  # the iterator exists before step() starts the capture
+        step(x, y)
+    report = step.finish()
+    assert report is not None
+    sec = report.sections[0]
+    assert sec.data_loading_share is not None and sec.data_loading_share > 0.1
+    gp601 = [f for f in report.findings if f.code == "GP601"]
+    assert len(gp601) == 1 and "DataLoader(_SlowData)" in gp601[0].message
+    assert gp601[0].location is not None and gp601[0].location.function == \
+        "test_loader_iterated_before_the_first_decorated_call_is_seen"
+    assert report_json(run_dir(tmp_path))["sections"][0]["data_loading_share"] == sec.data_loading_share
+
+
+def test_iterator_made_before_decoration_is_seen_too(tmp_path: Path) -> None:
+    loader = torch.utils.data.DataLoader(_SlowData(), batch_size=4)
+    it = iter(loader)  # before gpuprof patched anything
+    step = _decorated(tmp_path)
+    for x, y in it:
+        step(x, y)
+    report = step.finish()
+    assert report is not None and report.sections[0].data_loading_share is not None
+    assert [f.source for f in report.findings if f.code == "GP601"] == ["DataLoader(_SlowData)"]

@@ -1,0 +1,176 @@
+"""The report is written when the recorded window closes (issue 9 item 5), not only at exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gpuprof  # noqa: E402
+from gpuprof.capture import GpuprofWarning, summary  # noqa: E402
+
+from .conftest import quick_schedule, report_json, run_dir, tiny_model, train_step  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent("""
+    import glob, os, sys, time
+    import torch
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    torch.set_num_threads(1)
+    logdir = sys.argv[1]
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @gpuprof.profile_step(logdir, schedule=Schedule(wait=1, warmup=1, active=3), tensorboard=False)
+    def train_step(x, y):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    for _ in range(40):
+        train_step(torch.randn(8, 16), torch.randint(0, 4, (8,)))
+    # the loop is over, the capture is not (it finishes at exit): the report must be there already
+    deadline = time.monotonic() + 120
+    while not glob.glob(os.path.join(logdir, "*", "report.json")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("ALIVE", train_step.profiler is not None, "REPORT", bool(glob.glob(os.path.join(logdir, "*", "report.json"))))
+""")
+
+
+def test_decorated_cpu_loop_has_report_json_before_exit(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "logs")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ALIVE True REPORT True" in out.stdout, (out.stdout, out.stderr[-3000:])
+    # the summary came at the window's end, and the exit-time report covers the whole run
+    assert "gpuprof: 5 steps" in out.stderr and "gpuprof: 40 steps" in out.stderr
+    assert report_json(run_dir(tmp_path / "logs"))["sections"][0]["steps"] == 40
+
+
+def test_window_report_written_in_the_background_and_reused_at_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[str] = []
+    real = summary._analyze
+
+    def counting(paths: Any, cfg: Any, failures: Any) -> Any:
+        calls.append(__import__("threading").current_thread().name)
+        return real(paths, cfg, failures)
+
+    monkeypatch.setattr(summary, "_analyze", counting)
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False) as prof:
+        for i in range(12):
+            train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
+            prof.step()
+            if i == 4:  # the window (steps 2-4) closed at this step(): the report thread runs
+                assert prof._report_thread is not None
+        prof._report_thread.join(120)
+        assert (run_dir(tmp_path) / "report.json").exists()  # before stop()
+        early = report_json(run_dir(tmp_path))
+        assert early["sections"][0]["steps"] == 5
+        assert any("recorded window closed at step 5" in n for n in early["notes"])
+        assert prof.window_report is not None
+    assert calls == ["gpuprof-report"]  # analysed once, off the training thread; stop() reused it
+    final = report_json(run_dir(tmp_path))
+    assert final["sections"][0]["steps"] == 12  # the final report: the whole run
+    assert not any("recorded window closed" in n for n in final["notes"])
+    err = capsys.readouterr().err
+    assert "gpuprof: 5 steps" in err and "recorded window closed at step 5" in err
+    assert "gpuprof: 12 steps" in err and "findings as printed at step 5" in err
+
+
+def test_window_report_failure_is_one_warning_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*a: Any, **k: Any) -> Any:
+        raise OSError("injected: disk full")
+
+    monkeypatch.setattr(summary, "_write_reports", broken)
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    done = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False, print_report=False) as prof:
+            for i in range(10):
+                train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
+                prof.step()
+                done += 1
+                if i == 4:
+                    prof._report_thread.join(120)
+                    time.sleep(0)
+    ours = [str(w.message) for w in caught if issubclass(w.category, GpuprofWarning)]
+    assert done == 10
+    assert [m for m in ours if "report writer" in m] == [
+        "gpuprof: report writer failed (OSError: injected: disk full); no report.json/report.md. Training continues."
+    ]
+    # said on the training thread (at the step after the thread finished), pointing at the user's line
+    assert [w.filename for w in caught if "report writer" in str(w.message)] == [__file__]
+    assert prof.report is not None and "report writer" in prof.report.sections[0].failures
+
+
+def test_steps_never_marked_warns_once(tmp_path: Path) -> None:
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(40, 16),
+                                                                        torch.randint(0, 4, (40,))), batch_size=4)
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False, print_report=False) as prof:
+            for _ in range(2):
+                for x, y in loader:
+                    train_step(model, opt, x, y)  # prof.step() forgotten
+    ours = [str(w.message) for w in caught if issubclass(w.category, GpuprofWarning)]
+    assert len([m for m in ours if "no step was marked" in m]) == 1, ours
+    assert "saw 20 batches" in ours[0] and "prof.step()" in ours[0]
+    assert prof.report is not None and any("no step was marked" in n for n in prof.report.notes)
+
+
+def test_summary_lists_every_finding_whole_with_its_fix() -> None:
+    from types import SimpleNamespace
+
+    from gpuprof.findings import Finding, Severity
+    from gpuprof.report import Report
+
+    long = "x" * 300 + " end-of-message"
+    findings = [Finding(code=f"GP{100 + i}", name="n", severity=Severity.WARNING, message=f"problem {i} {long}",
+                        advice=f"do thing {i} " + "y" * 200 + " end-of-fix") for i in range(8)]
+    report = Report(command="capture", findings=findings)
+    text = summary.short_report(report, SimpleNamespace(step_s=[0.1] * 3, paths=None))
+    for i in range(8):
+        assert f"GP{100 + i} problem {i} {long}" in text
+        assert f"Fix: do thing {i} " + "y" * 200 + " end-of-fix" in text
+    assert "more in the report" not in text
+
+
+@pytest.mark.parametrize("repeat, early", [(1, True), (0, False)])
+def test_torch_schedule_callable_window_report_only_when_no_cycle_follows(
+    tmp_path: Path, repeat: int, early: bool
+) -> None:
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=repeat)
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gpuprof.profile(tmp_path, schedule=sched, tensorboard=False, print_report=False) as prof:
+        for _ in range(6):  # one cycle is steps 0-3; with repeat=0 the next one records from step 5
+            train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
+            prof.step()
+        assert (prof._report_thread is not None) is early
+    assert prof.report is not None and report_json(run_dir(tmp_path))["sections"][0]["steps"] == 6

@@ -618,7 +618,11 @@ class Profiler:
         if t is None:
             return
         if t is not threading.current_thread():
-            t.join()
+            t.join(REPORT_WAIT_S)
+            if t.is_alive():  # blocked (e.g. printing to a stderr nobody reads): never hold the run's end
+                self.guard.warn_once("window report stuck", f"gpuprof: the report of the recorded window was "
+                                     f"still being written after {REPORT_WAIT_S:g} s; the run's end does not "
+                                     "wait for it. Training continues.")
         self._report_ready = False
         guard, self._report_guard = self._report_guard, None
         if guard is not None:
@@ -806,6 +810,7 @@ def _noop_schedule(step: int) -> Any:
 
 
 LOOKAHEAD_STEPS = 10_000  # steps of a schedule callable searched for another recorded window
+REPORT_WAIT_S = 60.0  # how long the end of the run waits for the window report's thread
 GIVE_WAY_WAIT_S = 10.0  # how long another thread's profiler start waits for gpuprof's driver to step
 
 

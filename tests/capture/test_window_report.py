@@ -174,3 +174,40 @@ def test_torch_schedule_callable_window_report_only_when_no_cycle_follows(
             prof.step()
         assert (prof._report_thread is not None) is early
     assert prof.report is not None and report_json(run_dir(tmp_path))["sections"][0]["steps"] == 6
+
+
+def test_stuck_window_report_does_not_hold_the_end_of_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report thread that never returns (a blocked stderr) costs stop() at most REPORT_WAIT_S, said once."""
+    import threading
+
+    from gpuprof.capture import session
+
+    release = threading.Event()
+
+    real = summary._write_reports
+
+    def blocked(*a: Any, **k: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():  # only the window report's thread
+            release.wait(30)  # the test lets it go in the end, so no thread outlives the test for long
+        return real(*a, **k)
+
+    monkeypatch.setattr(summary, "_write_reports", blocked)
+    monkeypatch.setattr(session, "REPORT_WAIT_S", 0.5)
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t0 = time.monotonic()
+            with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False, print_report=False) as prof:
+                for _ in range(10):
+                    train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
+                    prof.step()
+            waited = time.monotonic() - t0
+    finally:
+        release.set()
+    ours = [str(w.message) for w in caught if issubclass(w.category, GpuprofWarning)]
+    assert len([m for m in ours if "still being written after 0.5 s" in m]) == 1, ours
+    assert waited < 20 and prof.finished

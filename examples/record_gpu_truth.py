@@ -264,17 +264,22 @@ def run_case(case: Case, device: str, work: Path, timeout: float) -> tuple[Run, 
     facts_path = work / f"{case.name}.facts.json"
     cmd = [sys.executable, str(EXAMPLES / case.script), "--logdir", str(logdir), "--run", "r",
            "--device", device, "--steps", str(case.steps), *(["--baseline"] if case.baseline else [])]
+    facts = _run_child(run, cmd, facts_path, device == "cpu", timeout)
+    return run, logdir / "r", facts
+
+
+def _run_child(run: Run, cmd: list[str], facts_path: Path, cpu: bool, timeout: float) -> dict[str, Any]:
+    """Run ``cmd`` in examples/, record its exit code, stderr tail and time in ``run``; the facts it wrote."""
     t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(EXAMPLES),
-                              env=_child_env(facts_path, device == "cpu"))
+                              env=_child_env(facts_path, cpu))
         run.rc = proc.returncode
         run.stderr_tail = proc.stderr[-1500:]
     except subprocess.TimeoutExpired:
         run.problems.append(f"timed out after {timeout:.0f} s")
     run.seconds = time.monotonic() - t0
-    facts = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else {}
-    return run, logdir / "r", facts
+    return json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else {}
 
 
 def judge(run: Run, run_dir: Path) -> dict[str, Any] | None:
@@ -386,17 +391,8 @@ def run_oom(work: Path, timeout: float) -> tuple[Run, Path, dict[str, Any]]:
                 "allocations of 96 MiB past a 1 GiB set_per_process_memory_fraction cap")
     run = Run(case)
     facts_path = work / "oom.facts.json"
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--oom-child", str(work / "oom"),
-                               str(facts_path)], capture_output=True, text=True, timeout=timeout,
-                              env=_child_env(facts_path, False), cwd=str(EXAMPLES))
-        run.rc = proc.returncode
-        run.stderr_tail = proc.stderr[-1500:]
-    except subprocess.TimeoutExpired:
-        run.problems.append(f"timed out after {timeout:.0f} s")
-    run.seconds = time.monotonic() - t0
-    facts = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.is_file() else {}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--oom-child", str(work / "oom"), str(facts_path)]
+    facts = _run_child(run, cmd, facts_path, False, timeout)
     if run.rc is not None and "oom_message" not in facts:
         run.problems.append("no out-of-memory error happened")
     return run, work / "oom" / "r", facts

@@ -25,26 +25,16 @@ import base64
 import hashlib
 import html
 import json
-import math
 import re
 from typing import Any, Mapping
+
+from gpuprof.render.jsonout import json_safe
 
 __all__ = ["csp_hash", "page_policy", "script_json", "fill_template", "text_for_html"]
 
 # What JSON may hold inside a <script> element: nothing the HTML tokenizer reacts to.
 _SCRIPT_DATA_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
                                       "\u2028": "\\u2028", "\u2029": "\\u2029"})
-
-
-def _finite(obj: Any) -> Any:
-    """``obj`` with NaN/Infinity replaced by None (JSON.parse rejects them; a broken page shows nothing)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def script_json(obj: Any) -> str:
@@ -56,8 +46,8 @@ def script_json(obj: Any) -> str:
     """
     try:
         text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-    except ValueError:  # a NaN or an infinity somewhere in the numbers
-        text = json.dumps(_finite(obj), ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # a NaN or an infinity somewhere in the numbers (JSON.parse rejects them)
+        text = json.dumps(json_safe(obj), ensure_ascii=True, separators=(",", ":"), allow_nan=False)
     return text.translate(_SCRIPT_DATA_ESCAPES)
 
 

@@ -41,6 +41,9 @@ def test_every_code_in_the_docs_is_listed_and_explained() -> None:
         res = _run("explain", code)
         assert res.exit_code == 0 and res.stdout.startswith(code), (code, res.output)
         assert "Triggers it:" in res.stdout and "Does not:" in res.stdout, code
+    # memory and runtime codes show their options like the trace rules do
+    assert "GP510.capacity_threshold = 0.9: " in _run("explain", "GP510").stdout
+    assert "GP640.leak_min_bytes_per_step = 65536 (64.0 KiB): " in _run("explain", "memory-growth").stdout
 
 
 def test_every_code_is_complete_and_names_are_unique() -> None:

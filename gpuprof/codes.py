@@ -1,114 +1,290 @@
-"""Every finding code gpuprof can report, in one catalogue: ``gpuprof rules`` and ``gpuprof explain``.
+"""The registry of every finding code gpuprof can report: one :class:`~gpuprof.codespec.CodeSpec` each.
 
-Codes come from three places, which produce findings differently:
+Codes are declared where the code that reports them lives, all in one shape:
 
-- trace rules (GP1xx-GP4xx), registered classes in :mod:`gpuprof.rules`,
-  reported by ``gpuprof analyze`` and by capture's end-of-run analysis;
-- memory findings (GP5xx), reported by ``gpuprof memory``
-  (:data:`gpuprof.memory.analysis.CODES`);
-- runtime checks (GP6xx), made while a capture runs
-  (:data:`gpuprof.capture.codes.RUNTIME_CHECKS`, no torch needed to list them).
+- trace rules (GP1xx-GP4xx, GP501, GP9xx; GP7xx/GP8xx trace rules alike):
+  ``@register class X(Rule)`` in :mod:`gpuprof.rules`, whose spec is
+  :meth:`Rule.spec() <gpuprof.rules.base.Rule.spec>`;
+- memory findings (GP510-GP521): :data:`gpuprof.memory.codes.MEMORY_CODES`;
+- runtime checks made while a capture runs (GP6xx, and GP8xx capture hooks):
+  :data:`gpuprof.capture.codes.RUNTIME_CHECKS`, one ``runtime_spec(...)`` each;
+- any other origin (e.g. cross-rank findings): :func:`declare`.
 
-This module puts them behind one lookup, so that every code a report prints
-can be listed and explained. It imports neither torch nor the analysis
-machinery beyond the rule registry.
+Everything that needs to know the codes reads this registry: ``gpuprof
+rules``/``gpuprof explain`` (:func:`catalogue`, :func:`lookup`,
+:func:`explain_text`), ``--option CODE.NAME=VALUE`` and capture's
+``options=`` mapping (:func:`parse_options`), ``--select``/``--ignore`` by
+name (:func:`resolve_selectors`), and the overlap policy
+(:func:`apply_overlaps`, written up in ``docs/codes.md``). It imports no
+torch and no analysis machinery beyond the rule registry.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable, Mapping
 
-__all__ = ["Code", "catalogue", "lookup", "explain_text"]
+from gpuprof.codespec import ORIGINS, CodeSpec, Option
+from gpuprof.findings import Evidence, Finding
 
+__all__ = [
+    "Code",
+    "CodeSpec",
+    "Option",
+    "catalogue",
+    "declare",
+    "lookup",
+    "get_spec",
+    "explain_text",
+    "parse_options",
+    "resolve_selectors",
+    "apply_overlaps",
+    "check_registry",
+]
 
-@dataclass(frozen=True)
-class Code:
-    """One finding code as the catalogue shows it."""
+Code = CodeSpec  # the former name of a catalogue entry
 
-    code: str
-    name: str
-    severity: str  # the default severity, or e.g. "warning or info" where it depends on the numbers
-    title: str
-    reported_by: str  # "gpuprof analyze", "gpuprof memory" or "capture"
-    doc: str  # the long explanation, plain text
-
-
-def catalogue() -> list[Code]:
-    """All codes, sorted by code."""
-    return sorted(_trace_rules() + _memory_codes() + _runtime_checks(), key=lambda c: c.code)
-
-
-def lookup(code_or_name: str) -> list[Code]:
-    """The codes that ``code_or_name`` names: one for a code; one or more for a name (names may repeat)."""
-    key = code_or_name.strip()
-    by_code = [c for c in catalogue() if c.code.upper() == key.upper()]
-    if by_code:
-        return by_code
-    return [c for c in catalogue() if c.name == key.lower()]
+_DECLARED: dict[str, CodeSpec] = {}
 
 
-def explain_text(code: Code) -> str:
-    """The full explanation of one code (trace rules: with options and examples)."""
-    from gpuprof.rules.base import get_rule
-
-    rule = get_rule(code.code) if code.reported_by == "gpuprof analyze" else None
-    if rule is not None:
-        parts = [f"{rule.code} {rule.name} ({rule.severity.value})", rule.title, "", rule.doc()]
-        parts += ["", "Options (--option CODE.NAME=VALUE):"]
-        parts += [f"  {o.name} = {o.default!r}: {o.help}" for o in rule.all_options()]
-        parts += ["", "Triggers it:", _indent(rule.bad_example), "", "Does not:", _indent(rule.good_example)]
-        return "\n".join(parts)
-    return "\n".join([f"{code.code} {code.name} ({code.severity})", code.title, "",
-                      f"Reported by: {code.reported_by}.", "", code.doc])
+def declare(spec: CodeSpec) -> CodeSpec:
+    """Add a code of an origin that has no declaration list of its own (returns ``spec``)."""
+    old = _DECLARED.get(spec.code)
+    if old is not None and old != spec:
+        raise ValueError(f"duplicate code {spec.code}")
+    _DECLARED[spec.code] = spec
+    return spec
 
 
-# ---------------------------------------------------------------------------- sources
-
-
-def _trace_rules() -> list[Code]:
+def _specs() -> list[CodeSpec]:
+    from gpuprof.capture.codes import RUNTIME_CHECKS
+    from gpuprof.memory.codes import MEMORY_CODES
     from gpuprof.rules.base import all_rules
 
-    return [Code(r.code, r.name, r.severity.value, r.title, "gpuprof analyze", r.doc()) for r in all_rules()]
+    return [r.spec() for r in all_rules()] + list(MEMORY_CODES) + list(RUNTIME_CHECKS) + list(_DECLARED.values())
 
 
-# default severity of each memory code where it is not one fixed value (see docs/memory.md)
-_MEMORY_SEVERITY = {
-    "GP510": "warning", "GP511": "warning or info", "GP512": "error", "GP513": "warning or info",
-    "GP514": "info", "GP515": "info", "GP520": "warning", "GP521": "warning",
-}
+def check_registry(specs: Iterable[CodeSpec]) -> None:
+    """Raise ValueError when codes or names repeat, or an alias or ``superseded_by`` names nothing sensible."""
+    specs = list(specs)
+    codes: dict[str, CodeSpec] = {}
+    names: dict[str, str] = {}
+    for s in specs:
+        if not re.fullmatch(r"GP[1-9]\d\d", s.code):
+            raise ValueError(f"code {s.code!r} is not GP followed by three digits")
+        if s.code in codes:
+            raise ValueError(f"code {s.code} is declared twice ({codes[s.code].module} and {s.module})")
+        codes[s.code] = s
+        if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", s.name):
+            raise ValueError(f"{s.code}: name {s.name!r} is not a lower-case slug")
+        if s.name in names:
+            raise ValueError(f"name {s.name!r} belongs to {names[s.name]} and {s.code}; names are unique")
+        names[s.name] = s.code
+        opt_names = [o.name for o in s.options]
+        if len(set(opt_names)) != len(opt_names):
+            raise ValueError(f"{s.code}: an option name repeats in {opt_names}")
+    for s in specs:
+        for a in s.aliases:
+            if a == s.name:
+                raise ValueError(f"{s.code}: alias {a!r} is its own name")
+        for other in s.superseded_by:
+            if other not in codes or other == s.code:
+                raise ValueError(f"{s.code}: superseded_by names {other!r}, not another known code")
+            if s.code in codes[other].superseded_by:
+                raise ValueError(f"{s.code} and {other} supersede each other")
 
 
-def _memory_codes() -> list[Code]:
-    from gpuprof.memory.analysis import CODES
+def catalogue() -> list[CodeSpec]:
+    """All codes, sorted by code, each with its long form (``doc``) filled in."""
+    specs = _specs()
+    check_registry(specs)
+    return sorted((_with_doc(s) for s in specs), key=lambda c: c.code)
 
-    docs = _doc_rows("memory.md")
-    out = []
-    for code, (name, title) in CODES.items():
-        doc = docs.get(code) or _docs_missing("memory.md", "Finding codes")
-        out.append(Code(code, name, _MEMORY_SEVERITY.get(code, "warning"), title, "gpuprof memory", doc))
+
+def get_spec(code: str) -> CodeSpec | None:
+    """The spec of ``code`` (a code, not a name), or None."""
+    key = code.strip().upper()
+    return next((s for s in catalogue() if s.code == key), None)
+
+
+def lookup(code_or_name: str) -> list[CodeSpec]:
+    """The codes that ``code_or_name`` names: one for a code or a current name; an alias may name several."""
+    key = code_or_name.strip()
+    cat = catalogue()
+    found = [c for c in cat if c.code == key.upper()] or [c for c in cat if c.name == key.lower()]
+    return found or [c for c in cat if key.lower() in c.aliases]
+
+
+def resolve_selectors(tokens: Iterable[str]) -> list[str]:
+    """``--select``/``--ignore`` words as code prefixes: names and former names become their codes.
+
+    A word that is a code prefix (``GP1``, ``gp203``) stays; a name or alias
+    becomes every code that has it (a former name shared by two codes selects
+    both, as it did). Anything else is a ValueError naming the word.
+    """
+    out: list[str] = []
+    cat = None
+    for tok in tokens:
+        t = tok.strip()
+        if not t:
+            continue
+        if re.fullmatch(r"(?i)gp\d{0,3}", t):
+            out.append(t.upper())
+            continue
+        cat = cat or catalogue()
+        codes = [c.code for c in cat if c.name == t.lower() or t.lower() in c.aliases]
+        if not codes:
+            raise ValueError(f"unknown code or name {t!r} (see `gpuprof rules`)")
+        out.extend(codes)
     return out
 
 
-def _runtime_checks() -> list[Code]:
-    from gpuprof.capture.codes import RUNTIME_CHECKS
+# ---------------------------------------------------------------------------- options
 
-    docs = _doc_sections("capture.md")
-    return [Code(c.code, c.name, c.severity.value, c.title, "capture (a runtime check while the loop runs)",
-                 docs.get(c.code) or _docs_missing("capture.md", "Runtime checks (GP6xx)"))
-            for c in RUNTIME_CHECKS]
 
+def parse_options(items: Iterable[str] | Mapping[str, Any], *, origins: Iterable[str] | None = None,
+                  where: str = "") -> dict[str, dict[str, Any]]:
+    """Option settings -> ``{code: {option: value}}``, checked against the registry.
+
+    ``items`` is either ``["GP510.capacity_threshold=0.8", ...]`` (the command
+    line's ``--option``) or ``{"GP510.capacity_threshold": 0.8}`` (capture's
+    ``options=``; a value may be a Python value or its text). CODE may be a
+    name. ``origins`` limits the codes to those reported where the settings
+    are used (``where`` names it in the error): an option of a code that
+    cannot be reported there would silently do nothing, so it is an error.
+    Raises ValueError with a one-line reason.
+    """
+    pairs: list[tuple[str, str, Any]] = []  # (the setting as written, CODE.NAME, value)
+    if isinstance(items, Mapping):
+        pairs = [(f"{k}={v!r}", str(k), v) for k, v in items.items()]
+    else:
+        for item in items:
+            if "=" not in item:
+                raise ValueError(f"option {item!r} must look like CODE.name=value")
+            key, value = item.split("=", 1)
+            pairs.append((item, key, value))
+    allowed = set(origins) if origins is not None else set(ORIGINS)
+    out: dict[str, dict[str, Any]] = {}
+    for item, key, value in pairs:
+        if "." not in key:
+            raise ValueError(f"option {item!r} must look like CODE.name=value")
+        code, opt_name = (p.strip() for p in key.split(".", 1))
+        found = lookup(code)
+        if len(found) != 1:
+            what = "unknown code" if not found else "ambiguous name"
+            raise ValueError(f"{what} {code!r} in option {item!r} (see `gpuprof rules`)")
+        spec = found[0]
+        if spec.origin not in allowed:
+            raise ValueError(f"{spec.code} is reported by {spec.reported_by}, not by {where or 'this command'}; "
+                             f"its option {opt_name!r} does not apply here")
+        opt = spec.option(opt_name)
+        if opt is None:
+            names = ", ".join(o.name for o in spec.options) or "none"
+            raise ValueError(f"{spec.code} has no option {opt_name!r} (options: {names})")
+        try:
+            parsed = opt.check(value)  # text is parsed, a Python value type-checked
+        except ValueError as err:
+            raise ValueError(f"bad value for {spec.code}.{opt.name}: {err}") from None
+        out.setdefault(spec.code, {})[opt.name] = parsed
+    return out
+
+
+# ---------------------------------------------------------------------------- overlap policy
+
+
+def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None = None) -> list[Finding]:
+    """Fold each finding whose code is superseded by a code present in ``findings`` into that finding.
+
+    The policy (docs/codes.md): two origins may see one problem (GP102 in the
+    trace and GP601 at runtime). The code with the better evidence is
+    declared in the other's ``superseded_by``. When both are in one report,
+    the superseded findings are dropped and the first finding of the code
+    that supersedes them gains an evidence ``supersedes`` naming the dropped
+    code, how many findings it had and its first message, so nothing is
+    lost and nothing is counted twice. Findings keep their order otherwise.
+    """
+    findings = list(findings)
+    by_code = {s.code: s for s in (specs if specs is not None else _specs())}
+    present = {f.code for f in findings}
+    # superseded code -> the code that absorbs it (the first of its superseded_by present)
+    absorbed: dict[str, str] = {}
+    for code in present:
+        spec = by_code.get(code)
+        winner = next((w for w in spec.superseded_by if w in present), None) if spec else None
+        if winner is not None:
+            absorbed[code] = winner
+    if not absorbed:
+        return findings
+    dropped: dict[str, list[Finding]] = {}
+    kept: list[Finding] = []
+    for f in findings:
+        if f.code in absorbed:
+            dropped.setdefault(f.code, []).append(f)
+        else:
+            kept.append(f)
+    for code, lost in sorted(dropped.items()):
+        winner = absorbed[code]
+        i = next(i for i, f in enumerate(kept) if f.code == winner)
+        first = lost[0]
+        ev = Evidence("supersedes", code, None, "", extra={
+            "name": first.name, "findings": len(lost), "origin": first.origin, "message": first.message,
+            "source": first.source})
+        kept[i] = dataclasses.replace(kept[i], evidence=kept[i].evidence + (ev,))
+    return kept
+
+
+# ---------------------------------------------------------------------------- explain
+
+
+def explain_text(code: CodeSpec) -> str:
+    """The full explanation of one code: what it finds, who reports it, options, overlaps, examples."""
+    c = code if code.doc else _with_doc(code)
+    parts = [f"{c.code} {c.name} ({c.severity_text})", c.title, "", c.doc, "", f"Reported by: {c.reported_by}."]
+    if c.aliases:
+        parts.append(f"Former name{'s' if len(c.aliases) > 1 else ''}, still accepted: {', '.join(c.aliases)}.")
+    if c.superseded_by:
+        parts.append(f"Folded into {', '.join(c.superseded_by)} when both are in one report (docs/codes.md).")
+    others = [s for s in _specs() if c.code in s.superseded_by]
+    if others:
+        parts.append(f"Absorbs {', '.join(s.code for s in others)} when both are in one report (docs/codes.md).")
+    if c.options:
+        how = {"trace": "--option CODE.NAME=VALUE", "memory": "--option CODE.NAME=VALUE (gpuprof memory)",
+               "runtime": 'gpuprof.profile(options={"CODE.NAME": value})'}.get(c.origin, "--option CODE.NAME=VALUE")
+        parts += ["", f"Options ({how}):"]
+        parts += [f"  {c.code}.{o.name} = {_fmt_default(o)}: {o.help}" for o in c.options]
+    parts += ["", "Triggers it:", _indent(c.bad_example), "", "Does not:", _indent(c.good_example)]
+    return "\n".join(parts)
+
+
+def _fmt_default(o: Option) -> str:
+    if o.unit == "bytes" and isinstance(o.default, int):
+        from gpuprof.units import fmt_bytes
+
+        return f"{o.default!r} ({fmt_bytes(o.default)})"
+    return repr(o.default)
+
+
+# ---------------------------------------------------------------------------- long forms from docs/
 
 # The long forms of GP5xx/GP6xx live in docs/ (one place, read by people and by this module).
 # A source checkout (how the README installs gpuprof) has them beside the package.
 _DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
-def _docs_missing(page: str, section: str) -> str:
-    return f"See docs/{page}, section {section!r}, in gpuprof's source (not found beside this installation)."
+def _with_doc(spec: CodeSpec) -> CodeSpec:
+    if spec.doc or not spec.docs_page:
+        return spec
+    page = spec.docs_page
+    doc = _doc_sections(page).get(spec.code) or _doc_rows(page).get(spec.code)
+    if not doc:
+        doc = f"See docs/{page} in gpuprof's source (not found beside this installation)."
+    return dataclasses.replace(spec, doc=doc)
 
 
+@functools.lru_cache(maxsize=None)
 def _read_doc(page: str) -> str:
     try:
         return (_DOCS / page).read_text(encoding="utf-8")

@@ -7,7 +7,7 @@ import functools
 import os
 import threading
 import warnings
-from typing import Any, Callable, Sequence, TypeVar, overload
+from typing import Any, Callable, Mapping, Sequence, TypeVar, overload
 
 from gpuprof.capture.config import DEFAULT_LOGDIR, CaptureConfig, CheckOptions, Schedule
 from gpuprof.capture.guard import GpuprofWarning, safe_text, user_stacklevel
@@ -41,7 +41,7 @@ def profile(
     print_report: bool = True,
     models: Sequence[Any] = (),
     flush_every: int = 500,
-    options: CheckOptions | None = None,
+    options: CheckOptions | Mapping[str, Any] | None = None,
 ) -> Profiler:
     """Profile a training loop: ``with gpuprof.profile(logdir) as prof:`` and ``prof.step()`` per iteration.
 
@@ -52,7 +52,10 @@ def profile(
     or a ``torch.profiler.schedule(...)`` callable (default: ``Schedule()``,
     steps 7-11 recorded). ``activities=None`` means CPU, plus CUDA when
     available. ``models`` are checked for device placement before the first
-    step. A failure inside gpuprof is one warning; training goes on.
+    step. ``options`` sets thresholds: ``{"GP640.leak_min_steps": 12}`` (any
+    runtime check's or trace rule's option, see ``gpuprof explain CODE``) or a
+    :class:`CheckOptions`; an unknown one is a ValueError here, before training.
+    A failure inside gpuprof is one warning; training goes on.
     """
     config = CaptureConfig(
         logdir=os.fspath(logdir), run=run, schedule=schedule if schedule is not None else Schedule(),

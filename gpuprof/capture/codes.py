@@ -1,65 +1,144 @@
-"""The runtime checks done during capture (GP6xx), as data.
+"""The runtime checks done during capture (GP6xx), declared as :class:`~gpuprof.codespec.CodeSpec`.
 
 This module imports no torch, so ``gpuprof rules`` / ``gpuprof explain`` can
-list the runtime checks next to the trace rules. Each check is documented in
-``docs/capture.md``; the code that produces it names the module below.
+list the runtime checks next to the trace rules. Adding a check is one
+:func:`runtime_spec` call in :data:`RUNTIME_CHECKS`; its thresholds are its
+``options`` (``gpuprof.profile(options={"GP640.leak_min_steps": 12})``), whose
+defaults :class:`gpuprof.capture.config.CheckOptions` reads from here. Each
+check's long form is its ``### GPxxx`` section of ``docs/capture.md``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from gpuprof.codespec import CodeSpec, Option
 from gpuprof.findings import Severity
 
-__all__ = ["RuntimeCheck", "RUNTIME_CHECKS", "runtime_check"]
+__all__ = ["RuntimeCheck", "RUNTIME_CHECKS", "runtime_check", "runtime_spec"]
+
+_W, _E = Severity.WARNING, Severity.ERROR
 
 
-@dataclass(frozen=True)
-class RuntimeCheck:
-    """One GP6xx code: its slug, default severity and a one-line summary."""
-
-    code: str
-    name: str
-    severity: Severity
-    title: str
-    module: str  # the gpuprof.capture module that raises it
+def runtime_spec(code: str, name: str, severity: Severity, title: str, module: str, *, bad: str, good: str,
+                 options: tuple[Option, ...] = (), aliases: tuple[str, ...] = (),
+                 superseded_by: tuple[str, ...] = ()) -> CodeSpec:
+    """One runtime check: ``module`` is the gpuprof.capture module that raises it."""
+    return CodeSpec(code, name, severity, title, "runtime", options=options, bad_example=bad, good_example=good,
+                    docs_page="capture.md", aliases=aliases, superseded_by=superseded_by,
+                    module=f"gpuprof.capture.{module}")
 
 
-RUNTIME_CHECKS: tuple[RuntimeCheck, ...] = (
-    RuntimeCheck("GP601", "dataloader-main-process", Severity.WARNING,
-                 "DataLoader with num_workers=0 loads batches in the training process", "dataloader"),
-    RuntimeCheck("GP602", "dataloader-pageable-memory", Severity.WARNING,
-                 "DataLoader with pin_memory=False while training on CUDA", "dataloader"),
-    RuntimeCheck("GP603", "dataloader-too-many-workers", Severity.WARNING,
-                 "More DataLoader workers than CPU cores available to this process", "dataloader"),
-    RuntimeCheck("GP604", "dataloader-workers-restarted", Severity.WARNING,
-                 "persistent_workers=False: worker processes restart every epoch", "dataloader"),
-    RuntimeCheck("GP610", "module-split-across-devices", Severity.ERROR,
-                 "One module's own parameters/buffers live on different devices", "placement"),
-    RuntimeCheck("GP611", "model-mixes-devices", Severity.WARNING,
-                 "A model's submodules mix CPU and accelerator devices", "placement"),
-    RuntimeCheck("GP612", "input-on-other-device", Severity.ERROR,
-                 "A module received an input on another device than its parameters", "placement"),
-    RuntimeCheck("GP613", "device-mismatch-error", Severity.ERROR,
-                 "The step raised PyTorch's device-mismatch error", "placement"),
-    RuntimeCheck("GP620", "cudnn-benchmark-off", Severity.WARNING,
-                 "torch.backends.cudnn.benchmark is off with convolutions and stable shapes", "settings"),
-    RuntimeCheck("GP621", "tf32-disabled", Severity.WARNING,
-                 "TF32 disabled on an Ampere-or-newer GPU while running FP32 matmuls", "settings"),
-    RuntimeCheck("GP622", "anomaly-detection-on", Severity.WARNING,
-                 "Autograd anomaly detection left on during training", "settings"),
-    RuntimeCheck("GP630", "host-sync-site", Severity.WARNING,
-                 "A source line synchronises the host with the GPU every step", "syncs"),
-    RuntimeCheck("GP640", "memory-growth", Severity.WARNING,
-                 "Memory grows step after step (a leak, e.g. accumulating loss instead of loss.item())",
-                 "memory"),
-    RuntimeCheck("GP641", "out-of-memory", Severity.ERROR,
-                 "The run hit a CUDA out-of-memory error; a snapshot was dumped", "memory"),
+def RuntimeCheck(code: str, name: str, severity: Severity, title: str, module: str,  # noqa: N802 - former class
+                 **kw: object) -> CodeSpec:
+    """The former entry constructor, kept so entries written the old way still declare a code.
+
+    Prefer :func:`runtime_spec` with ``bad=``/``good=``: the registry's tests
+    require every code to have bad and good examples.
+    """
+    return runtime_spec(code, name, severity, title, module, bad=str(kw.pop("bad", "")),
+                        good=str(kw.pop("good", "")), **kw)  # type: ignore[arg-type]
+
+
+_PLACEMENT_MAX = Option("placement_max_modules", 4096, "modules inspected during the first step (bounded cost on "
+                        "huge models)")
+
+RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
+    runtime_spec(
+        "GP601", "dataloader-main-process", _W,
+        "DataLoader with num_workers=0 loads batches in the training process", "dataloader",
+        bad="loader = DataLoader(ds, batch_size=64)            # num_workers=0",
+        good="loader = DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)",
+        options=(Option("dataloader_share_warning", 0.10, "warning at or above this data-loading share of the "
+                        "step time, info below"),
+                 Option("dataloader_min_share", 0.02, "below this share the finding is not raised"))),
+    runtime_spec(
+        "GP602", "dataloader-pageable-memory", _W,
+        "DataLoader with pin_memory=False while training on CUDA", "dataloader",
+        bad="loader = DataLoader(ds, batch_size=64, num_workers=4)             # pageable batches",
+        good="loader = DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)"),
+    runtime_spec(
+        "GP603", "dataloader-too-many-workers", _W,
+        "More DataLoader workers than CPU cores available to this process", "dataloader",
+        bad="loader = DataLoader(ds, num_workers=32)       # on a job given 8 cores",
+        good="loader = DataLoader(ds, num_workers=min(8, len(os.sched_getaffinity(0))))"),
+    runtime_spec(
+        "GP604", "dataloader-workers-restarted", _W,
+        "persistent_workers=False: worker processes restart every epoch", "dataloader",
+        bad="loader = DataLoader(ds, num_workers=8)        # workers re-spawned at every epoch",
+        good="loader = DataLoader(ds, num_workers=8, persistent_workers=True)",
+        options=(Option("persistent_workers_min_epochs", 3, "epochs seen in the run before "
+                        "persistent_workers=False is reported"),)),
+    runtime_spec(
+        "GP610", "module-split-across-devices", _E,
+        "One module's own parameters/buffers live on different devices", "placement",
+        bad="model.cuda(); model.norm.register_buffer('scale', torch.ones(512))   # buffer on the CPU",
+        good="model.norm.register_buffer('scale', torch.ones(512)); model.cuda()  # moved with the module",
+        options=(_PLACEMENT_MAX,)),
+    runtime_spec(
+        "GP611", "model-mixes-devices", _W,
+        "A model's submodules mix CPU and accelerator devices", "placement",
+        bad="model.cuda(); model.head = nn.Linear(512, 10)    # added after .cuda(): stays on the CPU",
+        good="model.head = nn.Linear(512, 10); model.cuda()"),
+    runtime_spec(
+        "GP612", "input-on-other-device", _E,
+        "A module received an input on another device than its parameters", "placement",
+        bad="out = model.cuda()(x)                            # x still on the CPU",
+        good="out = model.cuda()(x.cuda(non_blocking=True))",
+        options=(_PLACEMENT_MAX,)),
+    runtime_spec(
+        "GP613", "device-mismatch-error", _E,
+        "The step raised PyTorch's device-mismatch error", "placement",
+        bad="loss = model.cuda()(x) - target                # target on the CPU: RuntimeError",
+        good="loss = model.cuda()(x.cuda()) - target.cuda()"),
+    runtime_spec(
+        "GP620", "cudnn-benchmark-off", _W,
+        "torch.backends.cudnn.benchmark is off with convolutions and stable shapes", "settings",
+        bad="model = torchvision.models.resnet50().cuda()   # fixed 224x224 batches, benchmark left off",
+        good="torch.backends.cudnn.benchmark = True\nmodel = torchvision.models.resnet50().cuda()",
+        options=(Option("stable_shape_batches", 8, "batches whose shapes are compared to call the input "
+                        "shapes stable"),)),
+    runtime_spec(
+        "GP621", "tf32-disabled", _W,
+        "TF32 disabled on an Ampere-or-newer GPU while running FP32 matmuls", "settings",
+        bad="torch.set_float32_matmul_precision('highest')   # FP32 matmuls on an A100",
+        good="torch.set_float32_matmul_precision('high')      # TF32 tensor cores"),
+    runtime_spec(
+        "GP622", "anomaly-detection-on", _W,
+        "Autograd anomaly detection left on during training", "settings",
+        bad="torch.autograd.set_detect_anomaly(True)\nfor x, y in loader: train_step(x, y)",
+        good="for x, y in loader: train_step(x, y)              # anomaly mode only to hunt a NaN"),
+    runtime_spec(
+        "GP630", "host-sync-site", _W,
+        "A source line synchronises the host with the GPU every step", "syncs",
+        bad="for x, y in loader:\n    loss = step(x, y)\n    print(loss.item())        # waits for the GPU every step",
+        good="for i, (x, y) in enumerate(loader):\n    loss = step(x, y)\n    if i % 100 == 0:\n"
+             "        print(loss.item())",
+        options=(Option("sync_min_per_step", 1.0, "a source line must sync at least this often per recorded "
+                        "step"),)),
+    runtime_spec(
+        "GP640", "memory-growth", _W,
+        "Memory grows step after step (a leak, e.g. accumulating loss instead of loss.item())", "memory",
+        bad="total = 0\nfor x, y in loader:\n    total += model(x, y)       # keeps every step's graph",
+        good="total = 0.0\nfor x, y in loader:\n    total += model(x, y).item()",
+        options=(
+            Option("leak_skip_steps", 3, "steps at the start of the run ignored (warm-up allocations)"),
+            Option("leak_min_steps", 8, "fewest per-step samples the leak detector needs (CUDA: every step)"),
+            Option("leak_trace_min_steps", 3, "fewest recorded steps when the series comes from the trace "
+                   "(no CUDA)"),
+            Option("leak_min_rising_share", 0.7, "fraction of step-to-step changes that must be increases"),
+            Option("leak_min_bytes_per_step", 64 * 1024, "minimum growth per step to call it a leak", "bytes"),
+            Option("leak_min_total_bytes", 2 * 1024 * 1024, "minimum total growth over the samples", "bytes"),
+        )),
+    runtime_spec(
+        "GP641", "oom-during-run", _E,
+        "The run hit a CUDA out-of-memory error; a snapshot was dumped", "memory",
+        bad="model(torch.randn(4096, 3, 224, 224, device='cuda'))   # far more than the GPU holds",
+        good="for chunk in torch.randn(4096, 3, 224, 224).split(256):\n    model(chunk.cuda())",
+        aliases=("out-of-memory",), superseded_by=("GP512",)),
 )
 
 _BY_CODE = {c.code: c for c in RUNTIME_CHECKS}
 
 
-def runtime_check(code: str) -> RuntimeCheck:
-    """The :class:`RuntimeCheck` of ``code`` (KeyError for an unknown code)."""
+def runtime_check(code: str) -> CodeSpec:
+    """The spec of runtime check ``code`` (KeyError for an unknown code)."""
     return _BY_CODE[code]

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
+
+from gpuprof.capture.codes import RUNTIME_CHECKS
+from gpuprof.codespec import option_default, replace_fields
 
 __all__ = ["Schedule", "CheckOptions", "CaptureConfig", "DEFAULT_LOGDIR"]
 
@@ -65,34 +68,40 @@ class Schedule:
         )
 
 
+def _d(name: str) -> Any:
+    return option_default(RUNTIME_CHECKS, name)
+
+
 @dataclass(frozen=True)
 class CheckOptions:
-    """Thresholds of the runtime checks (GP6xx). Units are in the names."""
+    """Thresholds of the runtime checks (GP6xx). Units are in the names.
 
-    # GP601: num_workers=0 is a warning at or above this data-loading share, info below
-    dataloader_share_warning: float = 0.10
-    # GP601: below this share the finding is not raised at all
-    dataloader_min_share: float = 0.02
-    # GP604: epochs seen in the run before persistent_workers=False is reported
-    persistent_workers_min_epochs: int = 3
-    # GP612/GP610: modules inspected during the first step (bounded cost on huge models)
-    placement_max_modules: int = 4096
-    # GP620: batches whose shapes are compared to call the input shapes stable
-    stable_shape_batches: int = 8
-    # GP630: a source line must sync at least this often per recorded step
-    sync_min_per_step: float = 1.0
-    # GP640: steps at the start of the run ignored by the leak detector (warm-up allocations)
-    leak_skip_steps: int = 3
-    # GP640: fewest per-step samples the leak detector needs (CUDA: every step)
-    leak_min_steps: int = 8
-    # GP640: fewest recorded steps when the series comes from the trace (no CUDA)
-    leak_trace_min_steps: int = 3
-    # GP640: fraction of step-to-step changes that must be increases
-    leak_min_rising_share: float = 0.7
-    # GP640: minimum growth per step (bytes) to call it a leak
-    leak_min_bytes_per_step: int = 64 * 1024
-    # GP640: minimum total growth over the samples (bytes)
-    leak_min_total_bytes: int = 2 * 1024 * 1024
+    Each field is an option of a runtime check, declared (default and
+    meaning) in :data:`gpuprof.capture.codes.RUNTIME_CHECKS`;
+    ``gpuprof.profile(options={"GP640.leak_min_steps": 12})`` sets it.
+    """
+
+    dataloader_share_warning: float = _d("dataloader_share_warning")  # GP601
+    dataloader_min_share: float = _d("dataloader_min_share")  # GP601
+    persistent_workers_min_epochs: int = _d("persistent_workers_min_epochs")  # GP604
+    placement_max_modules: int = _d("placement_max_modules")  # GP610, GP612
+    stable_shape_batches: int = _d("stable_shape_batches")  # GP620
+    sync_min_per_step: float = _d("sync_min_per_step")  # GP630
+    leak_skip_steps: int = _d("leak_skip_steps")  # GP640
+    leak_min_steps: int = _d("leak_min_steps")  # GP640
+    leak_trace_min_steps: int = _d("leak_trace_min_steps")  # GP640
+    leak_min_rising_share: float = _d("leak_min_rising_share")  # GP640
+    leak_min_bytes_per_step: int = _d("leak_min_bytes_per_step")  # GP640
+    leak_min_total_bytes: int = _d("leak_min_total_bytes")  # GP640
+
+    def with_options(self, options: Mapping[str, Mapping[str, Any]]) -> "CheckOptions":
+        """A copy with the parsed option values of the runtime checks set (other codes' ignored)."""
+        mine = {c.code for c in RUNTIME_CHECKS}
+        values: dict[str, Any] = {}
+        for code, vals in options.items():
+            if code in mine:
+                values.update(vals)
+        return replace_fields(self, values)
 
 
 @dataclass
@@ -115,6 +124,12 @@ class CaptureConfig:
     * ``models``: modules to check for placement before the first step (others
       are found when they are first called).
     * ``flush_every``: buffered per-step scalars are written every this many steps.
+    * ``options``: thresholds, as :class:`CheckOptions` or as a mapping
+      ``{"CODE.NAME": value}`` of any runtime check's or trace rule's options
+      (``{"GP640.leak_min_steps": 12, "GP101.min_utilization": 0.6}``), checked
+      against the registry (:func:`gpuprof.codes.parse_options`); the trace
+      rules' ones end up in ``rule_options`` for the end-of-run analysis.
+    * ``select``/``ignore`` accept codes, prefixes and names (current or former).
     """
 
     logdir: str = DEFAULT_LOGDIR
@@ -139,8 +154,24 @@ class CaptureConfig:
     models: Sequence[Any] = ()
     flush_every: int = 500
     options: CheckOptions = field(default_factory=CheckOptions)
+    rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> {option: value}
 
     def __post_init__(self) -> None:
         self.logdir = os.fspath(self.logdir)
+        if isinstance(self.options, Mapping):
+            from gpuprof.codes import get_spec, parse_options
+
+            parsed = parse_options(self.options, origins=("runtime", "trace"), where="capture")
+            self.options = CheckOptions().with_options(parsed)
+            self.rule_options = {**self.rule_options, **{
+                code: vals for code, vals in parsed.items() if (spec := get_spec(code)) and spec.origin == "trace"}}
+        elif not isinstance(self.options, CheckOptions):
+            raise ValueError(f"options must be a CheckOptions or a mapping {{'CODE.NAME': value}}, got "
+                             f"{type(self.options).__name__}")
+        if self.select or self.ignore:
+            from gpuprof.codes import resolve_selectors
+
+            self.select = tuple(resolve_selectors(self.select))
+            self.ignore = tuple(resolve_selectors(self.ignore))
         if self.flush_every < 1:
             raise ValueError("flush_every must be >= 1")

@@ -8,8 +8,8 @@ reusing the trace results. Each part is guarded: a failure is a warning
 (from the background thread, replayed on the training thread) and the
 remaining parts still run. The analyzer is the one behind
 ``gpuprof analyze``; its findings are merged with the runtime ones (GP6xx),
-except trace findings that a runtime finding already covers with better
-evidence (see :data:`COVERED`).
+and where two codes report one problem the registry's overlap policy folds
+one into the other (:func:`gpuprof.codes.apply_overlaps`, docs/codes.md).
 """
 
 from __future__ import annotations
@@ -32,11 +32,9 @@ from gpuprof.report import Report
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.capture.session import Profiler
 
-__all__ = ["CaptureSection", "COVERED", "RunFacts", "TraceResults", "assemble", "finish", "findings_markdown",
+__all__ = ["CaptureSection", "RunFacts", "TraceResults", "assemble", "finish", "findings_markdown",
            "publish", "run_facts", "short_report", "trace_results"]
 
-# runtime code -> trace codes it makes redundant (same problem, measured over every step)
-COVERED: dict[str, tuple[str, ...]] = {"GP601": ("GP102",)}
 
 
 @dataclass
@@ -286,7 +284,8 @@ def _analyze(trace_paths: list[str], cfg: Any, failures: list[Any]) -> Report:
     for p in trace_paths:
         # with a failures list a rule that raises costs neither the other rules' findings
         # nor the training: assemble() warns about it and the report says it is incomplete
-        r = analyze(p, select=tuple(cfg.select), ignore=tuple(cfg.ignore), failures=failures)
+        r = analyze(p, select=tuple(cfg.select), ignore=tuple(cfg.ignore), options=cfg.rule_options,
+                    failures=failures)
         merged.traces += r.traces
         merged.findings += r.findings
         merged.notes += [n for n in r.notes if n not in merged.notes]
@@ -295,9 +294,9 @@ def _analyze(trace_paths: list[str], cfg: Any, failures: list[Any]) -> Report:
 
 
 def _merge(runtime: list[Finding], trace: list[Finding]) -> list[Finding]:
-    present = {f.code for f in runtime}
-    dropped = {c for code in present for c in COVERED.get(code, ())}
-    return list(runtime) + [f for f in trace if f.code not in dropped]
+    from gpuprof.codes import apply_overlaps
+
+    return apply_overlaps(list(runtime) + list(trace))
 
 
 def _settings_findings(prof: "Profiler", facts: RunFacts, res: TraceResults) -> list[Finding]:

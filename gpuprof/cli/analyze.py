@@ -28,7 +28,7 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
     "rule_options",
     multiple=True,
     metavar="CODE.NAME=VALUE",
-    help="Override a rule threshold, e.g. GP101.min_utilization=0.6 (see `gpuprof explain CODE`).",
+    help="Set a rule threshold, e.g. GP101.min_utilization=0.6 (see `gpuprof explain CODE`).",
 )
 @click.option(
     "--annotate",

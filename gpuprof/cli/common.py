@@ -14,17 +14,47 @@ from gpuprof.findings import Severity, filter_findings
 from gpuprof.render.safe import visible
 from gpuprof.report import Report
 
-__all__ = ["report_options", "emit_report", "split_codes", "input_files"]
+__all__ = ["report_options", "emit_report", "split_codes", "input_files", "option_settings", "parse_option_settings"]
 
 FORMATS = ("terminal", "json", "markdown")
 
 
-def split_codes(values: tuple[str, ...]) -> list[str]:
-    """``--select GP101,GP2 --select GP3`` -> ``["GP101", "GP2", "GP3"]``."""
+def split_codes(values: tuple[str, ...] | list[str]) -> list[str]:
+    """``--select GP101,GP2 --select host-sync`` -> ``["GP101", "GP2", "GP203"]``.
+
+    Names and former names become their codes (:func:`gpuprof.codes.resolve_selectors`);
+    an unknown word is a usage error (exit 2) rather than a filter that silently matches nothing.
+    """
+    from gpuprof.codes import resolve_selectors
+
     out: list[str] = []
     for v in values:
         out.extend(p.strip() for p in v.split(",") if p.strip())
-    return out
+    try:
+        return resolve_selectors(out)
+    except ValueError as err:
+        raise click.UsageError(f"--select/--ignore: {err}") from None
+
+
+def option_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--option CODE.NAME=VALUE`` (repeatable): a threshold of a code, as ``gpuprof explain CODE`` lists."""
+    return click.option(
+        "--option",
+        "code_options",
+        multiple=True,
+        metavar="CODE.NAME=VALUE",
+        help="Set a threshold of a code, e.g. GP510.capacity_threshold=0.8 (see `gpuprof explain CODE`).",
+    )(fn)
+
+
+def parse_option_settings(items: tuple[str, ...], origins: tuple[str, ...], where: str) -> dict[str, dict[str, Any]]:
+    """``--option`` values checked against the registry; a bad one is a usage error naming it (exit 2)."""
+    from gpuprof.codes import parse_options
+
+    try:
+        return parse_options(items, origins=origins, where=where)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--option") from None
 
 
 def report_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,12 +9,12 @@ both spellings work without ``gpuprof memory show FILE``.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import click
 
 from gpuprof.atomic import refuse_input_as_output
-from gpuprof.cli.common import emit_report, report_options
+from gpuprof.cli.common import emit_report, option_settings, parse_option_settings, report_options
 
 __all__ = ["memory_cmd"]
 
@@ -61,37 +61,58 @@ def memory_cmd() -> None:
     """
 
 
+# Threshold flags kept from before the registry: each is a thin alias of one --option (no default of its own;
+# the default is the option's, declared in gpuprof.memory.codes and shown by `gpuprof explain CODE`).
+_SHOW_ALIASES = {
+    "capacity_threshold": "GP510.capacity_threshold",
+    "fragmentation_ratio": "GP511.fragmentation_ratio",
+    "fragmentation_min": "GP511.fragmentation_min_bytes",
+    "pending_share": "GP513.pending_share",
+}
+_DIFF_ALIASES = {"min_growth": "GP520.min_growth"}
+
+
+def _alias(flag: str, target: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(flag, metavar="VALUE", help=f"Alias of --option {target}=VALUE.")
+
+
+def _settings(aliases: dict[str, str], given: dict[str, str | None], items: tuple[str, ...]) -> dict[str, Any]:
+    """The --option settings, alias flags first (an explicit --option for the same threshold wins)."""
+    written = [f"{aliases[k]}={v}" for k, v in given.items() if v is not None]
+    return parse_option_settings(tuple(written) + tuple(items), ("memory",), "gpuprof memory")
+
+
 @memory_cmd.command("show")
 @click.argument("file", type=click.Path(path_type=str))
 @report_options
+@option_settings
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=str), metavar="OUT.html",
               help="Also write a self-contained HTML timeline (no network access needed).")
 @click.option("--device-memory", callback=_size, metavar="SIZE",
               help="Device capacity (e.g. 80GiB) when the input does not record it.")
-@click.option("--capacity-threshold", type=click.FloatRange(0, 1), default=0.90, show_default=True,
-              help="GP510: warn when peak reserved is at least this share of the device.")
-@click.option("--fragmentation-ratio", type=click.FloatRange(0, 1), default=0.30, show_default=True,
-              help="GP511: report free-but-reserved memory above this share of reserved.")
-@click.option("--fragmentation-min", callback=_size, default="256MiB", show_default=True, metavar="SIZE",
-              help="GP511: ignore less free-but-reserved memory than this.")
-@click.option("--pending-share", type=click.FloatRange(0, 1), default=0.05, show_default=True,
-              help="GP513: warn when blocks waiting on other streams reach this share of the peak.")
+@_alias("--capacity-threshold", _SHOW_ALIASES["capacity_threshold"])
+@_alias("--fragmentation-ratio", _SHOW_ALIASES["fragmentation_ratio"])
+@_alias("--fragmentation-min", _SHOW_ALIASES["fragmentation_min"])
+@_alias("--pending-share", _SHOW_ALIASES["pending_share"])
 @click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Rows in holder tables.")
 @click.option("--skip-frames", multiple=True, metavar="REGEX",
               help="More filename patterns to skip when looking for the first user frame.")
 def show_cmd(file: str, fmt: str, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
-             fail_on: str, html_out: str | None, device_memory: int | None, capacity_threshold: float,
-             fragmentation_ratio: float, fragmentation_min: int, pending_share: float, top: int,
-             skip_frames: tuple[str, ...]) -> None:
+             fail_on: str, code_options: tuple[str, ...], html_out: str | None, device_memory: int | None,
+             capacity_threshold: str | None, fragmentation_ratio: str | None, fragmentation_min: str | None,
+             pending_share: str | None, top: int, skip_frames: tuple[str, ...]) -> None:
     """Analyse one snapshot or trace FILE."""
     from gpuprof.memory.analysis import MemoryOptions, analyze_memory
     from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
     from gpuprof.memory.load import load_memory
     from gpuprof.report import Report
 
-    opts = MemoryOptions(capacity_threshold=capacity_threshold, fragmentation_ratio=fragmentation_ratio,
-                         fragmentation_min_bytes=fragmentation_min, pending_share=pending_share, top=top,
-                         internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames))
+    settings = _settings(_SHOW_ALIASES, {"capacity_threshold": capacity_threshold,
+                                         "fragmentation_ratio": fragmentation_ratio,
+                                         "fragmentation_min": fragmentation_min, "pending_share": pending_share},
+                         code_options)
+    opts = MemoryOptions(top=top, internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)
+                         ).with_options(settings)
     data = load_memory(file, opts.internal_patterns)
     if device_memory:
         for dm in data.devices:
@@ -115,13 +136,14 @@ def show_cmd(file: str, fmt: str, output: str | None, select: tuple[str, ...], i
 @click.argument("before", type=click.Path(path_type=str))
 @click.argument("after", type=click.Path(path_type=str), required=False)
 @report_options
-@click.option("--min-growth", callback=_size, default="16MiB", show_default=True, metavar="SIZE",
-              help="GP520: report a site that grew by at least this much.")
+@option_settings
+@_alias("--min-growth", _DIFF_ALIASES["min_growth"])
 @click.option("--top", type=click.IntRange(1, 1000), default=15, show_default=True, help="Rows in the growth table.")
 @click.option("--skip-frames", multiple=True, metavar="REGEX",
               help="More filename patterns to skip when looking for the first user frame.")
 def diff_cmd(before: str, after: str | None, fmt: str, output: str | None, select: tuple[str, ...],
-             ignore: tuple[str, ...], fail_on: str, min_growth: int, top: int, skip_frames: tuple[str, ...]) -> None:
+             ignore: tuple[str, ...], fail_on: str, code_options: tuple[str, ...], min_growth: str | None, top: int,
+             skip_frames: tuple[str, ...]) -> None:
     """Rank the allocation sites that grew from BEFORE to AFTER (the leak finder).
 
     With one trace and no AFTER, compares the end of its first and last
@@ -131,6 +153,7 @@ def diff_cmd(before: str, after: str | None, fmt: str, output: str | None, selec
     from gpuprof.memory.diff import DiffOptions, diff_report
     from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
 
-    report = diff_report(before, after, DiffOptions(min_growth=min_growth, top=top),
-                         MemoryOptions(internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)))
+    settings = _settings(_DIFF_ALIASES, {"min_growth": min_growth}, code_options)
+    mem_opts = MemoryOptions(internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)).with_options(settings)
+    report = diff_report(before, after, DiffOptions(top=top).with_options(settings), mem_opts)
     sys.exit(emit_report(report, fmt, output, select, ignore, fail_on))

@@ -18,7 +18,7 @@ def rules_cmd(fmt: str) -> None:
     codes = catalogue()
     if fmt == "markdown":
         lines = ["| code | name | severity | reported by | what it finds |", "|---|---|---|---|---|"]
-        lines += [f"| {c.code} | {c.name} | {c.severity} | {_by(c.reported_by)} | {c.title} |" for c in codes]
+        lines += [f"| {c.code} | {c.name} | {c.severity_text} | {_by(c.reported_by)} | {c.title} |" for c in codes]
         click.echo("\n".join(lines))
         return
     from rich.console import Console
@@ -28,7 +28,7 @@ def rules_cmd(fmt: str) -> None:
     for col in ("code", "name", "severity", "by", "what it finds"):
         table.add_column(col, no_wrap=col in ("code", "name", "by"))
     for c in codes:
-        table.add_row(c.code, c.name, c.severity, _by(c.reported_by), c.title)
+        table.add_row(c.code, c.name, c.severity_text, _by(c.reported_by), c.title)
     Console().print(table)
 
 
@@ -40,7 +40,10 @@ def _by(reported_by: str) -> str:
 @click.argument("code")
 def explain_cmd(code: str) -> None:
     """Explain a finding code (or a name): what it detects, why it matters, its options and examples."""
-    from gpuprof.codes import explain_text, lookup
+    from gpuprof.codes import catalogue, explain_text, lookup
+
+    def lookup_aliases(key: str) -> list:
+        return [c for c in catalogue() if key.strip().lower() in c.aliases]
 
     found = lookup(code)
     if not found:
@@ -48,6 +51,11 @@ def explain_cmd(code: str) -> None:
         raise SystemExit(EXIT_BAD_INPUT)
     if len(found) > 1:
         which = ", ".join(f"{c.code} ({_by(c.reported_by)})" for c in found)
-        click.echo(f"gpuprof: error: the name {code!r} belongs to {which}; explain one by its code", err=True)
+        click.echo(f"gpuprof: error: the former name {code!r} belongs to {which}; explain one by its code",
+                   err=True)
         raise SystemExit(EXIT_BAD_INPUT)
     click.echo(explain_text(found[0]))
+    also = [c for c in lookup_aliases(code) if c.code != found[0].code]
+    if also:  # a current name that is also another code's former name: say so
+        which = ", ".join(f"{c.code} ({c.name})" for c in also)
+        click.echo(f"gpuprof: note: {code.strip().lower()!r} is also the former name of {which}", err=True)

@@ -11,9 +11,11 @@ one) and blocks waiting on other streams. The figures are defined in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
+from gpuprof.codespec import option_default, replace_fields
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
+from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, Site, SiteTable
 from gpuprof.memory.model import BlockState, DeviceMemory, MemoryData
 from gpuprof.memory.replay import Holders, ReplayResult, Totals, replay_holders, replay_totals
@@ -28,39 +30,55 @@ __all__ = [
     "analyze_memory",
     "memory_report",
     "CODES",
+    "memory_values",
 ]
 
 UNATTRIBUTED = "<unattributed: the trace records no allocation addresses>"
 
-# code -> (name, what it means); the long form is in docs/memory.md.
-CODES: dict[str, tuple[str, str]] = {
-    "GP510": ("near-capacity", "peak reserved memory is close to the device's capacity"),
-    "GP511": ("fragmentation", "reserved memory that no request can use: free but split into pieces"),
-    "GP512": ("out-of-memory", "an allocation failed (CUDA out of memory)"),
-    "GP513": ("record-stream-pending", "freed blocks kept waiting on other streams (record_stream)"),
-    "GP514": ("dominant-holder", "one allocation site holds most of the memory at the peak"),
-    "GP515": ("history-truncated", "part of the peak was allocated before the recorded history"),
-    "GP520": ("site-growth", "an allocation site holds more memory in B than in A (diff)"),
-    "GP521": ("steady-growth", "allocated memory grows from step to step (diff of one trace)"),
-}
+# code -> (name, what it means), kept for callers of the former dict; the declarations are
+# gpuprof.memory.codes.MEMORY_CODES (with options and examples), the long form docs/memory.md.
+CODES: dict[str, tuple[str, str]] = {s.code: (s.name, s.title) for s in MEMORY_CODES}
+
+
+def _d(name: str) -> Any:
+    return option_default(MEMORY_CODES, name)
 
 
 @dataclass(frozen=True)
 class MemoryOptions:
-    """Thresholds of the memory analysis (each one a CLI option)."""
+    """Settings of the memory analysis: the GP5xx thresholds, then presentation.
 
-    capacity_threshold: float = 0.90  # GP510: peak reserved / device memory
-    fragmentation_ratio: float = 0.30  # GP511 (info): free-but-reserved / reserved at snapshot time
-    fragmentation_min_bytes: int = 256 << 20  # GP511: ignore less free-but-reserved memory than this
-    pending_share: float = 0.05  # GP513 warning: bytes waiting on other streams / peak allocated
-    pending_min_bytes: int = 16 << 20  # GP513: ignore less than this
-    holder_share: float = 0.50  # GP514: top site's share of the peak
-    history_share: float = 0.10  # GP515: share of the peak allocated before the history
-    growth_spread: float = 0.75  # OOM advice: a site's live blocks span this share of the history
-    growth_min_blocks: int = 4  # ... and number at least this many
+    Build it from ``--option`` values with :meth:`with_options`.
+    """
+
+    # the thresholds: options of the GP5xx codes (defaults declared there, once)
+    capacity_threshold: float = _d("capacity_threshold")  # GP510
+    fragmentation_ratio: float = _d("fragmentation_ratio")  # GP511
+    fragmentation_min_bytes: int = _d("fragmentation_min_bytes")  # GP511
+    pending_share: float = _d("pending_share")  # GP513
+    pending_min_bytes: int = _d("pending_min_bytes")  # GP513
+    holder_share: float = _d("holder_share")  # GP514
+    history_share: float = _d("history_share")  # GP515
+    growth_spread: float = _d("growth_spread")  # GP512 advice
+    growth_min_blocks: int = _d("growth_min_blocks")  # GP512 advice
+    # presentation, not thresholds
     top: int = 10  # rows in the holder tables
     timeline_points: int = 400  # points of the totals timeline in the report
     internal_patterns: tuple[str, ...] = DEFAULT_INTERNAL_PATTERNS
+
+    def with_options(self, options: Mapping[str, Mapping[str, Any]]) -> "MemoryOptions":
+        """A copy with the parsed ``--option`` values of the memory codes set (others ignored)."""
+        return replace_fields(self, memory_values(options))
+
+
+def memory_values(options: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Option name -> value for the memory codes among ``options`` (code -> {name: value})."""
+    mine = {s.code for s in MEMORY_CODES}
+    out: dict[str, Any] = {}
+    for code, values in options.items():
+        if code in mine:
+            out.update(values)
+    return out
 
 
 @dataclass

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from gpuprof.errors import InputError
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.memory.analysis import CODES, MemoryOptions
+from gpuprof.codespec import option_default, replace_fields
+from gpuprof.memory.analysis import CODES, MemoryOptions, memory_values
+from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.frames import Site, SiteTable
 from gpuprof.memory.load import load_memory
 from gpuprof.memory.model import DeviceMemory, MemoryData
@@ -28,12 +30,16 @@ __all__ = ["DiffOptions", "MemoryDiffSection", "diff_memory", "diff_report"]
 
 @dataclass(frozen=True)
 class DiffOptions:
-    """Thresholds of the diff (each one a CLI option)."""
+    """Settings of the diff: the GP520/GP521 thresholds (options, declared in gpuprof.memory.codes), then rows."""
 
-    min_growth: int = 16 << 20  # GP520: a site must grow by at least this many bytes
+    min_growth: int = option_default(MEMORY_CODES, "min_growth")  # GP520, GP521
+    max_findings: int = option_default(MEMORY_CODES, "max_findings")  # GP520
+    min_steps: int = option_default(MEMORY_CODES, "min_steps")  # GP521
     top: int = 15  # rows in the growth table
-    max_findings: int = 5  # GP520 findings at most (the table has the rest)
-    min_steps: int = 3  # GP521: step ends needed to call growth steady
+
+    def with_options(self, options: Mapping[str, Mapping[str, Any]]) -> "DiffOptions":
+        """A copy with the parsed ``--option`` values of the memory codes set (others ignored)."""
+        return replace_fields(self, memory_values(options))
 
 
 @dataclass

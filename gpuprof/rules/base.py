@@ -24,9 +24,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import textwrap
-from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
+from gpuprof.codespec import CodeSpec, Option
 from gpuprof.findings import Evidence, EventRef, Finding, Severity, SourceLocation
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, Trace
@@ -47,26 +47,6 @@ __all__ = [
 
 MAX_EVENT_REFS = 20  # evidence keeps a bounded sample of events
 INFO_BELOW_SHARE = 0.01  # default of every rule's info_below_share: cheaper findings are info
-
-
-@dataclass(frozen=True)
-class Option:
-    """A rule threshold with its default and meaning."""
-
-    name: str
-    default: float | int | bool | str
-    help: str
-
-    def parse(self, text: str) -> Any:
-        kind = type(self.default)
-        if kind is bool:
-            low = text.strip().lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(f"expected true/false, got {text!r}")
-        return kind(text)
 
 
 class RuleContext:
@@ -104,6 +84,9 @@ class Rule:
     options: ClassVar[tuple[Option, ...]] = ()
     bad_example: ClassVar[str] = ""
     good_example: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()  # former names, still accepted by explain and --select
+    superseded_by: ClassVar[tuple[str, ...]] = ()  # codes that report the same problem better (docs/codes.md)
+    origin: ClassVar[str] = "trace"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -112,6 +95,13 @@ class Rule:
     @classmethod
     def doc(cls) -> str:
         return inspect.cleandoc(cls.__doc__ or "")
+
+    @classmethod
+    def spec(cls) -> CodeSpec:
+        """The rule as a registry entry (:class:`gpuprof.codespec.CodeSpec`), derived from the class."""
+        return CodeSpec(cls.code, cls.name, cls.severity, cls.title, cls.origin, options=cls.all_options(),
+                        bad_example=cls.bad_example, good_example=cls.good_example, doc=cls.doc(),
+                        aliases=cls.aliases, superseded_by=cls.superseded_by, module=cls.__module__)
 
     @classmethod
     def all_options(cls) -> tuple[Option, ...]:
@@ -209,35 +199,22 @@ def all_rules() -> list[type[Rule]]:
 
 def get_rule(code_or_name: str) -> type[Rule] | None:
     key = code_or_name.strip()
-    for r in all_rules():
+    rules = all_rules()
+    for r in rules:
         if r.code.upper() == key.upper() or r.name == key.lower():
             return r
-    return None
+    return next((r for r in rules if key.lower() in r.aliases), None)
 
 
 def parse_option_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """``["GP101.min_utilization=0.6"]`` -> ``{"GP101": {"min_utilization": 0.6}}``.
+    """``["GP101.min_utilization=0.6"]`` -> ``{"GP101": {"min_utilization": 0.6}}`` (trace rules' options).
 
-    Raises ValueError with a one-line reason for unknown rules/options or bad values.
+    Raises ValueError with a one-line reason for unknown codes/options, codes
+    that are not trace rules, or bad values. See :func:`gpuprof.codes.parse_options`.
     """
-    out: dict[str, dict[str, Any]] = {}
-    for item in items:
-        if "=" not in item or "." not in item.split("=", 1)[0]:
-            raise ValueError(f"option {item!r} must look like CODE.name=value")
-        key, value = item.split("=", 1)
-        code, opt_name = key.split(".", 1)
-        rule = get_rule(code)
-        if rule is None:
-            raise ValueError(f"unknown rule {code!r} in option {item!r}")
-        opt = next((o for o in rule.all_options() if o.name == opt_name), None)
-        if opt is None:
-            names = ", ".join(o.name for o in rule.all_options()) or "none"
-            raise ValueError(f"rule {rule.code} has no option {opt_name!r} (options: {names})")
-        try:
-            out.setdefault(rule.code, {})[opt.name] = opt.parse(value)
-        except ValueError as err:
-            raise ValueError(f"bad value for {rule.code}.{opt.name}: {err}") from None
-    return out
+    from gpuprof.codes import parse_options
+
+    return parse_options(items, origins=("trace",), where="gpuprof analyze")
 
 
 def event_refs(events: Iterable[Event], limit: int = MAX_EVENT_REFS) -> tuple[EventRef, ...]:

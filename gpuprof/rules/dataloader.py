@@ -35,7 +35,9 @@ class DataLoaderMainProcess(Rule):
     """
 
     code = "GP102"
-    name = "dataloader-main-process"
+    name = "dataloader-single-process"  # the trace names _SingleProcessDataLoaderIter; GP601 has the old name
+    aliases = ("dataloader-main-process",)
+    superseded_by = ("GP601",)  # capture measures the same loader's share over every step
     title = "DataLoader runs in the main process (num_workers=0)"
     severity = Severity.WARNING
     options = (Option("min_share", 0.02, "report only when data loading takes at least this share of the step"),)

@@ -82,6 +82,7 @@ class MemoryNearCapacity(Rule):
 
     code = "GP501"
     name = "memory-near-capacity"
+    superseded_by = ("GP510",)  # a snapshot knows the capacity and the holders at the peak
     title = "GPU memory near capacity"
     severity = Severity.WARNING
     options = (

@@ -2,11 +2,14 @@
 
 Tests call :func:`shared_path`; when the folder is absent (a machine without
 ``../shared``) the test is skipped with a reason that names the missing path.
+The skip is :class:`unittest.SkipTest`, which pytest and unittest both report
+as a skip, so this module (shipped in the package) needs no test framework.
 """
 
 from __future__ import annotations
 
 import os
+import unittest
 from pathlib import Path
 
 __all__ = ["TRACES", "shared_path", "v100_samples"]
@@ -16,20 +19,16 @@ TRACES = Path(os.environ.get("GPUPROF_SHARED_TRACES", _REPO / ".." / "shared" / 
 
 
 def shared_path(*parts: str) -> Path:
-    import pytest
-
     p = TRACES.joinpath(*parts)
     if not p.exists():
-        pytest.skip(f"real trace not available: {p} (../shared is absent on this machine)")
+        raise unittest.SkipTest(f"real trace not available: {p} (../shared is absent on this machine)")
     return p
 
 
 def v100_samples() -> list[Path]:
     """The four V100 ResNet-50 tb_plugin samples (num_workers 0 and 4, two spans each)."""
-    import pytest
-
     d = shared_path("tbplugin", "samples")
     files = sorted(d.glob("*/*.pt.trace.json.gz"))
     if len(files) != 4:
-        pytest.skip(f"expected 4 V100 sample traces under {d}, found {len(files)}")
+        raise unittest.SkipTest(f"expected 4 V100 sample traces under {d}, found {len(files)}")
     return files

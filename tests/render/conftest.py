@@ -101,7 +101,7 @@ def make_findings() -> list[Finding]:
         ),
         Finding(
             code="GP102",
-            name="dataloader-main-process",
+            name="dataloader-single-process",
             severity=Severity.ERROR,
             message="Data loading takes 25.8% of each step [num_workers=0]",
             advice="Set DataLoader(num_workers=4, pin_memory=True).",

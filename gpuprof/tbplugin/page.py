@@ -42,7 +42,7 @@ th{color:#555;font-weight:600} td.name,th.name{text-align:left;font-family:ui-mo
 .legend span{display:inline-block;margin:2px 12px 2px 0} .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 svg text{font:11px system-ui,sans-serif;fill:#444} .chart{overflow-x:auto}
 iframe{width:100%;height:760px;border:1px solid #ddd;background:#fff}
-.up{color:#b00020} .down{color:#188038} ul{margin:4px 0;padding-left:20px} li{overflow-wrap:anywhere}
+.worse{color:#b00020} .better{color:#188038} ul{margin:4px 0;padding-left:20px} li{overflow-wrap:anywhere}
 """
 
 _SCRIPT = r"""
@@ -209,10 +209,12 @@ async function loadRun(name){
   }
 }
 
-function cmpRow(label, b, a, fmt){
-  const ch = num(b) && num(a) && b !== 0 ? a / b - 1 : null;
-  return el("tr", {}, el("td", {class: "name"}, label), el("td", {}, fmt(b)), el("td", {}, fmt(a)),
-            el("td", ch === null ? {} : {class: ch > 0.005 ? "up" : ch < -0.005 ? "down" : ""}, ch === null ? "-" : (ch > 0 ? "+" : "") + fmtPct(ch)));
+// Times: the relative change, red when it grew. A share (utilisation): the change in points, green when it grew.
+function cmpRow(label, b, a, fmt, share){
+  const ch = !num(b) || !num(a) ? null : share ? a - b : b !== 0 ? a / b - 1 : null;
+  const better = ch === null || Math.abs(ch) <= 0.005 ? "" : (ch < 0) !== !!share ? "better" : "worse";
+  const text = ch === null ? "-" : (ch > 0 ? "+" : "") + (share ? (100 * ch).toFixed(1) + " points" : fmtPct(ch));
+  return el("tr", {}, el("td", {class: "name"}, label), el("td", {}, fmt(b)), el("td", {}, fmt(a)), el("td", better ? {class: better} : {}, text));
 }
 function findingList(title, list){
   return el("div", {}, el("h3", {}, title + " (" + list.length + ")"),
@@ -228,7 +230,7 @@ async function loadCompare(){
     if (j.status !== "ready"){ box.replaceChildren(el("p", {class: "err"}, short(j.error || j.status, LONG))); return; }
     const c = j.compare;
     const rows = [cmpRow("median step", c.step_time_us.before, c.step_time_us.after, fmtUs), cmpRow("mean step", c.step_time_mean_us.before, c.step_time_mean_us.after, fmtUs),
-      cmpRow("GPU utilisation", c.gpu_utilization.before, c.gpu_utilization.after, fmtPct)];
+      cmpRow("GPU utilisation", c.gpu_utilization.before, c.gpu_utilization.after, fmtPct, true)];
     for (const k of Object.keys(c.breakdown_us)) rows.push(cmpRow("step: " + k, c.breakdown_us[k].before, c.breakdown_us[k].after, fmtUs));
     for (const k of Object.keys(c.idle_us)) if (c.idle_us[k].before || c.idle_us[k].after) rows.push(cmpRow("GPU idle: " + k, c.idle_us[k].before, c.idle_us[k].after, fmtUs));
     box.replaceChildren(el("p", {}, "before: " + short(c.before) + " \u2192 after: " + short(c.after) + " (this run)"),

@@ -109,6 +109,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         _capture(logdir, "after", slow_loader=False)
     finally:
         torch.set_num_threads(threads)
+    from gpuprof.memory.testing import MiB, SnapshotBuilder
+
+    snap = SnapshotBuilder()  # CPU captures write no snapshot: a CUDA-like one beside the "after" capture
+    snap.alloc(64 * MiB, snap.stack(("/home/u/train.py", 42, "train_step")))
+    snap.dump(logdir / "after" / "w.1.memory_snapshot.pickle")
     names = _hostile_run(logdir)
     port = _free_port()
     flags = ["--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port), "--path_prefix", PREFIX,
@@ -225,6 +230,12 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         fr.select_option("#cmp", "before")
         fr.wait_for_function(f"() => +document.body.dataset.rendered > {n} && document.getElementById('compare-table') !== null",
                              timeout=30_000)
+        # the memory viewer of the run's snapshot, in its sandboxed frame
+        fr.click("#snapopen")
+        fr.wait_for_selector("#memframe iframe", timeout=30_000)
+        mem = next(f for f in fr.child_frames if "memory.html" in f.url)
+        mem.wait_for_function("() => +document.body.dataset.rendered >= 1", timeout=30_000)
+        assert "train.py:42" in mem.locator("#top").text_content()
         body = fr.locator("#compare-body").text_content()
         assert "findings removed (" in body and "GP102" in body.split("findings added")[0]
         assert fr.locator("#compare-table tr").count() >= 10

@@ -275,3 +275,19 @@ def test_plugin_and_its_analysis_do_not_import_torch(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_per_rank_table_from_a_torchrun_captures_rank_reports(tmp_path: Path) -> None:
+    """``<run>/rank<R>/report.json`` (capture under torchrun) without traces: the ranks' own step times."""
+    for rank, median_ms in ((0, 10.0), (1, 12.5)):
+        d = tmp_path / "job" / f"rank{rank}"
+        d.mkdir(parents=True)
+        (d / "report.json").write_text(json.dumps({
+            "schema_version": "1.1", "traces": [], "notes": [], "failed_rules": [],
+            "sections": [{"kind": "capture", "steps": 20, "step_time_median_ms": median_ms, "data_loading_share": 0.0}],
+            "findings": [{"code": "GP630", "origin": "runtime", "message": f"sync on rank {rank}"}] * (rank + 1)}))
+    v = _views(tmp_path)["job"]
+    assert [(r["rank"], r["step_time_us"], r["findings"], r["report"]) for r in v["ranks"]] == [
+        (0, 10_000.0, 1, "job/rank0/report.json"), (1, 12_500.0, 2, "job/rank1/report.json")]
+    assert v["ranks"][1]["vs_fastest"] == pytest.approx(0.25)
+    assert v["headline"]["steps"] == 0 and v["kind"] == "capture"

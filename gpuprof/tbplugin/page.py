@@ -53,7 +53,7 @@ const BD_COLORS = {kernel: "#1a73e8", communication: "#9334e6", memcpy: "#e8710a
 const IDLE_COLORS = {sync: "#d93025", blocking_copy: "#e8710a", runtime: "#f9ab00", data_loading: "#188038",
   optimizer: "#9334e6", cpu_other: "#80868b"};
 const SVGNS = "http://www.w3.org/2000/svg";
-const state = {runs: [], run: null, view: null, trace: 0, compare: "", timer: null, seq: 0};
+const state = {runs: [], run: null, view: null, trace: 0, compare: "", seq: 0, memSeq: 0};
 
 function short(s, n = SHORT){ s = String(s); return s.length > n ? s.slice(0, n) + "\u2026 (" + (s.length - n) + " more characters)" : s; }
 function el(tag, attrs, ...kids){ const e = document.createElement(tag);
@@ -174,14 +174,14 @@ function showRanks(v){
 function showMemory(v){
   const sel = $("snap"); $("memory").hidden = v.snapshots.length === 0;
   sel.replaceChildren(...v.snapshots.map((s, i) => el("option", {value: i}, short(s))));
-  $("memframe").replaceChildren(); $("memstatus").textContent = "";
+  $("memframe").replaceChildren(); $("memstatus").textContent = ""; state.memSeq++;
 }
 async function openMemory(){
-  const i = $("snap").value, run = state.run, seq = ++state.seq;
+  const i = $("snap").value, run = state.run, seq = ++state.memSeq;
   $("memstatus").textContent = "analysing the snapshot\u2026";
   for (;;){
-    const j = await getJSON(q("memory", {run, i}));
-    if (seq !== state.seq) return;
+    let j; try { j = await getJSON(q("memory", {run, i})); } catch (e) { $("memstatus").textContent = "could not load the snapshot: " + e.message; return; }
+    if (seq !== state.memSeq || run !== state.run) return;
     if (j.status === "pending"){ await new Promise(r => setTimeout(r, 500)); continue; }
     if (j.status !== "ready"){ $("memstatus").textContent = short(j.error || j.status, LONG); return; }
     // sandbox: the viewer runs its own (hash-allowed) script in an opaque origin, with no access to this page
@@ -224,7 +224,8 @@ async function loadCompare(){
   const other = state.compare, box = $("compare-body"); if (!other){ box.replaceChildren(); return; }
   const seq = state.seq;
   for (;;){
-    const j = await getJSON(q("compare", {a: other, b: state.run}));
+    let j; try { j = await getJSON(q("compare", {a: other, b: state.run})); }
+    catch (e) { box.replaceChildren(el("p", {class: "err"}, "could not compare: " + e.message)); return; }
     if (seq !== state.seq || other !== state.compare) return;
     if (j.status === "pending"){ box.replaceChildren(el("p", {class: "muted"}, "analysing\u2026 " + j.done + " of " + j.total + " traces")); await new Promise(r => setTimeout(r, 500)); continue; }
     if (j.status !== "ready"){ box.replaceChildren(el("p", {class: "err"}, short(j.error || j.status, LONG))); return; }

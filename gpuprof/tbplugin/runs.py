@@ -89,7 +89,7 @@ def find_runs(logdir: str | os.PathLike[str], notes: list[str] | None = None) ->
             if seen > MAX_FILES:
                 if notes is not None:
                     notes.append(f"stopped looking for runs after {MAX_FILES} files under the logdir")
-                return _sorted(runs, root)
+                return _sorted(runs)
             try:
                 mode = e.stat(follow_symlinks=False).st_mode
             except OSError:
@@ -112,7 +112,7 @@ def find_runs(logdir: str | os.PathLike[str], notes: list[str] | None = None) ->
                 owner = d.parent  # <run>/rank<R>/report.json belongs to <run>
             run = runs.setdefault(owner, Run(_name(owner, root), owner))
             getattr(run, kind + "s").append(Path(e.path))
-    return _sorted(runs, root)
+    return _sorted(runs)
 
 
 def _kind(name: str) -> str | None:
@@ -130,7 +130,7 @@ def _name(d: Path, root: Path) -> str:
     return "." if rel == "." else rel.replace(os.sep, "/")
 
 
-def _sorted(runs: dict[Path, Run], root: Path) -> list[Run]:
+def _sorted(runs: dict[Path, Run]) -> list[Run]:
     out = sorted(runs.values(), key=lambda r: r.name)
     for r in out:
         r.traces.sort()

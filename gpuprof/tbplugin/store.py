@@ -9,7 +9,9 @@ thread: it shares the GIL, which the interpreter hands over every few
 milliseconds, so requests are slower meanwhile but never wait for it).
 
 One worker thread, on purpose: analyses are CPU-bound Python, two at once
-would take as long as two in a row while using twice the memory.
+would take as long as two in a row while using twice the memory. It is a
+daemon thread: stopping TensorBoard (Ctrl+C) never waits for an analysis
+of a big trace to finish (a ``ThreadPoolExecutor`` would join it at exit).
 
 A key's **signature** (the files' size and mtime, see
 :func:`gpuprof.tbplugin.runs.file_sig`) says whether a cached result is
@@ -22,9 +24,9 @@ dropped least recently used first.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Hashable
 
 from gpuprof.errors import GpuprofError
@@ -49,8 +51,10 @@ class Store:
         self._capacity = capacity
         self._lock = threading.Lock()
         self._done: OrderedDict[Hashable, tuple[Hashable, Result]] = OrderedDict()
-        self._running: dict[Hashable, tuple[Hashable, Future[None]]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuprof-tb-analysis")
+        self._running: dict[Hashable, Hashable] = {}  # key -> signature queued or being analysed
+        self._jobs: queue.SimpleQueue[tuple[Hashable, Hashable, Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._work, name="gpuprof-tb-analysis", daemon=True)
+        self._worker.start()
 
     def get(self, key: Hashable, signature: Hashable, job: Callable[[], Any]) -> Result | None:
         """The result of ``job`` for ``key`` at ``signature``, or ``None`` while it is being computed."""
@@ -59,12 +63,15 @@ class Store:
             if hit is not None and hit[0] == signature:
                 self._done.move_to_end(key)
                 return hit[1]
-            running = self._running.get(key)
-            if running is not None and running[0] == signature:
+            if self._running.get(key) == signature:
                 return None
-            fut = self._pool.submit(self._run, key, signature, job)
-            self._running[key] = (signature, fut)
+            self._running[key] = signature
+            self._jobs.put((key, signature, job))
             return None
+
+    def _work(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            self._run(*item)
 
     def _run(self, key: Hashable, signature: Hashable, job: Callable[[], Any]) -> None:
         try:
@@ -75,7 +82,7 @@ class Store:
             log.exception("gpuprof TensorBoard plugin: analysis of %r failed", key)
             result = Result(error=f"internal error in gpuprof ({type(err).__name__}: {err}); please report it")
         with self._lock:
-            if self._running.get(key, (None,))[0] == signature:
+            if self._running.get(key) == signature:
                 del self._running[key]
             self._done[key] = (signature, result)
             self._done.move_to_end(key)
@@ -87,4 +94,5 @@ class Store:
             return len(self._running)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the worker after the job it is on (queued jobs before it run first)."""
+        self._jobs.put(None)

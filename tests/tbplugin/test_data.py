@@ -175,6 +175,9 @@ def test_store_never_blocks_and_reanalyses_a_changed_file(tmp_path: Path) -> Non
             break
         time.sleep(0.01)
     assert res is not None and res.error == "x.json: broken"
+    # stopping TensorBoard never waits for an analysis: the worker is a daemon thread
+    assert [t.daemon for t in threading.enumerate() if t.name == "gpuprof-tb-analysis"] and all(
+        t.daemon for t in threading.enumerate() if t.name == "gpuprof-tb-analysis")
     store.close()
 
 

@@ -87,15 +87,20 @@ def analyze_trace(
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
     failures: list[RuleFailure] | None = None,
+    metrics: TraceMetrics | None = None,
 ) -> tuple[TraceSummary, list[Finding]]:
     """Metrics and findings of one loaded trace.
+
+    ``metrics``: the trace's :func:`compute_metrics`, when the caller already
+    has them (the TensorBoard plugin keeps them for its per-step charts).
 
     Rules that raise: without a ``failures`` list, every rule still runs and
     then :class:`~gpuprof.errors.RuleError` names all that failed; with one,
     they are appended to it and the trace's notes say the analysis is
     incomplete.
     """
-    metrics = compute_metrics(trace)
+    if metrics is None:
+        metrics = compute_metrics(trace)
     summary = metrics.summary()
     failed: list[RuleFailure] = []
     findings = run_rules(trace, metrics, options, select, ignore, failed)

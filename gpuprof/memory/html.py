@@ -258,3 +258,10 @@ _TEMPLATE = ("""<!doctype html>
 <script id="data" type="application/json">__DATA__</script>
 <script>""" + _SCRIPT + """</script></body></html>
 """)
+
+
+def inline_script_hashes() -> list[str]:
+    """The CSP hashes (``'sha256-...'``) of the page's inline script: for a server that sends its own policy header."""
+    from gpuprof.memory.htmlsafe import csp_hash
+
+    return [csp_hash(_SCRIPT)]

@@ -64,7 +64,7 @@ def csp_hash(source: str) -> str:
     return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
 
 
-def page_policy(scripts: list[str], styles: list[str]) -> str:
+def page_policy(scripts: list[str], styles: list[str], *, connect: str = "'none'", frames: str = "'none'") -> str:
     """A content-security policy for a self-contained page: the given inline scripts and styles, nothing else.
 
     ``default-src 'none'`` forbids every fetch (scripts, styles, images, fonts,
@@ -73,12 +73,17 @@ def page_policy(scripts: list[str], styles: list[str]) -> str:
     Chromium refuse any string assigned to ``innerHTML`` and friends, so a
     future edit that builds markup from data fails loudly instead of
     injecting.
+
+    ``connect``/``frames``: the ``connect-src``/``frame-src`` sources, ``'none'``
+    unless a page fetches its data from its own server (``'self'``, the
+    TensorBoard plugin) or frames its own pages.
     """
     return "; ".join([
         "default-src 'none'",
         "script-src " + " ".join(csp_hash(s) for s in scripts),
         "style-src " + " ".join(csp_hash(s) for s in styles),
-        "connect-src 'none'",
+        f"connect-src {connect}",
+        f"frame-src {frames}",
         "img-src 'none'",
         "base-uri 'none'",
         "form-action 'none'",

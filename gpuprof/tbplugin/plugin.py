@@ -1,0 +1,205 @@
+"""The ``gpuprof`` TensorBoard plugin: HTTP routes under ``/data/plugin/gpuprof/``.
+
+TensorBoard finds it through the ``tensorboard_plugins`` entry point
+(installed with ``pip install "gpuprof[tensorboard]"``) and opens its tab in
+an iframe at ``data/plugin_entry.html?name=gpuprof``, a page whose
+``<base href="plugin/gpuprof/">`` imports ``index.js``; that module sends the
+frame on to ``index.html``. Every URL the page uses is relative to that, so
+the plugin works under ``--path_prefix`` and loads nothing from anywhere but
+the TensorBoard server.
+
+Routes (all GET, all answers JSON unless said):
+
+==========================  ===============================================
+``index.js``                 the ES module TensorBoard imports
+``index.html``               the dashboard (HTML; script and style inline, allowed by hash)
+``runs``                     ``{"runs": [...], "notes": [...]}``
+``run?run=NAME``             ``{"status": "pending", "done": k, "total": n}`` or ``{"status": "ready", "view": ...}``
+``compare?a=NAME&b=NAME``    the same with ``"compare"`` (see :func:`gpuprof.tbplugin.data.compare_views`)
+``memory?run=NAME&i=K``      status of the K-th memory snapshot's viewer page
+``memory.html?run=NAME&i=K`` that page (gpuprof's memory viewer, :mod:`gpuprof.memory.html`)
+==========================  ===============================================
+
+Run names and snapshot indices are looked up among the runs found under
+the logdir; a request never names a file path, so it cannot reach a file
+outside the logdir.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from werkzeug import wrappers
+
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+
+from gpuprof.memory.htmlsafe import script_json
+from gpuprof.tbplugin import page
+from gpuprof.tbplugin.data import analyse_trace_file, compare_views, run_view
+from gpuprof.tbplugin.runs import Run, file_sig, find_runs
+from gpuprof.tbplugin.store import Store
+
+__all__ = ["GpuprofPlugin", "PLUGIN_NAME"]
+
+from gpuprof.tbplugin import PLUGIN_NAME
+
+_Request = wrappers.Request
+_Response = wrappers.Response
+
+
+def _bare_hash(expr: str) -> str:
+    """``'sha256-XXX'`` (a CSP source) as the bare base64 ``http_util.Respond`` wants."""
+    return expr.strip("'").split("-", 1)[1]
+
+
+class GpuprofPlugin(base_plugin.TBPlugin):
+    """gpuprof's dashboard: runs, summary, per-step breakdown charts, findings, memory, ranks, comparison."""
+
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext) -> None:
+        self._logdir = Path(context.logdir) if context.logdir else None
+        self._store = Store()
+
+    # --- TensorBoard's side -------------------------------------------------------------------
+
+    def get_plugin_apps(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "/index.js": self._serve_js,
+            "/index.html": self._serve_index,
+            "/runs": self._serve_runs,
+            "/run": self._serve_run,
+            "/compare": self._serve_compare,
+            "/memory": self._serve_memory_status,
+            "/memory.html": self._serve_memory_page,
+        }
+
+    def is_active(self) -> bool:
+        return bool(self._runs())
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="gpuprof", disable_reload=True)
+
+    # --- routes ---------------------------------------------------------------------------------
+
+    @_Request.application
+    def _serve_js(self, request: _Request) -> _Response:
+        return http_util.Respond(request, page.ENTRY_MODULE, "application/javascript")
+
+    @_Request.application
+    def _serve_index(self, request: _Request) -> _Response:
+        # Respond adds TensorBoard's own policy header (script-src 'self' plus the hashes given here);
+        # ours comes as a second header and in the page: a browser enforces every policy, so the strictest wins.
+        return http_util.Respond(request, page.INDEX_HTML, "text/html",
+                                 csp_scripts_sha256s=[_bare_hash(h) for h in page.SCRIPT_HASHES],
+                                 headers=[("Content-Security-Policy", page.HEADER_POLICY),
+                                          ("Referrer-Policy", "no-referrer")])
+
+    @_Request.application
+    def _serve_runs(self, request: _Request) -> _Response:
+        notes: list[str] = []
+        runs = self._runs(notes)
+        if self._logdir is None:
+            notes.append("TensorBoard was started without --logdir: there is nothing to show")
+        return self._json(request, {"runs": [r.summary() for r in runs], "notes": notes})
+
+    @_Request.application
+    def _serve_run(self, request: _Request) -> _Response:
+        run = self._run(request.args.get("run", ""))
+        if run is None:
+            return self._json(request, {"status": "missing", "error": "no such run under the logdir"}, code=404)
+        return self._json(request, self._view(run))
+
+    @_Request.application
+    def _serve_compare(self, request: _Request) -> _Response:
+        a, b = self._run(request.args.get("a", "")), self._run(request.args.get("b", ""))
+        if a is None or b is None:
+            return self._json(request, {"status": "missing", "error": "no such run under the logdir"}, code=404)
+        va, vb = self._view(a), self._view(b)
+        if va["status"] != "ready" or vb["status"] != "ready":
+            done = va.get("done", 0) + vb.get("done", 0)
+            total = va.get("total", 0) + vb.get("total", 0)
+            return self._json(request, {"status": "pending", "done": done, "total": total})
+        return self._json(request, {"status": "ready", "compare": compare_views(va["view"], vb["view"])})
+
+    @_Request.application
+    def _serve_memory_status(self, request: _Request) -> _Response:
+        found = self._snapshot(request)
+        if found is None:
+            return self._json(request, {"status": "missing", "error": "no such snapshot"}, code=404)
+        res = self._memory(found)
+        if res is None:
+            return self._json(request, {"status": "pending"})
+        if res.error:
+            return self._json(request, {"status": "error", "error": res.error})
+        return self._json(request, {"status": "ready"})
+
+    @_Request.application
+    def _serve_memory_page(self, request: _Request) -> _Response:
+        from gpuprof.memory.html import inline_script_hashes
+
+        found = self._snapshot(request)
+        res = self._memory(found) if found is not None else None
+        if res is None or res.error or not isinstance(res.value, str):
+            return http_util.Respond(request, "not ready", "text/plain", code=404)
+        return http_util.Respond(request, res.value, "text/html",
+                                 csp_scripts_sha256s=[_bare_hash(h) for h in inline_script_hashes()],
+                                 headers=[("Referrer-Policy", "no-referrer")])
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _json(self, request: _Request, obj: Any, code: int = 200) -> _Response:
+        # script_json: NaN/inf become null, and nothing in the text can be read as markup if misused.
+        return http_util.Respond(request, script_json(obj), "application/json", code=code)
+
+    def _runs(self, notes: list[str] | None = None) -> list[Run]:
+        if self._logdir is None or not self._logdir.is_dir():
+            return []
+        return find_runs(self._logdir, notes)
+
+    def _run(self, name: str) -> Run | None:
+        return next((r for r in self._runs() if r.name == name), None)
+
+    def _view(self, run: Run) -> dict[str, Any]:
+        """The run's view when every trace is analysed, else how far the worker is."""
+        results: dict[Path, dict[str, Any] | str] = {}
+        for p in run.traces:
+            sig = file_sig(p)
+            if sig is None:
+                continue  # vanished since the walk
+            res = self._store.get(("trace", os.fspath(p)), sig, lambda p=p: analyse_trace_file(p))
+            if res is not None:
+                results[p] = res.value if res.error is None else res.error
+        if len(results) < len(run.traces):
+            return {"status": "pending", "done": len(results), "total": len(run.traces)}
+        assert self._logdir is not None
+        return {"status": "ready", "view": run_view(run, self._logdir, results)}
+
+    def _snapshot(self, request: _Request) -> Path | None:
+        run = self._run(request.args.get("run", ""))
+        try:
+            i = int(request.args.get("i", "-1"))
+        except ValueError:
+            return None
+        if run is None or not 0 <= i < len(run.snapshots):
+            return None
+        return run.snapshots[i]
+
+    def _memory(self, path: Path) -> Any:
+        sig = file_sig(path)
+        return self._store.get(("memory", os.fspath(path)), sig, lambda: _memory_page(path))
+
+
+def _memory_page(path: Path) -> str:
+    """gpuprof's memory viewer page for one snapshot (what ``gpuprof memory FILE --html`` writes)."""
+    from gpuprof.memory.analysis import MemoryOptions, analyze_memory
+    from gpuprof.memory.html import build_page_data, render_html
+    from gpuprof.memory.load import load_memory
+
+    data = load_memory(path)
+    _, findings, analyses = analyze_memory(data, MemoryOptions())
+    return render_html(build_page_data(data, analyses, findings))
+

@@ -1,0 +1,294 @@
+"""The gpuprof tab in a live TensorBoard, opened in headless Chromium with every request routed and recorded.
+
+One TensorBoard (a subprocess on a free port, under ``--path_prefix``) serves
+a logdir holding two captures made here with CPU torch (``before``: a
+DataLoader with ``num_workers=0`` whose samples take time to build, so the
+trace analysis reports GP102; ``after``: the batches built before the loop)
+and a run whose directory name and trace names come from the hostile corpus
+(tests/security/conftest.py). TensorBoard loads the plugin through the
+``tensorboard_plugins`` entry point when gpuprof is installed, else through
+tests/tbplugin/launch_tb.py (a worktree run).
+
+Every request the browser makes is recorded, and any to another host is
+aborted and fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from ..security.conftest import HTML_HOSTILE, HUGE_NAME
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package (apt-get install -y chromium)")
+PREFIX = "/tb-prefix"
+# A run directory may not hold "/" or NUL: the hostile names that fit in one.
+HOSTILE_DIR = next(n for n in HTML_HOSTILE if "/" not in n and "onfocus" in n)
+
+
+def _capture(logdir: Path, run: str, slow_loader: bool) -> None:
+    """A small CPU training loop under gpuprof capture (num_workers=0)."""
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, Dataset
+
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    class Slow(Dataset):  # building a sample takes time, as decoding and augmenting do
+        def __len__(self) -> int:
+            return 8 * 32
+
+        def __getitem__(self, i: int) -> tuple[Any, int]:
+            time.sleep(0.0006)
+            return torch.randn(64), i % 4
+
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if slow_loader:
+        batches: Any = DataLoader(Slow(), batch_size=32, num_workers=0)
+    else:  # the fix: batches ready before the loop
+        batches = [(torch.randn(32, 64), torch.randint(0, 4, (32,))) for _ in range(8)]
+    with gpuprof.profile(str(logdir), run=run, schedule=Schedule(wait=1, warmup=1, active=4),
+                         print_report=False) as prof:
+        for x, y in batches:
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+
+
+def _hostile_run(logdir: Path) -> list[str]:
+    from gpuprof.testing.tracegen import TraceBuilder
+
+    names = HTML_HOSTILE + [HUGE_NAME[:5000]]
+    b = TraceBuilder()
+    for _ in range(2):
+        with b.step():
+            for i, name in enumerate(names):
+                with b.op(name):
+                    b.kernel(name, us=300 + (20 if name.startswith("aten::") else i))  # the huge name in the top 10
+            b.cpu(us=100)
+    d = logdir / HOSTILE_DIR
+    d.mkdir()
+    b.write(d / "w.pt.trace.json")
+    return names
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _entry_point_installed() -> bool:
+    return any(ep.name == "gpuprof" for ep in entry_points(group="tensorboard_plugins"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("tensorboard")
+    logdir = tmp_path_factory.mktemp("tblogs")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _capture(logdir, "before", slow_loader=True)
+        _capture(logdir, "after", slow_loader=False)
+    finally:
+        torch.set_num_threads(threads)
+    from gpuprof.memory.testing import MiB, SnapshotBuilder
+
+    snap = SnapshotBuilder()  # CPU captures write no snapshot: a CUDA-like one beside the "after" capture
+    snap.alloc(64 * MiB, snap.stack(("/home/u/train.py", 42, "train_step")))
+    snap.dump(logdir / "after" / "w.1.memory_snapshot.pickle")
+    names = _hostile_run(logdir)
+    port = _free_port()
+    flags = ["--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port), "--path_prefix", PREFIX,
+             "--reload_interval", "0"]
+    if _entry_point_installed():
+        cmd = [sys.executable, "-m", "tensorboard.main", *flags]
+    else:
+        cmd = [sys.executable, str(Path(__file__).with_name("launch_tb.py")), *flags]
+    log = open(logdir.parent / "tensorboard.log", "w+")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    base = f"http://127.0.0.1:{port}{PREFIX}/"
+    try:
+        for _ in range(300):
+            if proc.poll() is not None:
+                break
+            try:
+                urllib.request.urlopen(base + "data/plugins_listing", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("TensorBoard did not answer within 30 s")
+        if proc.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"TensorBoard exited: {log.read()[-2000:]}")
+        yield {"base": base, "port": port, "names": names, "logdir": logdir, "log": log,
+               "entry_point": _entry_point_installed()}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
+                                                                "--disable-background-networking"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Tab:
+    """TensorBoard opened on the gpuprof tab; every request recorded, other hosts refused."""
+
+    def __init__(self, browser: Any, server: dict[str, Any]) -> None:
+        self.origin = f"http://127.0.0.1:{server['port']}"
+        self.requests: list[str] = []
+        self.foreign: list[str] = []
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+        self.ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.ctx.route("**/*", self._route)
+        self.page = self.ctx.new_page()
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(server["base"] + "#gpuprof")
+        self.frame = self._plugin_frame()
+        self.frame.wait_for_function("() => +document.body.dataset.rendered >= 1", timeout=30_000)
+
+    def _route(self, route: Any) -> None:
+        url = route.request.url
+        self.requests.append(url)
+        if url.startswith(self.origin + "/") or url.startswith("data:") or url.startswith("blob:"):
+            route.continue_()
+        else:
+            self.foreign.append(url)
+            route.abort()
+
+    def _plugin_frame(self) -> Any:
+        for _ in range(150):
+            for f in self.page.frames:
+                if f.url.endswith(PREFIX + "/data/plugin/gpuprof/index.html"):
+                    return f
+            self.page.wait_for_timeout(100)
+        raise AssertionError(f"the gpuprof frame never loaded; frames: {[f.url for f in self.page.frames]}")
+
+    def rendered(self) -> int:
+        return int(self.frame.evaluate("() => +document.body.dataset.rendered"))
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, server: dict[str, Any]) -> None:
+    tab = Tab(browser, server)
+    try:
+        fr = tab.frame
+        assert tab.page.locator("text=gpuprof").first.is_visible()  # the tab in TensorBoard's bar
+        runs = fr.locator("#run option").all_text_contents()
+        assert sorted(runs) == sorted(["after (capture)", "before (capture)", HOSTILE_DIR])
+        fr.select_option("#run", "before")
+        fr.wait_for_function("() => document.querySelector('[data-code=GP102]') !== null", timeout=30_000)
+        gp102 = fr.locator("[data-code=GP102]").first
+        text = gp102.text_content()
+        assert "num_workers=0" in text and "Fix:" in text and "per step" in text and "data_loading_share" in text
+        # the step-time chart: one stacked bar part per step and non-zero part (4 recorded steps)
+        bars = fr.locator("#steps-chart rect.bar")
+        assert bars.count() >= 4
+        heights = [float(bars.nth(i).get_attribute("height")) for i in range(bars.count())]
+        assert max(heights) > 50
+        assert "data_loading" in fr.locator("#steps-chart").text_content()
+        assert fr.locator("#ops tr").count() > 3  # top operators of a CPU run
+        # comparison: this run (after) against "before"
+        fr.select_option("#run", "after")
+        fr.wait_for_function("() => document.querySelector('#cards') && document.querySelector('#run').value === 'after'")
+        n = tab.rendered()
+        fr.select_option("#cmp", "before")
+        fr.wait_for_function(f"() => +document.body.dataset.rendered > {n} && document.getElementById('compare-table') !== null",
+                             timeout=30_000)
+        # the memory viewer of the run's snapshot, in its sandboxed frame
+        fr.click("#snapopen")
+        fr.wait_for_selector("#memframe iframe", timeout=30_000)
+        mem = next(f for f in fr.child_frames if "memory.html" in f.url)
+        mem.wait_for_function("() => +document.body.dataset.rendered >= 1", timeout=30_000)
+        assert "train.py:42" in mem.locator("#top").text_content()
+        body = fr.locator("#compare-body").text_content()
+        assert "findings removed (" in body and "GP102" in body.split("findings added")[0]
+        assert fr.locator("#compare-table tr").count() >= 10
+        assert tab.errors == [] and tab.dialogs == []
+        assert tab.foreign == [], tab.foreign  # nothing but the TensorBoard server was asked for anything
+        assert {u.split("/")[2] for u in tab.requests if u.startswith("http")} == {f"127.0.0.1:{server['port']}"}
+        assert any("/data/plugin/gpuprof/run?" in u for u in tab.requests)
+        if os.environ.get("GPUPROF_TB_SCREENSHOT"):  # docs/img/tensorboard-*.png are made this way
+            tab.page.screenshot(path=os.environ["GPUPROF_TB_SCREENSHOT"])
+    finally:
+        tab.close()
+
+
+def test_hostile_run_and_kernel_names_stay_text(browser: Any, server: dict[str, Any]) -> None:
+    tab = Tab(browser, server)
+    try:
+        fr = tab.frame
+        fr.select_option("#run", HOSTILE_DIR)
+        fr.wait_for_function("() => document.querySelectorAll('#kernels tr').length > 2", timeout=30_000)
+        fr.locator("#kernels").hover()
+        for _ in range(6):
+            tab.page.keyboard.press("Tab")
+        tab.page.wait_for_timeout(200)
+        assert fr.evaluate("() => window.__gpuprof_pwned") is None
+        assert tab.page.evaluate("() => window.__gpuprof_pwned") is None
+        assert tab.dialogs == [] and tab.errors == []
+        cells = fr.locator("#kernels td.name").all_text_contents()
+        # shown as the literal text they are (the 10 longest kernels: the table's length)
+        import json
+        from urllib.parse import quote
+        view = json.loads(urllib.request.urlopen(f"{server['base']}data/plugin/gpuprof/run?run={quote(HOSTILE_DIR)}",
+                                                 timeout=10).read())["view"]
+        top = [k["name"] for k in view["traces"][0]["summary"]["top_kernels"]]
+        assert cells == [n if len(n) <= 300 else n[:300] + f"\u2026 ({len(n) - 300} more characters)" for n in top]
+        assert len(set(HTML_HOSTILE) & set(cells)) >= 9 and HUGE_NAME[:5000] in top
+        assert HOSTILE_DIR in fr.locator("#run").text_content()
+        assert fr.evaluate("() => document.querySelectorAll('img,script:not([src]) ~ script,object,embed,form,base').length") == 0
+        assert fr.evaluate("""() => [...document.querySelectorAll('*')].filter(e =>
+            [...e.attributes].some(a => a.name.startsWith('on'))).length""") == 0
+        # Trusted Types (the <meta> policy): markup from a string is refused even if a later edit tried it
+        assert fr.evaluate("""() => { try { document.getElementById('cards').innerHTML = '<b>x</b>'; return 'assigned'; }
+                                      catch (e) { return e.name; } }""") == "TypeError"
+        assert tab.foreign == []
+    finally:
+        tab.close()
+
+
+def test_plugin_is_listed_by_the_installed_entry_point_or_the_launcher(server: dict[str, Any]) -> None:
+    import json
+
+    listing = json.loads(urllib.request.urlopen(server["base"] + "data/plugins_listing", timeout=5).read())
+    assert listing["gpuprof"]["enabled"] is True
+    assert listing["gpuprof"]["loading_mechanism"]["module_path"].endswith("/data/plugin/gpuprof/index.js")
+    server["log"].seek(0)
+    log = server["log"].read()
+    assert "Illegal Content-Security-Policy" not in log  # TensorBoard's validator accepted our headers

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from gpuprof.capturerun import merge_capture_findings
 from gpuprof.errors import InputError, RuleError
 from gpuprof.findings import Finding, filter_findings, sort_findings
 from gpuprof.report import Report, TraceSummary
@@ -87,15 +88,18 @@ def analyze_trace(
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
     failures: list[RuleFailure] | None = None,
+    *,
+    metrics: TraceMetrics | None = None,
 ) -> tuple[TraceSummary, list[Finding]]:
-    """Metrics and findings of one loaded trace.
+    """Metrics and findings of one loaded trace (``metrics``: its metrics, when computed already).
 
     Rules that raise: without a ``failures`` list, every rule still runs and
     then :class:`~gpuprof.errors.RuleError` names all that failed; with one,
     they are appended to it and the trace's notes say the analysis is
     incomplete.
     """
-    metrics = compute_metrics(trace)
+    if metrics is None:
+        metrics = compute_metrics(trace)
     summary = metrics.summary()
     failed: list[RuleFailure] = []
     findings = run_rules(trace, metrics, options, select, ignore, failed)
@@ -180,4 +184,6 @@ def _analyze(
     if not report.traces:
         raise InputError(path, f"no readable trace ({len(errors)} files failed; first: {errors[0].problem})")
     report.findings = sort_findings(filter_findings(report.findings, select, ignore))
+    # a capture's run directory: its runtime findings (GP6xx) were measured live, not in the traces
+    merge_capture_findings(report, path, select, ignore)
     return report

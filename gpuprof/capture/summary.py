@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuprof.atomic import atomic_write
+from gpuprof.capturerun import COVERED, drop_covered
 from gpuprof.capture.dataloader import data_loading_share
 from gpuprof.findings import Finding, Severity, filter_findings, sort_findings
 from gpuprof.render.markdown import md_code, md_escape
@@ -35,8 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["CaptureSection", "COVERED", "RunFacts", "TraceResults", "assemble", "finish", "findings_markdown",
            "publish", "run_facts", "short_report", "trace_results"]
 
-# runtime code -> trace codes it makes redundant (same problem, measured over every step)
-COVERED: dict[str, tuple[str, ...]] = {"GP601": ("GP102",)}
 
 
 @dataclass
@@ -115,6 +114,7 @@ class RunFacts:
     settings: Any = None  # gpuprof.capture.settings.Settings of the first step
     roots_have_conv: bool = False
     shapes_stable: bool | None = None
+    tensorboard: bool = False  # a TensorBoard writer is open (the traces' GPU utilisation goes there)
 
 
 @dataclass
@@ -127,6 +127,7 @@ class TraceResults:
     op_facts: dict[str, Any] | None = None
     cpu_growth: list[Finding] = field(default_factory=list)
     gpu_util: dict[int, float] | None = None
+    leak_site: Any = None  # capture.memory.LeakSite of the CUDA memory growth (GP640), from the traces
 
 
 def finish(prof: "Profiler") -> Report:
@@ -175,7 +176,7 @@ def run_facts(prof: "Profiler") -> RunFacts:
         notes.append(no_steps_text(prof.loaders.batches))
     return RunFacts(steps=len(prof.step_s), trace_paths=trace_paths, traces=traces, runtime=runtime,
                     section=_section(prof, trace_paths), notes=notes, settings=s, roots_have_conv=conv,
-                    shapes_stable=stable)
+                    shapes_stable=stable, tensorboard=prof._writer is not None)
 
 
 def no_steps_text(batches: int) -> str:
@@ -185,29 +186,63 @@ def no_steps_text(batches: int) -> str:
 
 
 def trace_results(prof: "Profiler", facts: RunFacts, g: Any) -> TraceResults:
-    """Analyse the traces: the analyzer's rules, the settings facts, CPU memory growth, GPU utilisation.
+    """Analyse the traces: the analyzer's rules, the settings facts, memory growth, GPU utilisation.
 
+    Each trace is loaded once and its metrics computed once; every consumer
+    (the rules, the settings facts, the CPU memory series, the leak site,
+    the GPU utilisation scalars) reads that one :class:`~gpuprof.trace.model.Trace`.
     Reads the trace files and the session's configuration only (never torch,
     never the live loop state), so it runs on the background report thread.
     """
     cfg = prof.config
-    paths = facts.trace_paths
-    res = TraceResults(trace_paths=list(paths))
-    if cfg.analyze and paths:
-        res.analysed = g.run("trace analysis", "the report holds the runtime checks only", _analyze, paths, cfg,
-                             res.rule_failures)
-    if cfg.checks and paths:
-        if facts.settings is not None and facts.settings.cuda:
+    res = TraceResults(trace_paths=list(facts.trace_paths))
+    wants_util = facts.tensorboard and bool(facts.trace_paths)
+    cpu_growth = cfg.checks and not prof.cuda and cfg.profile_memory
+    cuda_leak = any(_is_cuda_growth(f) for f in facts.runtime)
+    if cfg.analyze and facts.trace_paths:
+        res.analysed = Report(command="capture")
+    for tf in facts.traces:
+        loaded = g.run("trace analysis", "the report holds the runtime checks only", _load, tf.path)
+        if loaded is None:
+            continue
+        trace, metrics = loaded
+        if res.analysed is not None:
+            g.run("trace analysis", "the report holds the runtime checks only", _analyze_one, trace, metrics, cfg,
+                  res.analysed, res.rule_failures)
+        if cfg.checks and facts.settings is not None and facts.settings.cuda:
             from gpuprof.capture.settings import trace_op_facts
 
-            res.op_facts = g.run("settings checks", "no settings findings", trace_op_facts, paths)
-        if not prof.cuda and cfg.profile_memory:
-            res.cpu_growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, prof,
-                                   facts.traces) or []
-    if prof._writer is not None and paths:
-        res.gpu_util = g.run("GPU utilisation scalars", "no GPU utilisation in TensorBoard",
-                             _gpu_utilization_per_step, facts.traces) or {}
+            op = g.run("settings checks", "no settings findings", trace_op_facts, [trace])
+            if op is not None:
+                res.op_facts = op if res.op_facts is None else {
+                    "has_conv": res.op_facts["has_conv"] or op["has_conv"],
+                    "fp32_matmuls": res.op_facts["fp32_matmuls"] + op["fp32_matmuls"]}
+        if cpu_growth and not res.cpu_growth:
+            res.cpu_growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, prof, trace,
+                                   metrics, g) or []
+        if cuda_leak and res.leak_site is None:
+            from gpuprof.capture.memory import leak_site
+
+            res.leak_site = g.run("leak site", "the memory-growth finding points at the capture", leak_site,
+                                  trace, 1)
+        if wants_util:
+            util = g.run("GPU utilisation scalars", "no GPU utilisation in TensorBoard", _gpu_utilization_per_step,
+                         metrics) or {}
+            res.gpu_util = {**(res.gpu_util or {}), **util}
+        del trace  # only the results outlive the trace
     return res
+
+
+def _is_cuda_growth(f: Finding) -> bool:
+    return f.code == "GP640" and bool(f.evidence) and f.evidence[0].extra.get("series") == "cuda"
+
+
+def _load(path: Path) -> tuple[Any, Any]:
+    from gpuprof.trace.load import load_trace
+    from gpuprof.trace.metrics import compute_metrics
+
+    trace = load_trace(path)
+    return trace, compute_metrics(trace)
 
 
 def assemble(prof: "Profiler", facts: RunFacts, res: TraceResults, g: Any) -> Report:
@@ -215,6 +250,10 @@ def assemble(prof: "Profiler", facts: RunFacts, res: TraceResults, g: Any) -> Re
     cfg = prof.config
     report = Report(command="capture", inputs=list(facts.trace_paths))
     runtime = list(facts.runtime)
+    if res.leak_site is not None:  # the CUDA growth measured per step, pointed at its line by the traces
+        from gpuprof.capture.memory import with_leak_site
+
+        runtime = [with_leak_site(f, res.leak_site) if _is_cuda_growth(f) else f for f in runtime]
     if cfg.checks:
         runtime += g.run("settings checks", "no settings findings", _settings_findings, prof, facts, res) or []
         runtime += filter_findings(res.cpu_growth, cfg.select, cfg.ignore)
@@ -279,25 +318,21 @@ def final_line(report: Report, prof: "Profiler", at_step: int) -> str:
             f"run{where}")
 
 
-def _analyze(trace_paths: list[str], cfg: Any, failures: list[Any]) -> Report:
-    from gpuprof.analysis import analyze
+def _analyze_one(trace: Any, metrics: Any, cfg: Any, merged: Report, failures: list[Any]) -> None:
+    from gpuprof.analysis import analyze_trace
 
-    merged = Report(command="capture")
-    for p in trace_paths:
-        # with a failures list a rule that raises costs neither the other rules' findings
-        # nor the training: assemble() warns about it and the report says it is incomplete
-        r = analyze(p, select=tuple(cfg.select), ignore=tuple(cfg.ignore), failures=failures)
-        merged.traces += r.traces
-        merged.findings += r.findings
-        merged.notes += [n for n in r.notes if n not in merged.notes]
-        merged.failed_rules += [c for c in r.failed_rules if c not in merged.failed_rules]
-    return merged
+    # with a failures list a rule that raises costs neither the other rules' findings
+    # nor the training: assemble() warns about it and the report says it is incomplete
+    failed: list[Any] = []
+    summary, findings = analyze_trace(trace, None, tuple(cfg.select), tuple(cfg.ignore), failed, metrics=metrics)
+    failures.extend(failed)
+    merged.traces.append(summary)
+    merged.findings += filter_findings(findings, cfg.select, cfg.ignore)
+    merged.failed_rules += [c for c, _ in failed if c not in merged.failed_rules]
 
 
 def _merge(runtime: list[Finding], trace: list[Finding]) -> list[Finding]:
-    present = {f.code for f in runtime}
-    dropped = {c for code in present for c in COVERED.get(code, ())}
-    return list(runtime) + [f for f in trace if f.code not in dropped]
+    return list(runtime) + drop_covered(runtime, trace)
 
 
 def _settings_findings(prof: "Profiler", facts: RunFacts, res: TraceResults) -> list[Finding]:
@@ -312,19 +347,16 @@ def _settings_findings(prof: "Profiler", facts: RunFacts, res: TraceResults) -> 
     return filter_findings([f for f in out if f is not None], prof.config.select, prof.config.ignore)
 
 
-def _cpu_growth(prof: "Profiler", traces: list[Any]) -> list[Finding]:
-    from gpuprof.capture.memory import growth_finding, trace_allocated_series
+def _cpu_growth(prof: "Profiler", trace: Any, metrics: Any, g: Any) -> list[Finding]:
+    from gpuprof.capture.memory import growth_finding, leak_site, trace_allocated_series, with_leak_site
 
-    out = []
-    for tf in traces:
-        if not tf.path.exists():
-            continue
-        series = [v for _, v in trace_allocated_series(tf.path)]
-        f = growth_finding(series, "cpu_trace", prof.config.options, prof.location)
-        if f is not None:
-            out.append(f)
-            break
-    return out
+    series = [v for _, v in trace_allocated_series(trace, 0, metrics)]
+    f = growth_finding(series, "cpu_trace", prof.config.options, prof.location)
+    if f is None:
+        return []
+    # the growth is real: find the line that allocates what stays (a second, narrow read of the addresses)
+    site = g.run("leak site", "the memory-growth finding points at the capture", leak_site, trace, 0)
+    return [with_leak_site(f, site) if site is not None else f]
 
 
 def _roots_have_conv(prof: "Profiler") -> bool:
@@ -386,23 +418,16 @@ def _no_trace_note(prof: "Profiler") -> str:
             "active=3)")
 
 
-def _gpu_utilization_per_step(traces: list[Any]) -> dict[int, float]:
-    """Global step -> GPU busy / step time, from the traces (recorded steps with GPU activity only)."""
-    from gpuprof.trace.load import load_trace
-    from gpuprof.trace.metrics import compute_metrics
-
+def _gpu_utilization_per_step(m: Any) -> dict[int, float]:
+    """Global step -> GPU busy / step time, from one trace's metrics (recorded steps with GPU activity only)."""
     out: dict[int, float] = {}
-    for tf in traces:
-        if not tf.path.exists():
-            continue
-        m = compute_metrics(load_trace(tf.path))
-        dev = m.main_device
-        if dev is None or not m.has_step_markers:
-            continue
-        busy = m.busy_per_step.get(dev, [])
-        for st, b in zip(m.steps, busy):
-            if st.dur > 0:
-                out[st.id] = min(b / st.dur, 1.0)
+    dev = m.main_device
+    if dev is None or not m.has_step_markers:
+        return out
+    busy = m.busy_per_step.get(dev, [])
+    for st, b in zip(m.steps, busy):
+        if st.dur > 0:
+            out[st.id] = min(b / st.dur, 1.0)
     return out
 
 

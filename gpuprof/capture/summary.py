@@ -444,7 +444,7 @@ def _write_tensorboard(prof: "Profiler", report: Report) -> None:
 
 
 def _write_tensorboard_text(prof: "Profiler", report: Report) -> None:
-    """The findings in the Text tab, at the report's step (SummaryWriter queues it: any thread)."""
+    """The findings in the Text tab, at the report's step (the writer locks its file: any thread)."""
     sec = next(s for s in report.sections if getattr(s, "kind", None) == "capture")
     prof._writer.add_text(findings_markdown(report), step=sec.steps)
 

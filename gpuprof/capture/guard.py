@@ -84,6 +84,7 @@ class Guard:
         self.failed: dict[str, str] = {}  # part -> one-line reason
         self.notes: list[str] = []
         self.said: set[str] = set()  # keys of warn_once messages already given
+        self.warned: list[str] = []  # every warning given, in order (the capture result's ``warnings``)
 
     def ok(self, part: str) -> bool:
         return part not in self.failed
@@ -104,24 +105,24 @@ class Guard:
             return
         reason = safe_text(err if isinstance(err, str) else f"{_type_name(err)}: {safe_text(err, 10_000)}")
         self.failed[part] = reason
-        warnings.warn(
-            f"gpuprof: {part} failed ({reason}); {consequence}. Training continues.",
-            GpuprofWarning,
-            stacklevel=user_stacklevel(),
-        )
+        self._warn(f"gpuprof: {part} failed ({reason}); {consequence}. Training continues.")
 
     def disable(self, part: str, reason: str, message: str) -> None:
         """Switch ``part`` off for a reason that is no failure (e.g. another profiler runs); warn ``message`` once."""
         if part in self.failed:
             return
         self.failed[part] = safe_text(reason)
-        warnings.warn(message, GpuprofWarning, stacklevel=user_stacklevel())
+        self._warn(message)
 
     def warn_once(self, key: str, message: str) -> None:
         """Warn ``message`` (a full sentence) the first time ``key`` is seen, never again."""
         if key in self.said:
             return
         self.said.add(key)
+        self._warn(message)
+
+    def _warn(self, message: str) -> None:
+        self.warned.append(message)
         warnings.warn(message, GpuprofWarning, stacklevel=user_stacklevel())
 
     def all_failed(self) -> dict[str, str]:

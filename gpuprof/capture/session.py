@@ -45,6 +45,7 @@ from gpuprof.capture.guard import Guard, safe_text
 from gpuprof.capture.memory import HistoryRecorder, MemorySampler, OOMObserver, growth_finding, oom_finding
 from gpuprof.capture.paths import RankInfo, RunPaths, rank_info
 from gpuprof.capture.placement import PlacementMonitor, enrich_device_error, is_device_error
+from gpuprof.capture.result import CaptureResult
 from gpuprof.capture.syncs import SyncLocator
 from gpuprof.findings import Finding, SourceLocation, filter_findings
 from gpuprof.report import Report
@@ -69,8 +70,9 @@ class Profiler:
     """A capture around a training loop. Use ``with gpuprof.profile(...) as prof:`` and call
     :meth:`step` once per iteration; or :meth:`start`/:meth:`stop` explicitly.
 
-    After :meth:`stop` (or the ``with`` block), :attr:`report` holds the merged
-    :class:`~gpuprof.report.Report` and :attr:`files` the files written.
+    :meth:`stop` (or the end of the ``with`` block) returns a plain
+    :class:`~gpuprof.capture.result.CaptureResult`, also kept in :attr:`result`;
+    :attr:`report` holds the merged :class:`~gpuprof.report.Report` it was made from.
     """
 
     def __init__(self, config: CaptureConfig) -> None:
@@ -86,6 +88,8 @@ class Profiler:
         self.ranks: RankInfo = rank_info()
         self.paths: RunPaths | None = None
         self.report: Report | None = None
+        self.result: CaptureResult | None = None  # what stop() returns
+        self._published: list[Any] = []  # result.WindowReport of each report written (window, then final)
         self.traces: list[TraceFile] = []
         self.findings: list[Finding] = []  # runtime findings raised so far
         self.step_num = 0  # index of the current step (steps completed so far)
@@ -189,6 +193,8 @@ class Profiler:
             if why is not None:
                 self.guard.warn_once("inactive", f"gpuprof: {why}; this capture records nothing, so as not to "
                                                  "disturb it. Training continues.")
+            self.result = CaptureResult(rank=self.ranks.rank, warnings=tuple(self.guard.warned),
+                                        inactive=self.inactive)
             return self
         try:
             self.guard.run("capture setup", "gpuprof records nothing in this run", self._setup)
@@ -233,14 +239,17 @@ class Profiler:
             self.guard.run("TensorBoard writer", "no further TensorBoard scalars", self._flush_scalars)
         self._t_last = perf_counter()
 
-    def stop(self) -> Report | None:
+    def stop(self) -> CaptureResult | None:
         """End the session: flush the trace, run the checks and the analysis, write and print the report.
 
-        Idempotent; does nothing before :meth:`start`. The torch profiler is
-        stopped and gpuprof's hooks removed even when something here fails.
+        Returns the :class:`~gpuprof.capture.result.CaptureResult` (also in
+        :attr:`result`; for a capture that stood aside, one saying why in
+        ``inactive``). Idempotent (a second call returns the same object);
+        None before :meth:`start`. The torch profiler is stopped and
+        gpuprof's hooks removed even when something here fails.
         """
         if not self.started or self.finished:
-            return self.report
+            return self.result
         self.finished = True
         self._shut_down()
         self._collect_window_report()  # waits for a report thread still running
@@ -251,7 +260,14 @@ class Profiler:
         from gpuprof.capture.summary import finish
 
         self.report = self.guard.run("report", "no report is written", finish, self)
-        return self.report
+        from gpuprof.capture.summary import make_result
+
+        self.result = self.guard.run("capture result", "stop() returns a result without the report",
+                                     make_result, self, self.report)
+        if self.result is None:
+            self.result = CaptureResult(rank=self.ranks.rank, steps=len(self.step_s),
+                                        warnings=tuple(self.guard.warned))
+        return self.result
 
     def handle_error(self, exc: BaseException) -> BaseException | None:
         """Record what an exception from the user's step tells; return a replacement to raise, if any.

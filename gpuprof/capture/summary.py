@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gpuprof.atomic import atomic_write
 from gpuprof.capturerun import COVERED, drop_covered
 from gpuprof.capture.dataloader import data_loading_share
+from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
 from gpuprof.findings import Finding, Severity, filter_findings, sort_findings
 from gpuprof.render.markdown import md_code, md_escape
 from gpuprof.render.safe import one_line, visible
@@ -34,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.capture.session import Profiler
 
 __all__ = ["CaptureSection", "COVERED", "RunFacts", "TraceResults", "assemble", "finish", "findings_markdown",
-           "publish", "run_facts", "short_report", "trace_results"]
+           "make_result", "publish", "run_facts", "short_report", "trace_results"]
 
 
 
@@ -140,6 +141,40 @@ def finish(prof: "Profiler") -> Report:
     report = assemble(prof, facts, res, g)
     publish(prof, report, g, final=True)
     return report
+
+
+def make_result(prof: "Profiler", report: Report | None) -> CaptureResult:
+    """The plain :class:`~gpuprof.capture.result.CaptureResult` of the capture, from ``report`` (the final
+    one, or None when no report could be made) and the window report published before it."""
+    sec = _capture_section(report) if report is not None else None
+    reports = list(prof._published)
+    traces = tuple(RecordedTrace(path=str(t.path), first_step=t.first_step, last_step=t.last_step,
+                                 memory_snapshot=str(t.snapshot) if t.snapshot is not None else None)
+                   for t in prof.traces)
+    files: list[str] = []
+    for t in prof.traces:
+        files.append(str(t.path))
+    files += [str(s) for s in (prof.history.snapshots if prof.history else [])]
+    files += [str(x) for pair in (prof.oom.dumped if prof.oom else []) for x in pair]
+    if prof._writer is not None:
+        files.append(prof._writer.path)
+    if prof.paths is not None:
+        files += [str(f) for f in (prof.paths.report_json, prof.paths.report_md) if f.exists()]
+    runtime = tuple(f for f in (report.findings if report is not None else prof.findings) if f.origin == "runtime")
+    p = prof.paths
+    return CaptureResult(
+        run_dir=str(p.run_dir) if p else None, out_dir=str(p.out_dir) if p else None,
+        worker=p.worker if p else "", rank=prof.ranks.rank, steps=len(prof.step_s),
+        step_time_median_ms=sec.step_time_median_ms if sec else None,
+        data_loading_share=sec.data_loading_share if sec else None,
+        traces=traces, files=tuple(dict.fromkeys(f for f in files if os.path.exists(f))),
+        reports=tuple(reports), runtime_findings=runtime, warnings=tuple(prof.guard.warned),
+        inactive=prof.inactive,
+    )
+
+
+def _capture_section(report: Report) -> CaptureSection | None:
+    return next((s for s in report.sections if getattr(s, "kind", None) == "capture"), None)
 
 
 def preload() -> None:
@@ -295,6 +330,9 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
     if prof.paths is not None:
         g.run("report writer", "no report.json/report.md", _write_reports, prof, report)
     section.failures = g.all_failed()
+    doc = g.run("capture result", "the capture result holds no report", _report_document, report)
+    if doc is not None:
+        prof._published.append(WindowReport(at_step=section.steps, final=final, report=doc))
     if cfg.print_report:
         early = prof._printed_findings
         now = _findings_key(report)
@@ -304,6 +342,17 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
             text = short_report(report, prof)
         prof._printed_findings = (section.steps, now)
         print(text, file=prof._stream, flush=True)
+
+
+def _report_document(report: Report) -> dict[str, Any]:
+    """The report as report.json holds it (JSON-safe: no NaN), for the capture result."""
+    import msgspec
+
+    from gpuprof.render.jsonout import render_json
+
+    doc = msgspec.json.decode(render_json(report))
+    assert isinstance(doc, dict)
+    return doc
 
 
 def _findings_key(report: Report) -> list[tuple[str, str, str]]:

@@ -26,6 +26,9 @@ def _keep_a_tensor() -> None:
     KEPT.append(torch.randn(256, 256))  # 256 KiB kept every step: the planted leak
 
 
+RESULTS: list[Any] = []
+
+
 @pytest.fixture(scope="module")
 def leaky_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     logdir = tmp_path_factory.mktemp("leak")
@@ -43,6 +46,7 @@ def leaky_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             _keep_a_tensor()
             prof.step()
     KEPT.clear()
+    RESULTS.append(prof.result)
     return run_dir(logdir)
 
 
@@ -94,3 +98,29 @@ def test_analyze_run_dir_skips_a_broken_report_with_a_note(tmp_path: Path, leaky
     doc = json.loads(out.stdout)
     assert not any(f["code"] == "GP640" for f in doc["findings"])
     assert any("skipped" in n and "report.json" in n and "not an object with a code" in n for n in doc["notes"])
+
+
+def test_capture_result_is_plain_and_round_trips_through_json(leaky_run: Path) -> None:
+    from gpuprof.capture import CaptureResult
+
+    (result,) = RESULTS
+    assert isinstance(result, CaptureResult) and result.run_dir == str(leaky_run) and result.steps == 7
+    # every file it lists exists, and it lists every file the run wrote
+    assert set(result.files) == {str(p) for p in leaky_run.iterdir()}
+    assert [(t.first_step, t.last_step) for t in result.traces] == [(2, 5)]
+    assert [r.final for r in result.reports] == [False, True]  # the window's report, then the run's
+    assert result.report == json.loads((leaky_run / "report.json").read_text())  # what report.json holds
+    assert [f.code for f in result.runtime_findings] == ["GP640"]
+    assert result.runtime_findings[0] in result.findings()
+    text = result.to_json()
+    back = CaptureResult.from_json(text)
+    assert back == result and back.to_json() == text
+    assert json.loads(text)["runtime_findings"][0]["location"]["function"] == "_keep_a_tensor"
+    # read where torch is absent: the result module and the findings need no torch
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from gpuprof import CaptureResult\n"
+            "r = CaptureResult.from_json(sys.stdin.buffer.read())\n"
+            "print(r.steps, [f.code for f in r.findings() if f.origin == 'runtime'])")
+    out = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().split() == ["7", "['GP640']"]

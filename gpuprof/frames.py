@@ -30,6 +30,7 @@ Everything else is the user's: their scripts and packages, a notebook cell
 
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
 
@@ -48,6 +49,7 @@ LIBRARY_ROOTS = frozenset(
 _INSTALLED = re.compile(r"/(site|dist)-packages/")
 _STDLIB = re.compile(r"/lib(64)?/python\d+(\.\d+)?/")
 _ANYWHERE = re.compile(r"(^|/)(torch|functorch|triton)/|(^|/)gpuprof/(capture|trace|memory|rules|render|cli)/")
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)).replace("\\", "/") + "/"  # this gpuprof, wherever installed
 _NATIVE = re.compile(r"\.(c|cc|cpp|cxx|h|hh|hpp|cu|cuh)$")
 _INTERNAL_PSEUDO = ("<frozen ", "<built-in", "<__array_function__")
 
@@ -60,7 +62,7 @@ def is_user_file(filename: str) -> bool:
     if filename.startswith("<"):
         return not filename.startswith(_INTERNAL_PSEUDO)
     path = filename.replace("\\", "/")
-    if _INSTALLED.search(path) or _STDLIB.search(path) or _ANYWHERE.search(path) or _NATIVE.search(path):
+    if path.startswith(_OWN_DIR) or _INSTALLED.search(path) or _STDLIB.search(path) or _ANYWHERE.search(path) or _NATIVE.search(path):
         return False
     if "/" in path:
         return path.split("/", 1)[0] not in LIBRARY_ROOTS

@@ -14,7 +14,6 @@ only ever called through :func:`safe_text`, which cannot raise.
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from typing import Any, Callable, TypeVar
@@ -56,21 +55,19 @@ def _type_name(obj: object) -> str:
     return name if isinstance(name, str) else "object"
 
 
-# frames a warning skips to reach the user's line: gpuprof's capture, context managers,
-# and torch's profiler (gpuprof warns from inside it when another profiler starts)
-_NOT_THE_USERS = ("/gpuprof/capture/", "contextlib", "/torch/autograd/profiler", "/torch/profiler/")
-
-
 def user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the user's line, past gpuprof's capture frames.
+    """The ``stacklevel`` that points a warning at the user's line (:func:`gpuprof.frames.is_user_file`),
+    past gpuprof's capture, context managers and torch's profiler (gpuprof warns from inside it when
+    another profiler starts).
 
     Counted for a ``warnings.warn`` called by the function that calls this one.
     """
+    from gpuprof.frames import is_user_file
+
     level = 1
     frame = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
     while frame is not None:
-        name = frame.f_code.co_filename.replace(os.sep, "/")
-        if not any(part in name for part in _NOT_THE_USERS):
+        if is_user_file(frame.f_code.co_filename):
             return level
         frame = frame.f_back  # type: ignore[assignment]
         level += 1

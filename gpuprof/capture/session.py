@@ -28,7 +28,6 @@ A capture must never crash or alter the training (issue 8), so:
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -844,10 +843,12 @@ def _cuda_used() -> bool:
 
 
 def _caller_location() -> SourceLocation | None:
+    """The innermost user frame (:func:`gpuprof.frames.is_user_file`) of the code that started the capture."""
+    from gpuprof.frames import is_user_file
+
     f = sys._getframe(1)
     while f is not None:
-        fn = f.f_code.co_filename.replace(os.sep, "/")
-        if "/gpuprof/capture/" not in fn and not fn.startswith("<frozen") and "contextlib" not in fn:
+        if is_user_file(f.f_code.co_filename):
             return SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
         f = f.f_back  # type: ignore[assignment]
     return None

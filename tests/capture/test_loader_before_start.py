@@ -48,6 +48,9 @@ def test_loader_iterated_before_the_first_decorated_call_is_seen(tmp_path: Path)
     assert result.data_loading_share == sec.data_loading_share  # the result carries the same figure
     gp601 = [f for f in report.findings if f.code == "GP601"]
     assert len(gp601) == 1 and "DataLoader(_SlowData)" in gp601[0].message
+    # one definition of the data-loading share: GP601's figure is the report's (one loader here)
+    assert gp601[0].evidence[0].value == round(sec.data_loading_share, 4)
+    assert f"{sec.data_loading_share:.0%} of step time" in gp601[0].message
     assert gp601[0].location is not None and gp601[0].location.function == \
         "test_loader_iterated_before_the_first_decorated_call_is_seen"
     assert report_json(run_dir(tmp_path))["sections"][0]["data_loading_share"] == sec.data_loading_share

@@ -113,7 +113,7 @@ class StepProfiler:
             return self._fn(*args, **kwargs)
         if self._depth:  # the step calling itself: one step, not several
             return self._fn(*args, **kwargs)
-        if len(prof._signatures) < prof.config.options.stable_shape_batches:
+        if len(prof.step_signatures) < prof.config.options.stable_shape_batches:
             prof.note_signature(_args_signature(args, kwargs))
         self._depth += 1
         try:

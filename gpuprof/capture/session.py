@@ -117,9 +117,10 @@ class Profiler:
         self._anomaly_steps = 0
         self._anomaly_checked = 0
         self._recorded_steps = 0
-        self._signatures: list[Any] = []
-        self._settings: Any = None
-        self._writer: Any = None
+        # read by the end-of-capture report (gpuprof.capture.summary), hence public:
+        self.step_signatures: list[Any] = []  # shapes of the first steps' arguments (profile_step)
+        self.settings: Any = None  # capture.settings.TorchSettings read after the first step
+        self.writer: Any = None  # render.tensorboard.TensorBoardWriter: the run's one event file
         self._flush_thread: Any = None
         self._flush_error: Exception | None = None
         # the report written when the schedule's last recorded window closes (background thread)
@@ -137,7 +138,7 @@ class Profiler:
         self.loaders = dlmod.LoaderMonitor(self._on_fetch, max_signatures=config.options.stable_shape_batches)
         self.placement = PlacementMonitor(config.options.placement_max_modules)
         self._activities: list[Any] = []
-        self._stream = sys.stderr
+        self.stream = sys.stderr  # where the summary and the OOM notice are printed
 
     # ------------------------------------------------------------------ public API
 
@@ -358,7 +359,7 @@ class Profiler:
                 self.syncs = SyncLocator()
             if cfg.oom_observer and self.paths is not None:
                 paths_ = self.paths
-                obs = OOMObserver(paths_.oom_files, self._stream)
+                obs = OOMObserver(paths_.oom_files, self.stream)
                 if self.guard.run("out-of-memory observer", "no snapshot at an OOM", obs.attach):
                     self.oom = obs
                 else:
@@ -383,7 +384,7 @@ class Profiler:
         from gpuprof.render.tensorboard import TensorBoardWriter
 
         assert self.paths is not None
-        self._writer = TensorBoardWriter(self.paths.out_dir, filename_suffix=f".{self.paths.worker}")
+        self.writer = TensorBoardWriter(self.paths.out_dir, filename_suffix=f".{self.paths.worker}")
 
     def _on_fetch(self, seconds: float) -> None:
         self._fetch_acc += seconds
@@ -706,7 +707,7 @@ class Profiler:
         self._check_anomaly()
         from gpuprof.capture.settings import read_settings
 
-        self._settings = read_settings()
+        self.settings = read_settings()
 
     def _check_anomaly(self) -> None:
         import torch
@@ -725,8 +726,8 @@ class Profiler:
         self.findings.append(oom_finding(list(self.oom.dumped), text))
 
     def note_signature(self, sig: Any) -> None:
-        if len(self._signatures) < self.config.options.stable_shape_batches:
-            self._signatures.append(sig)
+        if len(self.step_signatures) < self.config.options.stable_shape_batches:
+            self.step_signatures.append(sig)
 
     def _flush_scalars(self, wait: bool = False) -> None:
         """Write the buffered per-step scalars to TensorBoard.
@@ -735,7 +736,7 @@ class Profiler:
         background thread, so the training thread only hands over a range of
         steps; ``wait=True`` (at the end of the run) writes and joins.
         """
-        w = self._writer
+        w = self.writer
         end = len(self.step_s)
         self._join_flush()
         if w is None or not self.guard.ok("TensorBoard writer"):

@@ -156,8 +156,8 @@ def make_result(prof: "Profiler", report: Report | None) -> CaptureResult:
         files.append(str(t.path))
     files += [str(s) for s in (prof.history.snapshots if prof.history else [])]
     files += [str(x) for pair in (prof.oom.dumped if prof.oom else []) for x in pair]
-    if prof._writer is not None:
-        files.append(prof._writer.path)
+    if prof.writer is not None:
+        files.append(prof.writer.path)
     if prof.paths is not None:
         files += [str(f) for f in (prof.paths.report_json, prof.paths.report_md) if f.exists()]
     runtime = tuple(f for f in (report.findings if report is not None else prof.findings) if f.origin == "runtime")
@@ -199,7 +199,7 @@ def run_facts(prof: "Profiler") -> RunFacts:
     traces = [t for t in prof.traces if t.path.exists()]
     trace_paths = [str(t.path) for t in traces]
     runtime = g.run("runtime checks", "no runtime findings", prof.runtime_findings) or []
-    s = prof._settings
+    s = prof.settings
     conv, stable = False, None
     if cfg.checks and s is not None and s.cuda:
         conv = bool(g.run("settings checks", "no settings findings", _roots_have_conv, prof))
@@ -211,7 +211,7 @@ def run_facts(prof: "Profiler") -> RunFacts:
         notes.append(no_steps_text(prof.loaders.batches))
     return RunFacts(steps=len(prof.step_s), trace_paths=trace_paths, traces=traces, runtime=runtime,
                     section=_section(prof, trace_paths), notes=notes, settings=s, roots_have_conv=conv,
-                    shapes_stable=stable, tensorboard=prof._writer is not None)
+                    shapes_stable=stable, tensorboard=prof.writer is not None)
 
 
 def no_steps_text(batches: int) -> str:
@@ -322,7 +322,7 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
     """
     cfg = prof.config
     section = next(s for s in report.sections if getattr(s, "kind", None) == "capture")
-    if prof._writer is not None:
+    if prof.writer is not None:
         if final:
             g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard, prof, report)
         else:
@@ -341,7 +341,7 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
         else:
             text = short_report(report, prof)
         prof._printed_findings = (section.steps, now)
-        print(text, file=prof._stream, flush=True)
+        print(text, file=prof.stream, flush=True)
 
 
 def _report_document(report: Report) -> dict[str, Any]:
@@ -420,8 +420,8 @@ def _shapes_stable(prof: "Profiler") -> bool | None:
     A different last batch (``drop_last=False``) does not count against it.
     """
     series = [r.signatures for r in prof.loaders.records.values() if r.signatures]
-    if prof._signatures:
-        series.append(prof._signatures)
+    if prof.step_signatures:
+        series.append(prof.step_signatures)
     if not series:
         return None
     for sigs in series:
@@ -450,7 +450,7 @@ def _section(prof: "Profiler", trace_paths: list[str]) -> CaptureSection:
         traces=trace_paths,
         memory_snapshots=[str(s) for s in (prof.history.snapshots if prof.history else [])],
         oom_files=[str(x) for pair in (prof.oom.dumped if prof.oom else []) for x in pair],
-        tensorboard_dir=str(p.logdir) if (p and prof._writer is not None) else None,
+        tensorboard_dir=str(p.logdir) if (p and prof.writer is not None) else None,
         memory_series=mem.kind if mem is not None else None,
         memory_first_mib=series[0] / 2**20 if series else None,
         memory_last_mib=series[-1] / 2**20 if series else None,
@@ -482,7 +482,7 @@ def _gpu_utilization_per_step(m: Any) -> dict[int, float]:
 
 def _write_tensorboard(prof: "Profiler", report: Report) -> None:
     """End of the run (driving thread): the remaining scalars, GPU utilisation, the findings, close."""
-    w = prof._writer
+    w = prof.writer
     prof._flush_scalars(wait=True)
     res = prof._trace_results
     util = res.gpu_util if res is not None and res.gpu_util is not None else {}
@@ -495,7 +495,7 @@ def _write_tensorboard(prof: "Profiler", report: Report) -> None:
 def _write_tensorboard_text(prof: "Profiler", report: Report) -> None:
     """The findings in the Text tab, at the report's step (the writer locks its file: any thread)."""
     sec = next(s for s in report.sections if getattr(s, "kind", None) == "capture")
-    prof._writer.add_text(findings_markdown(report), step=sec.steps)
+    prof.writer.add_text(findings_markdown(report), step=sec.steps)
 
 
 def _write_reports(prof: "Profiler", report: Report) -> None:

@@ -103,10 +103,33 @@ def _read(rep: Path) -> list[Finding] | None:
             continue  # trace findings are recomputed from the traces themselves
         try:
             f = Finding.from_dict(d)
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"a malformed {d['code']} finding ({type(err).__name__}: {err})") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"a malformed {d['code']} finding ({type(err).__name__})") from None
+        if not _well_typed(f):  # a stranger's file: the renderers expect text where text belongs
+            raise ValueError(f"a malformed {d['code']} finding (a field of the wrong type)")
         found.append(_as_from_capture(f, rep))
     return found
+
+
+def _well_typed(f: Finding) -> bool:
+    texts = (f.code, f.name, f.message, f.advice)
+    if not all(isinstance(t, str) for t in texts):
+        return False
+    for num in (f.cost_us_per_step, f.cost_share):
+        if num is not None and (isinstance(num, bool) or not isinstance(num, (int, float))):
+            return False
+    loc = f.location
+    if loc is not None and (not isinstance(loc.file, str) or not isinstance(loc.line, (int, type(None)))
+                            or not isinstance(loc.function, (str, type(None)))):
+        return False
+    for e in f.evidence:
+        if not isinstance(e.metric, str) or not isinstance(e.unit, str) or not isinstance(e.extra, dict):
+            return False
+        if isinstance(e.value, bool) or not isinstance(e.value, (int, float, str, type(None))):
+            return False
+        if isinstance(e.threshold, bool) or not isinstance(e.threshold, (int, float, type(None))):
+            return False
+    return True
 
 
 def _as_from_capture(f: Finding, rep: Path) -> Finding:

@@ -92,12 +92,17 @@ def test_analyze_run_dir_skips_a_broken_report_with_a_note(tmp_path: Path, leaky
 
     copy = tmp_path / "run"
     shutil.copytree(leaky_run, copy)
-    (copy / "report.json").write_text('{"command": "capture", "findings": [{"code": 7}]}')
-    out = _analyze(copy, "--format", "json")
-    assert out.returncode in (0, 1) and not out.stderr, out.stderr
-    doc = json.loads(out.stdout)
-    assert not any(f["code"] == "GP640" for f in doc["findings"])
-    assert any("skipped" in n and "report.json" in n and "not an object with a code" in n for n in doc["notes"])
+    hostile = {"code": "GP640", "name": "memory-growth", "severity": "warning", "message": {"not": "text"},
+               "advice": "", "origin": "runtime"}
+    for content, why in (('{"command": "capture", "findings": [{"code": 7}]}', "not an object with a code"),
+                         (json.dumps({"command": "capture", "findings": [hostile]}), "of the wrong type"),
+                         ("{not json", "not JSON")):
+        (copy / "report.json").write_text(content)
+        out = _analyze(copy, "--format", "json")
+        assert out.returncode in (0, 1) and not out.stderr, out.stderr  # the traces are still analysed
+        doc = json.loads(out.stdout)
+        assert not any(f["code"] == "GP640" for f in doc["findings"])
+        assert any("skipped" in n and "report.json" in n and why in n for n in doc["notes"]), doc["notes"]
 
 
 def test_capture_result_is_plain_and_round_trips_through_json(leaky_run: Path) -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "Finding",
     "Severity",
     "Report",
+    "CaptureResult",
     "profile",
     "profile_step",
 ]
@@ -28,12 +29,14 @@ from gpuprof.report import Report
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.analysis import analyze, analyze_trace
     from gpuprof.capture import profile, profile_step
+    from gpuprof.capture.result import CaptureResult
 
 _LAZY = {
     "analyze": "gpuprof.analysis",
     "analyze_trace": "gpuprof.analysis",
     "profile": "gpuprof.capture",
     "profile_step": "gpuprof.capture",
+    "CaptureResult": "gpuprof.capture.result",  # torch-free: a result can be read where torch is absent
 }
 
 

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from gpuprof.capturerun import merge_capture_findings
 from gpuprof.errors import InputError, RuleError
 from gpuprof.findings import Finding, filter_findings, sort_findings
 from gpuprof.report import Report, TraceSummary
@@ -87,9 +88,10 @@ def analyze_trace(
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
     failures: list[RuleFailure] | None = None,
+    *,
     metrics: TraceMetrics | None = None,
 ) -> tuple[TraceSummary, list[Finding]]:
-    """Metrics and findings of one loaded trace.
+    """Metrics and findings of one loaded trace (``metrics``: its metrics, when computed already).
 
     ``metrics``: the trace's :func:`compute_metrics`, when the caller already
     has them (the TensorBoard plugin keeps them for its per-step charts).
@@ -185,4 +187,6 @@ def _analyze(
     if not report.traces:
         raise InputError(path, f"no readable trace ({len(errors)} files failed; first: {errors[0].problem})")
     report.findings = sort_findings(filter_findings(report.findings, select, ignore))
+    # a capture's run directory: its runtime findings (GP6xx) were measured live, not in the traces
+    merge_capture_findings(report, path, select, ignore)
     return report

@@ -23,6 +23,7 @@ from gpuprof.capture.codes import RUNTIME_CHECKS, RuntimeCheck
 from gpuprof.capture.config import CaptureConfig, CheckOptions, Schedule
 from gpuprof.capture.guard import GpuprofWarning
 from gpuprof.capture.placement import DeviceMismatchError
+from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
 from gpuprof.capture.session import Profiler, TraceFile
 
 __all__ = [
@@ -34,6 +35,9 @@ __all__ = [
     "CheckOptions",
     "CaptureConfig",
     "TraceFile",
+    "CaptureResult",
+    "RecordedTrace",
+    "WindowReport",
     "GpuprofWarning",
     "DeviceMismatchError",
     "RuntimeCheck",

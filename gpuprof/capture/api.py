@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar, overload
 
 from gpuprof.capture.config import DEFAULT_LOGDIR, CaptureConfig, CheckOptions, Schedule
 from gpuprof.capture.guard import GpuprofWarning, safe_text, user_stacklevel
+from gpuprof.capture.result import CaptureResult
 from gpuprof.capture.session import Profiler
 from gpuprof.report import Report
 
@@ -91,6 +92,7 @@ class StepProfiler:
         self._lock = threading.Lock()
         self.profiler: Profiler | None = None
         self.report: Report | None = None
+        self.result: CaptureResult | None = None  # what finish() returns
         self._done = False
         self._driver: int | None = None  # thread ident of the first caller
         self._depth = 0  # the driver's calls in progress (only the driver thread changes it)
@@ -114,7 +116,7 @@ class StepProfiler:
             return self._fn(*args, **kwargs)
         if self._depth:  # the step calling itself: one step, not several
             return self._fn(*args, **kwargs)
-        if len(prof._signatures) < prof.config.options.stable_shape_batches:
+        if len(prof.step_signatures) < prof.config.options.stable_shape_batches:
             prof.note_signature(_args_signature(args, kwargs))
         self._depth += 1
         try:
@@ -155,18 +157,20 @@ class StepProfiler:
             atexit.register(self.finish)
             return prof
 
-    def finish(self) -> Report | None:
-        """End the capture now (also runs at exit); returns the report."""
+    def finish(self) -> CaptureResult | None:
+        """End the capture now (also runs at exit); returns the :class:`CaptureResult` (None when no call
+        started one). :attr:`report` then holds the merged report it was made from."""
         with self._lock:
             prof, self.profiler = self.profiler, None
             self._done = True
         if prof is None:
-            return self.report
+            return self.result
         try:
             atexit.unregister(self.finish)
         finally:
-            self.report = prof.stop()
-        return self.report
+            self.result = prof.stop()
+            self.report = prof.report
+        return self.result
 
 
 def _prepare_dataloaders() -> None:
@@ -205,7 +209,8 @@ def profile_step(fn_or_logdir: Any = None, /, **kwargs: Any) -> Any:
 
     ``@gpuprof.profile_step``, or ``@gpuprof.profile_step(logdir, schedule=..., ...)`` with the
     arguments of :func:`profile`. The wrapper has ``.finish()`` (the capture also finishes at
-    interpreter exit; it returns the report) and ``.profiler`` while it runs.
+    interpreter exit; it returns the :class:`CaptureResult`, also kept in ``.result``, with the
+    merged report in ``.report``) and ``.profiler`` while it runs.
     """
     if callable(fn_or_logdir):
         fn: Callable[..., Any] | None = fn_or_logdir

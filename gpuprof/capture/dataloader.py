@@ -21,6 +21,7 @@ from typing import Any, Callable
 from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
+from gpuprof.trace.metrics import data_loading_share  # the one definition (the capture's figures use it too)
 
 __all__ = ["LoaderRecord", "LoaderMonitor", "available_cores", "batch_signature", "data_loading_share", "dataloader_findings",
            "prepare"]
@@ -168,11 +169,12 @@ def _location(frame: Any) -> SourceLocation | None:
 
 
 def _user_frame() -> Any:
-    """The innermost frame outside gpuprof's capture and torch's data package (the loop's line)."""
+    """The innermost user frame (:func:`gpuprof.frames.is_user_file`): the loop's line."""
+    from gpuprof.frames import is_user_file
+
     f = sys._getframe(1)
     while f is not None:
-        name = f.f_code.co_filename.replace(os.sep, "/")
-        if "/gpuprof/capture/" not in name and "/torch/utils/data/" not in name:
+        if is_user_file(f.f_code.co_filename):
             return f
         f = f.f_back
     return None
@@ -273,18 +275,6 @@ def _warn_once(err: Exception) -> None:
 
 
 # ---------------------------------------------------------------------- checks
-
-
-def data_loading_share(fetch_s: float, step_s: float) -> float | None:
-    """The data-loading share: seconds inside ``DataLoader.__next__`` over the step seconds they fall in.
-
-    The one definition behind the report's ``data_loading_share``, the printed
-    summary, GP601 (per loader) and the ``gpuprof/data_loading_share``
-    TensorBoard scalar (per step). At most 1; None without step time.
-    """
-    if step_s <= 0:
-        return None
-    return min(fetch_s / step_s, 1.0)
 
 
 def available_cores() -> int:

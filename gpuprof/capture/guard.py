@@ -14,7 +14,6 @@ only ever called through :func:`safe_text`, which cannot raise.
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from typing import Any, Callable, TypeVar
@@ -56,21 +55,19 @@ def _type_name(obj: object) -> str:
     return name if isinstance(name, str) else "object"
 
 
-# frames a warning skips to reach the user's line: gpuprof's capture, context managers,
-# and torch's profiler (gpuprof warns from inside it when another profiler starts)
-_NOT_THE_USERS = ("/gpuprof/capture/", "contextlib", "/torch/autograd/profiler", "/torch/profiler/")
-
-
 def user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the user's line, past gpuprof's capture frames.
+    """The ``stacklevel`` that points a warning at the user's line (:func:`gpuprof.frames.is_user_file`),
+    past gpuprof's capture, context managers and torch's profiler (gpuprof warns from inside it when
+    another profiler starts).
 
     Counted for a ``warnings.warn`` called by the function that calls this one.
     """
+    from gpuprof.frames import is_user_file
+
     level = 1
     frame = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
     while frame is not None:
-        name = frame.f_code.co_filename.replace(os.sep, "/")
-        if not any(part in name for part in _NOT_THE_USERS):
+        if is_user_file(frame.f_code.co_filename):
             return level
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
@@ -84,6 +81,7 @@ class Guard:
         self.failed: dict[str, str] = {}  # part -> one-line reason
         self.notes: list[str] = []
         self.said: set[str] = set()  # keys of warn_once messages already given
+        self.warned: list[str] = []  # every warning given, in order (the capture result's ``warnings``)
 
     def ok(self, part: str) -> bool:
         return part not in self.failed
@@ -104,24 +102,24 @@ class Guard:
             return
         reason = safe_text(err if isinstance(err, str) else f"{_type_name(err)}: {safe_text(err, 10_000)}")
         self.failed[part] = reason
-        warnings.warn(
-            f"gpuprof: {part} failed ({reason}); {consequence}. Training continues.",
-            GpuprofWarning,
-            stacklevel=user_stacklevel(),
-        )
+        self._warn(f"gpuprof: {part} failed ({reason}); {consequence}. Training continues.")
 
     def disable(self, part: str, reason: str, message: str) -> None:
         """Switch ``part`` off for a reason that is no failure (e.g. another profiler runs); warn ``message`` once."""
         if part in self.failed:
             return
         self.failed[part] = safe_text(reason)
-        warnings.warn(message, GpuprofWarning, stacklevel=user_stacklevel())
+        self._warn(message)
 
     def warn_once(self, key: str, message: str) -> None:
         """Warn ``message`` (a full sentence) the first time ``key`` is seen, never again."""
         if key in self.said:
             return
         self.said.add(key)
+        self._warn(message)
+
+    def _warn(self, message: str) -> None:
+        self.warned.append(message)
         warnings.warn(message, GpuprofWarning, stacklevel=user_stacklevel())
 
     def all_failed(self) -> dict[str, str]:

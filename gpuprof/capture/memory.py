@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,7 +40,7 @@ from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.memory.snapshot import dump_snapshot
 
-__all__ = ["MemorySampler", "growth_finding", "trace_allocated_series", "HistoryRecorder", "OOMObserver",
+__all__ = ["MemorySampler", "LeakSite", "leak_site", "with_leak_site", "growth_finding", "trace_allocated_series", "HistoryRecorder", "OOMObserver",
            "oom_finding"]
 
 MiB = 1024 * 1024
@@ -128,6 +129,8 @@ def growth_finding(series: list[int], kind: str, options: CheckOptions,
     """GP640 when ``series`` (one sample per step) rises steadily (see the module docstring).
 
     ``kind``: ``cuda`` (every step's allocated bytes) or ``cpu_trace`` (recorded steps, from the trace).
+    ``location`` is the capture's (the loop); :func:`with_leak_site` points the finding at the
+    allocating line once the traces have told it (:func:`leak_site`).
     """
     if kind == "cpu_trace":
         samples = list(series)
@@ -169,14 +172,107 @@ def growth_finding(series: list[int], kind: str, options: CheckOptions,
     )
 
 
-def trace_allocated_series(path: str | os.PathLike[str], device_type: int = 0) -> list[tuple[int, int]]:
+@dataclass(frozen=True)
+class LeakSite:
+    """The user line whose allocations stay alive, step after step, in a recorded trace.
+
+    ``kept_bytes``: bytes allocated there during the recorded steps and never
+    freed before the trace ended; ``steps``: in how many recorded steps such
+    an allocation was made (of ``recorded_steps``).
+    """
+
+    location: SourceLocation
+    kept_bytes: int
+    steps: int
+    recorded_steps: int
+
+    def describe(self) -> str:
+        fn = f"{self.location.function}()" if self.location.function else "the code"
+        return (f"allocated in {fn} at {self.location} and never freed: {self.kept_bytes / MiB:.2f} MiB kept "
+                f"from {self.steps} of {self.recorded_steps} recorded steps")
+
+    def evidence(self) -> Evidence:
+        return Evidence("leak_site_kept_bytes", self.kept_bytes, None, "bytes",
+                        extra={"site": str(self.location), "steps_with_kept_allocations": self.steps,
+                               "recorded_steps": self.recorded_steps})
+
+
+def leak_site(trace: Any, device_type: int = 0) -> LeakSite | None:
+    """Where the memory that grows was allocated, from a loaded trace's ``[memory]`` events.
+
+    Matches each free with its allocation by address
+    (:func:`gpuprof.memory.tracemem.memory_from_trace`); of the allocations
+    made inside a recorded step and still alive when the trace ends, groups
+    them by allocation site (the innermost user frame, ``with_stack=True``)
+    and returns the site kept from the most steps (then the most bytes). A
+    leak allocates at the same line every step; memory kept from one step
+    only (the last step's activations, a cache filled once) is not a leak
+    site. None when no site is kept from two steps or more, when the trace
+    has no addresses or no Python frames naming a user line.
+
+    The site is a function: a trace's Python frames (``file.py(LINE): name``)
+    give the line where the function starts, not the line inside it that
+    allocated; a CUDA memory snapshot (``gpuprof memory``) has the exact line.
+    """
+    from bisect import bisect_right
+
+    from gpuprof.memory.model import ALLOC, FREE_COMPLETED
+    from gpuprof.memory.tracemem import memory_from_trace
+
+    if not trace.memory:
+        return None
+    data = memory_from_trace(trace)
+    want = "cpu" if device_type == 0 else "cuda"
+    devs = [d for d in data.devices if d.device.split(":")[0] == want and d.has_addresses]
+    steps = sorted(data.steps, key=lambda s: s[1])
+    if not devs or len(steps) < 2:
+        return None
+    starts = [s[1] for s in steps]
+    live: dict[int, tuple[int, int, int]] = {}  # address -> (site id, bytes, step index)
+    for dm in devs:
+        for t, act, addr, size, sid in zip(dm.time, dm.action, dm.addr, dm.size, dm.site):
+            if act == ALLOC:
+                i = bisect_right(starts, t) - 1
+                if i >= 0 and t <= steps[i][2]:
+                    live[addr] = (sid, size, i)
+                else:
+                    live.pop(addr, None)  # outside the steps: not counted, but a reused address is no longer ours
+            elif act == FREE_COMPLETED:
+                live.pop(addr, None)
+    per_site: dict[int, tuple[int, set[int]]] = {}
+    for sid, size, i in live.values():
+        kept, seen = per_site.setdefault(sid, (0, set()))
+        seen.add(i)
+        per_site[sid] = (kept + size, seen)
+    best = None
+    for sid, (kept, seen) in per_site.items():
+        site = data.sites.sites[sid]
+        if not site.file or site.line is None or len(seen) < 2:
+            continue
+        key = (len(seen), kept)
+        if best is None or key > best[0]:
+            best = (key, site)
+    if best is None:
+        return None
+    (nsteps, kept), site = best
+    return LeakSite(SourceLocation(site.file, site.line, site.function), kept, nsteps, len(steps))
+
+
+def with_leak_site(f: Finding, site: LeakSite) -> Finding:
+    """The GP640 finding ``f`` pointing at the allocating line ``site``, which its message names."""
+    from dataclasses import replace
+
+    return replace(f, message=f"{f.message}; {site.describe()}", location=site.location,
+                   evidence=f.evidence + (site.evidence(),))
+
+
+def trace_allocated_series(trace: Any, device_type: int = 0, metrics: Any = None) -> list[tuple[int, int]]:
     """(ProfilerStep id, allocator "Total Allocated" at the step's end) for one device type
-    (0 = CPU), from a trace recorded with ``profile_memory=True``. No torch needed."""
-    from gpuprof.trace.load import load_trace
+    (0 = CPU), from a loaded trace recorded with ``profile_memory=True`` (``metrics``: its
+    :class:`~gpuprof.trace.metrics.TraceMetrics` when computed already). No torch needed."""
     from gpuprof.trace.metrics import compute_metrics
 
-    trace = load_trace(path)
-    m = compute_metrics(trace)
+    m = metrics if metrics is not None else compute_metrics(trace)
     if not m.has_step_markers:
         return []
     events = [e for e in trace.memory if e.stream == device_type and isinstance(e.extra, tuple)]

@@ -12,7 +12,6 @@ naming the module path, the parameter or buffer, its shape and device.
 
 from __future__ import annotations
 
-import os
 import traceback
 import weakref
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any, Iterable, Iterator
 
 from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.guard import safe_text
+from gpuprof.frames import is_user_file
 from gpuprof.findings import Evidence, Finding, SourceLocation
 
 __all__ = [
@@ -94,10 +94,9 @@ class InputMismatch:
 
 
 def _user_location(skip_torch: bool = True) -> SourceLocation | None:
-    """The innermost stack frame outside torch and gpuprof: the user's line."""
+    """The innermost user frame (:func:`gpuprof.frames.is_user_file`): the user's line."""
     for fs in reversed(traceback.extract_stack()):
-        fn = fs.filename.replace(os.sep, "/")
-        if skip_torch and ("/torch/" in fn or "/gpuprof/capture/" in fn or fn.startswith("<")):
+        if skip_torch and not is_user_file(fs.filename):
             continue
         return SourceLocation(fs.filename, fs.lineno, fs.name)
     return None
@@ -265,8 +264,7 @@ def enrich_device_error(err: RuntimeError, known_roots: list[Any]) -> tuple[Devi
     Tensor = _tensor_type()
     frames = _frames(err.__traceback__)
     module_frames = [f for f in frames if isinstance(f.f_locals.get("self"), Module)]
-    user_frames = [f for f in frames if "/torch/" not in f.f_code.co_filename.replace(os.sep, "/")
-                   and "/gpuprof/capture/" not in f.f_code.co_filename.replace(os.sep, "/")]
+    user_frames = [f for f in frames if is_user_file(f.f_code.co_filename)]
     loc = None
     if user_frames:
         uf = user_frames[-1]

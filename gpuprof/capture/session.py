@@ -28,7 +28,6 @@ A capture must never crash or alter the training (issue 8), so:
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -45,6 +44,7 @@ from gpuprof.capture.guard import Guard, safe_text
 from gpuprof.capture.memory import HistoryRecorder, MemorySampler, OOMObserver, growth_finding, oom_finding
 from gpuprof.capture.paths import RankInfo, RunPaths, rank_info
 from gpuprof.capture.placement import PlacementMonitor, enrich_device_error, is_device_error
+from gpuprof.capture.result import CaptureResult
 from gpuprof.capture.syncs import SyncLocator
 from gpuprof.findings import Finding, SourceLocation, filter_findings
 from gpuprof.report import Report
@@ -69,8 +69,9 @@ class Profiler:
     """A capture around a training loop. Use ``with gpuprof.profile(...) as prof:`` and call
     :meth:`step` once per iteration; or :meth:`start`/:meth:`stop` explicitly.
 
-    After :meth:`stop` (or the ``with`` block), :attr:`report` holds the merged
-    :class:`~gpuprof.report.Report` and :attr:`files` the files written.
+    :meth:`stop` (or the end of the ``with`` block) returns a plain
+    :class:`~gpuprof.capture.result.CaptureResult`, also kept in :attr:`result`;
+    :attr:`report` holds the merged :class:`~gpuprof.report.Report` it was made from.
     """
 
     def __init__(self, config: CaptureConfig) -> None:
@@ -86,6 +87,8 @@ class Profiler:
         self.ranks: RankInfo = rank_info()
         self.paths: RunPaths | None = None
         self.report: Report | None = None
+        self.result: CaptureResult | None = None  # what stop() returns
+        self._published: list[Any] = []  # result.WindowReport of each report written (window, then final)
         self.traces: list[TraceFile] = []
         self.findings: list[Finding] = []  # runtime findings raised so far
         self.step_num = 0  # index of the current step (steps completed so far)
@@ -114,9 +117,10 @@ class Profiler:
         self._anomaly_steps = 0
         self._anomaly_checked = 0
         self._recorded_steps = 0
-        self._signatures: list[Any] = []
-        self._settings: Any = None
-        self._writer: Any = None
+        # read by the end-of-capture report (gpuprof.capture.summary), hence public:
+        self.step_signatures: list[Any] = []  # shapes of the first steps' arguments (profile_step)
+        self.settings: Any = None  # capture.settings.TorchSettings read after the first step
+        self.writer: Any = None  # render.tensorboard.TensorBoardWriter: the run's one event file
         self._flush_thread: Any = None
         self._flush_error: Exception | None = None
         # the report written when the schedule's last recorded window closes (background thread)
@@ -134,7 +138,7 @@ class Profiler:
         self.loaders = dlmod.LoaderMonitor(self._on_fetch, max_signatures=config.options.stable_shape_batches)
         self.placement = PlacementMonitor(config.options.placement_max_modules)
         self._activities: list[Any] = []
-        self._stream = sys.stderr
+        self.stream = sys.stderr  # where the summary and the OOM notice are printed
 
     # ------------------------------------------------------------------ public API
 
@@ -189,6 +193,8 @@ class Profiler:
             if why is not None:
                 self.guard.warn_once("inactive", f"gpuprof: {why}; this capture records nothing, so as not to "
                                                  "disturb it. Training continues.")
+            self.result = CaptureResult(rank=self.ranks.rank, warnings=tuple(self.guard.warned),
+                                        inactive=self.inactive)
             return self
         try:
             self.guard.run("capture setup", "gpuprof records nothing in this run", self._setup)
@@ -233,14 +239,17 @@ class Profiler:
             self.guard.run("TensorBoard writer", "no further TensorBoard scalars", self._flush_scalars)
         self._t_last = perf_counter()
 
-    def stop(self) -> Report | None:
+    def stop(self) -> CaptureResult | None:
         """End the session: flush the trace, run the checks and the analysis, write and print the report.
 
-        Idempotent; does nothing before :meth:`start`. The torch profiler is
-        stopped and gpuprof's hooks removed even when something here fails.
+        Returns the :class:`~gpuprof.capture.result.CaptureResult` (also in
+        :attr:`result`; for a capture that stood aside, one saying why in
+        ``inactive``). Idempotent (a second call returns the same object);
+        None before :meth:`start`. The torch profiler is stopped and
+        gpuprof's hooks removed even when something here fails.
         """
         if not self.started or self.finished:
-            return self.report
+            return self.result
         self.finished = True
         self._shut_down()
         self._collect_window_report()  # waits for a report thread still running
@@ -251,7 +260,14 @@ class Profiler:
         from gpuprof.capture.summary import finish
 
         self.report = self.guard.run("report", "no report is written", finish, self)
-        return self.report
+        from gpuprof.capture.summary import make_result
+
+        self.result = self.guard.run("capture result", "stop() returns a result without the report",
+                                     make_result, self, self.report)
+        if self.result is None:
+            self.result = CaptureResult(rank=self.ranks.rank, steps=len(self.step_s),
+                                        warnings=tuple(self.guard.warned))
+        return self.result
 
     def handle_error(self, exc: BaseException) -> BaseException | None:
         """Record what an exception from the user's step tells; return a replacement to raise, if any.
@@ -343,7 +359,7 @@ class Profiler:
                 self.syncs = SyncLocator()
             if cfg.oom_observer and self.paths is not None:
                 paths_ = self.paths
-                obs = OOMObserver(paths_.oom_files, self._stream)
+                obs = OOMObserver(paths_.oom_files, self.stream)
                 if self.guard.run("out-of-memory observer", "no snapshot at an OOM", obs.attach):
                     self.oom = obs
                 else:
@@ -368,7 +384,7 @@ class Profiler:
         from gpuprof.render.tensorboard import TensorBoardWriter
 
         assert self.paths is not None
-        self._writer = TensorBoardWriter(self.paths.out_dir, filename_suffix=f".{self.paths.worker}")
+        self.writer = TensorBoardWriter(self.paths.out_dir, filename_suffix=f".{self.paths.worker}")
 
     def _on_fetch(self, seconds: float) -> None:
         self._fetch_acc += seconds
@@ -691,7 +707,7 @@ class Profiler:
         self._check_anomaly()
         from gpuprof.capture.settings import read_settings
 
-        self._settings = read_settings()
+        self.settings = read_settings()
 
     def _check_anomaly(self) -> None:
         import torch
@@ -710,8 +726,8 @@ class Profiler:
         self.findings.append(oom_finding(list(self.oom.dumped), text))
 
     def note_signature(self, sig: Any) -> None:
-        if len(self._signatures) < self.config.options.stable_shape_batches:
-            self._signatures.append(sig)
+        if len(self.step_signatures) < self.config.options.stable_shape_batches:
+            self.step_signatures.append(sig)
 
     def _flush_scalars(self, wait: bool = False) -> None:
         """Write the buffered per-step scalars to TensorBoard.
@@ -720,7 +736,7 @@ class Profiler:
         background thread, so the training thread only hands over a range of
         steps; ``wait=True`` (at the end of the run) writes and joins.
         """
-        w = self._writer
+        w = self.writer
         end = len(self.step_s)
         self._join_flush()
         if w is None or not self.guard.ok("TensorBoard writer"):
@@ -828,10 +844,12 @@ def _cuda_used() -> bool:
 
 
 def _caller_location() -> SourceLocation | None:
+    """The innermost user frame (:func:`gpuprof.frames.is_user_file`) of the code that started the capture."""
+    from gpuprof.frames import is_user_file
+
     f = sys._getframe(1)
     while f is not None:
-        fn = f.f_code.co_filename.replace(os.sep, "/")
-        if "/gpuprof/capture/" not in fn and not fn.startswith("<frozen") and "contextlib" not in fn:
+        if is_user_file(f.f_code.co_filename):
             return SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
         f = f.f_back  # type: ignore[assignment]
     return None

@@ -6,6 +6,8 @@ GPU); :func:`read_settings` gathers those facts from torch.
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,15 +101,16 @@ def anomaly_finding(enabled_steps: int, checked_steps: int) -> Finding | None:
     )
 
 
-def trace_op_facts(trace_paths: list[str]) -> dict[str, Any]:
-    """Facts the settings checks need from the captured traces (no torch: gpuprof's loader)."""
+def trace_op_facts(traces: list[Any]) -> dict[str, Any]:
+    """Facts the settings checks need from the captured traces (loaded :class:`~gpuprof.trace.model.Trace`
+    objects, or paths to load; no torch)."""
     from gpuprof.trace.load import load_trace
     from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF
 
     has_conv = False
     fp32_mm = 0
-    for path in trace_paths:
-        trace = load_trace(path)
+    for item in traces:
+        trace = load_trace(item) if isinstance(item, (str, os.PathLike)) else item
         for op in trace.ops:
             name = op.name
             if "conv" in name and name.startswith("aten::"):

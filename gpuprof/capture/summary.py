@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuprof.atomic import atomic_write
 from gpuprof.capture.dataloader import data_loading_share
+from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
 from gpuprof.findings import Finding, Severity, filter_findings, sort_findings
 from gpuprof.render.markdown import md_code, md_escape
 from gpuprof.render.safe import one_line, visible
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.capture.session import Profiler
 
 __all__ = ["CaptureSection", "RunFacts", "TraceResults", "assemble", "finish", "findings_markdown",
-           "publish", "run_facts", "short_report", "trace_results"]
+           "make_result", "publish", "run_facts", "short_report", "trace_results"]
 
 
 
@@ -113,6 +114,7 @@ class RunFacts:
     settings: Any = None  # gpuprof.capture.settings.Settings of the first step
     roots_have_conv: bool = False
     shapes_stable: bool | None = None
+    tensorboard: bool = False  # a TensorBoard writer is open (the traces' GPU utilisation goes there)
 
 
 @dataclass
@@ -125,6 +127,7 @@ class TraceResults:
     op_facts: dict[str, Any] | None = None
     cpu_growth: list[Finding] = field(default_factory=list)
     gpu_util: dict[int, float] | None = None
+    leak_site: Any = None  # capture.memory.LeakSite of the CUDA memory growth (GP640), from the traces
 
 
 def finish(prof: "Profiler") -> Report:
@@ -137,6 +140,40 @@ def finish(prof: "Profiler") -> Report:
     report = assemble(prof, facts, res, g)
     publish(prof, report, g, final=True)
     return report
+
+
+def make_result(prof: "Profiler", report: Report | None) -> CaptureResult:
+    """The plain :class:`~gpuprof.capture.result.CaptureResult` of the capture, from ``report`` (the final
+    one, or None when no report could be made) and the window report published before it."""
+    sec = _capture_section(report) if report is not None else None
+    reports = list(prof._published)
+    traces = tuple(RecordedTrace(path=str(t.path), first_step=t.first_step, last_step=t.last_step,
+                                 memory_snapshot=str(t.snapshot) if t.snapshot is not None else None)
+                   for t in prof.traces)
+    files: list[str] = []
+    for t in prof.traces:
+        files.append(str(t.path))
+    files += [str(s) for s in (prof.history.snapshots if prof.history else [])]
+    files += [str(x) for pair in (prof.oom.dumped if prof.oom else []) for x in pair]
+    if prof.writer is not None:
+        files.append(prof.writer.path)
+    if prof.paths is not None:
+        files += [str(f) for f in (prof.paths.report_json, prof.paths.report_md) if f.exists()]
+    runtime = tuple(f for f in (report.findings if report is not None else prof.findings) if f.origin == "runtime")
+    p = prof.paths
+    return CaptureResult(
+        run_dir=str(p.run_dir) if p else None, out_dir=str(p.out_dir) if p else None,
+        worker=p.worker if p else "", rank=prof.ranks.rank, steps=len(prof.step_s),
+        step_time_median_ms=sec.step_time_median_ms if sec else None,
+        data_loading_share=sec.data_loading_share if sec else None,
+        traces=traces, files=tuple(dict.fromkeys(f for f in files if os.path.exists(f))),
+        reports=tuple(reports), runtime_findings=runtime, warnings=tuple(prof.guard.warned),
+        inactive=prof.inactive,
+    )
+
+
+def _capture_section(report: Report) -> CaptureSection | None:
+    return next((s for s in report.sections if getattr(s, "kind", None) == "capture"), None)
 
 
 def preload() -> None:
@@ -161,7 +198,7 @@ def run_facts(prof: "Profiler") -> RunFacts:
     traces = [t for t in prof.traces if t.path.exists()]
     trace_paths = [str(t.path) for t in traces]
     runtime = g.run("runtime checks", "no runtime findings", prof.runtime_findings) or []
-    s = prof._settings
+    s = prof.settings
     conv, stable = False, None
     if cfg.checks and s is not None and s.cuda:
         conv = bool(g.run("settings checks", "no settings findings", _roots_have_conv, prof))
@@ -173,7 +210,7 @@ def run_facts(prof: "Profiler") -> RunFacts:
         notes.append(no_steps_text(prof.loaders.batches))
     return RunFacts(steps=len(prof.step_s), trace_paths=trace_paths, traces=traces, runtime=runtime,
                     section=_section(prof, trace_paths), notes=notes, settings=s, roots_have_conv=conv,
-                    shapes_stable=stable)
+                    shapes_stable=stable, tensorboard=prof.writer is not None)
 
 
 def no_steps_text(batches: int) -> str:
@@ -183,29 +220,63 @@ def no_steps_text(batches: int) -> str:
 
 
 def trace_results(prof: "Profiler", facts: RunFacts, g: Any) -> TraceResults:
-    """Analyse the traces: the analyzer's rules, the settings facts, CPU memory growth, GPU utilisation.
+    """Analyse the traces: the analyzer's rules, the settings facts, memory growth, GPU utilisation.
 
+    Each trace is loaded once and its metrics computed once; every consumer
+    (the rules, the settings facts, the CPU memory series, the leak site,
+    the GPU utilisation scalars) reads that one :class:`~gpuprof.trace.model.Trace`.
     Reads the trace files and the session's configuration only (never torch,
     never the live loop state), so it runs on the background report thread.
     """
     cfg = prof.config
-    paths = facts.trace_paths
-    res = TraceResults(trace_paths=list(paths))
-    if cfg.analyze and paths:
-        res.analysed = g.run("trace analysis", "the report holds the runtime checks only", _analyze, paths, cfg,
-                             res.rule_failures)
-    if cfg.checks and paths:
-        if facts.settings is not None and facts.settings.cuda:
+    res = TraceResults(trace_paths=list(facts.trace_paths))
+    wants_util = facts.tensorboard and bool(facts.trace_paths)
+    cpu_growth = cfg.checks and not prof.cuda and cfg.profile_memory
+    cuda_leak = any(_is_cuda_growth(f) for f in facts.runtime)
+    if cfg.analyze and facts.trace_paths:
+        res.analysed = Report(command="capture")
+    for tf in facts.traces:
+        loaded = g.run("trace analysis", "the report holds the runtime checks only", _load, tf.path)
+        if loaded is None:
+            continue
+        trace, metrics = loaded
+        if res.analysed is not None:
+            g.run("trace analysis", "the report holds the runtime checks only", _analyze_one, trace, metrics, cfg,
+                  res.analysed, res.rule_failures)
+        if cfg.checks and facts.settings is not None and facts.settings.cuda:
             from gpuprof.capture.settings import trace_op_facts
 
-            res.op_facts = g.run("settings checks", "no settings findings", trace_op_facts, paths)
-        if not prof.cuda and cfg.profile_memory:
-            res.cpu_growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, prof,
-                                   facts.traces) or []
-    if prof._writer is not None and paths:
-        res.gpu_util = g.run("GPU utilisation scalars", "no GPU utilisation in TensorBoard",
-                             _gpu_utilization_per_step, facts.traces) or {}
+            op = g.run("settings checks", "no settings findings", trace_op_facts, [trace])
+            if op is not None:
+                res.op_facts = op if res.op_facts is None else {
+                    "has_conv": res.op_facts["has_conv"] or op["has_conv"],
+                    "fp32_matmuls": res.op_facts["fp32_matmuls"] + op["fp32_matmuls"]}
+        if cpu_growth and not res.cpu_growth:
+            res.cpu_growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, prof, trace,
+                                   metrics, g) or []
+        if cuda_leak and res.leak_site is None:
+            from gpuprof.capture.memory import leak_site
+
+            res.leak_site = g.run("leak site", "the memory-growth finding points at the capture", leak_site,
+                                  trace, 1)
+        if wants_util:
+            util = g.run("GPU utilisation scalars", "no GPU utilisation in TensorBoard", _gpu_utilization_per_step,
+                         metrics) or {}
+            res.gpu_util = {**(res.gpu_util or {}), **util}
+        del trace  # only the results outlive the trace
     return res
+
+
+def _is_cuda_growth(f: Finding) -> bool:
+    return f.code == "GP640" and bool(f.evidence) and f.evidence[0].extra.get("series") == "cuda"
+
+
+def _load(path: Path) -> tuple[Any, Any]:
+    from gpuprof.trace.load import load_trace
+    from gpuprof.trace.metrics import compute_metrics
+
+    trace = load_trace(path)
+    return trace, compute_metrics(trace)
 
 
 def assemble(prof: "Profiler", facts: RunFacts, res: TraceResults, g: Any) -> Report:
@@ -213,6 +284,10 @@ def assemble(prof: "Profiler", facts: RunFacts, res: TraceResults, g: Any) -> Re
     cfg = prof.config
     report = Report(command="capture", inputs=list(facts.trace_paths))
     runtime = list(facts.runtime)
+    if res.leak_site is not None:  # the CUDA growth measured per step, pointed at its line by the traces
+        from gpuprof.capture.memory import with_leak_site
+
+        runtime = [with_leak_site(f, res.leak_site) if _is_cuda_growth(f) else f for f in runtime]
     if cfg.checks:
         runtime += g.run("settings checks", "no settings findings", _settings_findings, prof, facts, res) or []
         runtime += filter_findings(res.cpu_growth, cfg.select, cfg.ignore)
@@ -246,7 +321,7 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
     """
     cfg = prof.config
     section = next(s for s in report.sections if getattr(s, "kind", None) == "capture")
-    if prof._writer is not None:
+    if prof.writer is not None:
         if final:
             g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard, prof, report)
         else:
@@ -254,6 +329,9 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
     if prof.paths is not None:
         g.run("report writer", "no report.json/report.md", _write_reports, prof, report)
     section.failures = g.all_failed()
+    doc = g.run("capture result", "the capture result holds no report", _report_document, report)
+    if doc is not None:
+        prof._published.append(WindowReport(at_step=section.steps, final=final, report=doc))
     if cfg.print_report:
         early = prof._printed_findings
         now = _findings_key(report)
@@ -262,7 +340,18 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
         else:
             text = short_report(report, prof)
         prof._printed_findings = (section.steps, now)
-        print(text, file=prof._stream, flush=True)
+        print(text, file=prof.stream, flush=True)
+
+
+def _report_document(report: Report) -> dict[str, Any]:
+    """The report as report.json holds it (JSON-safe: no NaN), for the capture result."""
+    import msgspec
+
+    from gpuprof.render.jsonout import render_json
+
+    doc = msgspec.json.decode(render_json(report))
+    assert isinstance(doc, dict)
+    return doc
 
 
 def _findings_key(report: Report) -> list[tuple[str, str, str]]:
@@ -277,20 +366,17 @@ def final_line(report: Report, prof: "Profiler", at_step: int) -> str:
             f"run{where}")
 
 
-def _analyze(trace_paths: list[str], cfg: Any, failures: list[Any]) -> Report:
-    from gpuprof.analysis import analyze
+def _analyze_one(trace: Any, metrics: Any, cfg: Any, merged: Report, failures: list[Any]) -> None:
+    from gpuprof.analysis import analyze_trace
 
-    merged = Report(command="capture")
-    for p in trace_paths:
-        # with a failures list a rule that raises costs neither the other rules' findings
-        # nor the training: assemble() warns about it and the report says it is incomplete
-        r = analyze(p, select=tuple(cfg.select), ignore=tuple(cfg.ignore), options=cfg.rule_options,
-                    failures=failures)
-        merged.traces += r.traces
-        merged.findings += r.findings
-        merged.notes += [n for n in r.notes if n not in merged.notes]
-        merged.failed_rules += [c for c in r.failed_rules if c not in merged.failed_rules]
-    return merged
+    # with a failures list a rule that raises costs neither the other rules' findings
+    # nor the training: assemble() warns about it and the report says it is incomplete
+    failed: list[Any] = []
+    summary, findings = analyze_trace(trace, cfg.rule_options, tuple(cfg.select), tuple(cfg.ignore), failed, metrics=metrics)
+    failures.extend(failed)
+    merged.traces.append(summary)
+    merged.findings += filter_findings(findings, cfg.select, cfg.ignore)
+    merged.failed_rules += [c for c, _ in failed if c not in merged.failed_rules]
 
 
 def _merge(runtime: list[Finding], trace: list[Finding]) -> list[Finding]:
@@ -311,19 +397,16 @@ def _settings_findings(prof: "Profiler", facts: RunFacts, res: TraceResults) -> 
     return filter_findings([f for f in out if f is not None], prof.config.select, prof.config.ignore)
 
 
-def _cpu_growth(prof: "Profiler", traces: list[Any]) -> list[Finding]:
-    from gpuprof.capture.memory import growth_finding, trace_allocated_series
+def _cpu_growth(prof: "Profiler", trace: Any, metrics: Any, g: Any) -> list[Finding]:
+    from gpuprof.capture.memory import growth_finding, leak_site, trace_allocated_series, with_leak_site
 
-    out = []
-    for tf in traces:
-        if not tf.path.exists():
-            continue
-        series = [v for _, v in trace_allocated_series(tf.path)]
-        f = growth_finding(series, "cpu_trace", prof.config.options, prof.location)
-        if f is not None:
-            out.append(f)
-            break
-    return out
+    series = [v for _, v in trace_allocated_series(trace, 0, metrics)]
+    f = growth_finding(series, "cpu_trace", prof.config.options, prof.location)
+    if f is None:
+        return []
+    # the growth is real: find the line that allocates what stays (a second, narrow read of the addresses)
+    site = g.run("leak site", "the memory-growth finding points at the capture", leak_site, trace, 0)
+    return [with_leak_site(f, site) if site is not None else f]
 
 
 def _roots_have_conv(prof: "Profiler") -> bool:
@@ -338,8 +421,8 @@ def _shapes_stable(prof: "Profiler") -> bool | None:
     A different last batch (``drop_last=False``) does not count against it.
     """
     series = [r.signatures for r in prof.loaders.records.values() if r.signatures]
-    if prof._signatures:
-        series.append(prof._signatures)
+    if prof.step_signatures:
+        series.append(prof.step_signatures)
     if not series:
         return None
     for sigs in series:
@@ -368,7 +451,7 @@ def _section(prof: "Profiler", trace_paths: list[str]) -> CaptureSection:
         traces=trace_paths,
         memory_snapshots=[str(s) for s in (prof.history.snapshots if prof.history else [])],
         oom_files=[str(x) for pair in (prof.oom.dumped if prof.oom else []) for x in pair],
-        tensorboard_dir=str(p.logdir) if (p and prof._writer is not None) else None,
+        tensorboard_dir=str(p.logdir) if (p and prof.writer is not None) else None,
         memory_series=mem.kind if mem is not None else None,
         memory_first_mib=series[0] / 2**20 if series else None,
         memory_last_mib=series[-1] / 2**20 if series else None,
@@ -385,29 +468,22 @@ def _no_trace_note(prof: "Profiler") -> str:
             "active=3)")
 
 
-def _gpu_utilization_per_step(traces: list[Any]) -> dict[int, float]:
-    """Global step -> GPU busy / step time, from the traces (recorded steps with GPU activity only)."""
-    from gpuprof.trace.load import load_trace
-    from gpuprof.trace.metrics import compute_metrics
-
+def _gpu_utilization_per_step(m: Any) -> dict[int, float]:
+    """Global step -> GPU busy / step time, from one trace's metrics (recorded steps with GPU activity only)."""
     out: dict[int, float] = {}
-    for tf in traces:
-        if not tf.path.exists():
-            continue
-        m = compute_metrics(load_trace(tf.path))
-        dev = m.main_device
-        if dev is None or not m.has_step_markers:
-            continue
-        busy = m.busy_per_step.get(dev, [])
-        for st, b in zip(m.steps, busy):
-            if st.dur > 0:
-                out[st.id] = min(b / st.dur, 1.0)
+    dev = m.main_device
+    if dev is None or not m.has_step_markers:
+        return out
+    busy = m.busy_per_step.get(dev, [])
+    for st, b in zip(m.steps, busy):
+        if st.dur > 0:
+            out[st.id] = min(b / st.dur, 1.0)
     return out
 
 
 def _write_tensorboard(prof: "Profiler", report: Report) -> None:
     """End of the run (driving thread): the remaining scalars, GPU utilisation, the findings, close."""
-    w = prof._writer
+    w = prof.writer
     prof._flush_scalars(wait=True)
     res = prof._trace_results
     util = res.gpu_util if res is not None and res.gpu_util is not None else {}
@@ -418,9 +494,9 @@ def _write_tensorboard(prof: "Profiler", report: Report) -> None:
 
 
 def _write_tensorboard_text(prof: "Profiler", report: Report) -> None:
-    """The findings in the Text tab, at the report's step (SummaryWriter queues it: any thread)."""
+    """The findings in the Text tab, at the report's step (the writer locks its file: any thread)."""
     sec = next(s for s in report.sections if getattr(s, "kind", None) == "capture")
-    prof._writer.add_text(findings_markdown(report), step=sec.steps)
+    prof.writer.add_text(findings_markdown(report), step=sec.steps)
 
 
 def _write_reports(prof: "Profiler", report: Report) -> None:

@@ -4,8 +4,9 @@ A snapshot records, for every allocation, the stack at the moment it was
 made (``frames``: ``{"filename", "line", "name"}`` dicts, innermost first,
 Python and, with ``context="all"``, C++ frames mixed). The *allocation site*
 is the first frame, counting from the innermost, that belongs to the user's
-code: frames inside torch itself, the Python standard library, C/C++ sources
-and interpreter internals are skipped, because "aten::empty in
+code (:func:`gpuprof.frames.is_user_file`, the policy all of gpuprof uses):
+frames inside torch itself, installed packages, the Python standard library,
+C/C++ sources and interpreter internals are skipped, because "aten::empty in
 TensorFactories.cpp" says nothing about which of your lines to change.
 
 :class:`SiteTable` interns sites so an analysis of a million allocations
@@ -20,17 +21,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from gpuprof.frames import is_user_file
+
 __all__ = ["Site", "SiteTable", "DEFAULT_INTERNAL_PATTERNS", "UNKNOWN_SITE", "PRE_TRACE_SITE", "frame_text"]
 
-# Filenames that are not the user's code (regular expressions, searched).
-DEFAULT_INTERNAL_PATTERNS: tuple[str, ...] = (
-    r"(^|[/\\])(torch|functorch|triton)[/\\]",  # the torch package and its compilers
-    r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\](?!site-packages|dist-packages)",  # the standard library
-    r"(^|[/\\])gpuprof[/\\]capture[/\\]",  # gpuprof's own capture wrappers (e.g. its DataLoader iterator)
-    r"^<frozen ",  # importlib bootstrap
-    r"\.(c|cc|cpp|cxx|h|hh|hpp|cu|cuh)$",  # C/C++ frames (context="all")
-    r"^\?\?$|^$",  # unsymbolised frames
-)
+# Filename patterns skipped besides gpuprof's one user-frame policy (gpuprof.frames.is_user_file:
+# torch, installed packages, the standard library, interpreter internals, C/C++ frames);
+# `gpuprof memory --skip-frames REGEX` adds to them (e.g. the user's own framework's wrappers).
+DEFAULT_INTERNAL_PATTERNS: tuple[str, ...] = ()
 
 
 def _scalar(v: Any) -> str:
@@ -89,7 +87,8 @@ class SiteTable:
         self.sites: list[Site] = [UNKNOWN_SITE, PRE_TRACE_SITE]
         self._ids: dict[Any, int] = {}
         self._by_list: dict[int, tuple[Any, int]] = {}  # id(frames list) -> (list kept alive, site id)
-        self._internal = re.compile("|".join(f"(?:{p})" for p in internal_patterns))
+        pats = tuple(internal_patterns)
+        self._internal = re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None
         self._file_internal: dict[str, bool] = {}
 
     def __len__(self) -> int:
@@ -98,7 +97,7 @@ class SiteTable:
     def is_internal(self, filename: str) -> bool:
         hit = self._file_internal.get(filename)
         if hit is None:
-            hit = bool(self._internal.search(filename))
+            hit = not is_user_file(filename) or bool(self._internal is not None and self._internal.search(filename))
             self._file_internal[filename] = hit
         return hit
 

@@ -19,7 +19,11 @@ from gpuprof.report import DeviceInfo, Report, TraceSummary
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, IDLE_KEYS
 from gpuprof.units import fmt_bytes, fmt_count, fmt_gbps, fmt_ms, fmt_pct, fmt_share_of, fmt_us
 
+# what a finding of origin "runtime" says about where it comes from (terminal and markdown)
+RUNTIME_ORIGIN = "the capture's runtime checks (measured while the run trained)"
+
 __all__ = [
+    "RUNTIME_ORIGIN",
     "BREAKDOWN_KEYS",
     "IDLE_KEYS",
     "BREAKDOWN_LABELS",

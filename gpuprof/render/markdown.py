@@ -205,6 +205,8 @@ def _finding(index: int, f: Finding) -> list[str]:
         out.append(f"- **Where:** {md_code(loc)}")
     if f.source:
         out.append(f"- **Input:** {md_code(f.source)}")
+    if f.origin == "runtime":
+        out.append(f"- **From:** {F.RUNTIME_ORIGIN}")
     for e in f.evidence:
         line = f"- **Evidence:** {md_escape(F.fmt_evidence(e))}"
         if e.events:

@@ -1,8 +1,7 @@
 """TensorBoard output of a capture: per-step scalars and the findings as text.
 
-Written with ``torch.utils.tensorboard.SummaryWriter`` (so only the capture
-side imports it: it needs torch and the ``tensorboard`` package), read by
-``tensorboard --logdir LOGDIR`` offline, in the Scalars and Text tabs.
+Read by ``tensorboard --logdir LOGDIR`` offline, in the Scalars and Text
+tabs (the gpuprof TensorBoard plugin reads the same file).
 
 Scalars (tag: meaning), one point per training step:
 
@@ -17,10 +16,12 @@ Scalars (tag: meaning), one point per training step:
   fast steps have a point every few steps).
 
 All scalars of one step go into one event (one ``Summary`` with several
-values), written by gpuprof itself to its own event file
-(``events.out.tfevents.*.scalars*``, the TFRecord layout TensorBoard reads):
-about 9 µs a step, where ``SummaryWriter`` (a queue, a writer thread and a
-slower CRC) took 27. The findings text goes through ``SummaryWriter``.
+values). Everything (scalars and the findings text) goes into one event
+file per writer, ``events.out.tfevents.<time>.<host>.<pid>.<n><suffix>``,
+written by gpuprof itself in the TFRecord layout TensorBoard reads: about
+9 µs a step, where torch's ``SummaryWriter`` (a queue, a writer thread and a
+slower CRC) took 27, and no second writer or second file per run. Writing
+needs only the ``tensorboard`` package (its protobufs), not torch.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import itertools
 import os
 import socket
 import struct
+import threading
 import time
 from typing import Any, BinaryIO, Mapping
 
@@ -72,16 +74,19 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-class _ScalarFile:
-    """An event file of scalar summaries, written directly (TFRecord framing)."""
+class _EventFile:
+    """One event file, written directly (TFRecord framing); safe to write from several threads."""
 
     def __init__(self, log_dir: str, suffix: str) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         self._Event, self._Summary = Event, Summary
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_IDS)}.scalars{suffix}"
-        self._f: BinaryIO = open(os.path.join(log_dir, name), "ab")
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_IDS)}{suffix}"
+        self.path = os.path.join(log_dir, name)
+        # scalars come from the training thread's flusher, the findings text from the report thread
+        self._lock = threading.Lock()
+        self._f: BinaryIO = open(self.path, "ab")
         self._record(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
 
     def add(self, step: int, values: Mapping[str, float]) -> None:
@@ -90,52 +95,63 @@ class _ScalarFile:
             ev = self._Event(wall_time=time.time(), step=step, summary=self._Summary(value=vals))
             self._record(ev.SerializeToString())
 
+    def add_summary(self, step: int, summary: Any) -> None:
+        self._record(self._Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
+
     def _record(self, data: bytes) -> None:
         head = struct.pack("<Q", len(data))
-        self._f.write(head + struct.pack("<I", masked_crc32c(head)) + data + struct.pack("<I", masked_crc32c(data)))
+        rec = head + struct.pack("<I", masked_crc32c(head)) + data + struct.pack("<I", masked_crc32c(data))
+        with self._lock:
+            self._f.write(rec)
 
     def flush(self) -> None:
-        self._f.flush()
+        with self._lock:
+            self._f.flush()
 
     def close(self) -> None:
-        self._f.close()
+        with self._lock:
+            self._f.close()
 
 
 class TensorBoardWriter:
-    """A thin layer over ``SummaryWriter`` for gpuprof's scalars and findings text."""
+    """gpuprof's per-step scalars and findings text, in one event file under ``log_dir``."""
 
     def __init__(self, log_dir: str | os.PathLike[str], filename_suffix: str = "") -> None:
-        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+        from tensorboard.plugins.text.summary_v2 import text_pb  # needs the tensorboard package
 
-        self._writer = SummaryWriter(log_dir=os.fspath(log_dir), filename_suffix=filename_suffix)
-        self._scalars = _ScalarFile(str(self._writer.log_dir), filename_suffix)
+        self._text_pb = text_pb
+        self._log_dir = os.fspath(log_dir)
+        os.makedirs(self._log_dir, exist_ok=True)
+        self._file = _EventFile(self._log_dir, filename_suffix)
 
     @property
     def log_dir(self) -> str:
-        return str(self._writer.log_dir)
+        return self._log_dir
+
+    @property
+    def path(self) -> str:
+        """The one event file this writer writes."""
+        return self._file.path
 
     def add_step(self, step: int, values: Mapping[str, float]) -> None:
         """Write the named scalars (keys of :data:`TAGS`) of one step as one event."""
-        self._scalars.add(step, values)
+        self._file.add(step, values)
 
     def add_text(self, markdown: str, step: int = 0, tag: str = TEXT_TAG) -> None:
         """Write ``markdown`` to the Text tab; any control character left in it is made visible.
 
         The markdown is built from trace names by escaping renderers already;
         this last pass keeps the event file free of them whatever the caller passes.
+        The tag is ``<tag>/text_summary``, as ``SummaryWriter.add_text`` names it.
         """
         text = "\n".join(visible(line) for line in markdown.split("\n"))
-        self._writer.add_text(tag, text, global_step=step)
+        self._file.add_summary(step, self._text_pb(f"{tag}/text_summary", text))
 
     def flush(self) -> None:
-        self._scalars.flush()
-        self._writer.flush()
+        self._file.flush()
 
     def close(self) -> None:
-        try:
-            self._scalars.close()
-        finally:
-            self._writer.close()
+        self._file.close()
 
     def __enter__(self) -> "TensorBoardWriter":
         return self

@@ -532,6 +532,8 @@ def _finding_panel(index: int, f: Finding, group: Sequence[Finding] = (), labels
         rows.append(("Traces", _applies_to(group, labels)))
     elif f.source:
         rows.append(("Input", f.source))
+    if f.origin == "runtime":
+        rows.append(("From", F.RUNTIME_ORIGIN))
     for e in f.evidence:
         text = _t(F.fmt_evidence(e))
         if e.events:

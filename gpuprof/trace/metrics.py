@@ -35,8 +35,14 @@ call: launches, malloc/free, ...), ``data_loading``, ``optimizer``
 (``Optimizer.step``/``zero_grad``), ``cpu_other`` (other operators, Python, or
 nothing recorded). The parts add up to the idle time.
 
-**Data-loading share**: data-loading time (union of DataLoader ranges on the
-main thread) / step time.
+**Data-loading share** (:func:`data_loading_share`, the one definition every
+figure uses): time the training thread spent waiting for the next batch
+(inside ``DataLoader.__next__``; overlapping ranges counted once) / the step
+time of the same steps, at most 1. From a trace (GP102, GP103, ``analyze``)
+the steps are the recorded ones; during a capture (GP601, the summary, the
+report's ``data_loading_share``, the TensorBoard scalar) every step is timed
+live, so a capture reports the share over the whole run and its report drops
+GP102 when GP601 holds the same finding.
 
 **Blocking copy**: a host↔device copy whose host call returned only after
 the GPU copy ended, or that is followed on the same thread by a stream/device
@@ -96,6 +102,7 @@ __all__ = [
     "CopyEvent",
     "TraceMetrics",
     "compute_metrics",
+    "data_loading_share",
     "is_communication_kernel",
     "communication_names",
     "union_of",
@@ -229,8 +236,8 @@ class TraceMetrics:
 
     @property
     def data_loading_share(self) -> float:
-        t = self.total_time
-        return sum(self.data_loading_per_step) / t if t > 0 else 0.0
+        """:func:`data_loading_share` over the recorded steps (0 without step time)."""
+        return data_loading_share(sum(self.data_loading_per_step), self.total_time) or 0.0
 
     def step_of(self, t: float) -> int | None:
         """Index of the step whose window contains ``t`` (None outside all steps)."""
@@ -844,3 +851,15 @@ def _sync_stats(syncs: list[SyncPoint]) -> list[SyncStat]:
     ]
     out.sort(key=lambda s: -s.total_us)
     return out
+
+
+def data_loading_share(loading: float, step_time: float) -> float | None:
+    """The data-loading share: ``loading`` (time waiting in ``DataLoader.__next__``, any unit) over
+    ``step_time`` (the steps it falls in, same unit); at most 1, None without step time.
+
+    The one definition (see the module docstring) behind ``TraceMetrics.data_loading_share``
+    (GP102/GP103), the capture's GP601, its summary and report figure and its TensorBoard scalar.
+    """
+    if step_time <= 0:
+        return None
+    return min(loading / step_time, 1.0)

@@ -7,8 +7,8 @@ Two sources of Python stacks exist in traces:
 * the legacy ``Call stack`` arg of 2021 operators: ``frame;frame;...`` with the
   innermost frame first.
 
-"User code" is a frame that is not inside a known library or the standard
-library; the innermost user frame is what a finding points at.
+"User code" is decided by :mod:`gpuprof.frames` (one policy for all of
+gpuprof); the innermost user frame is what a finding points at.
 """
 
 from __future__ import annotations
@@ -18,21 +18,12 @@ from bisect import bisect_right
 from typing import Union
 
 from gpuprof.findings import SourceLocation
+from gpuprof.frames import is_user_file
 from gpuprof.trace.model import Event, Trace
 
 __all__ = ["parse_frame", "is_user_frame", "StackIndex"]
 
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
-
-# Top-level packages and stdlib modules whose frames are never "the user's line".
-_LIBRARY_ROOTS = frozenset(
-    """torch torchvision torchaudio torchtext functorch transformers accelerate triton numpy lightning
-    pytorch_lightning lightning_fabric deepspeed apex timm diffusers datasets tqdm collections contextlib
-    functools typing threading multiprocessing importlib runpy asyncio abc copy enum weakref warnings logging
-    concurrent selectors queue json re dataclasses inspect traceback site codecs os posixpath genericpath
-    tensorboard gpuprof""".split()
-)
-_LIB_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "/torch/", "gpuprof/capture/")
 
 _LOC_CACHE: dict[str, Union[SourceLocation, None]] = {}
 
@@ -46,23 +37,13 @@ def parse_frame(name: str) -> SourceLocation | None:
 
 
 def is_user_frame(name: str) -> bool:
-    """True for a frame in the user's own code (not a library, not the standard library)."""
+    """True for a frame ``path(LINE): function`` in the user's own code (:func:`gpuprof.frames.is_user_file`)."""
     if not name or name[0] == "<":
         return False
     m = _FRAME_RE.match(name)
     if not m:
         return False
-    path = m.group(1)
-    if any(marker in path for marker in _LIB_MARKERS):
-        return False
-    if path.startswith("<"):
-        return False
-    root = path.split("/", 1)[0] if "/" in path else None
-    if root is not None and root in _LIBRARY_ROOTS:
-        return False
-    if root is None and path.endswith(".py") and path[:-3] in _LIBRARY_ROOTS:
-        return False  # stdlib single-file modules written bare, e.g. "threading.py"
-    return True
+    return is_user_file(m.group(1))
 
 
 def user_location(name: str) -> SourceLocation | None:

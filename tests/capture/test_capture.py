@@ -74,6 +74,8 @@ def test_tensorboard_scalars_and_text_read_back(tmp_path: Path) -> None:
         for x, y in loader:
             train_step(model, opt, x, y)
             prof.step()
+    # one TensorBoard event file per run: scalars and the findings text through one writer (issue 12)
+    assert len(list(run_dir(tmp_path).glob("events.out.tfevents.*"))) == 1
     acc = EventAccumulator(str(run_dir(tmp_path)), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     tags = acc.Tags()

@@ -125,7 +125,7 @@ def test_analyzer_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     def broken(*a: Any, **k: Any) -> None:
         raise ValueError("injected analyzer bug")
 
-    monkeypatch.setattr(summary, "_analyze", broken)
+    monkeypatch.setattr(summary, "_analyze_one", broken)
     prof, ours, done = _run(tmp_path, tensorboard=False)
     assert len(ours) == 1 and "trace analysis failed" in str(ours[0].message)
     assert report_json(run_dir(tmp_path))["command"] == "capture"

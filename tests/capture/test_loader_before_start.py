@@ -40,12 +40,17 @@ def test_loader_iterated_before_the_first_decorated_call_is_seen(tmp_path: Path)
     step = _decorated(tmp_path)
     for x, y in loader:  # the iterator exists before step() starts the capture
         step(x, y)
-    report = step.finish()
-    assert report is not None
+    result = step.finish()
+    report = step.report
+    assert result is not None and report is not None
     sec = report.sections[0]
     assert sec.data_loading_share is not None and sec.data_loading_share > 0.1
+    assert result.data_loading_share == sec.data_loading_share  # the result carries the same figure
     gp601 = [f for f in report.findings if f.code == "GP601"]
     assert len(gp601) == 1 and "DataLoader(_SlowData)" in gp601[0].message
+    # one definition of the data-loading share: GP601's figure is the report's (one loader here)
+    assert gp601[0].evidence[0].value == round(sec.data_loading_share, 4)
+    assert f"{sec.data_loading_share:.0%} of step time" in gp601[0].message
     assert gp601[0].location is not None and gp601[0].location.function == \
         "test_loader_iterated_before_the_first_decorated_call_is_seen"
     assert report_json(run_dir(tmp_path))["sections"][0]["data_loading_share"] == sec.data_loading_share
@@ -57,6 +62,7 @@ def test_iterator_made_before_decoration_is_seen_too(tmp_path: Path) -> None:
     step = _decorated(tmp_path)
     for x, y in it:
         step(x, y)
-    report = step.finish()
+    assert step.finish() is not None
+    report = step.report
     assert report is not None and report.sections[0].data_loading_share is not None
     assert [f.source for f in report.findings if f.code == "GP601"] == ["DataLoader(_SlowData)"]

@@ -67,13 +67,13 @@ def test_window_report_written_in_the_background_and_reused_at_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     calls: list[str] = []
-    real = summary._analyze
+    real = summary._load
 
-    def counting(paths: Any, cfg: Any, failures: Any) -> Any:
+    def counting(path: Any) -> Any:
         calls.append(__import__("threading").current_thread().name)
-        return real(paths, cfg, failures)
+        return real(path)
 
-    monkeypatch.setattr(summary, "_analyze", counting)
+    monkeypatch.setattr(summary, "_load", counting)
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False) as prof:
@@ -88,7 +88,9 @@ def test_window_report_written_in_the_background_and_reused_at_stop(
         assert early["sections"][0]["steps"] == 5
         assert any("recorded window closed at step 5" in n for n in early["notes"])
         assert prof.window_report is not None
-    assert calls == ["gpuprof-report"]  # analysed once, off the training thread; stop() reused it
+    # the one trace loaded once (analysis, checks, memory series all read it), off the training thread;
+    # stop() reused the results
+    assert calls == ["gpuprof-report"]
     final = report_json(run_dir(tmp_path))
     assert final["sections"][0]["steps"] == 12  # the final report: the whole run
     assert not any("recorded window closed" in n for n in final["notes"])

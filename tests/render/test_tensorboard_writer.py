@@ -7,7 +7,6 @@ import os
 import pytest
 
 pytest.importorskip("tensorboard")
-pytest.importorskip("torch")
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tb_crc  # noqa: E402
@@ -27,11 +26,14 @@ def test_scalars_and_text_read_back_exactly(tmp_path):
         w.add_step(300, {})  # nothing to write: no event
         w.add_text("**2 findings**")
     files = os.listdir(tmp_path)
-    assert any(".scalars.w0" in f for f in files) and all(f.startswith("events.out.tfevents.") for f in files)
+    # one writer, one event file: scalars and text together (issue 12)
+    assert len(files) == 1 and files[0].startswith("events.out.tfevents.") and files[0].endswith(".w0")
     acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     steps = acc.Scalars("gpuprof/step_time_ms")
     assert [s.step for s in steps] == list(range(300))
     assert [s.value for s in steps] == [10.0 + i for i in range(300)]
     assert {s.value for s in acc.Scalars("gpuprof/host_rss_mib")} == {512.5}
-    assert "gpuprof/findings/text_summary" in acc.Tags()["tensors"]  # the findings text, via SummaryWriter
+    assert "gpuprof/findings/text_summary" in acc.Tags()["tensors"]  # the findings text, as SummaryWriter tags it
+    text = acc.Tensors("gpuprof/findings/text_summary")[-1].tensor_proto.string_val[0].decode()
+    assert text == "**2 findings**"

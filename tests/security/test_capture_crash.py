@@ -245,7 +245,9 @@ SCRIPTS: dict[str, str] = {
                         step()
                         inner.step()
                         outer.step()
-        assert step.finish() is None and inner.report is None     # both stood aside
+        stood = step.finish()
+        assert stood is not None and stood.inactive and not stood.files and inner.report is None  # both stood aside
+        assert inner.result is not None and inner.result.inactive and "gpuprof capture" in inner.result.inactive
         assert outer.report is not None and len(outer.traces) == 1
         assert len(traces()) == 1 and "outer" in traces()[0]
         assert len([w for w in ours(caught) if "another gpuprof capture" in w]) == 2, ours(caught)

@@ -1,0 +1,150 @@
+"""The runtime findings a capture left in its run directory, for ``gpuprof analyze <run dir>``.
+
+A capture (``gpuprof.profile``) writes ``report.json`` beside its traces
+(``<run>/report.json``, or ``<run>/rank<R>/report.json`` under torchrun). The
+runtime checks (GP6xx: a leak, a slow DataLoader, a host sync) were measured
+in the live process and cannot be recomputed from the traces, so analysing
+the run directory offline would silently lose them. :func:`capture_findings`
+reads them back; :func:`merge_capture_findings` adds them to an analysis
+report, marked as from the capture (``origin="runtime"``, ``source`` = the
+report.json), and drops the trace findings a runtime finding covers, as the
+capture's own report does.
+
+Torch-free: ``gpuprof analyze`` never imports torch. A ``report.json`` that
+is unreadable, too big or not a capture's report is skipped with a note (the
+traces are still analysed), never fatal: it is a by-product, not the input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from gpuprof.codes import apply_overlaps
+from gpuprof.findings import Finding, filter_findings, sort_findings
+from gpuprof.report import Report
+
+__all__ = ["CaptureFindings", "capture_findings", "merge_capture_findings",
+           "REPORT_NAME", "MAX_REPORT_BYTES"]
+
+REPORT_NAME = "report.json"
+MAX_REPORT_BYTES = 64 * 1024 * 1024  # a real capture report is KBs; never read a huge file whole
+RUNTIME_PREFIX = "GP6"  # the runtime checks' range (see gpuprof.capture.codes)
+
+
+
+@dataclass
+class CaptureFindings:
+    """What the run's capture reports hold: runtime findings, and notes on the reports skipped."""
+
+    findings: list[Finding] = field(default_factory=list)
+    reports: list[str] = field(default_factory=list)  # the report.json files read
+    notes: list[str] = field(default_factory=list)
+
+
+def _reports_under(root: Path) -> list[Path]:
+    """``report.json`` of the run (single process) and of each ``rank<R>`` directory, sorted."""
+    out = []
+    if (root / REPORT_NAME).is_file():
+        out.append(root / REPORT_NAME)
+    try:
+        children = sorted(root.iterdir())
+    except OSError:
+        return out
+    for child in children:
+        if child.name.startswith("rank") and child.name[4:].isdigit() and (child / REPORT_NAME).is_file():
+            out.append(child / REPORT_NAME)
+    return out
+
+
+def capture_findings(path: str | os.PathLike[str]) -> CaptureFindings:
+    """The runtime findings (GP6xx) of the capture reports in run directory ``path`` (nothing for a file)."""
+    out = CaptureFindings()
+    root = Path(path)
+    if not root.is_dir():
+        return out
+    for rep in _reports_under(root):
+        try:
+            found = _read(rep)
+        except ValueError as err:
+            out.notes.append(f"skipped {rep}: {err}")
+            continue
+        if found is None:
+            continue  # not a capture's report (e.g. a saved `gpuprof analyze --format json`)
+        out.reports.append(str(rep))
+        out.findings += found
+    return out
+
+
+def _read(rep: Path) -> list[Finding] | None:
+    try:
+        with open(rep, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > MAX_REPORT_BYTES:
+                raise ValueError(f"larger than {MAX_REPORT_BYTES:,} bytes, not a capture report")
+            data = json.loads(fh.read())
+    except OSError as err:
+        raise ValueError(f"cannot read it ({err.strerror or err})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"not JSON ({err})") from None
+    if not isinstance(data, dict) or data.get("command") != "capture":
+        return None
+    raw = data.get("findings")
+    if not isinstance(raw, list):
+        raise ValueError("a capture report without a findings list")
+    found = []
+    for d in raw:
+        if not isinstance(d, dict) or not isinstance(d.get("code"), str):
+            raise ValueError("a finding that is not an object with a code")
+        if d.get("origin") != "runtime" or not d["code"].startswith(RUNTIME_PREFIX):
+            continue  # trace findings are recomputed from the traces themselves
+        try:
+            f = Finding.from_dict(d)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"a malformed {d['code']} finding ({type(err).__name__})") from None
+        if not _well_typed(f):  # a stranger's file: the renderers expect text where text belongs
+            raise ValueError(f"a malformed {d['code']} finding (a field of the wrong type)")
+        found.append(_as_from_capture(f, rep))
+    return found
+
+
+def _well_typed(f: Finding) -> bool:
+    texts = (f.code, f.name, f.message, f.advice)
+    if not all(isinstance(t, str) for t in texts):
+        return False
+    for num in (f.cost_us_per_step, f.cost_share):
+        if num is not None and (isinstance(num, bool) or not isinstance(num, (int, float))):
+            return False
+    loc = f.location
+    if loc is not None and (not isinstance(loc.file, str) or not isinstance(loc.line, (int, type(None)))
+                            or not isinstance(loc.function, (str, type(None)))):
+        return False
+    for e in f.evidence:
+        if not isinstance(e.metric, str) or not isinstance(e.unit, str) or not isinstance(e.extra, dict):
+            return False
+        if isinstance(e.value, bool) or not isinstance(e.value, (int, float, str, type(None))):
+            return False
+        if isinstance(e.threshold, bool) or not isinstance(e.threshold, (int, float, type(None))):
+            return False
+    return True
+
+
+def _as_from_capture(f: Finding, rep: Path) -> Finding:
+    return replace(f, origin="runtime", source=str(rep))
+
+
+def merge_capture_findings(report: Report, path: str | os.PathLike[str], select: list[str],
+                           ignore: list[str]) -> None:
+    """Add the run's capture findings to ``report`` (a :class:`gpuprof.report.Report`) in place."""
+    found = capture_findings(path)
+    rt = filter_findings(found.findings, select, ignore)
+    report.notes += found.notes
+    if not found.reports:
+        return
+    n = len(rt)
+    report.notes.append(
+        f"{n} runtime finding{'s' if n != 1 else ''} (GP6xx) from the capture's "
+        f"{', '.join(found.reports)}: measured while the run trained, not recomputed from the traces")
+    # one overlap policy (docs/codes.md): a trace finding a runtime one supersedes (GP102 under GP601) is folded in
+    report.findings = sort_findings(apply_overlaps(rt + report.findings))

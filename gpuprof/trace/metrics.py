@@ -9,8 +9,18 @@ annotations; without them, the host thread with the most operator time.
 timeline: step *i* runs from its own start to the next step's start, or, for
 the last step (and before a gap), to the later of its host end and the end of
 the last GPU activity it launched. Without ``ProfilerStep#`` events the whole
-trace is one step (id 0). Duplicate step numbers (two profiling spans in one
+trace (after its lead-in, see below) is one step (id 0). Duplicate step numbers (two profiling spans in one
 file) are kept as separate steps, in time order.
+
+**Lead-in**: in a trace without ``ProfilerStep#`` markers, the time from the
+trace's first event to its first GPU work: the earlier of the first GPU
+activity (kernel, copy or memset) and the start of the host call that launched
+it. The profiler was started before the program used the GPU (imports, CUDA
+context creation, data set-up); that time is not a GPU-idle problem of the
+work being profiled, so the whole-trace step starts after it, and it is
+reported on its own (``lead_in_us``). Traces with step markers and traces
+without GPU work have no lead-in (None): their windows already start where the
+work does.
 
 **Step time**: the length of a step's window. Reports give the median.
 
@@ -165,6 +175,7 @@ class TraceMetrics:
     steps: list[Step]
     windows: list[Interval]
     has_step_markers: bool
+    lead_in: Interval | None  # (trace start, first GPU work) of a trace without step markers, else None
     devices_active: list[int]
     main_device: int | None
     gpu_busy: dict[int, Intervals]
@@ -186,6 +197,11 @@ class TraceMetrics:
     op_stats: list[OpStat] = field(default_factory=list)
 
     # -- derived numbers -------------------------------------------------------
+    @property
+    def lead_in_us(self) -> float | None:
+        """Length of the lead-in (see the module docstring); None when the trace has none."""
+        return None if self.lead_in is None else self.lead_in[1] - self.lead_in[0]
+
     @property
     def num_steps(self) -> int:
         return len(self.steps)
@@ -277,6 +293,7 @@ class TraceMetrics:
             step_ids=[s.id for s in self.steps],
             step_time_us=self.median_step_time,
             step_time_mean_us=self.mean_step_time,
+            lead_in_us=self.lead_in_us,
             gpu_busy_us=self.gpu_busy_total() / max(self.num_steps, 1),
             gpu_utilization=self.gpu_utilization,
             breakdown_us=self.mean_breakdown(),
@@ -299,7 +316,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     markers = _step_markers(trace)
     main = _main_thread(trace, markers)
     launch_by_corr: dict[int, Event] = {r.corr: r for r in trace.runtime if r.corr >= 0}
-    steps, has_markers = _steps(trace, main, markers, launch_by_corr)
+    steps, has_markers, lead_in = _steps(trace, main, markers, launch_by_corr)
     windows = [(s.start, s.end) for s in steps]
 
     # GPU side: per device, the union of each kind of GPU work
@@ -407,6 +424,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         steps=steps,
         windows=windows,
         has_step_markers=has_markers,
+        lead_in=lead_in,
         devices_active=devices,
         main_device=main_device,
         gpu_busy=gpu_by_dev,
@@ -586,7 +604,7 @@ def _main_thread(trace: Trace, markers: list[Event]) -> HostThread | None:
 
 def _steps(
     trace: Trace, main: HostThread | None, markers: list[Event], launch_by_corr: dict[int, Event]
-) -> tuple[list[Step], bool]:
+) -> tuple[list[Step], bool, Interval | None]:
     main_keys = _thread_keys(main)
     marks = sorted(
         (e.ts, e.end, step_number(e.name)) for e in markers if main is None or (e.pid, e.tid) in main_keys
@@ -600,8 +618,13 @@ def _steps(
     if not dedup:
         lo, hi = _extent(trace)
         if hi <= lo:
-            return [], False
-        return [Step(index=0, id=0, start=lo, end=hi, cpu_end=hi)], False
+            return [], False, None
+        first = _first_gpu_work(trace, launch_by_corr)
+        lead_in = None
+        if first is not None and lo < first < hi:
+            lead_in = (lo, first)
+            lo = first
+        return [Step(index=0, id=0, start=lo, end=hi, cpu_end=hi)], False, lead_in
 
     gpu_end = _GpuEndByLaunch(trace, launch_by_corr)
     steps = []
@@ -613,7 +636,20 @@ def _steps(
         else:
             end = max(e, gpu_end.latest(s, e))  # the last step lasts until its GPU work is done
         steps.append(Step(index=i, id=n, start=s, end=end, cpu_end=e))
-    return steps, True
+    return steps, True, None
+
+
+def _first_gpu_work(trace: Trace, launch_by_corr: dict[int, Event]) -> float | None:
+    """Start of the first GPU work: its GPU activity or, earlier, the host call that launched it (None without GPU work)."""
+    first = None
+    for g in trace.gpu_events():
+        t = g.ts
+        r = launch_by_corr.get(g.corr) if g.corr >= 0 else None
+        if r is not None and r.ts < t:
+            t = r.ts
+        if first is None or t < first:
+            first = t
+    return first
 
 
 class _GpuEndByLaunch:

@@ -78,7 +78,9 @@ def run_rules(
                 raise RuleError(trace.path, [(rule_cls.code, err)]) from err
             assert failures is not None
             failures.append((rule_cls.code, err))
-    return findings
+    from gpuprof.rules.utilization import link_idle_parts
+
+    return link_idle_parts(findings)
 
 
 def analyze_trace(

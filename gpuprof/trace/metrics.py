@@ -45,6 +45,14 @@ call: launches, malloc/free, ...), ``data_loading``, ``optimizer``
 (``Optimizer.step``/``zero_grad``), ``cpu_other`` (other operators, Python, or
 nothing recorded). The parts add up to the idle time.
 
+**Idle parts** (:mod:`gpuprof.trace.idleparts`): the same idle time split
+by name instead of kind, first match wins: the runtime call of the main thread
+(``cudaFree``) open at the instant; else the innermost *user* Python frame
+(``train.py(42): load_batch``; the innermost frame when no user frame is open)
+of the main thread's ``python_function`` stack; in traces without Python
+stacks, the innermost operator; else "nothing recorded on the main thread".
+The parts add up to the idle time.
+
 **Data-loading share**: data-loading time (union of DataLoader ranges on the
 main thread) / step time.
 
@@ -109,6 +117,7 @@ __all__ = [
     "is_communication_kernel",
     "communication_names",
     "union_of",
+    "thread_keys",
     "BREAKDOWN_KEYS",
     "IDLE_KEYS",
 ]
@@ -336,7 +345,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     # host side
     op_by_ext: dict[int, Event] = {o.ext: o for o in reversed(trace.ops) if o.ext >= 0}  # the first op wins
     threads = ThreadIndex.build(trace)
-    main_keys = _thread_keys(main)
+    main_keys = thread_keys(main)
     main_runtime = threads.runtime_on(main_keys)
     copy_events = _copies(trace, launch_by_corr, threads)
     blocking_copy_calls = {id(c.launch) for c in copy_events if c.blocking and c.launch is not None}
@@ -558,7 +567,7 @@ def _merged_in_time(groups: list[list[Event]]) -> list[Event]:
     return sorted((e for g in groups for e in g), key=ts_of)
 
 
-def _thread_keys(t: HostThread | None) -> frozenset[HostThread]:
+def thread_keys(t: HostThread | None) -> frozenset[HostThread]:
     """The spellings of one host thread's (pid, tid): 2021 traces mix int and str tids."""
     if t is None:
         return frozenset()
@@ -605,7 +614,7 @@ def _main_thread(trace: Trace, markers: list[Event]) -> HostThread | None:
 def _steps(
     trace: Trace, main: HostThread | None, markers: list[Event], launch_by_corr: dict[int, Event]
 ) -> tuple[list[Step], bool, Interval | None]:
-    main_keys = _thread_keys(main)
+    main_keys = thread_keys(main)
     marks = sorted(
         (e.ts, e.end, step_number(e.name)) for e in markers if main is None or (e.pid, e.tid) in main_keys
     )

@@ -79,9 +79,10 @@ class ExpensiveRuntimeCalls(Rule):
     cannot show "every step", so churn is judged by count and against the GPU
     work: at least ``min_calls_whole_trace`` allocator calls whose time with
     no kernel running is at least ``min_busy_ratio`` of the GPU's busy time
-    and ``min_share`` of the trace. Long calls use the same thresholds, over
-    the trace. One-off start-up calls (the first call of a kind, see GP206)
-    are GP206's when it runs, never counted twice.
+    and ``min_share`` of the trace (none without recorded GPU work). Long
+    calls use the same thresholds over the trace, and must meet them without
+    their longest call (one long call is one-off work). One-off start-up calls
+    (see GP206) are GP206's when it runs, never counted twice.
     """
 
     code = "GP205"
@@ -187,8 +188,10 @@ class ExpensiveRuntimeCalls(Rule):
         m = ctx.metrics
         if len(calls) < ctx.opt("min_calls_whole_trace"):
             return
-        cost = _cost(m, calls)
         busy = m.gpu_busy_total()
+        if busy <= 0:
+            return  # no recorded GPU work (a CUPTI range-profiler trace): nothing to judge the calls against
+        cost = _cost(m, calls)
         if cost < ctx.opt("min_share") * m.total_time or cost < ctx.opt("min_busy_ratio") * busy:
             return
         per_name: dict[str, int] = defaultdict(int)
@@ -196,7 +199,7 @@ class ExpensiveRuntimeCalls(Rule):
             per_name[r.name] += 1
         total = sum(r.dur for r in calls)
         counts = ", ".join(f"{k} ×{v}" for k, v in sorted(per_name.items(), key=lambda kv: -kv[1]))
-        ratio = f"{cost / busy:.1f}× the GPU's busy time ({fmt_us(busy)})" if busy > 0 else "with no GPU work at all"
+        ratio = f"{cost / busy:.1f}× the GPU's busy time ({fmt_us(busy)})"
         yield self.finding(
             ctx,
             f"{len(calls)} allocator calls in a trace without step markers ({counts}): {fmt_us(total)} in "
@@ -209,7 +212,7 @@ class ExpensiveRuntimeCalls(Rule):
             evidence=[
                 Evidence(
                     "allocator_idle_us_vs_gpu_busy",
-                    round(cost / busy, 4) if busy > 0 else None,
+                    round(cost / busy, 4),
                     ctx.opt("min_busy_ratio"),
                     "ratio",
                     events=event_refs(sorted(calls, key=lambda r: -r.dur)),
@@ -234,6 +237,11 @@ class ExpensiveRuntimeCalls(Rule):
         if time_ps < ctx.opt("min_us_per_step") or share < ctx.opt("min_share"):
             return
         longest = max(calls, key=lambda r: r.dur)
+        if not m.has_step_markers:
+            # one "step": a single long call is one-off work (GP206's), not a repeated cost
+            rest = time_ps - longest.dur
+            if rest < ctx.opt("min_us_per_step") or rest < ctx.opt("min_share") * m.mean_step_time:
+                return
         cost = _cost(m, calls)
         per = "per step" if m.has_step_markers else "in the trace"
         yield self.finding(
@@ -269,23 +277,23 @@ class FirstUse:
     """A runtime call that does one-off start-up work, and why it is taken for one."""
 
     call: Event
-    what: str  # "first CUDA/HIP call of the process", "first launch of KERNEL", "first NAME"
-    later_median_us: float | None  # median of the later calls of the same kind (None: no later call)
+    what: str  # "the first CUDA/HIP call of the process (context creation)", "the first launch of K", ...
+    others_median_us: float | None  # median of the other calls of the same kind (None: no other call)
 
 
 def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> list[FirstUse]:
-    """The first call of each kind per process that is slow and much slower than the later ones.
+    """Per process and kind of call, the slowest call when it is a one-off: slow, and much slower than the rest.
 
     Kind: a kernel launch is keyed by the kernel it launched (the first launch
     of a kernel loads its module under lazy loading), any other call by its
     name. Synchronisations and copies wait for the GPU, so they are never
-    start-up work. A first call counts when it lasts at least ``min_call_us``
-    and at least ``min_ratio`` times the median of the later calls of its kind
-    (any length when there is no later call).
+    start-up work. The slowest call of a kind counts when it lasts at least
+    ``min_call_us`` and at least ``min_ratio`` times the median of the others
+    (any call when it is alone).
+    A call slow every step is therefore never one-off work.
     """
     kernel_by_corr = {k.corr: k.name for k in m.trace.kernels if k.corr >= 0}
-    first: dict[tuple[object, str], Event] = {}
-    later: dict[tuple[object, str], list[float]] = defaultdict(list)
+    by_kind: dict[tuple[object, str], list[Event]] = defaultdict(list)
     first_of_pid: dict[object, Event] = {}
     for r in sorted(m.trace.runtime, key=lambda r: r.ts):
         if r.pid not in first_of_pid:
@@ -294,28 +302,36 @@ def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> li
         if rc is RuntimeClass.SYNC or rc is RuntimeClass.MEMCPY:
             continue
         kind = "launch:" + kernel_by_corr.get(r.corr, r.name) if rc is RuntimeClass.LAUNCH else r.name
-        key = (r.pid, kind)
-        if key in first:
-            later[key].append(r.dur)
-        else:
-            first[key] = r
+        by_kind[(r.pid, kind)].append(r)
     out = []
-    for key, r in first.items():
-        if r.dur < min_call_us:
+    for (_, kind), calls in by_kind.items():
+        slow = max(calls, key=lambda r: r.dur)
+        if slow.dur < min_call_us:
             continue
-        rest = later.get(key)
+        rest = [r.dur for r in calls if r is not slow]
         med = statistics.median(rest) if rest else None
-        if med is not None and r.dur < min_ratio * med:
+        if med is not None and slow.dur < min_ratio * med:
             continue
-        if first_of_pid.get(r.pid) is r:
+        if first_of_pid.get(slow.pid) is slow:
             what = "the first CUDA/HIP call of the process (context creation)"
-        elif key[1].startswith("launch:"):
-            what = f"the first launch of {key[1][len('launch:'):]} (module loading)"
+        elif kind.startswith("launch:"):
+            first = "the first launch" if calls[0] is slow else "a one-off launch"
+            what = f"{first} of {short_kernel_name(kind[len('launch:'):])} (module loading)"
+        elif calls[0] is slow:
+            what = f"the first {slow.name}"
         else:
-            what = f"the first {r.name}"
-        out.append(FirstUse(r, what, med))
+            what = f"a one-off {slow.name} ({len(rest)} other call{'s' if len(rest) != 1 else ''}, median {fmt_us(med or 0.0)})"
+        out.append(FirstUse(slow, what, med))
     out.sort(key=lambda f: f.call.ts)
     return out
+
+
+def short_kernel_name(name: str, limit: int = 80) -> str:
+    """``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` -> ``at::native::vectorized_elementwise_kernel``."""
+    base = name[5:] if name.startswith("void ") else name
+    cut = min((i for i in (base.find("<"), base.find("(")) if i > 0), default=len(base))
+    base = base[:cut]
+    return base if len(base) <= limit else base[: limit - 1] + "…"
 
 
 @register
@@ -330,11 +346,11 @@ class StartupCost(Rule):
     reads as seconds of GPU idle time. It is paid once per process, not per
     step: it is reported here, as start-up cost, and not by GP205.
 
-    A call is start-up work when it is the first of its kind in its process
-    (a launch: the first launch of that kernel; else the first call of that
-    name; synchronisations and copies never, they wait for the GPU), lasts at
-    least ``min_call_us``, and at least ``min_ratio`` times the median of the
-    later calls of its kind. The cost is the time of these calls inside the
+    A call is one-off start-up work when it is the slowest of its kind in its
+    process (a launch: of the launches of that kernel; else of the calls of
+    that name; synchronisations and copies never, they wait for the GPU),
+    lasts at least ``min_call_us``, and at least ``min_ratio`` times the median
+    of the others. The cost is the time of these calls inside the
     profiled steps (not the lead-in) when no kernel ran, per step: it distorts
     what the steps measure. All in the lead-in, the finding is info.
     """
@@ -344,8 +360,8 @@ class StartupCost(Rule):
     title = "One-off start-up work (context creation, module loading) in the trace"
     severity = Severity.WARNING
     options = (
-        Option("min_call_us", 10_000.0, "a first call is start-up work when it takes at least this long (µs)"),
-        Option("min_ratio", 10.0, "...and at least this many times the median of the later calls of its kind"),
+        Option("min_call_us", 10_000.0, "a one-off call is start-up work when it takes at least this long (µs)"),
+        Option("min_ratio", 10.0, "...and at least this many times the median of the other calls of its kind"),
     )
     bad_example = """
         prof = torch.profiler.profile(activities=[CPU, CUDA])
@@ -382,7 +398,7 @@ class StartupCost(Rule):
             where.append(f"{fmt_us(in_lead)} in the lead-in before the first GPU work")
         if in_steps > 0:
             where.append(f"{fmt_us(in_steps)} inside the profiled {'steps' if m.has_step_markers else 'trace'}")
-        msg = (f"One-off start-up work: {len(found)} first call{'s' if len(found) != 1 else ''} took {fmt_us(total)} "
+        msg = (f"One-off start-up work: {len(found)} call{'s' if len(found) != 1 else ''} took {fmt_us(total)} "
                f"({listed})" + (f"; {', '.join(where)}" if where else ""))
         advice = (
             "This is paid once per process, not per step. Start the profiler after start-up and warm-up "
@@ -400,7 +416,7 @@ class StartupCost(Rule):
                 events=event_refs(f.call for f in found),
                 extra={
                     "calls": [{"call": f.call.name, "us": round(f.call.dur, 1), "what": f.what,
-                               "later_median_us": None if f.later_median_us is None else round(f.later_median_us, 1)}
+                               "others_median_us": None if f.others_median_us is None else round(f.others_median_us, 1)}
                               for f in found],
                     "in_lead_in_us": round(in_lead, 1),
                     "in_steps_us": round(in_steps, 1),

@@ -314,9 +314,11 @@ def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> li
             continue
         if first_of_pid.get(slow.pid) is slow:
             what = "the first CUDA/HIP call of the process (context creation)"
-        elif kind.startswith("launch:"):
+        elif kind.startswith("launch:") and slow.corr in kernel_by_corr:
             first = "the first launch" if calls[0] is slow else "a one-off launch"
             what = f"{first} of {short_kernel_name(kind[len('launch:'):])} (module loading)"
+        elif kind.startswith("launch:"):
+            what = f"a one-off {slow.name} (its kernel is not in the trace; module loading)"
         elif calls[0] is slow:
             what = f"the first {slow.name}"
         else:
@@ -329,6 +331,7 @@ def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> li
 def short_kernel_name(name: str, limit: int = 80) -> str:
     """``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` -> ``at::native::vectorized_elementwise_kernel``."""
     base = name[5:] if name.startswith("void ") else name
+    base = base.replace("(anonymous namespace)", "{anonymous}")
     cut = min((i for i in (base.find("<"), base.find("(")) if i > 0), default=len(base))
     base = base[:cut]
     return base if len(base) <= limit else base[: limit - 1] + "…"

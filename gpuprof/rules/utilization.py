@@ -7,7 +7,8 @@ from typing import Iterable, Sequence
 
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, register
-from gpuprof.trace.idleparts import idle_parts
+from gpuprof.findings import SourceLocation
+from gpuprof.trace.idleparts import IdlePart, idle_parts
 from gpuprof.trace.metrics import IDLE_KEYS
 from gpuprof.units import fmt_us
 
@@ -110,7 +111,7 @@ class LowGpuUtilization(Rule):
 _KIND_WORDS = {"runtime": "", "python": "Python ", "operator": "operator ", "none": ""}
 
 
-def part_label(p, n: int) -> str:  # type: ignore[no-untyped-def]
+def part_label(p: IdlePart, n: int) -> str:
     """``cudaFree 6.55 s``, ``Python train.py(12): load 1.2 ms``: an idle part with its time per step."""
     return f"{_KIND_WORDS.get(p.kind, '')}{p.name} {fmt_us(p.us / n)}"
 
@@ -150,7 +151,7 @@ def link_idle_parts(findings: Sequence[Finding]) -> list[Finding]:
     return out
 
 
-def _explains(o: Finding, name: str, frame) -> bool:  # type: ignore[no-untyped-def]
+def _explains(o: Finding, name: str, frame: SourceLocation | None) -> bool:
     if frame is not None:
         loc = o.location
         return loc is not None and loc.function == frame.function and (

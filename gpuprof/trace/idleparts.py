@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics, thread_keys, union_of
@@ -78,7 +78,7 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
 
 
 def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], idle: Intervals,
-                   prefer) -> None:  # type: ignore[no-untyped-def]
+                   prefer: Callable[[str], bool] | None) -> None:
     """Add to ``out`` the idle time under each event of one thread's nested ``events``, charged to
     the innermost open event (or the innermost one ``prefer`` accepts); time under none goes nowhere."""
     if not idle:

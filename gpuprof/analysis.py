@@ -79,7 +79,9 @@ def run_rules(
                 raise RuleError(trace.path, [(rule_cls.code, err)]) from err
             assert failures is not None
             failures.append((rule_cls.code, err))
-    return findings
+    from gpuprof.rules.utilization import link_idle_parts
+
+    return link_idle_parts(findings)
 
 
 def analyze_trace(
@@ -114,7 +116,10 @@ def analyze_trace(
             summary.notes.append(f"rule {code} failed ({_one_line(err)}): the analysis of this trace is incomplete")
     summary.notes.extend(trace.load_notes)
     if not metrics.has_step_markers and metrics.steps:
-        summary.notes.append("no ProfilerStep# markers: the whole trace is treated as one step")
+        note = "no ProfilerStep# markers: the whole trace is treated as one step"
+        if metrics.lead_in_us:
+            note += " (after its lead-in, the time before the first GPU work)"
+        summary.notes.append(note)
     return summary, sort_findings(findings)
 
 

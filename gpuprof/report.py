@@ -119,6 +119,7 @@ class TraceSummary:
     step_ids: list[int] = field(default_factory=list)
     step_time_us: float = 0.0  # median step time
     step_time_mean_us: float = 0.0
+    lead_in_us: float | None = None  # before the first GPU work, without step markers; excluded from the steps
     gpu_busy_us: float = 0.0  # mean per step
     gpu_utilization: float | None = None  # fraction, None without GPU activity
     breakdown_us: dict[str, float] = field(default_factory=dict)  # mean per step
@@ -142,6 +143,7 @@ class TraceSummary:
             "step_ids": list(self.step_ids),
             "step_time_us": self.step_time_us,
             "step_time_mean_us": self.step_time_mean_us,
+            "lead_in_us": self.lead_in_us,
             "gpu_busy_us": self.gpu_busy_us,
             "gpu_utilization": self.gpu_utilization,
             "breakdown_us": dict(self.breakdown_us),

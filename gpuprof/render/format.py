@@ -24,6 +24,7 @@ RUNTIME_ORIGIN = "the capture's runtime checks (measured while the run trained)"
 
 __all__ = [
     "RUNTIME_ORIGIN",
+    "fmt_lead_in",
     "BREAKDOWN_KEYS",
     "IDLE_KEYS",
     "BREAKDOWN_LABELS",
@@ -211,6 +212,11 @@ def short_message(message: str, width: int = 80) -> str:
     if cut < width // 2:
         cut = width - 1
     return message[:cut].rstrip(" ,;:") + "…"
+
+
+def fmt_lead_in(us: float) -> str:
+    """The lead-in row: its length and that it is left out of the step (see gpuprof.trace.metrics)."""
+    return f"{fmt_us(us)} before the first GPU work, not counted in the step time or the utilisation"
 
 
 def step_basis_us(t: TraceSummary) -> float:

@@ -127,6 +127,7 @@ def _trace(t: TraceSummary) -> list[str]:
         f"- **Rank:** {F.fmt_rank(t.rank, t.world_size)}",
         f"- **Steps:** {steps}",
         f"- **Step time:** {F.fmt_ms(t.step_time_us)} ms median, {F.fmt_ms(t.step_time_mean_us)} ms mean",
+        *([f"- **Lead-in:** {F.fmt_lead_in(t.lead_in_us)}"] if t.lead_in_us is not None else []),
         f"- **GPU utilisation:** {util}",
         f"- **Trace:** {size}",
         "",

@@ -160,6 +160,8 @@ def _summary_rows(t: TraceSummary) -> list[tuple[str, str | Text]]:
     else:
         rows.append(("Steps", "none found (no ProfilerStep#N ranges); times are over the whole trace"))
     rows.append(("Step time", f"{F.fmt_ms(t.step_time_us)} ms median, {F.fmt_ms(t.step_time_mean_us)} ms mean"))
+    if t.lead_in_us is not None:
+        rows.append(("Lead-in", F.fmt_lead_in(t.lead_in_us)))
     if t.gpu_utilization is None:
         util = Text("n/a (no GPU activity in this trace)", style="dim")
     else:

@@ -33,9 +33,14 @@ def of_step(m: TraceMetrics, us: float) -> str:
     """``"12.3 ms per step (4.5% of the mean step)"``: a per-step time labelled with its share.
 
     The share is of the mean step time (total step time / steps), the same
-    denominator as a finding's ``cost_share``, so message and cost agree.
+    denominator as a finding's ``cost_share``, so message and cost agree. In a
+    trace without step markers the one "step" is the whole trace after its
+    lead-in, and the words say so: ``"12.3 ms over the trace (4.5% of it)"``.
     """
     step = m.mean_step_time
+    if not m.has_step_markers and m.steps:
+        share = f" ({us / step:.1%} of the trace after its lead-in)" if m.lead_in_us else f" ({us / step:.1%} of it)"
+        return f"{fmt_us(us)} over the trace{share if step > 0 else ''}"
     share = f" ({us / step:.1%} of the mean step)" if step > 0 else ""
     return f"{fmt_us(us)} per step{share}"
 

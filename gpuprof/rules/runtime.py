@@ -1,8 +1,10 @@
-"""GP205: expensive CUDA/HIP runtime calls on the host inside steps."""
+"""GP205: expensive CUDA/HIP runtime calls on the host inside steps; GP206: one-off start-up calls."""
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
@@ -13,7 +15,7 @@ from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 from gpuprof.units import fmt_us
 
-__all__ = ["ExpensiveRuntimeCalls", "is_allocator_call"]
+__all__ = ["ExpensiveRuntimeCalls", "StartupCost", "is_allocator_call", "first_use_calls", "FirstUse"]
 
 # Virtual-memory driver calls of the caching allocator with expandable_segments.
 _VMM_CALLS = ("cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease", "cuMemAddressReserve", "cuMemAddressFree",
@@ -72,6 +74,15 @@ class ExpensiveRuntimeCalls(Rule):
 
     Time per step = summed call time / number of steps. The cost is the part
     of that time when the main GPU ran no kernel.
+
+    **Traces without step markers** (one whole-trace step, after the lead-in)
+    cannot show "every step", so churn is judged by count and against the GPU
+    work: at least ``min_calls_whole_trace`` allocator calls whose time with
+    no kernel running is at least ``min_busy_ratio`` of the GPU's busy time
+    and ``min_share`` of the trace (none without recorded GPU work). Long
+    calls use the same thresholds over the trace, and must meet them without
+    their longest call (one long call is one-off work). One-off start-up calls
+    (see GP206) are GP206's when it runs, never counted twice.
     """
 
     code = "GP205"
@@ -83,6 +94,9 @@ class ExpensiveRuntimeCalls(Rule):
         Option("min_steps", 2, "need at least this many steps to tell churn from warm-up"),
         Option("min_us_per_step", 500.0, "report runtime calls taking at least this long per step (µs)"),
         Option("min_share", 0.01, "and at least this share of the step"),
+        Option("min_calls_whole_trace", 10, "without step markers: need at least this many allocator calls"),
+        Option("min_busy_ratio", 0.10,
+               "without step markers: allocator time with no kernel running must be at least this share of GPU busy time"),
     )
     bad_example = """
         for x, y in loader:
@@ -99,14 +113,16 @@ class ExpensiveRuntimeCalls(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         m = ctx.metrics
-        if m.num_steps < ctx.opt("min_steps") or not m.has_step_markers:
-            return  # one big "step" cannot tell set-up calls from per-step ones
+        if not m.steps or (m.has_step_markers and m.num_steps < ctx.opt("min_steps")):
+            return  # two steps at least to tell set-up calls from per-step ones
+        startup = ctx.runs("GP206")
+        skip = {id(f.call) for f in first_use_calls(m, startup["min_call_us"], startup["min_ratio"])} if startup else set()
         alloc: list[Event] = []
         other: dict[str, list[Event]] = defaultdict(list)
         wanted = {name: _interest(name) for name in {r.name for r in m.trace.runtime}}  # per distinct name, once
         for r in m.trace.runtime:
             what = wanted[r.name]
-            if what is None or host_step_of(m, r.ts) is None:
+            if what is None or id(r) in skip or host_step_of(m, r.ts) is None:
                 continue
             if what:
                 alloc.append(r)
@@ -119,6 +135,9 @@ class ExpensiveRuntimeCalls(Rule):
     def _churn(self, ctx: RuleContext, calls: list[Event]) -> Iterable[Finding]:
         m = ctx.metrics
         if not calls:
+            return
+        if not m.has_step_markers:
+            yield from self._churn_whole_trace(ctx, calls)
             return
         steps_hit = {host_step_of(m, r.ts) for r in calls}
         frac = len(steps_hit) / m.num_steps
@@ -164,6 +183,52 @@ class ExpensiveRuntimeCalls(Rule):
             location=_location(m, max(calls, key=lambda r: r.dur)),
         )
 
+    def _churn_whole_trace(self, ctx: RuleContext, calls: list[Event]) -> Iterable[Finding]:
+        """Churn in a trace without steps: many allocator calls whose idle time weighs against the GPU work."""
+        m = ctx.metrics
+        if len(calls) < ctx.opt("min_calls_whole_trace"):
+            return
+        busy = m.gpu_busy_total()
+        if busy <= 0:
+            return  # no recorded GPU work (a CUPTI range-profiler trace): nothing to judge the calls against
+        cost = _cost(m, calls)
+        if cost < ctx.opt("min_share") * m.total_time or cost < ctx.opt("min_busy_ratio") * busy:
+            return
+        per_name: dict[str, int] = defaultdict(int)
+        for r in calls:
+            per_name[r.name] += 1
+        total = sum(r.dur for r in calls)
+        counts = ", ".join(f"{k} ×{v}" for k, v in sorted(per_name.items(), key=lambda kv: -kv[1]))
+        ratio = f"{cost / busy:.1f}× the GPU's busy time ({fmt_us(busy)})"
+        yield self.finding(
+            ctx,
+            f"{len(calls)} allocator calls in a trace without step markers ({counts}): {fmt_us(total)} in "
+            f"cudaMalloc/cudaFree-like calls, {fmt_us(cost)} of it with no kernel running, {ratio}",
+            "Memory is allocated and returned to the driver while the GPU waits. Keep tensor shapes stable so "
+            "cached blocks are reused, do not call torch.cuda.empty_cache() in the loop, set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, allocate pinned buffers once; and profile a "
+            "few steps after warm-up with torch.profiler.schedule(wait=1, warmup=1, active=3) so the steps "
+            "show whether this repeats.",
+            evidence=[
+                Evidence(
+                    "allocator_idle_us_vs_gpu_busy",
+                    round(cost / busy, 4),
+                    ctx.opt("min_busy_ratio"),
+                    "ratio",
+                    events=event_refs(sorted(calls, key=lambda r: -r.dur)),
+                    extra={
+                        "calls": dict(per_name),
+                        "allocator_us": round(total, 1),
+                        "kernel_idle_us": round(cost, 1),
+                        "gpu_busy_us": round(busy, 1),
+                    },
+                )
+            ],
+            cost_us_per_step=cost,
+            cost_label="time in these calls with no kernel running",
+            location=_location(m, max(calls, key=lambda r: r.dur)),
+        )
+
     def _long_calls(self, ctx: RuleContext, name: str, calls: list[Event]) -> Iterable[Finding]:
         m = ctx.metrics
         n = m.num_steps
@@ -172,10 +237,16 @@ class ExpensiveRuntimeCalls(Rule):
         if time_ps < ctx.opt("min_us_per_step") or share < ctx.opt("min_share"):
             return
         longest = max(calls, key=lambda r: r.dur)
+        if not m.has_step_markers:
+            # one "step": a single long call is one-off work (GP206's), not a repeated cost
+            rest = time_ps - longest.dur
+            if rest < ctx.opt("min_us_per_step") or rest < ctx.opt("min_share") * m.mean_step_time:
+                return
         cost = _cost(m, calls)
+        per = "per step" if m.has_step_markers else "in the trace"
         yield self.finding(
             ctx,
-            f"{name} takes {of_step(m, time_ps)} ({len(calls) / n:.3g} calls per step, "
+            f"{name} takes {of_step(m, time_ps)} ({len(calls) / n:.3g} calls {per}, "
             f"longest call {fmt_us(longest.dur)})",
             f"Move {name} out of the training step: create streams/events, query device attributes and load "
             "modules once at start-up and reuse them.",
@@ -198,4 +269,168 @@ class ExpensiveRuntimeCalls(Rule):
             cost_us_per_step=cost,
             cost_label="time in these calls with no kernel running",
             location=_location(m, longest),
+        )
+
+
+@dataclass(frozen=True)
+class FirstUse:
+    """A runtime call that does one-off start-up work, and why it is taken for one."""
+
+    call: Event
+    what: str  # "the first CUDA/HIP call of the process (context creation)", "the first launch of K", ...
+    others_median_us: float | None  # median of the other calls of the same kind (None: no other call)
+
+
+def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> list[FirstUse]:
+    """Per process and kind of call, the slowest call when it is a one-off: slow, and much slower than the rest.
+
+    Kind: a kernel launch is keyed by the kernel it launched (the first launch
+    of a kernel loads its module under lazy loading), any other call by its
+    name. Synchronisations and copies wait for the GPU, so they are never
+    start-up work. The slowest call of a kind counts when it lasts at least
+    ``min_call_us`` and at least ``min_ratio`` times the median of the others
+    (any call when it is alone).
+    A call slow every step is therefore never one-off work.
+    """
+    kernel_by_corr = {k.corr: k.name for k in m.trace.kernels if k.corr >= 0}
+    by_kind: dict[tuple[object, str], list[Event]] = defaultdict(list)
+    first_of_pid: dict[object, Event] = {}
+    for r in sorted(m.trace.runtime, key=lambda r: r.ts):
+        if r.pid not in first_of_pid:
+            first_of_pid[r.pid] = r
+        rc = classify_runtime(r.name)
+        if rc is RuntimeClass.SYNC or rc is RuntimeClass.MEMCPY:
+            continue
+        kind = "launch:" + kernel_by_corr.get(r.corr, r.name) if rc is RuntimeClass.LAUNCH else r.name
+        by_kind[(r.pid, kind)].append(r)
+    out = []
+    for (_, kind), calls in by_kind.items():
+        slow = max(calls, key=lambda r: r.dur)
+        if slow.dur < min_call_us:
+            continue
+        rest = [r.dur for r in calls if r is not slow]
+        med = statistics.median(rest) if rest else None
+        if med is not None and slow.dur < min_ratio * med:
+            continue
+        if first_of_pid.get(slow.pid) is slow:
+            what = "the first CUDA/HIP call of the process (context creation)"
+        elif kind.startswith("launch:") and slow.corr in kernel_by_corr:
+            first = "the first launch" if calls[0] is slow else "a one-off launch"
+            what = f"{first} of {short_kernel_name(kind[len('launch:'):])} (module loading)"
+        elif kind.startswith("launch:"):
+            what = f"a one-off {slow.name} (its kernel is not in the trace; module loading)"
+        elif calls[0] is slow:
+            what = f"the first {slow.name}"
+        else:
+            what = f"a one-off {slow.name} ({len(rest)} other call{'s' if len(rest) != 1 else ''}, median {fmt_us(med or 0.0)})"
+        out.append(FirstUse(slow, what, med))
+    out.sort(key=lambda f: f.call.ts)
+    return out
+
+
+def short_kernel_name(name: str, limit: int = 80) -> str:
+    """``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` -> ``at::native::vectorized_elementwise_kernel``."""
+    base = name[5:] if name.startswith("void ") else name
+    base = base.replace("(anonymous namespace)", "{anonymous}")
+    cut = min((i for i in (base.find("<"), base.find("(")) if i > 0), default=len(base))
+    base = base[:cut]
+    return base if len(base) <= limit else base[: limit - 1] + "…"
+
+
+@register
+class StartupCost(Rule):
+    """One-off start-up work in the trace: slow first calls (context creation, module loading, first allocations).
+
+    The first CUDA/HIP call of a process creates the GPU context (often a
+    ``cudaFree``, ``cudaGetDeviceCount`` or ``cudaDeviceGetStreamPriorityRange``
+    taking seconds); the first launch of a kernel loads its module (lazy
+    loading); the first cuDNN/cuBLAS call creates handles and workspaces. A
+    profiler started before that work records it, and without step markers it
+    reads as seconds of GPU idle time. It is paid once per process, not per
+    step: it is reported here, as start-up cost, and not by GP205.
+
+    A call is one-off start-up work when it is the slowest of its kind in its
+    process (a launch: of the launches of that kernel; else of the calls of
+    that name; synchronisations and copies never, they wait for the GPU),
+    lasts at least ``min_call_us``, and at least ``min_ratio`` times the median
+    of the others. The cost is the time of these calls inside the
+    profiled steps (not the lead-in) when no kernel ran, per step: it distorts
+    what the steps measure. All in the lead-in, the finding is info.
+    """
+
+    code = "GP206"
+    name = "startup-cost"
+    title = "One-off start-up work (context creation, module loading) in the trace"
+    severity = Severity.WARNING
+    options = (
+        Option("min_call_us", 10_000.0, "a one-off call is start-up work when it takes at least this long (µs)"),
+        Option("min_ratio", 10.0, "...and at least this many times the median of the other calls of its kind"),
+    )
+    bad_example = """
+        prof = torch.profiler.profile(activities=[CPU, CUDA])
+        prof.start()                              # before CUDA is initialised
+        model = Net().cuda()                      # context creation, cuDNN handles: seconds
+        for x, y in loader:
+            loss = model(x.cuda()).sum(); loss.backward(); opt.step()
+        prof.stop()
+    """
+    good_example = """
+        model = Net().cuda()
+        with torch.profiler.profile(activities=[CPU, CUDA],
+                                    schedule=torch.profiler.schedule(wait=1, warmup=2, active=3)) as prof:
+            for x, y in loader:                   # start-up and warm-up steps are not recorded
+                loss = model(x.cuda()).sum(); loss.backward(); opt.step()
+                prof.step()
+    """
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        m = ctx.metrics
+        found = first_use_calls(m, ctx.opt("min_call_us"), ctx.opt("min_ratio"))
+        if not found:
+            return
+        total = sum(f.call.dur for f in found)
+        inside = [(max(f.call.ts, s.start), min(f.call.end, s.end)) for f in found for s in m.steps
+                  if f.call.ts < s.end and f.call.end > s.start]
+        in_steps = sum(b - a for a, b in inside)
+        cost = (kernel_idle_within(m, inside) if m.main_device is not None else in_steps) / max(m.num_steps, 1)
+        lead = m.lead_in
+        in_lead = sum(max(0.0, min(f.call.end, lead[1]) - max(f.call.ts, lead[0])) for f in found) if lead else 0.0
+        listed = "; ".join(f"{f.call.name} {fmt_us(f.call.dur)}: {f.what}" for f in sorted(found, key=lambda f: -f.call.dur)[:4])
+        where = []
+        if in_lead > 0:
+            where.append(f"{fmt_us(in_lead)} in the lead-in before the first GPU work")
+        if in_steps > 0:
+            where.append(f"{fmt_us(in_steps)} inside the profiled {'steps' if m.has_step_markers else 'trace'}")
+        msg = (f"One-off start-up work: {len(found)} call{'s' if len(found) != 1 else ''} took {fmt_us(total)} "
+               f"({listed})" + (f"; {', '.join(where)}" if where else ""))
+        advice = (
+            "This is paid once per process, not per step. Start the profiler after start-up and warm-up "
+            "(torch.profiler.schedule(wait=1, warmup=1, active=3), or a warm-up iteration before prof.start()) so "
+            "the profiled steps show the steady state; where start-up time itself matters, create the CUDA "
+            "context and cuDNN/cuBLAS handles early (torch.cuda.init(), one warm-up batch) and keep "
+            "CUDA_MODULE_LOADING=LAZY (the default since CUDA 11.7) so only the kernels used are loaded."
+        )
+        evidence = [
+            Evidence(
+                "startup_us",
+                round(total, 1),
+                ctx.opt("min_call_us"),
+                "us",
+                events=event_refs(f.call for f in found),
+                extra={
+                    "calls": [{"call": f.call.name, "us": round(f.call.dur, 1), "what": f.what,
+                               "others_median_us": None if f.others_median_us is None else round(f.others_median_us, 1)}
+                              for f in found],
+                    "in_lead_in_us": round(in_lead, 1),
+                    "in_steps_us": round(in_steps, 1),
+                },
+            )
+        ]
+        loc = _location(m, max(found, key=lambda f: f.call.dur).call)
+        if cost <= 0:
+            yield self.finding(ctx, msg, advice, evidence=evidence, location=loc, severity=Severity.INFO)
+            return
+        yield self.finding(
+            ctx, msg, advice, evidence=evidence, location=loc, cost_us_per_step=cost,
+            cost_label="start-up time inside the profiled steps with no kernel running",
         )

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+import dataclasses
+from typing import Iterable, Sequence
 
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, register
+from gpuprof.findings import SourceLocation
+from gpuprof.trace.idleparts import IdlePart, idle_parts
 from gpuprof.trace.metrics import IDLE_KEYS
 from gpuprof.units import fmt_us
 
-__all__ = ["LowGpuUtilization"]
+__all__ = ["LowGpuUtilization", "link_idle_parts"]
 
 _IDLE_LABELS = {
     "sync": "waiting in synchronisations",
@@ -27,7 +30,13 @@ class LowGpuUtilization(Rule):
 
     GPU utilisation is busy time / step time (see gpuprof.trace.metrics). The
     finding names what the host thread was doing while the GPU waited, from
-    the GPU idle breakdown, so the cause is the next finding to read.
+    the GPU idle breakdown, and the largest **idle parts** by name: the
+    runtime calls (``cudaFree``), the user's Python functions (from the
+    ``python_function`` stacks of ``with_stack=True``) or, without stacks, the
+    operators that held the idle time. A part another finding explains is
+    marked with that finding's code; the others are named here, so the finding
+    never stands alone. Traces without step markers are judged over the whole
+    trace after its lead-in (the time before the first GPU work).
     """
 
     code = "GP101"
@@ -37,6 +46,8 @@ class LowGpuUtilization(Rule):
     options = (
         Option("min_utilization", 0.80, "utilisation below this fraction is reported"),
         Option("error_below", 0.40, "utilisation below this fraction is an error"),
+        Option("max_parts", 4, "name at most this many idle parts"),
+        Option("min_part_share", 0.05, "name an idle part only when it holds at least this share of the idle time"),
     )
     bad_example = """
         for x, y in loader:                 # num_workers=0, batch built in the main process
@@ -62,18 +73,90 @@ class LowGpuUtilization(Rule):
         top = sorted(IDLE_KEYS, key=lambda k: -idle[k])[:3]
         parts = [f"{_IDLE_LABELS[k]} {idle[k] / 1000:.1f} ms" for k in top if idle[k] > 0]
         sev = Severity.ERROR if util < ctx.opt("error_below") else Severity.WARNING
+        n = max(m.num_steps, 1)
+        named = [p for p in idle_parts(m) if p.us >= ctx.opt("min_part_share") * idle_total * n][: ctx.opt("max_parts")]
+        per = "per step" if m.has_step_markers else "over the trace"
+        if m.has_step_markers:
+            head = (f"GPU {m.main_device} busy {util:.0%} of the step time ({fmt_us(m.gpu_busy_total() / n)} "
+                    f"of the {fmt_us(m.mean_step_time)} mean step)")
+        else:
+            head = (f"GPU {m.main_device} busy {util:.0%} of the trace ({fmt_us(m.gpu_busy_total())} of "
+                    f"{fmt_us(m.total_time)}{_lead_in_words(m.lead_in_us)})")
         yield self.finding(
             ctx,
-            f"GPU {m.main_device} busy {util:.0%} of the step time ({fmt_us(m.gpu_busy_total() / max(m.num_steps, 1))} "
-            f"of the {fmt_us(m.mean_step_time)} mean step)"
-            + (f"; while it was idle the host was {', '.join(parts)} per step" if parts else ""),
-            "Fix the causes reported below in order of cost; the idle breakdown shows where the host spent "
-            "the GPU's idle time.",
+            head
+            + (f"; while it was idle the host was {', '.join(parts)} {per}" if parts else "")
+            + (f"; largest idle parts {per}: {', '.join(part_label(p, n) for p in named)}" if named else ""),
+            "Fix the causes reported below in order of cost; the idle parts name the calls and functions that held "
+            "the GPU's idle time (a part marked with a code is explained by that finding).",
             evidence=[
                 Evidence("gpu_utilization", round(util, 4), ctx.opt("min_utilization"), "fraction"),
                 Evidence("gpu_idle_us_per_step", round(idle_total, 1), None, "us", extra={k: round(v, 1) for k, v in idle.items()}),
+                Evidence(
+                    "idle_parts_us_per_step",
+                    round(sum(p.us for p in named) / n, 1),
+                    None,
+                    "us",
+                    extra={"parts": [{"kind": p.kind, "name": p.name, "label": part_label(p, n), "us_per_step": round(p.us / n, 1),
+                                      "share_of_idle": round(p.us / n / idle_total, 4) if idle_total else 0.0,
+                                      "explained_by": []} for p in named]},
+                ),
             ],
             cost_us_per_step=idle_total,
             cost_label="GPU idle time, all causes (it includes the costs of the other findings: do not add them)",
             severity=sev,
         )
+
+
+_KIND_WORDS = {"runtime": "", "python": "Python ", "operator": "operator ", "none": ""}
+
+
+def part_label(p: IdlePart, n: int) -> str:
+    """``cudaFree 6.55 s``, ``Python train.py(12): load 1.2 ms``: an idle part with its time per step."""
+    return f"{_KIND_WORDS.get(p.kind, '')}{p.name} {fmt_us(p.us / n)}"
+
+
+def _lead_in_words(lead_in_us: float | None) -> str:
+    return f", after a lead-in of {fmt_us(lead_in_us)} before the first GPU work" if lead_in_us else ""
+
+
+def link_idle_parts(findings: Sequence[Finding]) -> list[Finding]:
+    """``findings`` with each GP101 idle part marked with the codes of the findings that explain it.
+
+    A finding of the same trace explains a part when one of its evidence
+    events has the part's name (a runtime call, an operator), its evidence
+    names it as its ``call``, or, for a Python frame, its source location is
+    that frame's file and function. Run by ``gpuprof.analysis.run_rules`` after
+    every rule, since GP101 cannot see the other rules' findings while it runs.
+    """
+    from gpuprof.trace.stacks import parse_frame
+
+    out = []
+    for f in findings:
+        ev = next((e for e in f.evidence if e.metric == "idle_parts_us_per_step"), None) if f.code == "GP101" else None
+        if ev is None or not ev.extra.get("parts"):
+            out.append(f)
+            continue
+        others = [o for o in findings if o.code != "GP101" and o.source == f.source]
+        message = f.message
+        parts = []
+        for part in ev.extra["parts"]:
+            frame = parse_frame(part["name"]) if part["kind"] == "python" else None
+            codes = sorted({o.code for o in others if _explains(o, part["name"], frame)})
+            parts.append({**part, "explained_by": codes})
+            if codes and part.get("label") and part["label"] in message:
+                message = message.replace(part["label"], f"{part['label']} (see {', '.join(codes)})", 1)
+        evidence = tuple(dataclasses.replace(e, extra={**e.extra, "parts": parts}) if e is ev else e for e in f.evidence)
+        out.append(dataclasses.replace(f, message=message, evidence=evidence))
+    return out
+
+
+def _explains(o: Finding, name: str, frame: SourceLocation | None) -> bool:
+    if frame is not None:
+        loc = o.location
+        return loc is not None and loc.function == frame.function and (
+            loc.file == frame.file or loc.file.endswith("/" + frame.file) or frame.file.endswith("/" + loc.file))
+    for e in o.evidence:
+        if e.extra.get("call") == name or any(r.name == name for r in e.events):
+            return True
+    return False

@@ -9,8 +9,18 @@ annotations; without them, the host thread with the most operator time.
 timeline: step *i* runs from its own start to the next step's start, or, for
 the last step (and before a gap), to the later of its host end and the end of
 the last GPU activity it launched. Without ``ProfilerStep#`` events the whole
-trace is one step (id 0). Duplicate step numbers (two profiling spans in one
+trace (after its lead-in, see below) is one step (id 0). Duplicate step numbers (two profiling spans in one
 file) are kept as separate steps, in time order.
+
+**Lead-in**: in a trace without ``ProfilerStep#`` markers, the time from the
+trace's first event to its first GPU work: the earlier of the first GPU
+activity (kernel, copy or memset) and the start of the host call that launched
+it. The profiler was started before the program used the GPU (imports, CUDA
+context creation, data set-up); that time is not a GPU-idle problem of the
+work being profiled, so the whole-trace step starts after it, and it is
+reported on its own (``lead_in_us``). Traces with step markers and traces
+without GPU work have no lead-in (None): their windows already start where the
+work does.
 
 **Step time**: the length of a step's window. Reports give the median.
 
@@ -34,6 +44,14 @@ that returned only after the copy finished), ``runtime`` (any other runtime
 call: launches, malloc/free, ...), ``data_loading``, ``optimizer``
 (``Optimizer.step``/``zero_grad``), ``cpu_other`` (other operators, Python, or
 nothing recorded). The parts add up to the idle time.
+
+**Idle parts** (:mod:`gpuprof.trace.idleparts`): the same idle time split
+by name instead of kind, first match wins: the runtime call of the main thread
+(``cudaFree``) open at the instant; else the innermost *user* Python frame
+(``train.py(42): load_batch``; the innermost frame when no user frame is open)
+of the main thread's ``python_function`` stack; in traces without Python
+stacks, the innermost operator; else "nothing recorded on the main thread".
+The parts add up to the idle time.
 
 **Data-loading share** (:func:`data_loading_share`, the one definition every
 figure uses): time the training thread spent waiting for the next batch
@@ -106,6 +124,7 @@ __all__ = [
     "is_communication_kernel",
     "communication_names",
     "union_of",
+    "thread_keys",
     "BREAKDOWN_KEYS",
     "IDLE_KEYS",
 ]
@@ -172,6 +191,7 @@ class TraceMetrics:
     steps: list[Step]
     windows: list[Interval]
     has_step_markers: bool
+    lead_in: Interval | None  # (trace start, first GPU work) of a trace without step markers, else None
     devices_active: list[int]
     main_device: int | None
     gpu_busy: dict[int, Intervals]
@@ -193,6 +213,11 @@ class TraceMetrics:
     op_stats: list[OpStat] = field(default_factory=list)
 
     # -- derived numbers -------------------------------------------------------
+    @property
+    def lead_in_us(self) -> float | None:
+        """Length of the lead-in (see the module docstring); None when the trace has none."""
+        return None if self.lead_in is None else self.lead_in[1] - self.lead_in[0]
+
     @property
     def num_steps(self) -> int:
         return len(self.steps)
@@ -284,6 +309,7 @@ class TraceMetrics:
             step_ids=[s.id for s in self.steps],
             step_time_us=self.median_step_time,
             step_time_mean_us=self.mean_step_time,
+            lead_in_us=self.lead_in_us,
             gpu_busy_us=self.gpu_busy_total() / max(self.num_steps, 1),
             gpu_utilization=self.gpu_utilization,
             breakdown_us=self.mean_breakdown(),
@@ -306,7 +332,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     markers = _step_markers(trace)
     main = _main_thread(trace, markers)
     launch_by_corr: dict[int, Event] = {r.corr: r for r in trace.runtime if r.corr >= 0}
-    steps, has_markers = _steps(trace, main, markers, launch_by_corr)
+    steps, has_markers, lead_in = _steps(trace, main, markers, launch_by_corr)
     windows = [(s.start, s.end) for s in steps]
 
     # GPU side: per device, the union of each kind of GPU work
@@ -326,7 +352,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     # host side
     op_by_ext: dict[int, Event] = {o.ext: o for o in reversed(trace.ops) if o.ext >= 0}  # the first op wins
     threads = ThreadIndex.build(trace)
-    main_keys = _thread_keys(main)
+    main_keys = thread_keys(main)
     main_runtime = threads.runtime_on(main_keys)
     copy_events = _copies(trace, launch_by_corr, threads)
     blocking_copy_calls = {id(c.launch) for c in copy_events if c.blocking and c.launch is not None}
@@ -414,6 +440,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         steps=steps,
         windows=windows,
         has_step_markers=has_markers,
+        lead_in=lead_in,
         devices_active=devices,
         main_device=main_device,
         gpu_busy=gpu_by_dev,
@@ -547,7 +574,7 @@ def _merged_in_time(groups: list[list[Event]]) -> list[Event]:
     return sorted((e for g in groups for e in g), key=ts_of)
 
 
-def _thread_keys(t: HostThread | None) -> frozenset[HostThread]:
+def thread_keys(t: HostThread | None) -> frozenset[HostThread]:
     """The spellings of one host thread's (pid, tid): 2021 traces mix int and str tids."""
     if t is None:
         return frozenset()
@@ -593,8 +620,8 @@ def _main_thread(trace: Trace, markers: list[Event]) -> HostThread | None:
 
 def _steps(
     trace: Trace, main: HostThread | None, markers: list[Event], launch_by_corr: dict[int, Event]
-) -> tuple[list[Step], bool]:
-    main_keys = _thread_keys(main)
+) -> tuple[list[Step], bool, Interval | None]:
+    main_keys = thread_keys(main)
     marks = sorted(
         (e.ts, e.end, step_number(e.name)) for e in markers if main is None or (e.pid, e.tid) in main_keys
     )
@@ -607,8 +634,13 @@ def _steps(
     if not dedup:
         lo, hi = _extent(trace)
         if hi <= lo:
-            return [], False
-        return [Step(index=0, id=0, start=lo, end=hi, cpu_end=hi)], False
+            return [], False, None
+        first = _first_gpu_work(trace, launch_by_corr)
+        lead_in = None
+        if first is not None and lo < first < hi:
+            lead_in = (lo, first)
+            lo = first
+        return [Step(index=0, id=0, start=lo, end=hi, cpu_end=hi)], False, lead_in
 
     gpu_end = _GpuEndByLaunch(trace, launch_by_corr)
     steps = []
@@ -620,7 +652,20 @@ def _steps(
         else:
             end = max(e, gpu_end.latest(s, e))  # the last step lasts until its GPU work is done
         steps.append(Step(index=i, id=n, start=s, end=end, cpu_end=e))
-    return steps, True
+    return steps, True, None
+
+
+def _first_gpu_work(trace: Trace, launch_by_corr: dict[int, Event]) -> float | None:
+    """Start of the first GPU work: its GPU activity or, earlier, the host call that launched it (None without GPU work)."""
+    first = None
+    for g in trace.gpu_events():
+        t = g.ts
+        r = launch_by_corr.get(g.corr) if g.corr >= 0 else None
+        if r is not None and r.ts < t:
+            t = r.ts
+        if first is None or t < first:
+            first = t
+    return first
 
 
 class _GpuEndByLaunch:

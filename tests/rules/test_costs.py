@@ -31,9 +31,12 @@ def _check_costs_in_messages(findings):
         if f.origin != "trace" or f.cost_us_per_step is None:
             continue
         assert "; cost: " in f.message, (f.code, f.message)
-        # the message ends with the cost, as a time per step and the same share as cost_share
+        # the message ends with the cost, as a time per step (over the trace, in a trace without step
+        # markers) and the same share as cost_share
         tail = f.message.rsplit("; cost: ", 1)[1]
-        assert tail.endswith(f"{fmt_us(f.cost_us_per_step)} per step ({f.cost_share:.1%} of the mean step)"), (
+        t, share = fmt_us(f.cost_us_per_step), f"{f.cost_share:.1%}"
+        assert tail.endswith((f"{t} per step ({share} of the mean step)", f"{t} over the trace ({share} of it)",
+                              f"{t} over the trace ({share} of the trace after its lead-in)")), (
             f.code, f.message, f.cost_us_per_step, f.cost_share)
         checked += 1
     return checked

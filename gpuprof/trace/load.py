@@ -32,7 +32,7 @@ from gpuprof.errors import InputError
 from gpuprof.inputs import GZIP_RATIO_FLOOR, MAX_EVENT_BYTES, MAX_GZIP_RATIO, STDIN, Opened, is_stdin, open_input
 from gpuprof.report import DeviceInfo
 from gpuprof.trace import raw as R
-from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, Trace
+from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, MemoryPayload, Trace
 from gpuprof.trace.loadhelper import Fallback, Helper
 from gpuprof.trace.pairing import pair_slices
 from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
@@ -665,6 +665,18 @@ def _as_int(x: object) -> int:
         return -1
 
 
+def _address(x: object) -> int:
+    """A [memory] event's Addr: an int, or a string in any base Python reads ("0x7f..."); -1 when absent."""
+    if type(x) is int:
+        return x  # type: ignore[return-value]
+    if isinstance(x, str):
+        try:
+            return int(x, 0)
+        except ValueError:
+            return -1
+    return -1
+
+
 class _Builder:
     """Accumulates normalised events into a Trace."""
 
@@ -770,7 +782,6 @@ class _Builder:
             int(Kind.MEMORY): t.memory,
         }
         K_OP = int(Kind.CPU_OP)
-        K_PY = int(Kind.PYTHON_FUNCTION)
         K_KERNEL = int(Kind.KERNEL)
         K_MEMCPY = int(Kind.MEMCPY)
         K_MEMSET = int(Kind.MEMSET)
@@ -856,13 +867,13 @@ class _Builder:
                 nb = a.mem_bytes
                 nbytes = int(nb) if nb is not None and nb == nb else 0
                 ta, tr = a.total_allocated, a.total_reserved
-                extra = (int(ta), int(tr if tr is not None else -1)) if ta is not None else None
+                extra = MemoryPayload(
+                    int(ta) if ta is not None and ta == ta else None,
+                    int(tr) if tr is not None and tr == tr else -1,
+                    _address(a.addr),
+                )
                 out[kind].append(
                     Event(kind, name, ts, 0.0, pid, tid, ext, corr, _as_int(a.device_id), _as_int(a.device_type), nbytes, extra)
-                )
-            elif kind == K_PY:
-                out[kind].append(
-                    Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, (a.python_id, a.python_parent_id))
                 )
             else:
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr))

@@ -16,10 +16,10 @@ from typing import Any, Iterator, Union
 
 import msgspec
 
-from gpuprof.report import DeviceInfo
 from gpuprof.trace.vocab import CopyKind, Kind
 
 __all__ = [
+    "DeviceInfo",
     "Event",
     "Trace",
     "MemoryPayload",
@@ -48,6 +48,21 @@ ts_of = attrgetter("ts")
 dur_of = attrgetter("dur")
 name_of = attrgetter("name")
 device_of = attrgetter("device")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One GPU as the trace describes it (``deviceProperties``), or as far as it is known.
+
+    Also part of the report (``traces[].devices`` in docs/report-schema.md).
+    """
+
+    id: int
+    name: str = ""
+    compute_capability: tuple[int, int] | None = None
+    total_memory: int | None = None
+    num_sms: int | None = None
+    vendor: str = ""  # "nvidia", "amd" or "" when unknown
 
 
 class Event(msgspec.Struct, gc=False):

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpuprof.render.annotate as A
+import gpuprof.trace.chunks as C
 from gpuprof.errors import InputError
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.render.annotate import FINDINGS_PID, FINDINGS_PROCESS_NAME, annotate_trace, annotation_events
@@ -124,7 +125,7 @@ def test_round_trip_on_real_traces(rel, suffix, tmp_path):
 @pytest.mark.parametrize("rel", REAL[1:3])
 def test_small_blocks_cut_at_event_boundaries(rel, tmp_path, monkeypatch):
     # many blocks per file: exercises the validated cuts and the tail search across block ends
-    monkeypatch.setattr(A, "BLOCK", 256 * 1024)
+    monkeypatch.setattr(C, "BLOCK", 256 * 1024)
     src = shared_trace(rel)
     findings = _findings_from(src)
     out = tmp_path / "a.json.gz"

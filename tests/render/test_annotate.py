@@ -190,7 +190,7 @@ event = st.fixed_dictionaries(
     block=st.sampled_from([7, 64, 1 << 20]),
 )
 def test_any_layout_round_trips(events, before, after, list_format, indent, block, tmp_path, monkeypatch):
-    monkeypatch.setattr(A, "BLOCK", block)
+    monkeypatch.setattr(C, "BLOCK", block)
     doc: Any = events if list_format else {**before, "traceEvents": events, **after}
     src = _write(tmp_path / "h.json", doc, indent)
     out = tmp_path / "h.out.json"

@@ -13,6 +13,13 @@ gpuprof writes snapshots (pickle protocol 4), then times, in one run:
 
 It prints one JSON line; the figures quoted in docs/memory.md come from it.
 Usage: ``python bench/bench_memory.py [--entries 1000000] [--browser]``.
+
+``--trace FILE`` measures a profiler trace instead: the peak memory
+(``ru_maxrss`` of a fresh child) and wall time of ``gpuprof memory FILE`` and
+of ``gpuprof analyze FILE`` on the same file, ``--runs`` times each,
+interleaved, and their ratio (target: memory within 1.2x analyze). ``--root``
+measures another checkout (its ``gpuprof/`` first on the path), for a
+before/after comparison.
 """
 
 from __future__ import annotations
@@ -78,11 +85,48 @@ def synthetic_snapshot(entries: int) -> dict:
             "device_traces": [trace]}
 
 
+def _child_peak(cmd: list[str], root: str) -> tuple[float, int, int]:
+    """(wall s, peak RSS bytes, exit status) of ``cmd`` in a fresh child (nothing else of ours runs)."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=root)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, ru.ru_maxrss * 1024, proc.returncode
+
+
+def trace_main(trace: str, runs: int, root: str) -> None:
+    import statistics
+    import sys
+
+    cmds = {c: [sys.executable, "-m", "gpuprof", c, trace, "--format", "json", "-o", os.devnull] for c in ("analyze", "memory")}
+    got: dict[str, list[tuple[float, int, int]]] = {c: [] for c in cmds}
+    for _ in range(runs):
+        for c, cmd in cmds.items():  # interleaved: a change in the machine's load hits both
+            got[c].append(_child_peak(cmd, root))
+    out: dict = {"trace": trace, "root": root}
+    for c, rows in got.items():
+        out[c] = {"peak_mb": [round(r[1] / MiB, 1) for r in rows], "wall_s": [round(r[0], 2) for r in rows],
+                  "exit": sorted({r[2] for r in rows})}
+    out["memory_peak_over_analyze"] = round(
+        statistics.median(m[1] / a[1] for m, a in zip(got["memory"], got["analyze"])), 2)
+    print(json.dumps(out))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--entries", type=int, default=1_000_000)
     ap.add_argument("--browser", action="store_true", help="also time the first render in headless Chromium")
+    ap.add_argument("--trace", help="measure gpuprof memory vs gpuprof analyze on this profiler trace instead")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    help="checkout whose gpuprof is measured (--trace)")
     args = ap.parse_args()
+    if args.trace:
+        trace_main(os.path.abspath(args.trace), args.runs, os.path.abspath(args.root))
+        return
     out: dict = {"entries": args.entries}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "big.pickle")

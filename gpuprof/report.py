@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+
 from gpuprof.findings import Finding, Severity, sort_findings
+from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -29,28 +32,6 @@ SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
-class DeviceInfo:
-    """One GPU as the trace describes it (``deviceProperties``), or as far as it is known."""
-
-    id: int
-    name: str = ""
-    compute_capability: tuple[int, int] | None = None
-    total_memory: int | None = None
-    num_sms: int | None = None
-    vendor: str = ""  # "nvidia", "amd" or "" when unknown
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "compute_capability": list(self.compute_capability) if self.compute_capability else None,
-            "total_memory": self.total_memory,
-            "num_sms": self.num_sms,
-            "vendor": self.vendor,
-        }
-
-
-@dataclass(frozen=True)
 class KernelStat:
     """Total GPU time of one kernel name over the whole trace."""
 
@@ -59,9 +40,6 @@ class KernelStat:
     total_us: float
     mean_us: float
     share_of_gpu: float  # fraction of all kernel time
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -75,9 +53,6 @@ class OpStat:
     gpu_us: float  # GPU self time: the work this op launched itself (torch's self_device_time_total)
     gpu_total_us: float = 0.0  # gpu_us plus that of the ops nested in it (torch's device_time_total)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 @dataclass(frozen=True)
 class CopyStat:
@@ -90,9 +65,6 @@ class CopyStat:
     total_us: float
     bandwidth_gbps: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 @dataclass(frozen=True)
 class SyncStat:
@@ -103,9 +75,6 @@ class SyncStat:
     count: int
     total_us: float
     location: str | None  # "file:line" when the trace has Python stacks
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -135,29 +104,8 @@ class TraceSummary:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "devices": [d.to_dict() for d in self.devices],
-            "has_gpu_activity": self.has_gpu_activity,
-            "num_steps": self.num_steps,
-            "step_ids": list(self.step_ids),
-            "step_time_us": self.step_time_us,
-            "step_time_mean_us": self.step_time_mean_us,
-            "lead_in_us": self.lead_in_us,
-            "gpu_busy_us": self.gpu_busy_us,
-            "gpu_utilization": self.gpu_utilization,
-            "breakdown_us": dict(self.breakdown_us),
-            "idle_breakdown_us": dict(self.idle_breakdown_us),
-            "top_kernels": [k.to_dict() for k in self.top_kernels],
-            "top_ops": [o.to_dict() for o in self.top_ops],
-            "copies": [c.to_dict() for c in self.copies],
-            "syncs": [s.to_dict() for s in self.syncs],
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "num_events": self.num_events,
-            "file_bytes": self.file_bytes,
-            "notes": list(self.notes),
-        }
+        # msgspec writes a dataclass field by field, in order: the schema is the field list above
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
 
 
 class Section(Protocol):

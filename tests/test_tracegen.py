@@ -10,7 +10,7 @@ import pytest
 
 from gpuprof.testing import KERNELS, NCCL_STREAM, TraceBuilder, gemm_kernel, simple_training, write_ranks
 from gpuprof.trace.load import load_trace
-from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Trace
+from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Trace, copy_kind, memory_totals, op_call_stack, op_dtypes
 from gpuprof.trace.vocab import step_number
 
 DIALECTS = ["modern", "2021"]
@@ -47,8 +47,8 @@ def test_example_loads_with_expected_counts(tmp_path: Path, dialect: str) -> Non
     assert [step_number(s.name) for s in steps] == [0, 1, 2, 3, 4]
     assert len(t.kernels) == 5
     assert len(t.memcpys) == 10  # one HtoD batch copy + one DtoH .item() copy per step
-    htod = [m for m in t.memcpys if m.extra.direction == "HtoD"]
-    assert all(m.nbytes == 19267584 and m.extra.host_memory == "pageable" for m in htod)
+    htod = [m for m in t.memcpys if copy_kind(m).direction == "HtoD"]
+    assert all(m.nbytes == 19267584 and copy_kind(m).host_memory == "pageable" for m in htod)
     assert len(htod) == 5
     assert len(t.memory) == 5
     assert t.devices and t.devices[0].name == "NVIDIA A100-SXM4-80GB"
@@ -59,12 +59,12 @@ def test_example_loads_with_expected_counts(tmp_path: Path, dialect: str) -> Non
     if dialect == "modern":
         assert len(t.gpu_syncs) == 10
         assert t.with_stack and t.profile_memory
-        assert t.memory[-1].extra == (5 << 20, 6 << 20)  # running Total Allocated / Reserved
+        assert memory_totals(t.memory[-1]) == (5 << 20, 6 << 20)  # running Total Allocated / Reserved
     else:
         assert t.gpu_syncs == []  # 2021 Kineto had no cuda_sync events
         assert all(isinstance(e.tid, str) for e in t.ops + t.runtime + t.kernels)
         assert all(e.tid == "stream 7" for e in t.kernels)
-        assert t.memory[-1].extra is None  # 2021 [memory] events carry only Bytes
+        assert memory_totals(t.memory[-1]) is None  # 2021 [memory] events carry only Bytes
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -83,7 +83,7 @@ def test_correlation_links_launch_and_gpu_work(tmp_path: Path, dialect: str) -> 
     conv = [ops_by_ext[k.ext] for k in t.kernels if ops_by_ext[k.ext].name == "aten::conv2d"]
     assert len(conv) == 5
     for op in conv:  # dtype flags (2021 ops carry (flags, call stack) when a stack was open)
-        flags = op.extra[0] if isinstance(op.extra, tuple) else op.extra
+        flags = op_dtypes(op)
         assert flags == DTYPE_FLOAT
 
 
@@ -116,7 +116,7 @@ def test_python_frames_and_call_stacks(tmp_path: Path) -> None:
     assert len(lsd) == 5
     t21 = _load(_example("2021"), tmp_path / "o.json")
     item21 = [o for o in t21.ops if o.name == "aten::item"]
-    assert item21 and all(isinstance(o.extra, tuple) and o.extra[1] == "train.py(42): train_step" for o in item21)
+    assert item21 and all(op_call_stack(o) == "train.py(42): train_step" for o in item21)
 
 
 def test_compact_gzip_and_kineto_layout_load_the_same(tmp_path: Path) -> None:
@@ -207,7 +207,7 @@ def test_precision_kernels_by_architecture(tmp_path: Path) -> None:
         tb.gemm("float", us=50)
     t = _load(tb, tmp_path / "p.json")
     mm = sorted((o for o in t.ops if o.name == "aten::mm"), key=lambda e: e.ts)
-    assert [o.extra for o in mm] == [DTYPE_HALF, DTYPE_FLOAT]
+    assert [op_dtypes(o) for o in mm] == [DTYPE_HALF, DTYPE_FLOAT]
     assert t.kernels[0].name.startswith("sm90_xmma_gemm_bf16") and "sgemm" in t.kernels[1].name
 
 
@@ -239,7 +239,7 @@ def test_nccl_data_parallel_and_multi_rank(tmp_path: Path) -> None:
     assert any("torch/nn/parallel/" in p.name for p in t.python)
     assert {k.device for k in t.kernels} == {0, 1}
     assert {k.tid for k in t.ops if k.name == "aten::linear"} == {tb.main_tid + 1000, tb.main_tid + 1001}
-    assert any(m.extra.direction == "PtoP" for m in t.memcpys)
+    assert any(copy_kind(m).direction == "PtoP" for m in t.memcpys)
 
 
 def test_memset_malloc_free_and_gpu_annotations(tmp_path: Path) -> None:

@@ -271,19 +271,19 @@ def trace_allocated_series(trace: Any, device_type: int = 0, metrics: Any = None
     (0 = CPU), from a loaded trace recorded with ``profile_memory=True`` (``metrics``: its
     :class:`~gpuprof.trace.metrics.TraceMetrics` when computed already). No torch needed."""
     from gpuprof.trace.metrics import compute_metrics
+    from gpuprof.trace.model import memory_totals
 
     m = metrics if metrics is not None else compute_metrics(trace)
     if not m.has_step_markers:
         return []
-    events = [e for e in trace.memory if e.stream == device_type and isinstance(e.extra, tuple)]
+    events = [(e.ts, totals[0]) for e in trace.memory if e.stream == device_type
+              for totals in (memory_totals(e),) if totals is not None]
     out: list[tuple[int, int]] = []
     j = 0
     last: int | None = None
     for st in m.steps:
-        while j < len(events) and events[j].ts <= st.end:
-            total = events[j].extra[0]
-            if total is not None:
-                last = int(total)
+        while j < len(events) and events[j][0] <= st.end:
+            last = events[j][1]
             j += 1
         if last is not None:
             out.append((st.id, last))

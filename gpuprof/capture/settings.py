@@ -105,7 +105,7 @@ def trace_op_facts(traces: list[Any]) -> dict[str, Any]:
     """Facts the settings checks need from the captured traces (loaded :class:`~gpuprof.trace.model.Trace`
     objects, or paths to load; no torch)."""
     from gpuprof.trace.load import load_trace
-    from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF
+    from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, op_dtypes
 
     has_conv = False
     fp32_mm = 0
@@ -116,7 +116,7 @@ def trace_op_facts(traces: list[Any]) -> dict[str, Any]:
             if "conv" in name and name.startswith("aten::"):
                 has_conv = True
             if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"):
-                flags = op.extra if isinstance(op.extra, int) else 0
+                flags = op_dtypes(op)  # also for ops that carry a Call stack (the payload is then a tuple)
                 if flags & DTYPE_FLOAT and not flags & DTYPE_HALF:
                     fp32_mm += 1
     return {"has_conv": has_conv, "fp32_matmuls": fp32_mm}

@@ -60,7 +60,5 @@ def load_memory(path: str | os.PathLike[str], internal_patterns: Any = DEFAULT_I
     from gpuprof.memory.tracemem import memory_from_trace
     from gpuprof.trace.load import load_trace
 
-    if opened.regular:
-        opened.close()  # the trace loader opens the file itself (and may read it in two processes)
-        return memory_from_trace(load_trace(os.fspath(path)), internal_patterns)
+    # the input already being read (a pipe, or a file after sniffing): one read, streamed as by analyze
     return memory_from_trace(load_trace(os.fspath(path), opened=opened), internal_patterns)

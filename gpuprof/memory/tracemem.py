@@ -6,11 +6,10 @@ with the allocator's ``Total Allocated``/``Total Reserved`` after it (absent
 in 2021 traces: the running total is then rebuilt from ``Bytes``, relative
 to the first event).
 
-Devices, operators and Python frames come from :func:`gpuprof.trace.load.load_trace`.
-The trace model keeps no ``Addr`` (the analysis of traces never needed one),
-so this module reads the ``[memory]`` events' addresses in a second, narrow
-decode of the same file: only what frees need to be matched with their
-allocations, which is what "who holds the memory at the peak" requires.
+Devices, operators, Python frames and the ``[memory]`` events themselves
+(with their ``Addr``, which pairs a free with its allocation: what "who holds
+the memory at the peak" needs) come from one streaming read by
+:func:`gpuprof.trace.load.load_trace`, the same read as ``gpuprof analyze``.
 
 The allocation *site* of a trace event is the first user frame of the
 innermost Python function around it (``with_stack=True`` traces), else the
@@ -19,85 +18,18 @@ operator around it (outermost › innermost, e.g. ``aten::linear › aten::addmm
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
-from pathlib import Path
-from typing import Any, Union
-
-import msgspec
+from typing import Any
 
 from gpuprof.errors import InputError
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, SiteTable
 from gpuprof.memory.model import ALLOC, FREE_COMPLETED, FREE_REQUESTED, DeviceMemory, MemoryData
-from gpuprof.trace.model import Event, Trace
+from gpuprof.trace.model import Event, Trace, memory_addr, memory_totals
 from gpuprof.trace.vocab import step_number
 
 __all__ = ["load_trace_memory", "memory_from_trace"]
 
 _PY_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
-
-
-class _Args(msgspec.Struct):
-    addr: Union[int, str, None] = msgspec.field(name="Addr", default=None)
-    nbytes: Union[int, float, None] = msgspec.field(name="Bytes", default=None)
-    dev_id: Union[int, str, None] = msgspec.field(name="Device Id", default=None)
-    dev_type: Union[int, str, None] = msgspec.field(name="Device Type", default=None)
-
-
-class _Ev(msgspec.Struct):
-    name: Union[str, int, None] = None
-    ph: Union[str, None] = None
-    ts: Union[float, int, str, None] = None
-    args: Union[_Args, None] = None
-
-
-class _Top(msgspec.Struct):
-    traceEvents: list[_Ev] = []
-
-
-_DECODER = msgspec.json.Decoder(Union[_Top, list[_Ev]], strict=False)
-
-
-def _as_int(v: Any) -> int:
-    if isinstance(v, int):
-        return v
-    try:
-        return int(v, 0) if isinstance(v, str) else int(v)
-    except (TypeError, ValueError):
-        return -1
-
-
-def _memory_addresses(path: str) -> list[tuple[float, int, int, int, int]]:
-    """(ts, device type, device id, bytes, addr) of every ``[memory]`` event, sorted by ts (stable)."""
-    try:
-        raw = Path(path).read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        top = _DECODER.decode(raw)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as err:
-        raise InputError(path, f"cannot read the trace: {err}") from None
-    except (msgspec.DecodeError, msgspec.ValidationError) as err:
-        raise InputError(path, f"malformed trace JSON ({err})") from None
-    events = top if isinstance(top, list) else top.traceEvents
-    out = []
-    for ev in events:
-        if ev.name != "[memory]" or ev.ph not in ("i", "I") or ev.args is None:
-            continue
-        ts = ev.ts
-        if isinstance(ts, str):
-            try:
-                ts = float(ts)
-            except ValueError:
-                continue
-        if ts is None or ts != ts:
-            continue
-        a = ev.args
-        nb = a.nbytes
-        out.append((float(ts), _as_int(a.dev_type), _as_int(a.dev_id), int(nb) if nb == nb and nb is not None else 0,
-                    _as_int(a.addr)))
-    out.sort(key=lambda r: r[0])
-    return out
 
 
 def _device_name(dev_type: int, dev_id: int) -> str:
@@ -150,19 +82,15 @@ def memory_from_trace(trace: Trace, internal_patterns: Any = DEFAULT_INTERNAL_PA
     path = trace.path
     if not trace.memory:
         raise InputError(path, "the trace has no [memory] events (profile it with profile_memory=True)")
-    addrs = _memory_addresses(path)
     sites = SiteTable(internal_patterns)
     notes: list[str] = []
-    if len(addrs) != len(trace.memory) or any(a[3] != e.nbytes for a, e in zip(addrs, trace.memory)):
-        notes.append("could not read the [memory] events' addresses; frees are not matched to allocations")
-        addrs = []
     py = _Enclosing(trace.python) if trace.python else None
     ops = _Enclosing(trace.ops + trace.annotations)
     site_cache: dict[tuple[Any, ...], int] = {}
 
     devices: dict[tuple[int, int], DeviceMemory] = {}
-    has_totals = all(e.extra is not None for e in trace.memory)
-    for i, e in enumerate(trace.memory):
+    has_totals = all(memory_totals(e) is not None for e in trace.memory)
+    for e in trace.memory:
         key = (e.stream, e.device)
         dm = devices.get(key)
         if dm is None:
@@ -171,7 +99,7 @@ def memory_from_trace(trace: Trace, internal_patterns: Any = DEFAULT_INTERNAL_PA
                               has_segment_events=False)
             devices[key] = dm
         nb = e.nbytes
-        addr = addrs[i][4] if addrs else -1
+        addr = memory_addr(e)
         sid = _site(e, py, ops, sites, site_cache)
         if nb >= 0:
             dm.time.append(e.ts)
@@ -190,7 +118,7 @@ def memory_from_trace(trace: Trace, internal_patterns: Any = DEFAULT_INTERNAL_PA
                 dm.site.append(sid)
                 dm.stream.append(0)
         if has_totals:
-            ta, tr = e.extra
+            ta, tr = memory_totals(e)  # type: ignore[misc]  # has_totals: never None here
             reps = 1 if nb >= 0 else 2
             for _ in range(reps):
                 dm.allocated.append(ta)  # type: ignore[union-attr]

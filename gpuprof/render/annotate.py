@@ -9,8 +9,8 @@ start of the trace.
 
 The input can be several GB, so it is never parsed as a whole: the bytes are
 copied through in blocks (gzip decompressed and recompressed on the way), cut
-only at event boundaries that the decoder accepts (as the loader does, see
-:mod:`gpuprof.trace.load`), and the new events are spliced in just before the
+only at event boundaries that the decoder accepts (the loader's chunking
+loop, :func:`gpuprof.trace.chunks.event_chunks`), and the new events are spliced in just before the
 ``]`` that closes ``traceEvents``. That ``]`` is found in the last block by
 trying the candidates from the end: the right one is the ``]`` where the text
 before it decodes as a list of events and the text after it as the rest of the
@@ -30,13 +30,8 @@ from gpuprof.atomic import atomic_path
 from gpuprof.errors import InputError
 from gpuprof.findings import EventRef, Finding, sort_findings
 from gpuprof.render import format as F
-from gpuprof.render.jsonout import json_safe
-from gpuprof.trace.load import (  # the loader's block reader and event-boundary scanner, shared on purpose
-    candidate_cuts,
-    BLOCK,
-    _read_head,
-    _Source,
-)
+from gpuprof.trace.chunks import Text, as_json_list, event_chunks, read_head  # the loader's chunking loop, shared on purpose
+from gpuprof.trace.source import Source
 
 __all__ = ["annotate_trace", "annotation_events", "FINDINGS_PID", "FINDINGS_PROCESS_NAME"]
 
@@ -59,7 +54,7 @@ class _Stamp(msgspec.Struct, gc=False):
 
 _STAMPS = msgspec.json.Decoder(list[_Stamp])
 _ANY = msgspec.json.Decoder()
-_ENCODER = msgspec.json.Encoder()
+_ENCODER = msgspec.json.Encoder()  # writes NaN/infinity as null: valid JSON for any number in a finding
 
 
 def annotate_trace(src_path: PathLike, findings: Iterable[Finding], out_path: PathLike) -> int:
@@ -76,7 +71,7 @@ def annotate_trace(src_path: PathLike, findings: Iterable[Finding], out_path: Pa
     src = Path(src_path)
     out = Path(out_path)
     findings = list(findings)
-    source = _Source(src)
+    source = Source(src)
     try:
         # a private temporary file beside ``out`` (see gpuprof.atomic), moved into place when complete
         with atomic_path(out) as tmp:
@@ -164,36 +159,30 @@ class _Clock:
         return float(self.any_ts) if self.any_ts is not None else 0.0
 
 
-def _copy_with_findings(src: _Source, sink: _Sink, findings: list[Finding]) -> int:
-    buf, events_at, list_format = _read_head(src)
+def _copy_with_findings(src: Source, sink: _Sink, findings: list[Finding]) -> int:
+    buf, events_at, list_format = read_head(src)
     if events_at is None:
         raise InputError(src.path, 'not a PyTorch profiler trace (no "traceEvents" array)')
 
     sink.write(buf[:events_at])
-    pending = buf[events_at:]
+    text = Text(buf, events_at)
     clock = _Clock()
-    events_before = False  # whether event text before ``pending`` was written
-    eof = False
-    while not eof:
-        if len(pending) < BLOCK:
-            more = src.read(BLOCK)
-            if more:
-                pending += more
-                continue
-            eof = True
-            break
-        cut = _validated_cut(pending, clock)
-        if cut is None:  # no event boundary accepted in this text: read on
-            more = src.read(BLOCK)
-            if not more:
-                eof = True
-                break
-            pending += more
-            continue
-        sink.write(pending[:cut])
-        events_before = True
-        pending = pending[cut:]
+    events_before = False  # whether event text before the final text was written
 
+    def try_cut(b: bytearray, lo: int, end: int, base: int) -> bool:
+        try:
+            with as_json_list(b, lo, end) as view:
+                stamps = _STAMPS.decode(view)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False  # a "}, {" inside a string or nested object: try an earlier one
+        clock.see(stamps)
+        return True
+
+    for lo, _end, nxt in event_chunks(src, text, try_cut):
+        sink.write(bytes(text.buf[lo:nxt]))
+        events_before = True
+
+    pending = text.rest()
     close = _find_array_end(src.path, pending, list_format, clock)
     body = pending[:close].rstrip()
     sink.write(body)
@@ -201,22 +190,10 @@ def _copy_with_findings(src: _Source, sink: _Sink, findings: list[Finding]) -> i
     if new:
         if body or events_before:
             sink.write(b",\n")
-        sink.write(b",\n".join(_ENCODER.encode(json_safe(e)) for e in new))
+        sink.write(b",\n".join(_ENCODER.encode(e) for e in new))
         sink.write(b"\n")
     sink.write(pending[close:])
     return len(new)
-
-
-def _validated_cut(pending: bytes, clock: _Clock) -> int | None:
-    """Offset of the ``{`` starting the last event in ``pending`` whose predecessors decode as events."""
-    for end, nxt in candidate_cuts(pending):
-        try:
-            stamps = _STAMPS.decode(b"[" + pending[:end] + b"]")
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue  # a "}, {" inside a string or nested object: try an earlier one
-        clock.see(stamps)
-        return nxt
-    return None
 
 
 def _find_array_end(path: Path, tail: bytes, list_format: bool, clock: _Clock) -> int:

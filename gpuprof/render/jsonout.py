@@ -15,8 +15,10 @@ __all__ = ["render_json", "report_json_bytes", "json_safe"]
 def json_safe(obj: Any) -> Any:
     """``obj`` with every NaN/infinite float (nested in dicts, lists, tuples) replaced by None.
 
-    JSON has no NaN/Infinity, so an undefined number is written as null; the
-    report JSON and the annotated trace's new events both go through this.
+    JSON has no NaN/Infinity, so an undefined number is written as null.
+    msgspec's encoder does that by itself (the report JSON, the annotated
+    trace's events); this is for writers that refuse NaN instead
+    (``json.dumps(..., allow_nan=False)`` in the memory page).
     """
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
@@ -28,7 +30,8 @@ def json_safe(obj: Any) -> Any:
 
 
 def report_json_bytes(report: Report) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(json_safe(report.to_dict())), indent=2)
+    # msgspec writes NaN and infinities as null, as json_safe would: no scrubbing pass needed
+    return msgspec.json.format(msgspec.json.encode(report.to_dict()), indent=2)
 
 
 def render_json(report: Report) -> str:

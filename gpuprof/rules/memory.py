@@ -8,7 +8,7 @@ from typing import Iterable
 from gpuprof.findings import Evidence, EventRef, Finding, Severity
 from gpuprof.units import fmt_bytes, fmt_us
 from gpuprof.rules.base import Option, Rule, RuleContext, register
-from gpuprof.trace.model import Event, Trace
+from gpuprof.trace.model import Event, Trace, memory_totals
 
 __all__ = ["MemoryNearCapacity", "DevicePeak", "device_peaks", "GPU_DEVICE_TYPES"]
 
@@ -39,25 +39,29 @@ class DevicePeak:
 def device_peaks(trace: Trace) -> list[DevicePeak]:
     """One :class:`DevicePeak` per GPU that has [memory] events with totals and a known capacity."""
     capacity = {d.id: d.total_memory for d in trace.devices if d.total_memory}
-    best: dict[int, list[Event]] = {}
+    # per device: [(totals, event) at the most reserved, (totals, event) at the most allocated]
+    best: dict[int, list[tuple[tuple[int, int], Event]]] = {}
     for e in trace.memory:
-        if e.stream not in GPU_DEVICE_TYPES or not isinstance(e.extra, tuple) or e.device < 0:
+        if e.stream not in GPU_DEVICE_TYPES or e.device < 0:
+            continue
+        totals = memory_totals(e)
+        if totals is None:
             continue
         cur = best.get(e.device)
         if cur is None:
-            best[e.device] = [e, e]
+            best[e.device] = [(totals, e), (totals, e)]
             continue
-        if e.extra[1] > cur[0].extra[1]:
-            cur[0] = e
-        if e.extra[0] > cur[1].extra[0]:
-            cur[1] = e
+        if totals[1] > cur[0][0][1]:
+            cur[0] = (totals, e)
+        if totals[0] > cur[1][0][0]:
+            cur[1] = (totals, e)
     out = []
-    for dev, (res, alloc) in sorted(best.items()):
+    for dev, ((res_totals, res), (alloc_totals, alloc)) in sorted(best.items()):
         cap = capacity.get(dev)
         if not cap:
             continue
-        reserved = max(res.extra[1], res.extra[0])  # older builds write Total Reserved -1
-        out.append(DevicePeak(dev, cap, reserved, res.extra[0], alloc.extra[0], res, alloc))
+        reserved = max(res_totals[1], res_totals[0])  # older builds write Total Reserved -1
+        out.append(DevicePeak(dev, cap, reserved, res_totals[0], alloc_totals[0], res, alloc))
     return out
 
 

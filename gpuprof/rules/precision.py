@@ -13,7 +13,7 @@ from gpuprof.units import fmt_us
 from gpuprof.report import DeviceInfo
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Event, dur_of, name_of
+from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Event, dur_of, name_of, op_dtypes
 
 
 __all__ = [
@@ -99,13 +99,7 @@ def is_fp32_kernel(name: str) -> bool:
     return uses_tensor_cores(name) is False
 
 
-def _op_flags(op: Event | None) -> int:
-    if op is None:
-        return 0
-    extra = op.extra
-    if isinstance(extra, tuple):
-        extra = extra[0]
-    return extra if isinstance(extra, int) else 0
+_op_flags = op_dtypes
 
 
 @dataclass

@@ -10,6 +10,7 @@ from gpuprof.findings import Evidence, EventRef, Finding, Severity
 from gpuprof.units import fmt_bytes, fmt_us
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, Step, TraceMetrics
+from gpuprof.trace.model import op_dtypes
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 
 __all__ = ["StepOutliers", "GpuActivityMissing", "TraceTooLarge"]
@@ -288,7 +289,7 @@ class TraceTooLarge(Rule):
         heavy = []
         if t.with_stack:
             heavy.append("with_stack=True")
-        if any(_op_has_dtypes(o.extra) for o in t.ops[:5000]):
+        if any(op_dtypes(o) for o in t.ops[:5000]):  # only record_shapes=True writes input types
             heavy.append("record_shapes=True")
         if t.profile_memory or t.memory:
             heavy.append("profile_memory=True")
@@ -320,8 +321,3 @@ class TraceTooLarge(Rule):
         )
 
 
-def _op_has_dtypes(extra: object) -> bool:
-    """True when an op recorded its input types, which only ``record_shapes=True`` writes."""
-    if isinstance(extra, tuple):
-        extra = extra[0]
-    return isinstance(extra, int) and extra != 0

@@ -10,6 +10,7 @@ from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy
 from gpuprof.trace.metrics import SyncPoint, TraceMetrics
+from gpuprof.trace.model import op_call_stack
 from gpuprof.units import fmt_us
 
 __all__ = ["HostSync"]
@@ -60,7 +61,8 @@ def _cause(m: TraceMetrics, s: SyncPoint) -> str:
         if lo <= r.ts <= hi:
             return _PRINT_CAUSE
     for o in s.ops[:1]:  # 2021 traces: the Python stack is the outermost operator's "Call stack"
-        if isinstance(o.extra, tuple) and isinstance(o.extra[-1], str) and _FORMAT_FRAME_RE.search(o.extra[-1]):
+        stack = op_call_stack(o)
+        if stack is not None and _FORMAT_FRAME_RE.search(stack):
             return _PRINT_CAUSE
     if "EventSynchronize" in r.name and any(o.name.startswith(_CONV_OPS) for o in s.ops):
         return _AUTOTUNE_CAUSE

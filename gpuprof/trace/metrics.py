@@ -100,7 +100,7 @@ from gpuprof.findings import SourceLocation
 from gpuprof.report import CopyStat, KernelStat, OpStat, SyncStat, TraceSummary
 from gpuprof.trace.attribution import attribute
 from gpuprof.trace.intervals import Interval, Intervals, first_cover_per_window
-from gpuprof.trace.model import Event, Trace, device_of, dur_of, name_of, ts_of
+from gpuprof.trace.model import Event, Trace, copy_kind, device_of, dur_of, name_of, ts_of
 from gpuprof.trace.stacks import StackIndex
 from gpuprof.trace.vocab import (
     SYNC_OPS,
@@ -721,7 +721,7 @@ def _copies(trace: Trace, launch_by_corr: dict[int, Event], threads: ThreadIndex
             else:
                 sync = next_sync_call(threads, launch)
                 blocking = sync is not None and sync.end >= g.end - 1.0
-        out.append(CopyEvent(gpu=g, launch=launch, kind=g.extra, blocking=blocking, step=None))
+        out.append(CopyEvent(gpu=g, launch=launch, kind=copy_kind(g), blocking=blocking, step=None))
     return out
 
 

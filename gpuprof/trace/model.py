@@ -16,10 +16,26 @@ from typing import Any, Iterator, Union
 
 import msgspec
 
-from gpuprof.report import DeviceInfo
-from gpuprof.trace.vocab import Kind
+from gpuprof.trace.vocab import CopyKind, Kind
 
-__all__ = ["Event", "Trace", "DTYPE_HALF", "DTYPE_FLOAT", "DTYPE_DOUBLE", "ts_of", "dur_of", "name_of", "device_of"]
+__all__ = [
+    "DeviceInfo",
+    "Event",
+    "Trace",
+    "MemoryPayload",
+    "DTYPE_HALF",
+    "DTYPE_FLOAT",
+    "DTYPE_DOUBLE",
+    "ts_of",
+    "dur_of",
+    "name_of",
+    "device_of",
+    "op_dtypes",
+    "op_call_stack",
+    "copy_kind",
+    "memory_totals",
+    "memory_addr",
+]
 
 # Bit flags summarising an operator's input dtypes (from "Input type").
 DTYPE_FLOAT = 1  # float32
@@ -32,6 +48,21 @@ ts_of = attrgetter("ts")
 dur_of = attrgetter("dur")
 name_of = attrgetter("name")
 device_of = attrgetter("device")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One GPU as the trace describes it (``deviceProperties``), or as far as it is known.
+
+    Also part of the report (``traces[].devices`` in docs/report-schema.md).
+    """
+
+    id: int
+    name: str = ""
+    compute_capability: tuple[int, int] | None = None
+    total_memory: int | None = None
+    num_sms: int | None = None
+    vendor: str = ""  # "nvidia", "amd" or "" when unknown
 
 
 class Event(msgspec.Struct, gc=False):
@@ -47,9 +78,9 @@ class Event(msgspec.Struct, gc=False):
       events ``device`` is the Device Id and ``stream`` the Device Type
       (0 CPU, 1 CUDA, ... as in c10::DeviceType).
     * ``nbytes``: bytes copied or set (memcpy/memset) or allocated (memory; negative = freed).
-    * ``extra``: per-kind payload: CopyKind (memcpy), dtype flags (op),
-      (Total Allocated, Total Reserved) tuple (memory), (python id, parent id)
-      tuple (python frames), the legacy "Call stack" string (2021 ops).
+    * ``extra``: a per-kind payload; read it only through the accessors
+      below (:func:`op_dtypes`, :func:`op_call_stack`, :func:`copy_kind`,
+      :func:`memory_totals`, :func:`memory_addr`), which know its encoding.
     """
 
     kind: int
@@ -68,6 +99,68 @@ class Event(msgspec.Struct, gc=False):
     @property
     def end(self) -> float:
         return self.ts + self.dur
+
+
+class MemoryPayload(msgspec.Struct, gc=False, frozen=True):
+    """What a ``[memory]`` event carries besides its bytes and device.
+
+    ``allocated``/``reserved``: the allocator's Total Allocated / Total
+    Reserved after the event (None / -1 where the trace has none: PyTorch
+    1.8-era traces, and older builds that write no Total Reserved);
+    ``addr``: the block's address (-1 when absent), which is what pairs a
+    free with its allocation.
+    """
+
+    allocated: Union[int, None]
+    reserved: int
+    addr: int
+
+
+# --------------------------------------------------------------------------- payload accessors
+#
+# The loader stores an operator's payload as its dtype flags (an int: no
+# object per op) or, for 2021 traces with a "Call stack", a (flags, stack)
+# tuple; a copy's as its CopyKind; a [memory] event's as a MemoryPayload.
+# These functions are the one place that knows it.
+
+
+def op_dtypes(op: Event | None) -> int:
+    """The DTYPE_* flags of an operator's input types (0: not recorded, or not an op)."""
+    if op is None:
+        return 0
+    extra = op.extra
+    if type(extra) is tuple:
+        extra = extra[0]
+    return extra if type(extra) is int else 0
+
+
+def op_call_stack(op: Event) -> str | None:
+    """The legacy ``Call stack`` string of a 2021-era operator (innermost frame first), if any."""
+    extra = op.extra
+    if type(extra) is tuple and type(extra[1]) is str:
+        return extra[1]
+    return None
+
+
+def copy_kind(copy: Event) -> CopyKind | None:
+    """Direction and memory kinds of a memcpy event (None for other events)."""
+    extra = copy.extra
+    return extra if isinstance(extra, CopyKind) else None
+
+
+def memory_totals(mem: Event) -> tuple[int, int] | None:
+    """(Total Allocated, Total Reserved) after a ``[memory]`` event; reserved is -1 where not
+    written. None when the event has no totals (or is not a memory event)."""
+    extra = mem.extra
+    if type(extra) is MemoryPayload and extra.allocated is not None:
+        return extra.allocated, extra.reserved
+    return None
+
+
+def memory_addr(mem: Event) -> int:
+    """The address of a ``[memory]`` event's block (-1 when absent)."""
+    extra = mem.extra
+    return extra.addr if type(extra) is MemoryPayload else -1
 
 
 @dataclass

@@ -27,13 +27,8 @@ class RawArgs(msgspec.Struct, gc=False):
     device: Union[int, str, None] = None
     stream: Union[int, str, None] = None
     bytes: Union[int, float, None] = None
-    bandwidth: Union[float, int, str, None] = msgspec.field(name="memory bandwidth (GB/s)", default=None)
-    grid: Union[list, str, None] = None
-    block: Union[list, str, None] = None
     input_type: Union[list, str, None] = msgspec.field(name="Input type", default=None)
     call_stack: Union[str, None] = msgspec.field(name="Call stack", default=None)
-    python_id: Union[int, str, None] = msgspec.field(name="Python id", default=None)
-    python_parent_id: Union[int, str, None] = msgspec.field(name="Python parent id", default=None)
     # [memory] instant events
     mem_bytes: Union[int, float, None] = msgspec.field(name="Bytes", default=None)
     total_allocated: Union[int, float, None] = msgspec.field(name="Total Allocated", default=None)
@@ -44,8 +39,6 @@ class RawArgs(msgspec.Struct, gc=False):
     # metadata events (ph == "M")
     name: Union[str, int, None] = None
     labels: Union[str, None] = None
-    # cuda_sync events
-    sync_kind: Union[str, None] = msgspec.field(name="cuda_sync_kind", default=None)
 
 
 class RawEvent(msgspec.Struct, gc=False):
@@ -75,7 +68,6 @@ class RawDeviceProps(msgspec.Struct, gc=False):
 class RawDistributedInfo(msgspec.Struct, gc=False):
     rank: Union[int, str, None] = None
     world_size: Union[int, str, None] = None
-    backend: Union[str, None] = None
 
 
 class RawTrace(msgspec.Struct, gc=False):
@@ -84,8 +76,5 @@ class RawTrace(msgspec.Struct, gc=False):
     computeProperties: Union[list[RawDeviceProps], None] = None
     distributedInfo: Union[RawDistributedInfo, None] = None
     baseTimeNanoseconds: Union[int, float, None] = None
-    schemaVersion: Union[int, str, None] = None
-    displayTimeUnit: Union[str, None] = None
     with_stack: Union[int, bool, None] = None
     profile_memory: Union[int, bool, None] = None
-    record_shapes: Union[int, bool, None] = None

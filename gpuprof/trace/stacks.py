@@ -19,7 +19,7 @@ from typing import Union
 
 from gpuprof.findings import SourceLocation
 from gpuprof.frames import is_user_file
-from gpuprof.trace.model import Event, Trace
+from gpuprof.trace.model import Event, Trace, op_call_stack
 
 __all__ = ["parse_frame", "is_user_frame", "StackIndex"]
 
@@ -102,10 +102,10 @@ class StackIndex:
 
 def call_stack_location(op: Event) -> SourceLocation | None:
     """First user frame of a 2021-style ``Call stack`` (innermost first)."""
-    extra = op.extra
-    if not isinstance(extra, tuple) or len(extra) != 2 or not isinstance(extra[1], str):
+    stack = op_call_stack(op)
+    if stack is None:
         return None
-    for frame in extra[1].split(";"):
+    for frame in stack.split(";"):
         loc = user_location(frame.strip())
         if loc is not None:
             return loc

@@ -10,6 +10,7 @@ from gpuprof.memory.diff import DiffOptions, diff_report
 from gpuprof.memory.load import load_memory, sniff
 from gpuprof.memory.testing import MiB
 from gpuprof.trace.load import load_trace
+from gpuprof.trace.model import memory_totals
 
 from .conftest import CPU_TRACE, V100_2021, V100_TOTALS, real_trace
 
@@ -41,7 +42,7 @@ def test_trace_memory_with_totals_matches_the_file() -> None:
     report = memory_report(str(p))
     dev = report.sections[0].devices[0]
     assert dev["device"] == "cpu"
-    assert dev["allocated"]["peak"] == max(e.extra[0] for e in trace.memory)
+    assert dev["allocated"]["peak"] == max(memory_totals(e)[0] for e in trace.memory)
     assert dev["num_allocations"] == sum(1 for e in trace.memory if e.nbytes >= 0)
     # every byte at the peak is attributed (unattributed ones to the pre-history pseudo-site)
     assert sum(s["bytes"] for s in dev["top_sites"]) == dev["allocated"]["peak"] or len(dev["top_sites"]) == 10
@@ -57,8 +58,8 @@ def test_real_v100_trace_with_totals() -> None:
     section, findings, analyses = analyze_memory(data)
     cuda = next(d for d in section.devices if d["device"] == "cuda:1")
     mem = [e for e in trace.memory if e.stream == 1]
-    assert cuda["allocated"]["peak"] == max(e.extra[0] for e in mem)
-    assert cuda["reserved"]["peak"] == max(e.extra[1] for e in mem)
+    assert cuda["allocated"]["peak"] == max(memory_totals(e)[0] for e in mem)
+    assert cuda["reserved"]["peak"] == max(memory_totals(e)[1] for e in mem)
     assert cuda["total_memory"] == 34089730048  # Tesla V100-SXM2-32GB from deviceProperties
     assert any("aten::" in s["site"] for s in cuda["top_sites"])  # sites from the enclosing operators
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gpuprof.render.annotate as A
+import gpuprof.trace.chunks as C
 from gpuprof.errors import InputError
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.render.annotate import FINDINGS_PID, FINDINGS_PROCESS_NAME, annotate_trace, annotation_events
@@ -124,7 +125,7 @@ def test_round_trip_on_real_traces(rel, suffix, tmp_path):
 @pytest.mark.parametrize("rel", REAL[1:3])
 def test_small_blocks_cut_at_event_boundaries(rel, tmp_path, monkeypatch):
     # many blocks per file: exercises the validated cuts and the tail search across block ends
-    monkeypatch.setattr(A, "BLOCK", 256 * 1024)
+    monkeypatch.setattr(C, "BLOCK", 256 * 1024)
     src = shared_trace(rel)
     findings = _findings_from(src)
     out = tmp_path / "a.json.gz"
@@ -189,7 +190,7 @@ event = st.fixed_dictionaries(
     block=st.sampled_from([7, 64, 1 << 20]),
 )
 def test_any_layout_round_trips(events, before, after, list_format, indent, block, tmp_path, monkeypatch):
-    monkeypatch.setattr(A, "BLOCK", block)
+    monkeypatch.setattr(C, "BLOCK", block)
     doc: Any = events if list_format else {**before, "traceEvents": events, **after}
     src = _write(tmp_path / "h.json", doc, indent)
     out = tmp_path / "h.out.json"

@@ -13,7 +13,7 @@ from gpuprof.rules.memory import device_peaks
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.load import load_trace
-from gpuprof.trace.model import Event, Trace
+from gpuprof.trace.model import Event, MemoryPayload, Trace
 from gpuprof.trace.vocab import Kind
 from gpuprof.report import DeviceInfo
 
@@ -83,7 +83,7 @@ def test_device_peaks_reads_hip_device_type_and_unknown_capacity():
     t = Trace(path="x", devices=[DeviceInfo(id=0, name="AMD Instinct MI300X", total_memory=192 * GIB, vendor="amd"),
                                  DeviceInfo(id=1, name="AMD Instinct MI300X", total_memory=None, vendor="amd")])
     for dev, ts, alloc, res in [(0, 1.0, 10, 20), (0, 2.0, 150 * GIB, 180 * GIB), (0, 3.0, 5, 180 * GIB), (1, 1.0, 1, 1)]:
-        t.memory.append(Event(int(Kind.MEMORY), "[memory]", ts, 0.0, 1, 1, device=dev, stream=6, extra=(alloc, res)))
+        t.memory.append(Event(int(Kind.MEMORY), "[memory]", ts, 0.0, 1, 1, device=dev, stream=6, extra=MemoryPayload(alloc, res, -1)))
     (p,) = device_peaks(t)
     assert (p.device, p.capacity, p.reserved, p.allocated, p.max_allocated) == (0, 192 * GIB, 180 * GIB, 150 * GIB, 150 * GIB)
     assert p.at.ts == 2.0

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+import gpuprof.trace.chunks as C
 import gpuprof.trace.load as L
-import gpuprof.trace.loadhelper as H
+import gpuprof.trace.source as S
 from gpuprof.analysis import analyze
 from gpuprof.errors import InputError
 from gpuprof.testing.realtraces import shared_path
@@ -118,36 +119,8 @@ def test_pairs_split_across_tiny_chunks(pair_files: tuple[Path, Path, int], bloc
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     px, pbe, _ = pair_files
     ref = _events(px)
-    monkeypatch.setattr(L, "BLOCK", block)
+    monkeypatch.setattr(C, "BLOCK", block)
     assert _events(pbe) == ref
-
-
-def test_pairs_split_between_the_two_loader_processes(pair_files: tuple[Path, Path, int],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    px, pbe, _ = pair_files
-    ref = _events(px)
-    monkeypatch.setattr(L, "BLOCK", 16 * 1024)
-    monkeypatch.setattr(L, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(L, "WAIT_FOR_HELPER", True)
-    monkeypatch.setattr(H, "HELPER_COST", 0.0)
-    sent: list[int] = []
-    real_submit = H.Helper.submit
-
-    def submit(self: Any, chunk: Any) -> Any:
-        sent.append(len(chunk))
-        return real_submit(self, chunk)
-
-    monkeypatch.setattr(H.Helper, "submit", submit)
-
-    def no_fallback(*a: Any, **k: Any) -> Any:
-        raise AssertionError("the two-process load fell back to one process")
-
-    real_load = L._load
-    monkeypatch.setattr(L, "_load", lambda p, progress, jobs: real_load(p, progress, jobs) if jobs > 1 else no_fallback())
-    t = L.load_trace(pbe, jobs=2)
-    assert len(sent) >= 2, "the helper decoded no chunk: the test did not exercise it"
-    assert [(k, e.name, e.ts, e.dur, e.pid, e.tid, e.ext, e.corr, e.device, e.stream, e.nbytes)
-            for k, evs in t.lists().items() for e in evs] == ref
 
 
 # --------------------------------------------------------------------------- what cannot be paired

@@ -19,7 +19,9 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import gpuprof.trace.chunks as C
 import gpuprof.trace.load as L
+import gpuprof.trace.source as S
 from gpuprof.cli import cli
 from gpuprof.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, InputError
 from gpuprof.testing import TraceBuilder, simple_training
@@ -91,7 +93,7 @@ def damaged(draw: st.DrawFn) -> tuple[str, bytes, bool, int]:
         elif damage == "truncate":
             del blob[draw(st.integers(0, len(blob) - 1)) :]
         blob = bytes(blob)
-    block = draw(st.sampled_from([L.BLOCK, 4096, 512]))
+    block = draw(st.sampled_from([C.BLOCK, 4096, 512]))
     return name, blob, gz, block
 
 
@@ -106,11 +108,11 @@ def _check_input_error(err: InputError, path: Path) -> None:
 def test_damaged_traces_load_or_fail_in_one_line(case: tuple[str, bytes, bool, int]) -> None:
     _name, blob, gz, block = case
     d = Path(tempfile.mkdtemp(prefix="gpuprof-fuzz-"))
-    saved = L.BLOCK
+    saved = C.BLOCK
     try:
         p = d / ("t.json.gz" if gz else "t.json")
         p.write_bytes(blob)
-        L.BLOCK = block
+        C.BLOCK = block
         try:
             t = L.load_trace(p)
         except InputError as err:
@@ -120,7 +122,7 @@ def test_damaged_traces_load_or_fail_in_one_line(case: tuple[str, bytes, bool, i
             for events in t.lists().values():
                 assert all(a.ts <= b.ts for a, b in zip(events, events[1:]))
     finally:
-        L.BLOCK = saved
+        C.BLOCK = saved
         shutil.rmtree(d)
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+import gpuprof.trace.chunks as C
 import gpuprof.trace.load as L
+import gpuprof.trace.source as S
 from gpuprof.errors import InputError
 from gpuprof.testing import TraceBuilder, simple_training
 from gpuprof.testing.realtraces import TRACES, shared_path
@@ -181,7 +183,7 @@ def test_libkineto_2026_schema() -> None:
 
 
 def _load_with_block(path: Path, block: int, monkeypatch: pytest.MonkeyPatch) -> tuple:
-    monkeypatch.setattr(L, "BLOCK", block)
+    monkeypatch.setattr(C, "BLOCK", block)
     try:
         return signature(load_trace(path))
     finally:
@@ -209,7 +211,7 @@ def compact_sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tupl
     return compact, signature(load_trace(src))
 
 
-@pytest.mark.parametrize("block", [L.BLOCK, 4096, 1000])
+@pytest.mark.parametrize("block", [C.BLOCK, 4096, 1000])
 def test_compact_one_line_json_loads_the_same(compact_sample: tuple[Path, tuple], block: int,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     compact, ref = compact_sample
@@ -262,7 +264,7 @@ def test_synthetic_2021_and_gzip_chunked(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_progress_reports_reach_the_file_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = simple_training(TraceBuilder(), steps=10).write(tmp_path / "p.json")
-    monkeypatch.setattr(L, "BLOCK", 4096)
+    monkeypatch.setattr(C, "BLOCK", 4096)
     seen: list[tuple[int, int]] = []
     load_trace(p, progress=lambda done, total: seen.append((done, total)))
     size = p.stat().st_size
@@ -372,20 +374,20 @@ def test_errors_mid_file_are_reported_at_once_with_their_position(tmp_path: Path
     at = data.index(b'"ph"', len(data) // 3)
     q = tmp_path / "syntax.json"
     q.write_bytes(data[:at] + b"@" + data[at + 1:])
-    for block in (L.BLOCK, 1 << 20, 4096):
-        monkeypatch.setattr(L, "BLOCK", block)
+    for block in (C.BLOCK, 1 << 20, 4096):
+        monkeypatch.setattr(C, "BLOCK", block)
         _expect_input_error(p, f"$.traceEvents[{truth}].ts")
         _expect_input_error(q, "not valid JSON", f"(byte {at})")
         # reported at the bad event: far less text is read than the file holds
         reads: list[int] = []
-        load = L._Source.read
+        load = S.Source.read
 
-        def counting(self: L._Source, n: int) -> bytes:
+        def counting(self: S.Source, n: int) -> bytes:
             out = load(self, n)
             reads.append(len(out))
             return out
 
-        monkeypatch.setattr(L._Source, "read", counting)
+        monkeypatch.setattr(S.Source, "read", counting)
         with pytest.raises(InputError):
             load_trace(q)
         assert sum(reads) < at + 2 * block + 1024

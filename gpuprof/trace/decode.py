@@ -1,0 +1,169 @@
+"""Decoding trace JSON into the raw structs of :mod:`gpuprof.trace.raw`, with one-line errors.
+
+msgspec decodes straight into the typed structs (never into dicts), a chunk
+at a time (see :mod:`gpuprof.trace.chunks`), and hands the events to an
+:class:`EventSink` (the normaliser, :class:`gpuprof.trace.normalise.Builder`).
+Decoder errors become :class:`~gpuprof.errors.InputError` messages that
+count bytes and events from the start of the file, not of the chunk.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from gpuprof.errors import InputError
+from gpuprof.trace import raw as R
+from gpuprof.trace.chunks import MARKER, TryCut, as_json_list
+
+__all__ = ["EVENTS_DECODER", "TRACE_DECODER", "TOO_DEEP", "EventSink", "chunk_decoder", "decode_header", "decode_last", "decode_whole"]
+
+EVENTS_DECODER = msgspec.json.Decoder(list[R.RawEvent], strict=False)
+TRACE_DECODER = msgspec.json.Decoder(R.RawTrace, strict=False)
+_ANY_DECODER = msgspec.json.Decoder()
+
+TOO_DEEP = "JSON nested too deeply (a trace event is a few levels deep; this text nests thousands)"
+
+
+
+class EventSink(Protocol):
+    """Where decoded events go (the normaliser)."""
+
+    events_seen: int
+
+    def ingest(self, events: list[R.RawEvent]) -> None: ...
+
+    def metadata(self, top: R.RawTrace) -> None: ...
+
+
+def chunk_decoder(path: Path, sink: EventSink, list_format: bool) -> TryCut:
+    """A ``try_cut`` for :func:`gpuprof.trace.chunks.event_chunks` that decodes a chunk into ``sink``."""
+
+    def try_cut(buf: bytearray, lo: int, end: int, base: int) -> bool:
+        try:
+            with as_json_list(buf, lo, end) as view:
+                events = EVENTS_DECODER.decode(view)
+        except msgspec.ValidationError as err:  # (a subclass of DecodeError: caught first)
+            # A wrongly typed value is an error in the file itself, not in the
+            # cut: the text before a cut parses the same way as in the whole
+            # file, and a bad cut shows up as a syntax error (DecodeError) at
+            # its end. Reporting it now, rather than trying earlier cuts and
+            # reading on, keeps bad input from costing time and memory
+            # quadratic in the file size.
+            msg = str(err) if list_format else str(err).replace("`$[", "`$.traceEvents[")
+            chunk = b"[" + bytes(buf[lo:end]) + b"]"
+            problem = _explain_validation(path, chunk, msgspec.ValidationError(msg), list_format, sink.events_seen)
+            raise InputError(path, problem) from None
+        except msgspec.DecodeError as err:
+            if _is_syntax_error_before(err, end - lo + 1):
+                # malformed JSON before the cut: no earlier or later cut can fix it
+                raise InputError(path, _explain_decode(err, base - 1)) from None
+            return False  # a cut inside a string or nested object: try an earlier one
+        except UnicodeDecodeError as err:  # bytes of a string are never changed by a cut
+            raise InputError(path, _explain_unicode(err)) from None
+        except RecursionError:  # a prefix nests as deep as the whole file
+            raise InputError(path, TOO_DEEP) from None
+        sink.ingest(events)
+        return True
+
+    return try_cut
+
+
+def decode_header(path: Path, head: bytes, list_format: bool) -> R.RawTrace | None:
+    """The top-level keys before ``"traceEvents"`` (device properties, rank, ...); None for a bare list."""
+    if list_format:
+        return None
+    text = head[: MARKER.search(head).start()].rstrip()  # type: ignore[union-attr]
+    if text.endswith(b","):
+        text = text[:-1]
+    try:
+        return TRACE_DECODER.decode(text + b"}")
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as err:
+        raise InputError(path, f"malformed trace header ({err})") from None
+    except RecursionError:
+        raise InputError(path, TOO_DEEP) from None
+
+
+def decode_last(
+    path: Path, head: bytes | None, pending: bytes, sink: EventSink, list_format: bool, base: int = 0
+) -> None:
+    """Decode the final text: the last events and whatever follows the array."""
+    if head is not None:  # the whole file was one chunk
+        decode_whole(path, head + pending, sink, list_format)
+        return
+    prefix = b"[" if list_format else b'{"traceEvents":['
+    decode_whole(path, prefix + pending, sink, list_format, sink.events_seen, base - len(prefix))
+
+
+def decode_whole(
+    path: Path, text: bytes, sink: EventSink, list_format: bool, event_offset: int = 0, byte_offset: int = 0
+) -> None:
+    try:
+        if list_format:
+            events = EVENTS_DECODER.decode(text)
+            sink.ingest(events)
+            return
+        top = TRACE_DECODER.decode(text)
+    except msgspec.ValidationError as err:
+        raise InputError(path, _explain_validation(path, text, err, list_format, event_offset)) from None
+    except msgspec.DecodeError as err:
+        raise InputError(path, _explain_decode(err, byte_offset)) from None
+    except UnicodeDecodeError as err:
+        raise InputError(path, _explain_unicode(err)) from None
+    except RecursionError:
+        raise InputError(path, TOO_DEEP) from None
+    if top.traceEvents is None:
+        raise InputError(path, 'not a PyTorch profiler trace (no "traceEvents" array)')
+    sink.metadata(top)
+    sink.ingest(top.traceEvents)
+
+
+_BYTE_RE = re.compile(r"\(byte (\d+)\)")
+
+
+def _explain_decode(err: Exception, byte_offset: int = 0) -> str:
+    msg = str(err)
+    if "truncated" in msg:
+        return "truncated JSON (the file ends in the middle of the trace)"
+    # positions are in the text given to the decoder: make them file positions
+    msg = _BYTE_RE.sub(lambda m: f"(byte {int(m.group(1)) + byte_offset})", msg)
+    return f"not valid JSON ({msg})"
+
+
+def _explain_unicode(err: UnicodeDecodeError) -> str:
+    return f"not valid UTF-8 text in a JSON string ({err.reason}: byte 0x{err.object[err.start]:02x})"
+
+
+def _is_syntax_error_before(err: Exception, last: int) -> bool:
+    """True when a DecodeError of ``[`` + chunk + ``]`` is a real syntax error.
+
+    A cut at a wrong place shows up only at the end of the text: as
+    truncation (inside a string or nested value), as an error at the final
+    ``]`` (byte ``last``), or as trailing characters (a cut past the end of
+    the event array). Anything earlier is malformed JSON in the file."""
+    msg = str(err)
+    if "truncated" in msg or "trailing characters" in msg:
+        return False
+    m = _BYTE_RE.search(msg)
+    return m is not None and int(m.group(1)) < last
+
+
+def _explain_validation(path: Path, text: bytes, err: Exception, list_format: bool, event_offset: int) -> str:
+    msg = str(err)
+    if list_format and msg.startswith("Expected `object`") and "$[" in msg:
+        return "not a PyTorch profiler trace (a JSON list, but not of trace events)"
+    if msg.startswith("Expected `object`") and "`$`" in msg:
+        try:
+            kind = type(_ANY_DECODER.decode(text)).__name__
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            kind = "value"
+        return f"not a PyTorch profiler trace (top-level JSON {kind}, expected an object or list)"
+
+    def shift(m: re.Match[bytes] | re.Match[str]) -> str:
+        return f"{m.group(1)}[{int(m.group(2)) + event_offset}]"
+
+    msg = re.sub(r"(traceEvents|\$)\[(\d+)\]", shift, msg)
+    return f"unexpected value in the trace: {msg}"

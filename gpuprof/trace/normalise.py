@@ -1,0 +1,292 @@
+"""Normalising raw trace events (:mod:`gpuprof.trace.raw`) into the trace model.
+
+One flat loop per chunk turns each decoded event into a compact
+:class:`~gpuprof.trace.model.Event` of one :class:`~gpuprof.trace.vocab.Kind`
+(the several spellings of one arg become one field, ids become ints,
+payloads take the encoding the accessors of :mod:`gpuprof.trace.model`
+read) and reads the metadata (devices, rank, process and thread names).
+"""
+
+from __future__ import annotations
+
+from gpuprof.errors import InputError
+from gpuprof.trace import raw as R
+from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, DeviceInfo, Event, MemoryPayload, Trace
+from gpuprof.trace.pairing import pair_slices
+from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
+
+__all__ = ["Builder", "device_info"]
+
+# plain ints for the hot loop
+_CAT_KIND: dict[str, int] = {cat: int(kind) for cat, kind in CATEGORY_KIND.items()}
+
+_DTYPE_FLAGS: dict[str, int] = {
+    "float": DTYPE_FLOAT,
+    "c10::Half": DTYPE_HALF,
+    "c10::BFloat16": DTYPE_HALF,
+    "Half": DTYPE_HALF,
+    "BFloat16": DTYPE_HALF,
+    "c10::Float8_e4m3fn": DTYPE_HALF,
+    "c10::Float8_e5m2": DTYPE_HALF,
+    "double": DTYPE_DOUBLE,
+}
+
+
+def _as_int(x: object) -> int:
+    if type(x) is int:
+        return x  # type: ignore[return-value]
+    if x is None:
+        return -1
+    try:
+        return int(x)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return -1
+
+
+def _address(x: object) -> int:
+    """A [memory] event's Addr: an int, or a string in any base Python reads ("0x7f..."); -1 when absent."""
+    if type(x) is int:
+        return x  # type: ignore[return-value]
+    if isinstance(x, str):
+        try:
+            return int(x, 0)
+        except ValueError:
+            return -1
+    return -1
+
+
+class Builder:
+    """Turns raw events into a :class:`Trace`: :meth:`ingest` chunk by chunk, then :meth:`finish`.
+
+    Keeps only the events of a known kind (see :mod:`gpuprof.trace.vocab`),
+    each as one compact :class:`Event`; B/E pairs are matched once all chunks
+    are in (see :mod:`gpuprof.trace.pairing`).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.trace = Trace(path=path)
+        self.events_seen = 0
+        self._names: dict[str, str] = {}  # one string object per distinct name
+        self._stacks: dict[str, str] = {}
+        self._device_props: list[R.RawDeviceProps] = []
+        self._meta_seen = False
+        # B/E events in file order: paired in finish(), once every chunk is in,
+        # so a pair split across chunks (or across processes) still pairs
+        self._slices: list[R.RawEvent] = []
+        self._no_dur = 0  # X events without dur, kept as zero-length
+        self._pairs = 0  # B/E pairs made into complete events
+
+    # -- header / metadata
+    def metadata(self, top: R.RawTrace) -> None:
+        props = top.deviceProperties or top.computeProperties
+        if props and not self._device_props:
+            self._device_props = list(props)
+        di = top.distributedInfo
+        if di is not None:
+            r, w = _as_int(di.rank), _as_int(di.world_size)
+            if r >= 0 and self.trace.rank is None:
+                self.trace.rank = r
+            if w > 0 and self.trace.world_size is None:
+                self.trace.world_size = w
+        if top.baseTimeNanoseconds is not None and self.trace.base_time_ns is None:
+            self.trace.base_time_ns = int(top.baseTimeNanoseconds)
+        if top.with_stack:
+            self.trace.with_stack = True
+        if top.profile_memory:
+            self.trace.profile_memory = True
+
+    # -- events
+    def ingest(self, events: list[R.RawEvent]) -> None:  # noqa: C901 - one hot loop, kept flat for speed
+        t = self.trace
+        self.events_seen += len(events)
+        names = self._names
+        cat_kind = _CAT_KIND
+        out = {
+            int(Kind.CPU_OP): t.ops,
+            int(Kind.USER_ANNOTATION): t.annotations,
+            int(Kind.PYTHON_FUNCTION): t.python,
+            int(Kind.RUNTIME): t.runtime,
+            int(Kind.KERNEL): t.kernels,
+            int(Kind.MEMCPY): t.memcpys,
+            int(Kind.MEMSET): t.memsets,
+            int(Kind.GPU_SYNC): t.gpu_syncs,
+            int(Kind.GPU_ANNOTATION): t.gpu_annotations,
+            int(Kind.MEMORY): t.memory,
+        }
+        K_OP = int(Kind.CPU_OP)
+        K_KERNEL = int(Kind.KERNEL)
+        K_MEMCPY = int(Kind.MEMCPY)
+        K_MEMSET = int(Kind.MEMSET)
+        K_SYNC = int(Kind.GPU_SYNC)
+        K_GPU_ANN = int(Kind.GPU_ANNOTATION)
+        K_MEM = int(Kind.MEMORY)
+        dtype_flags = _DTYPE_FLAGS
+        stacks = self._stacks
+        for ev in events:
+            ph = ev.ph
+            if ph == "X":
+                kind = cat_kind.get(ev.cat)  # type: ignore[arg-type]
+                if kind is None:
+                    continue
+            elif ph == "i" or ph == "I":
+                if ev.name != "[memory]":
+                    continue
+                kind = K_MEM
+            elif ph == "M":
+                self._meta(ev)
+                continue
+            elif ph == "B" or ph == "E":
+                self._slices.append(ev)  # paired in finish()
+                continue
+            else:
+                continue
+            ts = ev.ts
+            if ts is None or ts != ts:  # missing or NaN: cannot be placed on a timeline
+                continue
+            dur = ev.dur
+            if dur is None or not dur > 0:
+                if dur is None and ph == "X":
+                    self._no_dur += 1
+                dur = 0.0
+            name = ev.name
+            if type(name) is not str:
+                name = "" if name is None else str(name)
+            name = names.setdefault(name, name)  # one string object per distinct name
+            pid = ev.pid
+            tid = ev.tid
+            if pid is None:
+                pid = -1
+            if tid is None:
+                tid = -1
+            a = ev.args
+            if a is None:
+                out[kind].append(Event(kind, name, ts, dur, pid, tid))
+                continue
+            x = a.external_id
+            if x is None:
+                x = a.external_id_lc
+            ext = x if type(x) is int else _as_int(x)
+            c = a.correlation
+            corr = c if type(c) is int else _as_int(c)
+            if kind == K_OP:
+                flags = 0
+                it = a.input_type
+                if it:
+                    for s in it:
+                        if type(s) is str:
+                            f = dtype_flags.get(s)
+                            if f:
+                                flags |= f
+                cs = a.call_stack
+                extra: object = flags
+                if cs:
+                    extra = (flags, stacks.setdefault(cs, cs))
+                out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, extra))
+            elif kind == K_KERNEL or kind == K_MEMCPY or kind == K_MEMSET or kind == K_SYNC or kind == K_GPU_ANN:
+                d = a.device
+                device = d if type(d) is int else _as_int(d)
+                if device < 0:
+                    device = pid if type(pid) is int else 0
+                s = a.stream
+                stream = s if type(s) is int else _as_int(s)
+                if stream < 0:
+                    stream = tid if type(tid) is int else _as_int(tid)
+                nb = a.bytes
+                nbytes = int(nb) if nb is not None and nb == nb and nb > 0 else 0
+                extra = parse_copy_name(name) if kind == K_MEMCPY else None
+                out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, device, stream, nbytes, extra))
+            elif kind == K_MEM:
+                nb = a.mem_bytes
+                nbytes = int(nb) if nb is not None and nb == nb else 0
+                ta, tr = a.total_allocated, a.total_reserved
+                extra = MemoryPayload(
+                    int(ta) if ta is not None and ta == ta else None,
+                    int(tr) if tr is not None and tr == tr else -1,
+                    _address(a.addr),
+                )
+                out[kind].append(
+                    Event(kind, name, ts, 0.0, pid, tid, ext, corr, _as_int(a.device_id), _as_int(a.device_type), nbytes, extra)
+                )
+            else:
+                out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr))
+
+    def _meta(self, ev: R.RawEvent) -> None:
+        a = ev.args
+        if a is None:
+            return
+        if ev.name == "process_labels" and isinstance(a.labels, str):
+            self.trace.process_labels[ev.pid if ev.pid is not None else -1] = a.labels
+        elif ev.name == "thread_name" and isinstance(a.name, str):
+            self.trace.thread_names[(ev.pid if ev.pid is not None else -1, ev.tid if ev.tid is not None else -1)] = a.name
+
+    # -- finish
+    def finish(self) -> Trace:
+        t = self.trace
+        if self._slices:
+            self._pair_slices()
+        if self._no_dur:
+            n = self._no_dur
+            t.load_notes.append(f"{n} complete event{'' if n == 1 else 's'} (ph X) without dur: kept with zero duration")
+        t.num_events = self.events_seen
+        if t.num_events and not t.kept_events:
+            raise InputError(t.path, self._nothing_usable())
+        t.devices = [device_info(p, i) for i, p in enumerate(self._device_props)]
+        if any(d.vendor != "amd" and not d.name for d in t.devices) and _uses_hip(t):
+            # ROCm traces may leave the device name empty; the runtime's names tell the vendor.
+            t.devices = [
+                DeviceInfo(id=d.id, name=d.name, compute_capability=None, total_memory=d.total_memory, num_sms=d.num_sms, vendor="amd")
+                if not d.name
+                else d
+                for d in t.devices
+            ]
+        t.sort()
+        return t
+
+
+    def _pair_slices(self) -> None:
+        """Turn the B/E events into complete events (see gpuprof.trace.pairing) and normalise those."""
+        paired = pair_slices(self._slices)
+        self._slices = []
+        seen = self.events_seen
+        self.ingest(paired.complete)
+        self.events_seen = seen  # each pair was counted as its two events already
+        self.trace.load_notes += paired.notes()
+        self._pairs = len(paired.complete)
+
+    def _nothing_usable(self) -> str:
+        """Why a trace with events has none gpuprof can analyse (one line)."""
+        pairs = self._pairs
+        found = f"; {pairs} B/E pairs were found, none of a known category" if pairs else ""
+        return (
+            f"no events gpuprof can analyse among the {self.events_seen} in the file: no complete events "
+            f"(ph X, or B/E pairs) of a PyTorch profiler category (cpu_op, kernel, cuda_runtime, ...) "
+            f"and no [memory] events{found}"
+        )
+
+
+def _uses_hip(t: Trace) -> bool:
+    return any(r.name.startswith("hip") for r in t.runtime[:2000])
+
+
+def device_info(p: R.RawDeviceProps, index: int) -> DeviceInfo:
+    dev_id = _as_int(p.id)
+    if dev_id < 0:
+        dev_id = index
+    major = _as_int(p.computeMajor if p.computeMajor is not None else p.major)
+    minor = _as_int(p.computeMinor if p.computeMinor is not None else p.minor)
+    name = p.name or ""
+    low = name.lower()
+    if "nvidia" in low or "tesla" in low or "quadro" in low or "geforce" in low:
+        vendor = "nvidia"
+    elif "amd" in low or "instinct" in low or "radeon" in low:
+        vendor = "amd"
+    else:
+        vendor = ""
+    cc = (major, minor) if major >= 0 and minor >= 0 else None
+    if vendor == "amd":
+        cc = None  # ROCm reports gfx numbers here, not CUDA compute capabilities
+    elif cc is not None and not vendor:
+        vendor = "nvidia"
+    sms = p.numSms if p.numSms is not None else p.multiProcessorCount
+    total = int(p.totalGlobalMem) if p.totalGlobalMem else None
+    return DeviceInfo(id=dev_id, name=name, compute_capability=cc, total_memory=total, num_sms=sms, vendor=vendor)

@@ -1,0 +1,130 @@
+"""Reading a trace's bytes: which files a path names, and their JSON text as a stream of blocks.
+
+A trace is read front to back, once, never seeked (see :mod:`gpuprof.inputs`),
+plain or gzip (told apart by its first bytes, not its name), so a pipe or
+standard input streams like a file. :mod:`gpuprof.trace.chunks` cuts the text
+into events; nothing here knows JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import zlib
+from pathlib import Path
+from typing import Any, Iterator, Union
+
+from gpuprof.errors import InputError
+from gpuprof.inputs import GZIP_RATIO_FLOOR, MAX_GZIP_RATIO, STDIN, Opened, is_stdin, open_input
+
+__all__ = ["TRACE_SUFFIXES", "Source", "find_traces", "is_regular"]
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+_RATIO_CHECK_EVERY = 1024 * 1024  # bytes of text between two gzip-ratio checks
+
+
+def find_traces(path: Union[str, os.PathLike[str]]) -> list[Path]:
+    """The trace files named by ``path``: the file itself, or every
+    ``*.json``/``*.json.gz`` under a directory (the ``tensorboard_trace_handler``
+    layout ``<logdir>/<run>/<worker>[.<span>].pt.trace.json[.gz]``), sorted."""
+    if is_stdin(path):
+        return [Path(STDIN)]  # standard input: read as a stream (see gpuprof.inputs)
+    p = Path(path)
+    if not p.exists():
+        raise InputError(p, "no such file or directory")
+    if p.is_dir():
+        found = sorted(
+            f
+            for f in p.rglob("*")
+            if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
+        )
+        # report.json files written by gpuprof itself are not traces
+        found = [f for f in found if not f.name.startswith("report.") and not f.name.endswith((".gpuprof.json", ".gpuprof.json.gz"))]
+        if not found:
+            raise InputError(p, "directory holds no trace files (*.json or *.json.gz)")
+        return found
+    return [p]
+
+
+class Source:
+    """Blocks of JSON text from a plain or gzip file or pipe, with byte progress.
+
+    The input is read front to back, once, never seeked (see
+    :mod:`gpuprof.inputs`), so a pipe or standard input streams like a file.
+    Reading refuses a gzip stream that decompresses more than
+    ``MAX_GZIP_RATIO`` times the compressed bytes read so far (beyond
+    ``GZIP_RATIO_FLOOR`` of text): a few MB of gzip must not become GBs of
+    text to wade through.
+    """
+
+    def __init__(self, path: Path, opened: Opened | None = None) -> None:
+        self.path = path
+        if opened is None:
+            opened = open_input(path, peek=2)
+        self.raw = opened.stream
+        self.regular = opened.regular
+        self.size = opened.size if opened.size is not None else 0
+        self.gzipped = opened.head[:2] == b"\x1f\x8b"
+        self.stream: Any = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzipped else self.raw
+        self.text_bytes = 0
+        self._max_ratio = MAX_GZIP_RATIO.value()
+        self._check_ratio_at = GZIP_RATIO_FLOOR if self.gzipped else -1
+
+    def read(self, n: int) -> bytes:
+        with self._errors():
+            data = self.stream.read(n)
+        self.text_bytes += len(data)
+        if 0 <= self._check_ratio_at <= self.text_bytes:
+            self._check_ratio()
+        return data
+
+    def read_into(self, view: memoryview) -> int:
+        """Read into ``view`` (straight from the file or the decompressor); returns how many bytes."""
+        with self._errors():
+            got = self.stream.readinto(view) or 0
+        self.text_bytes += got
+        if 0 <= self._check_ratio_at <= self.text_bytes:
+            self._check_ratio()
+        return got
+
+    def _check_ratio(self) -> None:
+        # Checked once per ~1 MiB of text, not per read: cheap at any block size.
+        self._check_ratio_at = self.text_bytes + _RATIO_CHECK_EVERY
+        if self.text_bytes > self._max_ratio * max(self.raw.consumed, 1):
+            ratio = self.text_bytes // max(self.raw.consumed, 1)
+            raise InputError(
+                self.path,
+                "gzip bomb? " + MAX_GZIP_RATIO.exceeded(
+                    f"{self.raw.consumed:,} bytes of gzip decompress to over {self.text_bytes:,} bytes ({ratio}x)"),
+            )
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except (gzip.BadGzipFile, zlib.error) as err:
+            raise InputError(self.path, f"corrupt gzip data ({err})") from None
+        except EOFError:
+            raise InputError(self.path, "truncated gzip file (ends before the end-of-stream marker)") from None
+        except OSError as err:
+            raise InputError(self.path, f"read error: {err.strerror or err}") from None
+
+    @property
+    def position(self) -> int:
+        """Bytes of the input read so far (compressed bytes for gzip)."""
+        return self.raw.consumed
+
+    def close(self) -> None:
+        if self.stream is not self.raw:
+            self.stream.close()
+        self.raw.close()
+
+
+def is_regular(p: Path) -> bool:
+    if is_stdin(p):
+        return False
+    try:
+        return p.is_file()  # follows links: /dev/stdin redirected from a file is one
+    except OSError:
+        return False

@@ -1,4 +1,4 @@
-"""The runtime checks done during capture (GP6xx), as data.
+"""The runtime checks done during capture (GP6xx; GP80x for torch.compile), as data.
 
 This module imports no torch, so ``gpuprof rules`` / ``gpuprof explain`` can
 list the runtime checks next to the trace rules. Each check is documented in
@@ -55,6 +55,15 @@ RUNTIME_CHECKS: tuple[RuntimeCheck, ...] = (
                  "memory"),
     RuntimeCheck("GP641", "out-of-memory", Severity.ERROR,
                  "The run hit a CUDA out-of-memory error; a snapshot was dumped", "memory"),
+    RuntimeCheck("GP801", "compile-graph-break", Severity.WARNING,
+                 "torch.compile broke the graph at a source line (reason and line named)", "compiled"),
+    RuntimeCheck("GP802", "compile-recompilation", Severity.WARNING,
+                 "torch.compile recompiled a function during the capture (the guard that failed named)",
+                 "compiled"),
+    RuntimeCheck("GP803", "compile-time-in-steps", Severity.WARNING,
+                 "torch.compile spent time compiling inside steps after the first", "compiled"),
+    RuntimeCheck("GP804", "cudagraphs-skipped", Severity.WARNING,
+                 "torch.compile(mode=\"reduce-overhead\") did not use CUDA graphs (reason named)", "compiled"),
 )
 
 _BY_CODE = {c.code: c for c in RUNTIME_CHECKS}

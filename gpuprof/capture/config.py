@@ -93,6 +93,8 @@ class CheckOptions:
     leak_min_bytes_per_step: int = 64 * 1024
     # GP640: minimum total growth over the samples (bytes)
     leak_min_total_bytes: int = 2 * 1024 * 1024
+    # GP803: compile time after step 0, as a share of all step time, from which it is reported
+    compile_min_share: float = 0.01
 
 
 @dataclass

@@ -90,3 +90,71 @@ def test_compiled_inside_the_first_step_is_not_recompiled(tmp_path: Path) -> Non
     assert plain["graphs"] == 1 and plain["recompiles"] == 0
     assert profiled == plain
     assert prof.placement.unhooked_for == "torch.compile"
+
+
+# ---------------------------------------------------------------------- graph breaks and recompilations (GP80x)
+
+class _Net(torch.nn.Module):
+    def __init__(self, chatty: bool) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 4)
+        self.chatty = chatty
+
+    def forward(self, x: Any) -> Any:
+        h = self.a(x).relu()
+        if self.chatty:
+            print("hidden", tuple(h.shape))  # BREAK-LINE: a graph break
+        return self.b(h)
+
+
+BREAK_LINE = next(i for i, ln in enumerate(Path(__file__).read_text().splitlines(), 1) if "# BREAK-LINE" in ln)
+
+
+def _compiled_run(tmp_path: Path, bad: bool, capsys: Any) -> Any:
+    """4 steps of a compiled model; the bad twin prints inside forward and changes the batch size at step 2."""
+    net = _Net(chatty=bad)
+    model = torch.compile(net, backend="eager")
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    sizes = [8, 8, 4, 4] if bad else [8, 8, 8, 8]
+    with gpuprof.profile(tmp_path, run="bad" if bad else "good", schedule=Schedule(wait=1, warmup=1, active=2),
+                         print_report=False, tensorboard=False) as prof:
+        for n in sizes:
+            model(torch.randn(n, 16)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    capsys.readouterr()  # the model's own prints
+    return prof
+
+
+def test_graph_break_and_recompilation_named_clean_twin_has_neither(tmp_path: Path, capsys: Any) -> None:
+    bad = _compiled_run(tmp_path, True, capsys)
+    by = {}
+    for f in bad.report.findings:
+        by.setdefault(f.code, []).append(f)
+    (gb,) = by["GP801"]
+    assert gb.location.file == __file__ and gb.location.line == BREAK_LINE and gb.location.function == "forward"
+    assert "print" in gb.message and f"{__file__}:{BREAK_LINE}" in gb.message
+    # the batch size changed once: `forward` and the code after the break (a resume function) recompile
+    rec = by["GP802"]
+    assert {f.evidence[0].value for f in rec} == {1}
+    assert any("size mismatch at index 0. expected 8, actual 4" in f.message and "`forward`" in f.message
+               for f in rec)
+    assert any(f"after the graph break at line {BREAK_LINE}" in f.message for f in rec)
+    assert "mark_dynamic" in rec[0].advice
+    # compiled again at step 2 (the recompilation), inside the recorded window
+    (late,) = by["GP803"]
+    assert late.evidence[0].extra["steps"] == [2]
+    # the trace alone: two compiled frames per step with the resume frame at the break, compilation in a step
+    (regions,) = by["GP810"]
+    assert regions.evidence[0].value == 2 and regions.location.line == BREAK_LINE
+    (traced,) = by["GP811"]
+    assert "0/1" in traced.message and traced.evidence[0].extra["steps"] == [2]
+
+    import torch._dynamo
+
+    torch._dynamo.reset()  # the twin runs as if in its own process: `forward` was compiled above
+    good = _compiled_run(tmp_path, False, capsys)
+    codes = {f.code for f in good.report.findings}
+    assert not codes & {"GP801", "GP802", "GP803", "GP810", "GP811"}, codes

@@ -158,3 +158,23 @@ def test_graph_break_and_recompilation_named_clean_twin_has_neither(tmp_path: Pa
     good = _compiled_run(tmp_path, False, capsys)
     codes = {f.code for f in good.report.findings}
     assert not codes & {"GP801", "GP802", "GP803", "GP810", "GP811"}, codes
+
+
+def test_cudagraph_skip_and_compile_time_findings_from_metrics() -> None:
+    """GP804 needs CUDA (Inductor never tries CUDA graphs on CPU): fed Dynamo's metrics records directly."""
+    from types import SimpleNamespace
+
+    from gpuprof.capture.compiled import CompileMonitor, compile_findings
+
+    mon = CompileMonitor(lambda: 0)
+    rec = dict(co_name="forward", co_filename="model.py", co_firstlineno=7, recompile_reason=None)
+    mon.add_metrics(SimpleNamespace(**rec, cudagraph_skip_reason="skipping cudagraphs due to mutated inputs (1 instances)"))
+    mon.add_metrics(SimpleNamespace(**rec, cudagraph_skip_reason=None))
+    mon.compile_s_by_step = {0: 3.0, 5: 0.5}
+    found = {f.code: f for f in compile_findings(mon, total_step_s=10.0, steps=20, min_compile_share=0.01)}
+    assert set(found) == {"GP803", "GP804"}
+    assert "mutated inputs" in found["GP804"].message and found["GP804"].location.line == 7
+    assert found["GP803"].evidence[0].value == 0.5 and "5%" in found["GP803"].message
+    # compiling in step 0 only, or under the share: nothing
+    mon.compile_s_by_step = {0: 3.0, 5: 0.05}
+    assert not [f for f in compile_findings(mon, 10.0, 20, 0.01) if f.code == "GP803"]

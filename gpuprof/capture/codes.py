@@ -64,6 +64,10 @@ RUNTIME_CHECKS: tuple[RuntimeCheck, ...] = (
                  "torch.compile spent time compiling inside steps after the first", "compiled"),
     RuntimeCheck("GP804", "cudagraphs-skipped", Severity.WARNING,
                  "torch.compile(mode=\"reduce-overhead\") did not use CUDA graphs (reason named)", "compiled"),
+    RuntimeCheck("GP850", "amp-deprecated-spelling", Severity.WARNING,
+                 "Deprecated torch.cuda.amp / torch.cpu.amp autocast or GradScaler spelling", "amp"),
+    RuntimeCheck("GP851", "amp-disabled", Severity.WARNING,
+                 "autocast or GradScaler asked for a device this machine lacks: silently off", "amp"),
 )
 
 _BY_CODE = {c.code: c for c in RUNTIME_CHECKS}

@@ -134,6 +134,7 @@ class Profiler:
         self.loaders = dlmod.LoaderMonitor(self._on_fetch, max_signatures=config.options.stable_shape_batches)
         self.placement = PlacementMonitor(config.options.placement_max_modules)
         self.compiled: Any = None  # compiled.CompileMonitor while torch.compile diagnostics run
+        self.amp: Any = None  # amp.AmpWarningWatcher
         self._activities: list[Any] = []
         self._stream = sys.stderr
 
@@ -338,6 +339,10 @@ class Profiler:
 
             self.compiled = CompileMonitor(lambda: self.step_num)
             self.guard.run("torch.compile diagnostics", "no torch.compile findings", self.compiled.install)
+            from gpuprof.capture.amp import AmpWarningWatcher
+
+            self.amp = AmpWarningWatcher()
+            self.guard.run("mixed-precision check", "no mixed-precision findings", self.amp.install)
         self.memory = self.guard.run("memory sampling", "no per-step memory numbers", MemorySampler, self.cuda)
         if self.memory is not None and not self.memory.available:
             self.guard.note("no /proc/self/statm: host memory is not sampled, memory growth is not checked")
@@ -687,6 +692,8 @@ class Profiler:
         self.guard.run("placement check", "none", self.placement.uninstall)
         if self.compiled is not None:
             self.guard.run("torch.compile diagnostics", "none", self.compiled.uninstall)
+        if self.amp is not None:
+            self.guard.run("mixed-precision check", "none", self.amp.uninstall)
         self.guard.run("DataLoader monitor", "none", dlmod.uninstall, self.loaders)
         if self.syncs is not None and self.syncs.installed:
             self.guard.run("host-sync locator", "none", self.syncs.uninstall)
@@ -814,6 +821,10 @@ class Profiler:
 
                 out += self.guard.run("torch.compile diagnostics", "no torch.compile findings", compile_findings,
                                       comp, total, len(self.step_s), cfg.options.compile_min_share) or []
+            if self.amp is not None:
+                for err in self.amp.errors[:1]:
+                    self.guard.fail("mixed-precision check", "mixed-precision findings may be incomplete", err)
+                out += self.guard.run("mixed-precision check", "no mixed-precision findings", self.amp.findings) or []
             a = anomaly_finding(self._anomaly_steps, self._anomaly_checked)
             if a:
                 out.append(a)

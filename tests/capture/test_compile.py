@@ -178,3 +178,40 @@ def test_cudagraph_skip_and_compile_time_findings_from_metrics() -> None:
     # compiling in step 0 only, or under the share: nothing
     mon.compile_s_by_step = {0: 3.0, 5: 0.05}
     assert not [f for f in compile_findings(mon, 10.0, 20, 0.01) if f.code == "GP803"]
+
+
+# ---------------------------------------------------------------------- mixed precision (GP850/GP851)
+
+def test_amp_spellings_flagged_at_the_users_line(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("GP851 needs a machine without CUDA")
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")  # PyTorch's warnings shown once per line, as in a plain run
+        with gpuprof.profile(tmp_path, run="amp", schedule=Schedule(wait=0, warmup=1, active=1), print_report=False,
+                             tensorboard=False, analyze=False) as prof:
+            for _ in range(2):
+                with torch.cuda.amp.autocast():  # AMP-LINE: deprecated, and off on this CPU machine
+                    loss = model(torch.randn(4, 16)).sum()
+                loss.backward()
+                opt.step()
+                prof.step()
+    line = next(i for i, ln in enumerate(Path(__file__).read_text().splitlines(), 1) if "# AMP-LINE" in ln)
+    found = {f.code: f for f in prof.report.findings if f.code in ("GP850", "GP851")}
+    assert set(found) == {"GP850", "GP851"}
+    assert found["GP850"].location.line == line and "torch.amp.autocast('cuda', args...)" in found["GP850"].message
+    assert found["GP851"].location.line == line and "FP32" in found["GP851"].message
+    assert warnings.showwarning.__module__ == "warnings"  # gpuprof's watcher is gone after the capture
+
+
+def test_torch_amp_autocast_on_the_right_device_is_clean(tmp_path: Path) -> None:
+    model = tiny_model()
+    with gpuprof.profile(tmp_path, run="ok", schedule=Schedule(wait=0, warmup=1, active=1), print_report=False,
+                         tensorboard=False, analyze=False) as prof:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(4, 16)).float().sum()
+            loss.backward()
+            prof.step()
+    assert not {f.code for f in prof.report.findings} & {"GP850", "GP851"}

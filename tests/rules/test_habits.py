@@ -61,3 +61,40 @@ def test_gp840_real_capture(tmp_path: Path, set_to_none: bool) -> None:
     else:
         (f,) = found
         assert f.evidence[0].value == 8  # 4 weights + 4 biases zero-filled each step
+
+
+# ---------------------------------------------------------------------- GP841 step-chores
+
+
+def _chores(tmp_path: Path, every: int, steps: int = 4) -> Path:
+    tb = TraceBuilder()
+    for i in range(steps):
+        with tb.step():
+            with tb.frames(("train.py", 40, "main")):
+                tb.gemm(us=500)
+                if i % every == 0:
+                    with tb.python("<built-in function collect>"):
+                        tb.cpu(us=2000)
+                    with tb.python("torch/serialization.py", 944, "save"):
+                        tb.cpu(us=800)
+    return tb.write(tmp_path / f"chores_{every}.json")
+
+
+def test_vocabulary() -> None:
+    from gpuprof.rules.habits import chore_of
+
+    assert chore_of("<built-in function collect>") == "gc.collect()"
+    assert chore_of("torch/serialization.py(944): save") == "torch.save(...)"
+    assert chore_of("torch/serialization.py(1183): _save") is None and chore_of("train.py(3): collect") is None
+
+
+def test_gp841_bad(tmp_path: Path) -> None:
+    found = {f.evidence[0].extra["call"]: f for f in analyze(_chores(tmp_path, every=1), select=["GP841"]).findings}
+    assert set(found) == {"gc.collect()", "torch.save(...)"}
+    assert found["gc.collect()"].evidence[0].value == 1.0 and found["gc.collect()"].cost_us_per_step >= 2000
+    assert "gc.freeze()" in found["gc.collect()"].advice and "every N steps" in found["torch.save(...)"].advice
+
+
+def test_gp841_good(tmp_path: Path) -> None:
+    # once in 4 steps (a periodic checkpoint) is under min_step_share: not this rule's business (GP901's outliers)
+    assert list(analyze(_chores(tmp_path, every=4), select=["GP841"]).findings) == []

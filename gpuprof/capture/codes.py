@@ -1,4 +1,4 @@
-"""The runtime checks done during capture (GP6xx), declared as :class:`~gpuprof.codespec.CodeSpec`.
+"""The runtime checks done during capture (GP6xx; GP80x and GP85x for torch.compile and AMP), declared as :class:`~gpuprof.codespec.CodeSpec`.
 
 This module imports no torch, so ``gpuprof rules`` / ``gpuprof explain`` can
 list the runtime checks next to the trace rules. Adding a check is one
@@ -134,6 +134,40 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         bad="model(torch.randn(4096, 3, 224, 224, device='cuda'))   # far more than the GPU holds",
         good="for chunk in torch.randn(4096, 3, 224, 224).split(256):\n    model(chunk.cuda())",
         aliases=("out-of-memory",), superseded_by=("GP512",)),
+    runtime_spec(
+        "GP801", "compile-graph-break", _W,
+        "torch.compile broke the graph at a source line (reason and line named)", "compiled",
+        bad="@torch.compile\ndef forward(x):\n    y = x.relu()\n    print(y.shape)           # graph break: two graphs\n    return y * 2",
+        good="@torch.compile\ndef forward(x):\n    y = x.relu()\n    return y * 2             # log outside the compiled function"),
+    runtime_spec(
+        "GP802", "compile-recompilation", _W,
+        "torch.compile recompiled a function during the capture (the guard that failed named)", "compiled",
+        bad="model = torch.compile(model)\nfor bs in (32, 24, 16):\n    model(torch.randn(bs, 128))   # a new shape: recompiles",
+        good="model = torch.compile(model, dynamic=True)   # or pad batches to one shape\n"
+             "for bs in (32, 24, 16):\n    model(torch.randn(bs, 128))"),
+    runtime_spec(
+        "GP803", "compile-time-in-steps", _W,
+        "torch.compile spent time compiling inside steps after the first", "compiled",
+        bad="model = torch.compile(model)\nfor x in batches_of_changing_shape: train_step(x)   # compiles mid-run",
+        good="model = torch.compile(model, dynamic=True)\nwarm_up(model)                  # compile before timing",
+        options=(Option("compile_min_share", 0.01, "compile time after step 0, as a share of all step time, "
+                        "from which it is reported"),)),
+    runtime_spec(
+        "GP804", "cudagraphs-skipped", _W,
+        "torch.compile(mode=\"reduce-overhead\") did not use CUDA graphs (reason named)", "compiled",
+        bad="model = torch.compile(model, mode='reduce-overhead')\nmodel(x_on_cpu_mixed_with_cuda)   # graphs skipped",
+        good="model = torch.compile(model, mode='reduce-overhead')\nmodel(x.cuda())                  # every input on the GPU"),
+    runtime_spec(
+        "GP850", "amp-deprecated-spelling", _W,
+        "Deprecated torch.cuda.amp / torch.cpu.amp autocast or GradScaler spelling", "amp",
+        bad="with torch.cuda.amp.autocast():\n    loss = model(x)",
+        good="with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n    loss = model(x)"),
+    runtime_spec(
+        "GP851", "amp-disabled", _W,
+        "autocast or GradScaler asked for a device this machine lacks: silently off", "amp",
+        bad="with torch.autocast(device_type='cuda'):     # on a CPU-only machine: autocast is off\n    loss = model(x)",
+        good="dev = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+             "with torch.autocast(device_type=dev, dtype=torch.bfloat16):\n    loss = model(x)"),
 )
 
 _BY_CODE = {c.code: c for c in RUNTIME_CHECKS}

@@ -93,6 +93,7 @@ class CheckOptions:
     leak_min_rising_share: float = _d("leak_min_rising_share")  # GP640
     leak_min_bytes_per_step: int = _d("leak_min_bytes_per_step")  # GP640
     leak_min_total_bytes: int = _d("leak_min_total_bytes")  # GP640
+    compile_min_share: float = _d("compile_min_share")  # GP803
 
     def with_options(self, options: Mapping[str, Mapping[str, Any]]) -> "CheckOptions":
         """A copy with the parsed option values of the runtime checks set (other codes' ignored)."""

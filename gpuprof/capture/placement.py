@@ -12,6 +12,8 @@ naming the module path, the parameter or buffer, its shape and device.
 
 from __future__ import annotations
 
+import os
+import sys
 import traceback
 import weakref
 from dataclasses import dataclass
@@ -111,7 +113,10 @@ class PlacementMonitor:
         self.mismatches: list[InputMismatch] = []
         self.watched: dict[int, Any] = {}  # roots given by the user
         self._handle: Any = None
+        self._compile_callback: Any = None  # registered with torch._dynamo.callback while hooked
         self._seen_pairs: set[tuple[int, str]] = set()
+        # why the global hook is not (or no longer) installed: "torch.compile" when Dynamo is in use
+        self.unhooked_for: str | None = None
 
     def watch(self, modules: Iterable[Any]) -> None:
         Module = _module_type()
@@ -120,16 +125,49 @@ class PlacementMonitor:
                 self.watched[id(m)] = weakref.ref(m)
 
     def install(self) -> None:
+        if dynamo_in_use():
+            self.unhooked_for = "torch.compile"
+            return
         from torch.nn.modules.module import register_module_forward_pre_hook
 
         self._handle = register_module_forward_pre_hook(self._pre_hook)
+        self._watch_compiles()
 
     def uninstall(self) -> None:
+        self._remove_hook()
+        cb, self._compile_callback = self._compile_callback, None
+        if cb is not None:
+            from torch._dynamo.callback import callback_handler
+
+            if cb in callback_handler.start_callbacks:
+                callback_handler.remove_start_callback(cb)
+
+    def _remove_hook(self) -> None:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
 
+    def _watch_compiles(self) -> None:
+        """Register the compile-start callback, once torch._dynamo is imported (importing it costs ~1 s)."""
+        if self._compile_callback is not None or "torch._dynamo" not in sys.modules:
+            return
+        from torch._dynamo.callback import callback_handler
+
+        self._compile_callback = callback_handler.register_start_callback(self._on_compile_start)
+
+    def _on_compile_start(self, args: Any) -> None:
+        # Runs inside Dynamo before it traces: drop the hook so the compiled frame never guards on it.
+        # Only the hook goes here: removing this callback now would skip the next one in Dynamo's list.
+        try:
+            if self._handle is not None:
+                self.unhooked_for = "torch.compile"
+            self._remove_hook()
+        except Exception:  # noqa: BLE001 - must not fail the user's compilation; the step-0 uninstall retries
+            return
+
     def _pre_hook(self, module: Any, args: tuple[Any, ...]) -> None:
+        if self._compile_callback is None and "torch._dynamo" in sys.modules:
+            self._watch_compiles()  # torch._dynamo was imported during the step (torch.compile, an optimizer)
         key = id(module)
         if key not in self.called:
             if len(self.called) >= self.max_modules:
@@ -192,6 +230,23 @@ class PlacementMonitor:
                 source=path,
             ))
         return out
+
+
+def dynamo_in_use() -> bool:
+    """True when ``torch.compile`` (or ``torch._dynamo.optimize``) was called in this process.
+
+    Dynamo keeps every backend it was given in ``eval_frame.cached_backends``
+    (so that ``torch._dynamo.reset()`` can reset them); ``torch._dynamo.disable``
+    (used by the optimizers) registers ``None`` there, which does not count.
+    """
+    if "torch._dynamo" not in sys.modules:
+        return False  # nothing was compiled: torch.compile imports torch._dynamo
+    from torch._dynamo import eval_frame
+
+    backends = getattr(eval_frame, "cached_backends", None)
+    if not isinstance(backends, dict):
+        return True  # another torch: assume compile may be in use rather than risk a recompilation
+    return any(b is not None for b in list(backends.values()))
 
 
 def _module_path(module: Any, roots: list[Any]) -> str:

@@ -137,6 +137,8 @@ class Profiler:
         self.syncs: SyncLocator | None = None
         self.loaders = dlmod.LoaderMonitor(self._on_fetch, max_signatures=config.options.stable_shape_batches)
         self.placement = PlacementMonitor(config.options.placement_max_modules)
+        self.compiled: Any = None  # compiled.CompileMonitor while torch.compile diagnostics run
+        self.amp: Any = None  # amp.AmpWarningWatcher
         self._activities: list[Any] = []
         self.stream = sys.stderr  # where the summary and the OOM notice are printed
 
@@ -226,6 +228,9 @@ class Profiler:
                 self.memory = None
                 self.guard.fail("memory sampling", "no per-step memory numbers", err)
         self.step_num += 1
+        comp = self.compiled
+        if comp is not None and comp.compiled_since_drain:
+            self.guard.run("torch.compile diagnostics", "no torch.compile findings", comp.drain)
         nxt = self._schedule(self.step_num)
         if nxt is not self._NONE or self._tp is not None or self._first_step_pending:
             self.guard.run("profiler", "no trace is recorded", self._advance_or_drop, nxt)
@@ -345,6 +350,15 @@ class Profiler:
             self.placement.watch(cfg.models)
             self.guard.run("placement check", "no device-placement findings", self.placement.install)
         self.guard.run("DataLoader monitor", "no data-loading numbers", dlmod.install, self.loaders)
+        if cfg.checks:
+            from gpuprof.capture.compiled import CompileMonitor
+
+            self.compiled = CompileMonitor(lambda: self.step_num)
+            self.guard.run("torch.compile diagnostics", "no torch.compile findings", self.compiled.install)
+            from gpuprof.capture.amp import AmpWarningWatcher
+
+            self.amp = AmpWarningWatcher()
+            self.guard.run("mixed-precision check", "no mixed-precision findings", self.amp.install)
         self.memory = self.guard.run("memory sampling", "no per-step memory numbers", MemorySampler, self.cuda)
         if self.memory is not None and not self.memory.available:
             self.guard.note("no /proc/self/statm: host memory is not sampled, memory growth is not checked")
@@ -692,6 +706,10 @@ class Profiler:
 
     def _teardown_hooks(self) -> None:
         self.guard.run("placement check", "none", self.placement.uninstall)
+        if self.compiled is not None:
+            self.guard.run("torch.compile diagnostics", "none", self.compiled.uninstall)
+        if self.amp is not None:
+            self.guard.run("mixed-precision check", "none", self.amp.uninstall)
         self.guard.run("DataLoader monitor", "none", dlmod.uninstall, self.loaders)
         if self.syncs is not None and self.syncs.installed:
             self.guard.run("host-sync locator", "none", self.syncs.uninstall)
@@ -704,6 +722,8 @@ class Profiler:
 
     def _after_first_step(self) -> None:
         self.placement.uninstall()
+        if self.compiled is not None and not self.compiled.installed:  # torch._dynamo was imported in step 0
+            self.guard.run("torch.compile diagnostics", "no torch.compile findings", self.compiled.install)
         self._check_anomaly()
         from gpuprof.capture.settings import read_settings
 
@@ -809,6 +829,18 @@ class Profiler:
             if self.syncs is not None:
                 self.syncs.steps = self._recorded_steps
                 out += self.syncs.findings(cfg.options)
+            comp = self.compiled
+            if comp is not None:
+                for err in comp.errors[:1]:
+                    self.guard.fail("torch.compile diagnostics", "torch.compile findings may be incomplete", err)
+                from gpuprof.capture.compiled import compile_findings
+
+                out += self.guard.run("torch.compile diagnostics", "no torch.compile findings", compile_findings,
+                                      comp, total, len(self.step_s), cfg.options.compile_min_share) or []
+            if self.amp is not None:
+                for err in self.amp.errors[:1]:
+                    self.guard.fail("mixed-precision check", "mixed-precision findings may be incomplete", err)
+                out += self.guard.run("mixed-precision check", "no mixed-precision findings", self.amp.findings) or []
             a = anomaly_finding(self._anomaly_steps, self._anomaly_checked)
             if a:
                 out.append(a)

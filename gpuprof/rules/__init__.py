@@ -3,12 +3,13 @@
 Importing this package registers every rule; ``gpuprof.rules.base.all_rules()``
 lists them. Codes are stable: GP1xx utilisation and data loading, GP2xx copies
 and host syncs, GP3xx kernels/launch/precision, GP4xx placement and
-parallelism, GP5xx memory, GP9xx trace quality.
+parallelism, GP5xx memory, GP8xx torch.compile/CUDA graphs/precision/host habits,
+GP9xx trace quality.
 """
 
 import importlib
 
-_MODULES = ("utilization", "dataloader", "copies", "syncs", "runtime", "kernels", "precision", "placement", "memory", "quality")
+_MODULES = ("utilization", "dataloader", "copies", "syncs", "runtime", "kernels", "precision", "placement", "memory", "compiled", "layout", "habits", "quality")
 
 for _name in _MODULES:
     try:

@@ -16,7 +16,7 @@ from gpuprof.trace.metrics import TraceMetrics, union_of
 from gpuprof.trace.model import Event, dur_of, ts_of
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 
-__all__ = ["LaunchBound", "LaunchStats", "launch_stats"]
+__all__ = ["LaunchBound", "LaunchStats", "launch_stats", "is_graph_launch"]
 
 
 @dataclass
@@ -39,6 +39,10 @@ class LaunchStats:
       host threads); None with fewer than two launches.
     * ``optimizer_tiny``: tiny kernels launched from inside
       ``Optimizer.step``/``zero_grad`` on the main thread.
+    * ``graph_kernels``/``graph_launches``: kernels replayed from CUDA/HIP
+      graphs (their correlation id is a ``cudaGraphLaunch``/``hipGraphLaunch``
+      call) and those graph launches, inside the steps. Graph kernels pay no
+      launch each, so they are left out of every figure above.
     * ``top_ops``: the operators that launched the most tiny kernels.
     * ``location``: the user's source line around the first tiny-kernel launch
       of the top operator (when the trace has Python stacks).
@@ -52,6 +56,17 @@ class LaunchStats:
     optimizer_tiny: int
     top_ops: list[tuple[str, int]]
     location: SourceLocation | None = None
+    graph_kernels: int = 0
+    graph_launches: int = 0
+
+
+# Runtime calls that replay a captured graph: one call launches every kernel of the graph.
+_GRAPH_LAUNCH = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+
+
+def is_graph_launch(name: str) -> bool:
+    """A CUDA/HIP graph replay (``cudaGraphLaunch``, ``hipGraphLaunch``, ``cuGraphLaunch``...)."""
+    return name.startswith(_GRAPH_LAUNCH)
 
 
 def launch_stats(m: TraceMetrics, tiny_us: float, max_launch_us: float = float("inf")) -> LaunchStats | None:
@@ -60,11 +75,25 @@ def launch_stats(m: TraceMetrics, tiny_us: float, max_launch_us: float = float("
     if dev is None or not m.steps:
         return None
     kernels = m.step_kernels
+    graph_names = {n for n in {r.name for r in m.launch_by_corr.values()} if is_graph_launch(n)}
+    graph_kernels = 0
+    graph_calls: set[int] = set()
+    if graph_names:  # replayed graphs: no launch per kernel, so not what this rule measures
+        eager = []
+        for k in kernels:
+            r = m.launch_by_corr.get(k.corr)
+            if r is not None and r.name in graph_names:
+                graph_kernels += 1
+                graph_calls.add(k.corr)
+            else:
+                eager.append(k)
+        kernels = eager
     if not kernels:
         return None
     tiny = [k for k in kernels if k.dur < tiny_us]
     # Launch calls that put work on the main device, from any host thread.
-    launch_names = {n for n in {r.name for r in m.launch_by_corr.values()} if classify_runtime(n) is RuntimeClass.LAUNCH}
+    launch_names = {n for n in {r.name for r in m.launch_by_corr.values()}
+                    if classify_runtime(n) is RuntimeClass.LAUNCH and n not in graph_names}
     calls = [
         r
         for events in (m.trace.kernels, m.trace.memcpys, m.trace.memsets)
@@ -103,6 +132,8 @@ def launch_stats(m: TraceMetrics, tiny_us: float, max_launch_us: float = float("
         optimizer_tiny=optimizer_tiny,
         top_ops=top_ops,
         location=location,
+        graph_kernels=graph_kernels,
+        graph_launches=len(graph_calls),
     )
 
 
@@ -178,11 +209,21 @@ class LaunchBound(Rule):
         if st.launch_interval_us is None or st.median_us >= st.launch_interval_us:
             return  # kernels outlast the launch cadence: work queues up, the launches are not what the GPU waits on
         ops = ", ".join(f"{name} ({n})" for name, n in st.top_ops)
-        advice = [
-            "Give the GPU more work per launch: a larger batch size; "
-            "torch.compile(model, mode=\"reduce-overhead\") to fuse element-wise kernels and replay them as CUDA graphs "
-            "(or capture the step yourself with torch.cuda.graph / torch.cuda.make_graphed_callables)",
-        ]
+        if st.graph_launches:
+            advice = [
+                f"The steps already replay CUDA graphs ({st.graph_launches / n_steps:.3g} graph launches per step, "
+                f"{st.graph_kernels / n_steps:.3g} kernels per step inside them, not counted here); the tiny kernels "
+                "above are launched one by one outside the graphs: bring that code into the graphed region "
+                "(torch.compile mode=\"reduce-overhead\" over the whole step, a larger torch.cuda.graph capture) "
+                "or give it more work per launch",
+            ]
+        else:
+            advice = [
+                "Give the GPU more work per launch: a larger batch size; "
+                "torch.compile(model, mode=\"reduce-overhead\") to fuse element-wise kernels and replay them as CUDA "
+                "graphs (or capture the step yourself with torch.cuda.graph / torch.cuda.make_graphed_callables, "
+                "which needs static shapes)",
+            ]
         if st.optimizer_tiny:
             advice.append(
                 f"{st.optimizer_tiny} of the tiny kernels come from the optimizer: use "
@@ -218,6 +259,8 @@ class LaunchBound(Rule):
                         "launch_interval_us": round(st.launch_interval_us, 2),
                         "optimizer_tiny_kernels": st.optimizer_tiny,
                         "top_ops": dict(st.top_ops),
+                        "graph_launches": st.graph_launches,
+                        "graph_kernels": st.graph_kernels,
                     },
                 ),
                 Evidence(

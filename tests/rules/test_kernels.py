@@ -15,22 +15,25 @@ def _gp301(path, **options):
     return found[0] if found else None
 
 
-def _tiny_kernel_loop(tmp_path, queued: bool = False):
+def _tiny_kernel_loop(tmp_path, queued: bool = False, graphed: int = 0):
     """Five steps of 200 element-wise kernels of 3 µs plus a non-fused optimizer.
 
     ``queued`` puts a 5 ms GEMM in front of each step's small kernels, so the
     host launches them while the GPU is busy and they then run back to back.
+    ``graphed``: that many of the adds are replayed from a CUDA graph (``cudaGraphLaunch``).
     """
     tb = TraceBuilder(launch_us=6.0, gap_us=4.0)
     for _ in range(5):
         with tb.step():
             if queued:
                 tb.gemm("bf16", us=5000)
-            for _ in range(200):
+            for i in range(200):
                 with tb.op("aten::add", input_types=["float", "float", "Scalar"]):
-                    tb.kernel(KERNELS["elementwise"], us=3.0)
-            tb.optimizer(ms=0.1, kernels=40, kernel_us=2.0)
-    return tb.write(tmp_path / ("queued.json" if queued else "tiny.json"))
+                    tb.kernel(KERNELS["elementwise"], us=3.0,
+                              launch="cudaGraphLaunch" if i < graphed else "cudaLaunchKernel")
+            if graphed < 200:
+                tb.optimizer(ms=0.1, kernels=40, kernel_us=2.0)
+    return tb.write(tmp_path / f"tiny_{queued}_{graphed}.json")
 
 
 def test_gp301_bad(tmp_path):
@@ -49,6 +52,19 @@ def test_gp301_bad(tmp_path):
     assert "240 kernels per step" in f.message
     assert "fused=True" in f.advice and "reduce-overhead" in f.advice
     assert "aten::add" in f.advice
+
+
+def test_gp301_good_graphed_steps(tmp_path):
+    # the same tiny kernels, replayed from CUDA graphs: no launch per kernel, not launch-bound
+    assert _gp301(_tiny_kernel_loop(tmp_path, graphed=200)) is None
+
+
+def test_gp301_bad_partly_graphed_names_the_graphs(tmp_path):
+    f = _gp301(_tiny_kernel_loop(tmp_path, graphed=100))
+    assert f is not None
+    tiny = f.evidence[0]
+    assert tiny.extra["graph_kernels"] == 5 * 100 and tiny.extra["kernels_per_step"] == 140  # 100 adds + 40 optimizer
+    assert "already replay CUDA graphs" in f.advice and "outside the graphs" in f.advice
 
 
 def test_gp301_good(tmp_path):
@@ -150,3 +166,17 @@ def test_gp301_good_one_slow_first_launch_is_not_launch_overhead():
     assert f is not None and f.evidence[1].value > 0.5  # the one-off call is what made the figure
     small = _gp301(path, min_launch_share=0.0)
     assert small is not None and small.evidence[1].value < 0.03
+
+
+def test_gp301_real_graph_replays_are_recognised():
+    # HTA's trace_diff sample (V100): 6 steps, each replaying 2 CUDA graphs (cudaGraphLaunch) besides eager kernels
+    from gpuprof.rules.kernels import launch_stats
+    from gpuprof.trace.load import load_trace
+    from gpuprof.trace.metrics import compute_metrics
+
+    path = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "trace_diff", "test", "test.json.gz")
+    m = compute_metrics(load_trace(str(path)))
+    st = launch_stats(m, 10.0, 100.0)
+    assert m.num_steps == 6 and st.graph_launches == 12
+    assert st.graph_kernels == 4464  # kernels replayed from the graphs: left out of the launch figures
+    assert len(st.kernels) == len(m.step_kernels) - st.graph_kernels

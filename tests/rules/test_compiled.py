@@ -1,0 +1,80 @@
+"""GP810 compiled-regions and GP811 compile-in-steps on synthetic traces shaped like torch.compile's.
+
+The same rules run on real compiled captures in tests/capture/test_compile.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from gpuprof.analysis import analyze
+from gpuprof.rules.compiled import compiled_region, is_compile_phase
+from gpuprof.testing.tracegen import TraceBuilder
+
+
+def _codes(path: Path, code: str, **options: object) -> list:
+    return list(analyze(path, select=[code], options={code: options} if options else None).findings)
+
+
+def _compiled_loop(tmp_path: Path, name: str, *, broken: bool, recompile_at: int | None = None,
+                   steps: int = 4, stacks: bool = True) -> Path:
+    """Steps that call compiled code; ``broken``: a graph break splits it into two regions (frames 0 and 1)."""
+    tb = TraceBuilder()
+    for i in range(steps):
+        version = 1 if recompile_at is not None and i >= recompile_at else 0
+        with tb.step():
+            if recompile_at == i:
+                with tb.op("_compile.compile_inner (dynamo_timed)", us=40_000):
+                    with tb.op("entire_frame_compile", us=39_000):
+                        pass
+            with tb.frames(("train.py", 30, "train")):
+                with tb.op(f"Torch-Compiled Region: 0/{version}", us=200):
+                    tb.gemm(us=100)
+                if broken:
+                    tb.cpu(us=50, name="aten::_local_scalar_dense")
+                    with contextlib.ExitStack() as stack:
+                        if stacks:  # with_stack=True: Dynamo's resume function after the break is a frame
+                            stack.enter_context(tb.python("model.py", 12, "torch_dynamo_resume_in_forward_at_12"))
+                        with tb.op(f"Torch-Compiled Region: 1/{version}", us=200):
+                            tb.gemm(us=100)
+            tb.optimizer(ms=0.2)
+    return tb.write(tmp_path / f"{name}.json")
+
+
+def test_vocabulary() -> None:
+    assert compiled_region("Torch-Compiled Region: 12/3") == (12, 3)
+    assert compiled_region("Torch-Compiled Region") is None
+    assert is_compile_phase("OutputGraph.call_user_compiler (dynamo_timed)") and is_compile_phase("entire_frame_compile")
+    assert not is_compile_phase("CompiledFunction") and not is_compile_phase("aten::mm")
+
+
+def test_gp810_bad(tmp_path: Path) -> None:
+    (f,) = _codes(_compiled_loop(tmp_path, "broken", broken=True), "GP810")
+    assert f.evidence[0].value == 2  # frames 0 and 1 in every step
+    assert f.evidence[0].extra["graph_break_sites"] == ["model.py:12 (forward)"]
+    assert (f.location.file, f.location.line, f.location.function) == ("model.py", 12, "forward")
+    assert "line 12" in f.message
+
+
+def test_gp810_bad_without_stacks_by_region_count(tmp_path: Path) -> None:
+    path = _compiled_loop(tmp_path, "nostack", broken=True, stacks=False)
+    assert _codes(path, "GP810") == []  # 2 frames could be 2 compiled functions: not a break by default
+    (f,) = _codes(path, "GP810", min_regions=2)
+    assert f.evidence[0].value == 2 and f.location is None and "several separately compiled" in f.message
+
+
+def test_gp810_good(tmp_path: Path) -> None:
+    assert _codes(_compiled_loop(tmp_path, "whole", broken=False), "GP810") == []
+
+
+def test_gp811_bad(tmp_path: Path) -> None:
+    (f,) = _codes(_compiled_loop(tmp_path, "recompiles", broken=False, recompile_at=2), "GP811")
+    # one 40 ms compilation (the nested phase is inside it: counted once) over 4 steps
+    assert f.evidence[0].value == 10_000.0
+    assert f.evidence[0].extra["steps"] == [2] and f.evidence[0].extra["recompiled_versions"] == ["0/1"]
+    assert f.cost_us_per_step == 10_000.0 and "0/1" in f.message
+
+
+def test_gp811_good(tmp_path: Path) -> None:
+    assert _codes(_compiled_loop(tmp_path, "steady", broken=False), "GP811") == []

@@ -87,8 +87,13 @@ def analyze_trace(
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
     failures: list[RuleFailure] | None = None,
+    rank_summaries: list[Any] | None = None,
 ) -> tuple[TraceSummary, list[Finding]]:
     """Metrics and findings of one loaded trace.
+
+    With a ``rank_summaries`` list, the trace's
+    :class:`~gpuprof.distributed.summary.RankSummary` is appended to it (the
+    cross-rank merge's input).
 
     Rules that raise: without a ``failures`` list, every rule still runs and
     then :class:`~gpuprof.errors.RuleError` names all that failed; with one,
@@ -97,6 +102,10 @@ def analyze_trace(
     """
     metrics = compute_metrics(trace)
     summary = metrics.summary()
+    if rank_summaries is not None:
+        from gpuprof.distributed.summary import summarize
+
+        rank_summaries.append(summarize(metrics))
     failed: list[RuleFailure] = []
     findings = run_rules(trace, metrics, options, select, ignore, failed)
     if failed:
@@ -157,6 +166,7 @@ def _analyze(
     files = find_traces(path)
     report = Report(command="analyze", inputs=[os.fspath(path)])
     errors: list[InputError] = []
+    ranks: list[Any] = []
     for f in files:
         cb = progress(f) if progress is not None else None
         try:
@@ -169,7 +179,7 @@ def _analyze(
             report.notes.append(f"skipped {err}")
             continue
         failed: list[RuleFailure] | None = None if failures is None else []
-        summary, findings = analyze_trace(trace, options, select, ignore, failed)
+        summary, findings = analyze_trace(trace, options, select, ignore, failed, ranks)
         if failed:
             assert failures is not None
             failures.extend(failed)
@@ -179,5 +189,11 @@ def _analyze(
         report.findings.extend(findings)
     if not report.traces:
         raise InputError(path, f"no readable trace ({len(errors)} files failed; first: {errors[0].problem})")
+    if len(ranks) > 1:
+        from gpuprof.distributed.analysis import cross_rank
+
+        section, found = cross_rank(ranks, options, select, ignore)
+        report.sections.append(section)
+        report.findings.extend(found)
     report.findings = sort_findings(filter_findings(report.findings, select, ignore))
     return report

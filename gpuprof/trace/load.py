@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Union
 
 import msgspec
 
+from gpuprof.distributed.collectives import comm_args, is_comm_event_name
 from gpuprof.errors import InputError
 from gpuprof.inputs import GZIP_RATIO_FLOOR, MAX_EVENT_BYTES, MAX_GZIP_RATIO, STDIN, Opened, is_stdin, open_input
 from gpuprof.report import DeviceInfo
@@ -673,6 +674,7 @@ class _Builder:
         self.events_seen = 0
         self._names: dict[str, str] = {} if names is None else names
         self._stacks: dict[str, str] = {} if stacks is None else stacks
+        self._comm_names: dict[str, bool] = {}
         self._device_props: list[R.RawDeviceProps] = []
         self._meta_seen = False
         # B/E events in file order: paired in finish(), once every chunk is in,
@@ -690,7 +692,7 @@ class _Builder:
         """What :meth:`merge` needs of this builder's events (picklable)."""
         t = self.trace
         return (self.events_seen, [v for v in t.lists().values()], t.process_labels, t.thread_names,
-                self._slices, self._no_dur)
+                self._slices, self._no_dur, t.comm_events)
 
     def absorb(self, part: "_Builder") -> None:
         """Append a later chunk's builder: its events and the metadata found after them."""
@@ -702,6 +704,7 @@ class _Builder:
             t.rank = p.rank
         if t.world_size is None:
             t.world_size = p.world_size
+        t.backend = t.backend or p.backend
         if t.base_time_ns is None:
             t.base_time_ns = p.base_time_ns
         t.with_stack = t.with_stack or p.with_stack
@@ -709,7 +712,8 @@ class _Builder:
 
     def merge(self, payload: tuple) -> None:
         """Append the events of a later chunk (a :meth:`payload`), as if ingested here."""
-        seen, lists, labels, names, slices, no_dur = payload
+        seen, lists, labels, names, slices, no_dur, comm = payload
+        self.trace.comm_events.extend(comm)
         self.events_seen += seen
         for mine, theirs in zip(self.trace.lists().values(), lists):
             mine.extend(theirs)
@@ -744,6 +748,8 @@ class _Builder:
                 self.trace.rank = r
             if w > 0 and self.trace.world_size is None:
                 self.trace.world_size = w
+            if isinstance(di.backend, str) and not self.trace.backend:
+                self.trace.backend = di.backend
         if top.baseTimeNanoseconds is not None and self.trace.base_time_ns is None:
             self.trace.base_time_ns = int(top.baseTimeNanoseconds)
         if top.with_stack:
@@ -779,6 +785,8 @@ class _Builder:
         K_MEM = int(Kind.MEMORY)
         dtype_flags = _DTYPE_FLAGS
         stacks = self._stacks
+        comm_names = self._comm_names
+        comm_out = t.comm_events
         for ev in events:
             ph = ev.ph
             if ph == "X":
@@ -819,6 +827,11 @@ class _Builder:
             if a is None:
                 out[kind].append(Event(kind, name, ts, dur, pid, tid))
                 continue
+            is_comm = comm_names.get(name)
+            if is_comm is None:
+                is_comm = comm_names[name] = is_comm_event_name(name)
+            if is_comm:
+                comm_out.append(Event(kind, name, ts, dur, pid, tid, extra=comm_args(a)))
             x = a.external_id
             if x is None:
                 x = a.external_id_lc

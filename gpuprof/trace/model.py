@@ -19,7 +19,7 @@ import msgspec
 from gpuprof.report import DeviceInfo
 from gpuprof.trace.vocab import Kind
 
-__all__ = ["Event", "Trace", "DTYPE_HALF", "DTYPE_FLOAT", "DTYPE_DOUBLE", "ts_of", "dur_of", "name_of", "device_of"]
+__all__ = ["Event", "Trace", "CommArgs", "DTYPE_HALF", "DTYPE_FLOAT", "DTYPE_DOUBLE", "ts_of", "dur_of", "name_of", "device_of"]
 
 # Bit flags summarising an operator's input dtypes (from "Input type").
 DTYPE_FLOAT = 1  # float32
@@ -70,6 +70,22 @@ class Event(msgspec.Struct, gc=False):
         return self.ts + self.dur
 
 
+class CommArgs(msgspec.Struct, gc=False, frozen=True):
+    """What a communication event's args say about its collective (any field may be unknown).
+
+    ``collective`` is the name as written (``allreduce``, ``nccl:all_reduce``'s
+    ``all_reduce``...); ``nelems``/``dtype`` the message (``In msg nelems`` of
+    ``record_param_comms``, else ``Input Dims``/``Input type``); ``group_size``
+    and ``pg`` the process group when recorded.
+    """
+
+    collective: str = ""
+    nelems: int = -1
+    dtype: str = ""
+    group_size: int = -1
+    pg: str = ""
+
+
 @dataclass
 class Trace:
     """One loaded trace file."""
@@ -78,6 +94,7 @@ class Trace:
     devices: list[DeviceInfo] = field(default_factory=list)
     rank: int | None = None
     world_size: int | None = None
+    backend: str = ""  # distributedInfo.backend ("nccl", "gloo"...), "" when absent
     base_time_ns: int | None = None
     with_stack: bool = False
     profile_memory: bool = False
@@ -95,6 +112,9 @@ class Trace:
     gpu_syncs: list[Event] = field(default_factory=list)  # Kind.GPU_SYNC
     gpu_annotations: list[Event] = field(default_factory=list)  # Kind.GPU_ANNOTATION
     memory: list[Event] = field(default_factory=list)  # Kind.MEMORY
+    # communication events (collective annotations and kernels, record_param_comms) again,
+    # each with its CommArgs in ``extra``: read by gpuprof.distributed, not part of lists()
+    comm_events: list[Event] = field(default_factory=list)
     # what loading had to guess or leave out (B/E events without a partner, X events
     # without dur): copied into the trace's notes in the report
     load_notes: list[str] = field(default_factory=list)
@@ -133,3 +153,4 @@ class Trace:
         key = ts_of  # in C: a Python key function costs as much as the sort
         for events in self.lists().values():
             events.sort(key=key)
+        self.comm_events.sort(key=key)

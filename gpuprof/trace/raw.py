@@ -34,6 +34,15 @@ class RawArgs(msgspec.Struct, gc=False):
     call_stack: Union[str, None] = msgspec.field(name="Call stack", default=None)
     python_id: Union[int, str, None] = msgspec.field(name="Python id", default=None)
     python_parent_id: Union[int, str, None] = msgspec.field(name="Python parent id", default=None)
+    # collectives (kept only for communication events, see gpuprof.distributed.collectives):
+    # "Input Dims" stays undecoded text, so the ops that are not collectives pay almost nothing
+    input_dims: Union[list, str, None] = msgspec.field(name="Input Dims", default=None)
+    collective_name: Union[str, None] = msgspec.field(name="Collective name", default=None)
+    in_msg_nelems: Union[int, float, str, None] = msgspec.field(name="In msg nelems", default=None)
+    out_msg_nelems: Union[int, float, str, None] = msgspec.field(name="Out msg nelems", default=None)
+    comm_dtype: Union[str, None] = msgspec.field(name="dtype", default=None)
+    group_size: Union[int, float, str, None] = msgspec.field(name="Group size", default=None)
+    pg_name: Union[str, int, None] = msgspec.field(name="Process Group Name", default=None)
     # [memory] instant events
     mem_bytes: Union[int, float, None] = msgspec.field(name="Bytes", default=None)
     total_allocated: Union[int, float, None] = msgspec.field(name="Total Allocated", default=None)

@@ -1,0 +1,67 @@
+"""A 2-process DDP job on CPU (gloo) with a planted straggler, for ``torchrun``.
+
+    torchrun --nproc_per_node=2 examples/ddp_straggler.py --logdir gpuprof_logs --run ddp
+    gpuprof analyze gpuprof_logs/ddp
+
+By default rank 1 sleeps in every step (a straggler: the other rank waits for
+it in the all-reduce) and gradients are synchronised on every micro-batch of
+a 4-way accumulation (no ``no_sync()``). ``--baseline`` runs the fixed twin:
+no sleep, ``no_sync()`` on all but the last micro-batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+import gpuprof  # noqa: E402
+from common import mlp, parse_args, schedule  # noqa: E402
+
+ACCUMULATION = 4
+
+
+def main() -> None:
+    args = parse_args(
+        __doc__.splitlines()[0], steps=8,
+        extra=[("--sleep-ms", {"type": float, "default": 40.0, "help": "the straggler's sleep per step"})],
+    )
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(mlp(width=128, depth=2), bucket_cap_mb=25)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    batches = [(torch.randn(16, 128), torch.randint(0, 10, (16,))) for _ in range(ACCUMULATION)]
+    straggler = not args.baseline and rank == 1
+
+    @gpuprof.profile_step(args.logdir, run=args.run, schedule=schedule(args.steps), with_stack=False,
+                          memory_history=False, tensorboard=False, print_report=False)
+    def train_step() -> None:
+        if straggler:
+            time.sleep(args.sleep_ms / 1000)  # the planted slowness: host work only rank 1 does
+        for i, (x, y) in enumerate(batches):
+            last = i == len(batches) - 1
+            # the fix: synchronise gradients once per optimizer step, not per micro-batch
+            ctx = model.no_sync() if args.baseline and not last else contextlib.nullcontext()
+            with ctx:
+                loss_fn(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+    for _ in range(args.steps):
+        train_step()
+    train_step.finish()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

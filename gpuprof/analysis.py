@@ -126,7 +126,7 @@ def _one_line(err: BaseException, limit: int = 200) -> str:
 
 
 def analyze(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | list[str],
     *,
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
@@ -156,15 +156,16 @@ def analyze(
 
 
 def _analyze(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | list[str],
     select: list[str],
     ignore: list[str],
     options: Mapping[str, Mapping[str, Any]] | None,
     progress: ProgressFactory | None,
     failures: list[RuleFailure] | None,
 ) -> Report:
-    files = find_traces(path)
-    report = Report(command="analyze", inputs=[os.fspath(path)])
+    paths = [os.fspath(p) for p in path] if isinstance(path, list) else [os.fspath(path)]
+    files = [f for p in paths for f in find_traces(p)]  # several paths: the ranks of one job
+    report = Report(command="analyze", inputs=paths)
     errors: list[InputError] = []
     ranks: list[Any] = []
     for f in files:
@@ -188,7 +189,7 @@ def _analyze(
         report.traces.append(summary)
         report.findings.extend(findings)
     if not report.traces:
-        raise InputError(path, f"no readable trace ({len(errors)} files failed; first: {errors[0].problem})")
+        raise InputError(paths[0], f"no readable trace ({len(errors)} files failed; first: {errors[0].problem})")
     if len(ranks) > 1:
         from gpuprof.distributed.analysis import cross_rank
 

@@ -21,7 +21,7 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 
 
 @click.command("analyze")
-@click.argument("path", type=click.Path(path_type=str))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @report_options
 @click.option(
     "--option",
@@ -39,7 +39,7 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar for big files (default: on a terminal).")
 def analyze_cmd(
-    path: str,
+    paths: tuple[str, ...],
     fmt: str,
     output: str | None,
     select: tuple[str, ...],
@@ -49,10 +49,12 @@ def analyze_cmd(
     annotate: str | None,
     progress: bool | None,
 ) -> None:
-    """Diagnose a trace file (.json/.json.gz) or a directory of traces.
+    """Diagnose a trace file (.json/.json.gz), a directory of traces, or several of them.
 
-    PATH is what torch.profiler wrote: export_chrome_trace's file, or the
-    log directory of tensorboard_trace_handler.
+    PATHS are what torch.profiler wrote: export_chrome_trace's files, or the
+    log directory of tensorboard_trace_handler (a capture's run directory).
+    When the traces are of more than one rank of a distributed job, a
+    cross-rank section compares them (stragglers, waits, collectives).
     """
     from gpuprof.analysis import analyze
     from gpuprof.rules.base import parse_option_overrides
@@ -62,7 +64,10 @@ def analyze_cmd(
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--option") from None
 
-    if annotate and (path == "-" or not (os.path.isfile(path) or os.path.isdir(path))):
+    path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
+    if annotate and not isinstance(path, str):
+        raise click.BadParameter("--annotate takes one trace file or directory", param_hint="--annotate")
+    if annotate and isinstance(path, str) and (path == "-" or not (os.path.isfile(path) or os.path.isdir(path))):
         # the annotator reads the trace a second time, which a pipe cannot give
         raise InputError(path, "--annotate needs a trace file or directory, not a pipe or standard input")
     show_progress = progress if progress is not None else sys.stderr.isatty()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import textwrap
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 from gpuprof.distributed.merge import CrossRank
@@ -65,7 +64,7 @@ class CrossRankRule:
         return Finding(
             code=self.code, name=self.name, severity=self.severity,
             message=f"{message}; cost: {cost_label}, {fmt_us(cost_us)} per step{tail}",
-            advice=textwrap.dedent(advice).strip(), evidence=tuple(evidence),
+            advice=" ".join(advice.split()), evidence=tuple(evidence),
             cost_us_per_step=cost_us, cost_share=share, origin="trace", source="cross-rank",
         )
 

@@ -58,7 +58,8 @@ class RankRow:
     host_us: float
     sync_us: float
     unrecorded_us: float
-    wait_us: float  # waiting in collectives for other ranks
+    wait_us: float  # waiting in collectives for other ranks (mean per step)
+    wait_median_us: float  # the same, median over steps: what a consistent straggler shows
     collectives_per_step: float
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,7 +146,8 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
         notes.append(f"the traces disagree on the world size ({sorted(worlds)}): are they one job?")
     if world and len(sums) < world:
         notes.append(f"{len(sums)} of {world} ranks analysed: the others' waits and speed are unknown")
-    waits = np.zeros(len(sums))
+    # per rank, the wait in each of its steps (a straggler is slow in most steps, not in one)
+    step_waits = [np.zeros(max(s.num_steps, 1)) for s in sums]
     min_durs: dict[int, np.ndarray] = {}
     matched = 0
     for t in range(len(COLLECTIVE_TYPES)):
@@ -163,15 +165,19 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
         mat = np.vstack([d[:m] for d in per_rank])
         fastest = mat.min(axis=0)
         min_durs[t] = fastest
-        waits += (mat - fastest).sum(axis=1)
+        for i, s in enumerate(sums):
+            steps = np.asarray(s.inst_step, dtype=np.int64)[np.asarray(s.inst_type, dtype=np.int64) == t][:m]
+            step_waits[i] += np.bincount(np.clip(steps, 0, len(step_waits[i]) - 1), weights=mat[i] - fastest,
+                                         minlength=len(step_waits[i]))
         matched += m
     rows = []
-    for rank, s, w in zip(ranks, sums, waits):
+    for rank, s, w in zip(ranks, sums, step_waits):
         rows.append(RankRow(
             rank=rank, path=s.path, device=s.device, num_steps=s.num_steps, step_us=s.step_us,
             compute_us=s.compute_us, comm_us=s.comm_us, exposed_comm_us=s.exposed_comm_us,
             data_loading_us=s.data_loading_us, host_us=s.host_us, sync_us=s.sync_us, unrecorded_us=s.unrecorded_us,
-            wait_us=float(w) / s.num_steps if s.num_steps else 0.0,
+            wait_us=float(w.mean()) if s.num_steps else 0.0,
+            wait_median_us=float(np.median(w)) if s.num_steps else 0.0,
             collectives_per_step=len(s.inst_type) / s.num_steps if s.num_steps else 0.0,
         ))
     backends = sorted({s.backend for s in sums if s.backend})
@@ -238,21 +244,26 @@ def _collective_rows(sums: Sequence[RankSummary], min_durs: dict[int, np.ndarray
     return rows
 
 
+def _waits_of(rows: Sequence[RankRow]) -> list[float]:
+    return [r.wait_median_us for r in rows]
+
+
 def _find_stragglers(out: CrossRank, min_share: float) -> None:
     if len(out.ranks) < 2 or not out.matched:
         return
-    waits = [r.wait_us for r in out.ranks]
+    # decided on the median over steps, so one step's hiccup (a descheduled process) names no one
+    waits = [r.wait_median_us for r in out.ranks]
     lo, hi = min(waits), max(waits)
     if hi <= lo:
         return
-    slow = [r for r in out.ranks if r.wait_us <= lo + STRAGGLER_GAP * (hi - lo)]
+    slow = [r for r in out.ranks if r.wait_median_us <= lo + STRAGGLER_GAP * (hi - lo)]
     others = [r for r in out.ranks if r not in slow]
     if not others or len(slow) > len(out.ranks) / 2:
         return
+    if statistics.median(r.wait_median_us for r in others) - statistics.median(_waits_of(slow)) < min_share * out.step_us:
+        return
     others_wait = statistics.median(r.wait_us for r in others)
     slow_wait = statistics.median(r.wait_us for r in slow)
-    if others_wait - slow_wait < min_share * out.step_us:
-        return
     out.stragglers = [r.rank for r in slow]
     out.others_wait_us = others_wait - slow_wait
     excess = {k: statistics.median(getattr(r, f"{k}_us") for r in slow)

@@ -193,8 +193,14 @@ def _analyze(
     if len(ranks) > 1:
         from gpuprof.distributed.analysis import cross_rank
 
-        section, found = cross_rank(ranks, options, select, ignore)
+        failed = None if failures is None else []
+        section, found = cross_rank(ranks, options, select, ignore, failed)
         report.sections.append(section)
         report.findings.extend(found)
+        if failed:
+            assert failures is not None
+            failures.extend(failed)
+            report.failed_rules += [code for code, _ in failed if code not in report.failed_rules]
+            report.notes += [f"rule {code} failed ({err}): the cross-rank analysis is incomplete" for code, err in failed]
     report.findings = sort_findings(filter_findings(report.findings, select, ignore))
     return report

@@ -6,6 +6,8 @@ Codes come from three places, which produce findings differently:
   reported by ``gpuprof analyze`` and by capture's end-of-run analysis;
 - memory findings (GP5xx), reported by ``gpuprof memory``
   (:data:`gpuprof.memory.analysis.CODES`);
+- cross-rank rules (GP70x), registered in :mod:`gpuprof.distributed.rules`,
+  reported by ``gpuprof analyze`` when it sees two or more ranks of a job;
 - runtime checks (GP6xx), made while a capture runs
   (:data:`gpuprof.capture.codes.RUNTIME_CHECKS`, no torch needed to list them).
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["Code", "catalogue", "lookup", "explain_text"]
 
@@ -37,7 +40,7 @@ class Code:
 
 def catalogue() -> list[Code]:
     """All codes, sorted by code."""
-    return sorted(_trace_rules() + _memory_codes() + _runtime_checks(), key=lambda c: c.code)
+    return sorted(_trace_rules() + _cross_rank_rules() + _memory_codes() + _runtime_checks(), key=lambda c: c.code)
 
 
 def lookup(code_or_name: str) -> list[Code]:
@@ -51,9 +54,14 @@ def lookup(code_or_name: str) -> list[Code]:
 
 def explain_text(code: Code) -> str:
     """The full explanation of one code (trace rules: with options and examples)."""
+    from gpuprof.distributed.rules import get_cross_rank_rule
     from gpuprof.rules.base import get_rule
 
-    rule = get_rule(code.code) if code.reported_by == "gpuprof analyze" else None
+    rule: Any = None
+    if code.reported_by == "gpuprof analyze":
+        rule = get_rule(code.code)
+    elif code.reported_by == CROSS_RANK:
+        rule = get_cross_rank_rule(code.code)
     if rule is not None:
         parts = [f"{rule.code} {rule.name} ({rule.severity.value})", rule.title, "", rule.doc()]
         parts += ["", "Options (--option CODE.NAME=VALUE):"]
@@ -71,6 +79,15 @@ def _trace_rules() -> list[Code]:
     from gpuprof.rules.base import all_rules
 
     return [Code(r.code, r.name, r.severity.value, r.title, "gpuprof analyze", r.doc()) for r in all_rules()]
+
+
+CROSS_RANK = "gpuprof analyze (two or more ranks of a job)"
+
+
+def _cross_rank_rules() -> list[Code]:
+    from gpuprof.distributed.rules import all_cross_rank_rules
+
+    return [Code(r.code, r.name, r.severity.value, r.title, CROSS_RANK, r.doc()) for r in all_cross_rank_rules()]
 
 
 # default severity of each memory code where it is not one fixed value (see docs/memory.md)

@@ -17,10 +17,12 @@ def cross_rank(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
+    failures: list[tuple[str, BaseException]] | None = None,
 ) -> tuple[CrossRank, list[Finding]]:
     """The ``cross_rank`` section and the GP7xx findings of a job's rank summaries."""
     options = options or {}
     small = options.get(SmallCollectives.code, {}).get("small_bytes", SmallCollectives.defaults()["small_bytes"])
     share = options.get(StragglerRank.code, {}).get("min_wait_share", StragglerRank.defaults()["min_wait_share"])
     job = merge(summaries, small_bytes=int(small), straggler_min_share=float(share))
-    return job, run_cross_rank_rules(job, options, select, ignore)
+    found = run_cross_rank_rules(job, options, select, ignore, failures)
+    return job, found

@@ -91,20 +91,41 @@ def get_cross_rank_rule(code_or_name: str) -> type[CrossRankRule] | None:
 
 
 def run_cross_rank_rules(job: CrossRank, options: Mapping[str, Mapping[str, Any]] | None = None,
-                         select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[Finding]:
-    """Every cross-rank rule on one merged job. A rule that raises propagates (never "no findings")."""
+                         select: Iterable[str] = (), ignore: Iterable[str] = (),
+                         failures: list[tuple[str, BaseException]] | None = None) -> list[Finding]:
+    """Every cross-rank rule on one merged job.
+
+    A rule that raises is never "no findings": as for trace rules
+    (``gpuprof.analysis.run_rules``), without a ``failures`` list or in strict
+    mode the others still run, then :class:`~gpuprof.errors.RuleError`
+    (exit 3) names every failed code; with one, ``(code, exception)`` is
+    appended to it.
+    """
+    from gpuprof.analysis import strict_rules
+    from gpuprof.errors import RuleError
+
     select = [s for s in select if s]
     ignore = [s for s in ignore if s]
     out: list[Finding] = []
+    failed: list[tuple[str, BaseException]] = []
     for cls in all_cross_rank_rules():
         if (select and not code_matches(cls.code, select)) or (ignore and code_matches(cls.code, ignore)):
             continue
         opts = {**cls.defaults(), **dict((options or {}).get(cls.code, {}))}
-        for f in cls().check(job, opts):
+        try:
+            found = list(cls().check(job, opts))
+        except Exception as err:  # noqa: BLE001 - raised as RuleError or handed to the caller, never dropped
+            failed.append((cls.code, err))
+            continue
+        for f in found:
             limit = opts.get("info_below_share", INFO_BELOW_SHARE)
             if f.cost_share is not None and f.cost_share < limit and f.severity is not Severity.INFO:
                 f = dataclasses.replace(f, severity=Severity.INFO)
             out.append(f)
+    if failed:
+        if failures is None or strict_rules():
+            raise RuleError("cross-rank analysis", failed) from failed[0][1]
+        failures.extend(failed)
     return out
 
 

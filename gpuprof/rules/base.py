@@ -226,7 +226,11 @@ def parse_option_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:
             raise ValueError(f"option {item!r} must look like CODE.name=value")
         key, value = item.split("=", 1)
         code, opt_name = key.split(".", 1)
-        rule = get_rule(code)
+        rule: Any = get_rule(code)
+        if rule is None:  # the GP7xx cross-rank rules have the same shape, in their own registry
+            from gpuprof.distributed.rules import get_cross_rank_rule
+
+            rule = get_cross_rank_rule(code)
         if rule is None:
             raise ValueError(f"unknown rule {code!r} in option {item!r}")
         opt = next((o for o in rule.all_options() if o.name == opt_name), None)

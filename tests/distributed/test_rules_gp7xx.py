@@ -140,3 +140,16 @@ def test_a_cross_rank_rule_that_raises_is_a_rule_error(real: RankSummary, monkey
     monkeypatch.delenv("GPUPROF_STRICT_RULES", raising=False)
     cross_rank(_ranks(real, 2), failures=failures)
     assert [c for c, _ in failures] == [rule.code]
+
+
+def test_cross_rank_json_keys_match_the_doc_table(real: RankSummary) -> None:
+    import json
+
+    from gpuprof.render.jsonout import json_safe
+
+    job, _ = cross_rank(_ranks(real, 2))
+    doc = (HERE.parents[1] / "docs" / "distributed.md").read_text().split("## The `cross_rank` report section", 1)[1]
+    documented = set(re.findall(r"^\| `([^`]+)` \|", doc, re.M))
+    out = json.loads(json.dumps(json_safe({"kind": job.kind, **job.to_dict()})))
+    found = set(out) | {f"{k}[].{sub}" for k in ("ranks", "collectives") for row in out[k] for sub in row}
+    assert found == documented

@@ -38,6 +38,8 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
     "For a directory of traces, OUT is a directory.",
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar for big files (default: on a terminal).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Traces analysed at once, each in its own process (default: the CPUs available).")
 def analyze_cmd(
     paths: tuple[str, ...],
     fmt: str,
@@ -48,6 +50,7 @@ def analyze_cmd(
     rule_options: tuple[str, ...],
     annotate: str | None,
     progress: bool | None,
+    jobs: int | None,
 ) -> None:
     """Diagnose a trace file (.json/.json.gz), a directory of traces, or several of them.
 
@@ -56,7 +59,7 @@ def analyze_cmd(
     When the traces are of more than one rank of a distributed job, a
     cross-rank section compares them (stragglers, waits, collectives).
     """
-    from gpuprof.analysis import analyze
+    from gpuprof.analysis import analyze, default_analyze_jobs
     from gpuprof.rules.base import parse_option_overrides
 
     try:
@@ -73,7 +76,8 @@ def analyze_cmd(
     show_progress = progress if progress is not None else sys.stderr.isatty()
     with ExitStack() as stack:
         factory = _progress_factory(stack) if show_progress else None
-        report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory)
+        report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory,
+                         jobs=jobs or default_analyze_jobs())
     if output:  # checked before --annotate writes anything
         refuse_input_as_output(output, input_files(report))
     if annotate:

@@ -90,4 +90,21 @@ def cross_rank_markdown(section: Any) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _summaries_line(section: Any) -> str:
+    ranks = [r.get("rank") for r in _d(section)["ranks"]]
+    return (f"rank summaries of {len(ranks)} rank{'s' if len(ranks) != 1 else ''} ({', '.join(map(str, ranks))}) "
+            "are in the JSON report, for a later cross-rank merge (docs/distributed.md)")
+
+
+def summaries_terminal(console: Any, section: Any) -> None:
+    from rich.markup import escape
+
+    console.print(f"[dim]{escape(clip(_summaries_line(section)))}[/dim]")
+
+
+def summaries_markdown(section: Any) -> str:
+    return f"_{md_escape(_summaries_line(section))}_\n"
+
+
 register_section("cross_rank", terminal=cross_rank_terminal, markdown=cross_rank_markdown)
+register_section("rank_summaries", terminal=summaries_terminal, markdown=summaries_markdown)

@@ -159,3 +159,35 @@ def test_merge_works_on_summaries_alone_and_ranks_come_from_file_names(tmp_path:
     assert len(job.ranks) == 64 and job.stragglers == []  # identical ranks wait for no one
     assert all(r.wait_us == 0 for r in job.ranks)
     assert sum("counted as rank" in n for n in job.notes) == 64  # no rank in the summaries: numbered, and said
+
+
+def test_per_node_reports_merge_into_the_same_cross_rank_view(tmp_path: Path) -> None:
+    r0 = shared_path(*HTA, "timeline_analysis", "sampled_rank-0.json.gz")
+    r1 = shared_path(*HTA, "trace_filter", "sampled_rank-1.json.gz")
+    direct = _section(_cli_json(r0, r1, "--jobs", "2"))
+    for i, trace in enumerate((r0, r1)):  # one command per node, where its traces are
+        _cli(trace, "--format", "json", "-o", str(tmp_path / f"node{i}.json"))
+        alone = json.loads((tmp_path / f"node{i}.json").read_text())
+        assert [s["kind"] for s in alone["sections"]] == ["rank_summaries"]  # one rank: nothing to compare yet
+    merged = _cli_json(tmp_path / "node0.json", tmp_path / "node1.json")
+    assert merged["traces"] == []  # no trace was read again
+    assert _section(merged) == direct
+    assert [f["code"] for f in merged["findings"]] == ["GP702"]
+
+
+def test_jobs_1_and_2_give_the_same_report(ddp_runs: dict[str, Path]) -> None:
+    one = _cli_json(ddp_runs["bad"], "--jobs", "1")
+    two = _cli_json(ddp_runs["bad"], "--jobs", "2")
+    assert one["findings"] == two["findings"] and one["sections"] == two["sections"]
+
+
+def test_a_report_without_rank_summaries_is_a_one_line_input_error(tmp_path: Path) -> None:
+    bad = tmp_path / "other.json"
+    bad.write_text(json.dumps({"schema_version": "1.1", "sections": []}))
+    r0 = shared_path(*HTA, "timeline_analysis", "sampled_rank-0.json.gz")
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+
+    res = CliRunner().invoke(cli, ["analyze", str(bad), str(r0)])
+    assert res.exit_code == 2 and "without rank summaries" in res.output and "Traceback" not in res.output

@@ -5,13 +5,16 @@
 
 By default rank 1 sleeps in every step (a straggler: the other rank waits for
 it in the all-reduce) and gradients are synchronised on every micro-batch of
-a 4-way accumulation (no ``no_sync()``). ``--baseline`` runs the fixed twin:
-no sleep, ``no_sync()`` on all but the last micro-batch.
+a 4-way accumulation (no ``no_sync()``), and the DataLoader has no
+``DistributedSampler`` (every rank reads the same samples). ``--baseline``
+runs the fixed twin: no sleep, ``no_sync()`` on all but the last
+micro-batch, a ``DistributedSampler``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
 import time
@@ -21,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset  # noqa: E402
 
 import gpuprof  # noqa: E402
 from common import mlp, parse_args, schedule  # noqa: E402
@@ -39,7 +43,10 @@ def main() -> None:
     model = DDP(mlp(width=128, depth=2), bucket_cap_mb=25)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
-    batches = [(torch.randn(16, 128), torch.randint(0, 10, (16,))) for _ in range(ACCUMULATION)]
+    data = TensorDataset(torch.randn(16 * ACCUMULATION * 4, 128), torch.randint(0, 10, (16 * ACCUMULATION * 4,)))
+    # the pathology also reads the same samples on every rank (no DistributedSampler: GP710)
+    sampler = DistributedSampler(data, shuffle=False) if args.baseline else None
+    loader = DataLoader(data, batch_size=16, sampler=sampler)
     straggler = not args.baseline and rank == 1
 
     @gpuprof.profile_step(args.logdir, run=args.run, schedule=schedule(args.steps), with_stack=False,
@@ -47,8 +54,8 @@ def main() -> None:
     def train_step() -> None:
         if straggler:
             time.sleep(args.sleep_ms / 1000)  # the planted slowness: host work only rank 1 does
-        for i, (x, y) in enumerate(batches):
-            last = i == len(batches) - 1
+        for i, (x, y) in enumerate(itertools.islice(loader, ACCUMULATION)):
+            last = i == ACCUMULATION - 1
             # the fix: synchronise gradients once per optimizer step, not per micro-batch
             ctx = model.no_sync() if args.baseline and not last else contextlib.nullcontext()
             with ctx:

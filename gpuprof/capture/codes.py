@@ -1,4 +1,4 @@
-"""The runtime checks done during capture (GP6xx), as data.
+"""The runtime checks done during capture (GP6xx, and GP71x for distributed runs), as data.
 
 This module imports no torch, so ``gpuprof rules`` / ``gpuprof explain`` can
 list the runtime checks next to the trace rules. Each check is documented in
@@ -55,6 +55,11 @@ RUNTIME_CHECKS: tuple[RuntimeCheck, ...] = (
                  "memory"),
     RuntimeCheck("GP641", "out-of-memory", Severity.ERROR,
                  "The run hit a CUDA out-of-memory error; a snapshot was dumped", "memory"),
+    RuntimeCheck("GP710", "missing-distributed-sampler", Severity.WARNING,
+                 "A DataLoader in a multi-rank run without DistributedSampler: every rank reads the same samples",
+                 "distcheck"),
+    RuntimeCheck("GP711", "backend-device-mismatch", Severity.WARNING,
+                 "The process group's backend does not suit the device (gloo on CUDA, nccl on CPU)", "distcheck"),
 )
 
 _BY_CODE = {c.code: c for c in RUNTIME_CHECKS}

@@ -191,3 +191,38 @@ def test_a_report_without_rank_summaries_is_a_one_line_input_error(tmp_path: Pat
 
     res = CliRunner().invoke(cli, ["analyze", str(bad), str(r0)])
     assert res.exit_code == 2 and "without rank summaries" in res.output and "Traceback" not in res.output
+
+
+def _rank_reports(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(run.glob("rank*/report.json"))]
+
+
+def test_gp710_bad_real_ddp_without_distributed_sampler(ddp_runs: dict[str, Path]) -> None:
+    reports = _rank_reports(ddp_runs["bad"])
+    assert len(reports) == 2
+    for rep in reports:
+        gp710 = [f for f in rep["findings"] if f["code"] == "GP710"]
+        assert gp710 and "SequentialSampler in a 2-rank run" in gp710[0]["message"]
+
+
+def test_gp710_good_real_ddp_with_distributed_sampler(ddp_runs: dict[str, Path]) -> None:
+    reports = _rank_reports(ddp_runs["good"])
+    assert len(reports) == 2
+    assert not [f for rep in reports for f in rep["findings"] if f["code"] in ("GP710", "GP711")]
+
+
+def test_gp711_bad_gloo_on_cuda_and_nccl_on_cpu() -> None:
+    pytest.importorskip("torch")
+    from gpuprof.capture.distcheck import distributed_findings
+
+    assert [f.code for f in distributed_findings([], 2, "gloo", on_cuda=True)] == ["GP711"]
+    assert [f.code for f in distributed_findings([], 2, "nccl", on_cuda=False)] == ["GP711"]
+
+
+def test_gp711_good_matching_backends_and_one_rank() -> None:
+    pytest.importorskip("torch")
+    from gpuprof.capture.distcheck import distributed_findings
+
+    assert distributed_findings([], 2, "nccl", on_cuda=True) == []
+    assert distributed_findings([], 2, "gloo", on_cuda=False) == []
+    assert distributed_findings([], 1, "gloo", on_cuda=True) == []

@@ -184,7 +184,12 @@ def _analyze(
             files.extend(find_traces(p))
     from_reports = len(ranks)
     errors: list[InputError] = []
-    results = _run_parallel(files, options, select, ignore, jobs, failures is not None) if jobs > 1 and len(files) > 1 else None
+    results = None
+    if jobs > 1 and len(files) > 1:
+        try:
+            results = _run_parallel(files, options, select, ignore, jobs)
+        except (OSError, RuntimeError) as err:  # BrokenProcessPool is a RuntimeError: the files are read here instead
+            report.notes.append(f"the parallel analysis stopped ({_one_line(err)}); the traces were analysed one by one")
     for i, f in enumerate(files):
         try:
             if results is not None:
@@ -260,7 +265,6 @@ def _run_parallel(
     select: list[str],
     ignore: list[str],
     jobs: int,
-    collect: bool,
 ) -> list[Any]:
     """Each file analysed in its own process (at most ``jobs`` at once); results in file order.
 
@@ -268,8 +272,12 @@ def _run_parallel(
     and findings come back.
     """
     import concurrent.futures as cf
+    import multiprocessing
 
-    with cf.ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
+    # forkserver: workers forked from a fresh process, not from this one, which may hold threads
+    # (torch's, a caller's) that make a plain fork crash or hang
+    ctx = multiprocessing.get_context("forkserver")
+    with cf.ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
         futures = [pool.submit(_analyze_one, f, dict(options or {}), select, ignore) for f in files]
         return [fu.result() for fu in futures]
 

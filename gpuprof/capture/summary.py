@@ -226,6 +226,7 @@ def assemble(prof: "Profiler", facts: RunFacts, res: TraceResults, g: Any) -> Re
         report.notes = list(analysed.notes)
         report.findings = _merge(runtime, analysed.findings)
         report.failed_rules = list(analysed.failed_rules)
+        report.sections += list(analysed.sections)
     else:
         report.findings = runtime
     report.findings = sort_findings(report.findings)
@@ -255,6 +256,11 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
             g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard_text, prof, report)
     if prof.paths is not None:
         g.run("report writer", "no report.json/report.md", _write_reports, prof, report)
+    if final and prof.paths is not None and prof.ranks.distributed:
+        from gpuprof.capture.gather import gather_cross_rank
+
+        g.run("cross-rank report", "no cross_rank.json for this run", gather_cross_rank, report,
+              prof.paths.run_dir, prof.paths.run_dir.name)
     section.failures = g.all_failed()
     if cfg.print_report:
         early = prof._printed_findings
@@ -291,6 +297,8 @@ def _analyze(trace_paths: list[str], cfg: Any, failures: list[Any]) -> Report:
         merged.findings += r.findings
         merged.notes += [n for n in r.notes if n not in merged.notes]
         merged.failed_rules += [c for c in r.failed_rules if c not in merged.failed_rules]
+        # the rank's summary, for a later cross-rank merge (gpuprof.capture.gather, gpuprof analyze report.json)
+        merged.sections += [sec for sec in r.sections if getattr(sec, "kind", None) == "rank_summaries"]
     return merged
 
 

@@ -226,3 +226,38 @@ def test_gp711_good_matching_backends_and_one_rank() -> None:
     assert distributed_findings([], 2, "nccl", on_cuda=True) == []
     assert distributed_findings([], 2, "gloo", on_cuda=False) == []
     assert distributed_findings([], 1, "gloo", on_cuda=True) == []
+
+
+def test_capture_rank0_writes_the_cross_rank_report_from_the_store(ddp_runs: dict[str, Path]) -> None:
+    rep = json.loads((ddp_runs["bad"] / "report.cross_rank.json").read_text())
+    sec = _section(rep)
+    assert [r["rank"] for r in sec["ranks"]] == [0, 1] and sec["stragglers"] == [1]
+    assert {"GP701", "GP703"} <= {f["code"] for f in rep["findings"]}
+    assert rep["notes"] == []  # both ranks' summaries arrived
+    # the rank reports carry their summaries, so the run can be merged again from them alone
+    merged = _cli_json(*sorted(ddp_runs["bad"].glob("rank*/report.json")))
+    assert _section(merged)["stragglers"] == [1]
+
+
+def test_capture_gather_names_a_missing_rank_and_waits_only_as_long_as_told(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    import time
+
+    from gpuprof.capture import gather
+    from gpuprof.distributed.reports import RankSummaries
+    from gpuprof.report import Report
+
+    src = shared_path(*HTA, "timeline_analysis", "sampled_rank-0.json.gz")
+    summary = summarize(compute_metrics(load_trace(src)))
+    store = torch.distributed.HashStore()  # a real store; rank 1 of 2 never writes to it (a dead rank)
+    monkeypatch.setattr(gather, "_store_and_group", lambda: (store, 0, 2))
+    t0 = time.monotonic()
+    path = gather.gather_cross_rank(Report(command="capture", sections=[RankSummaries([summary])]), tmp_path, "run",
+                                    wait_s=0.5)
+    assert time.monotonic() - t0 < 5
+    rep = json.loads(Path(path).read_text())
+    assert rep["notes"] == ["rank 1 sent no summary within 0.5 s (stopped, hung, or captured nothing): "
+                            "left out of the comparison"]
+    assert rep["sections"] == []  # one rank: nothing to compare
+    assert store.check(["gpuprof/run/summary/0"])  # its own summary was shared

@@ -101,6 +101,8 @@ class CrossRank:
     optimizer_steps_per_step: float = 0.0
     small_per_step: float = 0.0
     small_us_per_step: float = 0.0
+    unused_search_us: float = 0.0  # median over ranks, per step
+    unused_searches_per_step: float = 0.0
     notes: list[str] = field(default_factory=list)
     summaries: list[RankSummary] = field(default_factory=list, repr=False)
 
@@ -130,6 +132,8 @@ class CrossRank:
             "optimizer_steps_per_step": self.optimizer_steps_per_step,
             "small_collectives_per_step": self.small_per_step,
             "small_collectives_us_per_step": self.small_us_per_step,
+            "unused_parameter_search_us": self.unused_search_us,
+            "unused_parameter_searches_per_step": self.unused_searches_per_step,
             "notes": list(self.notes),
         }
 
@@ -279,6 +283,8 @@ def _ddp(out: CrossRank, sums: Sequence[RankSummary]) -> None:
     if not steps:
         return
     out.ddp_forwards_per_step = sum(s.ddp_forwards for s in sums) / steps
+    out.unused_search_us = statistics.median(s.unused_search_us for s in sums)
+    out.unused_searches_per_step = sum(s.unused_searches for s in sums) / steps
     out.optimizer_steps_per_step = sum(s.optimizer_steps for s in sums) / steps
     opt = sum(s.optimizer_steps for s in sums)
     if opt and any(s.ddp_forwards for s in sums):

@@ -339,3 +339,44 @@ class SmallCollectives(CrossRankRule):
             evidence=[Evidence("small_collectives_per_step", round(job.small_per_step, 1),
                                threshold=opts["min_per_step"])],
         )
+
+
+@register
+class FindUnusedParameters(CrossRankRule):
+    """DDP searches the autograd graph for unused parameters on every forward pass.
+
+    With ``find_unused_parameters=True``, DDP traverses the autograd graph
+    after each forward to mark parameters that will get no gradient (the
+    trace shows ``torch.distributed.ddp.reducer::search_unused_parameters``),
+    and it cannot start all-reducing a bucket until it knows. A model whose
+    parameters all get gradients pays this for nothing. The cost is the
+    search's time per step (median over ranks).
+    """
+
+    code = "GP705"
+    name = "find-unused-parameters"
+    title = "DDP find_unused_parameters=True searches the graph every step"
+    options = (Option("min_us", 0.0, "report when the search takes at least this many µs per step"),)
+    bad_example = """\
+        model = DDP(model, find_unused_parameters=True)  # every parameter is used: a search for nothing
+    """
+    good_example = """\
+        model = DDP(model)                                # the default: no search
+        # parameters really unused in some steps? static_graph=True searches only once
+    """
+
+    def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterator[Finding]:
+        if job.unused_searches_per_step <= 0 or job.unused_search_us < opts["min_us"]:
+            return
+        yield self.finding(
+            job,
+            f"DDP searches for unused parameters {job.unused_searches_per_step:.1f} times per step "
+            "(find_unused_parameters=True)",
+            """\
+            If every parameter gets a gradient in every step, drop find_unused_parameters=True. If some
+            are unused in the same way every step, pass static_graph=True (one search, then reused).
+            """,
+            cost_us=job.unused_search_us,
+            cost_label="the unused-parameter search",
+            evidence=[Evidence("unused_parameter_searches_per_step", round(job.unused_searches_per_step, 2))],
+        )

@@ -35,6 +35,9 @@ with its type, duration and message size when the trace says it (see
 :mod:`gpuprof.distributed.collectives`). The merge matches the *i*-th
 collective of a type across ranks.
 
+**Unused-parameter search**: ``torch.distributed.ddp.reducer::search_unused_parameters``
+operators (DDP with ``find_unused_parameters=True``): their count and time.
+
 **DDP rounds**: ``DistributedDataParallel.forward`` annotations per step
 (micro-batches), and how many of the gaps they open (forward to next forward,
 the last to the end of the step) contain an all-reduce (gradient
@@ -64,6 +67,8 @@ SUMMARY_VERSION = 1
 CAUSE_KEYS = ("compute", "data_loading", "host", "sync", "unrecorded")
 
 DDP_FORWARD = "DistributedDataParallel.forward"
+# what DDP records when find_unused_parameters=True: a traversal of the autograd graph every forward
+UNUSED_SEARCH = "torch.distributed.ddp.reducer::search_unused_parameters"
 
 
 class CollectiveStat(msgspec.Struct, frozen=True):
@@ -105,6 +110,8 @@ class RankSummary(msgspec.Struct, frozen=True):
     ddp_forwards: int  # DistributedDataParallel.forward calls in the steps
     ddp_sync_rounds: int  # of those, how many were followed by an all-reduce
     optimizer_steps: int
+    unused_search_us: float = 0.0  # DDP's search for unused parameters (find_unused_parameters=True), per step
+    unused_searches: int = 0  # how many searches in the steps
 
     def per_step(self, total: float) -> float:
         return total / self.num_steps if self.num_steps else 0.0
@@ -170,6 +177,7 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
             s[2] += nbytes
             s[3] += 1
     fwd, rounds = _ddp_rounds(metrics, instances)
+    searches = [o for o in t.ops if o.name == UNUSED_SEARCH and _in_steps(metrics, o.ts)]
     return RankSummary(
         version=SUMMARY_VERSION,
         path=t.path,
@@ -197,6 +205,8 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         ddp_forwards=fwd,
         ddp_sync_rounds=rounds,
         optimizer_steps=_count_in(metrics, [e for e in t.annotations if e.name.startswith("Optimizer.step#")]),
+        unused_search_us=mean(union_of(searches).intersect(win)) if searches else 0.0,
+        unused_searches=len(searches),
     )
 
 

@@ -74,12 +74,13 @@ def test_real_ddp_straggler_is_named_with_its_cause_and_the_others_wait(ddp_runs
     assert r0["wait_us"] > 20_000 and r1["wait_us"] < r0["wait_us"] / 4
     assert r1["unrecorded_us"] > 30_000 > r0["unrecorded_us"]
     ar = next(c for c in sec["collectives"] if c["type"] == "all_reduce")
-    assert ar["per_step"] == 4  # one per micro-batch, 4-way accumulation
+    assert ar["per_step"] >= 4  # at least one per micro-batch of the 4-way accumulation
     assert ar["mean_bytes"] > 0 and ar["bus_gbps"] is not None  # sizes from gloo's Input Dims
     codes = {f["code"]: f for f in report["findings"]}
     assert "straggler: rank 1 of 2" in codes["GP701"]["message"]
     assert codes["GP701"]["cost_us_per_step"] == pytest.approx(r0["wait_us"] - r1["wait_us"], rel=0.01)
     assert "GP703" in codes and "4.0 gradient all-reduce rounds per optimizer step" in codes["GP703"]["message"]
+    assert "GP705" in codes and "4.0 times per step" in codes["GP705"]["message"]  # find_unused_parameters=True
 
 
 def test_real_ddp_fixed_twin_waits_far_less_and_syncs_once(ddp_runs: dict[str, Path]) -> None:
@@ -92,7 +93,7 @@ def test_real_ddp_fixed_twin_waits_far_less_and_syncs_once(ddp_runs: dict[str, P
     assert 1 not in sec["stragglers"] or sec["others_wait_us"] < 20_000
     assert sec["ddp_rounds_per_optimizer_step"] == pytest.approx(1.0)
     assert sec["ddp_forwards_per_step"] == pytest.approx(4.0)
-    assert "GP703" not in {f["code"] for f in report["findings"]}
+    assert not {"GP703", "GP705"} & {f["code"] for f in report["findings"]}
 
 
 def test_real_ddp_terminal_and_markdown_show_the_section(ddp_runs: dict[str, Path]) -> None:

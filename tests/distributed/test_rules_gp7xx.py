@@ -109,6 +109,17 @@ def test_gp704_option_small_bytes_is_honoured(real: RankSummary) -> None:
     assert any(f.code == "GP704" for f in found)
 
 
+def test_gp705_bad_search_every_step(real: RankSummary) -> None:
+    n = real.num_steps
+    ranks = _ranks(real, 2, unused_searches=[n] * 2, unused_search_us=[150.0, 250.0])
+    msg = _codes(ranks)["GP705"]
+    assert "1.0 times per step" in msg and "200 µs per step" in msg  # the median of the two ranks
+
+
+def test_gp705_good_flag_off(real: RankSummary) -> None:
+    assert "GP705" not in _codes(_ranks(real, 2))  # the real job: no search recorded
+
+
 # ------------------------------------------------------------------------------ registry
 
 

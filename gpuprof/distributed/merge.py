@@ -7,8 +7,10 @@ rank, because none can finish before the last one arrives; a rank that
 arrived early spends the difference inside the collective. gpuprof matches
 the *i*-th collective of each type across ranks and counts, per rank, its
 duration minus the shortest duration any rank had for it (the transfer
-itself). Summed per step, that is the rank's wait for the others. It needs
-no clock alignment between machines.
+itself), as the opening part of the collective (waiting comes before the
+transfer). The union of these parts per step is the rank's wait for the
+others: overlapping collectives do not count the same waiting twice. It
+needs no clock alignment between machines.
 
 **Straggler**: the rank(s) the others wait for: those whose wait is the
 smallest, when the median wait of the other ranks exceeds theirs by at least
@@ -150,13 +152,15 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
         notes.append(f"the traces disagree on the world size ({sorted(worlds)}): are they one job?")
     if world and len(sums) < world:
         notes.append(f"{len(sums)} of {world} ranks analysed: the others' waits and speed are unknown")
-    # per rank, the wait in each of its steps (a straggler is slow in most steps, not in one)
-    step_waits = [np.zeros(max(s.num_steps, 1)) for s in sums]
+    # per rank, the wait intervals of its matched collectives: the first (duration - fastest) of each,
+    # since a rank waits before the transfer can start; their union per step is its wait (collectives
+    # that overlap, as DDP's buckets on gloo's threads do, do not count the same waiting twice)
+    spans: list[list[tuple[float, float, int]]] = [[] for _ in sums]
     min_durs: dict[int, np.ndarray] = {}
     matched = 0
     for t in range(len(COLLECTIVE_TYPES)):
-        per_rank = [np.asarray(s.inst_dur, dtype=np.float64)[np.asarray(s.inst_type, dtype=np.int64) == t]
-                    if s.inst_type else np.zeros(0) for s in sums]
+        masks = [np.asarray(s.inst_type, dtype=np.int64) == t if s.inst_type else np.zeros(0, bool) for s in sums]
+        per_rank = [np.asarray(s.inst_dur, dtype=np.float64)[m] for s, m in zip(sums, masks)]
         counts = {len(d) for d in per_rank}
         m = min(counts)
         if max(counts) == 0:
@@ -170,10 +174,11 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
         fastest = mat.min(axis=0)
         min_durs[t] = fastest
         for i, s in enumerate(sums):
-            steps = np.asarray(s.inst_step, dtype=np.int64)[np.asarray(s.inst_type, dtype=np.int64) == t][:m]
-            step_waits[i] += np.bincount(np.clip(steps, 0, len(step_waits[i]) - 1), weights=mat[i] - fastest,
-                                         minlength=len(step_waits[i]))
+            starts = np.asarray(s.inst_start, dtype=np.float64)[masks[i]][:m]
+            steps = np.asarray(s.inst_step, dtype=np.int64)[masks[i]][:m]
+            spans[i].extend(zip(starts.tolist(), (starts + mat[i] - fastest).tolist(), steps.tolist()))
         matched += m
+    step_waits = [_union_per_step(sp, max(s.num_steps, 1)) for sp, s in zip(spans, sums)]
     rows = []
     for rank, s, w in zip(ranks, sums, step_waits):
         rows.append(RankRow(
@@ -191,6 +196,25 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
     _find_stragglers(out, straggler_min_share)
     _ddp(out, sums)
     _small(out, sums, min_durs, small_bytes)
+    return out
+
+
+def _union_per_step(spans: list[tuple[float, float, int]], steps: int) -> np.ndarray:
+    """Length of the union of ``(start, end, step)`` spans, given to the step of each merged run's first span."""
+    out = np.zeros(steps)
+    cur_s = cur_e = 0.0
+    cur_step = -1
+    for start, end, step in sorted(spans):
+        if end <= start:
+            continue
+        if cur_step >= 0 and start <= cur_e:
+            cur_e = max(cur_e, end)
+            continue
+        if cur_step >= 0:
+            out[min(max(cur_step, 0), steps - 1)] += cur_e - cur_s
+        cur_s, cur_e, cur_step = start, end, step
+    if cur_step >= 0:
+        out[min(max(cur_step, 0), steps - 1)] += cur_e - cur_s
     return out
 
 

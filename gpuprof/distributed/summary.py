@@ -107,6 +107,7 @@ class RankSummary(msgspec.Struct, frozen=True):
     inst_bytes: list[int]
     inst_group: list[int]
     inst_step: list[int]  # the step (index in the trace's steps) each instance starts in
+    inst_start: list[float]  # start time, µs on this rank's clock (only compared within the rank)
     ddp_forwards: int  # DistributedDataParallel.forward calls in the steps
     ddp_sync_rounds: int  # of those, how many were followed by an all-reduce
     optimizer_steps: int
@@ -202,6 +203,7 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         inst_bytes=[i[3] for i in instances],
         inst_group=[i[4] for i in instances],
         inst_step=[metrics.step_of(i[1]) or 0 for i in instances],
+        inst_start=[i[1] for i in instances],
         ddp_forwards=fwd,
         ddp_sync_rounds=rounds,
         optimizer_steps=_count_in(metrics, [e for e in t.annotations if e.name.startswith("Optimizer.step#")]),

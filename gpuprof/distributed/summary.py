@@ -114,15 +114,8 @@ class RankSummary(msgspec.Struct, frozen=True):
     unused_search_us: float = 0.0  # DDP's search for unused parameters (find_unused_parameters=True), per step
     unused_searches: int = 0  # how many searches in the steps
 
-    def per_step(self, total: float) -> float:
-        return total / self.num_steps if self.num_steps else 0.0
 
-    def cause_us(self) -> dict[str, float]:
-        return {"compute": self.compute_us, "data_loading": self.data_loading_us, "host": self.host_us,
-                "sync": self.sync_us, "unrecorded": self.unrecorded_us}
-
-
-_RANK_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_RANK_RE = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)  # not "cranky5"
 
 
 def rank_from_path(path: str) -> int | None:

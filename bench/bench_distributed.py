@@ -57,7 +57,7 @@ _DIST = re.compile(r'"distributedInfo"\s*:\s*\{[^{}]*\}')
 
 
 def rank_files(big: Path, workdir: Path, ranks: int, tag: str) -> list[Path]:
-    """``big`` as ranks 0..N-1: distributedInfo rewritten, times shifted by r seconds (header edit + streamed body)."""
+    """``big`` as ranks 0..N-1: distributedInfo rewritten (header edit), the body copied byte for byte."""
     out = []
     text_head = big.read_bytes()[:1 << 20].decode("utf-8", "replace")
     m = re.search(r'"traceEvents"\s*:\s*\[', text_head)

@@ -88,7 +88,7 @@ def comm_args(a: Any) -> CommArgs:
         nelems = _nelems_from_dims(a.input_dims)
     if not dtype and isinstance(a.input_type, list) and a.input_type and isinstance(a.input_type[0], str):
         dtype = a.input_type[0]
-    pg = a.pg_name if a.pg_name is not None else ""
+    pg = a.pg_name if isinstance(a.pg_name, (str, int)) else ""
     return CommArgs(
         collective=a.collective_name if isinstance(a.collective_name, str) else "",
         nelems=nelems,
@@ -108,7 +108,7 @@ def _nelems_from_dims(dims: list[Any]) -> int:
     shapes = first if isinstance(first[0], list) else [first]  # TensorList: a list of shapes
     total = 0
     for shape in shapes:
-        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        if not isinstance(shape, list) or len(shape) > 64 or not all(type(d) is int and d >= 0 for d in shape):
             return -1
         n = 1
         for d in shape:

@@ -11,7 +11,7 @@ several spellings of one thing (``External id`` / ``external id``) into one.
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 
@@ -36,13 +36,15 @@ class RawArgs(msgspec.Struct, gc=False):
     python_parent_id: Union[int, str, None] = msgspec.field(name="Python parent id", default=None)
     # collectives (kept only for communication events, see gpuprof.distributed.collectives):
     # "Input Dims" stays undecoded text, so the ops that are not collectives pay almost nothing
-    input_dims: Union[list, str, None] = msgspec.field(name="Input Dims", default=None)
-    collective_name: Union[str, None] = msgspec.field(name="Collective name", default=None)
-    in_msg_nelems: Union[int, float, str, None] = msgspec.field(name="In msg nelems", default=None)
-    out_msg_nelems: Union[int, float, str, None] = msgspec.field(name="Out msg nelems", default=None)
-    comm_dtype: Union[str, None] = msgspec.field(name="dtype", default=None)
-    group_size: Union[int, float, str, None] = msgspec.field(name="Group size", default=None)
-    pg_name: Union[str, int, None] = msgspec.field(name="Process Group Name", default=None)
+    # Any: these come from strangers and only gpuprof.distributed.collectives reads them, checking
+    # each type there; a value of an unexpected type must not make the whole trace unreadable
+    input_dims: Any = msgspec.field(name="Input Dims", default=None)
+    collective_name: Any = msgspec.field(name="Collective name", default=None)
+    in_msg_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+    out_msg_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+    comm_dtype: Any = msgspec.field(name="dtype", default=None)
+    group_size: Any = msgspec.field(name="Group size", default=None)
+    pg_name: Any = msgspec.field(name="Process Group Name", default=None)
     # [memory] instant events
     mem_bytes: Union[int, float, None] = msgspec.field(name="Bytes", default=None)
     total_allocated: Union[int, float, None] = msgspec.field(name="Total Allocated", default=None)

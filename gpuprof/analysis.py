@@ -92,11 +92,16 @@ def analyze_trace(
     failures: list[RuleFailure] | None = None,
     *,
     metrics: TraceMetrics | None = None,
+    rank_summaries: list[Any] | None = None,
 ) -> tuple[TraceSummary, list[Finding]]:
     """Metrics and findings of one loaded trace (``metrics``: its metrics, when computed already).
 
     ``metrics``: the trace's :func:`compute_metrics`, when the caller already
     has them (the TensorBoard plugin keeps them for its per-step charts).
+
+    With a ``rank_summaries`` list, the trace's
+    :class:`~gpuprof.distributed.summary.RankSummary` is appended to it (the
+    cross-rank merge's input).
 
     Rules that raise: without a ``failures`` list, every rule still runs and
     then :class:`~gpuprof.errors.RuleError` names all that failed; with one,
@@ -106,6 +111,10 @@ def analyze_trace(
     if metrics is None:
         metrics = compute_metrics(trace)
     summary = metrics.summary()
+    if rank_summaries is not None:
+        from gpuprof.distributed.summary import summarize
+
+        rank_summaries.append(summarize(metrics))
     failed: list[RuleFailure] = []
     findings = run_rules(trace, metrics, options, select, ignore, failed)
     if failed:
@@ -129,15 +138,22 @@ def _one_line(err: BaseException, limit: int = 200) -> str:
 
 
 def analyze(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | list[str],
     *,
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
     options: Mapping[str, Mapping[str, Any]] | None = None,
     progress: ProgressFactory | None = None,
     failures: list[RuleFailure] | None = None,
+    jobs: int = 1,
 ) -> Report:
     """Analyse a trace file, or every trace under a directory, into one Report.
+
+    ``path`` may be a list (the ranks of one job); among several paths, a
+    JSON report gpuprof wrote contributes its rank summaries (a per-node
+    analysis merged later). Traces of two or more ranks add a ``cross_rank``
+    section and the GP7xx findings. ``jobs`` > 1 analyses several traces in
+    that many processes at once (no progress bars then).
 
     Raises :class:`gpuprof.errors.InputError` for unusable input.
     A rule that raises: without ``failures`` (the command line),
@@ -152,46 +168,154 @@ def analyze(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _analyze(path, list(select), list(ignore), options, progress, failures)
+        return _analyze(path, list(select), list(ignore), options, progress, failures, jobs)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
 def _analyze(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | list[str],
     select: list[str],
     ignore: list[str],
     options: Mapping[str, Mapping[str, Any]] | None,
     progress: ProgressFactory | None,
     failures: list[RuleFailure] | None,
+    jobs: int = 1,
 ) -> Report:
-    files = find_traces(path)
-    report = Report(command="analyze", inputs=[os.fspath(path)])
+    from gpuprof.distributed.reports import is_report_file, summaries_from_report
+
+    paths = [os.fspath(p) for p in path] if isinstance(path, list) else [os.fspath(path)]
+    report = Report(command="analyze", inputs=paths)
+    ranks: list[Any] = []
+    files: list[Path] = []
+    for p in paths:  # several paths: the ranks of one job; JSON reports bring their rank summaries
+        if len(paths) > 1 and is_report_file(p):
+            ranks.extend(summaries_from_report(p))
+        else:
+            files.extend(find_traces(p))
+    from_reports = len(ranks)
     errors: list[InputError] = []
-    for f in files:
-        cb = progress(f) if progress is not None else None
+    results = None
+    if jobs > 1 and len(files) > 1:
         try:
-            trace = load_trace(f, progress=cb)
+            results = _run_parallel(files, options, select, ignore, jobs)
+        except (OSError, RuntimeError) as err:  # BrokenProcessPool is a RuntimeError: the files are read here instead
+            report.notes.append(f"the parallel analysis stopped ({_one_line(err)}); the traces were analysed one by one")
+    for i, f in enumerate(files):
+        try:
+            if results is not None:
+                res = results[i]
+                if isinstance(res, InputError):
+                    raise res
+                summary, findings, rank, failed_text = res
+                failed: list[RuleFailure] | None = [(code, RuntimeError(text)) for code, text in failed_text]
+                if failed and (failures is None or strict_rules()):
+                    raise RuleError(f, failed)
+            else:
+                cb = progress(f) if progress is not None else None
+                trace = load_trace(f, progress=cb)
+                failed = None if failures is None else []
+                got: list[Any] = []
+                summary, findings = analyze_trace(trace, options, select, ignore, failed, rank_summaries=got)
+                rank = got[0]
+                del trace  # only the summaries and findings outlive the trace
         except InputError as err:
-            if len(files) == 1:
+            if len(files) == 1 and not from_reports:
                 raise
             # In a directory, one unreadable file is skipped (and said), not fatal.
             errors.append(err)
             report.notes.append(f"skipped {err}")
             continue
-        failed: list[RuleFailure] | None = None if failures is None else []
-        summary, findings = analyze_trace(trace, options, select, ignore, failed)
         if failed:
             assert failures is not None
             failures.extend(failed)
             report.failed_rules += [code for code, _ in failed if code not in report.failed_rules]
-        del trace  # only the summary and findings outlive the trace
+        ranks.append(rank)
         report.traces.append(summary)
         report.findings.extend(findings)
-    if not report.traces:
-        raise InputError(path, f"no readable trace ({len(errors)} files failed; first: {errors[0].problem})")
+    if not report.traces and not from_reports:
+        raise InputError(paths[0], f"no readable trace ({len(errors)} files failed; first: {errors[0].problem})")
+    _cross_rank(report, ranks, options, select, ignore, failures)
     report.findings = sort_findings(filter_findings(report.findings, select, ignore))
     # a capture's run directory: its runtime findings (GP6xx) were measured live, not in the traces
-    merge_capture_findings(report, path, select, ignore)
+    for p in paths:
+        merge_capture_findings(report, p, select, ignore)
     return report
+
+
+def _cross_rank(
+    report: Report,
+    ranks: list[Any],
+    options: Mapping[str, Mapping[str, Any]] | None,
+    select: list[str],
+    ignore: list[str],
+    failures: list[RuleFailure] | None,
+) -> None:
+    """The rank summaries of a job's ranks as a section, and the cross-rank view once two ranks are there."""
+    from gpuprof.distributed.analysis import cross_rank
+    from gpuprof.distributed.reports import RankSummaries
+
+    # a rank of a job: a rank number (trace or file name), and not a one-process "job"
+    job = [r for r in ranks if r.rank is not None and (r.world_size is None or r.world_size > 1)]
+    if not job:
+        return
+    report.sections.append(RankSummaries(job))
+    if len({r.rank for r in job}) < 2:
+        return
+    failed: list[RuleFailure] | None = None if failures is None else []
+    section, found = cross_rank(job, options, select, ignore, failed)
+    report.sections.insert(len(report.sections) - 1, section)
+    report.findings.extend(found)
+    if failed:
+        assert failures is not None
+        failures.extend(failed)
+        report.failed_rules += [code for code, _ in failed if code not in report.failed_rules]
+        report.notes += [f"rule {code} failed ({_one_line(err)}): the cross-rank analysis is incomplete" for code, err in failed]
+
+
+def _run_parallel(
+    files: list[Path],
+    options: Mapping[str, Mapping[str, Any]] | None,
+    select: list[str],
+    ignore: list[str],
+    jobs: int,
+) -> list[Any]:
+    """Each file analysed in its own process (at most ``jobs`` at once); results in file order.
+
+    Memory: at most ``jobs`` traces are loaded at a time; only their summaries
+    and findings come back.
+    """
+    import concurrent.futures as cf
+    import multiprocessing
+
+    # forkserver: workers forked from a fresh process, not from this one, which may hold threads
+    # (torch's, a caller's) that make a plain fork crash or hang
+    ctx = multiprocessing.get_context("forkserver")
+    with cf.ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
+        futures = [pool.submit(_analyze_one, f, dict(options or {}), select, ignore) for f in files]
+        return [fu.result() for fu in futures]
+
+
+def _analyze_one(f: Path, options: Mapping[str, Mapping[str, Any]], select: list[str], ignore: list[str]) -> Any:
+    """One file in a worker process: (trace summary, findings, rank summary, [(code, error text)]) or the InputError.
+
+    Rule failures come back as text (the parent raises RuleError or records them, as without a pool).
+    """
+    os.environ.pop(STRICT_ENV, None)  # collected here, judged by the parent
+    try:
+        trace = load_trace(f)
+    except InputError as err:
+        return err
+    failed: list[RuleFailure] = []
+    got: list[Any] = []
+    summary, findings = analyze_trace(trace, options, select, ignore, failed, rank_summaries=got)
+    return summary, findings, got[0], [(code, _one_line(err)) for code, err in failed]
+
+
+def default_analyze_jobs() -> int:
+    """Processes for analysing several traces: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)

@@ -31,7 +31,6 @@ __all__ = ["CaptureFindings", "capture_findings", "merge_capture_findings",
 
 REPORT_NAME = "report.json"
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a real capture report is KBs; never read a huge file whole
-RUNTIME_PREFIX = "GP6"  # the runtime checks' range (see gpuprof.capture.codes)
 
 
 
@@ -97,7 +96,7 @@ def _read(rep: Path) -> list[Finding] | None:
     for d in raw:
         if not isinstance(d, dict) or not isinstance(d.get("code"), str):
             raise ValueError("a finding that is not an object with a code")
-        if d.get("origin") != "runtime" or not d["code"].startswith(RUNTIME_PREFIX):
+        if d.get("origin") != "runtime" or d["code"] not in _runtime_codes():
             continue  # trace findings are recomputed from the traces themselves
         try:
             f = Finding.from_dict(d)
@@ -130,6 +129,13 @@ def _well_typed(f: Finding) -> bool:
     return True
 
 
+def _runtime_codes() -> frozenset[str]:
+    """The runtime checks' codes (GP6xx, GP71x, GP80x, GP85x: gpuprof.capture.codes)."""
+    from gpuprof.capture.codes import RUNTIME_CHECKS
+
+    return frozenset(c.code for c in RUNTIME_CHECKS)
+
+
 def _as_from_capture(f: Finding, rep: Path) -> Finding:
     return replace(f, origin="runtime", source=str(rep))
 
@@ -144,7 +150,7 @@ def merge_capture_findings(report: Report, path: str | os.PathLike[str], select:
         return
     n = len(rt)
     report.notes.append(
-        f"{n} runtime finding{'s' if n != 1 else ''} (GP6xx) from the capture's "
+        f"{n} runtime finding{'s' if n != 1 else ''} from the capture's "
         f"{', '.join(found.reports)}: measured while the run trained, not recomputed from the traces")
     # one overlap policy (docs/codes.md): a trace finding a runtime one supersedes (GP102 under GP601) is folded in
     report.findings = sort_findings(apply_overlaps(rt + report.findings))

@@ -8,7 +8,10 @@ Codes are declared where the code that reports them lives, all in one shape:
 - memory findings (GP510-GP521): :data:`gpuprof.memory.codes.MEMORY_CODES`;
 - runtime checks made while a capture runs (GP6xx, and GP8xx capture hooks):
   :data:`gpuprof.capture.codes.RUNTIME_CHECKS`, one ``runtime_spec(...)`` each;
-- any other origin (e.g. cross-rank findings): :func:`declare`.
+- cross-rank rules (GP70x), reported by ``gpuprof analyze`` when it sees two or
+  more ranks of a job: ``@register class X(CrossRankRule)`` in
+  :mod:`gpuprof.distributed.rules` (same spec shape, origin ``distributed``);
+- any other origin: :func:`declare`.
 
 Everything that needs to know the codes reads this registry: ``gpuprof
 rules``/``gpuprof explain`` (:func:`catalogue`, :func:`lookup`,
@@ -64,7 +67,10 @@ def _specs() -> list[CodeSpec]:
     from gpuprof.memory.codes import MEMORY_CODES
     from gpuprof.rules.base import all_rules
 
-    return [r.spec() for r in all_rules()] + list(MEMORY_CODES) + list(RUNTIME_CHECKS) + list(_DECLARED.values())
+    from gpuprof.distributed.rules import all_cross_rank_rules
+
+    return ([r.spec() for r in all_rules()] + [r.spec() for r in all_cross_rank_rules()] + list(MEMORY_CODES)
+            + list(RUNTIME_CHECKS) + list(_DECLARED.values()))
 
 
 def check_registry(specs: Iterable[CodeSpec]) -> None:

@@ -1,4 +1,5 @@
-"""The runtime checks done during capture (GP6xx; GP80x and GP85x for torch.compile and AMP), declared as :class:`~gpuprof.codespec.CodeSpec`.
+"""The runtime checks done during capture (GP6xx; GP71x for distributed runs; GP80x and GP85x for
+torch.compile and AMP), declared as :class:`~gpuprof.codespec.CodeSpec`.
 
 This module imports no torch, so ``gpuprof rules`` / ``gpuprof explain`` can
 list the runtime checks next to the trace rules. Adding a check is one
@@ -134,6 +135,18 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         bad="model(torch.randn(4096, 3, 224, 224, device='cuda'))   # far more than the GPU holds",
         good="for chunk in torch.randn(4096, 3, 224, 224).split(256):\n    model(chunk.cuda())",
         aliases=("out-of-memory",), superseded_by=("GP512",)),
+    runtime_spec(
+        "GP710", "missing-distributed-sampler", _W,
+        "A DataLoader in a multi-rank run without DistributedSampler: every rank reads the same samples",
+        "distcheck",
+        bad="loader = DataLoader(ds, batch_size=64, shuffle=True)      # under torchrun: same batches on every rank",
+        good="sampler = DistributedSampler(ds)\nloader = DataLoader(ds, batch_size=64, sampler=sampler)\n"
+             "for epoch in range(n):\n    sampler.set_epoch(epoch)"),
+    runtime_spec(
+        "GP711", "backend-device-mismatch", _W,
+        "The process group's backend does not suit the device (gloo on CUDA, nccl on CPU)", "distcheck",
+        bad="dist.init_process_group('gloo')       # model and gradients on CUDA",
+        good="dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')"),
     runtime_spec(
         "GP801", "compile-graph-break", _W,
         "torch.compile broke the graph at a source line (reason and line named)", "compiled",

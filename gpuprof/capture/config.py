@@ -162,7 +162,7 @@ class CaptureConfig:
         if isinstance(self.options, Mapping):
             from gpuprof.codes import get_spec, parse_options
 
-            parsed = parse_options(self.options, origins=("runtime", "trace"), where="capture")
+            parsed = parse_options(self.options, origins=("runtime", "trace", "distributed"), where="capture")
             self.options = CheckOptions().with_options(parsed)
             self.rule_options = {**self.rule_options, **{
                 code: vals for code, vals in parsed.items() if (spec := get_spec(code)) and spec.origin == "trace"}}

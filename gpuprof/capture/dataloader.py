@@ -57,6 +57,8 @@ class LoaderRecord:
     batches: int = 0
     fetch_s: float = 0.0
     epoch_start_s: list[float] = field(default_factory=list)  # first-batch latency of each epoch
+    sampler: str = ""  # type name of the loader's sampler (GP710: DistributedSampler under torchrun)
+    iterable: bool = False  # an IterableDataset: shards itself, has no sampler to check
     signatures: list[Signature | None] = field(default_factory=list)
     _awaiting_first: bool = False
 
@@ -94,6 +96,8 @@ class LoaderMonitor:
                 persistent_workers=bool(getattr(loader, "persistent_workers", False)),
                 batch_size=getattr(loader, "batch_size", None),
                 location=loc,
+                sampler=_sampler_name(loader),
+                iterable=_is_iterable(dataset),
             )
             self.records[key] = rec
             try:  # keep the id from being reused by another loader while we hold the record
@@ -159,6 +163,24 @@ class _IteratorAsLoader:
 
 
 _IteratorAsLoader.__name__ = "DataLoader"  # the label reads DataLoader(<dataset>)
+
+
+def _sampler_name(loader: Any) -> str:
+    """Type name of the sampler that picks a loader's indices (a custom batch_sampler's own sampler if it has one)."""
+    sampler = getattr(loader, "sampler", None)
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    inner = getattr(batch_sampler, "sampler", None)
+    if batch_sampler is not None and type(batch_sampler).__name__ != "BatchSampler":
+        sampler = inner if inner is not None else batch_sampler
+    return type(sampler).__name__ if sampler is not None else ""
+
+
+def _is_iterable(dataset: Any) -> bool:
+    try:
+        from torch.utils.data import IterableDataset
+    except ImportError:
+        return False
+    return isinstance(dataset, IterableDataset)
 
 
 def _location(frame: Any) -> SourceLocation | None:

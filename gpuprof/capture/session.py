@@ -826,6 +826,8 @@ class Profiler:
                 on_cuda=self.cuda and _cuda_used(), cores=dlmod.available_cores(), local_world_size=lw,
                 options=cfg.options,
             )
+            out += self.guard.run("distributed check", "no GP710/GP711 findings", _dist_findings,
+                                  list(self.loaders.records.values()), self.cuda and _cuda_used()) or []
             if self.syncs is not None:
                 self.syncs.steps = self._recorded_steps
                 out += self.syncs.findings(cfg.options)
@@ -867,6 +869,15 @@ def _quiet_stop(tp: Any) -> None:
         tp.__exit__(None, None, None)
     except Exception:  # noqa: BLE001 - the profiler that failed to start may fail to stop; it is dropped
         return
+
+
+def _dist_findings(records: list[Any], on_cuda: bool) -> list[Any]:
+    from gpuprof.capture import distcheck
+
+    group = distcheck.process_group()
+    if group is None:
+        return []
+    return distcheck.distributed_findings(records, group[0], group[1], on_cuda)
 
 
 def _cuda_used() -> bool:

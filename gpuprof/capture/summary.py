@@ -299,6 +299,7 @@ def assemble(prof: "Profiler", facts: RunFacts, res: TraceResults, g: Any) -> Re
         report.notes = list(analysed.notes)
         report.findings = _merge(runtime, analysed.findings)
         report.failed_rules = list(analysed.failed_rules)
+        report.sections += list(analysed.sections)
     else:
         report.findings = runtime
     report.findings = sort_findings(report.findings)
@@ -328,6 +329,11 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
             g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard_text, prof, report)
     if prof.paths is not None:
         g.run("report writer", "no report.json/report.md", _write_reports, prof, report)
+    if final and prof.paths is not None and prof.ranks.distributed:
+        from gpuprof.capture.gather import gather_cross_rank
+
+        g.run("cross-rank report", "no cross_rank.json for this run", gather_cross_rank, report,
+              prof.paths.run_dir, prof.paths.run_dir.name)
     section.failures = g.all_failed()
     doc = g.run("capture result", "the capture result holds no report", _report_document, report)
     if doc is not None:
@@ -372,11 +378,19 @@ def _analyze_one(trace: Any, metrics: Any, cfg: Any, merged: Report, failures: l
     # with a failures list a rule that raises costs neither the other rules' findings
     # nor the training: assemble() warns about it and the report says it is incomplete
     failed: list[Any] = []
-    summary, findings = analyze_trace(trace, cfg.rule_options, tuple(cfg.select), tuple(cfg.ignore), failed, metrics=metrics)
+    ranks: list[Any] = []
+    summary, findings = analyze_trace(trace, cfg.rule_options, tuple(cfg.select), tuple(cfg.ignore), failed,
+                                      metrics=metrics, rank_summaries=ranks)
     failures.extend(failed)
     merged.traces.append(summary)
     merged.findings += filter_findings(findings, cfg.select, cfg.ignore)
     merged.failed_rules += [c for c, _ in failed if c not in merged.failed_rules]
+    # the rank's summary, for a later cross-rank merge (gpuprof.capture.gather, gpuprof analyze report.json)
+    job = [r for r in ranks if r.rank is not None and (r.world_size is None or r.world_size > 1)]
+    if job:
+        from gpuprof.distributed.reports import RankSummaries
+
+        merged.sections.append(RankSummaries(job))
 
 
 def _merge(runtime: list[Finding], trace: list[Finding]) -> list[Finding]:

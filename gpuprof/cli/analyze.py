@@ -21,7 +21,7 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 
 
 @click.command("analyze")
-@click.argument("path", type=click.Path(path_type=str))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @report_options
 @click.option(
     "--option",
@@ -38,8 +38,10 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
     "For a directory of traces, OUT is a directory.",
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar for big files (default: on a terminal).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Traces analysed at once, each in its own process (default: the CPUs available).")
 def analyze_cmd(
-    path: str,
+    paths: tuple[str, ...],
     fmt: str,
     output: str | None,
     select: tuple[str, ...],
@@ -48,13 +50,16 @@ def analyze_cmd(
     rule_options: tuple[str, ...],
     annotate: str | None,
     progress: bool | None,
+    jobs: int | None,
 ) -> None:
-    """Diagnose a trace file (.json/.json.gz) or a directory of traces.
+    """Diagnose a trace file (.json/.json.gz), a directory of traces, or several of them.
 
-    PATH is what torch.profiler wrote: export_chrome_trace's file, or the
-    log directory of tensorboard_trace_handler.
+    PATHS are what torch.profiler wrote: export_chrome_trace's files, or the
+    log directory of tensorboard_trace_handler (a capture's run directory).
+    When the traces are of more than one rank of a distributed job, a
+    cross-rank section compares them (stragglers, waits, collectives).
     """
-    from gpuprof.analysis import analyze
+    from gpuprof.analysis import analyze, default_analyze_jobs
     from gpuprof.rules.base import parse_option_overrides
 
     try:
@@ -62,13 +67,17 @@ def analyze_cmd(
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--option") from None
 
-    if annotate and (path == "-" or not (os.path.isfile(path) or os.path.isdir(path))):
+    path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
+    if annotate and not isinstance(path, str):
+        raise click.BadParameter("--annotate takes one trace file or directory", param_hint="--annotate")
+    if annotate and isinstance(path, str) and (path == "-" or not (os.path.isfile(path) or os.path.isdir(path))):
         # the annotator reads the trace a second time, which a pipe cannot give
         raise InputError(path, "--annotate needs a trace file or directory, not a pipe or standard input")
     show_progress = progress if progress is not None else sys.stderr.isatty()
     with ExitStack() as stack:
         factory = _progress_factory(stack) if show_progress else None
-        report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory)
+        report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory,
+                         jobs=jobs or default_analyze_jobs())
     if output:  # checked before --annotate writes anything
         refuse_input_as_output(output, input_files(report))
     if annotate:

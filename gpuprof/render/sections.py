@@ -42,7 +42,7 @@ def _load_known() -> None:
     # Section modules register on import; import the ones gpuprof ships.
     import importlib
 
-    for mod in ("gpuprof.memory.render",):
+    for mod in ("gpuprof.memory.render", "gpuprof.distributed.render"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as err:

@@ -214,7 +214,7 @@ def parse_option_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:
     """
     from gpuprof.codes import parse_options
 
-    return parse_options(items, origins=("trace",), where="gpuprof analyze")
+    return parse_options(items, origins=("trace", "distributed"), where="gpuprof analyze")
 
 
 def event_refs(events: Iterable[Event], limit: int = MAX_EVENT_REFS) -> tuple[EventRef, ...]:

@@ -134,7 +134,8 @@ class DataParallelUsed(Rule):
             "Use DistributedDataParallel, one process per GPU, started with torchrun "
             "(torchrun --nproc_per_node=NUM_GPUS train.py; DistributedDataParallel(model, device_ids=[local_rank]); "
             "DistributedSampler for the data): no per-step model replication, no GIL contention, overlapped "
-            "gradient all-reduce."
+            "gradient all-reduce. Then `gpuprof analyze <run dir>` compares the ranks (stragglers, exposed "
+            "communication, no_sync under gradient accumulation: GP701-GP704, docs/distributed.md)."
             + (" With one GPU, drop the wrapper altogether." if single else ""),
             evidence=[
                 Evidence(

@@ -23,6 +23,7 @@ __all__ = [
     "Event",
     "Trace",
     "MemoryPayload",
+    "CommArgs",
     "DTYPE_HALF",
     "DTYPE_FLOAT",
     "DTYPE_DOUBLE",
@@ -163,6 +164,22 @@ def memory_addr(mem: Event) -> int:
     return extra.addr if type(extra) is MemoryPayload else -1
 
 
+class CommArgs(msgspec.Struct, gc=False, frozen=True):
+    """What a communication event's args say about its collective (any field may be unknown).
+
+    ``collective`` is the name as written (``allreduce``, ``nccl:all_reduce``'s
+    ``all_reduce``...); ``nelems``/``dtype`` the message (``In msg nelems`` of
+    ``record_param_comms``, else ``Input Dims``/``Input type``); ``group_size``
+    and ``pg`` the process group when recorded.
+    """
+
+    collective: str = ""
+    nelems: int = -1
+    dtype: str = ""
+    group_size: int = -1
+    pg: str = ""
+
+
 @dataclass
 class Trace:
     """One loaded trace file."""
@@ -171,6 +188,7 @@ class Trace:
     devices: list[DeviceInfo] = field(default_factory=list)
     rank: int | None = None
     world_size: int | None = None
+    backend: str = ""  # distributedInfo.backend ("nccl", "gloo"...), "" when absent
     base_time_ns: int | None = None
     with_stack: bool = False
     profile_memory: bool = False
@@ -188,6 +206,9 @@ class Trace:
     gpu_syncs: list[Event] = field(default_factory=list)  # Kind.GPU_SYNC
     gpu_annotations: list[Event] = field(default_factory=list)  # Kind.GPU_ANNOTATION
     memory: list[Event] = field(default_factory=list)  # Kind.MEMORY
+    # communication events (collective annotations and kernels, record_param_comms) again,
+    # each with its CommArgs in ``extra``: read by gpuprof.distributed, not part of lists()
+    comm_events: list[Event] = field(default_factory=list)
     # what loading had to guess or leave out (B/E events without a partner, X events
     # without dur): copied into the trace's notes in the report
     load_notes: list[str] = field(default_factory=list)
@@ -226,3 +247,4 @@ class Trace:
         key = ts_of  # in C: a Python key function costs as much as the sort
         for events in self.lists().values():
             events.sort(key=key)
+        self.comm_events.sort(key=key)

@@ -9,6 +9,7 @@ read) and reads the metadata (devices, rank, process and thread names).
 
 from __future__ import annotations
 
+from gpuprof.distributed.collectives import comm_args, is_comm_event_name
 from gpuprof.errors import InputError
 from gpuprof.trace import raw as R
 from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, DeviceInfo, Event, MemoryPayload, Trace
@@ -68,6 +69,7 @@ class Builder:
         self.events_seen = 0
         self._names: dict[str, str] = {}  # one string object per distinct name
         self._stacks: dict[str, str] = {}
+        self._comm_names: dict[str, bool] = {}  # name -> is it a communication event (asked once per name)
         self._device_props: list[R.RawDeviceProps] = []
         self._meta_seen = False
         # B/E events in file order: paired in finish(), once every chunk is in,
@@ -88,6 +90,8 @@ class Builder:
                 self.trace.rank = r
             if w > 0 and self.trace.world_size is None:
                 self.trace.world_size = w
+            if isinstance(di.backend, str) and not self.trace.backend:
+                self.trace.backend = di.backend
         if top.baseTimeNanoseconds is not None and self.trace.base_time_ns is None:
             self.trace.base_time_ns = int(top.baseTimeNanoseconds)
         if top.with_stack:
@@ -122,6 +126,8 @@ class Builder:
         K_MEM = int(Kind.MEMORY)
         dtype_flags = _DTYPE_FLAGS
         stacks = self._stacks
+        comm_names = self._comm_names
+        comm_out = t.comm_events
         for ev in events:
             ph = ev.ph
             if ph == "X":
@@ -162,6 +168,11 @@ class Builder:
             if a is None:
                 out[kind].append(Event(kind, name, ts, dur, pid, tid))
                 continue
+            is_comm = comm_names.get(name)
+            if is_comm is None:
+                is_comm = comm_names[name] = is_comm_event_name(name)
+            if is_comm:
+                comm_out.append(Event(kind, name, ts, dur, pid, tid, extra=comm_args(a)))
             x = a.external_id
             if x is None:
                 x = a.external_id_lc

@@ -11,7 +11,7 @@ several spellings of one thing (``External id`` / ``external id``) into one.
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 
@@ -29,6 +29,18 @@ class RawArgs(msgspec.Struct, gc=False):
     bytes: Union[int, float, None] = None
     input_type: Union[list, str, None] = msgspec.field(name="Input type", default=None)
     call_stack: Union[str, None] = msgspec.field(name="Call stack", default=None)
+    # collectives (kept only for communication events, see gpuprof.distributed.collectives):
+    # "Input Dims" stays undecoded bytes (msgspec.Raw), so the ops that are not collectives pay almost
+    # nothing and an odd value there (1e400) never makes the trace unreadable.
+    # Any: these come from strangers and only gpuprof.distributed.collectives reads them, checking
+    # each type there; a value of an unexpected type must not make the whole trace unreadable
+    input_dims: Union[msgspec.Raw, None] = msgspec.field(name="Input Dims", default=None)
+    collective_name: Any = msgspec.field(name="Collective name", default=None)
+    in_msg_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+    out_msg_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+    comm_dtype: Any = msgspec.field(name="dtype", default=None)
+    group_size: Any = msgspec.field(name="Group size", default=None)
+    pg_name: Any = msgspec.field(name="Process Group Name", default=None)
     # [memory] instant events
     mem_bytes: Union[int, float, None] = msgspec.field(name="Bytes", default=None)
     total_allocated: Union[int, float, None] = msgspec.field(name="Total Allocated", default=None)
@@ -68,6 +80,7 @@ class RawDeviceProps(msgspec.Struct, gc=False):
 class RawDistributedInfo(msgspec.Struct, gc=False):
     rank: Union[int, str, None] = None
     world_size: Union[int, str, None] = None
+    backend: Union[str, None] = None
 
 
 class RawTrace(msgspec.Struct, gc=False):

@@ -1,0 +1,75 @@
+"""Runtime checks of a distributed run (GP710, GP711), made at the end of the capture.
+
+GP710: a DataLoader in a multi-rank run whose sampler is not a
+``DistributedSampler`` (and whose dataset is not an ``IterableDataset``,
+which shards itself): every rank reads the same samples, so N ranks do the
+work of one, N times. GP711: the process group's backend does not suit the
+device: ``gloo`` for CUDA training (collectives through host memory and TCP,
+several times slower than NCCL), or ``nccl`` while the model stays on the CPU
+(NCCL only moves GPU tensors).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuprof.capture.codes import runtime_check
+from gpuprof.capture.dataloader import LoaderRecord
+from gpuprof.findings import Evidence, Finding
+
+__all__ = ["distributed_findings", "process_group"]
+
+SHARDING_SAMPLERS = ("DistributedSampler",)
+
+
+def process_group() -> tuple[int, str] | None:
+    """(world size, backend) of the default process group when one is initialised, else None."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.get_world_size(), str(dist.get_backend())
+
+
+def distributed_findings(records: list[LoaderRecord], world_size: int, backend: str, on_cuda: bool) -> list[Finding]:
+    """GP710/GP711 for a run with ``world_size`` ranks on ``backend``."""
+    out: list[Finding] = []
+    if world_size < 2:
+        return out
+    for rec in records:
+        if rec.batches == 0 or rec.iterable or any(s in rec.sampler for s in SHARDING_SAMPLERS):
+            continue
+        out.append(_finding(
+            "GP710",
+            f"{rec.label} samples with {rec.sampler or 'no sampler'} in a {world_size}-rank run: every rank reads the "
+            "same samples, so the job does the work of one rank, {world_size} times".replace("{world_size}", str(world_size)),
+            "Pass sampler=DistributedSampler(dataset) to the DataLoader (and call sampler.set_epoch(epoch) at the "
+            "start of each epoch), or shard an IterableDataset by rank.",
+            (Evidence("sampler", rec.sampler or "none", extra={"world_size": world_size, "batches": rec.batches}),),
+            rec.location, rec.label,
+        ))
+    low = backend.lower()
+    if on_cuda and low == "gloo":
+        out.append(_finding(
+            "GP711",
+            f"the process group uses the gloo backend while training on CUDA ({world_size} ranks): "
+            "collectives go through host memory",
+            "Initialise the process group with backend='nccl' for CUDA tensors "
+            "(dist.init_process_group('nccl'), or 'cpu:gloo,cuda:nccl' when CPU collectives are also needed).",
+            (Evidence("backend", backend, extra={"device": "cuda", "world_size": world_size}),), None, "process group",
+        ))
+    elif not on_cuda and low == "nccl":
+        out.append(_finding(
+            "GP711",
+            f"the process group uses the nccl backend but the model trains on the CPU ({world_size} ranks): "
+            "NCCL moves only GPU tensors",
+            "Use backend='gloo' for CPU training, or move the model and batches to the rank's GPU.",
+            (Evidence("backend", backend, extra={"device": "cpu", "world_size": world_size}),), None, "process group",
+        ))
+    return out
+
+
+def _finding(code: str, message: str, advice: str, evidence: tuple[Evidence, ...], location: Any, source: str) -> Finding:
+    check = runtime_check(code)
+    return Finding(code=code, name=check.name, severity=check.severity, message=message, advice=advice,
+                   evidence=evidence, location=location, origin="runtime", source=source)

@@ -1,0 +1,105 @@
+"""Under torchrun: rank 0 gathers every rank's small summary and writes the cross-rank report.
+
+No trace moves between machines: each rank analyses its own trace, then puts
+its :class:`~gpuprof.distributed.summary.RankSummary` (a few KB, msgpack) in
+the job's ``torch.distributed`` key-value store under a key of its run and
+rank. ``set`` returns at once, so no rank ever waits for another; only rank 0
+polls for the other ranks' keys, for at most ``GATHER_WAIT_S`` seconds, and
+writes ``<run dir>/report.cross_rank.json`` and ``report.cross_rank.md``
+with what arrived (``report.*`` names: ``gpuprof analyze <run dir>`` does not
+take them for traces).
+A rank that is dead, hung or captured nothing is named in the report's notes,
+never waited on beyond that bound. The store is the one every backend's
+process group uses (NCCL jobs included), so no extra collective runs beside
+the training's own.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gpuprof.atomic import atomic_write
+from gpuprof.distributed.summary import RankSummary
+from gpuprof.report import Report
+
+__all__ = ["gather_cross_rank", "GATHER_WAIT_S"]
+
+GATHER_WAIT_S = 30.0  # rank 0's longest wait for the other ranks' summaries (GPUPROF_GATHER_WAIT_S overrides)
+_POLL_S = 0.2
+
+
+def _store_and_group() -> tuple[Any, int, int] | None:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    from torch.distributed import distributed_c10d
+
+    store = distributed_c10d._get_default_store()  # the rendezvous store of the default group
+    return store, dist.get_rank(), dist.get_world_size()
+
+
+def _wait_s() -> float:
+    import os
+
+    try:
+        return max(0.0, float(os.environ.get("GPUPROF_GATHER_WAIT_S", GATHER_WAIT_S)))
+    except ValueError:
+        return GATHER_WAIT_S
+
+
+def gather_cross_rank(report: Report, run_dir: Path, run: str, wait_s: float | None = None) -> Path | None:
+    """Share this rank's summary; on rank 0, merge what arrives within ``wait_s`` and write the cross-rank report.
+
+    Returns the JSON path rank 0 wrote, else None. Raises on store errors (the
+    caller's guard turns that into one warning).
+    """
+    mine = [s for sec in report.sections if getattr(sec, "kind", None) == "rank_summaries" for s in sec.summaries]
+    ctx = _store_and_group()
+    if ctx is None or not mine:
+        return None
+    store, rank, world = ctx
+    wait_s = _wait_s() if wait_s is None else wait_s
+    if world < 2:
+        return None
+    prefix = f"gpuprof/{run}/summary/"
+    store.set(f"{prefix}{rank}", msgspec.msgpack.encode(mine[0]))
+    if rank != 0:
+        return None
+    got: dict[int, RankSummary] = {0: mine[0]}
+    deadline = time.monotonic() + wait_s
+    while len(got) < world:
+        for r in range(world):
+            if r not in got and store.check([f"{prefix}{r}"]):
+                got[r] = msgspec.msgpack.decode(store.get(f"{prefix}{r}"), type=RankSummary)
+        if len(got) == world or time.monotonic() >= deadline:
+            break
+        time.sleep(_POLL_S)
+    return _write(run_dir, got, world, wait_s)
+
+
+def _write(run_dir: Path, got: dict[int, RankSummary], world: int, wait_s: float) -> Path:
+    from gpuprof.distributed.analysis import cross_rank
+    from gpuprof.render import render
+    from gpuprof.render.jsonout import render_json
+
+    summaries = [got[r] for r in sorted(got)]
+    out = Report(command="analyze", inputs=[s.path for s in summaries])
+    missing = [r for r in range(world) if r not in got]
+    if missing:
+        out.notes.append(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} sent no summary "
+                         f"within {wait_s:g} s (stopped, hung, or captured nothing): left out of the comparison")
+    if len(summaries) >= 2:
+        failures: list[Any] = []
+        section, found = cross_rank(summaries, failures=failures)
+        out.sections.append(section)
+        out.findings = found
+        out.failed_rules = [c for c, _ in failures]
+    path = run_dir / "report.cross_rank.json"
+    atomic_write(path, render_json(out))
+    atomic_write(run_dir / "report.cross_rank.md", render(out, "markdown"))
+    return path

@@ -1,0 +1,110 @@
+"""Terminal and markdown drawing of the ``cross_rank`` section (registered with gpuprof.render.sections).
+
+Paths come from the user's file system and may hold markup or control
+characters: everything goes through gpuprof.render.safe / markdown helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuprof.render.markdown import md_escape
+from gpuprof.render.safe import clip
+from gpuprof.render.sections import register_section
+from gpuprof.units import fmt_bytes, fmt_gbps, fmt_us
+
+__all__ = ["cross_rank_terminal", "cross_rank_markdown"]
+
+_RANK_HEAD = ["rank", "step", "compute", "comm", "exposed comm", "wait", "data loading", "host", "sync",
+              "unrecorded", "collectives/step"]
+_COLL_HEAD = ["collective", "per step", "mean time", "mean size", "bytes/step", "bus bandwidth"]
+
+
+def _d(section: Any) -> dict[str, Any]:
+    return section.to_dict() if hasattr(section, "to_dict") else dict(section)
+
+
+def _rank_rows(d: dict[str, Any]) -> list[list[str]]:
+    slow = set(d["stragglers"])
+    return [[f"{r['rank']}{' (straggler)' if r['rank'] in slow else ''}", fmt_us(r["step_us"]), fmt_us(r["compute_us"]),
+             fmt_us(r["comm_us"]), fmt_us(r["exposed_comm_us"]), fmt_us(r["wait_us"]), fmt_us(r["data_loading_us"]),
+             fmt_us(r["host_us"]), fmt_us(r["sync_us"]), fmt_us(r["unrecorded_us"]), f"{r['collectives_per_step']:.1f}"]
+            for r in d["ranks"]]
+
+
+def _coll_rows(d: dict[str, Any]) -> list[list[str]]:
+    return [[c["type"], f"{c['per_step']:.1f}", fmt_us(c["mean_us"]),
+             fmt_bytes(c["mean_bytes"]) if c["mean_bytes"] is not None else "-",
+             fmt_bytes(c["bytes_per_step"]) if c["bytes_per_step"] is not None else "-",
+             fmt_gbps(c["bus_gbps"]) if c["bus_gbps"] is not None else "-"] for c in d["collectives"]]
+
+
+def _headline(d: dict[str, Any]) -> str:
+    world = f" of {d['world_size']}" if d["world_size"] else ""
+    text = (f"{len(d['ranks'])} ranks{world}, backend {d['backend'] or 'unknown'}, "
+            f"median step {fmt_us(d['step_us'])}")
+    if d["stragglers"]:
+        text += (f"; straggler: rank {', '.join(map(str, d['stragglers']))} (the others wait "
+                 f"{fmt_us(d['others_wait_us'])} per step for it"
+                 + (f"; its excess: {d['straggler_cause']} +{fmt_us(d['straggler_excess_us'])})"
+                    if d["straggler_cause"] else ")"))
+    return text
+
+
+def cross_rank_terminal(console: Any, section: Any) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    d = _d(section)
+    console.print(f"[bold]Cross-rank[/bold]: {escape(clip(_headline(d)))}")
+    t = Table(title="per rank, mean per step", title_justify="left")
+    for c in _RANK_HEAD:
+        t.add_column(c, justify="left" if c == "rank" else "right")
+    for r in _rank_rows(d):
+        t.add_row(*(escape(x) for x in r))
+    console.print(t)
+    if d["collectives"]:
+        t = Table(title="collectives (time: fastest rank of each)", title_justify="left")
+        for c in _COLL_HEAD:
+            t.add_column(c, justify="left" if c == "collective" else "right")
+        for r in _coll_rows(d):
+            t.add_row(*(escape(x) for x in r))
+        console.print(t)
+    for n in d["notes"]:
+        console.print(f"[dim]note: {escape(clip(n))}[/dim]")
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def cross_rank_markdown(section: Any) -> str:
+    d = _d(section)
+    parts = ["## Cross-rank", md_escape(_headline(d)), "**Per rank** (mean per step)",
+             _md_table(_RANK_HEAD, _rank_rows(d))]
+    if d["collectives"]:
+        parts += ["**Collectives** (time: the fastest rank of each)", _md_table(_COLL_HEAD, _coll_rows(d))]
+    parts += [f"_note: {md_escape(clip(n))}_" for n in d["notes"]]
+    return "\n\n".join(parts) + "\n"
+
+
+def _summaries_line(section: Any) -> str:
+    ranks = [r.get("rank") for r in _d(section)["ranks"]]
+    return (f"rank summaries of {len(ranks)} rank{'s' if len(ranks) != 1 else ''} ({', '.join(map(str, ranks))}) "
+            "are in the JSON report, for a later cross-rank merge (docs/distributed.md)")
+
+
+def summaries_terminal(console: Any, section: Any) -> None:
+    from rich.markup import escape
+
+    console.print(f"[dim]{escape(clip(_summaries_line(section)))}[/dim]")
+
+
+def summaries_markdown(section: Any) -> str:
+    return f"_{md_escape(_summaries_line(section))}_\n"
+
+
+register_section("cross_rank", terminal=cross_rank_terminal, markdown=cross_rank_markdown)
+register_section("rank_summaries", terminal=summaries_terminal, markdown=summaries_markdown)

@@ -1,0 +1,390 @@
+"""Cross-rank rules (GP7xx): diagnoses that need more than one rank's trace.
+
+Same shape as the trace rules (:class:`gpuprof.rules.base.Rule`): a stable
+code, a name, a docstring, options, a bad and a good example; ``check``
+reads the merged :class:`~gpuprof.distributed.merge.CrossRank` instead of one
+trace. Costs are per step, labelled in the message; severity follows cost
+(under ``info_below_share`` of the median step: info), as for trace rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, ClassVar, Iterable, Iterator, Mapping
+
+from gpuprof.distributed.merge import CrossRank
+from gpuprof.findings import Evidence, Finding, Severity, code_matches
+from gpuprof.codespec import CodeSpec
+from gpuprof.rules.base import COMMON_OPTIONS, INFO_BELOW_SHARE, Option
+from gpuprof.units import fmt_bytes, fmt_us
+
+__all__ = ["CrossRankRule", "all_cross_rank_rules", "get_cross_rank_rule", "run_cross_rank_rules"]
+
+_CAUSE_WORDS = {
+    "compute": "more compute",
+    "data_loading": "more data loading",
+    "host": "more host work while its GPU idles",
+    "sync": "more time blocked in synchronisation",
+    "unrecorded": "more host time with nothing recorded (a sleep, Python work outside operators, "
+                  "a blocking call the profiler does not see)",
+}
+
+
+class CrossRankRule:
+    """Base class of the GP7xx cross-rank rules (see the module docstring)."""
+
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    severity: ClassVar[Severity] = Severity.WARNING
+    options: ClassVar[tuple[Option, ...]] = ()
+    bad_example: ClassVar[str] = ""
+    good_example: ClassVar[str] = ""
+
+    def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterable[Finding]:  # pragma: no cover
+        raise NotImplementedError
+
+    @classmethod
+    def doc(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
+
+    @classmethod
+    def all_options(cls) -> tuple[Option, ...]:
+        return cls.options + COMMON_OPTIONS
+
+    @classmethod
+    def spec(cls) -> CodeSpec:
+        """The rule as a registry entry (:class:`gpuprof.codespec.CodeSpec`), like a trace rule's."""
+        return CodeSpec(cls.code, cls.name, cls.severity, cls.title, "distributed", options=cls.all_options(),
+                        bad_example=cls.bad_example, good_example=cls.good_example, doc=cls.doc(),
+                        module=cls.__module__)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        return {o.name: o.default for o in cls.all_options()}
+
+    def finding(self, job: CrossRank, message: str, advice: str, *, cost_us: float, cost_label: str,
+                evidence: Iterable[Evidence] = ()) -> Finding:
+        step = job.step_us
+        share = cost_us / step if step > 0 else None
+        tail = f" ({share:.1%} of the median step)" if share is not None else ""
+        return Finding(
+            code=self.code, name=self.name, severity=self.severity,
+            message=f"{message}; cost: {cost_label}, {fmt_us(cost_us)} per step{tail}",
+            advice=" ".join(advice.split()), evidence=tuple(evidence),
+            cost_us_per_step=cost_us, cost_share=share, origin="trace", source="cross-rank",
+        )
+
+
+_REGISTRY: dict[str, type[CrossRankRule]] = {}
+
+
+def register(cls: type[CrossRankRule]) -> type[CrossRankRule]:
+    if not cls.code or not cls.name or not cls.__doc__ or not cls.bad_example or not cls.good_example:
+        raise ValueError(f"cross-rank rule {cls.__name__} needs a code, a name, a docstring and both examples")
+    if cls.code in _REGISTRY and _REGISTRY[cls.code] is not cls:
+        raise ValueError(f"duplicate rule code {cls.code}")
+    _REGISTRY[cls.code] = cls
+    return cls
+
+
+def all_cross_rank_rules() -> list[type[CrossRankRule]]:
+    return [_REGISTRY[c] for c in sorted(_REGISTRY)]
+
+
+def get_cross_rank_rule(code_or_name: str) -> type[CrossRankRule] | None:
+    key = code_or_name.strip()
+    return next((r for r in all_cross_rank_rules() if r.code.upper() == key.upper() or r.name == key.lower()), None)
+
+
+def run_cross_rank_rules(job: CrossRank, options: Mapping[str, Mapping[str, Any]] | None = None,
+                         select: Iterable[str] = (), ignore: Iterable[str] = (),
+                         failures: list[tuple[str, BaseException]] | None = None) -> list[Finding]:
+    """Every cross-rank rule on one merged job.
+
+    A rule that raises is never "no findings": as for trace rules
+    (``gpuprof.analysis.run_rules``), without a ``failures`` list or in strict
+    mode the others still run, then :class:`~gpuprof.errors.RuleError`
+    (exit 3) names every failed code; with one, ``(code, exception)`` is
+    appended to it.
+    """
+    from gpuprof.analysis import strict_rules
+    from gpuprof.errors import RuleError
+
+    select = [s for s in select if s]
+    ignore = [s for s in ignore if s]
+    out: list[Finding] = []
+    failed: list[tuple[str, BaseException]] = []
+    for cls in all_cross_rank_rules():
+        if (select and not code_matches(cls.code, select)) or (ignore and code_matches(cls.code, ignore)):
+            continue
+        opts = {**cls.defaults(), **dict((options or {}).get(cls.code, {}))}
+        try:
+            found = list(cls().check(job, opts))
+        except Exception as err:  # noqa: BLE001 - raised as RuleError or handed to the caller, never dropped
+            failed.append((cls.code, err))
+            continue
+        for f in found:
+            limit = opts.get("info_below_share", INFO_BELOW_SHARE)
+            if f.cost_share is not None and f.cost_share < limit and f.severity is not Severity.INFO:
+                f = dataclasses.replace(f, severity=Severity.INFO)
+            out.append(f)
+    if failed:
+        if failures is None or strict_rules():
+            raise RuleError("cross-rank analysis", failed) from failed[0][1]
+        failures.extend(failed)
+    return out
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+@register
+class StragglerRank(CrossRankRule):
+    """One rank (or a few) is slower than the others, and every other rank waits for it in collectives.
+
+    A collective cannot finish before its last rank arrives, so the job runs
+    at the pace of its slowest rank: the others spend the difference waiting
+    inside all-reduce / all-gather. gpuprof measures that wait per rank
+    (duration of each matched collective minus the shortest any rank had) and
+    names the rank(s) that wait least while the others wait long, with the
+    part of their step that is larger than on the other ranks (compute, data
+    loading, host work, sync, or host time with nothing recorded, such as a
+    sleep or Python work). The cost is the others' wait per step.
+    """
+
+    code = "GP701"
+    name = "straggler-rank"
+    title = "A slow rank makes every other rank wait in collectives"
+    options = (Option("min_wait_share", 0.05, "the others must wait at least this share of the step for the straggler"),)
+    bad_example = """\
+        # rank 1 does extra host work every step; the others wait for it in all-reduce
+        if dist.get_rank() == 1:
+            time.sleep(0.04)  # or: a slower data pipeline, logging, a checkpoint write
+        loss = model(x).sum(); loss.backward()
+    """
+    good_example = """\
+        # the same work on every rank; logging/checkpoints off the hot path or on all ranks alike
+        loss = model(x).sum(); loss.backward()
+    """
+
+    def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterator[Finding]:
+        if not job.stragglers or job.others_wait_us < opts["min_wait_share"] * job.step_us:
+            return
+        slow = job.stragglers
+        others = [r for r in job.ranks if r.rank not in slow]
+        cause = (f"; it spends {fmt_us(job.straggler_excess_us)} per step {_CAUSE_WORDS[job.straggler_cause]} "
+                 f"than the median other rank") if job.straggler_cause else ""
+        waits = ", ".join(f"rank {r.rank} {fmt_us(r.wait_us)}" for r in others[:8])
+        yield self.finding(
+            job,
+            f"straggler: {_ranks(slow)} of {len(job.ranks)}; the other ranks wait for it in collectives "
+            f"(wait per step: {waits}{', ...' if len(others) > 8 else ''}){cause}",
+            """\
+            Make the slow rank do what the others do: look at its data loading (more workers, the same
+            sampler shard sizes), any per-rank work (logging, evaluation, checkpointing on rank 0 only),
+            and its hardware (a throttled GPU, a busy host). Compare its trace with another rank's.
+            """,
+            cost_us=job.others_wait_us,
+            cost_label="other ranks waiting in collectives for the straggler",
+            evidence=[Evidence("straggler_ranks", ",".join(map(str, slow))),
+                      Evidence("others_wait_us_per_step", round(job.others_wait_us, 1), unit="us",
+                               threshold=round(opts["min_wait_share"] * job.step_us, 1)),
+                      Evidence("cause", job.straggler_cause or "unknown",
+                               extra={"excess_us_per_step": round(job.straggler_excess_us, 1)})],
+        )
+
+
+@register
+class ExposedCommunication(CrossRankRule):
+    """Communication is not hidden behind compute: the step waits for collectives.
+
+    With DDP/FSDP, gradient all-reduce (or all-gather / reduce-scatter) should
+    run while the backward pass still computes. Exposed communication (no
+    compute running beside it) adds to every step. This rule reports the
+    median exposed communication over ranks, less the wait for a straggler
+    that GP701 already counts.
+    """
+
+    code = "GP702"
+    name = "exposed-communication"
+    title = "Communication not overlapped with compute"
+    options = (Option("min_share", 0.10, "report when exposed communication is at least this share of the step"),)
+    bad_example = """\
+        # one big bucket: all-reduce starts only when backward has finished
+        model = DDP(model, bucket_cap_mb=10_000)
+    """
+    good_example = """\
+        # buckets of the default size overlap all-reduce with the rest of backward;
+        # FSDP: forward/backward prefetch; more compute per step (larger micro-batch) hides more
+        model = DDP(model, bucket_cap_mb=25)
+    """
+
+    def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterator[Finding]:
+        import statistics
+
+        exposed = statistics.median(r.exposed_comm_us for r in job.ranks)
+        comm = statistics.median(r.comm_us for r in job.ranks)
+        counted = job.others_wait_us if job.stragglers else 0.0
+        own = max(exposed - counted, 0.0)
+        if job.step_us <= 0 or own < opts["min_share"] * job.step_us:
+            return
+        yield self.finding(
+            job,
+            f"communication takes {fmt_us(comm)} per step (median over ranks), "
+            f"{fmt_us(exposed)} of it not overlapped with compute"
+            + (f" ({fmt_us(counted)} of that is waiting for the straggler, counted in GP701)" if counted else ""),
+            """\
+            Overlap communication with compute: keep DDP's gradient buckets small enough to start
+            during backward (bucket_cap_mb), avoid a synchronisation right after backward, use FSDP
+            prefetching, or raise the compute per step (larger micro-batches) so the same traffic
+            is hidden. On slow links, compress gradients (DDP comm hooks) or reduce the world size.
+            """,
+            cost_us=own,
+            cost_label="communication not overlapped with compute",
+            evidence=[Evidence("exposed_comm_us_per_step", round(exposed, 1), unit="us",
+                               threshold=round(opts["min_share"] * job.step_us, 1),
+                               extra={"cost_counted_in": "GP701"} if counted else {}),
+                      Evidence("comm_us_per_step", round(comm, 1), unit="us")],
+        )
+
+
+@register
+class SyncEveryMicroBatch(CrossRankRule):
+    """Gradients are all-reduced after every micro-batch of a gradient accumulation.
+
+    Under gradient accumulation, DDP synchronises gradients at the end of
+    every ``backward()`` unless the micro-batches before the last run inside
+    ``model.no_sync()``. The trace shows more DDP forward passes than
+    optimizer steps and an all-reduce round after each of them: N rounds of
+    communication where one would do. The cost is the all-reduce time of the
+    extra rounds (the fastest rank's durations).
+    """
+
+    code = "GP703"
+    name = "sync-every-micro-batch"
+    title = "Gradient all-reduce on every micro-batch (no no_sync())"
+    options = (Option("max_rounds", 1.5, "all-reduce rounds per optimizer step above which the rule fires"),)
+    bad_example = """\
+        for i, (x, y) in enumerate(micro_batches):
+            loss_fn(ddp_model(x), y).backward()  # all-reduce after every micro-batch
+        opt.step(); opt.zero_grad()
+    """
+    good_example = """\
+        for i, (x, y) in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
+            with contextlib.nullcontext() if last else ddp_model.no_sync():
+                loss_fn(ddp_model(x), y).backward()  # one all-reduce, after the last
+        opt.step(); opt.zero_grad()
+    """
+
+    def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterator[Finding]:
+        rounds = job.ddp_rounds_per_optimizer_step
+        if rounds is None or rounds <= opts["max_rounds"] or job.ddp_forwards_per_step <= job.optimizer_steps_per_step:
+            return
+        ar = next((c for c in job.collectives if c.type == "all_reduce"), None)
+        if ar is None:
+            return
+        extra_share = 1 - 1 / rounds
+        cost = ar.per_step * ar.mean_us * extra_share
+        yield self.finding(
+            job,
+            f"{rounds:.1f} gradient all-reduce rounds per optimizer step "
+            f"({job.ddp_forwards_per_step:.1f} DDP forward passes and {job.optimizer_steps_per_step:.1f} optimizer "
+            f"steps per step, {ar.per_step:.0f} all-reduces per step)",
+            """\
+            Wrap every micro-batch but the last in `with ddp_model.no_sync():` so gradients are
+            accumulated locally and all-reduced once per optimizer step.
+            """,
+            cost_us=cost,
+            cost_label="all-reduce of the extra rounds",
+            evidence=[Evidence("rounds_per_optimizer_step", round(rounds, 2), threshold=opts["max_rounds"]),
+                      Evidence("all_reduce_per_step", round(ar.per_step, 2))],
+        )
+
+
+@register
+class SmallCollectives(CrossRankRule):
+    """Many small collectives per step: each pays a fixed latency, so the links stay underused.
+
+    A collective's cost is a latency (microseconds to tens of microseconds,
+    more across nodes) plus its bytes over the bandwidth. Hundreds of small
+    messages per step (DDP with tiny buckets, per-parameter all-reduce, many
+    ``dist.all_reduce`` of scalars for logging) spend their time in latency.
+    """
+
+    code = "GP704"
+    name = "small-collectives"
+    title = "Many small collectives per step"
+    options = (
+        Option("small_bytes", 1 << 20, "a collective under this many bytes is small"),
+        Option("min_per_step", 16, "report from this many small collectives per step"),
+    )
+    bad_example = """\
+        model = DDP(model, bucket_cap_mb=0.1)    # hundreds of tiny all-reduces
+        for v in metrics.values():
+            dist.all_reduce(v)                    # one collective per logged scalar
+    """
+    good_example = """\
+        model = DDP(model)                        # default 25 MB buckets
+        dist.all_reduce(torch.stack(list(metrics.values())))  # one collective for all scalars
+    """
+
+    def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterator[Finding]:
+        if job.small_per_step < opts["min_per_step"]:
+            return
+        yield self.finding(
+            job,
+            f"{job.small_per_step:.0f} collectives per step are under {fmt_bytes(opts['small_bytes'])}",
+            """\
+            Fuse them: larger DDP buckets (bucket_cap_mb), flatten parameters/gradients before
+            communicating, batch logged scalars into one tensor and one all_reduce.
+            """,
+            cost_us=job.small_us_per_step,
+            cost_label="time in small collectives (fastest rank)",
+            evidence=[Evidence("small_collectives_per_step", round(job.small_per_step, 1),
+                               threshold=opts["min_per_step"])],
+        )
+
+
+@register
+class FindUnusedParameters(CrossRankRule):
+    """DDP searches the autograd graph for unused parameters on every forward pass.
+
+    With ``find_unused_parameters=True``, DDP traverses the autograd graph
+    after each forward to mark parameters that will get no gradient (the
+    trace shows ``torch.distributed.ddp.reducer::search_unused_parameters``),
+    and it cannot start all-reducing a bucket until it knows. A model whose
+    parameters all get gradients pays this for nothing. The cost is the
+    search's time per step (median over ranks).
+    """
+
+    code = "GP705"
+    name = "find-unused-parameters"
+    title = "DDP find_unused_parameters=True searches the graph every step"
+    options = (Option("min_us", 0.0, "report when the search takes at least this many µs per step"),)
+    bad_example = """\
+        model = DDP(model, find_unused_parameters=True)  # every parameter is used: a search for nothing
+    """
+    good_example = """\
+        model = DDP(model)                                # the default: no search
+        # parameters really unused in some steps? static_graph=True searches only once
+    """
+
+    def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterator[Finding]:
+        if job.unused_searches_per_step <= 0 or job.unused_search_us < opts["min_us"]:
+            return
+        yield self.finding(
+            job,
+            f"DDP searches for unused parameters {job.unused_searches_per_step:.1f} times per step "
+            "(find_unused_parameters=True)",
+            """\
+            If every parameter gets a gradient in every step, drop find_unused_parameters=True. If some
+            are unused in the same way every step, pass static_graph=True (one search, then reused).
+            """,
+            cost_us=job.unused_search_us,
+            cost_label="the unused-parameter search",
+            evidence=[Evidence("unused_parameter_searches_per_step", round(job.unused_searches_per_step, 2))],
+        )

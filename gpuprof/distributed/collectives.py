@@ -86,7 +86,7 @@ def comm_args(a: Any) -> CommArgs:
     """The collective fields of a raw event's args (``gpuprof.trace.raw.RawArgs``); unknown ones stay empty."""
     nelems = _int(a.in_msg_nelems) if a.in_msg_nelems is not None else -1
     dtype = a.comm_dtype if isinstance(a.comm_dtype, str) else ""
-    if nelems < 0 and a.input_dims is not None:
+    if nelems < 0 and a.input_dims:
         nelems = _nelems_from_dims(_decode_dims(a.input_dims))
     if not dtype and isinstance(a.input_type, list) and a.input_type and isinstance(a.input_type[0], str):
         dtype = a.input_type[0]
@@ -104,6 +104,8 @@ def _decode_dims(raw: Any) -> Any:
     """``Input Dims`` as the loader kept it (undecoded JSON, msgspec.Raw) -> its value; None if unreadable."""
     if not isinstance(raw, msgspec.Raw):
         return raw
+    if not raw:
+        return None
     try:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError:  # a stranger's odd value (1e400, deep nesting): no message size, nothing else lost

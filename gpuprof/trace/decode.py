@@ -43,9 +43,21 @@ def chunk_decoder(path: Path, sink: EventSink, list_format: bool) -> TryCut:
     """A ``try_cut`` for :func:`gpuprof.trace.chunks.event_chunks` that decodes a chunk into ``sink``."""
 
     def try_cut(buf: bytearray, lo: int, end: int, base: int) -> bool:
+        with as_json_list(buf, lo, end) as view:
+            events = _decode_chunk(view, buf, lo, end, base)
+            if events is None:
+                return False  # a cut inside a string or nested object: try an earlier one
+            try:
+                # inside the view: undecoded values (msgspec.Raw, "Input Dims") point into it,
+                # so the events are ingested, then dropped, before the view is released
+                sink.ingest(events)
+            finally:
+                del events
+        return True
+
+    def _decode_chunk(view: memoryview, buf: bytearray, lo: int, end: int, base: int) -> list[R.RawEvent] | None:
         try:
-            with as_json_list(buf, lo, end) as view:
-                events = EVENTS_DECODER.decode(view)
+            return EVENTS_DECODER.decode(view)
         except msgspec.ValidationError as err:  # (a subclass of DecodeError: caught first)
             # A wrongly typed value is an error in the file itself, not in the
             # cut: the text before a cut parses the same way as in the whole
@@ -61,13 +73,11 @@ def chunk_decoder(path: Path, sink: EventSink, list_format: bool) -> TryCut:
             if _is_syntax_error_before(err, end - lo + 1):
                 # malformed JSON before the cut: no earlier or later cut can fix it
                 raise InputError(path, _explain_decode(err, base - 1)) from None
-            return False  # a cut inside a string or nested object: try an earlier one
+            return None
         except UnicodeDecodeError as err:  # bytes of a string are never changed by a cut
             raise InputError(path, _explain_unicode(err)) from None
         except RecursionError:  # a prefix nests as deep as the whole file
             raise InputError(path, TOO_DEEP) from None
-        sink.ingest(events)
-        return True
 
     return try_cut
 

@@ -9,6 +9,8 @@ read) and reads the metadata (devices, rank, process and thread names).
 
 from __future__ import annotations
 
+import msgspec
+
 from gpuprof.distributed.collectives import comm_args, is_comm_event_name
 from gpuprof.errors import InputError
 from gpuprof.trace import raw as R
@@ -142,6 +144,10 @@ class Builder:
                 self._meta(ev)
                 continue
             elif ph == "B" or ph == "E":
+                a = ev.args
+                if a is not None and a.input_dims:
+                    # kept past this chunk: an undecoded value must not point into the chunk's buffer
+                    a.input_dims = msgspec.Raw(bytes(a.input_dims))
                 self._slices.append(ev)  # paired in finish()
                 continue
             else:

@@ -30,11 +30,12 @@ class RawArgs(msgspec.Struct, gc=False):
     input_type: Union[list, str, None] = msgspec.field(name="Input type", default=None)
     call_stack: Union[str, None] = msgspec.field(name="Call stack", default=None)
     # collectives (kept only for communication events, see gpuprof.distributed.collectives):
-    # "Input Dims" stays undecoded bytes (msgspec.Raw), so the ops that are not collectives pay almost
+    # "Input Dims" stays undecoded bytes (msgspec.Raw, pointing into the chunk: see
+    # gpuprof.trace.decode), so the ops that are not collectives pay almost
     # nothing and an odd value there (1e400) never makes the trace unreadable.
     # Any: these come from strangers and only gpuprof.distributed.collectives reads them, checking
     # each type there; a value of an unexpected type must not make the whole trace unreadable
-    input_dims: Union[msgspec.Raw, None] = msgspec.field(name="Input Dims", default=None)
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw())  # empty: absent
     collective_name: Any = msgspec.field(name="Collective name", default=None)
     in_msg_nelems: Any = msgspec.field(name="In msg nelems", default=None)
     out_msg_nelems: Any = msgspec.field(name="Out msg nelems", default=None)

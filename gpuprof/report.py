@@ -102,14 +102,18 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         from gpuprof import __version__
 
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "gpuprof", "version": __version__},
-            "command": self.command,
-            "inputs": list(self.inputs),
-            "traces": [t.to_dict() for t in self.traces],
-            "sections": [{"kind": s.kind, **s.to_dict()} for s in self.sections],
-            "findings": [f.to_dict() for f in self.sorted_findings()],
-            "notes": list(self.notes),
-            "failed_rules": list(self.failed_rules),
-        }
+        # msgspec writes the summaries and findings (dataclasses) field by field, in order;
+        # sections keep their own to_dict (their layout is theirs), led by their kind
+        return msgspec.to_builtins(  # type: ignore[no-any-return]
+            {
+                "schema_version": SCHEMA_VERSION,
+                "tool": {"name": "gpuprof", "version": __version__},
+                "command": self.command,
+                "inputs": self.inputs,
+                "traces": self.traces,
+                "sections": [{"kind": s.kind, **s.to_dict()} for s in self.sections],
+                "findings": self.sorted_findings(),
+                "notes": self.notes,
+                "failed_rules": self.failed_rules,
+            }
+        )

@@ -16,6 +16,7 @@ from gpuprof.errors import InputError, RuleError
 from gpuprof.findings import Finding, filter_findings, sort_findings
 from gpuprof.report import Report, TraceSummary
 from gpuprof.rules.base import Rule, RuleContext, all_rules, severity_for_cost
+from gpuprof.summarize import trace_summary
 from gpuprof.trace.load import find_traces, load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
@@ -110,7 +111,7 @@ def analyze_trace(
     """
     if metrics is None:
         metrics = compute_metrics(trace)
-    summary = metrics.summary()
+    summary = trace_summary(metrics)
     if rank_summaries is not None:
         from gpuprof.distributed.summary import summarize
 

@@ -13,6 +13,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+import msgspec
+
 __all__ = [
     "Severity",
     "SourceLocation",
@@ -62,7 +64,7 @@ class SourceLocation:
         return f"{text} ({self.function})" if self.function else text
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "function": self.function}
+        return _builtins(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SourceLocation":
@@ -80,7 +82,7 @@ class EventRef:
     tid: int | str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ts": self.ts, "dur": self.dur, "pid": self.pid, "tid": self.tid}
+        return _builtins(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EventRef":
@@ -103,14 +105,7 @@ class Evidence:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric,
-            "value": self.value,
-            "threshold": self.threshold,
-            "unit": self.unit,
-            "events": [e.to_dict() for e in self.events],
-            "extra": dict(self.extra),
-        }
+        return _builtins(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Evidence":
@@ -156,19 +151,7 @@ class Finding:
     source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "name": self.name,
-            "severity": self.severity.value,
-            "message": self.message,
-            "advice": self.advice,
-            "evidence": [e.to_dict() for e in self.evidence],
-            "cost_us_per_step": self.cost_us_per_step,
-            "cost_share": self.cost_share,
-            "location": self.location.to_dict() if self.location else None,
-            "origin": self.origin,
-            "source": self.source,
-        }
+        return _builtins(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
@@ -186,6 +169,17 @@ class Finding:
             origin=d.get("origin", "trace"),
             source=d.get("source"),
         )
+
+
+def _builtins(obj: Any) -> dict[str, Any]:
+    """The JSON form of a finding record (docs/report-schema.md).
+
+    msgspec writes a dataclass field by field, in declaration order, with
+    every field (None included); nested records become objects, tuples lists
+    and ``Severity`` its value. So the schema is the field list of each class:
+    renaming, reordering or adding a field changes the report.
+    """
+    return msgspec.to_builtins(obj)  # type: ignore[no-any-return]
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:

@@ -15,6 +15,7 @@ import msgspec
 
 from gpuprof.findings import Finding, Severity, sort_findings
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
+from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -31,55 +32,9 @@ __all__ = [
 SCHEMA_VERSION = "1.1"
 
 
-@dataclass(frozen=True)
-class KernelStat:
-    """Total GPU time of one kernel name over the whole trace."""
-
-    name: str
-    count: int
-    total_us: float
-    mean_us: float
-    share_of_gpu: float  # fraction of all kernel time
-
-
-@dataclass(frozen=True)
-class OpStat:
-    """Host-side time of one operator name (self time excludes child operators)."""
-
-    name: str
-    count: int
-    total_us: float
-    self_us: float
-    gpu_us: float  # GPU self time: the work this op launched itself (torch's self_device_time_total)
-    gpu_total_us: float = 0.0  # gpu_us plus that of the ops nested in it (torch's device_time_total)
-
-
-@dataclass(frozen=True)
-class CopyStat:
-    """Host/device copies of one direction and host-memory kind."""
-
-    direction: str  # "HtoD", "DtoH", "DtoD", "PtoP", "other"
-    memory: str  # "pageable", "pinned", "device", "unknown"
-    count: int
-    bytes: int
-    total_us: float
-    bandwidth_gbps: float | None
-
-
-@dataclass(frozen=True)
-class SyncStat:
-    """Host synchronisation points grouped by cause (op, runtime call and source line)."""
-
-    cause: str  # e.g. "aten::item", "cudaStreamSynchronize"
-    runtime: str  # the runtime call that blocked
-    count: int
-    total_us: float
-    location: str | None  # "file:line" when the trace has Python stacks
-
-
 @dataclass
 class TraceSummary:
-    """The headline metrics of one trace. Every metric is defined in ``gpuprof.trace.metrics``."""
+    """The headline metrics of one trace. Every metric is defined in the module ``gpuprof.trace.metrics`` names."""
 
     path: str
     devices: list[DeviceInfo] = field(default_factory=list)
@@ -147,14 +102,18 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         from gpuprof import __version__
 
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "gpuprof", "version": __version__},
-            "command": self.command,
-            "inputs": list(self.inputs),
-            "traces": [t.to_dict() for t in self.traces],
-            "sections": [{"kind": s.kind, **s.to_dict()} for s in self.sections],
-            "findings": [f.to_dict() for f in self.sorted_findings()],
-            "notes": list(self.notes),
-            "failed_rules": list(self.failed_rules),
-        }
+        # msgspec writes the summaries and findings (dataclasses) field by field, in order;
+        # sections keep their own to_dict (their layout is theirs), led by their kind
+        return msgspec.to_builtins(  # type: ignore[no-any-return]
+            {
+                "schema_version": SCHEMA_VERSION,
+                "tool": {"name": "gpuprof", "version": __version__},
+                "command": self.command,
+                "inputs": self.inputs,
+                "traces": self.traces,
+                "sections": [{"kind": s.kind, **s.to_dict()} for s in self.sections],
+                "findings": self.sorted_findings(),
+                "notes": self.notes,
+                "failed_rules": self.failed_rules,
+            }
+        )

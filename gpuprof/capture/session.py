@@ -630,12 +630,12 @@ class Profiler:
         from gpuprof.capture import summary
 
         try:
-            res = summary.trace_results(self, facts, guard)
+            res = summary.trace_results(facts, guard)
             self._trace_results = res
-            report = summary.assemble(self, facts, res, guard)
+            report = summary.assemble(facts, res, guard)
             report.notes.append(f"written when the recorded window closed at step {facts.steps}, while the run "
                                 "goes on; rewritten with the whole run when it ends")
-            summary.publish(self, report, guard, final=False)
+            summary.publish(self, facts, report, guard, final=False)
             self.window_report = report
         except Exception as err:  # noqa: BLE001 - kept; warned about on the driving thread
             guard.fail("window report", "the report is written when the run ends instead", err)

@@ -100,9 +100,14 @@ class RunFacts:
     """What the report needs from the live session, copied on the driving thread.
 
     Everything that touches torch or state the training loop keeps changing
-    (step times, DataLoader records, the modules) is read here, so the rest of
-    the pipeline (:func:`trace_results`, :func:`assemble`) reads files and
-    these copies only and can run on a background thread.
+    (step times, DataLoader records, the modules) is read here, with the
+    configuration and the output paths, so the rest of the pipeline
+    (:func:`trace_results`, :func:`assemble`, and what :func:`publish` writes
+    and prints) reads files and these copies only and can run on a
+    background thread. Still read from the profiler, after this: its sinks
+    (the TensorBoard writer and its buffered scalars, the output stream, the
+    reports kept for :func:`make_result`), and :func:`make_result` itself,
+    which lists the files the capture wrote once it has stopped.
     """
 
     steps: int
@@ -115,6 +120,13 @@ class RunFacts:
     roots_have_conv: bool = False
     shapes_stable: bool | None = None
     tensorboard: bool = False  # a TensorBoard writer is open (the traces' GPU utilisation goes there)
+    config: Any = None  # the session's CaptureConfig (fixed when the capture starts; read only)
+    cuda: bool = False  # the capture measures CUDA (else the host)
+    location: Any = None  # SourceLocation of the user's loop, for findings without a better place
+    report_json: str | None = None  # where report.json/report.md go; None without an output directory
+    report_md: str | None = None
+    out_dir: str | None = None
+    distributed: bool = False  # one rank of several (the final report gathers the cross-rank view)
 
 
 @dataclass
@@ -136,9 +148,9 @@ def finish(prof: "Profiler") -> Report:
     facts = run_facts(prof)
     res = prof._trace_results
     if res is None or res.trace_paths != facts.trace_paths:
-        res = prof._trace_results = trace_results(prof, facts, g)
-    report = assemble(prof, facts, res, g)
-    publish(prof, report, g, final=True)
+        res = prof._trace_results = trace_results(facts, g)
+    report = assemble(facts, res, g)
+    publish(prof, facts, report, g, final=True)
     return report
 
 
@@ -208,9 +220,13 @@ def run_facts(prof: "Profiler") -> RunFacts:
         notes.append(_no_trace_note(prof))
     if not prof.step_s and prof.loaders.batches:
         notes.append(no_steps_text(prof.loaders.batches))
+    p = prof.paths
     return RunFacts(steps=len(prof.step_s), trace_paths=trace_paths, traces=traces, runtime=runtime,
                     section=_section(prof, trace_paths), notes=notes, settings=s, roots_have_conv=conv,
-                    shapes_stable=stable, tensorboard=prof.writer is not None)
+                    shapes_stable=stable, tensorboard=prof.writer is not None, config=cfg, cuda=bool(prof.cuda),
+                    location=prof.location, report_json=str(p.report_json) if p else None,
+                    report_md=str(p.report_md) if p else None, out_dir=str(p.out_dir) if p else None,
+                    distributed=bool(prof.ranks.distributed))
 
 
 def no_steps_text(batches: int) -> str:
@@ -219,19 +235,19 @@ def no_steps_text(batches: int) -> str:
             "train-step function with @gpuprof.profile_step)")
 
 
-def trace_results(prof: "Profiler", facts: RunFacts, g: Any) -> TraceResults:
+def trace_results(facts: RunFacts, g: Any) -> TraceResults:
     """Analyse the traces: the analyzer's rules, the settings facts, memory growth, GPU utilisation.
 
     Each trace is loaded once and its metrics computed once; every consumer
     (the rules, the settings facts, the CPU memory series, the leak site,
     the GPU utilisation scalars) reads that one :class:`~gpuprof.trace.model.Trace`.
-    Reads the trace files and the session's configuration only (never torch,
-    never the live loop state), so it runs on the background report thread.
+    Reads the trace files and ``facts`` only (never torch, never the
+    profiler), so it runs on the background report thread.
     """
-    cfg = prof.config
+    cfg = facts.config
     res = TraceResults(trace_paths=list(facts.trace_paths))
     wants_util = facts.tensorboard and bool(facts.trace_paths)
-    cpu_growth = cfg.checks and not prof.cuda and cfg.profile_memory
+    cpu_growth = cfg.checks and not facts.cuda and cfg.profile_memory
     cuda_leak = any(_is_cuda_growth(f) for f in facts.runtime)
     if cfg.analyze and facts.trace_paths:
         res.analysed = Report(command="capture")
@@ -252,7 +268,7 @@ def trace_results(prof: "Profiler", facts: RunFacts, g: Any) -> TraceResults:
                     "has_conv": res.op_facts["has_conv"] or op["has_conv"],
                     "fp32_matmuls": res.op_facts["fp32_matmuls"] + op["fp32_matmuls"]}
         if cpu_growth and not res.cpu_growth:
-            res.cpu_growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, prof, trace,
+            res.cpu_growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, facts, trace,
                                    metrics, g) or []
         if cuda_leak and res.leak_site is None:
             from gpuprof.capture.memory import leak_site
@@ -279,9 +295,9 @@ def _load(path: Path) -> tuple[Any, Any]:
     return trace, compute_metrics(trace)
 
 
-def assemble(prof: "Profiler", facts: RunFacts, res: TraceResults, g: Any) -> Report:
+def assemble(facts: RunFacts, res: TraceResults, g: Any) -> Report:
     """The merged report from the copied facts and the trace results (any thread)."""
-    cfg = prof.config
+    cfg = facts.config
     report = Report(command="capture", inputs=list(facts.trace_paths))
     runtime = list(facts.runtime)
     if res.leak_site is not None:  # the CUDA growth measured per step, pointed at its line by the traces
@@ -289,7 +305,7 @@ def assemble(prof: "Profiler", facts: RunFacts, res: TraceResults, g: Any) -> Re
 
         runtime = [with_leak_site(f, res.leak_site) if _is_cuda_growth(f) else f for f in runtime]
     if cfg.checks:
-        runtime += g.run("settings checks", "no settings findings", _settings_findings, prof, facts, res) or []
+        runtime += g.run("settings checks", "no settings findings", _settings_findings, facts, res) or []
         runtime += filter_findings(res.cpu_growth, cfg.select, cfg.ignore)
     for code, err in res.rule_failures:  # one warning per rule (a rule failing on two traces warns once)
         g.fail(f"rule {code}", "its findings are missing and the report says the analysis is incomplete", err)
@@ -310,8 +326,13 @@ def assemble(prof: "Profiler", facts: RunFacts, res: TraceResults, g: Any) -> Re
     return report
 
 
-def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
+def publish(prof: "Profiler", facts: RunFacts, report: Report, g: Any, *, final: bool) -> None:
     """Write the report (TensorBoard text, report.json, report.md) and print the summary.
+
+    What is written and printed comes from ``report`` and ``facts`` only; the
+    profiler is used for its sinks: the TensorBoard writer (and, at the end,
+    its remaining scalars), the results kept for :func:`make_result`, the
+    printed-findings memo and the output stream.
 
     ``final=False`` is the report written when the recorded window closes, on
     the background thread: TensorBoard gets the findings text only (the
@@ -320,20 +341,20 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
     the window's summary was printed already, prints one line instead of the
     whole summary again unless the findings changed since.
     """
-    cfg = prof.config
+    cfg = facts.config
     section = next(s for s in report.sections if getattr(s, "kind", None) == "capture")
     if prof.writer is not None:
         if final:
             g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard, prof, report)
         else:
             g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard_text, prof, report)
-    if prof.paths is not None:
-        g.run("report writer", "no report.json/report.md", _write_reports, prof, report)
-    if final and prof.paths is not None and prof.ranks.distributed:
+    if facts.report_json is not None:
+        g.run("report writer", "no report.json/report.md", _write_reports, facts, report)
+    if final and facts.report_json is not None and facts.distributed:
         from gpuprof.capture.gather import gather_cross_rank
 
-        g.run("cross-rank report", "no cross_rank.json for this run", gather_cross_rank, report,
-              prof.paths.run_dir, prof.paths.run_dir.name)
+        run_dir = Path(facts.section.run_dir)
+        g.run("cross-rank report", "no cross_rank.json for this run", gather_cross_rank, report, run_dir, run_dir.name)
     section.failures = g.all_failed()
     doc = g.run("capture result", "the capture result holds no report", _report_document, report)
     if doc is not None:
@@ -342,9 +363,9 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
         early = prof._printed_findings
         now = _findings_key(report)
         if final and early is not None and early[1] == now:
-            text = final_line(report, prof, early[0])
+            text = final_line(report, facts, early[0])
         else:
-            text = short_report(report, prof)
+            text = short_report(report, facts)
         prof._printed_findings = (section.steps, now)
         print(text, file=prof.stream, flush=True)
 
@@ -364,10 +385,10 @@ def _findings_key(report: Report) -> list[tuple[str, str, str]]:
     return [(f.code, f.message, f.advice) for f in report.findings] + [("", "", r) for r in report.failed_rules]
 
 
-def final_line(report: Report, prof: "Profiler", at_step: int) -> str:
+def final_line(report: Report, facts: RunFacts, at_step: int) -> str:
     """The end-of-run line when the findings are those printed at the window's end."""
-    head = short_report(report, prof).split("\n", 1)[0]
-    where = f" in {visible(prof.paths.out_dir)}" if prof.paths is not None else ""
+    head = short_report(report, facts).split("\n", 1)[0]
+    where = f" in {visible(facts.out_dir)}" if facts.out_dir is not None else ""
     return (f"{head}; findings as printed at step {at_step}; report.json and report.md rewritten with the whole "
             f"run{where}")
 
@@ -399,7 +420,7 @@ def _merge(runtime: list[Finding], trace: list[Finding]) -> list[Finding]:
     return apply_overlaps(list(runtime) + list(trace))
 
 
-def _settings_findings(prof: "Profiler", facts: RunFacts, res: TraceResults) -> list[Finding]:
+def _settings_findings(facts: RunFacts, res: TraceResults) -> list[Finding]:
     from gpuprof.capture.settings import cudnn_benchmark_finding, tf32_finding
 
     s = facts.settings
@@ -408,14 +429,14 @@ def _settings_findings(prof: "Profiler", facts: RunFacts, res: TraceResults) -> 
     op = res.op_facts if res.op_facts is not None else {"has_conv": False, "fp32_matmuls": 0}
     has_conv = op["has_conv"] or facts.roots_have_conv
     out = [cudnn_benchmark_finding(s, has_conv, facts.shapes_stable), tf32_finding(s, op["fp32_matmuls"])]
-    return filter_findings([f for f in out if f is not None], prof.config.select, prof.config.ignore)
+    return filter_findings([f for f in out if f is not None], facts.config.select, facts.config.ignore)
 
 
-def _cpu_growth(prof: "Profiler", trace: Any, metrics: Any, g: Any) -> list[Finding]:
+def _cpu_growth(facts: RunFacts, trace: Any, metrics: Any, g: Any) -> list[Finding]:
     from gpuprof.capture.memory import growth_finding, leak_site, trace_allocated_series, with_leak_site
 
     series = [v for _, v in trace_allocated_series(trace, 0, metrics)]
-    f = growth_finding(series, "cpu_trace", prof.config.options, prof.location)
+    f = growth_finding(series, "cpu_trace", facts.config.options, facts.location)
     if f is None:
         return []
     # the growth is real: find the line that allocates what stays (a second, narrow read of the addresses)
@@ -513,18 +534,18 @@ def _write_tensorboard_text(prof: "Profiler", report: Report) -> None:
     prof.writer.add_text(findings_markdown(report), step=sec.steps)
 
 
-def _write_reports(prof: "Profiler", report: Report) -> None:
+def _write_reports(facts: RunFacts, report: Report) -> None:
     from gpuprof.render.jsonout import render_json
 
-    assert prof.paths is not None
-    _write_text(prof.paths.report_json, render_json(report))
+    assert facts.report_json is not None and facts.report_md is not None
+    _write_text(Path(facts.report_json), render_json(report))
     try:
         from gpuprof.render import render
 
         md = render(report, "markdown")
     except ModuleNotFoundError:  # the markdown renderer ships separately; use the compact one
         md = "# gpuprof capture report\n\n" + findings_markdown(report)
-    _write_text(prof.paths.report_md, md)
+    _write_text(Path(facts.report_md), md)
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -577,11 +598,15 @@ def findings_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def short_report(report: Report, prof: "Profiler") -> str:
-    """The summary printed when the report is written: every finding, each with its fix."""
+def short_report(report: Report, facts: RunFacts) -> str:
+    """The summary printed when the report is written: every finding, each with its fix.
+
+    Reads ``report`` and, from ``facts``, the step count (a report without a
+    capture section) and where report.md is.
+    """
     sec = next((s for s in report.sections if getattr(s, "kind", None) == "capture"), None)
     lines = []
-    head = f"gpuprof: {sec.steps if sec is not None else len(prof.step_s)} steps"
+    head = f"gpuprof: {sec.steps if sec is not None else facts.steps} steps"
     if sec and sec.step_time_median_ms is not None:
         head += f", median {sec.step_time_median_ms:.2f} ms/step"
     utils = [t.gpu_utilization for t in report.traces if t.gpu_utilization is not None]
@@ -608,7 +633,7 @@ def short_report(report: Report, prof: "Profiler") -> str:
         lines.append(f"gpuprof: {'' if findings else 'no findings, but '}{_incomplete(report)}")
     for n in report.notes:
         lines.append(f"gpuprof: note: {one_line(n)}")
-    if prof.paths is not None and sec is not None:
+    if facts.report_md is not None and sec is not None:
         lines.append(f"gpuprof: files in {visible(sec.run_dir)}")
         for t in sec.traces:
             lines.append(f"  trace        {visible(t)}")
@@ -619,8 +644,8 @@ def short_report(report: Report, prof: "Profiler") -> str:
             lines.append(f"  memory       {visible(s)}  (gpuprof memory {visible(shlex.quote(s))})")
         if sec.tensorboard_dir:
             lines.append(f"  TensorBoard  tensorboard --logdir {visible(shlex.quote(sec.tensorboard_dir))}")
-        if prof.paths.report_md.exists():
-            lines.append(f"  report       {visible(prof.paths.report_md)} (and report.json)")
+        if os.path.exists(facts.report_md):
+            lines.append(f"  report       {visible(facts.report_md)} (and report.json)")
     return "\n".join(lines)
 
 

@@ -12,10 +12,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.metrics import TraceMetrics, thread_keys, union_of
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.stacks import is_user_frame
+from gpuprof.trace.threads import thread_keys
 from gpuprof.trace.vocab import step_number
 
 __all__ = ["IdlePart", "idle_parts", "NOTHING_RECORDED"]

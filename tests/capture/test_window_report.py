@@ -156,7 +156,7 @@ def test_summary_lists_every_finding_whole_with_its_fix() -> None:
     findings = [Finding(code=f"GP{100 + i}", name="n", severity=Severity.WARNING, message=f"problem {i} {long}",
                         advice=f"do thing {i} " + "y" * 200 + " end-of-fix") for i in range(8)]
     report = Report(command="capture", findings=findings)
-    text = summary.short_report(report, SimpleNamespace(step_s=[0.1] * 3, paths=None))
+    text = summary.short_report(report, SimpleNamespace(steps=3, report_md=None))
     for i in range(8):
         assert f"GP{100 + i} problem {i} {long}" in text
         assert f"Fix: do thing {i} " + "y" * 200 + " end-of-fix" in text

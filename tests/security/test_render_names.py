@@ -95,9 +95,8 @@ def test_capture_summary_and_tensorboard_text(case: tuple[str, Report], tmp_path
     spans = [c.content for t in MarkdownIt("commonmark").enable("table").parse(md) if t.type == "inline"
              for c in (t.children or []) if c.type == "code_inline"]
     assert any(visible(name)[:100] in s for s in spans)
-    # the lines printed at the end of a run; the profiler is only asked for its step times and paths
-    paths = SimpleNamespace(report_md=tmp_path / "report.md")
-    printed = short_report(report, SimpleNamespace(step_s=[0.1, 0.1, 0.1], paths=paths))
+    # the lines printed at the end of a run: from the report and the run's copied facts (step count, report.md)
+    printed = short_report(report, SimpleNamespace(steps=3, report_md=str(tmp_path / "report.md")))
     assert _unsafe_left(printed) == []
     assert visible(name)[:20] in printed
 

@@ -1,0 +1,41 @@
+"""The report's headline summary of one trace, from its metrics.
+
+Lives outside ``gpuprof.trace`` so that the trace model and its metrics do
+not depend on the report types. Every figure is defined in the module named
+in :mod:`gpuprof.trace.metrics`; this only picks and averages them.
+"""
+
+from __future__ import annotations
+
+from gpuprof.report import TraceSummary
+from gpuprof.trace.metrics import TraceMetrics
+from gpuprof.trace.stats import copy_stats, sync_stats
+
+__all__ = ["trace_summary"]
+
+
+def trace_summary(m: TraceMetrics) -> TraceSummary:
+    """The :class:`~gpuprof.report.TraceSummary` of one trace (per-step figures are means over its steps)."""
+    t = m.trace
+    return TraceSummary(
+        path=t.path,
+        devices=list(t.devices),
+        has_gpu_activity=t.has_gpu_activity,
+        num_steps=m.num_steps,
+        step_ids=[s.id for s in m.steps],
+        step_time_us=m.median_step_time,
+        step_time_mean_us=m.mean_step_time,
+        lead_in_us=m.lead_in_us,
+        gpu_busy_us=m.gpu_busy_total() / max(m.num_steps, 1),
+        gpu_utilization=m.gpu_utilization,
+        breakdown_us=m.mean_breakdown(),
+        idle_breakdown_us=m.mean_idle(),
+        top_kernels=m.kernel_stats[:10],
+        top_ops=m.op_stats[:10],
+        copies=copy_stats(m.copies),
+        syncs=sync_stats(m.syncs)[:10],
+        rank=t.rank,
+        world_size=t.world_size,
+        num_events=t.num_events,
+        file_bytes=t.file_bytes,
+    )

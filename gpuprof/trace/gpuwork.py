@@ -1,0 +1,73 @@
+"""GPU work: which kernels are communication, and the time GPU work covers.
+
+Definitions (all times in µs, as in the trace):
+
+**GPU busy**: per device, the union of kernel, memcpy and memset intervals
+(overlapping streams count once) inside a step window. **GPU utilisation**:
+busy time / step time, summed over steps, for the main device (the device
+with the most busy time). It is None for traces without GPU activity.
+
+**Communication kernel**: a kernel whose name (its first 64 characters)
+names a collective library or operation: NCCL, RCCL, Gloo, all-reduce,
+all-gather, reduce-scatter, all-to-all or ``c10d::``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import numpy as np
+
+from gpuprof.trace.intervals import Intervals
+from gpuprof.trace.model import Event, device_of, dur_of, name_of, ts_of
+
+__all__ = ["is_communication_kernel", "communication_names", "union_of", "device_sets", "kernel_sets"]
+
+_COMM_MARKERS = ("nccl", "rccl", "gloo", "allreduce", "all_reduce", "allgather", "all_gather", "reducescatter", "reduce_scatter", "alltoall", "c10d::")
+
+
+@functools.lru_cache(maxsize=16384)  # called per kernel; names repeat
+def is_communication_kernel(name: str) -> bool:
+    """NCCL/RCCL collective kernels (``ncclKernel_AllReduce_...``, ``ncclDevKernel_...``)."""
+    low = name[:64].lower()
+    return any(m in low for m in _COMM_MARKERS)
+
+
+def communication_names(kernels: list[Event]) -> set[str]:
+    """The distinct names among ``kernels`` that are collectives (each name classified once)."""
+    return {name for name in set(map(name_of, kernels)) if is_communication_kernel(name)}
+
+
+def union_of(events: Sequence[Event]) -> Intervals:
+    """The time covered by ``events`` (in any order)."""
+    n = len(events)
+    if n == 0:
+        return Intervals.empty()
+    return Intervals.from_spans(np.fromiter(map(ts_of, events), np.float64, n), np.fromiter(map(dur_of, events), np.float64, n))
+
+
+def device_sets(events: list[Event], mask: np.ndarray | None = None) -> dict[int, Intervals]:
+    """Per device, the time covered by ``events`` (sorted by start), optionally only where ``mask``."""
+    n = len(events)
+    if n == 0:
+        return {}
+    ts = np.fromiter(map(ts_of, events), np.float64, n)
+    dur = np.fromiter(map(dur_of, events), np.float64, n)
+    dev = np.fromiter(map(device_of, events), np.int64, n)
+    if mask is not None:
+        ts, dur, dev = ts[mask], dur[mask], dev[mask]
+    out = {}
+    for d in np.unique(dev).tolist():
+        sel = dev == d
+        out[d] = Intervals.from_spans(ts[sel], dur[sel], is_sorted=True)
+    return out
+
+
+def kernel_sets(kernels: list[Event]) -> tuple[dict[int, Intervals], dict[int, Intervals]]:
+    """Per device, the time covered by compute kernels and by communication (collective) kernels."""
+    names = communication_names(kernels)
+    if not names:
+        return device_sets(kernels), {}
+    comm = np.fromiter((k.name in names for k in kernels), bool, len(kernels))
+    return device_sets(kernels, ~comm), device_sets(kernels, comm)

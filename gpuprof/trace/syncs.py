@@ -1,0 +1,156 @@
+"""Host↔device copies and the moments the host waited for the GPU.
+
+Definitions (all times in µs, as in the trace):
+
+**Blocking copy**: a host↔device copy whose host call returned only after
+the GPU copy ended, or that is followed on the same thread by a stream/device
+synchronisation before any other GPU work is launched.
+
+**Sync point**: a synchronising runtime call (``*Synchronize``) or a
+blocking device→host copy on the main thread, with the operator chain that
+issued it and the user's source line when Python stacks were recorded.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from typing import Callable
+
+from gpuprof.findings import SourceLocation
+from gpuprof.trace.model import Event, Trace, copy_kind
+from gpuprof.trace.stacks import StackIndex
+from gpuprof.trace.threads import ThreadIndex
+from gpuprof.trace.vocab import SYNC_OPS, CopyKind, RuntimeClass, classify_runtime, step_number
+
+__all__ = ["CopyEvent", "SyncPoint", "find_copies", "next_sync_call", "sync_points"]
+
+
+@dataclass
+class SyncPoint:
+    """A moment the main thread waited for the GPU."""
+
+    runtime: Event  # the blocking runtime call
+    ops: list[Event]  # enclosing operators, outermost first
+    cause: str  # what the user wrote, e.g. ".item()"; else the outermost op or the runtime name
+    location: SourceLocation | None
+    step: int | None  # step index
+
+
+@dataclass
+class CopyEvent:
+    """One GPU copy with the host call that issued it."""
+
+    gpu: Event
+    launch: Event | None
+    kind: CopyKind
+    blocking: bool
+    step: int | None
+
+
+def find_copies(trace: Trace, launch_by_corr: dict[int, Event], threads: ThreadIndex) -> list[CopyEvent]:
+    """Pair GPU copies with their host calls and decide which ones blocked the host (``step`` left None)."""
+    out = []
+    for g in trace.memcpys:
+        launch = launch_by_corr.get(g.corr)
+        blocking = False
+        if launch is not None:
+            if launch.end >= g.end - 1.0:
+                blocking = True  # host call returned only after the copy ended
+            else:
+                sync = next_sync_call(threads, launch)
+                blocking = sync is not None and sync.end >= g.end - 1.0
+        out.append(CopyEvent(gpu=g, launch=launch, kind=copy_kind(g), blocking=blocking, step=None))
+    return out
+
+
+def next_sync_call(threads: ThreadIndex, call: Event) -> Event | None:
+    """The stream/device synchronisation that follows runtime ``call`` on its thread
+    before any other GPU work is queued there (looking at most 8 calls ahead)."""
+    key = (call.pid, call.tid)
+    seq = threads.runtime.get(key)
+    if not seq:
+        return None
+    i = bisect_right(threads.runtime_starts[key], call.ts)
+    for r in seq[i : i + 8]:
+        rc = classify_runtime(r.name)
+        if rc is RuntimeClass.SYNC:
+            return r
+        if rc is RuntimeClass.LAUNCH or rc is RuntimeClass.MEMCPY or rc is RuntimeClass.MEMSET:
+            return None
+    return None
+
+
+def _enclosing_ops(threads: ThreadIndex, ev: Event, direct: Event | None) -> list[Event]:
+    """The operators on ``ev``'s thread whose range contains ``ev``, outermost first (step markers excluded)."""
+    key = (ev.pid, ev.tid)
+    ops = threads.ops.get(key)
+    if not ops:
+        return [direct] if direct is not None else []
+    parent = threads.parents(key)
+    i = bisect_right(threads.op_starts[key], ev.ts) - 1
+    ts, end = ev.ts, ev.end
+    chain = []
+    # Operators nest on a thread, so those open at ev.ts are the last one started
+    # before it and that one's ancestors: walk up the parent links.
+    while i >= 0:
+        o = ops[i]
+        if o.ts <= ts and o.end >= end and step_number(o.name) is None:
+            chain.append(o)
+        i = parent[i]
+    chain.reverse()  # outermost first
+    return chain
+
+
+def sync_points(
+    main_runtime: list[Event],
+    blocking_copy_calls: set[int],
+    copies: list[CopyEvent],
+    threads: ThreadIndex,
+    op_by_ext: dict[int, Event],
+    stacks: StackIndex,
+    step_of: Callable[[float], int | None],
+) -> list[SyncPoint]:
+    """The sync points among the main thread's runtime calls (``main_runtime``, in time order).
+
+    ``blocking_copy_calls`` holds the ``id()`` of the host calls of blocking
+    copies; ``step_of`` maps a time to its step index.
+    """
+    copy_by_launch = {id(c.launch): c for c in copies if c.launch is not None}
+    dtoh_starts: list[float] | None = None  # launches of device-to-host copies, sorted (built on first use)
+    out = []
+    for r in main_runtime:
+        rc = classify_runtime(r.name)
+        if rc is RuntimeClass.SYNC:
+            pass
+        elif id(r) in blocking_copy_calls and copy_by_launch[id(r)].kind.direction == "DtoH":
+            pass
+        else:
+            continue
+        chain = _enclosing_ops(threads, r, op_by_ext.get(r.ext))
+        cause = None
+        for o in reversed(chain):  # innermost known sync op names the cause
+            cause = SYNC_OPS.get(o.name)
+            if cause:
+                break
+        if cause is None:
+            names = [o.name for o in chain]
+            if any(n in ("aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu") for n in names):
+                if dtoh_starts is None:
+                    dtoh_starts = sorted(c.launch.ts for c in copies if c.launch is not None and c.kind.direction == "DtoH")
+                cause = ".cpu() / .to('cpu')" if _dtoh_near(r, dtoh_starts) else "a blocking copy (.to(device))"
+            elif chain:
+                cause = chain[0].name
+            elif "Device" in r.name:
+                cause = "torch.cuda.synchronize()"
+            else:
+                cause = r.name
+        loc = stacks.location(r.pid, r.tid, r.ts, op=chain[0] if chain else None)
+        out.append(SyncPoint(runtime=r, ops=chain, cause=cause, location=loc, step=step_of(r.ts)))
+    return out
+
+
+def _dtoh_near(r: Event, starts: list[float]) -> bool:
+    """A device-to-host copy was launched (``starts``, sorted) within 5 ms of ``r``."""
+    i = bisect_left(starts, r.ts - 5000)
+    return i < len(starts) and starts[i] < r.ts + 5000

@@ -1,0 +1,101 @@
+"""Host threads: operators and runtime calls grouped by ``(pid, tid)``.
+
+No metric is defined here; the step, breakdown, copy/sync and operator
+modules use this index to find what a host thread was doing at a moment.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Union
+
+from gpuprof.trace.model import Event, Trace, ts_of
+
+__all__ = ["HostThread", "ThreadIndex", "thread_keys"]
+
+HostThread = tuple[Union[int, str], Union[int, str]]
+
+
+@dataclass
+class ThreadIndex:
+    """Host operators and runtime calls grouped by host thread ``(pid, tid)``, each group in time order.
+
+    ``*_starts`` hold the start times of each group, for bisecting a moment to
+    the events around it. ``parents(key)[i]`` is the index of the operator
+    that directly encloses operator ``i`` on its thread (-1 at top level).
+    """
+
+    ops: dict[HostThread, list[Event]]
+    op_starts: dict[HostThread, list[float]]
+    op_parent: dict[HostThread, list[int]]
+    runtime: dict[HostThread, list[Event]]
+    runtime_starts: dict[HostThread, list[float]]
+
+    @classmethod
+    def build(cls, trace: Trace) -> "ThreadIndex":
+        ops = _group_by_thread(trace.ops)
+        runtime = _group_by_thread(trace.runtime)
+        return cls(
+            ops=ops,
+            op_starts={k: list(map(ts_of, v)) for k, v in ops.items()},
+            op_parent={},  # filled on demand by parents()
+            runtime=runtime,
+            runtime_starts={k: list(map(ts_of, v)) for k, v in runtime.items()},
+        )
+
+    def parents(self, key: HostThread) -> list[int]:
+        """``op_parent[key]``, computed on first use (only threads with sync points need it)."""
+        got = self.op_parent.get(key)
+        if got is None:
+            got = self.op_parent[key] = _nesting(self.ops.get(key, []))
+        return got
+
+    def runtime_on(self, keys: frozenset[HostThread]) -> list[Event]:
+        return _merged_in_time([self.runtime[k] for k in keys if k in self.runtime])
+
+    def ops_on(self, keys: frozenset[HostThread]) -> list[Event]:
+        return _merged_in_time([self.ops[k] for k in keys if k in self.ops])
+
+
+def _nesting(ops: list[Event]) -> list[int]:
+    """Index of the directly enclosing op of each op (ops of one thread, in time order)."""
+    parents = [-1] * len(ops)
+    stack: list[tuple[float, int]] = []
+    for i, o in enumerate(ops):
+        while stack and stack[-1][0] <= o.ts:
+            stack.pop()
+        if stack:
+            parents[i] = stack[-1][1]
+        stack.append((o.ts + o.dur, i))
+    return parents
+
+
+def _group_by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
+    by: defaultdict[HostThread, list[Event]] = defaultdict(list)
+    for e in events:
+        by[(e.pid, e.tid)].append(e)
+    return dict(by)
+
+
+def _merged_in_time(groups: list[list[Event]]) -> list[Event]:
+    if len(groups) == 1:
+        return groups[0]
+    return sorted((e for g in groups for e in g), key=ts_of)
+
+
+def thread_keys(t: HostThread | None) -> frozenset[HostThread]:
+    """The spellings of one host thread's (pid, tid): 2021 traces mix int and str tids."""
+    if t is None:
+        return frozenset()
+    keys = {t, (str(t[0]), str(t[1]))}
+    for a in (t[0], str(t[0])):
+        for b in (t[1], str(t[1])):
+            keys.add((a, b))
+    try:
+        keys.add((int(t[0]), int(t[1])))
+        keys.add((t[0], int(t[1])))
+        keys.add((int(t[0]), t[1]))
+    except (TypeError, ValueError):
+        pass
+    return frozenset(keys)

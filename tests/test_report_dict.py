@@ -1,0 +1,121 @@
+"""``Report.to_dict`` / ``Finding.to_dict`` are encoded by msgspec: the JSON must be the documented one.
+
+The reference below spells out docs/report-schema.md's top level and finding
+layout key by key (what the hand-written ``to_dict`` methods wrote before);
+the msgspec form must equal it field by field, in the same key order, on a
+real trace's findings and on hostile values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from gpuprof import __version__
+from gpuprof.analysis import analyze
+from gpuprof.findings import Evidence, EventRef, Finding, Severity, SourceLocation
+from gpuprof.report import SCHEMA_VERSION, Report
+from gpuprof.testing.realtraces import shared_path
+
+
+def _ref_location(loc: SourceLocation | None) -> dict[str, Any] | None:
+    return None if loc is None else {"file": loc.file, "line": loc.line, "function": loc.function}
+
+
+def _ref_finding(f: Finding) -> dict[str, Any]:
+    return {
+        "code": f.code,
+        "name": f.name,
+        "severity": f.severity.value,
+        "message": f.message,
+        "advice": f.advice,
+        "evidence": [
+            {
+                "metric": e.metric,
+                "value": e.value,
+                "threshold": e.threshold,
+                "unit": e.unit,
+                "events": [{"name": r.name, "ts": r.ts, "dur": r.dur, "pid": r.pid, "tid": r.tid} for r in e.events],
+                "extra": dict(e.extra),
+            }
+            for e in f.evidence
+        ],
+        "cost_us_per_step": f.cost_us_per_step,
+        "cost_share": f.cost_share,
+        "location": _ref_location(f.location),
+        "origin": f.origin,
+        "source": f.source,
+    }
+
+
+def _ref_report(r: Report) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "gpuprof", "version": __version__},
+        "command": r.command,
+        "inputs": list(r.inputs),
+        "traces": [t.to_dict() for t in r.traces],
+        "sections": [{"kind": s.kind, **s.to_dict()} for s in r.sections],
+        "findings": [_ref_finding(f) for f in r.sorted_findings()],
+        "notes": list(r.notes),
+        "failed_rules": list(r.failed_rules),
+    }
+
+
+def _keys(obj: Any) -> Any:
+    """The key order of every object in ``obj`` (dict equality ignores order; the JSON does not)."""
+    if isinstance(obj, dict):
+        return [(k, _keys(v)) for k, v in obj.items()]
+    if isinstance(obj, (list, tuple)):
+        return [_keys(v) for v in obj]
+    return None
+
+
+def _same(got: Any, want: Any) -> None:
+    assert _keys(got) == _keys(want)
+    assert msgspec.json.encode(got) == msgspec.json.encode(want)
+
+
+def test_real_trace_report_is_the_documented_json() -> None:
+    report = analyze(str(shared_path("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143089861.pt.trace.json.gz")))
+    assert report.findings, "the V100 num_workers=0 sample has findings (GP102 at least)"
+    assert any(e.events for f in report.findings for e in f.evidence)  # event refs are exercised
+    for f in report.findings:
+        _same(f.to_dict(), _ref_finding(f))
+    _same(report.to_dict(), _ref_report(report))
+
+
+@dataclass
+class _Section:
+    kind: str = "demo"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": [(1, "a")], "by_id": {3: "x"}}
+
+
+def test_hostile_values_encode_as_before() -> None:
+    ev = Evidence(
+        metric="m\u202e<script>",
+        value=math.nan,
+        threshold=math.inf,
+        unit="µs",
+        events=(EventRef(name="k\x00", ts=1.5, dur=2.0, pid="12", tid=7), EventRef(name="", ts=0.0)),
+        extra={"nested": {"t": (1, 2)}, "n": None, "big": 2**70},
+    )
+    f = Finding(
+        code="GP999", name="demo", severity=Severity.WARNING, message="m", advice="a", evidence=(ev,),
+        cost_us_per_step=1.0, cost_share=None, location=SourceLocation("t\u00e9.py", 3, "f"), origin="runtime", source="s",
+    )
+    bare = Finding(code="GP998", name="b", severity=Severity.INFO, message="", advice="")
+    report = Report(command="capture", inputs=["a"], findings=[bare, f], sections=[_Section()], notes=["n"], failed_rules=["GP1"])
+    for one in (f, bare):
+        _same(one.to_dict(), _ref_finding(one))
+    _same(report.to_dict(), _ref_report(report))
+    got = report.to_dict()
+    assert got["findings"][0]["code"] == "GP999"  # most expensive first
+    assert got["findings"][0]["evidence"][0]["events"][0]["pid"] == "12"
+    assert msgspec.json.decode(msgspec.json.encode(got["sections"][0])) == {"kind": "demo", "rows": [[1, "a"]], "by_id": {"3": "x"}}
+    assert got["findings"][0]["evidence"][0]["value"] is not None and msgspec.json.encode(got).count(b"null") >= 2  # NaN/inf -> null

@@ -7,7 +7,6 @@ GPU); :func:`read_settings` gathers those facts from torch.
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass
 from typing import Any
 

@@ -13,9 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from gpuprof.codespec import option_default, replace_fields
 from gpuprof.errors import InputError
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.codespec import option_default, replace_fields
 from gpuprof.memory.analysis import CODES, MemoryOptions, memory_values
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.frames import Site, SiteTable

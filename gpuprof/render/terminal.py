@@ -426,7 +426,7 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
     row("GPU utilisation", [F.fmt_pct(t.gpu_utilization) if t.gpu_utilization is not None else "n/a" for t in traces])
     row("GPU busy (ms/step)", [F.fmt_ms(t.gpu_busy_us) for t in traces])
     row("Events", [F.fmt_count(t.num_events) for t in traces])
-    for heading, attr, order, names in (
+    for _heading, attr, order, names in (
         ("ms/step", "breakdown_us", F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS),
         ("GPU idle, host in", "idle_breakdown_us", F.IDLE_KEYS, F.IDLE_LABELS),
     ):

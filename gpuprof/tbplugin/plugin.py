@@ -31,10 +31,9 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from werkzeug import wrappers
-
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
 
 from gpuprof.memory.htmlsafe import script_json
 from gpuprof.tbplugin import page

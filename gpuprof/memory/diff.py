@@ -143,7 +143,7 @@ def diff_memory(a: MemoryData, b: MemoryData | None, opts: DiffOptions | None = 
 
 def _growth_findings(dev: str, rows: list[dict[str, Any]], opts: DiffOptions, source: str, before: str,
                      after: str) -> list[Finding]:
-    out = []
+    out: list[Finding] = []
     for r in rows:
         if r["growth"] < opts.min_growth or len(out) >= opts.max_findings:
             break

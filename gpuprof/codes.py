@@ -64,10 +64,9 @@ def declare(spec: CodeSpec) -> CodeSpec:
 
 def _specs() -> list[CodeSpec]:
     from gpuprof.capture.codes import RUNTIME_CHECKS
+    from gpuprof.distributed.rules import all_cross_rank_rules
     from gpuprof.memory.codes import MEMORY_CODES
     from gpuprof.rules.base import all_rules
-
-    from gpuprof.distributed.rules import all_cross_rank_rules
 
     return ([r.spec() for r in all_rules()] + [r.spec() for r in all_cross_rank_rules()] + list(MEMORY_CODES)
             + list(RUNTIME_CHECKS) + list(_DECLARED.values()))
@@ -290,7 +289,7 @@ def _with_doc(spec: CodeSpec) -> CodeSpec:
     return dataclasses.replace(spec, doc=doc)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_doc(page: str) -> str:
     try:
         return (_DOCS / page).read_text(encoding="utf-8")

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuprof.findings import Severity
 
 __all__ = ["Option", "CodeSpec", "ORIGINS", "option_default"]
+
+_D = TypeVar("_D")
 
 # origin -> what reports the codes of that origin (shown by `gpuprof rules`/`explain`)
 ORIGINS: dict[str, str] = {
@@ -133,7 +135,9 @@ def option_default(specs: Any, name: str) -> Any:
     raise KeyError(f"no code declares the option {name!r}")
 
 
-def replace_fields(obj: Any, values: dict[str, Any]) -> Any:
+def replace_fields(obj: _D, values: dict[str, Any]) -> _D:
     """``obj`` (a dataclass) with ``values`` set; only fields it has (other codes' options are not its)."""
-    names = {f.name for f in dataclasses.fields(obj)}
-    return dataclasses.replace(obj, **{k: v for k, v in values.items() if k in names})
+    dc: Any = obj  # a dataclass instance; typing.TypeVar cannot say so without typeshed's private protocol
+    names = {f.name for f in dataclasses.fields(dc)}
+    new: _D = dataclasses.replace(dc, **{k: v for k, v in values.items() if k in names})
+    return new

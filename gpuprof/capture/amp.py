@@ -24,6 +24,7 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from gpuprof.capture.codes import runtime_check
@@ -64,13 +65,13 @@ def classify_amp_warning(text: str) -> tuple[str, str, str] | None:
 
 
 def _user_location() -> SourceLocation | None:
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     while f is not None:
         fn = f.f_code.co_filename.replace(os.sep, "/")
         if not ("/torch/" in fn or "/gpuprof/capture/" in fn or fn.endswith(("/warnings.py", "/typing_extensions.py"))
                 or fn.startswith("<frozen")):
             return SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
-        f = f.f_back  # type: ignore[assignment]
+        f = f.f_back
     return None
 
 

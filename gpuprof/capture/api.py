@@ -7,7 +7,7 @@ import functools
 import os
 import threading
 import warnings
-from typing import Any, Callable, Mapping, Sequence, TypeVar, overload
+from typing import Any, Callable, Mapping, Sequence, TypeVar, cast, overload
 
 from gpuprof.capture.config import DEFAULT_LOGDIR, CaptureConfig, CheckOptions, Schedule
 from gpuprof.capture.guard import GpuprofWarning, safe_text, user_stacklevel
@@ -65,7 +65,8 @@ def profile(
         memory_history=memory_history, oom_observer=oom_observer, sync_debug=sync_debug, checks=checks,
         select=tuple(select), ignore=tuple(ignore), tensorboard=tensorboard, analyze=analyze,
         print_report=print_report, models=tuple(models), flush_every=flush_every,
-        options=options or CheckOptions(),
+        # a mapping is parsed into CheckOptions by CaptureConfig.__post_init__ (an error there is a ValueError)
+        options=cast(CheckOptions, options or CheckOptions()),
     )
     return Profiler(config)
 

@@ -323,7 +323,7 @@ def compile_findings(mon: CompileMonitor, total_step_s: float, steps: int,
         ))
     # GP803: compile time in steps after the first
     later = {s: t for s, t in mon.compile_s_by_step.items() if s >= 1}
-    first = mon.compile_s_by_step.get(0, 0.0)
+    step0_s = mon.compile_s_by_step.get(0, 0.0)
     spent = sum(later.values())
     if later and total_step_s > 0 and spent / total_step_s >= min_compile_share:
         check = runtime_check("GP803")
@@ -332,13 +332,13 @@ def compile_findings(mon: CompileMonitor, total_step_s: float, steps: int,
             code="GP803", name=check.name, severity=check.severity,
             message=(f"torch.compile compiled inside steps after the first (steps: {shown}): "
                      f"compile time {spent:.3g} s, {spent / total_step_s:.0%} of the {steps} steps' time "
-                     f"(step 0 compiled for {first:.3g} s, expected)"),
+                     f"(step 0 compiled for {step0_s:.3g} s, expected)"),
             advice=("Compiling after the first step means recompilations (GP802) or code paths first taken "
                     "later (an eval branch, the last smaller batch): keep shapes and Python values stable, "
                     "mark dynamic dimensions, and warm every path up before timing. Leave these steps out "
                     "of benchmarks."),
             evidence=(Evidence("compile_time_after_step0", round(spent, 6), 0, "s",
-                               extra={"steps": sorted(later)[:50], "step0_compile_s": round(first, 6)}),),
+                               extra={"steps": sorted(later)[:50], "step0_compile_s": round(step0_s, 6)}),),
             origin="runtime",
         ))
     # GP804: CUDA graphs skipped (mode="reduce-overhead")

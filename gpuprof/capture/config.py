@@ -46,8 +46,9 @@ class Schedule:
 
     def to_torch(self) -> Callable[[int], Any]:
         """The equivalent ``torch.profiler.schedule`` callable."""
-        import torch.profiler
         import warnings
+
+        import torch.profiler
 
         with warnings.catch_warnings():
             # torch warns when warmup=0; that is the user's explicit choice here

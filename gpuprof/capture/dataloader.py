@@ -16,6 +16,7 @@ import sys
 import weakref
 from dataclasses import dataclass, field
 from time import perf_counter
+from types import FrameType
 from typing import Any, Callable
 
 from gpuprof.capture.codes import runtime_check
@@ -116,7 +117,7 @@ class LoaderMonitor:
         """
         origin = getattr(iterator, "_gpuprof_origin", None)
         loader = origin[0]() if origin is not None else None
-        if loader is not None:
+        if origin is not None and loader is not None:  # loader is only set with origin
             rec = self._record(loader, origin[1])
         else:
             sampler = getattr(iterator, "_index_sampler", None)
@@ -194,7 +195,7 @@ def _user_frame() -> Any:
     """The innermost user frame (:func:`gpuprof.frames.is_user_file`): the loop's line."""
     from gpuprof.frames import is_user_file
 
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         if is_user_file(f.f_code.co_filename):
             return f
@@ -244,7 +245,8 @@ def _patch() -> None:
                 if _INSTALLED:
                     _INSTALLED[-1].on_iter(self, it, sys._getframe(1))
                 else:  # no capture yet: remember the loader for the one that starts later
-                    it._gpuprof_origin = (weakref.ref(self), _location(sys._getframe(1)))
+                    it._gpuprof_origin = (  # type: ignore[attr-defined]  # gpuprof's own marker on the iterator
+                        weakref.ref(self), _location(sys._getframe(1)))
             except Exception as err:  # noqa: BLE001 - never break the user's loop
                 _warn_once(err)
             return it

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from types import FrameType
 from typing import Any, Callable, TypeVar
 
 from gpuprof.render.safe import visible
@@ -65,11 +66,11 @@ def user_stacklevel() -> int:
     from gpuprof.frames import is_user_file
 
     level = 1
-    frame = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
+    frame: FrameType | None = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
     while frame is not None:
         if is_user_file(frame.f_code.co_filename):
             return level
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
         level += 1
     return 1
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.atomic import atomic_write
+from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.memory.snapshot import dump_snapshot

@@ -17,8 +17,8 @@ TensorBoard shows one scalar series per rank.
 from __future__ import annotations
 
 import os
-import tempfile
 import socket
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path

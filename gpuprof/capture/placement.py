@@ -12,7 +12,6 @@ naming the module path, the parameter or buffer, its shape and device.
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 import weakref
@@ -22,8 +21,8 @@ from typing import Any, Iterable, Iterator
 
 from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.guard import safe_text
-from gpuprof.frames import is_user_file
 from gpuprof.findings import Evidence, Finding, SourceLocation
+from gpuprof.frames import is_user_file
 
 __all__ = [
     "DeviceMismatchError",
@@ -265,7 +264,7 @@ def module_findings(roots: list[Any]) -> list[Finding]:
         by_device: dict[str, list[str]] = {}
         for mname, m in root.named_modules():
             own = list(_own_tensors(m))
-            for kind, name, t in own:
+            for _kind, name, t in own:
                 by_device.setdefault(str(t.device), []).append(f"{mname + '.' if mname else ''}{name}")
             devices = sorted({str(t.device) for _, _, t in own})
             if len(devices) > 1:

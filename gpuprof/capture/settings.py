@@ -7,7 +7,6 @@ GPU); :func:`read_settings` gathers those facts from torch.
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,17 +31,18 @@ class TorchSettings:
 def read_settings() -> TorchSettings:
     import torch
 
-    cuda = bool(torch.cuda.is_available() and torch.cuda.is_initialized())
-    cap = None
+    cuda = bool(torch.cuda.is_available() and torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+    cap: tuple[int, int] | None = None
     name = ""
     if cuda:
-        cap = tuple(torch.cuda.get_device_capability())  # type: ignore[assignment]
+        major, minor = torch.cuda.get_device_capability()
+        cap = (major, minor)
         name = torch.cuda.get_device_name()
     precision = torch.get_float32_matmul_precision()
     tf32 = precision != "highest" or bool(getattr(torch.backends.cuda.matmul, "allow_tf32", False))
     return TorchSettings(
         cuda=cuda,
-        capability=cap,  # type: ignore[arg-type]
+        capability=cap,
         device_name=name,
         cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
         tf32_matmul=tf32,

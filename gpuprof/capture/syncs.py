@@ -14,7 +14,8 @@ import os
 import sys
 import warnings
 from collections import Counter
-from typing import Any, Callable
+from types import FrameType
+from typing import Any, Callable, cast
 
 from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
@@ -80,7 +81,7 @@ class SyncLocator:
             if warnings.showwarning is self._show:  # the user may have replaced it meanwhile
                 warnings.showwarning = self._prev_show
             try:
-                warnings.filters.remove(self._filter)
+                cast("list[Any]", warnings.filters).remove(self._filter)  # a list at runtime; typeshed says Sequence
                 warnings._filters_mutated()  # type: ignore[attr-defined]
             except (ValueError, AttributeError):
                 pass  # the filter list was reset by the user (warnings.resetwarnings): nothing to remove
@@ -117,10 +118,10 @@ class SyncLocator:
 
 def _user_site(filename: str, lineno: int) -> tuple[str, int, str]:
     """The innermost frame outside torch, warnings and gpuprof; else the warning's own location."""
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     while f is not None:
         fn = f.f_code.co_filename.replace(os.sep, "/")
         if not ("/torch/" in fn or "/gpuprof/capture/" in fn or fn.endswith("/warnings.py") or fn.startswith("<")):
             return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
-        f = f.f_back  # type: ignore[assignment]
+        f = f.f_back
     return (filename, lineno, "")

@@ -129,7 +129,6 @@ def _stderr_console() -> Any:
 
 def _annotate(report: Any, out: str) -> None:
     from gpuprof.render.annotate import annotate_trace
-
     from gpuprof.render.safe import visible
 
     traces = [t.path for t in report.traces]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from gpuprof.errors import EXIT_BAD_INPUT
@@ -42,7 +44,7 @@ def explain_cmd(code: str) -> None:
     """Explain a finding code (or a name): what it detects, why it matters, its options and examples."""
     from gpuprof.codes import catalogue, explain_text, lookup
 
-    def lookup_aliases(key: str) -> list:
+    def lookup_aliases(key: str) -> list[Any]:
         return [c for c in catalogue() if key.strip().lower() in c.aliases]
 
     found = lookup(code)

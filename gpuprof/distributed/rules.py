@@ -13,9 +13,9 @@ import dataclasses
 import inspect
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
+from gpuprof.codespec import CodeSpec
 from gpuprof.distributed.merge import CrossRank
 from gpuprof.findings import Evidence, Finding, Severity, code_matches
-from gpuprof.codespec import CodeSpec
 from gpuprof.rules.base import COMMON_OPTIONS, INFO_BELOW_SHARE, Option
 from gpuprof.units import fmt_bytes, fmt_us
 

@@ -240,7 +240,7 @@ def _instances(metrics: TraceMetrics) -> tuple[list[Instance], Intervals]:
         counts[kind] = counts.get(kind, 0) + 1
         out.append((kind, e.ts, e.dur, message_bytes(a) if a else -1, a.group_size if a else -1))
     # kernels without sizes: take the host records' sizes when they pair one to one
-    for i, (kind, ts, dur, nbytes, group) in enumerate(out):
+    for i, (kind, ts, dur, nbytes, _group) in enumerate(out):
         if nbytes < 0 and kind in host_sizes and len(host_sizes[kind]) == counts[kind]:
             j = seen.get(kind, 0)
             seen[kind] = j + 1

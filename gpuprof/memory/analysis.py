@@ -268,7 +268,7 @@ def _growing_sites(h: Holders, dm: DeviceMemory, sites: SiteTable, opts: MemoryO
     span = dm.time[-1] - dm.time[0]
     if span <= 0:
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     for sid, times in h.alloc_times.items():
         if sid <= SiteTable.PRE_TRACE or len(times) < opts.growth_min_blocks:
             continue

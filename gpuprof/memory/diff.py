@@ -13,9 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from gpuprof.codespec import option_default, replace_fields
 from gpuprof.errors import InputError
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.codespec import option_default, replace_fields
 from gpuprof.memory.analysis import CODES, MemoryOptions, memory_values
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.frames import Site, SiteTable
@@ -143,7 +143,7 @@ def diff_memory(a: MemoryData, b: MemoryData | None, opts: DiffOptions | None = 
 
 def _growth_findings(dev: str, rows: list[dict[str, Any]], opts: DiffOptions, source: str, before: str,
                      after: str) -> list[Finding]:
-    out = []
+    out: list[Finding] = []
     for r in rows:
         if r["growth"] < opts.min_growth or len(out) >= opts.max_findings:
             break

@@ -101,12 +101,12 @@ def memory_terminal(console: Any, section: Any) -> None:
                           f"{s['share']:.0%}" if s["share"] is not None else "-")
             console.print(h)
         if dev["size_classes"]:
-            c = Table(title="At the peak, by size class", title_justify="left")
+            sc = Table(title="At the peak, by size class", title_justify="left")
             for col in ("size class", "bytes", "blocks"):
-                c.add_column(col, justify="right" if col != "size class" else "left")
+                sc.add_column(col, justify="right" if col != "size class" else "left")
             for s in dev["size_classes"]:
-                c.add_row(_esc(s["class"]), fmt_bytes(s["bytes"]), str(s["blocks"]))
-            console.print(c)
+                sc.add_row(_esc(s["class"]), fmt_bytes(s["bytes"]), str(s["blocks"]))
+            console.print(sc)
         for o in dev["ooms"]:
             console.print(f"[bold red]OOM[/bold red]: {fmt_bytes(o['requested'])} requested, "
                           f"{fmt_bytes(o['device_free'])} free, {fmt_bytes(o['allocated'])} allocated, "

@@ -342,7 +342,7 @@ def site_series(dm: DeviceMemory, site_slot: dict[int, int], slots: int, buckets
     t0 = t[0]
     span = t[-1] - t0
     scale = (buckets - 1) / span if span > 0 else 0.0
-    cur_b = int(0)
+    cur_b = 0
     bt = t0
     peak_row = list(cur)
     peak_sum = -1

@@ -30,7 +30,12 @@ from gpuprof.atomic import atomic_path
 from gpuprof.errors import InputError
 from gpuprof.findings import EventRef, Finding, sort_findings
 from gpuprof.render import format as F
-from gpuprof.trace.chunks import Text, as_json_list, event_chunks, read_head  # the loader's chunking loop, shared on purpose
+from gpuprof.trace.chunks import (  # the loader's chunking loop, shared on purpose
+    Text,
+    as_json_list,
+    event_chunks,
+    read_head,
+)
 from gpuprof.trace.source import Source
 
 __all__ = ["annotate_trace", "annotation_events", "FINDINGS_PID", "FINDINGS_PROCESS_NAME"]

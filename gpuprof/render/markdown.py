@@ -143,7 +143,7 @@ def _trace(t: TraceSummary) -> list[str]:
         out.append("")
     if t.top_kernels:
         out += ["### Top kernels", ""]
-        rows = [
+        rows: list[tuple[str, ...]] = [
             (md_name(k.name, NAME_WIDTH), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu))
             for k in t.top_kernels[:TOP_N]
         ]

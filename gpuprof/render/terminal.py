@@ -291,7 +291,7 @@ def _side_by_side(console: Console, tables: list[Table], width: int) -> list[Ren
 def _render_trace(console: Console, t: TraceSummary) -> None:
     basis = F.step_basis_us(t)
     parts: list[RenderableType] = [_kv_grid(_summary_rows(t))]
-    tables: list[RenderableType] = []
+    tables: list[Table] = []
     if t.breakdown_us:
         tables.append(_breakdown_table("Step time", t.breakdown_us, F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
     if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
@@ -304,7 +304,7 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
     console.print(Panel(Group(*parts), title=title, title_align="left", box=box.ROUNDED, expand=True))
 
     if t.top_kernels:
-        rows = [(k.name, F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu)) for k in t.top_kernels[:TOP_N]]
+        rows: list[tuple[str, ...]] = [(k.name, F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu)) for k in t.top_kernels[:TOP_N]]
         _emit_table(console, "Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")], rows)
         console.print()
     if t.top_ops:
@@ -426,7 +426,7 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
     row("GPU utilisation", [F.fmt_pct(t.gpu_utilization) if t.gpu_utilization is not None else "n/a" for t in traces])
     row("GPU busy (ms/step)", [F.fmt_ms(t.gpu_busy_us) for t in traces])
     row("Events", [F.fmt_count(t.num_events) for t in traces])
-    for heading, attr, order, names in (
+    for _heading, attr, order, names in (
         ("ms/step", "breakdown_us", F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS),
         ("GPU idle, host in", "idle_breakdown_us", F.IDLE_KEYS, F.IDLE_LABELS),
     ):
@@ -454,7 +454,8 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
         _emit_per_trace(console, title, (header, "name"), names, vals, labels)
 
     def st_name(st: Any) -> str:
-        return st.name
+        name: str = st.name
+        return name
 
     if any(t.top_kernels for t in traces):
         top("Top kernels (total GPU time per trace)", "Kernel", [t.top_kernels for t in traces], lambda k: k.total_us)
@@ -462,7 +463,7 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
         top("Top operators (GPU self time per trace)", "Operator", [t.top_ops for t in traces], lambda o: o.gpu_us)
     copies = [(label, c) for label, t in zip(labels, traces) for c in t.copies[:TOP_N]]
     if copies:
-        rows = [(label, c.direction, c.memory, F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps)) for label, c in copies]
+        rows: list[tuple[str, ...]] = [(label, c.direction, c.memory, F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps)) for label, c in copies]
         _emit_table(console, "Copies", [("Trace", "left"), ("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
         console.print()
     syncs = [(label, s) for label, t in zip(labels, traces) for s in t.syncs[:TOP_N]]

@@ -27,7 +27,7 @@ import textwrap
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 from gpuprof.codespec import CodeSpec, Option
-from gpuprof.findings import Evidence, EventRef, Finding, Severity, SourceLocation
+from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, Trace
 

@@ -7,7 +7,7 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within, of_step
+from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import CopyEvent, TraceMetrics
 from gpuprof.units import fmt_bytes, fmt_us

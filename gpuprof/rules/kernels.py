@@ -9,12 +9,12 @@ from typing import Iterable
 import numpy as np
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.units import fmt_us
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics, union_of
 from gpuprof.trace.model import Event, dur_of, ts_of
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
+from gpuprof.units import fmt_us
 
 __all__ = ["LaunchBound", "LaunchStats", "launch_stats", "is_graph_launch"]
 

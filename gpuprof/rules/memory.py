@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from gpuprof.findings import Evidence, EventRef, Finding, Severity
-from gpuprof.units import fmt_bytes, fmt_us
+from gpuprof.findings import EventRef, Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, register
 from gpuprof.trace.model import Event, Trace, memory_totals
+from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = ["MemoryNearCapacity", "DevicePeak", "device_peaks", "GPU_DEVICE_TYPES"]
 

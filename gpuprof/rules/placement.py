@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import defaultdict
-from typing import Iterable
+from typing import Any, Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
@@ -188,7 +188,7 @@ def is_heavy_compute_op(name: str) -> bool:
     return name.startswith(_HEAVY_PREFIXES) and not name.startswith(_HEAVY_EXCLUDE)
 
 
-def _gpu_launches_by_thread(m: TraceMetrics) -> dict[tuple, list[float]]:
+def _gpu_launches_by_thread(m: TraceMetrics) -> dict[tuple[Any, ...], list[float]]:
     """Start times of runtime calls that put work on a GPU (launch, copy, memset), per host thread."""
     names = {r.name for calls in m.threads.runtime.values() for r in calls}
     work = {n for n in names if classify_runtime(n) in _GPU_WORK_CALLS}  # per distinct name, once
@@ -262,7 +262,7 @@ class CpuComputeWithGpu(Rule):
         launched_ext: set[int] | None = None  # built only if some op put nothing on a GPU from its thread
 
         cpu_ops: list[Event] = []
-        last_end: dict[tuple, float] = {}
+        last_end: dict[tuple[Any, ...], float] = {}
         for o in candidates:  # sorted by start: skip heavy ops nested in an already-taken one
             key = (o.pid, o.tid)
             starts = launches.get(key, [])

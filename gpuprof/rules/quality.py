@@ -6,12 +6,12 @@ import math
 import statistics
 from typing import Iterable
 
-from gpuprof.findings import Evidence, EventRef, Finding, Severity
-from gpuprof.units import fmt_bytes, fmt_us
+from gpuprof.findings import EventRef, Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, Step, TraceMetrics
 from gpuprof.trace.model import op_dtypes
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
+from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = ["StepOutliers", "GpuActivityMissing", "TraceTooLarge"]
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
-from gpuprof.findings import Evidence, Finding, Severity
+from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, register
-from gpuprof.findings import SourceLocation
 from gpuprof.trace.idleparts import IdlePart, idle_parts
 from gpuprof.trace.metrics import IDLE_KEYS
 from gpuprof.units import fmt_us

@@ -27,14 +27,14 @@ outside the logdir.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
-from typing import Any, Callable
-
-from werkzeug import wrappers
+from typing import Any, Callable, cast
 
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
 
 from gpuprof.memory.htmlsafe import script_json
 from gpuprof.tbplugin import page
@@ -49,13 +49,19 @@ from gpuprof.tbplugin import PLUGIN_NAME
 _Request = wrappers.Request
 _Response = wrappers.Response
 
+# werkzeug types Request.application for plain functions (request) -> response; it works the same
+# on these methods (it takes the request from the last argument), which its annotations cannot say.
+_route = cast(Callable[[Callable[[Any, _Request], _Response]], Callable[..., Any]], _Request.application)
+# tensorboard ships no type hints: Respond builds a werkzeug Response.
+_respond = cast(Callable[..., _Response], http_util.Respond)
+
 
 def _bare_hash(expr: str) -> str:
     """``'sha256-XXX'`` (a CSP source) as the bare base64 ``http_util.Respond`` wants."""
     return expr.strip("'").split("-", 1)[1]
 
 
-class GpuprofPlugin(base_plugin.TBPlugin):
+class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard ships no type hints
     """gpuprof's dashboard: runs, summary, per-step breakdown charts, findings, memory, ranks, comparison."""
 
     plugin_name = PLUGIN_NAME
@@ -85,20 +91,20 @@ class GpuprofPlugin(base_plugin.TBPlugin):
 
     # --- routes ---------------------------------------------------------------------------------
 
-    @_Request.application
+    @_route
     def _serve_js(self, request: _Request) -> _Response:
-        return http_util.Respond(request, page.ENTRY_MODULE, "application/javascript")
+        return _respond(request, page.ENTRY_MODULE, "application/javascript")
 
-    @_Request.application
+    @_route
     def _serve_index(self, request: _Request) -> _Response:
         # Respond adds TensorBoard's own policy header (script-src 'self' plus the hashes given here);
         # ours comes as a second header and in the page: a browser enforces every policy, so the strictest wins.
-        return http_util.Respond(request, page.INDEX_HTML, "text/html",
-                                 csp_scripts_sha256s=[_bare_hash(h) for h in page.SCRIPT_HASHES],
-                                 headers=[("Content-Security-Policy", page.HEADER_POLICY),
-                                          ("Referrer-Policy", "no-referrer")])
+        return _respond(request, page.INDEX_HTML, "text/html",
+                        csp_scripts_sha256s=[_bare_hash(h) for h in page.SCRIPT_HASHES],
+                        headers=[("Content-Security-Policy", page.HEADER_POLICY),
+                                 ("Referrer-Policy", "no-referrer")])
 
-    @_Request.application
+    @_route
     def _serve_runs(self, request: _Request) -> _Response:
         notes: list[str] = []
         runs = self._runs(notes)
@@ -106,14 +112,14 @@ class GpuprofPlugin(base_plugin.TBPlugin):
             notes.append("TensorBoard was started without --logdir: there is nothing to show")
         return self._json(request, {"runs": [r.summary() for r in runs], "notes": notes})
 
-    @_Request.application
+    @_route
     def _serve_run(self, request: _Request) -> _Response:
         run = self._run(request.args.get("run", ""))
         if run is None:
             return self._json(request, {"status": "missing", "error": "no such run under the logdir"}, code=404)
         return self._json(request, self._view(run))
 
-    @_Request.application
+    @_route
     def _serve_compare(self, request: _Request) -> _Response:
         a, b = self._run(request.args.get("a", "")), self._run(request.args.get("b", ""))
         if a is None or b is None:
@@ -125,7 +131,7 @@ class GpuprofPlugin(base_plugin.TBPlugin):
             return self._json(request, {"status": "pending", "done": done, "total": total})
         return self._json(request, {"status": "ready", "compare": compare_views(va["view"], vb["view"])})
 
-    @_Request.application
+    @_route
     def _serve_memory_status(self, request: _Request) -> _Response:
         found = self._snapshot(request)
         if found is None:
@@ -137,23 +143,23 @@ class GpuprofPlugin(base_plugin.TBPlugin):
             return self._json(request, {"status": "error", "error": res.error})
         return self._json(request, {"status": "ready"})
 
-    @_Request.application
+    @_route
     def _serve_memory_page(self, request: _Request) -> _Response:
         from gpuprof.memory.html import inline_script_hashes
 
         found = self._snapshot(request)
         res = self._memory(found) if found is not None else None
         if res is None or res.error or not isinstance(res.value, str):
-            return http_util.Respond(request, "not ready", "text/plain", code=404)
-        return http_util.Respond(request, res.value, "text/html",
-                                 csp_scripts_sha256s=[_bare_hash(h) for h in inline_script_hashes()],
-                                 headers=[("Referrer-Policy", "no-referrer")])
+            return _respond(request, "not ready", "text/plain", code=404)
+        return _respond(request, res.value, "text/html",
+                        csp_scripts_sha256s=[_bare_hash(h) for h in inline_script_hashes()],
+                        headers=[("Referrer-Policy", "no-referrer")])
 
     # --- helpers --------------------------------------------------------------------------------
 
     def _json(self, request: _Request, obj: Any, code: int = 200) -> _Response:
         # script_json: NaN/inf become null, and nothing in the text can be read as markup if misused.
-        return http_util.Respond(request, script_json(obj), "application/json", code=code)
+        return _respond(request, script_json(obj), "application/json", code=code)
 
     def _runs(self, notes: list[str] | None = None) -> list[Run]:
         if self._logdir is None or not self._logdir.is_dir():
@@ -170,7 +176,7 @@ class GpuprofPlugin(base_plugin.TBPlugin):
             sig = file_sig(p)
             if sig is None:
                 continue  # vanished since the walk
-            res = self._store.get(("trace", os.fspath(p)), sig, lambda p=p: analyse_trace_file(p))
+            res = self._store.get(("trace", os.fspath(p)), sig, functools.partial(analyse_trace_file, p))
             if res is not None:
                 results[p] = res.value if res.error is None else res.error
         if len(results) < len(run.traces):

@@ -463,7 +463,7 @@ class TraceBuilder:
         kernel's stream waits on first (a ``cudaStreamWaitEvent`` dependency).
         Returns the GPU event."""
         dev, st = self._gpu_target(device, stream)
-        for other in wait_for:
+        for _other in wait_for:
             self.runtime("cudaStreamWaitEvent", us=2.0)
         rt, corr = self._runtime(launch, self._queue_wait(dev, st) + (self.launch_us if launch_us is None else launch_us))
         not_before = rt["ts"] + rt["dur"]
@@ -753,7 +753,7 @@ class TraceBuilder:
                                         self.kernel(kname, us=kernel_us, device=d)
                     with self.python("torch/nn/parallel/data_parallel.py", 203, "gather"):
                         with self.op("Gather"):
-                            for d in range(1, devices):
+                            for _d in range(1, devices):
                                 self.memcpy("PtoP", batch_bytes // 64, src="Device", dst="Device", device=0)
 
     # ------------------------------------------------------------------ output

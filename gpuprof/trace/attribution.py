@@ -130,9 +130,9 @@ def attribute(
     for key, calls in runtime_by_thread.items():
         corr = np.fromiter(map(_corr_of, calls), np.int64, len(calls))
         inner = np.full(len(calls), -1, np.int64)
-        ne = nest.get(key)
-        if ne is not None:
-            k = ne.innermost_at(np.fromiter(map(ts_of, calls), np.float64, len(calls)))
+        tn = nest.get(key)
+        if tn is not None:
+            k = tn.innermost_at(np.fromiter(map(ts_of, calls), np.float64, len(calls)))
             inner = np.where(k >= 0, k + first[key], -1)
         rt_corr_parts.append(corr)
         rt_op_parts.append(inner)
@@ -222,12 +222,13 @@ class _Nesting:
         k = self._last_at_depth(open_now - 1, started - 1)
         k_ok = np.maximum(k, 0)
         ok = (k >= 0) & (self.starts[k_ok] <= t) & (self.ends[k_ok] > t)
-        return np.where(ok, k, -1)
+        found: np.ndarray = np.where(ok, k, -1)
+        return found
 
 
 def _inclusive(self_us: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """``self_us`` plus that of every descendant: children are added to parents, deepest level first."""
-    total = self_us.copy()
+    total: np.ndarray = self_us.copy()
     if not len(total):
         return total
     for d in range(int(depth.max()), 0, -1):

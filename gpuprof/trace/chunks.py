@@ -239,7 +239,7 @@ def too_big(pending: int) -> str:
 
 
 def read_rest(src: Source) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     while True:
         more = src.read(BLOCK)
         if not more:

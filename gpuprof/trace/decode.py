@@ -172,7 +172,7 @@ def _explain_validation(path: Path, text: bytes, err: Exception, list_format: bo
             kind = "value"
         return f"not a PyTorch profiler trace (top-level JSON {kind}, expected an object or list)"
 
-    def shift(m: re.Match[bytes] | re.Match[str]) -> str:
+    def shift(m: re.Match[str]) -> str:
         return f"{m.group(1)}[{int(m.group(2)) + event_offset}]"
 
     msg = re.sub(r"(traceEvents|\$)\[(\d+)\]", shift, msg)

@@ -131,7 +131,8 @@ class Intervals:
         if not self:
             return [0.0] * len(lo)
         cum = np.concatenate(([0.0], np.cumsum(self.ends - self.starts)))
-        return (self._covered_below(hi, cum) - self._covered_below(lo, cum)).tolist()
+        covered: list[float] = (self._covered_below(hi, cum) - self._covered_below(lo, cum)).tolist()
+        return covered
 
     def _covered_below(self, x: np.ndarray, cum: np.ndarray) -> np.ndarray:
         """Length of the set below each ``x`` (the set's distribution function)."""

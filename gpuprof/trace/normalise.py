@@ -37,11 +37,11 @@ _DTYPE_FLAGS: dict[str, int] = {
 
 def _as_int(x: object) -> int:
     if type(x) is int:
-        return x  # type: ignore[return-value]
+        return x
     if x is None:
         return -1
     try:
-        return int(x)  # type: ignore[call-overload]
+        return int(x)  # type: ignore[call-overload,no-any-return]  # any value: a failure is -1 below
     except (TypeError, ValueError):
         return -1
 
@@ -49,7 +49,7 @@ def _as_int(x: object) -> int:
 def _address(x: object) -> int:
     """A [memory] event's Addr: an int, or a string in any base Python reads ("0x7f..."); -1 when absent."""
     if type(x) is int:
-        return x  # type: ignore[return-value]
+        return x
     if isinstance(x, str):
         try:
             return int(x, 0)
@@ -164,12 +164,9 @@ class Builder:
             if type(name) is not str:
                 name = "" if name is None else str(name)
             name = names.setdefault(name, name)  # one string object per distinct name
-            pid = ev.pid
-            tid = ev.tid
-            if pid is None:
-                pid = -1
-            if tid is None:
-                tid = -1
+            # a float pid/tid (no profiler writes one) is kept as written; Event's types name the usual ones
+            pid: int | str = ev.pid if ev.pid is not None else -1  # type: ignore[assignment]
+            tid: int | str = ev.tid if ev.tid is not None else -1  # type: ignore[assignment]
             a = ev.args
             if a is None:
                 out[kind].append(Event(kind, name, ts, dur, pid, tid))
@@ -232,9 +229,11 @@ class Builder:
         if a is None:
             return
         if ev.name == "process_labels" and isinstance(a.labels, str):
-            self.trace.process_labels[ev.pid if ev.pid is not None else -1] = a.labels
+            pid: int | str = ev.pid if ev.pid is not None else -1  # type: ignore[assignment]  # as in ingest
+            self.trace.process_labels[pid] = a.labels
         elif ev.name == "thread_name" and isinstance(a.name, str):
-            self.trace.thread_names[(ev.pid if ev.pid is not None else -1, ev.tid if ev.tid is not None else -1)] = a.name
+            key = (ev.pid if ev.pid is not None else -1, ev.tid if ev.tid is not None else -1)
+            self.trace.thread_names[key] = a.name  # type: ignore[index]  # a float pid/tid: as in ingest
 
     # -- finish
     def finish(self) -> Trace:

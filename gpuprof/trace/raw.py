@@ -27,7 +27,7 @@ class RawArgs(msgspec.Struct, gc=False):
     device: Union[int, str, None] = None
     stream: Union[int, str, None] = None
     bytes: Union[int, float, None] = None
-    input_type: Union[list, str, None] = msgspec.field(name="Input type", default=None)
+    input_type: Union[list[Any], str, None] = msgspec.field(name="Input type", default=None)
     call_stack: Union[str, None] = msgspec.field(name="Call stack", default=None)
     # collectives (kept only for communication events, see gpuprof.distributed.collectives):
     # "Input Dims" stays undecoded bytes (msgspec.Raw, pointing into the chunk: see

@@ -13,7 +13,7 @@ import gzip
 import os
 import zlib
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Union, cast
 
 from gpuprof.errors import InputError
 from gpuprof.inputs import GZIP_RATIO_FLOOR, MAX_GZIP_RATIO, STDIN, Opened, is_stdin, open_input
@@ -66,14 +66,15 @@ class Source:
         self.regular = opened.regular
         self.size = opened.size if opened.size is not None else 0
         self.gzipped = opened.head[:2] == b"\x1f\x8b"
-        self.stream: Any = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzipped else self.raw
+        # cast: typeshed wants a seekable fileobj; reading forward only, GzipFile never seeks it
+        self.stream: Any = gzip.GzipFile(fileobj=cast(Any, self.raw), mode="rb") if self.gzipped else self.raw
         self.text_bytes = 0
         self._max_ratio = MAX_GZIP_RATIO.value()
         self._check_ratio_at = GZIP_RATIO_FLOOR if self.gzipped else -1
 
     def read(self, n: int) -> bytes:
         with self._errors():
-            data = self.stream.read(n)
+            data: bytes = self.stream.read(n)
         self.text_bytes += len(data)
         if 0 <= self._check_ratio_at <= self.text_bytes:
             self._check_ratio()

@@ -33,8 +33,8 @@ import threading
 import time
 from pathlib import Path
 from time import perf_counter
-from types import TracebackType
-from typing import Any, Callable
+from types import FrameType, TracebackType
+from typing import Any, Callable, Literal
 
 from gpuprof.atomic import atomic_path
 from gpuprof.capture import active
@@ -164,7 +164,7 @@ class Profiler:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> Literal[False]:
         replacement = None
         try:
             if exc is not None:
@@ -883,16 +883,16 @@ def _dist_findings(records: list[Any], on_cuda: bool) -> list[Any]:
 def _cuda_used() -> bool:
     import torch
 
-    return bool(torch.cuda.is_initialized() and torch.cuda.memory_allocated() > 0)
+    return bool(torch.cuda.is_initialized() and torch.cuda.memory_allocated() > 0)  # type: ignore[no-untyped-call]
 
 
 def _caller_location() -> SourceLocation | None:
     """The innermost user frame (:func:`gpuprof.frames.is_user_file`) of the code that started the capture."""
     from gpuprof.frames import is_user_file
 
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         if is_user_file(f.f_code.co_filename):
             return SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
-        f = f.f_back  # type: ignore[assignment]
+        f = f.f_back
     return None

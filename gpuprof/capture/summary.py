@@ -427,7 +427,7 @@ def _settings_findings(facts: RunFacts, res: TraceResults) -> list[Finding]:
     if s is None or not s.cuda:
         return []
     op = res.op_facts if res.op_facts is not None else {"has_conv": False, "fp32_matmuls": 0}
-    has_conv = op["has_conv"] or facts.roots_have_conv
+    has_conv = bool(op["has_conv"] or facts.roots_have_conv)
     out = [cudnn_benchmark_finding(s, has_conv, facts.shapes_stable), tf32_finding(s, op["fp32_matmuls"])]
     return filter_findings([f for f in out if f is not None], facts.config.select, facts.config.ignore)
 

@@ -133,15 +133,15 @@ def op_stats(trace: Trace, threads: ThreadIndex) -> list[OpStat]:
             if a is _NEW:
                 a = agg[name] = [0, 0.0, dur]
             else:
-                a[2] += dur  # type: ignore[index]
-            a[0] += 1  # type: ignore[index]
-            a[1] += dur  # type: ignore[index]
+                a[2] += dur
+            a[0] += 1
+            a[1] += dur
             end = ts + dur
             if stack:
                 top_end, top = stack[-1]
                 if end <= top_end and top is not None:
                     top[2] -= dur  # the parent's self time excludes this child
-            push((end, a))  # type: ignore[arg-type]
+            push((end, a))
     per_name = attribute(trace, threads.ops, threads.runtime).per_name()
     stats = [
         OpStat(name=n, count=int(v[0]), total_us=v[1], self_us=max(v[2], 0.0), gpu_us=g[0], gpu_total_us=g[1])

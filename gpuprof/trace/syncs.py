@@ -21,7 +21,7 @@ from gpuprof.findings import SourceLocation
 from gpuprof.trace.model import Event, Trace, copy_kind
 from gpuprof.trace.stacks import StackIndex
 from gpuprof.trace.threads import ThreadIndex
-from gpuprof.trace.vocab import SYNC_OPS, CopyKind, RuntimeClass, classify_runtime, step_number
+from gpuprof.trace.vocab import SYNC_OPS, CopyKind, RuntimeClass, classify_runtime, parse_copy_name, step_number
 
 __all__ = ["CopyEvent", "SyncPoint", "find_copies", "next_sync_call", "sync_points"]
 
@@ -60,7 +60,9 @@ def find_copies(trace: Trace, launch_by_corr: dict[int, Event], threads: ThreadI
             else:
                 sync = next_sync_call(threads, launch)
                 blocking = sync is not None and sync.end >= g.end - 1.0
-        out.append(CopyEvent(gpu=g, launch=launch, kind=copy_kind(g), blocking=blocking, step=None))
+        # a memcpy written without args carries no parsed kind: its name says it (it used to crash the copy rules)
+        kind = copy_kind(g) or parse_copy_name(g.name)
+        out.append(CopyEvent(gpu=g, launch=launch, kind=kind, blocking=blocking, step=None))
     return out
 
 

@@ -179,6 +179,8 @@ def _capture_section(report: Report) -> CaptureSection | None:
 def preload() -> None:
     """Import what the report thread needs, on the driving thread (see Profiler._start_window_report)."""
     import gpuprof.analysis  # noqa: F401
+    import gpuprof.capture.gather  # noqa: F401 - the window's cross-rank gather under torchrun
+    import gpuprof.distributed.analysis  # noqa: F401
     import gpuprof.capture.memory  # noqa: F401
     import gpuprof.capture.settings  # noqa: F401
     import gpuprof.render.jsonout  # noqa: F401
@@ -329,11 +331,12 @@ def publish(prof: "Profiler", report: Report, g: Any, *, final: bool) -> None:
             g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard_text, prof, report)
     if prof.paths is not None:
         g.run("report writer", "no report.json/report.md", _write_reports, prof, report)
-    if final and prof.paths is not None and prof.ranks.distributed:
+    if prof.paths is not None and prof.ranks.distributed:
         from gpuprof.capture.gather import gather_cross_rank
 
+        # at the window's end too (this is then the background thread: rank 0's bounded wait holds no step)
         g.run("cross-rank report", "no cross_rank.json for this run", gather_cross_rank, report,
-              prof.paths.run_dir, prof.paths.run_dir.name)
+              prof.paths.run_dir, prof.paths.run_dir.name, window=None if final else section.steps)
     section.failures = g.all_failed()
     doc = g.run("capture result", "the capture result holds no report", _report_document, report)
     if doc is not None:

@@ -122,7 +122,7 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
             if isinstance(s, dict) and s.get("kind") == "capture" and capture is None:
                 capture = s
         notes += [n for n in doc.get("notes", []) if isinstance(n, str)]
-    cross, cross_findings, cross_failed = _cross_rank(analysed)
+    cross, cross_findings, cross_failed = _cross_rank(analysed, logdir)
     findings += [dict(f, trace=None, scope="cross-rank") for f in cross_findings]
     notes += [f"cross-rank: rule {code} failed ({msg}): the cross-rank analysis is incomplete" for code, msg in cross_failed]
     failed = sorted({c for t in analysed for c in t["failed_rules"]} | {c for c, _ in cross_failed} |
@@ -145,7 +145,8 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
     }
 
 
-def _cross_rank(analysed: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[tuple[str, str]]]:
+def _cross_rank(analysed: list[dict[str, Any]], logdir: Path
+                ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[tuple[str, str]]]:
     """The ``cross_rank`` section (report JSON layout), its GP7xx findings and the rules that failed.
 
     The same selection of ranks as ``gpuprof analyze`` (gpuprof.analysis):
@@ -169,7 +170,10 @@ def _cross_rank(analysed: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, 
     failures: list[tuple[str, BaseException]] = []
     section, found = cross_rank(job, failures=failures)
     failed = [(code, " ".join(f"{type(err).__name__}: {err}".split())[:200]) for code, err in failures]
-    return section.to_dict(), [f.to_dict() for f in found], failed
+    d = section.to_dict()
+    for row in d["ranks"]:  # paths relative to the logdir, as everywhere else on the page
+        row["path"] = _rel(Path(row["path"]), logdir)
+    return d, [f.to_dict() for f in found], failed
 
 
 def _rel(p: Path, logdir: Path) -> str:

@@ -131,6 +131,9 @@ def test_per_rank_table_and_cross_rank_view_from_two_real_ranks(tmp_path: Path) 
     report = analyze([str(p) for p in sorted(run.iterdir())])
     want = next(s for s in report.sections if s.kind == "cross_rank").to_dict()
     x = v["cross_rank"]
+    assert [r.pop("path") for r in x["ranks"]] == ["job/" + src0.name, "job/" + src1.name]  # relative to the logdir
+    for r in want["ranks"]:
+        del r["path"]
     assert x == want
     assert [r["rank"] for r in x["ranks"]] == [0, 1] and x["world_size"] == 128 and x["backend"] == "nccl"
     assert [c["type"] for c in x["collectives"]] == ["send_recv"] and x["stragglers"] == []

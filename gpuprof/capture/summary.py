@@ -180,9 +180,9 @@ def preload() -> None:
     """Import what the report thread needs, on the driving thread (see Profiler._start_window_report)."""
     import gpuprof.analysis  # noqa: F401
     import gpuprof.capture.gather  # noqa: F401 - the window's cross-rank gather under torchrun
-    import gpuprof.distributed.analysis  # noqa: F401
     import gpuprof.capture.memory  # noqa: F401
     import gpuprof.capture.settings  # noqa: F401
+    import gpuprof.distributed.analysis  # noqa: F401
     import gpuprof.render.jsonout  # noqa: F401
     import gpuprof.trace.load  # noqa: F401
     import gpuprof.trace.metrics  # noqa: F401

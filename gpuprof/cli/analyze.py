@@ -142,7 +142,7 @@ def _annotate(report: Any, out: str) -> None:
         os.makedirs(out, exist_ok=True)
     except OSError as err:
         raise InputError(out, f"cannot create the directory: {err.strerror or err}") from None
-    dests = [(t, os.path.join(out, f"{name}.gpuprof.json.gz")) for t, name in zip(traces, _unique_stems(traces))]
+    dests = [(t, os.path.join(out, f"{name}.gpuprof.json.gz")) for t, name in zip(traces, _unique_stems(traces), strict=True)]
     for _, dest in dests:  # all checked before the first is written
         refuse_input_as_output(dest, sources, "--annotate")
     for t, dest in dests:
@@ -151,7 +151,7 @@ def _annotate(report: Any, out: str) -> None:
 
 
 def _unique_stems(traces: list[str]) -> list[str]:
-    """One output name per trace: its stem, and ``-2``, ``-3``... for stems already taken (rank0/t.json, rank1/t.json)."""
+    """One output name per trace: its stem, then ``-2``, ``-3``... for a stem already taken (rank0/t.json, rank1/t.json)."""
     taken: set[str] = set()
     out = []
     for t in traces:

@@ -124,7 +124,8 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
         notes += [n for n in doc.get("notes", []) if isinstance(n, str)]
     cross, cross_findings, cross_failed = _cross_rank(analysed, logdir)
     findings += [dict(f, trace=None, scope="cross-rank") for f in cross_findings]
-    notes += [f"cross-rank: rule {code} failed ({msg}): the cross-rank analysis is incomplete" for code, msg in cross_failed]
+    notes += [f"cross-rank: rule {code} failed ({msg}): the cross-rank analysis is incomplete"
+              for code, msg in cross_failed]
     failed = sorted({c for t in analysed for c in t["failed_rules"]} | {c for c, _ in cross_failed} |
                     {c for _, doc in reports for c in doc.get("failed_rules", []) if isinstance(c, str)})
     for t in analysed:

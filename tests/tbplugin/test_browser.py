@@ -99,7 +99,8 @@ def _two_rank_job(logdir: Path) -> bool:
     from gpuprof.testing.realtraces import shared_path
 
     try:
-        src = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "timeline_analysis", "sampled_rank-0.json.gz")
+        src = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "timeline_analysis",
+                          "sampled_rank-0.json.gz")
     except unittest.SkipTest:
         return False
     d = logdir / "job"
@@ -238,7 +239,8 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         fr = tab.frame
         assert tab.page.locator("text=gpuprof").first.is_visible()  # the tab in TensorBoard's bar
         runs = fr.locator("#run option").all_text_contents()
-        assert sorted(runs) == sorted(["after (capture)", "before (capture)", HOSTILE_DIR] + (["job"] if server["job"] else []))
+        want = ["after (capture)", "before (capture)", HOSTILE_DIR] + (["job"] if server["job"] else [])
+        assert sorted(runs) == sorted(want)
         assert fr.locator("#crossrank").is_hidden()  # one process: no cross-rank view
         fr.select_option("#run", "before")
         fr.wait_for_function("() => document.querySelector('[data-code=GP102]') !== null", timeout=30_000)

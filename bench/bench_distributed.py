@@ -18,8 +18,11 @@ the process tree, see ``bench_analyze.measure``):
 * ``json.load`` of every rank file in one process, one after the other (the
   in-run baseline: reading the same JSON with the standard library).
 
-HolisticTraceAnalysis is not installed here (it would need its own venv and
-pandas/plotly); its multi-rank load is therefore not compared.
+* with ``--hta PYTHON`` (a Python with HolisticTraceAnalysis installed, e.g. a
+  private venv), HTA's multi-rank load of the same files:
+  ``TraceAnalysis(trace_dir=DIR)`` on a folder holding the set's rank files
+  (hard links), in a fresh child under ``timeout --hta-timeout`` (exit 124:
+  it ran out of time, the row says so).
 
 The table shows each child's own peak RSS (``ru_maxrss``); the process-tree
 figure (in the JSON) also counts every ``/dev/shm/gpuprof-load-*`` scratch
@@ -29,7 +32,8 @@ Then, in this process, the merge alone: ``gpuprof.distributed.merge`` of K
 rank summaries (copies of the real rank's summary) for K = 64, 256, 1024,
 reported as µs per rank, to check that it is linear.
 
-Usage: ``python bench/bench_distributed.py [--ranks 8] [--mb 200] [--small-ranks 64] [--workdir bench/out]``.
+Usage: ``python bench/bench_distributed.py [--ranks 8] [--mb 200] [--small-ranks 64] [--workdir bench/out]
+[--hta /path/to/venv/bin/python] [--hta-timeout 900]``.
 """
 
 from __future__ import annotations
@@ -83,6 +87,20 @@ def json_load_cmd(files: list[Path]) -> list[str]:
     return [sys.executable, "-c", code, *map(str, files)]
 
 
+def hta_cmd(python: str, files: list[Path], workdir: Path, tag: str, timeout_s: int) -> list[str]:
+    """HTA's multi-rank load of ``files``: ``TraceAnalysis(trace_dir=...)`` on a folder of hard links to them."""
+    folder = workdir / f"hta_{tag}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir()
+    for f in files:
+        os.link(f, folder / f.name)
+    code = ("import sys\nfrom hta.trace_analysis import TraceAnalysis\n"
+            "a = TraceAnalysis(trace_dir=sys.argv[1])\n"
+            "assert len(a.t.traces) == int(sys.argv[2]), sorted(a.t.traces)\n")
+    return ["timeout", str(timeout_s), python, "-c", code, str(folder), str(len(files))]
+
+
 def merge_cost(files: list[Path], counts: list[int]) -> list[dict[str, Any]]:
     import msgspec
 
@@ -110,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small-ranks", type=int, default=64)
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--workdir", default=str(REPO / "bench" / "out"))
+    ap.add_argument("--hta", default="", help="a Python with HolisticTraceAnalysis (compared when given)")
+    ap.add_argument("--hta-timeout", type=int, default=900, help="seconds before HTA's load is stopped")
     args = ap.parse_args(argv)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -123,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         small_src.write_bytes(gzip.decompress(SMALL_SOURCE.read_bytes()))
     small = rank_files(small_src, work, args.small_ranks, "dist_small")
     results: dict[str, Any] = {"ranks": args.ranks, "mb": args.mb, "small_ranks": args.small_ranks, "runs": []}
-    for label, files in ((f"{args.ranks} x {args.mb} MB", big_ranks), (f"{args.small_ranks} x {small_src.stat().st_size / MB:.0f} MB", small)):
+    sets = ((f"{args.ranks} x {args.mb} MB", big_ranks, f"big{args.ranks}"),
+            (f"{args.small_ranks} x {small_src.stat().st_size / MB:.1f} MB", small, f"small{args.small_ranks}"))
+    for label, files, tag in sets:
         total = sum(f.stat().st_size for f in files)
         for j in dict.fromkeys((args.jobs, 1)):
             cmd = [sys.executable, "-m", "gpuprof", "analyze", *map(str, files), "--format", "json", "-o", os.devnull,
@@ -132,10 +154,15 @@ def main(argv: list[str] | None = None) -> int:
             results["runs"].append({"set": label, "what": f"gpuprof analyze --jobs {j}", "bytes": total, **res})
         res = measure(json_load_cmd(files))
         results["runs"].append({"set": label, "what": "json.load, one by one", "bytes": total, **res})
+        if args.hta:
+            res = measure(hta_cmd(args.hta, files, work, tag, args.hta_timeout))
+            what = "HTA TraceAnalysis load" + (" (timed out)" if res["exit"] == 124 else "")
+            results["runs"].append({"set": label, "what": what, "bytes": total, **res})
+            shutil.rmtree(work / f"hta_{tag}", ignore_errors=True)
     results["merge"] = merge_cost(small, [64, 256, 1024])
     for r in results["runs"]:
         print(f"{r['set']:>16}  {r['what']:<26} {r['wall_s']:7.1f} s  {r['bytes'] / MB / r['wall_s']:7.1f} MB/s  "
-              f"own peak RSS {r['own_peak_rss'] / MB:6.0f} MB  exit {r['exit']}")
+              f"peak RSS (tree) {r['tree_peak_rss'] / MB:6.0f} MB  exit {r['exit']}")
     for r in results["merge"]:
         print(f"merge of {r['ranks']:5d} ranks ({r['collectives_per_rank']} collectives each): "
               f"{r['merge_s'] * 1e3:8.1f} ms, {r['us_per_rank']:.0f} µs per rank; summary {r['summary_bytes']} bytes")

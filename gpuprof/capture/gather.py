@@ -6,7 +6,9 @@ the job's ``torch.distributed`` key-value store under a key of its run and
 rank. ``set`` returns at once, so no rank ever waits for another; only rank 0
 polls for the other ranks' keys, for at most ``GATHER_WAIT_S`` seconds, and
 writes ``<run dir>/report.cross_rank.json`` and ``report.cross_rank.md``
-with what arrived (``report.*`` names: ``gpuprof analyze <run dir>`` does not
+with what arrived, once when the recorded window closes (from the window
+report's background thread: the training loop never waits for it) and again
+at the end of the run (``report.*`` names: ``gpuprof analyze <run dir>`` does not
 take them for traces).
 A rank that is dead, hung or captured nothing is named in the report's notes,
 never waited on beyond that bound. The store is the one every backend's
@@ -52,11 +54,16 @@ def _wait_s() -> float:
         return GATHER_WAIT_S
 
 
-def gather_cross_rank(report: Report, run_dir: Path, run: str, wait_s: float | None = None) -> Path | None:
+def gather_cross_rank(report: Report, run_dir: Path, run: str, wait_s: float | None = None, *,
+                      window: int | None = None) -> Path | None:
     """Share this rank's summary; on rank 0, merge what arrives within ``wait_s`` and write the cross-rank report.
 
-    Returns the JSON path rank 0 wrote, else None. Raises on store errors (the
-    caller's guard turns that into one warning).
+    ``window``: the step at which the recorded window closed, for the gather
+    made then (on the window report's background thread, while training goes
+    on); None for the one at the end of the run, which rewrites the files.
+    The two use different keys, so rank 0 never takes a rank's window summary
+    for its end-of-run one. Returns the JSON path rank 0 wrote, else None.
+    Raises on store errors (the caller's guard turns that into one warning).
     """
     mine = [s for sec in report.sections if getattr(sec, "kind", None) == "rank_summaries" for s in sec.summaries]
     ctx = _store_and_group()
@@ -66,7 +73,8 @@ def gather_cross_rank(report: Report, run_dir: Path, run: str, wait_s: float | N
     wait_s = _wait_s() if wait_s is None else wait_s
     if world < 2:
         return None
-    prefix = f"gpuprof/{run}/summary/"
+    # all ranks close the window at the same point of the schedule: one window key per run
+    prefix = f"gpuprof/{run}/summary/" if window is None else f"gpuprof/{run}/window/summary/"
     store.set(f"{prefix}{rank}", msgspec.msgpack.encode(mine[0]))
     if rank != 0:
         return None
@@ -79,16 +87,19 @@ def gather_cross_rank(report: Report, run_dir: Path, run: str, wait_s: float | N
         if len(got) == world or time.monotonic() >= deadline:
             break
         time.sleep(_POLL_S)
-    return _write(run_dir, got, world, wait_s)
+    return _write(run_dir, got, world, wait_s, window)
 
 
-def _write(run_dir: Path, got: dict[int, RankSummary], world: int, wait_s: float) -> Path:
+def _write(run_dir: Path, got: dict[int, RankSummary], world: int, wait_s: float, window: int | None = None) -> Path:
     from gpuprof.distributed.analysis import cross_rank
     from gpuprof.render import render
     from gpuprof.render.jsonout import render_json
 
     summaries = [got[r] for r in sorted(got)]
     out = Report(command="analyze", inputs=[s.path for s in summaries])
+    if window is not None:
+        out.notes.append(f"gathered when the recorded window closed at step {window}, while the run goes on; "
+                         "rewritten with the whole run when it ends")
     missing = [r for r in range(world) if r not in got]
     if missing:
         out.notes.append(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} sent no summary "

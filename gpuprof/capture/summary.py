@@ -191,8 +191,10 @@ def _capture_section(report: Report) -> CaptureSection | None:
 def preload() -> None:
     """Import what the report thread needs, on the driving thread (see Profiler._start_window_report)."""
     import gpuprof.analysis  # noqa: F401
+    import gpuprof.capture.gather  # noqa: F401 - the window's cross-rank gather under torchrun
     import gpuprof.capture.memory  # noqa: F401
     import gpuprof.capture.settings  # noqa: F401
+    import gpuprof.distributed.analysis  # noqa: F401
     import gpuprof.render.jsonout  # noqa: F401
     import gpuprof.trace.load  # noqa: F401
     import gpuprof.trace.metrics  # noqa: F401
@@ -350,11 +352,13 @@ def publish(prof: "Profiler", facts: RunFacts, report: Report, g: Any, *, final:
             g.run("TensorBoard writer", "TensorBoard holds no findings", _write_tensorboard_text, prof, report)
     if facts.report_json is not None:
         g.run("report writer", "no report.json/report.md", _write_reports, facts, report)
-    if final and facts.report_json is not None and facts.distributed:
+    if facts.report_json is not None and facts.distributed:
         from gpuprof.capture.gather import gather_cross_rank
 
         run_dir = Path(facts.section.run_dir)
-        g.run("cross-rank report", "no cross_rank.json for this run", gather_cross_rank, report, run_dir, run_dir.name)
+        # at the window's end too (this is then the background thread: rank 0's bounded wait holds no step)
+        g.run("cross-rank report", "no cross_rank.json for this run", gather_cross_rank, report, run_dir,
+              run_dir.name, window=None if final else section.steps)
     section.failures = g.all_failed()
     doc = g.run("capture result", "the capture result holds no report", _report_document, report)
     if doc is not None:

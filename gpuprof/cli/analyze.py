@@ -35,7 +35,7 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
     type=click.Path(dir_okay=True, path_type=str),
     metavar="OUT.pt.trace.json.gz",
     help="Write the trace back with each finding on its own track (open in Perfetto). "
-    "For a directory of traces, OUT is a directory.",
+    "For a directory of traces or several paths, OUT is a directory: one annotated file per trace.",
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar for big files (default: on a terminal).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
@@ -68,11 +68,10 @@ def analyze_cmd(
         raise click.BadParameter(str(err), param_hint="--option") from None
 
     path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
-    if annotate and not isinstance(path, str):
-        raise click.BadParameter("--annotate takes one trace file or directory", param_hint="--annotate")
-    if annotate and isinstance(path, str) and (path == "-" or not (os.path.isfile(path) or os.path.isdir(path))):
-        # the annotator reads the trace a second time, which a pipe cannot give
-        raise InputError(path, "--annotate needs a trace file or directory, not a pipe or standard input")
+    for p in paths if annotate else ():
+        if p == "-" or not (os.path.isfile(p) or os.path.isdir(p)):
+            # the annotator reads the trace a second time, which a pipe cannot give
+            raise InputError(p, "--annotate needs trace files or directories, not a pipe or standard input")
     show_progress = progress if progress is not None else sys.stderr.isatty()
     with ExitStack() as stack:
         factory = _progress_factory(stack) if show_progress else None
@@ -133,7 +132,7 @@ def _annotate(report: Any, out: str) -> None:
 
     traces = [t.path for t in report.traces]
     sources = input_files(report)
-    if len(traces) == 1 and not os.path.isdir(out):
+    if len(traces) == 1 and not os.path.isdir(out) and len(report.inputs) == 1:
         refuse_input_as_output(out, sources, "--annotate")
         annotate_trace(traces[0], [f for f in report.findings if f.source == traces[0]], out)
         click.echo(f"gpuprof: annotated trace written to {visible(out)}", err=True)
@@ -142,12 +141,27 @@ def _annotate(report: Any, out: str) -> None:
         os.makedirs(out, exist_ok=True)
     except OSError as err:
         raise InputError(out, f"cannot create the directory: {err.strerror or err}") from None
-    dests = [(t, os.path.join(out, f"{_stem(t)}.gpuprof.json.gz")) for t in traces]
+    dests = [(t, os.path.join(out, f"{name}.gpuprof.json.gz")) for t, name in zip(traces, _unique_stems(traces), strict=True)]
     for _, dest in dests:  # all checked before the first is written
         refuse_input_as_output(dest, sources, "--annotate")
     for t, dest in dests:
         annotate_trace(t, [f for f in report.findings if f.source == t], dest)
     click.echo(f"gpuprof: {len(traces)} annotated traces written to {visible(out)}", err=True)
+
+
+def _unique_stems(traces: list[str]) -> list[str]:
+    """One output name per trace: its stem, then ``-2``, ``-3``... for a stem already taken (rank0/t.json, rank1/t.json)."""
+    taken: set[str] = set()
+    out = []
+    for t in traces:
+        stem = name = _stem(t)
+        n = 1
+        while name in taken:
+            n += 1
+            name = f"{stem}-{n}"
+        taken.add(name)
+        out.append(name)
+    return out
 
 
 def _stem(trace: str) -> str:

@@ -29,6 +29,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gpuprof.errors import GpuprofError, InputError
 from gpuprof.tbplugin.runs import Run, rank_of_report
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, IDLE_KEYS
@@ -52,14 +54,17 @@ def analyse_trace_file(path: Path) -> dict[str, Any]:
     trace = load_trace(path)
     metrics = compute_metrics(trace)
     failures: list[RuleFailure] = []
-    summary, findings = analyze_trace(trace, failures=failures, metrics=metrics)
+    ranks: list[Any] = []
+    summary, findings = analyze_trace(trace, failures=failures, metrics=metrics, rank_summaries=ranks)
     steps = [{"id": s.id, "time_us": s.dur,
               "breakdown_us": {k: bd.get(k, 0.0) for k in BREAKDOWN_KEYS},
               "idle_us": {k: idle.get(k, 0.0) for k in IDLE_KEYS}}
              for s, bd, idle in zip(metrics.steps, metrics.breakdown_per_step, metrics.idle_per_step)]
     return {"summary": summary.to_dict(), "steps": steps,
             "findings": [f.to_dict() for f in findings],
-            "failed_rules": sorted({code for code, _ in failures})}
+            "failed_rules": sorted({code for code, _ in failures}),
+            # the cross-rank merge's input (msgspec builtins: cached and merged later without the trace)
+            "rank_summary": msgspec.to_builtins(ranks[0]) if ranks else None}
 
 
 def read_report(path: Path) -> dict[str, Any]:
@@ -117,7 +122,11 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
             if isinstance(s, dict) and s.get("kind") == "capture" and capture is None:
                 capture = s
         notes += [n for n in doc.get("notes", []) if isinstance(n, str)]
-    failed = sorted({c for t in analysed for c in t["failed_rules"]} |
+    cross, cross_findings, cross_failed = _cross_rank(analysed, logdir)
+    findings += [dict(f, trace=None, scope="cross-rank") for f in cross_findings]
+    notes += [f"cross-rank: rule {code} failed ({msg}): the cross-rank analysis is incomplete"
+              for code, msg in cross_failed]
+    failed = sorted({c for t in analysed for c in t["failed_rules"]} | {c for c, _ in cross_failed} |
                     {c for _, doc in reports for c in doc.get("failed_rules", []) if isinstance(c, str)})
     for t in analysed:
         notes += [f"{t['file']}: {n}" for n in t["summary"].get("notes", [])]
@@ -129,11 +138,43 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
         "findings": _sorted_findings(findings),
         "failed_rules": failed,
         "ranks": _ranks(analysed, reports, logdir),
+        "cross_rank": cross,
         "capture": capture,
         "snapshots": [_rel(p, logdir) for p in run.snapshots],
         "notes": notes,
         "errors": errors,
     }
+
+
+def _cross_rank(analysed: list[dict[str, Any]], logdir: Path
+                ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[tuple[str, str]]]:
+    """The ``cross_rank`` section (report JSON layout), its GP7xx findings and the rules that failed.
+
+    The same selection of ranks as ``gpuprof analyze`` (gpuprof.analysis):
+    traces with a rank number that are not a one-process "job"; none when
+    fewer than two distinct ranks. A GP7xx rule that raises is reported
+    (code and one line), never read as "no findings".
+    """
+    from gpuprof.distributed.analysis import cross_rank
+    from gpuprof.distributed.summary import RankSummary
+
+    job = []
+    for t in analysed:
+        raw = t.get("rank_summary")
+        if raw is None:
+            continue
+        s = msgspec.convert(raw, RankSummary)
+        if s.rank is not None and (s.world_size is None or s.world_size > 1):
+            job.append(s)
+    if len({s.rank for s in job}) < 2:
+        return None, [], []
+    failures: list[tuple[str, BaseException]] = []
+    section, found = cross_rank(job, failures=failures)
+    failed = [(code, " ".join(f"{type(err).__name__}: {err}".split())[:200]) for code, err in failures]
+    d = section.to_dict()
+    for row in d["ranks"]:  # paths relative to the logdir, as everywhere else on the page
+        row["path"] = _rel(Path(row["path"]), logdir)
+    return d, [f.to_dict() for f in found], failed
 
 
 def _rel(p: Path, logdir: Path) -> str:

@@ -30,7 +30,7 @@ body{font:13px system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;col
 header{background:#fff;border-bottom:1px solid #ddd;padding:10px 16px;display:flex;flex-wrap:wrap;gap:12px;align-items:center;position:sticky;top:0;z-index:2}
 header b{font-size:15px} select{max-width:420px;font:inherit}
 main{padding:8px 16px 40px} section{background:#fff;border:1px solid #e0e0e0;border-radius:4px;margin:12px 0;padding:10px 14px}
-h2{font-size:14px;margin:0 0 8px} .muted{color:#777} .err{color:#b00020;overflow-wrap:anywhere}
+h2{font-size:14px;margin:0 0 8px} .muted{color:#777} .straggler{color:#e37400;font-weight:600} .err{color:#b00020;overflow-wrap:anywhere}
 #cards{display:flex;flex-wrap:wrap;gap:10px} .card{border:1px solid #e0e0e0;border-radius:4px;padding:6px 10px;min-width:120px}
 .card .k{color:#777;font-size:11px} .card .v{font-size:16px;overflow-wrap:anywhere}
 table{border-collapse:collapse;width:100%;margin-top:4px} td,th{border-bottom:1px solid #eee;padding:3px 8px;text-align:right;vertical-align:top}
@@ -135,7 +135,7 @@ function showFindings(v){
   const items = v.findings.map(f => {
     const loc = f.location ? short(f.location.file) + (f.location.line ? ":" + f.location.line : "") + (f.location.function ? " (" + short(f.location.function) + ")" : "") : null;
     const cost = num(f.cost_us_per_step) ? "cost " + fmtUs(f.cost_us_per_step) + " per step (" + fmtPct(f.cost_share) + " of the mean step)" : "cost not estimated";
-    const from = f.origin === "trace" ? "trace analysis" + (f.trace ? " of " + short(f.trace) : "") : short(f.origin || "?") + " (from " + short(f.report || "report.json") + ")";
+    const from = f.scope === "cross-rank" ? "cross-rank analysis" : f.origin === "trace" ? "trace analysis" + (f.trace ? " of " + short(f.trace) : "") : short(f.origin || "?") + " (from " + short(f.report || "report.json") + ")";
     const ev = evidenceRows(f);
     return el("div", {class: "finding " + sev(f.severity), "data-code": short(f.code, 40)},
       el("div", {class: "head"}, short(f.code, 40) + " " + short(f.name || ""), el("span", {class: "tag"}, sev(f.severity)), el("span", {class: "tag"}, from)),
@@ -171,6 +171,30 @@ function showRanks(v){
                       fmtPct(r.gpu_utilization), fmtUs(r.idle_us), String(r.findings), r.report ? short(r.report) : "-"]));
 }
 
+// The cross_rank section of gpuprof.distributed (docs/distributed.md): the same numbers as `gpuprof analyze RANKS...`.
+function straggler(x){
+  if (!x.stragglers.length) return "no straggler: the ranks wait about as long as each other in the collectives";
+  return "straggler: rank " + x.stragglers.join(", ") + " (the others wait " + fmtUs(x.others_wait_us) + " per step for it" +
+    (x.straggler_cause ? "; its excess: " + short(x.straggler_cause) + " +" + fmtUs(x.straggler_excess_us) + ")" : ")");
+}
+function showCrossRank(v){
+  const x = v.cross_rank; $("crossrank").hidden = !x;
+  if (!x) return;
+  $("xhead").textContent = x.ranks.length + " ranks" + (num(x.world_size) ? " of " + x.world_size : "") + ", backend " +
+    (x.backend ? short(x.backend, 40) : "unknown") + ", median step " + fmtUs(x.step_us);
+  $("xstraggler").textContent = straggler(x);
+  $("xstraggler").className = x.stragglers.length ? "straggler" : "muted";
+  const slow = new Set(x.stragglers);
+  table("xranks", ["rank", "step", "compute", "comm", "exposed comm", "wait", "data loading", "host", "sync", "unrecorded", "collectives / step", "device"],
+    x.ranks.map(r => [String(r.rank) + (slow.has(r.rank) ? " (straggler)" : ""), fmtUs(r.step_us), fmtUs(r.compute_us), fmtUs(r.comm_us),
+                      fmtUs(r.exposed_comm_us), fmtUs(r.wait_us), fmtUs(r.data_loading_us), fmtUs(r.host_us), fmtUs(r.sync_us),
+                      fmtUs(r.unrecorded_us), num(r.collectives_per_step) ? r.collectives_per_step.toFixed(1) : "-", short(r.device || "", 60)]));
+  table("xcolls", ["collective", "per step", "mean time", "mean size", "bytes / step", "bus bandwidth"],
+    x.collectives.map(c => [short(c.type, 40), num(c.per_step) ? c.per_step.toFixed(1) : "-", fmtUs(c.mean_us), fmtB(c.mean_bytes),
+                            fmtB(c.bytes_per_step), num(c.bus_gbps) ? c.bus_gbps.toFixed(1) + " GB/s" : "-"]));
+  $("xnotes").replaceChildren(...x.notes.map(n => el("li", {}, short(n, LONG))));
+}
+
 function showMemory(v){
   const sel = $("snap"); $("memory").hidden = v.snapshots.length === 0;
   sel.replaceChildren(...v.snapshots.map((s, i) => el("option", {value: i}, short(s))));
@@ -194,7 +218,7 @@ function showNotes(v){ $("notes").replaceChildren(...v.notes.map(n => el("li", {
 
 function render(v){
   state.view = v;
-  showSummary(v); showFindings(v); showTrace(v); showRanks(v); showMemory(v); showNotes(v);
+  showSummary(v); showFindings(v); showTrace(v); showRanks(v); showCrossRank(v); showMemory(v); showNotes(v);
   $("content").hidden = false; bump();
 }
 
@@ -292,6 +316,9 @@ INDEX_HTML = ("""<!doctype html>
 <section><h2>Host syncs</h2><table id="syncs"></table></section>
 <p id="no-gpu-tables" class="muted" hidden>No kernels, copies or host syncs in this trace.</p>
 <section><h2>Ranks</h2><table id="ranks"></table></section>
+<section id="crossrank" hidden><h2>Cross-rank</h2><p id="xhead"></p><p id="xstraggler"></p>
+<div><h3>Per rank (mean per step; wait: time in collectives waiting for the other ranks)</h3><table id="xranks"></table></div>
+<div><h3>Collectives (time: the fastest rank of each)</h3><table id="xcolls"></table></div><ul id="xnotes" class="muted"></ul></section>
 <section id="memory" hidden><h2>Memory timeline</h2><label>Snapshot <select id="snap"></select></label>
 <button id="snapopen" type="button">Show</button> <span id="memstatus" class="muted"></span><div id="memframe"></div></section>
 <section hidden><h2>Notes</h2><ul id="notes"></ul></section>

@@ -32,6 +32,8 @@ def _torchrun(logdir: Path, *args: str) -> Path:
            str(REPO / "examples" / "ddp_straggler.py"), "--logdir", str(logdir), "--steps", "6", *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the gathers (at the window's end on the report thread, and at the end of the run) warned about nothing
+    assert "cross-rank report" not in proc.stderr, proc.stderr[-3000:]
     runs = [p for p in logdir.iterdir() if p.is_dir()]
     assert len(runs) == 1, runs
     return runs[0]
@@ -266,3 +268,46 @@ def test_capture_gather_names_a_missing_rank_and_waits_only_as_long_as_told(tmp_
                             "left out of the comparison"]
     assert rep["sections"] == []  # one rank: nothing to compare
     assert store.check(["gpuprof/run/summary/0"])  # its own summary was shared
+
+
+def test_capture_gathers_at_the_window_end_without_holding_the_loop(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 of 2 whose rank 1 is dead: the window's gather waits on the report thread, the loop runs on."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    import gpuprof
+    from gpuprof.capture import Schedule, gather
+
+    store = torch.distributed.HashStore()  # a real store; rank 1 never writes to it
+    monkeypatch.setattr(gather, "_store_and_group", lambda: (store, 0, 2))
+    for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "GPUPROF_GATHER_WAIT_S": "4"}.items():
+        monkeypatch.setenv(k, v)
+    model = torch.nn.Linear(32, 32)
+    x = torch.randn(16, 32)
+    after_close: list[float] = []
+    with gpuprof.profile(str(tmp_path), run="job", schedule=Schedule(wait=1, warmup=1, active=2),
+                         tensorboard=False, memory_history=False, print_report=False) as prof:
+        for _ in range(12):
+            t0 = time.monotonic()
+            model(x).sum().backward()
+            prof.step()
+            if prof._report_thread is not None:
+                after_close.append(time.monotonic() - t0)
+        run_dir = prof.paths.run_dir
+        path = run_dir / "report.cross_rank.json"
+        deadline = time.monotonic() + 30
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        window = json.loads(path.read_text())
+        monkeypatch.setenv("GPUPROF_GATHER_WAIT_S", "0.5")  # the end-of-run gather: a shorter wait, same check
+    # the steps after the window closed did not wait for rank 1 (4 s): the wait is on the report thread
+    assert len(after_close) >= 8 and sum(after_close) < 4
+    assert window["notes"][0].startswith("gathered when the recorded window closed at step ")
+    assert "rank 1 sent no summary within 4 s" in window["notes"][1]
+    assert store.check([f"gpuprof/{run_dir.name}/window/summary/0"])
+    final = json.loads(path.read_text())  # rewritten at the end of the run, under its own key
+    assert final["notes"] == ["rank 1 sent no summary within 0.5 s (stopped, hung, or captured nothing): "
+                              "left out of the comparison"]
+    assert store.check([f"gpuprof/{run_dir.name}/summary/0"])
+    assert (run_dir / "report.cross_rank.md").exists()

@@ -262,3 +262,29 @@ def test_truncated_gzip_names_the_input(tmp_path):
     with pytest.raises(InputError) as err:
         annotate_trace(src, ONE, tmp_path / "o.json.gz")
     assert err.value.path == str(src)
+
+
+def test_cli_annotates_each_of_several_paths_into_a_directory(tmp_path):
+    """Several paths (the ranks of a job): one annotated file per trace, same-named traces kept apart."""
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+    from gpuprof.testing.tracegen import TraceBuilder, simple_training
+
+    a = simple_training(TraceBuilder(), steps=3).write(tmp_path / "rank0" / "t.pt.trace.json")
+    b = simple_training(TraceBuilder(), steps=4).write(tmp_path / "rank1" / "t.pt.trace.json")
+    out = tmp_path / "annotated"
+    res = CliRunner().invoke(cli, ["analyze", str(a), str(b), "--format", "json", "-o", str(tmp_path / "r.json"),
+                                   "--annotate", str(out)])
+    assert res.exit_code in (0, 1), res.output
+    assert sorted(p.name for p in out.iterdir()) == ["t.pt.trace-2.gpuprof.json.gz", "t.pt.trace.gpuprof.json.gz"]
+    report = json.loads((tmp_path / "r.json").read_text())
+    for src, name in ((a, "t.pt.trace.gpuprof.json.gz"), (b, "t.pt.trace-2.gpuprof.json.gz")):
+        mine = [f for f in report["findings"] if f["source"] == str(src)]
+        new = _read_json(out / name)
+        assert _events(new)[: len(_events(_read_json(src)))] == _events(_read_json(src))  # its own trace, kept
+        track = [e for e in _events(new) if e.get("pid") == FINDINGS_PID and e.get("ph") == "X"]
+        assert mine and {f["code"] for f in mine} <= {e["name"].split(" ")[0] for e in track}
+    # a pipe among the paths: the one-line refusal, nothing written
+    res = CliRunner().invoke(cli, ["analyze", str(a), "-", "--annotate", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "not a pipe" in res.output and not (tmp_path / "x").exists()

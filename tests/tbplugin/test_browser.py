@@ -87,6 +87,34 @@ def _hostile_run(logdir: Path) -> list[str]:
     return names
 
 
+def _two_rank_job(logdir: Path) -> bool:
+    """HTA's real NCCL rank trace as ranks 0 and 1 of a job, rank 1's NCCL kernels 3x longer: it waits for rank 0.
+
+    False (no run) when ../shared is absent; the cross-rank checks then skip.
+    """
+    import gzip
+    import json
+    import unittest
+
+    from gpuprof.testing.realtraces import shared_path
+
+    try:
+        src = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "timeline_analysis",
+                          "sampled_rank-0.json.gz")
+    except unittest.SkipTest:
+        return False
+    d = logdir / "job"
+    d.mkdir()
+    for r in (0, 1):
+        doc = json.loads(gzip.open(src).read())
+        doc["distributedInfo"] = {**doc.get("distributedInfo", {}), "rank": r, "world_size": 2}
+        for e in doc["traceEvents"] if r == 1 else ():
+            if e.get("cat") == "kernel" and str(e.get("name", "")).startswith("nccl"):
+                e["dur"] *= 3
+        (d / f"rank{r}.pt.trace.json").write_text(json.dumps(doc))
+    return True
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -115,6 +143,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     snap.alloc(64 * MiB, snap.stack(("/home/u/train.py", 42, "train_step")))
     snap.dump(logdir / "after" / "w.1.memory_snapshot.pickle")
     names = _hostile_run(logdir)
+    job = _two_rank_job(logdir)
     port = _free_port()
     flags = ["--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port), "--path_prefix", PREFIX,
              "--reload_interval", "0"]
@@ -139,7 +168,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         if proc.poll() is not None:
             log.seek(0)
             pytest.fail(f"TensorBoard exited: {log.read()[-2000:]}")
-        yield {"base": base, "port": port, "names": names, "logdir": logdir, "log": log,
+        yield {"base": base, "port": port, "names": names, "logdir": logdir, "log": log, "job": job,
                "entry_point": _entry_point_installed()}
     finally:
         proc.terminate()
@@ -210,7 +239,9 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         fr = tab.frame
         assert tab.page.locator("text=gpuprof").first.is_visible()  # the tab in TensorBoard's bar
         runs = fr.locator("#run option").all_text_contents()
-        assert sorted(runs) == sorted(["after (capture)", "before (capture)", HOSTILE_DIR])
+        want = ["after (capture)", "before (capture)", HOSTILE_DIR] + (["job"] if server["job"] else [])
+        assert sorted(runs) == sorted(want)
+        assert fr.locator("#crossrank").is_hidden()  # one process: no cross-rank view
         fr.select_option("#run", "before")
         fr.wait_for_function("() => document.querySelector('[data-code=GP102]') !== null", timeout=30_000)
         gp102 = fr.locator("[data-code=GP102]").first
@@ -239,6 +270,17 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         body = fr.locator("#compare-body").text_content()
         assert "findings removed (" in body and "GP102" in body.split("findings added")[0]
         assert fr.locator("#compare-table tr").count() >= 10
+        if server["job"]:  # two ranks of a real NCCL trace: the cross-rank view of gpuprof.distributed
+            fr.select_option("#run", "job")
+            fr.wait_for_function("() => !document.getElementById('crossrank').hidden", timeout=60_000)
+            line = fr.locator("#xstraggler").text_content()
+            assert line.startswith("straggler: rank 0 (the others wait ") and "its excess:" in line
+            assert fr.locator("#xstraggler").is_visible()
+            assert fr.locator("#xranks tr").count() == 3 and "0 (straggler)" in fr.locator("#xranks").text_content()
+            assert "send_recv" in fr.locator("#xcolls").text_content()
+            assert "2 ranks of 2, backend nccl" in fr.locator("#xhead").text_content()
+            gp701 = fr.locator("[data-code=GP701]").first
+            assert "cross-rank analysis" in gp701.text_content() and "rank 0" in gp701.text_content()
         assert tab.errors == [] and tab.dialogs == []
         assert tab.foreign == [], tab.foreign  # nothing but the TensorBoard server was asked for anything
         assert {u.split("/")[2] for u in tab.requests if u.startswith("http")} == {f"127.0.0.1:{server['port']}"}

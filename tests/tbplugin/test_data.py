@@ -110,7 +110,7 @@ def test_broken_report_and_trace_are_one_line_errors_not_crashes(tmp_path: Path)
         read_report(tmp_path / "r" / "report.json")
 
 
-def test_per_rank_table_from_two_real_ranks(tmp_path: Path) -> None:
+def test_per_rank_table_and_cross_rank_view_from_two_real_ranks(tmp_path: Path) -> None:
     # HTA's sampled 2-rank traces (distributedInfo rank 0 and 1), copied into one run of a scratch logdir
     run = tmp_path / "job"
     run.mkdir()
@@ -125,6 +125,25 @@ def test_per_rank_table_from_two_real_ranks(tmp_path: Path) -> None:
         assert r["step_time_us"] == pytest.approx(t["summary"]["step_time_us"])
         assert r["gpu_utilization"] == pytest.approx(t["summary"]["gpu_utilization"])
     assert min(r["vs_fastest"] for r in v["ranks"]) == 0.0
+    # the cross-rank view is gpuprof analyze's cross_rank section of the same two files, and its GP7xx findings
+    from gpuprof.analysis import analyze
+
+    report = analyze([str(p) for p in sorted(run.iterdir())])
+    want = next(s for s in report.sections if s.kind == "cross_rank").to_dict()
+    x = v["cross_rank"]
+    assert [r.pop("path") for r in x["ranks"]] == ["job/" + src0.name, "job/" + src1.name]  # relative to the logdir
+    for r in want["ranks"]:
+        del r["path"]
+    assert x == want
+    assert [r["rank"] for r in x["ranks"]] == [0, 1] and x["world_size"] == 128 and x["backend"] == "nccl"
+    assert [c["type"] for c in x["collectives"]] == ["send_recv"] and x["stragglers"] == []
+    assert all(r["exposed_comm_us"] > 0 for r in x["ranks"])
+    cross = [f for f in v["findings"] if f.get("scope") == "cross-rank"]
+    assert [f["code"] for f in cross] == [f.code for f in report.findings if f.code.startswith("GP7")] == ["GP702"]
+    assert cross[0]["trace"] is None
+    # one rank alone is no job: no cross-rank view
+    (run / src1.name).unlink()
+    assert _views(tmp_path)["job"]["cross_rank"] is None
 
 
 def test_comparison_of_the_real_v100_runs_num_workers_0_then_4(tmp_path: Path) -> None:

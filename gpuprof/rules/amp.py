@@ -1,4 +1,4 @@
-"""GP842/GP860/GP861: optimizer and mixed-precision habits seen in a trace.
+"""GP842/GP860/GP861/GP862: optimizer and mixed-precision habits seen in a trace.
 
 All three read the operators PyTorch records inside ``Optimizer.step#...``
 ranges (every ``torch.optim`` optimizer emits one) and the operators' input
@@ -15,12 +15,13 @@ from typing import Iterable
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import host_step_of
-from gpuprof.rules.precision import TC_OPS
+from gpuprof.rules.precision import TC_OPS, device_capability
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_FP16, DTYPE_HALF, Event, op_dtypes
+from gpuprof.trace.model import DTYPE_BF16, DTYPE_FLOAT, DTYPE_FP16, DTYPE_HALF, Event, op_dtypes
 
-__all__ = ["OptimizerOps", "optimizer_ops", "PerParameterOptimizer", "Fp16WithoutGradScaler", "HalfParameters"]
+__all__ = ["OptimizerOps", "optimizer_ops", "PerParameterOptimizer", "Fp16WithoutGradScaler", "HalfParameters",
+           "Bf16Unused"]
 
 _STEP = "Optimizer.step#"
 _MULTI_TENSOR = ("aten::_foreach_", "aten::_fused_")
@@ -45,11 +46,15 @@ class OptimizerOps:
     * ``per_parameter``: outermost ``aten::`` operators that are not
       multi-tensor (``_foreach_*``/``_fused_*``): one call per parameter.
     * ``multi_tensor``: ``aten::_foreach_*``/``aten::_fused_*`` operators.
+    * ``multi_tensor_kernels``: ``multi_tensor_apply`` kernels launched inside
+      the ranges, also by extensions that are no aten operator (apex's and
+      DeepSpeed's ``FusedAdam``).
     """
 
     optimizer: str = ""
     per_parameter: list[Event] = field(default_factory=list)
     multi_tensor: list[Event] = field(default_factory=list)
+    multi_tensor_kernels: list[Event] = field(default_factory=list)
 
     @property
     def all(self) -> list[Event]:
@@ -68,14 +73,23 @@ def optimizer_ops(m: TraceMetrics) -> OptimizerOps:
         by_thread.setdefault((a.pid, a.tid), []).append((a.ts, a.end))
     for spans in by_thread.values():
         spans.sort()
+
+    def within(e: Event) -> bool:
+        spans = by_thread.get((e.pid, e.tid))
+        if not spans:
+            return False
+        i = bisect_right(spans, (e.ts, float("inf"))) - 1
+        return i >= 0 and e.end <= spans[i][1]
+
     inside: dict[tuple[object, object], list[Event]] = {}
     for o in m.trace.ops:
-        spans = by_thread.get((o.pid, o.tid))
-        if not spans:
-            continue
-        i = bisect_right(spans, (o.ts, float("inf"))) - 1
-        if i >= 0 and o.end <= spans[i][1]:
+        if within(o):
             inside.setdefault((o.pid, o.tid), []).append(o)
+    for k in m.trace.kernels:
+        if "multi_tensor_apply" in k.name:
+            launch = m.launch_by_corr.get(k.corr) if k.corr >= 0 else None
+            if launch is not None and within(launch):
+                out.multi_tensor_kernels.append(k)
     for ops in inside.values():
         ops.sort(key=lambda o: (o.ts, -o.dur))
         outer_end = float("-inf")
@@ -101,7 +115,9 @@ class PerParameterOptimizer(Rule):
     kernels (``fused=True``, Adam/AdamW/SGD...). With many parameters the loop
     spends milliseconds launching tiny kernels. From the trace: outermost
     ``aten::`` operators inside ``Optimizer.step#...`` that are not
-    ``_foreach_*``/``_fused_*``. GPU traces only: on CPU tensors the loop is
+    ``_foreach_*``/``_fused_*``, in steps whose optimizer does no multi-tensor
+    work at all (no such operator, no ``multi_tensor_apply`` kernel: apex's
+    ``FusedAdam`` keeps a per-parameter step counter). GPU traces only: on CPU tensors the loop is
     PyTorch's default and ``foreach`` gains little. The cost is their host
     time per step (the part ``foreach``/``fused`` would mostly save).
     """
@@ -127,6 +143,8 @@ class PerParameterOptimizer(Rule):
         per_step = len(ops.per_parameter) / m.num_steps
         if not ops.per_parameter or per_step < ctx.opt("min_ops_per_step"):
             return
+        if ops.multi_tensor or ops.multi_tensor_kernels:
+            return  # the update itself is multi-tensor; what is left per parameter is bookkeeping
         us_per_step = Intervals.from_pairs([(o.ts, o.end) for o in ops.per_parameter]).total() / m.num_steps
         names: dict[str, int] = {}
         for o in ops.per_parameter:
@@ -134,8 +152,8 @@ class PerParameterOptimizer(Rule):
         top = dict(sorted(names.items(), key=lambda kv: -kv[1])[:5])
         yield self.finding(
             ctx,
-            f"{ops.optimizer}.step() runs {per_step:.3g} per-parameter operators per step "
-            f"({len(ops.multi_tensor) / m.num_steps:.3g} multi-tensor)",
+            f"{ops.optimizer}.step() runs {per_step:.3g} per-parameter operators per step and no "
+            f"multi-tensor ones",
             f"""
             Create the optimizer with fused=True (Adam, AdamW, SGD, Adagrad... on CUDA) or foreach=True: one
             kernel (or a few) for all parameters instead of a few per parameter. foreach is the default only when
@@ -293,4 +311,74 @@ class HalfParameters(Rule):
                                events=event_refs(half),
                                extra={"dtype": dtype, "optimizer": opt.optimizer,
                                       "half_ops_per_step": round(per_step, 2)}),),
+        )
+
+
+@register
+class Bf16Unused(Rule):
+    """Float16 mixed precision on a GPU that has bfloat16 (Ampere and later).
+
+    bfloat16 runs on the same tensor cores as float16 at the same speed from
+    NVIDIA compute capability 8.0 (A100, RTX 30xx, H100) and on AMD Instinct
+    MI100 and later, and keeps float32's exponent range: no loss scaling, no
+    GradScaler unscale/update work and no skipped steps on overflow. From the
+    trace: a bfloat16-capable device (``deviceProperties``, else kernel
+    names; see GP302), matmul/convolution operators with float16 inputs in the
+    steps and no operator with bfloat16 inputs anywhere. Needs
+    ``record_shapes=True``. Float32 matmuls on such a GPU are GP302's. The
+    cost is the host time of GradScaler's operators per step, what switching
+    saves for sure; without a GradScaler there is none (GP860 reports that).
+    """
+
+    code = "GP862"
+    name = "bf16-unused"
+    title = "float16 mixed precision on a GPU with bfloat16"
+    severity = Severity.INFO
+    options = (
+        Option("min_compute_capability", 8.0, "NVIDIA GPUs from this compute capability run bfloat16 on tensor cores"),
+        Option("min_fp16_ops_per_step", 1.0, "report from this many float16 matmul/conv operators per step"),
+    )
+    bad_example = """
+        scaler = torch.amp.GradScaler("cuda")                  # on an A100/H100
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
+    """
+    good_example = """
+        with torch.autocast("cuda", dtype=torch.bfloat16):     # same speed, float32's range, no scaler
+            loss = loss_fn(model(x), y)
+        loss.backward(); opt.step(); opt.zero_grad()
+    """
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        m = ctx.metrics
+        if not m.steps:
+            return
+        dev, cc, where = device_capability(m)
+        if cc is None or cc[0] + cc[1] / 10 < ctx.opt("min_compute_capability"):
+            return
+        gemms = _fp16_gemms(m)
+        per_step = len(gemms) / m.num_steps
+        if not gemms or per_step < ctx.opt("min_fp16_ops_per_step"):
+            return
+        if any(op_dtypes(o) & DTYPE_BF16 for o in m.trace.ops):
+            return
+        scaler = [o for o in m.trace.ops if o.name in _SCALER_OPS and host_step_of(m, o.ts) is not None]
+        scaler_us = Intervals.from_pairs([(o.ts, o.end) for o in scaler]).total() / m.num_steps if scaler else None
+        yield self.finding(
+            ctx,
+            f"float16 autocast on {where}, which runs bfloat16 as fast: {per_step:.3g} float16 matmul/conv "
+            f"operators per step, none in bfloat16",
+            """
+            Autocast to dtype=torch.bfloat16 and drop the GradScaler: bfloat16 has float32's exponent range, so
+            gradients neither underflow nor overflow and no step is skipped. Keep float16 only where a kernel
+            you need lacks bfloat16 support.
+            """,
+            evidence=(Evidence("fp16_gemm_ops_per_step", round(per_step, 2), ctx.opt("min_fp16_ops_per_step"),
+                               "operators", events=event_refs(gemms),
+                               extra={"compute_capability": f"{cc[0]}.{cc[1]}",
+                                      "device": dev.name if dev is not None else None,
+                                      "gradscaler_ops_per_step": round(len(scaler) / m.num_steps, 2)}),),
+            cost_us_per_step=scaler_us,
+            cost_label="host time in GradScaler operators (not needed with bfloat16)" if scaler else None,
         )

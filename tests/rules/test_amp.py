@@ -13,7 +13,7 @@ import pytest
 from gpuprof.analysis import analyze
 from gpuprof.testing.tracegen import TraceBuilder
 
-CODES = ["GP842", "GP860", "GP861"]
+CODES = ["GP842", "GP860", "GP861", "GP862"]
 
 
 def _codes(path: Path) -> dict[str, object]:
@@ -65,18 +65,19 @@ def test_optimizer_ops_real_capture(tmp_path: Path) -> None:
     from gpuprof.trace.load import load_trace
     from gpuprof.trace.metrics import compute_metrics
 
-    def ops(foreach: bool):
-        m = compute_metrics(load_trace(_capture(tmp_path, foreach=foreach)))
+    def ops(path: Path):
+        m = compute_metrics(load_trace(path))
         return optimizer_ops(m), m.num_steps
 
-    loop, n = ops(False)
+    loop_trace = _capture(tmp_path, foreach=False)
+    loop, n = ops(loop_trace)
     assert loop.optimizer == "SGD" and not loop.multi_tensor
     # 8 parameters (4 weights, 4 biases), momentum SGD: at least mul_ and add_ for each, every step
     assert len(loop.per_parameter) / n >= 16
-    multi, n = ops(True)
+    multi, n = ops(_capture(tmp_path, foreach=True))
     assert multi.multi_tensor and not multi.per_parameter  # the per-tensor fallback inside _foreach_* is nested
     # GP842 is a GPU rule: the CPU loop (PyTorch's default on CPU) is not reported
-    assert "GP842" not in _codes(_capture(tmp_path, foreach=False))
+    assert "GP842" not in _codes(loop_trace)
 
 
 def _gpu_loop(tmp_path: Path, per_param: int, multi: int, steps: int = 3) -> Path:
@@ -105,7 +106,22 @@ def test_gp842_bad(tmp_path: Path) -> None:
 
 def test_gp842_good(tmp_path: Path) -> None:
     assert "GP842" not in _codes(_gpu_loop(tmp_path, per_param=0, multi=6))
-    assert "GP842" not in _codes(_gpu_loop(tmp_path, per_param=10, multi=6))  # under min_ops_per_step
+    assert "GP842" not in _codes(_gpu_loop(tmp_path, per_param=10, multi=0))  # under min_ops_per_step
+    # a fused optimizer's per-parameter bookkeeping (apex FusedAdam: step += 1 per parameter) is not reported
+    assert "GP842" not in _codes(_gpu_loop(tmp_path, per_param=100, multi=1))
+
+
+def test_gp842_real_traces() -> None:
+    """HTA samples: an SGD loop of 404 add_ per step is reported; apex FusedAdam (multi_tensor_apply
+    kernels launched from no aten operator, one add_ per parameter for its step counter) is not."""
+    from gpuprof.testing.realtraces import shared_path
+
+    def hta_trace(rel: str) -> Path:
+        return shared_path("hta", "HolisticTraceAnalysis", "tests", "data", *rel.split("/"))
+
+    loop = _codes(hta_trace("df_index_resolver/df_index_resolver.json.gz"))["GP842"]
+    assert loop.evidence[0].value == 404 and loop.evidence[0].extra["optimizer"] == "SGD"  # type: ignore[attr-defined]
+    assert "GP842" not in _codes(hta_trace("trace_diff/control/control.json.gz"))
 
 
 # ---------------------------------------------------------------------- GP860 / GP861 on real CPU captures
@@ -156,3 +172,49 @@ def test_gp861_bad_half_model_adam(tmp_path: Path) -> None:
 
 def test_gp861_good_float32_params(tmp_path: Path) -> None:
     assert _codes(_capture(tmp_path, optim="Adam")) == {}
+
+
+# ---------------------------------------------------------------------- GP862 (GPU-only: synthetic device properties)
+
+
+def _amp_gpu(tmp_path: Path, device: str | None, cc: tuple[int, int] | None, dtype: str = "c10::Half",
+             scaler: bool = True) -> Path:
+    tb = TraceBuilder(device=device, cc=cc)
+    for _ in range(3):
+        with tb.step():
+            for _ in range(4):
+                with tb.op("aten::addmm", input_types=[dtype, dtype, dtype, "Scalar", "Scalar"], us=30):
+                    if device:
+                        tb.kernel("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_tn", us=20)
+            with tb.op("autograd::engine::evaluate_function: AddmmBackward0", us=80):
+                pass
+            if scaler:
+                with tb.op("aten::_amp_foreach_non_finite_check_and_unscale_", input_types=["TensorList", "float", "float"], us=40):
+                    pass
+                with tb.op("aten::_amp_update_scale_", input_types=["float", "int", "float", "Scalar", "Scalar", "Scalar"], us=20):
+                    pass
+            tb.optimizer(ms=0.1, kernels=1 if device else 0)
+    return tb.write(tmp_path / f"amp_{device}_{cc}_{dtype.replace(':', '_')}_{scaler}.json")
+
+
+def test_gp862_bad_fp16_on_ampere(tmp_path: Path) -> None:
+    found = _codes(_amp_gpu(tmp_path, "NVIDIA A100-SXM4-80GB", (8, 0)))
+    assert set(found) == {"GP862"}  # a GradScaler is there: GP860 stays quiet
+    f = found["GP862"]
+    assert f.evidence[0].value == 4 and f.evidence[0].extra["compute_capability"] == "8.0"  # type: ignore[attr-defined]
+    assert 55 <= f.cost_us_per_step <= 65  # type: ignore[attr-defined]  # the scaler's 40 + 20 µs
+    assert "bfloat16" in f.advice  # type: ignore[attr-defined]
+
+
+def test_gp862_bad_without_scaler_no_cost(tmp_path: Path) -> None:
+    found = _codes(_amp_gpu(tmp_path, "NVIDIA H100 80GB HBM3", (9, 0), scaler=False))
+    assert set(found) == {"GP860", "GP862"} and found["GP862"].cost_us_per_step is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("device,cc,dtype", [
+    ("Tesla V100-SXM2-16GB", (7, 0), "c10::Half"),          # Volta: no bfloat16 tensor cores, float16 is right
+    ("NVIDIA A100-SXM4-80GB", (8, 0), "c10::BFloat16"),     # already bfloat16
+    (None, None, "c10::Half"),                               # no GPU at all
+])
+def test_gp862_good(tmp_path: Path, device: str | None, cc: tuple[int, int] | None, dtype: str) -> None:
+    assert "GP862" not in _codes(_amp_gpu(tmp_path, device, cc, dtype))

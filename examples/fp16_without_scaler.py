@@ -13,9 +13,8 @@ baseline still gets GP862: bfloat16 would need no scaler at all.
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from common import gpuprof, mlp, parse_args, pick_device, schedule
+from torch import nn
 
 
 def main() -> None:

@@ -9,8 +9,8 @@ rules stay quiet rather than guess).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
@@ -154,7 +154,7 @@ class PerParameterOptimizer(Rule):
             ctx,
             f"{ops.optimizer}.step() runs {per_step:.3g} per-parameter operators per step and no "
             f"multi-tensor ones",
-            f"""
+            """
             Create the optimizer with fused=True (Adam, AdamW, SGD, Adagrad... on CUDA) or foreach=True: one
             kernel (or a few) for all parameters instead of a few per parameter. foreach is the default only when
             every parameter is a CUDA tensor; a hand-written update loop can use torch._foreach_* the same way.

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from gpuprof.analysis import analyze
 from gpuprof.testing.tracegen import TraceBuilder
 
@@ -189,9 +188,11 @@ def _amp_gpu(tmp_path: Path, device: str | None, cc: tuple[int, int] | None, dty
             with tb.op("autograd::engine::evaluate_function: AddmmBackward0", us=80):
                 pass
             if scaler:
-                with tb.op("aten::_amp_foreach_non_finite_check_and_unscale_", input_types=["TensorList", "float", "float"], us=40):
+                with tb.op("aten::_amp_foreach_non_finite_check_and_unscale_",
+                           input_types=["TensorList", "float", "float"], us=40):
                     pass
-                with tb.op("aten::_amp_update_scale_", input_types=["float", "int", "float", "Scalar", "Scalar", "Scalar"], us=20):
+                with tb.op("aten::_amp_update_scale_",
+                           input_types=["float", "int", "float", "Scalar", "Scalar", "Scalar"], us=20):
                     pass
             tb.optimizer(ms=0.1, kernels=1 if device else 0)
     return tb.write(tmp_path / f"amp_{device}_{cc}_{dtype.replace(':', '_')}_{scaler}.json")

@@ -10,7 +10,7 @@ import pytest
 
 from gpuprof.testing import KERNELS, NCCL_STREAM, TraceBuilder, gemm_kernel, simple_training, write_ranks
 from gpuprof.trace.load import load_trace
-from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Trace, copy_kind, memory_totals, op_call_stack, op_dtypes
+from gpuprof.trace.model import DTYPE_BF16, DTYPE_FLOAT, DTYPE_HALF, Trace, copy_kind, memory_totals, op_call_stack, op_dtypes
 from gpuprof.trace.vocab import step_number
 
 DIALECTS = ["modern", "2021"]
@@ -207,7 +207,7 @@ def test_precision_kernels_by_architecture(tmp_path: Path) -> None:
         tb.gemm("float", us=50)
     t = _load(tb, tmp_path / "p.json")
     mm = sorted((o for o in t.ops if o.name == "aten::mm"), key=lambda e: e.ts)
-    assert [op_dtypes(o) for o in mm] == [DTYPE_HALF, DTYPE_FLOAT]
+    assert [op_dtypes(o) for o in mm] == [DTYPE_HALF | DTYPE_BF16, DTYPE_FLOAT]  # bfloat16: 16-bit, and which one
     assert t.kernels[0].name.startswith("sm90_xmma_gemm_bf16") and "sgemm" in t.kernels[1].name
 
 

@@ -26,6 +26,8 @@ __all__ = [
     "CommArgs",
     "DTYPE_HALF",
     "DTYPE_FLOAT",
+    "DTYPE_FP16",
+    "DTYPE_BF16",
     "DTYPE_DOUBLE",
     "ts_of",
     "dur_of",
@@ -42,6 +44,8 @@ __all__ = [
 DTYPE_FLOAT = 1  # float32
 DTYPE_HALF = 2  # float16 / bfloat16 / float8
 DTYPE_DOUBLE = 4
+DTYPE_FP16 = 8  # IEEE float16 (set with DTYPE_HALF): the 16-bit type whose gradients need loss scaling
+DTYPE_BF16 = 16  # bfloat16 (set with DTYPE_HALF)
 
 
 # Field getters that run in C, for map()/sort keys/np.fromiter over many events.

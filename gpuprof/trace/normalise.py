@@ -14,7 +14,7 @@ import msgspec
 from gpuprof.distributed.collectives import comm_args, is_comm_event_name
 from gpuprof.errors import InputError
 from gpuprof.trace import raw as R
-from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, DeviceInfo, Event, MemoryPayload, Trace
+from gpuprof.trace.model import DTYPE_BF16, DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_FP16, DTYPE_HALF, DeviceInfo, Event, MemoryPayload, Trace
 from gpuprof.trace.pairing import pair_slices
 from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
 
@@ -25,10 +25,10 @@ _CAT_KIND: dict[str, int] = {cat: int(kind) for cat, kind in CATEGORY_KIND.items
 
 _DTYPE_FLAGS: dict[str, int] = {
     "float": DTYPE_FLOAT,
-    "c10::Half": DTYPE_HALF,
-    "c10::BFloat16": DTYPE_HALF,
-    "Half": DTYPE_HALF,
-    "BFloat16": DTYPE_HALF,
+    "c10::Half": DTYPE_HALF | DTYPE_FP16,
+    "c10::BFloat16": DTYPE_HALF | DTYPE_BF16,
+    "Half": DTYPE_HALF | DTYPE_FP16,
+    "BFloat16": DTYPE_HALF | DTYPE_BF16,
     "c10::Float8_e4m3fn": DTYPE_HALF,
     "c10::Float8_e5m2": DTYPE_HALF,
     "double": DTYPE_DOUBLE,

@@ -14,7 +14,17 @@ import msgspec
 from gpuprof.distributed.collectives import comm_args, is_comm_event_name
 from gpuprof.errors import InputError
 from gpuprof.trace import raw as R
-from gpuprof.trace.model import DTYPE_BF16, DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_FP16, DTYPE_HALF, DeviceInfo, Event, MemoryPayload, Trace
+from gpuprof.trace.model import (
+    DTYPE_BF16,
+    DTYPE_DOUBLE,
+    DTYPE_FLOAT,
+    DTYPE_FP16,
+    DTYPE_HALF,
+    DeviceInfo,
+    Event,
+    MemoryPayload,
+    Trace,
+)
 from gpuprof.trace.pairing import pair_slices
 from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
 

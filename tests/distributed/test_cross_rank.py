@@ -311,3 +311,29 @@ def test_capture_gathers_at_the_window_end_without_holding_the_loop(tmp_path: Pa
                               "left out of the comparison"]
     assert store.check([f"gpuprof/{run_dir.name}/summary/0"])
     assert (run_dir / "report.cross_rank.md").exists()
+
+
+def test_hostile_backend_name_stays_inert_in_the_cross_rank_section(tmp_path: Path) -> None:
+    # distributedInfo.backend is a stranger's string shown in the section's headline: terminal and
+    # markdown must show it as text (no escape sequence acts, no markup or HTML gets through)
+    hostile = "\x1b[2J\x1b]8;;http://x\x07<script>alert(1)</script>[bold]*x*\u202e"
+    paths = []
+    for name, parts in (("r0", ("timeline_analysis", "sampled_rank-0.json.gz")),
+                        ("r1", ("trace_filter", "sampled_rank-1.json.gz"))):
+        doc = json.loads(gzip.open(shared_path(*HTA, *parts)).read())
+        doc.setdefault("distributedInfo", {})["backend"] = hostile
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(doc))
+        paths.append(str(p))
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+    from gpuprof.render.safe import is_inert
+
+    for fmt in ("terminal", "markdown"):
+        res = CliRunner().invoke(cli, ["analyze", *paths, "--format", fmt], env={"COLUMNS": "200"})
+        assert res.exit_code in (0, 1), res.output
+        assert "Cross-rank" in res.output
+        assert "\x1b" not in res.output and "\x07" not in res.output and "\u202e" not in res.output
+        assert "<script>" not in res.output
+        assert all(is_inert(line) for line in res.output.splitlines())

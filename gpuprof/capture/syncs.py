@@ -10,7 +10,9 @@ and gpuprof, and counts them per step. Other warnings pass through untouched.
 
 from __future__ import annotations
 
+import linecache
 import os
+import re
 import sys
 import warnings
 from collections import Counter
@@ -21,9 +23,29 @@ from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
 
-__all__ = ["SYNC_WARNING_TEXT", "SyncLocator"]
+__all__ = ["SYNC_WARNING_TEXT", "SyncLocator", "is_logging_line"]
 
 SYNC_WARNING_TEXT = "called a synchronizing CUDA operation"
+
+# A source line that logs: print, logging, TensorBoard, wandb, mlflow, tqdm's postfix. Logging a CUDA
+# tensor (or its .item()) every step is the commonest per-step sync; its fix is "log every N steps".
+_LOGGING_LINE_RE = re.compile(
+    r"(?:^|[^\w.])print\s*\(|\b(?:log|logger|logging|_log|LOG|LOGGER)\.(?:debug|info|warning|warn|error|critical|log)\s*\("
+    r"|\bself\.log(?:_dict)?\s*\(|\.add_(?:scalars?|histogram|image|text)\s*\(|\bwandb\.log\s*\(|\.log_metrics?\s*\(|\.set_postfix\s*\("
+)
+_ADVICE = ("Keep values on the GPU inside the step: accumulate losses as tensors and call "
+           ".item() once per logging interval; avoid .cpu()/.tolist()/nonzero()/bool(tensor) "
+           "in the hot loop; copy host tensors with non_blocking=True from pinned memory.")
+_LOGGING_ADVICE = ("Log every N steps (if step % 50 == 0): keep running values on the GPU "
+                   "(total += loss.detach()) and read them with .item() only then; logging a CUDA tensor "
+                   "or its .item() every step makes the host wait for the whole step's GPU work.")
+
+
+def is_logging_line(text: str) -> bool:
+    """True for a source line that logs (``print(...)``, ``logger.info(...)``, ``writer.add_scalar(...)``,
+    ``wandb.log(...)``, ``mlflow.log_metric(...)``, Lightning's ``self.log(...)``,
+    ``pbar.set_postfix(...)``)."""
+    return bool(_LOGGING_LINE_RE.search(text))
 
 
 def _set_cuda_mode(mode: str) -> Any:
@@ -101,15 +123,14 @@ class SyncLocator:
             per_step = count / steps
             if per_step < options.sync_min_per_step:
                 continue
+            logs = is_logging_line(linecache.getline(file, line))
             out.append(Finding(
                 code="GP630", name=check.name, severity=check.severity,
-                message=f"{file}:{line} synchronises the host with the GPU {per_step:g} times per step "
-                        f"({count} in {self.steps} recorded steps)",
-                advice="Keep values on the GPU inside the step: accumulate losses as tensors and call "
-                       ".item() once per logging interval; avoid .cpu()/.tolist()/nonzero()/bool(tensor) "
-                       "in the hot loop; copy host tensors with non_blocking=True from pinned memory.",
+                message=f"{'logging at ' if logs else ''}{file}:{line} synchronises the host with the GPU "
+                        f"{per_step:g} times per step ({count} in {self.steps} recorded steps)",
+                advice=_LOGGING_ADVICE if logs else _ADVICE,
                 evidence=(Evidence("syncs_per_step", round(per_step, 3), options.sync_min_per_step, "syncs",
-                                   extra={"count": count, "recorded_steps": self.steps}),),
+                                   extra={"count": count, "recorded_steps": self.steps, "logging": logs}),),
                 location=SourceLocation(file, line, func or None),
                 origin="runtime", source=f"{file}:{line}",
             ))

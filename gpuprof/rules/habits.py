@@ -1,16 +1,19 @@
-"""GP840/GP841: host habits in the step seen in a trace (zero-filled gradients, gc.collect/torch.save)."""
+"""GP840/GP841: host habits in the step seen in a trace (zero-filled gradients, gc.collect/torch.save/logging)."""
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections import Counter
 from typing import Iterable
 
-from gpuprof.findings import Evidence, Finding
+from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import host_step_of
 from gpuprof.trace.intervals import Intervals
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
+from gpuprof.trace.vocab import LOGGING_FRAME_PREFIXES, logging_call_of
 
 __all__ = ["ZeroGradFills", "StepChores", "chore_of"]
 
@@ -93,6 +96,7 @@ _CHORES = (
     (re.compile(r"^<built-in function collect>$"), "gc.collect()"),
     (re.compile(r"^torch/serialization\.py\(\d+\): save$"), "torch.save(...)"),
 )
+_CHORE_PREFIXES = ("<built-in function collect>", "torch/serialization") + LOGGING_FRAME_PREFIXES
 
 
 def chore_of(name: str) -> str | None:
@@ -103,28 +107,91 @@ def chore_of(name: str) -> str | None:
     return None
 
 
+def _outermost(evs: list[Event]) -> list[Event]:
+    """The calls not nested in another call of the same list on their thread (``logging.info`` calls
+    ``Logger.info``: one call, two frames)."""
+    out: list[Event] = []
+    ends: dict[tuple[object, object], float] = {}
+    for e in sorted(evs, key=lambda e: e.ts):
+        key = (e.pid, e.tid)
+        if e.ts < ends.get(key, float("-inf")):
+            continue
+        ends[key] = e.end
+        out.append(e)
+    return out
+
+
+def _syncs_inside(m: TraceMetrics, calls: list[Event]) -> list[Event]:
+    """The host-sync runtime calls (``m.syncs``) made inside ``calls`` on the same thread."""
+    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for c in calls:
+        spans.setdefault((str(c.pid), str(c.tid)), []).append((c.ts, c.end))
+    out = []
+    for s in m.syncs:
+        r = s.runtime
+        mine = spans.get((str(r.pid), str(r.tid)))
+        if not mine:
+            continue
+        i = bisect_right(mine, (r.ts, float("inf"))) - 1
+        if i >= 0 and r.ts <= mine[i][1]:
+            out.append(r)
+    return out
+
+
+def _caller(m: TraceMetrics, calls: list[Event]) -> SourceLocation | None:
+    """The user function that made most of the calls (innermost user frame around each call)."""
+    where: Counter[SourceLocation] = Counter()
+    for c in calls[:200]:
+        loc = m.stacks.location(c.pid, c.tid, c.ts)
+        if loc is not None:
+            where[loc] += 1
+    return where.most_common(1)[0][0] if where else None
+
+
+_LOGGING_ADVICE = (
+    "Log every N steps (if step % 50 == 0), keeping running values on the device (total += loss.detach()) "
+    "and reading them only then; for logging handlers that format or write slowly, a "
+    "logging.handlers.QueueHandler moves that work off the training thread."
+)
+_GC_ADVICE = ("Do it every N steps or at epoch ends; for the collector, call gc.freeze() after set-up "
+              "(or gc.disable() with an occasional gc.collect() between epochs).")
+_SAVE_ADVICE = ("Checkpoint every N steps or per epoch, and asynchronously for large models "
+                "(torch.distributed.checkpoint.async_save, or copy the state to CPU and write it from a thread).")
+
+
 @register
 class StepChores(Rule):
-    """``gc.collect()`` or ``torch.save`` called inside (most) training steps.
+    """``gc.collect()``, ``torch.save`` or costly logging inside (most) training steps.
 
     A full garbage collection walks every Python object (tens to hundreds of
     milliseconds in a large process); ``torch.save`` serialises and writes a
     checkpoint, synchronising with the GPU to copy tensors to the host. Done
     every step they stall the loop; done every N steps, the steps that do
-    them are outliers. From Python frames (traces with ``with_stack=True``):
+    them are outliers. Logging every step is normal while it is cheap; it is
+    reported when its calls (``print``, ``logging``, ``SummaryWriter.add_*``,
+    ``wandb.log``, ``mlflow.log_metric``) take at least ``min_logging_share``
+    of the mean step. From Python frames (traces with ``with_stack=True``):
     calls inside at least ``min_step_share`` of the steps; the cost is their
-    time per step (union of the calls).
+    time per step (union of the calls). When a logged value is a CUDA tensor
+    the call also waits for the GPU: that wait is GP203's cost (its finding
+    names the logging call), so it is taken out of this cost while GP203 runs.
+    The finding points at the user function that makes the calls (trace
+    frames give the function's first line).
     """
 
     code = "GP841"
     name = "step-chores"
-    title = "gc.collect() or torch.save inside most training steps"
-    options = (Option("min_step_share", 0.5, "report a chore present in at least this share of the steps"),)
+    title = "gc.collect(), torch.save or costly logging inside most training steps"
+    options = (
+        Option("min_step_share", 0.5, "report a chore present in at least this share of the steps"),
+        Option("min_logging_share", 0.02, "report logging that costs at least this share of the mean step"),
+    )
     bad_example = """
         for step, (x, y) in enumerate(loader):
             loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
             gc.collect()                               # full collection every step
             torch.save(model.state_dict(), "last.pt")  # a checkpoint every step
+            writer.add_histogram("w", model.weight, step)  # heavy logging every step
     """
     good_example = """
         gc.freeze()                                    # after set-up: long-lived objects leave the collector
@@ -132,6 +199,8 @@ class StepChores(Rule):
             loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
             if step % 1000 == 0:
                 torch.save(model.state_dict(), "last.pt")
+            if step % 100 == 0:
+                writer.add_histogram("w", model.weight, step)
     """
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
@@ -140,24 +209,43 @@ class StepChores(Rule):
             return
         calls: dict[str, list[Event]] = {}
         for p in m.trace.python:
-            what = chore_of(p.name) if p.name.startswith(("<built-in function collect>", "torch/serialization")) else None
+            if not p.name.startswith(_CHORE_PREFIXES):
+                continue
+            what = chore_of(p.name) or logging_call_of(p.name)
             if what is not None and host_step_of(m, p.ts) is not None:
                 calls.setdefault(what, []).append(p)
-        for what, evs in sorted(calls.items()):
+        n = m.num_steps
+        for what, frames in sorted(calls.items()):
+            evs = _outermost(frames)
             steps_hit = {host_step_of(m, e.ts) for e in evs}
-            share = len(steps_hit) / m.num_steps
+            share = len(steps_hit) / n
             if share < ctx.opt("min_step_share"):
                 continue
-            us_per_step = Intervals.from_pairs([(e.ts, e.end) for e in evs]).total() / m.num_steps
-            advice = ("Do it every N steps or at epoch ends; for the collector, call gc.freeze() after set-up "
-                      "(or gc.disable() with an occasional gc.collect() between epochs)." if what.startswith("gc")
-                      else "Checkpoint every N steps or per epoch, and asynchronously for large models "
-                           "(torch.distributed.checkpoint.async_save, or copy the state to CPU and write it "
-                           "from a thread).")
+            spent = Intervals.from_pairs([(e.ts, e.end) for e in evs])
+            is_chore = what in ("gc.collect()", "torch.save(...)")
+            syncs = [] if is_chore else _syncs_inside(m, evs)
+            extra: dict[str, object] = {"call": what}
+            label = f"time in {what}"
+            if syncs and ctx.runs("GP203") is not None:
+                spent = spent.subtract(Intervals.from_pairs([(r.ts, r.end) for r in syncs]))
+                label = f"time in {what} besides waiting for the GPU (GP203 counts that)"
+            us_per_step = spent.total() / n
+            if not is_chore:
+                step_share = us_per_step / m.mean_step_time if m.mean_step_time > 0 else 0.0
+                if step_share < ctx.opt("min_logging_share"):
+                    continue
+            extra["us_per_step"] = round(us_per_step, 1)
+            message = f"{what} runs in {len(steps_hit)} of {n} steps ({len(evs) / n:.3g} calls per step)"
+            if syncs:
+                extra["syncs_per_step"] = round(len(syncs) / n, 3)
+                message += f" and waits for the GPU {len(syncs) / n:.3g} times per step"
+            evidence = [Evidence("steps_with_call", round(share, 3), ctx.opt("min_step_share"), "fraction",
+                                 events=event_refs(evs), extra=extra)]
+            if syncs and ctx.runs("GP203") is not None:
+                evidence.append(Evidence("cost_counted_in", "GP203", None, "",
+                                         extra={"syncs_per_step": round(len(syncs) / n, 3)}))
+            advice = _GC_ADVICE if what.startswith("gc") else _SAVE_ADVICE if is_chore else _LOGGING_ADVICE
             yield self.finding(
-                ctx, f"{what} runs in {len(steps_hit)} of {m.num_steps} steps ({len(evs) / m.num_steps:.3g} calls per step)",
-                advice,
-                evidence=(Evidence("steps_with_call", round(share, 3), ctx.opt("min_step_share"), "fraction",
-                                   events=event_refs(evs), extra={"call": what, "us_per_step": round(us_per_step, 1)}),),
-                cost_us_per_step=us_per_step, cost_label=f"time in {what}",
+                ctx, message, advice, evidence=evidence, location=_caller(m, evs),
+                cost_us_per_step=us_per_step, cost_label=label,
             )

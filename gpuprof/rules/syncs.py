@@ -11,6 +11,7 @@ from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy
 from gpuprof.trace.metrics import SyncPoint, TraceMetrics
 from gpuprof.trace.model import op_call_stack
+from gpuprof.trace.vocab import logging_call_of
 from gpuprof.units import fmt_us
 
 __all__ = ["HostSync"]
@@ -19,6 +20,7 @@ __all__ = ["HostSync"]
 _FORMAT_FRAME_RE = re.compile(r"torch/_tensor_str\.py\(|torch/_tensor\.py\(\d+\): (?:__repr__|__format__|__str__)$")
 _PRINT_CAUSE = "print(tensor) / f-string of a tensor"
 _AUTOTUNE_CAUSE = "cuDNN autotuning (cudnn.benchmark=True)"
+_LOGGED = " of a CUDA tensor"  # the cause of a sync inside a logging call ends so
 _CONV_OPS = ("aten::conv", "aten::_convolution", "aten::cudnn_convolution")
 
 _ADVICE = {
@@ -35,6 +37,10 @@ _ADVICE = {
     _AUTOTUNE_CAUSE: "cudnn.benchmark times candidate kernels on the first iterations with each new input shape; "
     "profile after warm-up (torch.profiler.schedule(wait=..., warmup=...)) and keep input shapes fixed.",
 }
+_LOGGING_ADVICE = (
+    "Logging a CUDA tensor copies it to the host and waits for the GPU: log every N steps, keep running values "
+    "on the GPU (total += loss.detach()) and pass plain numbers read once then (total.item() / N)."
+)
 _GENERIC_ADVICE = (
     "Avoid data-dependent host decisions in the step: keep tensors on the GPU, use torch.where/masking instead of "
     "boolean indexing or nonzero, pass output_size to repeat_interleave, and read values (.item(), .tolist(), "
@@ -42,24 +48,30 @@ _GENERIC_ADVICE = (
 )
 
 
-def _format_frames(m: TraceMetrics) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    """Per host thread, the intervals of Python frames that format a tensor as text (cached)."""
-    cached = getattr(m, "_gp203_format_frames", None)
+def _cause_frames(m: TraceMetrics) -> dict[tuple[str, str], list[tuple[float, float, str]]]:
+    """Per host thread, the Python frames that name a sync's cause (cached): logging calls
+    (``SummaryWriter.add_scalar``, ``logger.info``, ``wandb.log``, ...) and frames that format a tensor
+    as text (print, str, f-strings, repr)."""
+    cached = getattr(m, "_gp203_cause_frames", None)
     if cached is None:
         cached = defaultdict(list)
         for fr in m.trace.python:
-            if _FORMAT_FRAME_RE.search(fr.name):
-                cached[(str(fr.pid), str(fr.tid))].append((fr.ts, fr.end))
+            what = logging_call_of(fr.name)
+            if what is not None and what != "print(...)":  # print is named by its formatting frames
+                cached[(str(fr.pid), str(fr.tid))].append((fr.ts, fr.end, f"{what}{_LOGGED}"))
+            elif _FORMAT_FRAME_RE.search(fr.name):
+                cached[(str(fr.pid), str(fr.tid))].append((fr.ts, fr.end, _PRINT_CAUSE))
         cached = dict(cached)
-        object.__setattr__(m, "_gp203_format_frames", cached)
+        object.__setattr__(m, "_gp203_cause_frames", cached)
     return cached
 
 
 def _cause(m: TraceMetrics, s: SyncPoint) -> str:
     r = s.runtime
-    for lo, hi in _format_frames(m).get((str(r.pid), str(r.tid)), ()):
-        if lo <= r.ts <= hi:
-            return _PRINT_CAUSE
+    found = [(lo, cause) for lo, hi, cause in _cause_frames(m).get((str(r.pid), str(r.tid)), ()) if lo <= r.ts <= hi]
+    if found:
+        logged = [c for c in found if c[1] != _PRINT_CAUSE]
+        return min(logged or found)[1]  # the outermost logging call: what the user wrote
     for o in s.ops[:1]:  # 2021 traces: the Python stack is the outermost operator's "Call stack"
         stack = op_call_stack(o)
         if stack is not None and _FORMAT_FRAME_RE.search(stack):
@@ -101,8 +113,10 @@ class HostSync(Rule):
     thread. Each is attributed to what the user wrote, from the operator
     chain (``aten::item`` > ``aten::_local_scalar_dense`` is ``.item()``,
     ``aten::nonzero``, ``aten::copy_`` to the CPU is ``.cpu()``, Python frames
-    in ``torch/_tensor_str.py`` are ``print(tensor)``, no operator at all is
-    ``torch.cuda.synchronize()``) and to the user's source line (Python frames
+    in ``torch/_tensor_str.py`` are ``print(tensor)``, a sync inside a logging
+    call's frame (``SummaryWriter.add_scalar``, ``logger.info``, ``wandb.log``,
+    see ``gpuprof.trace.vocab.logging_call_of``) is that call logging a CUDA
+    tensor, no operator at all is ``torch.cuda.synchronize()``) and to the user's source line (Python frames
     with ``with_stack=True``, or the 2021 ``Call stack``). One finding per
     (cause, source line). Syncs outside the steps' host ranges (the
     profiler's own closing ``cudaDeviceSynchronize``) and the waits of
@@ -188,7 +202,7 @@ class HostSync(Rule):
             yield self.finding(
                 ctx,
                 f"{cause}{where}: {count_of(count, 'host sync')} per step, host blocked {fmt_us(blocked_ps)} per step",
-                _ADVICE.get(cause, _GENERIC_ADVICE),
+                _ADVICE.get(cause, _LOGGING_ADVICE if cause.endswith(_LOGGED) else _GENERIC_ADVICE),
                 evidence=[
                     Evidence(
                         "sync_cost_us_per_step",

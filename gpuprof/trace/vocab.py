@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import re
+from typing import Callable
 
 __all__ = [
     "Kind",
@@ -27,6 +28,8 @@ __all__ = [
     "is_single_process_dataloader",
     "is_optimizer_name",
     "SYNC_OPS",
+    "LOGGING_FRAME_PREFIXES",
+    "logging_call_of",
 ]
 
 
@@ -223,3 +226,43 @@ SYNC_OPS: dict[str, str] = {
     "aten::allclose": "torch.allclose",
     "aten::_assert_async": "assert on a tensor",
 }
+
+
+# --- Python frames (with_stack=True) of logging calls ---------------------------------------
+#
+# The profiler's Python tracer names a frame ``path(LINE): function`` with the
+# path relative to its sys.path entry, so stdlib and site-packages frames read
+# ``logging/__init__.py(1479): info`` whatever the install prefix.
+
+LOGGING_FRAME_PREFIXES = (
+    "<built-in function print>",
+    "logging/__init__.py(",
+    "torch/utils/tensorboard/writer.py(",
+    "wandb/sdk/wandb_run.py(",
+    "mlflow/tracking/fluent.py(",
+)
+_LOGGING_FRAMES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (re.compile(r"^<built-in function print>$"), lambda m: "print(...)"),
+    (re.compile(r"^logging/__init__\.py\(\d+\): (debug|info|warning|warn|error|exception|critical|log)$"),
+     lambda m: f"logger.{m.group(1)}(...)"),
+    (re.compile(r"^torch/utils/tensorboard/writer\.py\(\d+\): (add_\w+)$"), lambda m: f"SummaryWriter.{m.group(1)}(...)"),
+    (re.compile(r"^wandb/sdk/wandb_run\.py\(\d+\): (log)$"), lambda m: "wandb.log(...)"),
+    (re.compile(r"^mlflow/tracking/fluent\.py\(\d+\): (log_metrics?)$"), lambda m: f"mlflow.{m.group(1)}(...)"),
+)
+
+
+def logging_call_of(frame: str) -> str | None:
+    """What the user called to log, for the Python frame of that call; None for any other frame.
+
+    ``<built-in function print>`` -> ``print(...)``; ``logging/__init__.py(1479): info``
+    -> ``logger.info(...)``; ``torch/utils/tensorboard/writer.py(347): add_scalar``
+    -> ``SummaryWriter.add_scalar(...)``; also ``wandb.log`` and ``mlflow.log_metric(s)``.
+    Frames inside those libraries (``logging/__init__.py(1610): _log``) are not calls.
+    """
+    if not frame.startswith(LOGGING_FRAME_PREFIXES):
+        return None
+    for rx, what in _LOGGING_FRAMES:
+        m = rx.match(frame)
+        if m:
+            return what(m)
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from gpuprof.capture.settings import (  # noqa: E402
     cudnn_benchmark_finding,
     tf32_finding,
 )
-from gpuprof.capture.syncs import SYNC_WARNING_TEXT, SyncLocator  # noqa: E402
+from gpuprof.capture.syncs import SYNC_WARNING_TEXT, SyncLocator, is_logging_line  # noqa: E402
 from gpuprof.findings import Severity  # noqa: E402
 
 from .conftest import quick_schedule, tiny_model, train_step  # noqa: E402
@@ -206,6 +207,33 @@ def test_sync_locator_counts_per_line() -> None:
     assert all(f.location.file == __file__ for f in fs)
     assert {f.evidence[0].value for f in fs} == {1.0}
     assert fs[0].location.line != fs[1].location.line
+
+
+def test_sync_locator_names_logging_lines() -> None:
+    loc = SyncLocator(set_mode=lambda m: "default", restore_mode=lambda m: None)
+    sink = io.StringIO()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("default")
+        loc.install()
+        for _ in range(2):
+            print(warnings.warn(SYNC_WARNING_TEXT, UserWarning), file=sink)  # logging that syncs
+            total = warnings.warn(SYNC_WARNING_TEXT, UserWarning)  # an accumulation that syncs
+        loc.steps = 2
+        loc.uninstall()
+    assert total is None
+    by_logging = {f.evidence[0].extra["logging"]: f for f in loc.findings(CheckOptions())}
+    assert set(by_logging) == {True, False}
+    assert by_logging[True].message.startswith("logging at ") and "every N steps" in by_logging[True].advice
+    assert not by_logging[False].message.startswith("logging") and "once per logging interval" in by_logging[False].advice
+
+
+@pytest.mark.parametrize("line,logs", [
+    ("print(loss)", True), ('logger.info("%s", loss.item())', True), ('writer.add_scalar("l", loss, i)', True),
+    ('wandb.log({"l": loss})', True), ('self.log("loss", loss)', True), ("pbar.set_postfix(loss=loss.item())", True),
+    ("total += loss.item()", False), ("x = blueprint(y)", False), ("math.log(x)", False), ("if (y > 0).any():", False),
+])
+def test_is_logging_line(line: str, logs: bool) -> None:
+    assert is_logging_line(line) is logs
 
 
 # ------------------------------------------------------------------ settings

@@ -98,3 +98,96 @@ def test_gp841_bad(tmp_path: Path) -> None:
 def test_gp841_good(tmp_path: Path) -> None:
     # once in 4 steps (a periodic checkpoint) is under min_step_share: not this rule's business (GP901's outliers)
     assert list(analyze(_chores(tmp_path, every=4), select=["GP841"]).findings) == []
+
+
+def test_gp841_points_at_the_calling_function(tmp_path: Path) -> None:
+    found = list(analyze(_chores(tmp_path, every=1), select=["GP841"]).findings)
+    assert found and all(f.location is not None and (f.location.file, f.location.line, f.location.function)
+                         == ("train.py", 40, "main") for f in found)
+
+
+def _logging_loop(tmp_path: Path, log_us: float, sync: bool = False, steps: int = 4) -> Path:
+    """Steps of 10 ms of GEMMs; each step logs through SummaryWriter.add_scalar (with a .cpu() sync inside
+    when ``sync``) and print()."""
+    tb = TraceBuilder()
+    for _ in range(steps):
+        with tb.step():
+            with tb.frames(("train.py", 60, "train")):
+                for _ in range(10):
+                    tb.gemm(us=1000)
+                with tb.python("torch/utils/tensorboard/writer.py", 347, "add_scalar"):
+                    if sync:
+                        tb.sync_op("aten::item")
+                    tb.cpu(us=log_us)
+                with tb.python("<built-in function print>"):
+                    tb.cpu(us=log_us / 10)
+    return tb.write(tmp_path / f"logging_{log_us}_{sync}.json")
+
+
+def test_gp841_costly_logging(tmp_path: Path) -> None:
+    found = {f.evidence[0].extra["call"]: f for f in analyze(_logging_loop(tmp_path, log_us=1500),
+                                                              select=["GP841"]).findings}
+    # add_scalar: 1.5 ms of a ~11.7 ms step (~13%) is reported; print: 0.15 ms (~1.3%) is under 2%
+    assert set(found) == {"SummaryWriter.add_scalar(...)"}, found
+    f = found["SummaryWriter.add_scalar(...)"]
+    assert 1500 <= f.cost_us_per_step < 1600
+    assert "every N steps" in f.advice and f.location is not None and f.location.line == 60
+    lowered = {g.evidence[0].extra["call"] for g in analyze(
+        _logging_loop(tmp_path, log_us=1500), select=["GP841"], options={"GP841": {"min_logging_share": 0.001}}).findings}
+    assert lowered == {"SummaryWriter.add_scalar(...)", "print(...)"}
+
+
+def test_gp841_cheap_logging_is_quiet(tmp_path: Path) -> None:
+    assert list(analyze(_logging_loop(tmp_path, log_us=50), select=["GP841"]).findings) == []
+
+
+def test_gp841_logging_that_syncs_leaves_the_wait_to_gp203(tmp_path: Path) -> None:
+    path = _logging_loop(tmp_path, log_us=1500, sync=True)
+    alone = {f.evidence[0].extra["call"]: f for f in analyze(path, select=["GP841"]).findings}
+    both = analyze(path, select=["GP841", "GP203"]).findings
+    with_203 = {f.evidence[0].extra["call"]: f for f in both if f.code == "GP841"}
+    f, g = alone["SummaryWriter.add_scalar(...)"], with_203["SummaryWriter.add_scalar(...)"]
+    assert f.evidence[0].extra["syncs_per_step"] >= 1 and "waits for the GPU" in f.message
+    # the add_scalar frame holds the sync's wait for ~10 ms of queued GEMMs: GP203 owns it
+    assert f.cost_us_per_step > g.cost_us_per_step + 5000
+    assert [e.value for e in g.evidence if e.metric == "cost_counted_in"] == ["GP203"]
+    (sync,) = [h for h in both if h.code == "GP203"]
+    assert sync.evidence[0].extra["cause"] == "SummaryWriter.add_scalar(...) of a CUDA tensor"
+    assert "log every N steps" in sync.advice
+
+
+def _gp841(path: Path) -> list:
+    return list(analyze(path, select=["GP841"]).findings)
+
+
+def test_gp841_real_capture_names_gc_and_logging(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import gc
+    import logging
+
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    log = logging.getLogger("gpuprof-test-chores")
+    log.addHandler(logging.NullHandler())
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    model = torch.nn.Linear(64, 64)
+    big = torch.randn(256, 256)
+
+    def train_loop(prof: object) -> None:
+        for _ in range(3):
+            model(torch.randn(8, 64)).sum().backward()
+            gc.collect()
+            for _ in range(200):  # logging that costs: a large tensor formatted every step
+                log.info("w %s", big)
+            prof.step()  # type: ignore[attr-defined]
+
+    with gpuprof.profile(tmp_path, run="r", schedule=Schedule(wait=0, warmup=1, active=2), print_report=False,
+                         tensorboard=False, analyze=False, with_stack=True) as prof:
+        train_loop(prof)
+    found = {f.evidence[0].extra["call"]: f for f in _gp841(prof.traces[0].path)}
+    assert {"gc.collect()", "logger.info(...)"} <= set(found), found
+    for f in found.values():
+        assert f.location is not None and f.location.function == "train_loop"
+        assert f.location.file.endswith("test_habits.py")

@@ -9,7 +9,7 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import host_step_of
+from gpuprof.rules.common import count_of, host_step_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
@@ -88,6 +88,7 @@ class ZeroGradFills(Rule):
                                events=event_refs(fills), extra={"host_us_per_step": round(us_per_step, 1),
                                                                 "optimizer": optimizer}),),
             cost_us_per_step=us_per_step, cost_label="host time filling gradients with zeros",
+            location=_caller(m, ranges),
         )
 
 
@@ -235,7 +236,7 @@ class StepChores(Rule):
                 if step_share < ctx.opt("min_logging_share"):
                     continue
             extra["us_per_step"] = round(us_per_step, 1)
-            message = f"{what} runs in {len(steps_hit)} of {n} steps ({len(evs) / n:.3g} calls per step)"
+            message = f"{what} runs in {len(steps_hit)} of {n} steps ({count_of(len(evs) / n, 'call')} per step)"
             if syncs:
                 extra["syncs_per_step"] = round(len(syncs) / n, 3)
                 message += f" and waits for the GPU {len(syncs) / n:.3g} times per step"

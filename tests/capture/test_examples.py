@@ -19,6 +19,8 @@ CASES = {
     "dataloader_workers.py": ({"GP601"}, {"GP601", "GP102"}),
     "memory_leak.py": ({"GP640"}, {"GP640"}),
     "device_mismatch.py": ({"GP612", "GP613"}, {"GP610", "GP611", "GP612", "GP613"}),
+    "fp16_without_scaler.py": ({"GP860"}, {"GP860", "GP861"}),
+    "step_habits.py": ({"GP840", "GP841"}, {"GP840", "GP841"}),
 }
 
 

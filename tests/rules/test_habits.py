@@ -191,3 +191,16 @@ def test_gp841_real_capture_names_gc_and_logging(tmp_path: Path) -> None:
     for f in found.values():
         assert f.location is not None and f.location.function == "train_loop"
         assert f.location.file.endswith("test_habits.py")
+
+
+def test_gp840_points_at_the_caller_when_frames_exist(tmp_path: Path) -> None:
+    tb = TraceBuilder()
+    for _ in range(3):
+        with tb.step(), tb.frames(("loop.py", 12, "train")):
+            tb.gemm(us=500)
+            with tb.annotate("Optimizer.zero_grad#SGD.zero_grad"):
+                for _ in range(4):
+                    with tb.op("aten::zero_", input_types=["float"], us=5):
+                        pass
+    (f,) = _gp840(tb.write(tmp_path / "zero_frames.json"))
+    assert f.location is not None and (f.location.file, f.location.line, f.location.function) == ("loop.py", 12, "train")

@@ -19,7 +19,7 @@ host work, sync, unrecorded host time; see :mod:`gpuprof.distributed.summary`)
 where the straggler spends the most time more than the median other rank.
 
 **Bus bandwidth** of a collective type: bytes times the nccl-tests factor
-(:func:`gpuprof.distributed.collectives.bus_factor`) over the shortest
+(:func:`gpuprof.trace.collectives.bus_factor`) over the shortest
 duration of each matched instance, summed over instances whose size is known.
 
 The merge reads only :class:`~gpuprof.distributed.summary.RankSummary`
@@ -34,8 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gpuprof.distributed.collectives import COLLECTIVE_TYPES, bus_factor
 from gpuprof.distributed.summary import CAUSE_KEYS, RankSummary
+from gpuprof.trace.collectives import COLLECTIVE_TYPES, bus_factor
 
 __all__ = ["CrossRank", "RankRow", "CollectiveRow", "merge", "CROSS_RANK_VERSION", "STRAGGLER_GAP"]
 

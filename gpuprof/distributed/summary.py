@@ -32,7 +32,7 @@ the profiler does not see.
 
 **Collective instances**: every collective in a step window, in start order,
 with its type, duration and message size when the trace says it (see
-:mod:`gpuprof.distributed.collectives`). The merge matches the *i*-th
+:mod:`gpuprof.trace.collectives`). The merge matches the *i*-th
 collective of a type across ranks.
 
 **Unused-parameter search**: ``torch.distributed.ddp.reducer::search_unused_parameters``
@@ -53,7 +53,7 @@ from typing import Sequence
 
 import msgspec
 
-from gpuprof.distributed.collectives import COLLECTIVE_TYPES, collective_type, message_bytes
+from gpuprof.trace.collectives import COLLECTIVE_TYPES, collective_type, message_bytes
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics, is_communication_kernel, union_of
 from gpuprof.trace.model import CommArgs, Event, Trace

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import msgspec
 
-from gpuprof.distributed.collectives import comm_args, is_comm_event_name
 from gpuprof.errors import InputError
 from gpuprof.trace import raw as R
+from gpuprof.trace.collectives import comm_args, is_comm_event_name
 from gpuprof.trace.model import (
     DTYPE_BF16,
     DTYPE_DOUBLE,

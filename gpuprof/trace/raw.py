@@ -29,11 +29,11 @@ class RawArgs(msgspec.Struct, gc=False):
     bytes: Union[int, float, None] = None
     input_type: Union[list[Any], str, None] = msgspec.field(name="Input type", default=None)
     call_stack: Union[str, None] = msgspec.field(name="Call stack", default=None)
-    # collectives (kept only for communication events, see gpuprof.distributed.collectives):
+    # collectives (kept only for communication events, see gpuprof.trace.collectives):
     # "Input Dims" stays undecoded bytes (msgspec.Raw, pointing into the chunk: see
     # gpuprof.trace.decode), so the ops that are not collectives pay almost
     # nothing and an odd value there (1e400) never makes the trace unreadable.
-    # Any: these come from strangers and only gpuprof.distributed.collectives reads them, checking
+    # Any: these come from strangers and only gpuprof.trace.collectives reads them, checking
     # each type there; a value of an unexpected type must not make the whole trace unreadable
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw())  # empty: absent
     collective_name: Any = msgspec.field(name="Collective name", default=None)

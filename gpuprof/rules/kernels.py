@@ -13,6 +13,7 @@ from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics, union_of
 from gpuprof.trace.model import Event, dur_of, ts_of
+from gpuprof.trace.shapes import step_shapes
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 from gpuprof.units import fmt_us
 
@@ -161,6 +162,12 @@ class LaunchBound(Rule):
     overhead per step: the GPU time a launch-free schedule (CUDA graphs) would
     give back, a lower bound since Python time between launches idles the GPU
     too.
+
+    The advice depends on the steps' shapes (``gpuprof.trace.shapes``, from
+    ``Input Dims``): static shapes make the step a CUDA-graph candidate
+    (``mode="reduce-overhead"``, ``torch.cuda.graph``); shapes that change
+    from step to step need padding or bucketing first; steps that already
+    replay CUDA graphs get advice about the kernels launched outside them.
     """
 
     code = "GP301"
@@ -209,6 +216,7 @@ class LaunchBound(Rule):
         if st.launch_interval_us is None or st.median_us >= st.launch_interval_us:
             return  # kernels outlast the launch cadence: work queues up, the launches are not what the GPU waits on
         ops = ", ".join(f"{name} ({n})" for name, n in st.top_ops)
+        shapes = step_shapes(m)
         if st.graph_launches:
             advice = [
                 f"The steps already replay CUDA graphs ({st.graph_launches / n_steps:.3g} graph launches per step, "
@@ -216,6 +224,21 @@ class LaunchBound(Rule):
                 "above are launched one by one outside the graphs: bring that code into the graphed region "
                 "(torch.compile mode=\"reduce-overhead\" over the whole step, a larger torch.cuda.graph capture) "
                 "or give it more work per launch",
+            ]
+        elif shapes.static:
+            advice = [
+                f"The step is a CUDA-graph candidate: its matmul/conv shapes are the same in each of the "
+                f"{shapes.steps} steps, so torch.compile(model, mode=\"reduce-overhead\") can fuse the element-wise "
+                "kernels and replay the step as one CUDA graph (or capture it yourself with torch.cuda.graph / "
+                "torch.cuda.make_graphed_callables); a larger batch size also gives each launch more work",
+            ]
+        elif shapes.static is False:
+            advice = [
+                f"Shapes change from step to step ({shapes.distinct} distinct matmul/conv shapes over {shapes.steps} "
+                f"steps, {shapes.ratio:g}x a step's): CUDA graphs need static shapes, and "
+                "torch.compile(mode=\"reduce-overhead\") would record a graph per shape. Pad or bucket inputs to "
+                "a few fixed sizes first (DataLoader collate padding to a multiple, drop_last=True), then use "
+                "reduce-overhead; a larger batch size also gives each launch more work",
             ]
         else:
             advice = [
@@ -261,6 +284,8 @@ class LaunchBound(Rule):
                         "top_ops": dict(st.top_ops),
                         "graph_launches": st.graph_launches,
                         "graph_kernels": st.graph_kernels,
+                        "static_shapes": shapes.static,
+                        "shape_ratio": shapes.ratio,
                     },
                 ),
                 Evidence(

@@ -35,6 +35,7 @@ __all__ = [
     "device_of",
     "op_dtypes",
     "op_call_stack",
+    "op_shape_key",
     "copy_kind",
     "memory_totals",
     "memory_addr",
@@ -125,7 +126,8 @@ class MemoryPayload(msgspec.Struct, gc=False, frozen=True):
 #
 # The loader stores an operator's payload as its dtype flags (an int: no
 # object per op) or, for 2021 traces with a "Call stack", a (flags, stack)
-# tuple; a copy's as its CopyKind; a [memory] event's as a MemoryPayload.
+# tuple, or for the operators whose shapes it keeps (vocab.SHAPE_KEY_OPS) a
+# (flags, stack or None, shape hash) tuple; a copy's as its CopyKind; a [memory] event's as a MemoryPayload.
 # These functions are the one place that knows it.
 
 
@@ -137,6 +139,15 @@ def op_dtypes(op: Event | None) -> int:
     if type(extra) is tuple:
         extra = extra[0]
     return extra if type(extra) is int else 0
+
+
+def op_shape_key(op: Event) -> int | None:
+    """A CRC-32 of the ``Input Dims`` text of a matmul/conv/attention operator (``vocab.SHAPE_KEY_OPS``), equal
+    for equal shapes within one loaded trace; None for other operators or without record_shapes."""
+    extra = op.extra
+    if type(extra) is tuple and len(extra) == 3:
+        return extra[2]  # type: ignore[no-any-return]
+    return None
 
 
 def op_call_stack(op: Event) -> str | None:

@@ -9,6 +9,8 @@ read) and reads the metadata (devices, rank, process and thread names).
 
 from __future__ import annotations
 
+from zlib import crc32
+
 import msgspec
 
 from gpuprof.errors import InputError
@@ -26,7 +28,7 @@ from gpuprof.trace.model import (
     Trace,
 )
 from gpuprof.trace.pairing import pair_slices
-from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
+from gpuprof.trace.vocab import CATEGORY_KIND, SHAPE_KEY_OPS, Kind, parse_copy_name
 
 __all__ = ["Builder", "device_info"]
 
@@ -139,6 +141,7 @@ class Builder:
         dtype_flags = _DTYPE_FLAGS
         stacks = self._stacks
         comm_names = self._comm_names
+        shape_ops = SHAPE_KEY_OPS
         comm_out = t.comm_events
         for ev in events:
             ph = ev.ph
@@ -203,7 +206,10 @@ class Builder:
                                 flags |= f
                 cs = a.call_stack
                 extra: object = flags
-                if cs:
+                if name in shape_ops and a.input_dims:
+                    # the input shapes of a GEMM/conv, as a CRC of their text: steps compare them (static shapes?)
+                    extra = (flags, stacks.setdefault(cs, cs) if cs else None, crc32(a.input_dims))
+                elif cs:
                     extra = (flags, stacks.setdefault(cs, cs))
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, extra))
             elif kind == K_KERNEL or kind == K_MEMCPY or kind == K_MEMSET or kind == K_SYNC or kind == K_GPU_ANN:

@@ -29,6 +29,7 @@ __all__ = [
     "is_optimizer_name",
     "SYNC_OPS",
     "LOGGING_FRAME_PREFIXES",
+    "SHAPE_KEY_OPS",
     "logging_call_of",
 ]
 
@@ -209,6 +210,15 @@ def is_single_process_dataloader(name: str) -> bool:
 def is_optimizer_name(name: str) -> bool:
     return name.startswith("Optimizer.step#") or name.startswith("Optimizer.zero_grad#")
 
+
+# Operators whose input shapes (``Input Dims``, record_shapes=True) the loader keeps, as a hash, to tell
+# steps with static shapes (CUDA-graph candidates) from steps whose shapes change: the matmuls,
+# convolutions and attention that a model's batch and sequence sizes flow through.
+SHAPE_KEY_OPS = frozenset({
+    "aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+    "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
+    "aten::scaled_dot_product_attention",
+})
 
 # Operators that force the host to wait for the GPU, and what the user wrote.
 SYNC_OPS: dict[str, str] = {

@@ -15,16 +15,20 @@ def _gp301(path, **options):
     return found[0] if found else None
 
 
-def _tiny_kernel_loop(tmp_path, queued: bool = False, graphed: int = 0):
+def _tiny_kernel_loop(tmp_path, queued: bool = False, graphed: int = 0, batches: tuple[int, ...] = ()):
     """Five steps of 200 element-wise kernels of 3 µs plus a non-fused optimizer.
 
     ``queued`` puts a 5 ms GEMM in front of each step's small kernels, so the
     host launches them while the GPU is busy and they then run back to back.
     ``graphed``: that many of the adds are replayed from a CUDA graph (``cudaGraphLaunch``).
+    ``batches``: each step also runs an ``aten::mm`` whose recorded ``Input Dims`` have the step's batch size.
     """
     tb = TraceBuilder(launch_us=6.0, gap_us=4.0)
-    for _ in range(5):
+    for step in range(5):
         with tb.step():
+            if batches:
+                with tb.op("aten::mm", input_types=["float", "float"], input_dims=[[batches[step], 64], [64, 64]]):
+                    tb.kernel(KERNELS["elementwise"], us=3.0)
             if queued:
                 tb.gemm("bf16", us=5000)
             for i in range(200):
@@ -33,7 +37,7 @@ def _tiny_kernel_loop(tmp_path, queued: bool = False, graphed: int = 0):
                               launch="cudaGraphLaunch" if i < graphed else "cudaLaunchKernel")
             if graphed < 200:
                 tb.optimizer(ms=0.1, kernels=40, kernel_us=2.0)
-    return tb.write(tmp_path / f"tiny_{queued}_{graphed}.json")
+    return tb.write(tmp_path / f"tiny_{queued}_{graphed}_{len(set(batches))}.json")
 
 
 def test_gp301_bad(tmp_path):
@@ -52,6 +56,28 @@ def test_gp301_bad(tmp_path):
     assert "240 kernels per step" in f.message
     assert "fused=True" in f.advice and "reduce-overhead" in f.advice
     assert "aten::add" in f.advice
+
+
+def test_gp301_static_shapes_make_a_cuda_graph_candidate(tmp_path):
+    f = _gp301(_tiny_kernel_loop(tmp_path, batches=(32,) * 5))
+    assert f is not None and f.evidence[0].extra["static_shapes"] is True
+    assert f.evidence[0].extra["shape_ratio"] == 1.0
+    assert "CUDA-graph candidate" in f.advice and "same in each of the 5 steps" in f.advice
+    assert "reduce-overhead" in f.advice and "torch.cuda.graph" in f.advice
+
+
+def test_gp301_changing_shapes_need_padding_first(tmp_path):
+    f = _gp301(_tiny_kernel_loop(tmp_path, batches=(32, 17, 32, 29, 8)))
+    assert f is not None and f.evidence[0].extra["static_shapes"] is False
+    assert f.evidence[0].extra["shape_ratio"] == 4.0  # 4 distinct batch sizes, one matmul per step
+    assert "Shapes change from step to step (4 distinct" in f.advice and "Pad or bucket" in f.advice
+    assert "CUDA-graph candidate" not in f.advice
+
+
+def test_gp301_without_input_dims_says_what_graphs_need(tmp_path):
+    f = _gp301(_tiny_kernel_loop(tmp_path))
+    assert f is not None and f.evidence[0].extra["static_shapes"] is None
+    assert "which needs static shapes" in f.advice
 
 
 def test_gp301_good_graphed_steps(tmp_path):

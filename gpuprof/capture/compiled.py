@@ -13,7 +13,10 @@ instrumentation only, so the user's compilation is never altered:
   compilation metrics (``torch._dynamo.utils.get_compilation_metrics()``,
   one record per compiled frame: the guard that failed, the reason
   ``mode="reduce-overhead"`` did not use CUDA graphs), read after a step in
-  which something compiled, and at the end.
+  which something compiled, and at the end. CUDA-graph skips found while the
+  compiled code runs (inputs mutated outside the graph, the re-recording
+  limit reached by changing shapes) reach no metrics record: they come from
+  inductor's ``cudagraphs`` log, which every skip goes through.
 * **compile time inside steps** (GP803): Dynamo's compile-start/-end
   callbacks (``torch._dynamo.callback``), which also fire for the lazy
   backward compilation and CUDA-graph recording, timed and charged to the
@@ -38,6 +41,7 @@ from typing import Any, Callable
 
 from gpuprof.capture.codes import runtime_check
 from gpuprof.findings import Evidence, Finding, SourceLocation
+from gpuprof.frames import is_user_file
 
 __all__ = ["CompileMonitor", "GraphBreak", "parse_graph_break", "compile_findings"]
 
@@ -46,6 +50,12 @@ _AT = re.compile(r"in user code at (.+):(\d+)\s*$", re.M)
 _FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (\S+)\s*$', re.M)
 _DOC_URL = re.compile(r"https://\S+/gb/gb\d+\.html")
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
+_CUDAGRAPH_ADVICE = (
+    "mode=\"reduce-overhead\" replays a CUDA graph only when the compiled code allows it: no CPU tensors or "
+    "CPU-GPU copies inside, no inputs mutated outside the graph (other than buffers), no shapes that change "
+    "from call to call (each new shape re-records; pad or bucket them, or mark them dynamic) and no ops that "
+    "cannot be graphed. Fix the reason shown, or move that part out of the compiled region."
+)
 REASON_CHARS = 400  # a graph-break reason kept in findings (Dynamo's hints can be long)
 
 
@@ -110,6 +120,48 @@ class _BreakHandler(logging.Handler):
             self.monitor.errors.append(f"graph-break log: {type(err).__name__}: {err}")
 
 
+# Every CUDA-graph skip goes through inductor's log_cudagraph_skip_and_bump_counter, which logs it here;
+# those found while the graph runs (inputs mutated outside the graph, the re-recording limit hit by
+# changing shapes) reach no compilation metrics record.
+CUDAGRAPH_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
+
+
+@dataclass(frozen=True)
+class CudagraphSkip:
+    """One reason inductor gave for running compiled code without CUDA graphs, from its log."""
+
+    reason: str  # the message's first line ("skipping cudagraphs due to mutated inputs (1 instances)...")
+    location: SourceLocation | None  # the first user frame the message names ("Found from: File ...")
+
+
+def parse_cudagraph_skip(text: str) -> CudagraphSkip | None:
+    """The skip in one message of inductor's ``cudagraphs`` log (None for its other messages)."""
+    if not text.startswith("skipping cudagraph"):
+        return None
+    first = text.splitlines()[0].strip()
+    first = first.split(" Found from", 1)[0].rstrip(" .:") if " Found from" in first else first
+    loc = None
+    for m in _FRAME.finditer(text):
+        if is_user_file(m.group(1)):
+            loc = SourceLocation(m.group(1), int(m.group(2)), m.group(3))
+            break
+    return CudagraphSkip(first[:REASON_CHARS], loc)
+
+
+class _CudagraphSkipHandler(logging.Handler):
+    def __init__(self, monitor: "CompileMonitor") -> None:
+        super().__init__(logging.DEBUG)
+        self.monitor = monitor
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            skip = parse_cudagraph_skip(record.getMessage())
+            if skip is not None:
+                self.monitor.cudagraph_log_skips[skip] += 1
+        except Exception as err:  # noqa: BLE001 - inside inductor: never raise; the session warns once
+            self.monitor.errors.append(f"cudagraphs log: {type(err).__name__}: {err}")
+
+
 class CompileMonitor:
     """Collects Dynamo's graph breaks, recompilations and compile time while installed."""
 
@@ -118,6 +170,7 @@ class CompileMonitor:
         self.breaks: Counter[GraphBreak] = Counter()
         self.frames: dict[tuple[str, str | None, int | None], CompiledFrame] = {}
         self.compile_s_by_step: dict[int, float] = {}
+        self.cudagraph_log_skips: Counter[CudagraphSkip] = Counter()
         self.errors: list[str] = []  # failures inside callbacks, warned about by the session
         self.installed = False
         self.compiled_since_drain = False
@@ -126,6 +179,7 @@ class CompileMonitor:
         self._started: float | None = None
         self._loggers: list[tuple[logging.Logger, int, bool]] = []  # logger, its level, its propagate
         self._handler: _BreakHandler | None = None
+        self._cg_handler: _CudagraphSkipHandler | None = None
         self._gb_counter_before: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ install
@@ -150,17 +204,21 @@ class CompileMonitor:
     def _attach_log(self) -> None:
         from torch._logging._internal import log_registry
 
+        self._cg_handler = _CudagraphSkipHandler(self)
+        self._listen(logging.getLogger(CUDAGRAPH_LOGGER), self._cg_handler)  # named before inductor is imported
         names = [n for n in getattr(log_registry, "artifact_log_qnames", ()) if n.endswith(".__graph_breaks")]
         if not names:
             return  # another torch: GP801 falls back to Dynamo's reason counters (no source line)
         self._handler = _BreakHandler(self)
         for name in names:
-            lg = logging.getLogger(name)
-            self._loggers.append((lg, lg.level, lg.propagate))
-            if not lg.isEnabledFor(logging.DEBUG):  # the user did not ask for these logs: keep them off the console
-                lg.setLevel(logging.DEBUG)
-                lg.propagate = False
-            lg.addHandler(self._handler)
+            self._listen(logging.getLogger(name), self._handler)
+
+    def _listen(self, lg: logging.Logger, handler: logging.Handler) -> None:
+        self._loggers.append((lg, lg.level, lg.propagate))
+        if not lg.isEnabledFor(logging.DEBUG):  # the user did not ask for these logs: keep them off the console
+            lg.setLevel(logging.DEBUG)
+            lg.propagate = False
+        lg.addHandler(handler)
 
     def uninstall(self) -> None:
         if not self.installed:
@@ -176,8 +234,9 @@ class CompileMonitor:
                 if cb in lst:
                     lst.remove(cb)
             for lg, level, propagate in self._loggers:
-                if self._handler is not None:
-                    lg.removeHandler(self._handler)
+                for handler in (self._handler, self._cg_handler):
+                    if handler is not None:
+                        lg.removeHandler(handler)
                 lg.setLevel(level)
                 lg.propagate = propagate
             self._loggers = []
@@ -351,13 +410,24 @@ def compile_findings(mon: CompileMonitor, total_step_s: float, steps: int,
         out.append(Finding(
             code="GP804", name=check.name, severity=check.severity,
             message=f"CUDA graphs were not used for {frame_label(fr)}{where}: {reasons[0]}",
-            advice=("mode=\"reduce-overhead\" replays a CUDA graph only when the compiled code allows it: "
-                    "no CPU tensors or CPU-GPU copies inside, no mutated inputs (other than buffers), no "
-                    "dynamic shapes and no ops that cannot be graphed. Fix the reason shown, or move that "
-                    "part out of the compiled region."),
+            advice=_CUDAGRAPH_ADVICE,
             evidence=(Evidence("cudagraph_skipped", len(fr.cudagraph_skips), 0, "compilations",
                                extra={"reasons": reasons[:5]}),),
             location=SourceLocation(fr.file, fr.line, fr.name) if fr.file else None,
             origin="runtime", source=fr.name,
+        ))
+    # ... and those only inductor's log tells (found while the graphs run), one finding per reason and line
+    known = {r for fr in mon.frames.values() for r in fr.cudagraph_skips}
+    for skip, n in mon.cudagraph_log_skips.most_common(5):
+        if any(skip.reason in r or r in skip.reason for r in known):
+            continue
+        where = f" ({skip.location.file}:{skip.location.line})" if skip.location else ""
+        out.append(Finding(
+            code="GP804", name=check.name, severity=check.severity,
+            message=f"CUDA graphs were not used{where}: {skip.reason}",
+            advice=_CUDAGRAPH_ADVICE,
+            evidence=(Evidence("cudagraph_skipped", n, 0, "times", extra={"reasons": [skip.reason]}),),
+            location=skip.location, origin="runtime",
+            source=f"{skip.location.file}:{skip.location.line}" if skip.location else None,
         ))
     return out

@@ -181,6 +181,33 @@ def test_cudagraph_skip_and_compile_time_findings_from_metrics() -> None:
     assert not [f for f in compile_findings(mon, 10.0, 20, 0.01) if f.code == "GP803"]
 
 
+def test_cudagraph_skips_logged_while_running_reach_gp804(tmp_path: Path) -> None:
+    """Skips found while the graphs run (mutated inputs, re-recording limit) are only logged: inductor's own
+    logging function, called inside a captured step as cudagraph trees would call it on a GPU."""
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    logger = __import__("logging").getLogger("torch._inductor.cudagraph_utils.__cudagraphs")
+    level, propagate = logger.level, logger.propagate
+    msg = ("skipping cudagraphs due to mutated inputs (1 instances). Found from : \n"
+           f'   File "{__file__}", line 321, in forward\n    self.count.add_(1)\n')
+    model = torch.compile(tiny_model(), backend="eager")
+    with gpuprof.profile(tmp_path, run="r", schedule=Schedule(wait=0, warmup=1, active=2), print_report=False,
+                         tensorboard=False) as prof:
+        for _ in range(4):
+            model(torch.randn(8, 16)).sum().backward()
+            log_cudagraph_skip_and_bump_counter(msg)
+            log_cudagraph_skip_and_bump_counter("skipping cudagraph due to function 0 exceeding max re-recording "
+                                                "limit (=50) on cudagraph node 3 due to tensor size mismatch.")
+            prof.step()
+    found = [f for f in prof.report.findings if f.code == "GP804"]
+    by_line = {f.location.line if f.location else None: f for f in found}
+    assert set(by_line) == {321, None}, [f.message for f in found]
+    assert "mutated inputs (1 instances)" in by_line[321].message and by_line[321].location.function == "forward"
+    assert by_line[321].evidence[0].value == 4 and "re-recording limit" in by_line[None].message
+    assert "pad or bucket" in by_line[None].advice
+    assert (logger.level, logger.propagate) == (level, propagate)  # the log is given back as it was
+
+
 # ---------------------------------------------------------------------- mixed precision (GP850/GP851)
 
 def test_amp_spellings_flagged_at_the_users_line(tmp_path: Path) -> None:

@@ -9,14 +9,11 @@ trace. Costs are per step, labelled in the message; severity follows cost
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
-from gpuprof.codespec import CodeSpec
 from gpuprof.distributed.merge import CrossRank
-from gpuprof.findings import Evidence, Finding, Severity, code_matches
-from gpuprof.rules.base import COMMON_OPTIONS, INFO_BELOW_SHARE, Option
+from gpuprof.findings import Evidence, Finding, code_matches
+from gpuprof.rules.base import Option, RuleSpec, severity_for_cost
 from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = ["CrossRankRule", "all_cross_rank_rules", "get_cross_rank_rule", "run_cross_rank_rules"]
@@ -31,38 +28,13 @@ _CAUSE_WORDS = {
 }
 
 
-class CrossRankRule:
-    """Base class of the GP7xx cross-rank rules (see the module docstring)."""
+class CrossRankRule(RuleSpec):
+    """Base class of the GP7xx cross-rank rules (see the module docstring); declared like a trace rule."""
 
-    code: ClassVar[str] = ""
-    name: ClassVar[str] = ""
-    title: ClassVar[str] = ""
-    severity: ClassVar[Severity] = Severity.WARNING
-    options: ClassVar[tuple[Option, ...]] = ()
-    bad_example: ClassVar[str] = ""
-    good_example: ClassVar[str] = ""
+    origin: ClassVar[str] = "distributed"
 
     def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterable[Finding]:  # pragma: no cover
         raise NotImplementedError
-
-    @classmethod
-    def doc(cls) -> str:
-        return inspect.cleandoc(cls.__doc__ or "")
-
-    @classmethod
-    def all_options(cls) -> tuple[Option, ...]:
-        return cls.options + COMMON_OPTIONS
-
-    @classmethod
-    def spec(cls) -> CodeSpec:
-        """The rule as a registry entry (:class:`gpuprof.codespec.CodeSpec`), like a trace rule's."""
-        return CodeSpec(cls.code, cls.name, cls.severity, cls.title, "distributed", options=cls.all_options(),
-                        bad_example=cls.bad_example, good_example=cls.good_example, doc=cls.doc(),
-                        module=cls.__module__)
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        return {o.name: o.default for o in cls.all_options()}
 
     def finding(self, job: CrossRank, message: str, advice: str, *, cost_us: float, cost_label: str,
                 evidence: Iterable[Evidence] = ()) -> Finding:
@@ -81,8 +53,7 @@ _REGISTRY: dict[str, type[CrossRankRule]] = {}
 
 
 def register(cls: type[CrossRankRule]) -> type[CrossRankRule]:
-    if not cls.code or not cls.name or not cls.__doc__ or not cls.bad_example or not cls.good_example:
-        raise ValueError(f"cross-rank rule {cls.__name__} needs a code, a name, a docstring and both examples")
+    cls.validate()
     if cls.code in _REGISTRY and _REGISTRY[cls.code] is not cls:
         raise ValueError(f"duplicate rule code {cls.code}")
     _REGISTRY[cls.code] = cls
@@ -125,11 +96,7 @@ def run_cross_rank_rules(job: CrossRank, options: Mapping[str, Mapping[str, Any]
         except Exception as err:  # noqa: BLE001 - raised as RuleError or handed to the caller, never dropped
             failed.append((cls.code, err))
             continue
-        for f in found:
-            limit = opts.get("info_below_share", INFO_BELOW_SHARE)
-            if f.cost_share is not None and f.cost_share < limit and f.severity is not Severity.INFO:
-                f = dataclasses.replace(f, severity=Severity.INFO)
-            out.append(f)
+        out += [severity_for_cost(f, opts) for f in found]
     if failed:
         if failures is None or strict_rules():
             raise RuleError("cross-rank analysis", failed) from failed[0][1]

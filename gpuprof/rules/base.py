@@ -34,6 +34,7 @@ from gpuprof.trace.model import Event, Trace
 __all__ = [
     "Option",
     "Rule",
+    "RuleSpec",
     "RuleContext",
     "register",
     "all_rules",
@@ -74,8 +75,13 @@ class RuleContext:
         return self._others.get(code)
 
 
-class Rule:
-    """Base class of all rules. See the module docstring."""
+class RuleSpec:
+    """What every rule class declares, whatever it reads: code, name, examples, options, docs.
+
+    :class:`Rule` (one trace) and the cross-rank rules
+    (``gpuprof.distributed.rules.CrossRankRule``, several ranks) derive from it,
+    so both become registry entries (:meth:`spec`) the same way.
+    """
 
     code: ClassVar[str] = ""
     name: ClassVar[str] = ""
@@ -88,10 +94,6 @@ class Rule:
     superseded_by: ClassVar[tuple[str, ...]] = ()  # codes that report the same problem better (docs/codes.md)
     origin: ClassVar[str] = "trace"
 
-    def check(self, ctx: RuleContext) -> Iterable[Finding]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    # -- helpers for subclasses ------------------------------------------------
     @classmethod
     def doc(cls) -> str:
         return inspect.cleandoc(cls.__doc__ or "")
@@ -111,6 +113,21 @@ class Rule:
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         return {o.name: o.default for o in cls.all_options()}
+
+    @classmethod
+    def validate(cls) -> None:
+        """Raise ValueError unless the class is complete enough to register (code, name, docs, both examples)."""
+        if not cls.code or not cls.name:
+            raise ValueError(f"rule {cls.__name__} needs a code and a name")
+        if not cls.__doc__ or not cls.bad_example or not cls.good_example:
+            raise ValueError(f"rule {cls.code} needs a docstring, a bad_example and a good_example")
+
+
+class Rule(RuleSpec):
+    """Base class of all trace rules. See the module docstring."""
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def finding(
         self,
@@ -181,12 +198,9 @@ _REGISTRY: dict[str, type[Rule]] = {}
 
 def register(cls: type[Rule]) -> type[Rule]:
     """Class decorator: add a rule to the registry (codes are unique)."""
-    if not cls.code or not cls.name:
-        raise ValueError(f"rule {cls.__name__} needs a code and a name")
+    cls.validate()
     if cls.code in _REGISTRY and _REGISTRY[cls.code] is not cls:
         raise ValueError(f"duplicate rule code {cls.code}")
-    if not cls.__doc__ or not cls.bad_example or not cls.good_example:
-        raise ValueError(f"rule {cls.code} needs a docstring, a bad_example and a good_example")
     _REGISTRY[cls.code] = cls
     return cls
 

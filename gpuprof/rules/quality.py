@@ -6,8 +6,12 @@ import math
 import statistics
 from typing import Iterable
 
+import numpy as np
+
 from gpuprof.findings import EventRef, Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.compiled import is_compile_phase
+from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, Step, TraceMetrics
 from gpuprof.trace.model import op_dtypes
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
@@ -300,6 +304,13 @@ class TraceTooLarge(Rule):
         )
         if heavy:
             advice += f"; turn off {', '.join(heavy)} unless needed (each adds events or arguments to every op)"
+        compiling = _share_in_compilation(m)
+        if compiling >= 0.5:
+            advice = (
+                f"{compiling:.0%} of the host events are torch.compile compiling inside the recorded steps "
+                "(Dynamo and Inductor's own operators and Python frames): start recording after compilation "
+                "settles (a later schedule wait/warmup), and see GP811/GP802 for why it compiled there. "
+            ) + advice
         advice += (
             ". To look at this trace anyway, run `gpuprof analyze --annotate out.pt.trace.json.gz` and open it in "
             "Perfetto UI (ui.perfetto.dev, which copes with larger files than chrome://tracing), jumping to the "
@@ -313,7 +324,8 @@ class TraceTooLarge(Rule):
             f"{per_step_events:,.0f} events per step)",
             advice,
             evidence=[
-                Evidence("json_bytes", size, int(max_bytes), "bytes", extra={"per_step_bytes": round(per_step_bytes)}),
+                Evidence("json_bytes", size, int(max_bytes), "bytes", extra={"per_step_bytes": round(per_step_bytes),
+                                                                             "share_in_compilation": round(compiling, 3)}),
                 Evidence("num_events", t.num_events, ctx.opt("max_events"), "events",
                          extra={"per_step_events": round(per_step_events), "suggested_active": active}),
             ],
@@ -321,3 +333,16 @@ class TraceTooLarge(Rule):
         )
 
 
+
+
+def _share_in_compilation(m: TraceMetrics) -> float:
+    """Share of the host events (operators and Python frames) that start inside a torch.compile phase."""
+    t = m.trace
+    phases = Intervals.from_pairs([(op.ts, op.end) for op in t.ops if is_compile_phase(op.name)])
+    total = len(t.ops) + len(t.python)
+    if not phases or not total:
+        return 0.0
+    starts = np.fromiter((e.ts for lst in (t.ops, t.python) for e in lst), dtype=np.float64, count=total)
+    i = np.searchsorted(phases.starts, starts, side="right") - 1
+    inside = (i >= 0) & (starts <= np.asarray(phases.ends)[np.maximum(i, 0)])
+    return float(inside.sum()) / total

@@ -167,3 +167,24 @@ def test_gp903_real_v100_sample_schedule_suggestion():
     assert f.evidence[1].extra["suggested_active"] == expected
     assert f"active={expected}," in f.advice
     assert "profile_memory=True" in f.advice  # the sample was recorded with profile_memory
+
+
+def test_gp903_names_compilation_inside_the_steps(tmp_path):
+    tb = TraceBuilder()
+    for i in range(4):
+        with tb.step():
+            tb.gemm(us=500)
+            if i == 2:  # a recompilation: Dynamo's phase with its Python frames inside
+                with tb.op("entire_frame_compile (dynamo_timed)", us=50):
+                    for _ in range(60):
+                        with tb.python("torch/_dynamo/convert_frame.py", 900, "_compile"):
+                            tb.cpu(us=1)
+    path = tb.write(tmp_path / "compiling.json")
+    n = load_trace(path).num_events
+    (f,) = _found(path, "GP903", max_events=n // 2)
+    share = f.evidence[0].extra["share_in_compilation"]
+    assert share > 0.5 and f.advice.startswith(f"{share:.0%} of the host events are torch.compile compiling")
+    # without the compilation the advice is the plain one
+    plain = simple_training(TraceBuilder(), steps=4).write(tmp_path / "plain.json")
+    (g,) = _found(plain, "GP903", max_events=load_trace(plain).num_events // 2)
+    assert g.evidence[0].extra["share_in_compilation"] == 0 and "torch.compile" not in g.advice

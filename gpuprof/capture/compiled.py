@@ -106,18 +106,20 @@ class CompiledFrame:
     cudagraph_skips: list[str] = field(default_factory=list)
 
 
-class _BreakHandler(logging.Handler):
-    def __init__(self, monitor: "CompileMonitor") -> None:
+class _LogCounter(logging.Handler):
+    """Counts what ``parse`` finds in one torch log's messages into ``counts``; failures go to ``errors``."""
+
+    def __init__(self, what: str, parse: Callable[[str], Any], counts: Counter[Any], errors: list[str]) -> None:
         super().__init__(logging.DEBUG)
-        self.monitor = monitor
+        self.what, self.parse, self.counts, self.errors = what, parse, counts, errors
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            gb = parse_graph_break(record.getMessage())
-            if gb is not None:
-                self.monitor.breaks[gb] += 1
-        except Exception as err:  # noqa: BLE001 - inside Dynamo: never raise; the session warns once
-            self.monitor.errors.append(f"graph-break log: {type(err).__name__}: {err}")
+            found = self.parse(record.getMessage())
+            if found is not None:
+                self.counts[found] += 1
+        except Exception as err:  # noqa: BLE001 - inside Dynamo/Inductor: never raise; the session warns once
+            self.errors.append(f"{self.what} log: {type(err).__name__}: {err}")
 
 
 # Every CUDA-graph skip goes through inductor's log_cudagraph_skip_and_bump_counter, which logs it here;
@@ -148,20 +150,6 @@ def parse_cudagraph_skip(text: str) -> CudagraphSkip | None:
     return CudagraphSkip(first[:REASON_CHARS], loc)
 
 
-class _CudagraphSkipHandler(logging.Handler):
-    def __init__(self, monitor: "CompileMonitor") -> None:
-        super().__init__(logging.DEBUG)
-        self.monitor = monitor
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            skip = parse_cudagraph_skip(record.getMessage())
-            if skip is not None:
-                self.monitor.cudagraph_log_skips[skip] += 1
-        except Exception as err:  # noqa: BLE001 - inside inductor: never raise; the session warns once
-            self.monitor.errors.append(f"cudagraphs log: {type(err).__name__}: {err}")
-
-
 class CompileMonitor:
     """Collects Dynamo's graph breaks, recompilations and compile time while installed."""
 
@@ -178,8 +166,7 @@ class CompileMonitor:
         self._seen_ids: set[tuple[str | None, int | None]] = set()
         self._started: float | None = None
         self._loggers: list[tuple[logging.Logger, int, bool]] = []  # logger, its level, its propagate
-        self._handler: _BreakHandler | None = None
-        self._cg_handler: _CudagraphSkipHandler | None = None
+        self._handlers: list[_LogCounter] = []
         self._gb_counter_before: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ install
@@ -204,21 +191,22 @@ class CompileMonitor:
     def _attach_log(self) -> None:
         from torch._logging._internal import log_registry
 
-        self._cg_handler = _CudagraphSkipHandler(self)
-        self._listen(logging.getLogger(CUDAGRAPH_LOGGER), self._cg_handler)  # named before inductor is imported
+        skips = _LogCounter("cudagraphs", parse_cudagraph_skip, self.cudagraph_log_skips, self.errors)
+        self._listen(logging.getLogger(CUDAGRAPH_LOGGER), skips)  # named before inductor is imported
         names = [n for n in getattr(log_registry, "artifact_log_qnames", ()) if n.endswith(".__graph_breaks")]
         if not names:
             return  # another torch: GP801 falls back to Dynamo's reason counters (no source line)
-        self._handler = _BreakHandler(self)
+        breaks = _LogCounter("graph-break", parse_graph_break, self.breaks, self.errors)
         for name in names:
-            self._listen(logging.getLogger(name), self._handler)
+            self._listen(logging.getLogger(name), breaks)
 
-    def _listen(self, lg: logging.Logger, handler: logging.Handler) -> None:
+    def _listen(self, lg: logging.Logger, handler: _LogCounter) -> None:
         self._loggers.append((lg, lg.level, lg.propagate))
         if not lg.isEnabledFor(logging.DEBUG):  # the user did not ask for these logs: keep them off the console
             lg.setLevel(logging.DEBUG)
             lg.propagate = False
         lg.addHandler(handler)
+        self._handlers.append(handler)
 
     def uninstall(self) -> None:
         if not self.installed:
@@ -234,12 +222,12 @@ class CompileMonitor:
                 if cb in lst:
                     lst.remove(cb)
             for lg, level, propagate in self._loggers:
-                for handler in (self._handler, self._cg_handler):
-                    if handler is not None:
-                        lg.removeHandler(handler)
+                for handler in self._handlers:
+                    lg.removeHandler(handler)  # a no-op on the loggers it was not added to
                 lg.setLevel(level)
                 lg.propagate = propagate
             self._loggers = []
+            self._handlers = []
 
     # ------------------------------------------------------------------ callbacks (inside Dynamo)
 

@@ -243,22 +243,23 @@ class EvalWithAutograd(Rule):
         ops = m.trace.ops
         if not ops:
             return
-        backward: dict[str, bool] = {}  # per distinct name (names are interned by the loader)
+        # per distinct name (the loader interns names): 0 neither, 1 backward, 2 a forward aten operator
+        kinds: dict[str, int] = {}
         recording: dict[int, list[Event]] = {}  # step index (0: the whole trace without markers) -> ops
         with_backward: set[int] = set()
         markers = m.has_step_markers
         for o in ops:
             name = o.name
-            bw = backward.get(name)
-            if bw is None:
-                bw = backward[name] = is_backward_op(name)
-            rec = not bw and name.startswith("aten::") and name not in _NOT_FORWARD and op_records_autograd(o)
-            if not bw and not rec:
+            k = kinds.get(name)
+            if k is None:
+                k = kinds[name] = (1 if is_backward_op(name)
+                                   else 2 if name.startswith("aten::") and name not in _NOT_FORWARD else 0)
+            if k == 0 or (k == 2 and not op_records_autograd(o)):
                 continue
             step = host_step_of(m, o.ts) if markers else 0
             if step is None:
                 continue
-            if bw:
+            if k == 1:
                 with_backward.add(step)
             else:
                 recording.setdefault(step, []).append(o)

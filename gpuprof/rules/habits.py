@@ -214,9 +214,10 @@ class EvalWithAutograd(Rule):
     No cost: the time autograd's bookkeeping takes is spread inside every
     operator and the trace has no measure of the memory held, so any figure
     would be a guess. The finding is a warning without a cost; it points at
-    the code that calls the model (the outermost ``nn.Module`` range's caller,
-    ``with_modules=True``), else the innermost user frame of the first such
-    operator, when the trace has Python stacks.
+    the code that calls the model (the caller of the outermost ``nn.Module``
+    range, which PyTorch's Python tracer writes with ``with_stack=True``),
+    else the innermost user frame of the first such operator (its ``Call
+    stack`` in 2021 traces); no location without Python stacks.
     """
 
     code = "GP843"
@@ -298,8 +299,8 @@ _MODULE = "nn.Module: "
 
 def _caller_of_model(m: TraceMetrics, op: Event) -> SourceLocation | None:
     """Where the user calls the model that ran ``op``: the innermost user frame at the start of the
-    outermost ``nn.Module`` range around it (with_modules=True), else the op's own innermost user
-    frame (its ``Call stack`` in 2021 traces); None without Python stacks."""
+    outermost ``nn.Module`` range around it (torch's Python tracer writes them with with_stack=True),
+    else the op's own innermost user frame (its ``Call stack`` in 2021 traces); None without stacks."""
     outer = None
     for p in m.trace.python:
         if p.ts > op.ts:

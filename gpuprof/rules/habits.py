@@ -1,4 +1,8 @@
-"""GP840/GP841: host habits in the step seen in a trace (zero-filled gradients, gc.collect/torch.save/logging)."""
+"""GP840/GP841/GP843: host habits in the step seen in a trace.
+
+Zero-filled gradients (GP840), gc.collect/torch.save/costly logging in the steps (GP841),
+evaluation with autograd on (GP843).
+"""
 
 from __future__ import annotations
 
@@ -12,10 +16,10 @@ from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import count_of, host_step_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event
+from gpuprof.trace.model import Event, op_records_autograd
 from gpuprof.trace.vocab import LOGGING_FRAME_PREFIXES, logging_call_of
 
-__all__ = ["ZeroGradFills", "StepChores", "chore_of"]
+__all__ = ["ZeroGradFills", "StepChores", "EvalWithAutograd", "chore_of", "is_backward_op"]
 
 _ZERO_GRAD = "Optimizer.zero_grad#"
 _FILLS = ("aten::zero_", "aten::_foreach_zero_", "aten::fill_", "aten::_foreach_fill_")
@@ -250,3 +254,150 @@ class StepChores(Rule):
                 ctx, message, advice, evidence=evidence, location=_caller(m, evs),
                 cost_us_per_step=us_per_step, cost_label=label,
             )
+
+
+# Operators that only a backward pass runs: the engine's per-node ranges (torch >= 1.10), the autograd
+# nodes themselves (``AddmmBackward0``; 2021 traces: ``CudnnConvolutionBackward``, no engine range),
+# gradient accumulation into .grad, and ATen's backward kernels (``aten::threshold_backward``).
+_BACKWARD = re.compile(
+    r"^autograd::engine::evaluate_function: |Backward\d*$|AccumulateGrad$|^aten::\w*_backward"
+)
+
+
+# Operators that carry a sequence number outside any forward pass: Module.to()/.half()/.cuda() call
+# torch._has_compatible_shallow_copy_type per parameter with grad mode on (4 per parameter and
+# conversion, checked on torch 2.13), and detach; a trace of model set-up alone is not evaluation.
+_NOT_FORWARD = frozenset({"aten::_has_compatible_shallow_copy_type", "aten::detach", "aten::detach_"})
+
+
+def is_backward_op(name: str) -> bool:
+    """True for an operator name that only a backward pass runs (see ``_BACKWARD``)."""
+    return _BACKWARD.search(name) is not None
+
+
+@register
+class EvalWithAutograd(Rule):
+    """Forward passes record autograd graphs that no backward ever uses (evaluation without no_grad).
+
+    Evaluation, inference or rollouts run without ``torch.no_grad()`` /
+    ``torch.inference_mode()``: every operator whose inputs require grad
+    records an autograd node and keeps the tensors its backward would need, for
+    a backward that never comes. That is host time per operator (bookkeeping
+    on every call) and activation memory held until the output is dropped
+    (larger batches run out of memory, or the allocator works harder).
+
+    From the trace: PyTorch writes an operator's autograd ``Sequence number``
+    only when the operator recorded an autograd node (grad mode on and an
+    input that requires grad); under ``no_grad``/``inference_mode`` no
+    operator has one, nor does a frozen model's (all ``requires_grad=False``):
+    neither is reported. A step is hit when at least ``min_ops_per_step``
+    ``aten::`` operators recorded autograd and no backward operator ran in it
+    (``autograd::engine::evaluate_function``, ``...Backward``,
+    ``aten::*_backward``); the rule fires when at least ``min_step_share`` of
+    the steps are hit. A trace without step markers counts as one step.
+    Module set-up (``model.to(...)``: ``_has_compatible_shallow_copy_type``,
+    ``detach``) does not count. Traces without the argument (the 2020/early
+    2021 tb_plugin samples) report nothing.
+
+    No cost: the time autograd's bookkeeping takes is spread inside every
+    operator and the trace has no measure of the memory held, so any figure
+    would be a guess. The finding is a warning without a cost; it points at
+    the code that calls the model (the caller of the outermost ``nn.Module``
+    range, which PyTorch's Python tracer writes with ``with_stack=True``),
+    else the innermost user frame of the first such operator (its ``Call
+    stack`` in 2021 traces); no location without Python stacks.
+    """
+
+    code = "GP843"
+    name = "eval-with-autograd"
+    title = "forward passes record autograd graphs with no backward (evaluation without no_grad)"
+    options = (
+        Option("min_ops_per_step", 10, "a step is hit from this many autograd-recording aten:: operators (and no backward)"),
+        Option("min_step_share", 0.5, "report when at least this share of the steps is hit"),
+    )
+    bad_example = """
+        model.eval()                                   # eval() switches dropout/batch norm, NOT autograd
+        for x, y in val_loader:
+            acc += (model(x).argmax(1) == y).sum()     # every op records a graph no backward uses
+    """
+    good_example = """
+        model.eval()
+        with torch.inference_mode():                   # or torch.no_grad(); or @torch.inference_mode() on evaluate()
+            for x, y in val_loader:
+                acc += (model(x).argmax(1) == y).sum()
+    """
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        m = ctx.metrics
+        ops = m.trace.ops
+        if not ops:
+            return
+        # per distinct name (the loader interns names): 0 neither, 1 backward, 2 a forward aten operator
+        kinds: dict[str, int] = {}
+        recording: dict[int, list[Event]] = {}  # step index (0: the whole trace without markers) -> ops
+        with_backward: set[int] = set()
+        markers = m.has_step_markers
+        for o in ops:
+            name = o.name
+            k = kinds.get(name)
+            if k is None:
+                k = kinds[name] = (1 if is_backward_op(name)
+                                   else 2 if name.startswith("aten::") and name not in _NOT_FORWARD else 0)
+            if k == 0 or (k == 2 and not op_records_autograd(o)):
+                continue
+            step = host_step_of(m, o.ts) if markers else 0
+            if step is None:
+                continue
+            if k == 1:
+                with_backward.add(step)
+            else:
+                recording.setdefault(step, []).append(o)
+        steps = m.num_steps if markers else 1
+        if not steps:
+            return
+        least = ctx.opt("min_ops_per_step")
+        hit = sorted(i for i, evs in recording.items() if i not in with_backward and len(evs) >= least)
+        share = len(hit) / steps
+        if not hit or share < ctx.opt("min_step_share"):
+            return
+        per_step = sum(len(recording[i]) for i in hit) / len(hit)
+        first = recording[hit[0]][0]
+        where = (f"in {len(hit)} of {steps} steps: {per_step:.3g} autograd-recording aten operators per such step"
+                 if markers else f"in the trace (no step markers): {per_step:.3g} autograd-recording aten operators")
+        yield self.finding(
+            ctx,
+            f"forward passes record autograd graphs and no backward runs {where}",
+            """
+            Wrap evaluation/inference in `with torch.inference_mode():` (or `with torch.no_grad():`), or decorate
+            the evaluation function with `@torch.inference_mode()`. model.eval() alone does not turn autograd off:
+            it only switches dropout and batch norm. Tensors made under inference_mode cannot be used in autograd
+            later; use no_grad where outputs feed training. A frozen model (requires_grad=False everywhere) is
+            not reported: its operators record nothing.
+            """,
+            evidence=(Evidence("steps_without_backward", round(share, 3), ctx.opt("min_step_share"), "fraction",
+                               events=event_refs(recording[hit[0]]),
+                               extra={"steps_hit": len(hit), "steps": steps,
+                                      "recording_ops_per_step": round(per_step, 1)}),),
+            location=_caller_of_model(m, first),
+        )
+
+
+_MODULE = "nn.Module: "
+
+
+def _caller_of_model(m: TraceMetrics, op: Event) -> SourceLocation | None:
+    """Where the user calls the model that ran ``op``: the innermost user frame at the start of the
+    outermost ``nn.Module`` range around it (torch's Python tracer writes them with with_stack=True),
+    else the op's own innermost user frame (its ``Call stack`` in 2021 traces); None without stacks."""
+    outer = None
+    for p in m.trace.python:
+        if p.ts > op.ts:
+            break  # sorted by start: nothing later encloses the op
+        if p.name.startswith(_MODULE) and p.pid == op.pid and p.tid == op.tid and p.end >= op.ts:
+            outer = p  # the earliest-starting enclosing module range is the outermost
+            break
+    if outer is not None:
+        loc = m.stacks.location(outer.pid, outer.tid, outer.ts)
+        if loc is not None:
+            return loc
+    return m.stacks.location(op.pid, op.tid, op.ts, op=op)

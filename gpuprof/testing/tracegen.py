@@ -284,6 +284,7 @@ class TraceBuilder:
         self._ext = 0
         self._corr = 0
         self._py_id = 0
+        self._seq_nr = -1  # autograd sequence numbers (ops made with autograd=True), from 0 as PyTorch counts
         self._ev_idx = 0
         self._py_used = False
         self._mem_alloc: dict[int, int] = {}
@@ -367,12 +368,20 @@ class TraceBuilder:
         input_dims: Sequence[Any] | None = None,
         us: float | None = None,
         ms: float | None = None,
+        autograd: bool = False,
     ) -> Iterator[None]:
         """An operator (``cpu_op``; ``Operator`` in 2021) around what the block does.
 
         ``us``/``ms`` is a minimum duration: the host clock is moved to
-        ``start + us`` at the end if the block took less."""
+        ``start + us`` at the end if the block took less. ``autograd=True``
+        writes a ``Sequence number`` (and ``Fwd thread id``), as PyTorch does for
+        an operator that recorded an autograd node (grad mode on, an input
+        requiring grad)."""
         args: dict[str, Any] = {}
+        if autograd:
+            self._seq_nr += 1
+            args["Sequence number"] = self._seq_nr
+            args["Fwd thread id"] = 0
         if input_types is not None:
             args["Input type"] = list(input_types)
         if input_dims is not None or (self.record_shapes and input_types is not None):

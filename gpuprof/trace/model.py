@@ -34,6 +34,8 @@ __all__ = [
     "name_of",
     "device_of",
     "op_dtypes",
+    "op_records_autograd",
+    "OP_AUTOGRAD",
     "op_call_stack",
     "op_shape_key",
     "copy_kind",
@@ -47,6 +49,12 @@ DTYPE_HALF = 2  # float16 / bfloat16 / float8
 DTYPE_DOUBLE = 4
 DTYPE_FP16 = 8  # IEEE float16 (set with DTYPE_HALF): the 16-bit type whose gradients need loss scaling
 DTYPE_BF16 = 16  # bfloat16 (set with DTYPE_HALF)
+_DTYPE_MASK = DTYPE_FLOAT | DTYPE_HALF | DTYPE_DOUBLE | DTYPE_FP16 | DTYPE_BF16
+# Not a dtype: set (in the same payload int) when the operator carries autograd's "Sequence number",
+# which PyTorch writes only for an operator that recorded an autograd node: grad mode on and an input
+# that requires grad. Never under torch.no_grad()/inference_mode(), nor for a frozen model's operators.
+# Read it with op_records_autograd(); op_dtypes() masks it out.
+OP_AUTOGRAD = 32
 
 
 # Field getters that run in C, for map()/sort keys/np.fromiter over many events.
@@ -124,7 +132,7 @@ class MemoryPayload(msgspec.Struct, gc=False, frozen=True):
 
 # --------------------------------------------------------------------------- payload accessors
 #
-# The loader stores an operator's payload as its dtype flags (an int: no
+# The loader stores an operator's payload as its dtype flags and OP_AUTOGRAD (an int: no
 # object per op) or, for 2021 traces with a "Call stack", a (flags, stack)
 # tuple, or for the operators whose shapes it keeps (vocab.SHAPE_KEY_OPS) a
 # (flags, stack or None, shape hash) tuple; a copy's as its CopyKind; a [memory] event's as a MemoryPayload.
@@ -138,7 +146,20 @@ def op_dtypes(op: Event | None) -> int:
     extra = op.extra
     if type(extra) is tuple:
         extra = extra[0]
-    return extra if type(extra) is int else 0
+    return extra & _DTYPE_MASK if type(extra) is int else 0
+
+
+def op_records_autograd(op: Event) -> bool:
+    """Whether the operator recorded an autograd node (it carries autograd's ``Sequence number``).
+
+    True only when grad mode was on and one of its inputs required grad: a
+    forward operator of a model that will (or could) be differentiated. Backward
+    operators carry it too; callers that want the forward tell them by name.
+    """
+    extra = op.extra
+    if type(extra) is tuple:
+        extra = extra[0]
+    return type(extra) is int and bool(extra & OP_AUTOGRAD)
 
 
 def op_shape_key(op: Event) -> int | None:

@@ -22,6 +22,7 @@ from gpuprof.trace.model import (
     DTYPE_FLOAT,
     DTYPE_FP16,
     DTYPE_HALF,
+    OP_AUTOGRAD,
     DeviceInfo,
     Event,
     MemoryPayload,
@@ -45,6 +46,10 @@ _DTYPE_FLAGS: dict[str, int] = {
     "c10::Float8_e5m2": DTYPE_HALF,
     "double": DTYPE_DOUBLE,
 }
+
+
+# an operator's "Sequence number" kept past its chunk (B/E events): only its presence is read
+_PRESENT = msgspec.Raw(b"0")
 
 
 def _as_int(x: object) -> int:
@@ -161,6 +166,8 @@ class Builder:
                 if a is not None and a.input_dims:
                     # kept past this chunk: an undecoded value must not point into the chunk's buffer
                     a.input_dims = msgspec.Raw(bytes(a.input_dims))
+                if a is not None and a.seq_nr:
+                    a.seq_nr = _PRESENT
                 self._slices.append(ev)  # paired in finish()
                 continue
             else:
@@ -204,6 +211,8 @@ class Builder:
                             f = dtype_flags.get(s)
                             if f:
                                 flags |= f
+                if a.seq_nr:  # the op recorded an autograd node (see OP_AUTOGRAD)
+                    flags |= OP_AUTOGRAD
                 cs = a.call_stack
                 extra: object = flags
                 if name in shape_ops and a.input_dims:

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Iterable
 
+import msgspec
+
 from gpuprof.trace.raw import RawArgs, RawEvent
 
 __all__ = ["Paired", "pair_slices"]
@@ -119,5 +121,6 @@ def _merged_args(begin: RawArgs | None, end: RawArgs | None) -> RawArgs | None:
     values = {}
     for name in _ARG_FIELDS:
         v = getattr(begin, name)
-        values[name] = getattr(end, name) if v is None else v
+        # an undecoded value (msgspec.Raw) is absent when empty
+        values[name] = getattr(end, name) if v is None or (type(v) is msgspec.Raw and not v) else v
     return RawArgs(**values)

@@ -29,6 +29,11 @@ class RawArgs(msgspec.Struct, gc=False):
     bytes: Union[int, float, None] = None
     input_type: Union[list[Any], str, None] = msgspec.field(name="Input type", default=None)
     call_stack: Union[str, None] = msgspec.field(name="Call stack", default=None)
+    # autograd's sequence number: written only for an operator that recorded an autograd node
+    # (grad mode on, an input requiring grad). Only the key's presence is read (OP_AUTOGRAD), so
+    # the value stays undecoded (empty: absent): nothing is decoded per op, and no value
+    # (1e400, a string) can make the trace unreadable
+    seq_nr: msgspec.Raw = msgspec.field(name="Sequence number", default=msgspec.Raw())
     # collectives (kept only for communication events, see gpuprof.trace.collectives):
     # "Input Dims" stays undecoded bytes (msgspec.Raw, pointing into the chunk: see
     # gpuprof.trace.decode), so the ops that are not collectives pay almost

@@ -21,6 +21,7 @@ CASES = {
     "device_mismatch.py": ({"GP612", "GP613"}, {"GP610", "GP611", "GP612", "GP613"}),
     "fp16_without_scaler.py": ({"GP860"}, {"GP860", "GP861"}),
     "step_habits.py": ({"GP840", "GP841"}, {"GP840", "GP841"}),
+    "eval_without_no_grad.py": ({"GP843"}, {"GP843"}),
 }
 
 

@@ -1,4 +1,5 @@
-"""GP840 zero-grad-fills: synthetic traces and a real CPU capture of both zero_grad spellings."""
+"""GP840 zero-grad-fills, GP841 step-chores, GP843 eval-with-autograd: synthetic traces, real CPU captures and
+the real shared traces."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from pathlib import Path
 import pytest
 
 from gpuprof.analysis import analyze
+from gpuprof.findings import Severity
+from gpuprof.testing.realtraces import shared_path, v100_samples
 from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof.trace.load import load_trace
+from gpuprof.trace.model import op_records_autograd
 
 
 def _gp840(path: Path) -> list:
@@ -204,3 +209,138 @@ def test_gp840_points_at_the_caller_when_frames_exist(tmp_path: Path) -> None:
                         pass
     (f,) = _gp840(tb.write(tmp_path / "zero_frames.json"))
     assert f.location is not None and (f.location.file, f.location.line, f.location.function) == ("loop.py", 12, "train")
+
+
+# ---------------------------------------------------------------------- GP843 eval-with-autograd
+
+_FORWARD = ("aten::linear", "aten::t", "aten::addmm", "aten::relu")  # what a Linear+ReLU records
+
+
+def _gp843(path: Path) -> list:
+    return list(analyze(path, select=["GP843"]).findings)
+
+
+def _forward(tb: TraceBuilder, layers: int = 4, autograd: bool = True) -> None:
+    for _ in range(layers):
+        for name in _FORWARD:
+            with tb.op(name, input_types=["float"], us=5, autograd=autograd):
+                pass
+
+
+def _eval_loop(tmp_path: Path, name: str, steps: int = 4, backward_in: int = 0, backward: str = "",
+               autograd: bool = True, markers: bool = True, module: str = "nn.Module: Net_0") -> Path:
+    tb = TraceBuilder()
+    for i in range(steps):
+        with tb.step() if markers else tb.annotate("evaluate"):
+            # the user's own model class: its forward is user code too, but not where the model is called
+            with tb.frames(("eval.py", 30, "evaluate")), tb.python(module), tb.python("model.py", 12, "forward"):
+                _forward(tb, autograd=autograd)
+            if i < backward_in:
+                with tb.op(backward, us=5, autograd=True):
+                    pass
+    return tb.write(tmp_path / f"{name}.json")
+
+
+def test_gp843_bad(tmp_path: Path) -> None:
+    (f,) = _gp843(_eval_loop(tmp_path, "eval"))
+    ev = f.evidence[0]
+    assert (ev.value, ev.extra["steps_hit"], ev.extra["steps"], ev.extra["recording_ops_per_step"]) == (1.0, 4, 4, 16)
+    assert "in 4 of 4 steps" in f.message and "16 autograd-recording" in f.message
+    assert f.cost_us_per_step is None and f.severity is Severity.WARNING  # no honest cost: a warning
+    assert "torch.inference_mode()" in f.advice and "torch.no_grad()" in f.advice
+    # the caller of the model (the frame around the outermost nn.Module range), not torch's forward
+    assert f.location is not None and (f.location.file, f.location.line, f.location.function) == ("eval.py", 30, "evaluate")
+
+
+def test_gp843_without_step_markers_reads_the_whole_trace(tmp_path: Path) -> None:
+    # and without an nn.Module range around the ops, the location is their innermost user frame
+    (f,) = _gp843(_eval_loop(tmp_path, "nomarkers", markers=False, module="site-packages/x.py(3): f"))
+    assert "in the trace (no step markers): 64 autograd-recording" in f.message
+    assert f.location is not None and (f.location.file, f.location.function) == ("model.py", "forward")
+
+
+def test_gp843_good_training_steps(tmp_path: Path) -> None:
+    for i, backward in enumerate([
+        "autograd::engine::evaluate_function: AddmmBackward0",  # torch >= 1.10
+        "CudnnConvolutionBackward",  # 2021 traces: the node only, no engine range
+        "aten::threshold_backward",
+    ]):
+        assert _gp843(_eval_loop(tmp_path, f"train{i}", backward_in=4, backward=backward)) == [], backward
+
+
+def test_gp843_good(tmp_path: Path) -> None:
+    assert _gp843(_eval_loop(tmp_path, "nograd", autograd=False)) == []  # no_grad/inference_mode: no sequence numbers
+    # one eval step among four training steps is under min_step_share
+    assert _gp843(_eval_loop(tmp_path, "mixed", backward_in=3,
+                             backward="autograd::engine::evaluate_function: AddmmBackward0")) == []
+    tb = TraceBuilder()  # model.to(...)/.half() alone: set-up, not evaluation
+    for _ in range(40):
+        with tb.op("aten::_has_compatible_shallow_copy_type", us=1, autograd=True):
+            pass
+    assert _gp843(tb.write(tmp_path / "setup.json")) == []
+
+
+@pytest.mark.parametrize("mode", ["grad", "no_grad", "inference_mode", "train"])
+def test_gp843_real_capture(tmp_path: Path, mode: str) -> None:
+    torch = pytest.importorskip("torch")
+    import contextlib
+
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    class Net(torch.nn.Module):  # the user's own model: its forward is user code in this file
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(4)])
+
+        def forward(self, x: object) -> object:
+            return self.body(x)
+
+    model = Net()
+    model.eval()
+    guard = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(mode, contextlib.nullcontext)
+
+    def evaluate_batch(x: object) -> object:
+        with guard():
+            out = model(x)  # the line GP843 points at
+            if mode == "train":
+                out.sum().backward()
+        return out
+
+    with gpuprof.profile(tmp_path, run="r", schedule=Schedule(wait=0, warmup=1, active=2), print_report=False,
+                         tensorboard=False, analyze=False, with_stack=True) as prof:
+        for _ in range(3):
+            evaluate_batch(torch.randn(4, 16))
+            prof.step()
+    path = prof.traces[0].path
+    ops = load_trace(path).ops
+    assert sum(o.name == "aten::addmm" for o in ops) >= 8  # the forward passes were recorded: 2 steps x 4 layers
+    recording = sum(map(op_records_autograd, ops))
+    found = _gp843(path)
+    if mode != "grad":
+        # no_grad/inference_mode: nothing records autograd; training records it and runs a backward
+        assert (recording > 0) == (mode == "train") and found == []
+        return
+    (f,) = found
+    assert f.evidence[0].extra["steps_hit"] == f.evidence[0].extra["steps"] == 2
+    assert f.evidence[0].extra["recording_ops_per_step"] >= 12  # 4 x (linear, t, addmm)
+    assert f.location is not None and f.location.file.endswith("test_habits.py")
+    # torch's Python tracer writes nn.Module ranges (with_stack=True): the line that calls the model,
+    # not the innermost user frame (Net.forward)
+    assert f.location.function == "evaluate_batch"
+
+
+def test_gp843_real_traces() -> None:
+    # ResNet-50 training on a V100 (2021: sequence numbers on zero_/copy_ and the forward, backward as
+    # CudnnConvolutionBackward... without engine ranges): training, not reported
+    for p in v100_samples():
+        assert _gp843(p) == [], p
+    # a torch 2.13 CPU training capture (engine ranges) and kineto's small GPU sample with a backward
+    assert _gp843(shared_path("tbplugin", "generated_cpu_torch2.13", "tiny_cpu_nw0",
+                              "cpuworker.1795297193849114643.pt.trace.json.gz")) == []
+    assert _gp843(shared_path("tbplugin", "test_resources", "gpu_metrics_input.json")) == []
+    # PARAM's AlexNet forward benchmark ("[param|...|measure|forward]"): two forward passes with grad mode on
+    # and no backward. conv2d/relu_/linear carry sequence numbers: it is an inference benchmark with autograd on
+    (f,) = _gp843(shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "critical_path", "alexnet",
+                              "benchmark_result_2869224_1695835535_trace.json.gz"))
+    assert "no step markers" in f.message and f.evidence[0].extra["recording_ops_per_step"] == 84

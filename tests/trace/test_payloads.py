@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 from gpuprof.capture.settings import trace_op_facts
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import (
+    DTYPE_DOUBLE,
     DTYPE_FLOAT,
     DTYPE_HALF,
     copy_kind,
@@ -16,6 +18,7 @@ from gpuprof.trace.model import (
     memory_totals,
     op_call_stack,
     op_dtypes,
+    op_records_autograd,
 )
 
 V100_2021 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz")
@@ -65,3 +68,49 @@ def test_accessors_give_defaults_for_other_kinds() -> None:
     assert t.memcpys and all(copy_kind(c) is not None and c.name.startswith("Memcpy " + copy_kind(c).direction)
                              for c in t.memcpys)
     assert not any(op_dtypes(o) & DTYPE_HALF for o in t.ops)  # an FP32 run
+
+
+def test_autograd_flag_matches_the_file_and_leaves_dtypes_alone() -> None:
+    # 2021 dialect: "Operator" events, most of them with a "Call stack" (tuple payload)
+    p = shared_path(*V100_2021)
+    raw = [e for e in _raw_events(p) if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "Operator")]
+    expected = sum(1 for e in raw if e.get("args", {}).get("Sequence number") is not None)
+    ops = load_trace(p).ops
+    flagged = [o for o in ops if op_records_autograd(o)]
+    assert len(flagged) == expected > 5000
+    assert any(op_call_stack(o) for o in flagged)  # the (flags, stack) payload keeps the bit
+    # the bit is not a dtype: ops that recorded autograd still read as plain float32 ones
+    assert {op_dtypes(o) for o in flagged} <= {0, DTYPE_FLOAT, DTYPE_DOUBLE, DTYPE_FLOAT | DTYPE_DOUBLE}
+    assert any(op_dtypes(o) == DTYPE_FLOAT for o in flagged)
+
+
+def test_autograd_flag_on_begin_end_pairs_and_odd_values(tmp_path: Path) -> None:
+    def op(ph: str, ts: float, name: str, **args: object) -> dict:
+        return {"ph": ph, "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1.0, "args": args}
+
+    events = [
+        op("X", 0.0, "aten::linear", **{"Sequence number": 3, "Input type": ["float"]}),
+        op("X", 2.0, "aten::t", **{"Sequence number": "three"}),  # any value: only presence counts
+        op("X", 4.0, "aten::relu", **{"Sequence number": [1, {"x": 1e400}]}),
+        op("X", 6.0, "aten::mm", **{"Input type": ["c10::Half"]}),
+        op("X", 8.0, "aten::add", **{"Input type": ["float"]}),
+        {"ph": "B", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 10.0,
+         "args": {"Sequence number": 4, "Input type": ["double"]}},
+        {"ph": "B", "cat": "cpu_op", "name": "aten::sub", "pid": 1, "tid": 1, "ts": 10.5},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 11.0, "args": {"Sequence number": 5}},  # the E's args fill the B's
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 12.0},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}).replace("1e+400", "1e400").replace("Infinity", "1e400"))
+    got = {o.name: (op_records_autograd(o), op_dtypes(o)) for o in load_trace(path).ops}
+    assert got == {
+        "aten::linear": (True, DTYPE_FLOAT), "aten::t": (True, 0), "aten::relu": (True, 0),
+        "aten::mm": (False, op_dtypes_of_half()), "aten::add": (False, DTYPE_FLOAT),
+        "aten::addmm": (True, DTYPE_DOUBLE), "aten::sub": (True, 0),
+    }
+
+
+def op_dtypes_of_half() -> int:
+    from gpuprof.trace.model import DTYPE_FP16
+
+    return DTYPE_HALF | DTYPE_FP16

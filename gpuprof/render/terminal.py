@@ -25,7 +25,7 @@ from rich.text import Text
 
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
-from gpuprof.render.safe import clip, shorten_distinct, visible
+from gpuprof.render.safe import clip, one_line, shorten_distinct, visible
 from gpuprof.render.sections import terminal_renderer
 from gpuprof.report import Report, TraceSummary
 
@@ -542,9 +542,11 @@ def _finding_panel(index: int, f: Finding, group: Sequence[Finding] = (), labels
         if e.events:
             text.append(f"  [{len(e.events)} event{'s' if len(e.events) != 1 else ''} in trace]", style="dim")
         rows.append(("Evidence", text))
-    body: list[Any] = [_t(f.message), _kv_grid(rows)]
+    # message and advice are prose: a rule's wrapped lines read as one paragraph (rich wraps it to the
+    # terminal), not as "\x0a" escapes
+    body: list[Any] = [Text(one_line(f.message)), _kv_grid(rows)]
     if f.advice:
         advice = Text("Fix: ", style="bold green")
-        advice.append(clip(f.advice))
+        advice.append(one_line(f.advice))
         body.append(advice)
     return Panel(Group(*body), title=title, title_align="left", border_style=style.replace("bold ", ""), box=box.ROUNDED)

@@ -182,3 +182,14 @@ def test_real_trace_analysis_renders(v100_samples):
     for f in report.findings:
         assert f.code in out
     assert out.rstrip("\n").splitlines()[-1] == F.findings_total(report)
+
+
+def test_wrapped_prose_reads_as_one_paragraph_while_controls_stay_inert():
+    # rules write advice as indented multi-line text (textwrap.dedent): the panel shows it as one paragraph
+    f = Finding("GP999", "x", Severity.INFO, "a message\n  over two lines",
+                "Call optimizer.zero_grad(set_to_none=True),\nthe default since PyTorch 2.0.\x1b[2J")
+    out = render_terminal(Report("analyze", traces=[make_trace_summary()], findings=[f]), color=False, width=WIDE)
+    assert "\\x0a" not in out
+    assert "a message over two lines" in out
+    assert "set_to_none=True), the default since PyTorch 2.0.\\x1b[2J" in out  # ESC still shown, not acted on
+    assert "\x1b" not in out

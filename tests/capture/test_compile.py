@@ -169,6 +169,8 @@ def test_graph_break_and_recompilation_named_clean_twin_has_neither(tmp_path: Pa
     (traced,) = by["GP811"]
     assert "0/1" in traced.message and traced.evidence[0].extra["steps"] == [2]
 
+    if backend == "aot_eager":
+        return  # the clean twin's silence does not depend on the backend: checked with eager (CI time)
     import torch._dynamo
 
     torch._dynamo.reset()  # the twin runs as if in its own process: `forward` was compiled above

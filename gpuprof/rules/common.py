@@ -9,6 +9,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Sequence
 
+import numpy as np
+
 from gpuprof.trace.intervals import Interval, Intervals
 from gpuprof.trace.metrics import CopyEvent, TraceMetrics, next_sync_call
 from gpuprof.trace.model import Event
@@ -17,6 +19,7 @@ from gpuprof.units import fmt_us
 __all__ = [
     "count_of",
     "host_step_of",
+    "host_steps_of",
     "kernel_busy",
     "kernel_idle_within",
     "copy_wait_calls",
@@ -61,6 +64,18 @@ def host_step_of(m: TraceMetrics, t: float) -> int | None:
     # steps tile the timeline: everything up to the next step start belongs to step i
     end = s.end if i + 1 < len(m.steps) else s.cpu_end
     return i if t <= end else None
+
+
+def host_steps_of(m: TraceMetrics, events: Sequence[Event]) -> list[int | None]:
+    """:func:`host_step_of` for many events at once (one numpy search instead of a bisect per event)."""
+    if not m.steps or not events:
+        return [None] * len(events)
+    ts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
+    starts = np.asarray(m.step_starts, dtype=np.float64)
+    ends = np.array([s.end for s in m.steps[:-1]] + [m.steps[-1].cpu_end], dtype=np.float64)
+    i = np.searchsorted(starts, ts, side="right") - 1
+    ok = (i >= 0) & (ts <= ends[np.maximum(i, 0)])
+    return [int(k) if good else None for k, good in zip(i.tolist(), ok.tolist())]
 
 
 def kernel_busy(m: TraceMetrics) -> Intervals:

@@ -11,6 +11,7 @@ Dynamo's timed phases (``entire_frame_compile``, ``... (dynamo_timed)``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from statistics import median
@@ -36,6 +37,7 @@ def compiled_region(name: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+@functools.lru_cache(maxsize=8192)
 def is_compile_phase(name: str) -> bool:
     """A Dynamo/Inductor compilation phase (not running compiled code): ``... (dynamo_timed)`` and the like."""
     return name.endswith(" (dynamo_timed)") or name.startswith(_PHASES) or name.startswith("compile_attempt_")

@@ -13,7 +13,7 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import count_of, host_step_of
+from gpuprof.rules.common import count_of, host_step_of, host_steps_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, op_records_autograd
@@ -337,21 +337,29 @@ class EvalWithAutograd(Rule):
         recording: dict[int, list[Event]] = {}  # step index (0: the whole trace without markers) -> ops
         with_backward: set[int] = set()
         markers = m.has_step_markers
+        backward: list[Event] = []
+        forward: list[Event] = []
         for o in ops:
             name = o.name
             k = kinds.get(name)
             if k is None:
                 k = kinds[name] = (1 if is_backward_op(name)
                                    else 2 if name.startswith("aten::") and name not in _NOT_FORWARD else 0)
-            if k == 0 or (k == 2 and not op_records_autograd(o)):
-                continue
-            step = host_step_of(m, o.ts) if markers else 0
-            if step is None:
-                continue
             if k == 1:
-                with_backward.add(step)
-            else:
-                recording.setdefault(step, []).append(o)
+                backward.append(o)
+            elif k == 2 and op_records_autograd(o):
+                forward.append(o)
+        if not forward:
+            return  # the common case (no_grad evaluation, or a trace without sequence numbers): done
+        if markers:
+            with_backward.update(i for i in host_steps_of(m, backward) if i is not None)
+            for o, step in zip(forward, host_steps_of(m, forward)):
+                if step is not None and step not in with_backward:
+                    recording.setdefault(step, []).append(o)
+        else:
+            with_backward.update([0] if backward else [])
+            if not backward:
+                recording[0] = forward
         steps = m.num_steps if markers else 1
         if not steps:
             return

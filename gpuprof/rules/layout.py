@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable
 
@@ -16,8 +17,11 @@ __all__ = ["LayoutTransposes", "is_layout_transpose"]
 _TRANSPOSE = re.compile(r"nchwtonhwc|nhwctonchw|transpose_nchw2nhwc|transpose_nhwc2nchw", re.I)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_layout_transpose(name: str) -> bool:
-    """A kernel that only converts a tensor between NCHW and NHWC layouts for a convolution library."""
+    """A kernel that only converts a tensor between NCHW and NHWC layouts for a convolution library.
+
+    Cached: a trace launches a few hundred distinct kernels tens of thousands of times."""
     return _TRANSPOSE.search(name[:300]) is not None
 
 

@@ -282,6 +282,15 @@ class FirstUse:
 
 
 def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> list[FirstUse]:
+    """:func:`_first_use_calls`, computed once per trace and thresholds (GP205 and GP206 both ask)."""
+    cache: dict[tuple[float, float], list[FirstUse]] = m.__dict__.setdefault("_first_use_calls", {})
+    key = (min_call_us, min_ratio)
+    if key not in cache:
+        cache[key] = _first_use_calls(m, min_call_us, min_ratio)
+    return cache[key]
+
+
+def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> list[FirstUse]:
     """Per process and kind of call, the slowest call when it is a one-off: slow, and much slower than the rest.
 
     Kind: a kernel launch is keyed by the kernel it launched (the first launch
@@ -295,10 +304,14 @@ def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> li
     kernel_by_corr = {k.corr: k.name for k in m.trace.kernels if k.corr >= 0}
     by_kind: dict[tuple[object, str], list[Event]] = defaultdict(list)
     first_of_pid: dict[object, Event] = {}
-    for r in sorted(m.trace.runtime, key=lambda r: r.ts):
-        if r.pid not in first_of_pid:
+    classes: dict[str, RuntimeClass] = {}  # per distinct name: a trace has few names and many calls
+    for r in m.trace.runtime:  # in file order: "first" is decided by ts below
+        earliest = first_of_pid.get(r.pid)
+        if earliest is None or r.ts < earliest.ts:
             first_of_pid[r.pid] = r
-        rc = classify_runtime(r.name)
+        rc = classes.get(r.name)
+        if rc is None:
+            rc = classes[r.name] = classify_runtime(r.name)
         if rc is RuntimeClass.SYNC or rc is RuntimeClass.MEMCPY:
             continue
         kind = "launch:" + kernel_by_corr.get(r.corr, r.name) if rc is RuntimeClass.LAUNCH else r.name
@@ -308,6 +321,7 @@ def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> li
         slow = max(calls, key=lambda r: r.dur)
         if slow.dur < min_call_us:
             continue
+        calls.sort(key=lambda r: r.ts)  # only the kinds with a slow call need their order
         rest = [r.dur for r in calls if r is not slow]
         med = statistics.median(rest) if rest else None
         if med is not None and slow.dur < min_ratio * med:

@@ -12,6 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
+
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -67,7 +69,12 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
     if python:
         kind, nested, prefer = "python", python, is_user_frame
     else:
-        kind, nested, prefer = "operator", [o for o in m.threads.ops_on(keys) if step_number(o.name) is None], None
+        markers: dict[str, bool] = {}  # per distinct name: is it a step marker?
+        ops = m.threads.ops_on(keys)
+        for o in ops:
+            if o.name not in markers:
+                markers[o.name] = step_number(o.name) is not None
+        kind, nested, prefer = "operator", [o for o in ops if not markers[o.name]], None
     if nested and rest:
         under = union_of(nested)
         _add_innermost(out, kind, nested, rest.intersect(under), prefer=prefer)
@@ -85,6 +92,7 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
     the innermost open event (or the innermost one ``prefer`` accepts); time under none goes nowhere."""
     if not idle:
         return
+    events = _overlapping(events, idle)
     segs_lo: list[float] = []
     segs_hi: list[float] = []
     names: list[str] = []
@@ -92,22 +100,23 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
     # else the charged name of the entry below it (the nearest preferred enclosing frame), else its own
     stack: list[tuple[float, str, bool]] = []
     t = float("-inf")
-
-    def emit(until: float) -> None:
-        nonlocal t
-        if stack and until > t:
-            segs_lo.append(t)
-            segs_hi.append(until)
-            names.append(stack[-1][1])
-        t = max(t, until)
-
+    # emit(until) inlined (hot loop): the time from t to ``until`` goes to the innermost open entry
     for e in sorted(events, key=lambda e: (e.ts, -e.dur)):
-        while stack and stack[-1][0] <= e.ts:
-            emit(stack[-1][0])
+        ts = e.ts
+        while stack and stack[-1][0] <= ts:
+            until = stack[-1][0]
+            if until > t:
+                segs_lo.append(t)
+                segs_hi.append(until)
+                names.append(stack[-1][1])
+                t = until
             stack.pop()
-        emit(e.ts)
-        t = e.ts
-        end = e.ts + e.dur
+        if stack and ts > t:
+            segs_lo.append(t)
+            segs_hi.append(ts)
+            names.append(stack[-1][1])
+        t = ts
+        end = ts + e.dur
         if stack and end > stack[-1][0]:
             end = stack[-1][0]  # a child never outlives its parent (clock rounding)
         own = prefer is None or prefer(e.name)
@@ -117,7 +126,12 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
             charged, pref = (stack[-1][1], True) if stack[-1][2] else (e.name, False)
         stack.append((end, charged, pref))
     while stack:
-        emit(stack[-1][0])
+        until = stack[-1][0]
+        if until > t:
+            segs_lo.append(t)
+            segs_hi.append(until)
+            names.append(stack[-1][1])
+            t = until
         stack.pop()
     if not names:
         return
@@ -125,3 +139,16 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
     for name, us in zip(names, per):
         if us > 0:
             out[(kind, name)] += us
+
+
+def _overlapping(events: Sequence[Event], idle: Intervals) -> list[Event]:
+    """The events that overlap an idle interval. Dropping the others changes nothing above: an event
+    open at an idle instant overlaps idle, and so does every event enclosing it (the stack is intact)."""
+    if not events:
+        return []
+    starts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
+    ends = starts + np.fromiter((e.dur for e in events), dtype=np.float64, count=len(events))
+    i = np.searchsorted(idle.ends, starts, side="right")  # the first idle interval ending after the start
+    hit = i < len(idle.starts)
+    hit[hit] = np.asarray(idle.starts)[i[hit]] < ends[hit]
+    return [events[k] for k in np.flatnonzero(hit).tolist()]

@@ -91,6 +91,16 @@ def test_vocabulary() -> None:
     assert chore_of("<built-in function collect>") == "gc.collect()"
     assert chore_of("torch/serialization.py(944): save") == "torch.save(...)"
     assert chore_of("torch/serialization.py(1183): _save") is None and chore_of("train.py(3): collect") is None
+    from gpuprof.trace.vocab import logging_call_of
+
+    assert logging_call_of("<built-in function print>") == "print(...)"
+    assert logging_call_of("logging/__init__.py(1479): info") == "logger.info(...)"
+    assert logging_call_of("torch/utils/tensorboard/writer.py(347): add_scalar") == "SummaryWriter.add_scalar(...)"
+    assert logging_call_of("wandb/sdk/wandb_run.py(1800): log") == "wandb.log(...)"
+    assert logging_call_of("mlflow/tracking/fluent.py(900): log_metrics") == "mlflow.log_metrics(...)"
+    # frames inside the libraries, and the user's own functions of the same name, are not logging calls
+    assert logging_call_of("logging/__init__.py(1610): _log") is None
+    assert logging_call_of("train.py(3): info") is None and logging_call_of("mylogging/__init__.py(3): info") is None
 
 
 def test_gp841_bad(tmp_path: Path) -> None:

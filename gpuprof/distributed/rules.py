@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 from gpuprof.distributed.merge import CrossRank
 from gpuprof.findings import Evidence, Finding, code_matches
-from gpuprof.rules.base import Option, RuleSpec, severity_for_cost
+from gpuprof.rules.base import Option, RuleSpec, add_rule, find_rule, severity_for_cost
 from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = ["CrossRankRule", "all_cross_rank_rules", "get_cross_rank_rule", "run_cross_rank_rules"]
@@ -53,11 +53,7 @@ _REGISTRY: dict[str, type[CrossRankRule]] = {}
 
 
 def register(cls: type[CrossRankRule]) -> type[CrossRankRule]:
-    cls.validate()
-    if cls.code in _REGISTRY and _REGISTRY[cls.code] is not cls:
-        raise ValueError(f"duplicate rule code {cls.code}")
-    _REGISTRY[cls.code] = cls
-    return cls
+    return add_rule(_REGISTRY, cls)
 
 
 def all_cross_rank_rules() -> list[type[CrossRankRule]]:
@@ -65,8 +61,7 @@ def all_cross_rank_rules() -> list[type[CrossRankRule]]:
 
 
 def get_cross_rank_rule(code_or_name: str) -> type[CrossRankRule] | None:
-    key = code_or_name.strip()
-    return next((r for r in all_cross_rank_rules() if r.code.upper() == key.upper() or r.name == key.lower()), None)
+    return find_rule(all_cross_rank_rules(), code_or_name)
 
 
 def run_cross_rank_rules(job: CrossRank, options: Mapping[str, Mapping[str, Any]] | None = None,

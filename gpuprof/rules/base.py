@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import textwrap
-from typing import Any, ClassVar, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, Iterable, Iterator, Mapping, TypeVar
 
 from gpuprof.codespec import CodeSpec, Option
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
@@ -39,6 +39,8 @@ __all__ = [
     "register",
     "all_rules",
     "get_rule",
+    "add_rule",
+    "find_rule",
     "parse_option_overrides",
     "event_refs",
     "severity_for_cost",
@@ -196,13 +198,31 @@ def severity_for_cost(finding: Finding, options: Mapping[str, Any]) -> Finding:
 _REGISTRY: dict[str, type[Rule]] = {}
 
 
+S = TypeVar("S", bound=RuleSpec)
+
+
+def add_rule(registry: dict[str, type[S]], cls: type[S]) -> type[S]:
+    """Validate ``cls`` and add it to ``registry`` under its code (codes are unique); for every registry."""
+    cls.validate()
+    if cls.code in registry and registry[cls.code] is not cls:
+        raise ValueError(f"duplicate rule code {cls.code}")
+    registry[cls.code] = cls
+    return cls
+
+
+def find_rule(rules: Iterable[type[S]], code_or_name: str) -> type[S] | None:
+    """The rule with that code (any case) or name, else the one with that former name (alias)."""
+    key = code_or_name.strip()
+    rules = list(rules)
+    for r in rules:
+        if r.code.upper() == key.upper() or r.name == key.lower():
+            return r
+    return next((r for r in rules if key.lower() in r.aliases), None)
+
+
 def register(cls: type[Rule]) -> type[Rule]:
     """Class decorator: add a rule to the registry (codes are unique)."""
-    cls.validate()
-    if cls.code in _REGISTRY and _REGISTRY[cls.code] is not cls:
-        raise ValueError(f"duplicate rule code {cls.code}")
-    _REGISTRY[cls.code] = cls
-    return cls
+    return add_rule(_REGISTRY, cls)
 
 
 def all_rules() -> list[type[Rule]]:
@@ -212,12 +232,7 @@ def all_rules() -> list[type[Rule]]:
 
 
 def get_rule(code_or_name: str) -> type[Rule] | None:
-    key = code_or_name.strip()
-    rules = all_rules()
-    for r in rules:
-        if r.code.upper() == key.upper() or r.name == key.lower():
-            return r
-    return next((r for r in rules if key.lower() in r.aliases), None)
+    return find_rule(all_rules(), code_or_name)
 
 
 def parse_option_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -57,19 +57,18 @@ def cross_rank_terminal(console: Any, section: Any) -> None:
 
     d = _d(section)
     console.print(f"[bold]Cross-rank[/bold]: {escape(clip(_headline(d)))}")
-    t = Table(title="per rank, mean per step", title_justify="left")
-    for c in _RANK_HEAD:
-        t.add_column(c, justify="left" if c == "rank" else "right")
-    for r in _rank_rows(d):
-        t.add_row(*(escape(x) for x in r))
-    console.print(t)
-    if d["collectives"]:
-        t = Table(title="collectives (time: fastest rank of each)", title_justify="left")
-        for c in _COLL_HEAD:
-            t.add_column(c, justify="left" if c == "collective" else "right")
-        for r in _coll_rows(d):
+
+    def table(title: str, head: list[str], rows: list[list[str]]) -> Table:
+        t = Table(title=title, title_justify="left")
+        for i, c in enumerate(head):
+            t.add_column(c, justify="left" if i == 0 else "right")  # the name column, then numbers
+        for r in rows:
             t.add_row(*(escape(x) for x in r))
-        console.print(t)
+        return t
+
+    console.print(table("per rank, mean per step", _RANK_HEAD, _rank_rows(d)))
+    if d["collectives"]:
+        console.print(table("collectives (time: fastest rank of each)", _COLL_HEAD, _coll_rows(d)))
     for n in d["notes"]:
         console.print(f"[dim]note: {escape(clip(n))}[/dim]")
 

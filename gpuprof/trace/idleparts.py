@@ -100,9 +100,9 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
     # else the charged name of the entry below it (the nearest preferred enclosing frame), else its own
     stack: list[tuple[float, str, bool]] = []
     t = float("-inf")
-    # emit(until) inlined (hot loop): the time from t to ``until`` goes to the innermost open entry
-    for e in sorted(events, key=lambda e: (e.ts, -e.dur)):
-        ts = e.ts
+    def close_until(ts: float) -> None:
+        """Pop the entries that end by ``ts``, giving each the time since the last boundary."""
+        nonlocal t
         while stack and stack[-1][0] <= ts:
             until = stack[-1][0]
             if until > t:
@@ -111,7 +111,11 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
                 names.append(stack[-1][1])
                 t = until
             stack.pop()
-        if stack and ts > t:
+
+    for e in sorted(events, key=lambda e: (e.ts, -e.dur)):
+        ts = e.ts
+        close_until(ts)
+        if stack and ts > t:  # the innermost open entry runs until this event starts
             segs_lo.append(t)
             segs_hi.append(ts)
             names.append(stack[-1][1])
@@ -125,14 +129,7 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
         else:
             charged, pref = (stack[-1][1], True) if stack[-1][2] else (e.name, False)
         stack.append((end, charged, pref))
-    while stack:
-        until = stack[-1][0]
-        if until > t:
-            segs_lo.append(t)
-            segs_hi.append(until)
-            names.append(stack[-1][1])
-            t = until
-        stack.pop()
+    close_until(float("inf"))
     if not names:
         return
     per = idle.per_window(list(zip(segs_lo, segs_hi)))

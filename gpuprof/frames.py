@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from functools import lru_cache
+from types import FrameType
 
-__all__ = ["LIBRARY_ROOTS", "is_user_file"]
+__all__ = ["LIBRARY_ROOTS", "is_user_file", "user_frame"]
 
 # Top-level packages and standard-library modules whose files are never "the user's line",
 # for paths written relative to their package root.
@@ -67,3 +69,12 @@ def is_user_file(filename: str) -> bool:
     if "/" in path:
         return path.split("/", 1)[0] not in LIBRARY_ROOTS
     return not (path.endswith(".py") and path[:-3] in LIBRARY_ROOTS)
+
+
+def user_frame(depth: int = 1) -> FrameType | None:
+    """The innermost frame of the user's code (:func:`is_user_file`) on the calling thread's stack,
+    looking from ``depth`` frames above this call (1: its caller); None when every frame is a library's."""
+    f: FrameType | None = sys._getframe(depth)
+    while f is not None and not is_user_file(f.f_code.co_filename):
+        f = f.f_back
+    return f

@@ -68,3 +68,14 @@ def test_capture_skips_an_installed_library_too() -> None:
     assert loc is not None and loc.file == __file__ and loc.function == "_through_a_library"
     # the warnings' stacklevel: level 1 is the library's frame (it "calls warnings.warn"), 2 is this file's
     assert _through_a_library(user_stacklevel) == 2
+
+
+def test_user_frame_skips_library_frames_to_the_users_line() -> None:
+    from gpuprof.frames import user_frame
+
+    # a function whose code says it lives in an installed library, calling user_frame from there
+    ns: dict[str, object] = {"user_frame": user_frame}
+    exec(compile("def lib_call():\n    return user_frame(1)\n", "/usr/lib/python3/site-packages/lib/x.py", "exec"), ns)
+    f = ns["lib_call"]()  # type: ignore[operator]  # THE-CALL
+    assert f is not None and f.f_code.co_filename == __file__
+    assert "THE-CALL" in open(__file__).read().splitlines()[f.f_lineno - 1]

@@ -19,16 +19,14 @@ is not seen.
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 import warnings
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 from gpuprof.capture.codes import runtime_check
 from gpuprof.findings import Evidence, Finding, SourceLocation
+from gpuprof.frames import user_frame
 
 __all__ = ["AmpWarningWatcher", "AmpEvent", "classify_amp_warning"]
 
@@ -65,14 +63,9 @@ def classify_amp_warning(text: str) -> tuple[str, str, str] | None:
 
 
 def _user_location() -> SourceLocation | None:
-    f: FrameType | None = sys._getframe(2)
-    while f is not None:
-        fn = f.f_code.co_filename.replace(os.sep, "/")
-        if not ("/torch/" in fn or "/gpuprof/capture/" in fn or fn.endswith(("/warnings.py", "/typing_extensions.py"))
-                or fn.startswith("<frozen")):
-            return SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
-        f = f.f_back
-    return None
+    """The user's line that made PyTorch warn (:func:`gpuprof.frames.user_frame`, past torch and warnings)."""
+    f = user_frame(2)
+    return SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name) if f is not None else None
 
 
 class AmpWarningWatcher:

@@ -16,7 +16,6 @@ import sys
 import weakref
 from dataclasses import dataclass, field
 from time import perf_counter
-from types import FrameType
 from typing import Any, Callable
 
 from gpuprof.capture.codes import runtime_check
@@ -192,15 +191,10 @@ def _location(frame: Any) -> SourceLocation | None:
 
 
 def _user_frame() -> Any:
-    """The innermost user frame (:func:`gpuprof.frames.is_user_file`): the loop's line."""
-    from gpuprof.frames import is_user_file
+    """The innermost user frame (:func:`gpuprof.frames.user_frame`): the loop's line."""
+    from gpuprof.frames import user_frame
 
-    f: FrameType | None = sys._getframe(1)
-    while f is not None:
-        if is_user_file(f.f_code.co_filename):
-            return f
-        f = f.f_back
-    return None
+    return user_frame(2)
 
 
 # ---------------------------------------------------------------------- patching

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.guard import safe_text
 from gpuprof.findings import Evidence, Finding, SourceLocation
-from gpuprof.frames import is_user_file
+from gpuprof.frames import is_user_file, user_frame
 
 __all__ = [
     "DeviceMismatchError",
@@ -94,13 +94,10 @@ class InputMismatch:
     location: SourceLocation | None
 
 
-def _user_location(skip_torch: bool = True) -> SourceLocation | None:
-    """The innermost user frame (:func:`gpuprof.frames.is_user_file`): the user's line."""
-    for fs in reversed(traceback.extract_stack()):
-        if skip_torch and not is_user_file(fs.filename):
-            continue
-        return SourceLocation(fs.filename, fs.lineno, fs.name)
-    return None
+def _user_location() -> SourceLocation | None:
+    """The innermost user frame (:func:`gpuprof.frames.user_frame`): the user's line."""
+    f = user_frame(2)
+    return SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name) if f is not None else None
 
 
 class PlacementMonitor:

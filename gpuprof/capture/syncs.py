@@ -11,17 +11,15 @@ and gpuprof, and counts them per step. Other warnings pass through untouched.
 from __future__ import annotations
 
 import linecache
-import os
 import re
-import sys
 import warnings
 from collections import Counter
-from types import FrameType
 from typing import Any, Callable, cast
 
 from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
+from gpuprof.frames import user_frame
 
 __all__ = ["SYNC_WARNING_TEXT", "SyncLocator", "is_logging_line"]
 
@@ -138,11 +136,6 @@ class SyncLocator:
 
 
 def _user_site(filename: str, lineno: int) -> tuple[str, int, str]:
-    """The innermost frame outside torch, warnings and gpuprof; else the warning's own location."""
-    f: FrameType | None = sys._getframe(2)
-    while f is not None:
-        fn = f.f_code.co_filename.replace(os.sep, "/")
-        if not ("/torch/" in fn or "/gpuprof/capture/" in fn or fn.endswith("/warnings.py") or fn.startswith("<")):
-            return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
-        f = f.f_back
-    return (filename, lineno, "")
+    """The innermost user frame (:func:`gpuprof.frames.user_frame`); else the warning's own location."""
+    f = user_frame(3)  # past this function and the locator's showwarning hook
+    return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name) if f is not None else (filename, lineno, "")

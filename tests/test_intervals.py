@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,6 +71,9 @@ def test_covering_and_next_start():
     x = Intervals.from_pairs([(10, 20), (30, 40)])
     assert x.covering(15) == 0 and x.covering(20) == 0 and x.covering(25) is None and x.covering(5) is None
     assert x.next_start(21) == 1 and x.next_start(41) == 2 and x.next_start(0) == 0
+    ts = np.array([5, 10, 15, 20, 25, 30, 40, 41], dtype=np.float64)
+    assert x.covers(ts).tolist() == [x.covering(float(t)) is not None for t in ts]  # the many-times version agrees
+    assert Intervals.empty().covers(ts).tolist() == [False] * len(ts)
 
 
 def test_unsorted_and_float_input():

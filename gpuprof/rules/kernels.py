@@ -114,8 +114,7 @@ def launch_stats(m: TraceMetrics, tiny_us: float, max_launch_us: float = float("
     optimizer_tiny = 0
     if optimizer and tiny_launches:
         t = np.fromiter(map(ts_of, tiny_launches), np.float64, len(tiny_launches))
-        i = np.searchsorted(optimizer.starts, t, side="right") - 1
-        optimizer_tiny = int(((i >= 0) & (t <= optimizer.ends[np.maximum(i, 0)])).sum())
+        optimizer_tiny = int(optimizer.covers(t).sum())
     launching_ops = [get_op(r.ext) for r in tiny_launches]
     ops = Counter(o.name for o in launching_ops if o is not None)
     top_ops = ops.most_common(3)

@@ -119,6 +119,12 @@ class Intervals:
             return i
         return None
 
+    def covers(self, ts: np.ndarray) -> np.ndarray:
+        """For each time in ``ts``, whether an interval contains it (start <= t <= end): :meth:`covering`
+        for many times at once."""
+        i = np.searchsorted(self.starts, ts, side="right") - 1
+        return (i >= 0) & (ts <= self.ends[np.maximum(i, 0)]) if len(self.starts) else np.zeros(len(ts), bool)
+
     def next_start(self, t: float) -> int:
         """Index of the first interval that starts at or after ``t`` (``len`` if none)."""
         return int(np.searchsorted(self.starts, t, side="left"))

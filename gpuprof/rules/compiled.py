@@ -24,7 +24,7 @@ from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 
-__all__ = ["CompiledRegions", "CompileInSteps", "compiled_region", "is_compile_phase"]
+__all__ = ["CompiledRegions", "CompileInSteps", "compiled_region", "is_compile_phase", "compile_phase_ops"]
 
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)$")
 _RESUME = re.compile(r"^(.*)\((\d+)\): torch_dynamo_resume_in_(.+)_at_(\d+)$")
@@ -41,6 +41,15 @@ def compiled_region(name: str) -> tuple[int, int] | None:
 def is_compile_phase(name: str) -> bool:
     """A Dynamo/Inductor compilation phase (not running compiled code): ``... (dynamo_timed)`` and the like."""
     return name.endswith(" (dynamo_timed)") or name.startswith(_PHASES) or name.startswith("compile_attempt_")
+
+
+def compile_phase_ops(m: TraceMetrics) -> list[Event]:
+    """The operators of the trace that are torch.compile phases (:func:`is_compile_phase`), found once
+    per trace: GP811 and GP903 both ask."""
+    found: list[Event] | None = m.__dict__.get("_compile_phase_ops")
+    if found is None:
+        found = m.__dict__["_compile_phase_ops"] = [op for op in m.trace.ops if is_compile_phase(op.name)]
+    return found
 
 
 def _regions_by_step(m: TraceMetrics) -> dict[int, list[Event]]:
@@ -161,7 +170,7 @@ class CompileInSteps(Rule):
         m = ctx.metrics
         if not m.steps:
             return
-        phases = [op for op in m.trace.ops if is_compile_phase(op.name) and host_step_of(m, op.ts) is not None]
+        phases = [op for op in compile_phase_ops(m) if host_step_of(m, op.ts) is not None]
         if not phases:
             return
         spent = Intervals.from_pairs([(op.ts, op.end) for op in phases]).total()

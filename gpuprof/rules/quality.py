@@ -10,7 +10,7 @@ import numpy as np
 
 from gpuprof.findings import EventRef, Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.compiled import is_compile_phase
+from gpuprof.rules.compiled import compile_phase_ops
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, Step, TraceMetrics
 from gpuprof.trace.model import op_dtypes
@@ -338,11 +338,9 @@ class TraceTooLarge(Rule):
 def _share_in_compilation(m: TraceMetrics) -> float:
     """Share of the host events (operators and Python frames) that start inside a torch.compile phase."""
     t = m.trace
-    phases = Intervals.from_pairs([(op.ts, op.end) for op in t.ops if is_compile_phase(op.name)])
+    phases = Intervals.from_pairs([(op.ts, op.end) for op in compile_phase_ops(m)])
     total = len(t.ops) + len(t.python)
     if not phases or not total:
         return 0.0
     starts = np.fromiter((e.ts for lst in (t.ops, t.python) for e in lst), dtype=np.float64, count=total)
-    i = np.searchsorted(phases.starts, starts, side="right") - 1
-    inside = (i >= 0) & (starts <= np.asarray(phases.ends)[np.maximum(i, 0)])
-    return float(inside.sum()) / total
+    return float(phases.covers(starts).sum()) / total

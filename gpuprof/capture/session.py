@@ -48,6 +48,7 @@ from gpuprof.capture.result import CaptureResult
 from gpuprof.capture.syncs import SyncLocator
 from gpuprof.findings import Finding, SourceLocation, filter_findings
 from gpuprof.report import Report
+from gpuprof.torchdep import import_torch
 
 __all__ = ["Profiler", "TraceFile"]
 
@@ -75,7 +76,7 @@ class Profiler:
     """
 
     def __init__(self, config: CaptureConfig) -> None:
-        import torch  # noqa: F401 - fail here, clearly, when torch is missing
+        import_torch()  # fail here, with one line naming what to install, when torch is missing
         from torch.profiler import ProfilerAction, ProfilerActivity
 
         self.config = config

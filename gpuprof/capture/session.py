@@ -362,7 +362,8 @@ class Profiler:
             self.guard.run("mixed-precision check", "no mixed-precision findings", self.amp.install)
         self.memory = self.guard.run("memory sampling", "no per-step memory numbers", MemorySampler, self.cuda)
         if self.memory is not None and not self.memory.available:
-            self.guard.note("no /proc/self/statm: host memory is not sampled, memory growth is not checked")
+            # not Linux (macOS, Windows): the RSS only fed TensorBoard and the report; the CPU growth check reads the trace
+            self.guard.note("no /proc/self/statm on this system: the process's resident memory (RSS) is not sampled")
             self.memory = None
         if not self.cuda:
             self.guard.note("no CUDA: memory history snapshots, the out-of-memory observer and the host-sync "

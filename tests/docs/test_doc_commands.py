@@ -57,10 +57,10 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "CI itself: installs packages (apt-get, pip) and runs the whole suite",
     ("docs/memory.md", "apt-get update && apt-get install -y chromium"):
         "installs a system package (root, network)",
-    ("docs/tensorboard.md", 'python3 -m pip install -e ".[tensorboard]"'):
-        "then starts a TensorBoard server that runs until stopped",
+    ("docs/tensorboard.md", 'python3 -m pip install -e ".[tensorboard]"     # tensorboard>=2.21 (and torch-tb-profiler, optional view)'):
+        "then starts a TensorBoard server that runs until stopped (the install alone runs in README.md's Install)",
     ("docs/distributed.md", "gpuprof analyze /scratch/run/ --format json -o node$NODE.json"):
-        "a cluster's nodes: paths and $NODE are the user's",
+        "a cluster's nodes: the paths and $NODE are the user's (the same commands run on the example above it)",
 }
 
 

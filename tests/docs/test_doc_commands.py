@@ -137,6 +137,12 @@ def test_the_pages_have_blocks_to_run() -> None:
     assert first.info == RUN and "pip install -e ." in first.text and "gpuprof analyze examples/sample_trace" in first.text
 
 
+def test_slow_blocks_use_no_real_data() -> None:
+    # CI's second pass (the real data hidden) leaves the slow tests out: they must not be the ones that need the data
+    both = [b.id for b in RUNNABLE if SLOW.search(b.text) and "../shared" in b.text]
+    assert not both, f"a block that runs a training example must not need ../shared: {both}"
+
+
 def test_every_fence_says_what_it_holds() -> None:
     bare = [b.id for b in ALL if not b.info]
     assert not bare, f"fences without an info string (```text, ```python, ```bash doctest, ...): {bare}"

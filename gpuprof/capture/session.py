@@ -48,6 +48,7 @@ from gpuprof.capture.result import CaptureResult
 from gpuprof.capture.syncs import SyncLocator
 from gpuprof.findings import Finding, SourceLocation, filter_findings
 from gpuprof.report import Report
+from gpuprof.torchdep import import_torch
 
 __all__ = ["Profiler", "TraceFile"]
 
@@ -75,7 +76,7 @@ class Profiler:
     """
 
     def __init__(self, config: CaptureConfig) -> None:
-        import torch  # noqa: F401 - fail here, clearly, when torch is missing
+        import_torch()  # fail here, with one line naming what to install, when torch is missing
         from torch.profiler import ProfilerAction, ProfilerActivity
 
         self.config = config
@@ -361,7 +362,8 @@ class Profiler:
             self.guard.run("mixed-precision check", "no mixed-precision findings", self.amp.install)
         self.memory = self.guard.run("memory sampling", "no per-step memory numbers", MemorySampler, self.cuda)
         if self.memory is not None and not self.memory.available:
-            self.guard.note("no /proc/self/statm: host memory is not sampled, memory growth is not checked")
+            # not Linux (macOS, Windows): the RSS only fed TensorBoard and the report; the CPU growth check reads the trace
+            self.guard.note("no /proc/self/statm on this system: the process's resident memory (RSS) is not sampled")
             self.memory = None
         if not self.cuda:
             self.guard.note("no CUDA: memory history snapshots, the out-of-memory observer and the host-sync "

@@ -47,7 +47,7 @@ TIMEOUT_S = 180
 
 # Shell blocks CI does not run, keyed by (page, first command line), each with the reason.
 NOT_RUN: dict[tuple[str, str], str] = {
-    ("README.md", 'python3 -m pip install -q torch==2.13.0 -e ".[test,lint,tensorboard,frameworks]" && python3 -m ruff check gpuprof && python3 -m mypy gpuprof && python3 -m pytest -q -p no:cacheprovider'):
+    ("README.md", 'python3 -m pip install -q torch==2.13.0 -e ".[test,lint,tensorboard,frameworks,dask]" && python3 -m ruff check gpuprof && python3 -m mypy gpuprof && python3 -m pytest -q -p no:cacheprovider'):
         "the whole test suite, of which this test is a part: .ci/run runs it (tests/test_lint_config.py keeps the two the same)",
     ("README.md", 'pip install "gpuprof[capture] @ git+https://github.com/OWNER/gpuprof"'):
         "installs from a URL: needs the network and the published repository",
@@ -59,6 +59,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "installs a system package (root, network)",
     ("docs/tensorboard.md", 'python3 -m pip install -e ".[tensorboard]"     # tensorboard>=2.21 (and torch-tb-profiler, optional view)'):
         "then starts a TensorBoard server that runs until stopped (the install alone runs in README.md's Install)",
+    ("docs/distributed.md", 'gpuprof analyze "s3://bucket/run-42/*/rank*.pt.trace.json.gz" --dask tcp://scheduler:8786 --format json -o job.json'):
+        "object storage and a Dask scheduler of the user's (tests/test_remote.py and tests/distributed/test_dask_cluster.py "
+        "run the same paths on fsspec's memory:// and file:// and a LocalCluster)",
     ("docs/distributed.md", "gpuprof analyze /scratch/run/ --format json -o node$NODE.json"):
         "a cluster's nodes: the paths and $NODE are the user's (the same commands run on the example above it)",
 }

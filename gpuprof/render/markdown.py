@@ -123,7 +123,7 @@ def _trace(t: TraceSummary) -> list[str]:
     if t.file_bytes:
         size += f", {F.fmt_bytes(t.file_bytes)} on disk"
     out += [
-        f"- **Device:** {md_escape(F.fmt_devices(t.devices))}",
+        f"- **Device:** {md_escape(F.fmt_devices(t.devices, t.has_gpu_activity))}",
         f"- **Rank:** {F.fmt_rank(t.rank, t.world_size)}",
         f"- **Steps:** {steps}",
         f"- **Step time:** {F.fmt_ms(t.step_time_us)} ms median, {F.fmt_ms(t.step_time_mean_us)} ms mean",

@@ -116,7 +116,7 @@ def test_empty_and_cpu_only():
     t = TraceSummary(path="cpu.json", breakdown_us={"other": 1.0}, idle_breakdown_us={"cpu_other": 0.0})
     out = render_markdown(Report("analyze", traces=[t]))
     _line_with(out, "**GPU utilisation:**", "n/a")
-    _line_with(out, "**Device:**", "none recorded")
+    _line_with(out, "**Device:**", "CPU only (no GPU device in the trace)")
     assert "idle" not in out.lower().replace("no gpu activity", "")
     assert out.endswith("\n") and not out.endswith("\n\n")
 

@@ -185,3 +185,38 @@ def emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]],
     lines, _ = table_lines(columns, rows, console.width)
     for line in lines:
         console.print(line, no_wrap=True, overflow="ignore", crop=False)
+
+
+_ITEM = re.compile(r"^(?:[-*]|\d+\.)\s+")
+
+
+def reflow(doc: str, width: int) -> list[str]:
+    """``doc`` (plain paragraphs, ``-``/``*``/``1.`` list items whose lines go on indented, and
+    indented verbatim lines) re-wrapped to ``width``: a paragraph's lines are joined and wrapped
+    at blanks, a list item wraps under its own text, a verbatim line is kept (and continues
+    indented only when it is wider than ``width``)."""
+    out: list[str] = []
+    for block in re.split(r"\n[ \t]*\n", doc.strip("\n")):
+        units: list[list[str]] = []  # [kind, prefix, text]
+        for line in block.splitlines():
+            item = _ITEM.match(line)
+            last = units[-1] if units else None
+            if item:
+                units.append(["item", item.group(0), line[item.end():].strip()])
+            elif last and last[0] == "item" and line.startswith(" "):
+                last[2] += " " + line.strip()
+            elif line.startswith((" ", "\t")):
+                units.append(["verbatim", "", line.rstrip()])
+            elif last and last[0] == "para":
+                last[2] += " " + line.strip()
+            else:
+                units.append(["para", "", line.strip()])
+        if out:
+            out.append("")
+        for kind, prefix, text in units:
+            if kind == "verbatim":
+                lead = len(text) - len(text.lstrip())
+                out.extend(wrap_text(text, width, indent=lead + 4))
+            else:
+                out.extend(wrap_text(prefix + " ".join(text.split()), width, indent=len(prefix)))
+    return out

@@ -127,7 +127,7 @@ def _widths(heads: Sequence[str], kinds: Sequence[str], cells: Sequence[Sequence
     return widths
 
 
-def table_lines(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]], width: int) -> tuple[list[Text], bool]:
+def table_lines(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]], width: int, header: bool = True) -> tuple[list[Text], bool]:
     """The lines of a table that fits ``width`` (see the module doc), and whether it was stacked.
 
     ``columns`` are (header, kind), kind one of ``"left"``, ``"right"`` (kept
@@ -141,8 +141,9 @@ def table_lines(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[obje
     if widths is None:
         return _stacked(columns, cells, width), True
     out: list[Text] = []
-    out.append(Text((" " * GAP).join(_pad(h, w, "right" if k == "right" else "left") for h, w, k in zip(heads, widths, kinds)).rstrip(), style="bold"))
-    out.append(Text((" " * GAP).join("─" * w for w in widths)))
+    if header:
+        out.append(Text((" " * GAP).join(_pad(h, w, "right" if k == "right" else "left") for h, w, k in zip(heads, widths, kinds)).rstrip(), style="bold"))
+        out.append(Text((" " * GAP).join("─" * w for w in widths)))
     for r in cells:
         parts = [_cell(c, w) if k == "wrap" else [c] for c, w, k in zip(r, widths, kinds)]
         for n in range(max(len(p) for p in parts)):
@@ -177,12 +178,13 @@ def _stacked(columns: Sequence[tuple[str, str]], cells: list[list[str]], width: 
     return out
 
 
-def emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]]) -> None:
-    """Print ``title`` (bold, wrapped) and the table of :func:`table_lines` at ``console.width``."""
+def emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]], header: bool = True) -> None:
+    """Print ``title`` (bold, wrapped) and the table of :func:`table_lines` at ``console.width``
+    (``header`` False: no header line and rule, for key/value lists)."""
     if title:
         for line in wrap_text(title, console.width):
             console.print(Text(line, style="bold"))
-    lines, _ = table_lines(columns, rows, console.width)
+    lines, _ = table_lines(columns, rows, console.width, header=header)
     for line in lines:
         console.print(line, no_wrap=True, overflow="ignore", crop=False)
 

@@ -35,14 +35,14 @@ def rules_cmd(fmt: str) -> None:
     width = terminal_width()
     console = Console(width=width, highlight=False, emoji=False, soft_wrap=False)
     rows = [(c.code, c.name, c.severity_text, _by(c.reported_by), c.title) for c in codes]
-    lines, stacked = table_lines([("code", "left"), ("name", "left"), ("severity", "left"), ("by", "left"),
+    out, stacked = table_lines([("code", "left"), ("name", "left"), ("severity", "left"), ("by", "left"),
                                   ("what it finds", "wrap")], rows, width)
     if stacked:
-        lines = []
+        out = []
         for code, name, severity, by, title in rows:
-            lines += [Text(f"{code}  {name}  {severity}  {by}", style="bold")]
-            lines += [Text("       " + line) for line in wrap_text(title, width - 7, indent=0)]
-    for line in lines:
+            out += [Text(f"{code}  {name}  {severity}  {by}", style="bold")]
+            out += [Text("       " + part) for part in wrap_text(title, width - 7, indent=0)]
+    for line in out:
         console.print(line, no_wrap=True, overflow="ignore", crop=False)
 
 

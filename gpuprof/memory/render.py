@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuprof.memory.units import fmt_bytes
-from gpuprof.render.markdown import md_code, md_escape
 from gpuprof.render.layout import emit_table, wrap_text
+from gpuprof.render.markdown import md_code, md_escape
 from gpuprof.render.safe import clip, one_line, shorten, visible
 from gpuprof.render.sections import register_section
 

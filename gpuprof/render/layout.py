@@ -182,8 +182,8 @@ def emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]],
     """Print ``title`` (bold, wrapped) and the table of :func:`table_lines` at ``console.width``
     (``header`` False: no header line and rule, for key/value lists)."""
     if title:
-        for line in wrap_text(title, console.width):
-            console.print(Text(line, style="bold"))
+        for head in wrap_text(title, console.width):
+            console.print(Text(head, style="bold"))
     lines, _ = table_lines(columns, rows, console.width, header=header)
     for line in lines:
         console.print(line, no_wrap=True, overflow="ignore", crop=False)

@@ -238,7 +238,10 @@ def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None
         ev = Evidence("supersedes", code, None, "", extra={
             "name": first.name, "findings": len(lost), "origin": first.origin, "message": first.message,
             "source": first.source})
-        kept[i] = dataclasses.replace(kept[i], evidence=kept[i].evidence + (ev,))
+        # a report folded before (capture's report.json, read again by `gpuprof analyze RUN`) already
+        # holds this code's evidence: replace it, never show "supersedes = GP102" twice
+        earlier = tuple(e for e in kept[i].evidence if not (e.metric == "supersedes" and e.value == code))
+        kept[i] = dataclasses.replace(kept[i], evidence=earlier + (ev,))
     return kept
 
 

@@ -148,8 +148,11 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+MD_SITE_WIDTH = 100  # report.md's site cells are cut in the middle beyond this (a table row per site)
+
+
 def _md_site(site: Any) -> str:
-    return md_code(_site(site), cell=True)
+    return md_code(shorten(visible(site), MD_SITE_WIDTH), cell=True)
 
 
 def memory_markdown(section: Any) -> str:

@@ -566,6 +566,19 @@ def _cost(f: Finding) -> str:
     return f"{f.cost_us_per_step / 1000:.2f} ms/step{share}"
 
 
+def _cost_suffix(f: Finding) -> str:
+    """`` cost 12.30 ms/step (18%)`` after a finding's message, or less: a message that already
+    states the figure (GP601's "... (1992.80 ms/step)") is not followed by it again."""
+    cost = _cost(f)
+    if not cost:
+        return ""
+    figure, _, share = cost.partition(" (")
+    if figure not in f.message:
+        return f" cost {cost}"
+    share = share.rstrip(")")
+    return f" ({share} of step)" if share and share not in f.message else ""
+
+
 def findings_markdown(report: Report) -> str:
     """The findings and the run facts for TensorBoard's Text tab (:mod:`gpuprof.render.tbtext`)."""
     from gpuprof.render.tbtext import findings_text
@@ -598,7 +611,7 @@ def short_report(report: Report, facts: RunFacts) -> str:
         lines.append(f"gpuprof: {len(findings)} finding{'s' if len(findings) != 1 else ''} ({', '.join(parts)})")
         for f in findings:  # all of them, whole: the summary is the report most users read
             where = f" [{_short_loc(f)}]" if f.location else ""
-            cost = f" cost {_cost(f)}" if f.cost_us_per_step is not None else ""
+            cost = _cost_suffix(f)
             lines.append(f"  {f.severity.value:<7} {visible(f.code)} {one_line(f.message)}{cost}{where}")
             if f.advice:
                 lines.append(f"          Fix: {one_line(f.advice)}")

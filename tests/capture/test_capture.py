@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gpuprof  # noqa: E402
-from gpuprof.render.format import findings_total  # noqa: E402
 from gpuprof.capture import Schedule  # noqa: E402
+from gpuprof.render.format import findings_total  # noqa: E402
 
 from .conftest import codes, quick_schedule, report_json, run_dir, tiny_model, traces, train_step  # noqa: E402
 

@@ -45,9 +45,10 @@ _state: dict[str, bool] = {"kineto_env": False, "c10": False}
 def _c10_level() -> ctypes.c_int | None:
     """``FLAGS_caffe2_log_level`` of the loaded ``libc10.so``, or None where it cannot be reached."""
     torch = sys.modules.get("torch")
-    if torch is None or not sys.platform.startswith("linux"):
+    where = getattr(torch, "__file__", None)
+    if not isinstance(where, str) or not sys.platform.startswith("linux"):
         return None
-    path = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
+    path = os.path.join(os.path.dirname(where), "lib", "libc10.so")
     try:
         # already loaded by torch: dlopen hands back the same library, nothing new is loaded
         return ctypes.c_int.in_dll(ctypes.CDLL(path), "FLAGS_caffe2_log_level")

@@ -73,3 +73,12 @@ def test_capacity_and_oom_are_labelled() -> None:
         {"kind": "capacity", "v": 34089730048, "label": "device capacity 31.75 GiB"},
         {"kind": "oom", "t": 1.5, "label": "OOM: 100.00 MiB requested"},
     ]
+
+
+def test_page_script_parses(tmp_path: Path) -> None:
+    if NODE is None:
+        pytest.skip("node is not installed")
+    js = tmp_path / "page.js"
+    js.write_text(_SCRIPT, encoding="utf-8")
+    out = subprocess.run([NODE, "--check", str(js)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr

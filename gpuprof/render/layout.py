@@ -159,8 +159,10 @@ def _stacked(columns: Sequence[tuple[str, str]], cells: list[list[str]], width: 
     inner = max(width - INDENT, 8)
     out: list[Text] = []
     for r in cells:
-        # the lead cell's own continuation lines are flush left: only the pairs below it are indented
-        for line in _cell(r[lead], width) if cell_len(r[lead]) > width else [r[lead]]:
+        # the lead cell's own continuation lines are flush left: only the pairs below it are indented;
+        # a short lead (a rank number) keeps its header ("rank 0"), a name is clear without one
+        first = r[lead] if kinds[lead] == "wrap" or not columns[lead][0] else f"{columns[lead][0]} {r[lead]}"
+        for line in _cell(first, width) if cell_len(first) > width else [first]:
             out.append(Text(line.lstrip(), style="bold"))
         packed: list[str] = []
         joinable = False  # the last line holds whole short pairs only: another may follow on it

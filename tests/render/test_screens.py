@@ -229,3 +229,26 @@ def test_memory_of_a_cpu_trace_says_cpu_only() -> None:
     assert "CPU only (no GPU device in the trace)" in out
     assert "peak reserved" not in out and "reserved (start" not in out  # no caching allocator on a CPU
     assert "0 B at" not in out
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_cross_rank_screen(columns: int) -> None:
+    """Two ranks of a real NCCL job: the 11-column per-rank table keeps every number whole (a block
+    of pairs per rank at 80 columns, one row per rank at 200)."""
+    from gpuprof.units import fmt_us
+
+    hta = ("hta", "HolisticTraceAnalysis", "tests", "data")
+    r0 = str(shared_path(*hta, "timeline_analysis", "sampled_rank-0.json.gz"))
+    r1 = str(shared_path(*hta, "trace_filter", "sampled_rank-1.json.gz"))
+    data = json.loads(_run(columns, "analyze", r0, r1, "--format", "json"))
+    out = _run(columns, "analyze", r0, r1)
+    assert max(len(line) for line in out.splitlines()) <= columns
+    sec = next(s for s in data["sections"] if s["kind"] == "cross_rank")
+    lines = out.splitlines()
+    for r in sec["ranks"]:
+        figures = [fmt_us(r[k]) for k in ("step_us", "compute_us", "comm_us", "exposed_comm_us", "wait_us")]
+        if columns == 200:  # one row per rank, all its figures on it
+            assert any(line.startswith(f"{r['rank']} ") and all(f in line for f in figures) for line in lines)
+        else:
+            block = "\n".join(lines[lines.index(f"rank {r['rank']}"):][:4])
+            assert all(f in block for f in figures), block

@@ -159,7 +159,7 @@ def memory_markdown(section: Any) -> str:
     d = _d(section)
     parts = [f"## Memory\n\n{md_escape(d['source_type'])}: {md_code(d['source'])}"]
     for dev in d["devices"]:
-        parts.append(f"### {md_escape(dev['device'])}")
+        parts.append(f"### {md_escape(device_label(dev, d['devices']))}")
         parts.append(_md_table(["metric", "value"], [[md_escape(k), md_escape(v)] for k, v in _summary_rows(dev)]))
         if dev["top_sites"]:
             parts.append("**Top holders at the peak, by allocation site**")

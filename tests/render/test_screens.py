@@ -229,6 +229,8 @@ def test_memory_of_a_cpu_trace_says_cpu_only() -> None:
     assert "CPU only (no GPU device in the trace)" in out
     assert "peak reserved" not in out and "reserved (start" not in out  # no caching allocator on a CPU
     assert "0 B at" not in out
+    md = _run(80, "memory", str(sample), "--format", "markdown")
+    assert "### CPU only (no GPU device in the trace)" in md and "peak reserved" not in md
 
 
 @pytest.mark.parametrize("columns", WIDTHS)

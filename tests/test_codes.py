@@ -167,6 +167,11 @@ def test_overlap_policy_folds_the_superseded_finding() -> None:
     kept = next(f for f in merged if f.code == "GP601")
     sup = kept.evidence[-1]
     assert sup.metric == "supersedes" and sup.value == "GP102" and sup.extra["message"] == gp102[0].message
+    # a folded report folded again with the trace's findings (capture's report.json read back by
+    # `gpuprof analyze RUN`) keeps one "supersedes" evidence, not two
+    again = apply_overlaps([kept, *found])
+    kept_again = next(f for f in again if f.code == "GP601")
+    assert [e.value for e in kept_again.evidence if e.metric == "supersedes"] == ["GP102"]
     # without GP601 nothing changes; the policy is the registry's superseded_by, nothing else
     assert apply_overlaps(found) == found
     declared = {(c.code, w) for c in catalogue() for w in c.superseded_by}

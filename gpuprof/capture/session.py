@@ -37,7 +37,7 @@ from types import FrameType, TracebackType
 from typing import Any, Callable, Literal
 
 from gpuprof.atomic import atomic_path
-from gpuprof.capture import active
+from gpuprof.capture import active, torchlogs
 from gpuprof.capture import dataloader as dlmod
 from gpuprof.capture.config import CaptureConfig, Schedule
 from gpuprof.capture.guard import Guard, safe_text
@@ -477,6 +477,7 @@ class Profiler:
                 tp._prev_schedule_action = action
             return tp
 
+        torchlogs.hush()  # torch's "USDT: profiler_start" and CPUAllocator lines off while ours runs
         tp = make(self._activities)
         try:
             with active.own_call():
@@ -489,6 +490,7 @@ class Profiler:
             # CUPTI missing or broken: try the CPU alone
             self._activities = [a for a in self._activities if a != cuda_act]
             self.guard.fail("CUDA activity tracing (CUPTI)", "traces hold CPU activity only", err)
+            torchlogs.hush()  # _quiet_stop turned it off
             tp = make(self._activities)
             try:
                 with active.own_call():
@@ -665,6 +667,7 @@ class Profiler:
         if tp is not None:
             active.unwatch()
             tp.__exit__(None, None, None)
+            torchlogs.unhush()
 
     def _close_profiler(self) -> None:
         """At the end of the run: write what the current cycle recorded so far, and stop the profiler.
@@ -705,6 +708,7 @@ class Profiler:
             except Exception as err:  # noqa: BLE001 - reported; the profiler is dropped either way
                 self.guard.fail("profiler", "the last trace may be missing", err)
                 _quiet_stop(tp)
+            torchlogs.unhush()
 
     def _teardown_hooks(self) -> None:
         self.guard.run("placement check", "none", self.placement.uninstall)
@@ -871,6 +875,8 @@ def _quiet_stop(tp: Any) -> None:
         tp.__exit__(None, None, None)
     except Exception:  # noqa: BLE001 - the profiler that failed to start may fail to stop; it is dropped
         return
+    finally:
+        torchlogs.unhush()
 
 
 def _dist_findings(records: list[Any], on_cuda: bool) -> list[Any]:

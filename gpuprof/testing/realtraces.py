@@ -12,10 +12,21 @@ import os
 import unittest
 from pathlib import Path
 
-__all__ = ["TRACES", "shared_path", "v100_samples"]
+__all__ = ["TRACES", "SNAPSHOTS", "shared_path", "shared_snapshot", "v100_samples"]
 
 _REPO = Path(__file__).resolve().parents[2]
 TRACES = Path(os.environ.get("GPUPROF_SHARED_TRACES", _REPO / ".." / "shared" / "traces")).resolve()
+
+
+SNAPSHOTS = Path(os.environ.get("GPUPROF_SHARED_SNAPSHOTS", TRACES.parent / "snapshots")).resolve()
+
+
+def shared_snapshot(name: str) -> Path:
+    """A real CUDA memory snapshot of ``../shared/snapshots`` (see its SOURCES.md); skip when absent."""
+    p = SNAPSHOTS / name
+    if not p.exists():
+        raise unittest.SkipTest(f"real snapshot not available: {p} (../shared is absent on this machine)")
+    return p
 
 
 def shared_path(*parts: str) -> Path:

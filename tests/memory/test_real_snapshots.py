@@ -1,0 +1,140 @@
+"""Real CUDA memory snapshots (../shared/snapshots): sites named for what they are, capacity, device-aware advice."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpuprof.cli import cli
+from gpuprof.frames import is_user_file
+from gpuprof.memory.devices import bf16_support, precision_advice
+from gpuprof.memory.frames import SiteTable
+from gpuprof.testing.realtraces import shared_snapshot
+
+NAMES = ["cs336_magma_memory_snapshot.pickle", "ftcourse_memory_snapshot.pickle",
+         "cs336_silmont_fwd_bf16_128.pickle", "eor_nn_snapshot.pickle"]
+
+
+def _memory(path: Path, *args: str) -> dict[str, Any]:
+    res = CliRunner().invoke(cli, ["memory", str(path), "--format", "json", *args])
+    assert res.exit_code in (0, 1), res.output
+    return json.loads(res.output)
+
+
+class _Plain(pickle.Unpickler):
+    """The test's own reader (not gpuprof's): plain containers only."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+
+def _raw(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        return _Plain(f).load()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cpp_frames_are_never_named_as_the_users_line(name: str) -> None:
+    rep = _memory(shared_snapshot(name))
+    for dev in rep["sections"][0]["devices"]:
+        for s in dev["top_sites"]:
+            if s["origin"] == "user":
+                assert is_user_file(s["file"]) and not s["file"].endswith((".o", ".so")) and s["file"] != "??"
+            else:
+                assert s["file"] is None or s["origin"] == "library"
+    for f in rep["findings"]:
+        if f["code"] == "GP514" and "This line is where" in f["advice"]:
+            top = rep["sections"][0]["devices"][0]["top_sites"][0]
+            assert top["origin"] == "user" and f["location"]["file"] == top["file"]
+
+
+def test_backward_thread_allocations_are_named_for_what_they_are() -> None:
+    """EoR_NN: the autograd engine's backward thread records C++ frames only; the test finds them in the raw
+    pickle and checks the site gpuprof gives each such stack."""
+    raw = _raw(shared_snapshot("eor_nn_snapshot.pickle"))
+    sites = SiteTable()
+    cpp_only = 0
+    for trace in raw["device_traces"]:
+        for e in trace:
+            frames = e.get("frames") or []
+            if e.get("action") != "alloc" or not frames:
+                continue
+            if any(str(f.get("filename", "")).endswith(".py") for f in frames):
+                continue
+            cpp_only += 1
+            site = sites.sites[sites.site_of(frames)]
+            assert site.origin == "native" and site.file == "" and "??" not in site.label
+            if any("torch::autograd::Engine" in str(f.get("name")) for f in frames):
+                assert site.label.startswith("<autograd engine, backward pass")
+    assert cpp_only > 0
+    rep = _memory(shared_snapshot("eor_nn_snapshot.pickle"))
+    labels = [s["site"] for s in rep["sections"][0]["devices"][0]["top_sites"]]
+    assert not any(label.startswith("??") for label in labels)
+    assert any(label.startswith("<autograd engine, backward pass") for label in labels)
+
+
+def test_a_native_thread_frame_is_not_user_code() -> None:
+    sites = SiteTable()
+    frames = [{"filename": "??", "line": 0, "name": "torch::unwind::unwind()"},
+              {"filename": "thread48.o", "line": 0, "name": "execute_native_thread_routine"}]
+    site = sites.sites[sites.site_of(frames)]
+    assert site.origin == "native" and "thread48.o" not in site.label and site.label.startswith("<autograd engine")
+    only_unwind = sites.sites[sites.site_of([{"filename": "??", "line": 0, "name": "torch::unwind::unwind()"}])]
+    assert only_unwind.origin == "native" and only_unwind.label == "<C++ stack only: torch::unwind::unwind()>"
+    assert not is_user_file("thread48.o") and not is_user_file("/usr/lib/libtorch_cuda.so.2")
+    assert is_user_file("train.py")
+
+
+def test_unknown_capacity_is_said_with_how_to_give_it() -> None:
+    path = shared_snapshot("cs336_silmont_fwd_bf16_128.pickle")
+    notes = _memory(path)["sections"][0]["notes"]
+    assert any("capacity is unknown" in n and "--device-memory" in n for n in notes)
+    given = _memory(path, "--device-memory", "850MiB")
+    assert not any("capacity is unknown" in n for n in given["sections"][0]["notes"])
+    gp510 = next(f for f in given["findings"] if f["code"] == "GP510")
+    # a forward pass only, no no_grad/inference_mode frame either: the mode is unknown, so a GradScaler only "if you
+    # train" (an out-of-memory in a training run's forward never reaches backward)
+    assert "GradScaler if you train" in gp510["advice"]
+
+
+def test_training_snapshot_gets_training_advice() -> None:
+    rep = _memory(shared_snapshot("eor_nn_snapshot.pickle"), "--device-memory", "140MiB")
+    gp510 = next(f for f in rep["findings"] if f["code"] == "GP510")
+    assert "activation checkpointing" in gp510["advice"] and "inference" not in gp510["advice"]
+
+
+def test_precision_advice_checks_the_device_and_the_mode() -> None:
+    assert bf16_support("nvidia", (7, 5), "Tesla T4") is False
+    assert bf16_support("", None, "Tesla T4") is False
+    assert bf16_support("nvidia", (8, 0), "NVIDIA A100-SXM4-80GB") is True
+    assert bf16_support("amd", None, "AMD Instinct MI300X") is True
+    assert bf16_support("", None, "") is None
+    t4 = precision_advice(False, "training")
+    assert "bfloat16" not in t4.replace("no bfloat16", "") and "GradScaler" in t4
+    assert "bfloat16" in precision_advice(True, "training") and "GradScaler" not in precision_advice(True, "training")
+    for bf16 in (True, False, None):
+        assert "GradScaler" not in precision_advice(bf16, "inference")
+    assert "bfloat16" not in precision_advice(False, "inference")
+
+
+def test_run_mode_from_the_stacks() -> None:
+    from gpuprof.memory.devices import run_mode
+
+    def table(*stacks: list[dict[str, Any]]) -> SiteTable:
+        t = SiteTable()
+        for frames in stacks:
+            t.site_of(frames)
+        return t
+
+    fwd = [{"filename": "/home/u/m.py", "line": 3, "name": "forward"}]
+    nograd = [{"filename": "/usr/lib/python3/site-packages/torch/utils/_contextlib.py", "line": 116,
+               "name": "decorate_context"}, {"filename": "/home/u/serve.py", "line": 9, "name": "predict"}]
+    bwd = [{"filename": "??", "line": 0, "name": "torch::autograd::generated::MulBackward0::apply(x)"}]
+    assert run_mode(table(fwd)) == "unknown"
+    assert run_mode(table(fwd, nograd)) == "inference"
+    assert run_mode(table(fwd, nograd, bwd)) == "training"

@@ -343,22 +343,26 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
     for o in da.ooms:
         out.extend(_oom_findings(o, da, opts, source, sites))
 
-    # GP511 without an OOM: much reserved memory free but split
+    # GP511 without an OOM: much reserved memory free in split segments. Free memory in whole free segments is
+    # simply cached (reusable by any request up to the segment's size): not fragmentation, not counted.
     if not da.ooms and frag.get("reserved"):
-        unalloc = frag["unallocated"]
-        ratio = unalloc / frag["reserved"]
-        if ratio >= opts.fragmentation_ratio and unalloc >= opts.fragmentation_min_bytes:
+        split = frag["inactive_split_bytes"]
+        ratio = split / frag["reserved"]
+        if ratio >= opts.fragmentation_ratio and split >= opts.fragmentation_min_bytes:
+            cached = max(frag["unallocated"] - split, 0)
             out.append(_finding(
                 "GP511", Severity.INFO,
-                f"{dev}: {fmt_bytes(unalloc)} ({ratio:.0%}) of the {fmt_bytes(frag['reserved'])} reserved is free; "
-                f"{frag['inactive_split_blocks']} free pieces ({fmt_bytes(frag['inactive_split_bytes'])}) sit in "
-                f"split segments; largest free block {fmt_bytes(frag['largest_free_block'])}",
-                "Cached memory is fine while requests fit in it. If this process or another on the GPU runs short, "
-                "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow in place instead of "
-                "splitting.",
-                [Evidence("unallocated_share", round(ratio, 4), opts.fragmentation_ratio, "fraction",
-                          extra={k: frag[k] for k in ("reserved", "allocated", "unallocated", "inactive_split_blocks",
-                                                       "inactive_split_bytes", "largest_free_block")})],
+                f"{dev}: {fmt_bytes(split)} ({ratio:.0%}) of the {fmt_bytes(frag['reserved'])} reserved is free in "
+                f"{frag['inactive_split_blocks']} pieces of split segments (fragmented: only requests that fit a "
+                f"piece can use it; largest free block {fmt_bytes(frag['largest_free_block'])}); another "
+                f"{fmt_bytes(cached)} is simply cached in whole free segments",
+                "Fragmented memory is fine while requests fit in its pieces. If this process or another on the GPU "
+                "runs short, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow in place instead "
+                "of splitting.",
+                [Evidence("split_free_share", round(ratio, 4), opts.fragmentation_ratio, "fraction",
+                          extra={**{k: frag[k] for k in ("reserved", "allocated", "unallocated",
+                                                         "inactive_split_blocks", "inactive_split_bytes",
+                                                         "largest_free_block")}, "cached_whole_segments": cached})],
                 source,
             ))
 

@@ -164,3 +164,37 @@ def test_cached_memory_is_not_called_fragmentation() -> None:
     gp511 = next(f for f in low["findings"] if f["code"] == "GP511")
     assert gp511["evidence"][0]["value"] == pytest.approx(split_free / reserved, abs=1e-4)
     assert "simply cached in whole free segments" in gp511["message"]
+
+
+def test_a_snapshot_without_history_gets_a_segment_view(tmp_path: Path) -> None:
+    """MAGMA27's snapshot with its history removed (torch.cuda.memory._snapshot() without _record_memory_history):
+    the page shows the allocator's segments and blocks, not an empty timeline."""
+    from gpuprof.memory.analysis import analyze_memory
+    from gpuprof.memory.html import build_page_data, render_html
+    from gpuprof.memory.load import load_memory
+
+    raw = _raw(shared_snapshot("cs336_magma_memory_snapshot.pickle"))
+    raw["device_traces"] = [[] for _ in raw["device_traces"]]
+    path = tmp_path / "nohistory.pickle"
+    path.write_bytes(pickle.dumps(raw))
+    data = load_memory(str(path))
+    _, findings, analyses = analyze_memory(data)
+    page = build_page_data(data, analyses, findings)
+    dev = page["devices"][0]
+    assert dev["no_history"] is True
+    assert sum(g["size"] for g in dev["segments"]) == sum(s["total_size"] for s in raw["segments"])
+    for g, seg in zip(dev["segments"], sorted(raw["segments"], key=lambda s: -s["total_size"])):
+        assert g["size"] == seg["total_size"] and sum(b[0] for b in g["blocks"]) == seg["total_size"]
+    assert any("no recorded history" in n or "no history" in n or "state at snapshot time" in n for n in page["notes"])
+    assert "No allocation history was recorded" in render_html(page)
+    with_history = build_page_data(*_load_and_analyse(shared_snapshot("cs336_magma_memory_snapshot.pickle")))
+    assert with_history["devices"][0]["no_history"] is False and with_history["devices"][0]["segments"] == []
+
+
+def _load_and_analyse(path: Path) -> tuple[Any, Any, Any]:
+    from gpuprof.memory.analysis import analyze_memory
+    from gpuprof.memory.load import load_memory
+
+    data = load_memory(str(path))
+    _, findings, analyses = analyze_memory(data)
+    return data, analyses, findings

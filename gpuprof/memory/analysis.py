@@ -10,6 +10,7 @@ one) and blocks waiting on other streams. The figures are defined in
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -18,7 +19,14 @@ from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.devices import precision_advice, run_mode
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, Site, SiteTable
-from gpuprof.memory.model import BlockState, DeviceMemory, MemoryData
+from gpuprof.memory.model import (
+    FREE_COMPLETED,
+    FREE_REQUESTED,
+    SEGMENT_FREE,
+    BlockState,
+    DeviceMemory,
+    MemoryData,
+)
 from gpuprof.memory.replay import Holders, ReplayResult, Totals, replay_holders, replay_totals
 from gpuprof.memory.units import SIZE_CLASSES, fmt_bytes, size_class
 from gpuprof.report import Report
@@ -418,6 +426,24 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
     return out
 
 
+def observer_dump(dm: DeviceMemory, path: str) -> bool:
+    """A snapshot an out-of-memory observer wrote: no OOM event, and the history ends with the allocator
+    releasing cached segments (``segment_free``; it empties its cache before it gives up) or the file's name
+    says ``oom``."""
+    if dm.ooms or not len(dm) or dm.segments is None:
+        return False
+    named = "oom" in os.path.basename(path).lower().replace("room", "")
+    tail = 0
+    for a in reversed(dm.action):
+        if a == SEGMENT_FREE:
+            tail += 1
+        elif a in (FREE_REQUESTED, FREE_COMPLETED) and tail == 0:
+            continue  # frees between the release and the dump
+        else:
+            break
+    return named or tail >= 1
+
+
 def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, source: str,
                   sites: SiteTable) -> list[Finding]:
     dev = da.dm.device
@@ -518,6 +544,14 @@ def analyze_memory(data: MemoryData, opts: MemoryOptions | None = None
     notes = list(data.notes)
     findings: list[Finding] = []
     for da in analyses:
+        if observer_dump(da.dm, data.path):
+            notes.append(
+                f"{da.dm.device}: this looks like a dump written by an out-of-memory observer (the history ends with "
+                "the allocator releasing its cached segments, what it does right before an allocation fails, or the "
+                "file is named for an OOM) but it records no OOM event: the failed request's size is unknown. The "
+                "holders at the end are what filled the device; record the size with "
+                "torch._C._cuda_attach_out_of_memory_observer's alloc argument, or let the OOM event be recorded "
+                "(_record_memory_history() before the run, dump after catching torch.cuda.OutOfMemoryError)")
         if da.dm.device.startswith("cuda") and not da.dm.total_memory:
             notes.append(
                 f"{da.dm.device}: the device's capacity is unknown (the {data.source_type} does not record it), so "

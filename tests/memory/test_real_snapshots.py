@@ -198,3 +198,31 @@ def _load_and_analyse(path: Path) -> tuple[Any, Any, Any]:
     data = load_memory(str(path))
     _, findings, analyses = analyze_memory(data)
     return data, analyses, findings
+
+
+def test_an_oom_observer_dump_is_recognised(tmp_path: Path) -> None:
+    """MAGMA27's snapshot as an OOM observer would have dumped it: the allocator released its whole free segments
+    (segment_free, as it does before giving up) and no OOM event was recorded."""
+    raw = _raw(shared_snapshot("cs336_magma_memory_snapshot.pickle"))
+    trace = raw["device_traces"][0]
+    t = max(e.get("time_us", 0) for e in trace)
+    keep = []
+    for seg in raw["segments"]:
+        blocks = seg["blocks"]
+        if len(blocks) == 1 and blocks[0]["state"] == "inactive":
+            t += 1
+            trace.append({"action": "segment_free", "addr": seg["address"], "size": seg["total_size"],
+                          "stream": seg.get("stream", 0), "time_us": t, "frames": []})
+        else:
+            keep.append(seg)
+    raw["segments"] = keep
+    path = tmp_path / "after_release.pickle"
+    path.write_bytes(pickle.dumps(raw))
+    rep = _memory(path)
+    assert any("out-of-memory observer" in n and "no OOM event" in n for n in rep["sections"][0]["notes"])
+    # the same state under a neutral name without the release: not an observer dump
+    plain = _memory(shared_snapshot("cs336_magma_memory_snapshot.pickle"))
+    assert not any("out-of-memory observer" in n for n in plain["sections"][0]["notes"])
+    named = tmp_path / "oom_snapshot.pickle"
+    named.write_bytes(shared_snapshot("cs336_magma_memory_snapshot.pickle").read_bytes())
+    assert any("out-of-memory observer" in n for n in _memory(named)["sections"][0]["notes"])

@@ -147,7 +147,9 @@ class SiteTable:
         sid = self._ids.get(key)
         if sid is None:
             sid = len(self.sites)
-            self.sites.append(Site(label, file, line, function, tuple(stack[:_MAX_STACK])))
+            # a trace-derived site is a line of code only with a file; operator chains and pseudo-sites have none
+            origin = ("user" if not self.is_internal(file) else "library") if file else ""
+            self.sites.append(Site(label, file, line, function, tuple(stack[:_MAX_STACK]), origin=origin))
             self._ids[key] = sid
         return sid
 

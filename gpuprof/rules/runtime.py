@@ -334,7 +334,7 @@ def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> l
             out.append(FirstUse(r, what, None))
         if slow in early:
             continue
-        if is_allocator_call(slow.name) and slow is not calls[0]:
+        if is_allocator_call(slow.name) and slow is not calls[0] and boundary > float("-inf"):
             continue  # a slow allocator call mid-run (not its kind's first) is churn or a cache miss: GP205's
         rest = [r.dur for r in calls if r is not slow]
         med = statistics.median(rest) if rest else None
@@ -363,7 +363,7 @@ def _startup_end(m: TraceMetrics) -> float:
     if m.lead_in is not None:
         return m.lead_in[1]
     starts = [e.ts for e in (m.trace.kernels[:1] + m.trace.memcpys[:1] + m.trace.memsets[:1])]
-    return min(starts) if starts else float("-inf")
+    return min(starts) if starts else float("-inf")  # no GPU work recorded: position says nothing
 
 
 def short_kernel_name(name: str, limit: int = 80) -> str:
@@ -397,7 +397,8 @@ class StartupCost(Rule):
     times the median of the others; an allocator call (``cudaFree``,
     ``hipFree``, ``cudaMalloc``...) after start-up only when it is the first
     of its kind (the first ``cudaFree`` initialising the allocator): a slow one
-    mid-run is churn or a cache miss, GP205's. Synchronisations and copies never are
+    mid-run is churn or a cache miss, GP205's (in a trace with no step and
+    no GPU work at all, position says nothing and the ratio alone decides). Synchronisations and copies never are
     (they wait for the GPU). The cost is the time of these calls inside the
     profiled steps (not the lead-in) when no kernel ran, per step: it distorts
     what the steps measure. All in the lead-in, the finding is info.

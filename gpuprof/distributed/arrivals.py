@@ -136,49 +136,51 @@ def arrivals(ranks: Sequence[int], sums: Sequence[RankSummary], step_us: float, 
     phase = np.zeros((n, len(PHASE_KEYS)))
     # (position in step, type) -> per step: (last rank, others' wait, before-step part)
     positions: dict[tuple[int, int], list[tuple[list[int], float, float]]] = {}
-    step_pos: dict[tuple[int, int], int] = {}  # (last arrival's step, its instance) -> position
+    step_pos: dict[int, dict[int, int]] = {}  # per summary: the first instance of each step
     keys = [(t, j) for t in sorted({t for ix in index for t in ix}) for j in range(min(len(ix.get(t, ())) for ix in index))]
     # in start order on the first rank (each rank's order is its own; matched collectives keep it), so that a
     # rank's waits in collectives that overlap (DDP buckets on gloo's threads) are counted once
     keys.sort(key=lambda tj: sums[0].inst_start[index[0][tj[0]][tj[1]]])
-    waited_until = [-np.inf] * n
     out.collectives_per_step = len(keys) / steps
+    if not keys:
+        return out
+    # one matrix per field, ranks x matched collectives in that order: the loop below reads columns
+    idx = np.array([[ix[t][j] for t, j in keys] for ix in index], dtype=np.int64)
+    dur = np.vstack([np.asarray(s.inst_dur, dtype=np.float64)[i] for s, i in zip(sums, idx)])
+    start = np.vstack([np.asarray(s.inst_start, dtype=np.float64)[i] for s, i in zip(sums, idx)])
+    step_of = np.vstack([np.asarray(s.inst_step, dtype=np.int64)[i] for s, i in zip(sums, idx)])
+    if has_gaps:
+        gap = np.stack([np.asarray(s.inst_gap, dtype=np.float64).reshape(-1, len(PHASE_KEYS))[i]
+                        for s, i in zip(sums, idx)])  # ranks x collectives x phases
+        from_step = np.vstack([np.asarray(s.inst_from_step, dtype=bool)[i] for s, i in zip(sums, idx)])
+    waited_until = np.full(n, -np.inf)
     last_at: list[list[int]] = []  # per matched collective the others waited at: its last arrivals
-    for t, j in keys:
-        idx = [ix[t][j] for ix in index]
-        durs = np.array([s.inst_dur[i] for s, i in zip(sums, idx)])
-        fastest = float(durs.min())
-        waits = durs - fastest
-        noise = max(NOISE_US, NOISE_SHARE * fastest)
-        last = [k for k in range(n) if waits[k] <= noise]
-        others = [k for k in range(n) if waits[k] > noise]
+    for c, (t, _j) in enumerate(keys):
+        waits = dur[:, c] - dur[:, c].min()
+        noise = max(NOISE_US, NOISE_SHARE * float(dur[:, c].min()))
+        late = waits <= noise
+        last = np.flatnonzero(late).tolist()
+        others = np.flatnonzero(~late)
         # the part of each wait not already counted in an overlapping collective's wait
-        fresh = np.zeros(n)
-        for k in range(n):
-            start = sums[k].inst_start[idx[k]]
-            end = start + float(waits[k])
-            fresh[k] = max(0.0, end - max(start, waited_until[k]))
-            waited_until[k] = max(waited_until[k], end)
+        end = start[:, c] + waits
+        fresh = np.maximum(0.0, end - np.maximum(start[:, c], waited_until))
+        np.maximum(waited_until, end, out=waited_until)
         s0 = int(np.argmin(waits))
-        step = min(sums[s0].inst_step[idx[s0]], steps - 1)
-        if not others or len(last) > n / 2:
+        step = min(int(step_of[s0, c]), steps - 1)
+        if not len(others) or len(last) > n / 2:
             continue  # everyone together, or a minority early: no one to name as waited for
         wait = float(np.median(fresh[others]))
         pre = 0.0
         if has_gaps:
-            gap_last = np.array(sums[s0].inst_gap[idx[s0]])
-            gap_others = np.median(np.array([sums[k].inst_gap[idx[k]] for k in others]), axis=0)
-            excess = gap_last - gap_others
-            if sums[s0].inst_from_step[idx[s0]]:
+            excess = gap[s0, c] - np.median(gap[others, c], axis=0)
+            if from_step[s0, c]:
                 explained = min(max(float(excess.sum()), 0.0), wait)
                 pre = wait - explained
-            for k in last:
-                phase[k] += np.clip(excess, 0.0, None)
+            phase[last] += np.clip(excess, 0.0, None)
         last_at.append(last)
-        for k in last:
-            in_step[k, step] += wait - pre
-            before[k, step] += pre
-        key = (_position(sums[s0], idx[s0], step_pos), t)
+        in_step[last, step] += wait - pre
+        before[last, step] += pre
+        key = (_position(sums[s0], int(idx[s0, c]), step_pos), t)
         positions.setdefault(key, []).append(([ranks[k] for k in last], float(np.median(waits[others])), pre))
     out.rows = _rows(positions)
     per_rank_median = np.median(in_step, axis=1)
@@ -214,14 +216,14 @@ def _consistent(in_step: np.ndarray, median: np.ndarray, floor: float, steps: in
     return []
 
 
-def _position(s: RankSummary, i: int, cache: dict[tuple[int, int], int]) -> int:
-    """Index of instance ``i`` among its step's instances on this rank."""
-    step = s.inst_step[i]
-    key = (id(s), i)
-    if key not in cache:
-        first = s.inst_step.index(step)
-        cache[key] = i - first
-    return cache[key]
+def _position(s: RankSummary, i: int, cache: dict[int, dict[int, int]]) -> int:
+    """Index of instance ``i`` among its step's instances on this rank (``cache``: per summary, each step's first)."""
+    firsts = cache.get(id(s))
+    if firsts is None:
+        firsts = cache[id(s)] = {}
+        for k, step in enumerate(s.inst_step):
+            firsts.setdefault(step, k)
+    return i - firsts[s.inst_step[i]]
 
 
 def _rows(positions: dict[tuple[int, int], list[tuple[list[int], float, float]]]) -> list[ArrivalRow]:

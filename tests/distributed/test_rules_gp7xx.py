@@ -222,3 +222,45 @@ def test_cross_rank_json_keys_match_the_doc_table(real: RankSummary) -> None:
     out = json.loads(json.dumps(json_safe({"kind": job.kind, **job.to_dict()})))
     found = set(out) | {f"{k}[].{sub}" for k in ("ranks", "collectives") for row in out[k] for sub in row}
     assert found == documented
+
+
+def test_gp701_bad_eight_ranks_two_late_at_the_last_collectives_one_late_before_the_step(real: RankSummary) -> None:
+    """The issue's 8-rank case on the real A100 trace's collectives: ranks 5 and 6 arrive last at the last three
+    collectives of every step (their backward runs longer: compute), rank 2 entered the recorded step late (only
+    the first collective of the trace waits for it). The straggler is who the others wait for at the last
+    collectives, checked against the test's own reading of the raw kernel events."""
+    import gzip
+    import json
+
+    raw = json.loads(gzip.open(shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "nccl_parser_config",
+                                           "nccl_data.json.gz")).read())["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in raw if str(e.get("name", "")).startswith("ProfilerStep#"))
+    nccl = sorted((e["ts"], e["dur"]) for e in raw if e.get("cat") == "kernel" and e["name"].startswith("nccl"))
+    per_step = [[i for i, (ts, _d) in enumerate(nccl) if a <= ts <= b] for a, b in steps]
+    late = {i for ids in per_step for i in ids[-3:]}  # the last three collectives of each step, by the raw events
+    assert len(late) == 3 * len(steps) and len(nccl) == len(real.inst_type)
+    wait_us = 5000.0  # 15 ms per step: above the floor (5% of the real 222 ms step)
+    durs, gaps = [], []
+    for r in range(8):
+        d = list(real.inst_dur)
+        g = [list(x) for x in real.inst_gap]
+        for i in range(len(d)):
+            if i in late and r not in (5, 6):
+                d[i] += wait_us  # the others wait for ranks 5 and 6
+            if i in late and r in (5, 6):
+                g[i][1] += wait_us  # ... whose compute before those collectives is longer
+            if i == 0 and r != 2:
+                d[i] += 30_000.0  # the first collective waits for rank 2, late before the recording began
+        durs.append(d)
+        gaps.append(g)
+    job, found = cross_rank(_ranks(real, 8, inst_dur=durs, inst_gap=gaps))
+    # the test's own answer: at each late collective, the ranks with the shortest duration arrived last
+    last_by_raw = {r for i in late for r in range(8) if durs[r][i] == min(durs[k][i] for k in range(8))}
+    assert job.stragglers == sorted(last_by_raw) == [5, 6]
+    gp701 = next(f for f in found if f.code == "GP701")
+    assert "straggler: ranks 5, 6 of 8" in gp701.message and "compute +15.0 ms" in gp701.message
+    assert gp701.cost_us_per_step == pytest.approx(3 * wait_us, rel=0.01)  # 3 collectives x 5 ms per step
+    assert job.arrivals.before_step_ranks == [2] and 2 not in job.stragglers
+    assert "entered the recorded step late" in gp701.message or any("entered the recorded step late" in n
+                                                                     for n in job.notes)
+    assert gp701.cost_share is not None and gp701.cost_share <= 1

@@ -224,7 +224,9 @@ class CaptureDriver:
         prof, self.profiler = self.profiler, None
         if prof is not None:  # never leave a torch profiler running: stop() keeps what was recorded
             try:
-                self.result = prof.stop()
+                with warnings.catch_warnings():  # its own follow-on warnings (no steps marked...): one is said
+                    warnings.simplefilter("ignore", GpuprofWarning)
+                    self.result = prof.stop()
             except Exception as again:  # noqa: BLE001 - already warned above; the training goes on
                 self.result = CaptureResult(warnings=(safe_text(again),))
 

@@ -1,6 +1,6 @@
 """A 2-process DDP job on CPU (gloo) with a planted straggler, for ``torchrun``.
 
-    torchrun --nproc_per_node=2 examples/ddp_straggler.py --logdir gpuprof_logs --run ddp
+    torchrun --nproc_per_node=2 examples/ddp_straggler.py --logdir gpuprof_logs --run-name ddp
     gpuprof analyze gpuprof_logs/ddp
 
 By default rank 1 sleeps in every step (a straggler: the other rank waits for
@@ -51,7 +51,7 @@ def main() -> None:
     straggler = not args.baseline and rank == 1
 
     @gpuprof.profile_step(args.logdir, run=args.run, schedule=schedule(args.steps), with_stack=False,
-                          memory_history=False, tensorboard=False, print_report=False)
+                          memory_history=False, tensorboard=False, print_report=rank == 0)  # one summary per job
     def train_step() -> None:
         if straggler:
             time.sleep(args.sleep_ms / 1000)  # the planted slowness: host work only rank 1 does

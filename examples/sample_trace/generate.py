@@ -23,7 +23,7 @@ EXAMPLE = HERE.parent / "dataloader_workers.py"
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
-            [sys.executable, str(EXAMPLE), "--device", "cpu", "--steps", "20", "--logdir", tmp, "--run", "sample"],
+            [sys.executable, str(EXAMPLE), "--device", "cpu", "--steps", "20", "--logdir", tmp, "--run-name", "sample"],
             check=True,
         )
         traces = sorted(Path(tmp).rglob("*.pt.trace.json.gz"))

@@ -62,7 +62,9 @@ def _callback_base() -> tuple[type[Any], str]:
                       "(or pytorch_lightning)")
 
 
-_Callback, LIGHTNING_PACKAGE = _callback_base()
+_FOUND = _callback_base()
+_Callback: Any = _FOUND[0]  # a class found at run time: Any to mypy, hence the ignore on the subclass
+LIGHTNING_PACKAGE: str = _FOUND[1]
 
 
 class _Strategy(Protocol):

@@ -59,7 +59,7 @@ def _callback_base() -> type[Any]:
     return base
 
 
-_TrainerCallback = _callback_base()
+_TrainerCallback: Any = _callback_base()  # a class found at run time: Any to mypy
 
 
 class _Args(Protocol):

@@ -1,8 +1,8 @@
 """Overhead of gpuprof's framework callbacks per training step, as ratios against the same run without them.
 
 For each framework (Lightning, transformers) a tiny model trains on CPU in
-paired runs, A (no gpuprof) then B (``GpuprofCallback``), repeated
-``--pairs`` times so machine drift hits both sides alike. A timing callback
+paired runs, without and with ``GpuprofCallback``, repeated ``--pairs``
+times in a rotating order so machine drift and run order hit every side alike. A timing callback
 present in both records the time of every step (Lightning:
 ``on_train_batch_end``; transformers: ``on_step_end``). Two figures:
 
@@ -19,7 +19,7 @@ present in both records the time of every step (Lightning:
   time of the whole run over the run without the callback: paid once per run,
   so ``whole_run_ratio`` (mean step with / without) depends on ``--steps``.
 
-    python bench/bench_integrations.py [--pairs 5] [--steps 400] [--only lightning] [--out FILE.json]
+    python bench/bench_integrations.py [--pairs 8] [--steps 400] [--only lightning] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -104,18 +104,23 @@ def _transformers_run(steps: int, callback: Any) -> list[float]:
 
 def measure(run: Callable[[int, Any], list[float]], make_cb: Callable[[str, Schedule], Any], noop: Callable[[], Any],
             pairs: int, steps: int) -> dict[str, Any]:
-    """Per pair, in this order: no callback (A), a callback that does nothing (N: the framework's own
-    cost of calling one more callback's hooks), gpuprof's outside its window (B), gpuprof's with the
-    default schedule (W)."""
+    """Per pair: no callback (A), a callback that does nothing (N: the framework's own cost of calling
+    one more callback's hooks), gpuprof's outside its window (B), gpuprof's with the default schedule (W);
+    the order rotates from pair to pair, so use a multiple of 4 pairs."""
     a_ms, n_ms, b_ms, window_s, ratios, noop_ratios, whole = [], [], [], [], [], [], []
     p10: list[float] = []
     extra_us: list[float] = []
-    for _ in range(pairs):
+    for i in range(pairs):
         with tempfile.TemporaryDirectory() as logdir:
-            a = run(steps, None)
-            n = run(steps, noop())
-            b = run(steps, make_cb(logdir + "/b", NEVER))
-            w = run(steps, make_cb(logdir + "/w", Schedule()))
+            arms: dict[str, Callable[[], list[float]]] = {
+                "a": lambda: run(steps, None),
+                "n": lambda: run(steps, noop()),
+                "b": lambda: run(steps, make_cb(logdir + "/b", NEVER)),
+                "w": lambda: run(steps, make_cb(logdir + "/w", Schedule())),
+            }
+            order = list(arms)[i % 4:] + list(arms)[: i % 4]  # rotated per pair: no arm always runs first
+            got = {k: arms[k]() for k in order}
+            a, n, b, w = got["a"], got["n"], got["b"], got["w"]
         p10.append(_p10(b) / _p10(a))
         extra_us.append((_p10(b) - _p10(a)) * 1e6)
         a_ms.append(statistics.median(a) * 1e3)
@@ -145,7 +150,7 @@ def _p10(xs: list[float]) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=5)
+    p.add_argument("--pairs", type=int, default=8)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--only", choices=("lightning", "transformers"), default=None)
     p.add_argument("--out", type=Path, default=None)

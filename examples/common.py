@@ -22,7 +22,7 @@ def parse_args(description: str, steps: int = 30, extra: list[tuple[str, dict]] 
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--baseline", action="store_true", help="run the clean version (no pathology)")
     p.add_argument("--logdir", default="gpuprof_logs", help="where gpuprof writes (default: gpuprof_logs)")
-    # not --run: torchrun's own parser takes it for an abbreviation of its --run-path and stops
+    # not --run: torchrun (torch 2.13) takes --run for an abbreviation of its own --run-path and stops
     p.add_argument("--run-name", dest="run", default=None, help="run name under logdir (default: a timestamp)")
     p.add_argument("--steps", type=int, default=steps, help=f"training steps (default: {steps})")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")

@@ -52,7 +52,7 @@ def main() -> None:
     straggler = not args.baseline and rank == 1
 
     @gpuprof.profile_step(args.logdir, run=args.run, schedule=schedule(args.steps), with_stack=False,
-                          memory_history=False, tensorboard=False, print_report=False)
+                          memory_history=False, tensorboard=False, print_report=rank == 0)  # one summary per job
     def train_step() -> None:
         if straggler:
             time.sleep(args.sleep_ms / 1000)  # the planted slowness: host work only rank 1 does

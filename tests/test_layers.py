@@ -56,3 +56,9 @@ def test_layers_import_only_downstream() -> None:
 def test_nothing_below_the_cli_imports_it() -> None:
     users = {pkg for pkg, targets in _imports().items() if "cli" in targets}
     assert users <= CLI_USERS, users
+
+
+def test_nothing_imports_the_framework_integrations() -> None:
+    """gpuprof.integrations sits on top of the capture's public API; nothing in gpuprof depends on it."""
+    users = {pkg for pkg, targets in _imports().items() if "integrations" in targets}
+    assert not users, users

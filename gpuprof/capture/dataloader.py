@@ -84,6 +84,15 @@ class LoaderMonitor:
             pass  # an iterator class with __slots__: timing still counts via the step clock
         self._epoch_t0 = perf_counter()
 
+    def adopt(self, loader: Any, location: SourceLocation | None, label: str | None = None) -> LoaderRecord:
+        """Register a loader before (or while) it is iterated, with the user's line for its findings."""
+        rec = self._record(loader, location)
+        if location is not None:
+            rec.location = location
+        if label:
+            rec.label = label
+        return rec
+
     def _record(self, loader: Any, loc: SourceLocation | None) -> LoaderRecord:
         key = id(loader)
         rec = self.records.get(key)

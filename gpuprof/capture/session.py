@@ -287,6 +287,40 @@ class Profiler:
         made = self.guard.run("error report", "the exception is raised unchanged", self._inspect_error, exc)
         return made
 
+    def place(self, rank: int, world_size: int, *, local_rank: int | None = None,
+              local_world_size: int | None = None) -> "Profiler":
+        """This process's place in a distributed job, for launchers that do not set torchrun's variables.
+
+        Lightning's DDP launchers and ``mp.spawn`` know the rank but set no
+        ``RANK``; a framework integration passes what its trainer says. Call
+        before :meth:`start`: the rank names this process's files
+        (``rank<R>/``) and rank 0 writes the cross-rank report. A
+        ``world_size`` of 1 is a single process (no per-rank layout).
+        """
+        if self.started:
+            raise RuntimeError("Profiler.place() must be called before start()")
+        if world_size > 1:
+            self.ranks = RankInfo(rank, local_rank, world_size, local_world_size)
+        else:
+            self.ranks = RankInfo(None, None, None, None)
+        return self
+
+    def watch_loader(self, loader: Any, location: SourceLocation | None = None,
+                     label: str | None = None) -> "Profiler":
+        """A DataLoader a framework built and iterates (Lightning, ``transformers.Trainer``).
+
+        Its batches are counted as any loader's; its findings point at
+        ``location`` (the user's line that configured it) rather than the
+        framework's line that iterates it, and read ``label`` when given.
+        Call before or during the capture.
+        """
+        self.loaders.adopt(loader, location, label)
+        return self
+
+    def note(self, text: str) -> None:
+        """Add one line to the report's notes (e.g. how a framework's steps map to gpuprof's)."""
+        self.guard.note(text)
+
     def forget_after_fork(self) -> None:
         """In a fork child: this copy must never step, stop or write anything of the parent's."""
         self.inherited = True

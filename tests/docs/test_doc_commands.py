@@ -51,6 +51,17 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "the whole test suite, of which this test is a part: .ci/run runs it (tests/test_lint_config.py keeps the two the same)",
     ("README.md", 'pip install "gpuprof[capture] @ git+https://github.com/OWNER/gpuprof"'):
         "installs from a URL: needs the network and the published repository",
+    ("README.md", "python3 examples/lightning_train.py --device cpu --steps 12 --logdir gpuprof_logs --run-name lightning"):
+        "both framework examples run in tests/integrations/test_examples.py with these options (a minute each on "
+        "2 cores: run once, there, to keep the suite under its time budget)",
+    ("docs/integrations.md", "python examples/lightning_train.py --logdir gpuprof_logs --run-name lit"):
+        "the Lightning example, single process and DDP on 2 CPU processes: tests/integrations/test_examples.py runs "
+        "both (the DDP one with GPUPROF_TEST_DDP=1: 45 s on 2 cores)",
+    ("docs/integrations.md", "python examples/hf_trainer.py --logdir gpuprof_logs --run-name hf"):
+        "the HF Trainer example and its torchrun form: tests/integrations/test_examples.py and test_transformers.py",
+    ("docs/integrations.md", "gpuprof analyze accelerate_traces/"):
+        "needs the traces accelerate's ProfileKwargs wrote in the loop above: tests/integrations/test_accelerate.py "
+        "runs the loop and this analysis",
     ("README.md", "tensorboard --logdir gpuprof_logs"):
         "starts a server that runs until stopped (tests/tbplugin test the gpuprof tab)",
     ("docs/contributing.md", "./.ci/run"):

@@ -14,11 +14,11 @@ PKG = Path(__file__).resolve().parents[1] / "gpuprof"
 
 # package -> the gpuprof packages/modules it may import besides itself
 ALLOWED = {
-    "trace": {"errors", "findings", "frames", "inputs", "units"},
+    "trace": {"errors", "findings", "frames", "inputs", "remote", "units"},  # remote: inputs named by URL
     "findings": {"units"},
     "report": {"findings", "trace", "units"},
     "rules": {"codes", "codespec", "errors", "findings", "report", "trace", "units"},
-    "render": {"atomic", "errors", "findings", "report", "trace", "units"},
+    "render": {"atomic", "errors", "findings", "remote", "report", "trace", "units"},
 }
 # nobody below the command line imports it
 CLI_USERS = {"cli", "__main__"}

@@ -286,6 +286,27 @@ class Profiler:
         made = self.guard.run("error report", "the exception is raised unchanged", self._inspect_error, exc)
         return made
 
+    @property
+    def tracing(self) -> bool:
+        """True while a torch profiler is alive (the schedule's warm-up or recorded steps)."""
+        return self._tp is not None
+
+    @property
+    def report_started(self) -> bool:
+        """True once the report of the schedule's last recorded window has begun (in the background)."""
+        return self._report_thread is not None
+
+    def wait_for_report(self, timeout: float | None = None) -> bool:
+        """Wait for the background report of the recorded window; True when none is being written now.
+
+        Its warnings are still said on the driving thread (at its next :meth:`step` or at :meth:`stop`).
+        """
+        t = self._report_thread
+        if t is None or t is threading.current_thread():
+            return True
+        t.join(timeout)
+        return not t.is_alive()
+
     def forget_after_fork(self) -> None:
         """In a fork child: this copy must never step, stop or write anything of the parent's."""
         self.inherited = True

@@ -81,8 +81,8 @@ def test_window_report_written_in_the_background_and_reused_at_stop(
             train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
             prof.step()
             if i == 4:  # the window (steps 2-4) closed at this step(): the report thread runs
-                assert prof._report_thread is not None
-        prof._report_thread.join(120)
+                assert prof.report_started
+        assert prof.wait_for_report(120)
         assert (run_dir(tmp_path) / "report.json").exists()  # before stop()
         early = report_json(run_dir(tmp_path))
         assert early["sections"][0]["steps"] == 5
@@ -117,7 +117,7 @@ def test_window_report_failure_is_one_warning_and_training_goes_on(
                 prof.step()
                 done += 1
                 if i == 4:
-                    prof._report_thread.join(120)
+                    assert prof.wait_for_report(120)
                     time.sleep(0)
     ours = [str(w.message) for w in caught if issubclass(w.category, GpuprofWarning)]
     assert done == 10
@@ -174,7 +174,7 @@ def test_torch_schedule_callable_window_report_only_when_no_cycle_follows(
         for _ in range(6):  # one cycle is steps 0-3; with repeat=0 the next one records from step 5
             train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
             prof.step()
-        assert (prof._report_thread is not None) is early
+        assert prof.report_started is early
     assert prof.report is not None and report_json(run_dir(tmp_path))["sections"][0]["steps"] == 6
 
 

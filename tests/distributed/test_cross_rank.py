@@ -292,7 +292,7 @@ def test_capture_gathers_at_the_window_end_without_holding_the_loop(tmp_path: Pa
             t0 = time.monotonic()
             model(x).sum().backward()
             prof.step()
-            if prof._report_thread is not None:
+            if prof.report_started:
                 after_close.append(time.monotonic() - t0)
         run_dir = prof.paths.run_dir
         path = run_dir / "report.cross_rank.json"

@@ -191,7 +191,7 @@ def _capture_section(report: Report) -> CaptureSection | None:
 def preload() -> None:
     """Import what the report thread needs, on the driving thread (see Profiler._start_window_report)."""
     import gpuprof.analysis  # noqa: F401
-    import gpuprof.capture.gather  # noqa: F401 - the window's cross-rank gather under torchrun
+    import gpuprof.capture.end.gather  # noqa: F401 - the window's cross-rank gather under torchrun
     import gpuprof.capture.memory  # noqa: F401
     import gpuprof.capture.settings  # noqa: F401
     import gpuprof.distributed.analysis  # noqa: F401
@@ -353,7 +353,7 @@ def publish(prof: "Profiler", facts: RunFacts, report: Report, g: Any, *, final:
     if facts.report_json is not None:
         g.run("report writer", "no report.json/report.md", _write_reports, facts, report)
     if facts.report_json is not None and facts.distributed:
-        from gpuprof.capture.gather import gather_cross_rank
+        from gpuprof.capture.end.gather import gather_cross_rank
 
         run_dir = Path(facts.section.run_dir)
         # at the window's end too (this is then the background thread: rank 0's bounded wait holds no step)
@@ -410,7 +410,7 @@ def _analyze_one(trace: Any, metrics: Any, cfg: Any, merged: Report, failures: l
     merged.traces.append(summary)
     merged.findings += filter_findings(findings, cfg.select, cfg.ignore)
     merged.failed_rules += [c for c, _ in failed if c not in merged.failed_rules]
-    # the rank's summary, for a later cross-rank merge (gpuprof.capture.gather, gpuprof analyze report.json)
+    # the rank's summary, for a later cross-rank merge (gpuprof.capture.end.gather, gpuprof analyze report.json)
     job = [r for r in ranks if r.rank is not None and (r.world_size is None or r.world_size > 1)]
     if job:
         from gpuprof.distributed.reports import RankSummaries

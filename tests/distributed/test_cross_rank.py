@@ -251,7 +251,7 @@ def test_capture_gather_names_a_missing_rank_and_waits_only_as_long_as_told(tmp_
     torch = pytest.importorskip("torch")
     import time
 
-    from gpuprof.capture import gather
+    from gpuprof.capture.end import gather
     from gpuprof.distributed.reports import RankSummaries
     from gpuprof.report import Report
 

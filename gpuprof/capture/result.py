@@ -8,7 +8,7 @@ profiler, no open file), so it can be kept, logged, pickled or sent as JSON
 in a process without torch.
 
 It is built once per report from the capture's state (see
-``gpuprof.capture.summary``): the summary printed, ``report.json`` and the
+``gpuprof.capture.end``): the summary printed, ``report.json`` and the
 TensorBoard text are all rendered from the same report it carries.
 """
 
@@ -87,6 +87,12 @@ class CaptureResult(msgspec.Struct, frozen=True, kw_only=True):
         """The last report's findings (runtime and trace), most expensive first."""
         rep = self.report
         return [Finding.from_dict(d) for d in rep.get("findings", ())] if rep else []
+
+    def _repr_html_(self) -> str:
+        """The result as an inert HTML fragment, shown by Jupyter for a cell's value."""
+        from gpuprof.render.notebook import result_html
+
+        return result_html(self)
 
     def to_json(self) -> bytes:
         """The result as JSON (UTF-8 bytes); :meth:`from_json` reads it back equal."""

@@ -9,6 +9,7 @@ the major number.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -74,6 +75,15 @@ class Section(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
+# How a Report draws itself as HTML in a notebook: gpuprof.render.notebook registers it when imported
+# (``import gpuprof`` imports it); this layer imports no renderer (tests/test_layers.py).
+_HTML: list[Callable[[Report], str]] = []
+
+
+def register_html(render: Callable[[Report], str]) -> None:
+    _HTML[:] = [render]
+
+
 @dataclass
 class Report:
     """The result of ``gpuprof analyze`` / ``gpuprof memory`` / a capture run."""
@@ -87,6 +97,10 @@ class Report:
     # codes of rules that raised (capture side only; `gpuprof analyze` exits 3 instead):
     # their findings are unknown, so an empty ``findings`` does not mean "nothing wrong"
     failed_rules: list[str] = field(default_factory=list)
+
+    def _repr_html_(self) -> str | None:
+        """The report as an inert HTML fragment, shown by Jupyter for a cell's value (None: plain text)."""
+        return _HTML[0](self) if _HTML else None
 
     def sorted_findings(self) -> list[Finding]:
         return sort_findings(self.findings)

@@ -24,8 +24,8 @@ __all__ = [
 ]
 
 from gpuprof.findings import Finding, Severity
-from gpuprof.report import Report
 from gpuprof.render import notebook as _notebook  # noqa: F401 - Report draws itself as HTML in notebooks
+from gpuprof.report import Report
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.analysis import analyze, analyze_trace

@@ -228,3 +228,24 @@ def test_stuck_window_report_does_not_hold_the_end_of_the_run(
     ours = [str(w.message) for w in caught if issubclass(w.category, GpuprofWarning)]
     assert len([m for m in ours if "still being written after 0.5 s" in m]) == 1, ours
     assert waited < 20 and prof.finished
+
+
+def test_child_process_only_for_big_traces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window's analysis goes to a child process from CHILD_MIN_BYTES of traces; the variable overrides."""
+    from gpuprof.capture.config import CaptureConfig
+    from gpuprof.capture.end import worker
+    from gpuprof.capture.run import CaptureSection, RunFacts, TraceFile
+
+    trace = tmp_path / "w.1.pt.trace.json.gz"
+    trace.write_bytes(b"x" * 1000)
+    facts = RunFacts(steps=1, traces=(TraceFile(trace, 0, 0),), runtime=(), section=CaptureSection(), notes=(),
+                     config=CaptureConfig(logdir=str(tmp_path)))
+    monkeypatch.delenv(worker.ENV, raising=False)
+    assert worker.CHILD_MIN_BYTES > 1000 and not worker.wanted(facts)
+    monkeypatch.setattr(worker, "CHILD_MIN_BYTES", 1000)
+    assert worker.wanted(facts)
+    monkeypatch.setenv(worker.ENV, "0")
+    assert not worker.wanted(facts)
+    monkeypatch.setattr(worker, "CHILD_MIN_BYTES", 10**12)
+    monkeypatch.setenv(worker.ENV, "1")
+    assert worker.wanted(facts)

@@ -52,10 +52,10 @@ class Outputs:
 def window_report(facts: RunFacts, out: Outputs, g: Guard) -> Report:
     """The report written when the recorded window closes, while the run goes on (the report's thread).
 
-    The traces are analysed in a child process (:mod:`gpuprof.capture.end.worker`) unless that is
-    turned off or fails; then here.
+    Big traces are analysed in a child process (:mod:`gpuprof.capture.end.worker`), small ones (or when
+    the child fails) here.
     """
-    res = (worker.analyse_in_child(facts, g) if worker.wanted() else None) or trace_results(facts, g)
+    res = (worker.analyse_in_child(facts, g) if worker.wanted(facts) else None) or trace_results(facts, g)
     out.trace_results = res
     report = assemble(facts, res, g)
     report.notes.append(f"written when the recorded window closed at step {facts.steps}, while the run "

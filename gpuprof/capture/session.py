@@ -384,8 +384,11 @@ class Profiler:
             self.window.close()
         finally:
             try:
-                for m in self.live.monitors:
-                    self.guard.run(m.part, "none", m.uninstall, self.live)
+                for m in self.live.monitors:  # each one, even after it failed: its hooks must go
+                    try:
+                        m.uninstall(self.live)
+                    except Exception as err:  # noqa: BLE001 - one warning (none if it failed before)
+                        self.guard.fail(m.part, "none", err)
             finally:
                 active.release(self)
 

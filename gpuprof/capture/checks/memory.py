@@ -7,10 +7,12 @@ from gpuprof.capture.guard import safe_text
 from gpuprof.capture.memory import HistoryRecorder, MemorySampler, OOMObserver, growth_finding, oom_finding
 from gpuprof.findings import Finding
 
+SAMPLING = "memory sampling"  # the guard's name for the per-step samples (the history and OOM parts have theirs)
+
 
 class MemoryCheck(MonitorBase):
-    part = "memory sampling"
-    consequence = "no per-step memory numbers"
+    part = "memory monitor"
+    consequence = "no memory numbers, snapshots or memory findings"
     per_step = True  # one sample a step (a pread of /proc/self/statm at most every few ms, or CUDA's counters)
 
     def __init__(self) -> None:
@@ -20,7 +22,7 @@ class MemoryCheck(MonitorBase):
 
     def install(self, live: Live) -> None:
         g, cfg = live.guard, live.config
-        self.sampler = g.run(self.part, self.consequence, MemorySampler, live.cuda)
+        self.sampler = g.run(SAMPLING, "no per-step memory numbers", MemorySampler, live.cuda)
         if self.sampler is not None and not self.sampler.available:
             g.note("no /proc/self/statm: host memory is not sampled, memory growth is not checked")
             self.sampler = None
@@ -41,9 +43,9 @@ class MemoryCheck(MonitorBase):
         if self.sampler is not None:
             try:
                 self.sampler.sample()
-            except Exception:
-                self.sampler = None  # no further samples; the session says it once
-                raise
+            except Exception as err:  # noqa: BLE001 - no further samples; the history and OOM parts go on
+                self.sampler = None
+                live.guard.fail(SAMPLING, "no per-step memory numbers", err)
 
     def recording(self, live: Live, on: bool, span: int | None) -> None:
         h = self.history
@@ -61,7 +63,7 @@ class MemoryCheck(MonitorBase):
         if self.oom is not None:
             self.oom.active = False
         if self.sampler is not None:
-            live.guard.run(self.part, "none", self.sampler.close)
+            live.guard.run(SAMPLING, "none", self.sampler.close)
 
     def findings(self, live: Live) -> list[Finding]:
         s = self.sampler

@@ -1,7 +1,8 @@
 """Reports and capture results as inert HTML, for a Jupyter notebook (``_repr_html_``).
 
 A notebook shows the value of a cell's last expression with its
-``_repr_html_``: ``prof.report``, ``prof.result``, ``step.finish()``. The
+``_repr_html_``: ``prof.report``, ``prof.result``, ``step.finish()`` (the
+capture result builds its headline and files and calls :func:`fragment`). The
 fragment is static HTML: no script, no style sheet, no link, no attribute
 that holds data. Every name (a module, a file, a run, a finding's message)
 goes through :func:`~gpuprof.render.safe.clip` (controls and bidi
@@ -14,16 +15,12 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from gpuprof.findings import Finding, sort_findings
 from gpuprof.render.safe import clip
 from gpuprof.report import Report, register_html
 
-if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from gpuprof.capture.result import CaptureResult
-
-__all__ = ["report_html", "result_html"]
+__all__ = ["fragment", "report_html"]
 
 
 def _t(text: object) -> str:
@@ -45,8 +42,9 @@ def _where(f: Finding) -> str:
     return f"{loc.file}:{loc.line}" if loc.line is not None else loc.file
 
 
-def _fragment(head: str, findings: Sequence[Finding], failed_rules: Sequence[str], notes: Iterable[str],
+def fragment(head: str, findings: Sequence[Finding], failed_rules: Sequence[str], notes: Iterable[str],
               files: Iterable[tuple[str, str]]) -> str:
+    """The fragment: a headline, the findings table (each with its fix), the notes, the files (label, path)."""
     out = ['<div class="gpuprof">', f"<p><b>gpuprof</b> {_t(head)}</p>"]
     ordered = sort_findings(list(findings))
     if ordered:
@@ -90,26 +88,7 @@ def report_html(report: Report) -> str:
         files += [("trace", str(t)) for t in d.get("traces", [])]
     elif steps:
         head += f", {steps} steps"
-    return _fragment(head, report.findings, report.failed_rules, report.notes, files)
-
-
-def result_html(result: CaptureResult) -> str:
-    """A :class:`~gpuprof.capture.result.CaptureResult` as an inert HTML fragment."""
-    if result.inactive is not None:
-        return _fragment(f"capture recorded nothing: {result.inactive}", [], [], [], [])
-    head = f"capture: {result.steps} steps"
-    if result.step_time_median_ms is not None:
-        head += f", median {result.step_time_median_ms:.2f} ms/step"
-    if result.data_loading_share is not None:
-        head += f", data loading {result.data_loading_share:.0%}"
-    rep = result.report
-    notes = [str(n) for n in rep.get("notes", [])] if rep else []
-    failed = [str(r) for r in rep.get("failed_rules", [])] if rep else []
-    files = [("run directory", result.run_dir)] if result.run_dir else []
-    files += [("trace", t.path) for t in result.traces]
-    files += [("report", f) for f in result.files if f.endswith(("report.json", "report.md"))]
-    findings = result.findings() if rep else list(result.runtime_findings)
-    return _fragment(head, findings, failed, notes, files)
+    return fragment(head, report.findings, report.failed_rules, report.notes, files)
 
 
 register_html(report_html)

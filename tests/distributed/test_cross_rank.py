@@ -277,7 +277,8 @@ def test_capture_gathers_at_the_window_end_without_holding_the_loop(tmp_path: Pa
     import time
 
     import gpuprof
-    from gpuprof.capture import Schedule, gather
+    from gpuprof.capture import Schedule
+    from gpuprof.capture.end import gather
 
     store = torch.distributed.HashStore()  # a real store; rank 1 never writes to it
     monkeypatch.setattr(gather, "_store_and_group", lambda: (store, 0, 2))

@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 from gpuprof.findings import Finding, Severity
+from gpuprof.render import notebook as _notebook  # noqa: F401 - Report draws itself as HTML in notebooks
 from gpuprof.report import Report
 
 if TYPE_CHECKING:  # pragma: no cover

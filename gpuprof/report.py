@@ -8,6 +8,7 @@ the major number.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,6 +75,15 @@ class Section(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
+# How a Report draws itself as HTML in a notebook: gpuprof.render.notebook registers it when imported
+# (``import gpuprof`` imports it); this layer imports no renderer (tests/test_layers.py).
+_HTML: list[Callable[[Report], str]] = []
+
+
+def register_html(render: Callable[[Report], str]) -> None:
+    _HTML[:] = [render]
+
+
 @dataclass
 class Report:
     """The result of ``gpuprof analyze`` / ``gpuprof memory`` / a capture run."""
@@ -90,6 +100,10 @@ class Report:
     # traces whose analysis failed on a cluster worker even after a retry (``--dask``): left out of
     # the report, which says so in a note; a cross-rank section then covers the other ranks only
     failed_ranks: list[str] = field(default_factory=list)
+
+    def _repr_html_(self) -> str | None:
+        """The report as an inert HTML fragment, shown by Jupyter for a cell's value (None: plain text)."""
+        return _HTML[0](self) if _HTML else None
 
     def sorted_findings(self) -> list[Finding]:
         return sort_findings(self.findings)

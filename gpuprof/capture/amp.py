@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TextIO
 
 from gpuprof.capture.codes import runtime_check
 from gpuprof.findings import Evidence, Finding, SourceLocation
@@ -75,7 +76,7 @@ class AmpWarningWatcher:
         self.events: dict[tuple[str, str, str, str | None, int | None], AmpEvent] = {}
         self.errors: list[str] = []
         self.installed = False
-        self._prev_show: Any = None
+        self._prev_show: Callable[..., None] = warnings.showwarning  # set again by install()
 
     def install(self) -> None:
         if self.installed:
@@ -91,8 +92,8 @@ class AmpWarningWatcher:
         if warnings.showwarning is self._show:  # the user may have replaced it meanwhile
             warnings.showwarning = self._prev_show
 
-    def _show(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None,
-              line: Any = None) -> None:
+    def _show(self, message: Warning | str, category: type[Warning], filename: str, lineno: int,
+              file: TextIO | None = None, line: str | None = None) -> None:
         try:
             if "amp" in str(message) or "autocast" in str(message) or "GradScaler" in str(message):
                 found = classify_amp_warning(str(message))

@@ -168,6 +168,11 @@ class _IteratorAsLoader:
         self.pin_memory = getattr(it, "_pin_memory", False)
         self.persistent_workers = getattr(it, "_persistent_workers", False)
         self.batch_size = batch_size
+        # the loader's samplers, as _sampler_name reads them (GP710 must see a DistributedSampler here too):
+        # the iterator holds the loader's BatchSampler when it batches, else the sampler itself
+        index = getattr(it, "_index_sampler", None)
+        self.batch_sampler = index if index is not None and hasattr(index, "sampler") else None
+        self.sampler = getattr(index, "sampler", None) if self.batch_sampler is not None else index
         self._it = weakref.ref(it)  # the record's key is this object's id: keep it alive with the record
 
 

@@ -11,11 +11,9 @@ several times slower than NCCL), or ``nccl`` while the model stays on the CPU
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.dataloader import LoaderRecord
-from gpuprof.findings import Evidence, Finding
+from gpuprof.findings import Evidence, Finding, SourceLocation
 
 __all__ = ["distributed_findings", "process_group"]
 
@@ -69,7 +67,7 @@ def distributed_findings(records: list[LoaderRecord], world_size: int, backend: 
     return out
 
 
-def _finding(code: str, message: str, advice: str, evidence: tuple[Evidence, ...], location: Any, source: str) -> Finding:
+def _finding(code: str, message: str, advice: str, evidence: tuple[Evidence, ...], location: SourceLocation | None, source: str) -> Finding:
     check = runtime_check(code)
     return Finding(code=code, name=check.name, severity=check.severity, message=message, advice=advice,
                    evidence=evidence, location=location, origin="runtime", source=source)

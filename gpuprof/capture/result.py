@@ -8,7 +8,7 @@ profiler, no open file), so it can be kept, logged, pickled or sent as JSON
 in a process without torch.
 
 It is built once per report from the capture's state (see
-``gpuprof.capture.summary``): the summary printed, ``report.json`` and the
+``gpuprof.capture.end``): the summary printed, ``report.json`` and the
 TensorBoard text are all rendered from the same report it carries.
 """
 
@@ -87,6 +87,25 @@ class CaptureResult(msgspec.Struct, frozen=True, kw_only=True):
         """The last report's findings (runtime and trace), most expensive first."""
         rep = self.report
         return [Finding.from_dict(d) for d in rep.get("findings", ())] if rep else []
+
+    def _repr_html_(self) -> str:
+        """The result as an inert HTML fragment, shown by Jupyter for a cell's value."""
+        from gpuprof.render.notebook import fragment
+
+        if self.inactive is not None:
+            return fragment(f"capture recorded nothing: {self.inactive}", [], [], [], [])
+        head = f"capture: {self.steps} steps"
+        if self.step_time_median_ms is not None:
+            head += f", median {self.step_time_median_ms:.2f} ms/step"
+        if self.data_loading_share is not None:
+            head += f", data loading {self.data_loading_share:.0%}"
+        rep = self.report
+        notes = [str(n) for n in rep.get("notes", [])] if rep else []
+        failed = [str(r) for r in rep.get("failed_rules", [])] if rep else []
+        files = [("run directory", self.run_dir)] if self.run_dir else []
+        files += [("trace", t.path) for t in self.traces]
+        files += [("report", f) for f in self.files if f.endswith(("report.json", "report.md"))]
+        return fragment(head, self.findings() if rep else list(self.runtime_findings), failed, notes, files)
 
     def to_json(self) -> bytes:
         """The result as JSON (UTF-8 bytes); :meth:`from_json` reads it back equal."""

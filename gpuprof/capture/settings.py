@@ -7,11 +7,15 @@ GPU); :func:`read_settings` gathers those facts from torch.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuprof.capture.codes import runtime_check
 from gpuprof.findings import Evidence, Finding
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.trace.model import Trace
 
 __all__ = ["TorchSettings", "read_settings", "cudnn_benchmark_finding", "tf32_finding", "anomaly_finding"]
 
@@ -101,7 +105,7 @@ def anomaly_finding(enabled_steps: int, checked_steps: int) -> Finding | None:
     )
 
 
-def trace_op_facts(traces: list[Any]) -> dict[str, Any]:
+def trace_op_facts(traces: Sequence[Trace | str | os.PathLike[str]]) -> dict[str, int | bool]:
     """Facts the settings checks need from the captured traces (loaded :class:`~gpuprof.trace.model.Trace`
     objects, or paths to load; no torch)."""
     from gpuprof.trace.load import load_trace

@@ -14,7 +14,7 @@ import linecache
 import re
 import warnings
 from collections import Counter
-from typing import Any, Callable, cast
+from typing import Any, Callable, TextIO, cast
 
 from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
@@ -46,7 +46,7 @@ def is_logging_line(text: str) -> bool:
     return bool(_LOGGING_LINE_RE.search(text))
 
 
-def _set_cuda_mode(mode: str) -> Any:
+def _set_cuda_mode(mode: str) -> int:
     import torch
 
     prev = torch.cuda.get_sync_debug_mode()
@@ -54,7 +54,7 @@ def _set_cuda_mode(mode: str) -> Any:
     return prev
 
 
-def _restore_cuda_mode(prev: Any) -> None:
+def _restore_cuda_mode(prev: int) -> None:
     import torch
 
     torch.cuda.set_sync_debug_mode(prev)
@@ -68,15 +68,15 @@ class SyncLocator:
 
     def __init__(
         self,
-        set_mode: Callable[[str], Any] = _set_cuda_mode,
-        restore_mode: Callable[[Any], None] = _restore_cuda_mode,
+        set_mode: Callable[[str], int] = _set_cuda_mode,
+        restore_mode: Callable[[int], None] = _restore_cuda_mode,
     ) -> None:
         self._set_mode = set_mode
         self._restore_mode = restore_mode
         self.sites: Counter[tuple[str, int, str]] = Counter()
         self.steps = 0  # recorded steps while installed
-        self._prev_mode: Any = None
-        self._prev_show: Any = None
+        self._prev_mode = 0
+        self._prev_show: Callable[..., None] = warnings.showwarning  # set again by install()
         self._filter: Any = None
         self.installed = False
 
@@ -106,8 +106,8 @@ class SyncLocator:
             except (ValueError, AttributeError):
                 pass  # the filter list was reset by the user (warnings.resetwarnings): nothing to remove
 
-    def _show(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None,
-              line: Any = None) -> None:
+    def _show(self, message: Warning | str, category: type[Warning], filename: str, lineno: int,
+              file: TextIO | None = None, line: str | None = None) -> None:
         if SYNC_WARNING_TEXT not in str(message):
             self._prev_show(message, category, filename, lineno, file, line)
             return

@@ -208,6 +208,6 @@ def test_no_cost_outside_active_window(tmp_path: Path) -> None:
                          tensorboard=False, analyze=False) as prof:
         states = []
         for _ in range(8):
-            states.append(prof._tp is not None)
+            states.append(prof.tracing)
             prof.step()
     assert states == [False, False, False, True, True, False, False, False]

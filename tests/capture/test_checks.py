@@ -271,7 +271,12 @@ def test_anomaly_detection_flagged(tmp_path: Path) -> None:
 
 
 def test_stable_shape_detection(tmp_path: Path) -> None:
-    from gpuprof.capture.summary import _shapes_stable
+    from gpuprof.capture.checks import SettingsCheck
+
+    def _shapes_stable(p: gpuprof.Profiler) -> bool | None:
+        check = p.live.find(SettingsCheck)
+        assert check is not None
+        return check.shapes_stable(p.live)
 
     loader = DataLoader(TensorDataset(torch.randn(50, 16), torch.randint(0, 4, (50,))), batch_size=8)
     with gpuprof.profile(tmp_path, schedule=quick_schedule(), analyze=False, **QUIET) as prof:

@@ -120,12 +120,13 @@ def test_tensorboard_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_analyzer_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuprof.capture import summary
+    from gpuprof.capture.end import analyse as summary
 
     def broken(*a: Any, **k: Any) -> None:
         raise ValueError("injected analyzer bug")
 
     monkeypatch.setattr(summary, "_analyze_one", broken)
+    monkeypatch.setenv("GPUPROF_REPORT_PROCESS", "0")  # broken in this process only (not in the report's child)
     prof, ours, done = _run(tmp_path, tensorboard=False)
     assert len(ours) == 1 and "trace analysis failed" in str(ours[0].message)
     assert report_json(run_dir(tmp_path))["command"] == "capture"
@@ -186,12 +187,12 @@ def test_dataloader_patch_removed_after_run(tmp_path: Path) -> None:
 
 
 def test_device_error_passes_through_when_enrichment_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuprof.capture import session
+    from gpuprof.capture.checks import errors
 
     def broken(*a: Any, **k: Any) -> None:
         raise ValueError("injected enrichment bug")
 
-    monkeypatch.setattr(session, "enrich_device_error", broken)
+    monkeypatch.setattr(errors, "enrich_device_error", broken)
     raised = RuntimeError("Expected all tensors to be on the same device, but found at least two devices")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -66,3 +66,27 @@ def test_iterator_made_before_decoration_is_seen_too(tmp_path: Path) -> None:
     report = step.report
     assert report is not None and report.sections[0].data_loading_share is not None
     assert [f.source for f in report.findings if f.code == "GP601"] == ["DataLoader(_SlowData)"]
+
+
+@pytest.mark.parametrize("sharded", [True, False])
+def test_sampler_of_an_iterator_made_before_the_capture_is_known(sharded: bool) -> None:
+    """GP710 reads the sampler of a loader whose iterator predates the capture (no DataLoader patch then)."""
+    from gpuprof.capture import dataloader as dlmod
+    from gpuprof.capture.distcheck import distributed_findings
+
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4))
+    for batch_size in (4, None):  # batching (a BatchSampler holds the sampler) and not
+        sampler = (torch.utils.data.DistributedSampler(data, num_replicas=2, rank=0, shuffle=False) if sharded
+                   else torch.utils.data.RandomSampler(data))
+        loader = torch.utils.data.DataLoader(data, batch_size=batch_size, sampler=sampler)
+        it = iter(loader)  # made before any monitor is installed: the monitor adopts it at its first batch
+        mon = dlmod.LoaderMonitor(lambda s: None)
+        dlmod.install(mon)
+        try:
+            next(it)
+        finally:
+            dlmod.uninstall(mon)
+        [rec] = mon.records.values()
+        assert rec.sampler == type(sampler).__name__
+        codes = [f.code for f in distributed_findings([rec], 2, "gloo", on_cuda=False)]
+        assert codes == ([] if sharded else ["GP710"]), (batch_size, codes)

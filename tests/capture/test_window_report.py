@@ -16,7 +16,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gpuprof  # noqa: E402
-from gpuprof.capture import GpuprofWarning, summary  # noqa: E402
+from gpuprof.capture import GpuprofWarning  # noqa: E402
+from gpuprof.capture.end import analyse, background, publish  # noqa: E402
+from gpuprof.capture.end.text import short_report  # noqa: E402
 
 from .conftest import quick_schedule, report_json, run_dir, tiny_model, train_step  # noqa: E402
 
@@ -63,17 +65,30 @@ def test_decorated_cpu_loop_has_report_json_before_exit(tmp_path: Path) -> None:
     assert report_json(run_dir(tmp_path / "logs"))["sections"][0]["steps"] == 40
 
 
+@pytest.mark.parametrize("in_child", [True, False])
 def test_window_report_written_in_the_background_and_reused_at_stop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], in_child: bool
 ) -> None:
+    from gpuprof.capture.end import worker
+
     calls: list[str] = []
-    real = summary._load
+    real = analyse._load
 
     def counting(path: Any) -> Any:
         calls.append(__import__("threading").current_thread().name)
         return real(path)
 
-    monkeypatch.setattr(summary, "_load", counting)
+    children: list[bool] = []
+    real_child = worker.analyse_in_child
+
+    def child(*a: Any) -> Any:
+        res = real_child(*a)
+        children.append(res is not None)
+        return res
+
+    monkeypatch.setattr(analyse, "_load", counting)
+    monkeypatch.setattr(worker, "analyse_in_child", child)
+    monkeypatch.setenv("GPUPROF_REPORT_PROCESS", "1" if in_child else "0")
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False) as prof:
@@ -81,19 +96,21 @@ def test_window_report_written_in_the_background_and_reused_at_stop(
             train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
             prof.step()
             if i == 4:  # the window (steps 2-4) closed at this step(): the report thread runs
-                assert prof._report_thread is not None
-        prof._report_thread.join(120)
+                assert prof.report_started
+        assert prof.wait_for_report(120)
         assert (run_dir(tmp_path) / "report.json").exists()  # before stop()
         early = report_json(run_dir(tmp_path))
         assert early["sections"][0]["steps"] == 5
         assert any("recorded window closed at step 5" in n for n in early["notes"])
         assert prof.window_report is not None
-    # the one trace loaded once (analysis, checks, memory series all read it), off the training thread;
-    # stop() reused the results
-    assert calls == ["gpuprof-report"]
+    # the one trace loaded once (analysis, checks, memory series all read it), off the training thread:
+    # in the report's child process (so never in this one), or on the report thread; stop() reused the results
+    assert children == ([True] if in_child else [])
+    assert calls == ([] if in_child else ["gpuprof-report"])
     final = report_json(run_dir(tmp_path))
     assert final["sections"][0]["steps"] == 12  # the final report: the whole run
     assert not any("recorded window closed" in n for n in final["notes"])
+    assert final["traces"] == early["traces"] and final["traces"][0]["num_steps"] == 3  # the child's analysis
     err = capsys.readouterr().err
     assert "gpuprof: 5 steps" in err and "recorded window closed at step 5" in err
     assert "gpuprof: 12 steps" in err and "findings as printed at step 5" in err
@@ -105,7 +122,7 @@ def test_window_report_failure_is_one_warning_and_training_goes_on(
     def broken(*a: Any, **k: Any) -> Any:
         raise OSError("injected: disk full")
 
-    monkeypatch.setattr(summary, "_write_reports", broken)
+    monkeypatch.setattr(publish, "_write_reports", broken)
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     done = 0
@@ -117,7 +134,7 @@ def test_window_report_failure_is_one_warning_and_training_goes_on(
                 prof.step()
                 done += 1
                 if i == 4:
-                    prof._report_thread.join(120)
+                    assert prof.wait_for_report(120)
                     time.sleep(0)
     ours = [str(w.message) for w in caught if issubclass(w.category, GpuprofWarning)]
     assert done == 10
@@ -156,7 +173,7 @@ def test_summary_lists_every_finding_whole_with_its_fix() -> None:
     findings = [Finding(code=f"GP{100 + i}", name="n", severity=Severity.WARNING, message=f"problem {i} {long}",
                         advice=f"do thing {i} " + "y" * 200 + " end-of-fix") for i in range(8)]
     report = Report(command="capture", findings=findings)
-    text = summary.short_report(report, SimpleNamespace(steps=3, report_md=None))
+    text = short_report(report, SimpleNamespace(steps=3, report_md=None))
     for i in range(8):
         assert f"GP{100 + i} problem {i} {long}" in text
         assert f"Fix: do thing {i} " + "y" * 200 + " end-of-fix" in text
@@ -174,7 +191,7 @@ def test_torch_schedule_callable_window_report_only_when_no_cycle_follows(
         for _ in range(6):  # one cycle is steps 0-3; with repeat=0 the next one records from step 5
             train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
             prof.step()
-        assert (prof._report_thread is not None) is early
+        assert prof.report_started is early
     assert prof.report is not None and report_json(run_dir(tmp_path))["sections"][0]["steps"] == 6
 
 
@@ -184,19 +201,17 @@ def test_stuck_window_report_does_not_hold_the_end_of_the_run(
     """A report thread that never returns (a blocked stderr) costs stop() at most REPORT_WAIT_S, said once."""
     import threading
 
-    from gpuprof.capture import session
-
     release = threading.Event()
 
-    real = summary._write_reports
+    real = publish._write_reports
 
     def blocked(*a: Any, **k: Any) -> Any:
         if threading.current_thread() is not threading.main_thread():  # only the window report's thread
             release.wait(30)  # the test lets it go in the end, so no thread outlives the test for long
         return real(*a, **k)
 
-    monkeypatch.setattr(summary, "_write_reports", blocked)
-    monkeypatch.setattr(session, "REPORT_WAIT_S", 0.5)
+    monkeypatch.setattr(publish, "_write_reports", blocked)
+    monkeypatch.setattr(background, "REPORT_WAIT_S", 0.5)
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     try:
@@ -227,7 +242,28 @@ def test_summary_states_a_cost_once() -> None:
                    cost_us_per_step=1_992_800.0, cost_share=0.55)
     unsaid = Finding(code="GP203", name="host-sync", severity=Severity.WARNING, message="host waits",
                      advice="fewer syncs", cost_us_per_step=12_300.0, cost_share=0.18)
-    text = summary.short_report(Report(command="capture", findings=[said, unsaid]),
+    text = short_report(Report(command="capture", findings=[said, unsaid]),
                                 SimpleNamespace(steps=3, report_md=None))
     assert text.count("1992.80 ms/step") == 1
     assert "host waits cost 12.30 ms/step (18%)" in text
+
+
+def test_child_process_only_for_big_traces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window's analysis goes to a child process from CHILD_MIN_BYTES of traces; the variable overrides."""
+    from gpuprof.capture.config import CaptureConfig
+    from gpuprof.capture.end import worker
+    from gpuprof.capture.run import CaptureSection, RunFacts, TraceFile
+
+    trace = tmp_path / "w.1.pt.trace.json.gz"
+    trace.write_bytes(b"x" * 1000)
+    facts = RunFacts(steps=1, traces=(TraceFile(trace, 0, 0),), runtime=(), section=CaptureSection(), notes=(),
+                     config=CaptureConfig(logdir=str(tmp_path)))
+    monkeypatch.delenv(worker.ENV, raising=False)
+    assert worker.CHILD_MIN_BYTES > 1000 and not worker.wanted(facts)
+    monkeypatch.setattr(worker, "CHILD_MIN_BYTES", 1000)
+    assert worker.wanted(facts)
+    monkeypatch.setenv(worker.ENV, "0")
+    assert not worker.wanted(facts)
+    monkeypatch.setattr(worker, "CHILD_MIN_BYTES", 10**12)
+    monkeypatch.setenv(worker.ENV, "1")
+    assert worker.wanted(facts)

@@ -285,7 +285,7 @@ def test_capture_gather_names_a_missing_rank_and_waits_only_as_long_as_told(tmp_
     torch = pytest.importorskip("torch")
     import time
 
-    from gpuprof.capture import gather
+    from gpuprof.capture.end import gather
     from gpuprof.distributed.reports import RankSummaries
     from gpuprof.report import Report
 
@@ -311,7 +311,8 @@ def test_capture_gathers_at_the_window_end_without_holding_the_loop(tmp_path: Pa
     import time
 
     import gpuprof
-    from gpuprof.capture import Schedule, gather
+    from gpuprof.capture import Schedule
+    from gpuprof.capture.end import gather
 
     store = torch.distributed.HashStore()  # a real store; rank 1 never writes to it
     monkeypatch.setattr(gather, "_store_and_group", lambda: (store, 0, 2))
@@ -326,7 +327,7 @@ def test_capture_gathers_at_the_window_end_without_holding_the_loop(tmp_path: Pa
             t0 = time.monotonic()
             model(x).sum().backward()
             prof.step()
-            if prof._report_thread is not None:
+            if prof.report_started:
                 after_close.append(time.monotonic() - t0)
         run_dir = prof.paths.run_dir
         path = run_dir / "report.cross_rank.json"

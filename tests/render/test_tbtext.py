@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from gpuprof.capture.summary import CaptureSection
+from gpuprof.capture.run import CaptureSection
 from gpuprof.render.tbtext import findings_text, relative_to
 from gpuprof.report import Report
 

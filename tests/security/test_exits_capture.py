@@ -45,6 +45,7 @@ def test_every_rule_crashing_in_capture_is_one_warning_each_and_an_incomplete_re
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv(STRICT_ENV, raising=False)  # the user's setting: failures are collected
+    monkeypatch.setenv("GPUPROF_REPORT_PROCESS", "0")  # the rules are broken in this process only
     codes = [r.code for r in all_rules()]
     for r in all_rules():
         def broken(self: Any, ctx: Any) -> Any:
@@ -70,6 +71,7 @@ def test_every_rule_crashing_in_capture_is_one_warning_each_and_an_incomplete_re
 
 def test_one_crashing_rule_keeps_the_other_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(STRICT_ENV, raising=False)
+    monkeypatch.setenv("GPUPROF_REPORT_PROCESS", "0")  # the rule is broken in this process only
     first = all_rules()[0]
 
     def broken(self: Any, ctx: Any) -> Any:

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gpuprof  # noqa: E402
-import gpuprof.capture.summary as summary  # noqa: E402
+import gpuprof.capture.end.publish as summary  # noqa: E402
 from gpuprof.capture import GpuprofWarning, Schedule  # noqa: E402
 
 PREVIOUS = b"a file of another user, which must survive\n"

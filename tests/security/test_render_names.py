@@ -10,12 +10,13 @@ import pytest
 from markdown_it import MarkdownIt
 
 from gpuprof.analysis import analyze
-from gpuprof.capture.summary import CaptureSection, findings_markdown, short_report
+from gpuprof.capture.end.text import findings_markdown, short_report
+from gpuprof.capture.run import CaptureSection
 from gpuprof.memory.analysis import MemoryOptions, analyze_memory
 from gpuprof.memory.load import load_memory
 from gpuprof.memory.testing import MiB, SnapshotBuilder
 from gpuprof.render.markdown import render_markdown
-from gpuprof.render.safe import UNSAFE_CODEPOINTS, MAX_TEXT, shorten, visible
+from gpuprof.render.safe import MAX_TEXT, UNSAFE_CODEPOINTS, shorten, visible
 from gpuprof.render.terminal import render_terminal
 from gpuprof.report import Report
 from gpuprof.testing.tracegen import TraceBuilder

@@ -1,0 +1,38 @@
+"""The runtime checks: one :class:`~gpuprof.capture.checks.base.Monitor` per check, held in a list.
+
+Adding a check: a module here with a ``MonitorBase`` subclass, and one line
+in :func:`monitors`. The order is the order the checks install and report in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuprof.capture.checks.amp import AmpCheck
+from gpuprof.capture.checks.base import Live, Monitor, MonitorBase
+from gpuprof.capture.checks.compile import CompileCheck
+from gpuprof.capture.checks.distributed import DistributedCheck
+from gpuprof.capture.checks.loader import LoaderCheck
+from gpuprof.capture.checks.memory import MemoryCheck
+from gpuprof.capture.checks.placement import PlacementCheck
+from gpuprof.capture.checks.settings import SettingsCheck
+from gpuprof.capture.checks.syncs import SyncCheck
+from gpuprof.capture.config import CaptureConfig
+
+__all__ = ["Live", "Monitor", "MonitorBase", "monitors", "AmpCheck", "CompileCheck", "DistributedCheck",
+           "LoaderCheck", "MemoryCheck", "PlacementCheck", "SettingsCheck", "SyncCheck"]
+
+
+def monitors(config: CaptureConfig, on_fetch: Callable[[float], None]) -> list[Monitor]:
+    """A fresh set of the runtime checks for one capture (``on_fetch``: seconds spent waiting for a batch)."""
+    opts = config.options
+    return [
+        PlacementCheck(opts.placement_max_modules),
+        LoaderCheck(on_fetch, opts.stable_shape_batches),
+        DistributedCheck(),
+        SyncCheck(),
+        CompileCheck(),
+        AmpCheck(),
+        SettingsCheck(),
+        MemoryCheck(),
+    ]

@@ -1,0 +1,94 @@
+"""Memory (GP640, GP641): per-step samples, CUDA history around recorded steps, the OOM snapshot."""
+
+from __future__ import annotations
+
+from gpuprof.capture.checks.base import Live, MonitorBase
+from gpuprof.capture.guard import safe_text
+from gpuprof.capture.memory import HistoryRecorder, MemorySampler, OOMObserver, growth_finding, oom_finding
+from gpuprof.findings import Finding
+
+SAMPLING = "memory sampling"  # the guard's name for the per-step samples (the history and OOM parts have theirs)
+
+
+class MemoryCheck(MonitorBase):
+    part = "memory monitor"
+    consequence = "no memory numbers, snapshots or memory findings"
+    per_step = True  # one sample a step (a pread of /proc/self/statm at most every few ms, or CUDA's counters)
+
+    def __init__(self) -> None:
+        self.sampler: MemorySampler | None = None
+        self.history: HistoryRecorder | None = None
+        self.oom: OOMObserver | None = None
+
+    def install(self, live: Live) -> None:
+        g, cfg = live.guard, live.config
+        self.sampler = g.run(SAMPLING, "no per-step memory numbers", MemorySampler, live.cuda)
+        if self.sampler is not None and not self.sampler.available:
+            # not Linux (macOS, Windows): the RSS only fed TensorBoard and the report; the CPU growth check reads the trace
+            g.note("no /proc/self/statm on this system: the process's resident memory (RSS) is not sampled")
+            self.sampler = None
+        if not live.cuda:
+            g.note("no CUDA: memory history snapshots, the out-of-memory observer and the host-sync "
+                   "locator are off; memory growth is checked on the recorded steps only")
+            return
+        paths = live.paths
+        if cfg.memory_history and paths is not None:
+            self.history = HistoryRecorder(cfg.memory_history_max_entries)
+        if cfg.oom_observer and paths is not None:
+            self.oom = OOMObserver(paths.oom_files, live.stream)  # usable from the exception path in any case
+            if not g.run("out-of-memory observer", "no snapshot at an OOM", self.oom.attach):
+                g.note("this torch has no out-of-memory observer: the OOM snapshot is dumped when "
+                       "the error leaves the step")
+
+    def step(self, live: Live) -> None:
+        if self.sampler is not None:
+            try:
+                self.sampler.sample()
+            except Exception as err:  # noqa: BLE001 - no further samples; the history and OOM parts go on
+                self.sampler = None
+                live.guard.fail(SAMPLING, "no per-step memory numbers", err)
+
+    def recording(self, live: Live, on: bool, span: int | None) -> None:
+        h = self.history
+        if h is None:
+            return
+        if on and not h.recording:
+            live.guard.run("memory history", "no memory snapshot beside the trace", h.start)
+        elif not on and h.recording and live.paths is not None and span is not None:
+            live.guard.run("memory history", "no memory snapshot beside the trace", h.dump,
+                           live.paths.snapshot_file(span))
+
+    def uninstall(self, live: Live) -> None:
+        if self.history is not None and self.history.recording:
+            live.guard.run("memory history", "none", self.history.stop)
+        if self.oom is not None:
+            self.oom.active = False
+        if self.sampler is not None:
+            live.guard.run(SAMPLING, "none", self.sampler.close)
+
+    def findings(self, live: Live) -> list[Finding]:
+        s = self.sampler
+        if s is None or not s.cuda:
+            return []
+        g = growth_finding(s.allocated, "cuda", live.config.options, live.location)
+        return [g] if g else []
+
+    def on_oom(self, live: Live, exc: BaseException) -> Finding:
+        """The run hit CUDA out-of-memory: dump a snapshot now (unless the observer did) and say where."""
+        text = safe_text(exc, 2000)
+        if self.oom is None:
+            return oom_finding([], text)
+        if not self.oom.dumped and live.paths is not None:
+            self.oom.dump(extra={"exception": text})
+        return oom_finding(list(self.oom.dumped), text)
+
+    def snapshots(self) -> list[str]:
+        """The memory snapshots written beside the traces so far."""
+        return [str(s) for s in (self.history.snapshots if self.history else [])]
+
+    def oom_files(self) -> list[str]:
+        """The out-of-memory snapshots and statistics written so far."""
+        return [str(x) for pair in (self.oom.dumped if self.oom else []) for x in pair]
+
+    def files(self) -> list[str]:
+        return self.snapshots() + self.oom_files()

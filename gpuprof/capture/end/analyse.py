@@ -1,0 +1,222 @@
+"""Analyse the traces and merge them with the runtime findings into one report.
+
+Runs when the schedule's last recorded window closes, on a background thread,
+and again at the end of the run, reusing the trace results. It reads the
+trace files and the frozen :class:`~gpuprof.capture.run.RunFacts` only
+(never torch, never the profiler). Each part is guarded: a failure is a
+warning (from the background thread, replayed on the training thread) and
+the remaining parts still run. The analyzer is the one behind
+``gpuprof analyze``; its findings are merged with the runtime ones (GP6xx),
+and where two codes report one problem the registry's overlap policy folds
+one into the other (:func:`gpuprof.codes.apply_overlaps`, docs/codes.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuprof.capture.guard import Guard
+from gpuprof.capture.run import CaptureSection, RunFacts
+from gpuprof.findings import Finding, filter_findings, sort_findings
+from gpuprof.report import Report
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.analysis import RuleFailure
+    from gpuprof.capture.config import CaptureConfig
+    from gpuprof.capture.memory import LeakSite
+    from gpuprof.trace.metrics import TraceMetrics
+    from gpuprof.trace.model import Trace
+
+__all__ = ["TraceResults", "assemble", "preload", "trace_results"]
+
+
+@dataclass
+class TraceResults:
+    """What the traces say; computed once per set of traces (reads files only, no torch)."""
+
+    trace_paths: list[str]
+    analysed: Report | None = None
+    rule_failures: list[RuleFailure] = field(default_factory=list)  # each rule that raised
+    op_facts: dict[str, int | bool] | None = None  # has_conv, fp32_matmuls (GP620/GP621)
+    cpu_growth: list[Finding] = field(default_factory=list)
+    gpu_util: dict[int, float] | None = None
+    leak_site: LeakSite | None = None  # the CUDA memory growth's (GP640) line, from the traces
+
+
+def preload() -> None:
+    """Import what the report thread needs, on the driving thread (at the capture's start).
+
+    Importing on the report thread would stall the window's end, or leave a
+    half-done import to DataLoader workers forked meanwhile.
+    """
+    import gpuprof.analysis  # noqa: F401
+    import gpuprof.capture.end.gather  # noqa: F401 - the window's cross-rank gather under torchrun
+    import gpuprof.capture.memory  # noqa: F401
+    import gpuprof.capture.settings  # noqa: F401
+    import gpuprof.distributed.analysis  # noqa: F401
+    import gpuprof.render.jsonout  # noqa: F401
+    import gpuprof.trace.load  # noqa: F401
+    import gpuprof.trace.metrics  # noqa: F401
+
+    try:
+        import gpuprof.render  # noqa: F401
+    except ModuleNotFoundError:  # the markdown renderer ships separately; the report writer falls back
+        return
+
+
+def trace_results(facts: RunFacts, g: Guard) -> TraceResults:
+    """Analyse the traces: the analyzer's rules, the settings facts, memory growth, GPU utilisation.
+
+    Each trace is loaded once and its metrics computed once; every consumer
+    (the rules, the settings facts, the CPU memory series, the leak site,
+    the GPU utilisation scalars) reads that one :class:`~gpuprof.trace.model.Trace`.
+    """
+    cfg = facts.config
+    res = TraceResults(trace_paths=list(facts.trace_paths))
+    wants_util = facts.tensorboard and bool(facts.traces)
+    cpu_growth = cfg.checks and not facts.cuda and cfg.profile_memory
+    cuda_leak = any(_is_cuda_growth(f) for f in facts.runtime)
+    if cfg.analyze and facts.traces:
+        res.analysed = Report(command="capture")
+    for tf in facts.traces:
+        loaded = g.run("trace analysis", "the report holds the runtime checks only", _load, tf.path)
+        if loaded is None:
+            continue
+        trace, metrics = loaded
+        if res.analysed is not None:
+            g.run("trace analysis", "the report holds the runtime checks only", _analyze_one, trace, metrics, cfg,
+                  res.analysed, res.rule_failures)
+        if cfg.checks and facts.settings is not None and facts.settings.cuda:
+            from gpuprof.capture.settings import trace_op_facts
+
+            op = g.run("settings checks", "no settings findings", trace_op_facts, [trace])
+            if op is not None:
+                res.op_facts = op if res.op_facts is None else {
+                    "has_conv": res.op_facts["has_conv"] or op["has_conv"],
+                    "fp32_matmuls": res.op_facts["fp32_matmuls"] + op["fp32_matmuls"]}
+        if cpu_growth and not res.cpu_growth:
+            res.cpu_growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, facts, trace,
+                                   metrics, g) or []
+        if cuda_leak and res.leak_site is None:
+            from gpuprof.capture.memory import leak_site
+
+            res.leak_site = g.run("leak site", "the memory-growth finding points at the capture", leak_site,
+                                  trace, 1)
+        if wants_util:
+            util = g.run("GPU utilisation scalars", "no GPU utilisation in TensorBoard", _gpu_utilization_per_step,
+                         metrics) or {}
+            res.gpu_util = {**(res.gpu_util or {}), **util}
+        del trace  # only the results outlive the trace
+    return res
+
+
+def _is_cuda_growth(f: Finding) -> bool:
+    return f.code == "GP640" and bool(f.evidence) and f.evidence[0].extra.get("series") == "cuda"
+
+
+def _load(path: Path) -> tuple[Trace, TraceMetrics]:
+    from gpuprof.trace.load import load_trace
+    from gpuprof.trace.metrics import compute_metrics
+
+    trace = load_trace(path)
+    return trace, compute_metrics(trace)
+
+
+def assemble(facts: RunFacts, res: TraceResults, g: Guard) -> Report:
+    """The merged report from the frozen facts and the trace results (any thread)."""
+    cfg = facts.config
+    report = Report(command="capture", inputs=list(facts.trace_paths))
+    runtime = list(facts.runtime)
+    if res.leak_site is not None:  # the CUDA growth measured per step, pointed at its line by the traces
+        from gpuprof.capture.memory import with_leak_site
+
+        site = res.leak_site
+        runtime = [with_leak_site(f, site) if _is_cuda_growth(f) else f for f in runtime]
+    if cfg.checks:
+        runtime += g.run("settings checks", "no settings findings", _settings_findings, facts, res) or []
+        runtime += filter_findings(res.cpu_growth, cfg.select, cfg.ignore)
+    for code, err in res.rule_failures:  # one warning per rule (a rule failing on two traces warns once)
+        g.fail(f"rule {code}", "its findings are missing and the report says the analysis is incomplete", err)
+    analysed = res.analysed
+    if analysed is not None:
+        report.traces = list(analysed.traces)
+        report.notes = list(analysed.notes)
+        report.findings = _merge(runtime, analysed.findings)
+        report.failed_rules = list(analysed.failed_rules)
+        report.sections += list(analysed.sections)
+    else:
+        report.findings = runtime
+    report.findings = sort_findings(report.findings)
+    section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures
+    report.sections.append(section)
+    report.notes = list(facts.notes) + report.notes
+    section.failures = g.all_failed()
+    return report
+
+
+def _analyze_one(trace: Trace, metrics: TraceMetrics, cfg: CaptureConfig, merged: Report,
+                 failures: list[RuleFailure]) -> None:
+    from gpuprof.analysis import analyze_trace
+    from gpuprof.distributed.summary import RankSummary
+
+    # with a failures list a rule that raises costs neither the other rules' findings
+    # nor the training: assemble() warns about it and the report says it is incomplete
+    failed: list[RuleFailure] = []
+    ranks: list[RankSummary] = []
+    summary, findings = analyze_trace(trace, cfg.rule_options, tuple(cfg.select), tuple(cfg.ignore), failed,
+                                      metrics=metrics, rank_summaries=ranks)
+    failures.extend(failed)
+    merged.traces.append(summary)
+    merged.findings += filter_findings(findings, cfg.select, cfg.ignore)
+    merged.failed_rules += [c for c, _ in failed if c not in merged.failed_rules]
+    # the rank's summary, for a later cross-rank merge (gpuprof.capture.end.gather, gpuprof analyze report.json)
+    job = [r for r in ranks if r.rank is not None and (r.world_size is None or r.world_size > 1)]
+    if job:
+        from gpuprof.distributed.reports import RankSummaries
+
+        merged.sections.append(RankSummaries(job))
+
+
+def _merge(runtime: list[Finding], trace: list[Finding]) -> list[Finding]:
+    from gpuprof.codes import apply_overlaps
+
+    return apply_overlaps(list(runtime) + list(trace))
+
+
+def _settings_findings(facts: RunFacts, res: TraceResults) -> list[Finding]:
+    from gpuprof.capture.settings import cudnn_benchmark_finding, tf32_finding
+
+    s = facts.settings
+    if s is None or not s.cuda:
+        return []
+    op = res.op_facts if res.op_facts is not None else {"has_conv": False, "fp32_matmuls": 0}
+    has_conv = bool(op["has_conv"] or facts.roots_have_conv)
+    out = [cudnn_benchmark_finding(s, has_conv, facts.shapes_stable), tf32_finding(s, int(op["fp32_matmuls"]))]
+    return filter_findings([f for f in out if f is not None], facts.config.select, facts.config.ignore)
+
+
+def _cpu_growth(facts: RunFacts, trace: Trace, metrics: TraceMetrics, g: Guard) -> list[Finding]:
+    from gpuprof.capture.memory import growth_finding, leak_site, trace_allocated_series, with_leak_site
+
+    series = [v for _, v in trace_allocated_series(trace, 0, metrics)]
+    f = growth_finding(series, "cpu_trace", facts.config.options, facts.location)
+    if f is None:
+        return []
+    # the growth is real: find the line that allocates what stays (a second, narrow read of the addresses)
+    site = g.run("leak site", "the memory-growth finding points at the capture", leak_site, trace, 0)
+    return [with_leak_site(f, site) if site is not None else f]
+
+
+def _gpu_utilization_per_step(m: TraceMetrics) -> dict[int, float]:
+    """Global step -> GPU busy / step time, from one trace's metrics (recorded steps with GPU activity only)."""
+    out: dict[int, float] = {}
+    dev = m.main_device
+    if dev is None or not m.has_step_markers:
+        return out
+    busy = m.busy_per_step.get(dev, [])
+    for st, b in zip(m.steps, busy):
+        if st.dur > 0:
+            out[st.id] = min(b / st.dur, 1.0)
+    return out

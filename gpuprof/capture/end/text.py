@@ -1,0 +1,167 @@
+"""The capture's words: the printed summary, the TensorBoard findings text, the report's capture section.
+
+Every name that reaches the terminal goes through :func:`gpuprof.render.safe.visible`
+/ :func:`~gpuprof.render.safe.one_line`, every one in markdown through
+:func:`~gpuprof.render.markdown.md_escape` / ``md_code``: control characters
+and markup in a run, module or file name are shown, never obeyed.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Protocol
+
+from gpuprof.capture.run import CaptureSection
+from gpuprof.findings import Finding, Severity, sort_findings
+from gpuprof.render.markdown import md_code, md_escape
+from gpuprof.render.safe import one_line, visible
+from gpuprof.render.sections import register_section
+from gpuprof.report import Report
+
+__all__ = ["capture_section", "final_line", "findings_markdown", "no_steps_text", "short_report"]
+
+
+class SummaryFacts(Protocol):
+    """What :func:`short_report` reads besides the report (a :class:`~gpuprof.capture.run.RunFacts`)."""
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def report_md(self) -> str | None: ...
+
+
+def _section_markdown(sec: CaptureSection) -> str:
+    # paths hold the worker name (host name, user-set) and may hold anything: code spans, visible controls
+    lines = ["## Capture", ""]
+    lines.append(f"- run directory: {md_code(sec.run_dir)}")
+    if sec.steps:
+        med = f", median step {sec.step_time_median_ms:.2f} ms" if sec.step_time_median_ms is not None else ""
+        lines.append(f"- steps: {sec.steps}{med}")
+    if sec.data_loading_share is not None:
+        lines.append(f"- data loading: {sec.data_loading_share:.1%} of step time")
+    for t, rng in zip(sec.traces, sec.recorded_steps):
+        lines.append(f"- trace (steps {rng[0]}-{rng[1]}): {md_code(t)}")
+    for s in sec.memory_snapshots:
+        lines.append(f"- memory snapshot: {md_code(s)} ({md_code('gpuprof memory ' + shlex.quote(s))})")
+    for s in sec.oom_files:
+        lines.append(f"- out-of-memory dump: {md_code(s)}")
+    if sec.tensorboard_dir:
+        lines.append(f"- TensorBoard: {md_code('tensorboard --logdir ' + shlex.quote(sec.tensorboard_dir))}")
+    for part, why in sec.failures.items():
+        lines.append(f"- {md_escape(part)} failed: {md_escape(why)}")
+    return "\n".join(lines) + "\n"
+
+
+register_section("capture", markdown=_section_markdown)
+
+
+def capture_section(report: Report) -> CaptureSection | None:
+    """The report's capture section, if it has one."""
+    return next((s for s in report.sections if isinstance(s, CaptureSection)), None)
+
+
+def no_steps_text(batches: int) -> str:
+    return (f"the DataLoader monitor saw {batches} batch{'es' if batches != 1 else ''} but no step was marked, so "
+            "nothing was recorded or checked: call prof.step() once per training iteration (or decorate the "
+            "train-step function with @gpuprof.profile_step)")
+
+
+def _cost(f: Finding) -> str:
+    if f.cost_us_per_step is None:
+        return ""
+    share = f" ({f.cost_share:.0%})" if f.cost_share is not None else ""
+    return f"{f.cost_us_per_step / 1000:.2f} ms/step{share}"
+
+
+def _cost_suffix(f: Finding) -> str:
+    """`` cost 12.30 ms/step (18%)`` after a finding's message, or less: a message that already
+    states the figure (GP601's "... (1992.80 ms/step)") is not followed by it again."""
+    cost = _cost(f)
+    if not cost:
+        return ""
+    figure, _, share = cost.partition(" (")
+    if figure not in f.message:
+        return f" cost {cost}"
+    share = share.rstrip(")")
+    return f" ({share} of step)" if share and share not in f.message else ""
+
+
+def findings_markdown(report: Report) -> str:
+    """The findings and the run facts for TensorBoard's Text tab (:mod:`gpuprof.render.tbtext`)."""
+    from gpuprof.render.tbtext import findings_text
+
+    return findings_text(report)
+
+
+def short_report(report: Report, facts: SummaryFacts) -> str:
+    """The summary printed when the report is written: every finding, each with its fix.
+
+    Reads ``report`` and, from ``facts``, the step count (a report without a
+    capture section) and where report.md is.
+    """
+    sec = capture_section(report)
+    lines = []
+    head = f"gpuprof: {sec.steps if sec is not None else facts.steps} steps"
+    if sec and sec.step_time_median_ms is not None:
+        head += f", median {sec.step_time_median_ms:.2f} ms/step"
+    utils = [t.gpu_utilization for t in report.traces if t.gpu_utilization is not None]
+    if utils:
+        head += f", GPU busy {sum(utils) / len(utils):.0%} of recorded steps"
+    if sec and sec.data_loading_share is not None:
+        head += f", data loading {sec.data_loading_share:.0%}"
+    lines.append(head)
+    findings = sort_findings(report.findings)
+    if findings:
+        counts = {s: sum(1 for f in findings if f.severity == s) for s in Severity}
+        parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in sorted(counts.items(),
+                 key=lambda kv: -kv[0].rank) if n]
+        lines.append(f"gpuprof: {len(findings)} finding{'s' if len(findings) != 1 else ''} ({', '.join(parts)})")
+        for f in findings:  # all of them, whole: the summary is the report most users read
+            where = f" [{_short_loc(f)}]" if f.location else ""
+            cost = _cost_suffix(f)
+            lines.append(f"  {f.severity.value:<7} {visible(f.code)} {one_line(f.message)}{cost}{where}")
+            if f.advice:
+                lines.append(f"          Fix: {one_line(f.advice)}")
+    elif not report.failed_rules:
+        lines.append("gpuprof: no findings")
+    if report.failed_rules:
+        lines.append(f"gpuprof: {'' if findings else 'no findings, but '}{_incomplete(report)}")
+    for n in report.notes:
+        lines.append(f"gpuprof: note: {one_line(n)}")
+    if facts.report_md is not None and sec is not None:
+        lines.append(f"gpuprof: files in {visible(sec.run_dir)}")
+        for t in sec.traces:
+            lines.append(f"  trace        {visible(t)}")
+        if sec.traces:
+            lines.append("               open in Perfetto (https://ui.perfetto.dev, Open trace file) or "
+                         f"run: gpuprof analyze {visible(shlex.quote(sec.run_dir))}")
+        for s in sec.memory_snapshots[:2]:
+            lines.append(f"  memory       {visible(s)}  (gpuprof memory {visible(shlex.quote(s))})")
+        if sec.tensorboard_dir:
+            lines.append(f"  TensorBoard  tensorboard --logdir {visible(shlex.quote(sec.tensorboard_dir))}")
+        if os.path.exists(facts.report_md):
+            lines.append(f"  report       {visible(facts.report_md)} (and report.json)")
+    return "\n".join(lines)
+
+
+def final_line(report: Report, facts: SummaryFacts, out_dir: str | None, at_step: int) -> str:
+    """The end-of-run line when the findings are those printed at the window's end."""
+    head = short_report(report, facts).split("\n", 1)[0]
+    where = f" in {visible(out_dir)}" if out_dir is not None else ""
+    return (f"{head}; findings as printed at step {at_step}; report.json and report.md rewritten with the whole "
+            f"run{where}")
+
+
+def _incomplete(report: Report) -> str:
+    """The line that keeps a report with failed rules from reading as complete."""
+    rules = ("rule " if len(report.failed_rules) == 1 else "rules ") + ", ".join(report.failed_rules)
+    return f"the analysis is incomplete: {rules} failed (a gpuprof bug; see the notes)"
+
+
+def _short_loc(f: Finding) -> str:
+    loc = f.location
+    assert loc is not None
+    name = visible(os.path.basename(loc.file))
+    return f"{name}:{loc.line}" if loc.line is not None else name

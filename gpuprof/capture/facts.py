@@ -1,0 +1,93 @@
+"""Build the frozen run object (:class:`~gpuprof.capture.run.RunFacts`) from the live session.
+
+Runs on the driving thread, where it may touch torch and the state the loop
+keeps changing: the runtime checks' findings, the torch settings, the step
+times, the files written so far. Everything after it reads the copy.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from gpuprof.capture.checks import Live, LoaderCheck, MemoryCheck, SettingsCheck
+from gpuprof.capture.config import Schedule
+from gpuprof.capture.end.text import no_steps_text
+from gpuprof.capture.run import CaptureSection, RunFacts, TraceFile
+from gpuprof.findings import Finding, filter_findings
+from gpuprof.trace.metrics import data_loading_share
+
+__all__ = ["run_facts", "runtime_findings"]
+
+
+def runtime_findings(live: Live) -> list[Finding]:
+    """All GP6xx findings of the run so far: those found outside the checks, then each check's, in order."""
+    cfg = live.config
+    out = list(live.findings)
+    if cfg.checks:
+        for m in live.monitors:
+            out += live.guard.run(m.part, m.consequence, m.findings, live) or []
+    return filter_findings(out, cfg.select, cfg.ignore)
+
+
+def run_facts(live: Live, written: Sequence[TraceFile], *, tensorboard: bool) -> RunFacts:
+    """Copy what the report needs from the live session; ``written``: the traces exported so far."""
+    g, cfg = live.guard, live.config
+    traces = tuple(t for t in written if t.path.exists())
+    runtime = g.run("runtime checks", "no runtime findings", runtime_findings, live) or []
+    settings = live.find(SettingsCheck)
+    s = settings.settings if settings is not None else None
+    conv, stable = False, None
+    if cfg.checks and settings is not None and s is not None and s.cuda:
+        conv = bool(g.run("settings checks", "no settings findings", settings.roots_have_conv, live))
+        stable = settings.shapes_stable(live)
+    loaders = live.find(LoaderCheck)
+    batches = loaders.monitor.batches if loaders is not None else 0
+    notes = list(g.notes)
+    if not written and live.step_s and live.paths is not None and g.ok("profiler"):
+        notes.append(_no_trace_note(live))
+    if not live.step_s and batches:
+        notes.append(no_steps_text(batches))
+    mem = live.find(MemoryCheck)
+    p = live.paths
+    return RunFacts(
+        steps=len(live.step_s), traces=traces, runtime=tuple(runtime),
+        section=_section(live, written, traces, tensorboard), notes=tuple(notes), config=cfg, settings=s,
+        roots_have_conv=conv, shapes_stable=stable, tensorboard=tensorboard, cuda=live.cuda, location=live.location,
+        report_json=str(p.report_json) if p else None, report_md=str(p.report_md) if p else None,
+        out_dir=str(p.out_dir) if p else None, run_dir=str(p.run_dir) if p else None, worker=p.worker if p else "",
+        rank=live.ranks.rank, distributed=bool(live.ranks.distributed),
+        files=tuple(mem.files()) if mem is not None else ())
+
+
+def _section(live: Live, written: Sequence[TraceFile], traces: tuple[TraceFile, ...],
+             tensorboard: bool) -> CaptureSection:
+    p = live.paths
+    steps = len(live.step_s)
+    mem = live.find(MemoryCheck)
+    sampler = mem.sampler if mem is not None else None
+    series = sampler.series() if sampler is not None else []
+    loaders = live.find(LoaderCheck)
+    seen = loaders is not None and loaders.monitor.seen
+    return CaptureSection(
+        logdir=str(p.logdir) if p else live.config.logdir, run_dir=str(p.run_dir) if p else "",
+        out_dir=str(p.out_dir) if p else "", worker=p.worker if p else "", rank=live.ranks.rank, steps=steps,
+        step_time_median_ms=statistics.median(live.step_s) * 1000 if steps else None,
+        data_loading_share=data_loading_share(sum(live.fetch_s), sum(live.step_s)) if seen else None,
+        recorded_steps=[[t.first_step, t.last_step] for t in written],
+        traces=[str(t.path) for t in traces],
+        memory_snapshots=mem.snapshots() if mem is not None else [],
+        oom_files=mem.oom_files() if mem is not None else [],
+        tensorboard_dir=str(p.logdir) if (p and tensorboard) else None,
+        memory_series=sampler.kind if sampler is not None else None,
+        memory_first_mib=series[0] / 2**20 if series else None,
+        memory_last_mib=series[-1] / 2**20 if series else None,
+    )
+
+
+def _no_trace_note(live: Live) -> str:
+    sched = live.config.schedule
+    where = f" ({sched.describe()})" if isinstance(sched, Schedule) else ""
+    return (f"the loop ended after {len(live.step_s)} steps, before the schedule recorded a step{where}: "
+            "no trace was written; pass a shorter schedule, e.g. gpuprof.capture.Schedule(wait=1, warmup=1, "
+            "active=3)")

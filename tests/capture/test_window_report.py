@@ -267,3 +267,28 @@ def test_child_process_only_for_big_traces(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(worker, "CHILD_MIN_BYTES", 10**12)
     monkeypatch.setenv(worker.ENV, "1")
     assert worker.wanted(facts)
+
+
+def test_summary_fits_80_columns_without_cutting_a_word() -> None:
+    """The capture summary wraps between words at the width it is given; every word of the finding, its
+    cost and its fix is there whole; without a width each finding is one line (logs read by grep)."""
+    from types import SimpleNamespace
+
+    from gpuprof.findings import Finding, Severity, SourceLocation
+    from gpuprof.report import Report
+
+    f = Finding(code="GP601", name="dataloader-main-process", severity=Severity.WARNING,
+                message="the DataLoader runs in the main process: 55% of each step waits for the next batch "
+                        "while the GPU idles (num_workers=0)",
+                advice="DataLoader(..., num_workers=4, pin_memory=True, persistent_workers=True); see "
+                       "docs/capture.md for how many workers a machine with few cores can take",
+                cost_us_per_step=12_300.0, cost_share=0.18,
+                location=SourceLocation("/very/long/path/to/the/users/project/train_with_a_long_name.py", 123, "main"))
+    report = Report(command="capture", findings=[f])
+    facts = SimpleNamespace(steps=3, report_md=None)
+    wrapped = short_report(report, facts, 80)
+    assert all(len(line) <= 80 for line in wrapped.splitlines()), wrapped
+    words = " ".join(short_report(report, facts).split()).split()
+    assert " ".join(wrapped.split()).split() == words  # the same words, none cut
+    assert "12.30 ms/step (18%)" in " ".join(wrapped.split()) and "[train_with_a_long_name.py:123]" in wrapped
+    assert len(short_report(report, facts).splitlines()) == 4  # head, count, finding, fix: one line each

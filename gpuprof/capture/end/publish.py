@@ -112,9 +112,21 @@ def publish(facts: RunFacts, out: Outputs, report: Report, g: Guard, *, final: b
         if final and early is not None and early[1] == now:
             text = final_line(report, facts, facts.out_dir, early[0])
         else:
-            text = short_report(report, facts)
+            text = short_report(report, facts, _width_of(out.stream))
         out.printed = (section.steps, now)
         print(text, file=out.stream, flush=True)
+
+
+def _width_of(stream: TextIO) -> int:
+    """The columns the summary is wrapped at: the terminal's when ``stream`` is one, else COLUMNS or 120,
+    as the terminal report (:func:`gpuprof.render.terminal.terminal_width`)."""
+    from gpuprof.render.terminal import terminal_width
+
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        tty = False
+    return terminal_width(tty)
 
 
 def make_result(facts: RunFacts, out: Outputs, report: Report | None, warnings: tuple[str, ...],

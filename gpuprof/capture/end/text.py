@@ -95,11 +95,13 @@ def findings_markdown(report: Report) -> str:
     return findings_text(report)
 
 
-def short_report(report: Report, facts: SummaryFacts) -> str:
+def short_report(report: Report, facts: SummaryFacts, width: int | None = None) -> str:
     """The summary printed when the report is written: every finding, each with its fix.
 
     Reads ``report`` and, from ``facts``, the step count (a report without a
-    capture section) and where report.md is.
+    capture section) and where report.md is. ``width``: the columns to wrap
+    at (words whole, continuation lines indented; None: no wrapping, one
+    line per item, for logs read by grep).
     """
     sec = capture_section(report)
     lines = []
@@ -121,15 +123,15 @@ def short_report(report: Report, facts: SummaryFacts) -> str:
         for f in findings:  # all of them, whole: the summary is the report most users read
             where = f" [{_short_loc(f)}]" if f.location else ""
             cost = _cost_suffix(f)
-            lines.append(f"  {f.severity.value:<7} {visible(f.code)} {one_line(f.message)}{cost}{where}")
+            lines += _wrapped(f"  {f.severity.value} {visible(f.code)} {one_line(f.message)}{cost}{where}", width, 4)
             if f.advice:
-                lines.append(f"          Fix: {one_line(f.advice)}")
+                lines += _wrapped(f"    Fix: {one_line(f.advice)}", width, 9)
     elif not report.failed_rules:
         lines.append("gpuprof: no findings")
     if report.failed_rules:
         lines.append(f"gpuprof: {'' if findings else 'no findings, but '}{_incomplete(report)}")
     for n in report.notes:
-        lines.append(f"gpuprof: note: {one_line(n)}")
+        lines += _wrapped(f"gpuprof: note: {one_line(n)}", width, 4)
     if facts.report_md is not None and sec is not None:
         lines.append(f"gpuprof: files in {visible(sec.run_dir)}")
         for t in sec.traces:
@@ -152,6 +154,15 @@ def final_line(report: Report, facts: SummaryFacts, out_dir: str | None, at_step
     where = f" in {visible(out_dir)}" if out_dir is not None else ""
     return (f"{head}; findings as printed at step {at_step}; report.json and report.md rewritten with the whole "
             f"run{where}")
+
+
+def _wrapped(line: str, width: int | None, indent: int) -> list[str]:
+    """``line`` wrapped at ``width`` between words (continuations indented), or whole without a width."""
+    if width is None:
+        return [line]
+    from gpuprof.render.layout import wrap_text
+
+    return wrap_text(line, width, indent)
 
 
 def _incomplete(report: Report) -> str:

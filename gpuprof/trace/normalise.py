@@ -9,8 +9,6 @@ read) and reads the metadata (devices, rank, process and thread names).
 
 from __future__ import annotations
 
-from zlib import crc32
-
 import msgspec
 
 from gpuprof.errors import InputError
@@ -29,7 +27,7 @@ from gpuprof.trace.model import (
     Trace,
 )
 from gpuprof.trace.pairing import pair_slices
-from gpuprof.trace.vocab import CATEGORY_KIND, SHAPE_KEY_OPS, Kind, parse_copy_name
+from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
 
 __all__ = ["Builder", "device_info"]
 
@@ -88,6 +86,8 @@ class Builder:
         self.events_seen = 0
         self._names: dict[str, str] = {}  # one string object per distinct name
         self._stacks: dict[str, str] = {}
+        self._shapes: dict[bytes, str] = {}  # Input Dims bytes -> one string object per distinct text
+        self._extras: dict[tuple[int, str | None, str | None], tuple[int, str | None, str | None]] = {}
         self._comm_names: dict[str, bool] = {}  # name -> is it a communication event (asked once per name)
         self._device_props: list[R.RawDeviceProps] = []
         self._meta_seen = False
@@ -146,7 +146,8 @@ class Builder:
         dtype_flags = _DTYPE_FLAGS
         stacks = self._stacks
         comm_names = self._comm_names
-        shape_ops = SHAPE_KEY_OPS
+        shapes = self._shapes
+        extras = self._extras
         comm_out = t.comm_events
         for ev in events:
             ph = ev.ph
@@ -215,9 +216,17 @@ class Builder:
                     flags |= OP_AUTOGRAD
                 cs = a.call_stack
                 extra: object = flags
-                if name in shape_ops and a.input_dims:
-                    # the input shapes of a GEMM/conv, as a CRC of their text: steps compare them (static shapes?)
-                    extra = (flags, stacks.setdefault(cs, cs) if cs else None, crc32(a.input_dims))
+                dims = a.input_dims
+                if dims:
+                    # the input shapes as their JSON text, one string per distinct text, and one payload
+                    # tuple per distinct (flags, stack, shapes): the operator view groups by them and
+                    # steps compare them (static shapes?), at no memory per operator
+                    raw = bytes(dims)
+                    shape = shapes.get(raw)
+                    if shape is None:
+                        shape = shapes[raw] = raw.decode("utf-8", "replace")
+                    key3 = (flags, stacks.setdefault(cs, cs) if cs else None, shape)
+                    extra = extras.setdefault(key3, key3)
                 elif cs:
                     extra = (flags, stacks.setdefault(cs, cs))
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, extra))

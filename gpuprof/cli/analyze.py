@@ -67,6 +67,16 @@ def analyze_cmd(
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--option") from None
 
+    if len(paths) == 1 and _is_saved_report(paths[0]):
+        # a saved JSON report: rendered again, read-only (no trace is read, no rule runs)
+        if annotate:
+            raise InputError(paths[0], "--annotate needs the traces; a saved report.json has only their summaries")
+        from gpuprof.reportfile import read_report_dict, report_from_dict
+
+        report = report_from_dict(read_report_dict(paths[0]), paths[0])
+        if output:
+            refuse_input_as_output(output, [paths[0]])
+        sys.exit(emit_report(report, fmt, output, select, ignore, fail_on))
     path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
     for p in paths if annotate else ():
         if p == "-" or not (os.path.isfile(p) or os.path.isdir(p)):
@@ -83,6 +93,12 @@ def analyze_cmd(
         _annotate(report, annotate)
     code = emit_report(report, fmt, output, select, ignore, fail_on)
     sys.exit(code)
+
+
+def _is_saved_report(path: str) -> bool:
+    from gpuprof.reportfile import is_saved_report
+
+    return is_saved_report(path)
 
 
 def _progress_factory(stack: ExitStack) -> Callable[[Path], Any]:

@@ -234,12 +234,9 @@ def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any], labels: tu
         "after": _side_info(a, after),
         "metrics": metrics,
         "ranks": _ranks(b, a),
-        "operators": _rows(
-            {f"{k[0]}\x00{k[1] or ''}": v for k, v in b.operators.items()},
-            {f"{k[0]}\x00{k[1] or ''}": v for k, v in a.operators.items()},
-            mean_b, ("gpu_self_us", "cpu_self_us"),
-        ),
-        "kernels": _rows(b.kernels, a.kernels, mean_b, ("total_us",)),
+        "operators": _rows(b.operators, a.operators, mean_b, ("gpu_self_us", "cpu_self_us"), True),
+        "kernels": _rows({(k, None): v for k, v in b.kernels.items()}, {(k, None): v for k, v in a.kernels.items()},
+                         mean_b, ("total_us",), False),
         "findings": _findings(b, a),
         "regression": None,
     }
@@ -261,17 +258,17 @@ def _ranks(b: Side, a: Side) -> list[dict[str, Any]]:
     return out
 
 
-def _rows(before: Mapping[str, Mapping[str, float]], after: Mapping[str, Mapping[str, float]], step_us: float,
-          fields: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
+def _rows(before: Mapping[tuple[str, str | None], Mapping[str, float]], after: Mapping[tuple[str, str | None], Mapping[str, float]],
+          step_us: float, fields: tuple[str, ...], with_shapes: bool) -> dict[str, list[dict[str, Any]]]:
     """Rows that got slower or faster, and those on one side only, biggest change first."""
     floor = MIN_ROW_SHARE * step_us
     out: dict[str, list[dict[str, Any]]] = {"slower": [], "faster": [], "added": [], "removed": []}
     for key in set(before) | set(after):
         x, y = before.get(key), after.get(key)
-        name, _, shapes = key.partition("\x00")
+        name, shapes = key
         row: dict[str, Any] = {"name": name}
-        if "\x00" in key:
-            row["input_shapes"] = shapes or None
+        if with_shapes:
+            row["input_shapes"] = shapes
         row["calls_before"] = x.get("calls") if x else None
         row["calls_after"] = y.get("calls") if y else None
         best, best_delta = fields[0], 0.0

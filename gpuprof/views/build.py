@@ -291,12 +291,12 @@ def _ranges(
     ranges: list[Event] = []
     parent_parts, depth_parts = [], []
     k_range = np.full(len(k_dur), -1, np.int64)
-    for key, group in by_thread.items():
-        group.sort(key=lambda e: (e.ts, -e.dur))
+    for key, evs in by_thread.items():
+        evs.sort(key=lambda e: (e.ts, -e.dur))
         lo = len(ranges)
-        ranges.extend(group)
-        ts = np.fromiter(map(ts_of, group), np.float64, len(group))
-        ne = _Nesting(ts, ts + np.fromiter(map(dur_of, group), np.float64, len(group)))
+        ranges.extend(evs)
+        ts = np.fromiter(map(ts_of, evs), np.float64, len(evs))
+        ne = _Nesting(ts, ts + np.fromiter(map(dur_of, evs), np.float64, len(evs)))
         p = ne.parents()
         parent_parts.append(np.where(p >= 0, p + lo, -1))
         depth_parts.append(ne.depth)

@@ -36,18 +36,19 @@ def estimate_flops(name: str, dims_text: str | None) -> float | None:
         return None
     if not isinstance(dims, list):
         return None
-    shapes = [d if isinstance(d, list) and all(type(x) is int and x >= 0 for x in d) else None for d in dims]
+    shapes: list[list[int] | None] = [d if isinstance(d, list) and all(type(x) is int and x >= 0 for x in d) else None for d in dims]
     if name in ("aten::addmm", "aten::baddbmm"):
         shapes = shapes[1:]
     if len(shapes) < 2 or shapes[0] is None or shapes[1] is None:
         return None
-    a, b = shapes[0], shapes[1]
+    a: list[int] = shapes[0]
+    b: list[int] = shapes[1]
     if name in ("aten::mm", "aten::addmm") and len(a) == 2 and len(b) == 2 and a[1] == b[0]:
-        return 2.0 * a[0] * a[1] * b[1]
+        return 2.0 * float(a[0] * a[1] * b[1])
     if name in ("aten::bmm", "aten::baddbmm") and len(a) == 3 and len(b) == 3 and a[2] == b[1]:
-        return 2.0 * a[0] * a[1] * a[2] * b[2]
+        return 2.0 * float(a[0] * a[1] * a[2] * b[2])
     if name == "aten::linear" and len(a) >= 1 and len(b) == 2 and a[-1] == b[1]:
-        return 2.0 * math.prod(a) * b[0]
+        return 2.0 * float(math.prod(a) * b[0])
     if name == "aten::matmul" and len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
-        return 2.0 * math.prod(a[:-1]) * a[-1] * b[-1]
+        return 2.0 * float(math.prod(a[:-1]) * a[-1] * b[-1])
     return None

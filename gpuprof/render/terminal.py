@@ -191,6 +191,11 @@ def _table(title: str, columns: Sequence[tuple[str, str]]) -> Table:
 _GAP = 3
 
 
+def emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]]) -> None:
+    """Print a table at the console's width: names cut in the middle, numbers never cut (see :func:`_emit_table`)."""
+    _emit_table(console, title, columns, rows)
+
+
 def _emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]]) -> None:
     """Print a table that fits ``console.width`` without ever cutting a number.
 
@@ -319,6 +324,9 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
         rows = [(s.cause, s.runtime, F.fmt_count(s.count), F.fmt_us(s.total_us), s.location or "-") for s in t.syncs[:TOP_N]]
         _emit_table(console, "Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
         console.print()
+    from gpuprof.views.render import views_terminal  # the operator/kernel/module/range views (docs/views.md)
+
+    views_terminal(console, t.views)
     for note in t.notes:
         console.print(_t(f"note: {note}", style="dim"))
     if t.notes:

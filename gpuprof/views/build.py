@@ -47,7 +47,7 @@ from gpuprof.trace.vocab import step_number
 from gpuprof.views.flops import MATMUL_OPS, estimate_flops
 from gpuprof.views.model import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.views.peaks import device_row, peak_for
-from gpuprof.views.precision import kernel_precision, uses_tensor_cores
+from gpuprof.views.precision import is_eligible_kernel, kernel_precision, uses_tensor_cores
 
 __all__ = ["trace_views"]
 
@@ -69,8 +69,8 @@ def trace_views(m: TraceMetrics) -> TraceViews:
     k_op = att.gpu_op[:nk]  # gpu_events() yields the kernels first
     views.unattributed_gpu_us = float(k_dur[k_op < 0].sum())
     views.peak_device = _peak_device(m)
-    views.operators, k_self = _operators(m, k_op, k_dur, views)
-    views.kernels = _kernels(m, k_op, k_dur, k_self, views)
+    views.operators = _operators(m, k_op, k_dur, views)
+    views.kernels = _kernels(m, k_op, k_dur, views)
     launch_ts, launch_thread = _launches(m, kernels)
     views.ranges = _ranges(
         [a for a in trace.annotations if step_number(a.name) is None], launch_ts, launch_thread, k_dur, views, "ranges", False
@@ -82,7 +82,7 @@ def trace_views(m: TraceMetrics) -> TraceViews:
 
 
 # --------------------------------------------------------------------------- operators
-def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews) -> tuple[list[OperatorRow], np.ndarray]:
+def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews) -> list[OperatorRow]:
     att = m.attribution
     assert att is not None
     ops = att.ops
@@ -90,7 +90,7 @@ def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: Trac
     has = k_op >= 0
     k_self = np.bincount(k_op[has], weights=k_dur[has], minlength=n).astype(np.float64)
     if n == 0:
-        return [], k_self
+        return []
     parent = att.parent
     depth = _depth(parent)
     k_total = _inclusive(k_self, parent, depth)
@@ -126,7 +126,7 @@ def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: Trac
             gpu_self_us=float(sums["gpu_self_us"][j]), gpu_total_us=float(sums["gpu_total_us"][j]),
             stacks=_stacks(m, [ops[i] for i in samples.get(j, ())]),
         ))
-    return rows, k_self
+    return rows
 
 
 def _depth(parent: np.ndarray) -> np.ndarray:
@@ -172,7 +172,7 @@ def _peak_device(m: TraceMetrics) -> str | None:
     return device_row(dev.name, dev.compute_capability)
 
 
-def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, k_self: np.ndarray, views: TraceViews) -> list[KernelRow]:
+def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews) -> list[KernelRow]:
     att = m.attribution
     assert att is not None
     kernels = m.trace.kernels
@@ -200,16 +200,19 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, k_self: np.nd
     k_flags = np.where(has, flags_of[np.maximum(k_op, 0)], 0)
     flags = np.zeros(g, np.int64)
     np.bitwise_or.at(flags, group, k_flags)
-    # an operator's FLOPs shared among the kernels it launched, by their time
-    op_self = k_self[np.maximum(k_op, 0)]
-    share = np.where(has & (op_self > 0), k_dur / np.where(op_self > 0, op_self, 1.0), 0.0)
-    k_flops = np.where(has, flops_of[np.maximum(k_op, 0)], 0.0) * share
+    # an operator's FLOPs shared among the GEMM kernels it launched, by their time (not its bias or copy kernels)
+    names = list(index)
+    gemm_name = np.fromiter((is_eligible_kernel(n) or uses_tensor_cores(n) is True for n in names), bool, g)
+    gemm = has & gemm_name[group]
+    op_gemm = np.bincount(k_op[gemm], weights=k_dur[gemm], minlength=len(att.ops))
+    op_time = op_gemm[np.maximum(k_op, 0)]
+    share = np.where(gemm & (op_time > 0), k_dur / np.where(op_time > 0, op_time, 1.0), 0.0)
+    k_flops = np.where(gemm, flops_of[np.maximum(k_op, 0)], 0.0) * share
     flops = np.bincount(group, weights=k_flops, minlength=g)
     order = np.argsort(-total, kind="stable")
     keep, rest = order[:MAX_ROWS], order[MAX_ROWS:]
     if len(rest):
         views.rest["kernels"] = {"rows": float(len(rest)), "calls": float(calls[rest].sum()), "total_us": float(total[rest].sum())}
-    names = list(index)
     rows = []
     for j in keep.tolist():
         name = names[j]

@@ -30,6 +30,13 @@ def test_real_gpu_trace_views_add_up_to_the_kernel_total() -> None:
     assert v["peak_device"] == "v100"
     sgemm = next(r for r in v["kernels"] if r["name"] == "volta_sgemm_64x64_nt")
     assert sgemm["precision"] == "fp32" and sgemm["tensor_cores"] is False and sgemm["op_dtype"] == "fp32"
+    # the fc layer's matmuls: 6 steps x 2*32*2048*1000 FLOPs (aten::mm / addmm input dims), on their GEMM kernels only
+    with_flops = {r["name"]: r for r in v["kernels"] if r["flops"]}
+    fc = with_flops["volta_sgemm_64x32_sliced1x4_nn"]
+    assert fc["flops"] == pytest.approx(6 * 2 * 32 * 2048 * 1000) and fc["flops_source"] == "estimate"
+    assert fc["tflops"] == pytest.approx(fc["flops"] / fc["total_us"] / 1e6)
+    assert fc["mfu"] == pytest.approx(fc["tflops"] / 15.7)  # V100 FP32 peak
+    assert all("elementwise" not in n for n in with_flops)  # the bias kernel of addmm does no matmul FLOPs
 
 
 def test_cpu_capture_has_the_four_views(tmp_path: Path) -> None:

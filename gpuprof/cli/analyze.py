@@ -37,6 +37,8 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
     help="Write the trace back with each finding on its own track (open in Perfetto). "
     "For a directory of traces or several paths, OUT is a directory: one annotated file per trace.",
 )
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=str), metavar="REPORT.html",
+              help="Also write the report as one standalone, offline HTML page (summary, step-time chart, findings, views).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar for big files (default: on a terminal).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Traces analysed at once, each in its own process (default: the CPUs available).")
@@ -49,6 +51,7 @@ def analyze_cmd(
     fail_on: str,
     rule_options: tuple[str, ...],
     annotate: str | None,
+    html_out: str | None,
     progress: bool | None,
     jobs: int | None,
 ) -> None:
@@ -76,6 +79,8 @@ def analyze_cmd(
         report = report_from_dict(read_report_dict(paths[0]), paths[0])
         if output:
             refuse_input_as_output(output, [paths[0]])
+        if html_out:
+            _html(report, html_out, [paths[0]], select, ignore)
         sys.exit(emit_report(report, fmt, output, select, ignore, fail_on))
     path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
     for p in paths if annotate else ():
@@ -91,8 +96,26 @@ def analyze_cmd(
         refuse_input_as_output(output, input_files(report))
     if annotate:
         _annotate(report, annotate)
+    if html_out:
+        _html(report, html_out, input_files(report), select, ignore)
     code = emit_report(report, fmt, output, select, ignore, fail_on)
     sys.exit(code)
+
+
+def _html(report: Any, out: str, sources: list[str], select: tuple[str, ...], ignore: tuple[str, ...]) -> None:
+    """The report's HTML page, with the findings --select/--ignore keep (as every other output)."""
+    from dataclasses import replace
+
+    from gpuprof.atomic import write_output
+    from gpuprof.cli.common import split_codes
+    from gpuprof.findings import filter_findings
+    from gpuprof.htmlpage.page import report_page
+    from gpuprof.render.safe import visible
+
+    refuse_input_as_output(out, sources, "--html")
+    kept = replace(report, findings=filter_findings(report.findings, split_codes(select), split_codes(ignore)))
+    write_output(out, report_page(kept), "the HTML page")
+    click.echo(f"gpuprof: HTML page written to {visible(out)}", err=True)
 
 
 def _is_saved_report(path: str) -> bool:

@@ -48,9 +48,11 @@ def load_side(path: str, jobs: int) -> dict[str, Any]:
 @click.option("--metric", default="step_time", show_default=True,
               help="The metric --fail-on-regression judges: step_time, step_time_mean, gpu_utilization, gpu_busy, gpu_idle, "
                    "breakdown.PART or idle.PART (docs/diff.md).")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), metavar="DIFF.html",
+              help="Also write the diff as one standalone, offline HTML page.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Traces analysed at once.")
 def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: str | None, metric: str,
-             jobs: int | None) -> None:
+             html_out: str | None, jobs: int | None) -> None:
     """Compare two runs: BEFORE and AFTER are trace files, run directories or saved report.json files.
 
     Shows step time and every part of it before and after, the operators
@@ -90,6 +92,12 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
         from gpuprof.diff.render import render_diff_terminal
 
         text = render_diff_terminal(diff, color=None if output is None and sys.stdout.isatty() else False)
+    if html_out:
+        from gpuprof.htmlpage.page import diff_page
+
+        refuse_input_as_output(html_out, sources, "--html")
+        write_output(html_out, diff_page(diff), "the HTML page")
+        click.echo(f"gpuprof: HTML page written to {visible(html_out)}", err=True)
     if output:
         refuse_input_as_output(output, sources)
         write_output(output, text, "the diff")

@@ -24,7 +24,7 @@ from gpuprof.errors import InputError
 from gpuprof.findings import Finding
 from gpuprof.report import SCHEMA_VERSION, Report, TraceSummary
 
-__all__ = ["read_report_dict", "report_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report"]
+__all__ = ["read_report_dict", "report_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
 
 MAX_REPORT_BYTES = 256 << 20  # a report is kB to a few MB; more is not one gpuprof wrote
 _MAJOR = SCHEMA_VERSION.split(".")[0]
@@ -100,3 +100,14 @@ def report_from_dict(doc: dict[str, Any], path: str) -> Report:
         notes=[str(n) for n in doc.get("notes", [])],
         failed_rules=[str(c) for c in doc.get("failed_rules", []) if isinstance(c, str)],
     )
+
+
+def unshown_sections(sections: list[Any]) -> list[Any]:
+    """Saved sections relabelled so the terminal and markdown renderers name them instead of drawing them.
+
+    A section's renderer draws the object its module made (a memory analysis,
+    a cross-rank merge); a saved report holds only that object's JSON, which
+    ``--format json`` writes back unchanged.
+    """
+    return [SavedSection(f"{s.kind} (saved)", s.data) if isinstance(s, SavedSection) else s
+            for s in sections]

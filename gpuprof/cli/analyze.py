@@ -77,6 +77,10 @@ def analyze_cmd(
         from gpuprof.reportfile import read_report_dict, report_from_dict
 
         report = report_from_dict(read_report_dict(paths[0]), paths[0])
+        if fmt != "json":  # other sections' renderers draw their own objects, which a saved report no longer has
+            from gpuprof.reportfile import unshown_sections
+
+            report.sections = unshown_sections(report.sections)
         if output:
             refuse_input_as_output(output, [paths[0]])
         if html_out:

@@ -63,3 +63,22 @@ def test_malformed_report_is_exit_2(tmp_path: Path) -> None:
     bad.write_text('{"schema_version": "1.2", "traces": [{"path": 3, "num_steps": "many"}], "findings": []}')
     res = run("analyze", str(bad))
     assert res.exit_code == 2 and str(bad) in res.output and "malformed report" in res.output
+
+
+def test_saved_multi_rank_report_keeps_its_sections(tmp_path: Path) -> None:
+    from gpuprof.testing.tracegen import TraceBuilder, write_ranks
+
+    def body(tb: TraceBuilder, rank: int) -> None:
+        for _ in range(3):
+            with tb.step():
+                tb.kernel("volta_sgemm_128x64_nn", us=1000)
+                tb.cpu(us=200)
+
+    write_ranks(tmp_path, 2, body)
+    out = tmp_path / "job.json"
+    assert run("analyze", str(tmp_path), "--format", "json", "-o", str(out), "-j", "1").exit_code in (0, 1)
+    saved = json.loads(out.read_text())
+    again = run("analyze", str(out), "--format", "json")
+    assert json.loads(again.output)["sections"] == saved["sections"] and {s["kind"] for s in saved["sections"]} >= {"cross_rank"}
+    text = run("analyze", str(out))
+    assert text.exit_code == again.exit_code and "section 'cross_rank (saved)' cannot be shown" in text.output

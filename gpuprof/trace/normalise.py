@@ -88,6 +88,7 @@ class Builder:
         self._stacks: dict[str, str] = {}
         self._shapes: dict[bytes, str] = {}  # Input Dims bytes -> one string object per distinct text
         self._extras: dict[tuple[int, str | None, str | None], tuple[int, str | None, str | None]] = {}
+        self._extras2: dict[tuple[int, str], tuple[int, str]] = {}
         self._comm_names: dict[str, bool] = {}  # name -> is it a communication event (asked once per name)
         self._device_props: list[R.RawDeviceProps] = []
         self._meta_seen = False
@@ -148,6 +149,7 @@ class Builder:
         comm_names = self._comm_names
         shapes = self._shapes
         extras = self._extras
+        extras2 = self._extras2
         comm_out = t.comm_events
         for ev in events:
             ph = ev.ph
@@ -228,7 +230,8 @@ class Builder:
                     key3 = (flags, stacks.setdefault(cs, cs) if cs else None, shape)
                     extra = extras.setdefault(key3, key3)
                 elif cs:
-                    extra = (flags, stacks.setdefault(cs, cs))
+                    key2 = (flags, stacks.setdefault(cs, cs))
+                    extra = extras2.setdefault(key2, key2)  # shared, as the 3-tuples
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, extra))
             elif kind == K_KERNEL or kind == K_MEMCPY or kind == K_MEMSET or kind == K_SYNC or kind == K_GPU_ANN:
                 d = a.device

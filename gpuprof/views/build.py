@@ -42,7 +42,7 @@ from gpuprof.trace.model import (
     op_shape_key,
     ts_of,
 )
-from gpuprof.trace.stacks import call_stack_location
+from gpuprof.trace.stacks import call_stack_location, user_location
 from gpuprof.trace.vocab import step_number
 from gpuprof.views.flops import MATMUL_OPS, estimate_flops
 from gpuprof.views.model import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
@@ -54,6 +54,7 @@ __all__ = ["trace_views"]
 MODULE_PREFIX = "nn.Module: "
 _STACK_SAMPLES = 5  # calls per operator row whose source line is looked up
 _corr_of = attrgetter("corr")
+_thread_of = attrgetter("pid", "tid")
 
 
 def trace_views(m: TraceMetrics) -> TraceViews:
@@ -97,12 +98,8 @@ def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: Trac
     dur = np.fromiter(map(dur_of, ops), np.float64, n)
     child = parent >= 0
     cpu_self = dur - np.bincount(parent[child], weights=dur[child], minlength=n)
-    index: dict[tuple[str, str | None], int] = {}
-    setd = index.setdefault
-    group = np.fromiter(
-        (setd(k, len(index)) for k in zip(map(name_of, ops), map(op_shape_key, ops))), np.int64, n
-    )
-    g = len(index)
+    group, keys = _group_ops(ops)
+    g = len(keys)
     calls = np.bincount(group, minlength=g)
     sums = {
         "cpu_total_us": np.bincount(group, weights=dur, minlength=g),
@@ -115,16 +112,17 @@ def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: Trac
     if len(rest):
         views.rest["operators"] = {"rows": float(len(rest)), "calls": float(calls[rest].sum()),
                                    **{k: float(v[rest].sum()) for k, v in sums.items()}}
-    keys = list(index)
     samples = _samples(group, keep)
+    where = _user_lines(m, [ops[i] for got in samples.values() for i in got])
     rows = []
     for j in keep.tolist():
         name, shapes = keys[j]
+        seen = Counter(loc for i in samples.get(j, ()) if (loc := where.get(id(ops[i]))) is not None)
         rows.append(OperatorRow(
             name=name, input_shapes=shapes, calls=int(calls[j]),
             cpu_total_us=float(sums["cpu_total_us"][j]), cpu_self_us=float(sums["cpu_self_us"][j]),
             gpu_self_us=float(sums["gpu_self_us"][j]), gpu_total_us=float(sums["gpu_total_us"][j]),
-            stacks=_stacks(m, [ops[i] for i in samples.get(j, ())]),
+            stacks=[loc for loc, _ in seen.most_common(3)],
         ))
     return rows
 
@@ -141,27 +139,88 @@ def _depth(parent: np.ndarray) -> np.ndarray:
         anc = np.where(up, parent[np.maximum(anc, 0)], -1)
 
 
+def _group_ops(ops: list[Event]) -> tuple[np.ndarray, list[tuple[str, str | None]]]:
+    """Each op's group index, and the (name, input shapes) of each group.
+
+    The loader shares one string per distinct name and one payload object per
+    distinct (dtype flags, stack, shapes), so object identities group the ops
+    in numpy; the Python loop runs once per distinct (name, payload).
+    """
+    n = len(ops)
+    ids = np.empty((n, 2), np.int64)
+    ids[:, 0] = np.fromiter(map(id, map(name_of, ops)), np.int64, n)
+    ids[:, 1] = np.fromiter(map(id, map(_extra_of, ops)), np.int64, n)
+    uniq, first, inv = np.unique(ids, axis=0, return_index=True, return_inverse=True)
+    index: dict[tuple[str, str | None], int] = {}
+    to_group = np.empty(len(uniq), np.int64)
+    for j, i in enumerate(first.tolist()):
+        o = ops[i]
+        to_group[j] = index.setdefault((o.name, op_shape_key(o)), len(index))
+    return to_group[inv.reshape(-1)], list(index)
+
+
+_extra_of = attrgetter("extra")
+
+
 def _samples(group: np.ndarray, keep: np.ndarray) -> dict[int, list[int]]:
-    """The first few op indices of each kept group."""
+    """The first few op indices (in op order) of each kept group."""
     wanted = np.zeros(int(group.max()) + 1 if len(group) else 0, bool)
     wanted[keep] = True
     idx = np.flatnonzero(wanted[group])
+    order = idx[np.argsort(group[idx], kind="stable")]  # by group, op order within
+    g = group[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
+    rank = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
+    chosen = rank < _STACK_SAMPLES
     out: dict[int, list[int]] = {}
-    for i, gr in zip(idx.tolist(), group[idx].tolist(), strict=True):
-        got = out.setdefault(gr, [])
-        if len(got) < _STACK_SAMPLES:
-            got.append(i)
+    for i, gr in zip(order[chosen].tolist(), g[chosen].tolist(), strict=True):
+        out.setdefault(gr, []).append(i)
     return out
 
 
-def _stacks(m: TraceMetrics, ops: list[Event]) -> list[str]:
-    """Up to 3 distinct user source lines of these calls (Python frames or the legacy Call stack)."""
-    seen: Counter[str] = Counter()
-    for o in ops:
-        loc = m.stacks.location(o.pid, o.tid, o.ts, op=o) if m.stacks.available else call_stack_location(o)
-        if loc is not None:
-            seen[str(loc)] += 1
-    return [s for s, _ in seen.most_common(3)]
+def _user_lines(m: TraceMetrics, ops: list[Event]) -> dict[int, str]:
+    """``id(op)`` -> the innermost user source line around each op (``file:line (function)``), where recorded.
+
+    With Python frames (with_stack): the innermost frame in the user's code
+    (:func:`gpuprof.trace.stacks.user_location`) open on the op's thread when it
+    started, found for all ops at once by a nesting search over the user frames
+    only. Otherwise a 2021 trace's ``Call stack``.
+    """
+    out: dict[int, str] = {}
+    python = m.trace.python
+    if not python:
+        for o in ops:
+            loc = call_stack_location(o)
+            if loc is not None:
+                out[id(o)] = str(loc)
+        return out
+    if not ops:
+        return out
+    names = list(map(name_of, python))
+    user = {n for n in set(names) if user_location(n) is not None}  # per distinct frame name, once
+    if not user:
+        return out
+    is_user = np.fromiter(map(user.__contains__, names), bool, len(names))
+    frames = [python[i] for i in np.flatnonzero(is_user).tolist()]
+    f_thread = np.fromiter(map(hash, map(_thread_of, frames)), np.int64, len(frames))
+    o_thread = np.fromiter(map(hash, map(_thread_of, ops)), np.int64, len(ops))
+    o_ts = np.fromiter(map(ts_of, ops), np.float64, len(ops))
+    for th in np.unique(o_thread).tolist():
+        sel = np.flatnonzero(f_thread == th)
+        if not len(sel):
+            continue
+        fr = [frames[i] for i in sel.tolist()]
+        fr.sort(key=lambda e: (e.ts, -e.dur))
+        ts = np.fromiter(map(ts_of, fr), np.float64, len(fr))
+        ne = _Nesting(ts, ts + np.fromiter(map(dur_of, fr), np.float64, len(fr)))
+        qi = np.flatnonzero(o_thread == th)
+        found = ne.innermost_at(o_ts[qi])
+        for q, k in zip(qi.tolist(), found.tolist(), strict=True):
+            if k >= 0:
+                loc = user_location(fr[k].name)
+                if loc is not None:
+                    out[id(ops[q])] = str(loc)
+    return out
 
 
 # --------------------------------------------------------------------------- kernels
@@ -179,10 +238,8 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
     nk = len(kernels)
     if nk == 0:
         return []
-    index: dict[str, int] = {}
-    setd = index.setdefault
-    group = np.fromiter((setd(n, len(index)) for n in map(name_of, kernels)), np.int64, nk)
-    g = len(index)
+    group, names = _group_by_name(kernels)
+    g = len(names)
     calls = np.bincount(group, minlength=g)
     total = np.bincount(group, weights=k_dur, minlength=g)
     longest = np.zeros(g)
@@ -201,7 +258,6 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
     flags = np.zeros(g, np.int64)
     np.bitwise_or.at(flags, group, k_flags)
     # an operator's FLOPs shared among the GEMM kernels it launched, by their time (not its bias or copy kernels)
-    names = list(index)
     gemm_name = np.fromiter((is_eligible_kernel(n) or uses_tensor_cores(n) is True for n in names), bool, g)
     gemm = has & gemm_name[group]
     op_gemm = np.bincount(k_op[gemm], weights=k_dur[gemm], minlength=len(att.ops))
@@ -230,6 +286,16 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
             mfu=tflops / peak if tflops is not None and peak else None,
         ))
     return rows
+
+
+def _group_by_name(events: Sequence[Event]) -> tuple[np.ndarray, list[str]]:
+    """Each event's group index and the names of the groups (the loader shares one string per name: ids group)."""
+    n = len(events)
+    ids = np.fromiter(map(id, map(name_of, events)), np.int64, n)
+    uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+    index: dict[str, int] = {}
+    to_group = np.fromiter((index.setdefault(events[i].name, len(index)) for i in first.tolist()), np.int64, len(uniq))
+    return to_group[inv.reshape(-1)], list(index)
 
 
 def _dtype_name(flags: int) -> str | None:
@@ -266,14 +332,10 @@ def _launches(m: TraceMetrics, kernels: Sequence[Event]) -> tuple[np.ndarray, np
     pos = np.minimum(np.searchsorted(sorted_corr, k_corr), len(rt) - 1)
     found = (sorted_corr[pos] == k_corr) & (k_corr >= 0)
     r_ts = np.fromiter(map(ts_of, rt), np.float64, len(rt))
-    r_thread = np.fromiter(map(hash, map(_thread_of, rt)), np.int64, len(rt))
+    r_thread = np.fromiter(map(hash, map(_thread_of, rt)), np.int64, len(rt))  # attrgetter: tuples made in C
     ts[found] = r_ts[order[pos[found]]]
     thread[found] = r_thread[order[pos[found]]]
     return ts, thread
-
-
-def _thread_of(e: Event) -> tuple[object, object]:
-    return (e.pid, e.tid)
 
 
 def _ranges(
@@ -303,7 +365,7 @@ def _ranges(
         p = ne.parents()
         parent_parts.append(np.where(p >= 0, p + lo, -1))
         depth_parts.append(ne.depth)
-        on = np.flatnonzero((launch_thread == hash(key)) & ~np.isnan(launch_ts))
+        on = np.flatnonzero((launch_thread == hash(key)) & ~np.isnan(launch_ts))  # key: (pid, tid), as _thread_of
         if len(on):
             k = ne.innermost_at(launch_ts[on])
             k_range[on] = np.where(k >= 0, k + lo, -1)

@@ -38,6 +38,7 @@ from gpuprof.trace.model import (
     Event,
     dur_of,
     name_of,
+    op_call_stack,
     op_dtypes,
     op_shape_key,
     ts_of,
@@ -147,10 +148,10 @@ def _group_ops(ops: list[Event]) -> tuple[np.ndarray, list[tuple[str, str | None
     in numpy; the Python loop runs once per distinct (name, payload).
     """
     n = len(ops)
-    ids = np.empty((n, 2), np.int64)
-    ids[:, 0] = np.fromiter(map(id, map(name_of, ops)), np.int64, n)
-    ids[:, 1] = np.fromiter(map(id, map(_extra_of, ops)), np.int64, n)
-    uniq, first, inv = np.unique(ids, axis=0, return_index=True, return_inverse=True)
+    _, by_name = np.unique(np.fromiter(map(id, map(name_of, ops)), np.int64, n), return_inverse=True)
+    extras, by_extra = np.unique(np.fromiter(map(id, map(_extra_of, ops)), np.int64, n), return_inverse=True)
+    # one exact int64 key per (name, payload) pair: name index * payloads + payload index
+    uniq, first, inv = np.unique(by_name.reshape(-1) * len(extras) + by_extra.reshape(-1), return_index=True, return_inverse=True)
     index: dict[tuple[str, str | None], int] = {}
     to_group = np.empty(len(uniq), np.int64)
     for j, i in enumerate(first.tolist()):
@@ -189,10 +190,15 @@ def _user_lines(m: TraceMetrics, ops: list[Event]) -> dict[int, str]:
     out: dict[int, str] = {}
     python = m.trace.python
     if not python:
+        seen: dict[str | None, str | None] = {}  # per distinct legacy stack (the loader shares each text)
         for o in ops:
-            loc = call_stack_location(o)
-            if loc is not None:
-                out[id(o)] = str(loc)
+            stack = op_call_stack(o)
+            if stack not in seen:
+                loc = call_stack_location(o)
+                seen[stack] = None if loc is None else str(loc)
+            text = seen[stack]
+            if text is not None:
+                out[id(o)] = text
         return out
     if not ops:
         return out

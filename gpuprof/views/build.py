@@ -154,8 +154,8 @@ def _group_ops(ops: list[Event]) -> tuple[np.ndarray, list[tuple[str, str | None
     uniq, first, inv = np.unique(by_name.reshape(-1) * len(extras) + by_extra.reshape(-1), return_index=True, return_inverse=True)
     index: dict[tuple[str, str | None], int] = {}
     to_group = np.empty(len(uniq), np.int64)
-    for j, i in enumerate(first.tolist()):
-        o = ops[i]
+    for j in np.argsort(first, kind="stable").tolist():  # groups numbered in order of first call: ties sort the same every run
+        o = ops[int(first[j])]
         to_group[j] = index.setdefault((o.name, op_shape_key(o)), len(index))
     return to_group[inv.reshape(-1)], list(index)
 
@@ -300,7 +300,9 @@ def _group_by_name(events: Sequence[Event]) -> tuple[np.ndarray, list[str]]:
     ids = np.fromiter(map(id, map(name_of, events)), np.int64, n)
     uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
     index: dict[str, int] = {}
-    to_group = np.fromiter((index.setdefault(events[i].name, len(index)) for i in first.tolist()), np.int64, len(uniq))
+    to_group = np.empty(len(uniq), np.int64)
+    for j in np.argsort(first, kind="stable").tolist():  # numbered in order of first event, not of memory address
+        to_group[j] = index.setdefault(events[int(first[j])].name, len(index))
     return to_group[inv.reshape(-1)], list(index)
 
 

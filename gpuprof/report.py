@@ -16,7 +16,7 @@ import msgspec
 from gpuprof.findings import Finding, Severity, sort_findings
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
 from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
-from gpuprof.views.model import TraceViews  # defined with the code that fills them (docs/views.md)
+from gpuprof.trace.viewrows import TraceViews  # defined with the code that fills them (docs/views.md)
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -169,7 +169,7 @@ def _trace(t: TraceSummary) -> list[str]:
             for s in t.syncs[:TOP_N]
         ]
         out += [md_table(["Cause", "Runtime call", "Count", "Total", "Location"], rows, "llrrl"), ""]
-    from gpuprof.views.render import views_markdown  # the operator/kernel/module/range views (docs/views.md)
+    from gpuprof.render.views import views_markdown  # the operator/kernel/module/range views (docs/views.md)
 
     out += views_markdown(t.views)
     if t.notes:

@@ -44,9 +44,9 @@ from gpuprof.trace.model import (
     ts_of,
 )
 from gpuprof.trace.stacks import call_stack_location, user_location
+from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.trace.vocab import step_number
 from gpuprof.views.flops import MATMUL_OPS, estimate_flops
-from gpuprof.views.model import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.views.peaks import device_row, peak_for
 from gpuprof.views.precision import is_eligible_kernel, kernel_precision, uses_tensor_cores
 

@@ -11,7 +11,7 @@ import pytest
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.report import CopyStat, DeviceInfo, KernelStat, OpStat, Report, SyncStat, TraceSummary
 from gpuprof.testing.realtraces import shared_path
-from gpuprof.views.model import KernelRow, OperatorRow, RangeRow, TraceViews
+from gpuprof.trace.viewrows import KernelRow, OperatorRow, RangeRow, TraceViews
 
 
 def shared_trace(rel: str) -> Path:

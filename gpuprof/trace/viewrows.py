@@ -1,5 +1,8 @@
 """The rows of the report's views (docs/views.md defines every field).
 
+Plain records beside the trace's other tables (:mod:`gpuprof.trace.stats`),
+so the report can carry them without depending on the code that fills them
+(:mod:`gpuprof.views.build`, which needs the rules' kernel classification).
 Times are µs over the whole trace (not per step), as in the trace file.
 """
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuprof.trace.viewrows import TraceViews
 from gpuprof.units import fmt_count, fmt_pct, fmt_us
-from gpuprof.views.model import TraceViews
 
 __all__ = ["ViewTable", "view_tables", "views_terminal", "views_markdown", "TOP"]
 

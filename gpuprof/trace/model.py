@@ -42,6 +42,8 @@ __all__ = [
     "copy_kind",
     "memory_totals",
     "memory_addr",
+    "KernelConfig",
+    "kernel_config",
 ]
 
 # Bit flags summarising an operator's input dtypes (from "Input type").
@@ -131,12 +133,25 @@ class MemoryPayload(msgspec.Struct, gc=False, frozen=True):
     addr: int
 
 
+class KernelConfig(msgspec.Struct, gc=False, frozen=True):
+    """A kernel's launch configuration as Kineto records it (None / -1 where the trace has no value).
+
+    ``occupancy`` is Kineto's "est. achieved occupancy %" as a fraction.
+    """
+
+    grid: Union[tuple[int, ...], None]
+    block: Union[tuple[int, ...], None]
+    registers: int
+    occupancy: float
+
+
 # --------------------------------------------------------------------------- payload accessors
 #
 # The loader stores an operator's payload as its dtype flags and OP_AUTOGRAD (an int: no
 # object per op) or, for 2021 traces with a "Call stack", a (flags, stack)
 # tuple, or for operators with ``Input Dims`` (record_shapes) a shared (flags, stack or None, Input Dims
-# text) tuple; a copy's as its CopyKind; a [memory] event's as a MemoryPayload.
+# text) tuple; a copy's as its CopyKind; a kernel's as a shared KernelConfig (when recorded); a [memory]
+# event's as a MemoryPayload.
 # These functions are the one place that knows it.
 
 
@@ -196,6 +211,12 @@ def memory_totals(mem: Event) -> tuple[int, int] | None:
     if type(extra) is MemoryPayload and extra.allocated is not None:
         return extra.allocated, extra.reserved
     return None
+
+
+def kernel_config(kernel: Event) -> KernelConfig | None:
+    """The launch configuration of a kernel event (None when the trace records none)."""
+    extra = kernel.extra
+    return extra if type(extra) is KernelConfig else None
 
 
 def memory_addr(mem: Event) -> int:

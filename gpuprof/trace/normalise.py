@@ -23,6 +23,7 @@ from gpuprof.trace.model import (
     OP_AUTOGRAD,
     DeviceInfo,
     Event,
+    KernelConfig,
     MemoryPayload,
     Trace,
 )
@@ -61,6 +62,13 @@ def _as_int(x: object) -> int:
         return -1
 
 
+def _dims(x: object) -> tuple[int, ...] | None:
+    """A grid/block value: a list of up to 3 non-negative ints, else None."""
+    if type(x) is list and 0 < len(x) <= 3 and all(type(v) is int and v >= 0 for v in x):
+        return tuple(x)
+    return None
+
+
 def _address(x: object) -> int:
     """A [memory] event's Addr: an int, or a string in any base Python reads ("0x7f..."); -1 when absent."""
     if type(x) is int:
@@ -89,6 +97,7 @@ class Builder:
         self._shapes: dict[bytes, str] = {}  # Input Dims bytes -> one string object per distinct text
         self._extras: dict[tuple[int, str | None, str | None], tuple[int, str | None, str | None]] = {}
         self._extras2: dict[tuple[int, str], tuple[int, str]] = {}
+        self._configs: dict[tuple[tuple[int, ...] | None, tuple[int, ...] | None, int, float], KernelConfig] = {}
         self._comm_names: dict[str, bool] = {}  # name -> is it a communication event (asked once per name)
         self._device_props: list[R.RawDeviceProps] = []
         self._meta_seen = False
@@ -244,7 +253,12 @@ class Builder:
                     stream = tid if type(tid) is int else _as_int(tid)
                 nb = a.bytes
                 nbytes = int(nb) if nb is not None and nb == nb and nb > 0 else 0
-                extra = parse_copy_name(name) if kind == K_MEMCPY else None
+                if kind == K_MEMCPY:
+                    extra = parse_copy_name(name)
+                elif kind == K_KERNEL and (a.grid is not None or a.registers is not None):
+                    extra = self._kernel_config(a)
+                else:
+                    extra = None
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, device, stream, nbytes, extra))
             elif kind == K_MEM:
                 nb = a.mem_bytes
@@ -260,6 +274,17 @@ class Builder:
                 )
             else:
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr))
+
+    def _kernel_config(self, a: R.RawArgs) -> KernelConfig:
+        """One shared KernelConfig per distinct launch configuration (a value of the wrong type counts as absent)."""
+        regs, occ = a.registers, a.occupancy
+        registers = int(regs) if isinstance(regs, (int, float)) and 0 <= regs < 1e6 else -1  # NaN fails the test
+        occupancy = float(occ) / 100.0 if isinstance(occ, (int, float)) and 0 <= occ <= 100 else -1.0
+        key = (_dims(a.grid), _dims(a.block), registers, occupancy)
+        got = self._configs.get(key)
+        if got is None:
+            got = self._configs[key] = KernelConfig(*key)
+        return got
 
     def _meta(self, ev: R.RawEvent) -> None:
         a = ev.args

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from operator import attrgetter
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 import numpy as np
 
@@ -36,7 +36,9 @@ from gpuprof.trace.model import (
     DTYPE_FP16,
     DTYPE_HALF,
     Event,
+    KernelConfig,
     dur_of,
+    kernel_config,
     name_of,
     op_call_stack,
     op_dtypes,
@@ -252,8 +254,9 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
     np.maximum.at(longest, group, k_dur)
     # the launching operators: their dtype flags and estimated FLOPs, read once per operator that launched a kernel
     launched = np.unique(k_op[k_op >= 0])
-    flags_of = np.zeros(len(att.ops), np.int64)
-    flops_of = np.zeros(len(att.ops))
+    n_ops = max(len(att.ops), 1)  # one spare slot: index 0 stands for "no operator" below, even with none
+    flags_of = np.zeros(n_ops, np.int64)
+    flops_of = np.zeros(n_ops)
     for i in launched.tolist():
         o = att.ops[i]
         flags_of[i] = op_dtypes(o)
@@ -266,11 +269,16 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
     # an operator's FLOPs shared among the GEMM kernels it launched, by their time (not its bias or copy kernels)
     gemm_name = np.fromiter((is_eligible_kernel(n) or uses_tensor_cores(n) is True for n in names), bool, g)
     gemm = has & gemm_name[group]
-    op_gemm = np.bincount(k_op[gemm], weights=k_dur[gemm], minlength=len(att.ops))
+    op_gemm = np.bincount(k_op[gemm], weights=k_dur[gemm], minlength=n_ops)
     op_time = op_gemm[np.maximum(k_op, 0)]
     share = np.where(gemm & (op_time > 0), k_dur / np.where(op_time > 0, op_time, 1.0), 0.0)
     k_flops = np.where(gemm, flops_of[np.maximum(k_op, 0)], 0.0) * share
     flops = np.bincount(group, weights=k_flops, minlength=g)
+    # the launch configuration of each name's longest launch
+    by_len = np.lexsort((k_dur, group))
+    last = by_len[np.r_[np.flatnonzero(group[by_len][1:] != group[by_len][:-1]), nk - 1]] if nk else by_len
+    longest_of = np.full(g, -1, np.int64)
+    longest_of[group[last]] = last
     order = np.argsort(-total, kind="stable")
     keep, rest = order[:MAX_ROWS], order[MAX_ROWS:]
     if len(rest):
@@ -290,8 +298,25 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
             tensor_cores=tc, op_dtype=dtype, precision=precision, flops=fl,
             flops_source="estimate" if fl is not None else None, tflops=tflops,
             mfu=tflops / peak if tflops is not None and peak else None,
+            **_config(kernel_config(kernels[int(longest_of[j])])),
         ))
     return rows
+
+
+class _Config(TypedDict, total=False):
+    grid: list[int] | None
+    block: list[int] | None
+    registers_per_thread: int | None
+    occupancy: float | None
+
+
+def _config(c: KernelConfig | None) -> _Config:
+    """The KernelRow fields of one launch's configuration (absent where the trace has none)."""
+    if c is None:
+        return {}
+    return {"grid": list(c.grid) if c.grid else None, "block": list(c.block) if c.block else None,
+            "registers_per_thread": c.registers if c.registers >= 0 else None,
+            "occupancy": c.occupancy if c.occupancy >= 0 else None}
 
 
 def _group_by_name(events: Sequence[Event]) -> tuple[np.ndarray, list[str]]:

@@ -39,6 +39,20 @@ def test_real_gpu_trace_views_add_up_to_the_kernel_total() -> None:
     assert all("elementwise" not in n for n in with_flops)  # the bias kernel of addmm does no matmul FLOPs
 
 
+def test_launch_configuration_is_that_of_the_longest_launch() -> None:
+    import gzip
+
+    path = v100_samples()[0]
+    with gzip.open(path, "rt") as fh:
+        raw = [e for e in json.load(fh)["traceEvents"] if e.get("cat") == "Kernel"]
+    rows = analyze(str(path)).traces[0].views.kernels  # type: ignore[union-attr]
+    for row in rows[:5]:
+        longest = max((e for e in raw if e["name"] == row.name), key=lambda e: e["dur"])
+        a = longest["args"]
+        assert (row.grid, row.block, row.registers_per_thread) == (a["grid"], a["block"], a["registers per thread"])
+        assert row.occupancy == pytest.approx(a["est. achieved occupancy %"] / 100)
+
+
 def test_cpu_capture_has_the_four_views(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, record_function

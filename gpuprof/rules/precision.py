@@ -252,6 +252,11 @@ class NoTensorCores(Rule):
     flash attention, AMD ``Cijk_*_MI16x16`` / MFMA / composable-kernel), with
     the launching operator's input dtypes deciding ambiguous names. The
     estimated saving is a conservative fraction of that FP32 time.
+
+    GEMM/convolution time in FP64 (``dgemm``, ``<double>`` kernels, or
+    float64 inputs) is not FP32: when it outweighs the FP32 time, the finding
+    says "FP64 (float64)" and its fix is ``.float()`` (the tensors should not
+    be float64), not mixed precision.
     """
 
     code = "GP302"

@@ -119,3 +119,17 @@ def test_noise_decides_within_the_threshold() -> None:
     assert v["regressed"] and "noise unknown" in v["reason"]
     with pytest.raises(ValueError):
         parse_threshold("five")
+
+
+def test_tensorboard_comparison_is_the_same_diff(dirs: tuple[str, str], reports: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    from gpuprof.tbplugin.data import analyse_trace_file, compare_views, run_view
+    from gpuprof.tbplugin.runs import find_runs
+
+    root = Path(dirs[0]).parent
+    views = {r.name: run_view(r, root, {p: analyse_trace_file(p) for p in r.traces}) for r in find_runs(root)}
+    c = compare_views(views["resnet50_num_workers_0"], views["resnet50_num_workers_4"])
+    cli = diff_reports(*reports)
+    assert c["diff"]["metrics"] == cli["metrics"]
+    assert c["diff"]["findings"]["removed"] == cli["findings"]["removed"]
+    assert c["diff"]["operators"] == cli["operators"] and c["diff"]["kernels"] == cli["kernels"]
+    assert [f["code"] for f in c["removed"]] == ["GP102"] and c["removed"][0]["predicted_saving_us_per_step"] > 0

@@ -32,6 +32,17 @@ def reports(dirs: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
     return analyze(dirs[0], jobs=1).to_dict(), analyze(dirs[1], jobs=1).to_dict()
 
 
+@pytest.fixture(scope="module")
+def saved(reports: tuple[dict[str, Any], dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """The two runs' reports as files: the diffs below read them instead of analysing the traces again."""
+    d = tmp_path_factory.mktemp("saved")
+    paths = []
+    for name, doc in zip(("nw0.json", "nw4.json"), reports, strict=True):
+        (d / name).write_text(json.dumps(doc))
+        paths.append(str(d / name))
+    return paths[0], paths[1]
+
+
 def test_names_gp102_fixed_with_predicted_and_measured_savings(dirs: tuple[str, str]) -> None:
     res = run("diff", *dirs, "--format", "json", "-j", "1")
     assert res.exit_code == 0, res.output
@@ -55,46 +66,41 @@ def test_names_gp102_fixed_with_predicted_and_measured_savings(dirs: tuple[str, 
     assert d["kernels"]["slower"] and d["kernels"]["faster"]
 
 
-def test_terminal_and_markdown_name_the_fix(dirs: tuple[str, str]) -> None:
-    res = run("diff", *dirs, "-j", "1")
+def test_terminal_and_markdown_name_the_fix(saved: tuple[str, str]) -> None:
+    res = run("diff", *saved)
     assert res.exit_code == 0
     fixed = res.output.split("Findings fixed")[1].split("Findings new")[0]
     assert "GP102 dataloader-single-process" in fixed and "47.4 ms" in fixed and "46.6 ms data loading" in fixed
-    md = run("diff", *dirs, "--format", "markdown", "-j", "1")
+    md = run("diff", *saved, "--format", "markdown")
     assert md.exit_code == 0 and "## Findings fixed" in md.output and "`GP102 dataloader-single-process`" in md.output
 
 
-def test_regression_gate_exit_codes(dirs: tuple[str, str]) -> None:
-    before, after = dirs
-    assert run("diff", after, before, "-j", "1").exit_code == 0  # no gate: a slower run is still exit 0
-    res = run("diff", after, before, "--fail-on-regression", "5%", "-j", "1")
+def test_regression_gate_exit_codes(dirs: tuple[str, str], saved: tuple[str, str]) -> None:
+    res = run("diff", dirs[1], dirs[0], "--fail-on-regression", "5%", "-j", "1")  # 4 workers -> 0, from the traces
     assert res.exit_code == 1 and "REGRESSION: step_time worse by 34.8%" in res.output
-    assert run("diff", before, after, "--fail-on-regression", "5%", "-j", "1").exit_code == 0  # the fix is faster
+    before, after = saved
+    assert run("diff", after, before).exit_code == 0  # no gate: a slower run is still exit 0
+    assert run("diff", before, after, "--fail-on-regression", "5%").exit_code == 0  # the fix is faster
     # a part can be gated too: data loading grew by far more than 5% from 4 workers back to 0
-    assert run("diff", after, before, "--fail-on-regression", "5%", "--metric", "breakdown.data_loading", "-j", "1").exit_code == 1
-    bad = run("diff", after, before, "--metric", "nope", "-j", "1")
+    assert run("diff", after, before, "--fail-on-regression", "5%", "--metric", "breakdown.data_loading").exit_code == 1
+    bad = run("diff", after, before, "--metric", "nope")
     assert bad.exit_code == 2 and "unknown metric 'nope'" in bad.output
 
 
-def test_saved_reports_diff_the_same(dirs: tuple[str, str], reports: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path) -> None:
-    paths = []
-    for i, doc in enumerate(reports):
-        p = tmp_path / f"r{i}.json"
-        p.write_text(json.dumps(doc))
-        paths.append(str(p))
-    from_files = json.loads(run("diff", *paths, "--format", "json").output)
+def test_saved_reports_diff_the_same(reports: tuple[dict[str, Any], dict[str, Any]], saved: tuple[str, str]) -> None:
+    from_files = json.loads(run("diff", *saved, "--format", "json").output)
     live = diff_reports(*reports)
     for key in ("metrics", "operators", "kernels", "findings", "ranks"):
         assert from_files[key] == json.loads(json.dumps(live[key])), key
 
 
-def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, dirs: tuple[str, str]) -> None:
+def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, saved: tuple[str, str]) -> None:
     missing = tmp_path / "nope"
-    res = run("diff", str(missing), dirs[1])
+    res = run("diff", str(missing), saved[1])
     assert res.exit_code == 2 and res.output.strip().count("\n") == 0 and str(missing) in res.output
     newer = tmp_path / "newer.json"
     newer.write_text(json.dumps({"schema_version": "7.0", "traces": [], "findings": []}))
-    res = run("diff", str(newer), dirs[1])
+    res = run("diff", str(newer), saved[1])
     assert res.exit_code == 2 and str(newer) in res.output and "'7.0'" in res.output and "Traceback" not in res.output
 
 

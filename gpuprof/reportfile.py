@@ -61,7 +61,7 @@ def read_report_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise InputError(p, "a JSON file without schema_version: not a gpuprof report")
     version = doc["schema_version"]
     if not isinstance(version, str) or version.split(".")[0] != _MAJOR or len(version.split(".")) != 2:
-        raise InputError(p, f"report schema_version {str(version)[:40]!r} is not one this gpuprof reads "
+        raise InputError(p, f"report schema_version {repr(version)[:40]} is not one this gpuprof reads "
                             f"({_MAJOR}.x; this gpuprof writes {SCHEMA_VERSION})")
     for key in ("traces", "findings", "sections", "notes", "inputs"):
         if not isinstance(doc.get(key, []), list):

@@ -63,7 +63,7 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
     from gpuprof.analysis import default_analyze_jobs
     from gpuprof.atomic import refuse_input_as_output, write_output
     from gpuprof.diff.compare import diff_reports
-    from gpuprof.diff.gate import judge, metric_names, parse_threshold
+    from gpuprof.diff.gate import judge, parse_threshold
     from gpuprof.render.safe import visible
 
     limit = None
@@ -72,11 +72,13 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
             limit = parse_threshold(threshold)
         except ValueError as err:
             raise click.BadParameter(str(err), param_hint="--fail-on-regression") from None
+    from gpuprof.diff.compare import METRICS
+
+    if metric not in METRICS:  # before any trace is read
+        raise click.BadParameter(f"unknown metric {metric!r} (one of: {', '.join(METRICS)})", param_hint="--metric")
     n = jobs or default_analyze_jobs()
     b, a = load_side(before, n), load_side(after, n)
     diff = diff_reports(b, a, (before, after))
-    if metric not in metric_names(diff):
-        raise click.BadParameter(f"unknown metric {metric!r} (one of: {', '.join(metric_names(diff))})", param_hint="--metric")
     if limit is not None:
         diff["regression"] = judge(diff, metric, limit)
     sources = [before, after] + [t for d in (b, a) for t in _trace_paths(d)]

@@ -33,12 +33,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-__all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE"]
+__all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE", "METRICS"]
 
 DIFF_SCHEMA_VERSION = "1.0"
 
 BREAKDOWN = ("kernel", "communication", "memcpy", "memset", "runtime", "data_loading", "cpu_exec", "other")
 IDLE = ("sync", "blocking_copy", "runtime", "data_loading", "optimizer", "cpu_other")
+
+# every metric a diff compares, in its order (`metrics[].name`)
+METRICS = ("step_time", "step_time_mean", "gpu_busy", "gpu_utilization", *(f"breakdown.{k}" for k in BREAKDOWN),
+           *(f"idle.{k}" for k in IDLE), "gpu_idle")
 
 MIN_ROW_SHARE = 0.002  # 0.2% of the before mean step
 MIN_ROW_CHANGE = 0.05  # 5% of the row's own before time

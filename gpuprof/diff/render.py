@@ -131,32 +131,27 @@ def _headline(diff: dict[str, Any]) -> list[str]:
 
 
 def render_diff_terminal(diff: dict[str, Any], color: bool | None = None, width: int | None = None) -> str:
-    from rich import box
+    """The diff for a terminal, at its width: the report's own table layout (names cut in the middle, numbers
+    never cut, rows stacked on a narrow terminal), every name made inert first."""
     from rich.console import Console
-    from rich.table import Table as RichTable
     from rich.text import Text
 
-    from gpuprof.render.safe import clip, shorten, visible
-    from gpuprof.render.terminal import terminal_width
+    from gpuprof.render.safe import clip
+    from gpuprof.render.terminal import emit_table, terminal_width
 
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=bool(color), color_system="standard" if color else None, no_color=not color,
                       width=width or terminal_width(), highlight=False, emoji=False, soft_wrap=False)
     for line in _headline(diff):
         console.print(Text(clip(line)))  # Text: never read as markup
-    name_width = max(30, (width or terminal_width()) // 2)
     for t in diff_tables(diff):
         console.print()
-        console.print(Text(t.title, style="bold"))
         if not t.rows:
+            console.print(Text(t.title, style="bold"))
             console.print(Text("  " + t.empty))
             continue
-        table = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-        for i, h in enumerate(t.headers):
-            table.add_column(h, justify="left" if i in t.names or i == 0 else "right", overflow="fold")
-        for row in t.rows:
-            table.add_row(*[Text(shorten(visible(c), name_width) if i in t.names else visible(c)) for i, c in enumerate(row)])
-        console.print(table)
+        columns = [(h, "name" if i in t.names else ("left" if i == 0 else "right")) for i, h in enumerate(t.headers)]
+        emit_table(console, t.title, columns, t.rows)
     return buf.getvalue()
 
 

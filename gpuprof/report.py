@@ -17,6 +17,7 @@ import msgspec
 from gpuprof.findings import Finding, Severity, sort_findings
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
 from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
+from gpuprof.trace.viewrows import TraceViews  # defined with the code that fills them (docs/views.md)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -30,7 +31,7 @@ __all__ = [
     "Report",
 ]
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 
 @dataclass
@@ -58,6 +59,8 @@ class TraceSummary:
     num_events: int = 0
     file_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    step_times_us: list[float] = field(default_factory=list)  # each analysed step's time, in step order (1.2)
+    views: TraceViews | None = None  # operators, kernels, modules, ranges (1.2; docs/views.md)
 
     def to_dict(self) -> dict[str, Any]:
         # msgspec writes a dataclass field by field, in order: the schema is the field list above

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpuprof.report import TraceSummary
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.stats import copy_stats, sync_stats
+from gpuprof.views.build import trace_views
 
 __all__ = ["trace_summary"]
 
@@ -38,4 +39,6 @@ def trace_summary(m: TraceMetrics) -> TraceSummary:
         world_size=t.world_size,
         num_events=t.num_events,
         file_bytes=t.file_bytes,
+        step_times_us=m.step_times,
+        views=trace_views(m),
     )

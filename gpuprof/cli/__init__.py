@@ -84,9 +84,10 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from gpuprof.cli import analyze, rules
+    from gpuprof.cli import analyze, diff, rules
 
     cli.add_command(analyze.analyze_cmd)
+    cli.add_command(diff.diff_cmd)
     cli.add_command(rules.rules_cmd)
     cli.add_command(rules.explain_cmd)
     try:

@@ -38,6 +38,8 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
     help="Write the trace back with each finding on its own track (open in Perfetto). "
     "For a directory of traces or several paths, OUT is a directory: one annotated file per trace.",
 )
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=str), metavar="REPORT.html",
+              help="Also write the report as one standalone, offline HTML page (summary, step-time chart, findings, views).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar for big files (default: on a terminal).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Traces analysed at once, each in its own process (default: the CPUs available).")
@@ -53,6 +55,7 @@ def analyze_cmd(
     fail_on: str,
     rule_options: tuple[str, ...],
     annotate: str | None,
+    html_out: str | None,
     progress: bool | None,
     jobs: int | None,
     dask: str | None,
@@ -72,6 +75,22 @@ def analyze_cmd(
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--option") from None
 
+    if len(paths) == 1 and _is_saved_report(paths[0]):
+        # a saved JSON report: rendered again, read-only (no trace is read, no rule runs)
+        if annotate:
+            raise InputError(paths[0], "--annotate needs the traces; a saved report.json has only their summaries")
+        from gpuprof.reportfile import read_report_dict, report_from_dict
+
+        report = report_from_dict(read_report_dict(paths[0]), paths[0])
+        if fmt != "json":  # other sections' renderers draw their own objects, which a saved report no longer has
+            from gpuprof.reportfile import unshown_sections
+
+            report.sections = unshown_sections(report.sections)
+        if output:
+            refuse_input_as_output(output, [paths[0]])
+        if html_out:
+            _html(report, html_out, [paths[0]], select, ignore)
+        sys.exit(emit_report(report, fmt, output, select, ignore, fail_on))
     path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
     for p in paths if annotate else ():
         if p == "-" or is_url(p) or not (os.path.isfile(p) or os.path.isdir(p)):
@@ -88,6 +107,8 @@ def analyze_cmd(
         refuse_input_as_output(output, input_files(report))
     if annotate:
         _annotate(report, annotate)
+    if html_out:
+        _html(report, html_out, input_files(report), select, ignore)
     code = emit_report(report, fmt, output, select, ignore, fail_on)
     sys.exit(code)
 
@@ -99,6 +120,28 @@ def _rank_counter() -> Callable[[int, int], None]:
         click.echo(f"\rgpuprof: {done}/{total} traces analysed on the cluster", err=True, nl=done == total)
 
     return show
+
+
+def _html(report: Any, out: str, sources: list[str], select: tuple[str, ...], ignore: tuple[str, ...]) -> None:
+    """The report's HTML page, with the findings --select/--ignore keep (as every other output)."""
+    from dataclasses import replace
+
+    from gpuprof.atomic import write_output
+    from gpuprof.cli.common import split_codes
+    from gpuprof.findings import filter_findings
+    from gpuprof.htmlpage.page import report_page
+    from gpuprof.render.safe import visible
+
+    refuse_input_as_output(out, sources, "--html")
+    kept = replace(report, findings=filter_findings(report.findings, split_codes(select), split_codes(ignore)))
+    write_output(out, report_page(kept), "the HTML page")
+    click.echo(f"gpuprof: HTML page written to {visible(out)}", err=True)
+
+
+def _is_saved_report(path: str) -> bool:
+    from gpuprof.reportfile import is_saved_report
+
+    return is_saved_report(path)
 
 
 def _progress_factory(stack: ExitStack) -> Callable[[TraceFile], Any]:

@@ -179,6 +179,9 @@ def _trace(t: TraceSummary) -> list[str]:
             for s in t.syncs[:TOP_N]
         ]
         out += [md_table(["Cause", "Runtime call", "Count", "Total", "Location"], rows, "llrrl"), ""]
+    from gpuprof.render.views import views_markdown  # the operator/kernel/module/range views (docs/views.md)
+
+    out += views_markdown(t.views)
     if t.notes:
         out += [f"> Note: {md_escape(n)}" for n in t.notes]
         out.append("")

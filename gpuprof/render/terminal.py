@@ -206,6 +206,12 @@ def _emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]]
     emit_table(console, title, [(h, "wrap" if k == "name" else k) for h, k in columns], rows)
 
 
+def emit_named_table(console: Console, title: str, columns: Sequence[tuple[str, str]],
+                     rows: Sequence[Sequence[object]]) -> None:
+    """:func:`_emit_table` for other renderers (the views, the diff): a ``"name"`` column wraps, numbers stay whole."""
+    _emit_table(console, title, columns, rows)
+
+
 def _breakdown_table(heading: str, values: dict[str, float], order: Sequence[str], labels: dict[str, str], basis_us: float) -> Table:
     # the heading sits in the first column's header: as a table title it would wrap to the table's width
     table = _table("", [(heading, "left"), ("ms/step", "right"), ("% of step", "right")])
@@ -260,6 +266,9 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
         rows = [(s.cause, s.runtime, F.fmt_count(s.count), F.fmt_us(s.total_us), s.location or "-") for s in t.syncs[:TOP_N]]
         _emit_table(console, "Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
         console.print()
+    from gpuprof.render.views import views_terminal  # the operator/kernel/module/range views (docs/views.md)
+
+    views_terminal(console, t.views)
     for note in t.notes:
         console.print(_t(f"note: {note}", style="dim"))
     if t.notes:

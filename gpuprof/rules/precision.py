@@ -11,7 +11,7 @@ from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.report import DeviceInfo
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import DTYPE_FLOAT, DTYPE_HALF, Event, dur_of, name_of, op_dtypes
+from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, dur_of, name_of, op_dtypes
 from gpuprof.units import fmt_us
 
 __all__ = [
@@ -50,6 +50,8 @@ _XMMA = re.compile(r"xmma|sm\d+_gemm|sm\d+_xmma")
 _FP32_ONLY_XMMA = re.compile(r"f32f32_f32f32")
 # Names that say the kernel runs on the FP32 (or FP64/complex) SIMT path.
 _FP32 = re.compile(r"sgemm|scudnn|simt|dgemm|cgemm|zgemm|<float|<double|_s_b_|_sb_")
+# Names that say the kernel computes in FP64 (or complex FP64): float64 tensors, whose fix is .float(), not AMP.
+_FP64 = re.compile(r"dgemm|zgemm|<double|double>|double,|f64f64|fp64|dmma")
 # Kernel-name prefixes that reveal the architecture when the trace has no deviceProperties.
 _ARCH_PREFIX = {"volta_": (7, 0), "turing_": (7, 5), "ampere_": (8, 0), "hopper_": (9, 0)}
 _SM_PREFIX = re.compile(r"(?:^|[^a-z])sm_?(\d{2,3})_")
@@ -110,20 +112,27 @@ class PrecisionStats:
     * ``tensor_core_us``: eligible kernels that ran on tensor cores: the name
       says so, or the name is ambiguous and the launching operator took
       FP16/BF16/FP8 inputs.
-    * ``fp32_us``: eligible minus tensor-core time: GEMM/conv work on the FP32 path.
-    * ``ops_float`` / ``ops_half``: matmul/convolution operators whose inputs
-      were FP32 only / included FP16, BF16 or FP8 (from "Input type").
+    * ``fp64_us``: eligible kernels computing in FP64: the name says so
+      (``dgemm``, ``<double>``), or the name is ambiguous and the launching
+      operator took float64 inputs only. Never counted as FP32: its fix is
+      ``.float()``, not mixed precision.
+    * ``fp32_us``: eligible minus tensor-core and FP64 time: GEMM/conv work on the FP32 path.
+    * ``ops_float`` / ``ops_half`` / ``ops_double``: matmul/convolution operators whose inputs
+      were FP32 only / included FP16, BF16 or FP8 / were float64 (from "Input type").
     """
 
     kernel_us: float = 0.0
     eligible_us: float = 0.0
     tensor_core_us: float = 0.0
     fp32_us: float = 0.0
+    fp64_us: float = 0.0
+    fp64_kernels: list[Event] = field(default_factory=list)
     fp32_kernels: list[Event] = field(default_factory=list)
     fp32_by_name: dict[str, float] = field(default_factory=dict)
     ops_float: int = 0
     ops_half: int = 0
-    location: SourceLocation | None = None  # user line launching the longest FP32 GEMM/conv kernel
+    ops_double: int = 0
+    location: SourceLocation | None = None  # user line launching the longest FP32 (FP64) GEMM/conv kernel
 
 
 def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
@@ -137,7 +146,9 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
     verdict: dict[str, str | None] = {}
     for name in set(map(name_of, kernels)):
         tc, eligible = uses_tensor_cores(name), is_eligible_kernel(name)
-        if eligible or tc is True:
+        if (eligible or tc is False) and _FP64.search(name[:_NAME_CHARS].lower()):
+            verdict[name] = "fp64"
+        elif eligible or tc is True:
             verdict[name] = None if tc is None else ("tc" if tc else "fp32")
         elif _NOT_ELIGIBLE.search(name[:_NAME_CHARS].lower()):
             verdict[name] = "no"  # not GEMM/conv work, whatever launched it
@@ -155,19 +166,25 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
             tc = uses_tensor_cores(k.name)
             if not (is_eligible_kernel(k.name) or tc is True or (op is not None and op.name in TC_OPS)):
                 continue
+            flags = _op_flags(op)
             if tc is None:
-                tc = bool(_op_flags(op) & DTYPE_HALF)
-            v = "tc" if tc else "fp32"
+                tc = bool(flags & DTYPE_HALF)
+            v = "tc" if tc else "fp64" if flags & DTYPE_DOUBLE and not flags & (DTYPE_FLOAT | DTYPE_HALF) else "fp32"
         st.eligible_us += dur
         if v == "tc":
             st.tensor_core_us += dur
+        elif v == "fp64":
+            st.fp64_us += dur
+            st.fp64_kernels.append(k)
         else:
             st.fp32_us += dur
             st.fp32_kernels.append(k)
             fp32_by_name[k.name] = fp32_by_name.get(k.name, 0.0) + dur
     tc_ops = TC_OPS & {s.name for s in m.op_stats}  # only the names this trace has
-    # The longest FP32 kernels first; backward kernels launched from autograd threads have no Python stack.
-    for k in sorted(st.fp32_kernels, key=lambda e: -e.dur)[:_LOCATION_TRIES]:
+    # The longest FP32 (FP64 when it dominates) kernels first; backward kernels launched from autograd
+    # threads have no Python stack.
+    located = st.fp64_kernels if st.fp64_us > st.fp32_us else st.fp32_kernels
+    for k in sorted(located, key=lambda e: -e.dur)[:_LOCATION_TRIES]:
         launch = m.launch_by_corr.get(k.corr)
         if launch is not None:
             st.location = m.stacks.location(launch.pid, launch.tid, launch.ts, op=m.op_by_ext.get(launch.ext))
@@ -180,6 +197,8 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
                 st.ops_half += 1
             elif flags & DTYPE_FLOAT:
                 st.ops_float += 1
+            elif flags & DTYPE_DOUBLE:
+                st.ops_double += 1
     return st
 
 
@@ -233,6 +252,11 @@ class NoTensorCores(Rule):
     flash attention, AMD ``Cijk_*_MI16x16`` / MFMA / composable-kernel), with
     the launching operator's input dtypes deciding ambiguous names. The
     estimated saving is a conservative fraction of that FP32 time.
+
+    GEMM/convolution time in FP64 (``dgemm``, ``<double>`` kernels, or
+    float64 inputs) is not FP32: when it outweighs the FP32 time, the finding
+    says "FP64 (float64)" and its fix is ``.float()`` (the tensors should not
+    be float64), not mixed precision.
     """
 
     code = "GP302"
@@ -267,6 +291,9 @@ class NoTensorCores(Rule):
             return
         dev, cc, where = device_capability(m)
         if cc is None or cc[0] + cc[1] / 10 < ctx.opt("min_compute_capability"):
+            return
+        if st.fp64_us > st.fp32_us and st.fp64_us / st.kernel_us >= ctx.opt("min_fp32_share"):
+            yield self._fp64_finding(ctx, st, where)
             return
         fp32_share = st.fp32_us / st.kernel_us
         if fp32_share < ctx.opt("min_fp32_share"):
@@ -320,5 +347,33 @@ class NoTensorCores(Rule):
             ],
             cost_us_per_step=saving,
             cost_label=f"estimated saving with mixed precision ({ctx.opt('saving_fraction'):.0%} of the FP32 GEMM/conv time)",
+            location=st.location,
+        )
+
+    def _fp64_finding(self, ctx: RuleContext, st: PrecisionStats, where: str) -> Finding:
+        """The GEMM/conv time is float64: named FP64 (never FP32), with .float() as the fix."""
+        n = ctx.metrics.num_steps
+        share = st.fp64_us / st.kernel_us
+        ops = ""
+        if st.ops_double:
+            ops = f"; {st.ops_double} of {st.ops_double + st.ops_float + st.ops_half} matmul/conv ops take float64 inputs"
+        return self.finding(
+            ctx,
+            f"FP64 (float64) matmul/conv on {where}: {share:.0%} of kernel time ({fmt_us(st.fp64_us / n)} per step) "
+            f"in FP64 GEMM/conv kernels{ops}",
+            "The tensors are float64 (torch.float64: often from numpy arrays or dtype=torch.double). Convert the model "
+            "and its inputs to float32 with .float() (model.float(); x = x.float()), or create them as float32: FP64 "
+            "runs at a fraction of the FP32 rate (1/2 on datacenter GPUs, 1/32 to 1/64 on others) and never on FP16/BF16 "
+            "tensor cores. Then mixed precision (torch.autocast) can apply.",
+            evidence=[
+                Evidence(
+                    "fp64_gemm_conv_share", round(share, 4), ctx.opt("min_fp32_share"), "fraction",
+                    events=event_refs(st.fp64_kernels),
+                    extra={"fp64_us_per_step": round(st.fp64_us / n, 1), "ops_fp64_inputs": st.ops_double,
+                           "fp32_us_per_step": round(st.fp32_us / n, 1)},
+                ),
+            ],
+            cost_us_per_step=st.fp64_us / n * ctx.opt("saving_fraction"),
+            cost_label=f"estimated saving in float32 ({ctx.opt('saving_fraction'):.0%} of the FP64 GEMM/conv time)",
             location=st.location,
         )

@@ -270,35 +270,47 @@ def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, A
 
 
 def compare_views(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Run ``b`` against run ``a`` (before → after): step time, breakdowns, findings added and removed.
+    """Run ``b`` against run ``a`` (before → after), computed by ``gpuprof diff``'s code (:mod:`gpuprof.diff.compare`).
 
-    Findings are matched by code and source line (the same problem in the
-    same place); a code that stays but moves shows as removed and added.
+    The full diff document (docs/diff.md) is under ``diff``; the other keys
+    are the page's summary of it: step time, breakdowns, findings removed,
+    added and kept (matched by code and source location, as ``gpuprof diff``).
     """
-    ha, hb = a["headline"], b["headline"]
+    from gpuprof.diff.compare import diff_reports
 
-    def delta(x: float | None, y: float | None) -> dict[str, float | None]:
-        return {"before": x, "after": y, "change": (y / x - 1.0) if x and y is not None else None}
+    d = diff_reports(_as_report(a), _as_report(b), (a["name"], b["name"]))
+    m = {x["name"]: x for x in d["metrics"]}
 
-    def key(f: dict[str, Any]) -> tuple[str, str]:
-        loc = f.get("location") or {}
-        return (str(f.get("code")), f"{loc.get('file')}:{loc.get('line')}" if loc else "")
+    def pair(name: str) -> dict[str, float | None]:
+        return {"before": m[name]["before"], "after": m[name]["after"]}
 
-    ka = {key(f): f for f in a["findings"]}
-    kb = {key(f): f for f in b["findings"]}
+    def delta(name: str) -> dict[str, float | None]:
+        return {**pair(name), "change": m[name]["change"]}
+
+    f = d["findings"]
     return {
         "before": a["name"],
         "after": b["name"],
-        "step_time_us": delta(ha["step_time_us"], hb["step_time_us"]),
-        "step_time_mean_us": delta(ha["step_time_mean_us"], hb["step_time_mean_us"]),
-        "gpu_utilization": {"before": ha["gpu_utilization"], "after": hb["gpu_utilization"]},
-        "breakdown_us": {k: {"before": ha["breakdown_us"][k], "after": hb["breakdown_us"][k]} for k in BREAKDOWN_KEYS},
-        "idle_us": {k: {"before": ha["idle_us"][k], "after": hb["idle_us"][k]} for k in IDLE_KEYS},
-        "removed": [_brief(f) for k, f in ka.items() if k not in kb],
-        "added": [_brief(f) for k, f in kb.items() if k not in ka],
-        "kept": [{"before": _brief(ka[k]), "after": _brief(kb[k])} for k in ka if k in kb],
+        "step_time_us": delta("step_time"),
+        "step_time_mean_us": delta("step_time_mean"),
+        "gpu_utilization": pair("gpu_utilization"),
+        "breakdown_us": {k: pair("breakdown." + k) for k in BREAKDOWN_KEYS},
+        "idle_us": {k: pair("idle." + k) for k in IDLE_KEYS},
+        "removed": [_brief(r, "before") for r in f["removed"]],
+        "added": [_brief(r, "after") for r in f["added"]],
+        "kept": [{"before": _brief(r, "before"), "after": _brief(r, "after")} for r in f["changed"] + f["unchanged"]],
+        "diff": d,
     }
 
 
-def _brief(f: dict[str, Any]) -> dict[str, Any]:
-    return {k: f.get(k) for k in ("code", "name", "severity", "message", "cost_us_per_step", "cost_share", "origin")}
+def _as_report(view: dict[str, Any]) -> dict[str, Any]:
+    """A run view in the report's JSON form, as ``gpuprof diff`` reads it."""
+    return {"inputs": [view["name"]], "traces": [t["summary"] for t in view["traces"]], "findings": view["findings"]}
+
+
+def _brief(row: dict[str, Any], side: str) -> dict[str, Any]:
+    """One side of a diff finding row, in the fields the page draws."""
+    return {"code": row["code"], "name": row["name"], "severity": row[f"severity_{side}"],
+            "message": row[f"message_{side}"], "cost_us_per_step": row[f"cost_{side}_us_per_step"],
+            "location": row["location"], "predicted_saving_us_per_step": row.get("predicted_saving_us_per_step"),
+            "measured_saving_us_per_step": row.get("measured_saving_us_per_step")}

@@ -28,6 +28,7 @@ from itertools import compress
 
 import numpy as np
 
+from gpuprof.trace.attribution import OpAttribution, attribute
 from gpuprof.trace.breakdown import (
     BREAKDOWN_KEYS,
     IDLE_KEYS,
@@ -93,6 +94,8 @@ class TraceMetrics:
     kernel_busy: Intervals = field(default_factory=Intervals.empty)  # union of all kernels on the main device
     kernel_stats: list[KernelStat] = field(default_factory=list)
     op_stats: list[OpStat] = field(default_factory=list)
+    # the launching operator of every GPU event (computed once: the operator table and the report's views read it)
+    attribution: OpAttribution | None = None
 
     # -- derived numbers -------------------------------------------------------
     @property
@@ -249,7 +252,8 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         c.step = metrics.step_of(c.gpu.ts)
     metrics.copies = copy_events
     metrics.kernel_busy = on_main_device(kern_by_dev).union(on_main_device(comm_by_dev))
-    metrics.op_stats = op_stats(trace, threads)
+    metrics.attribution = attribute(trace, threads.ops, threads.runtime)
+    metrics.op_stats = op_stats(trace, threads, metrics.attribution)
     metrics.syncs = sync_points(main_runtime, blocking_copy_calls, copy_events, threads, op_by_ext, stacks, metrics.step_of,
                                  kernel_busy=metrics.kernel_busy)
     metrics.kernel_stats = kernel_stats(trace)

@@ -38,9 +38,12 @@ __all__ = [
     "OP_AUTOGRAD",
     "op_call_stack",
     "op_shape_key",
+    "op_input_shapes",
     "copy_kind",
     "memory_totals",
     "memory_addr",
+    "KernelConfig",
+    "kernel_config",
 ]
 
 # Bit flags summarising an operator's input dtypes (from "Input type").
@@ -130,12 +133,25 @@ class MemoryPayload(msgspec.Struct, gc=False, frozen=True):
     addr: int
 
 
+class KernelConfig(msgspec.Struct, gc=False, frozen=True):
+    """A kernel's launch configuration as Kineto records it (None / -1 where the trace has no value).
+
+    ``occupancy`` is Kineto's "est. achieved occupancy %" as a fraction.
+    """
+
+    grid: Union[tuple[int, ...], None]
+    block: Union[tuple[int, ...], None]
+    registers: int
+    occupancy: float
+
+
 # --------------------------------------------------------------------------- payload accessors
 #
 # The loader stores an operator's payload as its dtype flags and OP_AUTOGRAD (an int: no
 # object per op) or, for 2021 traces with a "Call stack", a (flags, stack)
-# tuple, or for the operators whose shapes it keeps (vocab.SHAPE_KEY_OPS) a
-# (flags, stack or None, shape hash) tuple; a copy's as its CopyKind; a [memory] event's as a MemoryPayload.
+# tuple, or for operators with ``Input Dims`` (record_shapes) a shared (flags, stack or None, Input Dims
+# text) tuple; a copy's as its CopyKind; a kernel's as a shared KernelConfig (when recorded); a [memory]
+# event's as a MemoryPayload.
 # These functions are the one place that knows it.
 
 
@@ -162,13 +178,16 @@ def op_records_autograd(op: Event) -> bool:
     return type(extra) is int and bool(extra & OP_AUTOGRAD)
 
 
-def op_shape_key(op: Event) -> int | None:
-    """A CRC-32 of the ``Input Dims`` text of a matmul/conv/attention operator (``vocab.SHAPE_KEY_OPS``), equal
-    for equal shapes within one loaded trace; None for other operators or without record_shapes."""
+def op_shape_key(op: Event) -> str | None:
+    """The ``Input Dims`` text of an operator (JSON, as in the trace; one string object per distinct text
+    within one loaded trace), None without record_shapes or for other events."""
     extra = op.extra
     if type(extra) is tuple and len(extra) == 3:
         return extra[2]  # type: ignore[no-any-return]
     return None
+
+
+op_input_shapes = op_shape_key  # the name the operator view reads it by
 
 
 def op_call_stack(op: Event) -> str | None:
@@ -192,6 +211,12 @@ def memory_totals(mem: Event) -> tuple[int, int] | None:
     if type(extra) is MemoryPayload and extra.allocated is not None:
         return extra.allocated, extra.reserved
     return None
+
+
+def kernel_config(kernel: Event) -> KernelConfig | None:
+    """The launch configuration of a kernel event (None when the trace records none)."""
+    extra = kernel.extra
+    return extra if type(extra) is KernelConfig else None
 
 
 def memory_addr(mem: Event) -> int:

@@ -9,8 +9,6 @@ read) and reads the metadata (devices, rank, process and thread names).
 
 from __future__ import annotations
 
-from zlib import crc32
-
 import msgspec
 
 from gpuprof.errors import InputError
@@ -25,11 +23,12 @@ from gpuprof.trace.model import (
     OP_AUTOGRAD,
     DeviceInfo,
     Event,
+    KernelConfig,
     MemoryPayload,
     Trace,
 )
 from gpuprof.trace.pairing import pair_slices
-from gpuprof.trace.vocab import CATEGORY_KIND, SHAPE_KEY_OPS, Kind, parse_copy_name
+from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
 
 __all__ = ["Builder", "device_info"]
 
@@ -63,6 +62,13 @@ def _as_int(x: object) -> int:
         return -1
 
 
+def _dims(x: object) -> tuple[int, ...] | None:
+    """A grid/block value: a list of up to 3 non-negative ints, else None."""
+    if type(x) is list and 0 < len(x) <= 3 and all(type(v) is int and v >= 0 for v in x):
+        return tuple(x)
+    return None
+
+
 def _address(x: object) -> int:
     """A [memory] event's Addr: an int, or a string in any base Python reads ("0x7f..."); -1 when absent."""
     if type(x) is int:
@@ -88,6 +94,10 @@ class Builder:
         self.events_seen = 0
         self._names: dict[str, str] = {}  # one string object per distinct name
         self._stacks: dict[str, str] = {}
+        self._shapes: dict[bytes, str] = {}  # Input Dims bytes -> one string object per distinct text
+        self._extras: dict[tuple[int, str | None, str | None], tuple[int, str | None, str | None]] = {}
+        self._extras2: dict[tuple[int, str], tuple[int, str]] = {}
+        self._configs: dict[tuple[tuple[int, ...] | None, tuple[int, ...] | None, int, float], KernelConfig] = {}
         self._comm_names: dict[str, bool] = {}  # name -> is it a communication event (asked once per name)
         self._device_props: list[R.RawDeviceProps] = []
         self._meta_seen = False
@@ -146,7 +156,9 @@ class Builder:
         dtype_flags = _DTYPE_FLAGS
         stacks = self._stacks
         comm_names = self._comm_names
-        shape_ops = SHAPE_KEY_OPS
+        shapes = self._shapes
+        extras = self._extras
+        extras2 = self._extras2
         comm_out = t.comm_events
         for ev in events:
             ph = ev.ph
@@ -215,11 +227,20 @@ class Builder:
                     flags |= OP_AUTOGRAD
                 cs = a.call_stack
                 extra: object = flags
-                if name in shape_ops and a.input_dims:
-                    # the input shapes of a GEMM/conv, as a CRC of their text: steps compare them (static shapes?)
-                    extra = (flags, stacks.setdefault(cs, cs) if cs else None, crc32(a.input_dims))
+                dims = a.input_dims
+                if dims:
+                    # the input shapes as their JSON text, one string per distinct text, and one payload
+                    # tuple per distinct (flags, stack, shapes): the operator view groups by them and
+                    # steps compare them (static shapes?), at no memory per operator
+                    raw = bytes(dims)
+                    shape = shapes.get(raw)
+                    if shape is None:
+                        shape = shapes[raw] = raw.decode("utf-8", "replace")
+                    key3 = (flags, stacks.setdefault(cs, cs) if cs else None, shape)
+                    extra = extras.setdefault(key3, key3)
                 elif cs:
-                    extra = (flags, stacks.setdefault(cs, cs))
+                    key2 = (flags, stacks.setdefault(cs, cs))
+                    extra = extras2.setdefault(key2, key2)  # shared, as the 3-tuples
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, extra))
             elif kind == K_KERNEL or kind == K_MEMCPY or kind == K_MEMSET or kind == K_SYNC or kind == K_GPU_ANN:
                 d = a.device
@@ -232,7 +253,12 @@ class Builder:
                     stream = tid if type(tid) is int else _as_int(tid)
                 nb = a.bytes
                 nbytes = int(nb) if nb is not None and nb == nb and nb > 0 else 0
-                extra = parse_copy_name(name) if kind == K_MEMCPY else None
+                if kind == K_MEMCPY:
+                    extra = parse_copy_name(name)
+                elif kind == K_KERNEL and (a.grid is not None or a.registers is not None):
+                    extra = self._kernel_config(a)
+                else:
+                    extra = None
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, device, stream, nbytes, extra))
             elif kind == K_MEM:
                 nb = a.mem_bytes
@@ -248,6 +274,17 @@ class Builder:
                 )
             else:
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr))
+
+    def _kernel_config(self, a: R.RawArgs) -> KernelConfig:
+        """One shared KernelConfig per distinct launch configuration (a value of the wrong type counts as absent)."""
+        regs, occ = a.registers, a.occupancy
+        registers = int(regs) if isinstance(regs, (int, float)) and 0 <= regs < 1e6 else -1  # NaN fails the test
+        occupancy = float(occ) / 100.0 if isinstance(occ, (int, float)) and 0 <= occ <= 100 else -1.0
+        key = (_dims(a.grid), _dims(a.block), registers, occupancy)
+        got = self._configs.get(key)
+        if got is None:
+            got = self._configs[key] = KernelConfig(*key)
+        return got
 
     def _meta(self, ev: R.RawEvent) -> None:
         a = ev.args

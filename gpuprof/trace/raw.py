@@ -47,6 +47,11 @@ class RawArgs(msgspec.Struct, gc=False):
     comm_dtype: Any = msgspec.field(name="dtype", default=None)
     group_size: Any = msgspec.field(name="Group size", default=None)
     pg_name: Any = msgspec.field(name="Process Group Name", default=None)
+    # kernel launch configuration (Kineto writes them on kernel events; read for the kernel view)
+    grid: Any = None
+    block: Any = None
+    registers: Union[int, float, None] = msgspec.field(name="registers per thread", default=None)
+    occupancy: Union[int, float, None] = msgspec.field(name="est. achieved occupancy %", default=None)
     # [memory] instant events
     mem_bytes: Union[int, float, None] = msgspec.field(name="Bytes", default=None)
     total_allocated: Union[int, float, None] = msgspec.field(name="Total Allocated", default=None)

@@ -4,8 +4,8 @@ Definitions:
 
 **Shapes of a step**: the distinct (operator name, ``Input Dims``) pairs of the
 matmul, convolution and attention operators (``vocab.SHAPE_KEY_OPS``) that
-start inside the step's window. The loader keeps each one's ``Input Dims`` as a
-CRC of its text (``model.op_shape_key``), so this needs a trace recorded with
+start inside the step's window. The loader keeps each operator's ``Input Dims``
+text (``model.op_shape_key``), so this needs a trace recorded with
 ``record_shapes=True``. Steps without such an operator are left out.
 
 **Shape ratio**: the number of distinct pairs over all compared steps divided
@@ -51,7 +51,7 @@ def step_shapes(m: TraceMetrics) -> StepShapes:
     """Compare the steps' shapes (module docstring)."""
     if not m.has_step_markers or len(m.steps) < 2:
         return StepShapes(None, None, 0, 0)
-    sets: list[set[tuple[str, int]]] = [set() for _ in m.steps]
+    sets: list[set[tuple[str, str]]] = [set() for _ in m.steps]
     for op in m.trace.ops:
         if op.name not in SHAPE_KEY_OPS:
             continue

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuprof.trace.attribution import attribute
+from gpuprof.trace.attribution import OpAttribution, attribute
 from gpuprof.trace.model import Trace, name_of
 from gpuprof.trace.syncs import CopyEvent, SyncPoint
 from gpuprof.trace.threads import ThreadIndex
@@ -112,7 +112,7 @@ def kernel_stats(trace: Trace) -> list[KernelStat]:
     return stats
 
 
-def op_stats(trace: Trace, threads: ThreadIndex) -> list[OpStat]:
+def op_stats(trace: Trace, threads: ThreadIndex, attribution: OpAttribution | None = None) -> list[OpStat]:
     """Per operator name: count, total and self host time, and GPU time of the work it launched
     (see the module docstring); most GPU self time first, then most host self time."""
     # name -> [count, total, self]; step markers map to None
@@ -142,7 +142,9 @@ def op_stats(trace: Trace, threads: ThreadIndex) -> list[OpStat]:
                 if end <= top_end and top is not None:
                     top[2] -= dur  # the parent's self time excludes this child
             push((end, a))
-    per_name = attribute(trace, threads.ops, threads.runtime).per_name()
+    if attribution is None:
+        attribution = attribute(trace, threads.ops, threads.runtime)
+    per_name = attribution.per_name()
     stats = [
         OpStat(name=n, count=int(v[0]), total_us=v[1], self_us=max(v[2], 0.0), gpu_us=g[0], gpu_total_us=g[1])
         for n, v in agg.items()

@@ -234,7 +234,7 @@ def is_optimizer_name(name: str) -> bool:
     return name.startswith("Optimizer.step#") or name.startswith("Optimizer.zero_grad#")
 
 
-# Operators whose input shapes (``Input Dims``, record_shapes=True) the loader keeps, as a CRC, to tell
+# Operators whose input shapes (``Input Dims``, record_shapes=True; the loader keeps every operator's) tell
 # steps with static shapes (CUDA-graph candidates) from steps whose shapes change: the matmuls,
 # convolutions and attention that a model's batch and sequence sizes flow through.
 SHAPE_KEY_OPS = frozenset({

@@ -11,6 +11,7 @@ import pytest
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.report import CopyStat, DeviceInfo, KernelStat, OpStat, Report, SyncStat, TraceSummary
 from gpuprof.testing.realtraces import shared_path
+from gpuprof.trace.viewrows import KernelRow, OperatorRow, RangeRow, TraceViews
 
 
 def shared_trace(rel: str) -> Path:
@@ -80,6 +81,16 @@ def make_trace_summary(path: str = "run/worker0.pt.trace.json.gz") -> TraceSumma
         num_events=1_234_567,
         file_bytes=98_765_432,
         notes=["2 steps were dropped as warm-up"],
+        step_times_us=[100_000.0, 101_000.0],
+        views=TraceViews(
+            kernel_total_us=150_000.0, unattributed_gpu_us=0.0, peak_device="h100",
+            operators=[OperatorRow("aten::mm", "[[64, 32], [32, 16]]", 2, 40.0, 30.0, 100.0, 100.0, ["train.py:12 (step)"])],
+            kernels=[KernelRow("sm90_xmma_gemm_bf16", 2, 100.0, 50.0, 60.0, True, "bf16", "bf16", 65536.0, "estimate",
+                               0.000655, 6.6e-7, [1, 1, 1], [128, 1, 1], 96, 0.5)],
+            modules=[RangeRow("Model_0/Linear_1", 2, 80.0, 100.0, 100.0)],
+            ranges=[RangeRow("forward", 2, 90.0, 100.0, 100.0)],
+            rest={"operators": {"rows": 1.0, "calls": 3.0}},
+        ),
     )
 
 

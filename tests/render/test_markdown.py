@@ -46,7 +46,9 @@ def test_tables_are_well_formed(report):
         else:
             i += 1
     t = report.traces[0]
-    expected = 2 + sum(bool(x) for x in (t.top_kernels, t.top_ops, t.copies, t.syncs)) + 1  # + findings table
+    views = t.views
+    n_views = 0 if views is None else sum(bool(x) for x in (views.operators, views.kernels, views.modules, views.ranges))
+    expected = 2 + sum(bool(x) for x in (t.top_kernels, t.top_ops, t.copies, t.syncs)) + n_views + 1  # + findings table
     assert n_tables == expected
 
 

@@ -186,3 +186,23 @@ def test_gp302_location_is_the_users_line(tmp_path):
     f = _gp302(tb.write(tmp_path / "stack.json"))
     assert f is not None and f.location is not None
     assert (f.location.file, f.location.line) == ("model.py", 17)
+
+
+@pytest.mark.parametrize("kernel", ["volta_dgemm_64x64_nn", "void gemm_kernel_nn<64, 4>(int, int)"])
+def test_gp302_float64_is_named_fp64_with_float_advice(tmp_path, kernel):
+    # float64 matmuls: by the kernel name (dgemm) or, for a name that does not say, by the op's double inputs
+    tb = TraceBuilder(**V100)
+    for _ in range(4):
+        with tb.step():
+            for _ in range(6):
+                tb.gemm("double", us=300, name="aten::mm", kernel=kernel)
+                with tb.op("aten::add_", input_types=["double", "double", "Scalar"]):
+                    tb.kernel(KERNELS["elementwise"], us=100)
+    f = _gp302(tb.write(tmp_path / "f64.json"))
+    assert f is not None
+    assert f.message.startswith("FP64 (float64) matmul/conv") and "FP32" not in f.message
+    assert ".float()" in f.advice and "GradScaler" not in f.advice
+    share = f.evidence[0]
+    assert share.metric == "fp64_gemm_conv_share" and share.value == pytest.approx(0.75, abs=0.01)
+    assert share.extra["ops_fp64_inputs"] == 24
+    assert f.cost_us_per_step == pytest.approx(0.5 * 6 * 300, rel=0.01)

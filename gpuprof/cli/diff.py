@@ -1,0 +1,114 @@
+"""``gpuprof diff BEFORE AFTER``: compare two runs (docs/diff.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from gpuprof.errors import EXIT_FINDINGS, EXIT_OK, InputError
+
+__all__ = ["diff_cmd", "load_side"]
+
+EPILOG = """\b
+Exit codes:
+  0  compared (and, with --fail-on-regression, no regression)
+  1  --fail-on-regression: the metric got worse by more than the threshold and the noise
+  2  bad input or usage (one line naming the file)
+  3  internal gpuprof error
+"""
+
+
+def load_side(path: str, jobs: int) -> dict[str, Any]:
+    """A report in JSON form: a saved report.json read back, or the analysis of traces / a run directory."""
+    from gpuprof.reportfile import is_saved_report, read_report_dict
+
+    if is_saved_report(path):
+        return read_report_dict(path)
+    if not (os.path.isfile(path) or os.path.isdir(path)):
+        if not os.path.exists(path):
+            raise InputError(path, "no such file or directory")
+        raise InputError(path, "not a trace file, run directory or report.json")
+    from gpuprof.analysis import analyze
+
+    return analyze(path, jobs=jobs).to_dict()
+
+
+@click.command("diff", epilog=EPILOG)
+@click.argument("before", type=click.Path(path_type=str))
+@click.argument("after", type=click.Path(path_type=str))
+@click.option("--format", "fmt", type=click.Choice(("terminal", "json", "markdown")), default="terminal", show_default=True,
+              help="Output format. json follows docs/diff.md.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the diff to this file.")
+@click.option("--fail-on-regression", "threshold", metavar="PCT",
+              help="Exit 1 when --metric got worse by more than PCT (5% or 0.05) and more than the per-step noise.")
+@click.option("--metric", default="step_time", show_default=True,
+              help="The metric --fail-on-regression judges: step_time, step_time_mean, gpu_utilization, gpu_busy, gpu_idle, "
+                   "breakdown.PART or idle.PART (docs/diff.md).")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), metavar="DIFF.html",
+              help="Also write the diff as one standalone, offline HTML page.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Traces analysed at once.")
+def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: str | None, metric: str,
+             html_out: str | None, jobs: int | None) -> None:
+    """Compare two runs: BEFORE and AFTER are trace files, run directories or saved report.json files.
+
+    Shows step time and every part of it before and after, the operators
+    (by name and input shapes) and kernels that got slower or faster, and the
+    findings fixed, new and changed, with each fixed finding's predicted
+    saving against the measured change.
+    """
+    from gpuprof.analysis import default_analyze_jobs
+    from gpuprof.atomic import refuse_input_as_output, write_output
+    from gpuprof.diff.compare import diff_reports
+    from gpuprof.diff.gate import judge, parse_threshold
+    from gpuprof.render.safe import visible
+
+    limit = None
+    if threshold is not None:
+        try:
+            limit = parse_threshold(threshold)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--fail-on-regression") from None
+    from gpuprof.diff.compare import METRICS
+
+    if metric not in METRICS:  # before any trace is read
+        raise click.BadParameter(f"unknown metric {metric!r} (one of: {', '.join(METRICS)})", param_hint="--metric")
+    n = jobs or default_analyze_jobs()
+    b, a = load_side(before, n), load_side(after, n)
+    diff = diff_reports(b, a, (before, after))
+    if limit is not None:
+        diff["regression"] = judge(diff, metric, limit)
+    sources = [before, after] + [t for d in (b, a) for t in _trace_paths(d)]
+    if fmt == "json":
+        from gpuprof.render.jsonout import json_safe
+
+        text = json.dumps(json_safe(diff), indent=2, allow_nan=False) + "\n"
+    elif fmt == "markdown":
+        from gpuprof.diff.render import render_diff_markdown
+
+        text = render_diff_markdown(diff)
+    else:
+        from gpuprof.diff.render import render_diff_terminal
+
+        text = render_diff_terminal(diff, color=None if output is None and sys.stdout.isatty() else False)
+    if html_out:
+        from gpuprof.htmlpage.page import diff_page
+
+        refuse_input_as_output(html_out, sources, "--html")
+        write_output(html_out, diff_page(diff), "the HTML page")
+        click.echo(f"gpuprof: HTML page written to {visible(html_out)}", err=True)
+    if output:
+        refuse_input_as_output(output, sources)
+        write_output(output, text, "the diff")
+        click.echo(f"gpuprof: diff written to {visible(output)}", err=True)
+    else:
+        sys.stdout.write(text)
+    reg = diff["regression"]
+    sys.exit(EXIT_FINDINGS if reg is not None and reg["regressed"] else EXIT_OK)
+
+
+def _trace_paths(doc: dict[str, Any]) -> list[str]:
+    return [str(t.get("path")) for t in doc.get("traces", []) if isinstance(t, dict)]

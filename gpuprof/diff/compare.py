@@ -1,0 +1,339 @@
+"""Compare two reports (before → after): the diff document of docs/diff.md.
+
+Input: two reports in their JSON form (``Report.to_dict()``, a saved
+``report.json``, or the plugin's run view turned into one). Every figure of a
+side is taken over all its traces (every rank and every span), per step:
+
+* **step time**: the median of all the side's steps pooled; **mean step**:
+  total step time / steps. **Breakdown and idle parts**, **GPU busy**: means
+  per step weighted by each trace's steps; **GPU utilisation**: busy / step
+  time over the traces with GPU activity.
+* **noise** of the step time: twice the standard error of the difference of
+  the two sides' step times, ``2·sqrt(σb²/nb + σa²/na)``, with σ the robust
+  spread of each side's steps (1.4826 × median absolute deviation); None when
+  a side has fewer than 2 steps. :mod:`gpuprof.diff.gate` explains its use.
+* **operators** (by name and input shapes) and **kernels** (by name): time per
+  step, summed over the side's traces / its steps. A row is *changed* when its
+  time moved by at least ``MIN_ROW_SHARE`` of the before mean step and
+  ``MIN_ROW_CHANGE`` of its own before time; *added*/*removed* when it exists
+  on one side only (with at least ``MIN_ROW_SHARE`` of the step).
+* **findings** are matched by code and source location; a side's cost of a
+  finding is its per-step cost weighted by the steps of the traces it was found
+  in, over all the side's steps. For a removed finding, the *predicted* saving
+  is that cost before; the *measured* change is the mean step time before minus
+  after, and, for codes tied to one part of the step (``PART_OF_CODE``), that
+  part's change too.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+__all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE", "METRICS"]
+
+DIFF_SCHEMA_VERSION = "1.0"
+
+BREAKDOWN = ("kernel", "communication", "memcpy", "memset", "runtime", "data_loading", "cpu_exec", "other")
+IDLE = ("sync", "blocking_copy", "runtime", "data_loading", "optimizer", "cpu_other")
+
+# every metric a diff compares, in its order (`metrics[].name`)
+METRICS = ("step_time", "step_time_mean", "gpu_busy", "gpu_utilization", *(f"breakdown.{k}" for k in BREAKDOWN),
+           *(f"idle.{k}" for k in IDLE), "gpu_idle")
+
+MIN_ROW_SHARE = 0.002  # 0.2% of the before mean step
+MIN_ROW_CHANGE = 0.05  # 5% of the row's own before time
+MAX_ROWS = 200  # rows per list in the diff document
+
+# the part of the step a finding's cost comes out of, when it is one part (metric names as in `metrics`)
+PART_OF_CODE = {
+    "GP101": "gpu_idle",
+    "GP102": "breakdown.data_loading",
+    "GP601": "breakdown.data_loading",
+    "GP201": "idle.blocking_copy",
+    "GP202": "idle.blocking_copy",
+    "GP203": "idle.sync",
+    "GP302": "breakdown.kernel",
+}
+
+
+@dataclass
+class Side:
+    """One run, reduced to what the diff compares (see the module docstring)."""
+
+    label: str
+    traces: int = 0
+    ranks: list[int] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+    metrics: dict[str, float | None] = field(default_factory=dict)  # per step (µs) or fraction
+    per_rank_step: dict[int, float] = field(default_factory=dict)  # rank -> median step
+    operators: dict[tuple[str, str | None], dict[str, float]] = field(default_factory=dict)  # per step
+    kernels: dict[str, dict[str, float]] = field(default_factory=dict)  # per step
+    findings: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+
+def _num(x: Any) -> float:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else 0.0
+
+
+def side_from_report(doc: Mapping[str, Any], label: str) -> Side:
+    """Reduce a report (its JSON form) to a :class:`Side`."""
+    traces = [t for t in doc.get("traces", []) if isinstance(t, dict)]
+    side = Side(label=label, traces=len(traces))
+    steps_of: dict[str, int] = {}
+    total_steps = 0
+    total_time = 0.0
+    busy = util_time = 0.0
+    parts: dict[str, float] = defaultdict(float)
+    by_rank: dict[int, list[float]] = defaultdict(list)
+    for t in traces:
+        n = int(_num(t.get("num_steps")))
+        steps_of[str(t.get("path"))] = n
+        times = [_num(x) for x in t.get("step_times_us") or []]
+        if not times and n:  # a report from before schema 1.2: the mean stands for each step
+            times = [_num(t.get("step_time_mean_us"))] * n
+        side.step_times += times
+        total_steps += n
+        total_time += _num(t.get("step_time_mean_us")) * n
+        if t.get("gpu_utilization") is not None:
+            busy += _num(t.get("gpu_busy_us")) * n
+            util_time += _num(t.get("step_time_mean_us")) * n
+        for key, prefix in (("breakdown_us", "breakdown."), ("idle_breakdown_us", "idle.")):
+            for k, v in (t.get(key) or {}).items():
+                parts[prefix + str(k)] += _num(v) * n
+        if isinstance(t.get("rank"), int):
+            by_rank[t["rank"]] += times
+        for d in t.get("devices") or []:
+            name = d.get("name") if isinstance(d, dict) else None
+            if name and name not in side.devices:
+                side.devices.append(str(name))
+        _add_rows(side, t)
+    n = max(total_steps, 1)
+    side.ranks = sorted(by_rank)
+    side.per_rank_step = {r: statistics.median(v) for r, v in by_rank.items() if v}
+    m = side.metrics
+    m["step_time"] = statistics.median(side.step_times) if side.step_times else None
+    m["step_time_mean"] = total_time / total_steps if total_steps else None
+    m["gpu_busy"] = busy / n
+    m["gpu_utilization"] = busy / util_time if util_time > 0 else None
+    for k in BREAKDOWN:
+        m["breakdown." + k] = parts["breakdown." + k] / n
+    for k in IDLE:
+        m["idle." + k] = parts["idle." + k] / n
+    m["gpu_idle"] = sum(parts["idle." + k] for k in IDLE) / n
+    for rows in (side.operators, side.kernels):
+        for row in rows.values():
+            for k in row:
+                if k != "calls":
+                    row[k] /= n
+    _add_findings(side, doc.get("findings", []), steps_of, total_steps)
+    return side
+
+
+def _add_rows(side: Side, t: Mapping[str, Any]) -> None:
+    views = t.get("views") if isinstance(t.get("views"), dict) else None
+    ops = views.get("operators") if views else None
+    if ops is None:  # an older report: the top operators, by name only
+        ops = [{"name": o.get("name"), "input_shapes": None, "calls": o.get("count"), "cpu_self_us": o.get("self_us"),
+                "cpu_total_us": o.get("total_us"), "gpu_self_us": o.get("gpu_us"), "gpu_total_us": o.get("gpu_total_us")}
+               for o in t.get("top_ops") or [] if isinstance(o, dict)]
+    for o in ops:
+        if not isinstance(o, dict):
+            continue
+        key = (str(o.get("name")), o.get("input_shapes") if isinstance(o.get("input_shapes"), str) else None)
+        row = side.operators.setdefault(key, defaultdict(float))
+        for f in ("calls", "cpu_self_us", "cpu_total_us", "gpu_self_us", "gpu_total_us"):
+            row[f] += _num(o.get(f))
+    kernels = views.get("kernels") if views else None
+    if kernels is None:
+        kernels = [{"name": k.get("name"), "calls": k.get("count"), "total_us": k.get("total_us")}
+                   for k in t.get("top_kernels") or [] if isinstance(k, dict)]
+    for k in kernels:
+        if not isinstance(k, dict):
+            continue
+        row = side.kernels.setdefault(str(k.get("name")), defaultdict(float))
+        row["calls"] += _num(k.get("calls"))
+        row["total_us"] += _num(k.get("total_us"))
+
+
+def _location(f: Mapping[str, Any]) -> str:
+    loc = f.get("location")
+    if not isinstance(loc, dict) or not loc.get("file"):
+        return ""
+    return f"{loc.get('file')}:{loc.get('line')}" if loc.get("line") is not None else str(loc.get("file"))
+
+
+def _add_findings(side: Side, findings: Iterable[Any], steps_of: Mapping[str, int], total_steps: int) -> None:
+    for f in findings:
+        if not isinstance(f, dict) or not f.get("code"):
+            continue
+        key = (str(f["code"]), _location(f))
+        got = side.findings.get(key)
+        if got is None:
+            got = side.findings[key] = {"code": str(f["code"]), "name": str(f.get("name", "")), "location": key[1] or None,
+                                        "severity": f.get("severity"), "message": str(f.get("message", "")),
+                                        "cost_us_per_step": None, "count": 0}
+        got["count"] += 1
+        if _rank_of_severity(f.get("severity")) > _rank_of_severity(got["severity"]):
+            got["severity"] = f.get("severity")
+        cost = f.get("cost_us_per_step")
+        if isinstance(cost, (int, float)) and math.isfinite(cost):
+            # a trace's cost per step counts for that trace's steps; the side's cost is over all its steps
+            n = steps_of.get(str(f.get("source")), 0) or (total_steps if len(steps_of) <= 1 else 0)
+            weight = n / total_steps if total_steps and n else 1.0
+            got["cost_us_per_step"] = (got["cost_us_per_step"] or 0.0) + float(cost) * weight
+
+
+def _rank_of_severity(s: Any) -> int:
+    return {"info": 0, "warning": 1, "error": 2}.get(str(s), -1)
+
+
+# --------------------------------------------------------------------------- the comparison
+def robust_sigma(xs: list[float]) -> float:
+    """1.4826 × the median absolute deviation: the standard deviation of normal data, robust to outliers."""
+    med = statistics.median(xs)
+    return 1.4826 * statistics.median(abs(x - med) for x in xs)
+
+
+def noise_band_us(before: list[float], after: list[float]) -> float | None:
+    """Twice the standard error of the difference of the step times (module docstring); None with < 2 steps a side."""
+    if len(before) < 2 or len(after) < 2:
+        return None
+    return 2.0 * math.sqrt(robust_sigma(before) ** 2 / len(before) + robust_sigma(after) ** 2 / len(after))
+
+
+LOWER_IS_BETTER = {"gpu_utilization": False, "gpu_busy": False}  # everything else is a time: lower is better
+
+
+def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any], labels: tuple[str, str] = ("before", "after")) -> dict[str, Any]:
+    """The diff document (docs/diff.md) of two reports in their JSON form."""
+    from gpuprof import __version__
+
+    b, a = side_from_report(before, labels[0]), side_from_report(after, labels[1])
+    band = noise_band_us(b.step_times, a.step_times)
+    mean_b = b.metrics.get("step_time_mean") or 0.0
+    metrics = []
+    for name in b.metrics:
+        x, y = b.metrics[name], a.metrics.get(name)
+        change = (y / x - 1.0) if x and y is not None else None
+        metrics.append({
+            "name": name,
+            "unit": "fraction" if name == "gpu_utilization" else "us",
+            "before": x,
+            "after": y,
+            "change_us": (y - x) if x is not None and y is not None and name != "gpu_utilization" else None,
+            "change": change,
+            "lower_is_better": LOWER_IS_BETTER.get(name, True),
+            # the step-time noise band, in this metric's unit (docs/diff.md, "Noise")
+            "noise": None if band is None else (band / mean_b if name == "gpu_utilization" and mean_b else band),
+        })
+    return {
+        "diff_schema_version": DIFF_SCHEMA_VERSION,
+        "tool": {"name": "gpuprof", "version": __version__},
+        "before": _side_info(b, before),
+        "after": _side_info(a, after),
+        "metrics": metrics,
+        "ranks": _ranks(b, a),
+        "operators": _rows(b.operators, a.operators, mean_b, ("gpu_self_us", "cpu_self_us"), True),
+        "kernels": _rows({(k, None): v for k, v in b.kernels.items()}, {(k, None): v for k, v in a.kernels.items()},
+                         mean_b, ("total_us",), False),
+        "findings": _findings(b, a),
+        "regression": None,
+    }
+
+
+def _side_info(s: Side, doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {"label": s.label, "inputs": [str(x) for x in doc.get("inputs", [])], "traces": s.traces, "steps": len(s.step_times),
+            "step_times_us": s.step_times, "ranks": s.ranks, "devices": s.devices}
+
+
+def _ranks(b: Side, a: Side) -> list[dict[str, Any]]:
+    ranks = sorted(set(b.per_rank_step) | set(a.per_rank_step))
+    if len(ranks) < 2:
+        return []
+    out = []
+    for r in ranks:
+        x, y = b.per_rank_step.get(r), a.per_rank_step.get(r)
+        out.append({"rank": r, "before_step_us": x, "after_step_us": y, "change": (y / x - 1.0) if x and y is not None else None})
+    return out
+
+
+def _rows(before: Mapping[tuple[str, str | None], Mapping[str, float]], after: Mapping[tuple[str, str | None], Mapping[str, float]],
+          step_us: float, fields: tuple[str, ...], with_shapes: bool) -> dict[str, list[dict[str, Any]]]:
+    """Rows that got slower or faster, and those on one side only, biggest change first."""
+    floor = MIN_ROW_SHARE * step_us
+    out: dict[str, list[dict[str, Any]]] = {"slower": [], "faster": [], "added": [], "removed": []}
+    for key in set(before) | set(after):
+        x, y = before.get(key), after.get(key)
+        name, shapes = key
+        row: dict[str, Any] = {"name": name}
+        if with_shapes:
+            row["input_shapes"] = shapes
+        row["calls_before"] = x.get("calls") if x else None
+        row["calls_after"] = y.get("calls") if y else None
+        best, best_delta = fields[0], 0.0
+        for f in fields:
+            fb, fa = (x or {}).get(f, 0.0), (y or {}).get(f, 0.0)
+            row[f + "_before"] = fb if x else None
+            row[f + "_after"] = fa if y else None
+            if abs(fa - fb) > abs(best_delta):
+                best, best_delta = f, fa - fb
+        before_t = (x or {}).get(best, 0.0)
+        row["measure"] = best
+        row["change_us"] = best_delta
+        row["change"] = best_delta / before_t if before_t else None
+        if abs(best_delta) < floor:
+            continue
+        if x is None:
+            out["added"].append(row)
+        elif y is None:
+            out["removed"].append(row)
+        elif abs(best_delta) >= MIN_ROW_CHANGE * before_t:
+            out["slower" if best_delta > 0 else "faster"].append(row)
+    for k, rows in out.items():
+        rows.sort(key=lambda r: -abs(r["change_us"]))
+        out[k] = rows[:MAX_ROWS]
+    return out
+
+
+def _findings(b: Side, a: Side) -> dict[str, list[dict[str, Any]]]:
+    step_change = None
+    mb, ma = b.metrics.get("step_time_mean"), a.metrics.get("step_time_mean")
+    if mb is not None and ma is not None:
+        step_change = mb - ma
+    out: dict[str, list[dict[str, Any]]] = {"removed": [], "added": [], "changed": [], "unchanged": []}
+    for key in list(b.findings) + [k for k in a.findings if k not in b.findings]:
+        x, y = b.findings.get(key), a.findings.get(key)
+        base = x or y
+        assert base is not None
+        row: dict[str, Any] = {"code": base["code"], "name": base["name"], "location": base["location"],
+                               "severity_before": x["severity"] if x else None, "severity_after": y["severity"] if y else None,
+                               "cost_before_us_per_step": x["cost_us_per_step"] if x else None,
+                               "cost_after_us_per_step": y["cost_us_per_step"] if y else None,
+                               "message_before": x["message"] if x else None, "message_after": y["message"] if y else None}
+        if y is None:
+            part = PART_OF_CODE.get(base["code"])
+            pb, pa = (b.metrics.get(part), a.metrics.get(part)) if part else (None, None)
+            row["predicted_saving_us_per_step"] = x["cost_us_per_step"] if x else None
+            row["measured_saving_us_per_step"] = step_change
+            row["measured_part"] = part
+            row["measured_part_saving_us_per_step"] = (pb - pa) if pb is not None and pa is not None else None
+            out["removed"].append(row)
+        elif x is None:
+            out["added"].append(row)
+        elif x["severity"] != y["severity"] or _cost_moved(x["cost_us_per_step"], y["cost_us_per_step"]):
+            out["changed"].append(row)
+        else:
+            out["unchanged"].append(row)
+    return out
+
+
+def _cost_moved(x: float | None, y: float | None) -> bool:
+    """Two costs differ by more than 10% (or one is unknown)."""
+    if x is None or y is None:
+        return (x is None) != (y is None)
+    return abs(y - x) > 0.1 * max(abs(x), abs(y), 1e-9)

@@ -1,0 +1,113 @@
+"""Reading a saved JSON report (``gpuprof analyze --format json -o report.json``) back.
+
+``gpuprof analyze report.json`` re-renders it and ``gpuprof diff`` compares
+it, without the traces. The file is checked before it is trusted: a regular
+file (a FIFO or device is refused without being opened for reading, so
+nothing blocks), at most ``MAX_REPORT_BYTES``, JSON, an object whose
+``schema_version`` is ``1.x`` (the compatibility policy of
+docs/report-schema.md: a newer minor version only adds fields, which are
+ignored). Anything else is an :class:`~gpuprof.errors.InputError` naming the
+file (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from gpuprof.errors import InputError
+from gpuprof.findings import Finding
+from gpuprof.report import SCHEMA_VERSION, Report, TraceSummary
+
+__all__ = ["read_report_dict", "report_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
+
+MAX_REPORT_BYTES = 256 << 20  # a report is kB to a few MB; more is not one gpuprof wrote
+_MAJOR = SCHEMA_VERSION.split(".")[0]
+
+
+def is_saved_report(path: str | os.PathLike[str]) -> bool:
+    """A JSON report gpuprof wrote (``.json``, ``schema_version`` near the start), not a trace."""
+    from gpuprof.distributed.reports import is_report_file
+
+    return is_report_file(path)
+
+
+def read_report_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The report's JSON object, checked (module docstring)."""
+    p = os.fspath(path)
+    try:
+        st = os.stat(p)
+    except OSError as err:
+        raise InputError.from_os_error(p, err) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(p, "not a regular file (a saved report must be a file)")
+    if st.st_size > MAX_REPORT_BYTES:
+        raise InputError(p, f"report larger than {MAX_REPORT_BYTES >> 20} MiB; not one gpuprof wrote")
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_REPORT_BYTES + 1)
+    except OSError as err:
+        raise InputError.from_os_error(p, err, "read") from None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        raise InputError(p, f"not a valid JSON report ({type(err).__name__}: {err})") from None
+    if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise InputError(p, "a JSON file without schema_version: not a gpuprof report")
+    version = doc["schema_version"]
+    if not isinstance(version, str) or version.split(".")[0] != _MAJOR or len(version.split(".")) != 2:
+        raise InputError(p, f"report schema_version {repr(version)[:40]} is not one this gpuprof reads "
+                            f"({_MAJOR}.x; this gpuprof writes {SCHEMA_VERSION})")
+    for key in ("traces", "findings", "sections", "notes", "inputs"):
+        if not isinstance(doc.get(key, []), list):
+            raise InputError(p, f"malformed report: {key!r} is not a list")
+    return doc
+
+
+@dataclass
+class SavedSection:
+    """A section read back from a report: its kind and fields, as written."""
+
+    kind: str
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+def report_from_dict(doc: dict[str, Any], path: str) -> Report:
+    """The :class:`Report` a saved report describes (InputError naming ``path`` when a part does not fit the schema)."""
+    try:
+        traces = [msgspec.convert(t, TraceSummary) for t in doc.get("traces", [])]
+        findings = [Finding.from_dict(f) for f in doc.get("findings", [])]
+    except (msgspec.ValidationError, KeyError, TypeError, ValueError, AttributeError) as err:
+        raise InputError(path, f"malformed report: {type(err).__name__}: {err}") from None
+    sections: list[Any] = []
+    for s in doc.get("sections", []):
+        if isinstance(s, dict) and isinstance(s.get("kind"), str):
+            sections.append(SavedSection(s["kind"], {k: v for k, v in s.items() if k != "kind"}))
+    return Report(
+        command=str(doc.get("command", "analyze")),
+        inputs=[str(x) for x in doc.get("inputs", [])],
+        traces=traces,
+        sections=sections,
+        findings=findings,
+        notes=[str(n) for n in doc.get("notes", [])],
+        failed_rules=[str(c) for c in doc.get("failed_rules", []) if isinstance(c, str)],
+    )
+
+
+def unshown_sections(sections: list[Any]) -> list[Any]:
+    """Saved sections relabelled so the terminal and markdown renderers name them instead of drawing them.
+
+    A section's renderer draws the object its module made (a memory analysis,
+    a cross-rank merge); a saved report holds only that object's JSON, which
+    ``--format json`` writes back unchanged.
+    """
+    return [SavedSection(f"{s.kind} (saved)", s.data) if isinstance(s, SavedSection) else s
+            for s in sections]

@@ -1,0 +1,84 @@
+"""The rows of the report's views (docs/views.md defines every field).
+
+Plain records beside the trace's other tables (:mod:`gpuprof.trace.stats`),
+so the report can carry them without depending on the code that fills them
+(:mod:`gpuprof.views.build`, which needs the rules' kernel classification).
+Times are µs over the whole trace (not per step), as in the trace file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+__all__ = ["VIEWS_VERSION", "OperatorRow", "KernelRow", "RangeRow", "TraceViews", "MAX_ROWS"]
+
+VIEWS_VERSION = 1
+MAX_ROWS = 500  # rows kept per view in the report, most GPU (then CPU) time first; the rest are summed in `rest`
+
+
+@dataclass(frozen=True)
+class OperatorRow:
+    """Calls of one operator name with one set of input shapes."""
+
+    name: str
+    input_shapes: str | None  # the "Input Dims" JSON text; None without record_shapes
+    calls: int
+    cpu_total_us: float
+    cpu_self_us: float
+    gpu_self_us: float  # kernels this operator launched itself
+    gpu_total_us: float  # plus those of the operators nested in it
+    stacks: list[str] = field(default_factory=list)  # up to 3 user source lines of its calls, when recorded
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """Launches of one kernel name."""
+
+    name: str
+    calls: int
+    total_us: float
+    mean_us: float
+    max_us: float
+    tensor_cores: bool | None  # by name: True/False when the name says, None when it does not
+    op_dtype: str | None  # input dtype of the launching operators: fp64, fp32, bf16, fp16, fp8, mixed, None
+    precision: str | None  # the math it runs: fp64, fp32, tf32, bf16, fp16, fp8 (None: unknown)
+    flops: float | None  # floating-point operations of all its launches (see flops_source)
+    flops_source: str | None  # "with_flops", "estimate" (matmul input dims) or None
+    tflops: float | None  # flops / total time, TFLOP/s
+    mfu: float | None  # tflops / the device's peak for `precision` (peaks.py), fraction
+    grid: list[int] | None = None
+    block: list[int] | None = None
+    registers_per_thread: int | None = None
+    occupancy: float | None = None  # estimated achieved occupancy, fraction
+
+
+@dataclass(frozen=True)
+class RangeRow:
+    """One user ``record_function`` range name, or one ``nn.Module`` path."""
+
+    name: str
+    calls: int
+    cpu_total_us: float
+    gpu_self_us: float  # kernels launched inside it and no nested range
+    gpu_total_us: float  # kernels launched anywhere inside it
+
+
+@dataclass
+class TraceViews:
+    """The four views of one trace (``traces[].views``)."""
+
+    version: int = VIEWS_VERSION
+    kernel_total_us: float = 0.0  # all kernel time in the trace: what every view's GPU time adds up to
+    unattributed_gpu_us: float = 0.0  # kernel time whose launching operator is unknown
+    peak_device: str | None = None  # the device row of the peak table MFU used (None: no MFU)
+    operators: list[OperatorRow] = field(default_factory=list)
+    kernels: list[KernelRow] = field(default_factory=list)
+    modules: list[RangeRow] = field(default_factory=list)
+    ranges: list[RangeRow] = field(default_factory=list)
+    rest: dict[str, dict[str, float]] = field(default_factory=dict)  # view -> summed fields of rows past MAX_ROWS
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]

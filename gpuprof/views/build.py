@@ -1,0 +1,440 @@
+"""Computing the views of one trace from its metrics (definitions in docs/views.md).
+
+Everything is grouped with numpy over columns read once per event
+(``np.fromiter(map(...))``); the Python loops run per distinct name, per
+user range or per kept row, never per kernel.
+
+* **operators**: every host operator with a duration (step markers excluded),
+  grouped by name and ``Input Dims`` text. CPU total: the calls' durations;
+  CPU self: less the durations of the operators directly nested in them.
+  GPU self: the kernels whose launching runtime call ran directly inside the
+  operator (:mod:`gpuprof.trace.attribution`); GPU total adds the nested
+  operators' GPU self.
+* **kernels**: every kernel (all devices, all streams) grouped by name.
+* **ranges** / **modules**: user ``record_function`` ranges (``user_annotation``
+  events other than ``ProfilerStep#N``) and ``nn.Module: NAME`` frames
+  (with_stack/with_modules), grouped by name (modules: by path, the names of
+  the enclosing modules joined with ``/``). A kernel belongs to the innermost
+  range (module) open on the thread of its launching runtime call when that
+  call started.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from operator import attrgetter
+from typing import Sequence, TypedDict
+
+import numpy as np
+
+from gpuprof.trace.attribution import _inclusive, _Nesting
+from gpuprof.trace.metrics import TraceMetrics
+from gpuprof.trace.model import (
+    DTYPE_BF16,
+    DTYPE_DOUBLE,
+    DTYPE_FLOAT,
+    DTYPE_FP16,
+    DTYPE_HALF,
+    Event,
+    KernelConfig,
+    dur_of,
+    kernel_config,
+    name_of,
+    op_call_stack,
+    op_dtypes,
+    op_shape_key,
+    ts_of,
+)
+from gpuprof.trace.stacks import call_stack_location, user_location
+from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
+from gpuprof.trace.vocab import step_number
+from gpuprof.views.flops import MATMUL_OPS, estimate_flops
+from gpuprof.views.peaks import device_row, peak_for
+from gpuprof.views.precision import is_eligible_kernel, kernel_precision, uses_tensor_cores
+
+__all__ = ["trace_views"]
+
+MODULE_PREFIX = "nn.Module: "
+_STACK_SAMPLES = 5  # calls per operator row whose source line is looked up
+_corr_of = attrgetter("corr")
+_thread_of = attrgetter("pid", "tid")
+
+
+def trace_views(m: TraceMetrics) -> TraceViews:
+    """The four views of the trace behind ``m`` (module docstring)."""
+    trace = m.trace
+    att = m.attribution
+    kernels = trace.kernels
+    nk = len(kernels)
+    k_dur = np.fromiter(map(dur_of, kernels), np.float64, nk)
+    views = TraceViews(kernel_total_us=float(k_dur.sum()))
+    if att is None:
+        return views
+    k_op = att.gpu_op[:nk]  # gpu_events() yields the kernels first
+    views.unattributed_gpu_us = float(k_dur[k_op < 0].sum())
+    views.peak_device = _peak_device(m)
+    views.operators = _operators(m, k_op, k_dur, views)
+    views.kernels = _kernels(m, k_op, k_dur, views)
+    launch_ts, launch_thread = _launches(m, kernels)
+    views.ranges = _ranges(
+        [a for a in trace.annotations if step_number(a.name) is None], launch_ts, launch_thread, k_dur, views, "ranges", False
+    )
+    views.modules = _ranges(
+        [p for p in trace.python if p.name.startswith(MODULE_PREFIX)], launch_ts, launch_thread, k_dur, views, "modules", True
+    )
+    return views
+
+
+# --------------------------------------------------------------------------- operators
+def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews) -> list[OperatorRow]:
+    att = m.attribution
+    assert att is not None
+    ops = att.ops
+    n = len(ops)
+    has = k_op >= 0
+    k_self = np.bincount(k_op[has], weights=k_dur[has], minlength=n).astype(np.float64)
+    if n == 0:
+        return []
+    parent = att.parent
+    depth = _depth(parent)
+    k_total = _inclusive(k_self, parent, depth)
+    dur = np.fromiter(map(dur_of, ops), np.float64, n)
+    child = parent >= 0
+    cpu_self = dur - np.bincount(parent[child], weights=dur[child], minlength=n)
+    group, keys = _group_ops(ops)
+    g = len(keys)
+    calls = np.bincount(group, minlength=g)
+    sums = {
+        "cpu_total_us": np.bincount(group, weights=dur, minlength=g),
+        "cpu_self_us": np.bincount(group, weights=np.maximum(cpu_self, 0.0), minlength=g),
+        "gpu_self_us": np.bincount(group, weights=k_self, minlength=g),
+        "gpu_total_us": np.bincount(group, weights=k_total, minlength=g),
+    }
+    order = np.lexsort((-sums["cpu_self_us"], -sums["gpu_self_us"]))
+    keep, rest = order[:MAX_ROWS], order[MAX_ROWS:]
+    if len(rest):
+        views.rest["operators"] = {"rows": float(len(rest)), "calls": float(calls[rest].sum()),
+                                   **{k: float(v[rest].sum()) for k, v in sums.items()}}
+    samples = _samples(group, keep)
+    where = _user_lines(m, [ops[i] for got in samples.values() for i in got])
+    rows = []
+    for j in keep.tolist():
+        name, shapes = keys[j]
+        seen = Counter(loc for i in samples.get(j, ()) if (loc := where.get(id(ops[i]))) is not None)
+        rows.append(OperatorRow(
+            name=name, input_shapes=shapes, calls=int(calls[j]),
+            cpu_total_us=float(sums["cpu_total_us"][j]), cpu_self_us=float(sums["cpu_self_us"][j]),
+            gpu_self_us=float(sums["gpu_self_us"][j]), gpu_total_us=float(sums["gpu_total_us"][j]),
+            stacks=[loc for loc, _ in seen.most_common(3)],
+        ))
+    return rows
+
+
+def _depth(parent: np.ndarray) -> np.ndarray:
+    """Nesting depth of each op (0 at top level), one numpy pass per level."""
+    depth = np.zeros(len(parent), np.int64)
+    anc = parent.copy()
+    while True:
+        up = anc >= 0
+        if not up.any():
+            return depth
+        depth += up
+        anc = np.where(up, parent[np.maximum(anc, 0)], -1)
+
+
+def _group_ops(ops: list[Event]) -> tuple[np.ndarray, list[tuple[str, str | None]]]:
+    """Each op's group index, and the (name, input shapes) of each group.
+
+    The loader shares one string per distinct name and one payload object per
+    distinct (dtype flags, stack, shapes), so object identities group the ops
+    in numpy; the Python loop runs once per distinct (name, payload).
+    """
+    n = len(ops)
+    _, by_name = np.unique(np.fromiter(map(id, map(name_of, ops)), np.int64, n), return_inverse=True)
+    extras, by_extra = np.unique(np.fromiter(map(id, map(_extra_of, ops)), np.int64, n), return_inverse=True)
+    # one exact int64 key per (name, payload) pair: name index * payloads + payload index
+    uniq, first, inv = np.unique(by_name.reshape(-1) * len(extras) + by_extra.reshape(-1), return_index=True, return_inverse=True)
+    index: dict[tuple[str, str | None], int] = {}
+    to_group = np.empty(len(uniq), np.int64)
+    for j in np.argsort(first, kind="stable").tolist():  # groups numbered in order of first call: ties sort the same every run
+        o = ops[int(first[j])]
+        to_group[j] = index.setdefault((o.name, op_shape_key(o)), len(index))
+    return to_group[inv.reshape(-1)], list(index)
+
+
+_extra_of = attrgetter("extra")
+
+
+def _samples(group: np.ndarray, keep: np.ndarray) -> dict[int, list[int]]:
+    """The first few op indices (in op order) of each kept group."""
+    wanted = np.zeros(int(group.max()) + 1 if len(group) else 0, bool)
+    wanted[keep] = True
+    idx = np.flatnonzero(wanted[group])
+    order = idx[np.argsort(group[idx], kind="stable")]  # by group, op order within
+    g = group[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
+    rank = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
+    chosen = rank < _STACK_SAMPLES
+    out: dict[int, list[int]] = {}
+    for i, gr in zip(order[chosen].tolist(), g[chosen].tolist(), strict=True):
+        out.setdefault(gr, []).append(i)
+    return out
+
+
+def _user_lines(m: TraceMetrics, ops: list[Event]) -> dict[int, str]:
+    """``id(op)`` -> the innermost user source line around each op (``file:line (function)``), where recorded.
+
+    With Python frames (with_stack): the innermost frame in the user's code
+    (:func:`gpuprof.trace.stacks.user_location`) open on the op's thread when it
+    started, found for all ops at once by a nesting search over the user frames
+    only. Otherwise a 2021 trace's ``Call stack``.
+    """
+    out: dict[int, str] = {}
+    python = m.trace.python
+    if not python:
+        seen: dict[str | None, str | None] = {}  # per distinct legacy stack (the loader shares each text)
+        for o in ops:
+            stack = op_call_stack(o)
+            if stack not in seen:
+                loc = call_stack_location(o)
+                seen[stack] = None if loc is None else str(loc)
+            text = seen[stack]
+            if text is not None:
+                out[id(o)] = text
+        return out
+    if not ops:
+        return out
+    names = list(map(name_of, python))
+    user = {n for n in set(names) if user_location(n) is not None}  # per distinct frame name, once
+    if not user:
+        return out
+    is_user = np.fromiter(map(user.__contains__, names), bool, len(names))
+    frames = [python[i] for i in np.flatnonzero(is_user).tolist()]
+    f_thread = np.fromiter(map(hash, map(_thread_of, frames)), np.int64, len(frames))
+    o_thread = np.fromiter(map(hash, map(_thread_of, ops)), np.int64, len(ops))
+    o_ts = np.fromiter(map(ts_of, ops), np.float64, len(ops))
+    for th in np.unique(o_thread).tolist():
+        sel = np.flatnonzero(f_thread == th)
+        if not len(sel):
+            continue
+        fr = [frames[i] for i in sel.tolist()]
+        fr.sort(key=lambda e: (e.ts, -e.dur))
+        ts = np.fromiter(map(ts_of, fr), np.float64, len(fr))
+        ne = _Nesting(ts, ts + np.fromiter(map(dur_of, fr), np.float64, len(fr)))
+        qi = np.flatnonzero(o_thread == th)
+        found = ne.innermost_at(o_ts[qi])
+        for q, k in zip(qi.tolist(), found.tolist(), strict=True):
+            if k >= 0:
+                loc = user_location(fr[k].name)
+                if loc is not None:
+                    out[id(ops[q])] = str(loc)
+    return out
+
+
+# --------------------------------------------------------------------------- kernels
+def _peak_device(m: TraceMetrics) -> str | None:
+    dev = next((d for d in m.trace.devices if d.id == m.main_device), m.trace.devices[0] if m.trace.devices else None)
+    if dev is None:
+        return None
+    return device_row(dev.name, dev.compute_capability)
+
+
+def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews) -> list[KernelRow]:
+    att = m.attribution
+    assert att is not None
+    kernels = m.trace.kernels
+    nk = len(kernels)
+    if nk == 0:
+        return []
+    group, names = _group_by_name(kernels)
+    g = len(names)
+    calls = np.bincount(group, minlength=g)
+    total = np.bincount(group, weights=k_dur, minlength=g)
+    longest = np.zeros(g)
+    np.maximum.at(longest, group, k_dur)
+    # the launching operators: their dtype flags and estimated FLOPs, read once per operator that launched a kernel
+    launched = np.unique(k_op[k_op >= 0])
+    n_ops = max(len(att.ops), 1)  # one spare slot: index 0 stands for "no operator" below, even with none
+    flags_of = np.zeros(n_ops, np.int64)
+    flops_of = np.zeros(n_ops)
+    for i in launched.tolist():
+        o = att.ops[i]
+        flags_of[i] = op_dtypes(o)
+        if o.name in MATMUL_OPS:
+            flops_of[i] = estimate_flops(o.name, op_shape_key(o)) or 0.0
+    has = k_op >= 0
+    k_flags = np.where(has, flags_of[np.maximum(k_op, 0)], 0)
+    flags = np.zeros(g, np.int64)
+    np.bitwise_or.at(flags, group, k_flags)
+    # an operator's FLOPs shared among the GEMM kernels it launched, by their time (not its bias or copy kernels)
+    gemm_name = np.fromiter((is_eligible_kernel(n) or uses_tensor_cores(n) is True for n in names), bool, g)
+    gemm = has & gemm_name[group]
+    op_gemm = np.bincount(k_op[gemm], weights=k_dur[gemm], minlength=n_ops)
+    op_time = op_gemm[np.maximum(k_op, 0)]
+    share = np.where(gemm & (op_time > 0), k_dur / np.where(op_time > 0, op_time, 1.0), 0.0)
+    k_flops = np.where(gemm, flops_of[np.maximum(k_op, 0)], 0.0) * share
+    flops = np.bincount(group, weights=k_flops, minlength=g)
+    # the launch configuration of each name's longest launch
+    by_len = np.lexsort((k_dur, group))
+    last = by_len[np.r_[np.flatnonzero(group[by_len][1:] != group[by_len][:-1]), nk - 1]] if nk else by_len
+    longest_of = np.full(g, -1, np.int64)
+    longest_of[group[last]] = last
+    order = np.argsort(-total, kind="stable")
+    keep, rest = order[:MAX_ROWS], order[MAX_ROWS:]
+    if len(rest):
+        views.rest["kernels"] = {"rows": float(len(rest)), "calls": float(calls[rest].sum()), "total_us": float(total[rest].sum())}
+    rows = []
+    for j in keep.tolist():
+        name = names[j]
+        tc = uses_tensor_cores(name)
+        dtype = _dtype_name(int(flags[j]))
+        precision = kernel_precision(name, dtype, tc)
+        fl = float(flops[j]) if flops[j] > 0 else None
+        t = float(total[j])
+        tflops = fl / t / 1e6 if fl is not None and t > 0 else None  # FLOP/µs -> TFLOP/s
+        peak = peak_for(views.peak_device, precision)
+        rows.append(KernelRow(
+            name=name, calls=int(calls[j]), total_us=t, mean_us=t / int(calls[j]), max_us=float(longest[j]),
+            tensor_cores=tc, op_dtype=dtype, precision=precision, flops=fl,
+            flops_source="estimate" if fl is not None else None, tflops=tflops,
+            mfu=tflops / peak if tflops is not None and peak else None,
+            **_config(kernel_config(kernels[int(longest_of[j])])),
+        ))
+    return rows
+
+
+class _Config(TypedDict, total=False):
+    grid: list[int] | None
+    block: list[int] | None
+    registers_per_thread: int | None
+    occupancy: float | None
+
+
+def _config(c: KernelConfig | None) -> _Config:
+    """The KernelRow fields of one launch's configuration (absent where the trace has none)."""
+    if c is None:
+        return {}
+    return {"grid": list(c.grid) if c.grid else None, "block": list(c.block) if c.block else None,
+            "registers_per_thread": c.registers if c.registers >= 0 else None,
+            "occupancy": c.occupancy if c.occupancy >= 0 else None}
+
+
+def _group_by_name(events: Sequence[Event]) -> tuple[np.ndarray, list[str]]:
+    """Each event's group index and the names of the groups (the loader shares one string per name: ids group)."""
+    n = len(events)
+    ids = np.fromiter(map(id, map(name_of, events)), np.int64, n)
+    uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+    index: dict[str, int] = {}
+    to_group = np.empty(len(uniq), np.int64)
+    for j in np.argsort(first, kind="stable").tolist():  # numbered in order of first event, not of memory address
+        to_group[j] = index.setdefault(events[int(first[j])].name, len(index))
+    return to_group[inv.reshape(-1)], list(index)
+
+
+def _dtype_name(flags: int) -> str | None:
+    """The input dtype of a kernel's launching operators from their DTYPE_* flags ("mixed" for several)."""
+    found = []
+    if flags & DTYPE_DOUBLE:
+        found.append("fp64")
+    if flags & DTYPE_FLOAT:
+        found.append("fp32")
+    if flags & DTYPE_BF16:
+        found.append("bf16")
+    if flags & DTYPE_FP16:
+        found.append("fp16")
+    if flags & DTYPE_HALF and not flags & (DTYPE_BF16 | DTYPE_FP16):
+        found.append("fp8")
+    if not found:
+        return None
+    return found[0] if len(found) == 1 else "mixed"
+
+
+# --------------------------------------------------------------------------- ranges and modules
+def _launches(m: TraceMetrics, kernels: Sequence[Event]) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel: the start of its launching runtime call (NaN unknown) and a hash of that call's (pid, tid)."""
+    nk = len(kernels)
+    ts = np.full(nk, np.nan)
+    thread = np.zeros(nk, np.int64)
+    rt = m.trace.runtime
+    if not rt or nk == 0:
+        return ts, thread
+    r_corr = np.fromiter(map(_corr_of, rt), np.int64, len(rt))
+    order = np.argsort(r_corr, kind="stable")
+    sorted_corr = r_corr[order]
+    k_corr = np.fromiter(map(_corr_of, kernels), np.int64, nk)
+    pos = np.minimum(np.searchsorted(sorted_corr, k_corr), len(rt) - 1)
+    found = (sorted_corr[pos] == k_corr) & (k_corr >= 0)
+    r_ts = np.fromiter(map(ts_of, rt), np.float64, len(rt))
+    r_thread = np.fromiter(map(hash, map(_thread_of, rt)), np.int64, len(rt))  # attrgetter: tuples made in C
+    ts[found] = r_ts[order[pos[found]]]
+    thread[found] = r_thread[order[pos[found]]]
+    return ts, thread
+
+
+def _ranges(
+    events: list[Event],
+    launch_ts: np.ndarray,
+    launch_thread: np.ndarray,
+    k_dur: np.ndarray,
+    views: TraceViews,
+    view: str,
+    as_paths: bool,
+) -> list[RangeRow]:
+    if not events:
+        return []
+    by_thread: dict[object, list[Event]] = {}
+    for e in events:
+        if e.dur > 0:
+            by_thread.setdefault((e.pid, e.tid), []).append(e)
+    ranges: list[Event] = []
+    parent_parts, depth_parts = [], []
+    k_range = np.full(len(k_dur), -1, np.int64)
+    for key, evs in by_thread.items():
+        evs.sort(key=lambda e: (e.ts, -e.dur))
+        lo = len(ranges)
+        ranges.extend(evs)
+        ts = np.fromiter(map(ts_of, evs), np.float64, len(evs))
+        ne = _Nesting(ts, ts + np.fromiter(map(dur_of, evs), np.float64, len(evs)))
+        p = ne.parents()
+        parent_parts.append(np.where(p >= 0, p + lo, -1))
+        depth_parts.append(ne.depth)
+        on = np.flatnonzero((launch_thread == hash(key)) & ~np.isnan(launch_ts))  # key: (pid, tid), as _thread_of
+        if len(on):
+            k = ne.innermost_at(launch_ts[on])
+            k_range[on] = np.where(k >= 0, k + lo, -1)
+    n = len(ranges)
+    parent = np.concatenate(parent_parts)
+    depth = _depth(parent)
+    has = k_range >= 0
+    g_self = np.bincount(k_range[has], weights=k_dur[has], minlength=n).astype(np.float64)
+    g_total = _inclusive(g_self, parent, depth)
+    names = list(map(name_of, ranges))
+    if as_paths:  # a module's path: its enclosing modules' names; parents come before their children
+        paths: list[str] = []
+        for i, name in enumerate(names):
+            short = name[len(MODULE_PREFIX):]
+            pi = int(parent[i])
+            paths.append(f"{paths[pi]}/{short}" if pi >= 0 else short)
+        names = paths
+    index: dict[str, int] = {}
+    group = np.fromiter((index.setdefault(x, len(index)) for x in names), np.int64, n)
+    g = len(index)
+    dur = np.fromiter(map(dur_of, ranges), np.float64, n)
+    calls = np.bincount(group, minlength=g)
+    # a range nested in one of the same name (recursion) would count twice in the totals: only outermost ones add
+    outer = np.ones(n, bool)
+    nonroot = parent >= 0
+    outer[nonroot] = group[parent[nonroot]] != group[nonroot]
+    cpu = np.bincount(group, weights=np.where(outer, dur, 0.0), minlength=g)
+    gself = np.bincount(group, weights=g_self, minlength=g)
+    gtotal = np.bincount(group, weights=np.where(outer, g_total, 0.0), minlength=g)
+    order = np.lexsort((-cpu, -gtotal))
+    keep, rest = order[:MAX_ROWS], order[MAX_ROWS:]
+    if len(rest):
+        views.rest[view] = {"rows": float(len(rest)), "calls": float(calls[rest].sum()), "cpu_total_us": float(cpu[rest].sum())}
+    keys = list(index)
+    return [
+        RangeRow(name=keys[j], calls=int(calls[j]), cpu_total_us=float(cpu[j]), gpu_self_us=float(gself[j]),
+                 gpu_total_us=float(gtotal[j]))
+        for j in keep.tolist()
+    ]

@@ -1,0 +1,60 @@
+"""Peak dense throughput per device and precision, the denominator of MFU (docs/views.md lists the table).
+
+Figures are the vendors' published dense peaks (no structured sparsity), in
+TFLOP/s, for the SXM/OAM part unless the name says PCIe. FP32 is the
+non-tensor-core SIMT rate; TF32, BF16, FP16 and FP8 are tensor-core rates;
+FP64 is the best FP64 rate (tensor core where the part has one). ``None``:
+the part has no such path (a V100 has no BF16, TF32 or FP8 tensor cores).
+
+A device is found by its name (``deviceProperties.name``), longest pattern
+first; failing that, by compute capability, using the datacenter part of that
+generation (a guess, reported as such in ``peak_device``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["PEAKS", "PRECISIONS", "peak_for", "device_row"]
+
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+
+# name pattern (lower case) -> (fp64, fp32, tf32, bf16, fp16, fp8) TFLOP/s
+PEAKS: dict[str, tuple[float | None, float | None, float | None, float | None, float | None, float | None]] = {
+    "b200": (40.0, 80.0, 1100.0, 2250.0, 2250.0, 4500.0),
+    "h200": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
+    "h100 pcie": (51.2, 51.2, 378.0, 756.0, 756.0, 1513.0),
+    "h100": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
+    "h800": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
+    "gh200": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
+    "a100": (19.5, 19.5, 156.0, 312.0, 312.0, None),
+    "a800": (19.5, 19.5, 156.0, 312.0, 312.0, None),
+    "a10g": (None, 31.2, 35.0, 70.0, 70.0, None),
+    "a10": (None, 31.2, 62.5, 125.0, 125.0, None),
+    "l40s": (None, 91.6, 183.0, 362.1, 362.1, 733.0),
+    "l4": (None, 30.3, 60.0, 121.0, 121.0, 242.5),
+    "v100 pcie": (7.0, 14.0, None, None, 112.0, None),
+    "v100": (7.8, 15.7, None, None, 125.0, None),
+    "t4": (0.25, 8.1, None, None, 65.0, None),
+    "mi300x": (163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9),
+    "mi250x": (95.7, 47.9, None, 383.0, 383.0, None),
+}
+
+# compute capability -> the datacenter part of that generation (a guess when the name is unknown)
+_BY_CC = {(7, 0): "v100", (7, 5): "t4", (8, 0): "a100", (8, 6): "a10", (8, 9): "l40s", (9, 0): "h100", (10, 0): "b200"}
+
+
+def device_row(name: str, compute_capability: tuple[int, int] | None) -> str | None:
+    """The PEAKS key for a device: by name (longest pattern first), else by compute capability; None if neither."""
+    low = " ".join(name.lower().replace("-", " ").split())
+    for key in sorted(PEAKS, key=len, reverse=True):
+        if key in low:
+            return key
+    if compute_capability is not None:
+        return _BY_CC.get((compute_capability[0], compute_capability[1]))
+    return None
+
+
+def peak_for(row: str | None, precision: str | None) -> float | None:
+    """Peak TFLOP/s of ``row`` (a PEAKS key) at ``precision`` (one of PRECISIONS); None when unknown."""
+    if row is None or precision not in PRECISIONS:
+        return None
+    return PEAKS[row][PRECISIONS.index(precision)]

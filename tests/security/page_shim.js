@@ -1,0 +1,39 @@
+// Runs a gpuprof HTML page's script under a minimal DOM (Node, no browser): the page's own code, on its own data.
+// Usage: node page_shim.js PAGE.html  -> prints a JSON summary of what the script built (texts, tags, attributes).
+"use strict";
+const fs = require("fs");
+const html = fs.readFileSync(process.argv[2], "utf8");
+const grab = re => { const m = html.match(re); if (!m) throw new Error("no match " + re); return m[1]; };
+const dataText = grab(/<script id="data" type="application\/json">([\s\S]*?)<\/script>/);
+const code = grab(/<script>([\s\S]*?)<\/script><\/body>/);
+const created = [];
+class Node_ { constructor(){ this.children = []; } append(...xs){ for (const x of xs) this.children.push(x instanceof Node_ ? x : new Text_(String(x))); }
+  get textContent(){ return this.children.map(c => c.textContent).join(""); } set textContent(v){ this.children = [new Text_(String(v))]; } }
+class Text_ extends Node_ { constructor(t){ super(); this.t = t; } get textContent(){ return this.t; } }
+class Element_ extends Node_ {
+  constructor(tag){ super(); this.tagName = tag.toUpperCase(); this.attributes = {}; this.listeners = {}; this.dataset = {}; created.push(this); }
+  setAttribute(k, v){ if (/^on/i.test(k) || k === "style" || k === "src" || k === "href") throw new Error("unsafe attribute " + k); this.attributes[k] = String(v); }
+  addEventListener(k, f){ (this.listeners[k] = this.listeners[k] || []).push(f); }
+  get rows(){ return this.children.filter(c => c.tagName === "TR"); }
+  deleteRow(i){ const r = this.rows[i]; this.children.splice(this.children.indexOf(r), 1); }
+  getContext(){ const ops = this.ops = []; return new Proxy({}, { get: (o, k) => k in o ? o[k] : (...a) => { ops.push(k); }, set: (o, k, v) => { o[k] = v; return true; } }); }
+  get width(){ return +this.attributes.width; } get height(){ return +this.attributes.height; }
+  set innerHTML(v){ throw new Error("innerHTML used"); }
+}
+const byId = {};
+const body = new Element_("body");
+for (const id of ["title", "sub", "main"]) { byId[id] = new Element_(id === "main" ? "main" : "div"); body.append(byId[id]); }
+byId.data = { textContent: dataText };
+global.Node = Node_;
+global.document = { getElementById: id => byId[id], createElement: t => new Element_(t), body };
+new Function(code)();
+const walk = (n, out) => { if (n instanceof Element_) out.push(n); for (const c of n.children) walk(c, out); return out; };
+const els = walk(body, []);
+const cells = els.filter(e => e.tagName === "TD").map(e => e.textContent);
+const canvases = els.filter(e => e.tagName === "CANVAS").map(e => (e.ops || []).filter(o => o === "fillRect").length);
+// click every header once: sorting must not throw; type into every search box
+for (const th of els.filter(e => e.tagName === "TH")) for (const f of th.listeners.click || []) f();
+for (const box of els.filter(e => e.tagName === "INPUT")) { box.value = "aten"; for (const f of box.listeners.input || []) f(); }
+console.log(JSON.stringify({rendered: body.dataset.rendered, bars: body.dataset.bars, title: byId.title.textContent,
+  h2: els.filter(e => e.tagName === "H2").map(e => e.textContent), cells, canvases, li: els.filter(e => e.tagName === "LI").map(e => e.textContent),
+  tags: [...new Set(els.map(e => e.tagName))].sort()}));

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from gpuprof.codespec import ORIGINS, CodeSpec, Option
-from gpuprof.findings import Evidence, Finding
+from gpuprof.findings import Evidence, Finding, Link
 
 __all__ = [
     "Code",
@@ -43,6 +43,7 @@ __all__ = [
     "get_spec",
     "explain_text",
     "parse_options",
+    "parse_option_overrides",
     "resolve_selectors",
     "apply_overlaps",
     "check_registry",
@@ -197,6 +198,15 @@ def parse_options(items: Iterable[str] | Mapping[str, Any], *, origins: Iterable
     return out
 
 
+def parse_option_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``["GP101.min_utilization=0.6"]`` -> ``{"GP101": {"min_utilization": 0.6}}``: ``gpuprof analyze``'s options.
+
+    Only codes ``gpuprof analyze`` reports (trace and cross-rank rules); a
+    ValueError with a one-line reason otherwise (see :func:`parse_options`).
+    """
+    return parse_options(items, origins=("trace", "distributed"), where="gpuprof analyze")
+
+
 # ---------------------------------------------------------------------------- overlap policy
 
 
@@ -208,8 +218,10 @@ def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None
     declared in the other's ``superseded_by``. When both are in one report,
     the superseded findings are dropped and the first finding of the code
     that supersedes them gains an evidence ``supersedes`` naming the dropped
-    code, how many findings it had and its first message, so nothing is
-    lost and nothing is counted twice. Findings keep their order otherwise.
+    code, how many findings it had and its first message, and a
+    ``supersedes`` link (drawn by every renderer), so nothing is lost and
+    nothing is counted twice. Findings keep their order otherwise. Run once
+    per report, by :func:`gpuprof.flow.finish`.
     """
     findings = list(findings)
     by_code = {s.code: s for s in (specs if specs is not None else _specs())}
@@ -237,7 +249,10 @@ def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None
         ev = Evidence("supersedes", code, None, "", extra={
             "name": first.name, "findings": len(lost), "origin": first.origin, "message": first.message,
             "source": first.source})
-        kept[i] = dataclasses.replace(kept[i], evidence=kept[i].evidence + (ev,))
+        w = kept[i]  # a supersedes record made before (a report read back) is replaced, not repeated
+        evidence = tuple(e for e in w.evidence if not (e.metric == "supersedes" and e.value == code)) + (ev,)
+        links = tuple(k for k in w.links if not (k.kind == "supersedes" and k.code == code))
+        kept[i] = dataclasses.replace(w, evidence=evidence, links=links + (Link("supersedes", code, count=len(lost)),))
     return kept
 
 

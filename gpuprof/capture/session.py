@@ -46,7 +46,7 @@ from gpuprof.capture.paths import RankInfo, RunPaths, rank_info
 from gpuprof.capture.placement import PlacementMonitor, enrich_device_error, is_device_error
 from gpuprof.capture.result import CaptureResult
 from gpuprof.capture.syncs import SyncLocator
-from gpuprof.findings import Finding, SourceLocation, filter_findings
+from gpuprof.findings import Finding, SourceLocation
 from gpuprof.report import Report
 
 __all__ = ["Profiler", "TraceFile"]
@@ -850,7 +850,7 @@ class Profiler:
                 g = growth_finding(self.memory.allocated, "cuda", cfg.options, self.location)
                 if g:
                     out.append(g)
-        return filter_findings(out, cfg.select, cfg.ignore)
+        return out  # select=/ignore= apply once, where the report is finished (gpuprof.flow.finish)
 
 
 def _noop_schedule(step: int) -> Any:

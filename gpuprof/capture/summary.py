@@ -9,7 +9,7 @@ reusing the trace results. Each part is guarded: a failure is a warning
 remaining parts still run. The analyzer is the one behind
 ``gpuprof analyze``; its findings are merged with the runtime ones (GP6xx),
 and where two codes report one problem the registry's overlap policy folds
-one into the other (:func:`gpuprof.codes.apply_overlaps`, docs/codes.md).
+one into the other: the one finding flow, :func:`gpuprof.flow.finish` (docs/codes.md).
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ from typing import TYPE_CHECKING, Any
 from gpuprof.atomic import atomic_write
 from gpuprof.capture.dataloader import data_loading_share
 from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
-from gpuprof.findings import Finding, Severity, filter_findings, sort_findings
+from gpuprof.findings import Finding, Severity, sort_findings
+from gpuprof.flow import Selection
+from gpuprof.flow import finish as finish_findings
+from gpuprof.render.format import linked_message
 from gpuprof.render.markdown import md_code, md_escape
 from gpuprof.render.safe import one_line, visible
 from gpuprof.render.sections import register_section
@@ -308,19 +311,20 @@ def assemble(facts: RunFacts, res: TraceResults, g: Any) -> Report:
         runtime = [with_leak_site(f, res.leak_site) if _is_cuda_growth(f) else f for f in runtime]
     if cfg.checks:
         runtime += g.run("settings checks", "no settings findings", _settings_findings, facts, res) or []
-        runtime += filter_findings(res.cpu_growth, cfg.select, cfg.ignore)
+        runtime += res.cpu_growth
     for code, err in res.rule_failures:  # one warning per rule (a rule failing on two traces warns once)
         g.fail(f"rule {code}", "its findings are missing and the report says the analysis is incomplete", err)
     analysed = res.analysed
     if analysed is not None:
         report.traces = list(analysed.traces)
         report.notes = list(analysed.notes)
-        report.findings = _merge(runtime, analysed.findings)
+        report.findings = runtime + analysed.findings
         report.failed_rules = list(analysed.failed_rules)
         report.sections += list(analysed.sections)
     else:
         report.findings = runtime
-    report.findings = sort_findings(report.findings)
+    # the one boundary (gpuprof.flow): select=/ignore=, the overlap policy (GP102 under GP601), links, order
+    report.findings = finish_findings(report.findings, Selection.of(cfg.select, cfg.ignore))
     section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures
     report.sections.append(section)
     report.notes = list(facts.notes) + report.notes
@@ -408,7 +412,7 @@ def _analyze_one(trace: Any, metrics: Any, cfg: Any, merged: Report, failures: l
                                       metrics=metrics, rank_summaries=ranks)
     failures.extend(failed)
     merged.traces.append(summary)
-    merged.findings += filter_findings(findings, cfg.select, cfg.ignore)
+    merged.findings += findings
     merged.failed_rules += [c for c, _ in failed if c not in merged.failed_rules]
     # the rank's summary, for a later cross-rank merge (gpuprof.capture.gather, gpuprof analyze report.json)
     job = [r for r in ranks if r.rank is not None and (r.world_size is None or r.world_size > 1)]
@@ -416,12 +420,6 @@ def _analyze_one(trace: Any, metrics: Any, cfg: Any, merged: Report, failures: l
         from gpuprof.distributed.reports import RankSummaries
 
         merged.sections.append(RankSummaries(job))
-
-
-def _merge(runtime: list[Finding], trace: list[Finding]) -> list[Finding]:
-    from gpuprof.codes import apply_overlaps
-
-    return apply_overlaps(list(runtime) + list(trace))
 
 
 def _settings_findings(facts: RunFacts, res: TraceResults) -> list[Finding]:
@@ -433,7 +431,7 @@ def _settings_findings(facts: RunFacts, res: TraceResults) -> list[Finding]:
     op = res.op_facts if res.op_facts is not None else {"has_conv": False, "fp32_matmuls": 0}
     has_conv = bool(op["has_conv"] or facts.roots_have_conv)
     out = [cudnn_benchmark_finding(s, has_conv, facts.shapes_stable), tf32_finding(s, op["fp32_matmuls"])]
-    return filter_findings([f for f in out if f is not None], facts.config.select, facts.config.ignore)
+    return [f for f in out if f is not None]
 
 
 def _cpu_growth(facts: RunFacts, trace: Any, metrics: Any, g: Any) -> list[Finding]:
@@ -578,7 +576,7 @@ def findings_markdown(report: Report) -> str:
     if findings:
         lines += ["| severity | code | finding | cost | where |", "|---|---|---|---|---|"]
         for f in findings:
-            lines.append(f"| {f.severity.value} | {_md_cell(f.code)} | {_md_cell(f.message)} | {_cost(f)} | "
+            lines.append(f"| {f.severity.value} | {_md_cell(f.code)} | {_md_cell(linked_message(f))} | {_cost(f)} | "
                          f"{_md_cell(str(f.location) if f.location else '')} |")
         lines.append("")
         lines.append("**What to do**")
@@ -628,7 +626,7 @@ def short_report(report: Report, facts: RunFacts) -> str:
         for f in findings:  # all of them, whole: the summary is the report most users read
             where = f" [{_short_loc(f)}]" if f.location else ""
             cost = f" cost {_cost(f)}" if f.cost_us_per_step is not None else ""
-            lines.append(f"  {f.severity.value:<7} {visible(f.code)} {one_line(f.message)}{cost}{where}")
+            lines.append(f"  {f.severity.value:<7} {visible(f.code)} {one_line(linked_message(f))}{cost}{where}")
             if f.advice:
                 lines.append(f"          Fix: {one_line(f.advice)}")
     elif not report.failed_rules:

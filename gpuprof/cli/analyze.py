@@ -60,7 +60,7 @@ def analyze_cmd(
     cross-rank section compares them (stragglers, waits, collectives).
     """
     from gpuprof.analysis import analyze, default_analyze_jobs
-    from gpuprof.rules.base import parse_option_overrides
+    from gpuprof.codes import parse_option_overrides
 
     try:
         options = parse_option_overrides(rule_options)
@@ -81,7 +81,7 @@ def analyze_cmd(
         refuse_input_as_output(output, input_files(report))
     if annotate:
         _annotate(report, annotate)
-    code = emit_report(report, fmt, output, select, ignore, fail_on)
+    code = emit_report(report, fmt, output, fail_on)
     sys.exit(code)
 
 
@@ -127,14 +127,14 @@ def _stderr_console() -> Any:
 
 
 def _annotate(report: Any, out: str) -> None:
-    from gpuprof.render.annotate import annotate_trace
+    from gpuprof.render.annotate import annotate_trace, findings_of_trace
     from gpuprof.render.safe import visible
 
     traces = [t.path for t in report.traces]
     sources = input_files(report)
     if len(traces) == 1 and not os.path.isdir(out) and len(report.inputs) == 1:
         refuse_input_as_output(out, sources, "--annotate")
-        annotate_trace(traces[0], [f for f in report.findings if f.source == traces[0]], out)
+        annotate_trace(traces[0], findings_of_trace(report.findings, traces[0], traces), out)
         click.echo(f"gpuprof: annotated trace written to {visible(out)}", err=True)
         return
     try:
@@ -145,7 +145,7 @@ def _annotate(report: Any, out: str) -> None:
     for _, dest in dests:  # all checked before the first is written
         refuse_input_as_output(dest, sources, "--annotate")
     for t, dest in dests:
-        annotate_trace(t, [f for f in report.findings if f.source == t], dest)
+        annotate_trace(t, findings_of_trace(report.findings, t, traces), dest)
     click.echo(f"gpuprof: {len(traces)} annotated traces written to {visible(out)}", err=True)
 
 

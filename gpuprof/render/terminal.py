@@ -544,7 +544,7 @@ def _finding_panel(index: int, f: Finding, group: Sequence[Finding] = (), labels
         rows.append(("Evidence", text))
     # message and advice are prose: a rule's wrapped lines read as one paragraph (rich wraps it to the
     # terminal), not as "\x0a" escapes
-    body: list[Any] = [Text(one_line(f.message)), _kv_grid(rows)]
+    body: list[Any] = [Text(one_line(F.linked_message(f))), _kv_grid(rows)]
     if f.advice:
         advice = Text("Fix: ", style="bold green")
         advice.append(one_line(f.advice))

@@ -135,8 +135,10 @@ class HostSync(Rule):
     options = (
         Option("min_cost_us_per_step", 50.0, "report a sync site costing at least this much per step (µs)"),
         Option("min_share", 0.005, "and at least this share of the step"),
-        Option("warn_share", 0.03, "a cost above this share of the step is a warning, below it info"),
     )
+    # severity follows cost by the one policy (gpuprof.codespec.severity_for_cost); a sync site under 3% of
+    # the step is info (--option GP203.info_below_share, formerly GP203.warn_share)
+    info_below_share = 0.03
     bad_example = """
         for x, y in loader:
             loss = model(x.cuda()).sum()
@@ -223,7 +225,6 @@ class HostSync(Rule):
                 cost_us_per_step=cost,
                 cost_label="GPU left idle after these syncs (at most the blocked time)",
                 location=loc,
-                severity=Severity.WARNING if share >= ctx.opt("warn_share") else Severity.INFO,
             )
 
 

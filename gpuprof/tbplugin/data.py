@@ -13,8 +13,9 @@ capture section, one report per rank under torchrun). The findings list is
 the trace analysis's findings (what ``gpuprof analyze RUN`` says) plus the
 report's findings that the trace analysis cannot make (``origin`` ``runtime``
 or ``memory``); each carries its ``origin`` so the page can say where it came
-from. Two of them may describe one problem from two measurements (GP601 from
-the live DataLoader, GP102 from the trace); the page shows both, labelled.
+from. They are finished as ``gpuprof analyze RUN`` finishes them
+(:func:`gpuprof.flow.finish`): where two describe one problem (GP601 from the
+live DataLoader, GP102 from the trace) the overlap policy keeps one.
 
 :func:`compare_views` compares two run views (before/after a fix).
 
@@ -135,7 +136,7 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
         "kind": "capture" if reports else "traces",
         "headline": _headline(analysed),
         "traces": analysed,
-        "findings": _sorted_findings(findings),
+        "findings": _finished(findings),
         "failed_rules": failed,
         "ranks": _ranks(analysed, reports, logdir),
         "cross_rank": cross,
@@ -181,11 +182,26 @@ def _rel(p: Path, logdir: Path) -> str:
     return os.path.relpath(p, logdir).replace(os.sep, "/")
 
 
-def _sorted_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Most expensive first, then by severity, as reports sort them (gpuprof.findings.sort_findings)."""
-    rank = {"error": 0, "warning": 1, "info": 2}
-    return sorted(findings, key=lambda f: (f.get("cost_us_per_step") is None, -(f.get("cost_us_per_step") or 0.0),
-                                           rank.get(str(f.get("severity")), 3), str(f.get("code"))))
+def _finished(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's findings through the one boundary ``gpuprof analyze`` uses (:func:`gpuprof.flow.finish`).
+
+    The overlap policy folds a trace finding into the runtime one that
+    supersedes it (GP102 under GP601), links are made, the order is the
+    report's; each keeps where it came from (``trace``/``report``/``scope``)
+    and gains ``display_message``, its message as every renderer draws it.
+    """
+    from gpuprof.findings import Finding
+    from gpuprof.flow import finish
+    from gpuprof.render.format import linked_message
+
+    where: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+    objs = []
+    for d in findings:
+        f = Finding.from_dict(d)
+        objs.append(f)
+        where.setdefault((f.code, f.message, f.source), {k: d[k] for k in ("trace", "report", "scope") if k in d})
+    return [{**f.to_dict(), **where.get((f.code, f.message, f.source), {}), "display_message": linked_message(f)}
+            for f in finish(objs)]
 
 
 def _headline(analysed: list[dict[str, Any]]) -> dict[str, Any]:

@@ -139,7 +139,7 @@ function showFindings(v){
     const ev = evidenceRows(f);
     return el("div", {class: "finding " + sev(f.severity), "data-code": short(f.code, 40)},
       el("div", {class: "head"}, short(f.code, 40) + " " + short(f.name || ""), el("span", {class: "tag"}, sev(f.severity)), el("span", {class: "tag"}, from)),
-      el("div", {class: "msg"}, short(f.message, LONG)),
+      el("div", {class: "msg"}, short(f.display_message || f.message, LONG)),
       el("div", {class: "meta"}, cost + (loc ? " \u00b7 at " + loc : "")),
       f.advice ? el("div", {class: "fix"}, "Fix: " + short(f.advice, LONG)) : null,
       ev.length ? el("table", {}, ...ev) : null);

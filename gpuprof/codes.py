@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from gpuprof.codespec import ORIGINS, CodeSpec, Option
@@ -287,50 +286,37 @@ def _fmt_default(o: Option) -> str:
     return repr(o.default)
 
 
-# ---------------------------------------------------------------------------- long forms from docs/
+# ---------------------------------------------------------------------------- long forms shipped in the package
 
-# The long forms of GP5xx/GP6xx live in docs/ (one place, read by people and by this module).
-# A source checkout (how the README installs gpuprof) has them beside the package.
-_DOCS = Path(__file__).resolve().parent.parent / "docs"
+# The codes declared without a doc string (runtime checks, memory codes) have their long form in
+# gpuprof/data/explanations.md, package data, so an installed wheel explains every code. It is made
+# from their sections of docs/capture.md and docs/memory.md (`python3 tests/longforms.py --write`), and
+# tests/test_explanations.py fails when the two disagree.
+_EXPLANATIONS = "explanations.md"
 
 
 def _with_doc(spec: CodeSpec) -> CodeSpec:
-    if spec.doc or not spec.docs_page:
+    if spec.doc:
         return spec
-    page = spec.docs_page
-    doc = _doc_sections(page).get(spec.code) or _doc_rows(page).get(spec.code)
+    doc = _packaged_docs().get(spec.code)
     if not doc:
-        doc = f"See docs/{page} in gpuprof's source (not found beside this installation)."
+        # a gpuprof bug (a code added without its long form), caught by tests/test_explanations.py
+        doc = f"(no long explanation is packaged for {spec.code}; see docs/{spec.docs_page or 'codes.md'})"
     return dataclasses.replace(spec, doc=doc)
 
 
 @functools.cache
-def _read_doc(page: str) -> str:
+def _packaged_docs() -> dict[str, str]:
+    """``### GPxxx name`` sections of the packaged explanations: code -> the section's text."""
+    from importlib import resources
+
     try:
-        return (_DOCS / page).read_text(encoding="utf-8")
+        text = resources.files("gpuprof").joinpath("data", _EXPLANATIONS).read_text(encoding="utf-8")
     except OSError:
-        return ""
-
-
-def _doc_sections(page: str) -> dict[str, str]:
-    """``### GPxxx name`` sections of a docs page: code -> the section's text."""
+        return {}
     out: dict[str, str] = {}
-    for m in re.finditer(r"^### (GP\d{3})\b[^\n]*\n(.*?)(?=^#{1,3} |\Z)", _read_doc(page), re.S | re.M):
+    for m in re.finditer(r"^### (GP\d{3})\b[^\n]*\n(.*?)(?=^#{1,3} |\Z)", text, re.S | re.M):
         out[m.group(1)] = m.group(2).strip()
-    return out
-
-
-def _doc_rows(page: str) -> dict[str, str]:
-    """Rows of the code table of a docs page (``| GPxxx | name | severity | when | numbers |``)."""
-    out: dict[str, str] = {}
-    for line in _read_doc(page).splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 4 and re.fullmatch(r"GP\d{3}", cells[0]):
-            if len(cells) >= 5:
-                head = f"Severity: {cells[2]}.\nWhen: {cells[3]}"
-            else:  # severity and "when" share one cell where the severity depends on the case
-                head = f"Severity, and when: {cells[2]}"
-            out[cells[0]] = f"{head}\nKey numbers (evidence): {cells[-1]}"
     return out
 
 

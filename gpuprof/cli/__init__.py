@@ -13,9 +13,9 @@ from typing import Any
 
 import click
 
-from gpuprof import __version__
 from gpuprof.errors import EXIT_INTERNAL, GpuprofError, RuleError
 from gpuprof.render.safe import visible
+from gpuprof.version import __version__
 
 __all__ = ["main", "cli"]
 

@@ -3,7 +3,7 @@
 Same shape as the trace rules (:class:`gpuprof.rules.base.Rule`): a stable
 code, a name, a docstring, options, a bad and a good example; ``check``
 reads the merged :class:`~gpuprof.distributed.merge.CrossRank` instead of one
-trace. They are run by the one rule runner (:func:`gpuprof.flow.run_rules`:
+trace. They are run by the one rule runner (:func:`gpuprof.runner.run_rules`:
 one failure policy, severity follows cost). Costs are per step, labelled in
 the message; their share is of the job's mean step (the median over ranks of
 each rank's mean step: :func:`job_step_us`), the same denominator as trace
@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 from gpuprof.distributed.merge import CrossRank
 from gpuprof.findings import Evidence, Finding
-from gpuprof.flow import RuleFailure, RuleUnit, Selection, run_rules
 from gpuprof.rules.base import Option, RuleSpec, add_rule, find_rule
+from gpuprof.runner import RuleFailure, RuleUnit, Selection, run_rules
 from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = ["CrossRankRule", "all_cross_rank_rules", "get_cross_rank_rule", "run_cross_rank_rules", "job_step_us"]
@@ -91,7 +91,7 @@ def run_cross_rank_rules(job: CrossRank, options: Mapping[str, Mapping[str, Any]
                          failures: list[RuleFailure] | None = None) -> list[Finding]:
     """Every cross-rank rule that ``select``/``ignore`` wants, on one merged job, by the one runner.
 
-    The failure policy is :func:`gpuprof.flow.run_rules`'s: every rule runs,
+    The failure policy is :func:`gpuprof.runner.run_rules`'s: every rule runs,
     then without a ``failures`` list or in strict mode
     :class:`~gpuprof.errors.RuleError` (exit 3) names every failed code; with
     one, ``(code, exception)`` is appended to it.

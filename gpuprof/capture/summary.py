@@ -27,7 +27,7 @@ from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
 from gpuprof.findings import Finding, Severity, sort_findings
 from gpuprof.flow import Selection
 from gpuprof.flow import finish as finish_findings
-from gpuprof.render.format import linked_message
+from gpuprof.render.format import fmt_cost, linked_message
 from gpuprof.render.markdown import md_code, md_escape
 from gpuprof.render.safe import one_line, visible
 from gpuprof.render.sections import register_section
@@ -558,10 +558,8 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _cost(f: Finding) -> str:
-    if f.cost_us_per_step is None:
-        return ""
-    share = f" ({f.cost_share:.0%})" if f.cost_share is not None else ""
-    return f"{f.cost_us_per_step / 1000:.2f} ms/step{share}"
+    # the figure every view shows (gpuprof.render.format.fmt_cost)
+    return fmt_cost(f) if f.cost_us_per_step is not None else ""
 
 
 def _md_cell(text: str) -> str:

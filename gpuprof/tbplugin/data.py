@@ -138,7 +138,7 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
         "traces": analysed,
         "findings": _finished(findings),
         "failed_rules": failed,
-        "ranks": _ranks(analysed, reports, logdir),
+        "ranks": _ranks(analysed, reports, logdir, cross),
         "cross_rank": cross,
         "capture": capture,
         "snapshots": [_rel(p, logdir) for p in run.snapshots],
@@ -188,11 +188,12 @@ def _finished(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     The overlap policy folds a trace finding into the runtime one that
     supersedes it (GP102 under GP601), links are made, the order is the
     report's; each keeps where it came from (``trace``/``report``/``scope``)
-    and gains ``display_message``, its message as every renderer draws it.
+    and gains ``display_message`` and ``display_cost``, its message and cost as every
+    renderer draws them (gpuprof.render.format).
     """
     from gpuprof.findings import Finding
     from gpuprof.flow import finish
-    from gpuprof.render.format import linked_message
+    from gpuprof.render.format import fmt_cost, linked_message
 
     where: dict[tuple[str, str, str | None], dict[str, Any]] = {}
     objs = []
@@ -200,8 +201,8 @@ def _finished(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
         f = Finding.from_dict(d)
         objs.append(f)
         where.setdefault((f.code, f.message, f.source), {k: d[k] for k in ("trace", "report", "scope") if k in d})
-    return [{**f.to_dict(), **where.get((f.code, f.message, f.source), {}), "display_message": linked_message(f)}
-            for f in finish(objs)]
+    return [{**f.to_dict(), **where.get((f.code, f.message, f.source), {}), "display_message": linked_message(f),
+             "display_cost": fmt_cost(f)} for f in finish(objs)]
 
 
 def _headline(analysed: list[dict[str, Any]]) -> dict[str, Any]:
@@ -236,9 +237,17 @@ def _mean_of(steps: list[dict[str, Any]], key: str, keys: tuple[str, ...]) -> di
     return {k: sum(s[key].get(k, 0.0) for s in steps) / n for k in keys}
 
 
-def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, Any]]], logdir: Path
-           ) -> list[dict[str, Any]]:
-    """One row per rank when the run has several: from the traces' ``distributedInfo`` and the per-rank reports."""
+def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, Any]]], logdir: Path,
+           cross: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per rank when the run has several: from the traces' ``distributedInfo`` and the per-rank reports.
+
+    With a cross-rank section, its numbers are the rows' (one source: the
+    table under "straggler: rank N" says the same): each rank's median step,
+    its wait in collectives per step and whether it is the straggler. A rank
+    with a longer step in a synchronous job is usually the one that waits, so
+    "vs fastest" (the step time against the fastest rank's) is given only
+    without a cross-rank section.
+    """
     rows: dict[int, dict[str, Any]] = {}
     for t in analysed:
         s = t["summary"]
@@ -282,6 +291,15 @@ def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, A
     fastest = min(times) if times else None
     for row in out:  # the slowest rank sets the pace; how far behind the fastest each one is
         row["vs_fastest"] = (row["step_time_us"] / fastest - 1.0) if fastest and row["step_time_us"] is not None else None
+    if cross is not None:
+        by_rank = {x["rank"]: x for x in cross["ranks"]}
+        for row in out:
+            x = by_rank.get(row["rank"])
+            row["vs_fastest"] = None
+            row["wait_us"] = x["wait_us"] if x else None
+            row["straggler"] = row["rank"] in cross["stragglers"]
+            if x is not None:
+                row["step_time_us"] = x["step_us"]
     return out
 
 

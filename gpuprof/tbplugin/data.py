@@ -197,12 +197,18 @@ def _finished(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     where: dict[tuple[str, str, str | None], dict[str, Any]] = {}
     objs = []
+    as_written = []  # a report's finding too malformed to read as one (a stranger's file): shown as it is
     for d in findings:
-        f = Finding.from_dict(d)
+        try:
+            f = Finding.from_dict(d)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            as_written.append(d)
+            continue
         objs.append(f)
         where.setdefault((f.code, f.message, f.source), {k: d[k] for k in ("trace", "report", "scope") if k in d})
-    return [{**f.to_dict(), **where.get((f.code, f.message, f.source), {}), "display_message": linked_message(f),
+    done = [{**f.to_dict(), **where.get((f.code, f.message, f.source), {}), "display_message": linked_message(f),
              "display_cost": fmt_cost(f)} for f in finish(objs)]
+    return done + as_written
 
 
 def _headline(analysed: list[dict[str, Any]]) -> dict[str, Any]:

@@ -78,7 +78,9 @@ def link_costs(findings: Sequence[Finding]) -> list[Finding]:
     """
     out = []
     for f in findings:
-        codes = [str(e.extra["cost_counted_in"]) for e in f.evidence if e.extra.get("cost_counted_in")]
+        # the two spellings rules use: an evidence named cost_counted_in (GP202, GP203) or an extra of one (GP702)
+        codes = [str(e.value) if e.metric == "cost_counted_in" else str(e.extra["cost_counted_in"])
+                 for e in f.evidence if e.metric == "cost_counted_in" or e.extra.get("cost_counted_in")]
         new = tuple(Link("cost_counted_in", c) for c in dict.fromkeys(codes) if Link("cost_counted_in", c) not in f.links)
         out.append(dataclasses.replace(f, links=f.links + new) if new else f)
     return out

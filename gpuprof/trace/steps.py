@@ -27,6 +27,7 @@ work does.
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -116,9 +117,27 @@ def find_steps(
             # contiguous steps tile exactly; before a gap, GPU work may extend the step up to the next start
             end = nxt if nxt - e < 1.0 else min(max(e, gpu_end.latest(s, e)), nxt)
         else:
-            end = max(e, gpu_end.latest(s, e))  # the last step lasts until its GPU work is done
+            end = _last_step_end(s, e, gpu_end.latest(s, e), [st.dur for st in steps])
         steps.append(Step(index=i, id=n, start=s, end=end, cpu_end=e))
     return steps, True, None
+
+
+def _last_step_end(start: float, host_end: float, gpu_end: float, others: list[float]) -> float:
+    """The end of the last step: until its GPU work is done, but no longer than a step of the same trace.
+
+    The other steps end where the next begins, so the GPU work each leaves
+    queued is drained inside the next step's window. The last step has no
+    next: stretched to the end of its GPU work it would also hold that drain
+    (the whole queue, not one step's worth) and lengthen the mean step (15%
+    on a real trace). It is capped at the median of the other steps' lengths,
+    and never ends before its host range; the only step of a trace keeps its
+    GPU work.
+    """
+    end = max(host_end, gpu_end)
+    if others:
+        typical = start + statistics.median(others)
+        end = max(host_end, min(end, typical))
+    return end
 
 
 def _first_gpu_work(trace: Trace, launch_by_corr: dict[int, Event]) -> float | None:

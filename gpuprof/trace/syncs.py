@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from gpuprof.findings import SourceLocation
 from gpuprof.trace.model import Event, Trace, copy_kind
@@ -120,6 +120,7 @@ def sync_points(
     """
     copy_by_launch = {id(c.launch): c for c in copies if c.launch is not None}
     dtoh_starts: list[float] | None = None  # launches of device-to-host copies, sorted (built on first use)
+    launches: dict[tuple[Any, Any], tuple[list[float], list[str]]] | None = None  # per thread (first use)
     out = []
     for r in main_runtime:
         rc = classify_runtime(r.name)
@@ -138,9 +139,17 @@ def sync_points(
         if cause is None:
             names = [o.name for o in chain]
             if any(n in ("aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu") for n in names):
-                if dtoh_starts is None:
-                    dtoh_starts = sorted(c.launch.ts for c in copies if c.launch is not None and c.kind.direction == "DtoH")
-                cause = ".cpu() / .to('cpu')" if _dtoh_near(r, dtoh_starts) else "a blocking copy (.to(device))"
+                # the direction of the copy this operator made, when one is recorded inside it; else a
+                # device-to-host copy launched near the sync
+                if launches is None:
+                    launches = _launches_by_thread(copies)
+                direction = _copy_direction(r, chain, copy_by_launch, launches)
+                if direction is None:
+                    if dtoh_starts is None:
+                        dtoh_starts = sorted(c.launch.ts for c in copies
+                                             if c.launch is not None and c.kind.direction == "DtoH")
+                    direction = "DtoH" if _dtoh_near(r, dtoh_starts) else "HtoD"
+                cause = ".cpu() / .to('cpu')" if direction == "DtoH" else "a blocking copy (.to(device))"
             elif chain:
                 cause = chain[0].name
             elif "Device" in r.name:
@@ -149,6 +158,40 @@ def sync_points(
                 cause = r.name
         loc = stacks.location(r.pid, r.tid, r.ts, op=chain[0] if chain else None)
         out.append(SyncPoint(runtime=r, ops=chain, cause=cause, location=loc, step=step_of(r.ts)))
+    return out
+
+
+def _copy_direction(r: Event, chain: list[Event], copy_by_launch: dict[int, CopyEvent],
+                    by_thread: dict[tuple[Any, Any], tuple[list[float], list[str]]]) -> str | None:
+    """``HtoD``/``DtoH``: the direction of the copy made by the copy operator around sync ``r`` (None: none seen).
+
+    The sync is the copy's own call, or a stream sync inside the same
+    ``aten::to``/``aten::copy_`` (``x.to("cuda")`` with ``non_blocking=False``
+    copies, then waits): the copies launched inside the outermost copy
+    operator on the sync's thread say which way the data went.
+    """
+    own = copy_by_launch.get(id(r))
+    if own is not None:
+        return own.kind.direction
+    op = next((o for o in chain if o.name in ("aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu")), None)
+    if op is None:
+        return None
+    launches = by_thread.get((r.pid, r.tid), ([], []))
+    lo, hi = bisect_left(launches[0], op.ts), bisect_right(launches[0], op.end)
+    dirs = set(launches[1][lo:hi])
+    return dirs.pop() if len(dirs) == 1 else None
+
+
+def _launches_by_thread(copies: list[CopyEvent]) -> dict[tuple[Any, Any], tuple[list[float], list[str]]]:
+    """Per host thread: the launch times (sorted) and directions of its host↔device copies."""
+    pairs: dict[tuple[Any, Any], list[tuple[float, str]]] = {}
+    for c in copies:
+        if c.launch is not None and c.kind.direction in ("HtoD", "DtoH"):
+            pairs.setdefault((c.launch.pid, c.launch.tid), []).append((c.launch.ts, c.kind.direction))
+    out = {}
+    for k, v in pairs.items():
+        v.sort()
+        out[k] = ([t for t, _ in v], [d for _, d in v])
     return out
 
 

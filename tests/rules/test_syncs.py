@@ -145,3 +145,24 @@ def test_gp203_leaves_the_cost_of_gp201s_pageable_device_to_host_copies_to_gp201
     assert "counted in GP201" in gp203.message
     assert [(k.kind, k.code) for k in gp203.links] == [("cost_counted_in", "GP201")]
     assert gp201.cost_us_per_step > 0 and not any(e.metric == "cost_counted_in" for e in gp201.evidence)
+
+
+def test_sync_after_a_host_to_device_copy_is_not_called_cpu(tmp_path: Path) -> None:
+    # x.to("cuda") (blocking: copy, then stream sync) right next to a loss.cpu(): the first is a blocking copy,
+    # the second .cpu(); a nearby device→host copy must not rename the first
+    from gpuprof.trace.load import load_trace
+    from gpuprof.trace.metrics import compute_metrics
+
+    tb = TraceBuilder()
+    for _ in range(3):
+        with tb.step():
+            with tb.frames(("train.py", 20, "train")):
+                tb.copy_h2d(1 << 20, pageable=False, blocking=True)
+            tb.gemm(us=2000)
+            with tb.frames(("train.py", 25, "train")):
+                tb.copy_d2h(4, pageable=True, blocking=True)
+    m = compute_metrics(load_trace(tb.write(tmp_path / "h2d_then_cpu.json")))
+    causes = {(s.location.line if s.location else None, s.cause) for s in m.syncs}
+    assert (20, "a blocking copy (.to(device))") in causes
+    assert (25, ".cpu() / .to('cpu')") in causes
+    assert (20, ".cpu() / .to('cpu')") not in causes

@@ -311,7 +311,7 @@ def _packaged_docs() -> dict[str, str]:
     from importlib import resources
 
     try:
-        text = resources.files("gpuprof").joinpath("data", _EXPLANATIONS).read_text(encoding="utf-8")
+        text = resources.files("gpuprof").joinpath("data").joinpath(_EXPLANATIONS).read_text(encoding="utf-8")
     except OSError:
         return {}
     out: dict[str, str] = {}

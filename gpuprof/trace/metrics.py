@@ -39,12 +39,13 @@ from gpuprof.trace.breakdown import (
 from gpuprof.trace.dataloading import data_loading_share, loader_ranges
 from gpuprof.trace.gpuwork import communication_names, device_sets, is_communication_kernel, kernel_sets, union_of
 from gpuprof.trace.intervals import Interval, Intervals
-from gpuprof.trace.model import Event, Kind, Trace, device_of, ts_of
+from gpuprof.trace.model import Event, Trace, device_of, ts_of
 from gpuprof.trace.stacks import StackIndex
 from gpuprof.trace.stats import KernelStat, OpStat, kernel_stats, op_stats
 from gpuprof.trace.steps import Step, find_steps, main_thread, step_markers
 from gpuprof.trace.syncs import CopyEvent, SyncPoint, find_copies, next_sync_call, sync_points
 from gpuprof.trace.threads import HostThread, ThreadIndex, thread_keys
+from gpuprof.trace.vocab import Kind
 
 __all__ = [
     "Step",

@@ -110,7 +110,7 @@ def find_steps(
         return [Step(index=0, id=0, start=lo, end=hi, cpu_end=hi)], False, lead_in
 
     gpu_end = _GpuEndByLaunch(trace, launch_by_corr)
-    steps = []
+    steps: list[Step] = []
     for i, (s, e, n) in enumerate(dedup):
         if i + 1 < len(dedup):
             nxt = dedup[i + 1][0]

@@ -362,7 +362,8 @@ def publish(prof: "Profiler", facts: RunFacts, report: Report, g: Any, *, final:
         run_dir = Path(facts.section.run_dir)
         # at the window's end too (this is then the background thread: rank 0's bounded wait holds no step)
         g.run("cross-rank report", "no cross_rank.json for this run", gather_cross_rank, report, run_dir,
-              run_dir.name, window=None if final else section.steps)
+              run_dir.name, window=None if final else section.steps, selection=Selection.of(cfg.select, cfg.ignore),
+              options=cfg.rule_options)
     section.failures = g.all_failed()
     doc = g.run("capture result", "the capture result holds no report", _report_document, report)
     if doc is not None:

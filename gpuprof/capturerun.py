@@ -160,6 +160,6 @@ def capture_findings_of(report: Report, path: str | os.PathLike[str]) -> list[Fi
         return []
     n = len(found.findings)
     report.notes.append(
-        f"the capture's {', '.join(found.reports)} hold{'s' if len(found.reports) == 1 else ''} {n} runtime "
-        f"finding{'s' if n != 1 else ''}: measured while the run trained, not recomputed from the traces")
+        f"{n} runtime finding{'s' if n != 1 else ''} from the capture's "
+        f"{', '.join(found.reports)}: measured while the run trained, not recomputed from the traces")
     return found.findings

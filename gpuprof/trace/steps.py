@@ -117,26 +117,30 @@ def find_steps(
             # contiguous steps tile exactly; before a gap, GPU work may extend the step up to the next start
             end = nxt if nxt - e < 1.0 else min(max(e, gpu_end.latest(s, e)), nxt)
         else:
-            end = _last_step_end(s, e, gpu_end.latest(s, e), [st.dur for st in steps])
+            end = _last_step_end(s, e, gpu_end.latest(s, e), gpu_end.latest(float("-inf"), s),
+                                 [st.dur for st in steps])
         steps.append(Step(index=i, id=n, start=s, end=end, cpu_end=e))
     return steps, True, None
 
 
-def _last_step_end(start: float, host_end: float, gpu_end: float, others: list[float]) -> float:
-    """The end of the last step: until its GPU work is done, but no longer than a step of the same trace.
+def _last_step_end(start: float, host_end: float, gpu_end: float, queued_end: float, others: list[float]) -> float:
+    """The end of the last step: until its GPU work is done, less the queue of earlier steps' work it drains.
 
     The other steps end where the next begins, so the GPU work each leaves
     queued is drained inside the next step's window. The last step has no
-    next: stretched to the end of its GPU work it would also hold that drain
-    (the whole queue, not one step's worth) and lengthen the mean step (15%
-    on a real trace). It is capped at the median of the other steps' lengths,
-    and never ends before its host range; the only step of a trace keeps its
-    GPU work.
+    next: stretched to the end of its GPU work it would also hold the drain
+    of the queue it started with, and lengthen the mean step (by 15% and more
+    on real traces). Where the GPU ran less than a step behind the host
+    (``queued_end``, the end of the work launched before the step, is before
+    the step's host end), the host sets the pace: the step is capped at the
+    median of the other steps, and never ends before its host range. Where
+    the GPU ran a whole step or more behind (the host queued ahead, as in a
+    short GPU-bound capture), the host is no clock and the step keeps all its
+    GPU work; so does the only step of a trace.
     """
     end = max(host_end, gpu_end)
-    if others:
-        typical = start + statistics.median(others)
-        end = max(host_end, min(end, typical))
+    if others and queued_end < host_end:
+        end = max(host_end, min(end, start + statistics.median(others)))
     return end
 
 

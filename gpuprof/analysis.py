@@ -10,13 +10,15 @@ import gc
 import os
 from typing import Any, Callable, Iterable, Mapping
 
-from gpuprof.capturerun import merge_capture_findings
+from gpuprof.capturerun import capture_findings_of
 from gpuprof.cluster import RankFailure, Scheduler
 from gpuprof.errors import InputError, RuleError
-from gpuprof.findings import Finding, filter_findings, sort_findings
+from gpuprof.findings import Finding, sort_findings
+from gpuprof.flow import STRICT_ENV, RuleFailure, RuleUnit, Selection, finish, strict_rules
+from gpuprof.flow import run_rules as run_units
 from gpuprof.remote import TraceFile
 from gpuprof.report import Report, TraceSummary
-from gpuprof.rules.base import Rule, RuleContext, all_rules, severity_for_cost
+from gpuprof.rules.base import Rule, RuleContext, all_rules
 from gpuprof.summarize import trace_summary
 from gpuprof.trace.load import find_traces, load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
@@ -25,17 +27,6 @@ from gpuprof.trace.model import Trace
 __all__ = ["analyze", "analyze_trace", "run_rules", "strict_rules", "STRICT_ENV", "RuleFailure"]
 
 ProgressFactory = Callable[[TraceFile], "Callable[[int, int], None] | None"]
-RuleFailure = tuple[str, BaseException]  # (rule code, what it raised)
-
-# Set (to anything but "0") to make every rule failure raise, even where the caller
-# collects them (the capture side): the test suite runs with it, so a crashing rule
-# fails its tests instead of looking like "no findings".
-STRICT_ENV = "GPUPROF_STRICT_RULES"
-
-
-def strict_rules() -> bool:
-    """True when ``GPUPROF_STRICT_RULES`` is set (the test suite sets it): a rule that raises is never collected."""
-    return os.environ.get(STRICT_ENV, "").strip() not in ("", "0")
 
 
 def run_rules(
@@ -46,44 +37,24 @@ def run_rules(
     ignore: Iterable[str] = (),
     failures: list[RuleFailure] | None = None,
 ) -> list[Finding]:
-    """Run every registered rule (narrowed by ``select``/``ignore`` code prefixes).
+    """Every registered trace rule that ``select``/``ignore`` wants, by the one runner (:func:`gpuprof.flow.run_rules`).
 
-    A rule that raises has unknown findings, so its failure is never quiet:
-    with a ``failures`` list, ``(code, exception)`` is appended to it and the
-    other rules still run (the caller must then say the analysis is
-    incomplete); without one, or in strict mode (:func:`strict_rules`),
-    :class:`~gpuprof.errors.RuleError` is raised at once, chained to the
-    rule's own exception.
+    The failure policy is the runner's: every rule runs; then, without a
+    ``failures`` list or in strict mode, :class:`~gpuprof.errors.RuleError`
+    names every rule that raised; with one, ``(code, exception)`` is appended
+    to it. The findings are not yet finished (:func:`gpuprof.flow.finish`).
     """
-    from gpuprof.findings import code_matches
-
-    select = [s for s in select if s]
-    ignore = [s for s in ignore if s]
+    wanted = Selection.of(select, ignore)
     options = options or {}
-    strict = failures is None or strict_rules()
-    findings: list[Finding] = []
-    chosen = [
-        r for r in all_rules()
-        if (not select or code_matches(r.code, select)) and not (ignore and code_matches(r.code, ignore))
-    ]
+    chosen = [r for r in all_rules() if wanted.wants(r.code)]
     all_opts = {r.code: {**r.defaults(), **dict(options.get(r.code, {}))} for r in chosen}
-    for rule_cls in chosen:
+
+    def unit(rule_cls: type[Rule]) -> RuleUnit:
         opts = all_opts[rule_cls.code]
         others = {c: o for c, o in all_opts.items() if c != rule_cls.code}
-        rule: Rule = rule_cls()
-        try:
-            # list() first: a rule that raises halfway through its generator adds no partial findings
-            found = list(rule.check(RuleContext(trace, metrics, opts, others)))
-            # severity follows cost, for every rule, here (see gpuprof.rules.base)
-            findings.extend(severity_for_cost(f, opts) for f in found)
-        except Exception as err:  # noqa: BLE001 - raised as RuleError or handed to the caller, never dropped
-            if strict:
-                raise RuleError(trace.path, [(rule_cls.code, err)]) from err
-            assert failures is not None
-            failures.append((rule_cls.code, err))
-    from gpuprof.rules.utilization import link_idle_parts
+        return RuleUnit(rule_cls.code, opts, lambda: rule_cls().check(RuleContext(trace, metrics, opts, others)))
 
-    return link_idle_parts(findings)
+    return run_units([unit(r) for r in chosen], trace.path, failures)
 
 
 def analyze_trace(
@@ -108,7 +79,8 @@ def analyze_trace(
     Rules that raise: without a ``failures`` list, every rule still runs and
     then :class:`~gpuprof.errors.RuleError` names all that failed; with one,
     they are appended to it and the trace's notes say the analysis is
-    incomplete.
+    incomplete. The findings are sorted but not finished: the report they go
+    into finishes them once (:func:`gpuprof.flow.finish`).
     """
     if metrics is None:
         metrics = compute_metrics(trace)
@@ -256,10 +228,11 @@ def _analyze(
     if not report.traces and not from_reports:
         raise InputError(paths[0], f"no readable trace ({len(errors)} files failed; first: {errors[0].problem})")
     _cross_rank(report, ranks, options, select, ignore, failures)
-    report.findings = sort_findings(filter_findings(report.findings, select, ignore))
     # a capture's run directory: its runtime findings (GP6xx) were measured live, not in the traces
     for p in paths:
-        merge_capture_findings(report, p, select, ignore)
+        report.findings += capture_findings_of(report, p)
+    # the one boundary: --select/--ignore, the overlap policy, links, order
+    report.findings = finish(report.findings, Selection.of(select, ignore))
     return report
 
 

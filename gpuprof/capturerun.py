@@ -5,7 +5,7 @@ A capture (``gpuprof.profile``) writes ``report.json`` beside its traces
 runtime checks (GP6xx: a leak, a slow DataLoader, a host sync) were measured
 in the live process and cannot be recomputed from the traces, so analysing
 the run directory offline would silently lose them. :func:`capture_findings`
-reads them back; :func:`merge_capture_findings` adds them to an analysis
+reads them back; :func:`capture_findings_of` hands them to an analysis
 report, marked as from the capture (``origin="runtime"``, ``source`` = the
 report.json), and drops the trace findings a runtime finding covers, as the
 capture's own report does.
@@ -23,11 +23,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpuprof.codes import apply_overlaps
-from gpuprof.findings import Finding, filter_findings, sort_findings
+from gpuprof.findings import Finding
 from gpuprof.report import Report
 
-__all__ = ["CaptureFindings", "capture_findings", "merge_capture_findings",
+__all__ = ["CaptureFindings", "capture_findings", "capture_findings_of",
            "REPORT_NAME", "MAX_REPORT_BYTES"]
 
 REPORT_NAME = "report.json"
@@ -121,6 +120,10 @@ def _well_typed(f: Any) -> bool:
     if loc is not None and (not isinstance(loc.file, str) or not isinstance(loc.line, (int, type(None)))
                             or not isinstance(loc.function, (str, type(None)))):
         return False
+    for k in f.links:
+        if not isinstance(k.code, str) or not isinstance(k.part, (str, type(None))) or \
+                isinstance(k.count, bool) or not isinstance(k.count, (int, type(None))):
+            return False
     for e in f.evidence:
         if not isinstance(e.metric, str) or not isinstance(e.unit, str) or not isinstance(e.extra, dict):
             return False
@@ -139,20 +142,24 @@ def _runtime_codes() -> frozenset[str]:
 
 
 def _as_from_capture(f: Finding, rep: Path) -> Finding:
-    return replace(f, origin="runtime", source=str(rep))
+    # links are made again where the report is finished (gpuprof.flow.finish), among its findings
+    return replace(f, origin="runtime", source=str(rep), links=())
 
 
-def merge_capture_findings(report: Report, path: str | os.PathLike[str], select: list[str],
-                           ignore: list[str]) -> None:
-    """Add the run's capture findings to ``report`` (a :class:`gpuprof.report.Report`) in place."""
+def capture_findings_of(report: Report, path: str | os.PathLike[str]) -> list[Finding]:
+    """The run's capture findings for ``report`` (a :class:`gpuprof.report.Report`), its notes added to it.
+
+    The findings are not filtered nor folded here: the caller adds them to the
+    report's findings, which are finished once (:func:`gpuprof.flow.finish`:
+    ``--select``/``--ignore``, then the overlap policy that folds a trace
+    finding into the runtime one that supersedes it, GP102 under GP601).
+    """
     found = capture_findings(path)
-    rt = filter_findings(found.findings, select, ignore)
     report.notes += found.notes
     if not found.reports:
-        return
-    n = len(rt)
+        return []
+    n = len(found.findings)
     report.notes.append(
         f"{n} runtime finding{'s' if n != 1 else ''} from the capture's "
         f"{', '.join(found.reports)}: measured while the run trained, not recomputed from the traces")
-    # one overlap policy (docs/codes.md): a trace finding a runtime one supersedes (GP102 under GP601) is folded in
-    report.findings = sort_findings(apply_overlaps(rt + report.findings))
+    return found.findings

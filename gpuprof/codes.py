@@ -27,11 +27,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from gpuprof.codespec import ORIGINS, CodeSpec, Option
-from gpuprof.findings import Evidence, Finding
+from gpuprof.findings import Evidence, Finding, Link
 
 __all__ = [
     "Code",
@@ -44,6 +43,7 @@ __all__ = [
     "explain_text",
     "explain_parts",
     "parse_options",
+    "parse_option_overrides",
     "resolve_selectors",
     "apply_overlaps",
     "check_registry",
@@ -198,6 +198,15 @@ def parse_options(items: Iterable[str] | Mapping[str, Any], *, origins: Iterable
     return out
 
 
+def parse_option_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``["GP101.min_utilization=0.6"]`` -> ``{"GP101": {"min_utilization": 0.6}}``: ``gpuprof analyze``'s options.
+
+    Only codes ``gpuprof analyze`` reports (trace and cross-rank rules); a
+    ValueError with a one-line reason otherwise (see :func:`parse_options`).
+    """
+    return parse_options(items, origins=("trace", "distributed"), where="gpuprof analyze")
+
+
 # ---------------------------------------------------------------------------- overlap policy
 
 
@@ -209,8 +218,10 @@ def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None
     declared in the other's ``superseded_by``. When both are in one report,
     the superseded findings are dropped and the first finding of the code
     that supersedes them gains an evidence ``supersedes`` naming the dropped
-    code, how many findings it had and its first message, so nothing is
-    lost and nothing is counted twice. Findings keep their order otherwise.
+    code, how many findings it had and its first message, and a
+    ``supersedes`` link (drawn by every renderer), so nothing is lost and
+    nothing is counted twice. Findings keep their order otherwise. Run once
+    per report, by :func:`gpuprof.flow.finish`.
     """
     findings = list(findings)
     by_code = {s.code: s for s in (specs if specs is not None else _specs())}
@@ -238,10 +249,10 @@ def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None
         ev = Evidence("supersedes", code, None, "", extra={
             "name": first.name, "findings": len(lost), "origin": first.origin, "message": first.message,
             "source": first.source})
-        # a report folded before (capture's report.json, read again by `gpuprof analyze RUN`) already
-        # holds this code's evidence: replace it, never show "supersedes = GP102" twice
-        earlier = tuple(e for e in kept[i].evidence if not (e.metric == "supersedes" and e.value == code))
-        kept[i] = dataclasses.replace(kept[i], evidence=earlier + (ev,))
+        w = kept[i]  # a supersedes record made before (a report read back) is replaced, not repeated
+        evidence = tuple(e for e in w.evidence if not (e.metric == "supersedes" and e.value == code)) + (ev,)
+        links = tuple(k for k in w.links if not (k.kind == "supersedes" and k.code == code))
+        kept[i] = dataclasses.replace(w, evidence=evidence, links=links + (Link("supersedes", code, count=len(lost)),))
     return kept
 
 
@@ -287,50 +298,37 @@ def _fmt_default(o: Option) -> str:
     return repr(o.default)
 
 
-# ---------------------------------------------------------------------------- long forms from docs/
+# ---------------------------------------------------------------------------- long forms shipped in the package
 
-# The long forms of GP5xx/GP6xx live in docs/ (one place, read by people and by this module).
-# A source checkout (how the README installs gpuprof) has them beside the package.
-_DOCS = Path(__file__).resolve().parent.parent / "docs"
+# The codes declared without a doc string (runtime checks, memory codes) have their long form in
+# gpuprof/data/explanations.md, package data, so an installed wheel explains every code. It is made
+# from their sections of docs/capture.md and docs/memory.md (`python3 tests/longforms.py --write`), and
+# tests/test_explanations.py fails when the two disagree.
+_EXPLANATIONS = "explanations.md"
 
 
 def _with_doc(spec: CodeSpec) -> CodeSpec:
-    if spec.doc or not spec.docs_page:
+    if spec.doc:
         return spec
-    page = spec.docs_page
-    doc = _doc_sections(page).get(spec.code) or _doc_rows(page).get(spec.code)
+    doc = _packaged_docs().get(spec.code)
     if not doc:
-        doc = f"See docs/{page} in gpuprof's source (not found beside this installation)."
+        # a gpuprof bug (a code added without its long form), caught by tests/test_explanations.py
+        doc = f"(no long explanation is packaged for {spec.code}; see docs/{spec.docs_page or 'codes.md'})"
     return dataclasses.replace(spec, doc=doc)
 
 
 @functools.cache
-def _read_doc(page: str) -> str:
+def _packaged_docs() -> dict[str, str]:
+    """``### GPxxx name`` sections of the packaged explanations: code -> the section's text."""
+    from importlib import resources
+
     try:
-        return (_DOCS / page).read_text(encoding="utf-8")
+        text = resources.files("gpuprof").joinpath("data").joinpath(_EXPLANATIONS).read_text(encoding="utf-8")
     except OSError:
-        return ""
-
-
-def _doc_sections(page: str) -> dict[str, str]:
-    """``### GPxxx name`` sections of a docs page: code -> the section's text."""
+        return {}
     out: dict[str, str] = {}
-    for m in re.finditer(r"^### (GP\d{3})\b[^\n]*\n(.*?)(?=^#{1,3} |\Z)", _read_doc(page), re.S | re.M):
+    for m in re.finditer(r"^### (GP\d{3})\b[^\n]*\n(.*?)(?=^#{1,3} |\Z)", text, re.S | re.M):
         out[m.group(1)] = m.group(2).strip()
-    return out
-
-
-def _doc_rows(page: str) -> dict[str, str]:
-    """Rows of the code table of a docs page (``| GPxxx | name | severity | when | numbers |``)."""
-    out: dict[str, str] = {}
-    for line in _read_doc(page).splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 4 and re.fullmatch(r"GP\d{3}", cells[0]):
-            if len(cells) >= 5:
-                head = f"Severity: {cells[2]}.\nWhen: {cells[3]}"
-            else:  # severity and "when" share one cell where the severity depends on the case
-                head = f"Severity, and when: {cells[2]}"
-            out[cells[0]] = f"{head}\nKey numbers (evidence): {cells[-1]}"
     return out
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Mapping, TypeVar
 
-from gpuprof.findings import Severity
+from gpuprof.findings import Finding, Severity
 
-__all__ = ["Option", "CodeSpec", "ORIGINS", "option_default"]
+__all__ = ["Option", "CodeSpec", "ORIGINS", "option_default", "severity_for_cost", "INFO_BELOW_SHARE"]
+
+INFO_BELOW_SHARE = 0.01  # default of every rule's info_below_share option
 
 _D = TypeVar("_D")
 
@@ -141,3 +143,23 @@ def replace_fields(obj: _D, values: dict[str, Any]) -> _D:
     names = {f.name for f in dataclasses.fields(dc)}
     new: _D = dataclasses.replace(dc, **{k: v for k, v in values.items() if k in names})
     return new
+
+
+def severity_for_cost(finding: Finding, options: Mapping[str, Any]) -> Finding:
+    """Severity follows cost: the one policy for every finding that has a cost (docs/codes.md).
+
+    A finding whose ``cost_share`` (of the mean step) is under its code's
+    ``info_below_share`` (default :data:`INFO_BELOW_SHARE`, 1%) is ``info``;
+    one at or above it is at least ``warning`` (an ``error`` stays one),
+    whatever severity the rule chose. A finding without a cost keeps the
+    severity its rule gave it. Applied by the one rule runner
+    (:func:`gpuprof.flow.run_rules`), so no rule decides it on its own.
+    """
+    if finding.cost_share is None:
+        return finding
+    limit = options.get("info_below_share", INFO_BELOW_SHARE)
+    if finding.cost_share < limit:
+        severity = Severity.INFO
+    else:
+        severity = finding.severity if finding.severity.rank >= Severity.WARNING.rank else Severity.WARNING
+    return finding if severity is finding.severity else dataclasses.replace(finding, severity=severity)

@@ -21,6 +21,7 @@ __all__ = [
     "EventRef",
     "Evidence",
     "Finding",
+    "Link",
     "sort_findings",
     "filter_findings",
     "code_matches",
@@ -119,6 +120,39 @@ class Evidence:
         )
 
 
+LINK_KINDS = ("supersedes", "explained_by", "cost_counted_in")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link from a finding to another finding of the same report, by code (drawn by every renderer).
+
+    * ``supersedes``: this finding absorbed the findings of ``code`` (the
+      overlap policy, :func:`gpuprof.codes.apply_overlaps`; the absorbed
+      ones' first message is in the evidence ``supersedes``); ``count`` of them.
+    * ``explained_by``: the part ``part`` of this finding (a GP101 idle part,
+      by its label) is explained by the finding(s) of ``code``.
+    * ``cost_counted_in``: part of this finding's time is counted in the cost
+      of ``code``; its own cost is what is left, so costs add up.
+    """
+
+    kind: str
+    code: str
+    part: str | None = None
+    count: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in LINK_KINDS:
+            raise ValueError(f"unknown link kind {self.kind!r} (one of {', '.join(LINK_KINDS)})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return _builtins(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Link":
+        return cls(kind=d["kind"], code=d["code"], part=d.get("part"), count=d.get("count"))
+
+
 @dataclass(frozen=True)
 class Finding:
     """One diagnosis.
@@ -136,6 +170,8 @@ class Finding:
     is ``info`` (see ``gpuprof.rules.base``).
     ``origin`` says which part of gpuprof produced it: ``trace``, ``runtime``
     or ``memory``; ``source`` names the input (a trace file, a snapshot).
+    ``links`` tie it to other findings of the report (:class:`Link`), set
+    where a report's findings are finished (:func:`gpuprof.flow.finish`).
     """
 
     code: str
@@ -149,6 +185,7 @@ class Finding:
     location: SourceLocation | None = None
     origin: str = "trace"
     source: str | None = None
+    links: tuple[Link, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return _builtins(self)
@@ -168,6 +205,7 @@ class Finding:
             location=SourceLocation.from_dict(loc) if loc else None,
             origin=d.get("origin", "trace"),
             source=d.get("source"),
+            links=tuple(Link.from_dict(x) for x in d.get("links", ())),
         )
 
 

@@ -120,7 +120,7 @@ class Report:
         return sum(1 for f in self.findings if f.severity.rank >= bar.rank)
 
     def to_dict(self) -> dict[str, Any]:
-        from gpuprof import __version__
+        from gpuprof.version import __version__
 
         # msgspec writes the summaries and findings (dataclasses) field by field, in order;
         # sections keep their own to_dict (their layout is theirs), led by their kind

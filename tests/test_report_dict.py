@@ -48,6 +48,7 @@ def _ref_finding(f: Finding) -> dict[str, Any]:
         "location": _ref_location(f.location),
         "origin": f.origin,
         "source": f.source,
+        "links": [{"kind": k.kind, "code": k.code, "part": k.part, "count": k.count} for k in f.links],
     }
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
+from gpuprof.codespec import INFO_BELOW_SHARE, severity_for_cost
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.trace.metrics import data_loading_share  # the one definition (the capture's figures use it too)
 
@@ -319,9 +320,9 @@ def available_cores() -> int:
 
 def _finding(code: str, message: str, advice: str, rec: LoaderRecord, evidence: tuple[Evidence, ...],
              severity: Severity | None = None, cost_us: float | None = None,
-             cost_share: float | None = None) -> Finding:
+             cost_share: float | None = None, info_below_share: float = INFO_BELOW_SHARE) -> Finding:
     check = runtime_check(code)
-    return Finding(
+    found = Finding(
         code=code,
         name=check.name,
         severity=severity or check.severity,
@@ -334,6 +335,9 @@ def _finding(code: str, message: str, advice: str, rec: LoaderRecord, evidence: 
         origin="runtime",
         source=rec.label,
     )
+    # one severity policy for every finding with a cost (docs/codes.md): info under the code's threshold
+    # (GP601: dataloader_share_warning; the default 1% of the step), at least a warning at or above it
+    return severity_for_cost(found, {"info_below_share": info_below_share})
 
 
 def dataloader_findings(
@@ -369,6 +373,7 @@ def dataloader_findings(
                 severity=sev,
                 cost_us=per_step_us,
                 cost_share=share,
+                info_below_share=options.dataloader_share_warning,
             ))
         if on_cuda and not rec.pin_memory:
             out.append(_finding(

@@ -14,7 +14,7 @@ from gpuprof.capture.checks import Live, LoaderCheck, MemoryCheck, SettingsCheck
 from gpuprof.capture.config import Schedule
 from gpuprof.capture.end.text import no_steps_text
 from gpuprof.capture.run import CaptureSection, RunFacts, TraceFile
-from gpuprof.findings import Finding, filter_findings
+from gpuprof.findings import Finding
 from gpuprof.trace.metrics import data_loading_share
 
 __all__ = ["run_facts", "runtime_findings"]
@@ -27,7 +27,7 @@ def runtime_findings(live: Live) -> list[Finding]:
     if cfg.checks:
         for m in live.monitors:
             out += live.guard.run(m.part, m.consequence, m.findings, live) or []
-    return filter_findings(out, cfg.select, cfg.ignore)
+    return out  # select=/ignore= apply once, where the report is finished (gpuprof.flow.finish)
 
 
 def run_facts(live: Live, written: Sequence[TraceFile], *, tensorboard: bool) -> RunFacts:

@@ -13,10 +13,10 @@ from typing import Any
 
 import click
 
-from gpuprof import __version__
 from gpuprof.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GpuprofError, RuleError
 from gpuprof.render.safe import visible
 from gpuprof.torchdep import TORCH_HINT, is_torch_missing
+from gpuprof.version import __version__
 
 __all__ = ["main", "cli"]
 

@@ -68,7 +68,7 @@ def analyze_cmd(
     cross-rank section compares them (stragglers, waits, collectives).
     """
     from gpuprof.analysis import analyze, default_analyze_jobs
-    from gpuprof.rules.base import parse_option_overrides
+    from gpuprof.codes import parse_option_overrides
 
     try:
         options = parse_option_overrides(rule_options)
@@ -88,9 +88,13 @@ def analyze_cmd(
             report.sections = unshown_sections(report.sections)
         if output:
             refuse_input_as_output(output, [paths[0]])
+        # the one boundary (gpuprof.flow.finish), as for a live analysis: --select/--ignore, overlaps, order
+        from gpuprof.flow import Selection, finish
+
+        report.findings = finish(report.findings, Selection.of(split_codes(select), split_codes(ignore)))
         if html_out:
-            _html(report, html_out, [paths[0]], select, ignore)
-        sys.exit(emit_report(report, fmt, output, select, ignore, fail_on))
+            _html(report, html_out, [paths[0]])
+        sys.exit(emit_report(report, fmt, output, fail_on))
     path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
     for p in paths if annotate else ():
         if p == "-" or is_url(p) or not (os.path.isfile(p) or os.path.isdir(p)):
@@ -108,8 +112,8 @@ def analyze_cmd(
     if annotate:
         _annotate(report, annotate)
     if html_out:
-        _html(report, html_out, input_files(report), select, ignore)
-    code = emit_report(report, fmt, output, select, ignore, fail_on)
+        _html(report, html_out, input_files(report))
+    code = emit_report(report, fmt, output, fail_on)
     sys.exit(code)
 
 
@@ -122,19 +126,14 @@ def _rank_counter() -> Callable[[int, int], None]:
     return show
 
 
-def _html(report: Any, out: str, sources: list[str], select: tuple[str, ...], ignore: tuple[str, ...]) -> None:
-    """The report's HTML page, with the findings --select/--ignore keep (as every other output)."""
-    from dataclasses import replace
-
+def _html(report: Any, out: str, sources: list[str]) -> None:
+    """The report's HTML page (its findings finished already, --select/--ignore applied: gpuprof.flow)."""
     from gpuprof.atomic import write_output
-    from gpuprof.cli.common import split_codes
-    from gpuprof.findings import filter_findings
     from gpuprof.htmlpage.page import report_page
     from gpuprof.render.safe import visible
 
     refuse_input_as_output(out, sources, "--html")
-    kept = replace(report, findings=filter_findings(report.findings, split_codes(select), split_codes(ignore)))
-    write_output(out, report_page(kept), "the HTML page")
+    write_output(out, report_page(report), "the HTML page")
     click.echo(f"gpuprof: HTML page written to {visible(out)}", err=True)
 
 
@@ -188,14 +187,14 @@ def _stderr_console() -> Any:
 
 
 def _annotate(report: Any, out: str) -> None:
-    from gpuprof.render.annotate import annotate_trace
+    from gpuprof.render.annotate import annotate_trace, findings_of_trace
     from gpuprof.render.safe import visible
 
     traces = [t.path for t in report.traces]
     sources = input_files(report)
     if len(traces) == 1 and not os.path.isdir(out) and len(report.inputs) == 1:
         refuse_input_as_output(out, sources, "--annotate")
-        annotate_trace(traces[0], [f for f in report.findings if f.source == traces[0]], out)
+        annotate_trace(traces[0], findings_of_trace(report.findings, traces[0], traces), out)
         click.echo(f"gpuprof: annotated trace written to {visible(out)}", err=True)
         return
     try:
@@ -206,7 +205,7 @@ def _annotate(report: Any, out: str) -> None:
     for _, dest in dests:  # all checked before the first is written
         refuse_input_as_output(dest, sources, "--annotate")
     for t, dest in dests:
-        annotate_trace(t, [f for f in report.findings if f.source == t], dest)
+        annotate_trace(t, findings_of_trace(report.findings, t, traces), dest)
     click.echo(f"gpuprof: {len(traces)} annotated traces written to {visible(out)}", err=True)
 
 

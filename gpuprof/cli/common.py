@@ -10,7 +10,8 @@ import click
 
 from gpuprof.atomic import refuse_input_as_output, write_output
 from gpuprof.errors import EXIT_FINDINGS, EXIT_OK
-from gpuprof.findings import Severity, filter_findings
+from gpuprof.findings import Severity
+from gpuprof.flow import Selection
 from gpuprof.render.safe import visible
 from gpuprof.report import Report
 
@@ -93,14 +94,11 @@ def emit_report(
     report: Report,
     fmt: str,
     output: str | None,
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
     fail_on: str,
 ) -> int:
-    """Filter, render and write ``report``; return the exit code it earns."""
+    """Render and write ``report`` (its findings finished already: gpuprof.flow.finish); return its exit code."""
     from gpuprof.render import render
 
-    report.findings = filter_findings(report.findings, split_codes(select), split_codes(ignore))
     if output:
         refuse_input_as_output(output, input_files(report))
         text = render(report, fmt, color=False)
@@ -113,3 +111,8 @@ def emit_report(
             sys.stdout.write("\n")
     bar = Severity.parse(fail_on)
     return EXIT_FINDINGS if report.count_at_or_above(bar) else EXIT_OK
+
+
+def selection(select: tuple[str, ...], ignore: tuple[str, ...]) -> Selection:
+    """The command line's ``--select``/``--ignore`` as one :class:`gpuprof.flow.Selection`."""
+    return Selection.of(split_codes(select), split_codes(ignore))

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import click
 
 from gpuprof.atomic import refuse_input_as_output
-from gpuprof.cli.common import emit_report, option_settings, parse_option_settings, report_options
+from gpuprof.cli.common import emit_report, option_settings, parse_option_settings, report_options, selection
 
 __all__ = ["memory_cmd"]
 
@@ -102,6 +102,7 @@ def show_cmd(file: str, fmt: str, output: str | None, select: tuple[str, ...], i
              capacity_threshold: str | None, fragmentation_ratio: str | None, fragmentation_min: str | None,
              pending_share: str | None, top: int, skip_frames: tuple[str, ...]) -> None:
     """Analyse one snapshot or trace FILE."""
+    from gpuprof.flow import finish
     from gpuprof.memory.analysis import MemoryOptions, analyze_memory
     from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
     from gpuprof.memory.load import load_memory
@@ -119,6 +120,7 @@ def show_cmd(file: str, fmt: str, output: str | None, select: tuple[str, ...], i
             if dm.device.startswith("cuda"):
                 dm.total_memory = device_memory
     section, findings, analyses = analyze_memory(data, opts)
+    findings = finish(findings, selection(select, ignore))  # the one boundary (gpuprof.flow), --html included
     report = Report(command="memory", inputs=[file], sections=[section], findings=findings)
     if output:  # checked before --html writes anything
         refuse_input_as_output(output, [file])
@@ -129,7 +131,7 @@ def show_cmd(file: str, fmt: str, output: str | None, select: tuple[str, ...], i
         refuse_input_as_output(html_out, [file], "--html")
         write_html(data, analyses, findings, html_out)
         click.echo(f"gpuprof: memory timeline written to {visible(html_out)}", err=True)
-    sys.exit(emit_report(report, fmt, output, select, ignore, fail_on))
+    sys.exit(emit_report(report, fmt, output, fail_on))
 
 
 @memory_cmd.command("diff")
@@ -149,6 +151,7 @@ def diff_cmd(before: str, after: str | None, fmt: str, output: str | None, selec
     With one trace and no AFTER, compares the end of its first and last
     profiler steps.
     """
+    from gpuprof.flow import finish
     from gpuprof.memory.analysis import MemoryOptions
     from gpuprof.memory.diff import DiffOptions, diff_report
     from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
@@ -156,4 +159,5 @@ def diff_cmd(before: str, after: str | None, fmt: str, output: str | None, selec
     settings = _settings(_DIFF_ALIASES, {"min_growth": min_growth}, code_options)
     mem_opts = MemoryOptions(internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)).with_options(settings)
     report = diff_report(before, after, DiffOptions(top=top).with_options(settings), mem_opts)
-    sys.exit(emit_report(report, fmt, output, select, ignore, fail_on))
+    report.findings = finish(report.findings, selection(select, ignore))  # the one boundary (gpuprof.flow)
+    sys.exit(emit_report(report, fmt, output, fail_on))

@@ -3,8 +3,11 @@
 Same shape as the trace rules (:class:`gpuprof.rules.base.Rule`): a stable
 code, a name, a docstring, options, a bad and a good example; ``check``
 reads the merged :class:`~gpuprof.distributed.merge.CrossRank` instead of one
-trace. Costs are per step, labelled in the message; severity follows cost
-(under ``info_below_share`` of the median step: info), as for trace rules.
+trace. They are run by the one rule runner (:func:`gpuprof.runner.run_rules`:
+one failure policy, severity follows cost). Costs are per step, labelled in
+the message; their share is of the job's mean step (the median over ranks of
+each rank's mean step: :func:`job_step_us`), the same denominator as trace
+rules, and never above 100% of it.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from __future__ import annotations
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 from gpuprof.distributed.merge import CrossRank
-from gpuprof.findings import Evidence, Finding, code_matches
-from gpuprof.rules.base import Option, RuleSpec, add_rule, find_rule, severity_for_cost
+from gpuprof.findings import Evidence, Finding
+from gpuprof.rules.base import Option, RuleSpec, add_rule, find_rule
+from gpuprof.runner import RuleFailure, RuleUnit, Selection, run_rules
 from gpuprof.units import fmt_bytes, fmt_us
 
-__all__ = ["CrossRankRule", "all_cross_rank_rules", "get_cross_rank_rule", "run_cross_rank_rules"]
+__all__ = ["CrossRankRule", "all_cross_rank_rules", "get_cross_rank_rule", "run_cross_rank_rules", "job_step_us"]
 
 _PHASE_WORDS = {
     "compute": "compute",
@@ -38,13 +42,19 @@ class CrossRankRule(RuleSpec):
 
     def finding(self, job: CrossRank, message: str, advice: str, *, cost_us: float, cost_label: str,
                 evidence: Iterable[Evidence] = ()) -> Finding:
-        step = job.step_us
+        step = job_step_us(job)
+        evidence = tuple(evidence)
+        if step > 0 and cost_us > step:
+            # a cost per step cannot exceed the step: what is measured beyond it is kept, labelled, as evidence
+            evidence += (Evidence("cost_measured_us_per_step", round(cost_us, 1), round(step, 1), "us",
+                                  extra={"capped_at": "the mean step"}),)
+            cost_us = step
         share = cost_us / step if step > 0 else None
-        tail = f" ({share:.1%} of the median step)" if share is not None else ""
+        tail = f" ({share:.1%} of the mean step)" if share is not None else ""
         return Finding(
             code=self.code, name=self.name, severity=self.severity,
             message=f"{message}; cost: {cost_label}, {fmt_us(cost_us)} per step{tail}",
-            advice=" ".join(advice.split()), evidence=tuple(evidence),
+            advice=" ".join(advice.split()), evidence=evidence,
             cost_us_per_step=cost_us, cost_share=share, origin="trace", source="cross-rank",
         )
 
@@ -64,39 +74,35 @@ def get_cross_rank_rule(code_or_name: str) -> type[CrossRankRule] | None:
     return find_rule(all_cross_rank_rules(), code_or_name)
 
 
+def job_step_us(job: CrossRank) -> float:
+    """The denominator of cross-rank cost shares: the median over ranks of each rank's mean step (µs).
+
+    A mean step, as for trace rules (gpuprof.flow): the costs are means per
+    step. Falls back to the median step where the ranks' summaries are absent.
+    """
+    import statistics
+
+    means = [s.step_mean_us for s in job.summaries if s.step_mean_us > 0]
+    return statistics.median(means) if means else job.step_us
+
+
 def run_cross_rank_rules(job: CrossRank, options: Mapping[str, Mapping[str, Any]] | None = None,
                          select: Iterable[str] = (), ignore: Iterable[str] = (),
-                         failures: list[tuple[str, BaseException]] | None = None) -> list[Finding]:
-    """Every cross-rank rule on one merged job.
+                         failures: list[RuleFailure] | None = None) -> list[Finding]:
+    """Every cross-rank rule that ``select``/``ignore`` wants, on one merged job, by the one runner.
 
-    A rule that raises is never "no findings": as for trace rules
-    (``gpuprof.analysis.run_rules``), without a ``failures`` list or in strict
-    mode the others still run, then :class:`~gpuprof.errors.RuleError`
-    (exit 3) names every failed code; with one, ``(code, exception)`` is
-    appended to it.
+    The failure policy is :func:`gpuprof.runner.run_rules`'s: every rule runs,
+    then without a ``failures`` list or in strict mode
+    :class:`~gpuprof.errors.RuleError` (exit 3) names every failed code; with
+    one, ``(code, exception)`` is appended to it.
     """
-    from gpuprof.analysis import strict_rules
-    from gpuprof.errors import RuleError
-
-    select = [s for s in select if s]
-    ignore = [s for s in ignore if s]
-    out: list[Finding] = []
-    failed: list[tuple[str, BaseException]] = []
+    wanted = Selection.of(select, ignore)
+    units = []
     for cls in all_cross_rank_rules():
-        if (select and not code_matches(cls.code, select)) or (ignore and code_matches(cls.code, ignore)):
-            continue
-        opts = {**cls.defaults(), **dict((options or {}).get(cls.code, {}))}
-        try:
-            found = list(cls().check(job, opts))
-        except Exception as err:  # noqa: BLE001 - raised as RuleError or handed to the caller, never dropped
-            failed.append((cls.code, err))
-            continue
-        out += [severity_for_cost(f, opts) for f in found]
-    if failed:
-        if failures is None or strict_rules():
-            raise RuleError("cross-rank analysis", failed) from failed[0][1]
-        failures.extend(failed)
-    return out
+        if wanted.wants(cls.code):
+            opts = {**cls.defaults(), **dict((options or {}).get(cls.code, {}))}
+            units.append(RuleUnit(cls.code, opts, lambda cls=cls, opts=opts: cls().check(job, opts)))  # type: ignore[misc]
+    return run_rules(units, "cross-rank analysis", failures)
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -19,6 +19,7 @@ top-level object (keys such as ``deviceProperties`` may follow the array).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 from pathlib import Path
@@ -238,6 +239,26 @@ def _is_trailer(text: bytes, list_format: bool) -> bool:
 # --------------------------------------------------------------------------- the new events
 
 
+def findings_of_trace(findings: Iterable[Finding], trace: str, traces: Iterable[str]) -> list[Finding]:
+    """The findings to draw on ``trace``'s track: its own, and the report's findings of no one trace.
+
+    A report's runtime findings (a capture's GP6xx), cross-rank findings
+    (GP7xx) and the like belong to the run, not to one of its ``traces``: every
+    annotated trace shows them, as markers at its start (their event
+    references, if any, are on other clocks and are left out), so the track
+    never says "no problems" about a run the report finds problems in.
+    """
+    own = set(traces)
+    out = []
+    for f in findings:
+        if f.source == trace:
+            out.append(f)
+        elif f.source not in own:
+            out.append(dataclasses.replace(
+                f, evidence=tuple(dataclasses.replace(e, events=()) for e in f.evidence)))
+    return out
+
+
 def annotation_events(findings: Iterable[Finding], start_ts: float = 0.0) -> list[dict[str, Any]]:
     """The trace events that show ``findings``: metadata, one slice per event reference, markers.
 
@@ -316,7 +337,7 @@ def _assign_lanes(refs: list[EventRef]) -> list[int]:
 
 
 def _slice_name(f: Finding) -> str:
-    return f"{f.code} {F.short_message(f.message, _NAME_CHARS)}"
+    return f"{f.code} {F.short_message(F.linked_message(f), _NAME_CHARS)}"
 
 
 def _finding_args(f: Finding) -> dict[str, Any]:
@@ -324,7 +345,7 @@ def _finding_args(f: Finding) -> dict[str, Any]:
         "code": f.code,
         "finding": f.name,
         "severity": f.severity.value,
-        "message": f.message,
+        "message": F.linked_message(f),
         "cost": F.fmt_cost(f),
         "cost_us_per_step": f.cost_us_per_step,
         "cost_share": f.cost_share,

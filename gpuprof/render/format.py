@@ -53,6 +53,7 @@ __all__ = [
     "step_basis_us",
     "findings_total",
     "short_message",
+    "linked_message",
 ]
 
 # Row labels of the step-time and GPU-idle breakdowns; the keys and their order
@@ -212,6 +213,23 @@ def fmt_evidence(e: Evidence) -> str:
 
 def fmt_location(f: Finding) -> str | None:
     return str(f.location) if f.location is not None else None
+
+
+def linked_message(f: Finding) -> str:
+    """The finding's message with its links drawn: each explained idle part followed by ``(see CODE)``.
+
+    Every renderer shows a message through this function, so the links (data
+    on the finding: :class:`gpuprof.findings.Link`) read the same everywhere.
+    """
+    message = f.message
+    by_part: dict[str, list[str]] = {}
+    for link in f.links:
+        if link.kind == "explained_by" and link.part:
+            by_part.setdefault(link.part, []).append(link.code)
+    for part, codes in by_part.items():
+        if part in message:
+            message = message.replace(part, f"{part} (see {', '.join(codes)})", 1)
+    return message
 
 
 def short_message(message: str, width: int = 80) -> str:

@@ -212,7 +212,7 @@ def _findings(report: Report) -> list[str]:
 
 
 def _finding(index: int, f: Finding) -> list[str]:
-    out = [f"### {index}. {md_code(f.code)} {md_escape(f.name)} ({f.severity.value})", "", md_escape(f.message), ""]
+    out = [f"### {index}. {md_code(f.code)} {md_escape(f.name)} ({f.severity.value})", "", md_escape(F.linked_message(f)), ""]
     out.append(f"- **Cost:** {F.fmt_cost(f)}")
     loc = F.fmt_location(f)
     if loc:

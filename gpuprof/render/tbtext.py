@@ -47,7 +47,7 @@ def _finding(i: int, f: Finding) -> list[str]:
     if f.location is not None:
         head += f" · {md_code(str(f.location))}"
     # Python-Markdown continues a list item only with 4 spaces of indent
-    out = [head, "", f"    {md_escape(f.message)}"]
+    out = [head, "", f"    {md_escape(F.linked_message(f))}"]
     if f.advice:
         out += ["", f"    **Fix:** {md_escape(f.advice)}"]
     return out + [""]

@@ -494,7 +494,7 @@ def _finding_panel(index: int, f: Finding, console_width: int, group: Sequence[F
         rows.append(("Evidence", text))
     # message and advice are prose: a rule's wrapped lines read as one paragraph (rich wraps it to the
     # terminal), not as "\x0a" escapes
-    body: list[Any] = [Text(one_line(f.message)), _kv_grid(rows, console_width - 4)]
+    body: list[Any] = [Text(one_line(F.linked_message(f))), _kv_grid(rows, console_width - 4)]
     if f.advice:
         advice = Text("Fix: ", style="bold green")
         advice.append(one_line(f.advice))

@@ -12,11 +12,13 @@ metrics and yields findings; it never prints.
 costs; its message ends with it, labelled (see :meth:`Rule.finding`). Where
 two rules describe the same time, one owns the cost and the other names it
 in an evidence ``cost_counted_in`` (GP201 owns the pageable copies GP202
-also reports). Severity follows cost, in one place for every trace rule
-(``gpuprof.analysis.run_rules``): a finding whose cost is under the rule's
+also reports). Severity follows cost by one policy
+(:func:`gpuprof.codespec.severity_for_cost`, applied by the one runner
+:func:`gpuprof.flow.run_rules`): a finding whose cost is under the rule's
 ``info_below_share`` of the mean step time (default 1%, an option of every
-rule, e.g. ``--option GP202.info_below_share=0.05``) is reported as
-``info``, whatever the rule chose. Findings without a cost keep theirs.
+rule, e.g. ``--option GP202.info_below_share=0.05``) is ``info``, one at or
+above it at least ``warning``, whatever the rule chose. Findings without a
+cost keep theirs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import inspect
 import textwrap
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, TypeVar
 
-from gpuprof.codespec import CodeSpec, Option
+from gpuprof.codespec import INFO_BELOW_SHARE, CodeSpec, Option, severity_for_cost
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, Trace
@@ -41,7 +43,6 @@ __all__ = [
     "get_rule",
     "add_rule",
     "find_rule",
-    "parse_option_overrides",
     "event_refs",
     "severity_for_cost",
     "COMMON_OPTIONS",
@@ -49,7 +50,6 @@ __all__ = [
 ]
 
 MAX_EVENT_REFS = 20  # evidence keeps a bounded sample of events
-INFO_BELOW_SHARE = 0.01  # default of every rule's info_below_share: cheaper findings are info
 
 
 class RuleContext:
@@ -95,6 +95,8 @@ class RuleSpec:
     aliases: ClassVar[tuple[str, ...]] = ()  # former names, still accepted by explain and --select
     superseded_by: ClassVar[tuple[str, ...]] = ()  # codes that report the same problem better (docs/codes.md)
     origin: ClassVar[str] = "trace"
+    # under this share of the step a finding with a cost is info (the default of its info_below_share option)
+    info_below_share: ClassVar[float] = INFO_BELOW_SHARE
 
     @classmethod
     def doc(cls) -> str:
@@ -109,8 +111,9 @@ class RuleSpec:
 
     @classmethod
     def all_options(cls) -> tuple[Option, ...]:
-        """The rule's own options, then the ones every rule has (``info_below_share``)."""
-        return cls.options + COMMON_OPTIONS
+        """The rule's own options, then the ones every rule has (``info_below_share``, with the rule's default)."""
+        return cls.options + tuple(dataclasses.replace(o, default=cls.info_below_share)
+                                   if o.name == "info_below_share" else o for o in COMMON_OPTIONS)
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
@@ -149,9 +152,17 @@ class Rule(RuleSpec):
         loading data"``) and the message ends with ``cost: LABEL, T per step
         (S of the mean step)``: the same figure and share the Cost field
         shows, so message and cost never disagree silently. The share's
-        denominator is the mean step time (total step time / steps).
+        denominator is the mean step time (total step time / steps: the one
+        denominator, gpuprof.flow); a cost above the step is capped at it (the
+        measured figure stays as the evidence ``cost_measured_us_per_step``).
         """
         step = ctx.metrics.mean_step_time
+        evidence = tuple(evidence)
+        if cost_us_per_step is not None and step > 0 and cost_us_per_step > step:
+            # a cost per step cannot exceed the step it is a share of: the measured figure stays, labelled
+            evidence += (Evidence("cost_measured_us_per_step", round(cost_us_per_step, 1), round(step, 1), "us",
+                                  extra={"capped_at": "the mean step"}),)
+            cost_us_per_step = step
         share = (cost_us_per_step / step) if (cost_us_per_step is not None and step > 0) else None
         if cost_us_per_step is not None:
             if not cost_label:
@@ -165,7 +176,7 @@ class Rule(RuleSpec):
             severity=severity or self.severity,
             message=message,
             advice=textwrap.dedent(advice).strip(),
-            evidence=tuple(evidence),
+            evidence=evidence,
             cost_us_per_step=cost_us_per_step,
             cost_share=share,
             location=location,
@@ -178,21 +189,10 @@ COMMON_OPTIONS: tuple[Option, ...] = (
     Option(
         "info_below_share",
         INFO_BELOW_SHARE,
-        "a finding whose cost is under this share of the mean step time is info (severity follows cost)",
+        "a finding whose cost is under this share of the mean step time is info, at or above it at least "
+        "a warning (severity follows cost)",
     ),
 )
-
-
-def severity_for_cost(finding: Finding, options: Mapping[str, Any]) -> Finding:
-    """The finding as ``info`` when its cost share is under ``info_below_share``; unchanged otherwise.
-
-    Applied by ``gpuprof.analysis.run_rules`` to every trace rule's findings,
-    so the policy lives here, once, not in each rule.
-    """
-    limit = options.get("info_below_share", INFO_BELOW_SHARE)
-    if finding.cost_share is None or finding.severity is Severity.INFO or finding.cost_share >= limit:
-        return finding
-    return dataclasses.replace(finding, severity=Severity.INFO)
 
 
 _REGISTRY: dict[str, type[Rule]] = {}
@@ -233,17 +233,6 @@ def all_rules() -> list[type[Rule]]:
 
 def get_rule(code_or_name: str) -> type[Rule] | None:
     return find_rule(all_rules(), code_or_name)
-
-
-def parse_option_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """``["GP101.min_utilization=0.6"]`` -> ``{"GP101": {"min_utilization": 0.6}}`` (trace rules' options).
-
-    Raises ValueError with a one-line reason for unknown codes/options, codes
-    that are not trace rules, or bad values. See :func:`gpuprof.codes.parse_options`.
-    """
-    from gpuprof.codes import parse_options
-
-    return parse_options(items, origins=("trace", "distributed"), where="gpuprof analyze")
 
 
 def event_refs(events: Iterable[Event], limit: int = MAX_EVENT_REFS) -> tuple[EventRef, ...]:

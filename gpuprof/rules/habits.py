@@ -35,8 +35,9 @@ class ZeroGradFills(Rule):
     tensors instead of writing them. ``set_to_none=True`` (PyTorch's default
     since 2.0) just drops the tensors. From the trace: ``aten::zero_``/
     ``aten::_foreach_zero_`` (or ``fill_``) operators inside
-    ``Optimizer.zero_grad#...`` ranges in the steps; the cost is their host
-    time per step (the union, so nested calls count once).
+    ``Optimizer.zero_grad#...`` ranges in the steps, each gradient counted once
+    (``zero_`` calls ``fill_``: the outermost fill of a nest is the one
+    gradient); the cost is their host time per step.
     """
 
     code = "GP840"
@@ -74,7 +75,8 @@ class ZeroGradFills(Rule):
             i = bisect_right(spans, (o.ts, float("inf"))) - 1
             return i >= 0 and o.ts <= spans[i][1]
 
-        fills = [o for o in m.trace.ops if o.name.startswith(_FILLS) and inside(o)]
+        # one fill per gradient: aten::zero_ calls aten::fill_, so a nested fill is the same gradient again
+        fills = _outermost([o for o in m.trace.ops if o.name.startswith(_FILLS) and inside(o)])
         per_step = len(fills) / m.num_steps
         if not fills or per_step < ctx.opt("min_fills_per_step"):
             return

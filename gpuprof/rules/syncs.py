@@ -9,6 +9,7 @@ from typing import Iterable
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy
+from gpuprof.rules.copies import pageable_copies
 from gpuprof.trace.metrics import SyncPoint, TraceMetrics
 from gpuprof.trace.model import op_call_stack
 from gpuprof.trace.vocab import logging_call_of
@@ -120,7 +121,10 @@ class HostSync(Rule):
     with ``with_stack=True``, or the 2021 ``Call stack``). One finding per
     (cause, source line). Syncs outside the steps' host ranges (the
     profiler's own closing ``cudaDeviceSynchronize``) and the waits of
-    blocking host→device copies (GP202) are left out.
+    blocking host→device copies (GP202) are left out. A sync that waits for a
+    pageable device→host copy GP201 reports (``.cpu()`` into pageable memory)
+    is charged to GP201: this finding names it in a ``cost_counted_in``
+    evidence and keeps only the rest of its cost.
 
     After a sync the GPU queue is empty, so the GPU idles until the host has
     queued new work. The cost of one sync = min(host time blocked in it, time
@@ -135,8 +139,10 @@ class HostSync(Rule):
     options = (
         Option("min_cost_us_per_step", 50.0, "report a sync site costing at least this much per step (µs)"),
         Option("min_share", 0.005, "and at least this share of the step"),
-        Option("warn_share", 0.03, "a cost above this share of the step is a warning, below it info"),
     )
+    # severity follows cost by the one policy (gpuprof.codespec.severity_for_cost); a sync site under 3% of
+    # the step is info (--option GP203.info_below_share, formerly GP203.warn_share)
+    info_below_share = 0.03
     bad_example = """
         for x, y in loader:
             loss = model(x.cuda()).sum()
@@ -175,6 +181,13 @@ class HostSync(Rule):
                 continue
             groups[(_cause(m, s), s.location)].append(s)
 
+        # Cost shared with GP201: a sync that is the wait of a pageable device→host copy GP201 reports
+        # (`.cpu()` into pageable memory) is charged there, once; this finding keeps the rest.
+        gp201 = ctx.runs("GP201")
+        owned_waits = {
+            id(w) for c in (pageable_copies(m, gp201["min_bytes_per_step"]).get("DtoH", []) if gp201 is not None else [])
+            for w in copy_wait_calls(m, c)
+        }
         n = m.num_steps
         for (cause, loc), syncs in groups.items():
             # one occurrence = one outermost operator (.item() is a copy *and* a stream sync)
@@ -183,19 +196,34 @@ class HostSync(Rule):
                 occ[id(s.ops[0]) if s.ops else id(s.runtime)].append(s)
             blocked_total = 0.0
             cost_total = 0.0
+            shared_total = 0.0
+            shared_n = 0
             for parts in occ.values():
                 blocked = sum(p.runtime.dur for p in parts)
                 last = max(p.runtime.end for p in parts)
                 blocked_total += blocked
                 # the bubble often spans into the next step (.item() at the end of a step)
                 idle = _idle_after(m, last, m.steps[-1].end)
-                cost_total += min(blocked, idle) if m.main_device is not None else blocked
+                one = min(blocked, idle) if m.main_device is not None else blocked
+                cost_total += one
+                if any(id(p.runtime) in owned_waits for p in parts):
+                    shared_total += one
+                    shared_n += 1
             count = len(occ) / n
             cost = cost_total / n
             blocked_ps = blocked_total / n
             share = cost / m.mean_step_time if m.mean_step_time > 0 else 0.0
             if cost < ctx.opt("min_cost_us_per_step") or share < ctx.opt("min_share"):
                 continue
+            shared = []
+            label = "GPU left idle after these syncs (at most the blocked time)"
+            if shared_n:
+                shared_us = shared_total / n
+                shared = [Evidence("cost_counted_in", "GP201", None, "",
+                                   extra={"kernel_idle_us_per_step": round(shared_us, 3), "syncs": shared_n})]
+                label = (f"GPU left idle after these syncs (at most the blocked time), less the {fmt_us(shared_us)} "
+                         f"per step counted in GP201 (its pageable device→host copies)")
+                cost = max(cost - shared_us, 0.0)
             chain = _chain(syncs[0])
             runtime_names = sorted({s.runtime.name for s in syncs})
             where = f" at {loc}" if loc else ""
@@ -218,12 +246,12 @@ class HostSync(Rule):
                             "runtime_calls": runtime_names,
                             "steps_with_sync": len({host_step_of(m, s.runtime.ts) for s in syncs}),
                         },
-                    )
+                    ),
+                    *shared,
                 ],
                 cost_us_per_step=cost,
-                cost_label="GPU left idle after these syncs (at most the blocked time)",
+                cost_label=label,
                 location=loc,
-                severity=Severity.WARNING if share >= ctx.opt("warn_share") else Severity.INFO,
             )
 
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Iterable, Sequence
+from typing import Iterable
 
-from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
+from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, register
 from gpuprof.trace.idleparts import IdlePart, idle_parts
 from gpuprof.trace.metrics import IDLE_KEYS
 from gpuprof.units import fmt_us
 
-__all__ = ["LowGpuUtilization", "link_idle_parts"]
+__all__ = ["LowGpuUtilization"]
 
 _IDLE_LABELS = {
     "sync": "waiting in synchronisations",
@@ -117,45 +116,3 @@ def part_label(p: IdlePart, n: int) -> str:
 
 def _lead_in_words(lead_in_us: float | None) -> str:
     return f", after a lead-in of {fmt_us(lead_in_us)} before the first GPU work" if lead_in_us else ""
-
-
-def link_idle_parts(findings: Sequence[Finding]) -> list[Finding]:
-    """``findings`` with each GP101 idle part marked with the codes of the findings that explain it.
-
-    A finding of the same trace explains a part when one of its evidence
-    events has the part's name (a runtime call, an operator), its evidence
-    names it as its ``call``, or, for a Python frame, its source location is
-    that frame's file and function. Run by ``gpuprof.analysis.run_rules`` after
-    every rule, since GP101 cannot see the other rules' findings while it runs.
-    """
-    from gpuprof.trace.stacks import parse_frame
-
-    out = []
-    for f in findings:
-        ev = next((e for e in f.evidence if e.metric == "idle_parts_us_per_step"), None) if f.code == "GP101" else None
-        if ev is None or not ev.extra.get("parts"):
-            out.append(f)
-            continue
-        others = [o for o in findings if o.code != "GP101" and o.source == f.source]
-        message = f.message
-        parts = []
-        for part in ev.extra["parts"]:
-            frame = parse_frame(part["name"]) if part["kind"] == "python" else None
-            codes = sorted({o.code for o in others if _explains(o, part["name"], frame)})
-            parts.append({**part, "explained_by": codes})
-            if codes and part.get("label") and part["label"] in message:
-                message = message.replace(part["label"], f"{part['label']} (see {', '.join(codes)})", 1)
-        evidence = tuple(dataclasses.replace(e, extra={**e.extra, "parts": parts}) if e is ev else e for e in f.evidence)
-        out.append(dataclasses.replace(f, message=message, evidence=evidence))
-    return out
-
-
-def _explains(o: Finding, name: str, frame: SourceLocation | None) -> bool:
-    if frame is not None:
-        loc = o.location
-        return loc is not None and loc.function == frame.function and (
-            loc.file == frame.file or loc.file.endswith("/" + frame.file) or frame.file.endswith("/" + loc.file))
-    for e in o.evidence:
-        if e.extra.get("call") == name or any(r.name == name for r in e.events):
-            return True
-    return False

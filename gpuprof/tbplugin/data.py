@@ -13,8 +13,9 @@ capture section, one report per rank under torchrun). The findings list is
 the trace analysis's findings (what ``gpuprof analyze RUN`` says) plus the
 report's findings that the trace analysis cannot make (``origin`` ``runtime``
 or ``memory``); each carries its ``origin`` so the page can say where it came
-from. Two of them may describe one problem from two measurements (GP601 from
-the live DataLoader, GP102 from the trace); the page shows both, labelled.
+from. They are finished as ``gpuprof analyze RUN`` finishes them
+(:func:`gpuprof.flow.finish`): where two describe one problem (GP601 from the
+live DataLoader, GP102 from the trace) the overlap policy keeps one.
 
 :func:`compare_views` compares two run views (before/after a fix).
 
@@ -135,9 +136,9 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
         "kind": "capture" if reports else "traces",
         "headline": _headline(analysed),
         "traces": analysed,
-        "findings": _sorted_findings(findings),
+        "findings": _finished(findings),
         "failed_rules": failed,
-        "ranks": _ranks(analysed, reports, logdir),
+        "ranks": _ranks(analysed, reports, logdir, cross),
         "cross_rank": cross,
         "capture": capture,
         "snapshots": [_rel(p, logdir) for p in run.snapshots],
@@ -181,11 +182,33 @@ def _rel(p: Path, logdir: Path) -> str:
     return os.path.relpath(p, logdir).replace(os.sep, "/")
 
 
-def _sorted_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Most expensive first, then by severity, as reports sort them (gpuprof.findings.sort_findings)."""
-    rank = {"error": 0, "warning": 1, "info": 2}
-    return sorted(findings, key=lambda f: (f.get("cost_us_per_step") is None, -(f.get("cost_us_per_step") or 0.0),
-                                           rank.get(str(f.get("severity")), 3), str(f.get("code"))))
+def _finished(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's findings through the one boundary ``gpuprof analyze`` uses (:func:`gpuprof.flow.finish`).
+
+    The overlap policy folds a trace finding into the runtime one that
+    supersedes it (GP102 under GP601), links are made, the order is the
+    report's; each keeps where it came from (``trace``/``report``/``scope``)
+    and gains ``display_message`` and ``display_cost``, its message and cost as every
+    renderer draws them (gpuprof.render.format).
+    """
+    from gpuprof.findings import Finding
+    from gpuprof.flow import finish
+    from gpuprof.render.format import fmt_cost, linked_message
+
+    where: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+    objs = []
+    as_written = []  # a report's finding too malformed to read as one (a stranger's file): shown as it is
+    for d in findings:
+        try:
+            f = Finding.from_dict(d)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            as_written.append(d)
+            continue
+        objs.append(f)
+        where.setdefault((f.code, f.message, f.source), {k: d[k] for k in ("trace", "report", "scope") if k in d})
+    done = [{**f.to_dict(), **where.get((f.code, f.message, f.source), {}), "display_message": linked_message(f),
+             "display_cost": fmt_cost(f)} for f in finish(objs)]
+    return done + as_written
 
 
 def _headline(analysed: list[dict[str, Any]]) -> dict[str, Any]:
@@ -220,9 +243,17 @@ def _mean_of(steps: list[dict[str, Any]], key: str, keys: tuple[str, ...]) -> di
     return {k: sum(s[key].get(k, 0.0) for s in steps) / n for k in keys}
 
 
-def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, Any]]], logdir: Path
-           ) -> list[dict[str, Any]]:
-    """One row per rank when the run has several: from the traces' ``distributedInfo`` and the per-rank reports."""
+def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, Any]]], logdir: Path,
+           cross: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per rank when the run has several: from the traces' ``distributedInfo`` and the per-rank reports.
+
+    With a cross-rank section, its numbers are the rows' (one source: the
+    table under "straggler: rank N" says the same): each rank's median step,
+    its wait in collectives per step and whether it is the straggler. A rank
+    with a longer step in a synchronous job is usually the one that waits, so
+    "vs fastest" (the step time against the fastest rank's) is given only
+    without a cross-rank section.
+    """
     rows: dict[int, dict[str, Any]] = {}
     for t in analysed:
         s = t["summary"]
@@ -266,6 +297,15 @@ def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, A
     fastest = min(times) if times else None
     for row in out:  # the slowest rank sets the pace; how far behind the fastest each one is
         row["vs_fastest"] = (row["step_time_us"] / fastest - 1.0) if fastest and row["step_time_us"] is not None else None
+    if cross is not None:
+        by_rank = {x["rank"]: x for x in cross["ranks"]}
+        for row in out:
+            x = by_rank.get(row["rank"])
+            row["vs_fastest"] = None
+            row["wait_us"] = x["wait_us"] if x else None
+            row["straggler"] = row["rank"] in cross["stragglers"]
+            if x is not None:
+                row["step_time_us"] = x["step_us"]
     return out
 
 

@@ -134,12 +134,12 @@ function evidenceRows(f){
 function showFindings(v){
   const items = v.findings.map(f => {
     const loc = f.location ? short(f.location.file) + (f.location.line ? ":" + f.location.line : "") + (f.location.function ? " (" + short(f.location.function) + ")" : "") : null;
-    const cost = num(f.cost_us_per_step) ? "cost " + fmtUs(f.cost_us_per_step) + " per step (" + fmtPct(f.cost_share) + " of the mean step)" : "cost not estimated";
+    const cost = "cost " + short(f.display_cost || "not estimated");
     const from = f.scope === "cross-rank" ? "cross-rank analysis" : f.origin === "trace" ? "trace analysis" + (f.trace ? " of " + short(f.trace) : "") : short(f.origin || "?") + " (from " + short(f.report || "report.json") + ")";
     const ev = evidenceRows(f);
     return el("div", {class: "finding " + sev(f.severity), "data-code": short(f.code, 40)},
       el("div", {class: "head"}, short(f.code, 40) + " " + short(f.name || ""), el("span", {class: "tag"}, sev(f.severity)), el("span", {class: "tag"}, from)),
-      el("div", {class: "msg"}, short(f.message, LONG)),
+      el("div", {class: "msg"}, short(f.display_message || f.message, LONG)),
       el("div", {class: "meta"}, cost + (loc ? " \u00b7 at " + loc : "")),
       f.advice ? el("div", {class: "fix"}, "Fix: " + short(f.advice, LONG)) : null,
       ev.length ? el("table", {}, ...ev) : null);
@@ -165,9 +165,13 @@ function showTrace(v){
   $("no-gpu-tables").hidden = s.top_kernels.length + s.copies.length + s.syncs.length > 0;
 }
 
+// With a cross-rank section the rows carry its numbers (gpuprof.tbplugin.data._ranks): the wait in collectives
+// and the straggler, never "vs fastest", which names the rank that waits as the slow one.
 function showRanks(v){
-  table("ranks", ["rank", "traces", "steps", "median step", "vs fastest", "GPU utilisation", "GPU idle / step", "findings", "report"],
-    v.ranks.map(r => [String(r.rank), String(r.traces), String(r.steps), fmtUs(r.step_time_us), num(r.vs_fastest) ? "+" + fmtPct(r.vs_fastest) : "-",
+  const cross = v.ranks.some(r => "wait_us" in r);
+  table("ranks", ["rank", "traces", "steps", "median step", cross ? "waits for others / step" : "vs fastest", "GPU utilisation", "GPU idle / step", "findings", "report"],
+    v.ranks.map(r => [String(r.rank) + (r.straggler ? " (straggler)" : ""), String(r.traces), String(r.steps), fmtUs(r.step_time_us),
+                      cross ? fmtUs(r.wait_us) : num(r.vs_fastest) ? "+" + fmtPct(r.vs_fastest) : "-",
                       fmtPct(r.gpu_utilization), fmtUs(r.idle_us), String(r.findings), r.report ? short(r.report) : "-"]));
 }
 

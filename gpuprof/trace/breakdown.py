@@ -4,7 +4,8 @@ Definitions (all times in µs, as in the trace):
 
 **Step-time breakdown**: each instant of a step is given to the first of
 these that is active at it: ``kernel`` (non-communication kernels on the main
-device), ``communication`` (NCCL/RCCL/Gloo kernels), ``memcpy``, ``memset``,
+device), ``communication`` (NCCL/RCCL kernels; on a CPU run, gloo's collectives
+outside the main thread's operators), ``memcpy``, ``memset``,
 ``runtime`` (a CUDA/HIP runtime call on the main thread), ``data_loading``
 (the DataLoader fetching a batch on the main thread), ``cpu_exec`` (any other
 operator on the main thread), else ``other``. The parts add up to the step

@@ -46,6 +46,7 @@ from gpuprof.trace.stats import KernelStat, OpStat, kernel_stats, op_stats
 from gpuprof.trace.steps import Step, find_steps, main_thread, step_markers
 from gpuprof.trace.syncs import CopyEvent, SyncPoint, find_copies, next_sync_call, sync_points
 from gpuprof.trace.threads import HostThread, ThreadIndex, thread_keys
+from gpuprof.trace.vocab import Kind
 
 __all__ = [
     "Step",
@@ -181,6 +182,25 @@ class TraceMetrics:
         return list(compress(kernels, keep.tolist()))
 
 
+def _step_communication(trace: Trace, main_device: int | None, comm_by_dev: dict[int, Intervals],
+                        host: dict[str, Intervals]) -> Intervals:
+    """The communication of the step breakdown: communication no compute runs beside (exposed).
+
+    On a GPU: the main device's communication kernels (the breakdown gives an
+    instant with a compute kernel to ``kernel`` first). On a CPU run (gloo) the
+    collectives are host-side ranges (``gloo:*`` annotations), less the
+    operators and data loading of the main thread: the same definition as the
+    cross-rank section's exposed communication (gpuprof.distributed.summary),
+    so the per-trace summary and the cross-rank table show one figure.
+    """
+    if main_device is not None:
+        return comm_by_dev.get(main_device, Intervals.empty())
+    gloo = [e for e in trace.comm_events if e.kind == Kind.USER_ANNOTATION and e.name.lower().startswith("gloo:")]
+    if not gloo:
+        return Intervals.empty()
+    return union_of(gloo).subtract(host["cpu_ops"]).subtract(host["data_loading"])
+
+
 def compute_metrics(trace: Trace) -> TraceMetrics:
     """All metrics of ``trace`` (see the module docstring for where each is defined)."""
     markers = step_markers(trace)
@@ -219,7 +239,8 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         return sets.get(main_device, none) if main_device is not None else none
 
     breakdown = step_breakdown(
-        windows, on_main_device(kern_by_dev), on_main_device(comm_by_dev), on_main_device(memcpy_by_dev), on_main_device(memset_by_dev), host
+        windows, on_main_device(kern_by_dev), _step_communication(trace, main_device, comm_by_dev, host),
+        on_main_device(memcpy_by_dev), on_main_device(memset_by_dev), host
     )
     idle = idle_breakdown(windows, on_main_device(gpu_by_dev) if main_device is not None else None, host)
 

@@ -27,6 +27,7 @@ work does.
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -109,16 +110,38 @@ def find_steps(
         return [Step(index=0, id=0, start=lo, end=hi, cpu_end=hi)], False, lead_in
 
     gpu_end = _GpuEndByLaunch(trace, launch_by_corr)
-    steps = []
+    steps: list[Step] = []
     for i, (s, e, n) in enumerate(dedup):
         if i + 1 < len(dedup):
             nxt = dedup[i + 1][0]
             # contiguous steps tile exactly; before a gap, GPU work may extend the step up to the next start
             end = nxt if nxt - e < 1.0 else min(max(e, gpu_end.latest(s, e)), nxt)
         else:
-            end = max(e, gpu_end.latest(s, e))  # the last step lasts until its GPU work is done
+            end = _last_step_end(s, e, gpu_end.latest(s, e), gpu_end.latest(float("-inf"), s),
+                                 [st.dur for st in steps])
         steps.append(Step(index=i, id=n, start=s, end=end, cpu_end=e))
     return steps, True, None
+
+
+def _last_step_end(start: float, host_end: float, gpu_end: float, queued_end: float, others: list[float]) -> float:
+    """The end of the last step: until its GPU work is done, less the queue of earlier steps' work it drains.
+
+    The other steps end where the next begins, so the GPU work each leaves
+    queued is drained inside the next step's window. The last step has no
+    next: stretched to the end of its GPU work it would also hold the drain
+    of the queue it started with, and lengthen the mean step (by 15% and more
+    on real traces). Where the GPU ran less than a step behind the host
+    (``queued_end``, the end of the work launched before the step, is before
+    the step's host end), the host sets the pace: the step is capped at the
+    median of the other steps, and never ends before its host range. Where
+    the GPU ran a whole step or more behind (the host queued ahead, as in a
+    short GPU-bound capture), the host is no clock and the step keeps all its
+    GPU work; so does the only step of a trace.
+    """
+    end = max(host_end, gpu_end)
+    if others and queued_end < host_end:
+        end = max(host_end, min(end, start + statistics.median(others)))
+    return end
 
 
 def _first_gpu_work(trace: Trace, launch_by_corr: dict[int, Event]) -> float | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from gpuprof.findings import SourceLocation
 from gpuprof.trace.intervals import Intervals
@@ -154,6 +154,7 @@ def sync_points(
     busy = kernel_busy if kernel_busy is not None else Intervals.empty()
     copy_by_launch = {id(c.launch): c for c in copies if c.launch is not None}
     dtoh_starts: list[float] | None = None  # launches of device-to-host copies, sorted (built on first use)
+    launches: dict[tuple[Any, Any], tuple[list[float], list[str]]] | None = None  # per thread (first use)
     out = []
     for r in main_runtime:
         rc = classify_runtime(r.name)
@@ -179,9 +180,17 @@ def sync_points(
         if cause is None:
             names = [o.name for o in chain]
             if any(n in ("aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu") for n in names):
-                if dtoh_starts is None:
-                    dtoh_starts = sorted(c.launch.ts for c in copies if c.launch is not None and c.kind.direction == "DtoH")
-                cause = ".cpu() / .to('cpu')" if _dtoh_near(r, dtoh_starts) else "a blocking copy (.to(device))"
+                # the direction of the copy this operator made, when one is recorded inside it; else a
+                # device-to-host copy launched near the sync
+                if launches is None:
+                    launches = _launches_by_thread(copies)
+                direction = _copy_direction(r, chain, copy_by_launch, launches)
+                if direction is None:
+                    if dtoh_starts is None:
+                        dtoh_starts = sorted(c.launch.ts for c in copies
+                                             if c.launch is not None and c.kind.direction == "DtoH")
+                    direction = "DtoH" if _dtoh_near(r, dtoh_starts) else "HtoD"
+                cause = ".cpu() / .to('cpu')" if direction == "DtoH" else "a blocking copy (.to(device))"
             elif chain:
                 cause = chain[0].name
             elif "Device" in r.name:
@@ -201,6 +210,40 @@ def _sync_copy_cause(r: Event, c: CopyEvent, busy: Intervals) -> str:
     what = _DIRECTION_WORDS.get(c.kind.direction, c.kind.direction)
     queued = queued_us(c, busy) > max(QUEUED_US, 0.5 * r.dur)
     return f"a synchronous {what} copy ({r.name}){' queued behind kernels' if queued else ''}"
+
+
+def _copy_direction(r: Event, chain: list[Event], copy_by_launch: dict[int, CopyEvent],
+                    by_thread: dict[tuple[Any, Any], tuple[list[float], list[str]]]) -> str | None:
+    """``HtoD``/``DtoH``: the direction of the copy made by the copy operator around sync ``r`` (None: none seen).
+
+    The sync is the copy's own call, or a stream sync inside the same
+    ``aten::to``/``aten::copy_`` (``x.to("cuda")`` with ``non_blocking=False``
+    copies, then waits): the copies launched inside the outermost copy
+    operator on the sync's thread say which way the data went.
+    """
+    own = copy_by_launch.get(id(r))
+    if own is not None:
+        return own.kind.direction
+    op = next((o for o in chain if o.name in ("aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu")), None)
+    if op is None:
+        return None
+    launches = by_thread.get((r.pid, r.tid), ([], []))
+    lo, hi = bisect_left(launches[0], op.ts), bisect_right(launches[0], op.end)
+    dirs = set(launches[1][lo:hi])
+    return dirs.pop() if len(dirs) == 1 else None
+
+
+def _launches_by_thread(copies: list[CopyEvent]) -> dict[tuple[Any, Any], tuple[list[float], list[str]]]:
+    """Per host thread: the launch times (sorted) and directions of its host↔device copies."""
+    pairs: dict[tuple[Any, Any], list[tuple[float, str]]] = {}
+    for c in copies:
+        if c.launch is not None and c.kind.direction in ("HtoD", "DtoH"):
+            pairs.setdefault((c.launch.pid, c.launch.tid), []).append((c.launch.ts, c.kind.direction))
+    out = {}
+    for k, v in pairs.items():
+        v.sort()
+        out[k] = ([t for t, _ in v], [d for _, d in v])
+    return out
 
 
 def _dtoh_near(r: Event, starts: list[float]) -> bool:

@@ -99,6 +99,25 @@ def test_real_ddp_straggler_is_named_with_its_cause_and_the_others_wait(ddp_runs
     assert "GP705" in codes and "4.0 times per step" in codes["GP705"]["message"]  # find_unused_parameters=True
 
 
+def test_real_ddp_per_trace_communication_is_the_cross_rank_exposed_communication(ddp_runs: dict[str, Path]) -> None:
+    # one source of numbers: the per-trace summary's Communication (a CPU gloo run) is the cross-rank table's
+    # exposed communication of that rank, not 0.00 beside it
+    report = _cli_json(ddp_runs["bad"])
+    rows = {r["rank"]: r for r in _section(report)["ranks"]}
+    for t in report["traces"]:
+        comm = t["breakdown_us"]["communication"]
+        assert comm > 0
+        assert comm == pytest.approx(rows[t["rank"]]["exposed_comm_us"], rel=0.01)
+    # and the TensorBoard tab's Ranks table names the straggler the cross-rank section names
+    from gpuprof.tbplugin.data import analyse_trace_file, run_view
+    from gpuprof.tbplugin.runs import find_runs
+
+    (run,) = find_runs(ddp_runs["bad"].parent)
+    view = run_view(run, ddp_runs["bad"].parent, {p: analyse_trace_file(p) for p in run.traces})
+    assert [r["rank"] for r in view["ranks"] if r.get("straggler")] == view["cross_rank"]["stragglers"] == [1]
+    assert all(r["vs_fastest"] is None and r["step_time_us"] == rows[r["rank"]]["step_us"] for r in view["ranks"])
+
+
 def test_real_ddp_fixed_twin_waits_far_less_and_syncs_once(ddp_runs: dict[str, Path]) -> None:
     bad = _section(_cli_json(ddp_runs["bad"]))
     report = _cli_json(ddp_runs["good"])

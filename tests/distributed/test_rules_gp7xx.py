@@ -16,7 +16,7 @@ from gpuprof.distributed.analysis import cross_rank
 from gpuprof.distributed.rules import CrossRankRule, all_cross_rank_rules
 from gpuprof.distributed.summary import RankSummary, summarize
 from gpuprof.errors import RuleError
-from gpuprof.rules.base import parse_option_overrides
+from gpuprof.codes import parse_option_overrides
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics

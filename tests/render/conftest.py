@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
+from gpuprof.findings import Link, EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.report import CopyStat, DeviceInfo, KernelStat, OpStat, Report, SyncStat, TraceSummary
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.viewrows import KernelRow, OperatorRow, RangeRow, TraceViews
@@ -124,6 +124,7 @@ def make_findings() -> list[Finding]:
             cost_share=21_900.0 / 85_001.0,
             location=SourceLocation("train.py", 61),
             source="run/worker0.pt.trace.json.gz",
+            links=(Link("supersedes", "GP601", count=1),),
         ),
         Finding(
             code="GP901",

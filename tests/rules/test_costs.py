@@ -136,10 +136,11 @@ def test_severity_follows_cost_real_traces():
 
 def test_info_below_share_is_documented_and_overridable():
     from gpuprof.codes import explain_text, lookup
-    from gpuprof.rules.base import all_rules, parse_option_overrides
+    from gpuprof.codes import parse_option_overrides
+    from gpuprof.rules.base import all_rules
 
     for rule in all_rules():
-        assert rule.defaults()["info_below_share"] == 0.01
+        assert rule.defaults()["info_below_share"] == rule.info_below_share
         (code,) = lookup(rule.code)
         assert "info_below_share" in explain_text(code)
     assert parse_option_overrides(["GP301.info_below_share=0.05"]) == {"GP301": {"info_below_share": 0.05}}

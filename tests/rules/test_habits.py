@@ -41,6 +41,22 @@ def test_gp840_bad(tmp_path: Path) -> None:
     assert "set_to_none=True" in f.advice
 
 
+def test_gp840_counts_each_gradient_once_when_zero_calls_fill(tmp_path: Path) -> None:
+    # aten::zero_ runs aten::fill_ inside it (as on CUDA): one gradient, two operators
+    tb = TraceBuilder()
+    for _ in range(4):
+        with tb.step():
+            tb.gemm(us=500)
+            with tb.annotate("Optimizer.zero_grad#SGD.zero_grad"):
+                for _ in range(6):
+                    with tb.op("aten::zero_", input_types=["float"], us=6):
+                        with tb.op("aten::fill_", input_types=["float", "Scalar"], us=4):
+                            pass
+    (f,) = _gp840(tb.write(tmp_path / "nested.json"))
+    assert f.evidence[0].value == 6
+    assert 30 <= f.cost_us_per_step <= 40  # the outer calls' time, once
+
+
 def test_gp840_good(tmp_path: Path) -> None:
     assert _gp840(_loop(tmp_path, fills=0)) == []
 

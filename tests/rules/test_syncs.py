@@ -118,3 +118,51 @@ def test_gp203_real_trace_item_found_when_thresholds_off():
     by_cause = {f.evidence[0].extra["cause"]: f for f in found}
     assert set(by_cause) == {".item()", "event.synchronize()"}, by_cause
     assert by_cause[".item()"].evidence[0].extra["count_per_step"] == 1
+
+
+def test_gp203_leaves_the_cost_of_gp201s_pageable_device_to_host_copies_to_gp201(tmp_path: Path) -> None:
+    # `.cpu()` of a 4 MiB result into pageable memory after 4 ms of queued GEMMs, then 2 ms of CPU work:
+    # GP201 (pageable copy) and GP203 (host sync) see the same waits; the cost is charged once
+    tb = TraceBuilder()
+    for _ in range(4):
+        with tb.step():
+            with tb.frames(("train.py", 30, "train")):
+                for _ in range(4):
+                    tb.gemm(us=1000)
+            with tb.frames(("train.py", 44, "train")):
+                tb.copy_d2h(4 << 20, pageable=True, blocking=True)
+            tb.cpu(ms=2.0)
+    path = tb.write(tmp_path / "cpu_copies.json")
+    both = analyze(path, select=["GP201", "GP203"]).findings
+    (gp201,) = [f for f in both if f.code == "GP201"]
+    (gp203,) = [f for f in both if f.code == "GP203"]
+    alone = _gp203(path)[0]  # without GP201 in the analysis, GP203 claims the whole cost itself
+    (shared,) = [e for e in gp203.evidence if e.metric == "cost_counted_in"]
+    assert shared.value == "GP201" and shared.extra["syncs"] == 4
+    assert gp203.cost_us_per_step == pytest.approx(alone.cost_us_per_step - shared.extra["kernel_idle_us_per_step"],
+                                                   abs=1.0)
+    assert gp203.cost_us_per_step < 0.05 * alone.cost_us_per_step  # every sync here is one of GP201's copies
+    assert "counted in GP201" in gp203.message
+    assert [(k.kind, k.code) for k in gp203.links] == [("cost_counted_in", "GP201")]
+    assert gp201.cost_us_per_step > 0 and not any(e.metric == "cost_counted_in" for e in gp201.evidence)
+
+
+def test_sync_after_a_host_to_device_copy_is_not_called_cpu(tmp_path: Path) -> None:
+    # x.to("cuda") (blocking: copy, then stream sync) right next to a loss.cpu(): the first is a blocking copy,
+    # the second .cpu(); a nearby device→host copy must not rename the first
+    from gpuprof.trace.load import load_trace
+    from gpuprof.trace.metrics import compute_metrics
+
+    tb = TraceBuilder()
+    for _ in range(3):
+        with tb.step():
+            with tb.frames(("train.py", 20, "train")):
+                tb.copy_h2d(1 << 20, pageable=False, blocking=True)
+            tb.gemm(us=2000)
+            with tb.frames(("train.py", 25, "train")):
+                tb.copy_d2h(4, pageable=True, blocking=True)
+    m = compute_metrics(load_trace(tb.write(tmp_path / "h2d_then_cpu.json")))
+    causes = {(s.location.line if s.location else None, s.cause) for s in m.syncs}
+    assert (20, "a blocking copy (.to(device))") in causes
+    assert (25, ".cpu() / .to('cpu')") in causes
+    assert (20, ".cpu() / .to('cpu')") not in causes

@@ -40,7 +40,9 @@ def test_gp102_bad(tmp_path):
     found = _codes(_stalled(tmp_path, single_process=True))
     f = found["GP102"]
     share = f.evidence[0].value
-    assert 0.5 < share < 0.95  # 20 ms of data loading against ~3 ms of GPU work
+    # 20 ms of data loading per step; the ~3 ms of GPU work runs during the next step's loading, so a step
+    # lasts about as long as its loading (the last step no longer holds the GPU queue drained after it)
+    assert 0.5 < share < 1.0
     assert f.evidence[0].extra["iterator"] == "_SingleProcessDataLoaderIter"
     assert f.evidence[0].events  # points at the DataLoader ranges
     assert "GP103" not in found  # num_workers=0 is reported once, as GP102

@@ -270,7 +270,12 @@ def test_gp101_bad_names_python_functions_and_linked_findings(tmp_path):
     assert 6000 <= build["us_per_step"] < 6100
     assert parts["cudaFree"]["explained_by"] == ["GP205"]
     assert 2900 < parts["cudaFree"]["us_per_step"] <= 3000
-    assert "Python train.py(30): build_batch" in f.message and "(see GP205)" in f.message
+    # the link is data on the finding; renderers draw it (gpuprof.render.format.linked_message)
+    from gpuprof.render.format import linked_message
+
+    assert "Python train.py(30): build_batch" in f.message and "(see " not in f.message
+    assert [(k.kind, k.code) for k in f.links] == [("explained_by", "GP205")]
+    assert "(see GP205)" in linked_message(f)
     # the named parts are part of the idle time, never more
     assert sum(p["us_per_step"] for p in parts.values()) <= f.cost_us_per_step + 1
 
@@ -283,7 +288,9 @@ def test_gp101_bad_idle_parts_real(alexnet):
     frees = [e for e in events if e.get("cat") == "cuda_runtime" and e["name"] == "cudaFree"]
     assert parts[0]["us_per_step"] == pytest.approx(_idle_inside(frees, _busy(events)), abs=0.5)
     assert set(parts[0]["explained_by"]) == {"GP205", "GP206"}
-    assert "GP206" in f.message and "lead-in" in f.message
+    from gpuprof.render.format import linked_message
+
+    assert "GP206" in linked_message(f) and "lead-in" in f.message and "GP206" in {k.code for k in f.links}
 
 
 def test_gp101_good_named_parts_stay_quiet(tmp_path):

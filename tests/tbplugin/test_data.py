@@ -88,8 +88,10 @@ def test_view_of_a_run_with_per_step_breakdowns_and_the_reports_runtime_findings
     for k, mean in t["summary"]["breakdown_us"].items():
         assert mean == pytest.approx(sum(s["breakdown_us"][k] for s in t["steps"]) / 4, rel=1e-6, abs=1e-6)
     codes = [(f["code"], f["origin"]) for f in v["findings"]]
-    assert ("GP601", "runtime") in codes and ("GP102", "trace") in codes
-    assert codes.count(("GP102", "trace")) == 1  # the report's copy of a trace finding is not shown twice
+    # the one finding flow, as `gpuprof analyze RUN`: the trace's GP102 is folded into the runtime GP601
+    assert ("GP601", "runtime") in codes and ("GP102", "trace") not in codes
+    (gp601,) = [f for f in v["findings"] if f["code"] == "GP601"]
+    assert {"kind": "supersedes", "code": "GP102", "part": None, "count": 1} in gp601["links"]
     assert v["notes"][0] == "a note"
 
 
@@ -120,11 +122,13 @@ def test_per_rank_table_and_cross_rank_view_from_two_real_ranks(tmp_path: Path) 
     shutil.copy(src1, run / src1.name)
     v = _views(tmp_path)["job"]
     assert [r["rank"] for r in v["ranks"]] == [0, 1]
-    for r, t in zip(v["ranks"], v["traces"]):
+    for r, t, x in zip(v["ranks"], v["traces"], v["cross_rank"]["ranks"], strict=True):
         assert r["steps"] == t["summary"]["num_steps"]
         assert r["step_time_us"] == pytest.approx(t["summary"]["step_time_us"])
         assert r["gpu_utilization"] == pytest.approx(t["summary"]["gpu_utilization"])
-    assert min(r["vs_fastest"] for r in v["ranks"]) == 0.0
+        # one source of numbers: the Ranks table says what the cross-rank table says (no "vs fastest")
+        assert r["step_time_us"] == x["step_us"] and r["wait_us"] == x["wait_us"] and r["vs_fastest"] is None
+        assert r["straggler"] == (r["rank"] in v["cross_rank"]["stragglers"])
     # the cross-rank view is gpuprof analyze's cross_rank section of the same two files, and its GP7xx findings
     from gpuprof.analysis import analyze
 

@@ -8,7 +8,7 @@ warning (from the background thread, replayed on the training thread) and
 the remaining parts still run. The analyzer is the one behind
 ``gpuprof analyze``; its findings are merged with the runtime ones (GP6xx),
 and where two codes report one problem the registry's overlap policy folds
-one into the other (:func:`gpuprof.codes.apply_overlaps`, docs/codes.md).
+one into the other: the one finding flow, :func:`gpuprof.flow.finish` (docs/codes.md).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 
 from gpuprof.capture.guard import Guard
 from gpuprof.capture.run import CaptureSection, RunFacts
-from gpuprof.findings import Finding, filter_findings, sort_findings
+from gpuprof.findings import Finding
+from gpuprof.flow import Selection
+from gpuprof.flow import finish as finish_findings
 from gpuprof.report import Report
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
@@ -136,19 +138,20 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard) -> Report:
         runtime = [with_leak_site(f, site) if _is_cuda_growth(f) else f for f in runtime]
     if cfg.checks:
         runtime += g.run("settings checks", "no settings findings", _settings_findings, facts, res) or []
-        runtime += filter_findings(res.cpu_growth, cfg.select, cfg.ignore)
+        runtime += res.cpu_growth
     for code, err in res.rule_failures:  # one warning per rule (a rule failing on two traces warns once)
         g.fail(f"rule {code}", "its findings are missing and the report says the analysis is incomplete", err)
     analysed = res.analysed
     if analysed is not None:
         report.traces = list(analysed.traces)
         report.notes = list(analysed.notes)
-        report.findings = _merge(runtime, analysed.findings)
+        report.findings = runtime + analysed.findings
         report.failed_rules = list(analysed.failed_rules)
         report.sections += list(analysed.sections)
     else:
         report.findings = runtime
-    report.findings = sort_findings(report.findings)
+    # the one boundary (gpuprof.flow): select=/ignore=, the overlap policy (GP102 under GP601), links, order
+    report.findings = finish_findings(report.findings, Selection.of(cfg.select, cfg.ignore))
     section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures
     report.sections.append(section)
     report.notes = list(facts.notes) + report.notes
@@ -169,7 +172,7 @@ def _analyze_one(trace: Trace, metrics: TraceMetrics, cfg: CaptureConfig, merged
                                       metrics=metrics, rank_summaries=ranks)
     failures.extend(failed)
     merged.traces.append(summary)
-    merged.findings += filter_findings(findings, cfg.select, cfg.ignore)
+    merged.findings += findings
     merged.failed_rules += [c for c, _ in failed if c not in merged.failed_rules]
     # the rank's summary, for a later cross-rank merge (gpuprof.capture.end.gather, gpuprof analyze report.json)
     job = [r for r in ranks if r.rank is not None and (r.world_size is None or r.world_size > 1)]
@@ -177,12 +180,6 @@ def _analyze_one(trace: Trace, metrics: TraceMetrics, cfg: CaptureConfig, merged
         from gpuprof.distributed.reports import RankSummaries
 
         merged.sections.append(RankSummaries(job))
-
-
-def _merge(runtime: list[Finding], trace: list[Finding]) -> list[Finding]:
-    from gpuprof.codes import apply_overlaps
-
-    return apply_overlaps(list(runtime) + list(trace))
 
 
 def _settings_findings(facts: RunFacts, res: TraceResults) -> list[Finding]:
@@ -194,7 +191,7 @@ def _settings_findings(facts: RunFacts, res: TraceResults) -> list[Finding]:
     op = res.op_facts if res.op_facts is not None else {"has_conv": False, "fp32_matmuls": 0}
     has_conv = bool(op["has_conv"] or facts.roots_have_conv)
     out = [cudnn_benchmark_finding(s, has_conv, facts.shapes_stable), tf32_finding(s, int(op["fp32_matmuls"]))]
-    return filter_findings([f for f in out if f is not None], facts.config.select, facts.config.ignore)
+    return [f for f in out if f is not None]
 
 
 def _cpu_growth(facts: RunFacts, trace: Trace, metrics: TraceMetrics, g: Guard) -> list[Finding]:

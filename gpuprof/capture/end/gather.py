@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import msgspec
 
 from gpuprof.atomic import atomic_write
 from gpuprof.distributed.summary import RankSummary
+from gpuprof.flow import Selection, finish
 from gpuprof.report import Report
 
 __all__ = ["gather_cross_rank", "GATHER_WAIT_S"]
@@ -55,7 +56,8 @@ def _wait_s() -> float:
 
 
 def gather_cross_rank(report: Report, run_dir: Path, run: str, wait_s: float | None = None, *,
-                      window: int | None = None) -> Path | None:
+                      window: int | None = None, selection: Selection | None = None,
+                      options: Mapping[str, Mapping[str, Any]] | None = None) -> Path | None:
     """Share this rank's summary; on rank 0, merge what arrives within ``wait_s`` and write the cross-rank report.
 
     ``window``: the step at which the recorded window closed, for the gather
@@ -64,6 +66,9 @@ def gather_cross_rank(report: Report, run_dir: Path, run: str, wait_s: float | N
     The two use different keys, so rank 0 never takes a rank's window summary
     for its end-of-run one. Returns the JSON path rank 0 wrote, else None.
     Raises on store errors (the caller's guard turns that into one warning).
+    ``selection``/``options``: the capture's ``select=``/``ignore=`` and rule
+    options; the findings are finished as every report's are
+    (:func:`gpuprof.flow.finish`).
     """
     mine = [s for sec in report.sections if getattr(sec, "kind", None) == "rank_summaries" for s in sec.summaries]
     ctx = _store_and_group()
@@ -87,10 +92,11 @@ def gather_cross_rank(report: Report, run_dir: Path, run: str, wait_s: float | N
         if len(got) == world or time.monotonic() >= deadline:
             break
         time.sleep(_POLL_S)
-    return _write(run_dir, got, world, wait_s, window)
+    return _write(run_dir, got, world, wait_s, window, selection, options)
 
 
-def _write(run_dir: Path, got: dict[int, RankSummary], world: int, wait_s: float, window: int | None = None) -> Path:
+def _write(run_dir: Path, got: dict[int, RankSummary], world: int, wait_s: float, window: int | None = None,
+           selection: Selection | None = None, options: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
     from gpuprof.distributed.analysis import cross_rank
     from gpuprof.render import render
     from gpuprof.render.jsonout import render_json
@@ -106,9 +112,10 @@ def _write(run_dir: Path, got: dict[int, RankSummary], world: int, wait_s: float
                          f"within {wait_s:g} s (stopped, hung, or captured nothing): left out of the comparison")
     if len(summaries) >= 2:
         failures: list[Any] = []
-        section, found = cross_rank(summaries, failures=failures)
+        sel = selection or Selection()
+        section, found = cross_rank(summaries, options, sel.select, sel.ignore, failures=failures)
         out.sections.append(section)
-        out.findings = found
+        out.findings = finish(found, sel)
         out.failed_rules = [c for c, _ in failures]
     path = run_dir / "report.cross_rank.json"
     atomic_write(path, render_json(out))

@@ -25,6 +25,7 @@ from gpuprof.capture.guard import Guard
 from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
 from gpuprof.capture.run import RunFacts
 from gpuprof.capture.scalars import ScalarWriter
+from gpuprof.flow import Selection
 from gpuprof.report import Report
 
 __all__ = ["Outputs", "final_report", "make_result", "publish", "window_report"]
@@ -100,7 +101,8 @@ def publish(facts: RunFacts, out: Outputs, report: Report, g: Guard, *, final: b
         run_dir = Path(facts.run_dir)
         # at the window's end too (this is then the background thread: rank 0's bounded wait holds no step)
         g.run("cross-rank report", "no cross_rank.json for this run", gather_cross_rank, report, run_dir,
-              run_dir.name, window=None if final else section.steps)
+              run_dir.name, window=None if final else section.steps,
+              selection=Selection.of(facts.config.select, facts.config.ignore), options=facts.config.rule_options)
     section.failures = g.all_failed()
     doc = g.run("capture result", "the capture result holds no report", _report_document, report)
     if doc is not None:

@@ -14,10 +14,12 @@ from typing import Protocol
 
 from gpuprof.capture.run import CaptureSection
 from gpuprof.findings import Finding, Severity, sort_findings
+from gpuprof.render.format import fmt_cost, linked_message
 from gpuprof.render.markdown import md_code, md_escape
 from gpuprof.render.safe import one_line, visible
 from gpuprof.render.sections import register_section
 from gpuprof.report import Report
+from gpuprof.units import fmt_us
 
 __all__ = ["capture_section", "final_line", "findings_markdown", "no_steps_text", "short_report"]
 
@@ -68,24 +70,21 @@ def no_steps_text(batches: int) -> str:
             "train-step function with @gpuprof.profile_step)")
 
 
-def _cost(f: Finding) -> str:
+def states_cost(f: Finding) -> bool:
+    """True when the finding's message already gives its cost (a trace rule's ``; cost: ...`` ending, or a
+    figure such as GP601's ``(1992.80 ms/step)``): the summary then does not repeat it."""
     if f.cost_us_per_step is None:
-        return ""
-    share = f" ({f.cost_share:.0%})" if f.cost_share is not None else ""
-    return f"{f.cost_us_per_step / 1000:.2f} ms/step{share}"
+        return False
+    ms = f.cost_us_per_step / 1000
+    return "; cost: " in f.message or f"{ms:.2f} ms/step" in f.message or f"{fmt_us(f.cost_us_per_step)}/step" in f.message
 
 
 def _cost_suffix(f: Finding) -> str:
-    """`` cost 12.30 ms/step (18%)`` after a finding's message, or less: a message that already
-    states the figure (GP601's "... (1992.80 ms/step)") is not followed by it again."""
-    cost = _cost(f)
-    if not cost:
+    """`` cost 12.3 ms/step (18.0% of step)`` after a finding's message (the figure every view shows,
+    :func:`gpuprof.render.format.fmt_cost`), unless the message states it already."""
+    if f.cost_us_per_step is None or states_cost(f):
         return ""
-    figure, _, share = cost.partition(" (")
-    if figure not in f.message:
-        return f" cost {cost}"
-    share = share.rstrip(")")
-    return f" ({share} of step)" if share and share not in f.message else ""
+    return f" cost {fmt_cost(f)}"
 
 
 def findings_markdown(report: Report) -> str:
@@ -123,7 +122,7 @@ def short_report(report: Report, facts: SummaryFacts, width: int | None = None) 
         for f in findings:  # all of them, whole: the summary is the report most users read
             where = f" [{_short_loc(f)}]" if f.location else ""
             cost = _cost_suffix(f)
-            lines += _wrapped(f"  {f.severity.value} {visible(f.code)} {one_line(f.message)}{cost}{where}", width, 4)
+            lines += _wrapped(f"  {f.severity.value} {visible(f.code)} {one_line(linked_message(f))}{cost}{where}", width, 4)
             if f.advice:
                 lines += _wrapped(f"    Fix: {one_line(f.advice)}", width, 9)
     elif not report.failed_rules:

@@ -139,7 +139,8 @@ def open_input(path: str | os.PathLike[str], peek: int = 64) -> Opened:
     if is_url(name):
         from gpuprof.remote import open_remote
 
-        return open_remote(name, peek)
+        shown_name, stream, first, length = open_remote(name, peek)
+        return Opened(shown_name, Prefixed(first, stream), first, length)
     try:
         if is_stdin(name):
             if sys.stdin is None:

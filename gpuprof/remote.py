@@ -23,13 +23,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Union
+from typing import Any, BinaryIO, Union
 from urllib.parse import unquote, urlsplit
 
 from gpuprof.errors import InputError
-
-if TYPE_CHECKING:
-    from gpuprof.inputs import Opened
 
 __all__ = ["Url", "TraceFile", "is_url", "local_or_url", "find_remote", "open_remote", "shown"]
 
@@ -144,10 +141,9 @@ def find_remote(url: str, suffixes: tuple[str, ...]) -> list[Url]:
     return [Url(url)]
 
 
-def open_remote(url: str, peek: int) -> Opened:
-    """Open ``url`` for one front-to-back read and sniff its first ``peek`` bytes (as :func:`gpuprof.inputs.open_input`)."""
-    from gpuprof.inputs import Opened, Prefixed
-
+def open_remote(url: str, peek: int) -> tuple[str, BinaryIO, bytes, int | None]:
+    """Open ``url`` for one front-to-back read and read its first ``peek`` bytes: ``(name shown, stream, head,
+    size)``; :func:`gpuprof.inputs.open_input` makes it an ``Opened`` (the stream hands the head out again)."""
     fs, inner = _filesystem(url)
     name = shown(url)
     try:
@@ -166,4 +162,4 @@ def open_remote(url: str, peek: int) -> Opened:
     except OSError as err:
         raw.close()
         raise InputError.from_os_error(name, err, "read") from None
-    return Opened(name, Prefixed(head, raw), head, int(size) if size is not None else None)
+    return name, raw, head, int(size) if size is not None else None

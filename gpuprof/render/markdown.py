@@ -16,12 +16,15 @@ never passes through (``<`` is an entity in prose and literal in code spans).
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
 from gpuprof.render.safe import clip, one_line, visible
 from gpuprof.render.sections import markdown_renderer
+
+if TYPE_CHECKING:
+    from gpuprof.render.views import ViewTable
 from gpuprof.report import Report, TraceSummary
 
 __all__ = ["render_markdown", "md_escape", "md_code", "md_name", "md_table"]
@@ -179,9 +182,9 @@ def _trace(t: TraceSummary) -> list[str]:
             for s in t.syncs[:TOP_N]
         ]
         out += [md_table(["Cause", "Runtime call", "Count", "Total", "Location"], rows, "llrrl"), ""]
-    from gpuprof.render.views import views_markdown  # the operator/kernel/module/range views (docs/views.md)
+    from gpuprof.render.views import view_tables  # the operator/kernel/module/range views (docs/views.md)
 
-    out += views_markdown(t.views)
+    out += _views_markdown(view_tables(t.views))
     if t.notes:
         out += [f"> Note: {md_escape(n)}" for n in t.notes]
         out.append("")
@@ -229,4 +232,15 @@ def _finding(index: int, f: Finding) -> list[str]:
     if f.advice:
         out.append(f"- **Fix:** {md_escape(f.advice)}")
     out.append("")
+    return out
+
+
+def _views_markdown(tables: "list[ViewTable]") -> list[str]:
+    """The views' top rows (:func:`gpuprof.render.views.view_tables`) as markdown tables."""
+    out: list[str] = []
+    for t in tables:
+        names = {i for i, (_, kind) in enumerate(t.columns) if kind == "name"}
+        rows = [[md_name(c, 80) if i in names else md_escape(c) for i, c in enumerate(r)] for r in t.rows]
+        align = "".join("r" if kind == "right" else "l" for _, kind in t.columns)
+        out += [f"### {md_escape(t.title)}", "", md_table([md_escape(h) for h, _ in t.columns], rows, align), ""]
     return out

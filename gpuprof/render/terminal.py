@@ -266,9 +266,11 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
         rows = [(s.cause, s.runtime, F.fmt_count(s.count), F.fmt_us(s.total_us), s.location or "-") for s in t.syncs[:TOP_N]]
         _emit_table(console, "Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
         console.print()
-    from gpuprof.render.views import views_terminal  # the operator/kernel/module/range views (docs/views.md)
+    from gpuprof.render.views import view_tables  # the operator/kernel/module/range views (docs/views.md)
 
-    views_terminal(console, t.views)
+    for vt in view_tables(t.views):
+        _emit_table(console, vt.title, vt.columns, vt.rows)
+        console.print()
     for note in t.notes:
         console.print(_t(f"note: {note}", style="dim"))
     if t.notes:

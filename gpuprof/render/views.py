@@ -7,12 +7,11 @@ trace go through the renderers' own inert-text paths.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from gpuprof.trace.viewrows import TraceViews
 from gpuprof.units import fmt_count, fmt_pct, fmt_us
 
-__all__ = ["ViewTable", "view_tables", "views_terminal", "views_markdown", "TOP"]
+__all__ = ["ViewTable", "view_tables", "TOP"]
 
 TOP = 10
 
@@ -59,25 +58,4 @@ def view_tables(v: TraceViews | None, top: int = TOP) -> list[ViewTable]:
                 [(head, "name"), ("Calls", "right"), ("CPU total", "right"), ("GPU self", "right"), ("GPU total", "right")],
                 [[r.name, fmt_count(r.calls), fmt_us(r.cpu_total_us), fmt_us(r.gpu_self_us), fmt_us(r.gpu_total_us)]
                  for r in rows[:top]]))
-    return out
-
-
-def views_terminal(console: Any, v: TraceViews | None) -> None:
-    """Print the views' top rows at the console's width (names cut in the middle, numbers never cut)."""
-    from gpuprof.render.terminal import emit_named_table as emit_table
-
-    for t in view_tables(v):
-        emit_table(console, t.title, t.columns, t.rows)
-        console.print()
-
-
-def views_markdown(v: TraceViews | None) -> list[str]:
-    from gpuprof.render.markdown import md_escape, md_name, md_table
-
-    out: list[str] = []
-    for t in view_tables(v):
-        names = {i for i, (_, kind) in enumerate(t.columns) if kind == "name"}
-        rows = [[md_name(c, 80) if i in names else md_escape(c) for i, c in enumerate(r)] for r in t.rows]
-        align = "".join("r" if kind == "right" else "l" for _, kind in t.columns)
-        out += [f"### {md_escape(t.title)}", "", md_table([md_escape(h) for h, _ in t.columns], rows, align), ""]
     return out

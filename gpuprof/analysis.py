@@ -190,9 +190,10 @@ def _analyze(
     report = Report(command="analyze", inputs=paths)
     ranks: list[Any] = []
     files: list[Path] = []
+    taken: dict[int, str] = {}  # rank -> the node report that brought it (a rank twice is refused)
     for p in paths:  # several paths: the ranks of one job; JSON reports bring their rank summaries
         if len(paths) > 1 and is_report_file(p):
-            ranks.extend(summaries_from_report(p))
+            ranks.extend(summaries_from_report(p, taken))
         else:
             files.extend(find_traces(p))
     from_reports = len(ranks)
@@ -263,6 +264,9 @@ def _cross_rank(
         return
     report.sections.append(RankSummaries(job))
     if len({r.rank for r in job}) < 2:
+        if len(job) > 1:  # never a silent "no findings" for what looked like a job
+            report.notes.append(f"{len(job)} traces of rank {job[0].rank} only: no cross-rank comparison "
+                                "(one rank; are the other ranks' files missing?)")
         return
     failed: list[RuleFailure] | None = None if failures is None else []
     section, found = cross_rank(job, options, select, ignore, failed)

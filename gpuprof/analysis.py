@@ -146,7 +146,7 @@ def analyze(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     progress: ProgressFactory | None = None,
     failures: list[RuleFailure] | None = None,
-    jobs: int = 1,
+    jobs: int | None = 1,
 ) -> Report:
     """Analyse a trace file, or every trace under a directory, into one Report.
 
@@ -154,7 +154,8 @@ def analyze(
     JSON report gpuprof wrote contributes its rank summaries (a per-node
     analysis merged later). Traces of two or more ranks add a ``cross_rank``
     section and the GP7xx findings. ``jobs`` > 1 analyses several traces in
-    that many processes at once (no progress bars then).
+    that many processes at once (no progress bars then); ``None``: as many
+    as pay for themselves (:func:`gpuprof.pool.workers_for`).
 
     Raises :class:`gpuprof.errors.InputError` for unusable input.
     A rule that raises: without ``failures`` (the command line),
@@ -182,7 +183,7 @@ def _analyze(
     options: Mapping[str, Mapping[str, Any]] | None,
     progress: ProgressFactory | None,
     failures: list[RuleFailure] | None,
-    jobs: int = 1,
+    jobs: int | None = 1,
 ) -> Report:
     from gpuprof.distributed.reports import is_report_file, summaries_from_report
 
@@ -199,9 +200,12 @@ def _analyze(
     from_reports = len(ranks)
     errors: list[InputError] = []
     results = None
-    if jobs > 1 and len(files) > 1:
+    from gpuprof.pool import workers_for
+
+    workers = workers_for(files, jobs)
+    if workers > 1:
         try:
-            results = _run_parallel(files, options, select, ignore, jobs)
+            results = _run_parallel(files, options, select, ignore, workers)
         except (OSError, RuntimeError) as err:  # BrokenProcessPool is a RuntimeError: the files are read here instead
             report.notes.append(f"the parallel analysis stopped ({_one_line(err)}); the traces were analysed one by one")
     for i, f in enumerate(files):
@@ -291,15 +295,10 @@ def _run_parallel(
     Memory: at most ``jobs`` traces are loaded at a time; only their summaries
     and findings come back.
     """
-    import concurrent.futures as cf
-    import multiprocessing
+    from gpuprof.pool import run_pool
 
-    # forkserver: workers forked from a fresh process, not from this one, which may hold threads
-    # (torch's, a caller's) that make a plain fork crash or hang
-    ctx = multiprocessing.get_context("forkserver")
-    with cf.ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
-        futures = [pool.submit(_analyze_one, f, dict(options or {}), select, ignore) for f in files]
-        return [fu.result() for fu in futures]
+    # the pool used only where it pays, workers joined, none left behind if this process is killed: gpuprof.pool
+    return run_pool(_analyze_one, files, jobs, (dict(options or {}), select, ignore))
 
 
 def _analyze_one(f: Path, options: Mapping[str, Mapping[str, Any]], select: list[str], ignore: list[str]) -> Any:

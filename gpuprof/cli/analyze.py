@@ -39,7 +39,8 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar for big files (default: on a terminal).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Traces analysed at once, each in its own process (default: the CPUs available).")
+              help="Traces analysed at once, each in its own process (default: the CPUs available, "
+                   "when the traces are big enough for processes to pay; small ones are read one by one).")
 def analyze_cmd(
     paths: tuple[str, ...],
     fmt: str,
@@ -59,7 +60,7 @@ def analyze_cmd(
     When the traces are of more than one rank of a distributed job, a
     cross-rank section compares them (stragglers, waits, collectives).
     """
-    from gpuprof.analysis import analyze, default_analyze_jobs
+    from gpuprof.analysis import analyze
     from gpuprof.rules.base import parse_option_overrides
 
     try:
@@ -76,7 +77,7 @@ def analyze_cmd(
     with ExitStack() as stack:
         factory = _progress_factory(stack) if show_progress else None
         report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory,
-                         jobs=jobs or default_analyze_jobs())
+                         jobs=jobs)  # None: gpuprof.pool decides by size and CPUs
     if output:  # checked before --annotate writes anything
         refuse_input_as_output(output, input_files(report))
     if annotate:

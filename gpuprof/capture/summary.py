@@ -218,7 +218,11 @@ def run_facts(prof: "Profiler") -> RunFacts:
         conv = bool(g.run("settings checks", "no settings findings", _roots_have_conv, prof))
         stable = _shapes_stable(prof)
     notes = list(g.notes)
-    if not prof.traces and prof.step_s and prof.paths is not None and g.ok("profiler"):
+    if not g.ok("trace export"):  # the disk filled, the directory went: not "pass a shorter schedule"
+        notes.append(f"the trace export failed ({g.failed['trace export']}): "
+                     + ("no trace was written" if not prof.traces else
+                        "the traces exported before it are analysed, the recording that failed is lost"))
+    elif not prof.traces and prof.step_s and prof.paths is not None and g.ok("profiler"):
         notes.append(_no_trace_note(prof))
     if not prof.step_s and prof.loaders.batches:
         notes.append(no_steps_text(prof.loaders.batches))

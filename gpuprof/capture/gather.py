@@ -124,6 +124,9 @@ def _decode(rank: int, raw: bytes, got: dict[int, RankSummary], bad: dict[int, s
 
     try:
         s = msgspec.msgpack.decode(raw, type=RankSummary)
+    except RecursionError:
+        bad[rank] = "its summary is nested too deep to be one gpuprof wrote"
+        return
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         bad[rank] = f"its summary does not decode ({' '.join(str(err).split())[:120]}; another gpuprof version?)"
         return

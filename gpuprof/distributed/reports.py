@@ -88,6 +88,8 @@ def summaries_from_report(path: str | os.PathLike[str], taken: dict[int, str] | 
         head = msgspec.json.decode(buf, type=_Head)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise InputError(p, f"unreadable gpuprof report ({_json_problem(buf, err)})") from None
+    except RecursionError:
+        raise InputError(p, "JSON nested too deep for a gpuprof report") from None
     version = head.schema_version
     if not (isinstance(version, str) and version.split(".")[0] == _SCHEMA_MAJOR):
         raise InputError(p, f"report of schema_version {version!r}; this gpuprof reads {_SCHEMA_MAJOR}.x")
@@ -98,11 +100,15 @@ def summaries_from_report(path: str | os.PathLike[str], taken: dict[int, str] | 
             kind = msgspec.json.decode(raw, type=_Kind).kind
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue  # another section's shape is not ours to judge here
+        except RecursionError:
+            raise InputError(p, "JSON nested too deep for a gpuprof report") from None
         if kind != KIND:
             continue
         found = True
         try:
             section = msgspec.json.decode(raw, type=_Section)
+        except RecursionError:
+            raise InputError(p, "JSON nested too deep for a gpuprof report") from None
         except (msgspec.DecodeError, msgspec.ValidationError) as err:
             raise InputError(p, f"malformed rank summaries section ({_json_problem(bytes(raw), err)})") from None
         if section.version != SUMMARY_VERSION:
@@ -154,12 +160,16 @@ class _Version(msgspec.Struct):
 def _one_rank(p: Path, i: int, raw: msgspec.Raw) -> RankSummary:
     try:
         version = msgspec.json.decode(raw, type=_Version).version
+    except RecursionError:
+        raise InputError(p, f"rank summary {i}: JSON nested too deep") from None
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise InputError(p, f"rank summary {i}: not a JSON object ({_json_problem(bytes(raw), err)})") from None
     if version != SUMMARY_VERSION:
         raise InputError(p, f"rank summary {i} of version {version!r}; this gpuprof reads {SUMMARY_VERSION}")
     try:
         s = msgspec.json.decode(raw, type=RankSummary)
+    except RecursionError:
+        raise InputError(p, f"rank summary {i}: JSON nested too deep") from None
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise InputError(p, f"rank summary {i}: {_json_problem(bytes(raw), err)}") from None
     problem = problem_in(s)

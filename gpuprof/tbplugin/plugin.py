@@ -207,17 +207,37 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
         sig = file_sig(path)
         logdir = self._logdir
         assert logdir is not None
-        return self._store.get(("memory", os.fspath(path)), sig, lambda: _memory_page(path, logdir))
+        budget = self._store.budget_s
+        return self._store.get(("memory", os.fspath(path)), sig, lambda: _memory_page(path, logdir, budget))
 
 
-def _memory_page(path: Path, logdir: Path) -> str:
-    """gpuprof's memory viewer page for one snapshot (what ``gpuprof memory FILE --html`` writes)."""
-    from gpuprof.memory.analysis import MemoryOptions, analyze_memory
-    from gpuprof.memory.html import build_page_data, render_html
-    from gpuprof.memory.load import load_memory
-    from gpuprof.tbplugin.safeopen import open_in_logdir
+def _memory_page(path: Path, logdir: Path, budget_s: float) -> str:
+    """gpuprof's memory viewer page for one snapshot (what ``gpuprof memory FILE --html`` writes).
 
-    data = load_memory(path, opened=open_in_logdir(logdir, path))
-    _, findings, analyses = analyze_memory(data, MemoryOptions())
-    return render_html(build_page_data(data, analyses, findings))
+    Built in a child process (:mod:`gpuprof.tbplugin.memchild`), which gets
+    the file as a descriptor opened safely here: there the unpickler's memory
+    is capped, and the child is killed past ``budget_s``.
+    """
+    import subprocess
+    import sys
 
+    import gpuprof
+    from gpuprof.errors import InputError
+    from gpuprof.tbplugin.safeopen import open_fd_in_logdir
+
+    fd = open_fd_in_logdir(logdir, path)
+    root = os.fspath(Path(gpuprof.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    try:
+        r = subprocess.run([sys.executable, "-m", "gpuprof.tbplugin.memchild", str(fd), os.fspath(path)],
+                           pass_fds=(fd,), stdin=subprocess.DEVNULL, capture_output=True, timeout=budget_s, env=env)
+    except subprocess.TimeoutExpired:
+        raise InputError(path, f"the memory page took longer than {budget_s:g} s and was stopped "
+                               "(set GPUPROF_TB_ANALYSIS_SECONDS to allow more)") from None
+    finally:
+        os.close(fd)
+    if r.returncode != 0:
+        lines = r.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise InputError(path, lines[-1].removeprefix(os.fspath(path) + ": ") if lines
+                         else f"the memory page could not be built (exit {r.returncode})")
+    return r.stdout.decode("utf-8")

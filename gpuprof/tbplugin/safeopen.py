@@ -25,7 +25,7 @@ from pathlib import Path
 from gpuprof.errors import InputError
 from gpuprof.inputs import Opened, Prefixed
 
-__all__ = ["open_in_logdir", "read_in_logdir"]
+__all__ = ["open_in_logdir", "read_in_logdir", "open_fd_in_logdir"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -77,6 +77,11 @@ def _open_fd(logdir: Path, path: Path) -> int:
     # a regular file never blocks; reads go back to the plain blocking mode the readers expect
     os.set_blocking(fd, True)
     return fd
+
+
+def open_fd_in_logdir(logdir: Path, path: Path) -> int:
+    """The descriptor of ``path`` under ``logdir``, opened safely (see the module doc); the caller closes it."""
+    return _open_fd(logdir, path)
 
 
 def open_in_logdir(logdir: Path, path: Path, peek: int = 64) -> Opened:

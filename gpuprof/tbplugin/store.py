@@ -173,6 +173,11 @@ class Store:
         while len(self._done) > self._capacity:
             self._done.popitem(last=False)
 
+    @property
+    def budget_s(self) -> float:
+        """The time one job may take (seconds)."""
+        return self._budget_s
+
     def pending(self) -> int:
         with self._lock:
             self._reap_overdue()

@@ -45,9 +45,11 @@ def _cross(path: Path) -> dict[str, Any]:
     (b"\x93garbage", "does not decode"),
     (msgspec.msgpack.encode({"version": 2, "path": "x"}), "does not decode"),  # another version's layout
     ("v99", "of version 99"),
+    (b"\x91" * 200_000 + b"\xc0", "does not decode"),  # 200,000 nested arrays
+    (b"\x81\xa4path" + b"\x81\xa1a" * 200_000 + b"\xc0", "does not decode"),  # 200,000 nested maps
     ("neg", "field 'step_us' holds -"),
     ("short", "field 'inst_dur' has"),
-])
+], ids=["garbage", "other-layout", "v99", "deep-arrays", "deep-maps", "negative", "short-list"])
 def test_a_rank_that_does_not_decode_is_named_and_the_others_are_compared(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, summaries: tuple[Any, Any], junk: Any, words: str) -> None:
     torch = pytest.importorskip("torch")

@@ -295,3 +295,33 @@ def test_capture_analysis_under_a_limit_is_one_note_and_the_loop_runs_on(tmp_pat
     report = json.loads(next(tmp_path.glob("r/**/report.json")).read_text())
     text = json.dumps(report)
     assert "GPUPROF_MAX_EVENT_BYTES" in text, report["notes"]
+
+
+# --- the command line: JSON keeps the exact names ----------------------------------------------------------------
+
+def _strings(obj: Any) -> set[str]:
+    if isinstance(obj, str):
+        return {obj}
+    if isinstance(obj, dict):
+        return set().union(*(_strings(v) for v in obj.values())) if obj else set()
+    if isinstance(obj, list):
+        return set().union(*(_strings(v) for v in obj)) if obj else set()
+    return set()
+
+
+@pytest.mark.parametrize("name", [n for n in TEXT_HOSTILE if "\x00" not in n])  # NUL: the builder's file cannot
+def test_cli_json_keeps_the_exact_names(tmp_path: Path, name: str) -> None:
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+    from gpuprof.testing.tracegen import TraceBuilder
+
+    b = TraceBuilder()
+    for _ in range(3):
+        with b.step():
+            b.cpu(us=5000, name=name)
+            b.gemm(us=2000)
+    path = b.write(tmp_path / "t.pt.trace.json")
+    res = CliRunner().invoke(cli, ["analyze", str(path), "--format", "json"])
+    assert res.exit_code in (0, 1), res.output
+    assert name in _strings(json.loads(res.output))

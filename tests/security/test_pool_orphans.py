@@ -120,7 +120,7 @@ def _pid_of_worker(_: int) -> int:
 
 
 def test_the_pool_is_used_only_where_it_pays(tmp_path: Path) -> None:
-    from gpuprof.pool import POOL_MIN_BYTES, workers_for
+    from gpuprof.pool import BYTES_PER_WORKER, POOL_MIN_BYTES, workers_for
 
     small = []
     for r in range(8):
@@ -136,7 +136,7 @@ def test_the_pool_is_used_only_where_it_pays(tmp_path: Path) -> None:
         with open(p, "wb") as fh:
             fh.truncate(POOL_MIN_BYTES // 2)  # sparse: sizes count, contents do not
         big.append(p)
-    assert workers_for(big, None) == min(4, _cpus())
+    assert workers_for(big, None) == min(4, _cpus(), 2 * POOL_MIN_BYTES // BYTES_PER_WORKER)
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)
     assert workers_for([*big, fifo], None) == 1  # an input of unknown size: no guess

@@ -174,8 +174,8 @@ class RunIndex:
             self._lock.release()
 
     def _stale(self, now: float) -> bool:
-        if now - self._walked >= self.full_every_s:
-            return True
+        if now - self._walked >= self.full_every_s or not self._dirs:
+            return True  # due, or the logdir was missing or unreadable: looking again costs one stat
         for d, mtime in self._dirs.items():
             try:
                 if os.stat(d, follow_symlinks=d == os.fspath(self.logdir)).st_mtime_ns != mtime:

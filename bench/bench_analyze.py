@@ -41,7 +41,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = (REPO / ".." / "shared" / "traces" / "tbplugin" / "samples" / "resnet50_num_workers_0"
+sys.path.insert(0, str(REPO))
+from gpuprof.testing.realtraces import TRACES  # noqa: E402 - GPUPROF_SHARED_TRACES decides where the real data are
+
+DEFAULT_SOURCE = (TRACES / "tbplugin" / "samples" / "resnet50_num_workers_0"
                   / "worker0.1623143566756.pt.trace.json.gz")
 MB = 1_000_000  # sizes and rates are in decimal MB, as file sizes are usually quoted
 TARGET_MB_S = 150.0

@@ -54,7 +54,9 @@ sys.path.insert(0, str(REPO))
 
 from bench_analyze import MB, _Template, ensure_trace, measure  # noqa: E402
 
-SOURCE = REPO / ".." / "shared" / "traces" / "hta" / "HolisticTraceAnalysis" / "tests" / "data" / "df_index_resolver" / "df_index_resolver.json.gz"
+from gpuprof.testing.realtraces import TRACES  # noqa: E402
+
+SOURCE = TRACES / "hta" / "HolisticTraceAnalysis" / "tests" / "data" / "df_index_resolver" / "df_index_resolver.json.gz"
 # the small ranks: HTA's sampled rank 0 of a 128-rank NCCL job (1.7 MB of JSON)
 SMALL_SOURCE = SOURCE.parents[1] / "timeline_analysis" / "sampled_rank-0.json.gz"
 _DIST = re.compile(r'"distributedInfo"\s*:\s*\{[^{}]*\}')

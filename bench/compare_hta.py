@@ -43,7 +43,9 @@ import sys
 from pathlib import Path
 
 _REPO = Path(__file__).resolve().parents[1]
-_DEFAULT = _REPO / ".." / "shared" / "traces"
+sys.path.insert(0, str(_REPO))
+from gpuprof.testing.realtraces import TRACES as _DEFAULT  # noqa: E402 - GPUPROF_SHARED_TRACES, default ../shared
+
 _SKIP_PARTS = ("plugin_outputs", "test_resources", "execution_trace/benchmark_simple_add_et")
 
 

@@ -66,10 +66,17 @@ def diff(a: Any, b: Any, path: str = "$") -> list[str]:
     return []
 
 
+def _shared_traces() -> Path:
+    sys.path.insert(0, str(HERE))
+    from gpuprof.testing.realtraces import TRACES  # GPUPROF_SHARED_TRACES, default ../shared
+
+    return TRACES
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", required=True, type=Path)
-    ap.add_argument("--traces", type=Path, default=HERE.parent / "shared" / "traces")
+    ap.add_argument("--traces", type=Path, default=_shared_traces())
     ap.add_argument("--jobs", type=int, default=1, help="GPUPROF_JOBS for both sides")
     args = ap.parse_args(argv)
     files = sorted(p for p in args.traces.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 
+import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
 from torch import nn
 
@@ -21,7 +22,8 @@ def parse_args(description: str, steps: int = 30, extra: list[tuple[str, dict]] 
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--baseline", action="store_true", help="run the clean version (no pathology)")
     p.add_argument("--logdir", default="gpuprof_logs", help="where gpuprof writes (default: gpuprof_logs)")
-    p.add_argument("--run", default=None, help="run name under logdir (default: a timestamp)")
+    # not --run: torchrun's own parser takes it for an abbreviation of its --run-path and stops
+    p.add_argument("--run-name", dest="run", default=None, help="run name under logdir (default: a timestamp)")
     p.add_argument("--steps", type=int, default=steps, help=f"training steps (default: {steps})")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     for name, kw in extra or []:

@@ -14,6 +14,7 @@ diagnosis is the same with the default Inductor backend on a GPU).
 
 from __future__ import annotations
 
+import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
 from torch import nn
 

@@ -1,6 +1,6 @@
 """A 2-process DDP job on CPU (gloo) with a planted straggler, for ``torchrun``.
 
-    torchrun --nproc_per_node=2 examples/ddp_straggler.py --logdir gpuprof_logs --run ddp
+    torchrun --nproc_per_node=2 examples/ddp_straggler.py --logdir gpuprof_logs --run-name ddp
     gpuprof analyze gpuprof_logs/ddp
 
 By default rank 1 sleeps in every step (a straggler: the other rank waits for
@@ -21,6 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import needs_torch  # noqa: E402, F401 - without torch: one line, exit 2
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 
+import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
 from torch import nn
 

@@ -12,6 +12,7 @@ baseline still gets GP862: bfloat16 would need no scaler at all.
 
 from __future__ import annotations
 
+import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
 from common import gpuprof, mlp, parse_args, pick_device, schedule
 from torch import nn

@@ -11,6 +11,7 @@ default) so gpuprof's GP621 fires. On CPU the example runs without findings.
 
 from __future__ import annotations
 
+import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
 from torch import nn
 

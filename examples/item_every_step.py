@@ -11,6 +11,7 @@ asynchronous device, so the example runs but has nothing to report.
 
 from __future__ import annotations
 
+import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
 from torch import nn
 

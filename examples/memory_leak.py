@@ -12,6 +12,7 @@ saved activations too, so memory grows by a step's activations every step.
 
 from __future__ import annotations
 
+import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
 from torch import nn
 

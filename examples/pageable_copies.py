@@ -12,6 +12,7 @@ anything: on CPU there is no copy, and the example just runs.
 
 from __future__ import annotations
 
+import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset

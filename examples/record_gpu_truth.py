@@ -262,7 +262,7 @@ def run_case(case: Case, device: str, work: Path, timeout: float) -> tuple[Run, 
     run = Run(case)
     logdir = work / case.name
     facts_path = work / f"{case.name}.facts.json"
-    cmd = [sys.executable, str(EXAMPLES / case.script), "--logdir", str(logdir), "--run", "r",
+    cmd = [sys.executable, str(EXAMPLES / case.script), "--logdir", str(logdir), "--run-name", "r",
            "--device", device, "--steps", str(case.steps), *(["--baseline"] if case.baseline else [])]
     facts = _run_child(run, cmd, facts_path, device == "cpu", timeout)
     return run, logdir / "r", facts

@@ -16,6 +16,7 @@ import gc
 import io
 import logging
 
+import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
 from common import gpuprof, mlp, parse_args, pick_device, schedule
 from torch import nn

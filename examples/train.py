@@ -10,6 +10,7 @@ prints a short report when the script exits.
 
 from __future__ import annotations
 
+import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset

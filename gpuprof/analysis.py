@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import gc
 import os
-from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from gpuprof.capturerun import merge_capture_findings
+from gpuprof.cluster import RankFailure, Scheduler
 from gpuprof.errors import InputError, RuleError
 from gpuprof.findings import Finding, filter_findings, sort_findings
+from gpuprof.remote import TraceFile
 from gpuprof.report import Report, TraceSummary
 from gpuprof.rules.base import Rule, RuleContext, all_rules, severity_for_cost
 from gpuprof.summarize import trace_summary
@@ -23,7 +24,7 @@ from gpuprof.trace.model import Trace
 
 __all__ = ["analyze", "analyze_trace", "run_rules", "strict_rules", "STRICT_ENV", "RuleFailure"]
 
-ProgressFactory = Callable[[Path], "Callable[[int, int], None] | None"]
+ProgressFactory = Callable[[TraceFile], "Callable[[int, int], None] | None"]
 RuleFailure = tuple[str, BaseException]  # (rule code, what it raised)
 
 # Set (to anything but "0") to make every rule failure raise, even where the caller
@@ -147,6 +148,8 @@ def analyze(
     progress: ProgressFactory | None = None,
     failures: list[RuleFailure] | None = None,
     jobs: int | None = 1,
+    dask: Scheduler | None = None,
+    on_rank_done: Callable[[int, int], None] | None = None,
 ) -> Report:
     """Analyse a trace file, or every trace under a directory, into one Report.
 
@@ -155,7 +158,11 @@ def analyze(
     analysis merged later). Traces of two or more ranks add a ``cross_rank``
     section and the GP7xx findings. ``jobs`` > 1 analyses several traces in
     that many processes at once (no progress bars then); ``None``: as many
-    as pay for themselves (:func:`gpuprof.pool.workers_for`).
+    as pay for themselves (:func:`gpuprof.pool.workers_for`). ``dask``: a Dask
+    scheduler address or ``distributed.Client``: each trace is analysed on a
+    cluster worker that reads it itself (see :mod:`gpuprof.cluster`);
+    ``on_rank_done(done, total)`` follows its progress. A path may be a URL
+    or a URL glob (see :mod:`gpuprof.remote`).
 
     Raises :class:`gpuprof.errors.InputError` for unusable input.
     A rule that raises: without ``failures`` (the command line),
@@ -170,7 +177,7 @@ def analyze(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _analyze(path, list(select), list(ignore), options, progress, failures, jobs)
+        return _analyze(path, list(select), list(ignore), options, progress, failures, jobs, dask, on_rank_done)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -184,13 +191,15 @@ def _analyze(
     progress: ProgressFactory | None,
     failures: list[RuleFailure] | None,
     jobs: int | None = 1,
+    dask: Scheduler | None = None,
+    on_rank_done: Callable[[int, int], None] | None = None,
 ) -> Report:
     from gpuprof.distributed.reports import is_report_file, summaries_from_report
 
     paths = [os.fspath(p) for p in path] if isinstance(path, list) else [os.fspath(path)]
     report = Report(command="analyze", inputs=paths)
     ranks: list[Any] = []
-    files: list[Path] = []
+    files: list[TraceFile] = []
     taken: dict[int, str] = {}  # rank -> the node report that brought it (a rank twice is refused)
     for p in paths:  # several paths: the ranks of one job; JSON reports bring their rank summaries
         if len(paths) > 1 and is_report_file(p):
@@ -199,11 +208,15 @@ def _analyze(
             files.extend(find_traces(p))
     from_reports = len(ranks)
     errors: list[InputError] = []
-    results = None
+    results: list[Any] | None = None
     from gpuprof.pool import workers_for
 
-    workers = workers_for(files, jobs)
-    if workers > 1:
+    workers = workers_for(files, jobs) if dask is None else 1
+    if dask is not None and files:
+        from gpuprof.cluster import run_on_dask
+
+        results = run_on_dask(dask, files, _analyze_one, (dict(options or {}), select, ignore), on_rank_done)
+    elif workers > 1:
         try:
             results = _run_parallel(files, options, select, ignore, workers)
         except (OSError, RuntimeError) as err:  # BrokenProcessPool is a RuntimeError: the files are read here instead
@@ -214,6 +227,11 @@ def _analyze(
                 res = results[i]
                 if isinstance(res, InputError):
                     raise res
+                if isinstance(res, RankFailure):
+                    report.notes.append(f"rank trace {res.path} failed on the cluster after a retry ({res.reason}): "
+                                        "left out of the report")
+                    report.failed_ranks.append(res.path)
+                    continue
                 summary, findings, rank, failed_text = res
                 failed: list[RuleFailure] | None = [(code, RuntimeError(text)) for code, text in failed_text]
                 if failed and (failures is None or strict_rules()):
@@ -284,7 +302,7 @@ def _cross_rank(
 
 
 def _run_parallel(
-    files: list[Path],
+    files: list[TraceFile],
     options: Mapping[str, Mapping[str, Any]] | None,
     select: list[str],
     ignore: list[str],
@@ -301,7 +319,7 @@ def _run_parallel(
     return run_pool(_analyze_one, files, jobs, (dict(options or {}), select, ignore))
 
 
-def _analyze_one(f: Path, options: Mapping[str, Mapping[str, Any]], select: list[str], ignore: list[str]) -> Any:
+def _analyze_one(f: TraceFile, options: Mapping[str, Mapping[str, Any]], select: list[str], ignore: list[str]) -> Any:
     """One file in a worker process: (trace summary, findings, rank summary, [(code, error text)]) or the InputError.
 
     Rule failures come back as text (the parent raises RuleError or records them, as without a pool).

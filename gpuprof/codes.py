@@ -42,6 +42,7 @@ __all__ = [
     "lookup",
     "get_spec",
     "explain_text",
+    "explain_parts",
     "parse_options",
     "resolve_selectors",
     "apply_overlaps",
@@ -237,7 +238,10 @@ def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None
         ev = Evidence("supersedes", code, None, "", extra={
             "name": first.name, "findings": len(lost), "origin": first.origin, "message": first.message,
             "source": first.source})
-        kept[i] = dataclasses.replace(kept[i], evidence=kept[i].evidence + (ev,))
+        # a report folded before (capture's report.json, read again by `gpuprof analyze RUN`) already
+        # holds this code's evidence: replace it, never show "supersedes = GP102" twice
+        earlier = tuple(e for e in kept[i].evidence if not (e.metric == "supersedes" and e.value == code))
+        kept[i] = dataclasses.replace(kept[i], evidence=earlier + (ev,))
     return kept
 
 
@@ -246,22 +250,33 @@ def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None
 
 def explain_text(code: CodeSpec) -> str:
     """The full explanation of one code: what it finds, who reports it, options, overlaps, examples."""
+    return "\n".join(text for _, text in explain_parts(code))
+
+
+def explain_parts(code: CodeSpec) -> list[tuple[str, str]]:
+    """:func:`explain_text` as (kind, text) parts, so a screen can fit each to its width:
+    ``"line"`` (one line of prose), ``"doc"`` (the long form: paragraphs and ``-``/``*`` lists),
+    ``"option"`` (``  CODE.NAME = default: help``), ``"code"`` (an indented example) and
+    ``"blank"``."""
     c = code if code.doc else _with_doc(code)
-    parts = [f"{c.code} {c.name} ({c.severity_text})", c.title, "", c.doc, "", f"Reported by: {c.reported_by}."]
+    parts: list[tuple[str, str]] = [("line", f"{c.code} {c.name} ({c.severity_text})"), ("line", c.title),
+                                    ("blank", ""), ("doc", c.doc), ("blank", ""),
+                                    ("line", f"Reported by: {c.reported_by}.")]
     if c.aliases:
-        parts.append(f"Former name{'s' if len(c.aliases) > 1 else ''}, still accepted: {', '.join(c.aliases)}.")
+        parts.append(("line", f"Former name{'s' if len(c.aliases) > 1 else ''}, still accepted: {', '.join(c.aliases)}."))
     if c.superseded_by:
-        parts.append(f"Folded into {', '.join(c.superseded_by)} when both are in one report (docs/codes.md).")
+        parts.append(("line", f"Folded into {', '.join(c.superseded_by)} when both are in one report (docs/codes.md)."))
     others = [s for s in _specs() if c.code in s.superseded_by]
     if others:
-        parts.append(f"Absorbs {', '.join(s.code for s in others)} when both are in one report (docs/codes.md).")
+        parts.append(("line", f"Absorbs {', '.join(s.code for s in others)} when both are in one report (docs/codes.md)."))
     if c.options:
         how = {"trace": "--option CODE.NAME=VALUE", "memory": "--option CODE.NAME=VALUE (gpuprof memory)",
                "runtime": 'gpuprof.profile(options={"CODE.NAME": value})'}.get(c.origin, "--option CODE.NAME=VALUE")
-        parts += ["", f"Options ({how}):"]
-        parts += [f"  {c.code}.{o.name} = {_fmt_default(o)}: {o.help}" for o in c.options]
-    parts += ["", "Triggers it:", _indent(c.bad_example), "", "Does not:", _indent(c.good_example)]
-    return "\n".join(parts)
+        parts += [("blank", ""), ("line", f"Options ({how}):")]
+        parts += [("option", f"  {c.code}.{o.name} = {_fmt_default(o)}: {o.help}") for o in c.options]
+    parts += [("blank", ""), ("line", "Triggers it:"), ("code", _indent(c.bad_example)), ("blank", ""),
+              ("line", "Does not:"), ("code", _indent(c.good_example))]
+    return parts
 
 
 def _fmt_default(o: Option) -> str:

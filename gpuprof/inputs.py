@@ -131,8 +131,15 @@ class Opened:
 
 
 def open_input(path: str | os.PathLike[str], peek: int = 64) -> Opened:
-    """Open ``path`` (``-``: standard input) and read its first ``peek`` bytes; errors are :class:`InputError`."""
+    """Open ``path`` (``-``: standard input; a URL: through fsspec, see :mod:`gpuprof.remote`) and read
+    its first ``peek`` bytes; errors are :class:`InputError`."""
     name = os.fspath(path)
+    from gpuprof.remote import is_url
+
+    if is_url(name):
+        from gpuprof.remote import open_remote
+
+        return open_remote(name, peek)
     try:
         if is_stdin(name):
             if sys.stdin is None:

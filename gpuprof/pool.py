@@ -9,7 +9,9 @@ serial time, so they pay from about twice that. So without an explicit
 ``--jobs`` (:func:`workers_for` with ``jobs=None``) the pool is used only
 when the files hold at least ``POOL_MIN_BYTES`` of JSON text (a gzip file
 counts ``GZIP_GUESS`` times its size: the text is unknown until read) and
-there are two CPUs or more; each worker gets at least ``BYTES_PER_WORKER``.
+there are two CPUs or more; each worker gets at least ``BYTES_PER_WORKER``;
+a URL (:mod:`gpuprof.remote`) counts as ``POOL_MIN_BYTES``: reading over the
+network, processes pay for themselves sooner.
 Eight small rank traces are read one by one. An explicit ``--jobs N`` is
 the user's choice and is followed (at most one worker per file).
 
@@ -52,7 +54,10 @@ def _cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _text_bytes(path: Path) -> int | None:
+def _text_bytes(path: Any) -> int | None:
+    """A file's JSON text as the pool counts it; None when unknown (a pipe, standard input)."""
+    if not isinstance(path, Path):
+        return POOL_MIN_BYTES  # a URL: read over the network, where processes pay (its size is not asked for)
     try:
         st = os.stat(path)
     except OSError:
@@ -62,7 +67,7 @@ def _text_bytes(path: Path) -> int | None:
     return st.st_size * GZIP_GUESS if path.name.endswith(".gz") else st.st_size
 
 
-def workers_for(files: Sequence[Path], jobs: int | None) -> int:
+def workers_for(files: Sequence[Any], jobs: int | None) -> int:
     """How many processes to analyse ``files`` with (1: no pool). ``jobs=None``: decide by size and CPUs."""
     if len(files) < 2:
         return 1

@@ -87,6 +87,9 @@ class Report:
     # codes of rules that raised (capture side only; `gpuprof analyze` exits 3 instead):
     # their findings are unknown, so an empty ``findings`` does not mean "nothing wrong"
     failed_rules: list[str] = field(default_factory=list)
+    # traces whose analysis failed on a cluster worker even after a retry (``--dask``): left out of
+    # the report, which says so in a note; a cross-rank section then covers the other ranks only
+    failed_ranks: list[str] = field(default_factory=list)
 
     def sorted_findings(self) -> list[Finding]:
         return sort_findings(self.findings)
@@ -115,5 +118,6 @@ class Report:
                 "findings": self.sorted_findings(),
                 "notes": self.notes,
                 "failed_rules": self.failed_rules,
+                "failed_ranks": self.failed_ranks,
             }
         )

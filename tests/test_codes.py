@@ -167,6 +167,11 @@ def test_overlap_policy_folds_the_superseded_finding() -> None:
     kept = next(f for f in merged if f.code == "GP601")
     sup = kept.evidence[-1]
     assert sup.metric == "supersedes" and sup.value == "GP102" and sup.extra["message"] == gp102[0].message
+    # a folded report folded again with the trace's findings (capture's report.json read back by
+    # `gpuprof analyze RUN`) keeps one "supersedes" evidence, not two
+    again = apply_overlaps([kept, *found])
+    kept_again = next(f for f in again if f.code == "GP601")
+    assert [e.value for e in kept_again.evidence if e.metric == "supersedes"] == ["GP102"]
     # without GP601 nothing changes; the policy is the registry's superseded_by, nothing else
     assert apply_overlaps(found) == found
     declared = {(c.code, w) for c in catalogue() for w in c.superseded_by}
@@ -179,4 +184,9 @@ def test_gpuprof_testing_needs_no_test_framework(tmp_path: Path) -> None:
             "try:\n    rt.shared_path('no', 'such', 'file')\nexcept unittest.SkipTest as e:\n    print('skip:', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("skip: real trace not available") and "no/such/file" in out.stdout
+    assert out.stdout.startswith("skip: real data "), out.stdout
+    # with the data present the reason names the missing file; without it, the one reason for every such skip
+    from gpuprof.testing import realtraces
+
+    assert ("no/such/file" in out.stdout) == realtraces.available(), out.stdout
+    assert realtraces.available() or out.stdout.strip() == "skip: " + realtraces.MISSING

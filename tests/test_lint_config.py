@@ -15,8 +15,9 @@ else:  # pragma: no cover - Python 3.10
     tomllib = pytest.importorskip("tomli")
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = ('-e ".[test,lint]"', "python3 -m ruff check gpuprof", "python3 -m mypy gpuprof",
-         "python3 -m pytest -q -p no:cacheprovider")
+STEPS = ("python3 -m ruff check gpuprof", "python3 -m mypy gpuprof", "python3 -m pytest -q -p no:cacheprovider")
+# torch pinned in the same pip command as the extras: alone, pip would resolve an unpinned (CUDA) torch
+PIP = re.compile(r'python3 -m pip install -q torch==[0-9.]+ -e "\.\[([a-z,]+)\]"')
 
 
 def _pyproject() -> dict:
@@ -29,8 +30,29 @@ def test_readme_and_ci_run_the_same_linters_and_tests() -> None:
     for step in STEPS:
         assert step in readme, f"README lacks {step!r}"
         assert step in ci, f".ci/run lacks {step!r}"
+    # one install command, the same in both: the test, lint, TensorBoard and framework extras
+    assert len(PIP.findall(ci)) == 1 and set(PIP.findall(readme)) == set(PIP.findall(ci)), PIP.findall(readme)
+    readme_pip = PIP.search(readme)
+    ci_pip = PIP.search(ci)
+    assert readme_pip and ci_pip and readme_pip.group(0) == ci_pip.group(0)
+    assert set(ci_pip.group(1).split(",")) >= {"test", "lint", "tensorboard", "frameworks"}
     # in CI the linters come before the tests, so a lint error fails the run without waiting for pytest
     assert ci.index("-m ruff check") < ci.index("-m pytest") and ci.index("-m mypy") < ci.index("-m pytest")
+
+
+def test_ci_runs_the_data_tests_again_with_the_real_data_hidden() -> None:
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    second = ci[ci.index("-m pytest") + 1:]
+    assert 'GPUPROF_SHARED_TRACES="$hidden" python3 -m pytest' in second and "mktemp -d" in ci
+    assert "tests/rules/test_registry.py" in second and "tests/docs" in second
+    # either pass failing fails CI
+    assert ci.count("|| status=1") == 2 and ci.rstrip().endswith('exit "$status"')
+
+
+def test_extras_are_pinned_where_ci_installs_them() -> None:
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert extras["frameworks"] == ["lightning==2.6.6", "transformers==5.24.0", "accelerate==1.15.0"]
+    assert extras["dask"][0].startswith("dask[distributed]==")
 
 
 def test_linters_are_pinned_in_the_lint_extra() -> None:

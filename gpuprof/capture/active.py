@@ -185,5 +185,6 @@ def _stop_at_exit() -> None:
         held.stop()  # Profiler.stop guards its own parts and always releases the claim
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_forget_in_child)
 atexit.register(_stop_at_exit)

@@ -37,7 +37,7 @@ from types import FrameType, TracebackType
 from typing import Any, Callable, Literal
 
 from gpuprof.atomic import atomic_path
-from gpuprof.capture import active
+from gpuprof.capture import active, torchlogs
 from gpuprof.capture import dataloader as dlmod
 from gpuprof.capture.config import CaptureConfig, Schedule
 from gpuprof.capture.guard import Guard, safe_text
@@ -48,6 +48,7 @@ from gpuprof.capture.result import CaptureResult
 from gpuprof.capture.syncs import SyncLocator
 from gpuprof.findings import Finding, SourceLocation, filter_findings
 from gpuprof.report import Report
+from gpuprof.torchdep import import_torch
 
 __all__ = ["Profiler", "TraceFile"]
 
@@ -75,7 +76,7 @@ class Profiler:
     """
 
     def __init__(self, config: CaptureConfig) -> None:
-        import torch  # noqa: F401 - fail here, clearly, when torch is missing
+        import_torch()  # fail here, with one line naming what to install, when torch is missing
         from torch.profiler import ProfilerAction, ProfilerActivity
 
         self.config = config
@@ -361,7 +362,8 @@ class Profiler:
             self.guard.run("mixed-precision check", "no mixed-precision findings", self.amp.install)
         self.memory = self.guard.run("memory sampling", "no per-step memory numbers", MemorySampler, self.cuda)
         if self.memory is not None and not self.memory.available:
-            self.guard.note("no /proc/self/statm: host memory is not sampled, memory growth is not checked")
+            # not Linux (macOS, Windows): the RSS only fed TensorBoard and the report; the CPU growth check reads the trace
+            self.guard.note("no /proc/self/statm on this system: the process's resident memory (RSS) is not sampled")
             self.memory = None
         if not self.cuda:
             self.guard.note("no CUDA: memory history snapshots, the out-of-memory observer and the host-sync "
@@ -475,6 +477,7 @@ class Profiler:
                 tp._prev_schedule_action = action
             return tp
 
+        torchlogs.hush()  # torch's "USDT: profiler_start" and CPUAllocator lines off while ours runs
         tp = make(self._activities)
         try:
             with active.own_call():
@@ -487,6 +490,7 @@ class Profiler:
             # CUPTI missing or broken: try the CPU alone
             self._activities = [a for a in self._activities if a != cuda_act]
             self.guard.fail("CUDA activity tracing (CUPTI)", "traces hold CPU activity only", err)
+            torchlogs.hush()  # _quiet_stop turned it off
             tp = make(self._activities)
             try:
                 with active.own_call():
@@ -663,6 +667,7 @@ class Profiler:
         if tp is not None:
             active.unwatch()
             tp.__exit__(None, None, None)
+            torchlogs.unhush()
 
     def _close_profiler(self) -> None:
         """At the end of the run: write what the current cycle recorded so far, and stop the profiler.
@@ -703,6 +708,7 @@ class Profiler:
             except Exception as err:  # noqa: BLE001 - reported; the profiler is dropped either way
                 self.guard.fail("profiler", "the last trace may be missing", err)
                 _quiet_stop(tp)
+            torchlogs.unhush()
 
     def _teardown_hooks(self) -> None:
         self.guard.run("placement check", "none", self.placement.uninstall)
@@ -869,6 +875,8 @@ def _quiet_stop(tp: Any) -> None:
         tp.__exit__(None, None, None)
     except Exception:  # noqa: BLE001 - the profiler that failed to start may fail to stop; it is dropped
         return
+    finally:
+        torchlogs.unhush()
 
 
 def _dist_findings(records: list[Any], on_cuda: bool) -> list[Any]:

@@ -570,40 +570,24 @@ def _cost(f: Finding) -> str:
     return f"{f.cost_us_per_step / 1000:.2f} ms/step{share}"
 
 
-def _md_cell(text: str) -> str:
-    # md_escape: one line, controls visible, no HTML, no markup; "|" escaped for the table
-    return md_escape(text)
+def _cost_suffix(f: Finding) -> str:
+    """`` cost 12.30 ms/step (18%)`` after a finding's message, or less: a message that already
+    states the figure (GP601's "... (1992.80 ms/step)") is not followed by it again."""
+    cost = _cost(f)
+    if not cost:
+        return ""
+    figure, _, share = cost.partition(" (")
+    if figure not in f.message:
+        return f" cost {cost}"
+    share = share.rstrip(")")
+    return f" ({share} of step)" if share and share not in f.message else ""
 
 
 def findings_markdown(report: Report) -> str:
-    """The findings as a markdown table plus the run facts (TensorBoard's Text tab)."""
-    lines: list[str] = []
-    findings = sort_findings(report.findings)
-    if findings:
-        lines += ["| severity | code | finding | cost | where |", "|---|---|---|---|---|"]
-        for f in findings:
-            lines.append(f"| {f.severity.value} | {_md_cell(f.code)} | {_md_cell(f.message)} | {_cost(f)} | "
-                         f"{_md_cell(str(f.location) if f.location else '')} |")
-        lines.append("")
-        lines.append("**What to do**")
-        lines.append("")
-        for f in findings:
-            lines.append(f"- **{_md_cell(f.code)}** {_md_cell(f.advice)}")
-    elif not report.failed_rules:
-        lines.append("No findings.")
-    if report.failed_rules:
-        lines += ["" if findings else "No findings, but:", f"**{_incomplete(report)}**"]
-    for t in report.traces:
-        util = f", GPU utilisation {t.gpu_utilization:.0%}" if t.gpu_utilization is not None else ""
-        lines.append("")
-        lines.append(f"Trace {md_code(os.path.basename(t.path))}: {t.num_steps} steps, median step "
-                     f"{t.step_time_us / 1000:.2f} ms{util}")
-    for sec in report.sections:
-        if getattr(sec, "kind", None) == "capture":
-            lines += ["", _section_markdown(sec)]
-    if report.notes:
-        lines += ["", "Notes:"] + [f"- {md_escape(n)}" for n in report.notes]
-    return "\n".join(lines) + "\n"
+    """The findings and the run facts for TensorBoard's Text tab (:mod:`gpuprof.render.tbtext`)."""
+    from gpuprof.render.tbtext import findings_text
+
+    return findings_text(report)
 
 
 def short_report(report: Report, facts: RunFacts) -> str:
@@ -631,7 +615,7 @@ def short_report(report: Report, facts: RunFacts) -> str:
         lines.append(f"gpuprof: {len(findings)} finding{'s' if len(findings) != 1 else ''} ({', '.join(parts)})")
         for f in findings:  # all of them, whole: the summary is the report most users read
             where = f" [{_short_loc(f)}]" if f.location else ""
-            cost = f" cost {_cost(f)}" if f.cost_us_per_step is not None else ""
+            cost = _cost_suffix(f)
             lines.append(f"  {f.severity.value:<7} {visible(f.code)} {one_line(f.message)}{cost}{where}")
             if f.advice:
                 lines.append(f"          Fix: {one_line(f.advice)}")

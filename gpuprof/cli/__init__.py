@@ -14,8 +14,9 @@ from typing import Any
 import click
 
 from gpuprof import __version__
-from gpuprof.errors import EXIT_INTERNAL, GpuprofError, RuleError
+from gpuprof.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GpuprofError, RuleError
 from gpuprof.render.safe import visible
+from gpuprof.torchdep import TORCH_HINT, is_torch_missing
 
 __all__ = ["main", "cli"]
 
@@ -76,6 +77,10 @@ class _Group(click.Group):
             click.echo("gpuprof: error: out of memory while analysing the input", err=True)
             ctx.exit(EXIT_INTERNAL)
         except Exception as err:  # noqa: BLE001 - last line of defence, reported, not swallowed
+            if is_torch_missing(err):
+                # a command that captures, run where torch is not installed: what to install, not a traceback
+                click.echo(f"gpuprof: error: {TORCH_HINT}", err=True)
+                ctx.exit(EXIT_BAD_INPUT)
             if os.environ.get("GPUPROF_DEBUG"):
                 # the traceback, then still exit 3: Python's own exit 1 would read as "findings"
                 click.echo("".join(traceback.format_exception(err)).rstrip(), err=True)

@@ -13,6 +13,7 @@ import click
 from gpuprof.atomic import refuse_input_as_output
 from gpuprof.cli.common import emit_report, input_files, report_options, split_codes
 from gpuprof.errors import InputError
+from gpuprof.remote import TraceFile, Url, is_url, shown
 
 __all__ = ["analyze_cmd"]
 
@@ -41,6 +42,9 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Traces analysed at once, each in its own process (default: the CPUs available, "
                    "when the traces are big enough for processes to pay; small ones are read one by one).")
+@click.option("--dask", "dask", metavar="SCHEDULER", default=None,
+              help="Analyse each trace on a Dask cluster's workers (e.g. tcp://host:8786); they read the traces "
+              "themselves (URLs or a shared file system). See docs/distributed.md.")
 def analyze_cmd(
     paths: tuple[str, ...],
     fmt: str,
@@ -52,6 +56,7 @@ def analyze_cmd(
     annotate: str | None,
     progress: bool | None,
     jobs: int | None,
+    dask: str | None,
 ) -> None:
     """Diagnose a trace file (.json/.json.gz), a directory of traces, or several of them.
 
@@ -70,14 +75,16 @@ def analyze_cmd(
 
     path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
     for p in paths if annotate else ():
-        if p == "-" or not (os.path.isfile(p) or os.path.isdir(p)):
+        if p == "-" or is_url(p) or not (os.path.isfile(p) or os.path.isdir(p)):
             # the annotator reads the trace a second time, which a pipe cannot give
-            raise InputError(p, "--annotate needs trace files or directories, not a pipe or standard input")
+            raise InputError(shown(p), "--annotate needs local trace files or directories, "
+                             "not a URL, a pipe or standard input")
     show_progress = progress if progress is not None else sys.stderr.isatty()
     with ExitStack() as stack:
         factory = _progress_factory(stack) if show_progress else None
         report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory,
-                         jobs=jobs)  # None: gpuprof.pool decides by size and CPUs
+                         jobs=jobs, dask=dask,  # jobs None: gpuprof.pool decides by size and CPUs
+                         on_rank_done=_rank_counter() if show_progress and dask else None)
     if output:  # checked before --annotate writes anything
         refuse_input_as_output(output, input_files(report))
     if annotate:
@@ -86,7 +93,16 @@ def analyze_cmd(
     sys.exit(code)
 
 
-def _progress_factory(stack: ExitStack) -> Callable[[Path], Any]:
+def _rank_counter() -> Callable[[int, int], None]:
+    """Progress of a ``--dask`` run on stderr: ranks done out of all, one line rewritten in place."""
+
+    def show(done: int, total: int) -> None:
+        click.echo(f"\rgpuprof: {done}/{total} traces analysed on the cluster", err=True, nl=done == total)
+
+    return show
+
+
+def _progress_factory(stack: ExitStack) -> Callable[[TraceFile], Any]:
     from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -103,7 +119,9 @@ def _progress_factory(stack: ExitStack) -> Callable[[Path], Any]:
         )
     )
 
-    def factory(path: Path) -> Callable[[int, int], None] | None:
+    def factory(path: TraceFile) -> Callable[[int, int], None] | None:
+        if isinstance(path, Url):
+            return None  # no cheap size: a remote read shows no bar
         try:
             size = path.stat().st_size
         except OSError:

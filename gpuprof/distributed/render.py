@@ -52,25 +52,25 @@ def _headline(d: dict[str, Any]) -> str:
 
 
 def cross_rank_terminal(console: Any, section: Any) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+    """The section at ``console.width``: the tables of :mod:`gpuprof.render.layout`, which keep every
+    number whole and show each rank as a block of ``header value`` pairs when the columns do not fit."""
+    from rich.text import Text
+
+    from gpuprof.render.layout import emit_table, wrap_text
 
     d = _d(section)
-    console.print(f"[bold]Cross-rank[/bold]: {escape(clip(_headline(d)))}")
+    for i, line in enumerate(wrap_text("Cross-rank: " + clip(_headline(d)), console.width)):
+        console.print(Text(line, style="bold" if i == 0 else ""), no_wrap=True, crop=False)
 
-    def table(title: str, head: list[str], rows: list[list[str]]) -> Table:
-        t = Table(title=title, title_justify="left")
-        for i, c in enumerate(head):
-            t.add_column(c, justify="left" if i == 0 else "right")  # the name column, then numbers
-        for r in rows:
-            t.add_row(*(escape(x) for x in r))
-        return t
+    def table(title: str, head: list[str], rows: list[list[str]]) -> None:
+        emit_table(console, title, [(c, "left" if i == 0 else "right") for i, c in enumerate(head)], rows)
 
-    console.print(table("per rank, mean per step", _RANK_HEAD, _rank_rows(d)))
+    table("per rank, mean per step", _RANK_HEAD, _rank_rows(d))
     if d["collectives"]:
-        console.print(table("collectives (time: fastest rank of each)", _COLL_HEAD, _coll_rows(d)))
+        table("collectives (time: fastest rank of each)", _COLL_HEAD, _coll_rows(d))
     for n in d["notes"]:
-        console.print(f"[dim]note: {escape(clip(n))}[/dim]")
+        for line in wrap_text("note: " + clip(n), console.width):
+            console.print(Text(line, style="dim"), no_wrap=True, crop=False)
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:

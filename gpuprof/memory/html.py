@@ -84,6 +84,9 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
             "total_memory": dm.total_memory,
             "top": [{"site": r["site"], "bytes": r["bytes"], "blocks": r["blocks"], "share": r["share"],
                      "stack": r["stack"]} for r in da.top_sites],
+            # failed allocations, on the chart's time axis (at most the 3 the analysis keeps)
+            "ooms": [{"t": round((o["time"] - t0) / unit, 6),
+                      "requested": o["requested"], "site": o["site"].get("site", "")} for o in da.ooms],
             "peak_allocated": da.totals.peak_allocated,
             "peak_reserved": da.totals.peak_reserved,
             "events": len(dm),
@@ -144,15 +147,37 @@ function short(s, n = SHORT){ s = String(s); return s.length > n ? s.slice(0, n)
 function el(tag, attrs, ...kids){ const e = document.createElement(tag);
   for (const k of Object.keys(attrs || {})) e.setAttribute(k, String(attrs[k]));
   e.append(...kids); return e; }
+// <pure>: functions of numbers only (tests run them in node)
+// Axis values at round numbers: the 1, 2 or 5 times a power of ten nearest to raw (a fifth of the
+// range), in the byte unit the top value is read in.
+function niceStep(raw){ const p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
+  return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p; }
+const UNITS = [["B", 1], ["KiB", 1024], ["MiB", 1048576], ["GiB", 1073741824], ["TiB", 1099511627776]];
+function byteTicks(max){ let i = 0; while (i < UNITS.length - 1 && max >= UNITS[i + 1][1]) i++;
+  const u = UNITS[i][1], step = Math.max(niceStep(max / u / 5), i ? 0 : 1) * u, out = [];
+  for (let k = 0; k * step <= max * (1 + 1e-9); k++) out.push({v: k * step, label: +(k * step / u).toFixed(3) + " " + UNITS[i][0]});
+  return out; }
+function timeTicks(a, b){ const step = niceStep(Math.max(b - a, 1e-9) / 5), dec = Math.max(0, -Math.floor(Math.log10(step))), out = [];
+  for (let t = Math.ceil(a / step - 1e-9) * step; t <= b + step * 1e-9; t += step) out.push({v: t, label: t.toFixed(dec)});
+  return out; }
+// What is drawn over the bands: the device's capacity and each out-of-memory event, with their labels.
+function overlays(d, fmt){ const out = [];
+  if (d.total_memory) out.push({kind: "capacity", v: d.total_memory, label: "device capacity " + fmt(d.total_memory)});
+  for (const o of d.ooms || []) out.push({kind: "oom", t: o.t, label: "OOM: " + fmt(o.requested) + " requested"});
+  return out; }
+// </pure>
 function swatch(color){ const i = el("i"); i.style.background = color; return i; }
 function ymax(){ let m = 1; for (let i = 0; i < dev.t.length; i++){ if (dev.t[i] < view[0] || dev.t[i] > view[1]) continue;
-  m = Math.max(m, dev.allocated[i] || 0, dev.reserved[i] || 0); } return m * 1.05; }
+  m = Math.max(m, dev.allocated[i] || 0, dev.reserved[i] || 0); }
+  for (const o of dev.ooms || []) if (o.t >= view[0] && o.t <= view[1]) m = Math.max(m, o.requested);
+  return m * 1.05; }
 function X(t){ return M.l + (t - view[0]) / Math.max(view[1] - view[0], 1e-12) * (cv.width - M.l - M.r); }
 function T(x){ return view[0] + (x - M.l) / (cv.width - M.l - M.r) * (view[1] - view[0]); }
 function draw(){
   const W = cv.width, H = cv.height, ym = ymax(), Y = v => H - M.b - v / ym * (H - M.t - M.b);
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
-  for (let k = 0; k <= 4; k++){ ctx.strokeStyle = "#eee"; ctx.beginPath(); ctx.moveTo(M.l, Y(ym * k / 4)); ctx.lineTo(W - M.r, Y(ym * k / 4)); ctx.stroke(); }
+  const yt = byteTicks(ym);
+  for (const k of yt){ ctx.strokeStyle = "#eee"; ctx.beginPath(); ctx.moveTo(M.l, Y(k.v)); ctx.lineTo(W - M.r, Y(k.v)); ctx.stroke(); }
   const idx = []; for (let i = 0; i < dev.t.length; i++) if (dev.t[i] >= view[0] && dev.t[i] <= view[1]) idx.push(i);
   if (idx.length === 1) idx.push(idx[0]);
   const ns = dev.slots.length, base = new Float64Array(idx.length);
@@ -173,13 +198,21 @@ function draw(){
       if (!on) { ctx.moveTo(X(dev.t[i]), Y(v)); on = true; } else { ctx.lineTo(X(dev.t[i]), py); ctx.lineTo(X(dev.t[i]), Y(v)); } py = Y(v); });
     ctx.stroke(); ctx.setLineDash([]); };
   line(dev.allocated, "#000", []); line(dev.reserved, "#c00", [6, 3]);
-  if (dev.total_memory && dev.total_memory < ym) { ctx.strokeStyle = "#999"; ctx.beginPath(); ctx.moveTo(M.l, Y(dev.total_memory)); ctx.lineTo(W - M.r, Y(dev.total_memory)); ctx.stroke(); }
-  ctx.fillStyle = "#333"; ctx.font = "11px sans-serif"; ctx.textAlign = "right";
-  for (let k = 0; k <= 4; k++){ const v = ym * k / 4; ctx.fillText(fmtB(v), M.l - 4, Y(v) + 4); }
-  const dec = Math.max(0, Math.min(6, 2 - Math.floor(Math.log10(Math.max(view[1] - view[0], 1e-9)))));
+  ctx.font = "11px sans-serif";
+  for (const o of overlays(dev, fmtB)){
+    if (o.kind === "capacity" && o.v < ym){ ctx.strokeStyle = "#777"; ctx.setLineDash([2, 2]); ctx.beginPath();
+      ctx.moveTo(M.l, Y(o.v)); ctx.lineTo(W - M.r, Y(o.v)); ctx.stroke(); ctx.setLineDash([]);
+      ctx.fillStyle = "#555"; ctx.textAlign = "right"; ctx.fillText(o.label, W - M.r - 4, Y(o.v) - 4); }
+    if (o.kind === "oom" && o.t >= view[0] && o.t <= view[1]){ ctx.strokeStyle = "#d00"; ctx.lineWidth = 2; ctx.beginPath();
+      ctx.moveTo(X(o.t), M.t); ctx.lineTo(X(o.t), H - M.b); ctx.stroke(); ctx.lineWidth = 1;
+      ctx.fillStyle = "#d00"; ctx.textAlign = X(o.t) > W / 2 ? "right" : "left";
+      ctx.fillText(o.label, X(o.t) + (X(o.t) > W / 2 ? -4 : 4), M.t + 12); }
+  }
+  ctx.fillStyle = "#333"; ctx.textAlign = "right";
+  for (const k of yt) ctx.fillText(k.label, M.l - 4, Y(k.v) + 4);
   ctx.textAlign = "center";
-  for (let k = 0; k <= 5; k++){ const t = view[0] + (view[1] - view[0]) * k / 5;
-    ctx.fillText((dev.time_unit === "s" ? t.toFixed(dec) + " s" : "#" + Math.round(t)), X(t), H - 8); }
+  if (dev.time_unit === "s") for (const k of timeTicks(view[0], view[1])) ctx.fillText(k.label + " s", X(k.v), H - 8);
+  else for (const k of timeTicks(view[0], view[1])) if (Number.isInteger(Math.round(k.v * 1e6) / 1e6)) ctx.fillText("#" + Math.round(k.v), X(k.v), H - 8);
   if (drag && drag.x1 !== undefined){ ctx.fillStyle = "rgba(0,100,255,.15)"; ctx.fillRect(Math.min(drag.x0, drag.x1), M.t, Math.abs(drag.x1 - drag.x0), H - M.t - M.b); }
   document.body.dataset.rendered = String((+document.body.dataset.rendered || 0) + 1);
 }
@@ -210,6 +243,8 @@ function reset(){ const t = dev.t; view = t.length ? [t[0], t[t.length - 1] > t[
 function legend(){
   const spans = dev.slots.map(s => el("span", {title: s.label}, swatch(s.color), short(s.label)));
   spans.push(el("span", {}, swatch("#000"), "allocated"), el("span", {}, swatch("#c00"), "reserved"));
+  if (dev.total_memory) spans.push(el("span", {}, swatch("#777"), "device capacity " + fmtB(dev.total_memory)));
+  if ((dev.ooms || []).length) spans.push(el("span", {}, swatch("#d00"), "out of memory (failed allocation)"));
   document.getElementById("legend").replaceChildren(...spans);
 }
 function holders(){

@@ -9,6 +9,7 @@ from gpuprof.errors import InputError
 from gpuprof.inputs import Opened, is_stdin, open_input
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
 from gpuprof.memory.model import MemoryData
+from gpuprof.remote import is_url
 
 __all__ = ["sniff", "sniff_head", "load_memory"]
 
@@ -37,7 +38,7 @@ def sniff_head(head: bytes) -> str:
 
 def _open(path: str | os.PathLike[str]) -> Opened:
     p = os.fspath(path)
-    if not is_stdin(p):
+    if not is_stdin(p) and not is_url(p):  # a URL is checked by the reader (gpuprof.remote)
         if not os.path.exists(p):
             raise InputError(p, "no such file")
         if os.path.isdir(p):

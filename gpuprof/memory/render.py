@@ -17,13 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from gpuprof.memory.units import fmt_bytes
+from gpuprof.render.layout import emit_table, wrap_text
 from gpuprof.render.markdown import md_code, md_escape
-from gpuprof.render.safe import clip, shorten, visible
+from gpuprof.render.safe import clip, one_line, shorten, visible
 from gpuprof.render.sections import register_section
 
 __all__ = ["memory_terminal", "memory_markdown", "diff_terminal", "diff_markdown"]
 
-SITE_WIDTH = 100  # allocation sites are cut in the middle beyond this many characters
+SITE_WIDTH = 400  # allocation sites are cut in the middle beyond this many characters (a hostile frame name)
 
 
 def _d(section: Any) -> dict[str, Any]:
@@ -36,20 +37,40 @@ def _when(v: Any, unit: str, start: Any) -> str:
         return "-"
     if unit == "event":
         return f"event {int(v)}"
+    if start is not None and v <= start:
+        return "the start of the history (already at its peak)"
     return f"+{(v - (start or 0)) / 1e6:.6f} s into the history"
+
+
+def _no_reserved(dev: dict[str, Any]) -> bool:
+    """No caching allocator behind this device (the CPU's): every reserved figure is zero or unknown."""
+    r = dev["reserved"]
+    return not any(r.get(k) for k in ("peak", "initial", "final"))
+
+
+def device_label(dev: dict[str, Any], devices: list[dict[str, Any]]) -> str:
+    """The device's name as the screen shows it: a trace of a CPU-only run says so."""
+    name = str(dev["device"])
+    if name == "cpu":
+        if all(str(d["device"]) == "cpu" for d in devices):
+            return "CPU only (no GPU device in the trace)"
+        return "cpu (host memory)"
+    return name
 
 
 def _summary_rows(dev: dict[str, Any]) -> list[tuple[str, str]]:
     a, r = dev["allocated"], dev["reserved"]
     u = dev["time_unit"]
     t0 = dev.get("time_start")
-    rows = [
-        ("peak allocated", f"{fmt_bytes(a['peak'])} at {_when(a['peak_at'], u, t0)}"),
-        ("peak reserved", f"{fmt_bytes(r['peak'])} at {_when(r['peak_at'], u, t0)}" if r["peak"] is not None else "unknown"),
-        ("allocated (start -> end)", f"{fmt_bytes(a['initial'])} -> {fmt_bytes(a['final'])}"),
-        ("reserved (start -> end)", f"{fmt_bytes(r['initial'])} -> {fmt_bytes(r['final'])}"),
-        ("allocations recorded", f"{dev['num_allocations']:,} in {dev['history_events']:,} events"),
-    ]
+    rows = []
+    if a["peak"]:  # a peak of 0 B (nothing allocated) has no meaningful time
+        rows.append(("peak allocated", f"{fmt_bytes(a['peak'])} at {_when(a['peak_at'], u, t0)}"))
+    if not _no_reserved(dev):
+        rows.append(("peak reserved", f"{fmt_bytes(r['peak'])} at {_when(r['peak_at'], u, t0)}" if r["peak"] is not None else "unknown"))
+    rows.append(("allocated (start -> end)", f"{fmt_bytes(a['initial'])} -> {fmt_bytes(a['final'])}"))
+    if not _no_reserved(dev):
+        rows.append(("reserved (start -> end)", f"{fmt_bytes(r['initial'])} -> {fmt_bytes(r['final'])}"))
+    rows.append(("allocations recorded", f"{dev['num_allocations']:,} in {dev['history_events']:,} events"))
     if dev.get("total_memory"):
         rows.insert(0, ("device memory", fmt_bytes(dev["total_memory"])))
     f = dev["fragmentation"]
@@ -80,39 +101,44 @@ def _note(text: Any) -> str:
     return shorten(" ".join(str(text).split()), 4 * SITE_WIDTH)
 
 
+def _print_wrapped(console: Any, text: str, style: str = "", indent: int = 2) -> None:
+    from rich.text import Text
+
+    for line in wrap_text(one_line(text), console.width, indent=indent):
+        console.print(Text(line, style=style), no_wrap=True, overflow="ignore", crop=False)
+
+
 def memory_terminal(console: Any, section: Any) -> None:
-    from rich.table import Table
+    """The memory section at ``console.width``: tables laid out by :mod:`gpuprof.render.layout`, so a
+    site (``file.py:LINE (function)``) wraps between its parts instead of losing its line number."""
+    from rich.text import Text
 
     d = _d(section)
-    console.print(f"[bold]Memory[/bold] ({_esc(d['source_type'])}: {_esc(d['source'])})")
+    head = Text("Memory", style="bold")
+    head.append(f" ({one_line(d['source_type'])}: {one_line(d['source'])})")
+    for line in head.wrap(console, console.width, overflow="fold"):
+        console.print(line, no_wrap=True, crop=False)
     for dev in d["devices"]:
-        t = Table(title=_esc(dev["device"]), show_header=False, title_justify="left")
-        t.add_column("metric")
-        t.add_column("value")
-        for k, v in _summary_rows(dev):
-            t.add_row(_esc(k), _esc(v))
-        console.print(t)
+        console.print()
+        _print_wrapped(console, device_label(dev, d["devices"]), style="bold", indent=0)
+        emit_table(console, "", [("", "left"), ("", "wrap")], _summary_rows(dev), header=False)
         if dev["top_sites"]:
-            h = Table(title="Top holders at the peak, by allocation site", title_justify="left")
-            for c in ("site", "bytes", "blocks", "share"):
-                h.add_column(c, justify="right" if c != "site" else "left")
-            for s in dev["top_sites"]:
-                h.add_row(_esc(_site(s["site"])), fmt_bytes(s["bytes"]), str(s["blocks"]),
-                          f"{s['share']:.0%}" if s["share"] is not None else "-")
-            console.print(h)
+            console.print()
+            emit_table(console, "Top holders at the peak, by allocation site",
+                       [("site", "wrap"), ("bytes", "right"), ("blocks", "right"), ("share", "right")],
+                       [(_site(s["site"]), fmt_bytes(s["bytes"]), str(s["blocks"]),
+                         f"{s['share']:.0%}" if s["share"] is not None else "-") for s in dev["top_sites"]])
         if dev["size_classes"]:
-            sc = Table(title="At the peak, by size class", title_justify="left")
-            for col in ("size class", "bytes", "blocks"):
-                sc.add_column(col, justify="right" if col != "size class" else "left")
-            for s in dev["size_classes"]:
-                sc.add_row(_esc(s["class"]), fmt_bytes(s["bytes"]), str(s["blocks"]))
-            console.print(sc)
+            console.print()
+            emit_table(console, "At the peak, by size class", [("size class", "left"), ("bytes", "right"), ("blocks", "right")],
+                       [(s["class"], fmt_bytes(s["bytes"]), str(s["blocks"])) for s in dev["size_classes"]])
         for o in dev["ooms"]:
-            console.print(f"[bold red]OOM[/bold red]: {fmt_bytes(o['requested'])} requested, "
-                          f"{fmt_bytes(o['device_free'])} free, {fmt_bytes(o['allocated'])} allocated, "
-                          f"{fmt_bytes(o['reserved'])} reserved at {_esc(_site(o['site']['site']))}")
+            console.print()
+            _print_wrapped(console, f"OOM: {fmt_bytes(o['requested'])} requested, {fmt_bytes(o['device_free'])} free, "
+                           f"{fmt_bytes(o['allocated'])} allocated, {fmt_bytes(o['reserved'])} reserved at "
+                           f"{_site(o['site']['site'])}", style="bold red")
     for n in d["notes"]:
-        console.print(f"[dim]note: {_esc(_note(n))}[/dim]")
+        _print_wrapped(console, f"note: {_note(n)}", style="dim")
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
@@ -122,15 +148,18 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+MD_SITE_WIDTH = 100  # report.md's site cells are cut in the middle beyond this (a table row per site)
+
+
 def _md_site(site: Any) -> str:
-    return md_code(_site(site), cell=True)
+    return md_code(shorten(visible(site), MD_SITE_WIDTH), cell=True)
 
 
 def memory_markdown(section: Any) -> str:
     d = _d(section)
     parts = [f"## Memory\n\n{md_escape(d['source_type'])}: {md_code(d['source'])}"]
     for dev in d["devices"]:
-        parts.append(f"### {md_escape(dev['device'])}")
+        parts.append(f"### {md_escape(device_label(dev, d['devices']))}")
         parts.append(_md_table(["metric", "value"], [[md_escape(k), md_escape(v)] for k, v in _summary_rows(dev)]))
         if dev["top_sites"]:
             parts.append("**Top holders at the peak, by allocation site**")
@@ -158,20 +187,14 @@ _DIFF_HEAD = ["site", "growth", "before", "after", "blocks"]
 
 
 def diff_terminal(console: Any, section: Any) -> None:
-    from rich.table import Table
-
     d = _d(section)
-    console.print(f"[bold]Memory diff[/bold]: {_esc(d['before'])} -> {_esc(d['after'])}")
+    _print_wrapped(console, f"Memory diff: {d['before']} -> {d['after']}", style="bold", indent=0)
     for dev in d["devices"]:
-        t = Table(title=_esc(f"{dev['device']}: sites ranked by growth ({dev['before']} -> {dev['after']})"),
-                  title_justify="left")
-        for c in _DIFF_HEAD:
-            t.add_column(c, justify="left" if c == "site" else "right")
-        for r in _diff_rows(dev):
-            t.add_row(*(_esc(c) for c in r))
-        console.print(t)
+        console.print()
+        emit_table(console, f"{dev['device']}: sites ranked by growth ({dev['before']} -> {dev['after']})",
+                   [(c, "wrap" if c == "site" else "right") for c in _DIFF_HEAD], _diff_rows(dev))
     for n in d["notes"]:
-        console.print(f"[dim]note: {_esc(_note(n))}[/dim]")
+        _print_wrapped(console, f"note: {_note(n)}", style="dim")
 
 
 def diff_markdown(section: Any) -> str:

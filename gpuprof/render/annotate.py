@@ -29,6 +29,7 @@ import msgspec
 from gpuprof.atomic import atomic_path
 from gpuprof.errors import InputError
 from gpuprof.findings import EventRef, Finding, sort_findings
+from gpuprof.remote import TraceFile
 from gpuprof.render import format as F
 from gpuprof.trace.chunks import (  # the loader's chunking loop, shared on purpose
     Text,
@@ -201,7 +202,7 @@ def _copy_with_findings(src: Source, sink: _Sink, findings: list[Finding]) -> in
     return len(new)
 
 
-def _find_array_end(path: Path, tail: bytes, list_format: bool, clock: _Clock) -> int:
+def _find_array_end(path: TraceFile, tail: bytes, list_format: bool, clock: _Clock) -> int:
     """Index in ``tail`` (which starts inside ``traceEvents``, at an event) of the array's closing ``]``."""
     pos = len(tail)
     while True:

@@ -41,6 +41,8 @@ __all__ = [
     "fmt_cc",
     "fmt_device",
     "fmt_devices",
+    "CPU_ONLY",
+    "DEVICE_UNRECORDED",
     "fmt_rank",
     "fmt_steps",
     "fmt_cost",
@@ -137,10 +139,19 @@ def fmt_device(d: DeviceInfo) -> str:
     return f"GPU {d.id}: {name}{extra}"
 
 
-def fmt_devices(devices: Sequence[DeviceInfo]) -> str:
-    """All devices of a trace; identical devices are folded (``8 x NVIDIA H100 (sm 9.0)``)."""
+CPU_ONLY = "CPU only (no GPU device in the trace)"
+DEVICE_UNRECORDED = "not recorded (the trace has GPU activity but no device properties)"
+
+
+def fmt_devices(devices: Sequence[DeviceInfo], gpu_activity: bool = False) -> str:
+    """All devices of a trace; identical devices are folded (``8 x NVIDIA H100 (sm 9.0)``).
+
+    Without devices: :data:`CPU_ONLY`, or, when the trace still shows GPU work
+    (``gpu_activity``, an older profiler that wrote no ``deviceProperties``),
+    :data:`DEVICE_UNRECORDED`.
+    """
     if not devices:
-        return "none recorded"
+        return DEVICE_UNRECORDED if gpu_activity else CPU_ONLY
     groups: dict[tuple[str, Any], list[int]] = {}
     for d in devices:
         groups.setdefault((d.name, d.compute_capability), []).append(d.id)

@@ -36,11 +36,21 @@ SEVERITY_MARK = {Severity.ERROR: "🔴 error", Severity.WARNING: "🟡 warning",
 _INLINE = re.compile(r"([\\`*\[\]|]|(?<!\w)_|_(?!\w)|^#)")
 
 
+# Only what markdown would read as HTML: "<" before a tag or comment start ("<b", "</", "<!", "<?")
+# and "&" starting a character reference ("&amp;", "&#62;"). "num_workers>0" and "a < b" stay as
+# written; entities, not backslashes, because Python-Markdown (TensorBoard's) keeps "\<" as is.
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+_ENTITY = re.compile(r"&(?=#?[0-9A-Za-z]+;)")
+
+
 def md_escape(text: str) -> str:
-    """``text`` as literal markdown prose (safe inside a table cell too)."""
+    """``text`` as literal markdown prose (safe inside a table cell too), escaped only where markdown
+    would read it otherwise, so the raw ``report.md`` reads like the text."""
     text = one_line(text)  # one line: a newline would end a table row
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _INLINE.sub(lambda m: "\\" + m.group(0), text)
+    text = _ENTITY.sub("&amp;", text)
+    text = _TAG_START.sub("&lt;", text)
+    text = _INLINE.sub(lambda m: "\\" + m.group(0), text)
+    return "\\" + text if text.startswith(">") else text  # ">" starting a line or list item: a blockquote
 
 
 _BACKTICKS = re.compile("`+")
@@ -123,7 +133,7 @@ def _trace(t: TraceSummary) -> list[str]:
     if t.file_bytes:
         size += f", {F.fmt_bytes(t.file_bytes)} on disk"
     out += [
-        f"- **Device:** {md_escape(F.fmt_devices(t.devices))}",
+        f"- **Device:** {md_escape(F.fmt_devices(t.devices, t.has_gpu_activity))}",
         f"- **Rank:** {F.fmt_rank(t.rank, t.world_size)}",
         f"- **Steps:** {steps}",
         f"- **Step time:** {F.fmt_ms(t.step_time_us)} ms median, {F.fmt_ms(t.step_time_mean_us)} ms mean",

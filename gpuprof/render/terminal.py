@@ -25,7 +25,8 @@ from rich.text import Text
 
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
-from gpuprof.render.safe import clip, one_line, shorten_distinct, visible
+from gpuprof.render.layout import GAP, emit_table, wrap_text
+from gpuprof.render.safe import clip, one_line, visible
 from gpuprof.render.sections import terminal_renderer
 from gpuprof.report import Report, TraceSummary
 
@@ -35,8 +36,7 @@ DEFAULT_WIDTH = 120  # columns when the output is not a terminal and COLUMNS is 
 MIN_WIDTH = 40  # narrower terminals are drawn as if this wide
 STACK_BELOW = 60  # tables narrower than this show each row as a name line plus its numbers
 TOP_N = 10  # rows of each top-kernels/ops/copies/syncs table
-NAME_WIDTH = 60  # kernel/op names are cut in the middle beyond this
-MIN_NAME = 16  # a name column narrower than this makes a table stack its rows instead
+PER_TRACE_NAME = 30  # in the tables with a column per trace, names wrap at this width to leave room for the traces
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
 
@@ -143,17 +143,24 @@ def _total_style(report: Report) -> str:
 # --------------------------------------------------------------------------- traces
 
 
-def _kv_grid(rows: Sequence[tuple[str, str | Text]]) -> Table:
+def _kv_grid(rows: Sequence[tuple[str, str | Text]], width: int) -> Table:
+    """Keys and values in two columns, in ``width`` cells. Values given as ``str`` (paths, device
+    names) are wrapped here between their parts (:func:`gpuprof.render.layout.wrap_text`), so a path
+    breaks after a ``/``, never inside a number; ``Text`` values are prose, which rich wraps at blanks."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
+    room = width - max((cell_len(k) for k, _ in rows), default=0) - 2
     for key, value in rows:
-        grid.add_row(Text(key), value if isinstance(value, Text) else _t(value))
+        if isinstance(value, Text):
+            grid.add_row(Text(key), value)
+        else:
+            grid.add_row(Text(key), Text("\n".join(wrap_text(clip(value), room, indent=0))))
     return grid
 
 
 def _summary_rows(t: TraceSummary) -> list[tuple[str, str | Text]]:
-    rows: list[tuple[str, str | Text]] = [("Device", F.fmt_devices(t.devices))]
+    rows: list[tuple[str, str | Text]] = [("Device", F.fmt_devices(t.devices, t.has_gpu_activity))]
     rows.append(("Rank", F.fmt_rank(t.rank, t.world_size)))
     if t.num_steps:
         rows.append(("Steps", f"{t.num_steps} (ids {F.fmt_steps(t.step_ids)})"))
@@ -187,80 +194,16 @@ def _table(title: str, columns: Sequence[tuple[str, str]]) -> Table:
     return table
 
 
-# one column's cells are joined by a blank, with a blank of padding on each inner side
-_GAP = 3
-
-
 def _emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]]) -> None:
-    """Print a table that fits ``console.width`` without ever cutting a number.
+    """Print a table that fits ``console.width`` without cutting a number or a word.
 
-    ``columns`` are (header, kind): kind ``"name"`` marks a column of names from
-    the data, which gives way (names cut in the middle, kept distinct by
-    :func:`shorten_distinct`); ``"left"``/``"right"`` columns keep their full
-    width. When the names would get narrower than :data:`MIN_NAME`, a table
-    with names is on a console narrower than :data:`STACK_BELOW`, or the
-    numbers alone do not fit, each row is printed as its name (or first cell)
-    on one line and ``header value`` pairs below it instead.
+    ``columns`` are (header, kind): kind ``"name"`` marks a column of names or
+    phrases from the data (kernel names, causes, locations), which wrap to the
+    width left, broken between their parts; ``"left"``/``"right"`` columns keep
+    their full width. See :mod:`gpuprof.render.layout` (which also stacks the
+    rows when the names would get too narrow).
     """
-    width = console.width
-    heads = [h for h, _ in columns]
-    names = [i for i, (_, kind) in enumerate(columns) if kind == "name"]
-    cells = [[visible(c) if i in names else clip(c) for i, c in enumerate(row)] for row in rows]
-    natural = [max([cell_len(heads[i])] + [cell_len(r[i]) for r in cells]) for i in range(len(columns))]
-    fixed = sum(natural[i] for i in range(len(columns)) if i not in names) + _GAP * (len(columns) - 1)
-    widths = {i: max(cell_len(heads[i]), min(natural[i], NAME_WIDTH)) for i in names}
-    while widths and fixed + sum(widths.values()) > width:
-        j = max(widths, key=lambda i: widths[i])
-        if widths[j] <= 1:
-            break
-        widths[j] -= 1
-    narrow = any(widths[i] < min(natural[i], MIN_NAME) for i in names)
-    if (names and width < STACK_BELOW) or narrow or fixed + sum(widths.values()) > width:
-        _emit_stacked(console, title, columns, cells)
-        return
-    for i in names:
-        short = shorten_distinct([r[i] for r in cells], widths[i])
-        for r, text in zip(cells, short):
-            r[i] = text
-    if title:  # above the table, not its title: a title wraps at the table's own width
-        console.print(Text(title, style="bold"))
-    table = Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
-    for i, (header, kind) in enumerate(columns):
-        if kind == "name":
-            table.add_column(header, justify="left", no_wrap=True, overflow="ellipsis", width=widths[i])
-        else:
-            table.add_column(header, justify=kind, no_wrap=True, min_width=natural[i])  # type: ignore[arg-type]
-    for r in cells:
-        table.add_row(*(Text(c) for c in r))
-    console.print(table)
-
-
-def _emit_stacked(console: Console, title: str, columns: Sequence[tuple[str, str]], cells: list[list[str]]) -> None:
-    """The narrow form of a table: per row, its first column on a line, then ``header value`` pairs, indented."""
-    width = console.width
-    inner = max(width - 2, 8)
-    if title:
-        console.print(Text(title, style="bold"))
-    kinds = [k for _, k in columns]
-    lead = kinds.index("name") if "name" in kinds else 0
-    firsts = shorten_distinct([r[lead] for r in cells], width) if kinds[lead] == "name" else [r[lead] for r in cells]
-    others = [i for i in range(len(columns)) if i != lead]
-    short: dict[int, list[str]] = {}
-    for i in others:
-        if kinds[i] == "name":
-            short[i] = shorten_distinct([r[i] for r in cells], max(inner - cell_len(columns[i][0]) - 1, 8))
-    for n, r in enumerate(cells):
-        console.print(Text(firsts[n], style="bold"), no_wrap=True, overflow="ellipsis")
-        lines: list[str] = []
-        for i in others:
-            value = short[i][n] if i in short else r[i]
-            piece = f"{columns[i][0]} {value}"
-            if lines and cell_len(lines[-1]) + 2 + cell_len(piece) <= inner:
-                lines[-1] += "  " + piece
-            else:
-                lines.append(piece)
-        for line in lines:
-            console.print(Text("  " + line), no_wrap=True, overflow="fold")
+    emit_table(console, title, [(h, "wrap" if k == "name" else k) for h, k in columns], rows)
 
 
 def _breakdown_table(heading: str, values: dict[str, float], order: Sequence[str], labels: dict[str, str], basis_us: float) -> Table:
@@ -290,7 +233,7 @@ def _side_by_side(console: Console, tables: list[Table], width: int) -> list[Ren
 
 def _render_trace(console: Console, t: TraceSummary) -> None:
     basis = F.step_basis_us(t)
-    parts: list[RenderableType] = [_kv_grid(_summary_rows(t))]
+    parts: list[RenderableType] = [_kv_grid([("File", t.path), *_summary_rows(t)], console.width - 4)]
     tables: list[Table] = []
     if t.breakdown_us:
         tables.append(_breakdown_table("Step time", t.breakdown_us, F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
@@ -299,9 +242,7 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
     if tables:
         parts.append(Text(""))
         parts.extend(_side_by_side(console, tables, console.width - 4))  # 4: the panel's border and padding
-    title = Text("Trace ", style="bold")
-    title.append(F.shorten(visible(t.path), max(console.width - 12, 20)), style="bold")
-    console.print(Panel(Group(*parts), title=title, title_align="left", box=box.ROUNDED, expand=True))
+    console.print(Panel(Group(*parts), title=Text("Trace", style="bold"), title_align="left", box=box.ROUNDED, expand=True))
 
     if t.top_kernels:
         rows: list[tuple[str, ...]] = [(k.name, F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu)) for k in t.top_kernels[:TOP_N]]
@@ -352,7 +293,7 @@ def _applies_to(group: Sequence[Finding], labels: dict[str, str]) -> str:
 
 def _chunks(n: int, lead: int, col: int, width: int) -> list[range]:
     """Split ``n`` per-trace columns of ``col`` characters into groups that fit beside a ``lead`` column."""
-    per = max(1, (width - lead) // (col + _GAP))
+    per = max(1, (width - lead) // (col + GAP))
     per = -(-n // -(-n // per))  # as many tables as needed, the traces spread evenly over them
     return [range(a, min(a + per, n)) for a in range(0, n, per)]
 
@@ -363,9 +304,9 @@ def _emit_per_trace(console: Console, title: str, lead: tuple[str, str], keys: S
     if not keys:
         return
     col = max([len(x) for x in labels] + [cell_len(v) for row in values for v in row])
-    lead_w = max(cell_len(lead[0]), min(max(cell_len(visible(k)) for k in keys), NAME_WIDTH if lead[1] == "name" else 10**6))
+    lead_w = max(cell_len(lead[0]), max(cell_len(visible(k)) for k in keys))
     if lead[1] == "name":
-        lead_w = min(lead_w, max(MIN_NAME, 30))
+        lead_w = min(lead_w, PER_TRACE_NAME)
     if lead[1] == "name" and console.width < STACK_BELOW:
         chunks = [range(len(labels))]  # stacked rows: all traces under each name
     else:
@@ -398,14 +339,14 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
         legend.add_row(Text(f"  {label}"), _t(os.path.relpath(path, common) if common else path))
     console.print(legend)
     shared: list[tuple[str, str]] = []
-    devices = {F.fmt_devices(t.devices) for t in traces}
+    devices = {F.fmt_devices(t.devices, t.has_gpu_activity) for t in traces}
     ranks = {F.fmt_rank(t.rank, t.world_size) for t in traces}
     if len(devices) == 1:
         shared.append(("Device", devices.pop()))
     if len(ranks) == 1:
         shared.append(("Rank", ranks.pop()))
     if shared:
-        console.print(_kv_grid(shared))
+        console.print(_kv_grid(shared, console.width))
     console.print()
 
     keys: list[str] = []
@@ -417,7 +358,7 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
 
     if len(devices) > 1:
         for label, t in zip(labels, traces):
-            console.print(_t(f"Device {label}: {F.fmt_devices(t.devices)}"))
+            console.print(_t(f"Device {label}: {F.fmt_devices(t.devices, t.has_gpu_activity)}"))
     if len(ranks) > 1:
         row("Rank", [("-" if t.rank is None else str(t.rank)) for t in traces])
     row("Steps", [str(t.num_steps) for t in traces])
@@ -490,13 +431,13 @@ def _render_findings(console: Console, report: Report, labels: dict[str, str]) -
     if len(report.traces) <= 1:
         console.print(Text("Findings (most expensive first)", style="bold underline"))
         for i, f in enumerate(findings, 1):
-            console.print(_finding_panel(i, f))
+            console.print(_finding_panel(i, f, console.width))
         return
     groups = group_findings(findings)
     head = f"Findings (most expensive first): {len(findings)} in {len(report.traces)} traces, {len(groups)} distinct, each shown once with the traces it applies to"
     console.print(Text(head, style="bold underline"))
     for i, group in enumerate(groups, 1):
-        console.print(_finding_panel(i, group[0], group, labels))
+        console.print(_finding_panel(i, group[0], console.width, group, labels))
 
 
 def group_findings(findings: Sequence[Finding]) -> list[list[Finding]]:
@@ -515,7 +456,7 @@ def group_findings(findings: Sequence[Finding]) -> list[list[Finding]]:
     return list(groups.values())
 
 
-def _finding_panel(index: int, f: Finding, group: Sequence[Finding] = (), labels: dict[str, str] | None = None) -> Panel:
+def _finding_panel(index: int, f: Finding, console_width: int, group: Sequence[Finding] = (), labels: dict[str, str] | None = None) -> Panel:
     """One finding; with ``group`` (the same finding in several traces, ``f`` the most expensive) the
     traces it applies to, each with its own cost, replace the input line."""
     style = SEVERITY_STYLE[f.severity]
@@ -544,7 +485,7 @@ def _finding_panel(index: int, f: Finding, group: Sequence[Finding] = (), labels
         rows.append(("Evidence", text))
     # message and advice are prose: a rule's wrapped lines read as one paragraph (rich wraps it to the
     # terminal), not as "\x0a" escapes
-    body: list[Any] = [Text(one_line(f.message)), _kv_grid(rows)]
+    body: list[Any] = [Text(one_line(f.message)), _kv_grid(rows, console_width - 4)]
     if f.advice:
         advice = Text("Fix: ", style="bold green")
         advice.append(one_line(f.advice))

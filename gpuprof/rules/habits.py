@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import Counter
-from typing import Iterable
+from typing import Callable, Iterable
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
@@ -110,6 +110,31 @@ def chore_of(name: str) -> str | None:
         if rx.match(name):
             return what
     return None
+
+
+# torch.compile's own machinery: Dynamo runs gc.collect(1) after each compilation
+# (torch._dynamo.config.run_gc_after_compile) and Inductor's CUDA-graph trees collect too; a
+# recompiling step then shows a collection the user never wrote (GP802/GP811 name the recompilation).
+_TORCH_COMPILE_FRAMES = ("torch/_dynamo/", "torch/_inductor/")
+
+
+def _not_torchs_own(m: TraceMetrics, collects: list[Event]) -> list[Event]:
+    """The ``gc.collect()`` frames not made by torch.compile's own code (inside a Dynamo/Inductor frame on their thread)."""
+    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for p in m.trace.python:
+        if p.name.startswith(_TORCH_COMPILE_FRAMES) or "/torch/_dynamo/" in p.name or "/torch/_inductor/" in p.name:
+            spans.setdefault((str(p.pid), str(p.tid)), []).append((p.ts, p.end))
+    if not spans:
+        return collects
+    inside = {key: Intervals.from_pairs(pairs) for key, pairs in spans.items()}
+    out = []
+    for c in collects:
+        ivs = inside.get((str(c.pid), str(c.tid)))
+        i = ivs.covering(c.ts) if ivs is not None else None
+        # strictly inside: a call that starts as a compile frame ends (touching) is the user's, after it
+        if ivs is None or i is None or c.ts >= ivs[i][1]:
+            out.append(c)
+    return out
 
 
 def _outermost(evs: list[Event]) -> list[Event]:
@@ -219,6 +244,10 @@ class StepChores(Rule):
             what = chore_of(p.name) or logging_call_of(p.name)
             if what is not None and host_step_of(m, p.ts) is not None:
                 calls.setdefault(what, []).append(p)
+        if "gc.collect()" in calls:
+            calls["gc.collect()"] = _not_torchs_own(m, calls["gc.collect()"])
+            if not calls["gc.collect()"]:
+                del calls["gc.collect()"]
         n = m.num_steps
         for what, frames in sorted(calls.items()):
             evs = _outermost(frames)
@@ -291,7 +320,8 @@ class EvalWithAutograd(Rule):
     input that requires grad); under ``no_grad``/``inference_mode`` no
     operator has one, nor does a frozen model's (all ``requires_grad=False``):
     neither is reported. A step is hit when at least ``min_ops_per_step``
-    ``aten::`` operators recorded autograd and no backward operator ran in it
+    ``aten::`` operators (or ``min_module_ops_per_step`` inside ``nn.Module``
+    ranges, which ``with_stack=True`` writes: a small model) recorded autograd and no backward operator ran in it
     (``autograd::engine::evaluate_function``, ``...Backward``,
     ``aten::*_backward``); the rule fires when at least ``min_step_share`` of
     the steps are hit. A trace without step markers counts as one step.
@@ -313,6 +343,11 @@ class EvalWithAutograd(Rule):
     title = "forward passes record autograd graphs with no backward (evaluation without no_grad)"
     options = (
         Option("min_ops_per_step", 10, "a step is hit from this many autograd-recording aten:: operators (and no backward)"),
+        # 3: one nn.Linear alone records three (linear, t, addmm): the smallest model is reported, where the
+        # trace shows it is a model (with_stack's nn.Module ranges); loose ops need more (older torch writes a
+        # sequence number on every op under grad mode, even aten::item: micro-benchmarks would fire)
+        Option("min_module_ops_per_step", 3,
+               "a step is also hit from this many autograd-recording aten:: operators inside nn.Module ranges"),
         Option("min_step_share", 0.5, "report when at least this share of the steps is hit"),
     )
     bad_example = """
@@ -363,8 +398,13 @@ class EvalWithAutograd(Rule):
         steps = m.num_steps if markers else 1
         if not steps:
             return
-        least = ctx.opt("min_ops_per_step")
-        hit = sorted(i for i, evs in recording.items() if i not in with_backward and len(evs) >= least)
+        least, least_in_module = ctx.opt("min_ops_per_step"), ctx.opt("min_module_ops_per_step")
+        in_model = _in_module_ranges(m)
+
+        def is_hit(evs: list[Event]) -> bool:
+            return len(evs) >= least or (in_model is not None and sum(map(in_model, evs)) >= least_in_module)
+
+        hit = sorted(i for i, evs in recording.items() if i not in with_backward and is_hit(evs))
         share = len(hit) / steps
         if not hit or share < ctx.opt("min_step_share"):
             return
@@ -391,6 +431,23 @@ class EvalWithAutograd(Rule):
 
 
 _MODULE = "nn.Module: "
+
+
+def _in_module_ranges(m: TraceMetrics) -> Callable[[Event], bool] | None:
+    """A test "is this event inside an ``nn.Module`` range on its thread", or None when the trace has none."""
+    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for p in m.trace.python:
+        if p.name.startswith(_MODULE):
+            spans.setdefault((str(p.pid), str(p.tid)), []).append((p.ts, p.end))
+    if not spans:
+        return None
+    ivs = {key: Intervals.from_pairs(pairs) for key, pairs in spans.items()}
+
+    def inside(e: Event) -> bool:
+        mine = ivs.get((str(e.pid), str(e.tid)))
+        return mine is not None and mine.covering(e.ts) is not None
+
+    return inside
 
 
 def _caller_of_model(m: TraceMetrics, op: Event) -> SourceLocation | None:

@@ -118,7 +118,8 @@ class DataParallelUsed(Rule):
         overhead = (host_overhead + p2p_us) if (overhead_ivs or p2p) else None
         gpus = len(m.devices_active)
         single = gpus <= 1
-        parts = [f"on {gpus} GPU{'s' if gpus != 1 else ''}"]
+        # a CPU run (no GPU work in the trace): DataParallel just calls the module; "on 0 GPUs" says nothing
+        parts = [f"on {gpus} GPU{'s' if gpus != 1 else ''}"] if gpus else ["no GPU work in the trace"]
         if forwards_ps is not None:
             parts.append(f"{count_of(forwards_ps, 'DataParallel forward')} per step")
         if overhead_ivs:
@@ -129,14 +130,16 @@ class DataParallelUsed(Rule):
         loc = _user_location(m, marks)
         yield self.finding(
             ctx,
-            ("torch.nn.DataParallel wraps the model " if not single else "torch.nn.DataParallel wraps a single GPU ")
+            ("torch.nn.DataParallel wraps the model " if not single
+             else "torch.nn.DataParallel wraps a single GPU " if gpus else "torch.nn.DataParallel wraps a CPU model ")
             + "(" + ", ".join(parts) + ")",
             "Use DistributedDataParallel, one process per GPU, started with torchrun "
             "(torchrun --nproc_per_node=NUM_GPUS train.py; DistributedDataParallel(model, device_ids=[local_rank]); "
             "DistributedSampler for the data): no per-step model replication, no GIL contention, overlapped "
             "gradient all-reduce. Then `gpuprof analyze <run dir>` compares the ranks (stragglers, exposed "
             "communication, no_sync under gradient accumulation: GP701-GP704, docs/distributed.md)."
-            + (" With one GPU, drop the wrapper altogether." if single else ""),
+            + (" With one GPU, drop the wrapper altogether." if gpus == 1
+               else " Without a GPU it does nothing but call the module: drop the wrapper." if single else ""),
             evidence=[
                 Evidence(
                     "dataparallel_marks",

@@ -10,12 +10,12 @@ count bytes and events from the start of the file, not of the chunk.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Protocol
 
 import msgspec
 
 from gpuprof.errors import InputError
+from gpuprof.remote import TraceFile
 from gpuprof.trace import raw as R
 from gpuprof.trace.chunks import TryCut, as_json_list, find_events
 
@@ -39,7 +39,7 @@ class EventSink(Protocol):
     def metadata(self, top: R.RawTrace) -> None: ...
 
 
-def chunk_decoder(path: Path, sink: EventSink, list_format: bool) -> TryCut:
+def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut:
     """A ``try_cut`` for :func:`gpuprof.trace.chunks.event_chunks` that decodes a chunk into ``sink``."""
 
     def try_cut(buf: bytearray, lo: int, end: int, base: int) -> bool:
@@ -82,7 +82,7 @@ def chunk_decoder(path: Path, sink: EventSink, list_format: bool) -> TryCut:
     return try_cut
 
 
-def decode_header(path: Path, head: bytes, list_format: bool) -> R.RawTrace | None:
+def decode_header(path: TraceFile, head: bytes, list_format: bool) -> R.RawTrace | None:
     """The top-level keys before ``"traceEvents"`` (device properties, rank, ...); None for a bare list."""
     if list_format:
         return None
@@ -98,7 +98,7 @@ def decode_header(path: Path, head: bytes, list_format: bool) -> R.RawTrace | No
 
 
 def decode_last(
-    path: Path, head: bytes | None, pending: bytes, sink: EventSink, list_format: bool, base: int = 0
+    path: TraceFile, head: bytes | None, pending: bytes, sink: EventSink, list_format: bool, base: int = 0
 ) -> None:
     """Decode the final text: the last events and whatever follows the array."""
     if head is not None:  # the whole file was one chunk
@@ -109,7 +109,7 @@ def decode_last(
 
 
 def decode_whole(
-    path: Path, text: bytes, sink: EventSink, list_format: bool, event_offset: int = 0, byte_offset: int = 0
+    path: TraceFile, text: bytes, sink: EventSink, list_format: bool, event_offset: int = 0, byte_offset: int = 0
 ) -> None:
     try:
         if list_format:
@@ -161,7 +161,7 @@ def _is_syntax_error_before(err: Exception, last: int) -> bool:
     return m is not None and int(m.group(1)) < last
 
 
-def _explain_validation(path: Path, text: bytes, err: Exception, list_format: bool, event_offset: int) -> str:
+def _explain_validation(path: TraceFile, text: bytes, err: Exception, list_format: bool, event_offset: int) -> str:
     msg = str(err)
     if list_format and msg.startswith("Expected `object`") and "$[" in msg:
         return "not a PyTorch profiler trace (a JSON list, but not of trace events)"

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Union
 
 from gpuprof.errors import InputError
 from gpuprof.inputs import Opened
+from gpuprof.remote import local_or_url
 from gpuprof.trace.chunks import Progress, Text, event_chunks, read_head, read_rest
 from gpuprof.trace.decode import chunk_decoder, decode_header, decode_last, decode_whole
 from gpuprof.trace.model import Trace
@@ -42,7 +42,7 @@ def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = N
     Raises :class:`~gpuprof.errors.InputError` with a one-line reason for
     anything that is not a readable PyTorch profiler trace.
     """
-    p = Path(path)
+    p = local_or_url(path)
     src = Source(p, opened)
     builder = Builder(str(p))
     builder.trace.file_bytes = src.size

@@ -17,6 +17,7 @@ from typing import Any, Iterator, Union, cast
 
 from gpuprof.errors import InputError
 from gpuprof.inputs import GZIP_RATIO_FLOOR, MAX_GZIP_RATIO, STDIN, Opened, is_stdin, open_input
+from gpuprof.remote import TraceFile, Url, find_remote, local_or_url
 
 __all__ = ["TRACE_SUFFIXES", "Source", "find_traces", "is_regular"]
 
@@ -24,17 +25,21 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 _RATIO_CHECK_EVERY = 1024 * 1024  # bytes of text between two gzip-ratio checks
 
 
-def find_traces(path: Union[str, os.PathLike[str]]) -> list[Path]:
+def find_traces(path: Union[str, os.PathLike[str]]) -> list[TraceFile]:
     """The trace files named by ``path``: the file itself, or every
     ``*.json``/``*.json.gz`` under a directory (the ``tensorboard_trace_handler``
-    layout ``<logdir>/<run>/<worker>[.<span>].pt.trace.json[.gz]``), sorted."""
+    layout ``<logdir>/<run>/<worker>[.<span>].pt.trace.json[.gz]``), sorted.
+    A URL (:mod:`gpuprof.remote`) may also be a glob."""
     if is_stdin(path):
         return [Path(STDIN)]  # standard input: read as a stream (see gpuprof.inputs)
-    p = Path(path)
+    where = local_or_url(path)
+    if isinstance(where, Url):
+        return list(find_remote(where, TRACE_SUFFIXES))
+    p = where
     if not p.exists():
         raise InputError(p, "no such file or directory")
     if p.is_dir():
-        found = sorted(
+        found: list[TraceFile] = sorted(
             f
             for f in p.rglob("*")
             if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
@@ -58,7 +63,7 @@ class Source:
     text to wade through.
     """
 
-    def __init__(self, path: Path, opened: Opened | None = None) -> None:
+    def __init__(self, path: TraceFile, opened: Opened | None = None) -> None:
         self.path = path
         if opened is None:
             opened = open_input(path, peek=2)

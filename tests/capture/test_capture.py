@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 import gpuprof  # noqa: E402
 from gpuprof.capture import Schedule  # noqa: E402
+from gpuprof.render.format import findings_total  # noqa: E402
 
 from .conftest import codes, quick_schedule, report_json, run_dir, tiny_model, traces, train_step  # noqa: E402
 
@@ -88,8 +89,14 @@ def test_tensorboard_scalars_and_text_read_back(tmp_path: Path) -> None:
     assert "gpuprof/host_rss_mib" in tags["scalars"]  # no CUDA here: the process RSS
     text = acc.Tensors("gpuprof/findings/text_summary")
     body = text[-1].tensor_proto.string_val[0].decode()
-    assert "| severity | code |" in body or "No findings." in body
-    assert "Capture" in body and str(run_dir(tmp_path)) in body
+    assert prof.report is not None
+    assert body.startswith(f"**{findings_total(prof.report)}**")
+    for f in prof.report.findings:  # a list item each, not a table TensorBoard squeezes ("war ning")
+        assert f"**{f.severity.value}** `{f.code}`" in body
+    assert "| severity |" not in body
+    # paths relative to the run (the folder TensorBoard lists), not absolute
+    assert "**Capture** (run `" in body and str(tmp_path) not in body
+    assert all(f"`{Path(t).name}`" in body for t in prof.report.sections[0].traces)
 
 
 def test_decorator_profiles_every_call_and_finishes(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ CASES = {
 def _start(script: str, logdir: Path, *extra: str) -> subprocess.Popen[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     return subprocess.Popen(
-        [sys.executable, str(EXAMPLES / script), "--logdir", str(logdir), "--run", "r", "--device", "cpu",
+        [sys.executable, str(EXAMPLES / script), "--logdir", str(logdir), "--run-name", "r", "--device", "cpu",
          "--steps", "20", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(EXAMPLES),
     )
@@ -80,7 +80,7 @@ def _check(script: str, must: set[str], must_not: set[str], bad: subprocess.Pope
 def test_train_example_runs(tmp_path: Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / "train.py"), "--logdir", str(tmp_path), "--run", "r", "--device", "cpu",
+        [sys.executable, str(EXAMPLES / "train.py"), "--logdir", str(tmp_path), "--run-name", "r", "--device", "cpu",
          "--steps", "20"],
         capture_output=True, text=True, timeout=240, env=env, cwd=str(EXAMPLES),
     )

@@ -213,3 +213,21 @@ def test_stuck_window_report_does_not_hold_the_end_of_the_run(
     ours = [str(w.message) for w in caught if issubclass(w.category, GpuprofWarning)]
     assert len([m for m in ours if "still being written after 0.5 s" in m]) == 1, ours
     assert waited < 20 and prof.finished
+
+
+def test_summary_states_a_cost_once() -> None:
+    """GP601's message holds its cost ("... (1992.80 ms/step)"): the line does not repeat it."""
+    from types import SimpleNamespace
+
+    from gpuprof.findings import Finding, Severity
+    from gpuprof.report import Report
+
+    said = Finding(code="GP601", name="dataloader-main-process", severity=Severity.WARNING,
+                   message="55% of step time is spent waiting for data (1992.80 ms/step)", advice="workers",
+                   cost_us_per_step=1_992_800.0, cost_share=0.55)
+    unsaid = Finding(code="GP203", name="host-sync", severity=Severity.WARNING, message="host waits",
+                     advice="fewer syncs", cost_us_per_step=12_300.0, cost_share=0.18)
+    text = summary.short_report(Report(command="capture", findings=[said, unsaid]),
+                                SimpleNamespace(steps=3, report_md=None))
+    assert text.count("1992.80 ms/step") == 1
+    assert "host waits cost 12.30 ms/step (18%)" in text

@@ -7,16 +7,12 @@ from pathlib import Path
 import pytest
 
 from gpuprof.memory.testing import GiB, MiB, SnapshotBuilder
-
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+from gpuprof.testing.realtraces import shared_path
 
 
 def real_trace(rel: str) -> Path:
-    """A real trace under shared/traces, or skip the test with the reason."""
-    p = SHARED / rel
-    if not p.exists():
-        pytest.skip(f"real trace {rel} not present (shared/traces is not checked out beside the repo)")
-    return p
+    """A real trace under the shared traces (``GPUPROF_SHARED_TRACES``), or skip the test with the reason."""
+    return shared_path(*rel.split("/"))
 
 
 CPU_TRACE = "tbplugin/generated_cpu_torch2.13/tiny_cpu_nw0/cpuworker.1795297193849114643.pt.trace.json.gz"

@@ -95,9 +95,10 @@ def test_sniff_decides_by_content_not_extension(tmp_path: Path, clean_snapshot: 
 
 def test_diff_of_one_current_trace_finds_its_profiler_steps() -> None:
     # torch 2.x writes ProfilerStep#N as a user_annotation, not a cpu_op: the repo's sample
-    # trace (gpuprof capture, torch 2.13, steps 7-11) must still diff first vs last step
+    # trace (gpuprof capture, torch 2.13, steps 16-20: examples/sample_trace/generate.py) must still
+    # diff first vs last step
     sample = next((Path(__file__).resolve().parents[2] / "examples" / "sample_trace").glob("*.pt.trace.json.gz"))
     report = diff_report(str(sample), None)
     dev = next(d for d in report.sections[0].devices if d["device"] == "cpu")
-    assert (dev["before"], dev["after"]) == ("end of step 7", "end of step 11")
-    assert [s["step"] for s in dev["step_allocated"]] == [7, 8, 9, 10, 11]
+    assert (dev["before"], dev["after"]) == ("end of step 16", "end of step 20")
+    assert [s["step"] for s in dev["step_allocated"]] == [16, 17, 18, 19, 20]

@@ -53,7 +53,8 @@ def test_devices_and_rank():
     h100 = DeviceInfo(0, "NVIDIA H100", (9, 0), 80 * 1024**3, 132, "nvidia")
     assert F.fmt_device(h100) == "GPU 0: NVIDIA H100 (sm 9.0, 80.0 GiB, 132 SMs)"
     assert F.fmt_devices([h100, DeviceInfo(1, "NVIDIA H100", (9, 0), 80 * 1024**3, 132)]) == "2 x NVIDIA H100 (sm 9.0, 80.0 GiB, 132 SMs)"
-    assert F.fmt_devices([]) == "none recorded"
+    assert F.fmt_devices([]) == "CPU only (no GPU device in the trace)"
+    assert F.fmt_devices([], gpu_activity=True).startswith("not recorded")
     assert F.fmt_device(DeviceInfo(3)) == "GPU 3: unknown GPU"
     assert F.fmt_rank(None, None) == "single process"
     assert F.fmt_rank(2, 8) == "rank 2 of 8"

@@ -92,8 +92,21 @@ def test_escaping_keeps_names_and_prose_literal():
     f = Finding("GP999", "x", Severity.INFO, "*not bold* <b>html</b> a|b", "")
     out = render_markdown(Report("analyze", traces=[t], findings=[f]))
     assert "`k<T> \\| x`" in out  # code span: < literal, pipe escaped for the table
-    assert "\\*not bold\\* &lt;b&gt;html&lt;/b&gt; a\\|b" in out
+    assert "\\*not bold\\* &lt;b>html&lt;/b> a\\|b" in out
     assert "<b>" not in out
+
+
+def test_escaping_only_what_markdown_needs():
+    """The raw report.md reads like the text: ">", "<" and "&" are escaped only where markdown
+    (CommonMark, and Python-Markdown in TensorBoard) would read HTML or a blockquote."""
+    assert md_escape("set num_workers>0 when a < b & c") == "set num_workers>0 when a < b & c"
+    assert md_escape("<script>x</script> &amp; &#62;") == "&lt;script>x&lt;/script> &amp;amp; &amp;#62;"
+    assert md_escape("> not a quote") == "\\> not a quote"
+    from markdown_it import MarkdownIt
+
+    for text in ("num_workers>0", "<b>bold</b> & <!-- c --> &lt;", "> q", "a <3 b"):
+        html = MarkdownIt("commonmark").render(md_escape(text))
+        assert html == f"<p>{text.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')}</p>\n", text
 
 
 def test_md_helpers():
@@ -116,7 +129,7 @@ def test_empty_and_cpu_only():
     t = TraceSummary(path="cpu.json", breakdown_us={"other": 1.0}, idle_breakdown_us={"cpu_other": 0.0})
     out = render_markdown(Report("analyze", traces=[t]))
     _line_with(out, "**GPU utilisation:**", "n/a")
-    _line_with(out, "**Device:**", "none recorded")
+    _line_with(out, "**Device:**", "CPU only (no GPU device in the trace)")
     assert "idle" not in out.lower().replace("no gpu activity", "")
     assert out.endswith("\n") and not out.endswith("\n\n")
 

@@ -65,8 +65,8 @@ def test_summary_numbers(report):
         _line_with(out, F.BREAKDOWN_LABELS[key], F.fmt_ms(us), F.fmt_share_of(us, basis))
     for key, us in t.idle_breakdown_us.items():
         _line_with(out, F.IDLE_LABELS[key], F.fmt_ms(us), F.fmt_share_of(us, basis))
-    for k in t.top_kernels:
-        _line_with(out, F.shorten(k.name, 60), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_pct(k.share_of_gpu))
+    for k in t.top_kernels:  # whole at this width: a name is cut only when it cannot fit
+        _line_with(out, k.name, F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_pct(k.share_of_gpu))
     for o in t.top_ops:
         _line_with(out, o.name, F.fmt_count(o.count), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
     for c in t.copies:
@@ -142,7 +142,7 @@ def test_cpu_only_trace_without_devices_or_steps():
     t = TraceSummary(path="cpu.json", breakdown_us={"other": 5_000.0}, idle_breakdown_us={"cpu_other": 0.0}, step_time_us=5_000.0)
     out = render_terminal(Report("analyze", traces=[t]), color=False, width=WIDE)
     assert _line_with(out, "GPU utilisation", "n/a")
-    assert _line_with(out, "Device", "none recorded")
+    assert _line_with(out, "Device", "CPU only (no GPU device in the trace)")
     assert _line_with(out, "Steps", "none found")
     assert "GPU idle" not in out  # no GPU: no idle breakdown
     # mean unknown: shares fall back to the median step time

@@ -358,3 +358,48 @@ def test_gp843_real_traces() -> None:
     (f,) = _gp843(shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "critical_path", "alexnet",
                               "benchmark_result_2869224_1695835535_trace.json.gz"))
     assert "no step markers" in f.message and f.evidence[0].extra["recording_ops_per_step"] == 84
+
+
+def test_gp843_bad_small_model_real_capture(tmp_path: Path) -> None:
+    """A one-layer model evaluated with grad mode on: 4 recording operators per step (linear, t, addmm, relu),
+    under min_ops_per_step (10) but inside nn.Module ranges (with_stack=True): min_module_ops_per_step (3)."""
+    torch = pytest.importorskip("torch")
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 2), torch.nn.ReLU()).eval()
+    with gpuprof.profile(tmp_path, run="small", schedule=Schedule(wait=0, warmup=1, active=2), print_report=False,
+                         tensorboard=False, analyze=False, with_stack=True) as prof:
+        for _ in range(3):
+            model(torch.randn(4, 8))
+            prof.step()
+    path = prof.traces[0].path
+    recording = [o.name for o in load_trace(path).ops if op_records_autograd(o)]
+    assert len(recording) == 8  # independent count: 2 steps x (linear, t, addmm, relu)
+    (f,) = _gp843(path)
+    assert f.evidence[0].extra["recording_ops_per_step"] == 4
+
+
+def test_gp841_good_dynamo_collects_after_each_compilation(tmp_path: Path) -> None:
+    """torch.compile recompiling every step: Dynamo's own gc.collect(1) (run_gc_after_compile) is not a user chore."""
+    tb = TraceBuilder()
+    for _ in range(4):
+        with tb.step():
+            with tb.frames(("train.py", 40, "main")):
+                tb.gemm(us=500)
+                with tb.python("torch/_dynamo/convert_frame.py", 1633, "_compile"):
+                    tb.cpu(us=300)
+                    with tb.python("<built-in function collect>"):
+                        tb.cpu(us=2000)
+    path = tb.write(tmp_path / "dynamo_gc.json")
+    assert list(analyze(path, select=["GP841"]).findings) == []
+    tb = TraceBuilder()  # the same collection made by the user's own code, beside a compilation: reported
+    for _ in range(4):
+        with tb.step():
+            with tb.frames(("train.py", 40, "main")):
+                with tb.python("torch/_dynamo/convert_frame.py", 1633, "_compile"):
+                    tb.cpu(us=300)
+                with tb.python("<built-in function collect>"):
+                    tb.cpu(us=2000)
+    (f,) = analyze(tb.write(tmp_path / "user_gc.json"), select=["GP841"]).findings
+    assert f.evidence[0].extra["call"] == "gc.collect()"

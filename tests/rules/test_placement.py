@@ -162,3 +162,20 @@ def test_heavy_op_names():
         assert is_heavy_compute_op(name), name
     for name in ("aten::add", "aten::convert_element_type", "aten::relu", "aten::copy_", "aten::mean"):
         assert not is_heavy_compute_op(name), name
+
+
+def test_gp401_bad_cpu_run_says_cpu_not_zero_gpus(tmp_path):
+    """A real CPU capture of nn.DataParallel (no GPU: it only calls the module): named as such, not 'on 0 GPUs'."""
+    torch = pytest.importorskip("torch")
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    model = torch.nn.DataParallel(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 2)))
+    with gpuprof.profile(tmp_path, run="dp", schedule=Schedule(wait=0, warmup=1, active=2), print_report=False,
+                         tensorboard=False, analyze=False, with_stack=True) as prof:
+        for _ in range(3):
+            model(torch.randn(4, 16)).sum().backward()
+            prof.step()
+    (f,) = _run(prof.traces[0].path, "GP401")
+    assert "wraps a CPU model (no GPU work in the trace" in f.message and "0 GPU" not in f.message
+    assert f.severity.value == "info" and "Without a GPU it does nothing but call the module" in f.advice

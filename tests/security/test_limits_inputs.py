@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof.testing.realtraces import shared_path
+
 REPO = Path(__file__).resolve().parents[2]
 CAP = 1536 * 1024 * 1024  # bytes of address space for the child: python + gpuprof need ~300 MB
 
@@ -250,14 +252,11 @@ def test_gzip_bomb_of_tiny_events_hits_the_ratio(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- pipes
 
 
-SHARED = REPO / ".." / "shared" / "traces"
-SMALL_TRACE = SHARED / "tbplugin" / "generated_cpu_torch2.13" / "tiny_cpu_nw0" / "cpuworker.1795297193849114643.pt.trace.json.gz"
+SMALL_TRACE = ("tbplugin", "generated_cpu_torch2.13", "tiny_cpu_nw0", "cpuworker.1795297193849114643.pt.trace.json.gz")
 
 
-def _real(p: Path) -> Path:
-    if not p.exists():
-        pytest.skip(f"{p} not present")
-    return p
+def _real(parts: tuple[str, ...]) -> Path:
+    return shared_path(*parts)  # skips, with the one reason, without the real data
 
 
 def _report(out: str) -> dict:
@@ -304,9 +303,8 @@ def test_plain_json_through_a_pipe_with_a_bad_tail_names_stdin() -> None:
 def test_real_traces_are_within_the_default_limits() -> None:
     from gpuprof.inputs import MAX_EVENT_BYTES, MAX_GZIP_RATIO
 
-    files = sorted(SHARED.rglob("*.json.gz"))
-    if not files:
-        pytest.skip("shared/traces not present")
+    files = sorted(shared_path().rglob("*.json.gz"))
+    assert files, "the real traces folder holds no .json.gz"
     for f in files:
         raw = f.read_bytes()
         text = zlib.decompress(raw, 31)

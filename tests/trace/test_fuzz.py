@@ -25,7 +25,7 @@ import gpuprof.trace.source as S
 from gpuprof.cli import cli
 from gpuprof.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, InputError
 from gpuprof.testing import TraceBuilder, simple_training
-from gpuprof.testing.realtraces import TRACES
+from gpuprof.testing.realtraces import MISSING, TRACES
 
 HTA = TRACES / "hta" / "HolisticTraceAnalysis" / "tests" / "data"
 # Small real traces of several dialects (15-70 KB of JSON each).
@@ -102,7 +102,7 @@ def _check_input_error(err: InputError, path: Path) -> None:
     assert "\n" not in msg and msg.startswith(f"{path}: ") and err.problem
 
 
-@pytest.mark.skipif(len(SEEDS) < 3, reason=f"real seed traces not available under {TRACES}")
+@pytest.mark.skipif(len(SEEDS) < 3, reason=MISSING)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=damaged())
 def test_damaged_traces_load_or_fail_in_one_line(case: tuple[str, bytes, bool, int]) -> None:
@@ -126,7 +126,7 @@ def test_damaged_traces_load_or_fail_in_one_line(case: tuple[str, bytes, bool, i
         shutil.rmtree(d)
 
 
-@pytest.mark.skipif(len(SEEDS) < 3, reason=f"real seed traces not available under {TRACES}")
+@pytest.mark.skipif(len(SEEDS) < 3, reason=MISSING)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=damaged())
 def test_damaged_traces_through_the_cli(case: tuple[str, bytes, bool, int]) -> None:

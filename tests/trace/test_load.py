@@ -1,6 +1,6 @@
 """The streaming trace loader: real files, every dialect, bad input, and the chunked path.
 
-Real traces come from ``../shared/traces`` (see its SOURCES.md files); tests
+Real traces come from ``../shared/traces`` (``GPUPROF_SHARED_TRACES``) (see its SOURCES.md files); tests
 that need them skip with a reason when the folder is absent.
 """
 
@@ -19,7 +19,7 @@ import gpuprof.trace.load as L
 import gpuprof.trace.source as S
 from gpuprof.errors import InputError
 from gpuprof.testing import TraceBuilder, simple_training
-from gpuprof.testing.realtraces import TRACES, shared_path
+from gpuprof.testing.realtraces import MISSING, TRACES, shared_path
 from gpuprof.trace.load import find_traces, load_trace
 from gpuprof.trace.model import Trace
 from gpuprof.trace.vocab import step_number
@@ -78,7 +78,7 @@ def _one_line(err: InputError, path: Path) -> None:
 # --------------------------------------------------------------------------- every real file
 
 
-@pytest.mark.parametrize("path", _all_json_files() or [pytest.param(None, marks=pytest.mark.skip("no ../shared/traces"))],
+@pytest.mark.parametrize("path", _all_json_files() or [pytest.param(None, marks=pytest.mark.skip(reason=MISSING))],
                          ids=lambda p: str(p.relative_to(TRACES)) if p else "none")
 def test_every_shared_file_loads_or_is_rejected_in_one_line(path: Path) -> None:
     if path.name in NOT_TRACES:

@@ -1,0 +1,113 @@
+"""Benchmark: ``gpuprof analyze`` CPU time against the parse floor (``bench/floor.py``), in one run.
+
+For each trace kind, a big uncompressed trace is built by repeating a real
+shared trace end to end (``bench_analyze.build``: shifted times and ids):
+
+* ``v100``: the V100 ResNet-50 tb_plugin sample (465 bytes per event);
+* ``small-events``: TraceLens's xDiT SD3.5 inference trace (261 bytes per
+  event: many small CPU operators and kernels).
+
+Then ``--rounds`` times, in alternating order, each in a fresh child process:
+the floor (``python bench/floor.py FILE``), ``gpuprof analyze FILE --format
+json -o /dev/null`` and ``json.load``. Figures are CPU seconds (user + sys of
+the child, from ``wait4``), which a loaded machine disturbs less than wall
+time, and each child's peak RSS. Ratios are taken per round (paired) and the
+median is reported, with min and max. Targets (issue "Speed"): gpuprof <= 2.0x
+the floor's CPU time; peak RSS <= 1.0x the file.
+
+Usage: ``python bench/bench_floor.py [--mb 200] [--rounds 3] [--kinds v100,small-events] [--workdir bench/out]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))
+
+from bench_analyze import _Template, build, warm  # noqa: E402
+
+from gpuprof.testing.realtraces import TRACES  # noqa: E402
+
+SOURCES = {
+    "v100": TRACES / "tbplugin" / "samples" / "resnet50_num_workers_0" / "worker0.1623143566756.pt.trace.json.gz",
+    "small-events": TRACES / "hta" / "TraceLens" / "tests" / "traces" / "inference" / "xdit_sd_3.5" / "profile_trace_rank_0.json.gz",
+}
+
+
+def run(cmd: list[str]) -> dict[str, float]:
+    """CPU seconds (user + sys), wall seconds and peak RSS bytes of ``cmd`` in a fresh child."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}): {err[-400:]}")
+    return {"cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "peak_rss": ru.ru_maxrss * 1024}
+
+
+def commands(path: Path) -> dict[str, list[str]]:
+    py = sys.executable
+    return {
+        "floor": [py, str(REPO / "bench" / "floor.py"), str(path)],
+        "gpuprof": [py, "-m", "gpuprof", "analyze", str(path), "--format", "json", "-o", os.devnull, "--no-progress"],
+        "json.load": [py, "-c", "import json, sys\nwith open(sys.argv[1], 'rb') as f: json.load(f)", str(path)],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--kinds", default=",".join(SOURCES))
+    ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out")
+    a = ap.parse_args(argv)
+    a.workdir.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Any] = {"load_before": os.getloadavg(), "cpus": len(os.sched_getaffinity(0)), "kinds": {}}
+    for kind in a.kinds.split(","):
+        source = SOURCES[kind]
+        if not source.exists():
+            print(f"bench_floor: {kind}: source not found ({source}); skipped", file=sys.stderr)
+            continue
+        path = a.workdir / f"floor_{kind}_{a.mb}MB.json"
+        if not path.exists():
+            build(_Template(source), path, a.mb)
+        size = path.stat().st_size
+        warm(path)
+        rounds: list[dict[str, dict[str, float]]] = []
+        cmds = commands(path)
+        for r in range(a.rounds):
+            order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
+            rounds.append({name: run(cmds[name]) for name in order})
+        ratios = [x["gpuprof"]["cpu_s"] / x["floor"]["cpu_s"] for x in rounds]
+        vs_json = [x["gpuprof"]["cpu_s"] / x["json.load"]["cpu_s"] for x in rounds]
+        rss = [x["gpuprof"]["peak_rss"] / size for x in rounds]
+        row = {"file_bytes": size, "rounds": rounds,
+               "gpuprof_over_floor_cpu": [statistics.median(ratios), min(ratios), max(ratios)],
+               "gpuprof_over_json_load_cpu": [statistics.median(vs_json), min(vs_json), max(vs_json)],
+               "gpuprof_rss_over_file": [statistics.median(rss), min(rss), max(rss)]}
+        out["kinds"][kind] = row
+        med = {n: statistics.median(x[n]["cpu_s"] for x in rounds) for n in cmds}
+        print(f"{kind:13s} {size / 1e6:6.0f} MB | CPU s: floor {med['floor']:.2f}, gpuprof {med['gpuprof']:.2f}, "
+              f"json.load {med['json.load']:.2f} | gpuprof/floor {row['gpuprof_over_floor_cpu'][0]:.2f}x "
+              f"({min(ratios):.2f}-{max(ratios):.2f}) | gpuprof/json.load {row['gpuprof_over_json_load_cpu'][0]:.2f}x | "
+              f"gpuprof peak RSS {row['gpuprof_rss_over_file'][0]:.2f}x the file")
+    out["load_after"] = os.getloadavg()
+    (a.workdir / "floor_results.json").write_text(json.dumps(out, indent=1))
+    print(f"load average {out['load_before'][0]:.2f} before, {out['load_after'][0]:.2f} after")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

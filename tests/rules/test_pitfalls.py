@@ -1,0 +1,178 @@
+"""GP403 peer-copies, GP844 train-mode-in-eval, GP852 clip-before-unscale: real CPU captures where the
+signal exists on CPU (dropout, GradScaler("cpu"), clip_grad_norm_), synthetic GPU traces where it needs
+GPUs (peer copies), and the real shared traces (none of them should fire)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuprof.analysis import analyze
+from gpuprof.findings import Finding
+from gpuprof.testing.realtraces import shared_path, v100_samples
+from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof.trace.load import load_trace
+
+CODES = ["GP403", "GP844", "GP852"]
+
+
+def _found(path: Path, code: str) -> list[Finding]:
+    return [f for f in analyze(path, select=[code]).findings if f.code == code]
+
+
+# ---------------------------------------------------------------------- GP403
+
+
+def _peer(tmp_path: Path, name: str, *, nbytes: int, dataparallel: bool = False) -> Path:
+    tb = TraceBuilder(num_devices=2)
+    for _ in range(4):
+        with tb.step():
+            tb.gemm(us=400)
+            if dataparallel:
+                tb.data_parallel(devices=2)
+            else:
+                with tb.python("model_split.py", 17, "forward"):
+                    tb.memcpy("PtoP", nbytes, src="Device", dst="Device", device=1)
+            with tb.stream(7, device=1):
+                tb.gemm(us=400)
+            tb.device_synchronize()
+    return tb.write(tmp_path / f"{name}.json")
+
+
+def test_gp403_bad(tmp_path: Path) -> None:
+    (f,) = _found(_peer(tmp_path, "split", nbytes=64 << 20), "GP403")
+    ev = f.evidence[0]
+    assert ev.value == 64 << 20 and ev.extra["copies_per_step"] == 1 and ev.extra["devices"] == [1]
+    assert f.cost_us_per_step is not None and f.cost_us_per_step == pytest.approx(ev.extra["copy_us_per_step"], rel=0.01)
+    assert f.message.startswith("64.0 MiB per step copied between GPUs (1 peer copy per step on device 1")
+    assert f.location is not None and f.location.file == "model_split.py" and f.location.line == 17
+    assert "DistributedDataParallel" in f.advice
+
+
+def test_gp403_good(tmp_path: Path) -> None:
+    assert _found(_peer(tmp_path, "tiny", nbytes=64 << 10), "GP403") == []  # under min_bytes_per_step
+    # DataParallel's own replication is GP401's, with its overhead; not reported twice
+    path = _peer(tmp_path, "dp", nbytes=0, dataparallel=True)
+    assert _found(path, "GP403") == [] and [f.code for f in analyze(path, select=["GP401"]).findings] == ["GP401"]
+
+
+# ---------------------------------------------------------------------- GP844 (real CPU captures)
+
+
+def _eval_capture(tmp_path: Path, *, train_mode: bool, backward: bool = False, dropout: bool = True) -> Path:
+    torch = pytest.importorskip("torch")
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    torch.manual_seed(0)
+    layers: list[Any] = [torch.nn.Linear(16, 16), torch.nn.ReLU()]
+    if dropout:
+        layers.append(torch.nn.Dropout(0.2))
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(16, 2))
+    model.train(train_mode)
+    guard = contextlib.nullcontext if backward else torch.no_grad
+    run = f"e{train_mode:d}{backward:d}{dropout:d}"
+    with gpuprof.profile(tmp_path, run=run, schedule=Schedule(wait=0, warmup=1, active=3), print_report=False,
+                         tensorboard=False, analyze=False, with_stack=True) as prof:
+        for _ in range(4):
+            with guard():
+                out = model(torch.randn(8, 16))  # the evaluation's call of the model
+                if backward:
+                    out.sum().backward()
+            prof.step()
+    return prof.traces[0].path
+
+
+def test_gp844_bad(tmp_path: Path) -> None:
+    (f,) = _found(_eval_capture(tmp_path, train_mode=True), "GP844")
+    ev = f.evidence[0]
+    assert ev.extra["steps_hit"] == ev.extra["steps_without_backward"] == 3 and ev.value == 1.0
+    assert "train() mode" in f.message and "model.eval()" in f.advice
+    assert f.cost_us_per_step is None
+    assert f.location is not None and f.location.file.endswith("test_pitfalls.py")
+
+
+def test_gp844_good(tmp_path: Path) -> None:
+    assert _found(_eval_capture(tmp_path, train_mode=False), "GP844") == []  # eval(): dropout draws nothing
+    assert _found(_eval_capture(tmp_path, train_mode=True, backward=True), "GP844") == []  # training: dropout belongs
+    assert _found(_eval_capture(tmp_path, train_mode=True, dropout=False), "GP844") == []  # no dropout at all
+
+
+# ---------------------------------------------------------------------- GP852 (real CPU captures)
+
+
+def _amp_capture(tmp_path: Path, *, unscale_first: bool, clip: bool = True) -> Path:
+    torch = pytest.importorskip("torch")
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    run = f"a{unscale_first:d}{clip:d}"
+    with gpuprof.profile(tmp_path, run=run, schedule=Schedule(wait=0, warmup=1, active=3), print_report=False,
+                         tensorboard=False, analyze=False, with_stack=True) as prof:
+        for _ in range(4):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(8, 16)).float().pow(2).mean()
+            scaler.scale(loss).backward()
+            if unscale_first:
+                scaler.unscale_(opt)
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the clipping GP852 points at
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            prof.step()
+    return prof.traces[0].path
+
+
+def test_gp852_bad(tmp_path: Path) -> None:
+    (f,) = _found(_amp_capture(tmp_path, unscale_first=False), "GP852")
+    ev = f.evidence[0]
+    assert ev.extra["steps_hit"] == ev.extra["steps_clipping"] == 3
+    assert "scaler.unscale_(optimizer)" in f.advice and f.cost_us_per_step is None
+    assert f.location is not None and f.location.file.endswith("test_pitfalls.py")
+    assert f.location.function == "_amp_capture"
+
+
+def test_gp852_good(tmp_path: Path) -> None:
+    assert _found(_amp_capture(tmp_path, unscale_first=True), "GP852") == []
+    assert _found(_amp_capture(tmp_path, unscale_first=False, clip=False), "GP852") == []
+
+
+def test_gp852_synthetic_without_stacks(tmp_path: Path) -> None:
+    """Without Python frames, the foreach norm before the unscale kernel is the signal."""
+    tb = TraceBuilder()
+    for _ in range(3):
+        with tb.step():
+            tb.gemm(us=300)
+            with tb.op("aten::_foreach_norm", us=5):
+                pass
+            with tb.op("aten::_amp_foreach_non_finite_check_and_unscale_", us=5):
+                pass
+    (f,) = _found(tb.write(tmp_path / "clip.json"), "GP852")
+    assert f.evidence[0].extra["steps_hit"] == 3 and f.location is None
+
+
+# ---------------------------------------------------------------------- real shared traces
+
+
+def test_pitfalls_on_real_traces() -> None:
+    """On every shared trace (checked once by hand: 54 files) only PARAM's AlexNet forward benchmarks fire,
+    GP844: a forward pass timed with grad mode on and the model in train() mode, dropout drawing masks on
+    the GPU (``aten::native_dropout``, 2 Dropout layers x 2 passes); GP843 reports the same runs. The
+    training samples with dropout-free ResNets and GradScaler-free loops stay quiet."""
+    for p in v100_samples():
+        assert [f.code for f in analyze(p, select=CODES).findings] == [], p
+    for parts in (("critical_path", "alexnet", "benchmark_result_2869224_1695835535_trace.json.gz"),
+                  ("cupti_profiler", "benchmark_result_924719_1679055439_trace.json.gz")):
+        path = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", *parts)
+        (f,) = analyze(path, select=CODES).findings
+        assert f.code == "GP844" and "(4 dropouts per such step)" in f.message
+        native = [o for o in load_trace(path).ops if o.name == "aten::native_dropout"]
+        assert len(native) == 4  # the independent count: every masked dropout of the trace

@@ -286,9 +286,10 @@ def _cross_rank(
         return
     report.sections.append(RankSummaries(job))
     if len({r.rank for r in job}) < 2:
-        if len(job) > 1:  # never a silent "no findings" for what looked like a job
-            report.notes.append(f"{len(job)} traces of rank {job[0].rank} only: no cross-rank comparison "
-                                "(one rank; are the other ranks' files missing?)")
+        if len(job) > 1:  # several summaries, one rank: never a silent "no cross-rank section"
+            report.notes.append(
+                f"no cross-rank comparison: the {len(job)} rank summaries all hold rank {job[0].rank} (the same "
+                "rank analysed twice, or node reports of one rank); merge the reports of different ranks")
         return
     failed: list[RuleFailure] | None = None if failures is None else []
     section, found = cross_rank(job, options, select, ignore, failed)

@@ -52,7 +52,8 @@ _INSTALLED = re.compile(r"/(site|dist)-packages/")
 _STDLIB = re.compile(r"/lib(64)?/python\d+(\.\d+)?/")
 _ANYWHERE = re.compile(r"(^|/)(torch|functorch|triton)/|(^|/)gpuprof/(capture|trace|memory|rules|render|cli)/")
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)).replace("\\", "/") + "/"  # this gpuprof, wherever installed
-_NATIVE = re.compile(r"\.(c|cc|cpp|cxx|h|hh|hpp|cu|cuh)$")
+# C/C++/CUDA sources, and object files and libraries (``thread48.o``, ``libtorch_cuda.so.2``: native stack frames)
+_NATIVE = re.compile(r"\.(c|cc|cpp|cxx|h|hh|hpp|cu|cuh|o|so|a|dylib|dll|pyd)(\.\d+)*$")
 _INTERNAL_PSEUDO = ("<frozen ", "<built-in", "<__array_function__")
 
 

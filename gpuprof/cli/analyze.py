@@ -78,7 +78,7 @@ def analyze_cmd(
         if p == "-" or is_url(p) or not (os.path.isfile(p) or os.path.isdir(p)):
             # the annotator reads the trace a second time, which a pipe cannot give
             raise InputError(shown(p), "--annotate needs local trace files or directories, "
-                             "not a URL, a pipe or standard input")
+                             "not a pipe, standard input or a URL")
     show_progress = progress if progress is not None else sys.stderr.isatty()
     with ExitStack() as stack:
         factory = _progress_factory(stack) if show_progress else None

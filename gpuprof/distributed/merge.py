@@ -12,15 +12,24 @@ transfer). The union of these parts per step is the rank's wait for the
 others: overlapping collectives do not count the same waiting twice. It
 needs no clock alignment between machines.
 
-**Straggler**: the rank(s) the others wait for: those whose wait is the
-smallest, when the median wait of the other ranks exceeds theirs by at least
-the GP701 threshold. **Cause**: the part of the step (compute, data loading,
-host work, sync, unrecorded host time; see :mod:`gpuprof.distributed.summary`)
-where the straggler spends the most time more than the median other rank.
+**Straggler**: the rank(s) the others wait for, from the arrival order at
+every matched collective, consistently over the steps and above a noise
+floor; the others' wait is split into the part from before the recorded step
+and the part inside it, by phase (:mod:`gpuprof.distributed.arrivals`).
+**Cause**: the phase (data loading, compute, optimizer, host work, sync,
+unrecorded host time; see :mod:`gpuprof.distributed.summary`) in which the
+straggler spends the most time more than the median other rank before the
+collectives it arrives last at.
 
 **Bus bandwidth** of a collective type: bytes times the nccl-tests factor
 (:func:`gpuprof.trace.collectives.bus_factor`) over the shortest
-duration of each matched instance, summed over instances whose size is known.
+duration of each matched instance, summed over instances whose size is known;
+the group size is the one the trace records, else the job's world size.
+
+**Exposed transfer**: per rank, per matched collective, its time with no
+compute beside it, at most the fastest rank's duration (the transfer itself;
+the rest of a longer duration is waiting, GP701's); per step, capped by the
+rank's exposed communication and its step; the median over ranks.
 
 The merge reads only :class:`~gpuprof.distributed.summary.RankSummary`
 objects: its cost is linear in ranks times collectives per rank.
@@ -34,14 +43,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gpuprof.distributed.summary import CAUSE_KEYS, RankSummary
+from gpuprof.distributed.arrivals import Arrivals, arrivals
+from gpuprof.distributed.summary import RankSummary
 from gpuprof.trace.collectives import COLLECTIVE_TYPES, bus_factor
 
-__all__ = ["CrossRank", "RankRow", "CollectiveRow", "merge", "CROSS_RANK_VERSION", "STRAGGLER_GAP"]
+__all__ = ["CrossRank", "RankRow", "CollectiveRow", "merge", "CROSS_RANK_VERSION"]
 
-CROSS_RANK_VERSION = "1.0"
-# a rank waits "as little as the straggler" when within this fraction of the min-max wait spread
-STRAGGLER_GAP = 0.25
+CROSS_RANK_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,8 @@ class CrossRank:
     small_us_per_step: float = 0.0
     unused_search_us: float = 0.0  # median over ranks, per step
     unused_searches_per_step: float = 0.0
+    exposed_transfer_us: float = 0.0  # median over ranks, per step: exposed collective time, waiting excluded
+    arrivals: Arrivals = field(default_factory=Arrivals)
     notes: list[str] = field(default_factory=list)
     summaries: list[RankSummary] = field(default_factory=list, repr=False)
 
@@ -136,6 +146,8 @@ class CrossRank:
             "small_collectives_us_per_step": self.small_us_per_step,
             "unused_parameter_search_us": self.unused_search_us,
             "unused_parameter_searches_per_step": self.unused_searches_per_step,
+            "exposed_transfer_us": self.exposed_transfer_us,
+            "arrivals": self.arrivals.to_dict(),
             "notes": list(self.notes),
         }
 
@@ -191,9 +203,18 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
         ))
     backends = sorted({s.backend for s in sums if s.backend})
     out = CrossRank(world_size=world, backend="/".join(backends), ranks=rows,
-                    collectives=_collective_rows(sums, min_durs, small_bytes), matched=matched,
+                    collectives=_collective_rows(sums, min_durs, small_bytes, world or len(sums)), matched=matched,
                     notes=notes, summaries=list(sums))
-    _find_stragglers(out, straggler_min_share)
+    out.arrivals = arrivals(ranks, sums, out.step_us, straggler_min_share)
+    _stragglers(out)
+    out.exposed_transfer_us = _exposed_transfer(sums, min_durs, out.step_us)
+    if out.arrivals.before_step_ranks:
+        late = ", ".join(map(str, out.arrivals.before_step_ranks))
+        out.notes.append(
+            f"the others wait {_fmt(out.arrivals.before_step_us)} per step (mean) for rank(s) {late} at the first "
+            "collective because they entered the recorded step late; what delayed them happened before the "
+            "recording began and is not in these traces (record the step before too: a longer warm-up-free "
+            "active window, or compare the end of the previous step)")
     _ddp(out, sums)
     _small(out, sums, min_durs, small_bytes)
     return out
@@ -236,7 +257,9 @@ def _number(summaries: Sequence[RankSummary], notes: list[str]) -> list[tuple[in
     return sorted(out, key=lambda rs: rs[0])
 
 
-def _collective_rows(sums: Sequence[RankSummary], min_durs: dict[int, np.ndarray], small_bytes: int) -> list[CollectiveRow]:
+def _collective_rows(sums: Sequence[RankSummary], min_durs: dict[int, np.ndarray], small_bytes: int,
+                     world: int) -> list[CollectiveRow]:
+    """One row per collective type; a group size the trace does not give is the job's world size."""
     rows = []
     for t, kind in enumerate(COLLECTIVE_TYPES):
         per_step = [s.inst_type.count(t) / s.num_steps for s in sums if s.num_steps]
@@ -256,7 +279,7 @@ def _collective_rows(sums: Sequence[RankSummary], min_durs: dict[int, np.ndarray
                 b = sizes[j]
                 if b >= 0 and dur > 0:
                     group = ref.inst_group[idx[j]]
-                    moved += b * bus_factor(kind, group if group > 0 else len(sums))
+                    moved += b * bus_factor(kind, group if group > 0 else world)
                     time += float(dur)
             bus = moved / time / 1e3 if time > 0 else None  # bytes/µs -> GB/s
         steps = max(ref.num_steps, 1)
@@ -272,34 +295,43 @@ def _collective_rows(sums: Sequence[RankSummary], min_durs: dict[int, np.ndarray
     return rows
 
 
-def _waits_of(rows: Sequence[RankRow]) -> list[float]:
-    return [r.wait_median_us for r in rows]
+def _fmt(us: float) -> str:
+    from gpuprof.units import fmt_us
+
+    return fmt_us(us)
 
 
-def _find_stragglers(out: CrossRank, min_share: float) -> None:
-    if len(out.ranks) < 2 or not out.matched:
+def _stragglers(out: CrossRank) -> None:
+    """The straggler fields of the section, from the arrival analysis."""
+    arr = out.arrivals
+    if not arr.stragglers:
         return
-    # decided on the median over steps, so one step's hiccup (a descheduled process) names no one
-    waits = [r.wait_median_us for r in out.ranks]
-    lo, hi = min(waits), max(waits)
-    if hi <= lo:
-        return
-    slow = [r for r in out.ranks if r.wait_median_us <= lo + STRAGGLER_GAP * (hi - lo)]
-    others = [r for r in out.ranks if r not in slow]
-    if not others or len(slow) > len(out.ranks) / 2:
-        return
-    if statistics.median(r.wait_median_us for r in others) - statistics.median(_waits_of(slow)) < min_share * out.step_us:
-        return
-    others_wait = statistics.median(r.wait_us for r in others)
-    slow_wait = statistics.median(r.wait_us for r in slow)
-    out.stragglers = [r.rank for r in slow]
-    out.others_wait_us = others_wait - slow_wait
-    excess = {k: statistics.median(getattr(r, f"{k}_us") for r in slow)
-              - statistics.median(getattr(r, f"{k}_us") for r in others) for k in CAUSE_KEYS}
-    cause = max(excess, key=lambda k: excess[k])
-    if excess[cause] > 0:
+    out.stragglers = list(arr.stragglers)
+    out.others_wait_us = arr.waited_mean_us
+    if arr.phases:
+        cause = max(arr.phases, key=lambda k: arr.phases[k])
         out.straggler_cause = cause
-        out.straggler_excess_us = excess[cause]
+        out.straggler_excess_us = arr.phases[cause]
+
+
+def _exposed_transfer(sums: Sequence[RankSummary], min_durs: dict[int, np.ndarray], step_us: float) -> float:
+    """Median over ranks of the exposed transfer time per step: per matched collective, the part of it with no
+    compute beside it, at most the fastest rank's duration (the transfer; the rest is waiting), capped by the
+    rank's exposed communication and by its step."""
+    per_rank = []
+    for s in sums:
+        if len(s.inst_exposed) != len(s.inst_type) or not s.num_steps:
+            continue
+        pos: dict[int, int] = {}
+        total = 0.0
+        for t, exposed in zip(s.inst_type, s.inst_exposed):
+            j = pos.get(t, 0)
+            pos[t] = j + 1
+            fastest = min_durs.get(t)
+            transfer = float(fastest[j]) if fastest is not None and j < len(fastest) else 0.0
+            total += min(exposed, transfer)
+        per_rank.append(min(total / s.num_steps, s.exposed_comm_us, s.step_us or step_us))
+    return float(statistics.median(per_rank)) if per_rank else 0.0
 
 
 def _ddp(out: CrossRank, sums: Sequence[RankSummary]) -> None:

@@ -18,6 +18,8 @@ __all__ = ["cross_rank_terminal", "cross_rank_markdown"]
 _RANK_HEAD = ["rank", "step", "compute", "comm", "exposed comm", "wait", "data loading", "host", "sync",
               "unrecorded", "collectives/step"]
 _COLL_HEAD = ["collective", "per step", "mean time", "mean size", "bytes/step", "bus bandwidth"]
+_ARR_HEAD = ["# in step", "collective", "steps", "last to arrive", "of steps", "others wait (median)",
+             "of it before the step"]
 
 
 def _d(section: Any) -> dict[str, Any]:
@@ -37,6 +39,12 @@ def _coll_rows(d: dict[str, Any]) -> list[list[str]]:
              fmt_bytes(c["mean_bytes"]) if c["mean_bytes"] is not None else "-",
              fmt_bytes(c["bytes_per_step"]) if c["bytes_per_step"] is not None else "-",
              fmt_gbps(c["bus_gbps"]) if c["bus_gbps"] is not None else "-"] for c in d["collectives"]]
+
+
+def _arrival_rows(d: dict[str, Any]) -> list[list[str]]:
+    rows = (d.get("arrivals") or {}).get("collectives", [])
+    return [[str(r["position"]), r["type"], str(r["steps"]), ", ".join(map(str, r["last"])),
+             f"{r['last_share']:.0%}", fmt_us(r["others_wait_us"]), fmt_us(r["before_step_us"])] for r in rows]
 
 
 def _headline(d: dict[str, Any]) -> str:
@@ -68,6 +76,8 @@ def cross_rank_terminal(console: Any, section: Any) -> None:
     table("per rank, mean per step", _RANK_HEAD, _rank_rows(d))
     if d["collectives"]:
         table("collectives (time: fastest rank of each)", _COLL_HEAD, _coll_rows(d))
+    if _arrival_rows(d):
+        table("arrival order: who the others waited for, by collective in the step", _ARR_HEAD, _arrival_rows(d))
     for n in d["notes"]:
         for line in wrap_text("note: " + clip(n), console.width):
             console.print(Text(line, style="dim"), no_wrap=True, crop=False)
@@ -85,6 +95,9 @@ def cross_rank_markdown(section: Any) -> str:
              _md_table(_RANK_HEAD, _rank_rows(d))]
     if d["collectives"]:
         parts += ["**Collectives** (time: the fastest rank of each)", _md_table(_COLL_HEAD, _coll_rows(d))]
+    if _arrival_rows(d):
+        parts += ["**Arrival order** (who the others waited for, by collective in the step)",
+                  _md_table(_ARR_HEAD, _arrival_rows(d))]
     parts += [f"_note: {md_escape(clip(n))}_" for n in d["notes"]]
     return "\n\n".join(parts) + "\n"
 

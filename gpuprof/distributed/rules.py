@@ -18,15 +18,15 @@ from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = ["CrossRankRule", "all_cross_rank_rules", "get_cross_rank_rule", "run_cross_rank_rules"]
 
-_CAUSE_WORDS = {
-    "compute": "more compute",
-    "data_loading": "more data loading",
-    "host": "more host work while its GPU idles",
-    "sync": "more time blocked in synchronisation",
-    "unrecorded": "more host time with nothing recorded (a sleep, Python work outside operators, "
-                  "a blocking call the profiler does not see)",
+_PHASE_WORDS = {
+    "compute": "compute",
+    "optimizer": "the optimizer step",
+    "data_loading": "data loading",
+    "host": "host work while its device idles",
+    "sync": "synchronisation",
+    "unrecorded": "host time with nothing recorded (a sleep, Python work outside operators, a blocking call "
+                  "the profiler does not see)",
 }
-
 
 class CrossRankRule(RuleSpec):
     """Base class of the GP7xx cross-rank rules (see the module docstring); declared like a trace rule."""
@@ -105,16 +105,22 @@ def _ranks(ranks: list[int]) -> str:
 
 @register
 class StragglerRank(CrossRankRule):
-    """One rank (or a few) is slower than the others, and every other rank waits for it in collectives.
+    """One rank (or a few) arrives last at the collectives, step after step, and every other rank waits for it.
 
     A collective cannot finish before its last rank arrives, so the job runs
     at the pace of its slowest rank: the others spend the difference waiting
-    inside all-reduce / all-gather. gpuprof measures that wait per rank
-    (duration of each matched collective minus the shortest any rank had) and
-    names the rank(s) that wait least while the others wait long, with the
-    part of their step that is larger than on the other ranks (compute, data
-    loading, host work, sync, or host time with nothing recorded, such as a
-    sleep or Python work). The cost is the others' wait per step.
+    inside all-reduce / all-gather. gpuprof reads the arrival order at every
+    collective matched across ranks (a rank's duration minus the shortest any
+    rank had is its wait; the ranks that waited no more than the noise floor
+    arrived last) and names the rank(s) the others wait for consistently: in
+    most steps, above a floor, and far more than for any other rank (ranks
+    taking turns, as on a busy shared host, name no one). The wait is split
+    into the part from before the recorded step began (the rank entered the
+    step late: not explainable from the trace) and the part inside the step,
+    attributed to the phases in which the straggler spends more time than the
+    median other rank before the collectives it arrives last at (data loading,
+    compute, optimizer, host work, sync, or host time with nothing recorded,
+    such as a sleep). The cost is the others' in-step wait per step.
     """
 
     code = "GP701"
@@ -133,47 +139,62 @@ class StragglerRank(CrossRankRule):
     """
 
     def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterator[Finding]:
+        arr = job.arrivals
         if not job.stragglers or job.others_wait_us < opts["min_wait_share"] * job.step_us:
             return
         slow = job.stragglers
         others = [r for r in job.ranks if r.rank not in slow]
-        cause = (f"; it spends {fmt_us(job.straggler_excess_us)} per step {_CAUSE_WORDS[job.straggler_cause]} "
-                 f"than the median other rank") if job.straggler_cause else ""
         waits = ", ".join(f"rank {r.rank} {fmt_us(r.wait_us)}" for r in others[:8])
+        lasts = f"{arr.last_at_per_step:.1f} of {arr.collectives_per_step:.1f} collectives"
+        phases = sorted(arr.phases.items(), key=lambda kv: -kv[1])
+        cause = ("; before the collectives it arrives last at, it spends more time than the median other rank in "
+                 + ", ".join(f"{_PHASE_WORDS[k]} +{fmt_us(v)}" for k, v in phases[:3]) + " per step") if phases else ""
+        before = (f"; besides, the others wait {fmt_us(arr.before_step_us)} per step for ranks that entered the "
+                  "recorded step late (happened before the recording: not explainable from this trace)"
+                  if arr.before_step_ranks else "")
+        cost = min(job.others_wait_us, job.step_us) if job.step_us > 0 else job.others_wait_us
         yield self.finding(
             job,
-            f"straggler: {_ranks(slow)} of {len(job.ranks)}; the other ranks wait for it in collectives "
-            f"(wait per step: {waits}{', ...' if len(others) > 8 else ''}){cause}",
+            f"straggler: {_ranks(slow)} of {len(job.ranks)}, last to arrive at {lasts} per step; the other ranks "
+            f"wait for it {fmt_us(arr.waited_us)} per step (median over steps; in {arr.steps_waited} of "
+            f"{arr.steps} steps above {fmt_us(arr.floor_us)}; wait in collectives per step: {waits}"
+            f"{', ...' if len(others) > 8 else ''}){cause}{before}",
             """\
             Make the slow rank do what the others do: look at its data loading (more workers, the same
             sampler shard sizes), any per-rank work (logging, evaluation, checkpointing on rank 0 only),
-            and its hardware (a throttled GPU, a busy host). Compare its trace with another rank's.
+            and its hardware (a throttled GPU, a busy host). Compare its trace with another rank's around
+            the collectives it arrives last at.
             """,
-            cost_us=job.others_wait_us,
-            cost_label="other ranks waiting in collectives for the straggler",
+            cost_us=cost,
+            cost_label="other ranks waiting inside the step for the straggler",
             evidence=[Evidence("straggler_ranks", ",".join(map(str, slow))),
                       Evidence("others_wait_us_per_step", round(job.others_wait_us, 1), unit="us",
-                               threshold=round(opts["min_wait_share"] * job.step_us, 1)),
+                               threshold=round(max(opts["min_wait_share"] * job.step_us, arr.floor_us), 1),
+                               extra={"median_us_per_step": round(arr.waited_us, 1),
+                                      "steps_waited": arr.steps_waited, "steps": arr.steps}),
                       Evidence("cause", job.straggler_cause or "unknown",
-                               extra={"excess_us_per_step": round(job.straggler_excess_us, 1)})],
+                               extra={"excess_us_per_step": {k: round(v, 1) for k, v in phases}}),
+                      Evidence("before_step_wait_us_per_step", round(arr.before_step_us, 1), unit="us",
+                               extra={"ranks": ",".join(map(str, arr.before_step_ranks))})],
         )
 
 
 @register
 class ExposedCommunication(CrossRankRule):
-    """Communication is not hidden behind compute: the step waits for collectives.
+    """Collective transfers are not hidden behind compute: the step waits for the data to move.
 
     With DDP/FSDP, gradient all-reduce (or all-gather / reduce-scatter) should
-    run while the backward pass still computes. Exposed communication (no
-    compute running beside it) adds to every step. This rule reports the
-    median exposed communication over ranks, less the wait for a straggler
-    that GP701 already counts.
+    run while the backward pass still computes. This rule counts only the
+    *transfer* part of each collective (at most the fastest rank's duration
+    of it) that no compute runs beside, per step, median over ranks: time
+    spent waiting in a collective for a later rank is not a transfer (GP701
+    reports it, and bucket sizes or prefetching do not shorten it).
     """
 
     code = "GP702"
     name = "exposed-communication"
     title = "Communication not overlapped with compute"
-    options = (Option("min_share", 0.10, "report when exposed communication is at least this share of the step"),)
+    options = (Option("min_share", 0.10, "report when exposed transfer time is at least this share of the step"),)
     bad_example = """\
         # one big bucket: all-reduce starts only when backward has finished
         model = DDP(model, bucket_cap_mb=10_000)
@@ -189,15 +210,14 @@ class ExposedCommunication(CrossRankRule):
 
         exposed = statistics.median(r.exposed_comm_us for r in job.ranks)
         comm = statistics.median(r.comm_us for r in job.ranks)
-        counted = job.others_wait_us if job.stragglers else 0.0
-        own = max(exposed - counted, 0.0)
+        own = min(job.exposed_transfer_us, job.step_us)
         if job.step_us <= 0 or own < opts["min_share"] * job.step_us:
             return
         yield self.finding(
             job,
-            f"communication takes {fmt_us(comm)} per step (median over ranks), "
-            f"{fmt_us(exposed)} of it not overlapped with compute"
-            + (f" ({fmt_us(counted)} of that is waiting for the straggler, counted in GP701)" if counted else ""),
+            f"collective transfers take {fmt_us(own)} per step with no compute beside them (median over ranks; "
+            f"communication spans {fmt_us(comm)} per step, {fmt_us(exposed)} of it with no compute beside it, "
+            "waiting for other ranks included)",
             """\
             Overlap communication with compute: keep DDP's gradient buckets small enough to start
             during backward (bucket_cap_mb), avoid a synchronisation right after backward, use FSDP
@@ -205,10 +225,10 @@ class ExposedCommunication(CrossRankRule):
             is hidden. On slow links, compress gradients (DDP comm hooks) or reduce the world size.
             """,
             cost_us=own,
-            cost_label="communication not overlapped with compute",
-            evidence=[Evidence("exposed_comm_us_per_step", round(exposed, 1), unit="us",
-                               threshold=round(opts["min_share"] * job.step_us, 1),
-                               extra={"cost_counted_in": "GP701"} if counted else {}),
+            cost_label="collective transfer time not overlapped with compute (waiting excluded)",
+            evidence=[Evidence("exposed_transfer_us_per_step", round(own, 1), unit="us",
+                               threshold=round(opts["min_share"] * job.step_us, 1)),
+                      Evidence("exposed_comm_us_per_step", round(exposed, 1), unit="us"),
                       Evidence("comm_us_per_step", round(comm, 1), unit="us")],
         )
 

@@ -33,7 +33,24 @@ the profiler does not see.
 **Collective instances**: every collective in a step window, in start order,
 with its type, duration and message size when the trace says it (see
 :mod:`gpuprof.trace.collectives`). The merge matches the *i*-th
-collective of a type across ranks.
+collective of a type across ranks. On GPU traces a NCCL/RCCL kernel's type
+and size come from the host record that launched it (the runtime call with
+the kernel's correlation id, inside a ``record_param_comms`` operator, a
+``nccl:*``/``rccl:*`` annotation or a ``c10d::*`` operator): NCCL runs
+all-to-all as ``SendRecv`` kernels, and only the host record says which
+collective it was and how many bytes it moved.
+
+**Arrival gap** of an instance: the time on the rank between the end of its
+previous collective (a point every rank leaves at about the same moment, as
+a collective ends together on all its ranks) and this instance's start (the
+rank's arrival), split by phase (:data:`PHASE_KEYS`): ``optimizer`` (the
+host in ``Optimizer.step``), ``compute`` (GPU: compute kernels running;
+CPU: operators), then, with the device idle, ``data_loading``, ``sync``,
+``host`` (operators and launches) and ``unrecorded``. The first instance of
+the recorded steps has no previous collective in the trace: its gap starts
+at its step's start and says so (``inst_from_step``), since what happened
+before the recording is unknown. **Exposed** per instance: its time with no
+compute running (the merge keeps at most the transfer part of it).
 
 **Unused-parameter search**: ``torch.distributed.ddp.reducer::search_unused_parameters``
 operators (DDP with ``find_unused_parameters=True``): their count and time.
@@ -59,12 +76,17 @@ from gpuprof.trace.metrics import TraceMetrics, is_communication_kernel, union_o
 from gpuprof.trace.model import CommArgs, Event, Trace
 from gpuprof.trace.vocab import Kind
 
-__all__ = ["RankSummary", "CollectiveStat", "summarize", "rank_from_path", "SUMMARY_VERSION", "CAUSE_KEYS"]
+__all__ = ["RankSummary", "CollectiveStat", "summarize", "rank_from_path", "SUMMARY_VERSION", "CAUSE_KEYS",
+           "PHASE_KEYS"]
 
 SUMMARY_VERSION = 1
 
 # the parts of a step that can make a rank slow, in the order reports list them
 CAUSE_KEYS = ("compute", "data_loading", "host", "sync", "unrecorded")
+# the parts of an arrival gap (see the module docstring), in the order reports list them
+PHASE_KEYS = ("data_loading", "compute", "optimizer", "host", "sync", "unrecorded")
+# a collective starting within this many µs after the previous step's end continues it (no unrecorded time between)
+_ADJACENT_US = 1000.0
 
 DDP_FORWARD = "DistributedDataParallel.forward"
 # what DDP records when find_unused_parameters=True: a traversal of the autograd graph every forward
@@ -113,6 +135,11 @@ class RankSummary(msgspec.Struct, frozen=True):
     optimizer_steps: int
     unused_search_us: float = 0.0  # DDP's search for unused parameters (find_unused_parameters=True), per step
     unused_searches: int = 0  # how many searches in the steps
+    # per instance (empty in summaries of older gpuprof versions): the arrival gap's µs per PHASE_KEYS,
+    # whether that gap starts at the step's start (no earlier collective recorded), and the exposed time
+    inst_gap: list[list[float]] = msgspec.field(default_factory=list)
+    inst_from_step: list[bool] = msgspec.field(default_factory=list)
+    inst_exposed: list[float] = msgspec.field(default_factory=list)
 
 
 _RANK_RE = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)  # not "cranky5"
@@ -135,6 +162,7 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
     win = Intervals.from_pairs(windows)
     instances, comm = _instances(metrics)
     dl = metrics.host_intervals["data_loading"]
+    opt = metrics.host_intervals["optimizer"]
     if metrics.main_device is not None:
         dev = metrics.main_device
         compute = union_of(metrics.step_kernels)
@@ -150,6 +178,16 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         unrecorded = idle.subtract(host_all).subtract(sync_all).subtract(dl).subtract(comm)
         data_loading = dl_idle
         device = next((d.name for d in t.devices if d.id == dev and d.name), "") or f"GPU {dev}"
+        # the arrival-gap phases: a partition of the device's time (see the module docstring)
+        rest = idle.subtract(opt).subtract(comm)
+        phases = {
+            "data_loading": rest.intersect(dl),
+            "compute": compute.subtract(opt),
+            "optimizer": opt,
+            "sync": rest.intersect(sync_all).subtract(dl),
+            "host": rest.intersect(host_all).subtract(sync_all).subtract(dl),
+            "unrecorded": unrecorded.subtract(opt),
+        }
     else:
         ops = metrics.host_intervals["cpu_ops"]
         compute = ops.subtract(dl)
@@ -158,6 +196,14 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         unrecorded = win.subtract(ops).subtract(dl).subtract(comm)
         data_loading = dl
         device = "cpu"
+        phases = {
+            "data_loading": dl,
+            "compute": compute.subtract(opt),
+            "optimizer": opt,
+            "sync": Intervals.empty(),
+            "host": Intervals.empty(),
+            "unrecorded": unrecorded.subtract(opt),
+        }
 
     def mean(iv: Intervals) -> float:
         return float(sum(iv.per_window(windows))) / n if windows else 0.0
@@ -170,6 +216,9 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         if nbytes >= 0:
             s[2] += nbytes
             s[3] += 1
+    gaps, from_step = _arrival_gaps(metrics, instances, phases)
+    exposed_each = _exposed_each(instances, compute if metrics.main_device is not None
+                                 else metrics.host_intervals["cpu_ops"].union(dl))
     fwd, rounds = _ddp_rounds(metrics, instances)
     searches = [o for o in t.ops if o.name == UNUSED_SEARCH and _in_steps(metrics, o.ts)]
     return RankSummary(
@@ -202,7 +251,45 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         optimizer_steps=_count_in(metrics, [e for e in t.annotations if e.name.startswith("Optimizer.step#")]),
         unused_search_us=mean(union_of(searches).intersect(win)) if searches else 0.0,
         unused_searches=len(searches),
+        inst_gap=gaps,
+        inst_from_step=from_step,
+        inst_exposed=exposed_each,
     )
+
+
+def _arrival_gaps(metrics: TraceMetrics, instances: list[Instance],
+                  phases: dict[str, Intervals]) -> tuple[list[list[float]], list[bool]]:
+    """Per instance, its arrival gap's µs per :data:`PHASE_KEYS`, and whether the gap starts at its step's start."""
+    if not instances:
+        return [], []
+    steps = metrics.steps
+    spans: list[tuple[float, float]] = []
+    from_step: list[bool] = []
+    prev_end: float | None = None
+    prev_step = -1
+    for _kind, start, dur, _b, _g in instances:
+        k = metrics.step_of(start)
+        k = 0 if k is None else k
+        # the previous collective is a point all ranks leave together, when it is in this step or in the
+        # previous one with nothing unrecorded between them (steps of one recording window touch)
+        joined = prev_end is not None and (
+            prev_step == k or (prev_step == k - 1 and steps[k].start - steps[k - 1].end <= _ADJACENT_US))
+        lo = prev_end if joined and prev_end is not None else steps[k].start
+        spans.append((lo, max(start, lo)))
+        from_step.append(not joined)
+        end = start + dur
+        if prev_end is None or end > prev_end or prev_step != k:
+            prev_end = end
+        prev_step = k
+    cols = [phases[key].per_window(spans) for key in PHASE_KEYS]
+    return [[round(c[i], 3) for c in cols] for i in range(len(spans))], from_step
+
+
+def _exposed_each(instances: list[Instance], compute: Intervals) -> list[float]:
+    """Per instance, its time with no compute running beside it (µs)."""
+    spans = [(start, start + dur) for _k, start, dur, _b, _g in instances]
+    covered = compute.per_window(spans) if spans else []
+    return [round(max(e - s - c, 0.0), 3) for (s, e), c in zip(spans, covered)]
 
 
 Instance = tuple[str, float, float, int, int]  # type, start, dur, bytes, group size
@@ -220,6 +307,7 @@ def _instances(metrics: TraceMetrics) -> tuple[list[Instance], Intervals]:
     }
     events: list[Event]
     dev = metrics.main_device
+    records = _HostRecords(t) if dev is not None else None
     if dev is not None:
         events = [k for k in t.kernels if k.device == dev and is_communication_kernel(k.name)]
         # host-side records in order, per type: sizes for kernels whose own args do not say
@@ -234,20 +322,77 @@ def _instances(metrics: TraceMetrics) -> tuple[list[Instance], Intervals]:
     seen: dict[str, int] = {}
     out: list[Instance] = []
     counts: dict[str, int] = {}
+    from_host: list[bool] = []
     for e in events:
         a = e.extra if isinstance(e.extra, CommArgs) else args_of.get((e.ts, e.name))
         kind = collective_type(e.name, a.collective if a else "")
+        nbytes = message_bytes(a) if a else -1
+        group = a.group_size if a else -1
+        launch = metrics.launch_by_corr.get(e.corr) if records is not None and e.corr >= 0 else None
+        found = records.at(launch) if records is not None and launch is not None else None
+        if found is not None:
+            host_kind, host_bytes, host_group = found
+            if host_kind != "other" and (not (a and a.collective) or kind == "other"):
+                kind = host_kind  # NCCL's SendRecv kernels run all-to-all: the host record says which
+            nbytes = nbytes if nbytes >= 0 else host_bytes
+            group = group if group > 0 else host_group
+        from_host.append(found is not None)
         counts[kind] = counts.get(kind, 0) + 1
-        out.append((kind, e.ts, e.dur, message_bytes(a) if a else -1, a.group_size if a else -1))
-    # kernels without sizes: take the host records' sizes when they pair one to one
+        out.append((kind, e.ts, e.dur, nbytes, group))
+    # kernels no host record encloses: take the record_param_comms sizes when they pair one to one
     for i, (kind, ts, dur, nbytes, _group) in enumerate(out):
-        if nbytes < 0 and kind in host_sizes and len(host_sizes[kind]) == counts[kind]:
+        if nbytes < 0 and not from_host[i] and kind in host_sizes and len(host_sizes[kind]) == counts[kind]:
             j = seen.get(kind, 0)
             seen[kind] = j + 1
             a = host_sizes[kind][j]
             out[i] = (kind, ts, dur, message_bytes(a), a.group_size)
     comm = union_of(events).intersect(Intervals.from_pairs(metrics.windows)) if events else Intervals.empty()
     return out, comm
+
+
+class _HostRecords:
+    """The host records of collectives per thread, to find the ones enclosing a kernel's launch call.
+
+    ``record_param_comms`` operators (collective name, sizes), ``nccl:*``/``rccl:*``/``gloo:*``
+    annotations (``Input Dims``: sizes on every backend) and ``c10d::*`` operators
+    (``c10d::alltoall_base_``: the type only).
+    """
+
+    _DEPTH = 16  # enclosing records to look back through (nesting is shallow: c10d op > annotation > record)
+
+    def __init__(self, t: Trace) -> None:
+        per: dict[tuple[object, object], list[tuple[float, float, CommArgs | None, str]]] = {}
+        for e in t.comm_events:
+            if e.kind in (Kind.CPU_OP, Kind.USER_ANNOTATION) and isinstance(e.extra, CommArgs):
+                per.setdefault((e.pid, e.tid), []).append((e.ts, e.ts + e.dur, e.extra, e.name))
+        for o in t.ops:
+            if o.name.startswith("c10d::"):
+                per.setdefault((o.pid, o.tid), []).append((o.ts, o.ts + o.dur, None, o.name))
+        self._per = {k: sorted(v, key=lambda r: r[0]) for k, v in per.items()}
+        self._starts = {k: [r[0] for r in v] for k, v in self._per.items()}
+
+    def at(self, launch: Event) -> tuple[str, int, int] | None:
+        """(type, bytes or -1, group size or -1) of the records enclosing a launch call; None if none does."""
+        key = (launch.pid, launch.tid)
+        recs = self._per.get(key)
+        if not recs:
+            return None
+        i = bisect_right(self._starts[key], launch.ts) - 1
+        kind, nbytes, group, hit = "other", -1, -1, False
+        for j in range(i, max(i - self._DEPTH, -1), -1):
+            start, end, a, name = recs[j]
+            if end < launch.ts:
+                continue
+            hit = True
+            k = collective_type(name, a.collective if a else "")
+            if kind == "other" and k != "other":
+                kind = k
+            if a is not None:
+                if nbytes < 0:
+                    nbytes = message_bytes(a)
+                if group < 0 < a.group_size:
+                    group = a.group_size
+        return (kind, nbytes, group) if hit else None
 
 
 def _count_in(metrics: TraceMetrics, events: Sequence[Event]) -> int:

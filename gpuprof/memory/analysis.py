@@ -10,14 +10,23 @@ one) and blocks waiting on other streams. The figures are defined in
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from gpuprof.codespec import option_default, replace_fields
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.memory.codes import MEMORY_CODES
+from gpuprof.memory.devices import precision_advice, run_mode
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, Site, SiteTable
-from gpuprof.memory.model import BlockState, DeviceMemory, MemoryData
+from gpuprof.memory.model import (
+    FREE_COMPLETED,
+    FREE_REQUESTED,
+    SEGMENT_FREE,
+    BlockState,
+    DeviceMemory,
+    MemoryData,
+)
 from gpuprof.memory.replay import Holders, ReplayResult, Totals, replay_holders, replay_totals
 from gpuprof.memory.units import SIZE_CLASSES, fmt_bytes, size_class
 from gpuprof.report import Report
@@ -152,6 +161,23 @@ class MemorySection:
 
 
 # --------------------------------------------------------------------------- per device
+
+
+# GP514 by the holder's origin (gpuprof.memory.frames.Site.origin): only a user line is "the line to change"
+_HOLDER_WHAT = {
+    "library": " (no frame of your code on its stack: this is the innermost library frame)",
+    "native": " (a stack of C++ frames only: not a line of your code)",
+}
+_HOLDER_ADVICE = {
+    "user": "This line is where reducing memory pays most (smaller tensors, freeing them earlier, checkpointing "
+            "the activations it creates).",
+    "library": "The memory was allocated inside a library with none of your frames on the stack; look at which of "
+               "your calls into it runs at the peak (record with stacks='python' to see them) rather than this line.",
+    "native": "Memory allocated outside any Python frame: by the autograd engine's backward thread (gradients and "
+              "backward temporaries, sized by what the forward pass saved: activation checkpointing or a smaller "
+              "batch shrink it), by cuBLAS/cuDNN workspaces, or by the allocator itself. Record with "
+              "torch.cuda.memory._record_memory_history(stacks='all') to see the Python caller where there is one.",
+}
 
 
 def _site_rows(h: Holders, sites: SiteTable, total: int, top: int) -> list[dict[str, Any]]:
@@ -313,7 +339,8 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
                 f"{dev}: peak reserved {fmt_bytes(t.peak_reserved)} is {share:.0%} of the device's "
                 f"{fmt_bytes(dm.total_memory)}",
                 "One larger batch or sequence will run out of memory. Find the largest holders at the peak "
-                "(below) and shrink them: activation checkpointing, mixed precision (AMP), smaller batch.",
+                f"(below) and shrink them: {'' if run_mode(sites) == 'inference' else 'activation checkpointing, '}"
+                f"{precision_advice(dm.bf16, run_mode(sites))}, smaller batch.",
                 [Evidence("peak_reserved_share", round(share, 4), opts.capacity_threshold, "fraction",
                           extra={"peak_reserved": t.peak_reserved, "total_memory": dm.total_memory,
                                  "peak_allocated": t.peak_allocated})],
@@ -322,24 +349,28 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
 
     # GP512 / GP511 at an OOM
     for o in da.ooms:
-        out.extend(_oom_findings(o, da, opts, source))
+        out.extend(_oom_findings(o, da, opts, source, sites))
 
-    # GP511 without an OOM: much reserved memory free but split
+    # GP511 without an OOM: much reserved memory free in split segments. Free memory in whole free segments is
+    # simply cached (reusable by any request up to the segment's size): not fragmentation, not counted.
     if not da.ooms and frag.get("reserved"):
-        unalloc = frag["unallocated"]
-        ratio = unalloc / frag["reserved"]
-        if ratio >= opts.fragmentation_ratio and unalloc >= opts.fragmentation_min_bytes:
+        split = frag["inactive_split_bytes"]
+        ratio = split / frag["reserved"]
+        if ratio >= opts.fragmentation_ratio and split >= opts.fragmentation_min_bytes:
+            cached = max(frag["unallocated"] - split, 0)
             out.append(_finding(
                 "GP511", Severity.INFO,
-                f"{dev}: {fmt_bytes(unalloc)} ({ratio:.0%}) of the {fmt_bytes(frag['reserved'])} reserved is free; "
-                f"{frag['inactive_split_blocks']} free pieces ({fmt_bytes(frag['inactive_split_bytes'])}) sit in "
-                f"split segments; largest free block {fmt_bytes(frag['largest_free_block'])}",
-                "Cached memory is fine while requests fit in it. If this process or another on the GPU runs short, "
-                "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow in place instead of "
-                "splitting.",
-                [Evidence("unallocated_share", round(ratio, 4), opts.fragmentation_ratio, "fraction",
-                          extra={k: frag[k] for k in ("reserved", "allocated", "unallocated", "inactive_split_blocks",
-                                                       "inactive_split_bytes", "largest_free_block")})],
+                f"{dev}: {fmt_bytes(split)} ({ratio:.0%}) of the {fmt_bytes(frag['reserved'])} reserved is free in "
+                f"{frag['inactive_split_blocks']} pieces of split segments (fragmented: only requests that fit a "
+                f"piece can use it; largest free block {fmt_bytes(frag['largest_free_block'])}); another "
+                f"{fmt_bytes(cached)} is simply cached in whole free segments",
+                "Fragmented memory is fine while requests fit in its pieces. If this process or another on the GPU "
+                "runs short, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow in place instead "
+                "of splitting.",
+                [Evidence("split_free_share", round(ratio, 4), opts.fragmentation_ratio, "fraction",
+                          extra={**{k: frag[k] for k in ("reserved", "allocated", "unallocated",
+                                                         "inactive_split_blocks", "inactive_split_bytes",
+                                                         "largest_free_block")}, "cached_whole_segments": cached})],
                 source,
             ))
 
@@ -363,17 +394,18 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
     # GP514: dominant holder at the peak
     if da.top_sites:
         top = da.top_sites[0]
-        if top["file"] and top["share"] is not None and top["share"] >= opts.holder_share:
+        origin = top.get("origin") or ""
+        if origin and top["share"] is not None and top["share"] >= opts.holder_share:
             out.append(_finding(
                 "GP514", Severity.INFO,
                 f"{dev}: {top['site']} holds {fmt_bytes(top['bytes'])} ({top['share']:.0%}) of the peak "
-                f"{fmt_bytes(t.peak_allocated)} in {top['blocks']} blocks",
-                "This line is where reducing memory pays most (smaller tensors, freeing them earlier, "
-                "checkpointing the activations it creates).",
+                f"{fmt_bytes(t.peak_allocated)} in {top['blocks']} blocks" + _HOLDER_WHAT.get(origin, ""),
+                _HOLDER_ADVICE.get(origin, _HOLDER_ADVICE["user"]),
                 [Evidence("top_site_share", round(top["share"], 4), opts.holder_share, "fraction",
-                          extra={"bytes": top["bytes"], "blocks": top["blocks"], "peak_allocated": t.peak_allocated})],
+                          extra={"bytes": top["bytes"], "blocks": top["blocks"], "peak_allocated": t.peak_allocated,
+                                 "origin": origin})],
                 source,
-                _location(top),
+                _location(top) if origin == "user" else None,
             ))
 
     # GP515: history truncated
@@ -394,8 +426,30 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
     return out
 
 
-def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, source: str) -> list[Finding]:
+def observer_dump(dm: DeviceMemory, path: str) -> bool:
+    """A snapshot an out-of-memory observer wrote: no OOM event, and the history ends with the allocator
+    releasing cached segments (``segment_free``; it empties its cache before it gives up) or the file's name
+    says ``oom``."""
+    if dm.ooms or not len(dm) or dm.segments is None:
+        return False
+    named = "oom" in os.path.basename(path).lower().replace("room", "")
+    tail = 0
+    for a in reversed(dm.action):
+        if a == SEGMENT_FREE:
+            tail += 1
+        elif a in (FREE_REQUESTED, FREE_COMPLETED) and tail == 0:
+            continue  # frees between the release and the dump
+        else:
+            break
+    return named or tail >= 1
+
+
+def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, source: str,
+                  sites: SiteTable) -> list[Finding]:
     dev = da.dm.device
+    mode = run_mode(sites)
+    training = mode != "inference"
+    precision = precision_advice(da.dm.bf16, mode)
     frag = da.fragmentation
     req = o["requested"]
     free = o["device_free"]
@@ -447,10 +501,14 @@ def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, so
             advice.append(f"A single {fmt_bytes(req)} allocation is larger than the whole device: shrink the batch "
                           "or the sequence/image size.")
         else:
-            advice_kinds.extend(["smaller_batch", "activation_checkpointing", "amp"])
-            advice.append("Live tensors fill the device: use a smaller batch (with gradient accumulation), activation "
-                          "checkpointing (torch.utils.checkpoint) or mixed precision (torch.autocast) to shrink "
-                          "activations.")
+            if training:
+                advice_kinds.extend(["smaller_batch", "activation_checkpointing", "amp"])
+                advice.append("Live tensors fill the device: use a smaller batch (with gradient accumulation), "
+                              f"activation checkpointing (torch.utils.checkpoint) or {precision} to shrink "
+                              "activations.")
+            else:
+                advice_kinds.extend(["smaller_batch", "amp"])
+                advice.append(f"Live tensors fill the device: use a smaller batch or {precision}.")
     if total and free is not None and o["reserved"] is not None:
         others = total - free - o["reserved"]
         if others > 0.1 * total:
@@ -486,6 +544,19 @@ def analyze_memory(data: MemoryData, opts: MemoryOptions | None = None
     notes = list(data.notes)
     findings: list[Finding] = []
     for da in analyses:
+        if observer_dump(da.dm, data.path):
+            notes.append(
+                f"{da.dm.device}: this looks like a dump written by an out-of-memory observer (the history ends with "
+                "the allocator releasing its cached segments, what it does right before an allocation fails, or the "
+                "file is named for an OOM) but it records no OOM event: the failed request's size is unknown. The "
+                "holders at the end are what filled the device; record the size with "
+                "torch._C._cuda_attach_out_of_memory_observer's alloc argument, or let the OOM event be recorded "
+                "(_record_memory_history() before the run, dump after catching torch.cuda.OutOfMemoryError)")
+        if da.dm.device.startswith("cuda") and not da.dm.total_memory:
+            notes.append(
+                f"{da.dm.device}: the device's capacity is unknown (the {data.source_type} does not record it), so "
+                "how close the peak came to it (GP510) is not judged; give it with --device-memory SIZE (e.g. "
+                "--device-memory 16GiB; torch.cuda.get_device_properties(0).total_memory says it)")
         if da.totals.inconsistent:
             notes.append(f"{da.dm.device}: the recorded history and the final state disagree; totals are clamped at 0")
         findings.extend(device_findings(da, data.sites, opts, data.path))

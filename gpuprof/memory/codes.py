@@ -46,9 +46,9 @@ MEMORY_CODES: tuple[CodeSpec, ...] = (
         for n in seq_lengths:
             out = model(torch.randn(64, n, 1024, device="cuda"))
        """,
-       Option("fragmentation_ratio", 0.30, "without an OOM: report free-but-reserved memory above this share "
-              "of reserved (info)"),
-       Option("fragmentation_min_bytes", 256 << 20, "ignore less free-but-reserved memory than this", "bytes"),
+       Option("fragmentation_ratio", 0.20, "without an OOM: report free memory in split segments (fragmented, "
+              "not simply cached) above this share of reserved (info)"),
+       Option("fragmentation_min_bytes", 256 << 20, "ignore less fragmented free memory than this", "bytes"),
        note="warning or info"),
     _m("GP512", "out-of-memory", _E, "an allocation failed (CUDA out of memory)",
        """

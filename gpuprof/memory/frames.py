@@ -8,6 +8,10 @@ code (:func:`gpuprof.frames.is_user_file`, the policy all of gpuprof uses):
 frames inside torch itself, installed packages, the Python standard library,
 C/C++ sources and interpreter internals are skipped, because "aten::empty in
 TensorFactories.cpp" says nothing about which of your lines to change.
+Without a user frame the site is the innermost library Python frame
+(``origin`` "library"); a stack of C++ frames only (the autograd engine's
+backward thread records no Python frame) is named for what it is
+(:func:`native_site`, ``origin`` "native"), never as a line of code.
 
 :class:`SiteTable` interns sites so an analysis of a million allocations
 keeps one small object per distinct site, and caches the frame walk per
@@ -23,7 +27,8 @@ from typing import Any, Iterable, Sequence
 
 from gpuprof.frames import is_user_file
 
-__all__ = ["Site", "SiteTable", "DEFAULT_INTERNAL_PATTERNS", "UNKNOWN_SITE", "PRE_TRACE_SITE", "frame_text"]
+__all__ = ["Site", "SiteTable", "DEFAULT_INTERNAL_PATTERNS", "UNKNOWN_SITE", "PRE_TRACE_SITE", "frame_text",
+           "native_site"]
 
 # Filename patterns skipped besides gpuprof's one user-frame policy (gpuprof.frames.is_user_file:
 # torch, installed packages, the standard library, interpreter internals, C/C++ frames);
@@ -37,6 +42,36 @@ def _scalar(v: Any) -> str:
     if isinstance(v, (str, int, float)) or v is None:
         return str(v)
     return "?"
+
+
+_BACKWARD_NODE = re.compile(r"torch::autograd::generated::(\w+Backward\d*)::apply")
+_OP = re.compile(r"at::_ops::(\w+)::call\(")
+
+
+def native_site(frames: Sequence[Any]) -> str | None:
+    """A C++-only stack named for what it is, never as a line to fix: the autograd engine's backward pass (and
+    the backward node), a cuBLAS/cuDNN workspace, the innermost ATen operator, or the caching allocator."""
+    names = [_scalar(f.get("name", "")) for f in frames if isinstance(f, dict)]
+    if not names:
+        return None
+    text = "\n".join(names)
+    node = _BACKWARD_NODE.search(text)
+    op = _OP.search(text)
+    what = ""
+    if "getNewWorkspace" in text or "BlasHandle" in text or "BlasLtHandle" in text:
+        what = "cuBLAS workspace"
+    elif "cudnn" in text.lower():
+        what = "cuDNN workspace" if "workspace" in text.lower() else ""
+    if node is not None or "torch::autograd::Engine" in text or "execute_native_thread_routine" in text:
+        inner = ", ".join(x for x in (what, node.group(1) if node else "", f"aten::{op.group(1)}" if op else "") if x)
+        return f"<autograd engine, backward pass (C++ stack only{': ' + inner if inner else ''})>"
+    if what:
+        return f"<{what} (C++ stack only)>"
+    if op is not None:
+        return f"<aten::{op.group(1)} (C++ stack only, no Python frame recorded)>"
+    if "CachingAllocator" in text:
+        return "<CUDA caching allocator (C++ stack only)>"
+    return f"<C++ stack only: {names[0][:80]}>"
 
 
 def frame_text(frame: Any) -> str:
@@ -60,6 +95,9 @@ class Site:
     line: int | None = None
     function: str | None = None
     stack: tuple[str, ...] = field(default=(), compare=False, hash=False)  # innermost first
+    # "user": a line of the user's code; "library": no user frame, the innermost library Python frame;
+    # "native": a C++-only stack, named for what it is (autograd backward, cuBLAS workspace...); "" pseudo-sites
+    origin: str = field(default="user", compare=False, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,12 +105,13 @@ class Site:
             "file": self.file or None,
             "line": self.line,
             "function": self.function,
+            "origin": self.origin or None,
             "stack": list(self.stack),
         }
 
 
-UNKNOWN_SITE = Site("<no stack recorded>")
-PRE_TRACE_SITE = Site("<allocated before the recorded history>")
+UNKNOWN_SITE = Site("<no stack recorded>", origin="")
+PRE_TRACE_SITE = Site("<allocated before the recorded history>", origin="")
 
 _MAX_STACK = 24  # frames kept for display per site
 
@@ -108,7 +147,9 @@ class SiteTable:
         sid = self._ids.get(key)
         if sid is None:
             sid = len(self.sites)
-            self.sites.append(Site(label, file, line, function, tuple(stack[:_MAX_STACK])))
+            # a trace-derived site is a line of code only with a file; operator chains and pseudo-sites have none
+            origin = ("user" if not self.is_internal(file) else "library") if file else ""
+            self.sites.append(Site(label, file, line, function, tuple(stack[:_MAX_STACK]), origin=origin))
             self._ids[key] = sid
         return sid
 
@@ -144,9 +185,17 @@ class SiteTable:
                 fallback = fr  # innermost Python frame, used when every frame is internal
         fr = chosen if chosen is not None else fallback
         if fr is None:
-            fr = next((f for f in frames if isinstance(f, dict)), None)
-        if fr is None:
-            return self.UNKNOWN
+            native = native_site(frames)
+            if native is None:
+                return self.UNKNOWN
+            nkey = ("native", native)
+            nid = self._ids.get(nkey)
+            if nid is None:
+                nid = len(self.sites)
+                self.sites.append(Site(native, stack=tuple(frame_text(f) for f in frames[:_MAX_STACK]),
+                                       origin="native"))
+                self._ids[nkey] = nid
+            return nid
         file = _scalar(fr.get("filename", "?"))
         line = fr.get("line")
         line = int(line) if isinstance(line, int) else None
@@ -160,6 +209,6 @@ class SiteTable:
                 label += f" ({func})"
             stack = tuple(frame_text(f) for f in frames[:_MAX_STACK])
             sid = len(self.sites)
-            self.sites.append(Site(label, file, line, func, stack))
+            self.sites.append(Site(label, file, line, func, stack, origin="user" if chosen is not None else "library"))
             self._ids[key] = sid
         return sid

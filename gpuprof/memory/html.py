@@ -66,7 +66,8 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
         slots.append({"label": "other sites", "stack": [], "color": _OTHER})
         slots.append({"label": "allocated before the recorded history / unattributed", "stack": [], "color": _PRE})
         series = [r + [p] for r, p in zip(rows, pre)]
-        if not len(dm):  # no history: one bar, the state now
+        no_history = not len(dm)
+        if no_history:  # no history: one bar, the state now; the page shows the segments instead of a timeline
             h = da.replay.holders[-1]
             row = [h.by_site.get(sid, [0])[0] for sid in ranked]
             row.append(h.total - sum(row))
@@ -74,6 +75,8 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
             times, series, alloc, reserved = [0.0], [row], [h.total], [da.totals.final_reserved]
             t0 = 0.0
         devices.append({
+            "no_history": no_history,
+            "segments": _segment_view(dm.segments) if no_history and dm.segments else [],
             "device": dm.device,
             "time_unit": "s" if dm.has_time else "event",
             "t": [round((x - t0) / unit, 6) for x in times][: len(series)],
@@ -98,6 +101,24 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
         "findings": [{"code": f.code, "severity": f.severity.value, "message": f.message} for f in findings],
         "notes": list(data.notes),
     }
+
+
+_STATE = {"active_allocated": 0, "active_pending_free": 2, "inactive": 1}
+MAX_SEGMENTS = 256  # segments drawn (the largest); the rest summed in the note
+MAX_BLOCKS = 128  # blocks drawn per segment; the rest merged into one "more blocks" piece
+
+
+def _segment_view(segments: Any) -> list[dict[str, Any]]:
+    """The allocator's segments at snapshot time, largest first: size and blocks ``[size, state]`` (0 allocated,
+    1 free, 2 freed but waiting on another stream), for a snapshot without history."""
+    out = []
+    for seg in sorted(segments, key=lambda g: -g.total_size)[:MAX_SEGMENTS]:
+        blocks = [[b.size, _STATE.get(b.state, 0)] for b in seg.blocks[:MAX_BLOCKS]]
+        rest = seg.blocks[MAX_BLOCKS:]
+        if rest:
+            blocks.append([sum(b.size for b in rest), 3])  # 3: more blocks, not drawn one by one
+        out.append({"size": seg.total_size, "blocks": blocks, "stream": seg.stream})
+    return out
 
 
 def render_html(page: dict[str, Any]) -> str:
@@ -129,6 +150,9 @@ h1{font-size:18px;margin:0 0 4px;overflow-wrap:anywhere} h2{font-size:15px} .sum
 table{border-collapse:collapse;margin-top:10px} td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
 td:first-child,th:first-child{text-align:left;font-family:ui-monospace,monospace;max-width:80ch;overflow-wrap:anywhere;white-space:pre-wrap}
 li{overflow-wrap:anywhere} li.error{color:#b00} li.warning{color:#a60} .hint,.notes{color:#777;font-size:12px}
+.segrow{display:flex;align-items:center;margin:2px 0} .segrow code{width:90px;font-size:11px}
+.seg{display:flex;height:12px;border:1px solid #999} .seg span{display:block;height:100%;border-right:1px solid #fff}
+#legend2 span{display:inline-block;margin:2px 10px 2px 0} #legend2 i{display:inline-block;width:10px;height:10px;margin-right:4px}
 """
 
 # Data reaches the DOM only through textContent, Text nodes (append) and setAttribute of fixed attribute
@@ -254,8 +278,25 @@ function holders(){
     el("td", {}, r.share === null || r.share === undefined ? "-" : (100 * r.share).toFixed(0) + "%")));
   document.getElementById("top").replaceChildren(...rows);
 }
+const SEGCOLOR = ["#4e79a7", "#e8e8e8", "#f28e2b", "#bab0ac"], SEGWORD = ["allocated", "free (cached)", "freed, waiting on another stream", "more blocks"];
+function segments(){
+  const box = document.getElementById("segs"), wrap = document.getElementById("wrap");
+  if (!dev.no_history){ box.replaceChildren(); wrap.style.display = ""; return false; }
+  wrap.style.display = "none";
+  const big = Math.max(1, ...dev.segments.map(g => g.size));
+  const rows = dev.segments.map(g => { const bar = el("div", {class: "seg"}); bar.style.width = (100 * g.size / big).toFixed(2) + "%";
+    for (const [size, st] of g.blocks){ const b = el("span", {title: fmtB(size) + " " + SEGWORD[st]}); b.style.width = (100 * size / g.size).toFixed(3) + "%";
+      b.style.background = SEGCOLOR[st]; bar.append(b); }
+    return el("div", {class: "segrow"}, el("code", {}, fmtB(g.size)), bar); });
+  const key = SEGWORD.map((w, i) => el("span", {}, swatch(SEGCOLOR[i]), w));
+  box.replaceChildren(el("p", {class: "notes"}, "No allocation history was recorded (torch.cuda.memory._record_memory_history() " +
+    "was not on), so there is no timeline: these are the allocator's segments at snapshot time, largest first (" +
+    dev.segments.length + " shown), each split into its blocks."), el("div", {id: "legend2"}, ...key), ...rows);
+  document.body.dataset.rendered = String((+document.body.dataset.rendered || 0) + 1);
+  return true;
+}
 function show(k){
-  dev = DATA.devices[k]; reset(); draw(); legend(); holders();
+  dev = DATA.devices[k]; reset(); if (!segments()) { draw(); legend(); } else document.getElementById("legend").replaceChildren(); holders();
   window.gpuprofSeries = dev.slots.map(s => s.label);
 }
 function header(){
@@ -288,7 +329,7 @@ _TEMPLATE = ("""<!doctype html>
 <label>Device <select id="dev"></select></label>
 <span class="hint">drag: zoom to a range &middot; wheel: zoom &middot; double-click: reset &middot; hover: allocation stack</span>
 <div id="wrap"><canvas id="c" width="1100" height="420"></canvas><div id="tip"></div></div>
-<div id="legend"></div>
+<div id="legend"></div><div id="segs"></div>
 <h2>Top holders at the peak</h2><table id="top"></table>
 <script id="data" type="application/json">__DATA__</script>
 <script>""" + _SCRIPT + """</script></body></html>

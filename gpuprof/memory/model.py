@@ -120,6 +120,8 @@ class DeviceMemory:
     segments: list[Segment] | None = None  # None: the input has no final state (traces)
     ooms: list[OomEvent] = field(default_factory=list)
     total_memory: int | None = None
+    name: str = ""  # the GPU's name when the input says it ("Tesla T4")
+    bf16: bool | None = None  # whether the GPU computes in bfloat16 (None: unknown)
     has_segment_events: bool = True  # False for traces: reserved comes only from the recorded totals
     has_addresses: bool = True  # False for traces whose [memory] events carry no Addr (frees cannot be matched)
 

@@ -37,6 +37,7 @@ from typing import Any
 from gpuprof.atomic import atomic_path
 from gpuprof.errors import InputError
 from gpuprof.inputs import MAX_DEVICE_INDEX, SNAPSHOT_ITEMS_PER_BYTE, Opened
+from gpuprof.memory.devices import bf16_support
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, SiteTable
 from gpuprof.memory.model import (
     ACTION_NAMES,
@@ -320,6 +321,10 @@ def parse_snapshot(
                 total = _uint(d.get("total_memory"))
                 if 0 <= idx < len(devices) and total > 0:
                     devices[idx].total_memory = total
+                name = d.get("name")
+                if 0 <= idx < len(devices) and isinstance(name, str):
+                    devices[idx].name = name[:128]
+                    devices[idx].bf16 = bf16_support("", None, name)
     settings = obj.get("allocator_settings")
     # Drop devices with neither state nor history (a multi-GPU box where only one GPU was used).
     devices = [d for d in devices if len(d) or d.segments]

@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from gpuprof.errors import InputError
+from gpuprof.memory.devices import bf16_support
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, SiteTable
 from gpuprof.memory.model import ALLOC, FREE_COMPLETED, FREE_REQUESTED, DeviceMemory, MemoryData
 from gpuprof.trace.model import Event, Trace, memory_addr, memory_totals
@@ -132,10 +133,13 @@ def memory_from_trace(trace: Trace, internal_patterns: Any = DEFAULT_INTERNAL_PA
     if any(not dm.has_addresses for dm in devices.values()):
         notes.append("the [memory] events carry no Addr, so frees cannot be matched with allocations: "
                       "who held the memory at the peak is unknown (totals are still exact)")
-    totals = {d.id: d.total_memory for d in trace.devices}
+    totals = {d.id: d for d in trace.devices}
     for dm in devices.values():
-        if dm.device.startswith("cuda"):
-            dm.total_memory = totals.get(dm.index)
+        info = totals.get(dm.index)
+        if dm.device.startswith("cuda") and info is not None:
+            dm.total_memory = info.total_memory
+            dm.name = info.name
+            dm.bf16 = bf16_support(info.vendor, info.compute_capability, info.name)
     data = MemoryData(path=path, source_type="trace", devices=sorted(devices.values(), key=lambda d: d.device),
                       sites=sites, notes=notes)
     data.steps = _steps(trace)

@@ -10,6 +10,8 @@ from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import CopyEvent, TraceMetrics
+from gpuprof.trace.syncs import QUEUED_US, queued_us
+from gpuprof.trace.vocab import is_synchronous_copy
 from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = [
@@ -179,6 +181,12 @@ class BlockingCopy(Rule):
     ``.to(device)`` of a pageable tensor, or ``non_blocking=False``. While the
     host waits it queues no kernels, so the GPU drains and then idles.
 
+    Synchronous copy APIs (``cudaMemcpy``, ``hipMemcpy``,
+    ``hipMemcpyWithStream``: not ``*Async``) always block: the host waits in
+    them first for the GPU work queued before the copy on its stream, then
+    for the copy; the message names that queueing (how long the copies'
+    GPU side started after their calls) when it is a real part of the wait.
+
     Host time blocked per step = union of the copy calls and the
     synchronisations after them. The cost is the part of that time when the
     main GPU ran no kernel (the copy itself included: with an asynchronous
@@ -227,6 +235,11 @@ class BlockingCopy(Rule):
         if nums["host_blocked_us_per_step"] < ctx.opt("min_blocked_us_per_step"):
             return
         pageable = sum(1 for c in copies if c.kind.host_memory == "pageable")
+        queued = sum(queued_us(c, m.kernel_busy) for c in copies) / max(m.num_steps, 1)
+        sync_api = sorted({c.launch.name for c in copies if c.launch is not None and is_synchronous_copy(c.launch.name)})
+        queue_text = (f"; {fmt_us(queued)} per step of that wait is queued behind kernels launched before the copy "
+                      f"(a synchronous copy, {', '.join(sync_api)}, starts only when its stream's earlier kernels end)"
+                      if queued >= max(QUEUED_US, 0.05 * nums["host_blocked_us_per_step"]) and sync_api else "")
         with_sync = sum(1 for c in copies if len(copy_wait_calls(m, c)) > 1)
         kinds = {c.kind.host_memory for c in copies}
         memory = " and ".join(sorted(k for k in kinds if k != "unknown")) if kinds != {"unknown"} else ""
@@ -259,7 +272,8 @@ class BlockingCopy(Rule):
             " per step "
             f"({fmt_bytes(nums['bytes_per_step'])} per step, largest copy {fmt_bytes(nums['bytes_per_copy'])} "
             f"= {nums['bytes_per_copy']:,} bytes): the host waits {fmt_us(nums['host_blocked_us_per_step'])} "
-            f"per step in them, {fmt_us(nums['kernel_idle_us_per_step'])} per step of it with no kernel running",
+            f"per step in them, {fmt_us(nums['kernel_idle_us_per_step'])} per step of it with no kernel running"
+            f"{queue_text}",
             "Copy from pinned memory without waiting: DataLoader(pin_memory=True) (or tensor.pin_memory()), then "
             ".to(device, non_blocking=True); do not call torch.cuda.synchronize(), .item() or .cpu() right after "
             "the copy."
@@ -272,7 +286,9 @@ class BlockingCopy(Rule):
                     ctx.opt("min_blocked_us_per_step"),
                     "us",
                     events=event_refs(c.gpu for c in copies),
-                    extra={**_int_bytes(nums), "pageable_copies": pageable, "followed_by_sync": with_sync},
+                    extra={**_int_bytes(nums), "pageable_copies": pageable, "followed_by_sync": with_sync,
+                           "queued_behind_gpu_work_us_per_step": round(queued, 1),
+                           "synchronous_copy_calls": sync_api},
                 ),
                 *shared,
             ],

@@ -317,11 +317,25 @@ def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> l
         kind = "launch:" + kernel_by_corr.get(r.corr, r.name) if rc is RuntimeClass.LAUNCH else r.name
         by_kind[(r.pid, kind)].append(r)
     out = []
+    boundary = _startup_end(m)
     for (_, kind), calls in by_kind.items():
         slow = max(calls, key=lambda r: r.dur)
         if slow.dur < min_call_us:
             continue
         calls.sort(key=lambda r: r.ts)  # only the kinds with a slow call need their order
+        # by position: every slow call before the first GPU work (or the first step) is start-up work, however
+        # many of its kind there are (two slow start-up cudaFree calls must not hide each other)
+        early = [r for r in calls if r.ts < boundary and r.dur >= min_call_us]
+        for r in early:
+            if first_of_pid.get(r.pid) is r:
+                what = "the first CUDA/HIP call of the process (context creation)"
+            else:
+                what = f"{r.name} before the first {'step' if m.has_step_markers else 'GPU work'} (start-up)"
+            out.append(FirstUse(r, what, None))
+        if slow in early:
+            continue
+        if is_allocator_call(slow.name) and slow is not calls[0] and boundary > float("-inf"):
+            continue  # a slow allocator call mid-run (not its kind's first) is churn or a cache miss: GP205's
         rest = [r.dur for r in calls if r is not slow]
         med = statistics.median(rest) if rest else None
         if med is not None and slow.dur < min_ratio * med:
@@ -340,6 +354,16 @@ def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> l
         out.append(FirstUse(slow, what, med))
     out.sort(key=lambda f: f.call.ts)
     return out
+
+
+def _startup_end(m: TraceMetrics) -> float:
+    """Where start-up ends: the first step's start with step markers, else the first GPU work (copy, kernel...)."""
+    if m.has_step_markers and m.steps:
+        return m.steps[0].start
+    if m.lead_in is not None:
+        return m.lead_in[1]
+    starts = [e.ts for e in (m.trace.kernels[:1] + m.trace.memcpys[:1] + m.trace.memsets[:1])]
+    return min(starts) if starts else float("-inf")  # no GPU work recorded: position says nothing
 
 
 def short_kernel_name(name: str, limit: int = 80) -> str:
@@ -363,11 +387,19 @@ class StartupCost(Rule):
     reads as seconds of GPU idle time. It is paid once per process, not per
     step: it is reported here, as start-up cost, and not by GP205.
 
-    A call is one-off start-up work when it is the slowest of its kind in its
+    A call is start-up work **by position** when it lasts at least
+    ``min_call_us`` and starts before the first step (with step markers) or
+    before the first GPU work (without): every such call, however many of its
+    kind (two slow start-up ``cudaFree`` calls do not hide each other). Later,
+    a call is one-off start-up work when it is the slowest of its kind in its
     process (a launch: of the launches of that kernel; else of the calls of
-    that name; synchronisations and copies never, they wait for the GPU),
-    lasts at least ``min_call_us``, and at least ``min_ratio`` times the median
-    of the others. The cost is the time of these calls inside the
+    that name), lasts at least ``min_call_us``, and at least ``min_ratio``
+    times the median of the others; an allocator call (``cudaFree``,
+    ``hipFree``, ``cudaMalloc``...) after start-up only when it is the first
+    of its kind (the first ``cudaFree`` initialising the allocator): a slow one
+    mid-run is churn or a cache miss, GP205's (in a trace with no step and
+    no GPU work at all, position says nothing and the ratio alone decides). Synchronisations and copies never are
+    (they wait for the GPU). The cost is the time of these calls inside the
     profiled steps (not the lead-in) when no kernel ran, per step: it distorts
     what the steps measure. All in the lead-in, the finding is info.
     """

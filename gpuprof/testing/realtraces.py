@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NoReturn
 
 __all__ = ["ENV", "ROOT", "TRACES", "SNAPSHOTS", "MISSING", "available", "locate", "shared_path", "snapshot_path",
-           "v100_samples"]
+           "v100_samples", "shared_snapshot"]
 
 ENV = "GPUPROF_SHARED_TRACES"
 _REPO = Path(__file__).resolve().parents[2]
@@ -70,6 +70,8 @@ def _find(base: Path, parts: tuple[str, ...]) -> Path:
     _skip(f"real data incomplete: {p} is not in {base}")
 
 
+
+
 def shared_path(*parts: str) -> Path:
     """A file or folder under the real traces (``<root>/traces/...``), or skip the test."""
     return _find(TRACES, parts)
@@ -87,3 +89,8 @@ def v100_samples() -> list[Path]:
     if len(files) != 4:
         _skip(f"real data incomplete: expected 4 V100 sample traces under {d}, found {len(files)}")
     return files
+
+
+def shared_snapshot(name: str) -> Path:
+    """A real CUDA memory snapshot of ``<root>/snapshots`` (see its SOURCES.md), or skip the test."""
+    return snapshot_path(name)

@@ -250,6 +250,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     metrics.copies = copy_events
     metrics.kernel_busy = on_main_device(kern_by_dev).union(on_main_device(comm_by_dev))
     metrics.op_stats = op_stats(trace, threads)
-    metrics.syncs = sync_points(main_runtime, blocking_copy_calls, copy_events, threads, op_by_ext, stacks, metrics.step_of)
+    metrics.syncs = sync_points(main_runtime, blocking_copy_calls, copy_events, threads, op_by_ext, stacks, metrics.step_of,
+                                 kernel_busy=metrics.kernel_busy)
     metrics.kernel_stats = kernel_stats(trace)
     return metrics

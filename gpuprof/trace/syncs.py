@@ -6,8 +6,13 @@ Definitions (all times in µs, as in the trace):
 the GPU copy ended, or that is followed on the same thread by a stream/device
 synchronisation before any other GPU work is launched.
 
-**Sync point**: a synchronising runtime call (``*Synchronize``) or a
-blocking device→host copy on the main thread, with the operator chain that
+**Synchronous copy**: a call of a copy API that returns only when its copy is
+done (``cudaMemcpy``, ``hipMemcpy``, ``hipMemcpyWithStream``; not ``*Async``):
+always blocking. The copy runs in stream order, so the host first waits for
+the work queued before it (its GPU copy starts late: *queued behind kernels*).
+
+**Sync point**: a synchronising runtime call (``*Synchronize``), a
+blocking device→host copy, or a synchronous copy of another direction on the main thread, with the operator chain that
 issued it and the user's source line when Python stacks were recorded.
 """
 
@@ -18,12 +23,34 @@ from dataclasses import dataclass
 from typing import Callable
 
 from gpuprof.findings import SourceLocation
+from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.model import Event, Trace, copy_kind
 from gpuprof.trace.stacks import StackIndex
 from gpuprof.trace.threads import ThreadIndex
-from gpuprof.trace.vocab import SYNC_OPS, CopyKind, RuntimeClass, classify_runtime, parse_copy_name, step_number
+from gpuprof.trace.vocab import (
+    SYNC_OPS,
+    CopyKind,
+    RuntimeClass,
+    classify_runtime,
+    copy_direction_of,
+    is_synchronous_copy,
+    parse_copy_name,
+    step_number,
+)
 
-__all__ = ["CopyEvent", "SyncPoint", "find_copies", "next_sync_call", "sync_points"]
+__all__ = ["CopyEvent", "SyncPoint", "find_copies", "next_sync_call", "sync_points", "queued_us", "QUEUED_US"]
+
+# a synchronous copy whose GPU copy starts this long after its call (and after half of it) waited behind queued work
+QUEUED_US = 50.0
+
+
+def queued_us(c: "CopyEvent", kernel_busy: Intervals) -> float:
+    """How long copy ``c``'s host call waited, before its GPU copy began, while kernels ran (``kernel_busy``):
+    the time it was queued behind GPU work launched before it."""
+    if c.launch is None:
+        return 0.0
+    end = min(c.gpu.ts, c.launch.end)
+    return kernel_busy.per_window([(c.launch.ts, end)])[0] if end > c.launch.ts else 0.0
 
 
 @dataclass
@@ -55,13 +82,17 @@ def find_copies(trace: Trace, launch_by_corr: dict[int, Event], threads: ThreadI
         launch = launch_by_corr.get(g.corr)
         blocking = False
         if launch is not None:
-            if launch.end >= g.end - 1.0:
+            if is_synchronous_copy(launch.name):
+                blocking = True  # a synchronous copy API (hipMemcpyWithStream): the host waits in it by definition
+            elif launch.end >= g.end - 1.0:
                 blocking = True  # host call returned only after the copy ended
             else:
                 sync = next_sync_call(threads, launch)
                 blocking = sync is not None and sync.end >= g.end - 1.0
         # a memcpy written without args carries no parsed kind: its name says it (it used to crash the copy rules)
         kind = copy_kind(g) or parse_copy_name(g.name)
+        if kind.direction == "other" and launch is not None and copy_direction_of(launch.name) != "other":
+            kind = CopyKind(copy_direction_of(launch.name), kind.src, kind.dst)  # the API's name says it
         out.append(CopyEvent(gpu=g, launch=launch, kind=kind, blocking=blocking, step=None))
     return out
 
@@ -112,12 +143,15 @@ def sync_points(
     op_by_ext: dict[int, Event],
     stacks: StackIndex,
     step_of: Callable[[float], int | None],
+    kernel_busy: Intervals | None = None,
 ) -> list[SyncPoint]:
     """The sync points among the main thread's runtime calls (``main_runtime``, in time order).
 
     ``blocking_copy_calls`` holds the ``id()`` of the host calls of blocking
-    copies; ``step_of`` maps a time to its step index.
+    copies; ``step_of`` maps a time to its step index; ``kernel_busy``: the main device's kernel time (to tell
+    a synchronous copy queued behind kernels).
     """
+    busy = kernel_busy if kernel_busy is not None else Intervals.empty()
     copy_by_launch = {id(c.launch): c for c in copies if c.launch is not None}
     dtoh_starts: list[float] | None = None  # launches of device-to-host copies, sorted (built on first use)
     out = []
@@ -127,6 +161,13 @@ def sync_points(
             pass
         elif id(r) in blocking_copy_calls and copy_by_launch[id(r)].kind.direction == "DtoH":
             pass
+        elif id(r) in blocking_copy_calls and is_synchronous_copy(r.name):
+            # hipMemcpyWithStream / cudaMemcpy host→device: the host waits behind the queued kernels too
+            ops = _enclosing_ops(threads, r, op_by_ext.get(r.ext))
+            loc = stacks.location(r.pid, r.tid, r.ts, op=ops[0] if ops else None)
+            out.append(SyncPoint(runtime=r, ops=ops, cause=_sync_copy_cause(r, copy_by_launch[id(r)], busy),
+                                 location=loc, step=step_of(r.ts)))
+            continue
         else:
             continue
         chain = _enclosing_ops(threads, r, op_by_ext.get(r.ext))
@@ -150,6 +191,16 @@ def sync_points(
         loc = stacks.location(r.pid, r.tid, r.ts, op=chain[0] if chain else None)
         out.append(SyncPoint(runtime=r, ops=chain, cause=cause, location=loc, step=step_of(r.ts)))
     return out
+
+
+_DIRECTION_WORDS = {"HtoD": "host→device", "DtoD": "device→device", "PtoP": "peer-to-peer"}
+
+
+def _sync_copy_cause(r: Event, c: CopyEvent, busy: Intervals) -> str:
+    """``a synchronous host→device copy (hipMemcpyWithStream) queued behind kernels``."""
+    what = _DIRECTION_WORDS.get(c.kind.direction, c.kind.direction)
+    queued = queued_us(c, busy) > max(QUEUED_US, 0.5 * r.dur)
+    return f"a synchronous {what} copy ({r.name}){' queued behind kernels' if queued else ''}"
 
 
 def _dtoh_near(r: Event, starts: list[float]) -> bool:

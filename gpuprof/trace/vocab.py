@@ -120,7 +120,7 @@ def parse_copy_name(name: str) -> CopyKind:
         src = m.group(2) or "Unknown"
         dst = m.group(3) or "Unknown"
     else:
-        direction, src, dst = "other", "Unknown", "Unknown"
+        direction, src, dst = copy_direction_of(name), "Unknown", "Unknown"
     ck = CopyKind(direction, src, dst)
     if len(_COPY_CACHE) < 4096:
         _COPY_CACHE[name] = ck
@@ -128,6 +128,29 @@ def parse_copy_name(name: str) -> CopyKind:
 
 
 # --- runtime calls --------------------------------------------------------------
+
+
+# roctracer's copy names (``CopyHostToDevice``) and the direction words of copy APIs (``hipMemcpyHtoD``,
+# ``cuMemcpyDtoH_v2``, ``cudaMemcpyToSymbol``: host to device)
+_WORD_DIRECTIONS = (("hosttodevice", "HtoD"), ("devicetohost", "DtoH"), ("devicetodevice", "DtoD"),
+                    ("htod", "HtoD"), ("dtoh", "DtoH"), ("dtod", "DtoD"), ("tosymbol", "HtoD"),
+                    ("fromsymbol", "DtoH"), ("peer", "PtoP"))
+
+
+def copy_direction_of(name: str) -> str:
+    """The copy direction a GPU copy's or a copy API's name states (``HtoD``...), else ``other``."""
+    low = name.lower()
+    for word, direction in _WORD_DIRECTIONS:
+        if word in low:
+            return direction
+    return "other"
+
+
+def is_synchronous_copy(name: str) -> bool:
+    """A copy API that returns only when its copy is done (``cudaMemcpy``, ``hipMemcpy``,
+    ``hipMemcpyWithStream``, ``cuMemcpyHtoD_v2``), not an ``*Async`` one: the host waits in it, first for the
+    work queued before the copy on its stream, then for the copy."""
+    return classify_runtime(name) is RuntimeClass.MEMCPY and "async" not in name.lower()
 
 
 class RuntimeClass(enum.Enum):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import subprocess
 import sys
@@ -84,7 +85,16 @@ def test_real_ddp_straggler_is_named_with_its_cause_and_the_others_wait(ddp_runs
     assert ar["mean_bytes"] > 0 and ar["bus_gbps"] is not None  # sizes from gloo's Input Dims
     codes = {f["code"]: f for f in report["findings"]}
     assert "straggler: rank 1 of 2" in codes["GP701"]["message"]
-    assert codes["GP701"]["cost_us_per_step"] == pytest.approx(r0["wait_us"] - r1["wait_us"], rel=0.01)
+    # the cost is rank 0's wait at the collectives rank 1 arrived last at: more than the difference of their
+    # waits (rank 1 waits a little for rank 0 elsewhere), never more than all of rank 0's wait
+    cost = codes["GP701"]["cost_us_per_step"]
+    assert r0["wait_us"] - r1["wait_us"] - 1 <= cost <= r0["wait_us"] * 1.001 and cost > half
+    arr = sec["arrivals"]
+    assert arr["stragglers"] == [1] and arr["steps_waited"] == arr["steps"]
+    assert max(arr["straggler_phases_us"], key=arr["straggler_phases_us"].get) == "unrecorded"
+    # the first collective after the sleep: rank 1 arrives last in every step, rank 0 waits about the sleep
+    first = arr["collectives"][0]
+    assert first["last"] == [1] and first["last_share"] == 1.0 and first["others_wait_us"] > half
     assert "GP703" in codes and "4.0 gradient all-reduce rounds per optimizer step" in codes["GP703"]["message"]
     assert "GP705" in codes and "4.0 times per step" in codes["GP705"]["message"]  # find_unused_parameters=True
 
@@ -99,7 +109,8 @@ def test_real_ddp_fixed_twin_waits_far_less_and_syncs_once(ddp_runs: dict[str, P
     assert sec["others_wait_us"] < SLEEP_MS * 1000 / 2
     assert sec["ddp_rounds_per_optimizer_step"] == pytest.approx(1.0)
     assert sec["ddp_forwards_per_step"] == pytest.approx(4.0)
-    assert not {"GP703", "GP705"} & {f["code"] for f in report["findings"]}
+    # nothing planted: the scheduler of a shared host holds a rank back by milliseconds, under the CPU floor
+    assert not {"GP701", "GP703", "GP705"} & {f["code"] for f in report["findings"]} and sec["stragglers"] == []
 
 
 def test_real_ddp_terminal_and_markdown_show_the_section(ddp_runs: dict[str, Path]) -> None:
@@ -115,9 +126,23 @@ def test_real_hta_two_ranks_are_one_job_with_exposed_communication() -> None:
     sec = _section(report)
     assert [r["rank"] for r in sec["ranks"]] == [0, 1] and sec["backend"] == "nccl" and sec["world_size"] == 128
     assert any("2 of 128 ranks" in n for n in sec["notes"])
-    assert {c["type"] for c in sec["collectives"]} == {"send_recv"}  # NCCL SendRecv kernels (all-to-all)
+    # every kernel is a NCCL SendRecv kernel: the host annotation that launched it says which collective it ran
+    assert {c["type"]: c["per_step"] for c in sec["collectives"]} == {"all_reduce": 2, "all_gather": 1,
+                                                                      "all_to_all": 2}
+    # sizes from the nccl:* annotations' Input Dims, checked against the raw events of rank 0
+    raw = json.loads(gzip.open(r0).read())["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in raw if str(e.get("name", "")).startswith("ProfilerStep#")]
+    elems = [math.prod(e["args"]["Input Dims"][0]) * 4 for e in raw
+             if e.get("name") == "nccl:all_reduce" and e.get("cat") == "user_annotation"
+             and any(a <= e["ts"] <= b for a, b in steps)]
+    assert len(elems) == 4 and {e["args"]["Input type"][0] for e in raw if e.get("name") == "nccl:all_reduce"} == {"float"}
+    ar = next(c for c in sec["collectives"] if c["type"] == "all_reduce")
+    assert ar["bytes_per_step"] == pytest.approx(sum(elems) / len(steps)) and ar["bus_gbps"] > 0
     gp702 = [f for f in report["findings"] if f["code"] == "GP702"]
-    assert gp702 and gp702[0]["cost_share"] > 0.1  # communication dominates: 25% of the step not overlapped
+    # communication dominates; the cost is transfer time only: at most the fastest rank's time of each collective
+    fastest = sum(c["per_step"] * c["mean_us"] for c in sec["collectives"])
+    assert gp702 and 0.1 < gp702[0]["cost_share"] <= 1
+    assert gp702[0]["cost_us_per_step"] <= min(fastest, max(r["exposed_comm_us"] for r in sec["ranks"])) * 1.001
 
 
 def test_one_rank_alone_has_no_cross_rank_section() -> None:
@@ -180,6 +205,15 @@ def test_per_node_reports_merge_into_the_same_cross_rank_view(tmp_path: Path) ->
     assert merged["traces"] == []  # no trace was read again
     assert _section(merged) == direct
     assert [f["code"] for f in merged["findings"]] == ["GP702"]
+
+
+def test_node_reports_of_one_rank_say_there_is_nothing_to_compare(tmp_path: Path) -> None:
+    r0 = shared_path(*HTA, "timeline_analysis", "sampled_rank-0.json.gz")
+    for i in range(2):  # the same rank's report twice, as from two nodes
+        _cli(r0, "--format", "json", "-o", str(tmp_path / f"node{i}.json"))
+    merged = _cli_json(tmp_path / "node0.json", tmp_path / "node1.json")
+    assert not [s for s in merged["sections"] if s["kind"] == "cross_rank"]
+    assert any("no cross-rank comparison: the 2 rank summaries all hold rank 0" in n for n in merged["notes"])
 
 
 def test_jobs_1_and_2_give_the_same_report(ddp_runs: dict[str, Path]) -> None:

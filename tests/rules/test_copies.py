@@ -234,3 +234,79 @@ def test_gp204_does_not_fire_on_v100_samples(v100_samples):
 def test_gp201_real_b200_small_pageable_copies_not_flagged():
     path = shared_path("hta", "TraceLens", "tests", "traces", "b200", "eager_trace.json.gz")
     assert not _findings(path, "GP201")
+
+
+# ------------------------------------------------------------------ synchronous copy APIs (CUDA and ROCm)
+
+
+def _rocm_sync_copy_loop(tmp_path: Path, api: str, steps: int = 4) -> Path:
+    """Each step queues 30 ms of kernels, then copies to the GPU with a synchronous copy API whose call returns
+    just before its GPU copy ends (as HIP's staged copies do): no sync follows, the call itself waits."""
+    tb = TraceBuilder(device="AMD Instinct MI300X", hip=api.startswith("hip"))
+    for _ in range(steps):
+        with tb.step():
+            for _ in range(6):
+                tb.gemm("float", us=5000)
+            with tb.op("aten::copy_", input_types=["float", "float", "Scalar"]):
+                tb.memcpy("HtoD", 4 << 20, src="Host", dst="Device", host_waits=True, api=api)
+            tb.gemm("float", us=500)
+    path = tb.write(tmp_path / f"sync_copy_{api}.pt.trace.json")
+    # the builder's calls return at once; a synchronous copy's call lasts until (just before) its copy ends
+    doc = json.loads(path.read_text())
+    copies = {e["args"]["correlation"]: e for e in doc["traceEvents"] if e.get("cat") == "gpu_memcpy"}
+    for e in doc["traceEvents"]:
+        if e.get("name") == api:
+            g = copies[e["args"]["correlation"]]
+            e["dur"] = g["ts"] + g["dur"] - 2 - e["ts"]
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("api", ["hipMemcpyWithStream", "hipMemcpy", "cudaMemcpy"])
+def test_gp202_bad_synchronous_copy_api_waits_behind_queued_kernels(tmp_path, api):
+    path = _rocm_sync_copy_loop(tmp_path, api)
+    raw = json.loads(path.read_text())["traceEvents"]
+    calls = [e for e in raw if e.get("name") == api]
+    assert len(calls) == 4
+    expected = sum(e["dur"] for e in calls) / 4  # the trace's own figure: the calls' time
+    assert expected > 20_000  # each waits behind ~30 ms of queued GEMMs
+    f = _one(path, "GP202")
+    assert f is not None
+    ev = f.evidence[0]
+    assert ev.value == pytest.approx(expected, rel=0.01)
+    assert ev.extra["queued_behind_gpu_work_us_per_step"] > 0.9 * (expected - 1000)
+    assert ev.extra["synchronous_copy_calls"] == [api]
+    assert "queued behind kernels launched before the copy" in f.message and api in f.message
+    # the syncs table lists them as host waits, named for what they are (not .cpu())
+    rep = analyze(path)
+    syncs = rep.traces[0].to_dict()["syncs"] if hasattr(rep.traces[0], "to_dict") else rep.traces[0]["syncs"]
+    row = next(s for s in syncs if s["runtime"] == api)
+    assert row["cause"] == f"a synchronous host→device copy ({api}) queued behind kernels"
+    assert row["count"] == 4 and row["total_us"] == pytest.approx(4 * expected, rel=0.01)
+    assert "GP203" not in {f.code for f in rep.findings}  # GP202 owns these waits, counted once
+
+
+def test_gp202_good_async_copy_api_does_not_wait(tmp_path):
+    tb = TraceBuilder(device="AMD Instinct MI300X", hip=True)
+    for _ in range(4):
+        with tb.step():
+            for _ in range(6):
+                tb.gemm("float", us=5000)
+            tb.memcpy("HtoD", 4 << 20, src="Pinned", dst="Device", host_waits=False, api="hipMemcpyAsync")
+    assert _one(tb.write(tmp_path / "async.json"), "GP202") is None
+
+
+def test_gp202_bad_real_rocm_synchronous_copies_match_the_trace() -> None:
+    """SGLang on MI300X: hipMemcpyWithStream host→device calls; GP202's wait within 2x of the trace's own."""
+    path = shared_path("hta", "TraceLens", "tests", "traces", "inference", "sglang_prefilldecode",
+                       "sglang_Qwen3-8B_prefilldecode.json.gz")
+    raw = json.loads(gzip.open(path).read())["traceEvents"]
+    htod = {e["args"]["correlation"] for e in raw if e.get("cat") == "gpu_memcpy" and "HtoD" in e.get("name", "")}
+    calls = [e for e in raw if e.get("name") == "hipMemcpyWithStream" and e["args"].get("correlation") in htod]
+    expected = sum(e["dur"] for e in calls)
+    assert calls and expected > 100_000
+    f = _one(path, "GP202")
+    assert f is not None
+    steps = analyze(path).traces[0].to_dict()["num_steps"] if hasattr(analyze(path).traces[0], "to_dict") else 1
+    assert expected / 2 <= f.evidence[0].value * max(steps, 1) <= expected * 2
+    assert f.evidence[0].extra["synchronous_copy_calls"] == ["hipMemcpyWithStream"]

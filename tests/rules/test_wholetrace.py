@@ -158,6 +158,42 @@ def test_gp206_good(tmp_path):
     assert "GP206" not in codes and "GP205" in codes
 
 
+def test_gp206_bad_two_slow_startup_frees_do_not_hide_each_other(tmp_path):
+    # two slow cudaFree calls before any GPU work (context creation, then the allocator's first free), then a run
+    # with cheap frees: the ratio to the others would keep only the slower one; by position both are start-up
+    tb = TraceBuilder()
+    tb.runtime("cudaGetDeviceCount", us=50.0)
+    tb.runtime("cudaFree", ms=266.0)
+    tb.runtime("cudaFree", ms=715.0)
+    for _ in range(3):
+        for _ in range(8):
+            tb.gemm(us=2000)
+        tb.cuda_free(us=100.0)
+    report = analyze(tb.write(tmp_path / "frees.json"))
+    f = next(f for f in report.findings if f.code == "GP206")
+    calls = sorted(c["us"] for c in f.evidence[0].extra["calls"] if c["call"] == "cudaFree")
+    assert calls == pytest.approx([266_000.0, 715_000.0], rel=0.01)
+    assert f.evidence[0].value == pytest.approx(981_000.0, rel=0.01)  # named in full: half the trace here
+    assert all("before the first GPU work" in c["what"] for c in f.evidence[0].extra["calls"] if c["call"] == "cudaFree")
+    assert "2 calls took 981.0 ms" in f.message
+
+
+def test_gp206_good_mid_run_allocator_calls_stay_gp205s(tmp_path):
+    # caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1): hipFree every step, one of them 70 ms. Not
+    # "start-up work" (it is after the first step); GP205 reports the churn, with the slow free in it.
+    tb = TraceBuilder(hip=True)
+    for i in range(6):
+        with tb.step():
+            for _ in range(4):
+                tb.gemm(us=1000)
+            tb.cuda_malloc(us=300.0)
+            tb.cuda_free(us=70_000.0 if i == 3 else 2_000.0)
+    report = analyze(tb.write(tmp_path / "hipfree.json"))
+    assert "GP206" not in {f.code for f in report.findings}
+    gp205 = next(f for f in report.findings if f.code == "GP205")
+    assert gp205.evidence[0].extra["allocator_us_per_step"] > (70_000 + 5 * 2_000) / 6 * 0.99
+
+
 # -- GP205 without step markers --------------------------------------------------------------------------
 
 

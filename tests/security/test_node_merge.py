@@ -144,7 +144,7 @@ def test_two_traces_of_one_rank_are_said_not_silent(tmp_path: Path) -> None:
     code, text = _invoke(a / "rank0.json.gz", b / "rank0.json.gz", "--format", "json")
     assert code in (0, 1)
     doc = json.loads(text)
-    assert any("rank 0 only" in n or "rank 0 again" in n for n in doc["notes"]), doc["notes"]
+    assert any("all hold rank 0" in n or "rank 0 again" in n for n in doc["notes"]), doc["notes"]
 
 
 def _peak_rss_mb(code: str) -> float:

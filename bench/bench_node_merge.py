@@ -46,7 +46,7 @@ def build(path: Path, mb: float, first_rank: int) -> None:
     ranks = []
     for r in range(8):
         x = dict(d, rank=first_rank + r, world_size=16, path=f"rank{first_rank + r}.json")
-        for k in ("inst_type", "inst_dur", "inst_bytes", "inst_group", "inst_step", "inst_start"):
+        for k in [k for k in d if k.startswith("inst_") and d[k]]:  # every per-collective list
             x[k] = d[k] * rep
         ranks.append(x)
     doc = {"schema_version": SCHEMA_VERSION, "command": "analyze", "traces": [], "findings": [], "notes": [],

@@ -25,10 +25,11 @@ __all__ = ["RankSummaries", "is_report_file", "summaries_from_report", "KIND"]
 
 KIND = "rank_summaries"
 _PEEK = 512
-# A node report holds a few KB to a few MB per rank. Merging costs about 4x its size in memory while the
-# summaries load (Python lists of numbers) and more in the merge and the output (docs/security-tests.md):
-# a report over this size is refused before it is read, instead of the merge exhausting memory.
-MAX_REPORT_BYTES = Limit("GPUPROF_MAX_NODE_REPORT_BYTES", 256 << 20, "the largest node report")
+# A node report holds a few KB to a few MB per rank. Loading its summaries costs 2-5x its size (Python lists
+# of numbers; 5x with the per-collective phase lists, inst_gap) and the merge and the output more, ~13x in
+# all (bench/bench_node_merge.py): a report over this size is refused before it is read, so a merge stays
+# under ~2 GB instead of exhausting memory.
+MAX_REPORT_BYTES = Limit("GPUPROF_MAX_NODE_REPORT_BYTES", 128 << 20, "the largest node report")
 
 
 @dataclass

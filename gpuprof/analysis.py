@@ -119,7 +119,7 @@ def analyze(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     progress: ProgressFactory | None = None,
     failures: list[RuleFailure] | None = None,
-    jobs: int = 1,
+    jobs: int | None = 1,
     dask: Scheduler | None = None,
     on_rank_done: Callable[[int, int], None] | None = None,
 ) -> Report:
@@ -129,7 +129,8 @@ def analyze(
     JSON report gpuprof wrote contributes its rank summaries (a per-node
     analysis merged later). Traces of two or more ranks add a ``cross_rank``
     section and the GP7xx findings. ``jobs`` > 1 analyses several traces in
-    that many processes at once (no progress bars then). ``dask``: a Dask
+    that many processes at once (no progress bars then); ``None``: as many
+    as pay for themselves (:func:`gpuprof.pool.workers_for`). ``dask``: a Dask
     scheduler address or ``distributed.Client``: each trace is analysed on a
     cluster worker that reads it itself (see :mod:`gpuprof.cluster`);
     ``on_rank_done(done, total)`` follows its progress. A path may be a URL
@@ -161,7 +162,7 @@ def _analyze(
     options: Mapping[str, Mapping[str, Any]] | None,
     progress: ProgressFactory | None,
     failures: list[RuleFailure] | None,
-    jobs: int = 1,
+    jobs: int | None = 1,
     dask: Scheduler | None = None,
     on_rank_done: Callable[[int, int], None] | None = None,
 ) -> Report:
@@ -171,21 +172,25 @@ def _analyze(
     report = Report(command="analyze", inputs=paths)
     ranks: list[Any] = []
     files: list[TraceFile] = []
+    taken: dict[int, str] = {}  # rank -> the node report that brought it (a rank twice is refused)
     for p in paths:  # several paths: the ranks of one job; JSON reports bring their rank summaries
         if len(paths) > 1 and is_report_file(p):
-            ranks.extend(summaries_from_report(p))
+            ranks.extend(summaries_from_report(p, taken))
         else:
             files.extend(find_traces(p))
     from_reports = len(ranks)
     errors: list[InputError] = []
     results: list[Any] | None = None
+    from gpuprof.pool import workers_for
+
+    workers = workers_for(files, jobs) if dask is None else 1
     if dask is not None and files:
         from gpuprof.cluster import run_on_dask
 
         results = run_on_dask(dask, files, _analyze_one, (dict(options or {}), select, ignore), on_rank_done)
-    elif jobs > 1 and len(files) > 1:
+    elif workers > 1:
         try:
-            results = _run_parallel(files, options, select, ignore, jobs)
+            results = _run_parallel(files, options, select, ignore, workers)
         except (OSError, RuntimeError) as err:  # BrokenProcessPool is a RuntimeError: the files are read here instead
             report.notes.append(f"the parallel analysis stopped ({_one_line(err)}); the traces were analysed one by one")
     for i, f in enumerate(files):
@@ -282,15 +287,10 @@ def _run_parallel(
     Memory: at most ``jobs`` traces are loaded at a time; only their summaries
     and findings come back.
     """
-    import concurrent.futures as cf
-    import multiprocessing
+    from gpuprof.pool import run_pool
 
-    # forkserver: workers forked from a fresh process, not from this one, which may hold threads
-    # (torch's, a caller's) that make a plain fork crash or hang
-    ctx = multiprocessing.get_context("forkserver")
-    with cf.ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
-        futures = [pool.submit(_analyze_one, f, dict(options or {}), select, ignore) for f in files]
-        return [fu.result() for fu in futures]
+    # the pool used only where it pays, workers joined, none left behind if this process is killed: gpuprof.pool
+    return run_pool(_analyze_one, files, jobs, (dict(options or {}), select, ignore))
 
 
 def _analyze_one(f: TraceFile, options: Mapping[str, Mapping[str, Any]], select: list[str], ignore: list[str]) -> Any:

@@ -57,11 +57,23 @@ class Option:
         if self.unit == "bytes":
             from gpuprof.units import parse_bytes
 
-            return parse_bytes(text)
+            return self._in_range(parse_bytes(text))
         try:
-            return kind(text)
-        except ValueError:
+            return self._in_range(kind(text))
+        except ValueError as err:
+            if "finite" in str(err):
+                raise
             raise ValueError(f"expected {'a number' if kind in (int, float) else kind.__name__}, got {text!r}") from None
+
+    def _in_range(self, value: Any) -> Any:
+        """A number as every threshold is: finite and not negative (``nan`` would turn a rule off unsaid:
+        no comparison with it is true; ``-5`` as a minimum share makes one that can never fire)."""
+        import math
+
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not (
+                math.isfinite(value) and value >= 0):
+            raise ValueError(f"expected a finite number of 0 or more, got {value!r}")
+        return value
 
     def check(self, value: Any) -> Any:
         """``value`` given as a Python object (capture's ``options=`` mapping): parsed or type-checked."""
@@ -69,9 +81,9 @@ class Option:
             return self.parse(value)
         kind = type(self.default)
         if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            return self._in_range(float(value))
         if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
-            return value
+            return self._in_range(value)
         raise ValueError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
 
 

@@ -44,7 +44,11 @@ def run_facts(live: Live, written: Sequence[TraceFile], *, tensorboard: bool) ->
     loaders = live.find(LoaderCheck)
     batches = loaders.monitor.batches if loaders is not None else 0
     notes = list(g.notes)
-    if not written and live.step_s and live.paths is not None and g.ok("profiler"):
+    if not g.ok("trace export"):  # the disk filled, the directory went: not "pass a shorter schedule"
+        notes.append(f"the trace export failed ({g.failed['trace export']}): "
+                     + ("no trace was written" if not written else
+                        "the traces exported before it are analysed, the recording that failed is lost"))
+    elif not written and live.step_s and live.paths is not None and g.ok("profiler"):
         notes.append(_no_trace_note(live))
     if not live.step_s and batches:
         notes.append(no_steps_text(batches))

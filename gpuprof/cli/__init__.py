@@ -37,6 +37,29 @@ class _Group(click.Group):
     them): control characters in it are made visible, never sent to the terminal.
     """
 
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        """Click's main, with a usage error as one line (click prints usage, a hint, a blank line, the error)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as err:  # bare "gpuprof": the help, as click prints it
+            err.show()
+            sys.exit(err.exit_code)
+        except click.UsageError as err:
+            where = err.ctx.command_path if err.ctx is not None else (prog_name or "gpuprof")
+            click.echo(f"gpuprof: error: {visible(err.format_message())} (see '{visible(where)} --help')", err=True)
+            sys.exit(err.exit_code)
+        except click.ClickException as err:  # a bad file argument and the like: click's own one line
+            err.show()
+            sys.exit(err.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        # without standalone mode click returns ctx.exit()'s code instead of exiting with it
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

@@ -103,7 +103,8 @@ def cross_rank_markdown(section: Any) -> str:
 
 
 def _summaries_line(section: Any) -> str:
-    ranks = [r.get("rank") for r in _d(section)["ranks"]]
+    # the ranks are summaries (msgspec structs) in a live report, dicts in one read back from JSON
+    ranks = [r.get("rank") if isinstance(r, dict) else getattr(r, "rank", None) for r in _d(section)["ranks"]]
     return (f"rank summaries of {len(ranks)} rank{'s' if len(ranks) != 1 else ''} ({', '.join(map(str, ranks))}) "
             "are in the JSON report, for a later cross-rank merge (docs/distributed.md)")
 

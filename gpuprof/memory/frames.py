@@ -159,8 +159,8 @@ class SiteTable:
         return cached is not None and cached[0] is frames
 
     def site_of(self, frames: Any) -> int:
-        """The site id of a snapshot ``frames`` list (innermost first)."""
-        if not frames:
+        """The site id of a snapshot ``frames`` list (innermost first); unknown for anything but a list."""
+        if not frames or not isinstance(frames, (list, tuple)):  # a hostile or torn snapshot: "frames": 5
             return self.UNKNOWN
         cached = self._by_list.get(id(frames))
         if cached is not None and cached[0] is frames:

@@ -50,9 +50,17 @@ def _open(path: str | os.PathLike[str]) -> Opened:
     return opened
 
 
-def load_memory(path: str | os.PathLike[str], internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS) -> MemoryData:
-    """Load ``path`` (snapshot or trace; ``-`` or a pipe is read once, as a stream) into :class:`MemoryData`."""
-    opened = _open(path)
+def load_memory(path: str | os.PathLike[str], internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS,
+                opened: Opened | None = None) -> MemoryData:
+    """Load ``path`` (snapshot or trace; ``-`` or a pipe is read once, as a stream) into :class:`MemoryData`.
+
+    ``opened``: the input already opened (by the TensorBoard plugin, which opens files without following links).
+    """
+    if opened is None:
+        opened = _open(path)
+    elif not opened.head:
+        opened.close()
+        raise InputError(path, "empty file")
     kind = sniff_head(opened.head)
     if kind == "snapshot":
         from gpuprof.memory.snapshot import load_snapshot

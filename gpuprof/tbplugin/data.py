@@ -41,19 +41,28 @@ __all__ = ["analyse_trace_file", "run_view", "compare_views", "read_report", "MA
 MAX_REPORT_BYTES = 64 << 20  # a report.json is a few kB; a huge one is not ours
 
 
-def analyse_trace_file(path: Path) -> dict[str, Any]:
+def analyse_trace_file(path: Path, logdir: Path | None = None) -> dict[str, Any]:
     """Summary, findings and per-step breakdowns of one trace (the analysis ``gpuprof analyze`` runs).
 
     A rule that raises is not hidden: its code goes to ``failed_rules`` and a
     note says the analysis is incomplete (strict mode, as in the tests,
     raises instead). An unreadable trace raises :class:`InputError`.
+    ``logdir``: the file is opened inside it without following links or
+    waiting on a FIFO (:mod:`gpuprof.tbplugin.safeopen`); the plugin always
+    gives it. The load checks the analysis store's time budget between
+    chunks (:func:`gpuprof.tbplugin.store.check_cancelled`).
     """
     from gpuprof.analysis import RuleFailure, analyze_trace
+    from gpuprof.tbplugin.safeopen import open_in_logdir
+    from gpuprof.tbplugin.store import check_cancelled
     from gpuprof.trace.load import load_trace
     from gpuprof.trace.metrics import compute_metrics
 
-    trace = load_trace(path)
+    opened = open_in_logdir(logdir, path, peek=2) if logdir is not None else None
+    trace = load_trace(path, progress=lambda done, total: check_cancelled(), opened=opened)
+    check_cancelled()
     metrics = compute_metrics(trace)
+    check_cancelled()
     failures: list[RuleFailure] = []
     ranks: list[Any] = []
     summary, findings = analyze_trace(trace, failures=failures, metrics=metrics, rank_summaries=ranks)
@@ -68,13 +77,21 @@ def analyse_trace_file(path: Path) -> dict[str, Any]:
             "rank_summary": msgspec.to_builtins(ranks[0]) if ranks else None}
 
 
-def read_report(path: Path) -> dict[str, Any]:
-    """A gpuprof ``report.json`` (docs/report-schema.md), checked enough that the page can rely on its shape."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_REPORT_BYTES + 1)
-    except OSError as err:
-        raise InputError(path, f"cannot read the report: {err.strerror or err}") from err
+def read_report(path: Path, logdir: Path | None = None) -> dict[str, Any]:
+    """A gpuprof ``report.json`` (docs/report-schema.md), checked enough that the page can rely on its shape.
+
+    ``logdir``: read inside it safely (:mod:`gpuprof.tbplugin.safeopen`), as the plugin always does.
+    """
+    from gpuprof.tbplugin.safeopen import read_in_logdir
+
+    if logdir is not None:
+        raw = read_in_logdir(logdir, path, MAX_REPORT_BYTES)
+    else:
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_REPORT_BYTES + 1)
+        except OSError as err:
+            raise InputError(path, f"cannot read the report: {err.strerror or err}") from err
     if len(raw) > MAX_REPORT_BYTES:
         raise InputError(path, f"report larger than {MAX_REPORT_BYTES >> 20} MiB; not a gpuprof report")
     try:
@@ -110,7 +127,7 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
     reports = []
     for p in run.reports:
         try:
-            reports.append((p, read_report(p)))
+            reports.append((p, read_report(p, logdir)))
         except GpuprofError as err:
             errors.append(str(err))
     findings = [dict(f, trace=t["file"]) for t in analysed for f in t["findings"]]

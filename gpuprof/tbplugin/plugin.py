@@ -22,7 +22,12 @@ Routes (all GET, all answers JSON unless said):
 
 Run names and snapshot indices are looked up among the runs found under
 the logdir; a request never names a file path, so it cannot reach a file
-outside the logdir.
+outside the logdir. Nor can a file swapped after the run list was made: every
+file is opened inside the logdir without following links, and only a regular
+file is read (:mod:`gpuprof.tbplugin.safeopen`). The run list is kept by a
+:class:`~gpuprof.tbplugin.runs.RunIndex` (walked again only when the logdir
+changed, at a bounded rate), and each analysis has a time budget
+(:class:`~gpuprof.tbplugin.store.Store`).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from werkzeug import wrappers
 from gpuprof.memory.htmlsafe import script_json
 from gpuprof.tbplugin import page
 from gpuprof.tbplugin.data import analyse_trace_file, compare_views, run_view
-from gpuprof.tbplugin.runs import Run, file_sig, find_runs
+from gpuprof.tbplugin.runs import Run, RunIndex, file_sig
 from gpuprof.tbplugin.store import Store
 
 __all__ = ["GpuprofPlugin", "PLUGIN_NAME"]
@@ -68,6 +73,7 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._logdir = Path(context.logdir) if context.logdir else None
+        self._index = RunIndex(self._logdir) if self._logdir is not None else None
         self._store = Store()
 
     # --- TensorBoard's side -------------------------------------------------------------------
@@ -162,9 +168,12 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
         return _respond(request, script_json(obj), "application/json", code=code)
 
     def _runs(self, notes: list[str] | None = None) -> list[Run]:
-        if self._logdir is None or not self._logdir.is_dir():
+        if self._index is None:
             return []
-        return find_runs(self._logdir, notes)
+        runs, found = self._index.get()
+        if notes is not None:
+            notes += found
+        return runs
 
     def _run(self, name: str) -> Run | None:
         return next((r for r in self._runs() if r.name == name), None)
@@ -176,7 +185,7 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
             sig = file_sig(p)
             if sig is None:
                 continue  # vanished since the walk
-            res = self._store.get(("trace", os.fspath(p)), sig, functools.partial(analyse_trace_file, p))
+            res = self._store.get(("trace", os.fspath(p)), sig, functools.partial(analyse_trace_file, p, self._logdir))
             if res is not None:
                 results[p] = res.value if res.error is None else res.error
         if len(results) < len(run.traces):
@@ -196,16 +205,39 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
 
     def _memory(self, path: Path) -> Any:
         sig = file_sig(path)
-        return self._store.get(("memory", os.fspath(path)), sig, lambda: _memory_page(path))
+        logdir = self._logdir
+        assert logdir is not None
+        budget = self._store.budget_s
+        return self._store.get(("memory", os.fspath(path)), sig, lambda: _memory_page(path, logdir, budget))
 
 
-def _memory_page(path: Path) -> str:
-    """gpuprof's memory viewer page for one snapshot (what ``gpuprof memory FILE --html`` writes)."""
-    from gpuprof.memory.analysis import MemoryOptions, analyze_memory
-    from gpuprof.memory.html import build_page_data, render_html
-    from gpuprof.memory.load import load_memory
+def _memory_page(path: Path, logdir: Path, budget_s: float) -> str:
+    """gpuprof's memory viewer page for one snapshot (what ``gpuprof memory FILE --html`` writes).
 
-    data = load_memory(path)
-    _, findings, analyses = analyze_memory(data, MemoryOptions())
-    return render_html(build_page_data(data, analyses, findings))
+    Built in a child process (:mod:`gpuprof.tbplugin.memchild`), which gets
+    the file as a descriptor opened safely here: there the unpickler's memory
+    is capped, and the child is killed past ``budget_s``.
+    """
+    import subprocess
+    import sys
 
+    import gpuprof
+    from gpuprof.errors import InputError
+    from gpuprof.tbplugin.safeopen import open_fd_in_logdir
+
+    fd = open_fd_in_logdir(logdir, path)
+    root = os.fspath(Path(gpuprof.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    try:
+        r = subprocess.run([sys.executable, "-m", "gpuprof.tbplugin.memchild", str(fd), os.fspath(path)],
+                           pass_fds=(fd,), stdin=subprocess.DEVNULL, capture_output=True, timeout=budget_s, env=env)
+    except subprocess.TimeoutExpired:
+        raise InputError(path, f"the memory page took longer than {budget_s:g} s and was stopped "
+                               "(set GPUPROF_TB_ANALYSIS_SECONDS to allow more)") from None
+    finally:
+        os.close(fd)
+    if r.returncode != 0:
+        lines = r.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise InputError(path, lines[-1].removeprefix(os.fspath(path) + ": ") if lines
+                         else f"the memory page could not be built (exit {r.returncode})")
+    return r.stdout.decode("utf-8")

@@ -12,23 +12,37 @@ plugins list the same runs.
 
 The walk never follows symbolic links (a logdir is often a shared folder, a
 link could point anywhere) and stops at ``MAX_DEPTH`` levels and
-``MAX_FILES`` files, saying so in a note instead of walking forever.
+``MAX_FILES`` entries (``GPUPROF_TB_MAX_FILES`` raises it), saying so in a
+note instead of walking forever. It goes breadth first, so the runs near the
+top of the logdir are found before a deep tree of other files uses up the
+limit. File types come from the directory entries (``d_type``): no ``stat``
+per file.
+
+:class:`RunIndex` keeps the list: the plugin answers every request (the
+page polls twice a second) from it, and walks again only when a directory
+it saw changed (its mtime: a file created, removed or renamed in it), at
+most once per ``RunIndex.min_interval_s``, and by one thread while the
+others are answered from the list they have.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import stat
+import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuprof.inputs import Limit
 from gpuprof.trace.load import TRACE_SUFFIXES
 
-__all__ = ["Run", "find_runs", "FileSig", "MAX_DEPTH", "MAX_FILES"]
+__all__ = ["Run", "find_runs", "FileSig", "MAX_DEPTH", "MAX_FILES", "RunIndex"]
 
 MAX_DEPTH = 6
-MAX_FILES = 20_000
+# entries looked at (files and directories); a walk by d_type costs about 1 µs each
+MAX_FILES = Limit("GPUPROF_TB_MAX_FILES", 200_000, "the entries the plugin looks at under the logdir")
 SNAPSHOT_SUFFIX = ".memory_snapshot.pickle"
 _RANK_DIR = re.compile(r"rank(\d+)")
 
@@ -72,38 +86,47 @@ def is_trace_name(name: str) -> bool:
             and not name.endswith((".gpuprof.json", ".gpuprof.json.gz")))
 
 
-def find_runs(logdir: str | os.PathLike[str], notes: list[str] | None = None) -> list[Run]:
-    """Every run under ``logdir``, sorted by name. ``notes`` (when given) gets a line per limit reached."""
+def find_runs(logdir: str | os.PathLike[str], notes: list[str] | None = None,
+              dirs: dict[str, int] | None = None) -> list[Run]:
+    """Every run under ``logdir``, sorted by name. ``notes`` (when given) gets a line per limit reached.
+
+    ``dirs`` (when given) gets each directory walked with its mtime (ns), for :class:`RunIndex`.
+    """
     root = Path(logdir)
     runs: dict[Path, Run] = {}
     seen = 0
-    stack: list[tuple[Path, int]] = [(root, 0)]
-    while stack:
-        d, depth = stack.pop()
+    cap = MAX_FILES.value()
+    queue: deque[tuple[Path, int]] = deque([(root, 0)])
+    while queue:
+        d, depth = queue.popleft()
         try:
+            if dirs is not None:
+                dirs[os.fspath(d)] = os.stat(d, follow_symlinks=d == root).st_mtime_ns
             entries = list(os.scandir(d))
         except OSError:
             continue  # unreadable or vanished meanwhile: not a run
         for e in sorted(entries, key=lambda e: e.name):
             seen += 1
-            if seen > MAX_FILES:
+            if seen > cap:
                 if notes is not None:
-                    notes.append(f"stopped looking for runs after {MAX_FILES} files under the logdir")
+                    notes.append(MAX_FILES.exceeded(f"more than {cap:,} files and directories under the logdir") +
+                                 "; the runs beyond are not listed")
                 return _sorted(runs)
             try:
-                mode = e.stat(follow_symlinks=False).st_mode
+                is_dir = e.is_dir(follow_symlinks=False)
+                is_file = not is_dir and e.is_file(follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISDIR(mode):
+            if is_dir:
                 if e.name.startswith("."):
                     continue
                 if depth + 1 <= MAX_DEPTH:
-                    stack.append((Path(e.path), depth + 1))
+                    queue.append((Path(e.path), depth + 1))
                 elif notes is not None and not any("deeper than" in n for n in notes):
                     notes.append(f"directories deeper than {MAX_DEPTH} levels under the logdir are not searched")
                 continue
-            if not stat.S_ISREG(mode):
-                continue  # links, sockets, ...: never followed
+            if not is_file:
+                continue  # links, sockets, FIFOs...: never followed (and re-checked on the descriptor when read)
             kind = _kind(e.name)
             if kind is None:
                 continue
@@ -113,6 +136,53 @@ def find_runs(logdir: str | os.PathLike[str], notes: list[str] | None = None) ->
             run = runs.setdefault(owner, Run(_name(owner, root), owner))
             getattr(run, kind + "s").append(Path(e.path))
     return _sorted(runs)
+
+
+class RunIndex:
+    """The runs under a logdir, walked again only when a directory changed, at a bounded rate (module doc)."""
+
+    def __init__(self, logdir: Path, min_interval_s: float = 2.0, full_every_s: float = 60.0) -> None:
+        self.logdir = logdir
+        self.min_interval_s = min_interval_s  # between two looks at the directories' mtimes
+        self.full_every_s = full_every_s  # a walk at least this often all the same (a clock or mtime that lies)
+        self.walks = 0
+        self._lock = threading.Lock()
+        self._runs: list[Run] | None = None
+        self._notes: list[str] = []
+        self._dirs: dict[str, int] = {}
+        self._checked = self._walked = 0.0
+
+    def get(self) -> tuple[list[Run], list[str]]:
+        """The runs and the walk's notes; the list a refresh under way replaces, never a wait for it."""
+        runs = self._runs
+        if runs is not None and time.monotonic() - self._checked < self.min_interval_s:
+            return runs, list(self._notes)
+        if not self._lock.acquire(blocking=runs is None):
+            return runs or [], list(self._notes)  # another request is refreshing: answer from what we have
+        try:
+            now = time.monotonic()
+            if self._runs is None or (now - self._checked >= self.min_interval_s and self._stale(now)):
+                notes: list[str] = []
+                dirs: dict[str, int] = {}
+                self._runs = find_runs(self.logdir, notes, dirs) if self.logdir.is_dir() else []
+                self._notes, self._dirs = notes, dirs
+                self._walked = now
+                self.walks += 1
+            self._checked = time.monotonic()
+            return self._runs, list(self._notes)
+        finally:
+            self._lock.release()
+
+    def _stale(self, now: float) -> bool:
+        if now - self._walked >= self.full_every_s or not self._dirs:
+            return True  # due, or the logdir was missing or unreadable: looking again costs one stat
+        for d, mtime in self._dirs.items():
+            try:
+                if os.stat(d, follow_symlinks=d == os.fspath(self.logdir)).st_mtime_ns != mtime:
+                    return True
+            except OSError:
+                return True  # vanished
+        return False
 
 
 def _kind(name: str) -> str | None:

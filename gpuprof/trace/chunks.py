@@ -28,6 +28,7 @@ from gpuprof.trace.source import Source
 __all__ = [
     "BLOCK",
     "MARKER",
+    "find_events",
     "Progress",
     "Text",
     "TryCut",
@@ -43,6 +44,31 @@ BLOCK = 1024 * 1024  # bytes of JSON text per chunk: small enough that a chunk a
 _BOUNDARY_TRIES = 16
 _WS = frozenset(b" \t\r\n")
 MARKER = re.compile(rb'"traceEvents"\s*:\s*\[')
+# the marker, a whole JSON string, or a bracket: enough to know the nesting depth at each marker
+_TOKENS = re.compile(rb'(?P<marker>"traceEvents"\s*:\s*\[)|"(?:[^"\\]|\\.)*"|[{}\[\]]', re.S)
+
+
+def find_events(text: bytes | bytearray) -> re.Match[bytes] | None:
+    """The top-level ``"traceEvents": [`` of a trace object's text, or None.
+
+    Not the first one anywhere: ``"metadata": {"traceEvents": [1, 2]}``
+    before the real key is a valid trace. The scan jumps string by string
+    (a bracket inside a name does not count), in C (one regex), so it costs
+    about what the search for the marker did.
+    """
+    depth = 0
+    for m in _TOKENS.finditer(text):
+        if m.lastgroup == "marker":
+            if depth == 1:
+                return m
+            depth += 1  # the marker's "[" opens a nested list
+            continue
+        c = m.group()[:1]
+        if c in (b"{", b"["):
+            depth += 1
+        elif c in (b"}", b"]"):
+            depth -= 1
+    return None
 
 Progress = Callable[[int, int], None]  # (bytes read so far, total bytes)
 # try_cut(buf, lo, end, base): decode the events buf[lo:end] (base: where buf[lo] is in the
@@ -72,7 +98,7 @@ def read_head(src: Source) -> tuple[bytes, int | None, bool]:
         return buf, start + 1, True
     if first != b"{":
         raise InputError(src.path, f"not a PyTorch profiler trace (JSON text expected, found {show(buf[start:start + 12])})")
-    m = MARKER.search(buf)
+    m = find_events(buf)
     if m is not None:
         return buf, m.end(), False
     limit = MAX_EVENT_BYTES.value()
@@ -83,10 +109,8 @@ def read_head(src: Source) -> tuple[bytes, int | None, bool]:
         more = src.read(max(BLOCK, len(text)))  # doubling: finding the marker costs O(header), not O(header^2)
         if not more:
             return bytes(text), None, False
-        # search only the new text (and a marker's length before it)
-        from_ = max(0, len(text) - 256)
         text += more
-        m = MARKER.search(text, from_)
+        m = find_events(text)  # from the start: the depth needs it (doubling keeps the total O(header))
     return bytes(text), m.end(), False
 
 

@@ -17,7 +17,7 @@ import msgspec
 from gpuprof.errors import InputError
 from gpuprof.remote import TraceFile
 from gpuprof.trace import raw as R
-from gpuprof.trace.chunks import MARKER, TryCut, as_json_list
+from gpuprof.trace.chunks import TryCut, as_json_list, find_events
 
 __all__ = ["EVENTS_DECODER", "TRACE_DECODER", "TOO_DEEP", "EventSink", "chunk_decoder", "decode_header", "decode_last", "decode_whole"]
 
@@ -86,7 +86,7 @@ def decode_header(path: TraceFile, head: bytes, list_format: bool) -> R.RawTrace
     """The top-level keys before ``"traceEvents"`` (device properties, rank, ...); None for a bare list."""
     if list_format:
         return None
-    text = head[: MARKER.search(head).start()].rstrip()  # type: ignore[union-attr]
+    text = head[: find_events(head).start()].rstrip()  # type: ignore[union-attr]
     if text.endswith(b","):
         text = text[:-1]
     try:

@@ -50,6 +50,11 @@ _DTYPE_FLAGS: dict[str, int] = {
 # an operator's "Sequence number" kept past its chunk (B/E events): only its presence is read
 _PRESENT = msgspec.Raw(b"0")
 
+# The largest timestamp or duration (µs) an event may have: 2^53 µs is 285 years, beyond any clock a
+# profiler reads (epoch µs are ~1.7e15), and the largest a float64 holds to the µs. Beyond it (1.7e308)
+# sums of times overflow to inf and every step, gap and share computed from them is meaningless.
+MAX_TIME_US = float(2**53)
+
 
 def _as_int(x: object) -> int:
     if type(x) is int:
@@ -105,6 +110,7 @@ class Builder:
         # so a pair split across chunks (or across processes) still pairs
         self._slices: list[R.RawEvent] = []
         self._no_dur = 0  # X events without dur, kept as zero-length
+        self._bad_time = 0  # events whose ts or dur is beyond MAX_TIME_US (or NaN): left out
         self._pairs = 0  # B/E pairs made into complete events
 
     # -- header / metadata
@@ -185,13 +191,19 @@ class Builder:
             else:
                 continue
             ts = ev.ts
-            if ts is None or ts != ts:  # missing or NaN: cannot be placed on a timeline
+            if ts is None:  # missing: cannot be placed on a timeline
+                continue
+            if not -MAX_TIME_US <= ts <= MAX_TIME_US:  # NaN, inf, 1.7e308: no clock reads that
+                self._bad_time += 1
                 continue
             dur = ev.dur
             if dur is None or not dur > 0:
                 if dur is None and ph == "X":
                     self._no_dur += 1
                 dur = 0.0
+            elif dur > MAX_TIME_US:
+                self._bad_time += 1
+                continue
             name = ev.name
             if type(name) is not str:
                 name = "" if name is None else str(name)
@@ -305,6 +317,10 @@ class Builder:
         if self._no_dur:
             n = self._no_dur
             t.load_notes.append(f"{n} complete event{'' if n == 1 else 's'} (ph X) without dur: kept with zero duration")
+        if self._bad_time:
+            n = self._bad_time
+            t.load_notes.append(f"{n} event{'' if n == 1 else 's'} with a timestamp or duration that is not a "
+                                f"number or beyond any clock (over {MAX_TIME_US:.0f} µs): left out")
         t.num_events = self.events_seen
         if t.num_events and not t.kept_events:
             raise InputError(t.path, self._nothing_usable())

@@ -226,13 +226,22 @@ def test_per_node_reports_merge_into_the_same_cross_rank_view(tmp_path: Path) ->
     assert [f["code"] for f in merged["findings"]] == ["GP702"]
 
 
-def test_node_reports_of_one_rank_say_there_is_nothing_to_compare(tmp_path: Path) -> None:
+def test_node_reports_of_one_rank_are_refused_naming_both(tmp_path: Path) -> None:
+    """The same rank's report twice, as from two nodes: exit 2 naming the rank and both files (issue 23).
+
+    Several traces of one rank keep the note (the analysis's own notes); node reports that both claim a
+    rank are refused before anything is merged (tests/security/test_node_merge.py has the other cases).
+    """
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+
     r0 = shared_path(*HTA, "timeline_analysis", "sampled_rank-0.json.gz")
-    for i in range(2):  # the same rank's report twice, as from two nodes
+    for i in range(2):
         _cli(r0, "--format", "json", "-o", str(tmp_path / f"node{i}.json"))
-    merged = _cli_json(tmp_path / "node0.json", tmp_path / "node1.json")
-    assert not [s for s in merged["sections"] if s["kind"] == "cross_rank"]
-    assert any("no cross-rank comparison: the 2 rank summaries all hold rank 0" in n for n in merged["notes"])
+    res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "node0.json"), str(tmp_path / "node1.json")])
+    assert res.exit_code == 2 and "rank 0 is also in" in res.output
+    assert "node0.json" in res.output and "node1.json" in res.output
 
 
 def test_jobs_1_and_2_give_the_same_report(ddp_runs: dict[str, Path]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 from pathlib import Path
 from typing import Any
@@ -77,7 +79,12 @@ def test_terminal_and_markdown_name_the_fix(saved: tuple[str, str]) -> None:
 
 def test_regression_gate_exit_codes(dirs: tuple[str, str], saved: tuple[str, str]) -> None:
     res = run("diff", dirs[1], dirs[0], "--fail-on-regression", "5%", "-j", "1")  # 4 workers -> 0, from the traces
-    assert res.exit_code == 1 and "REGRESSION: step_time worse by 34.8%" in res.output
+    # the gate's figure is the headline's step-time change ("step time B ms → A ms: +P%"), over the threshold
+    head = re.search(r"step time ([\d.]+) ms → ([\d.]+) ms: \+([\d.]+)%", res.output)
+    assert head is not None, res.output
+    b, a, pct = (float(x) for x in head.groups())
+    assert abs((a - b) / b * 100 - pct) < 0.1 and pct > 5
+    assert res.exit_code == 1 and f"REGRESSION: step_time worse by {pct:.1f}%" in res.output
     before, after = saved
     assert run("diff", after, before).exit_code == 0  # no gate: a slower run is still exit 0
     assert run("diff", before, after, "--fail-on-regression", "5%").exit_code == 0  # the fix is faster

@@ -63,6 +63,7 @@ def _ref_report(r: Report) -> dict[str, Any]:
         "findings": [_ref_finding(f) for f in r.sorted_findings()],
         "notes": list(r.notes),
         "failed_rules": list(r.failed_rules),
+        "failed_ranks": list(r.failed_ranks),
     }
 
 

@@ -53,11 +53,10 @@ def _finding(i: int, f: Finding) -> list[str]:
     return out + [""]
 
 
-def _capture(sec: Any) -> list[str]:
-    """The capture's facts; file paths relative to its run directory."""
-    base = sec.run_dir or None
-    name = relative_to(sec.run_dir, sec.logdir) if sec.run_dir else ""
-    lines = ["**Capture**" + (f" (run {md_code(name)}; paths below are in it)" if name else ""), ""]
+def capture_facts(sec: Any, base: str | None) -> list[str]:
+    """The capture section's facts as markdown list items (steps, data loading, traces, snapshots, dumps,
+    failures); file paths relative to ``base`` when given. report.md and the Text tab both list them."""
+    lines = []
     if sec.steps:
         med = f", median step {sec.step_time_median_ms:.2f} ms" if sec.step_time_median_ms is not None else ""
         lines.append(f"- steps: {sec.steps}{med}")
@@ -73,6 +72,13 @@ def _capture(sec: Any) -> list[str]:
     for part, why in sec.failures.items():
         lines.append(f"- {md_escape(part)} failed: {md_escape(why)}")
     return lines
+
+
+def _capture(sec: Any) -> list[str]:
+    """The capture's facts; file paths relative to its run directory."""
+    name = relative_to(sec.run_dir, sec.logdir) if sec.run_dir else ""
+    lines = ["**Capture**" + (f" (run {md_code(name)}; paths below are in it)" if name else ""), ""]
+    return lines + capture_facts(sec, sec.run_dir or None)
 
 
 def findings_text(report: Report) -> str:

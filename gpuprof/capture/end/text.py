@@ -15,7 +15,7 @@ from typing import Protocol
 from gpuprof.capture.run import CaptureSection
 from gpuprof.findings import Finding, Severity, sort_findings
 from gpuprof.render.format import fmt_cost, linked_message
-from gpuprof.render.markdown import md_code, md_escape
+from gpuprof.render.markdown import md_code
 from gpuprof.render.safe import one_line, visible
 from gpuprof.render.sections import register_section
 from gpuprof.report import Report
@@ -36,23 +36,12 @@ class SummaryFacts(Protocol):
 
 def _section_markdown(sec: CaptureSection) -> str:
     # paths hold the worker name (host name, user-set) and may hold anything: code spans, visible controls
-    lines = ["## Capture", ""]
-    lines.append(f"- run directory: {md_code(sec.run_dir)}")
-    if sec.steps:
-        med = f", median step {sec.step_time_median_ms:.2f} ms" if sec.step_time_median_ms is not None else ""
-        lines.append(f"- steps: {sec.steps}{med}")
-    if sec.data_loading_share is not None:
-        lines.append(f"- data loading: {sec.data_loading_share:.1%} of step time")
-    for t, rng in zip(sec.traces, sec.recorded_steps):
-        lines.append(f"- trace (steps {rng[0]}-{rng[1]}): {md_code(t)}")
-    for s in sec.memory_snapshots:
-        lines.append(f"- memory snapshot: {md_code(s)} ({md_code('gpuprof memory ' + shlex.quote(s))})")
-    for s in sec.oom_files:
-        lines.append(f"- out-of-memory dump: {md_code(s)}")
+    from gpuprof.render.tbtext import capture_facts
+
+    lines = ["## Capture", "", f"- run directory: {md_code(sec.run_dir)}"]
     if sec.tensorboard_dir:
         lines.append(f"- TensorBoard: {md_code('tensorboard --logdir ' + shlex.quote(sec.tensorboard_dir))}")
-    for part, why in sec.failures.items():
-        lines.append(f"- {md_escape(part)} failed: {md_escape(why)}")
+    lines += capture_facts(sec, None)
     return "\n".join(lines) + "\n"
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from gpuprof.capturerun import capture_findings_of
 from gpuprof.cluster import RankFailure, Scheduler
-from gpuprof.errors import InputError, RuleError
+from gpuprof.errors import InputError, RuleError, describe_error
 from gpuprof.findings import Finding, sort_findings
 from gpuprof.flow import STRICT_ENV, RuleFailure, RuleUnit, Selection, finish, strict_rules
 from gpuprof.flow import run_rules as run_units
@@ -96,7 +96,7 @@ def analyze_trace(
             raise RuleError(trace.path, failed) from failed[0][1]
         failures.extend(failed)
         for code, err in failed:
-            summary.notes.append(f"rule {code} failed ({_one_line(err)}): the analysis of this trace is incomplete")
+            summary.notes.append(f"rule {code} failed ({describe_error(err)}): the analysis of this trace is incomplete")
     summary.notes.extend(trace.load_notes)
     if not metrics.has_step_markers and metrics.steps:
         note = "no ProfilerStep# markers: the whole trace is treated as one step"
@@ -104,11 +104,6 @@ def analyze_trace(
             note += " (after its lead-in, the time before the first GPU work)"
         summary.notes.append(note)
     return summary, sort_findings(findings)
-
-
-def _one_line(err: BaseException, limit: int = 200) -> str:
-    text = " ".join(f"{type(err).__name__}: {err}".split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def analyze(
@@ -192,7 +187,7 @@ def _analyze(
         try:
             results = _run_parallel(files, options, select, ignore, workers)
         except (OSError, RuntimeError) as err:  # BrokenProcessPool is a RuntimeError: the files are read here instead
-            report.notes.append(f"the parallel analysis stopped ({_one_line(err)}); the traces were analysed one by one")
+            report.notes.append(f"the parallel analysis stopped ({describe_error(err)}); the traces were analysed one by one")
     for i, f in enumerate(files):
         try:
             if results is not None:
@@ -272,7 +267,7 @@ def _cross_rank(
         assert failures is not None
         failures.extend(failed)
         report.failed_rules += [code for code, _ in failed if code not in report.failed_rules]
-        report.notes += [f"rule {code} failed ({_one_line(err)}): the cross-rank analysis is incomplete" for code, err in failed]
+        report.notes += [f"rule {code} failed ({describe_error(err)}): the cross-rank analysis is incomplete" for code, err in failed]
 
 
 def _run_parallel(
@@ -306,7 +301,7 @@ def _analyze_one(f: TraceFile, options: Mapping[str, Mapping[str, Any]], select:
     failed: list[RuleFailure] = []
     got: list[Any] = []
     summary, findings = analyze_trace(trace, options, select, ignore, failed, rank_summaries=got)
-    return summary, findings, got[0], [(code, _one_line(err)) for code, err in failed]
+    return summary, findings, got[0], [(code, describe_error(err)) for code, err in failed]
 
 
 def default_analyze_jobs() -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
-from gpuprof.errors import InputError
+from gpuprof.errors import InputError, describe_error
 from gpuprof.remote import TraceFile
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def connect(scheduler: Scheduler) -> tuple[Any, bool]:
     try:
         return dist.Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False), True
     except (OSError, TimeoutError, ValueError) as err:
-        raise InputError(str(scheduler), f"cannot reach the Dask scheduler ({_one_line(err)})") from None
+        raise InputError(str(scheduler), f"cannot reach the Dask scheduler ({describe_error(err)})") from None
 
 
 def run_on_dask(
@@ -90,7 +90,7 @@ def run_on_dask(
             try:
                 results[i] = fu.result()
             except Exception as err:  # noqa: BLE001 - any worker-side failure (KilledWorker, a bug) is this rank's, said in the report
-                results[i] = RankFailure(str(files[i]), _one_line(err))
+                results[i] = RankFailure(str(files[i]), describe_error(err))
             fu.release()  # the result is here: the cluster may drop it
             done += 1
             if on_done is not None:
@@ -105,9 +105,4 @@ def _token() -> str:
     import uuid
 
     return uuid.uuid4().hex[:12]
-
-
-def _one_line(err: BaseException, limit: int = 200) -> str:
-    text = " ".join(f"{type(err).__name__}: {err}".split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 

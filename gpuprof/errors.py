@@ -15,12 +15,19 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-__all__ = ["EXIT_OK", "EXIT_FINDINGS", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "GpuprofError", "InputError", "RuleError"]
+__all__ = ["EXIT_OK", "EXIT_FINDINGS", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "GpuprofError", "InputError", "RuleError",
+           "describe_error"]
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
+
+
+def describe_error(err: BaseException, limit: int = 200) -> str:
+    """``TypeName: message`` on one line, at most ``limit`` characters: an exception named in a note or report."""
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class GpuprofError(Exception):

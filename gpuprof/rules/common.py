@@ -7,7 +7,7 @@ such as the per-thread runtime calls, live on ``TraceMetrics``).
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -24,6 +24,7 @@ __all__ = [
     "kernel_idle_within",
     "copy_wait_calls",
     "of_step",
+    "ThreadSpans",
 ]
 
 
@@ -99,3 +100,23 @@ def copy_wait_calls(m: TraceMetrics, c: CopyEvent) -> list[Event]:
         return []
     sync = next_sync_call(m.threads, c.launch)
     return [c.launch] if sync is None else [c.launch, sync]
+
+
+class ThreadSpans:
+    """The time ranges of some events (nn.Module frames, dropout calls, torch.compile frames), per host thread,
+    merged: where another event of the same thread falls (:meth:`covering`)."""
+
+    def __init__(self, events: Iterable[Event]) -> None:
+        pairs: dict[tuple[str, str], list[Interval]] = {}
+        for e in events:
+            pairs.setdefault((str(e.pid), str(e.tid)), []).append((e.ts, e.end))
+        self._by_thread = {key: Intervals.from_pairs(p) for key, p in pairs.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self._by_thread)
+
+    def covering(self, e: Event) -> Interval | None:
+        """The merged span of ``e``'s thread that contains ``e``'s start (start <= ts <= end), else None."""
+        ivs = self._by_thread.get((str(e.pid), str(e.tid)))
+        i = ivs.covering(e.ts) if ivs is not None else None
+        return None if ivs is None or i is None else ivs[i]

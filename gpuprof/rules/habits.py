@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import count_of, host_step_of, host_steps_of
+from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, op_records_autograd
@@ -122,19 +122,16 @@ _TORCH_COMPILE_FRAMES = ("torch/_dynamo/", "torch/_inductor/")
 
 def _not_torchs_own(m: TraceMetrics, collects: list[Event]) -> list[Event]:
     """The ``gc.collect()`` frames not made by torch.compile's own code (inside a Dynamo/Inductor frame on their thread)."""
-    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for p in m.trace.python:
-        if p.name.startswith(_TORCH_COMPILE_FRAMES) or "/torch/_dynamo/" in p.name or "/torch/_inductor/" in p.name:
-            spans.setdefault((str(p.pid), str(p.tid)), []).append((p.ts, p.end))
-    if not spans:
+    torch_frames = ThreadSpans(p for p in m.trace.python
+                               if p.name.startswith(_TORCH_COMPILE_FRAMES) or "/torch/_dynamo/" in p.name
+                               or "/torch/_inductor/" in p.name)
+    if not torch_frames:
         return collects
-    inside = {key: Intervals.from_pairs(pairs) for key, pairs in spans.items()}
     out = []
     for c in collects:
-        ivs = inside.get((str(c.pid), str(c.tid)))
-        i = ivs.covering(c.ts) if ivs is not None else None
+        span = torch_frames.covering(c)
         # strictly inside: a call that starts as a compile frame ends (touching) is the user's, after it
-        if ivs is None or i is None or c.ts >= ivs[i][1]:
+        if span is None or c.ts >= span[1]:
             out.append(c)
     return out
 
@@ -437,19 +434,10 @@ _MODULE = "nn.Module: "
 
 def _in_module_ranges(m: TraceMetrics) -> Callable[[Event], bool] | None:
     """A test "is this event inside an ``nn.Module`` range on its thread", or None when the trace has none."""
-    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for p in m.trace.python:
-        if p.name.startswith(_MODULE):
-            spans.setdefault((str(p.pid), str(p.tid)), []).append((p.ts, p.end))
-    if not spans:
+    modules = ThreadSpans(p for p in m.trace.python if p.name.startswith(_MODULE))
+    if not modules:
         return None
-    ivs = {key: Intervals.from_pairs(pairs) for key, pairs in spans.items()}
-
-    def inside(e: Event) -> bool:
-        mine = ivs.get((str(e.pid), str(e.tid)))
-        return mine is not None and mine.covering(e.ts) is not None
-
-    return inside
+    return lambda e: modules.covering(e) is not None
 
 
 def _caller_of_model(m: TraceMetrics, op: Event) -> SourceLocation | None:

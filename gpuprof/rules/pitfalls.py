@@ -9,13 +9,12 @@ is not slower, its results are wrong, so they have no cost and stay warnings.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections import defaultdict
 from typing import Iterable, Sequence
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import count_of, host_steps_of
+from gpuprof.rules.common import ThreadSpans, count_of, host_steps_of
 from gpuprof.rules.habits import is_backward_op
 from gpuprof.trace.metrics import TraceMetrics, union_of
 from gpuprof.trace.model import Event
@@ -29,24 +28,6 @@ def _steps(m: TraceMetrics, events: Sequence[Event]) -> list[int | None]:
     if m.has_step_markers:
         return host_steps_of(m, events)
     return [0] * len(events)
-
-
-def _spans_by_thread(events: Iterable[Event]) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    out: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for e in events:
-        out[(str(e.pid), str(e.tid))].append((e.ts, e.end))
-    for spans in out.values():
-        spans.sort()
-    return out
-
-
-def _inside(spans: dict[tuple[str, str], list[tuple[float, float]]], e: Event) -> bool:
-    """True when ``e`` starts inside one of ``spans`` on its own thread (dropout calls do not nest)."""
-    mine = spans.get((str(e.pid), str(e.tid)))
-    if not mine:
-        return False
-    i = bisect_right(mine, (e.ts, float("inf"))) - 1  # the last span starting at or before e
-    return i >= 0 and e.ts <= mine[i][1]
 
 
 def _location(m: TraceMetrics, events: Sequence[Event]) -> SourceLocation | None:
@@ -178,8 +159,8 @@ class TrainModeInEval(Rule):
         dropouts = [o for o in m.trace.ops if o.name in _DROPOUT]
         if not dropouts:
             return
-        spans = _spans_by_thread(dropouts)
-        drawing = [o for o in m.trace.ops if o.name in _DROPOUT_WORK and _inside(spans, o)]
+        spans = ThreadSpans(dropouts)
+        drawing = [o for o in m.trace.ops if o.name in _DROPOUT_WORK and spans.covering(o) is not None]
         if not drawing:
             return
         backward = [o for o in m.trace.ops if is_backward_op(o.name)]

@@ -62,21 +62,10 @@ class ZeroGradFills(Rule):
         ranges = [a for a in m.trace.annotations if a.name.startswith(_ZERO_GRAD) and host_step_of(m, a.ts) is not None]
         if not ranges:
             return
-        by_thread: dict[tuple[object, object], list[tuple[float, float]]] = {}
-        for a in ranges:
-            by_thread.setdefault((a.pid, a.tid), []).append((a.ts, a.end))
-        for spans in by_thread.values():
-            spans.sort()
-
-        def inside(o: Event) -> bool:
-            spans = by_thread.get((o.pid, o.tid))
-            if not spans:
-                return False
-            i = bisect_right(spans, (o.ts, float("inf"))) - 1
-            return i >= 0 and o.ts <= spans[i][1]
+        zero_grad = ThreadSpans(ranges)
 
         # one fill per gradient: aten::zero_ calls aten::fill_, so a nested fill is the same gradient again
-        fills = _outermost([o for o in m.trace.ops if o.name.startswith(_FILLS) and inside(o)])
+        fills = _outermost([o for o in m.trace.ops if o.name.startswith(_FILLS) and zero_grad.covering(o) is not None])
         per_step = len(fills) / m.num_steps
         if not fills or per_step < ctx.opt("min_fills_per_step"):
             return

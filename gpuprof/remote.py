@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, BinaryIO, Union
+from typing import Any, BinaryIO, Callable, Union
 from urllib.parse import unquote, urlsplit
 
 from gpuprof.errors import InputError
@@ -113,9 +113,9 @@ def _url_of(fs: Any, inner: str) -> Url:
     return Url(inner) if "://" in inner else Url(fs.unstrip_protocol(inner))
 
 
-def find_remote(url: str, suffixes: tuple[str, ...]) -> list[Url]:
-    """The trace files a URL names: the object itself, every match of a glob, or every
-    object under a prefix whose name ends with one of ``suffixes`` (sorted)."""
+def find_remote(url: str, wanted: Callable[[str], bool]) -> list[Url]:
+    """The files a URL names: the object itself, every match of a glob, or every object under a prefix
+    whose file name ``wanted`` accepts (the caller's rule, e.g. ``gpuprof.trace.source.is_trace_name``), sorted."""
     fs, inner = _filesystem(url)
     try:
         if any(c in inner for c in _GLOB_CHARS):
@@ -125,9 +125,7 @@ def find_remote(url: str, suffixes: tuple[str, ...]) -> list[Url]:
             return [_url_of(fs, p) for p in found]
         if fs.isdir(inner):
             found = sorted(
-                str(p) for p in fs.find(inner)
-                if p.endswith(suffixes) and not p.rsplit("/", 1)[-1].startswith((".", "report."))
-                and not p.endswith((".gpuprof.json", ".gpuprof.json.gz"))
+                str(p) for p in fs.find(inner) if wanted(str(p).rsplit("/", 1)[-1])
             )
             if not found:
                 raise InputError(shown(url), "directory holds no trace files (*.json or *.json.gz)")

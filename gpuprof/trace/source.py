@@ -19,10 +19,17 @@ from gpuprof.errors import InputError
 from gpuprof.inputs import GZIP_RATIO_FLOOR, MAX_GZIP_RATIO, STDIN, Opened, is_stdin, open_input
 from gpuprof.remote import TraceFile, Url, find_remote, local_or_url
 
-__all__ = ["TRACE_SUFFIXES", "Source", "find_traces", "is_regular"]
+__all__ = ["TRACE_SUFFIXES", "Source", "find_traces", "is_regular", "is_trace_name"]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RATIO_CHECK_EVERY = 1024 * 1024  # bytes of text between two gzip-ratio checks
+
+
+def is_trace_name(name: str) -> bool:
+    """A file name a directory's traces are listed by: ``*.json``/``*.json.gz``, not hidden, and not a
+    report gpuprof wrote itself (``report.*``, ``*.gpuprof.json[.gz]``). Local folders and URL prefixes alike."""
+    return (name.endswith(TRACE_SUFFIXES) and not name.startswith((".", "report."))
+            and not name.endswith((".gpuprof.json", ".gpuprof.json.gz")))
 
 
 def find_traces(path: Union[str, os.PathLike[str]]) -> list[TraceFile]:
@@ -34,18 +41,12 @@ def find_traces(path: Union[str, os.PathLike[str]]) -> list[TraceFile]:
         return [Path(STDIN)]  # standard input: read as a stream (see gpuprof.inputs)
     where = local_or_url(path)
     if isinstance(where, Url):
-        return list(find_remote(where, TRACE_SUFFIXES))
+        return list(find_remote(where, is_trace_name))
     p = where
     if not p.exists():
         raise InputError(p, "no such file or directory")
     if p.is_dir():
-        found: list[TraceFile] = sorted(
-            f
-            for f in p.rglob("*")
-            if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
-        )
-        # report.json files written by gpuprof itself are not traces
-        found = [f for f in found if not f.name.startswith("report.") and not f.name.endswith((".gpuprof.json", ".gpuprof.json.gz"))]
+        found: list[TraceFile] = sorted(f for f in p.rglob("*") if f.is_file() and is_trace_name(f.name))
         if not found:
             raise InputError(p, "directory holds no trace files (*.json or *.json.gz)")
         return found

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpuprof.memory.htmlsafe import fill_template, page_policy, script_json, text_for_html
+from gpuprof.memory.htmlsafe import fill_template, page_head, script_json, text_for_html
 from gpuprof.report import Report
 
 __all__ = ["report_page_data", "diff_page_data", "render_page", "report_page", "diff_page", "PAGE_ROWS"]
@@ -222,12 +222,7 @@ if (D.kind === "diff") renderDiff(); else renderReport();
 document.body.dataset.rendered = "1";
 """
 
-_TEMPLATE = ("""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content=\"""" + page_policy([_SCRIPT], [_STYLE]) + """\">
-<title>__TITLE__</title>
-<style>""" + _STYLE + """</style></head><body>
-<h1 id="title"></h1><p class="muted" id="sub"></p>
+_TEMPLATE = (page_head(_SCRIPT, _STYLE) + """<h1 id="title"></h1><p class="muted" id="sub"></p>
 <main id="main"></main>
 <script id="data" type="application/json">__DATA__</script>
 <script>""" + _SCRIPT + """</script></body></html>

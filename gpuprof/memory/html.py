@@ -29,7 +29,7 @@ from gpuprof.atomic import write_output
 from gpuprof.findings import Finding
 from gpuprof.memory.analysis import DeviceAnalysis
 from gpuprof.memory.frames import SiteTable
-from gpuprof.memory.htmlsafe import fill_template, page_policy, script_json, text_for_html
+from gpuprof.memory.htmlsafe import fill_template, page_head, script_json, text_for_html
 from gpuprof.memory.model import MemoryData
 from gpuprof.memory.replay import replay_totals, site_series
 
@@ -319,12 +319,7 @@ if (DATA.devices.length) show(first);
 
 # __TITLE__ and __DATA__ are the only substitutions (one pass, fill_template). The policy must come before
 # anything it governs, so it is the first thing after the charset.
-_TEMPLATE = ("""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content=\"""" + page_policy([_SCRIPT], [_STYLE]) + """\">
-<title>__TITLE__</title>
-<style>""" + _STYLE + """</style></head><body>
-<h1 id="title"></h1><div class="sum" id="sum"></div>
+_TEMPLATE = (page_head(_SCRIPT, _STYLE) + """<h1 id="title"></h1><div class="sum" id="sum"></div>
 <div id="findings"></div><ul class="notes" id="notes"></ul>
 <label>Device <select id="dev"></select></label>
 <span class="hint">drag: zoom to a range &middot; wheel: zoom &middot; double-click: reset &middot; hover: allocation stack</span>

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from gpuprof.render.jsonout import json_safe
 
-__all__ = ["csp_hash", "page_policy", "script_json", "fill_template", "text_for_html"]
+__all__ = ["csp_hash", "page_policy", "page_head", "script_json", "fill_template", "text_for_html"]
 
 # What JSON may hold inside a <script> element: nothing the HTML tokenizer reacts to.
 _SCRIPT_DATA_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
@@ -91,6 +91,17 @@ def page_policy(scripts: list[str], styles: list[str], *, connect: str = "'none'
         "require-trusted-types-for 'script'",
         "trusted-types 'none'",
     ])
+
+
+def page_head(script: str, style: str) -> str:
+    """The start of a self-contained page up to its ``<body>``: the policy of :func:`page_policy` first
+    (before anything it governs, right after the charset), a ``__TITLE__`` to fill, the inline style."""
+    return ("""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content=\"""" + page_policy([script], [style]) + """\">
+<title>__TITLE__</title>
+<style>""" + style + """</style></head><body>
+""")
 
 
 def text_for_html(text: str) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -72,7 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kinds", default=",".join(SOURCES))
     ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out")
+    ap.add_argument("--build", nargs=3, metavar=("SOURCE", "PATH", "MB"), help=argparse.SUPPRESS)
+    ap.add_argument("--warm", metavar="PATH", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.build:
+        build(_Template(Path(a.build[0])), Path(a.build[1]), float(a.build[2]))
+        return 0
+    if a.warm:
+        warm(Path(a.warm))
+        return 0
     a.workdir.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"load_before": os.getloadavg(), "cpus": len(os.sched_getaffinity(0)), "kinds": {}}
     for kind in a.kinds.split(","):
@@ -81,10 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench_floor: {kind}: source not found ({source}); skipped", file=sys.stderr)
             continue
         path = a.workdir / f"floor_{kind}_{a.mb}MB.json"
-        if not path.exists():
-            build(_Template(source), path, a.mb)
+        if not path.exists():  # in a child: the build's memory must not become the children's peak RSS
+            subprocess.run([sys.executable, __file__, "--build", str(source), str(path), str(a.mb)], check=True)
         size = path.stat().st_size
-        warm(path)
+        subprocess.run([sys.executable, __file__, "--warm", str(path)], check=True)
         rounds: list[dict[str, dict[str, float]]] = []
         cmds = commands(path)
         for r in range(a.rounds):
@@ -99,13 +108,17 @@ def main(argv: list[str] | None = None) -> int:
                "gpuprof_rss_over_file": [statistics.median(rss), min(rss), max(rss)]}
         out["kinds"][kind] = row
         med = {n: statistics.median(x[n]["cpu_s"] for x in rounds) for n in cmds}
+        floor_rss = statistics.median(x["floor"]["peak_rss"] for x in rounds) / size
+        row["floor_rss_over_file"] = floor_rss
         print(f"{kind:13s} {size / 1e6:6.0f} MB | CPU s: floor {med['floor']:.2f}, gpuprof {med['gpuprof']:.2f}, "
               f"json.load {med['json.load']:.2f} | gpuprof/floor {row['gpuprof_over_floor_cpu'][0]:.2f}x "
               f"({min(ratios):.2f}-{max(ratios):.2f}) | gpuprof/json.load {row['gpuprof_over_json_load_cpu'][0]:.2f}x | "
-              f"gpuprof peak RSS {row['gpuprof_rss_over_file'][0]:.2f}x the file")
+              f"peak RSS / file: gpuprof {row['gpuprof_rss_over_file'][0]:.2f}x, floor {floor_rss:.2f}x")
     out["load_after"] = os.getloadavg()
+    out["bench_peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     (a.workdir / "floor_results.json").write_text(json.dumps(out, indent=1))
-    print(f"load average {out['load_before'][0]:.2f} before, {out['load_after'][0]:.2f} after")
+    print(f"load average {out['load_before'][0]:.2f} before, {out['load_after'][0]:.2f} after; "
+          f"bench RSS {out['bench_peak_rss'] / 1e6:.0f} MB (no child's peak RSS can read lower)")
     return 0
 
 

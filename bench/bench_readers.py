@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 if name in failed:
                     continue
                 try:
-                    rows.setdefault(name, []).append(run(name, path))
+                    got = run(name, path)
+                    rows.setdefault(name, []).append(got)
                 except SystemExit as err:  # the reader failed on this trace: record why
                     failed[name] = str(err)[-300:]
         res: dict[str, Any] = {"file_bytes": size, "failed": failed}

@@ -88,8 +88,10 @@ def comm_args(a: Any) -> CommArgs:
     dtype = a.comm_dtype if isinstance(a.comm_dtype, str) else ""
     if nelems < 0 and a.input_dims:
         nelems = _nelems_from_dims(_decode_dims(a.input_dims))
-    if not dtype and isinstance(a.input_type, list) and a.input_type and isinstance(a.input_type[0], str):
-        dtype = a.input_type[0]
+    if not dtype and a.input_type:
+        types = _decode_dims(a.input_type)  # undecoded JSON, as Input Dims
+        if isinstance(types, list) and types and isinstance(types[0], str):
+            dtype = types[0]
     pg = a.pg_name if isinstance(a.pg_name, (str, int)) else ""
     return CommArgs(
         collective=a.collective_name if isinstance(a.collective_name, str) else "",
@@ -101,14 +103,14 @@ def comm_args(a: Any) -> CommArgs:
 
 
 def _decode_dims(raw: Any) -> Any:
-    """``Input Dims`` as the loader kept it (undecoded JSON, msgspec.Raw) -> its value; None if unreadable."""
+    """``Input Dims`` (or ``Input type``) as the loader kept it (undecoded JSON, msgspec.Raw) -> its value; None if unreadable."""
     if not isinstance(raw, msgspec.Raw):
         return raw
     if not raw:
         return None
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError:  # a stranger's odd value (1e400, deep nesting): no message size, nothing else lost
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):  # a stranger's odd value (1e400, deep nesting, not UTF-8): no message size, nothing else lost
         return None
 
 

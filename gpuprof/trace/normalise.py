@@ -49,6 +49,35 @@ _DTYPE_FLAGS: dict[str, int] = {
 
 # an operator's "Sequence number" kept past its chunk (B/E events): only its presence is read
 _PRESENT = msgspec.Raw(b"0")
+_ABSENT = msgspec.Raw()
+
+# distinct "Input type" texts remembered with their flags: a real trace has hundreds; past this many (a
+# generated trace of all-different lists) the rest are decoded each time, so the cache stays bounded
+_TYPE_CACHE_MAX = 1 << 16
+# distinct pids/tids and durations shared (see Builder): once this many are held, values already
+# there are still shared but no more are added (checked per chunk), so a trace of all-different
+# durations pays a bounded table (a few MB), not one entry per event
+_INTERN_MAX = 1 << 16
+
+
+def _type_flags(raw: bytes) -> int:
+    """The DTYPE_* flags of an operator's ``Input type`` JSON text (a list of type names).
+
+    Anything else (a string, a number: no profiler writes one) has no flags, as an
+    unreadable value (1e400, deep nesting, bytes that are not UTF-8) has: the dtype is unknown,
+    and the trace stays readable (as with an odd ``Input Dims``).
+    """
+    try:
+        types = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return 0
+    flags = 0
+    if type(types) is list:
+        dtype_flags = _DTYPE_FLAGS
+        for s in types:
+            if type(s) is str:
+                flags |= dtype_flags.get(s, 0)
+    return flags
 
 # The largest timestamp or duration (µs) an event may have: 2^53 µs is 285 years, beyond any clock a
 # profiler reads (epoch µs are ~1.7e15), and the largest a float64 holds to the µs. Beyond it (1.7e308)
@@ -98,6 +127,12 @@ class Builder:
         self.trace = Trace(path=path)
         self.events_seen = 0
         self._names: dict[str, str] = {}  # one string object per distinct name
+        # one object per distinct int or str pid/tid and per distinct duration: a trace has a few
+        # threads and, on small events, few distinct durations, and each object costs 24-60 bytes
+        # per event (~20% of a small event's memory) where it is not shared
+        self._ids: dict[int | str, int | str] = {}
+        self._durs: dict[float, float] = {}
+        self._type_flags: dict[bytes, int] = {}  # Input type text -> DTYPE_* flags
         self._stacks: dict[str, str] = {}
         self._shapes: dict[bytes, str] = {}  # Input Dims bytes -> one string object per distinct text
         self._extras: dict[tuple[int, str | None, str | None], tuple[int, str | None, str | None]] = {}
@@ -159,7 +194,10 @@ class Builder:
         K_SYNC = int(Kind.GPU_SYNC)
         K_GPU_ANN = int(Kind.GPU_ANNOTATION)
         K_MEM = int(Kind.MEMORY)
-        dtype_flags = _DTYPE_FLAGS
+        type_flags = self._type_flags
+        # setdefault adds a value, get only shares one already there (see _INTERN_MAX)
+        intern_id = self._ids.setdefault if len(self._ids) < _INTERN_MAX else self._ids.get
+        intern_dur = self._durs.setdefault if len(self._durs) < _INTERN_MAX else self._durs.get
         stacks = self._stacks
         comm_names = self._comm_names
         shapes = self._shapes
@@ -184,6 +222,9 @@ class Builder:
                 if a is not None and a.input_dims:
                     # kept past this chunk: an undecoded value must not point into the chunk's buffer
                     a.input_dims = msgspec.Raw(bytes(a.input_dims))
+                if a is not None and a.input_type:
+                    it = bytes(a.input_type)
+                    a.input_type = _ABSENT if it == b"null" else msgspec.Raw(it)  # null: absent, as before
                 if a is not None and a.seq_nr:
                     a.seq_nr = _PRESENT
                 self._slices.append(ev)  # paired in finish()
@@ -204,6 +245,8 @@ class Builder:
             elif dur > MAX_TIME_US:
                 self._bad_time += 1
                 continue
+            else:
+                dur = intern_dur(dur, dur)
             name = ev.name
             if type(name) is not str:
                 name = "" if name is None else str(name)
@@ -211,6 +254,10 @@ class Builder:
             # a float pid/tid (no profiler writes one) is kept as written; Event's types name the usual ones
             pid: int | str = ev.pid if ev.pid is not None else -1  # type: ignore[assignment]
             tid: int | str = ev.tid if ev.tid is not None else -1  # type: ignore[assignment]
+            if type(pid) is not float:  # a float is kept as written: 1.0 must not become 1
+                pid = intern_id(pid, pid)
+            if type(tid) is not float:
+                tid = intern_id(tid, tid)
             a = ev.args
             if a is None:
                 out[kind].append(Event(kind, name, ts, dur, pid, tid))
@@ -229,12 +276,14 @@ class Builder:
             if kind == K_OP:
                 flags = 0
                 it = a.input_type
-                if it:
-                    for s in it:
-                        if type(s) is str:
-                            f = dtype_flags.get(s)
-                            if f:
-                                flags |= f
+                if it:  # undecoded JSON text: decoded once per distinct text
+                    key = bytes(it)
+                    f = type_flags.get(key)
+                    if f is None:
+                        f = _type_flags(key)
+                        if len(type_flags) < _TYPE_CACHE_MAX:
+                            type_flags[key] = f
+                    flags = f
                 if a.seq_nr:  # the op recorded an autograd node (see OP_AUTOGRAD)
                     flags |= OP_AUTOGRAD
                 cs = a.call_stack

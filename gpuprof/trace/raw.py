@@ -27,7 +27,10 @@ class RawArgs(msgspec.Struct, gc=False):
     device: Union[int, str, None] = None
     stream: Union[int, str, None] = None
     bytes: Union[int, float, None] = None
-    input_type: Union[list[Any], str, None] = msgspec.field(name="Input type", default=None)
+    # undecoded (msgspec.Raw, empty: absent): the normaliser decodes each distinct text once
+    # (gpuprof.trace.normalise); decoding every operator's list of strings cost more than the rest
+    # of its args, for a handful of distinct values
+    input_type: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw())
     call_stack: Union[str, None] = msgspec.field(name="Call stack", default=None)
     # autograd's sequence number: written only for an operator that recorded an autograd node
     # (grad mode on, an input requiring grad). Only the key's presence is read (OP_AUTOGRAD), so

@@ -15,7 +15,10 @@ time, and each child's peak RSS. Ratios are taken per round (paired) and the
 median is reported, with min and max. Targets (issue "Speed"): gpuprof <= 2.0x
 the floor's CPU time; peak RSS <= 1.0x the file.
 
-Usage: ``python bench/bench_floor.py [--mb 200] [--rounds 3] [--kinds v100,small-events] [--workdir bench/out]``.
+``--before DIR`` adds another checkout's ``gpuprof analyze`` (``PYTHONPATH=DIR``)
+to the same rounds: a before/after of one run.
+
+Usage: ``python bench/bench_floor.py [--mb 200] [--rounds 3] [--kinds v100,small-events] [--workdir bench/out] [--before /work/main]``.
 """
 
 from __future__ import annotations
@@ -45,10 +48,10 @@ SOURCES = {
 }
 
 
-def run(cmd: list[str]) -> dict[str, float]:
+def run(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
     """CPU seconds (user + sys), wall seconds and peak RSS bytes of ``cmd`` in a fresh child."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -58,13 +61,18 @@ def run(cmd: list[str]) -> dict[str, float]:
     return {"cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "peak_rss": ru.ru_maxrss * 1024}
 
 
-def commands(path: Path) -> dict[str, list[str]]:
+def commands(path: Path, before: Path | None = None) -> dict[str, tuple[list[str], dict[str, str] | None]]:
+    """The commands of a round, each with its environment (None: this one's)."""
     py = sys.executable
-    return {
-        "floor": [py, str(REPO / "bench" / "floor.py"), str(path)],
-        "gpuprof": [py, "-m", "gpuprof", "analyze", str(path), "--format", "json", "-o", os.devnull, "--no-progress"],
-        "json.load": [py, "-c", "import json, sys\nwith open(sys.argv[1], 'rb') as f: json.load(f)", str(path)],
+    gpuprof = [py, "-m", "gpuprof", "analyze", str(path), "--format", "json", "-o", os.devnull, "--no-progress"]
+    out: dict[str, tuple[list[str], dict[str, str] | None]] = {
+        "floor": ([py, str(REPO / "bench" / "floor.py"), str(path)], None),
+        "gpuprof": (gpuprof, {**os.environ, "PYTHONPATH": str(REPO)}),
+        "json.load": ([py, "-c", "import json, sys\nwith open(sys.argv[1], 'rb') as f: json.load(f)", str(path)], None),
     }
+    if before is not None:  # another checkout, in the same rounds: an A/B of one run
+        out["gpuprof-before"] = (gpuprof, {**os.environ, "PYTHONPATH": str(before)})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kinds", default=",".join(SOURCES))
     ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out")
+    ap.add_argument("--before", type=Path, help="another gpuprof checkout, run in the same rounds (an A/B)")
     ap.add_argument("--build", nargs=3, metavar=("SOURCE", "PATH", "MB"), help=argparse.SUPPRESS)
     ap.add_argument("--warm", metavar="PATH", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -95,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         size = path.stat().st_size
         subprocess.run([sys.executable, __file__, "--warm", str(path)], check=True)
         rounds: list[dict[str, dict[str, float]]] = []
-        cmds = commands(path)
+        cmds = commands(path, a.before)
         for r in range(a.rounds):
             order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
-            rounds.append({name: run(cmds[name]) for name in order})
+            rounds.append({name: run(*cmds[name]) for name in order})
         ratios = [x["gpuprof"]["cpu_s"] / x["floor"]["cpu_s"] for x in rounds]
         vs_json = [x["gpuprof"]["cpu_s"] / x["json.load"]["cpu_s"] for x in rounds]
         rss = [x["gpuprof"]["peak_rss"] / size for x in rounds]
@@ -106,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                "gpuprof_over_floor_cpu": [statistics.median(ratios), min(ratios), max(ratios)],
                "gpuprof_over_json_load_cpu": [statistics.median(vs_json), min(vs_json), max(vs_json)],
                "gpuprof_rss_over_file": [statistics.median(rss), min(rss), max(rss)]}
+        if a.before is not None:
+            rb = [x["gpuprof-before"]["cpu_s"] / x["floor"]["cpu_s"] for x in rounds]
+            row["before_over_floor_cpu"] = [statistics.median(rb), min(rb), max(rb)]
+            row["before_rss_over_file"] = statistics.median(x["gpuprof-before"]["peak_rss"] / size for x in rounds)
         out["kinds"][kind] = row
         med = {n: statistics.median(x[n]["cpu_s"] for x in rounds) for n in cmds}
         floor_rss = statistics.median(x["floor"]["peak_rss"] for x in rounds) / size
@@ -114,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
               f"json.load {med['json.load']:.2f} | gpuprof/floor {row['gpuprof_over_floor_cpu'][0]:.2f}x "
               f"({min(ratios):.2f}-{max(ratios):.2f}) | gpuprof/json.load {row['gpuprof_over_json_load_cpu'][0]:.2f}x | "
               f"peak RSS / file: gpuprof {row['gpuprof_rss_over_file'][0]:.2f}x, floor {floor_rss:.2f}x")
+        if a.before is not None:
+            print(f"{'':13s} before ({a.before}): CPU {med['gpuprof-before']:.2f} s, {row['before_over_floor_cpu'][0]:.2f}x the floor, "
+                  f"peak RSS {row['before_rss_over_file']:.2f}x the file")
     out["load_after"] = os.getloadavg()
     out["bench_peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     (a.workdir / "floor_results.json").write_text(json.dumps(out, indent=1))

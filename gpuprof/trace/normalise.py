@@ -54,9 +54,9 @@ _ABSENT = msgspec.Raw()
 # distinct "Input type" texts remembered with their flags: a real trace has hundreds; past this many (a
 # generated trace of all-different lists) the rest are decoded each time, so the cache stays bounded
 _TYPE_CACHE_MAX = 1 << 16
-# distinct pids/tids and durations shared (see Builder): once this many are held, values already
-# there are still shared but no more are added (checked per chunk), so a trace of all-different
-# durations pays a bounded table (a few MB), not one entry per event
+# distinct pids/tids shared (see Builder): once this many are held, values already there are still
+# shared but no more are added (checked per chunk), so a trace of all-different thread ids pays a
+# bounded table (a few MB), not one entry per event
 _INTERN_MAX = 1 << 16
 
 
@@ -127,11 +127,11 @@ class Builder:
         self.trace = Trace(path=path)
         self.events_seen = 0
         self._names: dict[str, str] = {}  # one string object per distinct name
-        # one object per distinct int or str pid/tid and per distinct duration: a trace has a few
-        # threads and, on small events, few distinct durations, and each object costs 24-60 bytes
-        # per event (~20% of a small event's memory) where it is not shared
+        # one object per distinct int or str pid/tid: a trace has a few processes and threads, and
+        # an unshared pid and tid cost 56-110 bytes per event (a third of a small event's memory).
+        # (Sharing durations too saved 9% more of the small-events trace's memory for 10% more
+        # loading time: hashing floats in a table of ~16,000 and freeing the duplicates.)
         self._ids: dict[int | str, int | str] = {}
-        self._durs: dict[float, float] = {}
         self._type_flags: dict[bytes, int] = {}  # Input type text -> DTYPE_* flags
         self._stacks: dict[str, str] = {}
         self._shapes: dict[bytes, str] = {}  # Input Dims bytes -> one string object per distinct text
@@ -197,7 +197,6 @@ class Builder:
         type_flags = self._type_flags
         # setdefault adds a value, get only shares one already there (see _INTERN_MAX)
         intern_id = self._ids.setdefault if len(self._ids) < _INTERN_MAX else self._ids.get
-        intern_dur = self._durs.setdefault if len(self._durs) < _INTERN_MAX else self._durs.get
         stacks = self._stacks
         comm_names = self._comm_names
         shapes = self._shapes
@@ -245,8 +244,6 @@ class Builder:
             elif dur > MAX_TIME_US:
                 self._bad_time += 1
                 continue
-            else:
-                dur = intern_dur(dur, dur)
             name = ev.name
             if type(name) is not str:
                 name = "" if name is None else str(name)
@@ -270,9 +267,10 @@ class Builder:
             x = a.external_id
             if x is None:
                 x = a.external_id_lc
-            ext = x if type(x) is int else _as_int(x)
+            # absent (None) inline: no call for the most common case (Python frames have neither)
+            ext = x if type(x) is int else -1 if x is None else _as_int(x)
             c = a.correlation
-            corr = c if type(c) is int else _as_int(c)
+            corr = c if type(c) is int else -1 if c is None else _as_int(c)
             if kind == K_OP:
                 flags = 0
                 it = a.input_type

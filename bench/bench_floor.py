@@ -51,7 +51,9 @@ SOURCES = {
 def run(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
     """CPU seconds (user + sys), wall seconds and peak RSS bytes of ``cmd`` in a fresh child."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # run from the checkout named by PYTHONPATH: ``python -m`` puts the working directory first on sys.path
+    cwd = env["PYTHONPATH"] if env is not None else None
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)

@@ -40,6 +40,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -131,8 +132,9 @@ def run(reader: str, path: Path) -> dict[str, float]:
     wall = time.perf_counter() - t0
     out = proc.stdout.read().decode() if proc.stdout else ""
     err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(err.strip().splitlines()[-1] if err.strip() else f"exit {os.waitstatus_to_exitcode(status)}")
+    if os.waitstatus_to_exitcode(status) != 0:  # the exception's line, not the hint some readers print after it
+        lines = [ln for ln in err.splitlines() if re.match(r"[\w.]+(Error|Exception): ", ln)] or err.splitlines()
+        raise SystemExit(lines[-1] if lines else f"exit {os.waitstatus_to_exitcode(status)}")
     return {"cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "peak_rss": ru.ru_maxrss * 1024,
             "events": json.loads(out)["events"]}
 

@@ -25,6 +25,7 @@ from gpuprof.testing.tracegen import TraceBuilder
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 from .html_pages import HOSTILE_FILE_STEM, page_data, parse_page, shown
+from .views_dom import check_views
 
 CORPUS = HTML_HOSTILE + TEXT_HOSTILE + [HUGE_NAME]
 SHIM = Path(__file__).with_name("page_shim.js")
@@ -138,5 +139,26 @@ def test_offline_in_chromium(pages: dict[str, Path], kind: str, bypass_csp: bool
             # the step chart draws: one bar a step, the longest reaching most of the plot's height
             heights = pg.evaluate("[...document.querySelectorAll('#steps-chart rect.bar')].map(r => r.getBoundingClientRect().height)")
             assert len(heights) == (3 if kind == "report" else 6) and max(heights) > 100
+        finally:
+            b.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package (apt-get install -y chromium)")
+def test_views_whole_sortable_and_searchable_in_chromium(pages: dict[str, Path]) -> None:
+    """The report page's views: every row, hostile names as text, sorting by a header, the search box."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
+    views = page_data(pages["report"])["traces"][0]["views"]
+    assert len(views["kernels"]) == len(CORPUS)  # every kernel of the trace, none cut
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            pg = b.new_context(offline=True).new_page()
+            errors: list[str] = []
+            pg.on("pageerror", lambda e: errors.append(str(e)))
+            pg.on("dialog", lambda d: (errors.append(d.message), d.dismiss()))
+            pg.goto(pages["report"].as_uri())
+            pg.wait_for_function("document.body.dataset.rendered === '1'", timeout=15_000)
+            check_views(pg, views, "onfocus")
+            assert pg.evaluate("window.__gpuprof_pwned") is None and errors == []
         finally:
             b.close()

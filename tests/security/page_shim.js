@@ -33,11 +33,13 @@ const walk = (n, out) => { if (n instanceof Element_) out.push(n); for (const c 
 const els = walk(body, []);
 const cells = els.filter(e => e.tagName === "TD").map(e => e.textContent);
 const bars = els.filter(e => e.tagName === "rect" && e.attributes.class === "bar").length;
+// every table with an id (the views' tables) and its body rows as first drawn
+const drawn = els.filter(e => e.tagName === "TABLE" && e.attributes.id).map(t => [t.attributes.id, t.rows.length - 1]);
 // click every header once: sorting must not throw; type into every search box
 for (const th of els.filter(e => e.tagName === "TH")) for (const f of th.listeners.click || []) f();
 for (const box of els.filter(e => e.tagName === "INPUT")) { box.value = "aten"; for (const f of box.listeners.input || []) f(); }
 // after the search: the rows each searchable table still shows (its header row not counted)
 const searched = els.filter(e => e.tagName === "TABLE" && e.attributes.id).map(t => [t.attributes.id, t.rows.length - 1]);
 console.log(JSON.stringify({rendered: body.dataset.rendered, bars: body.dataset.bars, title: byId.title.textContent,
-  h2: els.filter(e => e.tagName === "H2").map(e => e.textContent), cells, rects: bars, searched, li: els.filter(e => e.tagName === "LI").map(e => e.textContent),
+  h2: els.filter(e => e.tagName === "H2").map(e => e.textContent), cells, rects: bars, drawn, searched, li: els.filter(e => e.tagName === "LI").map(e => e.textContent),
   tags: [...new Set(els.map(e => e.tagName))].sort()}));

@@ -103,14 +103,18 @@ const GP = (() => {
       default: return {head, get: v, show: r => fmtNum(v(r))};
     }
   }
+  // Columns for every field the rows carry (also fields this file does not know: generic units by name and type);
+  // a field no row has a value for is left out and named under the table instead.
   function viewColumns(view, rows){
     const keys = [];
     for (const r of rows.slice(0, 50)) for (const k of Object.keys(r)) if (!keys.includes(k)) keys.push(k);
     keys.sort((a, b) => (a !== "name") - (b !== "name"));
-    const cols = [];
-    for (const k of keys){ const sample = rows.find(r => r[k] !== null && r[k] !== undefined);
-      const kind = kindOf(k, sample ? sample[k] : null); if (kind) cols.push(column(view, k, kind)); }
-    return cols;
+    const cols = [], empty = [];
+    for (const k of keys){
+      const sample = rows.find(r => r[k] !== null && r[k] !== undefined && !(Array.isArray(r[k]) && !r[k].length));
+      const kind = kindOf(k, sample ? sample[k] : null); if (!kind) continue;
+      const c = column(view, k, kind); if (sample || k === "name") cols.push(c); else empty.push(c.head); }
+    return {cols, empty};
   }
   const VIEW_TITLES = {operators: "Operators (by name and input shapes)", kernels: "Kernels", modules: "Modules (nn.Module paths)",
                        ranges: "User ranges (record_function)"};
@@ -127,7 +131,9 @@ const GP = (() => {
       const rows = Array.isArray(v[kind]) ? v[kind] : [];
       const sec = el("div", {class: "gp-view", "data-view": kind}, el("h3", {}, VIEW_TITLES[kind]));
       if (!rows.length){ sec.append(el("p", {class: "muted"}, VIEW_EMPTY[kind])); box.append(sec); continue; }
-      sec.append(table(viewColumns(kind, rows), rows, {search: true, id: "view-" + kind, what: VIEW_NAMES[kind] + " names"}));
+      const {cols, empty} = viewColumns(kind, rows);
+      sec.append(table(cols, rows, {search: true, id: "view-" + kind, what: VIEW_NAMES[kind] + " names"}));
+      if (empty.length) sec.append(el("p", {class: "muted gp-empty"}, "not in this trace: " + empty.join(", ")));
       const rest = (v.rest || {})[kind];
       if (rest) sec.append(el("p", {class: "muted gp-rest"}, (num(rest.rows) ? rest.rows + " more rows" : "more rows") + " past the " + rows.length +
         " kept, summed: " + Object.keys(rest).filter(k => k !== "rows").map(k => column(kind, k, kindOf(k, rest[k])).head + " " +

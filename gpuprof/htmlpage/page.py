@@ -132,7 +132,7 @@ function renderReport(){
   GP.stepChart(section("Step time").appendChild(el("div", {id: "steps-chart"})), bars, colors, "step time per step", labels);
   section("Findings (" + D.findings.length + ")").append(...GP.findings(D.findings));
   D.traces.forEach((t, i) => { const sec = section("Views" + (D.traces.length > 1 ? " of #" + (i + 1) + " " + short(t.path) : ""));
-    GP.views(sec.appendChild(el("div", {class: "views"})), t.views); });
+    GP.views(sec.appendChild(el("div", {class: "views"})), t.views, i ? "-" + (i + 1) : ""); });
 }
 
 function renderDiff(){

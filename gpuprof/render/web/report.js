@@ -65,7 +65,7 @@ const GP = (() => {
     if (!opts.search) return t;
     const box = el("input", {type: "search", placeholder: "search " + (opts.what || "names"), "aria-label": "search " + (opts.what || "names")});
     box.addEventListener("input", () => { filter = String(box.value).toLowerCase(); draw(); });
-    return el("div", {class: "gp-tablebox"}, el("div", {class: "gp-tools"}, box, " ", count), t);
+    return el("div", {class: "gp-tablebox"}, el("div", {class: "gp-tools"}, box, " ", count), el("div", {class: "gp-scroll"}, t));
   }
 
   // --- the views (docs/views.md): every field a row carries, known ones with their own heading and unit -----
@@ -121,7 +121,8 @@ const GP = (() => {
   const VIEW_EMPTY = {operators: "no operators in this trace", kernels: "no kernels in this trace",
     modules: "none recorded (profile with with_stack=True or with_modules=True)", ranges: "no record_function ranges in this trace"};
   // One trace's views: a heading, the totals, and each view's whole table (every row the report kept).
-  function views(box, v){
+  // Tables get the ids view-<kind><suffix> (a page with several traces gives each a suffix).
+  function views(box, v, suffix = ""){
     box.replaceChildren();
     if (!v){ box.append(el("p", {class: "muted"}, "This report has no views (written by a gpuprof before report schema 1.2).")); return; }
     box.append(el("p", {class: "muted"}, "GPU time in kernels: " + fmtUs(v.kernel_total_us) + " over the whole trace" +
@@ -132,7 +133,7 @@ const GP = (() => {
       const sec = el("div", {class: "gp-view", "data-view": kind}, el("h3", {}, VIEW_TITLES[kind]));
       if (!rows.length){ sec.append(el("p", {class: "muted"}, VIEW_EMPTY[kind])); box.append(sec); continue; }
       const {cols, empty} = viewColumns(kind, rows);
-      sec.append(table(cols, rows, {search: true, id: "view-" + kind, what: VIEW_NAMES[kind] + " names"}));
+      sec.append(table(cols, rows, {search: true, id: "view-" + kind + suffix, what: VIEW_NAMES[kind] + " names"}));
       if (empty.length) sec.append(el("p", {class: "muted gp-empty"}, "not in this trace: " + empty.join(", ")));
       const rest = (v.rest || {})[kind];
       if (rest) sec.append(el("p", {class: "muted gp-rest"}, (num(rest.rows) ? rest.rows + " more rows" : "more rows") + " past the " + rows.length +

@@ -162,3 +162,19 @@ def test_views_whole_sortable_and_searchable_in_chromium(pages: dict[str, Path])
             assert pg.evaluate("window.__gpuprof_pwned") is None and errors == []
         finally:
             b.close()
+
+
+def test_tab_and_page_draw_with_one_code(pages: dict[str, Path]) -> None:
+    """The --html pages and the TensorBoard tab inline the same drawing code (gpuprof/render/web) before their
+    own layout; tables, sorting, search, charts and findings live only there, so the two cannot drift apart."""
+    from gpuprof.htmlpage import page as share
+    from gpuprof.render import web
+    from gpuprof.tbplugin import page as tab
+
+    for kind in ("report", "diff"):
+        (code,) = [text for attrs, text in parse_page(pages[kind]).scripts if "id" not in attrs]
+        assert code.startswith(web.SCRIPT) and parse_page(pages[kind]).styles[0].startswith(web.STYLE)
+    assert web.SCRIPT + tab._TAB_SCRIPT in tab.INDEX_HTML and web.STYLE + tab._TAB_STYLE in tab.INDEX_HTML
+    for own in (share._PAGE_SCRIPT, tab._TAB_SCRIPT):  # no second table, sorter, chart or findings renderer
+        for marker in ("localeCompare", ".sort(", "createElementNS", "aria-sort", "data-code", "type: \"search\""):
+            assert marker not in own, marker

@@ -41,7 +41,7 @@ class TraceResults:
     trace_paths: list[str]
     analysed: Report | None = None
     rule_failures: list[RuleFailure] = field(default_factory=list)  # each rule that raised
-    op_facts: dict[str, int | bool] | None = None  # has_conv, fp32_matmuls (GP620/GP621)
+    op_facts: dict[str, int | bool] | None = None  # has_conv, fp32_matmuls, launches, launch_ns (GP620/621/623)
     cpu_growth: list[Finding] = field(default_factory=list)
     gpu_util: dict[int, float] | None = None
     leak_site: LeakSite | None = None  # the CUDA memory growth's (GP640) line, from the traces
@@ -95,9 +95,9 @@ def trace_results(facts: RunFacts, g: Guard) -> TraceResults:
 
             op = g.run("settings checks", "no settings findings", trace_op_facts, [trace])
             if op is not None:
-                res.op_facts = op if res.op_facts is None else {
-                    "has_conv": res.op_facts["has_conv"] or op["has_conv"],
-                    "fp32_matmuls": res.op_facts["fp32_matmuls"] + op["fp32_matmuls"]}
+                prev = res.op_facts
+                res.op_facts = op if prev is None else {
+                    k: (bool(prev[k] or v) if k == "has_conv" else int(prev[k]) + int(v)) for k, v in op.items()}
         if cpu_growth and not res.cpu_growth:
             res.cpu_growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, facts, trace,
                                    metrics, g) or []
@@ -183,14 +183,25 @@ def _analyze_one(trace: Trace, metrics: TraceMetrics, cfg: CaptureConfig, merged
 
 
 def _settings_findings(facts: RunFacts, res: TraceResults) -> list[Finding]:
-    from gpuprof.capture.settings import cudnn_benchmark_finding, tf32_finding
+    from gpuprof.capture.settings import (cudnn_benchmark_finding, deterministic_finding, launch_blocking_finding,
+                                          tf32_finding)
 
     s = facts.settings
-    if s is None or not s.cuda:
+    if s is None:
         return []
     op = res.op_facts if res.op_facts is not None else {"has_conv": False, "fp32_matmuls": 0}
-    has_conv = bool(op["has_conv"] or facts.roots_have_conv)
-    out = [cudnn_benchmark_finding(s, has_conv, facts.shapes_stable), tf32_finding(s, int(op["fp32_matmuls"]))]
+    out: list[Finding | None] = []
+    if s.cuda:
+        has_conv = bool(op["has_conv"] or facts.roots_have_conv)
+        out += [cudnn_benchmark_finding(s, has_conv, facts.shapes_stable), tf32_finding(s, int(op["fp32_matmuls"]))]
+    # GP623's measured wait: the launch calls of the recorded steps (traces of a CUDA run only)
+    steps = sum(t.last_step - t.first_step + 1 for t in facts.traces)
+    launch_ns = op.get("launch_ns")
+    median_ms = facts.section.step_time_median_ms
+    out.append(launch_blocking_finding(s, int(launch_ns) / 1000 if launch_ns is not None else None,
+                                       int(op.get("launches", 0)), steps,
+                                       median_ms * 1000 if median_ms else None))
+    out.append(deterministic_finding(s))
     return [f for f in out if f is not None]
 
 

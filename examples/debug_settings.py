@@ -16,9 +16,8 @@ import os
 
 import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
-from torch import nn
-
 from common import gpuprof, mlp, parse_args, pick_device, schedule
+from torch import nn
 
 
 def main() -> None:

@@ -17,9 +17,8 @@ import sys
 import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import numpy as np
 import torch
-from torch import nn
-
 from common import gpuprof, mlp, parse_args, pick_device, schedule
+from torch import nn
 
 
 def main() -> int:

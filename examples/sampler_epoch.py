@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import needs_torch  # noqa: F401 - without torch: one line naming what to install, exit 2
 import torch
+from common import gpuprof, mlp, parse_args, pick_device, schedule
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
-
-from common import gpuprof, mlp, parse_args, pick_device, schedule
 
 
 def main() -> None:

@@ -72,6 +72,24 @@ def test_gp712_bad_set_epoch_called_once(tmp_path: Path) -> None:
     assert f.evidence[0].extra["sampler_epochs"] == [0, 1, 1]
 
 
+def test_gp712_bad_decorated_step_counts_the_epoch_begun_before_the_capture(tmp_path: Path) -> None:
+    ds = TensorDataset(torch.arange(32, dtype=torch.float32))
+    sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True)
+    loader = DataLoader(ds, batch_size=8, sampler=sampler)
+
+    @gpuprof.profile_step(tmp_path, analyze=False, **QUIET)
+    def step(batch: Any) -> None:
+        return None
+
+    for _ in range(3):
+        for batch in loader:  # the first epoch's iterator is made before the first step starts the capture
+            step(batch)
+    result = step.finish()
+    assert result is not None
+    (f,) = [f for f in result.runtime_findings if f.code == "GP712"]
+    assert f.evidence[0].extra["sampler_epochs"] == [0, 0, 0]
+
+
 def test_gp712_good_set_epoch_each_epoch(tmp_path: Path) -> None:
     sampler = DistributedSampler(TensorDataset(torch.zeros(32)), num_replicas=1, rank=0, shuffle=True)
     prof, _ = _epochs(tmp_path, sampler, [0, 1, 2])

@@ -77,6 +77,10 @@ def _check(script: str, must: set[str], must_not: set[str], bad: subprocess.Pope
     else:
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "gpuprof: " in proc.stderr and "tensorboard --logdir" in proc.stderr
+    if script == "memory_leak.py":  # the statement that allocates what the leak keeps, not main()'s def line
+        leak = next(f for f in report["findings"] if f["code"] == "GP640")
+        lines = (EXAMPLES / script).read_text().splitlines()
+        assert lines[leak["location"]["line"] - 1].strip() == "loss = loss_fn(model(x), y)", leak["location"]
     proc, report = _finish(good, tmp_path / "good")
     assert proc.returncode == 0, proc.stderr[-2000:]
     codes = {f["code"] for f in report["findings"]}

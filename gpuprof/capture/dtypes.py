@@ -58,7 +58,8 @@ def _fix(first: str, inputs: list[tuple[str, Any]], own: list[tuple[str, str, An
     if "following scalar types: Long, Int" in first:
         return "indices must be integers: pass idx.long() to the embedding/indexing op."
     double_data = "torch.float64" in in_dtypes and "torch.float64" not in own_dtypes
-    if double_data or re.search(r"\bDouble and Float\b|\(double\) and (bias|weight) type \(float\)", first):
+    if double_data or re.search(r"\bDouble and Float\b|\(double\) and (bias|weight) type \(float\)"
+                                r"|dtype \(torch\.float64\) does not match weight dtype \(torch\.float32\)", first):
         extra = (" torch.set_default_dtype(torch.float64) is in effect: tensors made without dtype= are float64; "
                  "remove it or create the data with dtype=torch.float32." if default == "torch.float64" else "")
         return ("the data is float64 (NumPy's default dtype: torch.from_numpy keeps it) while the model is float32: "
@@ -69,7 +70,7 @@ def _fix(first: str, inputs: list[tuple[str, Any]], own: list[tuple[str, str, An
         return ("the input is half precision while the model is float32: run the forward under "
                 "torch.autocast(device_type=..., dtype=...) (which casts per op), or convert the model with "
                 "model.to(dtype).")
-    if any(not d.startswith(_FLOATS) and d not in _FLOATS for d in in_dtypes) and own_dtypes:
+    if any(d not in _FLOATS for d in in_dtypes) and own_dtypes:
         return "the input is an integer tensor: convert it with x.float() (or x.to(model's dtype)) before the model."
     return ("convert one side to the other's dtype: x.to(weight.dtype) for the data, or model.to(dtype) for the "
             "model.")

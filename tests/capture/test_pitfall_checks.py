@@ -176,6 +176,15 @@ def test_gp614_bad_float_class_targets(tmp_path: Path) -> None:
     assert "target.long()" in f.advice
 
 
+def test_gp614_bad_rnn_value_error_passes_through(tmp_path: Path) -> None:
+    lstm = nn.LSTM(4, 4)
+    err, out, prof = _raise_inside(tmp_path, lambda: lstm(torch.randn(2, 1, 4, dtype=torch.float64)))
+    assert out is err and type(out) is ValueError  # the RNN modules raise ValueError: unchanged too
+    (f,) = _found(prof, "GP614")
+    assert str(err).splitlines()[0] in f.message and "module `LSTM` (LSTM)" in f.message
+    assert "x.float()" in f.advice
+
+
 def test_gp614_bad_default_dtype_float64_named(tmp_path: Path) -> None:
     model = nn.Linear(16, 4)  # float32: built before the default changed
     prev = torch.get_default_dtype()

@@ -15,12 +15,12 @@ from gpuprof.errors import InputError
 from gpuprof.trace import raw as R
 from gpuprof.trace.collectives import comm_args, is_comm_event_name
 from gpuprof.trace.model import (
+    CONCRETE_INPUT_OPS,
     DTYPE_BF16,
     DTYPE_DOUBLE,
     DTYPE_FLOAT,
     DTYPE_FP16,
     DTYPE_HALF,
-    CONCRETE_INPUT_OPS,
     OP_AUTOGRAD,
     DeviceInfo,
     Event,

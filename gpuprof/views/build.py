@@ -21,6 +21,7 @@ user range or per kept row, never per kernel.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from operator import attrgetter
 from typing import NamedTuple, Sequence, TypedDict
@@ -297,7 +298,7 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
     k_flags = np.where(has, flags_of[np.maximum(k_op, 0)], 0)
     flags = np.zeros(g, np.int64)
     np.bitwise_or.at(flags, group, k_flags)
-    gemm_name = np.fromiter((is_eligible_kernel(n) or uses_tensor_cores(n) is True for n in names), bool, g)
+    gemm_name = np.fromiter(map(_does_matmul, names), bool, g)
     k_flops, k_recorded = _kernel_flops(att.parent, k_op, k_dur, has & gemm_name[group], fl)
     flops = np.bincount(group, weights=k_flops, minlength=g)
     recorded = np.bincount(group, weights=k_recorded, minlength=g) > 0
@@ -357,6 +358,15 @@ def _kernel_flops(
     o = np.maximum(owner, 0)
     share = np.where(takes & (time[o] > 0), k_dur / np.where(time[o] > 0, time[o], 1.0), 0.0)
     return np.where(takes, np.nan_to_num(fl.flops[o]), 0.0) * share, takes & by_rec
+
+
+def _does_matmul(name: str) -> bool:
+    """A kernel that takes a share of its operator's estimated FLOPs: a GEMM, GEMV or convolution kernel by
+    name, not the operator's bias, copy, layout-shuffle or elementwise kernels."""
+    return is_eligible_kernel(name) or _GEMM_NAME.search(name[:300].lower()) is not None
+
+
+_GEMM_NAME = re.compile(r"gemm|gemv")
 
 
 def _nearest(start: np.ndarray, wanted: np.ndarray, parent: np.ndarray) -> np.ndarray:

@@ -338,24 +338,26 @@ def _kernel_flops(
 
     A kernel's FLOPs come from the nearest operator around its launch (its
     launching operator or an enclosing one) whose FLOPs the trace records;
-    failing one, from the nearest with an estimate, where only GEMM and
-    convolution kernels (``gemm``) take a share (not an operator's bias, copy
-    or transpose kernels). An operator's FLOPs are shared among the kernels
-    that take them by their time.
+    failing one, from the nearest with an estimate. Only GEMM, GEMV and
+    convolution kernels (``gemm``) take a share, not an operator's bias, copy
+    or layout kernels; but recorded FLOPs of an operator that launched no
+    such kernel (an Inductor-generated Triton kernel) go to the kernels it
+    launched. An operator's FLOPs are shared among the kernels that take
+    them by their time.
     """
     nk = len(k_op)
+    n = len(fl.flops)
     rec = fl.recorded
-    est = ~np.isnan(fl.flops) & ~rec
     owner = _nearest(k_op, rec, parent)
     by_rec = owner >= 0
-    est_owner = _nearest(np.where(by_rec, -1, k_op), est, parent)
-    owner = np.where(by_rec, owner, np.where(gemm, est_owner, -1))
-    takes = owner >= 0
+    owner = np.where(by_rec, owner, _nearest(np.where(by_rec, -1, k_op), ~np.isnan(fl.flops) & ~rec, parent))
+    o = np.maximum(owner, 0)
+    matmul = (owner >= 0) & gemm
+    owner_has_matmul = np.bincount(owner[matmul], minlength=n) > 0
+    takes = matmul | ((owner >= 0) & by_rec & ~owner_has_matmul[o])
     if not takes.any():
         return np.zeros(nk), np.zeros(nk, bool)
-    n = len(fl.flops)
     time = np.bincount(owner[takes], weights=k_dur[takes], minlength=n)
-    o = np.maximum(owner, 0)
     share = np.where(takes & (time[o] > 0), k_dur / np.where(time[o] > 0, time[o], 1.0), 0.0)
     return np.where(takes, np.nan_to_num(fl.flops[o]), 0.0) * share, takes & by_rec
 

@@ -309,3 +309,15 @@ def test_float64_matmul_gets_fp64_mfu_not_fp32(tmp_path: Path) -> None:
     row = next(r for r in v["kernels"] if r["name"].startswith("void gemm_kernel<double"))
     assert row["precision"] == "fp64" and row["op_dtype"] == "fp64"
     assert row["flops"] == 2 * 1024**3 and row["mfu"] == pytest.approx(row["tflops"] / 19.5)
+
+
+def test_doc_peak_table_is_the_code_table() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "views.md").read_text(encoding="utf-8")
+    table = doc[doc.index("| Row | FP64 |"):].split("\n\n")[0].splitlines()[2:]
+    documented: dict[str, tuple[float | None, ...]] = {}
+    for line in table:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        values = tuple(None if c == "-" else float(c) for c in cells[1:])
+        for row in cells[0].split(", "):
+            documented[row] = values
+    assert documented == PEAKS

@@ -347,6 +347,8 @@ def _kernel_flops(
     """
     nk = len(k_op)
     n = len(fl.flops)
+    if n == 0:  # kernels, but no operator: nothing to take FLOPs from
+        return np.zeros(nk), np.zeros(nk, bool)
     rec = fl.recorded
     owner = _nearest(k_op, rec, parent)
     by_rec = owner >= 0

@@ -71,6 +71,14 @@ def estimate_flops(name: str, dims_text: str | None, concrete_text: str | None =
     """FLOPs of one call (module docstring), None when the operator or its recorded inputs give no estimate."""
     if name not in ESTIMATED_OPS or not dims_text:
         return None
+    try:
+        flops = _estimate(name, dims_text, concrete_text)
+    except OverflowError:  # sizes from a hostile file whose product no float holds
+        return None
+    return flops if flops is not None and math.isfinite(flops) else None
+
+
+def _estimate(name: str, dims_text: str, concrete_text: str | None) -> float | None:
     shapes = _shapes(dims_text)
     if shapes is None:
         return None

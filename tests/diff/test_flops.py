@@ -262,7 +262,7 @@ def test_peak_table_names_every_precision_and_fp64_is_its_own_column() -> None:
         assert len(peaks) == len(PRECISIONS), row
         assert peaks[PRECISIONS.index("fp32")] is not None, row
         fp64 = peaks[PRECISIONS.index("fp64")]
-        assert fp64 is not None and 0 < fp64, row  # every part runs FP64, however slowly
+        assert fp64 is not None and fp64 > 0, row  # every part runs FP64, however slowly
         present = [p for p in peaks if p is not None]
         assert all(p > 0 for p in present)
     # consumer-rate FP64 is far below FP32; datacenter parts match it (tensor-core FP64)

@@ -91,6 +91,12 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         bad="loss = model.cuda()(x) - target                # target on the CPU: RuntimeError",
         good="loss = model.cuda()(x.cuda()) - target.cuda()"),
     runtime_spec(
+        "GP614", "dtype-mismatch-error", _E,
+        "The step raised PyTorch's dtype-mismatch error (Double vs Float, Long targets...)", "dtypes",
+        bad="x = torch.from_numpy(np.random.randn(64, 16))     # float64 batch\nloss = model(x).sum()     # "
+            "RuntimeError: mat1 and mat2 must have the same dtype",
+        good="x = torch.from_numpy(np.random.randn(64, 16)).float()\nloss = model(x).sum()"),
+    runtime_spec(
         "GP620", "cudnn-benchmark-off", _W,
         "torch.backends.cudnn.benchmark is off with convolutions and stable shapes", "settings",
         bad="model = torchvision.models.resnet50().cuda()   # fixed 224x224 batches, benchmark left off",
@@ -107,6 +113,16 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         "Autograd anomaly detection left on during training", "settings",
         bad="torch.autograd.set_detect_anomaly(True)\nfor x, y in loader: train_step(x, y)",
         good="for x, y in loader: train_step(x, y)              # anomaly mode only to hunt a NaN"),
+    runtime_spec(
+        "GP623", "cuda-launch-blocking", _W,
+        "CUDA_LAUNCH_BLOCKING=1 during a profiled run: every kernel launch waits for the kernel", "settings",
+        bad="CUDA_LAUNCH_BLOCKING=1 python train.py          # left over from debugging",
+        good="python train.py                                 # launches queue ahead of the GPU"),
+    runtime_spec(
+        "GP624", "deterministic-algorithms", _W,
+        "Deterministic algorithms forced (torch.use_deterministic_algorithms / cudnn.deterministic)", "settings",
+        bad="torch.use_deterministic_algorithms(True)\ntorch.backends.cudnn.deterministic = True",
+        good="torch.backends.cudnn.benchmark = True          # reproducibility runs only: deterministic mode"),
     runtime_spec(
         "GP630", "host-sync-site", _W,
         "A source line synchronises the host with the GPU every step", "syncs",
@@ -147,6 +163,13 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         "The process group's backend does not suit the device (gloo on CUDA, nccl on CPU)", "distcheck",
         bad="dist.init_process_group('gloo')       # model and gradients on CUDA",
         good="dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')"),
+    runtime_spec(
+        "GP712", "sampler-epoch-not-set", _W,
+        "A shuffling DistributedSampler's set_epoch() is not called: every epoch has the same order",
+        "distcheck",
+        bad="sampler = DistributedSampler(ds)\nfor epoch in range(n):\n    for batch in DataLoader(ds, sampler=sampler): ...",
+        good="sampler = DistributedSampler(ds)\nfor epoch in range(n):\n    sampler.set_epoch(epoch)\n"
+             "    for batch in DataLoader(ds, sampler=sampler): ..."),
     runtime_spec(
         "GP801", "compile-graph-break", _W,
         "torch.compile broke the graph at a source line (reason and line named)", "compiled",

@@ -60,6 +60,8 @@ class LoaderRecord:
     epoch_start_s: list[float] = field(default_factory=list)  # first-batch latency of each epoch
     sampler: str = ""  # type name of the loader's sampler (GP710: DistributedSampler under torchrun)
     iterable: bool = False  # an IterableDataset: shards itself, has no sampler to check
+    # GP712: a shuffling DistributedSampler's ``epoch`` at each epoch start (the first MAX_EPOCHS_KEPT)
+    sampler_epochs: list[int] = field(default_factory=list)
     signatures: list[Signature | None] = field(default_factory=list)
     _awaiting_first: bool = False
 
@@ -78,6 +80,7 @@ class LoaderMonitor:
     def on_iter(self, loader: Any, iterator: Any, caller: Any) -> None:
         rec = self._record(loader, _location(caller))
         rec.epochs += 1
+        note_sampler_epoch(rec, loader)
         rec._awaiting_first = True
         try:
             iterator._gpuprof_record = rec
@@ -130,9 +133,10 @@ class LoaderMonitor:
             rec = self._record(loader, origin[1])
         else:
             sampler = getattr(iterator, "_index_sampler", None)
-            rec = self._record(_IteratorAsLoader(iterator, getattr(sampler, "batch_size", None)),
-                               _location(_user_frame()))
+            loader = _IteratorAsLoader(iterator, getattr(sampler, "batch_size", None))
+            rec = self._record(loader, _location(_user_frame()))
         rec.epochs += 1
+        note_sampler_epoch(rec, loader)
         try:
             iterator._gpuprof_record = rec
         except (AttributeError, TypeError):
@@ -188,6 +192,25 @@ def _sampler_name(loader: Any) -> str:
     if batch_sampler is not None and type(batch_sampler).__name__ != "BatchSampler":
         sampler = inner if inner is not None else batch_sampler
     return type(sampler).__name__ if sampler is not None else ""
+
+
+MAX_EPOCHS_KEPT = 64  # sampler epochs remembered per loader (GP712 needs two; a bound for endless loops)
+
+
+def note_sampler_epoch(rec: LoaderRecord, loader: Any) -> None:
+    """At an epoch start (the loader's iterator was just made, and with it the epoch's index order):
+    remember the ``epoch`` of the loader's sampler when it is a shuffling ``DistributedSampler`` (GP712)."""
+    if len(rec.sampler_epochs) >= MAX_EPOCHS_KEPT or "torch.utils.data.distributed" not in sys.modules:
+        return  # the module is imported by whoever builds a DistributedSampler: none exists without it
+    from torch.utils.data.distributed import DistributedSampler
+
+    sampler = getattr(loader, "sampler", None)
+    if not isinstance(sampler, DistributedSampler):
+        sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
+    if isinstance(sampler, DistributedSampler) and getattr(sampler, "shuffle", False):
+        epoch = getattr(sampler, "epoch", None)
+        if isinstance(epoch, int):
+            rec.sampler_epochs.append(epoch)
 
 
 def _is_iterable(dataset: Any) -> bool:

@@ -1,4 +1,4 @@
-"""Runtime checks of a distributed run (GP710, GP711), made at the end of the capture.
+"""Runtime checks of a distributed run (GP710-GP712), made at the end of the capture.
 
 GP710: a DataLoader in a multi-rank run whose sampler is not a
 ``DistributedSampler`` (and whose dataset is not an ``IterableDataset``,
@@ -7,6 +7,12 @@ work of one, N times. GP711: the process group's backend does not suit the
 device: ``gloo`` for CUDA training (collectives through host memory and TCP,
 several times slower than NCCL), or ``nccl`` while the model stays on the CPU
 (NCCL only moves GPU tensors).
+
+GP712: a shuffling ``DistributedSampler`` whose ``epoch`` was the same at two
+successive epoch starts of its DataLoader: ``set_epoch()`` was not called, so
+the sampler seeds its permutation with the same ``seed + epoch`` and every
+epoch visits the samples in the same order. Checked whatever the world size
+(a sampler built with ``num_replicas``/``rank`` needs no process group).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.dataloader import LoaderRecord
 from gpuprof.findings import Evidence, Finding, SourceLocation
 
-__all__ = ["distributed_findings", "process_group"]
+__all__ = ["distributed_findings", "process_group", "sampler_epoch_findings"]
 
 SHARDING_SAMPLERS = ("DistributedSampler",)
 
@@ -63,6 +69,31 @@ def distributed_findings(records: list[LoaderRecord], world_size: int, backend: 
             "NCCL moves only GPU tensors",
             "Use backend='gloo' for CPU training, or move the model and batches to the rank's GPU.",
             (Evidence("backend", backend, extra={"device": "cpu", "world_size": world_size}),), None, "process group",
+        ))
+    return out
+
+
+def sampler_epoch_findings(records: list[LoaderRecord]) -> list[Finding]:
+    """GP712 for each loader whose shuffling DistributedSampler kept its epoch from one epoch to the next."""
+    out: list[Finding] = []
+    for rec in records:
+        epochs = rec.sampler_epochs
+        repeats = sum(1 for a, b in zip(epochs, epochs[1:]) if a == b)
+        if not repeats:
+            continue
+        never = len(set(epochs)) == 1
+        what = (f"kept epoch={epochs[0]} at all {len(epochs)} epoch starts" if never
+                else f"kept the previous epoch's value at {repeats} of {len(epochs) - 1} epoch changes")
+        out.append(_finding(
+            "GP712",
+            f"{rec.label}'s DistributedSampler (shuffle=True) {what}: set_epoch() was "
+            + ("never called" if never else "not called before every epoch")
+            + ", so those epochs shuffle the samples in the same order (the same seed + epoch)",
+            "Call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
+            "(for epoch in range(n): loader.sampler.set_epoch(epoch); for batch in loader: ...).",
+            (Evidence("repeated_epochs", repeats, 0, "epochs",
+                      extra={"sampler_epochs": epochs[:16], "epoch_starts": len(epochs)}),),
+            rec.location, rec.label,
         ))
     return out
 

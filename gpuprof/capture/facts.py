@@ -8,7 +8,8 @@ times, the files written so far. Everything after it reads the copy.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from gpuprof.capture.checks import Live, LoaderCheck, MemoryCheck, SettingsCheck
 from gpuprof.capture.config import Schedule
@@ -17,7 +18,13 @@ from gpuprof.capture.run import CaptureSection, RunFacts, TraceFile
 from gpuprof.findings import Finding
 from gpuprof.trace.metrics import data_loading_share
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.capture.end.analyse import TraceResults
+    from gpuprof.capture.leaklines import StatementSite
+
 __all__ = ["run_facts", "runtime_findings"]
+
+LeakLines = Callable[[bool], "tuple[StatementSite, ...]"]
 
 
 def runtime_findings(live: Live) -> list[Finding]:
@@ -30,11 +37,24 @@ def runtime_findings(live: Live) -> list[Finding]:
     return out  # select=/ignore= apply once, where the report is finished (gpuprof.flow.finish)
 
 
-def run_facts(live: Live, written: Sequence[TraceFile], *, tensorboard: bool) -> RunFacts:
-    """Copy what the report needs from the live session; ``written``: the traces exported so far."""
+def run_facts(live: Live, written: Sequence[TraceFile], *, tensorboard: bool, leak_lines: LeakLines | None = None,
+              previous: TraceResults | None = None) -> RunFacts:
+    """Copy what the report needs from the live session; ``written``: the traces exported so far.
+
+    ``leak_lines`` (the end of the run): the window's walk for GP640's statement
+    (:meth:`~gpuprof.capture.window.TraceWindow.leak_statements`), made only when
+    a memory growth was found or may be (``previous``: the window report's
+    trace results, when they cover the same traces).
+    """
     g, cfg = live.guard, live.config
     traces = tuple(t for t in written if t.path.exists())
     runtime = g.run("runtime checks", "no runtime findings", runtime_findings, live) or []
+    statements: tuple[StatementSite, ...] = ()
+    if leak_lines is not None:
+        unknown = previous is None or previous.trace_paths != [str(t.path) for t in traces]
+        grows = any(f.code == "GP640" for f in runtime) or unknown or bool(previous and previous.cpu_growth)
+        statements = g.run("leak statements", "a memory-growth finding names the function's first line",
+                           leak_lines, grows) or ()
     settings = live.find(SettingsCheck)
     s = settings.settings if settings is not None else None
     conv, stable = False, None
@@ -61,7 +81,7 @@ def run_facts(live: Live, written: Sequence[TraceFile], *, tensorboard: bool) ->
         report_json=str(p.report_json) if p else None, report_md=str(p.report_md) if p else None,
         out_dir=str(p.out_dir) if p else None, run_dir=str(p.run_dir) if p else None, worker=p.worker if p else "",
         rank=live.ranks.rank, distributed=bool(live.ranks.distributed),
-        files=tuple(mem.files()) if mem is not None else ())
+        files=tuple(mem.files()) if mem is not None else (), statements=statements)
 
 
 def _section(live: Live, written: Sequence[TraceFile], traces: tuple[TraceFile, ...],

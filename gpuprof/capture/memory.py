@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpuprof.atomic import atomic_write
 from gpuprof.capture.codes import runtime_check
@@ -40,7 +40,10 @@ from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.memory.snapshot import dump_snapshot
 
-__all__ = ["MemorySampler", "LeakSite", "leak_site", "with_leak_site", "growth_finding", "trace_allocated_series", "HistoryRecorder", "OOMObserver",
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.capture.leaklines import StatementSite
+
+__all__ = ["MemorySampler", "LeakSite", "at_statement", "leak_site", "with_leak_site", "growth_finding", "trace_allocated_series", "HistoryRecorder", "OOMObserver",
            "oom_finding"]
 
 MiB = 1024 * 1024
@@ -185,16 +188,40 @@ class LeakSite:
     kept_bytes: int
     steps: int
     recorded_steps: int
+    # set once the statement is known (:func:`at_statement`): ``location`` is then that statement's line and
+    # this the function's first line; None: ``location`` is the function's first line (the trace's frames)
+    def_line: int | None = None
 
     def describe(self) -> str:
         fn = f"{self.location.function}()" if self.location.function else "the code"
-        return (f"allocated in {fn} at {self.location} and never freed: {self.kept_bytes / MiB:.2f} MiB kept "
-                f"from {self.steps} of {self.recorded_steps} recorded steps")
+        kept = (f"never freed: {self.kept_bytes / MiB:.2f} MiB kept from {self.steps} of {self.recorded_steps} "
+                "recorded steps")
+        if self.def_line is not None:
+            return f"allocated at {self.location}, a statement of {fn}, and {kept}"
+        return (f"allocated in {fn} and {kept}; {self.location} is the function's first line (the statement "
+                "inside it is not known: the allocation came from an operator it runs directly, or the "
+                "capture ran without with_stack/profile_memory)")
 
     def evidence(self) -> Evidence:
-        return Evidence("leak_site_kept_bytes", self.kept_bytes, None, "bytes",
-                        extra={"site": str(self.location), "steps_with_kept_allocations": self.steps,
-                               "recorded_steps": self.recorded_steps})
+        extra: dict[str, object] = {"site": str(self.location), "steps_with_kept_allocations": self.steps,
+                                    "recorded_steps": self.recorded_steps, "statement": self.def_line is not None}
+        if self.def_line is not None:
+            extra["function_first_line"] = self.def_line
+        return Evidence("leak_site_kept_bytes", self.kept_bytes, None, "bytes", extra=extra)
+
+
+def at_statement(site: LeakSite, statements: tuple[StatementSite, ...], device: str) -> LeakSite:
+    """``site`` (a function, from a trace file) pointed at the statement inside it that allocated what stays,
+    when the live profiler told it (:mod:`gpuprof.capture.leaklines`); else ``site`` unchanged."""
+    from dataclasses import replace
+
+    from gpuprof.capture.leaklines import refine
+
+    loc = site.location
+    best = refine(statements, device, loc.file, loc.function or "", loc.line)
+    if best is None or best.line is None:
+        return site
+    return replace(site, location=SourceLocation(loc.file, best.line, loc.function), def_line=loc.line)
 
 
 def leak_site(trace: Any, device_type: int = 0) -> LeakSite | None:
@@ -212,7 +239,8 @@ def leak_site(trace: Any, device_type: int = 0) -> LeakSite | None:
 
     The site is a function: a trace's Python frames (``file.py(LINE): name``)
     give the line where the function starts, not the line inside it that
-    allocated; a CUDA memory snapshot (``gpuprof memory``) has the exact line.
+    allocated; :func:`at_statement` then names the statement, from what the
+    live profiler recorded at the window's end (:mod:`gpuprof.capture.leaklines`).
     """
     from bisect import bisect_right
 

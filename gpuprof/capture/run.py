@@ -17,6 +17,7 @@ from gpuprof.findings import Finding, SourceLocation
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.config import CaptureConfig
+    from gpuprof.capture.leaklines import StatementSite
     from gpuprof.capture.settings import TorchSettings
 
 __all__ = ["CaptureSection", "RunFacts", "TraceFile"]
@@ -98,6 +99,8 @@ class RunFacts:
     rank: int | None = None
     distributed: bool = False  # one rank of several (the final report gathers the cross-rank view)
     files: tuple[str, ...] = ()  # memory snapshots and out-of-memory dumps written so far
+    # the user statements whose allocations outlived the last recorded window (GP640's line; end of run only)
+    statements: tuple[StatementSite, ...] = ()
 
     @property
     def trace_paths(self) -> list[str]:

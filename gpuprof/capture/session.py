@@ -222,7 +222,7 @@ class Profiler(FrameworkSeams):
             batches = self.loaders.batches
             if not self.live.step_s and batches:
                 self.guard.warn_once("no steps", f"gpuprof: {no_steps_text(batches)}.")
-            facts = self.guard.run("report", "no report is written", self.facts)
+            facts = self.guard.run("report", "no report is written", self.facts, True)
             if facts is not None:
                 self.guard.run("TensorBoard writer", "no further TensorBoard scalars", self._flush_scalars)
                 self.report = self.guard.run("report", "no report is written", final_report, facts, self.outputs,
@@ -349,9 +349,10 @@ class Profiler(FrameworkSeams):
         """All GP6xx findings of the run so far (driving thread)."""
         return runtime_findings(self.live)
 
-    def facts(self) -> RunFacts:
+    def facts(self, final: bool = False) -> RunFacts:
         """Copy what the report needs from the live session (driving thread: may touch torch)."""
-        return run_facts(self.live, self.window.traces, tensorboard=self.scalars is not None)
+        return run_facts(self.live, self.window.traces, tensorboard=self.scalars is not None,
+                         leak_lines=self.window.leak_statements if final else None, previous=self.outputs.trace_results)
 
     # ------------------------------------------------------------------ internals
 

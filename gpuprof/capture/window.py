@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
     from gpuprof.capture.checks.base import Live
+    from gpuprof.capture.leaklines import StatementSite
 
 __all__ = ["TraceWindow", "LOOKAHEAD_STEPS", "GIVE_WAY_WAIT_S"]
 
@@ -62,6 +63,7 @@ class TraceWindow:
         self._first_record: int | None = None
         self._action: ProfilerAction = ProfilerAction.NONE
         self._span: int | None = None
+        self._leak_results: object | None = None  # the last window's torch results, for leak_statements()
 
     @property
     def alive(self) -> bool:
@@ -264,11 +266,29 @@ class TraceWindow:
                 tp.export_chrome_trace(str(tmp))
             last = live.step_num - 1 if live.step_num > first else first
             self.traces.append(TraceFile(path, first, last, snap if snap.exists() else None))
+            self._hold_for_leak_lines(tp)
             if not self.stopping:  # step() starts the report once the profiler is dropped
                 self.closed_for_good = bool(live.guard.run(
                     "window report", "the report is written when the run ends instead", self._no_more_recording))
 
         live.guard.run("trace export", "this trace is lost", export)
+
+    def _hold_for_leak_lines(self, tp: profile) -> None:
+        """Keep the window's in-memory results (the last window's only) for :meth:`leak_statements`: the walk
+        that finds GP640's statement costs about twice the export, so it waits for the end of the run."""
+        cfg = self.live.config
+        if cfg.checks and cfg.profile_memory and cfg.with_stack and tp.profiler is not None:
+            self._leak_results = getattr(tp.profiler, "kineto_results", None)
+
+    def leak_statements(self, wanted: bool) -> tuple[StatementSite, ...]:
+        """The user statements whose allocations outlived the last recorded window (``wanted``: a memory growth
+        was found; else nothing is walked); the held results are released either way."""
+        results, self._leak_results = self._leak_results, None
+        if results is None or not wanted:
+            return ()
+        from gpuprof.capture.leaklines import statement_sites
+
+        return statement_sites(results)
 
     def _no_more_recording(self) -> bool:
         """True when the schedule records no further cycle after the one just exported."""

@@ -29,18 +29,33 @@ def _tflops(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def _flop_count(x: float | None) -> str:
+    """FLOPs with an SI prefix: 44.6G, 1.2T."""
+    if x is None:
+        return "-"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.3g}{prefix}"
+    return f"{x:.0f}"
+
+
 def view_tables(v: TraceViews | None, top: int = TOP) -> list[ViewTable]:
     """The top rows of each non-empty view."""
     if v is None:
         return []
     out = []
     if v.operators:
+        ops = v.operators[:top]
+        # FLOP columns only when a shown operator has FLOPs (recorded, or estimated from its input shapes)
+        flops = any(o.flops is not None for o in ops)
+        rate = any(o.tflops is not None for o in ops)
         out.append(ViewTable(
             "Operators by input shapes (GPU self time)",
             [("Operator", "name"), ("Input shapes", "name"), ("Calls", "right"), ("CPU self", "right"), ("GPU self", "right"),
-             ("GPU total", "right")],
+             ("GPU total", "right")] + [("FLOPs", "right")] * flops + [("TFLOP/s", "right")] * rate,
             [[o.name, o.input_shapes or "-", fmt_count(o.calls), fmt_us(o.cpu_self_us), fmt_us(o.gpu_self_us), fmt_us(o.gpu_total_us)]
-             for o in v.operators[:top]]))
+             + [_flop_count(o.flops)] * flops + [_tflops(o.tflops)] * rate
+             for o in ops]))
     if v.kernels:
         mfu_head = f"MFU ({v.peak_device})" if v.peak_device else "MFU"
         out.append(ViewTable(

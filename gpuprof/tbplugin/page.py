@@ -18,6 +18,7 @@ against ``.../data/plugin/gpuprof/index.html``, so TensorBoard's
 from __future__ import annotations
 
 from gpuprof.memory.htmlsafe import csp_hash, page_policy
+from gpuprof.render import web
 
 __all__ = ["ENTRY_MODULE", "INDEX_HTML", "POLICY", "HEADER_POLICY", "SCRIPT_HASHES"]
 
@@ -25,126 +26,54 @@ __all__ = ["ENTRY_MODULE", "INDEX_HTML", "POLICY", "HEADER_POLICY", "SCRIPT_HASH
 # the frame moves on to our page, which then owns the whole frame and its policy.
 ENTRY_MODULE = 'export async function render() { document.location.href = "index.html"; }\n'
 
-_STYLE = r"""
+_TAB_STYLE = r"""
 body{font:13px system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#212121;background:#f5f5f5}
 header{background:#fff;border-bottom:1px solid #ddd;padding:10px 16px;display:flex;flex-wrap:wrap;gap:12px;align-items:center;position:sticky;top:0;z-index:2}
 header b{font-size:15px} select{max-width:420px;font:inherit}
 main{padding:8px 16px 40px} section{background:#fff;border:1px solid #e0e0e0;border-radius:4px;margin:12px 0;padding:10px 14px}
-h2{font-size:14px;margin:0 0 8px} .muted{color:#777} .straggler{color:#e37400;font-weight:600} .err{color:#b00020;overflow-wrap:anywhere}
-#cards{display:flex;flex-wrap:wrap;gap:10px} .card{border:1px solid #e0e0e0;border-radius:4px;padding:6px 10px;min-width:120px}
-.card .k{color:#777;font-size:11px} .card .v{font-size:16px;overflow-wrap:anywhere}
-table{border-collapse:collapse;width:100%;margin-top:4px} td,th{border-bottom:1px solid #eee;padding:3px 8px;text-align:right;vertical-align:top}
-th{color:#555;font-weight:600} td.name,th.name{text-align:left;font-family:ui-monospace,Menlo,monospace;overflow-wrap:anywhere;word-break:break-word;max-width:70ch}
-.finding{border-left:4px solid #999;padding:6px 10px;margin:8px 0;background:#fafafa}
-.finding.error{border-color:#b00020} .finding.warning{border-color:#e37400} .finding.info{border-color:#1a73e8}
-.finding .head{font-weight:600;overflow-wrap:anywhere} .finding .msg,.finding .fix{overflow-wrap:anywhere;margin-top:3px;white-space:pre-wrap}
-.finding .meta{color:#555;font-size:12px;margin-top:3px;overflow-wrap:anywhere} .tag{display:inline-block;border:1px solid #ccc;border-radius:3px;padding:0 4px;font-size:11px;margin-left:6px;font-weight:400}
-.legend span{display:inline-block;margin:2px 12px 2px 0} .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-svg text{font:11px system-ui,sans-serif;fill:#444} .chart{overflow-x:auto}
-iframe{width:100%;height:760px;border:1px solid #ddd;background:#fff}
-.worse{color:#b00020} .better{color:#188038} ul{margin:4px 0;padding-left:20px} li{overflow-wrap:anywhere}
+h2{font-size:14px;margin:0 0 8px} .straggler{color:#e37400;font-weight:600} table{width:100%}
+iframe{width:100%;height:760px;border:1px solid #ddd;background:#fff} ul{margin:4px 0;padding-left:20px} li{overflow-wrap:anywhere}
 """
 
-_SCRIPT = r"""
-"use strict";
-const SHORT = 300, LONG = 2000;
+# The tab's own part; the drawing (tables, cards, charts, findings, views) is gpuprof/render/web/report.js (GP.*),
+# the same code as the standalone --html page, inlined first.
+_TAB_SCRIPT = r"""
+const {el, short, num, fmtUs, fmtPct, fmtB, sev} = GP;
+const LONG = GP.LONG;
 const BD_COLORS = {kernel: "#1a73e8", communication: "#9334e6", memcpy: "#e8710a", memset: "#f9ab00", runtime: "#d93025",
   data_loading: "#188038", cpu_exec: "#80868b", other: "#dadce0"};
 const IDLE_COLORS = {sync: "#d93025", blocking_copy: "#e8710a", runtime: "#f9ab00", data_loading: "#188038",
   optimizer: "#9334e6", cpu_other: "#80868b"};
-const SVGNS = "http://www.w3.org/2000/svg";
 const state = {runs: [], run: null, view: null, trace: 0, compare: "", seq: 0, memSeq: 0};
 
-function short(s, n = SHORT){ s = String(s); return s.length > n ? s.slice(0, n) + "\u2026 (" + (s.length - n) + " more characters)" : s; }
-function el(tag, attrs, ...kids){ const e = document.createElement(tag);
-  for (const k of Object.keys(attrs || {})) e.setAttribute(k, String(attrs[k]));
-  e.append(...kids.filter(k => k !== null && k !== undefined)); return e; }
-function svg(tag, attrs, ...kids){ const e = document.createElementNS(SVGNS, tag);
-  for (const k of Object.keys(attrs || {})) e.setAttribute(k, String(attrs[k]));
-  e.append(...kids); return e; }
-function num(x){ return typeof x === "number" && isFinite(x); }
-function fmtUs(us){ if (!num(us)) return "-"; const a = Math.abs(us);
-  if (a >= 1e6) return (us / 1e6).toFixed(2) + " s"; if (a >= 1e3) return (us / 1e3).toFixed(a >= 1e5 ? 0 : 2) + " ms";
-  return us.toFixed(a >= 100 ? 0 : 1) + " \u00b5s"; }
-function fmtPct(x){ return num(x) ? (100 * x).toFixed(1) + "%" : "-"; }
-function fmtB(n){ if (!num(n)) return "-"; const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0, v = Math.abs(n);
-  while (v >= 1024 && i < u.length - 1){ v /= 1024; i++; } return (n < 0 ? "-" : "") + (i ? v.toFixed(2) : Math.round(v)) + " " + u[i]; }
-function sev(s){ return ["error", "warning", "info"].includes(s) ? s : "info"; }
 function $(id){ return document.getElementById(id); }
-function setStatus(text, isError){ const s = $("status"); s.textContent = text; s.className = isError ? "err" : "muted"; }
+function setStatus(text, isError){ const s = $("status"); s.textContent = text; s.setAttribute("class", isError ? "err" : "muted"); }
 async function getJSON(url){ const r = await fetch(url, {credentials: "same-origin"}); const j = await r.json();
   if (!r.ok && j.status !== "missing") throw new Error("HTTP " + r.status); return j; }
 function q(route, params){ return route + "?" + new URLSearchParams(params).toString(); }
 function bump(){ document.body.dataset.rendered = String((+document.body.dataset.rendered || 0) + 1); }
 
+// A fixed table in the box `id` (GP.table: sortable). A cell is its text, or [value to sort on, text].
 function table(id, head, rows){
-  const t = $(id); const tr = el("tr", {}, ...head.map((h, i) => el("th", i === 0 ? {class: "name"} : {}, h)));
-  t.replaceChildren(tr, ...rows.map(r => el("tr", {}, ...r.map((c, i) => el("td", i === 0 ? {class: "name"} : {}, c)))));
-  t.parentElement.hidden = rows.length === 0;
+  const cell = (r, i) => Array.isArray(r[i]) ? r[i] : [r[i], r[i]];
+  const cols = head.map((h, i) => ({head: h, name: i === 0, get: r => cell(r, i)[0], show: r => cell(r, i)[1]}));
+  $(id).replaceChildren(GP.table(cols, rows));
+  $(id).parentElement.hidden = rows.length === 0;
 }
-function legend(keys, colors){ return el("div", {class: "legend"}, ...keys.map(k => { const i = el("i"); i.style.background = colors[k]; return el("span", {}, i, k); })); }
-
-// Stacked bars, one per step: each bar is the step's parts, bottom to top in the metric's order.
-function stackedChart(box, steps, field, colors, title){
-  const keys = Object.keys(colors), W = Math.max(520, Math.min(1200, 60 + steps.length * 26)), H = 220;
-  const M = {l: 64, r: 10, t: 10, b: 34};
-  const totals = steps.map(s => keys.reduce((a, k) => a + (s[field][k] || 0), 0));
-  const ymax = Math.max(1, ...totals) * 1.05, bw = (W - M.l - M.r) / Math.max(steps.length, 1);
-  const Y = v => H - M.b - v / ymax * (H - M.t - M.b);
-  const g = svg("svg", {width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": title});
-  for (let k = 0; k <= 4; k++){ const v = ymax * k / 4;
-    g.append(svg("line", {x1: M.l, x2: W - M.r, y1: Y(v), y2: Y(v), stroke: "#eee"}),
-             svg("text", {x: M.l - 6, y: Y(v) + 4, "text-anchor": "end"}, fmtUs(v))); }
-  steps.forEach((s, i) => {
-    let base = 0; const x = M.l + i * bw + bw * 0.15, w = Math.max(1, bw * 0.7);
-    for (const k of keys){ const v = s[field][k] || 0; if (v <= 0) continue;
-      const r = svg("rect", {class: "bar", x: x, y: Y(base + v), width: w, height: Math.max(0.5, Y(base) - Y(base + v)), fill: colors[k]});
-      r.append(svg("title", {}, "step " + s.id + " \u00b7 " + k + ": " + fmtUs(v) + " (" + fmtPct(v / (totals[i] || 1)) + ")"));
-      g.append(r); base += v; }
-    if (steps.length <= 40 || i % Math.ceil(steps.length / 40) === 0)
-      g.append(svg("text", {x: x + w / 2, y: H - M.b + 14, "text-anchor": "middle"}, String(s.id)));
-  });
-  g.append(svg("text", {x: (M.l + W - M.r) / 2, y: H - 4, "text-anchor": "middle"}, "step"));
-  box.replaceChildren(legend(keys, colors), el("div", {class: "chart"}, g));
-}
-
-function card(k, v){ return el("div", {class: "card"}, el("div", {class: "k"}, k), el("div", {class: "v"}, v)); }
+const U = x => [x, fmtUs(x)], P = x => [x, fmtPct(x)], N = x => [x, String(x)], B = x => [x, fmtB(x)];
 
 function showSummary(v){
-  const h = v.headline;
-  const cards = [card("devices", h.devices.length ? h.devices.map(d => short(d)).join(", ") : "no GPU in the trace"),
-    card("steps analysed", String(h.steps)), card("median step", fmtUs(h.step_time_us)), card("mean step", fmtUs(h.step_time_mean_us)),
-    card("GPU utilisation", h.gpu_utilization === null ? "n/a (no GPU activity)" : fmtPct(h.gpu_utilization)),
-    card("traces", String(h.traces)), card("findings", String(v.findings.length))];
-  if (v.capture) cards.push(card("capture: steps run", String(v.capture.steps)),
-                            card("capture: data loading", fmtPct(v.capture.data_loading_share)));
+  const cards = GP.cards(v.headline, v.findings.length);
+  if (v.capture) cards.push(GP.card("capture: steps run", String(v.capture.steps)),
+                            GP.card("capture: data loading", fmtPct(v.capture.data_loading_share)));
   $("cards").replaceChildren(...cards);
   const errs = v.errors.map(e => el("li", {}, short(e, LONG)));
   if (v.failed_rules.length) errs.unshift(el("li", {}, "rules that failed (a gpuprof bug; their findings are unknown, the analysis is incomplete): " + v.failed_rules.join(", ")));
   $("errors").replaceChildren(...errs); $("errors").hidden = errs.length === 0;
 }
 
-function evidenceRows(f){
-  return (f.evidence || []).map(e => el("tr", {}, el("td", {class: "name"}, short(e.metric)),
-    el("td", {}, e.unit === "us" ? fmtUs(e.value) : e.unit === "fraction" ? fmtPct(e.value) : e.unit === "bytes" ? fmtB(e.value) : short(String(e.value)) + (e.unit ? " " + short(e.unit) : "")),
-    el("td", {}, e.threshold === null || e.threshold === undefined ? "" : "threshold " + (e.unit === "us" ? fmtUs(e.threshold) : e.unit === "fraction" ? fmtPct(e.threshold) : e.unit === "bytes" ? fmtB(e.threshold) : String(e.threshold))),
-    el("td", {}, (e.events || []).length ? (e.events.length + " events, e.g. " + short(e.events[0].name, 120)) : "")));
-}
-
 function showFindings(v){
-  const items = v.findings.map(f => {
-    const loc = f.location ? short(f.location.file) + (f.location.line ? ":" + f.location.line : "") + (f.location.function ? " (" + short(f.location.function) + ")" : "") : null;
-    const cost = "cost " + short(f.display_cost || "not estimated");
-    const from = f.scope === "cross-rank" ? "cross-rank analysis" : f.origin === "trace" ? "trace analysis" + (f.trace ? " of " + short(f.trace) : "") : short(f.origin || "?") + " (from " + short(f.report || "report.json") + ")";
-    const ev = evidenceRows(f);
-    return el("div", {class: "finding " + sev(f.severity), "data-code": short(f.code, 40)},
-      el("div", {class: "head"}, short(f.code, 40) + " " + short(f.name || ""), el("span", {class: "tag"}, sev(f.severity)), el("span", {class: "tag"}, from)),
-      el("div", {class: "msg"}, short(f.display_message || f.message, LONG)),
-      el("div", {class: "meta"}, cost + (loc ? " \u00b7 at " + loc : "")),
-      f.advice ? el("div", {class: "fix"}, "Fix: " + short(f.advice, LONG)) : null,
-      ev.length ? el("table", {}, ...ev) : null);
-  });
-  $("findings").replaceChildren(...(items.length ? items : [el("p", {class: "muted"}, v.failed_rules.length ? "No findings from the rules that ran (some failed: see above)." : "No findings.")]));
+  $("findings").replaceChildren(...GP.findings(v.findings, v.failed_rules.length ? "No findings from the rules that ran (some failed: see above)." : "No findings."));
 }
 
 function showTrace(v){
@@ -153,16 +82,18 @@ function showTrace(v){
   sel.parentElement.hidden = v.traces.length < 2;
   state.trace = Math.min(state.trace, Math.max(v.traces.length - 1, 0)); sel.value = String(state.trace);
   const t = v.traces[state.trace];
-  if (!t){ for (const id of ["steps-chart", "idle-chart"]) $(id).replaceChildren(el("p", {class: "muted"}, "No trace analysed in this run.")); return; }
+  if (!t){ for (const id of ["steps-chart", "idle-chart", "views"]) $(id).replaceChildren(el("p", {class: "muted"}, "No trace analysed in this run.")); return; }
   const s = t.summary;
-  stackedChart($("steps-chart"), t.steps, "breakdown_us", BD_COLORS, "step time per step");
-  if (s.has_gpu_activity) stackedChart($("idle-chart"), t.steps, "idle_us", IDLE_COLORS, "GPU idle time per step");
+  GP.stepChart($("steps-chart"), t.steps.map(x => ({id: x.id, parts: x.breakdown_us})), BD_COLORS, "step time per step");
+  if (s.has_gpu_activity) GP.stepChart($("idle-chart"), t.steps.map(x => ({id: x.id, parts: x.idle_us})), IDLE_COLORS, "GPU idle time per step");
   else $("idle-chart").replaceChildren(el("p", {class: "muted"}, "This trace has no GPU activity (a CPU run), so there is no GPU idle time to break down."));
-  table("kernels", ["kernel", "launches", "total", "mean", "share of GPU"], s.top_kernels.map(k => [short(k.name), String(k.count), fmtUs(k.total_us), fmtUs(k.mean_us), fmtPct(k.share_of_gpu)]));
-  table("ops", ["operator", "calls", "host total", "host self", "GPU self", "GPU total"], s.top_ops.map(o => [short(o.name), String(o.count), fmtUs(o.total_us), fmtUs(o.self_us), fmtUs(o.gpu_us), fmtUs(o.gpu_total_us)]));
-  table("copies", ["direction", "memory", "count", "bytes", "GPU time", "bandwidth"], s.copies.map(c => [short(c.direction), short(c.memory), String(c.count), fmtB(c.bytes), fmtUs(c.total_us), num(c.bandwidth_gbps) ? c.bandwidth_gbps.toFixed(1) + " GB/s" : "-"]));
-  table("syncs", ["cause", "runtime call", "count", "blocked", "where"], s.syncs.map(x => [short(x.cause), short(x.runtime), String(x.count), fmtUs(x.total_us), x.location ? short(x.location) : "-"]));
+  table("kernels", ["kernel", "launches", "total", "mean", "share of GPU"], s.top_kernels.map(k => [short(k.name), N(k.count), U(k.total_us), U(k.mean_us), P(k.share_of_gpu)]));
+  table("ops", ["operator", "calls", "host total", "host self", "GPU self", "GPU total"], s.top_ops.map(o => [short(o.name), N(o.count), U(o.total_us), U(o.self_us), U(o.gpu_us), U(o.gpu_total_us)]));
+  table("copies", ["direction", "memory", "count", "bytes", "GPU time", "bandwidth"], s.copies.map(c => [short(c.direction), short(c.memory), N(c.count), B(c.bytes), U(c.total_us), [c.bandwidth_gbps, num(c.bandwidth_gbps) ? c.bandwidth_gbps.toFixed(1) + " GB/s" : "-"]]));
+  table("syncs", ["cause", "runtime call", "count", "blocked", "where"], s.syncs.map(x => [short(x.cause), short(x.runtime), N(x.count), U(x.total_us), x.location ? short(x.location) : "-"]));
   $("no-gpu-tables").hidden = s.top_kernels.length + s.copies.length + s.syncs.length > 0;
+  // the report's views of this trace, whole (every row the report keeps), sortable and searchable
+  GP.views($("views"), s.views);
 }
 
 // With a cross-rank section the rows carry its numbers (gpuprof.tbplugin.data._ranks): the wait in collectives
@@ -170,9 +101,9 @@ function showTrace(v){
 function showRanks(v){
   const cross = v.ranks.some(r => "wait_us" in r);
   table("ranks", ["rank", "traces", "steps", "median step", cross ? "waits for others / step" : "vs fastest", "GPU utilisation", "GPU idle / step", "findings", "report"],
-    v.ranks.map(r => [String(r.rank) + (r.straggler ? " (straggler)" : ""), String(r.traces), String(r.steps), fmtUs(r.step_time_us),
-                      cross ? fmtUs(r.wait_us) : num(r.vs_fastest) ? "+" + fmtPct(r.vs_fastest) : "-",
-                      fmtPct(r.gpu_utilization), fmtUs(r.idle_us), String(r.findings), r.report ? short(r.report) : "-"]));
+    v.ranks.map(r => [[r.rank, String(r.rank) + (r.straggler ? " (straggler)" : "")], N(r.traces), N(r.steps), U(r.step_time_us),
+                      cross ? U(r.wait_us) : [r.vs_fastest, num(r.vs_fastest) ? "+" + fmtPct(r.vs_fastest) : "-"],
+                      P(r.gpu_utilization), U(r.idle_us), N(r.findings), r.report ? short(r.report) : "-"]));
 }
 
 // The cross_rank section of gpuprof.distributed (docs/distributed.md): the same numbers as `gpuprof analyze RANKS...`.
@@ -187,15 +118,15 @@ function showCrossRank(v){
   $("xhead").textContent = x.ranks.length + " ranks" + (num(x.world_size) ? " of " + x.world_size : "") + ", backend " +
     (x.backend ? short(x.backend, 40) : "unknown") + ", median step " + fmtUs(x.step_us);
   $("xstraggler").textContent = straggler(x);
-  $("xstraggler").className = x.stragglers.length ? "straggler" : "muted";
+  $("xstraggler").setAttribute("class", x.stragglers.length ? "straggler" : "muted");
   const slow = new Set(x.stragglers);
   table("xranks", ["rank", "step", "compute", "comm", "exposed comm", "wait", "data loading", "host", "sync", "unrecorded", "collectives / step", "device"],
-    x.ranks.map(r => [String(r.rank) + (slow.has(r.rank) ? " (straggler)" : ""), fmtUs(r.step_us), fmtUs(r.compute_us), fmtUs(r.comm_us),
-                      fmtUs(r.exposed_comm_us), fmtUs(r.wait_us), fmtUs(r.data_loading_us), fmtUs(r.host_us), fmtUs(r.sync_us),
-                      fmtUs(r.unrecorded_us), num(r.collectives_per_step) ? r.collectives_per_step.toFixed(1) : "-", short(r.device || "", 60)]));
+    x.ranks.map(r => [[r.rank, String(r.rank) + (slow.has(r.rank) ? " (straggler)" : "")], U(r.step_us), U(r.compute_us), U(r.comm_us),
+                      U(r.exposed_comm_us), U(r.wait_us), U(r.data_loading_us), U(r.host_us), U(r.sync_us),
+                      U(r.unrecorded_us), [r.collectives_per_step, num(r.collectives_per_step) ? r.collectives_per_step.toFixed(1) : "-"], short(r.device || "", 60)]));
   table("xcolls", ["collective", "per step", "mean time", "mean size", "bytes / step", "bus bandwidth"],
-    x.collectives.map(c => [short(c.type, 40), num(c.per_step) ? c.per_step.toFixed(1) : "-", fmtUs(c.mean_us), fmtB(c.mean_bytes),
-                            fmtB(c.bytes_per_step), num(c.bus_gbps) ? c.bus_gbps.toFixed(1) + " GB/s" : "-"]));
+    x.collectives.map(c => [short(c.type, 40), [c.per_step, num(c.per_step) ? c.per_step.toFixed(1) : "-"], U(c.mean_us), B(c.mean_bytes),
+                            B(c.bytes_per_step), [c.bus_gbps, num(c.bus_gbps) ? c.bus_gbps.toFixed(1) + " GB/s" : "-"]]));
   $("xnotes").replaceChildren(...x.notes.map(n => el("li", {}, short(n, LONG))));
 }
 
@@ -287,6 +218,9 @@ async function init(){
 init();
 """
 
+# One inline script (the shared drawing code, then the tab's) and one stylesheet: the policy allows them by hash.
+_SCRIPT = web.SCRIPT + _TAB_SCRIPT
+_STYLE = web.STYLE + _TAB_STYLE
 SCRIPT_HASHES = [csp_hash(_SCRIPT)]
 POLICY = page_policy([_SCRIPT], [_STYLE], connect="'self'", frames="'self'")
 # The same policy as an HTTP header, less the Trusted Types directives: TensorBoard's response validator
@@ -314,15 +248,16 @@ INDEX_HTML = ("""<!doctype html>
 <section><label hidden>Trace <select id="trace"></select></label>
 <h2>Step time per step</h2><p class="muted">Each step's time split by what was happening, first match wins (docs/report-schema.md, breakdown_us).</p><div id="steps-chart"></div>
 <h2>GPU idle time per step</h2><p class="muted">While the main GPU was idle, what the main thread was doing.</p><div id="idle-chart"></div></section>
-<section><h2>Top operators</h2><table id="ops"></table></section>
-<section><h2>Top kernels</h2><table id="kernels"></table></section>
-<section><h2>Copies</h2><table id="copies"></table></section>
-<section><h2>Host syncs</h2><table id="syncs"></table></section>
+<section><h2>Top operators</h2><div id="ops"></div></section>
+<section><h2>Top kernels</h2><div id="kernels"></div></section>
+<section><h2>Copies</h2><div id="copies"></div></section>
+<section><h2>Host syncs</h2><div id="syncs"></div></section>
+<section id="views-section"><h2>Views: operators, kernels, modules, ranges</h2><p class="muted">The report's views of the selected trace (docs/views.md), every row it keeps: click a header to sort by that column, type in a box to search the names.</p><div id="views"></div></section>
 <p id="no-gpu-tables" class="muted" hidden>No kernels, copies or host syncs in this trace.</p>
-<section><h2>Ranks</h2><table id="ranks"></table></section>
+<section><h2>Ranks</h2><div id="ranks"></div></section>
 <section id="crossrank" hidden><h2>Cross-rank</h2><p id="xhead"></p><p id="xstraggler"></p>
-<div><h3>Per rank (mean per step; wait: time in collectives waiting for the other ranks)</h3><table id="xranks"></table></div>
-<div><h3>Collectives (time: the fastest rank of each)</h3><table id="xcolls"></table></div><ul id="xnotes" class="muted"></ul></section>
+<div><h3>Per rank (mean per step; wait: time in collectives waiting for the other ranks)</h3><div id="xranks"></div></div>
+<div><h3>Collectives (time: the fastest rank of each)</h3><div id="xcolls"></div></div><ul id="xnotes" class="muted"></ul></section>
 <section id="memory" hidden><h2>Memory timeline</h2><label>Snapshot <select id="snap"></select></label>
 <button id="snapopen" type="button">Show</button> <span id="memstatus" class="muted"></span><div id="memframe"></div></section>
 <section hidden><h2>Notes</h2><ul id="notes"></ul></section>

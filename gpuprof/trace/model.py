@@ -39,6 +39,9 @@ __all__ = [
     "op_call_stack",
     "op_shape_key",
     "op_input_shapes",
+    "op_flops",
+    "op_concrete_inputs",
+    "CONCRETE_INPUT_OPS",
     "copy_kind",
     "memory_totals",
     "memory_addr",
@@ -58,6 +61,15 @@ _DTYPE_MASK = DTYPE_FLOAT | DTYPE_HALF | DTYPE_DOUBLE | DTYPE_FP16 | DTYPE_BF16
 # that requires grad. Never under torch.no_grad()/inference_mode(), nor for a frozen model's operators.
 # Read it with op_records_autograd(); op_dtypes() masks it out.
 OP_AUTOGRAD = 32
+
+# The operators whose "Concrete Inputs" (record_shapes' scalar and list arguments) the loader keeps:
+# the convolutions, whose stride/padding/dilation decide their FLOPs (gpuprof.views.flops). Kept
+# for these names only, so the payload of every other operator stays as small and as shared as before.
+CONCRETE_INPUT_OPS = frozenset({
+    "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
+    "aten::cudnn_convolution", "aten::mkldnn_convolution", "aten::miopen_convolution",
+    "aten::convolution_backward",
+})
 
 
 # Field getters that run in C, for map()/sort keys/np.fromiter over many events.
@@ -150,7 +162,9 @@ class KernelConfig(msgspec.Struct, gc=False, frozen=True):
 # The loader stores an operator's payload as its dtype flags and OP_AUTOGRAD (an int: no
 # object per op) or, for 2021 traces with a "Call stack", a (flags, stack)
 # tuple, or for operators with ``Input Dims`` (record_shapes) a shared (flags, stack or None, Input Dims
-# text) tuple; a copy's as its CopyKind; a kernel's as a shared KernelConfig (when recorded); a [memory]
+# text) tuple, or for the few operators with recorded FLOPs (``kernel_flop``) or kept ``Concrete Inputs``
+# (CONCRETE_INPUT_OPS) a shared (flags, stack or None, Input Dims or None, FLOPs or None, Concrete Inputs
+# text or None) tuple; a copy's as its CopyKind; a kernel's as a shared KernelConfig (when recorded); a [memory]
 # event's as a MemoryPayload.
 # These functions are the one place that knows it.
 
@@ -182,8 +196,24 @@ def op_shape_key(op: Event) -> str | None:
     """The ``Input Dims`` text of an operator (JSON, as in the trace; one string object per distinct text
     within one loaded trace), None without record_shapes or for other events."""
     extra = op.extra
-    if type(extra) is tuple and len(extra) == 3:
+    if type(extra) is tuple and len(extra) >= 3:
         return extra[2]  # type: ignore[no-any-return]
+    return None
+
+
+def op_flops(op: Event) -> float | None:
+    """The FLOPs the trace records for one call of the operator (``kernel_flop``), None when it records none."""
+    extra = op.extra
+    if type(extra) is tuple and len(extra) == 5:
+        return extra[3]  # type: ignore[no-any-return]
+    return None
+
+
+def op_concrete_inputs(op: Event) -> str | None:
+    """The ``Concrete Inputs`` JSON text of a CONCRETE_INPUT_OPS operator, None when not recorded (or another op)."""
+    extra = op.extra
+    if type(extra) is tuple and len(extra) == 5:
+        return extra[4]  # type: ignore[no-any-return]
     return None
 
 

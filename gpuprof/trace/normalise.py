@@ -15,6 +15,7 @@ from gpuprof.errors import InputError
 from gpuprof.trace import raw as R
 from gpuprof.trace.collectives import comm_args, is_comm_event_name
 from gpuprof.trace.model import (
+    CONCRETE_INPUT_OPS,
     DTYPE_BF16,
     DTYPE_DOUBLE,
     DTYPE_FLOAT,
@@ -137,6 +138,7 @@ class Builder:
         self._shapes: dict[bytes, str] = {}  # Input Dims bytes -> one string object per distinct text
         self._extras: dict[tuple[int, str | None, str | None], tuple[int, str | None, str | None]] = {}
         self._extras2: dict[tuple[int, str], tuple[int, str]] = {}
+        self._extras5: dict[tuple[int, str | None, str | None, float | None, str | None], object] = {}
         self._configs: dict[tuple[tuple[int, ...] | None, tuple[int, ...] | None, int, float], KernelConfig] = {}
         self._comm_names: dict[str, bool] = {}  # name -> is it a communication event (asked once per name)
         self._device_props: list[R.RawDeviceProps] = []
@@ -226,6 +228,8 @@ class Builder:
                     a.input_type = _ABSENT if it == b"null" else msgspec.Raw(it)  # null: absent, as before
                 if a is not None and a.seq_nr:
                     a.seq_nr = _PRESENT
+                if a is not None and (a.kernel_flop or a.concrete_inputs):  # as Input Dims
+                    a.kernel_flop, a.concrete_inputs = msgspec.Raw(bytes(a.kernel_flop)), msgspec.Raw(bytes(a.concrete_inputs))
                 self._slices.append(ev)  # paired in finish()
                 continue
             else:
@@ -300,6 +304,8 @@ class Builder:
                 elif cs:
                     key2 = (flags, stacks.setdefault(cs, cs))
                     extra = extras2.setdefault(key2, key2)  # shared, as the 3-tuples
+                if a.kernel_flop or (a.concrete_inputs and name in CONCRETE_INPUT_OPS):
+                    extra = self._op_more(extra, a)
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, extra))
             elif kind == K_KERNEL or kind == K_MEMCPY or kind == K_MEMSET or kind == K_SYNC or kind == K_GPU_ANN:
                 d = a.device
@@ -333,6 +339,28 @@ class Builder:
                 )
             else:
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr))
+
+    def _op_more(self, extra: object, a: R.RawArgs) -> object:
+        """The 5-tuple payload (model.op_flops) of an op with recorded FLOPs or kept Concrete Inputs, shared."""
+        flop: float | None = None
+        if a.kernel_flop:
+            try:
+                flop = float(bytes(a.kernel_flop))  # a JSON number; anything else (a string, NaN) counts as absent
+            except ValueError:
+                flop = None
+            if flop is not None and not 0.0 <= flop < 1e30:
+                flop = None
+        concrete = None
+        if a.concrete_inputs:
+            raw = bytes(a.concrete_inputs)
+            concrete = self._shapes.get(raw)
+            if concrete is None:
+                concrete = self._shapes[raw] = raw.decode("utf-8", "replace")
+        if flop is None and concrete is None:
+            return extra
+        base = extra if type(extra) is tuple else (extra, None)
+        key = (base[0], base[1], base[2] if len(base) == 3 else None, flop, concrete)
+        return self._extras5.setdefault(key, key)
 
     def _kernel_config(self, a: R.RawArgs) -> KernelConfig:
         """One shared KernelConfig per distinct launch configuration (a value of the wrong type counts as absent)."""

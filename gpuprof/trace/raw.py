@@ -44,6 +44,13 @@ class RawArgs(msgspec.Struct, gc=False):
     # Any: these come from strangers and only gpuprof.trace.collectives reads them, checking
     # each type there; a value of an unexpected type must not make the whole trace unreadable
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw())  # empty: absent
+    # recorded FLOPs and convolution arguments (read only for ops, see Builder._op_more): undecoded, so
+    # an odd value never makes the trace unreadable and ops without them pay nothing.
+    # "kernel_flop": written by Inductor on a Triton kernel's launch range (torch.compile with
+    # benchmark_kernel) and by torch._inductor.analysis.profile_analysis --augment_trace;
+    # "Concrete Inputs": the scalar and list arguments (record_shapes, torch >= 2.1)
+    kernel_flop: msgspec.Raw = msgspec.field(name="kernel_flop", default=msgspec.Raw())
+    concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=msgspec.Raw())
     collective_name: Any = msgspec.field(name="Collective name", default=None)
     in_msg_nelems: Any = msgspec.field(name="In msg nelems", default=None)
     out_msg_nelems: Any = msgspec.field(name="Out msg nelems", default=None)

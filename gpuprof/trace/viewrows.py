@@ -31,6 +31,9 @@ class OperatorRow:
     gpu_self_us: float  # kernels this operator launched itself
     gpu_total_us: float  # plus those of the operators nested in it
     stacks: list[str] = field(default_factory=list)  # up to 3 user source lines of its calls, when recorded
+    flops: float | None = None  # floating-point operations of all its calls, nested operators' included (flops_source)
+    flops_source: str | None = None  # "recorded" (the trace's kernel_flop), "estimate" (input shapes) or None
+    tflops: float | None = None  # flops / gpu_total_us, TFLOP/s (None without GPU time)
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class KernelRow:
     op_dtype: str | None  # input dtype of the launching operators: fp64, fp32, bf16, fp16, fp8, mixed, None
     precision: str | None  # the math it runs: fp64, fp32, tf32, bf16, fp16, fp8 (None: unknown)
     flops: float | None  # floating-point operations of all its launches (see flops_source)
-    flops_source: str | None  # "with_flops", "estimate" (matmul input dims) or None
+    flops_source: str | None  # "recorded" (the trace's kernel_flop), "estimate" (input shapes) or None
     tflops: float | None  # flops / total time, TFLOP/s
     mfu: float | None  # tflops / the device's peak for `precision` (peaks.py), fraction
     grid: list[int] | None = None

@@ -21,9 +21,10 @@ user range or per kept row, never per kernel.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from operator import attrgetter
-from typing import Sequence, TypedDict
+from typing import NamedTuple, Sequence, TypedDict
 
 import numpy as np
 
@@ -41,14 +42,16 @@ from gpuprof.trace.model import (
     kernel_config,
     name_of,
     op_call_stack,
+    op_concrete_inputs,
     op_dtypes,
+    op_flops,
     op_shape_key,
     ts_of,
 )
 from gpuprof.trace.stacks import call_stack_location, user_location
 from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.trace.vocab import step_number
-from gpuprof.views.flops import MATMUL_OPS, estimate_flops
+from gpuprof.views.flops import ESTIMATED_OPS, estimate_flops
 from gpuprof.views.peaks import device_row, peak_for
 from gpuprof.views.precision import is_eligible_kernel, kernel_precision, uses_tensor_cores
 
@@ -73,8 +76,9 @@ def trace_views(m: TraceMetrics) -> TraceViews:
     k_op = att.gpu_op[:nk]  # gpu_events() yields the kernels first
     views.unattributed_gpu_us = float(k_dur[k_op < 0].sum())
     views.peak_device = _peak_device(m)
-    views.operators = _operators(m, k_op, k_dur, views)
-    views.kernels = _kernels(m, k_op, k_dur, views)
+    group, keys, fl = _group_ops(att.ops)
+    views.operators = _operators(m, k_op, k_dur, views, group, keys, fl)
+    views.kernels = _kernels(m, k_op, k_dur, views, fl)
     launch_ts, launch_thread = _launches(m, kernels)
     views.ranges = _ranges(
         [a for a in trace.annotations if step_number(a.name) is None], launch_ts, launch_thread, k_dur, views, "ranges", False
@@ -86,7 +90,10 @@ def trace_views(m: TraceMetrics) -> TraceViews:
 
 
 # --------------------------------------------------------------------------- operators
-def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews) -> list[OperatorRow]:
+def _operators(
+    m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews,
+    group: np.ndarray, keys: list[tuple[str, str | None]], fl: _OpFlops,
+) -> list[OperatorRow]:
     att = m.attribution
     assert att is not None
     ops = att.ops
@@ -101,7 +108,6 @@ def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: Trac
     dur = np.fromiter(map(dur_of, ops), np.float64, n)
     child = parent >= 0
     cpu_self = dur - np.bincount(parent[child], weights=dur[child], minlength=n)
-    group, keys = _group_ops(ops)
     g = len(keys)
     calls = np.bincount(group, minlength=g)
     sums = {
@@ -110,6 +116,9 @@ def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: Trac
         "gpu_self_us": np.bincount(group, weights=k_self, minlength=g),
         "gpu_total_us": np.bincount(group, weights=k_total, minlength=g),
     }
+    flops = np.bincount(group, weights=np.nan_to_num(fl.flops), minlength=g)
+    has_flops = np.bincount(group, weights=~np.isnan(fl.flops), minlength=g) > 0
+    recorded = np.bincount(group, weights=fl.recorded, minlength=g) > 0
     order = np.lexsort((-sums["cpu_self_us"], -sums["gpu_self_us"]))
     keep, rest = order[:MAX_ROWS], order[MAX_ROWS:]
     if len(rest):
@@ -121,11 +130,15 @@ def _operators(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: Trac
     for j in keep.tolist():
         name, shapes = keys[j]
         seen = Counter(loc for i in samples.get(j, ()) if (loc := where.get(id(ops[i]))) is not None)
+        f = float(flops[j]) if has_flops[j] else None
+        gpu = float(sums["gpu_total_us"][j])
         rows.append(OperatorRow(
             name=name, input_shapes=shapes, calls=int(calls[j]),
             cpu_total_us=float(sums["cpu_total_us"][j]), cpu_self_us=float(sums["cpu_self_us"][j]),
             gpu_self_us=float(sums["gpu_self_us"][j]), gpu_total_us=float(sums["gpu_total_us"][j]),
             stacks=[loc for loc, _ in seen.most_common(3)],
+            flops=f, flops_source=None if f is None else "recorded" if recorded[j] else "estimate",
+            tflops=f / gpu / 1e6 if f is not None and gpu > 0 else None,  # FLOP/µs -> TFLOP/s
         ))
     return rows
 
@@ -142,24 +155,47 @@ def _depth(parent: np.ndarray) -> np.ndarray:
         anc = np.where(up, parent[np.maximum(anc, 0)], -1)
 
 
-def _group_ops(ops: list[Event]) -> tuple[np.ndarray, list[tuple[str, str | None]]]:
-    """Each op's group index, and the (name, input shapes) of each group.
+class _OpFlops(NamedTuple):
+    """Per operator call: its FLOPs (NaN: none) and whether the trace recorded them (else estimated)."""
+
+    flops: np.ndarray
+    recorded: np.ndarray
+
+
+def _group_ops(ops: list[Event]) -> tuple[np.ndarray, list[tuple[str, str | None]], _OpFlops]:
+    """Each op's group index, the (name, input shapes) of each group, and each op's FLOPs.
 
     The loader shares one string per distinct name and one payload object per
-    distinct (dtype flags, stack, shapes), so object identities group the ops
-    in numpy; the Python loop runs once per distinct (name, payload).
+    distinct (dtype flags, stack, shapes, recorded FLOPs, Concrete Inputs), so
+    object identities group the ops in numpy; the Python loop runs once per
+    distinct (name, payload). An op's FLOPs: the trace's ``kernel_flop`` when
+    above 0 (torch's trace augmenter writes 0 where it has no figure), else
+    the estimate from its inputs (:mod:`gpuprof.views.flops`).
     """
     n = len(ops)
+    if n == 0:
+        return np.zeros(0, np.int64), [], _OpFlops(np.zeros(0), np.zeros(0, bool))
     _, by_name = np.unique(np.fromiter(map(id, map(name_of, ops)), np.int64, n), return_inverse=True)
     extras, by_extra = np.unique(np.fromiter(map(id, map(_extra_of, ops)), np.int64, n), return_inverse=True)
     # one exact int64 key per (name, payload) pair: name index * payloads + payload index
     uniq, first, inv = np.unique(by_name.reshape(-1) * len(extras) + by_extra.reshape(-1), return_index=True, return_inverse=True)
     index: dict[tuple[str, str | None], int] = {}
     to_group = np.empty(len(uniq), np.int64)
+    u_flops = np.full(len(uniq), np.nan)
+    u_recorded = np.zeros(len(uniq), bool)
     for j in np.argsort(first, kind="stable").tolist():  # groups numbered in order of first call: ties sort the same every run
         o = ops[int(first[j])]
-        to_group[j] = index.setdefault((o.name, op_shape_key(o)), len(index))
-    return to_group[inv.reshape(-1)], list(index)
+        shapes = op_shape_key(o)
+        to_group[j] = index.setdefault((o.name, shapes), len(index))
+        rec = op_flops(o)
+        if rec is not None and rec > 0:
+            u_flops[j], u_recorded[j] = rec, True
+        elif o.name in ESTIMATED_OPS:
+            est = estimate_flops(o.name, shapes, op_concrete_inputs(o))
+            if est is not None:
+                u_flops[j] = est
+    inv = inv.reshape(-1)
+    return to_group[inv], list(index), _OpFlops(u_flops[inv], u_recorded[inv])
 
 
 _extra_of = attrgetter("extra")
@@ -239,7 +275,7 @@ def _peak_device(m: TraceMetrics) -> str | None:
     return device_row(dev.name, dev.compute_capability)
 
 
-def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews) -> list[KernelRow]:
+def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews, fl: _OpFlops) -> list[KernelRow]:
     att = m.attribution
     assert att is not None
     kernels = m.trace.kernels
@@ -252,28 +288,20 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
     total = np.bincount(group, weights=k_dur, minlength=g)
     longest = np.zeros(g)
     np.maximum.at(longest, group, k_dur)
-    # the launching operators: their dtype flags and estimated FLOPs, read once per operator that launched a kernel
+    # the launching operators' dtype flags, read once per operator that launched a kernel
     launched = np.unique(k_op[k_op >= 0])
     n_ops = max(len(att.ops), 1)  # one spare slot: index 0 stands for "no operator" below, even with none
     flags_of = np.zeros(n_ops, np.int64)
-    flops_of = np.zeros(n_ops)
     for i in launched.tolist():
-        o = att.ops[i]
-        flags_of[i] = op_dtypes(o)
-        if o.name in MATMUL_OPS:
-            flops_of[i] = estimate_flops(o.name, op_shape_key(o)) or 0.0
+        flags_of[i] = op_dtypes(att.ops[i])
     has = k_op >= 0
     k_flags = np.where(has, flags_of[np.maximum(k_op, 0)], 0)
     flags = np.zeros(g, np.int64)
     np.bitwise_or.at(flags, group, k_flags)
-    # an operator's FLOPs shared among the GEMM kernels it launched, by their time (not its bias or copy kernels)
-    gemm_name = np.fromiter((is_eligible_kernel(n) or uses_tensor_cores(n) is True for n in names), bool, g)
-    gemm = has & gemm_name[group]
-    op_gemm = np.bincount(k_op[gemm], weights=k_dur[gemm], minlength=n_ops)
-    op_time = op_gemm[np.maximum(k_op, 0)]
-    share = np.where(gemm & (op_time > 0), k_dur / np.where(op_time > 0, op_time, 1.0), 0.0)
-    k_flops = np.where(gemm, flops_of[np.maximum(k_op, 0)], 0.0) * share
+    gemm_name = np.fromiter(map(_does_matmul, names), bool, g)
+    k_flops, k_recorded = _kernel_flops(att.parent, k_op, k_dur, has & gemm_name[group], fl)
     flops = np.bincount(group, weights=k_flops, minlength=g)
+    recorded = np.bincount(group, weights=k_recorded, minlength=g) > 0
     # the launch configuration of each name's longest launch
     by_len = np.lexsort((k_dur, group))
     last = by_len[np.r_[np.flatnonzero(group[by_len][1:] != group[by_len][:-1]), nk - 1]] if nk else by_len
@@ -289,18 +317,77 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
         tc = uses_tensor_cores(name)
         dtype = _dtype_name(int(flags[j]))
         precision = kernel_precision(name, dtype, tc)
-        fl = float(flops[j]) if flops[j] > 0 else None
+        kf = float(flops[j]) if flops[j] > 0 else None
         t = float(total[j])
-        tflops = fl / t / 1e6 if fl is not None and t > 0 else None  # FLOP/µs -> TFLOP/s
+        tflops = kf / t / 1e6 if kf is not None and t > 0 else None  # FLOP/µs -> TFLOP/s
         peak = peak_for(views.peak_device, precision)
         rows.append(KernelRow(
             name=name, calls=int(calls[j]), total_us=t, mean_us=t / int(calls[j]), max_us=float(longest[j]),
-            tensor_cores=tc, op_dtype=dtype, precision=precision, flops=fl,
-            flops_source="estimate" if fl is not None else None, tflops=tflops,
+            tensor_cores=tc, op_dtype=dtype, precision=precision, flops=kf,
+            flops_source=None if kf is None else "recorded" if recorded[j] else "estimate", tflops=tflops,
             mfu=tflops / peak if tflops is not None and peak else None,
             **_config(kernel_config(kernels[int(longest_of[j])])),
         ))
     return rows
+
+
+def _kernel_flops(
+    parent: np.ndarray, k_op: np.ndarray, k_dur: np.ndarray, gemm: np.ndarray, fl: _OpFlops
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel: its share of an operator's FLOPs, and whether that figure was recorded (docs/views.md).
+
+    A kernel's FLOPs come from the nearest operator around its launch (its
+    launching operator or an enclosing one) whose FLOPs the trace records;
+    failing one, from the nearest with an estimate. Only GEMM, GEMV and
+    convolution kernels (``gemm``) take a share, not an operator's bias, copy
+    or layout kernels; but recorded FLOPs of an operator that launched no
+    such kernel (an Inductor-generated Triton kernel) go to the kernels it
+    launched. An operator's FLOPs are shared among the kernels that take
+    them by their time.
+    """
+    nk = len(k_op)
+    n = len(fl.flops)
+    if n == 0:  # kernels, but no operator: nothing to take FLOPs from
+        return np.zeros(nk), np.zeros(nk, bool)
+    rec = fl.recorded
+    owner = _nearest(k_op, rec, parent)
+    by_rec = owner >= 0
+    owner = np.where(by_rec, owner, _nearest(np.where(by_rec, -1, k_op), ~np.isnan(fl.flops) & ~rec, parent))
+    o = np.maximum(owner, 0)
+    matmul = (owner >= 0) & gemm
+    owner_has_matmul = np.bincount(owner[matmul], minlength=n) > 0
+    takes = matmul | ((owner >= 0) & by_rec & ~owner_has_matmul[o])
+    if not takes.any():
+        return np.zeros(nk), np.zeros(nk, bool)
+    time = np.bincount(owner[takes], weights=k_dur[takes], minlength=n)
+    share = np.where(takes & (time[o] > 0), k_dur / np.where(time[o] > 0, time[o], 1.0), 0.0)
+    return np.where(takes, np.nan_to_num(fl.flops[o]), 0.0) * share, takes & by_rec
+
+
+def _does_matmul(name: str) -> bool:
+    """A kernel that takes a share of its operator's estimated FLOPs: a GEMM, GEMV or convolution kernel by
+    name, not the operator's bias, copy, layout-shuffle or elementwise kernels."""
+    return is_eligible_kernel(name) or _GEMM_NAME.search(name[:300].lower()) is not None
+
+
+_GEMM_NAME = re.compile(r"gemm|gemv")
+
+
+def _nearest(start: np.ndarray, wanted: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """For each start op (-1: none), the nearest of itself and its ancestors with ``wanted`` set (-1: none).
+
+    One numpy pass per nesting level, over the starts still climbing.
+    """
+    found = np.full(len(start), -1, np.int64)
+    cur = start.astype(np.int64, copy=True)
+    while True:
+        live = (cur >= 0) & (found < 0)
+        if not live.any():
+            return found
+        c = np.maximum(cur, 0)
+        hit = live & wanted[c]
+        found[hit] = cur[hit]
+        cur = np.where(live & ~hit, parent[c], -1)
 
 
 class _Config(TypedDict, total=False):

@@ -3,8 +3,12 @@
 Figures are the vendors' published dense peaks (no structured sparsity), in
 TFLOP/s, for the SXM/OAM part unless the name says PCIe. FP32 is the
 non-tensor-core SIMT rate; TF32, BF16, FP16 and FP8 are tensor-core rates;
-FP64 is the best FP64 rate (tensor core where the part has one). ``None``:
-the part has no such path (a V100 has no BF16, TF32 or FP8 tensor cores).
+FP64 is the best FP64 rate (tensor core where the part has one); the
+Ampere and Ada parts outside the datacenter line (A10, A10G, L4, L40, L40S)
+run FP64 at 1/64 of their FP32 rate (their architecture whitepapers; the
+datasheets leave it out), so a float64 GEMM there shows a tiny peak, not
+none. ``None``: the part has no such path (a V100 has no BF16, TF32 or FP8
+tensor cores).
 
 A device is found by its name (``deviceProperties.name``), longest pattern
 first; failing that, by compute capability, using the datacenter part of that
@@ -24,16 +28,19 @@ PEAKS: dict[str, tuple[float | None, float | None, float | None, float | None, f
     "h100 pcie": (51.2, 51.2, 378.0, 756.0, 756.0, 1513.0),
     "h100": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
     "h800": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
+    "h20": (1.0, 44.0, 74.0, 148.0, 148.0, 296.0),
     "gh200": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
     "a100": (19.5, 19.5, 156.0, 312.0, 312.0, None),
     "a800": (19.5, 19.5, 156.0, 312.0, 312.0, None),
-    "a10g": (None, 31.2, 35.0, 70.0, 70.0, None),
-    "a10": (None, 31.2, 62.5, 125.0, 125.0, None),
-    "l40s": (None, 91.6, 183.0, 362.1, 362.1, 733.0),
-    "l4": (None, 30.3, 60.0, 121.0, 121.0, 242.5),
+    "a10g": (0.49, 31.2, 35.0, 70.0, 70.0, None),
+    "a10": (0.49, 31.2, 62.5, 125.0, 125.0, None),
+    "l40s": (1.43, 91.6, 183.0, 362.1, 362.1, 733.0),
+    "l40": (1.41, 90.5, 90.5, 181.0, 181.0, 362.0),
+    "l4": (0.47, 30.3, 60.0, 121.0, 121.0, 242.5),
     "v100 pcie": (7.0, 14.0, None, None, 112.0, None),
     "v100": (7.8, 15.7, None, None, 125.0, None),
     "t4": (0.25, 8.1, None, None, 65.0, None),
+    "mi325x": (163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9),
     "mi300x": (163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9),
     "mi250x": (95.7, 47.9, None, 383.0, 383.0, None),
 }

@@ -21,6 +21,9 @@ CASES = {
     "device_mismatch.py": ({"GP612", "GP613"}, {"GP610", "GP611", "GP612", "GP613"}),
     "step_habits.py": ({"GP840", "GP841"}, {"GP840", "GP841"}),
     "eval_without_no_grad.py": ({"GP843"}, {"GP843"}),
+    "sampler_epoch.py": ({"GP712"}, {"GP712"}),
+    "dtype_mismatch.py": ({"GP614"}, {"GP614"}),
+    "debug_settings.py": ({"GP623", "GP624"}, {"GP623", "GP624"}),
 }
 
 
@@ -67,9 +70,17 @@ def _check(script: str, must: set[str], must_not: set[str], bad: subprocess.Pope
     if script == "device_mismatch.py":
         assert proc.returncode == 1
         assert "DeviceMismatchError" in proc.stderr and "Net.encoder.0" in proc.stderr
+    elif script == "dtype_mismatch.py":  # the user's own error, unchanged; gpuprof's explanation in the summary
+        assert proc.returncode == 1
+        assert "RuntimeError: mat1 and mat2 must have the same dtype, but got Double and Float" in proc.stderr
+        assert "GP614" in proc.stderr and "Sequential.0" in proc.stderr
     else:
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "gpuprof: " in proc.stderr and "tensorboard --logdir" in proc.stderr
+    if script == "memory_leak.py":  # the statement that allocates what the leak keeps, not main()'s def line
+        leak = next(f for f in report["findings"] if f["code"] == "GP640")
+        lines = (EXAMPLES / script).read_text().splitlines()
+        assert lines[leak["location"]["line"] - 1].strip() == "loss = loss_fn(model(x), y)", leak["location"]
     proc, report = _finish(good, tmp_path / "good")
     assert proc.returncode == 0, proc.stderr[-2000:]
     codes = {f["code"] for f in report["findings"]}

@@ -1,5 +1,5 @@
 """`gpuprof analyze <run dir>` after a real CPU capture: the capture's runtime findings come back,
-marked as from the capture, and the leak (GP640) points at the function that allocates what stays."""
+marked as from the capture, and the leak (GP640) points at the statement that allocates what stays."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def leaky_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _leak_line() -> int:
-    return inspect.getsourcelines(_keep_a_tensor)[1]  # the trace's Python frames name the function's first line
+    return inspect.getsourcelines(_keep_a_tensor)[1] + 1  # the statement inside it, not its def line
 
 
 def _analyze(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -59,14 +59,16 @@ def _analyze(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_capture_report_points_the_leak_at_the_allocating_function(leaky_run: Path) -> None:
+def test_capture_report_points_the_leak_at_the_allocating_statement(leaky_run: Path) -> None:
     report = json.loads((leaky_run / "report.json").read_text())
     leak = next(f for f in report["findings"] if f["code"] == "GP640")
     assert leak["location"]["file"].endswith("test_run_dir.py")
     assert (leak["location"]["line"], leak["location"]["function"]) == (_leak_line(), "_keep_a_tensor")
     kept = next(e for e in leak["evidence"] if e["metric"] == "leak_site_kept_bytes")
     assert kept["value"] >= 2 * 256 * 256 * 4  # at least two recorded steps' tensors
-    assert "_keep_a_tensor()" in leak["message"]
+    assert kept["extra"]["statement"] is True
+    assert kept["extra"]["function_first_line"] == inspect.getsourcelines(_keep_a_tensor)[1]
+    assert "_keep_a_tensor()" in leak["message"] and "a statement of" in leak["message"]
 
 
 def test_analyze_run_dir_merges_the_captures_runtime_findings(leaky_run: Path) -> None:

@@ -221,3 +221,67 @@ def test_idle_part_links_are_data_drawn_by_every_renderer(tmp_path: Path) -> Non
     (d,) = [d for d in json.loads(render(report, "json"))["findings"] if d["code"] == "GP101"]
     assert d["message"] == gp101.message and {"kind": "explained_by", "code": shown[0].code, "part": shown[0].part,
                                               "count": None} in d["links"]
+
+
+# --- the views (operators, kernels, modules, ranges): the same rows and totals in the JSON report, the
+# TensorBoard tab's data route and the --html page, all drawn by gpuprof/render/web/report.js ---------------
+
+def _route_views(logdir: Path) -> dict[str, Any]:
+    """The selected trace's views as the tab fetches them: the plugin's ``run`` route over HTTP (werkzeug)."""
+    import time
+
+    from tensorboard.plugins.base_plugin import TBContext
+    from werkzeug.test import Client
+
+    from gpuprof.tbplugin.plugin import GpuprofPlugin
+
+    apps = GpuprofPlugin(TBContext(logdir=str(logdir))).get_plugin_apps()
+    c = Client(lambda env, sr: apps[env["PATH_INFO"]](env, sr))
+    runs = json.loads(c.get("/runs").get_data(as_text=True))["runs"]
+    assert [r["name"] for r in runs] == ["run"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        j = json.loads(c.get("/run?run=run").get_data(as_text=True))
+        if j["status"] != "pending":
+            break
+        time.sleep(0.05)
+    assert j["status"] == "ready", j
+    (t,) = j["view"]["traces"]
+    return dict(t["summary"]["views"])
+
+
+def test_views_agree_in_json_tensorboard_route_and_html_page(tmp_path: Path) -> None:
+    import subprocess
+
+    import pytest
+
+    from gpuprof.htmlpage.page import report_page
+
+    from ..security.html_pages import page_data
+
+    src = v100_samples()[0]  # a V100 ResNet-50 trace recorded with record_shapes: operators by input shapes
+    logdir = tmp_path / "logs"
+    (logdir / "run").mkdir(parents=True)
+    trace = logdir / "run" / src.name
+    shutil.copyfile(src, trace)
+    report = analyze(trace)
+    (want,) = [t["views"] for t in json.loads(render(report, "json"))["traces"]]
+    assert len(want["operators"]) == 500 and want["rest"]["operators"]["rows"] > 0 and want["kernels"]
+    # totals: the operators' GPU self time (kept rows and the summed rest) plus the unattributed part is all kernel time
+    gpu = sum(r["gpu_self_us"] for r in want["operators"]) + want["rest"]["operators"]["gpu_self_us"]
+    assert gpu + want["unattributed_gpu_us"] == pytest.approx(want["kernel_total_us"], rel=0.01)
+    assert sum(r["total_us"] for r in want["kernels"]) == pytest.approx(want["kernel_total_us"], rel=0.01)
+
+    assert _route_views(logdir) == want, "the TensorBoard tab's data differs from the JSON report"
+    page = tmp_path / "report.html"
+    page.write_text(report_page(report), encoding="utf-8")
+    (got,) = [t["views"] for t in page_data(page)["traces"]]
+    assert got == want, "the --html page's data differs from the JSON report"
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("needs node to run the page's script (the data agreed)")
+    shim = Path(__file__).parents[1] / "security" / "page_shim.js"
+    run = subprocess.run([node, str(shim), str(page)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    drawn = dict(json.loads(run.stdout)["drawn"])  # the page's script drew every row of every non-empty view
+    assert drawn == {f"view-{v}": len(want[v]) for v in ("operators", "kernels", "modules", "ranges") if want[v]}

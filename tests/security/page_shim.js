@@ -8,10 +8,11 @@ const dataText = grab(/<script id="data" type="application\/json">([\s\S]*?)<\/s
 const code = grab(/<script>([\s\S]*?)<\/script><\/body>/);
 const created = [];
 class Node_ { constructor(){ this.children = []; } append(...xs){ for (const x of xs) this.children.push(x instanceof Node_ ? x : new Text_(String(x))); }
+  appendChild(x){ this.append(x); return x; } replaceChildren(...xs){ this.children = []; this.append(...xs); }
   get textContent(){ return this.children.map(c => c.textContent).join(""); } set textContent(v){ this.children = [new Text_(String(v))]; } }
 class Text_ extends Node_ { constructor(t){ super(); this.t = t; } get textContent(){ return this.t; } }
 class Element_ extends Node_ {
-  constructor(tag){ super(); this.tagName = tag.toUpperCase(); this.attributes = {}; this.listeners = {}; this.dataset = {}; created.push(this); }
+  constructor(tag, ns){ super(); this.tagName = ns ? tag : tag.toUpperCase(); this.ns = ns || null; this.attributes = {}; this.listeners = {}; this.dataset = {}; created.push(this); }
   setAttribute(k, v){ if (/^on/i.test(k) || k === "style" || k === "src" || k === "href") throw new Error("unsafe attribute " + k); this.attributes[k] = String(v); }
   addEventListener(k, f){ (this.listeners[k] = this.listeners[k] || []).push(f); }
   get rows(){ return this.children.filter(c => c.tagName === "TR"); }
@@ -25,15 +26,20 @@ const body = new Element_("body");
 for (const id of ["title", "sub", "main"]) { byId[id] = new Element_(id === "main" ? "main" : "div"); body.append(byId[id]); }
 byId.data = { textContent: dataText };
 global.Node = Node_;
-global.document = { getElementById: id => byId[id], createElement: t => new Element_(t), body };
+global.document = { getElementById: id => byId[id], createElement: t => new Element_(t),
+  createElementNS: (ns, t) => { if (ns !== "http://www.w3.org/2000/svg") throw new Error("namespace " + ns); return new Element_(t, ns); }, body };
 new Function(code)();
 const walk = (n, out) => { if (n instanceof Element_) out.push(n); for (const c of n.children) walk(c, out); return out; };
 const els = walk(body, []);
 const cells = els.filter(e => e.tagName === "TD").map(e => e.textContent);
-const canvases = els.filter(e => e.tagName === "CANVAS").map(e => (e.ops || []).filter(o => o === "fillRect").length);
+const bars = els.filter(e => e.tagName === "rect" && e.attributes.class === "bar").length;
+// every table with an id (the views' tables) and its body rows as first drawn
+const drawn = els.filter(e => e.tagName === "TABLE" && e.attributes.id).map(t => [t.attributes.id, t.rows.length - 1]);
 // click every header once: sorting must not throw; type into every search box
 for (const th of els.filter(e => e.tagName === "TH")) for (const f of th.listeners.click || []) f();
 for (const box of els.filter(e => e.tagName === "INPUT")) { box.value = "aten"; for (const f of box.listeners.input || []) f(); }
+// after the search: the rows each searchable table still shows (its header row not counted)
+const searched = els.filter(e => e.tagName === "TABLE" && e.attributes.id).map(t => [t.attributes.id, t.rows.length - 1]);
 console.log(JSON.stringify({rendered: body.dataset.rendered, bars: body.dataset.bars, title: byId.title.textContent,
-  h2: els.filter(e => e.tagName === "H2").map(e => e.textContent), cells, canvases, li: els.filter(e => e.tagName === "LI").map(e => e.textContent),
+  h2: els.filter(e => e.tagName === "H2").map(e => e.textContent), cells, rects: bars, drawn, searched, li: els.filter(e => e.tagName === "LI").map(e => e.textContent),
   tags: [...new Set(els.map(e => e.tagName))].sort()}));

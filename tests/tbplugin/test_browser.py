@@ -29,6 +29,7 @@ from typing import Any, Iterator
 import pytest
 
 from ..security.conftest import HTML_HOSTILE, HUGE_NAME
+from ..security.views_dom import check_views
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package (apt-get install -y chromium)")
@@ -256,6 +257,9 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         assert max(heights) > 50
         assert "data_loading" in fr.locator("#steps-chart").text_content()
         assert fr.locator("#ops tr").count() > 3  # top operators of a CPU run
+        # the report's views of the trace, whole: a CPU run has operators (no kernels)
+        assert fr.locator("#view-operators tr").count() > fr.locator("#ops tr").count()
+        assert fr.locator("[data-view=kernels]").text_content().endswith("no kernels in this trace")
         # comparison: this run (after) against "before"
         fr.select_option("#run", "after")
         fr.wait_for_function("() => document.querySelector('#cards') && document.querySelector('#run').value === 'after'")
@@ -316,6 +320,12 @@ def test_hostile_run_and_kernel_names_stay_text(browser: Any, server: dict[str, 
         top = [k["name"] for k in view["traces"][0]["summary"]["top_kernels"]]
         assert cells == [n if len(n) <= 300 else n[:300] + f"\u2026 ({len(n) - 300} more characters)" for n in top]
         assert len(set(HTML_HOSTILE) & set(cells)) >= 9 and HUGE_NAME[:5000] in top
+        # the views: every kernel and operator of the trace (not only the top 10), sortable and searchable,
+        # drawn by the code of the --html page (tests/security/test_share_page.py runs the same checks there)
+        views = view["traces"][0]["summary"]["views"]
+        assert {k["name"] for k in views["kernels"]} == set(server["names"])
+        check_views(fr, views, "onfocus")
+        assert fr.evaluate("() => window.__gpuprof_pwned") is None and tab.dialogs == [] and tab.errors == []
         assert HOSTILE_DIR in fr.locator("#run").text_content()
         assert fr.evaluate("() => document.querySelectorAll('img,script:not([src]) ~ script,object,embed,form,base').length") == 0
         assert fr.evaluate("""() => [...document.querySelectorAll('*')].filter(e =>

@@ -1,4 +1,5 @@
-"""Distributed setup (GP710, GP711): a DataLoader without DistributedSampler, the wrong backend."""
+"""Distributed setup (GP710-GP712): a DataLoader without DistributedSampler, the wrong backend,
+a DistributedSampler whose set_epoch() is never called (also without a process group)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from gpuprof.findings import Finding
 
 class DistributedCheck(MonitorBase):
     part = "distributed check"
-    consequence = "no GP710/GP711 findings"
+    consequence = "no GP710-GP712 findings"
 
     def findings(self, live: Live) -> list[Finding]:
-        group = distcheck.process_group()
         loaders = live.find(LoaderCheck)
-        if group is None or loaders is None:
+        if loaders is None:
             return []
         records = list(loaders.monitor.records.values())
-        return distcheck.distributed_findings(records, group[0], group[1], live.cuda and cuda_used())
+        out = distcheck.sampler_epoch_findings(records)
+        group = distcheck.process_group()
+        if group is None:
+            return out
+        return out + distcheck.distributed_findings(records, group[0], group[1], live.cuda and cuda_used())

@@ -41,10 +41,11 @@ class TraceResults:
     trace_paths: list[str]
     analysed: Report | None = None
     rule_failures: list[RuleFailure] = field(default_factory=list)  # each rule that raised
-    op_facts: dict[str, int | bool] | None = None  # has_conv, fp32_matmuls (GP620/GP621)
+    op_facts: dict[str, int | bool] | None = None  # has_conv, fp32_matmuls, launches, launch_ns (GP620/621/623)
     cpu_growth: list[Finding] = field(default_factory=list)
     gpu_util: dict[int, float] | None = None
-    leak_site: LeakSite | None = None  # the CUDA memory growth's (GP640) line, from the traces
+    leak_site: LeakSite | None = None  # the CUDA memory growth's (GP640) function, from the traces
+    cpu_leak_site: LeakSite | None = None  # the CPU growth's (cpu_growth) function, from the traces
 
 
 def preload() -> None:
@@ -95,12 +96,12 @@ def trace_results(facts: RunFacts, g: Guard) -> TraceResults:
 
             op = g.run("settings checks", "no settings findings", trace_op_facts, [trace])
             if op is not None:
-                res.op_facts = op if res.op_facts is None else {
-                    "has_conv": res.op_facts["has_conv"] or op["has_conv"],
-                    "fp32_matmuls": res.op_facts["fp32_matmuls"] + op["fp32_matmuls"]}
+                prev = res.op_facts
+                res.op_facts = op if prev is None else {
+                    k: (bool(prev[k] or v) if k == "has_conv" else int(prev[k]) + int(v)) for k, v in op.items()}
         if cpu_growth and not res.cpu_growth:
-            res.cpu_growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, facts, trace,
-                                   metrics, g) or []
+            growth = g.run("memory growth check", "no memory-growth finding", _cpu_growth, facts, trace, metrics, g)
+            res.cpu_growth, res.cpu_leak_site = growth if growth is not None else ([], None)
         if cuda_leak and res.leak_site is None:
             from gpuprof.capture.memory import leak_site
 
@@ -131,14 +132,16 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard) -> Report:
     cfg = facts.config
     report = Report(command="capture", inputs=list(facts.trace_paths))
     runtime = list(facts.runtime)
-    if res.leak_site is not None:  # the CUDA growth measured per step, pointed at its line by the traces
-        from gpuprof.capture.memory import with_leak_site
+    from gpuprof.capture.memory import at_statement, with_leak_site
 
-        site = res.leak_site
+    if res.leak_site is not None:  # the CUDA growth measured per step, pointed at its line by the traces
+        site = at_statement(res.leak_site, facts.statements, "cuda")  # the statement, once the run has ended
         runtime = [with_leak_site(f, site) if _is_cuda_growth(f) else f for f in runtime]
     if cfg.checks:
         runtime += g.run("settings checks", "no settings findings", _settings_findings, facts, res) or []
-        runtime += res.cpu_growth
+        cpu_site = res.cpu_leak_site
+        runtime += [with_leak_site(f, at_statement(cpu_site, facts.statements, "cpu")) if cpu_site is not None
+                    else f for f in res.cpu_growth]
     for code, err in res.rule_failures:  # one warning per rule (a rule failing on two traces warns once)
         g.fail(f"rule {code}", "its findings are missing and the report says the analysis is incomplete", err)
     analysed = res.analysed
@@ -183,27 +186,42 @@ def _analyze_one(trace: Trace, metrics: TraceMetrics, cfg: CaptureConfig, merged
 
 
 def _settings_findings(facts: RunFacts, res: TraceResults) -> list[Finding]:
-    from gpuprof.capture.settings import cudnn_benchmark_finding, tf32_finding
+    from gpuprof.capture.settings import (
+        cudnn_benchmark_finding,
+        deterministic_finding,
+        launch_blocking_finding,
+        tf32_finding,
+    )
 
     s = facts.settings
-    if s is None or not s.cuda:
+    if s is None:
         return []
     op = res.op_facts if res.op_facts is not None else {"has_conv": False, "fp32_matmuls": 0}
-    has_conv = bool(op["has_conv"] or facts.roots_have_conv)
-    out = [cudnn_benchmark_finding(s, has_conv, facts.shapes_stable), tf32_finding(s, int(op["fp32_matmuls"]))]
+    out: list[Finding | None] = []
+    if s.cuda:
+        has_conv = bool(op["has_conv"] or facts.roots_have_conv)
+        out += [cudnn_benchmark_finding(s, has_conv, facts.shapes_stable), tf32_finding(s, int(op["fp32_matmuls"]))]
+    # GP623's measured wait: the launch calls of the recorded steps (traces of a CUDA run only)
+    steps = sum(t.last_step - t.first_step + 1 for t in facts.traces)
+    launch_ns = op.get("launch_ns")
+    median_ms = facts.section.step_time_median_ms
+    out.append(launch_blocking_finding(s, int(launch_ns) / 1000 if launch_ns is not None else None,
+                                       int(op.get("launches", 0)), steps,
+                                       median_ms * 1000 if median_ms else None))
+    out.append(deterministic_finding(s))
     return [f for f in out if f is not None]
 
 
-def _cpu_growth(facts: RunFacts, trace: Trace, metrics: TraceMetrics, g: Guard) -> list[Finding]:
-    from gpuprof.capture.memory import growth_finding, leak_site, trace_allocated_series, with_leak_site
+def _cpu_growth(facts: RunFacts, trace: Trace, metrics: TraceMetrics,
+                g: Guard) -> tuple[list[Finding], LeakSite | None]:
+    from gpuprof.capture.memory import growth_finding, leak_site, trace_allocated_series
 
     series = [v for _, v in trace_allocated_series(trace, 0, metrics)]
     f = growth_finding(series, "cpu_trace", facts.config.options, facts.location)
     if f is None:
-        return []
-    # the growth is real: find the line that allocates what stays (a second, narrow read of the addresses)
-    site = g.run("leak site", "the memory-growth finding points at the capture", leak_site, trace, 0)
-    return [with_leak_site(f, site) if site is not None else f]
+        return [], None
+    # the growth is real: find the function that allocates what stays (a second, narrow read of the addresses)
+    return [f], g.run("leak site", "the memory-growth finding points at the capture", leak_site, trace, 0)
 
 
 def _gpu_utilization_per_step(m: TraceMetrics) -> dict[int, float]:

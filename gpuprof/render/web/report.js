@@ -1,0 +1,208 @@
+// gpuprof's report drawing, one copy for every HTML surface: the TensorBoard tab (gpuprof/tbplugin/page.py)
+// and the standalone page of `gpuprof analyze --html` / `gpuprof diff --html` (gpuprof/htmlpage/page.py).
+// Each surface inlines this file before its own script, so both draw summary cards, step charts, findings
+// and the sortable, searchable tables of the views (docs/views.md) with the same code.
+//
+// Inert whatever the data holds: values reach the DOM only as Text nodes, textContent and setAttribute of
+// fixed attribute names; charts are SVG elements built with createElementNS. No innerHTML, no style
+// attribute, no URL attribute, no event-handler attribute (listeners are functions, never strings).
+"use strict";
+const GP = (() => {
+  const SVGNS = "http://www.w3.org/2000/svg";
+  const SHORT = 300, LONG = 2000;
+  const PALETTE = ["#1a73e8", "#e8710a", "#188038", "#d93025", "#9334e6", "#f9ab00", "#80868b", "#12b5cb"];
+
+  function short(s, n = SHORT){ s = s === null || s === undefined ? "" : String(s);
+    return s.length > n ? s.slice(0, n) + "\u2026 (" + (s.length - n) + " more characters)" : s; }
+  function el(tag, attrs, ...kids){ const e = document.createElement(tag);
+    for (const k of Object.keys(attrs || {})) e.setAttribute(k, String(attrs[k]));
+    e.append(...kids.filter(k => k !== null && k !== undefined).map(k => typeof k === "object" ? k : String(k))); return e; }
+  function svg(tag, attrs, ...kids){ const e = document.createElementNS(SVGNS, tag);
+    for (const k of Object.keys(attrs || {})) e.setAttribute(k, String(attrs[k]));
+    e.append(...kids); return e; }
+  function num(x){ return typeof x === "number" && isFinite(x); }
+  function fmtUs(us){ if (!num(us)) return "-"; const a = Math.abs(us);
+    if (a >= 1e6) return (us / 1e6).toFixed(2) + " s"; if (a >= 1e3) return (us / 1e3).toFixed(a >= 1e5 ? 0 : 2) + " ms";
+    return us.toFixed(a >= 100 ? 0 : 1) + " \u00b5s"; }
+  function fmtPct(x){ return num(x) ? (100 * x).toFixed(1) + "%" : "-"; }
+  function fmtB(n){ if (!num(n)) return "-"; const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0, v = Math.abs(n);
+    while (v >= 1024 && i < u.length - 1){ v /= 1024; i++; } return (n < 0 ? "-" : "") + (i ? v.toFixed(2) : Math.round(v)) + " " + u[i]; }
+  function fmtNum(x){ if (!num(x)) return "-"; if (Number.isInteger(x)) return String(x);
+    const a = Math.abs(x); return a >= 100 ? x.toFixed(0) : a >= 1 ? x.toFixed(2) : x.toPrecision(3); }
+  function fmtSI(x){ if (!num(x)) return "-"; const a = Math.abs(x);
+    for (const [d, s] of [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) if (a >= d) return (x / d).toFixed(2) + " " + s;
+    return fmtNum(x); }
+  function sev(s){ return ["error", "warning", "info"].includes(s) ? s : "info"; }
+
+  // --- tables: click a header to sort by it (again: the other way), type in the box to filter ---------------
+  // A column: {head, get: row -> the value sorted on, show?: row -> the text shown, name?: left-aligned and searched}.
+  // Missing values (null, "-") sort last in either direction.
+  function miss(x){ return x === null || x === undefined || x === ""; }
+  function cmp(x, y){
+    const nx = miss(x), ny = miss(y);
+    if (nx || ny) return nx === ny ? 0 : nx ? 1 : -1;
+    if (typeof x === "number" && typeof y === "number") return x - y;
+    if (typeof x === "boolean" && typeof y === "boolean") return +x - +y;
+    return String(x).localeCompare(String(y));
+  }
+  function table(cols, rows, opts = {}){
+    const t = el("table", opts.id ? {id: opts.id, class: "gp-table"} : {class: "gp-table"});
+    let key = -1, dir = 1, filter = "";
+    const ths = cols.map((c, i) => { const th = el("th", {class: c.name ? "name sortable" : "sortable", title: "click to sort"}, c.head);
+      th.addEventListener("click", () => { dir = key === i ? -dir : (c.name ? 1 : -1); key = i; draw(); }); return th; });
+    const count = el("span", {class: "muted gp-count"});
+    function draw(){
+      let rs = rows;
+      if (filter) rs = rs.filter(r => cols.some(c => c.name && String(c.get(r) === null || c.get(r) === undefined ? "" : c.get(r)).toLowerCase().includes(filter)));
+      if (key >= 0){ const g = cols[key].get, d = dir; rs = rs.slice().sort((a, b) => { const x = g(a), y = g(b), n = cmp(x, y);
+        return miss(x) || miss(y) ? n : n * d; }); }
+      ths.forEach((th, i) => th.setAttribute("aria-sort", i === key ? (dir > 0 ? "ascending" : "descending") : "none"));
+      t.replaceChildren(el("tr", {}, ...ths), ...rs.map(r => el("tr", {}, ...cols.map(c =>
+        el("td", c.name ? {class: "name"} : {}, c.show ? c.show(r) : short(c.get(r)))))));
+      count.textContent = filter ? rs.length + " of " + rows.length + " rows match" : rows.length + " rows";
+    }
+    draw();
+    if (!opts.search) return t;
+    const box = el("input", {type: "search", placeholder: "search " + (opts.what || "names"), "aria-label": "search " + (opts.what || "names")});
+    box.addEventListener("input", () => { filter = String(box.value).toLowerCase(); draw(); });
+    return el("div", {class: "gp-tablebox"}, el("div", {class: "gp-tools"}, box, " ", count), el("div", {class: "gp-scroll"}, t));
+  }
+
+  // --- the views (docs/views.md): every field a row carries, known ones with their own heading and unit -----
+  const FIELDS = {
+    name: ["name", "name"], input_shapes: ["input shapes", "name"], calls: ["calls", "count"],
+    cpu_self_us: ["CPU self", "us"], cpu_total_us: ["CPU total", "us"], gpu_self_us: ["GPU self", "us"], gpu_total_us: ["GPU total", "us"],
+    total_us: ["total", "us"], mean_us: ["mean", "us"], max_us: ["longest", "us"], tensor_cores: ["tensor cores", "bool"],
+    op_dtype: ["input dtype", "text"], precision: ["precision", "text"], flops: ["FLOPs", "si"], flops_source: ["FLOPs from", "text"],
+    tflops: ["TFLOP/s", "fixed"], mfu: ["MFU", "pct"], grid: ["grid", "dims"], block: ["block", "dims"],
+    registers_per_thread: ["registers", "count"], occupancy: ["occupancy", "pct"], stacks: ["called from", "lines"],
+  };
+  const VIEW_NAMES = {operators: "operator", kernels: "kernel", modules: "module", ranges: "range"};
+  function kindOf(key, value){
+    if (FIELDS[key]) return FIELDS[key][1];
+    if (Array.isArray(value)) return value.every(num) ? "dims" : "lines";
+    if (typeof value === "boolean") return "bool";
+    if (typeof value === "number") return key.endsWith("_us") ? "us" : /(share|fraction|ratio|mfu|utilization)$/.test(key) ? "pct" :
+      /bytes$/.test(key) ? "bytes" : /flops$/.test(key) ? "si" : "number";
+    return typeof value === "string" || value === null ? "text" : null;  // objects: not a column
+  }
+  function column(view, key, kind){
+    const head = key === "name" ? VIEW_NAMES[view] || "name" : FIELDS[key] ? FIELDS[key][0] : key.replace(/_us$/, "").replace(/_/g, " ");
+    const v = r => r[key] === undefined ? null : r[key];
+    switch (kind){
+      case "name": return {head, name: true, get: v, show: r => short(v(r) === null ? "-" : v(r))};
+      case "lines": return {head, name: true, get: r => (v(r) || []).join("\n") || null, show: r => (v(r) || []).map(s => short(s)).join("\n") || "-"};
+      case "text": return {head, get: v, show: r => v(r) === null ? "-" : short(v(r), 80)};
+      case "bool": return {head, get: v, show: r => v(r) === null ? "-" : v(r) ? "yes" : "no"};
+      case "dims": return {head, get: r => v(r) ? v(r).reduce((a, b) => a * b, 1) : null, show: r => v(r) ? v(r).join("\u00d7") : "-"};
+      case "us": return {head, get: v, show: r => fmtUs(v(r))};
+      case "pct": return {head, get: v, show: r => fmtPct(v(r))};
+      case "bytes": return {head, get: v, show: r => fmtB(v(r))};
+      case "si": return {head, get: v, show: r => fmtSI(v(r))};
+      case "fixed": return {head, get: v, show: r => num(v(r)) ? v(r).toFixed(1) : "-"};
+      default: return {head, get: v, show: r => fmtNum(v(r))};
+    }
+  }
+  // Columns for every field the rows carry (also fields this file does not know: generic units by name and type);
+  // a field no row has a value for is left out and named under the table instead.
+  function viewColumns(view, rows){
+    const keys = [];
+    for (const r of rows.slice(0, 50)) for (const k of Object.keys(r)) if (!keys.includes(k)) keys.push(k);
+    keys.sort((a, b) => (a !== "name") - (b !== "name"));
+    const cols = [], empty = [];
+    for (const k of keys){
+      const sample = rows.find(r => r[k] !== null && r[k] !== undefined && !(Array.isArray(r[k]) && !r[k].length));
+      const kind = kindOf(k, sample ? sample[k] : null); if (!kind) continue;
+      const c = column(view, k, kind); if (sample || k === "name") cols.push(c); else empty.push(c.head); }
+    return {cols, empty};
+  }
+  const VIEW_TITLES = {operators: "Operators (by name and input shapes)", kernels: "Kernels", modules: "Modules (nn.Module paths)",
+                       ranges: "User ranges (record_function)"};
+  const VIEW_EMPTY = {operators: "no operators in this trace", kernels: "no kernels in this trace",
+    modules: "none recorded (profile with with_stack=True or with_modules=True)", ranges: "no record_function ranges in this trace"};
+  // One trace's views: a heading, the totals, and each view's whole table (every row the report kept).
+  // Tables get the ids view-<kind><suffix> (a page with several traces gives each a suffix).
+  function views(box, v, suffix = ""){
+    box.replaceChildren();
+    if (!v){ box.append(el("p", {class: "muted"}, "This report has no views (written by a gpuprof before report schema 1.2).")); return; }
+    box.append(el("p", {class: "muted"}, "GPU time in kernels: " + fmtUs(v.kernel_total_us) + " over the whole trace" +
+      (num(v.unattributed_gpu_us) && v.unattributed_gpu_us > 0 ? " (" + fmtUs(v.unattributed_gpu_us) + " with no known launching operator)" : "") +
+      (v.peak_device ? " \u00b7 MFU against the peaks of " + short(v.peak_device, 80) : "") + ". Times are totals over the trace, not per step."));
+    for (const kind of ["operators", "kernels", "modules", "ranges"]){
+      const rows = Array.isArray(v[kind]) ? v[kind] : [];
+      const sec = el("div", {class: "gp-view", "data-view": kind}, el("h3", {}, VIEW_TITLES[kind]));
+      if (!rows.length){ sec.append(el("p", {class: "muted"}, VIEW_EMPTY[kind])); box.append(sec); continue; }
+      const {cols, empty} = viewColumns(kind, rows);
+      sec.append(table(cols, rows, {search: true, id: "view-" + kind + suffix, what: VIEW_NAMES[kind] + " names"}));
+      if (empty.length) sec.append(el("p", {class: "muted gp-empty"}, "not in this trace: " + empty.join(", ")));
+      const rest = (v.rest || {})[kind];
+      if (rest) sec.append(el("p", {class: "muted gp-rest"}, (num(rest.rows) ? rest.rows + " more rows" : "more rows") + " past the " + rows.length +
+        " kept, summed: " + Object.keys(rest).filter(k => k !== "rows").map(k => column(kind, k, kindOf(k, rest[k])).head + " " +
+        column(kind, k, kindOf(k, rest[k])).show(rest)).join(", ")));
+      box.append(sec);
+    }
+  }
+
+  // --- summary cards, findings, step charts --------------------------------------------------------------
+  function card(k, v){ return el("div", {class: "card"}, el("div", {class: "k"}, k), el("div", {class: "v"}, v)); }
+  function cards(h, nFindings){
+    return [card("devices", h.devices.length ? h.devices.map(d => short(d)).join(", ") : "no GPU in the trace"),
+      card("steps analysed", String(h.steps)), card("median step", fmtUs(h.step_time_us)), card("mean step", fmtUs(h.step_time_mean_us)),
+      card("GPU utilisation", h.gpu_utilization === null || h.gpu_utilization === undefined ? "n/a (no GPU activity)" : fmtPct(h.gpu_utilization)),
+      card("traces", String(h.traces)), card("findings", String(nFindings))];
+  }
+  function fmtEvidence(unit, x){ return unit === "us" ? fmtUs(x) : unit === "fraction" ? fmtPct(x) : unit === "bytes" ? fmtB(x) :
+    short(String(x)) + (unit ? " " + short(unit) : ""); }
+  function evidenceRows(f){
+    return (f.evidence || []).map(e => el("tr", {}, el("td", {class: "name"}, short(e.metric)), el("td", {}, fmtEvidence(e.unit, e.value)),
+      el("td", {}, e.threshold === null || e.threshold === undefined ? "" : "threshold " + fmtEvidence(e.unit, e.threshold)),
+      el("td", {}, (e.events || []).length ? (e.events.length + " events, e.g. " + short(e.events[0].name, 120)) : "")));
+  }
+  // A finding as every renderer states it: display_message / display_cost (gpuprof.render.format) when given.
+  function findings(list, empty){
+    if (!list.length) return [el("p", {class: "muted"}, empty || "No findings.")];
+    return list.map(f => {
+      const l = f.location;
+      const loc = l && typeof l === "object" && l.file ? short(l.file) + (l.line ? ":" + l.line : "") + (l.function ? " (" + short(l.function) + ")" : "") : null;
+      const from = f.scope === "cross-rank" ? "cross-rank analysis" : !f.origin || f.origin === "trace" ? "trace analysis" + (f.trace ? " of " + short(f.trace) : "")
+        : short(f.origin) + (f.report ? " (from " + short(f.report) + ")" : "");
+      const ev = evidenceRows(f);
+      return el("div", {class: "finding " + sev(f.severity), "data-code": short(f.code, 40)},
+        el("div", {class: "head"}, short(f.code, 40) + " " + short(f.name || ""), el("span", {class: "tag"}, sev(f.severity)), el("span", {class: "tag"}, from)),
+        el("div", {class: "msg"}, short(f.display_message || f.message, LONG)),
+        el("div", {class: "meta"}, "cost " + short(f.display_cost || "not estimated") + (loc ? " \u00b7 at " + loc : "")),
+        f.advice ? el("div", {class: "fix"}, "Fix: " + short(f.advice, LONG)) : null,
+        ev.length ? el("table", {}, ...ev) : null);
+    });
+  }
+  function legend(keys, colors, labels){
+    return el("div", {class: "legend"}, ...keys.map(k => el("span", {}, svg("svg", {width: 10, height: 10, "aria-hidden": "true"},
+      svg("rect", {width: 10, height: 10, fill: colors[k]})), " " + short((labels || {})[k] || k, 200)))); }
+  // Stacked bars, one per step: bar.parts[k] for each key of `colors`, bottom to top in its order.
+  function stepChart(box, bars, colors, title, labels){
+    const keys = Object.keys(colors), W = Math.max(520, Math.min(1200, 60 + bars.length * 26)), H = 220;
+    const M = {l: 64, r: 10, t: 10, b: 34};
+    const totals = bars.map(s => keys.reduce((a, k) => a + (s.parts[k] || 0), 0));
+    const ymax = Math.max(1, ...totals) * 1.05, bw = (W - M.l - M.r) / Math.max(bars.length, 1);
+    const Y = v => H - M.b - v / ymax * (H - M.t - M.b);
+    const g = svg("svg", {width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": title});
+    for (let k = 0; k <= 4; k++){ const v = ymax * k / 4;
+      g.append(svg("line", {x1: M.l, x2: W - M.r, y1: Y(v), y2: Y(v), stroke: "#eee"}),
+               svg("text", {x: M.l - 6, y: Y(v) + 4, "text-anchor": "end"}, fmtUs(v))); }
+    bars.forEach((s, i) => {
+      let base = 0; const x = M.l + i * bw + bw * 0.15, w = Math.max(1, bw * 0.7);
+      for (const k of keys){ const v = s.parts[k] || 0; if (!(v > 0)) continue;
+        const r = svg("rect", {class: "bar", x: x, y: Y(base + v), width: w, height: Math.max(0.5, Y(base) - Y(base + v)), fill: colors[k]});
+        r.append(svg("title", {}, "step " + short(s.id, 40) + " \u00b7 " + short((labels || {})[k] || k, 200) + ": " + fmtUs(v) + " (" + fmtPct(v / (totals[i] || 1)) + ")"));
+        g.append(r); base += v; }
+      if (bars.length <= 40 || i % Math.ceil(bars.length / 40) === 0)
+        g.append(svg("text", {x: x + w / 2, y: H - M.b + 14, "text-anchor": "middle"}, short(s.id, 12)));
+    });
+    g.append(svg("text", {x: (M.l + W - M.r) / 2, y: H - 4, "text-anchor": "middle"}, "step"));
+    box.replaceChildren(legend(keys, colors, labels), el("div", {class: "chart"}, g));
+    document.body.dataset.bars = String(bars.length);
+  }
+
+  return {short, el, svg, num, fmtUs, fmtPct, fmtB, fmtNum, sev, table, viewColumns, views, card, cards, findings, legend, stepChart,
+          PALETTE, LONG};
+})();

@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -197,8 +198,6 @@ def test_killing_analyze_mid_run_on_real_rank_traces(tmp_path: Path, sig: signal
 
 def test_workers_are_joined_when_the_pool_returns(tmp_path: Path) -> None:
     """No worker (nor zombie) of the pool outlives the call."""
-    import time
-
     from gpuprof.pool import run_pool
 
     got = run_pool(_pid_of_worker, [1, 2, 3, 4], 2)
@@ -213,19 +212,33 @@ def _pid_of_worker(_: int) -> int:
     return os.getpid()
 
 
-def test_a_worker_error_stops_the_pool_and_joins_it() -> None:
+def test_a_worker_error_stops_the_pool_and_joins_it(tmp_path: Path) -> None:
     """A worker that raises: the error reaches the caller, the other workers are stopped and joined."""
     from gpuprof.pool import run_pool
 
     with pytest.raises(ValueError, match="rank 2"):
-        run_pool(_fail_on_two, [1, 2, 3, 4, 5, 6], 2)
-    kids = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
-    assert kids == [], f"workers left after an error: {kids}"
+        run_pool(_fail_on_two, [(x, str(tmp_path)) for x in range(1, 7)], 2)
+    pids = {int(f.name) for f in tmp_path.iterdir()}
+    assert pids and os.getpid() not in pids
+    deadline = time.monotonic() + 5  # fork workers are reaped by the join; forkserver ones by the forkserver
+    while [p for p in pids if _running(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p for p in pids if _running(p)] == [], "workers left after an error"
 
 
-def _fail_on_two(x: int) -> int:
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _fail_on_two(item: tuple[int, str]) -> int:
+    x, folder = item
+    Path(folder, str(os.getpid())).touch()
     if x == 2:
         raise ValueError("rank 2 is unreadable")
+    time.sleep(0.2)
     return x
 
 

@@ -19,7 +19,11 @@ of the process tree, see ``bench_analyze.measure``):
   interleaved (A, B, C, A, B, C...: a shared machine's load falls on all
   alike); the table gives the medians;
 * ``json.load`` of every rank file in one process, one after the other (the
-  in-run baseline: reading the same JSON with the standard library).
+  in-run baseline: reading the same JSON with the standard library);
+* with ``--critical-path``: ``--jobs J``'s critical path in CPU seconds (the
+  parent's own CPU plus the busiest worker's), against ``--jobs 1``'s CPU: the
+  wall-time ratio J free CPUs would give, read from CPU clocks where the
+  machine has no free CPUs to time it on.
 
 CPU time is that of the whole process tree: each command runs under a small
 child-subreaper wrapper (``PR_SET_CHILD_SUBREAPER``) that reaps the pool's
@@ -31,7 +35,7 @@ Ranks of M < 54 MB are built from HTA's ``sampled_rank-0`` (1.7 MB, repeated)
 instead of ``df_index_resolver`` (53.7 MB, the smallest it can make).
 
 Usage: ``python bench/bench_distributed.py [--ranks 8] [--mb 200] [--small-ranks 64] [--jobs J] [--rounds 1]
-[--no-json-load] [--no-merge] [--workdir bench/out] [--hta /path/to/venv/bin/python] [--hta-timeout 900]``
+[--no-json-load] [--no-merge] [--critical-path] [--workdir bench/out] [--hta /path/to/venv/bin/python] [--hta-timeout 900]``
 (``--small-ranks 0``: no small set).
 """
 
@@ -155,6 +159,50 @@ def merge_cost(files: list[Path], counts: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
+# gpuprof analyze in this child, with each worker's CPU per trace and the parent's own CPU written to stderr
+_CRITICAL = r"""
+import os, resource, sys, time, atexit
+import gpuprof.analysis as a
+orig = a._analyze_one
+def timed(f, *args):
+    t = time.process_time()
+    r = orig(f, *args)
+    print(f"@@worker {os.getpid()} {time.process_time() - t}", file=sys.stderr, flush=True)
+    return r
+a._analyze_one = timed
+def done():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"@@parent {ru.ru_utime + ru.ru_stime}", file=sys.stderr, flush=True)
+atexit.register(done)
+from gpuprof.cli import main
+main(["analyze", *sys.argv[2:], "--jobs", sys.argv[1], "--format", "json", "-o", os.devnull, "--no-progress"])
+"""
+
+
+def critical_path(files: list[Path], jobs: int) -> dict[str, Any]:
+    """CPU on the critical path of ``--jobs J``: the parent's own CPU plus the busiest worker's.
+
+    What the wall time would be with J free CPUs (no other process competing), read from CPU clocks,
+    which a loaded machine disturbs least.
+    """
+    import subprocess
+    from collections import defaultdict
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", _CRITICAL, str(jobs), *map(str, files)], env=env,
+                          capture_output=True, text=True)
+    workers: dict[str, float] = defaultdict(float)
+    parent = 0.0
+    for line in proc.stderr.splitlines():
+        parts = line.split()
+        if parts[:1] == ["@@worker"]:
+            workers[parts[1]] += float(parts[2])
+        elif parts[:1] == ["@@parent"]:
+            parent = float(parts[1])
+    return {"parent_cpu_s": parent, "worker_cpu_s": dict(workers),
+            "critical_cpu_s": parent + max(workers.values(), default=0.0)}
+
+
 def _median(xs: list[float]) -> float:
     xs = sorted(xs)
     n = len(xs)
@@ -176,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="interleaved runs of each gpuprof command (medians shown)")
     ap.add_argument("--no-json-load", action="store_true", help="leave out the json.load baseline")
     ap.add_argument("--no-merge", action="store_true", help="leave out the merge-cost rows")
+    ap.add_argument("--critical-path", action="store_true",
+                    help="also the CPU on --jobs J's critical path (parent + busiest worker) against --jobs 1's CPU")
     ap.add_argument("--workdir", default=str(REPO / "bench" / "out"))
     ap.add_argument("--hta", default="", help="a Python with HolisticTraceAnalysis (compared when given)")
     ap.add_argument("--hta-timeout", type=int, default=900, help="seconds before HTA's load is stopped")
@@ -209,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s": _median([r["wall_s"] for r in rs]), "cpu_s": _median([r["cpu_s"] for r in rs]),
                 "tree_peak_rss": max(r["tree_peak_rss"] for r in rs), "exit": rs[-1]["exit"],
                 "left": max(r["left"] for r in rs)})
+        if args.critical_path and args.jobs > 1:
+            results.setdefault("critical", []).append({"set": label, "jobs": args.jobs, **critical_path(files, args.jobs)})
         if not args.no_json_load:
             res = measure_tree(json_load_cmd(files), work)
             results["runs"].append({"set": label, "what": "json.load, one by one", "bytes": total, **res})
@@ -232,6 +284,12 @@ def main(argv: list[str] | None = None) -> int:
             b = base[r["set"]]
             print(f"{r['set']:>16}  {r['what']:<28} / --jobs 1: wall {r['wall_s'] / b['wall_s']:.2f}x, "
                   f"CPU {r['cpu_s'] / b['cpu_s']:.2f}x")
+    for c in results.get("critical", []):
+        b = base[c["set"]]
+        print(f"{c['set']:>16}  --jobs {c['jobs']} critical path: parent {c['parent_cpu_s']:.2f} s CPU + busiest "
+              f"worker {max(c['worker_cpu_s'].values(), default=0.0):.2f} s = {c['critical_cpu_s']:.2f} s, "
+              f"{c['critical_cpu_s'] / b['cpu_s']:.2f}x --jobs 1's CPU ({b['cpu_s']:.2f} s): the wall ratio on "
+              f"{c['jobs']} free CPUs")
     for r in results.get("merge", []):
         print(f"merge of {r['ranks']:5d} ranks ({r['collectives_per_rank']} collectives each): "
               f"{r['merge_s'] * 1e3:8.1f} ms, {r['us_per_rank']:.0f} µs per rank; summary {r['summary_bytes']} bytes")

@@ -19,7 +19,8 @@ from typing import Union
 
 from gpuprof.findings import SourceLocation
 from gpuprof.frames import is_user_file
-from gpuprof.trace.model import Event, Trace, op_call_stack
+from gpuprof.trace.model import Event, Trace, op_call_stack, ts_of
+from gpuprof.trace.threads import group_by_thread
 
 __all__ = ["parse_frame", "is_user_frame", "StackIndex"]
 
@@ -64,10 +65,13 @@ class StackIndex:
     MAX_SCAN = 4000
 
     def __init__(self, trace: Trace) -> None:
-        self._frames: dict[tuple[object, object], list[Event]] = {}
-        for ev in trace.python:
-            self._frames.setdefault((ev.pid, ev.tid), []).append(ev)
-        self._starts = {k: [e.ts for e in v] for k, v in self._frames.items()}
+        self._frames: dict[tuple[object, object], list[Event]] = dict(group_by_thread(trace.python))
+        self._starts = {k: list(map(ts_of, v)) for k, v in self._frames.items()}
+
+    def frames_on(self, keys: frozenset[tuple[object, object]]) -> list[list[Event]]:
+        """The frames of each thread among ``keys`` (a :func:`~gpuprof.trace.threads.thread_keys` set)
+        that has any, each list in time order."""
+        return [self._frames[k] for k in keys if k in self._frames]
 
     @property
     def available(self) -> bool:

@@ -6,13 +6,15 @@ modules use this index to find what a host thread was doing at a moment.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Union
+
+import numpy as np
 
 from gpuprof.trace.model import Event, Trace, ts_of
 
-__all__ = ["HostThread", "ThreadIndex", "thread_keys"]
+__all__ = ["HostThread", "ThreadIndex", "thread_keys", "on_thread", "group_by_thread"]
 
 HostThread = tuple[Union[int, str], Union[int, str]]
 
@@ -71,17 +73,70 @@ def _nesting(ops: list[Event]) -> list[int]:
     return parents
 
 
-def _group_by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
-    by: defaultdict[HostThread, list[Event]] = defaultdict(list)
-    for e in events:
-        by[(e.pid, e.tid)].append(e)
-    return dict(by)
+def group_by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
+    """``events`` grouped by ``(pid, tid)``: groups in order of first appearance, each in the events' order.
+
+    Each distinct pid and tid is hashed once into a code; the grouping is a stable sort of the codes.
+    """
+    n = len(events)
+    if n == 0:
+        return {}
+    pids = list(map(_pid_of, events))
+    tids = list(map(_tid_of, events))
+    pcode: dict[Union[int, str], int] = {}
+    tcode: dict[Union[int, str], int] = {}
+    pc = np.fromiter(map(pcode.setdefault, pids, iter(pcode.__len__, -1)), np.int64, n)
+    tc = np.fromiter(map(tcode.setdefault, tids, iter(tcode.__len__, -1)), np.int64, n)
+    if len(pcode) == 1 and len(tcode) == 1:
+        return {(pids[0], tids[0]): list(events)}
+    code = pc * len(tcode) + tc
+    order = np.argsort(code, kind="stable")
+    bounds = np.flatnonzero(np.diff(code[order])) + 1
+    starts = np.concatenate(([0], bounds))
+    ends = np.concatenate((bounds, [n]))
+    firsts = order[starts]  # the first event of each group (stable sort: its earliest)
+    out: dict[HostThread, list[Event]] = {}
+    for g in np.argsort(firsts, kind="stable").tolist():
+        i = int(firsts[g])
+        out[(pids[i], tids[i])] = list(map(events.__getitem__, order[starts[g]:ends[g]].tolist()))
+    return out
+
+
+_group_by_thread = group_by_thread
 
 
 def _merged_in_time(groups: list[list[Event]]) -> list[Event]:
     if len(groups) == 1:
         return groups[0]
     return sorted((e for g in groups for e in g), key=ts_of)
+
+
+def on_thread(events: list[Event], keys: frozenset[HostThread]) -> list[Event]:
+    """The events of ``events`` whose ``(pid, tid)`` is one of ``keys`` (a :func:`thread_keys` set), in order.
+
+    Each distinct ``(pid, tid)`` pair is looked up once (a table indexed by the codes of the
+    distinct pids and tids), not each event's pair.
+    """
+    n = len(events)
+    if not n or not keys:
+        return []
+    pids = list(map(_pid_of, events))
+    tids = list(map(_tid_of, events))
+    upids, utids = list(dict.fromkeys(pids)), list(dict.fromkeys(tids))
+    table = np.array([[(p, t) in keys for t in utids] for p in upids], bool)
+    if not table.any():
+        return []
+    if table.all():
+        return list(events)
+    pcode = {p: i for i, p in enumerate(upids)}
+    tcode = {t: i for i, t in enumerate(utids)}
+    pc = np.fromiter(map(pcode.__getitem__, pids), np.int64, n)
+    tc = np.fromiter(map(tcode.__getitem__, tids), np.int64, n)
+    return list(map(events.__getitem__, np.flatnonzero(table[pc, tc]).tolist()))
+
+
+_pid_of = attrgetter("pid")
+_tid_of = attrgetter("tid")
 
 
 def thread_keys(t: HostThread | None) -> frozenset[HostThread]:

@@ -158,7 +158,7 @@ def _levels(depth: np.ndarray) -> list[np.ndarray]:
 def _charged(parent: np.ndarray, levels: list[np.ndarray], name_ids: np.ndarray, pref: np.ndarray) -> np.ndarray:
     """The name each event's time is charged to: the nearest preferred event among itself and its
     enclosing ones, else its own name (``levels``: the events at each depth, :func:`_levels`)."""
-    charged = name_ids.copy()
+    charged: np.ndarray = name_ids.copy()
     if pref.all():
         return charged
     has = pref.copy()  # a preferred event encloses it (or is itself)

@@ -65,7 +65,7 @@ class StackIndex:
     MAX_SCAN = 4000
 
     def __init__(self, trace: Trace) -> None:
-        self._frames: dict[tuple[object, object], list[Event]] = dict(group_by_thread(trace.python))
+        self._frames: dict[tuple[object, object], list[Event]] = {k: v for k, v in group_by_thread(trace.python).items()}
         self._starts = {k: list(map(ts_of, v)) for k, v in self._frames.items()}
 
     def frames_on(self, keys: frozenset[tuple[object, object]]) -> list[list[Event]]:

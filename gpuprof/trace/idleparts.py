@@ -62,7 +62,7 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
         by_name[r.name].append(r)
     covered = Intervals.empty()
     for name, calls in by_name.items():
-        got = rest.intersect(union_of(calls))
+        got = union_of(calls).intersect(rest)  # the same set and arrays as rest.intersect(...), from the smaller side
         t = got.total()
         if t > 0:
             out[("runtime", name)] += t
@@ -201,15 +201,19 @@ def _innermost_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
                 up = clipped[parent[at]]
                 # a candidate already closed when the event starts is no parent (yet): no clip this round
                 clipped[at] = np.where(up > s[at], np.minimum(raw[at], up), raw[at])
-        if np.array_equal(clipped, ends) and _nests(s, ends) and bool((ends > s).all()):
-            break
+        if np.array_equal(clipped, ends) and bool((ends > s).all()):
+            stack = _stack_tops(s, ends, parent)
+            if stack is not None:
+                break
         ends = clipped
     else:
         return None
     charged = _charged(parent, levels, name_ids[live], pref[live])
     cuts = np.unique(np.concatenate((ts, ends)))  # every start, and every (clipped) end; zero-length ends are starts
     lo, hi = cuts[:-1], cuts[1:]
-    top = nest.innermost_at(lo)
+    when, top_after = stack
+    k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
+    top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
     has = top >= 0
     return lo[has], hi[has], charged[top[has]]
 
@@ -217,21 +221,29 @@ def _innermost_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
 _CLIP_ROUNDS = 8  # overlaps from clock rounding settle in one or two; the stack walk takes the rest
 
 
-def _nests(s: np.ndarray, e: np.ndarray) -> bool:
-    """Whether the intervals ``[s, e)`` (sorted by start, longest first on ties, all non-empty) nest.
+def _stack_tops(s: np.ndarray, e: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """When the intervals ``[s, e)`` (sorted by start, longest first on ties, all non-empty) nest with
+    these parents: the time of each open and close in order, and the event on top of the stack after
+    it (-1: none). None when they do not nest.
 
     As a bracket sequence (at one time, closes before opens, the later-opened closing first), they
-    nest iff each interval closes at the depth it opened at.
+    nest iff each interval closes at the depth it opened at; then an open puts its event on top and
+    a close its parent.
     """
     m = len(s)
     idx = np.arange(m, dtype=np.int64)
     when = np.concatenate((s, e))
-    is_open = np.concatenate((np.ones(m, np.int64), np.zeros(m, np.int64)))
+    is_open = np.concatenate((np.ones(m, bool), np.zeros(m, bool)))
     tok = np.lexsort((np.concatenate((idx, -idx)), is_open, when))
-    depth_after = np.cumsum(np.where(is_open[tok] == 1, 1, -1))
+    depth_after = np.cumsum(np.where(is_open[tok], 1, -1))
     at = np.empty(2 * m, np.int64)
     at[tok] = np.arange(2 * m)
-    return bool(np.array_equal(depth_after[at[:m]], depth_after[at[m:]] + 1))
+    if not np.array_equal(depth_after[at[:m]], depth_after[at[m:]] + 1):
+        return None
+    ev = np.where(tok < m, tok, tok - m)
+    if not np.array_equal(parent[ev[depth_after == 0]], np.full(int((depth_after == 0).sum()), -1)):
+        return None  # a close back to the top level must be of a top-level event
+    return when[tok], np.where(is_open[tok], ev, parent[ev])
 
 
 def _stack_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,

@@ -6,6 +6,7 @@ modules use this index to find what a host thread was doing at a moment.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Union
@@ -76,30 +77,13 @@ def _nesting(ops: list[Event]) -> list[int]:
 def group_by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
     """``events`` grouped by ``(pid, tid)``: groups in order of first appearance, each in the events' order.
 
-    Each distinct pid and tid is hashed once into a code; the grouping is a stable sort of the codes.
+    (A dict append per event: measured faster than a sort of pid/tid codes, which needs as many
+    look-ups to build the codes.)
     """
-    n = len(events)
-    if n == 0:
-        return {}
-    pids = list(map(_pid_of, events))
-    tids = list(map(_tid_of, events))
-    pcode: dict[Union[int, str], int] = {}
-    tcode: dict[Union[int, str], int] = {}
-    pc = np.fromiter(map(pcode.setdefault, pids, iter(pcode.__len__, -1)), np.int64, n)
-    tc = np.fromiter(map(tcode.setdefault, tids, iter(tcode.__len__, -1)), np.int64, n)
-    if len(pcode) == 1 and len(tcode) == 1:
-        return {(pids[0], tids[0]): list(events)}
-    code = pc * len(tcode) + tc
-    order = np.argsort(code, kind="stable")
-    bounds = np.flatnonzero(np.diff(code[order])) + 1
-    starts = np.concatenate(([0], bounds))
-    ends = np.concatenate((bounds, [n]))
-    firsts = order[starts]  # the first event of each group (stable sort: its earliest)
-    out: dict[HostThread, list[Event]] = {}
-    for g in np.argsort(firsts, kind="stable").tolist():
-        i = int(firsts[g])
-        out[(pids[i], tids[i])] = list(map(events.__getitem__, order[starts[g]:ends[g]].tolist()))
-    return out
+    by: defaultdict[HostThread, list[Event]] = defaultdict(list)
+    for e in events:
+        by[(e.pid, e.tid)].append(e)
+    return dict(by)
 
 
 _group_by_thread = group_by_thread

@@ -377,14 +377,15 @@ def _calls_by_kind(runtime: list[Event], kernel_by_corr: dict[int, str],
             launch_names[name] = kinds.setdefault("launch:" + name, len(kinds))
         else:
             kind_of_name[name] = kinds.setdefault(name, len(kinds))
-    kernel_kind = {corr: kinds.setdefault("launch:" + k, len(kinds)) for corr, k in kernel_by_corr.items()}
+    kernel_kind: dict[str | None, int] = {k: kinds.setdefault("launch:" + k, len(kinds)) for k in set(kernel_by_corr.values())}
     names = list(map(name_of, runtime))
     kc = np.fromiter(map(kind_of_name.get, names, repeat(-2)), np.int64, n)  # -2: a launch
     launch = np.flatnonzero(kc == -2)
     if len(launch):
         ln = [names[i] for i in launch.tolist()]
         corrs = list(map(_corr_of, map(runtime.__getitem__, launch.tolist())))
-        kc[launch] = np.fromiter(map(kernel_kind.get, corrs, map(launch_names.__getitem__, ln)), np.int64, len(launch))
+        kernels = map(kernel_by_corr.get, corrs)  # None: its kernel is not in the trace
+        kc[launch] = np.fromiter(map(kernel_kind.get, kernels, map(launch_names.__getitem__, ln)), np.int64, len(launch))
     keep = np.flatnonzero(kc != skip)
     code = pc[keep] * (len(kinds) + 1) + kc[keep]
     order = np.argsort(code, kind="stable")

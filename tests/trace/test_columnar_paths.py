@@ -4,7 +4,8 @@
   clipping in numpy) against :func:`_stack_pieces` (the stack walk), on
   random threads of nested events, with overruns (a child ending after its
   parent, as clock rounding makes them), zero-length events and ties;
-* :func:`gpuprof.trace.threads.group_by_thread` against a dict of lists.
+* :func:`gpuprof.trace.threads.on_thread` against a look-up of each event's
+  ``(pid, tid)``, and :func:`gpuprof.rules.common.named` against a test per event.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuprof.rules.common import named
 from gpuprof.trace import idleparts
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.model import Event
-from gpuprof.trace.threads import group_by_thread
+from gpuprof.trace.threads import on_thread, thread_keys
 
 
 @st.composite
@@ -77,12 +79,25 @@ def test_add_innermost_charges_the_innermost_preferred_frame() -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(keys=st.lists(st.tuples(st.sampled_from([1, "1", 2]), st.sampled_from([5, "5", 7])), max_size=40))
-def test_group_by_thread_is_a_dict_of_lists(keys: list[tuple[int | str, int | str]]) -> None:
-    events = [Event(kind=0, name="x", ts=float(i), dur=1.0, pid=p, tid=t) for i, (p, t) in enumerate(keys)]
-    want: defaultdict[tuple[int | str, int | str], list[Event]] = defaultdict(list)
-    for e in events:
-        want[(e.pid, e.tid)].append(e)
-    got = group_by_thread(events)
-    assert list(got) == list(want)
-    assert all([id(e) for e in got[k]] == [id(e) for e in want[k]] for k in want)
+@given(pairs=st.lists(st.tuples(st.sampled_from([1, "1", 2]), st.sampled_from([5, "5", 7])), max_size=40),
+       main=st.tuples(st.sampled_from([1, "1", 2]), st.sampled_from([5, "5", 7])))
+def test_on_thread_is_the_pair_lookup(pairs: list[tuple[int | str, int | str]], main: tuple[int | str, int | str]) -> None:
+    events = [Event(kind=0, name="x", ts=float(i), dur=1.0, pid=p, tid=t) for i, (p, t) in enumerate(pairs)]
+    keys = thread_keys(main)
+    want = [e for e in events if (e.pid, e.tid) in keys]
+    assert [id(e) for e in on_thread(events, keys)] == [id(e) for e in want]
+
+
+@settings(max_examples=80, deadline=None)
+@given(names=st.lists(st.sampled_from(["a", "bb", "abc", "c"]), max_size=30))
+def test_named_asks_once_per_distinct_name(names: list[str]) -> None:
+    events = [Event(kind=0, name=n, ts=float(i), dur=1.0, pid=1, tid=1) for i, n in enumerate(names)]
+    asked: list[str] = []
+
+    def wanted(name: str) -> bool:
+        asked.append(name)
+        return name.startswith("a")
+
+    got = named(events, wanted)
+    assert [id(e) for e in got] == [id(e) for e in events if e.name.startswith("a")]
+    assert sorted(asked) == sorted(set(names))

@@ -66,7 +66,7 @@ class StackIndex:
 
     def __init__(self, trace: Trace) -> None:
         self._frames: dict[tuple[object, object], list[Event]] = {k: v for k, v in group_by_thread(trace.python).items()}
-        self._starts = {k: list(map(ts_of, v)) for k, v in self._frames.items()}
+        self._starts: dict[tuple[object, object], list[float]] = {}  # per thread, on its first look-up
 
     def frames_on(self, keys: frozenset[tuple[object, object]]) -> list[list[Event]]:
         """The frames of each thread among ``keys`` (a :func:`~gpuprof.trace.threads.thread_keys` set)
@@ -89,7 +89,9 @@ class StackIndex:
             key = (pid, int(tid))
             frames = self._frames.get(key)
         if frames:
-            starts = self._starts[key]
+            starts = self._starts.get(key)
+            if starts is None:
+                starts = self._starts[key] = list(map(ts_of, frames))
             i = bisect_right(starts, t) - 1
             stop = max(-1, i - self.MAX_SCAN)
             while i > stop:

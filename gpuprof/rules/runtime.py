@@ -387,13 +387,15 @@ def _calls_by_kind(runtime: list[Event], kernel_by_corr: dict[int, str],
         kernels = map(kernel_by_corr.get, corrs)  # None: its kernel is not in the trace
         kc[launch] = np.fromiter(map(kernel_kind.get, kernels, map(launch_names.__getitem__, ln)), np.int64, len(launch))
     keep = np.flatnonzero(kc != skip)
+    if not len(keep):  # only syncs and copies: never start-up work
+        return first_of_pid, []
     code = pc[keep] * (len(kinds) + 1) + kc[keep]
     order = np.argsort(code, kind="stable")
     sc = code[order]
     bounds = np.flatnonzero(np.diff(sc)) + 1
     starts = np.concatenate(([0], bounds))
     ends = np.concatenate((bounds, [len(sc)]))
-    longest = np.maximum.reduceat(dur[keep][order], starts) if len(sc) else np.zeros(0)
+    longest = np.maximum.reduceat(dur[keep][order], starts)
     firsts = order[starts]
     kind_names = list(kinds)
     out: list[tuple[str, list[Event]]] = []

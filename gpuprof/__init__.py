@@ -24,8 +24,17 @@ __all__ = [
 ]
 
 from gpuprof.findings import Finding, Severity
-from gpuprof.render import notebook as _notebook  # noqa: F401 - Report draws itself as HTML in notebooks
-from gpuprof.report import Report
+from gpuprof.report import Report, register_html
+
+
+def _report_html(report: Report) -> str:
+    """A Report drawn as HTML in a notebook; the renderer (and ``html``) imported on first use, not by the CLI."""
+    from gpuprof.render.notebook import report_html
+
+    return report_html(report)
+
+
+register_html(_report_html)
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.analysis import analyze, analyze_trace

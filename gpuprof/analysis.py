@@ -161,15 +161,15 @@ def _analyze(
     dask: Scheduler | None = None,
     on_rank_done: Callable[[int, int], None] | None = None,
 ) -> Report:
-    from gpuprof.distributed.reports import is_report_file, summaries_from_report
-
     paths = [os.fspath(p) for p in path] if isinstance(path, list) else [os.fspath(path)]
     report = Report(command="analyze", inputs=paths)
     ranks: list[Any] = []
     files: list[TraceFile] = []
     taken: dict[int, str] = {}  # rank -> the node report that brought it (a rank twice is refused)
     for p in paths:  # several paths: the ranks of one job; JSON reports bring their rank summaries
-        if len(paths) > 1 and is_report_file(p):
+        if len(paths) > 1 and _is_report_file(p):
+            from gpuprof.distributed.reports import summaries_from_report
+
             ranks.extend(summaries_from_report(p, taken))
         else:
             files.extend(find_traces(p))
@@ -236,6 +236,12 @@ def _analyze(
     return report
 
 
+def _is_report_file(path: str) -> bool:
+    from gpuprof.distributed.reports import is_report_file
+
+    return is_report_file(path)
+
+
 def _cross_rank(
     report: Report,
     ranks: list[Any],
@@ -245,13 +251,12 @@ def _cross_rank(
     failures: list[RuleFailure] | None,
 ) -> None:
     """The rank summaries of a job's ranks as a section, and the cross-rank view once two ranks are there."""
-    from gpuprof.distributed.analysis import cross_rank
-    from gpuprof.distributed.reports import RankSummaries
-
     # a rank of a job: a rank number (trace or file name), and not a one-process "job"
     job = [r for r in ranks if r.rank is not None and (r.world_size is None or r.world_size > 1)]
     if not job:
         return
+    from gpuprof.distributed.analysis import cross_rank  # a job's ranks only: one trace never needs the merge
+    from gpuprof.distributed.reports import RankSummaries
     report.sections.append(RankSummaries(job))
     if len({r.rank for r in job}) < 2:
         if len(job) > 1:  # several summaries, one rank: never a silent "no cross-rank section"

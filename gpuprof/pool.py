@@ -1,30 +1,43 @@
 """The ``--jobs`` worker pool: used only where it pays, and leaving nothing behind when its parent dies.
 
-**Where it pays.** A pool has a fixed cost: a forkserver, one process per
-worker, the analysis modules imported once (``set_forkserver_preload``), the
-results pickled back: 1.3 s measured on the shared two-core VM (8 small
-rank traces: 1.5-1.7 s with ``-j 1``, 2.0-3.5 s with ``-j 2``), what
-analysing ~130 MB of trace text costs there. Two workers save half the
-serial time, so they pay from about twice that. So without an explicit
-``--jobs`` (:func:`workers_for` with ``jobs=None``) the pool is used only
-when the files hold at least ``POOL_MIN_BYTES`` of JSON text (a gzip file
-counts ``GZIP_GUESS`` times its size: the text is unknown until read) and
-there are two CPUs or more; each worker gets at least ``BYTES_PER_WORKER``;
-a URL (:mod:`gpuprof.remote`) counts as ``POOL_MIN_BYTES``: reading over the
-network, processes pay for themselves sooner.
-Eight small rank traces are read one by one. An explicit ``--jobs N`` is
-the user's choice and is followed (at most one worker per file).
+**Where it pays.** Without an explicit ``--jobs`` (:func:`workers_for` with
+``jobs=None``) the traces are analysed in this process unless they hold at
+least ``POOL_MIN_BYTES`` (32 MiB) of JSON text (a gzip file counts
+``GZIP_GUESS`` times its size: the text is unknown until read), and then
+with one worker per ``BYTES_PER_WORKER`` (16 MiB) of text at most, and no
+more workers than there are *free* CPUs (:func:`free_cpus`: the usable CPUs,
+cgroup quota included, less those other processes keep busy; at least one).
+A URL (:mod:`gpuprof.remote`) counts as ``POOL_MIN_BYTES``: reading over the
+network, processes pay for themselves sooner. An input of unknown size (a
+pipe) is read here, one by one. An explicit ``--jobs N`` is the user's
+choice and is followed (at most one worker per file).
+
+The pool's fixed cost decides the threshold. Where this process has a single
+Python thread and no torch (the command line: :func:`_single_threaded`), the
+workers are plain ``fork`` children: they share the modules already
+imported and start in ~20-40 ms in all, plus ~30 ms of warm-up each
+(measured on the shared two-core VM, where the analysis runs at ~60 MB/s: 32
+MiB is ~0.5 s of work, of which two workers save ~0.2 s). A process with
+other threads (torch's, a caller's, where a fork could copy a lock held)
+gets a ``forkserver`` instead, a fresh process that imports the analysis
+once and forks the workers from itself: ~0.65 s more, so its threshold is
+``FORKSERVER_MIN_BYTES`` (128 MiB). Each rank then costs the pool a fixed
+amount: one task sent, and back its trace summary (~170 kB, whatever the
+trace's size) and its rank summary (a few hundred bytes per collective),
+never the trace.
 
 **Nothing behind.** A CI timeout or the OOM killer may SIGTERM or SIGKILL
-``gpuprof analyze`` while its workers sleep on the call queue: they would
-sleep forever (100 MB each) and keep multiprocessing's resource tracker,
-and the POSIX semaphores it would unlink in ``/dev/shm``, alive. Each worker
-watches the parent from its first moment (:func:`_watch_parent`: a pidfd,
-readable when the parent exits; polling where there is none) and exits when
-it goes; on Linux it also asks the kernel for SIGKILL when its own parent,
-the forkserver (which exits with the parent), dies (``PR_SET_PDEATHSIG``).
-Once the workers are gone, the resource tracker sees its last user leave and
-unlinks the semaphores. Workers are always joined (``shutdown(wait=True)``,
+``gpuprof analyze`` while its workers run or sleep on the call queue: they
+would run on (100 MB each), and with a forkserver keep multiprocessing's
+resource tracker, and the POSIX semaphores it would unlink in ``/dev/shm``,
+alive. Each worker watches the parent from its first moment
+(:func:`_watch_parent`: a pidfd, readable when the parent exits; polling
+where there is none) and exits when it goes; on Linux it also asks the kernel
+for SIGKILL when its own parent (this process, or the forkserver, which exits
+with it) dies (``PR_SET_PDEATHSIG``). ``fork`` workers use semaphores that
+are unlinked as they are made, so no ``/dev/shm`` file exists to leak; with a
+forkserver, once the workers are gone the resource tracker sees its last user
+leave and unlinks them. Workers are always joined (``shutdown(wait=True)``,
 also when a result raises), so no zombie outlives the call.
 """
 
@@ -36,12 +49,17 @@ import stat
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-__all__ = ["workers_for", "run_pool", "POOL_MIN_BYTES", "BYTES_PER_WORKER", "GZIP_GUESS"]
+if TYPE_CHECKING:  # pragma: no cover
+    from multiprocessing.context import BaseContext
 
-POOL_MIN_BYTES = 256 << 20  # JSON text below which the pool costs more than it saves
-BYTES_PER_WORKER = 64 << 20  # no worker for less than this much text
+__all__ = ["workers_for", "run_pool", "free_cpus", "POOL_MIN_BYTES", "FORKSERVER_MIN_BYTES", "BYTES_PER_WORKER",
+           "GZIP_GUESS"]
+
+POOL_MIN_BYTES = 32 << 20  # JSON text below which fork workers save too little (< ~0.2 s) to be worth it
+FORKSERVER_MIN_BYTES = 128 << 20  # the same where a forkserver must start (~0.65 s more)
+BYTES_PER_WORKER = 16 << 20  # no worker for less than this much text
 GZIP_GUESS = 8  # profiler traces gzip 10-30x; counting 8x errs towards reading one by one
 
 _PR_SET_PDEATHSIG = 1
@@ -49,9 +67,54 @@ _PR_SET_PDEATHSIG = 1
 
 def _cpus() -> int:
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        n = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        n = max(1, os.cpu_count() or 1)
+    return min(n, _cgroup_cpus() or n)
+
+
+def _cgroup_cpus() -> int | None:
+    """The CPUs a cgroup v2 quota allows (``cpu.max``, a container's ``--cpus``), rounded up; None: no quota."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as fh:
+            quota, period = fh.read().split()[:2]
+        return None if quota == "max" else max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        return None
+
+
+def free_cpus() -> int:
+    """The usable CPUs not already busy (at least one): usable CPUs less :func:`_busy_cpus`.
+
+    Load is machine-wide: on a shared machine (or in a container whose host is
+    busy) this errs towards fewer workers, which costs time, never a result.
+    """
+    cpus = _cpus()
+    busy = _busy_cpus()
+    if busy is None:
+        return cpus
+    try:
+        host = max(1, len(os.sched_getaffinity(0)))  # the load counts the CPUs we may run on, not a quota
+    except (AttributeError, OSError):
+        host = cpus
+    return max(1, min(cpus, host - busy))
+
+
+def _busy_cpus() -> int | None:
+    """CPUs other processes keep busy: the whole runnable processes of the 1-minute load average, but no
+    more than are runnable right now (the average lags: it still counts a run that just ended, our own
+    previous one say). None: unknown (not Linux)."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as fh:
+            fields = fh.read().split()
+        running_now = int(fields[3].split("/")[0]) - 1  # less this process, which is running to read it
+        return max(0, min(int(float(fields[0])), running_now))
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
 
 
 def _text_bytes(path: Any) -> int | None:
@@ -67,8 +130,11 @@ def _text_bytes(path: Any) -> int | None:
     return st.st_size * GZIP_GUESS if path.name.endswith(".gz") else st.st_size
 
 
-def workers_for(files: Sequence[Any], jobs: int | None) -> int:
-    """How many processes to analyse ``files`` with (1: no pool). ``jobs=None``: decide by size and CPUs."""
+def workers_for(files: Sequence[Any], jobs: int | None, free: int | None = None) -> int:
+    """How many processes to analyse ``files`` with (1: no pool).
+
+    ``jobs=None``: decide by size and free CPUs (``free``, default :func:`free_cpus`).
+    """
     if len(files) < 2:
         return 1
     if jobs is not None:
@@ -77,9 +143,9 @@ def workers_for(files: Sequence[Any], jobs: int | None) -> int:
     if any(s is None for s in sizes):  # a pipe or a vanished file: read where it is named, one by one
         return 1
     total = sum(s for s in sizes if s is not None)
-    if total < POOL_MIN_BYTES:
+    if total < (POOL_MIN_BYTES if _single_threaded() else FORKSERVER_MIN_BYTES):
         return 1
-    return max(1, min(_cpus(), len(files), total // BYTES_PER_WORKER))
+    return max(1, min(free if free is not None else free_cpus(), len(files), total // BYTES_PER_WORKER))
 
 
 def run_pool(fn: Callable[..., Any], items: Sequence[Any], workers: int, args: tuple[Any, ...] = ()) -> list[Any]:
@@ -89,23 +155,54 @@ def run_pool(fn: Callable[..., Any], items: Sequence[Any], workers: int, args: t
     when one died. The workers are joined before this returns or raises.
     """
     import concurrent.futures as cf
-    import multiprocessing
 
-    # forkserver: workers forked from a fresh process, not from this one, which may hold threads
-    # (torch's, a caller's) that make a plain fork crash or hang; preloaded so each starts in milliseconds
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["gpuprof.analysis", "gpuprof.pool"])
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_watch_parent,
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_watch_parent,
                                   initargs=(os.getpid(),))
     try:
         futures = [pool.submit(fn, item, *args) for item in items]
         return [fu.result() for fu in futures]
+    except BaseException:  # Ctrl-C, a worker's error: the rest of the work is not wanted, do not wait for it
+        _terminate(pool)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _terminate(pool: Any) -> None:
+    """SIGTERM the pool's live workers (the shutdown that follows joins them)."""
+    procs = getattr(pool, "_processes", None) or {}  # concurrent.futures keeps no public list of them
+    for proc in list(procs.values()):
+        try:
+            proc.terminate()
+        except (OSError, ValueError, AttributeError):
+            continue  # already gone or closed
+
+
+def _context() -> BaseContext:
+    """``fork`` where this process has one thread (cheap, safe); else a preloaded ``forkserver``."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and _single_threaded():
+        return multiprocessing.get_context("fork")
+    if "forkserver" not in methods:  # Windows
+        return multiprocessing.get_context("spawn")
+    # a thread (torch's, a caller's) may hold a lock a plain fork would copy held: fork from a fresh
+    # process instead, preloaded so each worker starts in milliseconds
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["gpuprof.analysis", "gpuprof.pool"])
+    return ctx
+
+
+def _single_threaded() -> bool:
+    """True when a plain fork is safe here: one Python thread, and no torch (whose thread pools and CUDA state
+    are the documented fork hazards). Native threads of numpy's BLAS sleep and re-arm at fork (atfork)."""
+    return threading.active_count() == 1 and "torch" not in sys.modules
 def _watch_parent(parent: int) -> None:
     """(In a worker.) Exit as soon as ``parent`` is gone, whatever it died of."""
+    # the parent's SIGINT handling (Ctrl-C reaches the whole process group) is the parent's: a worker
+    # stopped by it would only turn a clean "interrupted" into a broken-pool note
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         _pdeathsig()
     try:
@@ -141,7 +238,7 @@ def _alive(pid: int) -> bool:
 
 
 def _pdeathsig() -> None:
-    """Ask the kernel to SIGKILL this process when its parent (the forkserver) exits."""
+    """Ask the kernel to SIGKILL this process when its parent (this one's forker) exits."""
     import ctypes
 
     try:

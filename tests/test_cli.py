@@ -29,6 +29,16 @@ def test_exit_codes_follow_fail_on():
     assert run("analyze", path, "--format", "json", "--fail-on", "error").exit_code == expect_error
 
 
+def test_fail_on_never_reports_without_failing():
+    """--fail-on never: the same report, exit 0 although warnings remain (the sample shipped with the repo)."""
+    gated = run("analyze", "examples/sample_trace", "--format", "json")
+    assert gated.exit_code == 1 and json.loads(gated.stdout)["findings"]
+    never = run("analyze", "examples/sample_trace", "--format", "json", "--fail-on", "never")
+    assert never.exit_code == 0
+    assert json.loads(never.stdout)["findings"] == json.loads(gated.stdout)["findings"]
+    assert run("analyze", "examples/sample_trace", "--fail-on", "sometimes").exit_code == 2
+
+
 def test_select_and_ignore_filter_codes():
     path = str(shared_path(*NW0))
     only = json.loads(run("analyze", path, "--format", "json", "--select", "GP102").stdout)

@@ -18,13 +18,16 @@ checks (GP6xx). This package imports torch; ``import gpuprof`` does not.
 
 from __future__ import annotations
 
-from gpuprof.capture.api import StepProfiler, profile, profile_step
-from gpuprof.capture.codes import RUNTIME_CHECKS, RuntimeCheck
-from gpuprof.capture.config import CaptureConfig, CheckOptions, Schedule
-from gpuprof.capture.guard import GpuprofWarning
-from gpuprof.capture.placement import DeviceMismatchError
-from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
-from gpuprof.capture.session import Profiler, TraceFile
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpuprof.capture.api import StepProfiler, profile, profile_step
+    from gpuprof.capture.codes import RUNTIME_CHECKS, RuntimeCheck
+    from gpuprof.capture.config import CaptureConfig, CheckOptions, Schedule
+    from gpuprof.capture.guard import GpuprofWarning
+    from gpuprof.capture.placement import DeviceMismatchError
+    from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
+    from gpuprof.capture.session import Profiler, TraceFile
 
 __all__ = [
     "profile",
@@ -43,3 +46,31 @@ __all__ = [
     "RuntimeCheck",
     "RUNTIME_CHECKS",
 ]
+
+# Each name from the module that defines it, on first use: `gpuprof analyze` reads the runtime checks'
+# codes (gpuprof.capture.codes) for the code registry, and importing this package must not load the
+# whole capture machinery (sessions, checks, the memory replay) for that.
+_LAZY = {
+    "profile": "api", "profile_step": "api", "StepProfiler": "api",
+    "RUNTIME_CHECKS": "codes", "RuntimeCheck": "codes",
+    "CaptureConfig": "config", "CheckOptions": "config", "Schedule": "config",
+    "GpuprofWarning": "guard",
+    "DeviceMismatchError": "placement",
+    "CaptureResult": "result", "RecordedTrace": "result", "WindowReport": "result",
+    "Profiler": "session", "TraceFile": "session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuprof.capture' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"gpuprof.capture.{module}"), name)
+    globals()[name] = value  # once: later reads are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

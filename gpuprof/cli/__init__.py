@@ -60,6 +60,17 @@ class _Group(click.Group):
         # without standalone mode click returns ctx.exit()'s code instead of exiting with it
         sys.exit(rv if isinstance(rv, int) else 0)
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*_COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _COMMANDS:
+            import importlib
+
+            module, attr = _COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return self.commands.get(cmd_name)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -106,23 +117,15 @@ def cli() -> None:
     """Diagnose PyTorch profiler traces and CUDA memory snapshots."""
 
 
-def _register() -> None:
-    from gpuprof.cli import analyze, diff, rules
-
-    cli.add_command(analyze.analyze_cmd)
-    cli.add_command(diff.diff_cmd)
-    cli.add_command(rules.rules_cmd)
-    cli.add_command(rules.explain_cmd)
-    try:
-        from gpuprof.cli import memory
-    except ImportError as err:  # the memory command is optional until it lands
-        if "gpuprof.cli.memory" not in str(err) and "cannot import name 'memory'" not in str(err):
-            raise
-    else:
-        cli.add_command(memory.memory_cmd)
-
-
-_register()
+# name -> (module, attribute): a command's module is imported when the command is run or listed (help),
+# so `gpuprof analyze` never imports diff's, memory's or rules' code (docs/performance.md, start-up)
+_COMMANDS = {
+    "analyze": ("gpuprof.cli.analyze", "analyze_cmd"),
+    "diff": ("gpuprof.cli.diff", "diff_cmd"),
+    "explain": ("gpuprof.cli.rules", "explain_cmd"),
+    "memory": ("gpuprof.cli.memory", "memory_cmd"),
+    "rules": ("gpuprof.cli.rules", "rules_cmd"),
+}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,8 +42,8 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
               help="Also write the report as one standalone, offline HTML page (summary, step-time chart, findings, views).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar for big files (default: on a terminal).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Traces analysed at once, each in its own process (default: the CPUs available, "
-                   "when the traces are big enough for processes to pay; small ones are read one by one).")
+              help="Traces analysed at once, each in its own process (default: one per free CPU and per 16 MiB "
+                   "of trace text, from 32 MiB in all; smaller jobs are read one by one, docs/distributed.md).")
 @click.option("--dask", "dask", metavar="SCHEDULER", default=None,
               help="Analyse each trace on a Dask cluster's workers (e.g. tcp://host:8786); they read the traces "
               "themselves (URLs or a shared file system). See docs/distributed.md.")
@@ -106,7 +106,7 @@ def analyze_cmd(
     with ExitStack() as stack:
         factory = _progress_factory(stack) if show_progress else None
         report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory,
-                         jobs=jobs, dask=dask,  # jobs None: gpuprof.pool decides by size and CPUs
+                         jobs=jobs, dask=dask,  # jobs None: gpuprof.pool decides by size and free CPUs
                          on_rank_done=_rank_counter() if show_progress and dask else None)
     if output:  # checked before --annotate writes anything
         refuse_input_as_output(output, input_files(report))

@@ -58,6 +58,9 @@ def parse_option_settings(items: tuple[str, ...], origins: tuple[str, ...], wher
         raise click.BadParameter(str(err), param_hint="--option") from None
 
 
+NEVER = "never"  # --fail-on value: report only, never exit 1 for findings
+
+
 def report_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add --format/-o/--select/--ignore/--fail-on to a command."""
     options = [
@@ -74,10 +77,10 @@ def report_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--ignore", multiple=True, metavar="CODES", help="Drop these codes or prefixes."),
         click.option(
             "--fail-on",
-            type=click.Choice([s.value for s in Severity]),
+            type=click.Choice([s.value for s in Severity] + [NEVER]),
             default="warning",
             show_default=True,
-            help="Exit 1 when a finding at or above this severity remains.",
+            help=f"Exit 1 when a finding at or above this severity remains ({NEVER}: exit 0 whatever is found).",
         ),
     ]
     for opt in reversed(options):
@@ -109,6 +112,8 @@ def emit_report(
         sys.stdout.write(text)
         if not text.endswith("\n"):
             sys.stdout.write("\n")
+    if fail_on == NEVER:  # a report wanted, not a gate (e.g. a CPU run whose findings vary with the load)
+        return EXIT_OK
     bar = Severity.parse(fail_on)
     return EXIT_FINDINGS if report.count_at_or_above(bar) else EXIT_OK
 

@@ -12,13 +12,15 @@ rules, and never above 100% of it.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator, Mapping
 
-from gpuprof.distributed.merge import CrossRank
 from gpuprof.findings import Evidence, Finding
 from gpuprof.rules.base import Option, RuleSpec, add_rule, find_rule
 from gpuprof.runner import RuleFailure, RuleUnit, Selection, run_rules
 from gpuprof.units import fmt_bytes, fmt_us
+
+if TYPE_CHECKING:  # pragma: no cover - the merge (and its arrival model) only when two ranks are compared
+    from gpuprof.distributed.merge import CrossRank
 
 __all__ = ["CrossRankRule", "all_cross_rank_rules", "get_cross_rank_rule", "run_cross_rank_rules", "job_step_us"]
 

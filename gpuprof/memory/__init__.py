@@ -11,11 +11,14 @@ No module here imports torch.
 
 from __future__ import annotations
 
-from gpuprof.memory.analysis import MemoryOptions, MemorySection, analyze_memory, memory_report
-from gpuprof.memory.diff import DiffOptions, MemoryDiffSection, diff_memory, diff_report
-from gpuprof.memory.load import load_memory, sniff
-from gpuprof.memory.safeload import UnsafePickleError, safe_loads
-from gpuprof.memory.snapshot import SNAPSHOT_PICKLE_PROTOCOL, dump_snapshot, load_snapshot, parse_snapshot
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpuprof.memory.analysis import MemoryOptions, MemorySection, analyze_memory, memory_report
+    from gpuprof.memory.diff import DiffOptions, MemoryDiffSection, diff_memory, diff_report
+    from gpuprof.memory.load import load_memory, sniff
+    from gpuprof.memory.safeload import UnsafePickleError, safe_loads
+    from gpuprof.memory.snapshot import SNAPSHOT_PICKLE_PROTOCOL, dump_snapshot, load_snapshot, parse_snapshot
 
 __all__ = [
     "MemoryOptions",
@@ -35,3 +38,29 @@ __all__ = [
     "load_snapshot",
     "parse_snapshot",
 ]
+
+# Each name from its module on first use: `gpuprof analyze` reads the memory codes (gpuprof.memory.codes)
+# for the code registry, and importing this package must not load the replay and the analysis for that.
+_LAZY = {
+    "MemoryOptions": "analysis", "MemorySection": "analysis", "analyze_memory": "analysis", "memory_report": "analysis",
+    "DiffOptions": "diff", "MemoryDiffSection": "diff", "diff_memory": "diff", "diff_report": "diff",
+    "load_memory": "load", "sniff": "load",
+    "UnsafePickleError": "safeload", "safe_loads": "safeload",
+    "SNAPSHOT_PICKLE_PROTOCOL": "snapshot", "dump_snapshot": "snapshot", "load_snapshot": "snapshot",
+    "parse_snapshot": "snapshot",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuprof.memory' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"gpuprof.memory.{module}"), name)
+    globals()[name] = value  # once: later reads are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

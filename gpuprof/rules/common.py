@@ -7,13 +7,14 @@ such as the per-thread runtime calls, live on ``TraceMetrics``).
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Iterable, Sequence
+from itertools import compress
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from gpuprof.trace.intervals import Interval, Intervals
 from gpuprof.trace.metrics import CopyEvent, TraceMetrics, next_sync_call
-from gpuprof.trace.model import Event
+from gpuprof.trace.model import Event, name_of, ts_of
 from gpuprof.units import fmt_us
 
 __all__ = [
@@ -25,7 +26,19 @@ __all__ = [
     "copy_wait_calls",
     "of_step",
     "ThreadSpans",
+    "named",
 ]
+
+
+def named(events: Sequence[Event], wanted: Callable[[str], object]) -> list[Event]:
+    """The events whose name ``wanted`` accepts, in order: ``wanted`` is asked once per distinct name
+    (a regex or a prefix test per event costs more than the rest of a rule)."""
+    if not events:
+        return []
+    hits = {n for n in set(map(name_of, events)) if wanted(n)}
+    if not hits:
+        return []
+    return list(compress(events, map(hits.__contains__, map(name_of, events))))
 
 
 def count_of(n: float, singular: str, plural: str | None = None) -> str:
@@ -71,7 +84,7 @@ def host_steps_of(m: TraceMetrics, events: Sequence[Event]) -> list[int | None]:
     """:func:`host_step_of` for many events at once (one numpy search instead of a bisect per event)."""
     if not m.steps or not events:
         return [None] * len(events)
-    ts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
+    ts = np.fromiter(map(ts_of, events), dtype=np.float64, count=len(events))
     starts = np.asarray(m.step_starts, dtype=np.float64)
     ends = np.array([s.end for s in m.steps[:-1]] + [m.steps[-1].cpu_end], dtype=np.float64)
     i = np.searchsorted(starts, ts, side="right") - 1

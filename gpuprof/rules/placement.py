@@ -9,7 +9,7 @@ from typing import Any, Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import count_of, host_step_of, kernel_idle_within, of_step
+from gpuprof.rules.common import count_of, host_step_of, kernel_idle_within, named, of_step
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics, union_of
 from gpuprof.trace.model import Event
@@ -33,6 +33,13 @@ _DP_WEAK_OPS = frozenset({"Scatter", "Gather"})  # common words: only count next
 _DP_OVERHEAD_FRAME_RE = re.compile(
     r"torch/nn/parallel/(?:replicate\.py|scatter_gather\.py|comm\.py)\(|torch/nn/parallel/data_parallel\.py\(\d+\): (?:replicate|scatter|gather)$"
 )
+
+
+_DP_OP_NAMES = _DP_STRONG_OPS | _DP_WEAK_OPS | {_DP_ANNOTATION}
+
+
+def _is_dp_overhead(name: str) -> bool:
+    return bool(_DP_OVERHEAD_FRAME_RE.search(name)) or name in _DP_STRONG_OPS or name in _DP_WEAK_OPS
 
 
 def _same(e: Event, thread: tuple[object, object] | None) -> bool:
@@ -82,19 +89,19 @@ class DataParallelUsed(Rule):
         m = ctx.metrics
         t = ctx.trace
         marks: dict[str, list[Event]] = defaultdict(list)
-        for a in t.annotations:
-            if a.name == _DP_ANNOTATION:
-                marks["annotation"].append(a)
-        for f in t.python:
-            if _DP_FRAME_RE.search(f.name):
-                marks["python_frames"].append(f)
+        marks["annotation"] = named(t.annotations, _DP_ANNOTATION.__eq__)
+        marks["python_frames"] = named(t.python, _DP_FRAME_RE.search)
+        dp_ops = named(t.ops, _DP_OP_NAMES.__contains__)
         weak: list[Event] = []
-        for o in t.ops:
+        # keys in the order their first event was seen (annotations, frames, then the ops in trace order)
+        for key in [k for k, v in marks.items() if not v]:
+            del marks[key]
+        for o in dp_ops:
             if o.name == _DP_ANNOTATION:  # 2021 traces write record_function ranges as operators
                 marks["annotation"].append(o)
             elif o.name in _DP_STRONG_OPS:
                 marks["autograd_functions"].append(o)
-            elif o.name in _DP_WEAK_OPS:
+            else:
                 weak.append(o)
         if not marks:
             return
@@ -106,9 +113,8 @@ class DataParallelUsed(Rule):
 
         overhead_ivs = [
             (e.ts, e.end)
-            for e in list(t.python) + list(t.ops)
-            if (_DP_OVERHEAD_FRAME_RE.search(e.name) or e.name in _DP_STRONG_OPS or e.name in _DP_WEAK_OPS)
-            and (m.main_thread is None or _same(e, m.main_thread))
+            for e in named(list(t.python) + list(t.ops), _is_dp_overhead)
+            if (m.main_thread is None or _same(e, m.main_thread))
             and host_step_of(m, e.ts) is not None
         ]
         host_overhead = Intervals.from_pairs(overhead_ivs).total() / n

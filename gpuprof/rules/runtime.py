@@ -5,13 +5,17 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
 from typing import Iterable
+
+import numpy as np
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import host_step_of, kernel_idle_within, of_step
+from gpuprof.rules.common import host_step_of, host_steps_of, kernel_idle_within, named, of_step
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event
+from gpuprof.trace.model import Event, dur_of, name_of, ts_of
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 from gpuprof.units import fmt_us
 
@@ -119,10 +123,11 @@ class ExpensiveRuntimeCalls(Rule):
         skip = {id(f.call) for f in first_use_calls(m, startup["min_call_us"], startup["min_ratio"])} if startup else set()
         alloc: list[Event] = []
         other: dict[str, list[Event]] = defaultdict(list)
-        wanted = {name: _interest(name) for name in {r.name for r in m.trace.runtime}}  # per distinct name, once
-        for r in m.trace.runtime:
+        wanted = {name: _interest(name) for name in set(map(name_of, m.trace.runtime))}  # per distinct name, once
+        timed = named(m.trace.runtime, lambda n: wanted[n] is not None)  # launches, copies, syncs: not here
+        for r, step in zip(timed, host_steps_of(m, timed)):
             what = wanted[r.name]
-            if what is None or id(r) in skip or host_step_of(m, r.ts) is None:
+            if step is None or id(r) in skip:
                 continue
             if what:
                 alloc.append(r)
@@ -302,26 +307,11 @@ def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> l
     A call slow every step is therefore never one-off work.
     """
     kernel_by_corr = {k.corr: k.name for k in m.trace.kernels if k.corr >= 0}
-    by_kind: dict[tuple[object, str], list[Event]] = defaultdict(list)
-    first_of_pid: dict[object, Event] = {}
-    classes: dict[str, RuntimeClass] = {}  # per distinct name: a trace has few names and many calls
-    for r in m.trace.runtime:  # in file order: "first" is decided by ts below
-        earliest = first_of_pid.get(r.pid)
-        if earliest is None or r.ts < earliest.ts:
-            first_of_pid[r.pid] = r
-        rc = classes.get(r.name)
-        if rc is None:
-            rc = classes[r.name] = classify_runtime(r.name)
-        if rc is RuntimeClass.SYNC or rc is RuntimeClass.MEMCPY:
-            continue
-        kind = "launch:" + kernel_by_corr.get(r.corr, r.name) if rc is RuntimeClass.LAUNCH else r.name
-        by_kind[(r.pid, kind)].append(r)
+    first_of_pid, by_kind = _calls_by_kind(m.trace.runtime, kernel_by_corr, min_call_us)
     out = []
     boundary = _startup_end(m)
-    for (_, kind), calls in by_kind.items():
+    for kind, calls in by_kind:
         slow = max(calls, key=lambda r: r.dur)
-        if slow.dur < min_call_us:
-            continue
         calls.sort(key=lambda r: r.ts)  # only the kinds with a slow call need their order
         # by position: every slow call before the first GPU work (or the first step) is start-up work, however
         # many of its kind there are (two slow start-up cudaFree calls must not hide each other)
@@ -354,6 +344,71 @@ def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> l
         out.append(FirstUse(slow, what, med))
     out.sort(key=lambda f: f.call.ts)
     return out
+
+
+def _calls_by_kind(runtime: list[Event], kernel_by_corr: dict[int, str],
+                   min_call_us: float) -> tuple[dict[object, Event], list[tuple[str, list[Event]]]]:
+    """The first call (earliest, then first listed) of each process, and the calls of each
+    (process, kind) of :func:`_first_use_calls` whose slowest lasts ``min_call_us`` or more, kinds in
+    order of first call, calls in list order. Classes and kinds are found once per distinct name (and
+    kernel), the grouping is a sort of codes: few kinds have a slow call, and only they are listed."""
+    n = len(runtime)
+    if n == 0:
+        return {}, []
+    ts = np.fromiter(map(ts_of, runtime), np.float64, n)
+    dur = np.fromiter(map(dur_of, runtime), np.float64, n)
+    pids = list(map(_pid_of, runtime))
+    pcode: dict[object, int] = {}
+    pc = np.fromiter(map(pcode.setdefault, pids, iter(pcode.__len__, -1)), np.int64, n)
+    idx = np.arange(n, dtype=np.int64)
+    by_pid = np.lexsort((idx, ts, pc))  # per process: earliest first, then first listed
+    heads = by_pid[np.concatenate(([True], np.diff(pc[by_pid]) != 0))]
+    first_of_pid = {pids[i]: runtime[i] for i in heads.tolist()}
+    # kind of each call: "launch:" + the kernel it launched (else its own name) for a launch, else its name
+    classes = {name: classify_runtime(name) for name in set(map(name_of, runtime))}
+    kinds: dict[str, int] = {}
+    kind_of_name: dict[str, int] = {}  # non-launch calls
+    launch_names: dict[str, int] = {}  # launch calls without their kernel in the trace
+    skip = -1
+    for name, rc in classes.items():
+        if rc is RuntimeClass.SYNC or rc is RuntimeClass.MEMCPY:
+            kind_of_name[name] = skip
+        elif rc is RuntimeClass.LAUNCH:
+            launch_names[name] = kinds.setdefault("launch:" + name, len(kinds))
+        else:
+            kind_of_name[name] = kinds.setdefault(name, len(kinds))
+    kernel_kind: dict[str | None, int] = {k: kinds.setdefault("launch:" + k, len(kinds)) for k in set(kernel_by_corr.values())}
+    names = list(map(name_of, runtime))
+    kc = np.fromiter(map(kind_of_name.get, names, repeat(-2)), np.int64, n)  # -2: a launch
+    launch = np.flatnonzero(kc == -2)
+    if len(launch):
+        ln = [names[i] for i in launch.tolist()]
+        corrs = list(map(_corr_of, map(runtime.__getitem__, launch.tolist())))
+        kernels = map(kernel_by_corr.get, corrs)  # None: its kernel is not in the trace
+        kc[launch] = np.fromiter(map(kernel_kind.get, kernels, map(launch_names.__getitem__, ln)), np.int64, len(launch))
+    keep = np.flatnonzero(kc != skip)
+    if not len(keep):  # only syncs and copies: never start-up work
+        return first_of_pid, []
+    code = pc[keep] * (len(kinds) + 1) + kc[keep]
+    order = np.argsort(code, kind="stable")
+    sc = code[order]
+    bounds = np.flatnonzero(np.diff(sc)) + 1
+    starts = np.concatenate(([0], bounds))
+    ends = np.concatenate((bounds, [len(sc)]))
+    longest = np.maximum.reduceat(dur[keep][order], starts)
+    firsts = order[starts]
+    kind_names = list(kinds)
+    out: list[tuple[str, list[Event]]] = []
+    for g in np.argsort(firsts, kind="stable").tolist():
+        if not longest[g] >= min_call_us:
+            continue
+        members = keep[order[starts[g]:ends[g]]]
+        out.append((kind_names[int(kc[members[0]])], list(map(runtime.__getitem__, members.tolist()))))
+    return first_of_pid, out
+
+
+_pid_of = attrgetter("pid")
+_corr_of = attrgetter("corr")
 
 
 def _startup_end(m: TraceMetrics) -> float:

@@ -8,10 +8,10 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy
+from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy, named
 from gpuprof.rules.copies import pageable_copies
 from gpuprof.trace.metrics import SyncPoint, TraceMetrics
-from gpuprof.trace.model import op_call_stack
+from gpuprof.trace.model import name_of, op_call_stack
 from gpuprof.trace.vocab import logging_call_of
 from gpuprof.units import fmt_us
 
@@ -56,12 +56,16 @@ def _cause_frames(m: TraceMetrics) -> dict[tuple[str, str], list[tuple[float, fl
     cached = getattr(m, "_gp203_cause_frames", None)
     if cached is None:
         cached = defaultdict(list)
-        for fr in m.trace.python:
-            what = logging_call_of(fr.name)
+        causes: dict[str, str | None] = {}  # per distinct frame name, once
+        for name in set(map(name_of, m.trace.python)):
+            what = logging_call_of(name)
             if what is not None and what != "print(...)":  # print is named by its formatting frames
-                cached[(str(fr.pid), str(fr.tid))].append((fr.ts, fr.end, f"{what}{_LOGGED}"))
-            elif _FORMAT_FRAME_RE.search(fr.name):
-                cached[(str(fr.pid), str(fr.tid))].append((fr.ts, fr.end, _PRINT_CAUSE))
+                causes[name] = f"{what}{_LOGGED}"
+            elif _FORMAT_FRAME_RE.search(name):
+                causes[name] = _PRINT_CAUSE
+        if causes:
+            for fr in named(m.trace.python, causes.__contains__):
+                cached[(str(fr.pid), str(fr.tid))].append((fr.ts, fr.end, causes[fr.name]))
         cached = dict(cached)
         object.__setattr__(m, "_gp203_cause_frames", cached)
     return cached

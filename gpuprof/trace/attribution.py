@@ -35,7 +35,7 @@ import numpy as np
 from gpuprof.trace.model import Event, Trace, dur_of, name_of, ts_of
 from gpuprof.trace.vocab import step_number
 
-__all__ = ["OpAttribution", "attribute"]
+__all__ = ["OpAttribution", "attribute", "Nesting"]
 
 HostThread = tuple[Union[int, str], Union[int, str]]
 
@@ -101,7 +101,7 @@ def attribute(
     step_names = {n for n in set(map(name_of, trace.ops)) if step_number(n) is not None}  # per distinct name, once
 
     ops: list[Event] = []
-    nest: dict[HostThread, _Nesting] = {}
+    nest: dict[HostThread, Nesting] = {}
     first: dict[HostThread, int] = {}
     for key, group in ops_by_thread.items():
         ts = np.fromiter(map(ts_of, group), np.float64, len(group))
@@ -115,7 +115,7 @@ def attribute(
         order = sel[np.lexsort((-dur[sel], ts[sel]))]  # by start; a parent before a child that starts with it
         first[key] = len(ops)
         ops.extend(map(group.__getitem__, order.tolist()))
-        nest[key] = _Nesting(ts[order], ts[order] + dur[order])
+        nest[key] = Nesting(ts[order], ts[order] + dur[order])
     n = len(ops)
     parent = np.full(n, -1, np.int64)
     depth = np.zeros(n, np.int64)
@@ -173,7 +173,7 @@ def attribute(
     return OpAttribution(ops=ops, parent=parent, self_us=self_us, total_us=total_us, gpu_op=gpu_op, ext_trusted=ext_trusted)
 
 
-class _Nesting:
+class Nesting:
     """The nesting of one thread's operators, sorted by start (longest first on ties).
 
     Operators on one thread nest (a child runs inside its parent), so the ops
@@ -205,10 +205,15 @@ class _Nesting:
         found = (p >= 0) & (depth >= 0) & (before >= 0) & (k // n1 == depth)
         return np.where(found, k % n1, -1)
 
+    def candidate_parents(self) -> np.ndarray:
+        """Per op, the last op before it one level up (-1 at top level): its parent when the ops nest,
+        whether or not it encloses the op (see :meth:`parents`)."""
+        idx = np.arange(self.n, dtype=np.int64)
+        return self._last_at_depth(self.depth - 1, idx - 1)
+
     def parents(self) -> np.ndarray:
         if self._parents is None:
-            idx = np.arange(self.n, dtype=np.int64)
-            par = self._last_at_depth(self.depth - 1, idx - 1)
+            par = self.candidate_parents()
             par_ok = np.maximum(par, 0)
             # keep a parent only if it really encloses the child
             ok = (par >= 0) & (self.ends[par_ok] >= self.ends)
@@ -224,6 +229,9 @@ class _Nesting:
         ok = (k >= 0) & (self.starts[k_ok] <= t) & (self.ends[k_ok] > t)
         found: np.ndarray = np.where(ok, k, -1)
         return found
+
+
+_Nesting = Nesting  # the name gpuprof.views.build imports
 
 
 def _inclusive(self_us: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:

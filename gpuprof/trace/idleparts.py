@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import compress
+from operator import not_
 from typing import Callable, Sequence
 
 import numpy as np
 
+from gpuprof.trace.attribution import Nesting
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event
+from gpuprof.trace.model import Event, dur_of, name_of, ts_of
 from gpuprof.trace.stacks import is_user_frame
-from gpuprof.trace.threads import thread_keys
+from gpuprof.trace.threads import on_thread, thread_keys
 from gpuprof.trace.vocab import step_number
 
 __all__ = ["IdlePart", "idle_parts", "NOTHING_RECORDED"]
@@ -59,25 +62,28 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
         by_name[r.name].append(r)
     covered = Intervals.empty()
     for name, calls in by_name.items():
-        got = rest.intersect(union_of(calls))
+        got = union_of(calls).intersect(rest)  # the same set and arrays as rest.intersect(...), from the smaller side
         t = got.total()
         if t > 0:
             out[("runtime", name)] += t
             covered = covered.union(got)
     rest = rest.subtract(covered)
-    python = [e for e in m.trace.python if (e.pid, e.tid) in keys]
+    groups = m.stacks.frames_on(keys)
+    # one thread's frames are already in trace order; several spellings of it: take them in trace order
+    python = groups[0] if len(groups) == 1 else on_thread(m.trace.python, keys) if groups else []
     if python:
         kind, nested, prefer = "python", python, is_user_frame
     else:
-        markers: dict[str, bool] = {}  # per distinct name: is it a step marker?
         ops = m.threads.ops_on(keys)
-        for o in ops:
-            if o.name not in markers:
-                markers[o.name] = step_number(o.name) is not None
-        kind, nested, prefer = "operator", [o for o in ops if not markers[o.name]], None
+        markers = {n for n in set(map(name_of, ops)) if step_number(n) is not None}  # per distinct name, once
+        kind, prefer = "operator", None
+        nested = list(compress(ops, map(not_, map(markers.__contains__, map(name_of, ops))))) if markers else ops
     if nested and rest:
-        under = union_of(nested)
-        _add_innermost(out, kind, nested, rest.intersect(under), prefer=prefer)
+        n = len(nested)
+        ts = np.fromiter(map(ts_of, nested), np.float64, n)
+        dur = np.fromiter(map(dur_of, nested), np.float64, n)
+        under = Intervals.from_spans(ts, dur)
+        _add_innermost(out, kind, nested, ts, dur, rest.intersect(under), prefer=prefer)
         rest = rest.subtract(under)
     if rest:
         out[("none", NOTHING_RECORDED)] += rest.total()
@@ -86,24 +92,175 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
     return parts
 
 
-def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], idle: Intervals,
-                   prefer: Callable[[str], bool] | None) -> None:
-    """Add to ``out`` the idle time under each event of one thread's nested ``events``, charged to
-    the innermost open event (or the innermost one ``prefer`` accepts); time under none goes nowhere."""
-    if not idle:
+def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], ts: np.ndarray,
+                   dur: np.ndarray, idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
+    """Add to ``out`` the idle time under each event of one thread's nested ``events`` (``ts``/``dur``:
+    their starts and durations), charged to the innermost open event (or the innermost one ``prefer``
+    accepts); time under none goes nowhere.
+
+    The time line is cut at every start and end; each piece goes to the event on top of the stack of
+    open events there (events in start order, longest first on ties; a child never outlives its
+    parent). That is done in numpy (:func:`_innermost_pieces`); events it cannot settle take the
+    stack walk (:func:`_stack_pieces`). ``prefer`` is asked once per distinct name.
+    """
+    if not idle or not len(ts):
         return
-    events = _overlapping(events, idle)
+    # Only the events that overlap idle time matter: an event open at an idle instant overlaps idle,
+    # and so does every event enclosing it (the stack there is intact).
+    i = np.searchsorted(idle.ends, ts, side="right")  # the first idle interval ending after the start
+    hit = i < len(idle.starts)
+    hit[hit] = idle.starts[i[hit]] < ts[hit] + dur[hit]
+    sel = np.flatnonzero(hit)
+    if not len(sel):
+        return
+    ts, dur = ts[sel], dur[sel]
+    order = np.lexsort((-dur, ts))  # stable: ties keep the thread's order, as sorted() did
+    ts, dur = ts[order], dur[order]
+    ordered = list(map(events.__getitem__, sel[order].tolist()))
+    name_ids, names = _name_codes(ordered)
+    pref = np.ones(len(names), bool) if prefer is None else np.fromiter(map(prefer, names), bool, len(names))
+    got = _innermost_pieces(ts, dur, name_ids, pref[name_ids])
+    if got is None:
+        seg_lo, seg_hi, seg_name = _stack_pieces(ts, dur, name_ids, pref[name_ids])
+    else:
+        seg_lo, seg_hi, seg_name = got
+    if not len(seg_lo):
+        return
+    per = idle.per_segment(seg_lo, seg_hi)
+    pos = per > 0
+    seg_name, per = seg_name[pos], per[pos]
+    if not len(per):
+        return
+    # summed per name in time order (the float sums a loop over the pieces gives), names in order of first piece
+    sums = np.bincount(seg_name, weights=per, minlength=len(names))
+    _, first = np.unique(seg_name, return_index=True)
+    for j in np.sort(first).tolist():
+        code = int(seg_name[j])
+        out[(kind, names[code])] += float(sums[code])
+
+
+def _name_codes(events: list[Event]) -> tuple[np.ndarray, list[str]]:
+    """A code per event for its name (codes index the returned distinct names), one dict look-up per event."""
+    codes: dict[str, int] = {}
+    ids = np.fromiter(map(codes.setdefault, map(name_of, events), iter(codes.__len__, -1)), np.int64, len(events))
+    return ids, list(codes)
+
+
+def _levels(depth: np.ndarray) -> list[np.ndarray]:
+    """The indices at each depth (0, 1, ...), each in increasing order."""
+    if not len(depth):
+        return []
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
+    return [order[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
+
+def _charged(parent: np.ndarray, levels: list[np.ndarray], name_ids: np.ndarray, pref: np.ndarray) -> np.ndarray:
+    """The name each event's time is charged to: the nearest preferred event among itself and its
+    enclosing ones, else its own name (``levels``: the events at each depth, :func:`_levels`)."""
+    charged: np.ndarray = name_ids.copy()
+    if pref.all():
+        return charged
+    has = pref.copy()  # a preferred event encloses it (or is itself)
+    for at in levels[1:]:  # parents before children
+        at = at[~pref[at] & (parent[at] >= 0)]
+        if not len(at):
+            continue
+        p = parent[at]
+        inherit = has[p]
+        charged[at[inherit]] = charged[p[inherit]]
+        has[at] = inherit
+    return charged
+
+
+def _innermost_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
+                      pref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The pieces of the time line and the name each is charged to, in numpy (None: not settled).
+
+    Events sorted by start, longest first on ties. A zero-length event only cuts the time line: it is
+    closed by the next event before any time passes under it. The ends, each clipped to its parent's
+    (clipped) end as the stack walk does, are found by rounds of "find the parents, clip to them",
+    and accepted only once they are a fixed point: ends that nest (:func:`_nests`), each equal to
+    ``min(own end, parent's end)``. Such ends are the stack walk's (by induction over the events in
+    order: the same open events at each start, so the same parent and the same clip).
+    """
+    live = np.flatnonzero(dur > 0)
+    s = ts[live]
+    raw = s + dur[live]
+    if not len(live):
+        return _EMPTY_PIECES
+    ends = raw
+    for _ in range(_CLIP_ROUNDS):
+        nest = Nesting(s, ends)
+        parent = nest.candidate_parents()
+        clipped = ends.copy()
+        levels = _levels(nest.depth)
+        for at in levels[1:]:  # parents first: a clip reaches the children
+            at = at[parent[at] >= 0]
+            if len(at):
+                up = clipped[parent[at]]
+                # a candidate already closed when the event starts is no parent (yet): no clip this round
+                clipped[at] = np.where(up > s[at], np.minimum(raw[at], up), raw[at])
+        if np.array_equal(clipped, ends) and bool((ends > s).all()):
+            stack = _stack_tops(s, ends, parent)
+            if stack is not None:
+                break
+        ends = clipped
+    else:
+        return None
+    charged = _charged(parent, levels, name_ids[live], pref[live])
+    cuts = np.unique(np.concatenate((ts, ends)))  # every start, and every (clipped) end; zero-length ends are starts
+    lo, hi = cuts[:-1], cuts[1:]
+    when, top_after = stack
+    k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
+    top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
+    has = top >= 0
+    return lo[has], hi[has], charged[top[has]]
+
+
+_CLIP_ROUNDS = 8  # overlaps from clock rounding settle in one or two; the stack walk takes the rest
+
+
+def _stack_tops(s: np.ndarray, e: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """When the intervals ``[s, e)`` (sorted by start, longest first on ties, all non-empty) nest with
+    these parents: the time of each open and close in order, and the event on top of the stack after
+    it (-1: none). None when they do not nest.
+
+    As a bracket sequence (at one time, closes before opens, the later-opened closing first), they
+    nest iff each interval closes at the depth it opened at; then an open puts its event on top and
+    a close its parent.
+    """
+    m = len(s)
+    idx = np.arange(m, dtype=np.int64)
+    when = np.concatenate((s, e))
+    is_open = np.concatenate((np.ones(m, bool), np.zeros(m, bool)))
+    tok = np.lexsort((np.concatenate((idx, -idx)), is_open, when))
+    depth_after = np.cumsum(np.where(is_open[tok], 1, -1))
+    at = np.empty(2 * m, np.int64)
+    at[tok] = np.arange(2 * m)
+    if not np.array_equal(depth_after[at[:m]], depth_after[at[m:]] + 1):
+        return None
+    ev = np.where(tok < m, tok, tok - m)
+    if not np.array_equal(parent[ev[depth_after == 0]], np.full(int((depth_after == 0).sum()), -1)):
+        return None  # a close back to the top level must be of a top-level event
+    return when[tok], np.where(is_open[tok], ev, parent[ev])
+
+
+def _stack_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
+                  pref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_innermost_pieces` for events that overlap without nesting: the stack walk, a child
+    clipped to its parent's end (clock rounding)."""
     segs_lo: list[float] = []
     segs_hi: list[float] = []
-    names: list[str] = []
-    # stack of (end, charged name): the charged name of an entry is its own name when preferred,
-    # else the charged name of the entry below it (the nearest preferred enclosing frame), else its own
-    stack: list[tuple[float, str, bool]] = []
+    names: list[int] = []
+    # stack of (end, charged name, a preferred event is open at or under it)
+    stack: list[tuple[float, int, bool]] = []
     t = float("-inf")
-    def close_until(ts: float) -> None:
-        """Pop the entries that end by ``ts``, giving each the time since the last boundary."""
+
+    def close_until(at: float) -> None:
+        """Pop the entries that end by ``at``, giving each the time since the last boundary."""
         nonlocal t
-        while stack and stack[-1][0] <= ts:
+        while stack and stack[-1][0] <= at:
             until = stack[-1][0]
             if until > t:
                 segs_lo.append(t)
@@ -112,40 +269,23 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
                 t = until
             stack.pop()
 
-    for e in sorted(events, key=lambda e: (e.ts, -e.dur)):
-        ts = e.ts
-        close_until(ts)
-        if stack and ts > t:  # the innermost open entry runs until this event starts
+    for start, length, name, own in zip(ts.tolist(), dur.tolist(), name_ids.tolist(), pref.tolist()):
+        close_until(start)
+        if stack and start > t:  # the innermost open entry runs until this event starts
             segs_lo.append(t)
-            segs_hi.append(ts)
+            segs_hi.append(start)
             names.append(stack[-1][1])
-        t = ts
-        end = ts + e.dur
+        t = start
+        end = start + length
         if stack and end > stack[-1][0]:
             end = stack[-1][0]  # a child never outlives its parent (clock rounding)
-        own = prefer is None or prefer(e.name)
         if own or not stack:
-            charged, pref = e.name, own
+            entry = (end, name, own)
         else:
-            charged, pref = (stack[-1][1], True) if stack[-1][2] else (e.name, False)
-        stack.append((end, charged, pref))
+            entry = (end, stack[-1][1], True) if stack[-1][2] else (end, name, False)
+        stack.append(entry)
     close_until(float("inf"))
-    if not names:
-        return
-    per = idle.per_window(list(zip(segs_lo, segs_hi)))
-    for name, us in zip(names, per):
-        if us > 0:
-            out[(kind, name)] += us
+    return np.array(segs_lo, np.float64), np.array(segs_hi, np.float64), np.array(names, np.int64)
 
 
-def _overlapping(events: Sequence[Event], idle: Intervals) -> list[Event]:
-    """The events that overlap an idle interval. Dropping the others changes nothing above: an event
-    open at an idle instant overlaps idle, and so does every event enclosing it (the stack is intact)."""
-    if not events:
-        return []
-    starts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
-    ends = starts + np.fromiter((e.dur for e in events), dtype=np.float64, count=len(events))
-    i = np.searchsorted(idle.ends, starts, side="right")  # the first idle interval ending after the start
-    hit = i < len(idle.starts)
-    hit[hit] = np.asarray(idle.starts)[i[hit]] < ends[hit]
-    return [events[k] for k in np.flatnonzero(hit).tolist()]
+_EMPTY_PIECES = (np.zeros(0, np.float64), np.zeros(0, np.float64), np.zeros(0, np.int64))

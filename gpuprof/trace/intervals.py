@@ -134,10 +134,15 @@ class Intervals:
         lo, hi = _window_bounds(windows)
         if len(lo) == 0:
             return []
+        covered: list[float] = self.per_segment(lo, hi).tolist()
+        return covered
+
+    def per_segment(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """:meth:`per_window` of the windows ``[lo[i], hi[i])`` given as arrays, as an array."""
         if not self:
-            return [0.0] * len(lo)
+            return np.zeros(len(lo), _F8)
         cum = np.concatenate(([0.0], np.cumsum(self.ends - self.starts)))
-        covered: list[float] = (self._covered_below(hi, cum) - self._covered_below(lo, cum)).tolist()
+        covered: np.ndarray = self._covered_below(hi, cum) - self._covered_below(lo, cum)
         return covered
 
     def _covered_below(self, x: np.ndarray, cum: np.ndarray) -> np.ndarray:

@@ -19,7 +19,8 @@ from typing import Union
 
 from gpuprof.findings import SourceLocation
 from gpuprof.frames import is_user_file
-from gpuprof.trace.model import Event, Trace, op_call_stack
+from gpuprof.trace.model import Event, Trace, op_call_stack, ts_of
+from gpuprof.trace.threads import group_by_thread
 
 __all__ = ["parse_frame", "is_user_frame", "StackIndex"]
 
@@ -64,10 +65,13 @@ class StackIndex:
     MAX_SCAN = 4000
 
     def __init__(self, trace: Trace) -> None:
-        self._frames: dict[tuple[object, object], list[Event]] = {}
-        for ev in trace.python:
-            self._frames.setdefault((ev.pid, ev.tid), []).append(ev)
-        self._starts = {k: [e.ts for e in v] for k, v in self._frames.items()}
+        self._frames: dict[tuple[object, object], list[Event]] = {k: v for k, v in group_by_thread(trace.python).items()}
+        self._starts: dict[tuple[object, object], list[float]] = {}  # per thread, on its first look-up
+
+    def frames_on(self, keys: frozenset[tuple[object, object]]) -> list[list[Event]]:
+        """The frames of each thread among ``keys`` (a :func:`~gpuprof.trace.threads.thread_keys` set)
+        that has any, each list in time order."""
+        return [self._frames[k] for k in keys if k in self._frames]
 
     @property
     def available(self) -> bool:
@@ -85,7 +89,9 @@ class StackIndex:
             key = (pid, int(tid))
             frames = self._frames.get(key)
         if frames:
-            starts = self._starts[key]
+            starts = self._starts.get(key)
+            if starts is None:
+                starts = self._starts[key] = list(map(ts_of, frames))
             i = bisect_right(starts, t) - 1
             stop = max(-1, i - self.MAX_SCAN)
             while i > stop:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Union
+
+import numpy as np
 
 from gpuprof.trace.model import Event, Trace, ts_of
 
-__all__ = ["HostThread", "ThreadIndex", "thread_keys"]
+__all__ = ["HostThread", "ThreadIndex", "thread_keys", "on_thread", "group_by_thread"]
 
 HostThread = tuple[Union[int, str], Union[int, str]]
 
@@ -71,17 +74,53 @@ def _nesting(ops: list[Event]) -> list[int]:
     return parents
 
 
-def _group_by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
+def group_by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
+    """``events`` grouped by ``(pid, tid)``: groups in order of first appearance, each in the events' order.
+
+    (A dict append per event: measured faster than a sort of pid/tid codes, which needs as many
+    look-ups to build the codes.)
+    """
     by: defaultdict[HostThread, list[Event]] = defaultdict(list)
     for e in events:
         by[(e.pid, e.tid)].append(e)
     return dict(by)
 
 
+_group_by_thread = group_by_thread
+
+
 def _merged_in_time(groups: list[list[Event]]) -> list[Event]:
     if len(groups) == 1:
         return groups[0]
     return sorted((e for g in groups for e in g), key=ts_of)
+
+
+def on_thread(events: list[Event], keys: frozenset[HostThread]) -> list[Event]:
+    """The events of ``events`` whose ``(pid, tid)`` is one of ``keys`` (a :func:`thread_keys` set), in order.
+
+    Each distinct ``(pid, tid)`` pair is looked up once (a table indexed by the codes of the
+    distinct pids and tids), not each event's pair.
+    """
+    n = len(events)
+    if not n or not keys:
+        return []
+    pids = list(map(_pid_of, events))
+    tids = list(map(_tid_of, events))
+    upids, utids = list(dict.fromkeys(pids)), list(dict.fromkeys(tids))
+    table = np.array([[(p, t) in keys for t in utids] for p in upids], bool)
+    if not table.any():
+        return []
+    if table.all():
+        return list(events)
+    pcode = {p: i for i, p in enumerate(upids)}
+    tcode = {t: i for i, t in enumerate(utids)}
+    pc = np.fromiter(map(pcode.__getitem__, pids), np.int64, n)
+    tc = np.fromiter(map(tcode.__getitem__, tids), np.int64, n)
+    return list(map(events.__getitem__, np.flatnonzero(table[pc, tc]).tolist()))
+
+
+_pid_of = attrgetter("pid")
+_tid_of = attrgetter("tid")
 
 
 def thread_keys(t: HostThread | None) -> frozenset[HostThread]:

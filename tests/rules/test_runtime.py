@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuprof.analysis import analyze
-from gpuprof.rules.runtime import is_allocator_call
+from gpuprof.rules.runtime import _calls_by_kind, is_allocator_call
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.testing.tracegen import TraceBuilder, simple_training
+from gpuprof.trace.model import Event
+from gpuprof.trace.vocab import Kind
 
 
 def _gp205(path, **options):
@@ -104,3 +106,11 @@ def test_gp205_quiet_on_real_multi_step_traces(v100_samples):
     ]
     for path in paths:
         assert _gp205(path) == [], path
+
+
+def test_first_use_calls_of_a_trace_with_only_syncs_and_copies() -> None:
+    """No call of a kind that can be start-up work (a copy and a sync only): no one-off call, no error."""
+    calls = [Event(kind=Kind.RUNTIME, name="cudaMemcpyAsync", ts=0.0, dur=900.0, pid=1, tid=1, corr=1),
+             Event(kind=Kind.RUNTIME, name="cudaStreamSynchronize", ts=1000.0, dur=5000.0, pid=1, tid=1)]
+    first, kinds = _calls_by_kind(calls, {}, 10.0)
+    assert first == {1: calls[0]} and kinds == []

@@ -6,7 +6,7 @@ the process's peak RSS (``ru_maxrss``) and the CPU seconds of the step. A
 rule is printed when it raised the peak or took over 30 ms. The GC is off, as
 in ``gpuprof analyze``.
 
-Usage: ``python bench/phases.py TRACE`` (e.g. a trace ``bench_floor.py`` built).
+Usage: ``python bench/rss_phases.py TRACE`` (e.g. a trace ``bench_floor.py`` built).
 """
 
 from __future__ import annotations

@@ -1,0 +1,84 @@
+"""``gpuprof analyze`` imports what it uses, not what it might: checked on ``sys.modules``, not on a clock.
+
+Each case runs the command line in a fresh interpreter (the installed entry
+point's code, ``gpuprof.cli.main``), then writes the names in ``sys.modules``
+at exit. Start-up time is measured in bench/ (``bench/bench_imports.py``); this
+test keeps the structure that makes it short: no torch ever, no
+fsspec/dask/TensorBoard without a URL or ``--dask``, no renderer that was not
+asked for, no other command's code (docs/performance.md, "Start-up").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "examples" / "sample_trace"
+
+RUN = r'''
+import atexit, json, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+from gpuprof.cli import main
+main(sys.argv[2:])
+'''
+
+# never on the analyze path, whatever the options (third-party packages, top-level names)
+NEVER = ["torch", "fsspec", "dask", "distributed", "tensorboard", "torch_tb_profiler", "lightning",
+         "pytorch_lightning", "transformers", "accelerate", "pandas", "pyarrow", "matplotlib", "IPython"]
+# gpuprof's own code of other commands and of capture (its code registry modules excepted)
+OTHER_COMMANDS = ["gpuprof.cli.diff", "gpuprof.cli.memory", "gpuprof.cli.rules", "gpuprof.diff",
+                  "gpuprof.capture.api", "gpuprof.capture.session", "gpuprof.capture.checks",
+                  "gpuprof.memory.analysis", "gpuprof.memory.replay", "gpuprof.memory.load",
+                  "gpuprof.tbplugin", "gpuprof.integrations"]
+RENDERERS = {"terminal": ["gpuprof.render.terminal", "rich"], "markdown": ["gpuprof.render.markdown"],
+             "json": ["gpuprof.render.jsonout"], "html": ["gpuprof.htmlpage", "gpuprof.render.notebook", "html"],
+             "tensorboard": ["gpuprof.render.tensorboard", "gpuprof.render.tbtext"]}
+
+
+def _modules_after(tmp_path: Path, *args: str) -> set[str]:
+    out = tmp_path / "modules.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", RUN, str(out), *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: findings at or above the bar, not an error
+    return set(json.loads(out.read_text()))
+
+
+def _loaded(mods: set[str], name: str) -> bool:
+    return name in mods or any(m.startswith(name + ".") for m in mods)
+
+
+@pytest.mark.parametrize("fmt", ["json", "terminal", "markdown"])
+def test_analyze_imports_only_what_it_uses(tmp_path: Path, fmt: str) -> None:
+    report = tmp_path / "report.out"
+    mods = _modules_after(tmp_path, "analyze", str(SAMPLE), "--format", fmt, "-o", str(report))
+    assert report.stat().st_size > 0 and "gpuprof.analysis" in mods  # it ran: the lists below mean something
+    assert all(_loaded(mods, m) for m in RENDERERS[fmt]), f"the {fmt} renderer did not run"
+    unwanted = [m for m in NEVER + OTHER_COMMANDS if _loaded(mods, m)]
+    unwanted += [m for other, names in RENDERERS.items() if other != fmt for m in names
+                 if _loaded(mods, m) and m not in RENDERERS[fmt]]
+    assert unwanted == [], f"gpuprof analyze --format {fmt} imported {unwanted}"
+
+
+def test_one_trace_needs_no_cross_rank_merge(tmp_path: Path) -> None:
+    mods = _modules_after(tmp_path, "analyze", str(SAMPLE), "--format", "json", "-o", str(tmp_path / "r.json"))
+    assert "gpuprof.distributed.merge" not in mods and "gpuprof.distributed.arrivals" not in mods
+
+
+def test_help_lists_every_command_and_imports_none_it_does_not_run(tmp_path: Path) -> None:
+    """The commands are imported when run (or for their own help), so `--help` must still list them all."""
+    proc = subprocess.run([sys.executable, "-m", "gpuprof", "--help"], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    listed = proc.stdout.split("Commands:")[1]
+    for cmd in ("analyze", "diff", "explain", "memory", "rules"):
+        assert f"  {cmd} " in listed, cmd
+    mods = _modules_after(tmp_path, "rules")
+    assert "gpuprof.cli.rules" in mods and not _loaded(mods, "gpuprof.cli.diff") and not _loaded(mods, "torch")

@@ -6,19 +6,21 @@ the process's peak RSS (``ru_maxrss``) and the CPU seconds of the step. A
 rule is printed when it raised the peak or took over 30 ms. The GC is off, as
 in ``gpuprof analyze``.
 
-Usage: ``python bench/rss_phases.py TRACE`` (e.g. a trace ``bench_floor.py`` built).
+Usage: ``[BENCH_ROOT=OTHER_CHECKOUT] python bench/rss_phases.py TRACE`` (e.g. a trace ``bench_floor.py`` built).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# BENCH_ROOT: another checkout to measure (as bench_phases.py), else this one
+sys.path.insert(0, os.environ.get("BENCH_ROOT") or str(Path(__file__).resolve().parents[1]))
 
 
 def _peak_mb() -> float:

@@ -270,7 +270,12 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         # the memory viewer of the run's snapshot, in its sandboxed frame
         fr.click("#snapopen")
         fr.wait_for_selector("#memframe iframe", timeout=30_000)
-        mem = next(f for f in fr.child_frames if "memory.html" in f.url)
+        for _ in range(100):  # the iframe element comes first, its navigation to memory.html a moment later
+            mem = next((f for f in fr.child_frames if "memory.html" in f.url), None)
+            if mem is not None:
+                break
+            tab.page.wait_for_timeout(100)
+        assert mem is not None, [f.url for f in fr.child_frames]
         mem.wait_for_function("() => +document.body.dataset.rendered >= 1", timeout=30_000)
         assert "train.py:42" in mem.locator("#top").text_content()
         # gpuprof diff's document, drawn by GP.diff as `gpuprof diff --html` draws it (tests/security/test_compare_surfaces.py)

@@ -3,10 +3,11 @@
 The page holds the summary, the step-time chart, the findings and the views
 (sortable, searchable tables) of a report; for a diff, the per-step table,
 both runs' step times, the findings fixed/new/changed and the operators and
-kernels that changed. It is drawn by the same script as the TensorBoard tab
-(:mod:`gpuprof.render.web`: summary cards, step chart, findings, and the
-views as sortable, searchable tables); this module only adds the page's
-layout. It loads nothing (no network, no file), and it is
+kernels that changed, every row the diff document holds. It is drawn by the
+same script as the TensorBoard tab (:mod:`gpuprof.render.web`: summary cards,
+step chart, findings, the views as sortable, searchable tables, and the whole
+comparison of two runs, ``GP.diff``, which the tab's "Compare with" section
+draws too); this module only adds the page's layout. It loads nothing (no network, no file), and it is
 inert whatever names the data holds, built exactly as the memory viewer
 (:mod:`gpuprof.memory.htmlsafe`): the data is one escaped JSON document, the
 page's one script builds the DOM with ``textContent``/``setAttribute`` of
@@ -25,9 +26,7 @@ from gpuprof.render import web
 from gpuprof.render.format import fmt_cost, linked_message
 from gpuprof.report import Report
 
-__all__ = ["report_page_data", "diff_page_data", "render_page", "report_page", "diff_page", "PAGE_ROWS"]
-
-PAGE_ROWS = 200  # rows per changed-operator/kernel table of a diff page (a report page has every view row the JSON has)
+__all__ = ["report_page_data", "diff_page_data", "render_page", "report_page", "diff_page"]
 
 
 def report_page_data(report: Report) -> dict[str, Any]:
@@ -77,12 +76,14 @@ def _headline(traces: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def diff_page_data(diff: dict[str, Any]) -> dict[str, Any]:
-    """The numbers a diff's page draws."""
-    rows = {kind: {k: v[:PAGE_ROWS] for k, v in diff[kind].items()} for kind in ("operators", "kernels")}
+    """The numbers a diff's page draws: the diff document itself, whole (every row it holds), under ``diff``.
+
+    The page draws it with ``GP.diff`` of the shared drawing code, as the TensorBoard tab's "Compare with"
+    section draws the same document from its ``compare`` route.
+    """
     b, a = diff["before"], diff["after"]
     title = f"gpuprof diff: {os.path.basename(str(b['label']).rstrip('/'))} \u2192 {os.path.basename(str(a['label']).rstrip('/'))}"
-    return {"kind": "diff", "title": title, "before": b, "after": a, "metrics": diff["metrics"], "ranks": diff["ranks"],
-            "findings": diff["findings"], "regression": diff["regression"], **rows, "version": diff["tool"]["version"]}
+    return {"kind": "diff", "title": title, "diff": diff, "version": diff["tool"]["version"]}
 
 
 def render_page(data: dict[str, Any]) -> str:
@@ -112,7 +113,6 @@ const D = JSON.parse(document.getElementById("data").textContent);
 const {el, short, fmtUs, fmtPct, table} = GP;
 const $ = id => document.getElementById(id);
 function section(title){ const s = el("section", {}, el("h2", {}, title)); $("main").append(s); return s; }
-function signed(x, f){ return x === null || x === undefined ? "-" : (x > 0 ? "+" : x < 0 ? "-" : "") + f(Math.abs(x)); }
 const COLORS = GP.PALETTE;
 
 function renderReport(){
@@ -135,36 +135,8 @@ function renderReport(){
     GP.views(sec.appendChild(el("div", {class: "views"})), t.views, i ? "-" + (i + 1) : ""); });
 }
 
-function renderDiff(){
-  const s = section("Per step, before \u2192 after");
-  const reg = D.regression; if (reg) s.append(el("p", {class: reg.regressed ? "bad" : "good"}, (reg.regressed ? "REGRESSION: " : "no regression: ") + short(reg.reason, GP.LONG)));
-  s.append(table([{head: "", name: true, get: m => m.name}, {head: "before", get: m => m.before, show: m => m.unit === "fraction" ? fmtPct(m.before) : fmtUs(m.before)},
-    {head: "after", get: m => m.after, show: m => m.unit === "fraction" ? fmtPct(m.after) : fmtUs(m.after)},
-    {head: "change", get: m => m.change, show: m => m.change === null ? "-" : (m.change * 100).toFixed(1) + "%"},
-    {head: "noise", get: m => m.noise, show: m => m.noise === null ? "-" : m.unit === "fraction" ? fmtPct(m.noise) : fmtUs(m.noise)}],
-    D.metrics.filter(m => m.before || m.after)));
-  const bars = [...D.before.step_times_us.map((v, i) => ({id: "b" + i, parts: {before: v}})), ...D.after.step_times_us.map((v, i) => ({id: "a" + i, parts: {after: v}}))];
-  GP.stepChart(section("Step times").appendChild(el("div", {id: "steps-chart"})), bars, {before: COLORS[0], after: COLORS[1]}, "step times, before and after",
-               {before: "before: " + D.before.label, after: "after: " + D.after.label});
-  section("Findings fixed (predicted vs measured saving per step)").append(table([{head: "finding", name: true, get: r => r.code + " " + r.name},
-    {head: "where", name: true, get: r => r.location || "-"},
-    {head: "predicted", get: r => r.predicted_saving_us_per_step, show: r => fmtUs(r.predicted_saving_us_per_step)},
-    {head: "measured (step)", get: r => r.measured_saving_us_per_step, show: r => signed(r.measured_saving_us_per_step, fmtUs)},
-    {head: "measured (part)", get: r => r.measured_part_saving_us_per_step, show: r => r.measured_part ? signed(r.measured_part_saving_us_per_step, fmtUs) + " " + r.measured_part : "-"}],
-    D.findings.removed));
-  for (const [k, title] of [["added", "Findings new"], ["changed", "Findings changed"]])
-    section(title).append(table([{head: "finding", name: true, get: r => r.code + " " + r.name}, {head: "where", name: true, get: r => r.location || "-"},
-      {head: "cost before", get: r => r.cost_before_us_per_step, show: r => fmtUs(r.cost_before_us_per_step)},
-      {head: "cost after", get: r => r.cost_after_us_per_step, show: r => fmtUs(r.cost_after_us_per_step)},
-      {head: "message", name: true, get: r => short(r.message_after || r.message_before, GP.LONG)}], D.findings[k]));
-  for (const kind of ["operators", "kernels"]) for (const which of ["slower", "faster", "added", "removed"]){
-    const rows = D[kind][which]; if (!rows.length) continue;
-    const cols = [{head: kind === "operators" ? "operator" : "kernel", name: true, get: r => r.name}];
-    if (kind === "operators") cols.push({head: "input shapes", name: true, get: r => r.input_shapes || "-"});
-    cols.push({head: "measured on", get: r => r.measure}, {head: "change/step", get: r => r.change_us, show: r => signed(r.change_us, fmtUs)},
-              {head: "%", get: r => r.change, show: r => r.change === null ? "-" : (r.change * 100).toFixed(1) + "%"});
-    section(kind + " " + which).append(table(cols, rows, {search: true})); }
-}
+// the diff document, drawn whole by the shared code (GP.diff), as the TensorBoard tab's comparison
+function renderDiff(){ GP.diff(section("Comparison, before \u2192 after").appendChild(el("div", {id: "diff"})), D.diff); }
 
 $("title").textContent = D.title;
 $("sub").textContent = "gpuprof " + D.version + " \u00b7 offline page: nothing here loads from the network";

@@ -327,47 +327,17 @@ def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, A
 
 
 def compare_views(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Run ``b`` against run ``a`` (before → after), computed by ``gpuprof diff``'s code (:mod:`gpuprof.diff.compare`).
+    """Run ``b`` against run ``a`` (before → after): ``gpuprof diff``'s document (docs/diff.md) of the two runs.
 
-    The full diff document (docs/diff.md) is under ``diff``; the other keys
-    are the page's summary of it: step time, breakdowns, findings removed,
-    added and kept (matched by code and source location, as ``gpuprof diff``).
+    Computed by :func:`gpuprof.diff.compare.diff_reports`, the code of ``gpuprof diff``, under ``diff``, and
+    drawn by the tab with ``GP.diff`` of :mod:`gpuprof.render.web`, the code of ``gpuprof diff --html``: one
+    answer. ``before``/``after`` name the two runs.
     """
     from gpuprof.diff.compare import diff_reports
 
-    d = diff_reports(_as_report(a), _as_report(b), (a["name"], b["name"]))
-    m = {x["name"]: x for x in d["metrics"]}
-
-    def pair(name: str) -> dict[str, float | None]:
-        return {"before": m[name]["before"], "after": m[name]["after"]}
-
-    def delta(name: str) -> dict[str, float | None]:
-        return {**pair(name), "change": m[name]["change"]}
-
-    f = d["findings"]
-    return {
-        "before": a["name"],
-        "after": b["name"],
-        "step_time_us": delta("step_time"),
-        "step_time_mean_us": delta("step_time_mean"),
-        "gpu_utilization": pair("gpu_utilization"),
-        "breakdown_us": {k: pair("breakdown." + k) for k in BREAKDOWN_KEYS},
-        "idle_us": {k: pair("idle." + k) for k in IDLE_KEYS},
-        "removed": [_brief(r, "before") for r in f["removed"]],
-        "added": [_brief(r, "after") for r in f["added"]],
-        "kept": [{"before": _brief(r, "before"), "after": _brief(r, "after")} for r in f["changed"] + f["unchanged"]],
-        "diff": d,
-    }
+    return {"before": a["name"], "after": b["name"], "diff": diff_reports(_as_report(a), _as_report(b), (a["name"], b["name"]))}
 
 
 def _as_report(view: dict[str, Any]) -> dict[str, Any]:
     """A run view in the report's JSON form, as ``gpuprof diff`` reads it."""
     return {"inputs": [view["name"]], "traces": [t["summary"] for t in view["traces"]], "findings": view["findings"]}
-
-
-def _brief(row: dict[str, Any], side: str) -> dict[str, Any]:
-    """One side of a diff finding row, in the fields the page draws."""
-    return {"code": row["code"], "name": row["name"], "severity": row[f"severity_{side}"],
-            "message": row[f"message_{side}"], "cost_us_per_step": row[f"cost_{side}_us_per_step"],
-            "location": row["location"], "predicted_saving_us_per_step": row.get("predicted_saving_us_per_step"),
-            "measured_saving_us_per_step": row.get("measured_saving_us_per_step")}

@@ -38,7 +38,7 @@ iframe{width:100%;height:760px;border:1px solid #ddd;background:#fff} ul{margin:
 # The tab's own part; the drawing (tables, cards, charts, findings, views) is gpuprof/render/web/report.js (GP.*),
 # the same code as the standalone --html page, inlined first.
 _TAB_SCRIPT = r"""
-const {el, short, num, fmtUs, fmtPct, fmtB, sev} = GP;
+const {el, short, num, fmtUs, fmtPct, fmtB} = GP;
 const LONG = GP.LONG;
 const BD_COLORS = {kernel: "#1a73e8", communication: "#9334e6", memcpy: "#e8710a", memset: "#f9ab00", runtime: "#d93025",
   data_loading: "#188038", cpu_exec: "#80868b", other: "#dadce0"};
@@ -168,17 +168,6 @@ async function loadRun(name){
   }
 }
 
-// Times: the relative change, red when it grew. A share (utilisation): the change in points, green when it grew.
-function cmpRow(label, b, a, fmt, share){
-  const ch = !num(b) || !num(a) ? null : share ? a - b : b !== 0 ? a / b - 1 : null;
-  const better = ch === null || Math.abs(ch) <= 0.005 ? "" : (ch < 0) !== !!share ? "better" : "worse";
-  const text = ch === null ? "-" : (ch > 0 ? "+" : "") + (share ? (100 * ch).toFixed(1) + " points" : fmtPct(ch));
-  return el("tr", {}, el("td", {class: "name"}, label), el("td", {}, fmt(b)), el("td", {}, fmt(a)), el("td", better ? {class: better} : {}, text));
-}
-function findingList(title, list){
-  return el("div", {}, el("h3", {}, title + " (" + list.length + ")"),
-    list.length ? el("ul", {}, ...list.map(f => el("li", {class: sev(f.severity)}, short(f.code, 40) + " " + short(f.message, LONG)))) : el("p", {class: "muted"}, "none"));
-}
 async function loadCompare(){
   const other = state.compare, box = $("compare-body"); if (!other){ box.replaceChildren(); return; }
   const seq = state.seq;
@@ -188,15 +177,8 @@ async function loadCompare(){
     if (seq !== state.seq || other !== state.compare) return;
     if (j.status === "pending"){ box.replaceChildren(el("p", {class: "muted"}, "analysing\u2026 " + j.done + " of " + j.total + " traces")); await new Promise(r => setTimeout(r, 500)); continue; }
     if (j.status !== "ready"){ box.replaceChildren(el("p", {class: "err"}, short(j.error || j.status, LONG))); return; }
-    const c = j.compare;
-    const rows = [cmpRow("median step", c.step_time_us.before, c.step_time_us.after, fmtUs), cmpRow("mean step", c.step_time_mean_us.before, c.step_time_mean_us.after, fmtUs),
-      cmpRow("GPU utilisation", c.gpu_utilization.before, c.gpu_utilization.after, fmtPct, true)];
-    for (const k of Object.keys(c.breakdown_us)) rows.push(cmpRow("step: " + k, c.breakdown_us[k].before, c.breakdown_us[k].after, fmtUs));
-    for (const k of Object.keys(c.idle_us)) if (c.idle_us[k].before || c.idle_us[k].after) rows.push(cmpRow("GPU idle: " + k, c.idle_us[k].before, c.idle_us[k].after, fmtUs));
-    box.replaceChildren(el("p", {}, "before: " + short(c.before) + " \u2192 after: " + short(c.after) + " (this run)"),
-      el("table", {id: "compare-table"}, el("tr", {}, el("th", {class: "name"}, "per step (means)"), el("th", {}, "before"), el("th", {}, "after"), el("th", {}, "change")), ...rows),
-      findingList("findings removed", c.removed), findingList("findings added", c.added),
-      findingList("findings in both", c.kept.map(k => k.after)));
+    // `gpuprof diff`'s document of the two runs, drawn by the code of `gpuprof diff --html` (GP.diff)
+    GP.diff(box, j.compare.diff, "compare-");
     bump(); return;
   }
 }
@@ -243,7 +225,7 @@ INDEX_HTML = ("""<!doctype html>
 <ul id="lognotes" class="muted"></ul>
 <div id="content" hidden>
 <section><h2>Summary</h2><div id="cards"></div><ul id="errors" class="err" hidden></ul></section>
-<section id="compare"><h2>Comparison</h2><div id="compare-body"><p class="muted">Pick a run in "Compare with" to see this run against it: step time, breakdowns, findings added and removed.</p></div></section>
+<section id="compare"><h2>Comparison</h2><p class="muted">The selected run (after) against the run picked in "Compare with" (before): the comparison of <code>gpuprof diff BEFORE AFTER</code>, computed and drawn by its code (docs/diff.md).</p><div id="compare-body"><p class="muted">Pick a run in "Compare with" to see this run against it: step time and its parts, findings fixed with their predicted and measured savings, new and changed findings, operators and kernels that got slower or faster.</p></div></section>
 <section><h2>Findings</h2><div id="findings"></div></section>
 <section><label hidden>Trace <select id="trace"></select></label>
 <h2>Step time per step</h2><p class="muted">Each step's time split by what was happening, first match wins (docs/report-schema.md, breakdown_us).</p><div id="steps-chart"></div>

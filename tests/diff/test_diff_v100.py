@@ -145,4 +145,5 @@ def test_tensorboard_comparison_is_the_same_diff(dirs: tuple[str, str], reports:
     assert c["diff"]["metrics"] == cli["metrics"]
     assert c["diff"]["findings"]["removed"] == cli["findings"]["removed"]
     assert c["diff"]["operators"] == cli["operators"] and c["diff"]["kernels"] == cli["kernels"]
-    assert [f["code"] for f in c["removed"]] == ["GP102"] and c["removed"][0]["predicted_saving_us_per_step"] > 0
+    removed = c["diff"]["findings"]["removed"]
+    assert [f["code"] for f in removed] == ["GP102"] and removed[0]["predicted_saving_us_per_step"] > 0

@@ -41,5 +41,5 @@ for (const box of els.filter(e => e.tagName === "INPUT")) { box.value = "aten"; 
 // after the search: the rows each searchable table still shows (its header row not counted)
 const searched = els.filter(e => e.tagName === "TABLE" && e.attributes.id).map(t => [t.attributes.id, t.rows.length - 1]);
 console.log(JSON.stringify({rendered: body.dataset.rendered, bars: body.dataset.bars, title: byId.title.textContent,
-  h2: els.filter(e => e.tagName === "H2").map(e => e.textContent), cells, rects: bars, drawn, searched, li: els.filter(e => e.tagName === "LI").map(e => e.textContent),
+  h2: els.filter(e => e.tagName === "H2").map(e => e.textContent), h3: els.filter(e => e.tagName === "H3").map(e => e.textContent), cells, rects: bars, drawn, searched, li: els.filter(e => e.tagName === "LI").map(e => e.textContent),
   tags: [...new Set(els.map(e => e.tagName))].sort()}));

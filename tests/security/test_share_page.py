@@ -60,7 +60,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _names(data: dict[str, Any]) -> set[str]:
     if data["kind"] == "report":
         return {r["name"] for t in data["traces"] for r in t["views"]["kernels"]}
-    return {r["name"] for r in data["kernels"]["slower"]}
+    return {r["name"] for r in data["diff"]["kernels"]["slower"]}
 
 
 @pytest.mark.parametrize("kind", ["report", "diff"])
@@ -100,7 +100,11 @@ def test_page_script_renders_names_as_text(pages: dict[str, Path], kind: str) ->
     cells = set(got["cells"])
     assert {shown(n) for n in CORPUS} <= cells  # every hostile kernel name, as the literal text it is
     if kind == "diff":
-        assert "Findings fixed (predicted vs measured saving per step)" in got["h2"]
+        assert any(h.startswith("Findings fixed (") for h in got["h3"])
+        # every row the diff document holds, in every changed-kernel/operator table (GP.diff, the tab's drawing too)
+        d = page_data(pages[kind])["diff"]
+        want = {f"{k}-{w}": len(d[k][w]) for k in ("operators", "kernels") for w in ("slower", "faster", "added", "removed") if d[k][w]}
+        assert {k: v for k, v in got["drawn"] if k in want} == want and want["kernels-slower"] == len(CORPUS)
     else:  # the shim typed "aten" into every search box: each view table keeps the rows whose names hold it
         views = page_data(pages[kind])["traces"][0]["views"]
         want = {f"view-{v}": sum(1 for r in views[v] if "aten" in (r["name"] + (r.get("input_shapes") or "")).lower())
@@ -175,6 +179,14 @@ def test_tab_and_page_draw_with_one_code(pages: dict[str, Path]) -> None:
         (code,) = [text for attrs, text in parse_page(pages[kind]).scripts if "id" not in attrs]
         assert code.startswith(web.SCRIPT) and parse_page(pages[kind]).styles[0].startswith(web.STYLE)
     assert web.SCRIPT + tab._TAB_SCRIPT in tab.INDEX_HTML and web.STYLE + tab._TAB_STYLE in tab.INDEX_HTML
-    for own in (share._PAGE_SCRIPT, tab._TAB_SCRIPT):  # no second table, sorter, chart or findings renderer
-        for marker in ("localeCompare", ".sort(", "createElementNS", "aria-sort", "data-code", "type: \"search\""):
+    for own in (share._PAGE_SCRIPT, tab._TAB_SCRIPT):  # no second table, sorter, chart, findings or diff renderer
+        for marker in ("localeCompare", ".sort(", "createElementNS", "aria-sort", "data-code", "type: \"search\"",
+                       # the comparison: before/after rows, better/worse colouring, predicted/measured savings,
+                       # the diff document's lists; only GP.diff (report.js) draws them
+                       "\"better\"", "\"worse\"", "predicted_saving", "measured_saving", "cost_before", "change_us",
+                       ".slower", ".faster", "[\"slower\"", "findings.removed", "\"before\"", ".metrics",
+                       "compare-table", "cmpRow", "findingList"):
             assert marker not in own, marker
+    # both surfaces hand the diff document to that one function
+    assert "GP.diff(" in share._PAGE_SCRIPT and "GP.diff(box, j.compare.diff" in tab._TAB_SCRIPT
+    assert share._PAGE_SCRIPT.count("GP.diff(") == 1 and tab._TAB_SCRIPT.count("GP.diff(") == 1

@@ -265,17 +265,27 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         fr.wait_for_function("() => document.querySelector('#cards') && document.querySelector('#run').value === 'after'")
         n = tab.rendered()
         fr.select_option("#cmp", "before")
-        fr.wait_for_function(f"() => +document.body.dataset.rendered > {n} && document.getElementById('compare-table') !== null",
+        fr.wait_for_function(f"() => +document.body.dataset.rendered > {n} && document.getElementById('compare-metrics') !== null",
                              timeout=30_000)
         # the memory viewer of the run's snapshot, in its sandboxed frame
         fr.click("#snapopen")
         fr.wait_for_selector("#memframe iframe", timeout=30_000)
-        mem = next(f for f in fr.child_frames if "memory.html" in f.url)
+        for _ in range(100):  # the iframe element comes first, its navigation to memory.html a moment later
+            mem = next((f for f in fr.child_frames if "memory.html" in f.url), None)
+            if mem is not None:
+                break
+            tab.page.wait_for_timeout(100)
+        assert mem is not None, [f.url for f in fr.child_frames]
         mem.wait_for_function("() => +document.body.dataset.rendered >= 1", timeout=30_000)
         assert "train.py:42" in mem.locator("#top").text_content()
-        body = fr.locator("#compare-body").text_content()
-        assert "findings removed (" in body and "GP601" in body.split("findings added")[0]  # GP102 folded into it
-        assert fr.locator("#compare-table tr").count() >= 10
+        # gpuprof diff's document, drawn by GP.diff as `gpuprof diff --html` draws it (tests/security/test_compare_surfaces.py)
+        fixed = fr.locator("#compare-findings-removed").text_content()
+        assert "GP601" in fixed and "GP102" not in fixed  # GP102 folded into it
+        assert "predicted" in fixed and "measured (step)" in fixed
+        rows = fr.evaluate("() => [...document.querySelectorAll('#compare-metrics tr')].map(r => [...r.cells].map(c => [c.textContent, c.className]))")
+        loading = next(r for r in rows if r[0][0] == "step: data_loading")  # the loader's time fell: drawn as better
+        assert loading[3][1] == "better" and loading[3][0].startswith("-") and len(rows) >= 4
+        assert fr.locator("#compare-body input[type=search]").count() >= 1  # changed operators: searchable tables
         if server["job"]:  # two ranks of a real NCCL trace: the cross-rank view of gpuprof.distributed
             fr.select_option("#run", "job")
             fr.wait_for_function("() => !document.getElementById('crossrank').hidden", timeout=60_000)

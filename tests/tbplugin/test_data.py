@@ -157,11 +157,14 @@ def test_comparison_of_the_real_v100_runs_num_workers_0_then_4(tmp_path: Path) -
     views = _views(root)
     before, after = views["resnet50_num_workers_0"], views["resnet50_num_workers_4"]
     c = compare_views(before, after)
-    assert c["step_time_us"]["before"] == before["headline"]["step_time_us"]
-    assert c["step_time_us"]["after"] < c["step_time_us"]["before"]  # 4 workers: faster steps
-    assert c["breakdown_us"]["data_loading"]["after"] < c["breakdown_us"]["data_loading"]["before"]
-    assert "GP102" in [f["code"] for f in c["removed"]]  # the fix removed the main-process loading finding
-    assert "GP102" not in [f["code"] for f in c["added"]] + [k["after"]["code"] for k in c["kept"]]
+    assert (c["before"], c["after"]) == ("resnet50_num_workers_0", "resnet50_num_workers_4")
+    d = c["diff"]  # gpuprof diff's document of the two runs
+    m = {x["name"]: x for x in d["metrics"]}
+    assert m["step_time"]["before"] == before["headline"]["step_time_us"]
+    assert m["step_time"]["after"] < m["step_time"]["before"]  # 4 workers: faster steps
+    assert m["breakdown.data_loading"]["after"] < m["breakdown.data_loading"]["before"]
+    assert "GP102" in [f["code"] for f in d["findings"]["removed"]]  # the fix removed the main-process loading finding
+    assert "GP102" not in [f["code"] for k in ("added", "changed", "unchanged") for f in d["findings"][k]]
     assert len(before["traces"]) == 2 and before["headline"]["steps"] == sum(t["summary"]["num_steps"] for t in before["traces"])
 
 
@@ -249,7 +252,7 @@ def test_routes_list_analyse_compare_and_serve_the_memory_viewer(client: Any, tm
     v = _until_ready(c, "/run?run=before")["view"]
     assert "GP102" in [f["code"] for f in v["findings"]]
     cmp = _until_ready(c, "/compare?a=before&b=after")["compare"]
-    assert "GP102" in [f["code"] for f in cmp["removed"]]
+    assert "GP102" in [f["code"] for f in cmp["diff"]["findings"]["removed"]]
     assert c.get("/run?run=../etc").status_code == 404
     assert c.get("/memory?run=after&i=5").status_code == 404
     assert _until_ready(c, "/memory?run=after&i=0")["status"] == "ready"

@@ -1,7 +1,8 @@
 // gpuprof's report drawing, one copy for every HTML surface: the TensorBoard tab (gpuprof/tbplugin/page.py)
 // and the standalone page of `gpuprof analyze --html` / `gpuprof diff --html` (gpuprof/htmlpage/page.py).
-// Each surface inlines this file before its own script, so both draw summary cards, step charts, findings
-// and the sortable, searchable tables of the views (docs/views.md) with the same code.
+// Each surface inlines this file before its own script, so both draw summary cards, step charts, findings,
+// the sortable, searchable tables of the views (docs/views.md) and the comparison of two runs (docs/diff.md,
+// GP.diff) with the same code.
 //
 // Inert whatever the data holds: values reach the DOM only as Text nodes, textContent and setAttribute of
 // fixed attribute names; charts are SVG elements built with createElementNS. No innerHTML, no style
@@ -45,6 +46,9 @@ const GP = (() => {
     if (typeof x === "boolean" && typeof y === "boolean") return +x - +y;
     return String(x).localeCompare(String(y));
   }
+  // A column may colour its cells: cls(row) -> "better", "worse" or "" (a fixed class name, never from the data).
+  function cellAttrs(c, r){ const k = c.cls ? c.cls(r) : "", n = c.name ? "name" : "";
+    const v = [n, k === "better" || k === "worse" ? k : ""].filter(Boolean).join(" "); return v ? {class: v} : {}; }
   function table(cols, rows, opts = {}){
     const t = el("table", opts.id ? {id: opts.id, class: "gp-table"} : {class: "gp-table"});
     let key = -1, dir = 1, filter = "";
@@ -58,7 +62,7 @@ const GP = (() => {
         return miss(x) || miss(y) ? n : n * d; }); }
       ths.forEach((th, i) => th.setAttribute("aria-sort", i === key ? (dir > 0 ? "ascending" : "descending") : "none"));
       t.replaceChildren(el("tr", {}, ...ths), ...rs.map(r => el("tr", {}, ...cols.map(c =>
-        el("td", c.name ? {class: "name"} : {}, c.show ? c.show(r) : short(c.get(r)))))));
+        el("td", cellAttrs(c, r), c.show ? c.show(r) : short(c.get(r)))))));
       count.textContent = filter ? rs.length + " of " + rows.length + " rows match" : rows.length + " rows";
     }
     draw();
@@ -203,6 +207,94 @@ const GP = (() => {
     document.body.dataset.bars = String(bars.length);
   }
 
+  // --- a comparison: the diff document of `gpuprof diff` (docs/diff.md), drawn whole ---------------------------
+  // The one drawing of a diff, for `gpuprof diff --html` and the TensorBoard tab's "Compare with" section alike.
+  // Tables get the ids <prefix>metrics, <prefix>steps-chart, <prefix>findings-<removed|added|changed|unchanged>,
+  // <prefix><operators|kernels>-<slower|faster|added|removed>; every row the document holds is drawn.
+  function signed(x, f){ return num(x) ? (x > 0 ? "+" : x < 0 ? "-" : "") + f(Math.abs(x)) : "-"; }
+  // better/worse for a change of `delta` in a metric where lower is better (or not); within 0.5% of `base`: neither
+  function judge(delta, lowerIsBetter, base){
+    if (!num(delta) || delta === 0 || (num(base) && base !== 0 && Math.abs(delta / base) <= 0.005)) return "";
+    return (delta < 0) === !!lowerIsBetter ? "better" : "worse"; }
+  const ROW_FIELDS = {gpu_self_us: "GPU self", cpu_self_us: "CPU self", total_us: "time", calls: "calls"};
+  const WHICH = {slower: "slower", faster: "faster", added: "only after", removed: "only before"};
+  function diffRows(kind, which, rows, id){
+    const fields = [];  // the measured fields the rows carry, as <field>_before/_after (calls too)
+    for (const r of rows.slice(0, 50)) for (const k of Object.keys(r)) { const m = /^(.*)_before$/.exec(k);
+      if (m && !fields.includes(m[1])) fields.push(m[1]); }
+    const head = f => ROW_FIELDS[f] || f.replace(/_us$/, "").replace(/_/g, " ");
+    const show = (f, x) => f.endsWith("_us") ? fmtUs(x) : fmtNum(x);
+    const cols = [{head: kind === "operators" ? "operator" : "kernel", name: true, get: r => r.name === undefined ? null : r.name,
+                   show: r => short(r.name)}];
+    if (kind === "operators") cols.push({head: "input shapes", name: true, get: r => r.input_shapes || null, show: r => short(r.input_shapes || "-")});
+    cols.push({head: "change / step", get: r => r.change_us, show: r => signed(r.change_us, fmtUs), cls: r => judge(r.change_us, true)},
+      {head: "change", get: r => r.change, show: r => num(r.change) ? signed(100 * r.change, x => x.toFixed(1) + "%") : "-",
+       cls: r => judge(r.change_us, true)},
+      {head: "measured on", get: r => r.measure ? head(String(r.measure)) : null});
+    for (const f of fields) cols.push({head: head(f) + " before", get: r => r[f + "_before"], show: r => show(f, r[f + "_before"])},
+                                      {head: head(f) + " after", get: r => r[f + "_after"], show: r => show(f, r[f + "_after"])});
+    return table(cols, rows, {search: true, id, what: (kind === "operators" ? "operator" : "kernel") + " names"});
+  }
+  function findingCols(){ return [{head: "finding", name: true, get: r => short(r.code, 40) + " " + short(r.name)},
+    {head: "where", name: true, get: r => r.location || null, show: r => short(r.location || "-")}]; }
+  function msgCol(side){ return {head: "message", name: true, get: r => r["message_" + side] || null, show: r => short(r["message_" + side] || "-", LONG)}; }
+  function diff(box, d, prefix = ""){
+    const sub = (title, ...kids) => el("div", {class: "gp-diff"}, el("h3", {}, title), ...kids);
+    const side = s => short(s.label) + " (" + s.traces + (s.traces === 1 ? " trace, " : " traces, ") + s.steps + " steps" +
+      (s.devices && s.devices.length ? ", " + s.devices.map(x => short(x, 80)).join(", ") : "") + ")";
+    const out = [el("p", {class: "gp-sides"}, "before: " + side(d.before) + " \u2192 after: " + side(d.after))];
+    const reg = d.regression;
+    if (reg) out.push(el("p", {class: reg.regressed ? "bad" : "good"}, (reg.regressed ? "REGRESSION: " : "no regression: ") + short(reg.reason, LONG)));
+    const pct = m => m.unit === "fraction";
+    const metricName = n => n === "step_time" ? "step time (median)" : n === "step_time_mean" ? "step time (mean)" : n === "gpu_busy" ? "GPU busy" :
+      n === "gpu_utilization" ? "GPU utilisation" : n === "gpu_idle" ? "GPU idle" : n.replace(/^breakdown\./, "step: ").replace(/^idle\./, "GPU idle: ");
+    const metricCols = [{head: "per step (means; step time: median and mean)", name: true, get: m => metricName(String(m.name))},
+      {head: "before", get: m => m.before, show: m => pct(m) ? fmtPct(m.before) : fmtUs(m.before)},
+      {head: "after", get: m => m.after, show: m => pct(m) ? fmtPct(m.after) : fmtUs(m.after)},
+      {head: "change", get: m => num(m.before) && num(m.after) ? m.after - m.before : null,
+       show: m => !num(m.before) || !num(m.after) ? "-" : pct(m) ? signed(100 * (m.after - m.before), x => x.toFixed(1) + " points")
+         : signed(m.after - m.before, fmtUs) + (num(m.change) ? " (" + signed(100 * m.change, x => x.toFixed(1) + "%") + ")" : ""),
+       cls: m => num(m.before) && num(m.after) ? judge(m.after - m.before, m.lower_is_better, m.before) : ""},
+      {head: "noise", get: m => m.noise, show: m => !num(m.noise) ? "-" : pct(m) ? fmtPct(m.noise) : fmtUs(m.noise)}];
+    out.push(sub("Per step, before \u2192 after", table(metricCols, d.metrics.filter(m => m.before || m.after), {id: prefix + "metrics"})));
+    const chart = el("div", {id: prefix + "steps-chart"});
+    out.push(sub("Step times, before and after", chart));
+    if (d.ranks && d.ranks.length) out.push(sub("Median step per rank", table([{head: "rank", get: r => r.rank},
+      {head: "before", get: r => r.before_step_us, show: r => fmtUs(r.before_step_us)}, {head: "after", get: r => r.after_step_us, show: r => fmtUs(r.after_step_us)},
+      {head: "change", get: r => r.change, show: r => num(r.change) ? signed(100 * r.change, x => x.toFixed(1) + "%") : "-", cls: r => judge(r.change, true)}],
+      d.ranks, {id: prefix + "ranks"})));
+    const f = d.findings;
+    out.push(sub("Findings fixed (" + f.removed.length + "): predicted vs measured saving per step", f.removed.length ? table([...findingCols(),
+      {head: "predicted", get: r => r.predicted_saving_us_per_step, show: r => fmtUs(r.predicted_saving_us_per_step)},
+      {head: "measured (step)", get: r => r.measured_saving_us_per_step, show: r => signed(r.measured_saving_us_per_step, fmtUs),
+       cls: r => judge(-r.measured_saving_us_per_step, true)},
+      {head: "measured (its part)", get: r => r.measured_part_saving_us_per_step,
+       show: r => r.measured_part ? signed(r.measured_part_saving_us_per_step, fmtUs) + " " + short(r.measured_part, 80) : "-",
+       cls: r => judge(-r.measured_part_saving_us_per_step, true)}, msgCol("before")], f.removed, {id: prefix + "findings-removed"})
+      : el("p", {class: "muted"}, "none")));
+    const cost = (k, c) => ({head: "cost " + k, get: r => r["cost_" + k + "_us_per_step"], show: r => fmtUs(r["cost_" + k + "_us_per_step"]), cls: c});
+    const sevs = r => (r.severity_before || "-") + " \u2192 " + (r.severity_after || "-");
+    for (const [k, title, cols] of [
+      ["added", "Findings new", [...findingCols(), cost("after", () => "worse"), msgCol("after")]],
+      ["changed", "Findings changed", [...findingCols(), {head: "severity", get: sevs}, cost("before"),
+        cost("after", r => num(r.cost_before_us_per_step) && num(r.cost_after_us_per_step) ?
+          judge(r.cost_after_us_per_step - r.cost_before_us_per_step, true, r.cost_before_us_per_step) : ""), msgCol("after")]],
+      ["unchanged", "Findings in both, unchanged", [...findingCols(), cost("before"), cost("after"), msgCol("after")]]]){
+      const rows = f[k] || [];
+      out.push(sub(title + " (" + rows.length + ")", rows.length ? table(cols, rows, {id: prefix + "findings-" + k}) : el("p", {class: "muted"}, "none")));
+    }
+    for (const kind of ["operators", "kernels"]) for (const which of ["slower", "faster", "added", "removed"]){
+      const rows = (d[kind] || {})[which] || [];
+      const title = (kind === "operators" ? "Operators (by name and input shapes) " : "Kernels ") + WHICH[which] + " (" + rows.length + ")";
+      out.push(sub(title, rows.length ? diffRows(kind, which, rows, prefix + kind + "-" + which) : el("p", {class: "muted"}, "none")));
+    }
+    box.replaceChildren(...out);
+    const bars = [...d.before.step_times_us.map((v, i) => ({id: "b" + i, parts: {before: v}})),
+                  ...d.after.step_times_us.map((v, i) => ({id: "a" + i, parts: {after: v}}))];
+    stepChart(chart, bars, {before: PALETTE[0], after: PALETTE[1]}, "step times, before and after",
+              {before: "before: " + d.before.label, after: "after: " + d.after.label});
+  }
+
   return {short, el, svg, num, fmtUs, fmtPct, fmtB, fmtNum, sev, table, viewColumns, views, card, cards, findings, legend, stepChart,
-          PALETTE, LONG};
+          diff, PALETTE, LONG};
 })();

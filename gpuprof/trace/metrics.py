@@ -273,7 +273,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         c.step = metrics.step_of(c.gpu.ts)
     metrics.copies = copy_events
     metrics.kernel_busy = on_main_device(kern_by_dev).union(on_main_device(comm_by_dev))
-    metrics.attribution = attribute(trace, threads.ops, threads.runtime)
+    metrics.attribution = attribute(trace)
     metrics.op_stats = op_stats(trace, threads, metrics.attribution)
     metrics.syncs = sync_points(main_runtime, blocking_copy_calls, copy_events, threads, op_by_ext, stacks, metrics.step_of,
                                  kernel_busy=metrics.kernel_busy)

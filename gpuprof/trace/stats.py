@@ -143,7 +143,7 @@ def op_stats(trace: Trace, threads: ThreadIndex, attribution: OpAttribution | No
                     top[2] -= dur  # the parent's self time excludes this child
             push((end, a))
     if attribution is None:
-        attribution = attribute(trace, threads.ops, threads.runtime)
+        attribution = attribute(trace)
     per_name = attribution.per_name()
     stats = [
         OpStat(name=n, count=int(v[0]), total_us=v[1], self_us=max(v[2], 0.0), gpu_us=g[0], gpu_total_us=g[1])

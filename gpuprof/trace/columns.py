@@ -12,7 +12,7 @@ or int64 arrays, one entry per event, in the list's order), ``name_code``
 with ``names`` (the distinct names in order of first appearance; ``names[
 name_code[i]]`` is the name of event ``i``) and ``thread_code`` with
 ``threads`` (the distinct ``(pid, tid)`` pairs, same scheme). The arrays are
-shared: callers must not write into them.
+shared, so they are read-only (a write raises).
 
 The cache lives beside the trace (keyed by the trace object, dropped when
 the trace is freed) and by the identity of the list, so ``columns(trace,
@@ -56,10 +56,10 @@ class Columns:
         self.n = len(events)
 
     def _f8(self, get: attrgetter[float]) -> np.ndarray:
-        return np.fromiter(map(get, self.events), np.float64, self.n)
+        return _frozen(np.fromiter(map(get, self.events), np.float64, self.n))
 
     def _i8(self, get: attrgetter[int]) -> np.ndarray:
-        return np.fromiter(map(get, self.events), np.int64, self.n)
+        return _frozen(np.fromiter(map(get, self.events), np.int64, self.n))
 
     @functools.cached_property
     def ts(self) -> np.ndarray:
@@ -71,8 +71,7 @@ class Columns:
 
     @functools.cached_property
     def end(self) -> np.ndarray:
-        end: np.ndarray = self.ts + self.dur  # as Event.end computes it: bit-identical
-        return end
+        return _frozen(self.ts + self.dur)  # as Event.end computes it: bit-identical
 
     @functools.cached_property
     def ext(self) -> np.ndarray:
@@ -94,7 +93,7 @@ class Columns:
     def _name_table(self) -> tuple[np.ndarray, list[str]]:
         codes: dict[str, int] = {}
         code = np.fromiter(map(codes.setdefault, map(_name, self.events), iter(codes.__len__, -1)), np.int64, self.n)
-        return code, list(codes)
+        return _frozen(code), list(codes)
 
     @property
     def name_code(self) -> np.ndarray:
@@ -108,7 +107,7 @@ class Columns:
     def _thread_table(self) -> tuple[np.ndarray, list[HostThread]]:
         codes: dict[HostThread, int] = {}
         code = np.fromiter(map(codes.setdefault, map(_thread, self.events), iter(codes.__len__, -1)), np.int64, self.n)
-        return code, list(codes)
+        return _frozen(code), list(codes)
 
     @property
     def thread_code(self) -> np.ndarray:
@@ -122,6 +121,12 @@ class Columns:
     def by_thread(self) -> list[np.ndarray]:
         """Per entry of ``threads``, the indices of its events, in the list's order."""
         return group_indices(self.thread_code, len(self.threads))
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a``, read-only: the arrays are shared by every caller, so a write would be a bug."""
+    a.flags.writeable = False
+    return a
 
 
 def group_indices(code: np.ndarray, n_groups: int) -> list[np.ndarray]:

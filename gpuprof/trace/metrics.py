@@ -37,10 +37,11 @@ from gpuprof.trace.breakdown import (
     idle_breakdown,
     step_breakdown,
 )
+from gpuprof.trace.columns import columns
 from gpuprof.trace.dataloading import data_loading_share, loader_ranges
 from gpuprof.trace.gpuwork import communication_names, device_sets, is_communication_kernel, kernel_sets, union_of
 from gpuprof.trace.intervals import Interval, Intervals
-from gpuprof.trace.model import Event, Trace, device_of, ts_of
+from gpuprof.trace.model import Event, Trace
 from gpuprof.trace.stacks import StackIndex
 from gpuprof.trace.stats import KernelStat, OpStat, kernel_stats, op_stats
 from gpuprof.trace.steps import Step, find_steps, main_thread, step_markers
@@ -169,16 +170,16 @@ class TraceMetrics:
         kernels = self.trace.kernels
         if dev is None or not self.steps or not kernels:
             return []
-        n = len(kernels)
-        ts = np.fromiter(map(ts_of, kernels), np.float64, n)
-        keep = np.fromiter(map(device_of, kernels), np.int64, n) == dev
+        kc = columns(self.trace, kernels)
+        ts = kc.ts
+        keep = kc.device == dev
         lo = np.array([s.start for s in self.steps])
         hi = np.array([s.end for s in self.steps])
         w = np.searchsorted(lo, ts, side="right") - 1  # the step each kernel starts in, if any
         keep &= (w >= 0) & (ts <= hi[np.maximum(w, 0)])
-        comm = communication_names(kernels)
-        if comm:
-            keep &= np.fromiter((k.name not in comm for k in kernels), bool, n)
+        is_comm = np.fromiter(map(is_communication_kernel, kc.names), bool, len(kc.names))  # per distinct name
+        if is_comm.any():
+            keep &= ~is_comm[kc.name_code]
         return list(compress(kernels, keep.tolist()))
 
 
@@ -205,14 +206,16 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     """All metrics of ``trace`` (see the module docstring for where each is defined)."""
     markers = step_markers(trace)
     main = main_thread(trace, markers)
-    launch_by_corr: dict[int, Event] = {r.corr: r for r in trace.runtime if r.corr >= 0}
+    rc = columns(trace, trace.runtime)
+    # the last call wins on a repeated id, as in a dict built call by call
+    launch_by_corr: dict[int, Event] = dict(zip(rc.corr[rc.corr >= 0].tolist(), compress(trace.runtime, (rc.corr >= 0).tolist())))
     steps, has_markers, lead_in = find_steps(trace, main, markers, launch_by_corr)
     windows = [(s.start, s.end) for s in steps]
 
     # GPU side: per device, the union of each kind of GPU work
-    kern_by_dev, comm_by_dev = kernel_sets(trace.kernels)
-    memcpy_by_dev = device_sets(trace.memcpys)
-    memset_by_dev = device_sets(trace.memsets)
+    kern_by_dev, comm_by_dev = kernel_sets(trace.kernels, columns(trace, trace.kernels))
+    memcpy_by_dev = device_sets(trace.memcpys, None, columns(trace, trace.memcpys))
+    memset_by_dev = device_sets(trace.memsets, None, columns(trace, trace.memsets))
     devices = sorted(set(kern_by_dev) | set(comm_by_dev) | set(memcpy_by_dev) | set(memset_by_dev))
     none = Intervals.empty()
     gpu_by_dev: dict[int, Intervals] = {}
@@ -224,7 +227,9 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     main_device = max(devices, key=lambda d: sum(busy_per_step[d])) if devices else None
 
     # host side
-    op_by_ext: dict[int, Event] = {o.ext: o for o in reversed(trace.ops) if o.ext >= 0}  # the first op wins
+    oc = columns(trace, trace.ops)
+    has_ext = np.flatnonzero(oc.ext >= 0)[::-1]  # in reverse: the first op wins, as the later ones are overwritten
+    op_by_ext: dict[int, Event] = dict(zip(oc.ext[has_ext].tolist(), map(trace.ops.__getitem__, has_ext.tolist())))
     threads = ThreadIndex.build(trace)
     main_keys = thread_keys(main)
     main_runtime = threads.runtime_on(main_keys)

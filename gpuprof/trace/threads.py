@@ -13,9 +13,10 @@ from typing import Union
 
 import numpy as np
 
+from gpuprof.trace.columns import Columns, columns
 from gpuprof.trace.model import Event, Trace, ts_of
 
-__all__ = ["HostThread", "ThreadIndex", "thread_keys", "on_thread", "group_by_thread"]
+__all__ = ["HostThread", "ThreadIndex", "thread_keys", "on_thread", "group_by_thread", "stack_parents"]
 
 HostThread = tuple[Union[int, str], Union[int, str]]
 
@@ -37,14 +38,16 @@ class ThreadIndex:
 
     @classmethod
     def build(cls, trace: Trace) -> "ThreadIndex":
-        ops = _group_by_thread(trace.ops)
-        runtime = _group_by_thread(trace.runtime)
+        """From the trace's shared columns (:mod:`gpuprof.trace.columns`): the same groups, in the same
+        order, as :func:`group_by_thread`, without a Python step per event."""
+        ops, op_starts = _grouped(trace.ops, columns(trace, trace.ops))
+        runtime, runtime_starts = _grouped(trace.runtime, columns(trace, trace.runtime))
         return cls(
             ops=ops,
-            op_starts={k: list(map(ts_of, v)) for k, v in ops.items()},
+            op_starts=op_starts,
             op_parent={},  # filled on demand by parents()
             runtime=runtime,
-            runtime_starts={k: list(map(ts_of, v)) for k, v in runtime.items()},
+            runtime_starts=runtime_starts,
         )
 
     def parents(self, key: HostThread) -> list[int]:
@@ -63,14 +66,21 @@ class ThreadIndex:
 
 def _nesting(ops: list[Event]) -> list[int]:
     """Index of the directly enclosing op of each op (ops of one thread, in time order)."""
-    parents = [-1] * len(ops)
+    return stack_parents(list(map(ts_of, ops)), [o.ts + o.dur for o in ops])
+
+
+def stack_parents(starts: list[float], ends: list[float]) -> list[int]:
+    """Per op (one thread's, in time order, given by start and end), the op on top of the stack
+    of open ops when it starts, after those that ended are popped (-1 if none)."""
+    parents = [-1] * len(starts)
     stack: list[tuple[float, int]] = []
-    for i, o in enumerate(ops):
-        while stack and stack[-1][0] <= o.ts:
-            stack.pop()
+    pop, push = stack.pop, stack.append
+    for i, (ts, end) in enumerate(zip(starts, ends)):
+        while stack and stack[-1][0] <= ts:
+            pop()
         if stack:
             parents[i] = stack[-1][1]
-        stack.append((o.ts + o.dur, i))
+        push((end, i))
     return parents
 
 
@@ -86,7 +96,12 @@ def group_by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
     return dict(by)
 
 
-_group_by_thread = group_by_thread
+def _grouped(events: list[Event], cols: Columns) -> tuple[dict[HostThread, list[Event]], dict[HostThread, list[float]]]:
+    """``group_by_thread(events)`` and the start times of each group, from ``events``' columns."""
+    get = events.__getitem__
+    groups = {key: list(map(get, gi.tolist())) for key, gi in zip(cols.threads, cols.by_thread)}
+    starts = {key: cols.ts[gi].tolist() for key, gi in zip(cols.threads, cols.by_thread)}
+    return groups, starts
 
 
 def _merged_in_time(groups: list[list[Event]]) -> list[Event]:

@@ -22,7 +22,7 @@ from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, dur_of, name_of, ts_of
 from gpuprof.trace.stacks import is_user_frame
-from gpuprof.trace.threads import thread_keys
+from gpuprof.trace.threads import on_thread, thread_keys
 from gpuprof.trace.vocab import step_number
 
 __all__ = ["IdlePart", "idle_parts", "NOTHING_RECORDED"]
@@ -68,28 +68,23 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
             out[("runtime", name)] += t
             covered = covered.union(got)
     rest = rest.subtract(covered)
-    # the main thread's frames, in trace order (several spellings of it too), read from the shared columns
-    f_idx = m.stacks.frame_indices_on(keys)
-    if len(f_idx):
-        if rest:
-            pc = m.stacks.columns
-            ts, dur = pc.ts[f_idx], pc.dur[f_idx]
-            under = Intervals.from_spans(ts, dur)
-            _add_innermost(out, "python", m.trace.python, ts, dur, rest.intersect(under), prefer=is_user_frame,
-                           codes=(pc.name_code[f_idx], pc.names), index=f_idx)
-            rest = rest.subtract(under)
+    groups = m.stacks.frames_on(keys)
+    # one thread's frames are already in trace order; several spellings of it: take them in trace order
+    python = groups[0] if len(groups) == 1 else on_thread(m.trace.python, keys) if groups else []
+    if python:
+        kind, nested, prefer = "python", python, is_user_frame
     else:
         ops = m.threads.ops_on(keys)
         markers = {n for n in set(map(name_of, ops)) if step_number(n) is not None}  # per distinct name, once
         kind, prefer = "operator", None
         nested = list(compress(ops, map(not_, map(markers.__contains__, map(name_of, ops))))) if markers else ops
-        if nested and rest:
-            n = len(nested)
-            ts = np.fromiter(map(ts_of, nested), np.float64, n)
-            dur = np.fromiter(map(dur_of, nested), np.float64, n)
-            under = Intervals.from_spans(ts, dur)
-            _add_innermost(out, kind, nested, ts, dur, rest.intersect(under), prefer=prefer)
-            rest = rest.subtract(under)
+    if nested and rest:
+        n = len(nested)
+        ts = np.fromiter(map(ts_of, nested), np.float64, n)
+        dur = np.fromiter(map(dur_of, nested), np.float64, n)
+        under = Intervals.from_spans(ts, dur)
+        _add_innermost(out, kind, nested, ts, dur, rest.intersect(under), prefer=prefer)
+        rest = rest.subtract(under)
     if rest:
         out[("none", NOTHING_RECORDED)] += rest.total()
     parts = [IdlePart(kind, name, us) for (kind, name), us in out.items() if us > 0]
@@ -98,8 +93,7 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
 
 
 def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], ts: np.ndarray,
-                   dur: np.ndarray, idle: Intervals, prefer: Callable[[str], bool] | None,
-                   codes: tuple[np.ndarray, list[str]] | None = None, index: np.ndarray | None = None) -> None:
+                   dur: np.ndarray, idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
     """Add to ``out`` the idle time under each event of one thread's nested ``events`` (``ts``/``dur``:
     their starts and durations), charged to the innermost open event (or the innermost one ``prefer``
     accepts); time under none goes nowhere.
@@ -108,9 +102,6 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
     open events there (events in start order, longest first on ties; a child never outlives its
     parent). That is done in numpy (:func:`_innermost_pieces`); events it cannot settle take the
     stack walk (:func:`_stack_pieces`). ``prefer`` is asked once per distinct name.
-
-    ``codes``: a name code per entry of ``ts`` and the names they index (the shared columns'), so
-    names are not read again; ``index``: where entry ``i`` of ``ts`` is in ``events`` (else ``i``).
     """
     if not idle or not len(ts):
         return
@@ -125,15 +116,9 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
     ts, dur = ts[sel], dur[sel]
     order = np.lexsort((-dur, ts))  # stable: ties keep the thread's order, as sorted() did
     ts, dur = ts[order], dur[order]
-    if codes is None:
-        pos = sel[order] if index is None else index[sel[order]]
-        name_ids, names = _name_codes(list(map(events.__getitem__, pos.tolist())))
-    else:
-        name_ids, names = codes[0][sel[order]], codes[1]
-    pref = np.ones(len(names), bool)
-    if prefer is not None:  # asked for the names present only
-        present = np.unique(name_ids)
-        pref[present] = np.fromiter(map(prefer, map(names.__getitem__, present.tolist())), bool, len(present))
+    ordered = list(map(events.__getitem__, sel[order].tolist()))
+    name_ids, names = _name_codes(ordered)
+    pref = np.ones(len(names), bool) if prefer is None else np.fromiter(map(prefer, names), bool, len(names))
     got = _innermost_pieces(ts, dur, name_ids, pref[name_ids])
     if got is None:
         seg_lo, seg_hi, seg_name = _stack_pieces(ts, dur, name_ids, pref[name_ids])

@@ -17,12 +17,10 @@ import re
 from bisect import bisect_right
 from typing import Union
 
-import numpy as np
-
 from gpuprof.findings import SourceLocation
 from gpuprof.frames import is_user_file
-from gpuprof.trace.columns import columns
 from gpuprof.trace.model import Event, Trace, op_call_stack, ts_of
+from gpuprof.trace.threads import group_by_thread
 
 __all__ = ["parse_frame", "is_user_frame", "StackIndex"]
 
@@ -67,24 +65,13 @@ class StackIndex:
     MAX_SCAN = 4000
 
     def __init__(self, trace: Trace) -> None:
-        # grouped as group_by_thread groups, from the trace's shared columns (no Python step per frame)
-        self.columns = columns(trace, trace.python)
-        get = trace.python.__getitem__
-        self._index: dict[tuple[object, object], np.ndarray] = dict(zip(self.columns.threads, self.columns.by_thread))
-        self._frames: dict[tuple[object, object], list[Event]] = {k: list(map(get, gi.tolist())) for k, gi in self._index.items()}
+        self._frames: dict[tuple[object, object], list[Event]] = {k: v for k, v in group_by_thread(trace.python).items()}
         self._starts: dict[tuple[object, object], list[float]] = {}  # per thread, on its first look-up
 
     def frames_on(self, keys: frozenset[tuple[object, object]]) -> list[list[Event]]:
         """The frames of each thread among ``keys`` (a :func:`~gpuprof.trace.threads.thread_keys` set)
         that has any, each list in time order."""
         return [self._frames[k] for k in keys if k in self._frames]
-
-    def frame_indices_on(self, keys: frozenset[tuple[object, object]]) -> np.ndarray:
-        """The positions in ``trace.python`` of the frames of the threads among ``keys``, in trace order."""
-        got = [self._index[k] for k in keys if k in self._index]
-        if len(got) == 1:
-            return got[0]
-        return np.sort(np.concatenate(got)) if got else np.zeros(0, np.int64)
 
     @property
     def available(self) -> bool:

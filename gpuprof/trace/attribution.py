@@ -31,6 +31,7 @@ import numpy as np
 
 from gpuprof.trace.columns import columns, gpu_columns
 from gpuprof.trace.model import Event, Trace, name_of
+from gpuprof.trace.threads import group_by_thread
 from gpuprof.trace.vocab import step_number
 
 __all__ = ["OpAttribution", "attribute", "Nesting"]
@@ -58,7 +59,9 @@ class OpAttribution:
     total_us: np.ndarray
     gpu_op: np.ndarray
     ext_trusted: bool
-    op_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # position of each op in trace.ops
+    # per op: its duration and a code of its name (equal codes, equal names), from the shared columns
+    op_dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    op_name_code: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def op_of_gpu_event(self, i: int) -> Event | None:
         k = int(self.gpu_op[i])
@@ -83,36 +86,54 @@ class OpAttribution:
         return out
 
 
-def attribute(trace: Trace) -> OpAttribution:
+def attribute(
+    trace: Trace,
+    ops_by_thread: dict[HostThread, list[Event]] | None = None,
+    runtime_by_thread: dict[HostThread, list[Event]] | None = None,
+) -> OpAttribution:
     """Link every GPU event of ``trace`` to its launching operator (see the module docstring).
 
-    Event fields come from the trace's shared columns (:mod:`gpuprof.trace.columns`).
+    ``*_by_thread``: ``trace.ops``/``trace.runtime`` grouped by ``(pid, tid)``, each group in time
+    order (the :class:`~gpuprof.trace.threads.ThreadIndex` lists), when the caller has them. Fields
+    come from the shared columns of each group (:mod:`gpuprof.trace.columns`).
     """
-    oc = columns(trace, trace.ops)
-    rc = columns(trace, trace.runtime)
-    gc = gpu_columns(trace)
-    step_names = np.fromiter((step_number(n) is not None for n in oc.names), bool, len(oc.names))  # per distinct name
-    o_ts, o_dur = oc.ts, oc.dur
-    keep_all = o_dur > 0  # a zero-length op encloses nothing
-    if step_names.any():
-        keep_all &= ~step_names[oc.name_code]
+    if ops_by_thread is None:
+        ops_by_thread = group_by_thread(trace.ops)
+    if runtime_by_thread is None:
+        runtime_by_thread = group_by_thread(trace.runtime)
+    name_ids: dict[str, int] = {}  # one code per distinct operator name, across threads
+    is_step: list[bool] = []
 
-    idx_parts: list[np.ndarray] = []
+    ops: list[Event] = []
     nest: dict[HostThread, Nesting] = {}
     first: dict[HostThread, int] = {}
-    n = 0
-    for key, gi in zip(oc.threads, oc.by_thread):
-        sel = gi[keep_all[gi]]
+    dur_parts: list[np.ndarray] = []
+    code_parts: list[np.ndarray] = []
+    ext_parts: list[np.ndarray] = []
+    for key, group in ops_by_thread.items():
+        gc = columns(trace, group)
+        ts, dur = gc.ts, gc.dur
+        to_id = np.fromiter(map(name_ids.setdefault, gc.names, iter(name_ids.__len__, -1)), np.int64, len(gc.names))
+        is_step.extend(step_number(n) is not None for n in list(name_ids)[len(is_step):])  # per new distinct name
+        code = to_id[gc.name_code]
+        keep = dur > 0  # a zero-length op encloses nothing
+        step_flags = np.array(is_step, bool)
+        if step_flags.any():
+            keep &= ~step_flags[code]
+        sel = np.flatnonzero(keep)
         if not len(sel):
             continue
-        ts, dur = o_ts[sel], o_dur[sel]
-        order = np.lexsort((-dur, ts))  # by start; a parent before a child that starts with it
-        first[key] = n
-        n += len(sel)
-        idx_parts.append(sel[order])
+        order = sel[np.lexsort((-dur[sel], ts[sel]))]  # by start; a parent before a child that starts with it
+        first[key] = len(ops)
+        ops.extend(map(group.__getitem__, order.tolist()))
         nest[key] = Nesting(ts[order], ts[order] + dur[order])
-    op_index = np.concatenate(idx_parts) if idx_parts else np.zeros(0, np.int64)
-    ops: list[Event] = list(map(trace.ops.__getitem__, op_index.tolist()))
+        dur_parts.append(dur[order])
+        code_parts.append(code[order])
+        ext_parts.append(gc.ext[order])
+    n = len(ops)
+    op_dur = np.concatenate(dur_parts) if dur_parts else np.zeros(0)
+    op_name_code = np.concatenate(code_parts) if code_parts else np.zeros(0, np.int64)
+    ops_ext = np.concatenate(ext_parts) if ext_parts else np.zeros(0, np.int64)
     parent = np.full(n, -1, np.int64)
     depth = np.zeros(n, np.int64)
     for key, ne in nest.items():
@@ -123,12 +144,13 @@ def attribute(trace: Trace) -> OpAttribution:
 
     # each runtime call -> the innermost op open on its thread when it starts
     rt_corr_parts, rt_op_parts = [], []
-    for key, gi in zip(rc.threads, rc.by_thread):
-        corr = rc.corr[gi]
-        inner = np.full(len(gi), -1, np.int64)
+    for key, calls in runtime_by_thread.items():
+        rc = columns(trace, calls)
+        corr = rc.corr
+        inner = np.full(len(calls), -1, np.int64)
         tn = nest.get(key)
         if tn is not None:
-            k = tn.innermost_at(rc.ts[gi])
+            k = tn.innermost_at(rc.ts)
             inner = np.where(k >= 0, k + first[key], -1)
         rt_corr_parts.append(corr)
         rt_op_parts.append(inner)
@@ -138,19 +160,19 @@ def attribute(trace: Trace) -> OpAttribution:
     rt_corr, rt_op = rt_corr[valid], rt_op[valid]
 
     # each GPU event -> its runtime call (same correlation id) -> that call's op
-    g_corr, g_dur = gc.corr, gc.dur
-    gpu_op = np.full(gc.n, -1, np.int64)
-    launched = np.zeros(gc.n, bool)
-    if len(rt_corr) and gc.n:
+    gpu = gpu_columns(trace)
+    g_corr, g_dur = gpu.corr, gpu.dur
+    gpu_op = np.full(gpu.n, -1, np.int64)
+    launched = np.zeros(gpu.n, bool)
+    if len(rt_corr) and gpu.n:
         order = np.argsort(rt_corr, kind="stable")
         sorted_corr = rt_corr[order]
         pos = np.minimum(np.searchsorted(sorted_corr, g_corr), len(sorted_corr) - 1)
         launched = (sorted_corr[pos] == g_corr) & (g_corr >= 0)
         gpu_op = np.where(launched, rt_op[order[pos]], -1)
 
-    g_ext = gc.ext
+    g_ext = gpu.ext
     checkable = np.flatnonzero((gpu_op >= 0) & (g_ext >= 0))
-    ops_ext = oc.ext[op_index]
     ext_trusted = bool(len(checkable)) and bool((ops_ext[gpu_op[checkable]] == g_ext[checkable]).all())
     if ext_trusted and not launched.all():
         # the first op (in ``ops`` order) with each External id
@@ -167,7 +189,7 @@ def attribute(trace: Trace) -> OpAttribution:
     self_us = np.bincount(gpu_op[has], weights=g_dur[has], minlength=n).astype(np.float64)
     total_us = _inclusive(self_us, parent, depth)
     return OpAttribution(ops=ops, parent=parent, self_us=self_us, total_us=total_us, gpu_op=gpu_op,
-                         ext_trusted=ext_trusted, op_index=op_index)
+                         ext_trusted=ext_trusted, op_dur=op_dur, op_name_code=op_name_code)
 
 
 class Nesting:

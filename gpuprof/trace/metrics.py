@@ -206,9 +206,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     """All metrics of ``trace`` (see the module docstring for where each is defined)."""
     markers = step_markers(trace)
     main = main_thread(trace, markers)
-    rc = columns(trace, trace.runtime)
-    # the last call wins on a repeated id, as in a dict built call by call
-    launch_by_corr: dict[int, Event] = dict(zip(rc.corr[rc.corr >= 0].tolist(), compress(trace.runtime, (rc.corr >= 0).tolist())))
+    launch_by_corr: dict[int, Event] = {r.corr: r for r in trace.runtime if r.corr >= 0}
     steps, has_markers, lead_in = find_steps(trace, main, markers, launch_by_corr)
     windows = [(s.start, s.end) for s in steps]
 
@@ -227,9 +225,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     main_device = max(devices, key=lambda d: sum(busy_per_step[d])) if devices else None
 
     # host side
-    oc = columns(trace, trace.ops)
-    has_ext = np.flatnonzero(oc.ext >= 0)[::-1]  # in reverse: the first op wins, as the later ones are overwritten
-    op_by_ext: dict[int, Event] = dict(zip(oc.ext[has_ext].tolist(), map(trace.ops.__getitem__, has_ext.tolist())))
+    op_by_ext: dict[int, Event] = {o.ext: o for o in reversed(trace.ops) if o.ext >= 0}  # the first op wins
     threads = ThreadIndex.build(trace)
     main_keys = thread_keys(main)
     main_runtime = threads.runtime_on(main_keys)
@@ -278,7 +274,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         c.step = metrics.step_of(c.gpu.ts)
     metrics.copies = copy_events
     metrics.kernel_busy = on_main_device(kern_by_dev).union(on_main_device(comm_by_dev))
-    metrics.attribution = attribute(trace)
+    metrics.attribution = attribute(trace, threads.ops, threads.runtime)
     metrics.op_stats = op_stats(trace, threads, metrics.attribution)
     metrics.syncs = sync_points(main_runtime, blocking_copy_calls, copy_events, threads, op_by_ext, stacks, metrics.step_of,
                                  kernel_busy=metrics.kernel_busy)

@@ -122,35 +122,41 @@ def op_stats(trace: Trace, threads: ThreadIndex, attribution: OpAttribution | No
     does, so each figure is the same float as a loop over the operators gives. A child's duration
     is taken off its parent's self time right after the child's own duration is added to its name.
     """
-    oc = columns(trace, trace.ops)
-    names = oc.names
-    nn = len(names)
-    is_step = np.fromiter((n.startswith("ProfilerStep#") for n in names), bool, nn)
-    order_parts: list[np.ndarray] = []
+    name_ids: dict[str, int] = {}  # one code per distinct name, across threads
+    code_parts: list[np.ndarray] = []
+    dur_parts: list[np.ndarray] = []
+    end_parts: list[np.ndarray] = []
     parent_parts: list[np.ndarray] = []
     base = 0
-    for key, gi in zip(oc.threads, oc.by_thread):
+    for key, group in threads.ops.items():
+        gc = columns(trace, group)
         par = threads.op_parent.get(key)
         if par is None:
-            par = threads.op_parent[key] = stack_parents(oc.ts[gi].tolist(), oc.end[gi].tolist())
+            par = threads.op_parent[key] = stack_parents(gc.ts.tolist(), gc.end.tolist())
         p = np.asarray(par, np.int64) if len(par) else np.zeros(0, np.int64)
-        order_parts.append(gi)
+        to_id = np.fromiter(map(name_ids.setdefault, gc.names, iter(name_ids.__len__, -1)), np.int64, len(gc.names))
+        code_parts.append(to_id[gc.name_code])
+        dur_parts.append(gc.dur)
+        end_parts.append(gc.end)
         parent_parts.append(np.where(p >= 0, p + base, -1))
-        base += len(gi)
-    if order_parts:
-        order = np.concatenate(order_parts)
-        parent = np.concatenate(parent_parts)  # positions in ``order``
+        base += gc.n
+    names = list(name_ids)
+    nn = len(names)
+    is_step = np.fromiter((n.startswith("ProfilerStep#") for n in names), bool, nn)
+    if code_parts:
+        code = np.concatenate(code_parts)
+        dur = np.concatenate(dur_parts)
+        end = np.concatenate(end_parts)
+        parent = np.concatenate(parent_parts)  # positions in the concatenation
     else:
-        order = parent = np.zeros(0, np.int64)
-    code = oc.name_code[order]
-    dur = oc.dur[order]
-    end = oc.end[order]
+        code = parent = np.zeros(0, np.int64)
+        dur = end = np.zeros(0)
     own = ~is_step[code]  # step markers are not operators (but they do hide their children from any parent)
     par_ok = np.maximum(parent, 0)
     par_code = code[par_ok]
     child = own & (parent >= 0) & (end <= end[par_ok]) & ~is_step[par_code]
     # interleaved: +dur to the op's name, then -dur to its parent's (bin nn: nothing), in op order
-    m = len(order)
+    m = len(code)
     bins = np.empty(2 * m, np.int64)
     weights = np.empty(2 * m, np.float64)
     bins[0::2] = np.where(own, code, nn)
@@ -164,7 +170,7 @@ def op_stats(trace: Trace, threads: ThreadIndex, attribution: OpAttribution | No
     seen_codes, first_at = np.unique(code[own], return_index=True)
     in_order = seen_codes[np.argsort(first_at, kind="stable")].tolist()
     if attribution is None:
-        attribution = attribute(trace)
+        attribution = attribute(trace, threads.ops, threads.runtime)
     per_name = attribution.per_name()
     stats = [
         OpStat(name=n, count=count[c], total_us=total[c], self_us=max(self_t[c], 0.0), gpu_us=g[0], gpu_total_us=g[1])

@@ -164,10 +164,9 @@ class _OpFlops(NamedTuple):
 
 
 def _op_fields(trace: Trace, att: OpAttribution) -> tuple[np.ndarray, np.ndarray]:
-    """``dur`` and ``name_code`` of the ops of ``att``, in ``att.ops`` order, from the trace's shared columns."""
-    if len(att.op_index) == len(att.ops):
-        oc = columns(trace, trace.ops)
-        return oc.dur[att.op_index], oc.name_code[att.op_index]
+    """``dur`` and a name code of the ops of ``att``, in ``att.ops`` order (kept by :func:`attribute`)."""
+    if len(att.op_dur) == len(att.ops) and len(att.op_name_code) == len(att.ops):
+        return att.op_dur, att.op_name_code
     c = Columns(att.ops)  # an attribution not built by attribute()
     return c.dur, c.name_code
 

@@ -39,7 +39,6 @@ from gpuprof.trace.model import (
     DTYPE_HALF,
     Event,
     KernelConfig,
-    Trace,
     dur_of,
     kernel_config,
     name_of,
@@ -77,7 +76,7 @@ def trace_views(m: TraceMetrics) -> TraceViews:
     k_op = att.gpu_op[:nk]  # gpu_events() yields the kernels first
     views.unattributed_gpu_us = float(k_dur[k_op < 0].sum())
     views.peak_device = _peak_device(m)
-    group, keys, fl = _group_ops(att.ops, _op_fields(trace, att)[1])
+    group, keys, fl = _group_ops(att.ops, _op_fields(att)[1])
     views.operators = _operators(m, k_op, k_dur, views, group, keys, fl)
     views.kernels = _kernels(m, k_op, k_dur, views, fl)
     launch_ts, launch_thread = _launches(m, kernels)
@@ -106,7 +105,7 @@ def _operators(
     parent = att.parent
     depth = _depth(parent)
     k_total = _inclusive(k_self, parent, depth)
-    dur = _op_fields(m.trace, att)[0]
+    dur = _op_fields(att)[0]
     child = parent >= 0
     cpu_self = dur - np.bincount(parent[child], weights=dur[child], minlength=n)
     g = len(keys)
@@ -163,7 +162,7 @@ class _OpFlops(NamedTuple):
     recorded: np.ndarray
 
 
-def _op_fields(trace: Trace, att: OpAttribution) -> tuple[np.ndarray, np.ndarray]:
+def _op_fields(att: OpAttribution) -> tuple[np.ndarray, np.ndarray]:
     """``dur`` and a name code of the ops of ``att``, in ``att.ops`` order (kept by :func:`attribute`)."""
     if len(att.op_dur) == len(att.ops) and len(att.op_name_code) == len(att.ops):
         return att.op_dur, att.op_name_code

@@ -12,9 +12,10 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Interval, Intervals
 from gpuprof.trace.metrics import CopyEvent, TraceMetrics, next_sync_call
-from gpuprof.trace.model import Event, name_of, ts_of
+from gpuprof.trace.model import Event, Trace, name_of, ts_of
 from gpuprof.units import fmt_us
 
 __all__ = [
@@ -30,11 +31,18 @@ __all__ = [
 ]
 
 
-def named(events: Sequence[Event], wanted: Callable[[str], object]) -> list[Event]:
+def named(events: Sequence[Event], wanted: Callable[[str], object], trace: Trace | None = None) -> list[Event]:
     """The events whose name ``wanted`` accepts, in order: ``wanted`` is asked once per distinct name
-    (a regex or a prefix test per event costs more than the rest of a rule)."""
+    (a regex or a prefix test per event costs more than the rest of a rule). ``trace``: the trace
+    ``events`` is a list of, to read names from its shared columns (:mod:`gpuprof.trace.columns`)."""
     if not events:
         return []
+    if trace is not None:
+        cols = columns(trace, events)
+        ok = np.fromiter((bool(wanted(n)) for n in cols.names), bool, len(cols.names))
+        if not ok.any():
+            return []
+        return list(compress(events, ok[cols.name_code].tolist()))
     hits = {n for n in set(map(name_of, events)) if wanted(n)}
     if not hits:
         return []

@@ -89,9 +89,9 @@ class DataParallelUsed(Rule):
         m = ctx.metrics
         t = ctx.trace
         marks: dict[str, list[Event]] = defaultdict(list)
-        marks["annotation"] = named(t.annotations, _DP_ANNOTATION.__eq__)
-        marks["python_frames"] = named(t.python, _DP_FRAME_RE.search)
-        dp_ops = named(t.ops, _DP_OP_NAMES.__contains__)
+        marks["annotation"] = named(t.annotations, _DP_ANNOTATION.__eq__, t)
+        marks["python_frames"] = named(t.python, _DP_FRAME_RE.search, t)
+        dp_ops = named(t.ops, _DP_OP_NAMES.__contains__, t)
         weak: list[Event] = []
         # keys in the order their first event was seen (annotations, frames, then the ops in trace order)
         for key in [k for k, v in marks.items() if not v]:

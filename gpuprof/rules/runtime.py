@@ -6,7 +6,6 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import repeat
-from operator import attrgetter
 from typing import Iterable
 
 import numpy as np
@@ -14,8 +13,9 @@ import numpy as np
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import host_step_of, host_steps_of, kernel_idle_within, named, of_step
+from gpuprof.trace.columns import Columns, columns
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event, dur_of, name_of, ts_of
+from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 from gpuprof.units import fmt_us
 
@@ -123,8 +123,8 @@ class ExpensiveRuntimeCalls(Rule):
         skip = {id(f.call) for f in first_use_calls(m, startup["min_call_us"], startup["min_ratio"])} if startup else set()
         alloc: list[Event] = []
         other: dict[str, list[Event]] = defaultdict(list)
-        wanted = {name: _interest(name) for name in set(map(name_of, m.trace.runtime))}  # per distinct name, once
-        timed = named(m.trace.runtime, lambda n: wanted[n] is not None)  # launches, copies, syncs: not here
+        wanted = {name: _interest(name) for name in columns(m.trace, m.trace.runtime).names}  # per distinct name, once
+        timed = named(m.trace.runtime, lambda n: wanted[n] is not None, m.trace)  # launches, copies, syncs: not here
         for r, step in zip(timed, host_steps_of(m, timed)):
             what = wanted[r.name]
             if step is None or id(r) in skip:
@@ -307,7 +307,7 @@ def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> l
     A call slow every step is therefore never one-off work.
     """
     kernel_by_corr = {k.corr: k.name for k in m.trace.kernels if k.corr >= 0}
-    first_of_pid, by_kind = _calls_by_kind(m.trace.runtime, kernel_by_corr, min_call_us)
+    first_of_pid, by_kind = _calls_by_kind(m.trace.runtime, kernel_by_corr, min_call_us, columns(m.trace, m.trace.runtime))
     out = []
     boundary = _startup_end(m)
     for kind, calls in by_kind:
@@ -346,26 +346,28 @@ def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> l
     return out
 
 
-def _calls_by_kind(runtime: list[Event], kernel_by_corr: dict[int, str],
-                   min_call_us: float) -> tuple[dict[object, Event], list[tuple[str, list[Event]]]]:
+def _calls_by_kind(runtime: list[Event], kernel_by_corr: dict[int, str], min_call_us: float,
+                   cols: Columns | None = None) -> tuple[dict[object, Event], list[tuple[str, list[Event]]]]:
     """The first call (earliest, then first listed) of each process, and the calls of each
     (process, kind) of :func:`_first_use_calls` whose slowest lasts ``min_call_us`` or more, kinds in
     order of first call, calls in list order. Classes and kinds are found once per distinct name (and
-    kernel), the grouping is a sort of codes: few kinds have a slow call, and only they are listed."""
+    kernel), the grouping is a sort of codes: few kinds have a slow call, and only they are listed.
+    ``cols``: ``runtime``'s columns when the caller has them (the trace's shared ones)."""
     n = len(runtime)
     if n == 0:
         return {}, []
-    ts = np.fromiter(map(ts_of, runtime), np.float64, n)
-    dur = np.fromiter(map(dur_of, runtime), np.float64, n)
-    pids = list(map(_pid_of, runtime))
+    c = cols if cols is not None else Columns(runtime)
+    ts, dur = c.ts, c.dur
+    # process codes in order of first call: each thread's pid, threads in order of first call
     pcode: dict[object, int] = {}
-    pc = np.fromiter(map(pcode.setdefault, pids, iter(pcode.__len__, -1)), np.int64, n)
+    t_pc = np.fromiter((pcode.setdefault(t[0], len(pcode)) for t in c.threads), np.int64, len(c.threads))
+    pc = t_pc[c.thread_code]
     idx = np.arange(n, dtype=np.int64)
     by_pid = np.lexsort((idx, ts, pc))  # per process: earliest first, then first listed
     heads = by_pid[np.concatenate(([True], np.diff(pc[by_pid]) != 0))]
-    first_of_pid = {pids[i]: runtime[i] for i in heads.tolist()}
+    first_of_pid = {runtime[i].pid: runtime[i] for i in heads.tolist()}
     # kind of each call: "launch:" + the kernel it launched (else its own name) for a launch, else its name
-    classes = {name: classify_runtime(name) for name in set(map(name_of, runtime))}
+    classes = {name: classify_runtime(name) for name in c.names}
     kinds: dict[str, int] = {}
     kind_of_name: dict[str, int] = {}  # non-launch calls
     launch_names: dict[str, int] = {}  # launch calls without their kernel in the trace
@@ -378,12 +380,12 @@ def _calls_by_kind(runtime: list[Event], kernel_by_corr: dict[int, str],
         else:
             kind_of_name[name] = kinds.setdefault(name, len(kinds))
     kernel_kind: dict[str | None, int] = {k: kinds.setdefault("launch:" + k, len(kinds)) for k in set(kernel_by_corr.values())}
-    names = list(map(name_of, runtime))
-    kc = np.fromiter(map(kind_of_name.get, names, repeat(-2)), np.int64, n)  # -2: a launch
+    names = c.names
+    kc = np.fromiter(map(kind_of_name.get, names, repeat(-2)), np.int64, len(names))[c.name_code]  # -2: a launch
     launch = np.flatnonzero(kc == -2)
     if len(launch):
-        ln = [names[i] for i in launch.tolist()]
-        corrs = list(map(_corr_of, map(runtime.__getitem__, launch.tolist())))
+        ln = [names[i] for i in c.name_code[launch].tolist()]
+        corrs = c.corr[launch].tolist()
         kernels = map(kernel_by_corr.get, corrs)  # None: its kernel is not in the trace
         kc[launch] = np.fromiter(map(kernel_kind.get, kernels, map(launch_names.__getitem__, ln)), np.int64, len(launch))
     keep = np.flatnonzero(kc != skip)
@@ -407,8 +409,6 @@ def _calls_by_kind(runtime: list[Event], kernel_by_corr: dict[int, str],
     return first_of_pid, out
 
 
-_pid_of = attrgetter("pid")
-_corr_of = attrgetter("corr")
 
 
 def _startup_end(m: TraceMetrics) -> float:

@@ -64,7 +64,7 @@ def _cause_frames(m: TraceMetrics) -> dict[tuple[str, str], list[tuple[float, fl
             elif _FORMAT_FRAME_RE.search(name):
                 causes[name] = _PRINT_CAUSE
         if causes:
-            for fr in named(m.trace.python, causes.__contains__):
+            for fr in named(m.trace.python, causes.__contains__, m.trace):
                 cached[(str(fr.pid), str(fr.tid))].append((fr.ts, fr.end, causes[fr.name]))
         cached = dict(cached)
         object.__setattr__(m, "_gp203_cause_frames", cached)

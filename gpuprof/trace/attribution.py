@@ -18,21 +18,20 @@ the trace's External ids were seen to name the launching op on every GPU
 event where both could be checked.
 
 The work is vectorised: per host thread, one sort of the operators and a few
-``searchsorted`` calls; fields are read with ``map``/``np.fromiter``. The one
-Python loop over operators builds the External id index, and only when
-External ids are trusted and some GPU work has no recorded runtime call.
+``searchsorted`` calls, over the trace's shared columns
+(:mod:`gpuprof.trace.columns`); no Python loop runs per event.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
-from operator import attrgetter
+from dataclasses import dataclass, field
 from typing import Union
 
 import numpy as np
 
-from gpuprof.trace.model import Event, Trace, dur_of, name_of, ts_of
+from gpuprof.trace.columns import columns, gpu_columns
+from gpuprof.trace.model import Event, Trace, name_of
+from gpuprof.trace.threads import group_by_thread
 from gpuprof.trace.vocab import step_number
 
 __all__ = ["OpAttribution", "attribute", "Nesting"]
@@ -60,6 +59,9 @@ class OpAttribution:
     total_us: np.ndarray
     gpu_op: np.ndarray
     ext_trusted: bool
+    # per op: its duration and a code of its name (equal codes, equal names), from the shared columns
+    op_dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    op_name_code: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def op_of_gpu_event(self, i: int) -> Event | None:
         k = int(self.gpu_op[i])
@@ -91,24 +93,33 @@ def attribute(
 ) -> OpAttribution:
     """Link every GPU event of ``trace`` to its launching operator (see the module docstring).
 
-    ``*_by_thread``: ``trace.ops``/``trace.runtime`` grouped by ``(pid, tid)``,
-    each group in time order, when the caller has them already.
+    ``*_by_thread``: ``trace.ops``/``trace.runtime`` grouped by ``(pid, tid)``, each group in time
+    order (the :class:`~gpuprof.trace.threads.ThreadIndex` lists), when the caller has them. Fields
+    come from the shared columns of each group (:mod:`gpuprof.trace.columns`).
     """
     if ops_by_thread is None:
-        ops_by_thread = _by_thread(trace.ops)
+        ops_by_thread = group_by_thread(trace.ops)
     if runtime_by_thread is None:
-        runtime_by_thread = _by_thread(trace.runtime)
-    step_names = {n for n in set(map(name_of, trace.ops)) if step_number(n) is not None}  # per distinct name, once
+        runtime_by_thread = group_by_thread(trace.runtime)
+    name_ids: dict[str, int] = {}  # one code per distinct operator name, across threads
+    is_step: list[bool] = []
 
     ops: list[Event] = []
     nest: dict[HostThread, Nesting] = {}
     first: dict[HostThread, int] = {}
+    dur_parts: list[np.ndarray] = []
+    code_parts: list[np.ndarray] = []
+    ext_parts: list[np.ndarray] = []
     for key, group in ops_by_thread.items():
-        ts = np.fromiter(map(ts_of, group), np.float64, len(group))
-        dur = np.fromiter(map(dur_of, group), np.float64, len(group))
+        gc = columns(trace, group)
+        ts, dur = gc.ts, gc.dur
+        to_id = np.fromiter(map(name_ids.setdefault, gc.names, iter(name_ids.__len__, -1)), np.int64, len(gc.names))
+        is_step.extend(step_number(n) is not None for n in list(name_ids)[len(is_step):])  # per new distinct name
+        code = to_id[gc.name_code]
         keep = dur > 0  # a zero-length op encloses nothing
-        if step_names:
-            keep &= ~np.fromiter(map(step_names.__contains__, map(name_of, group)), bool, len(group))
+        step_flags = np.array(is_step, bool)
+        if step_flags.any():
+            keep &= ~step_flags[code]
         sel = np.flatnonzero(keep)
         if not len(sel):
             continue
@@ -116,7 +127,13 @@ def attribute(
         first[key] = len(ops)
         ops.extend(map(group.__getitem__, order.tolist()))
         nest[key] = Nesting(ts[order], ts[order] + dur[order])
+        dur_parts.append(dur[order])
+        code_parts.append(code[order])
+        ext_parts.append(gc.ext[order])
     n = len(ops)
+    op_dur = np.concatenate(dur_parts) if dur_parts else np.zeros(0)
+    op_name_code = np.concatenate(code_parts) if code_parts else np.zeros(0, np.int64)
+    ops_ext = np.concatenate(ext_parts) if ext_parts else np.zeros(0, np.int64)
     parent = np.full(n, -1, np.int64)
     depth = np.zeros(n, np.int64)
     for key, ne in nest.items():
@@ -128,11 +145,12 @@ def attribute(
     # each runtime call -> the innermost op open on its thread when it starts
     rt_corr_parts, rt_op_parts = [], []
     for key, calls in runtime_by_thread.items():
-        corr = np.fromiter(map(_corr_of, calls), np.int64, len(calls))
+        rc = columns(trace, calls)
+        corr = rc.corr
         inner = np.full(len(calls), -1, np.int64)
         tn = nest.get(key)
         if tn is not None:
-            k = tn.innermost_at(np.fromiter(map(ts_of, calls), np.float64, len(calls)))
+            k = tn.innermost_at(rc.ts)
             inner = np.where(k >= 0, k + first[key], -1)
         rt_corr_parts.append(corr)
         rt_op_parts.append(inner)
@@ -142,35 +160,36 @@ def attribute(
     rt_corr, rt_op = rt_corr[valid], rt_op[valid]
 
     # each GPU event -> its runtime call (same correlation id) -> that call's op
-    gpu = list(trace.gpu_events())
-    g_corr = np.fromiter(map(_corr_of, gpu), np.int64, len(gpu))
-    g_dur = np.fromiter(map(dur_of, gpu), np.float64, len(gpu))
-    gpu_op = np.full(len(gpu), -1, np.int64)
-    launched = np.zeros(len(gpu), bool)
-    if len(rt_corr) and len(gpu):
+    gpu = gpu_columns(trace)
+    g_corr, g_dur = gpu.corr, gpu.dur
+    gpu_op = np.full(gpu.n, -1, np.int64)
+    launched = np.zeros(gpu.n, bool)
+    if len(rt_corr) and gpu.n:
         order = np.argsort(rt_corr, kind="stable")
         sorted_corr = rt_corr[order]
         pos = np.minimum(np.searchsorted(sorted_corr, g_corr), len(sorted_corr) - 1)
         launched = (sorted_corr[pos] == g_corr) & (g_corr >= 0)
         gpu_op = np.where(launched, rt_op[order[pos]], -1)
 
-    g_ext = np.fromiter(map(_ext_of, gpu), np.int64, len(gpu))
+    g_ext = gpu.ext
     checkable = np.flatnonzero((gpu_op >= 0) & (g_ext >= 0))
-    # the External id of each op that launched a checkable event (ops outnumber GPU events: read only these)
-    op_ext = np.fromiter(map(_ext_of, map(ops.__getitem__, gpu_op[checkable].tolist())), np.int64, len(checkable))
-    ext_trusted = bool(len(checkable)) and bool((op_ext == g_ext[checkable]).all())
+    ext_trusted = bool(len(checkable)) and bool((ops_ext[gpu_op[checkable]] == g_ext[checkable]).all())
     if ext_trusted and not launched.all():
-        by_ext: dict[int, int] = {}
-        for i, o in enumerate(ops):
-            if o.ext >= 0:
-                by_ext.setdefault(o.ext, i)
-        for i in np.flatnonzero(~launched & (g_ext >= 0)).tolist():
-            gpu_op[i] = by_ext.get(int(g_ext[i]), -1)
+        # the first op (in ``ops`` order) with each External id
+        has_ext = np.flatnonzero(ops_ext >= 0)
+        uniq, at = np.unique(ops_ext[has_ext], return_index=True)
+        want = np.flatnonzero(~launched & (g_ext >= 0))
+        if len(uniq) and len(want):
+            pos = np.minimum(np.searchsorted(uniq, g_ext[want]), len(uniq) - 1)
+            gpu_op[want] = np.where(uniq[pos] == g_ext[want], has_ext[at[pos]], -1)
+        else:
+            gpu_op[want] = -1
 
     has = gpu_op >= 0
     self_us = np.bincount(gpu_op[has], weights=g_dur[has], minlength=n).astype(np.float64)
     total_us = _inclusive(self_us, parent, depth)
-    return OpAttribution(ops=ops, parent=parent, self_us=self_us, total_us=total_us, gpu_op=gpu_op, ext_trusted=ext_trusted)
+    return OpAttribution(ops=ops, parent=parent, self_us=self_us, total_us=total_us, gpu_op=gpu_op,
+                         ext_trusted=ext_trusted, op_dur=op_dur, op_name_code=op_name_code)
 
 
 class Nesting:
@@ -244,14 +263,3 @@ def _inclusive(self_us: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np
         if len(at):
             total += np.bincount(parent[at], weights=total[at], minlength=len(total))
     return total
-
-
-_corr_of = attrgetter("corr")
-_ext_of = attrgetter("ext")
-
-
-def _by_thread(events: list[Event]) -> dict[HostThread, list[Event]]:
-    by: defaultdict[HostThread, list[Event]] = defaultdict(list)
-    for e in events:
-        by[(e.pid, e.tid)].append(e)
-    return dict(by)

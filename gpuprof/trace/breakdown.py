@@ -69,8 +69,9 @@ def host_layers(
     """The main thread's time per activity: ``sync``, ``blocking_copy``, ``runtime`` (other runtime
     calls), ``runtime_all`` (the three), ``data_loading``, ``optimizer``, ``cpu_ops`` (operators)."""
     rt_sync, rt_copy, rt_other = [], [], []
+    classes = {n: classify_runtime(n) for n in set(map(name_of, main_runtime))}  # once per distinct name
     for r in main_runtime:
-        rc = classify_runtime(r.name)
+        rc = classes[r.name]
         if rc is RuntimeClass.SYNC:
             rt_sync.append(r)
         elif id(r) in blocking_copy_calls or (rc is RuntimeClass.MEMCPY and not r.name.endswith("Async")):

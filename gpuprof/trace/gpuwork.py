@@ -19,8 +19,9 @@ from typing import Sequence
 
 import numpy as np
 
+from gpuprof.trace.columns import Columns
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.model import Event, device_of, dur_of, name_of, ts_of
+from gpuprof.trace.model import Event, dur_of, name_of, ts_of
 
 __all__ = ["is_communication_kernel", "communication_names", "union_of", "device_sets", "kernel_sets"]
 
@@ -47,14 +48,16 @@ def union_of(events: Sequence[Event]) -> Intervals:
     return Intervals.from_spans(np.fromiter(map(ts_of, events), np.float64, n), np.fromiter(map(dur_of, events), np.float64, n))
 
 
-def device_sets(events: list[Event], mask: np.ndarray | None = None) -> dict[int, Intervals]:
-    """Per device, the time covered by ``events`` (sorted by start), optionally only where ``mask``."""
+def device_sets(events: list[Event], mask: np.ndarray | None = None, cols: Columns | None = None) -> dict[int, Intervals]:
+    """Per device, the time covered by ``events`` (sorted by start), optionally only where ``mask``.
+
+    ``cols``: the columns of ``events`` when the caller has them (the trace's shared ones).
+    """
     n = len(events)
     if n == 0:
         return {}
-    ts = np.fromiter(map(ts_of, events), np.float64, n)
-    dur = np.fromiter(map(dur_of, events), np.float64, n)
-    dev = np.fromiter(map(device_of, events), np.int64, n)
+    c = cols if cols is not None else Columns(events)
+    ts, dur, dev = c.ts, c.dur, c.device
     if mask is not None:
         ts, dur, dev = ts[mask], dur[mask], dev[mask]
     out = {}
@@ -64,10 +67,11 @@ def device_sets(events: list[Event], mask: np.ndarray | None = None) -> dict[int
     return out
 
 
-def kernel_sets(kernels: list[Event]) -> tuple[dict[int, Intervals], dict[int, Intervals]]:
+def kernel_sets(kernels: list[Event], cols: Columns | None = None) -> tuple[dict[int, Intervals], dict[int, Intervals]]:
     """Per device, the time covered by compute kernels and by communication (collective) kernels."""
-    names = communication_names(kernels)
-    if not names:
-        return device_sets(kernels), {}
-    comm = np.fromiter((k.name in names for k in kernels), bool, len(kernels))
-    return device_sets(kernels, ~comm), device_sets(kernels, comm)
+    c = cols if cols is not None else Columns(kernels)
+    is_comm = np.fromiter(map(is_communication_kernel, c.names), bool, len(c.names))  # per distinct name
+    if not is_comm.any():
+        return device_sets(kernels, None, c), {}
+    comm = is_comm[c.name_code]
+    return device_sets(kernels, ~comm, c), device_sets(kernels, comm, c)

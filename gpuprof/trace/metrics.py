@@ -37,10 +37,11 @@ from gpuprof.trace.breakdown import (
     idle_breakdown,
     step_breakdown,
 )
+from gpuprof.trace.columns import columns
 from gpuprof.trace.dataloading import data_loading_share, loader_ranges
 from gpuprof.trace.gpuwork import communication_names, device_sets, is_communication_kernel, kernel_sets, union_of
 from gpuprof.trace.intervals import Interval, Intervals
-from gpuprof.trace.model import Event, Trace, device_of, ts_of
+from gpuprof.trace.model import Event, Trace
 from gpuprof.trace.stacks import StackIndex
 from gpuprof.trace.stats import KernelStat, OpStat, kernel_stats, op_stats
 from gpuprof.trace.steps import Step, find_steps, main_thread, step_markers
@@ -169,16 +170,16 @@ class TraceMetrics:
         kernels = self.trace.kernels
         if dev is None or not self.steps or not kernels:
             return []
-        n = len(kernels)
-        ts = np.fromiter(map(ts_of, kernels), np.float64, n)
-        keep = np.fromiter(map(device_of, kernels), np.int64, n) == dev
+        kc = columns(self.trace, kernels)
+        ts = kc.ts
+        keep = kc.device == dev
         lo = np.array([s.start for s in self.steps])
         hi = np.array([s.end for s in self.steps])
         w = np.searchsorted(lo, ts, side="right") - 1  # the step each kernel starts in, if any
         keep &= (w >= 0) & (ts <= hi[np.maximum(w, 0)])
-        comm = communication_names(kernels)
-        if comm:
-            keep &= np.fromiter((k.name not in comm for k in kernels), bool, n)
+        is_comm = np.fromiter(map(is_communication_kernel, kc.names), bool, len(kc.names))  # per distinct name
+        if is_comm.any():
+            keep &= ~is_comm[kc.name_code]
         return list(compress(kernels, keep.tolist()))
 
 
@@ -210,9 +211,9 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     windows = [(s.start, s.end) for s in steps]
 
     # GPU side: per device, the union of each kind of GPU work
-    kern_by_dev, comm_by_dev = kernel_sets(trace.kernels)
-    memcpy_by_dev = device_sets(trace.memcpys)
-    memset_by_dev = device_sets(trace.memsets)
+    kern_by_dev, comm_by_dev = kernel_sets(trace.kernels, columns(trace, trace.kernels))
+    memcpy_by_dev = device_sets(trace.memcpys, None, columns(trace, trace.memcpys))
+    memset_by_dev = device_sets(trace.memsets, None, columns(trace, trace.memsets))
     devices = sorted(set(kern_by_dev) | set(comm_by_dev) | set(memcpy_by_dev) | set(memset_by_dev))
     none = Intervals.empty()
     gpu_by_dev: dict[int, Intervals] = {}

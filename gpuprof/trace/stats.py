@@ -38,10 +38,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from gpuprof.trace.attribution import OpAttribution, attribute
-from gpuprof.trace.model import Trace, name_of
+from gpuprof.trace.columns import columns
+from gpuprof.trace.model import Trace
 from gpuprof.trace.syncs import CopyEvent, SyncPoint
-from gpuprof.trace.threads import ThreadIndex
+from gpuprof.trace.threads import ThreadIndex, stack_parents
 
 __all__ = ["KernelStat", "OpStat", "CopyStat", "SyncStat", "kernel_stats", "op_stats", "copy_stats", "sync_stats"]
 
@@ -94,19 +97,17 @@ class SyncStat:
 
 def kernel_stats(trace: Trace) -> list[KernelStat]:
     """The kernel table, longest total first."""
-    agg: dict[str, list[float]] = {}
-    total = 0.0
-    for k in trace.kernels:
-        a = agg.get(k.name)
-        if a is None:
-            agg[k.name] = [1, k.dur]
-        else:
-            a[0] += 1
-            a[1] += k.dur
-        total += k.dur
+    kc = columns(trace, trace.kernels)
+    if not kc.n:
+        return []
+    code, names = kc.name_code, kc.names
+    # bincount adds in the kernels' order, as a running sum would: the same floats to the last bit
+    counts = np.bincount(code, minlength=len(names)).tolist()
+    totals = np.bincount(code, weights=kc.dur, minlength=len(names)).tolist()
+    total = float(np.cumsum(kc.dur)[-1])  # a running sum (np.sum adds pairwise: other last digits)
     stats = [
-        KernelStat(name=n, count=int(c), total_us=t, mean_us=t / c, share_of_gpu=(t / total if total else 0.0))
-        for n, (c, t) in agg.items()
+        KernelStat(name=n, count=c, total_us=t, mean_us=t / c, share_of_gpu=(t / total if total else 0.0))
+        for n, c, t in zip(names, counts, totals)
     ]
     stats.sort(key=lambda s: -s.total_us)
     return stats
@@ -114,48 +115,71 @@ def kernel_stats(trace: Trace) -> list[KernelStat]:
 
 def op_stats(trace: Trace, threads: ThreadIndex, attribution: OpAttribution | None = None) -> list[OpStat]:
     """Per operator name: count, total and self host time, and GPU time of the work it launched
-    (see the module docstring); most GPU self time first, then most host self time."""
-    # name -> [count, total, self]; step markers map to None
-    agg: dict[str, list[float] | None] = {n: None for n in set(map(name_of, trace.ops)) if n.startswith("ProfilerStep#")}
-    for ops in threads.ops.values():
-        stack: list[tuple[float, list[float] | None]] = []  # (end, stats) of the ops open at this point
-        pop, push = stack.pop, stack.append
-        for o in ops:
-            ts = o.ts
-            dur = o.dur
-            while stack and stack[-1][0] <= ts:
-                pop()
-            name = o.name
-            a = agg.get(name, _NEW)
-            if a is None:  # a step marker: open, so that its children do not count as nested in anything
-                push((ts + dur, None))
-                continue
-            if a is _NEW:
-                a = agg[name] = [0, 0.0, dur]
-            else:
-                a[2] += dur
-            a[0] += 1
-            a[1] += dur
-            end = ts + dur
-            if stack:
-                top_end, top = stack[-1]
-                if end <= top_end and top is not None:
-                    top[2] -= dur  # the parent's self time excludes this child
-            push((end, a))
+    (see the module docstring); most GPU self time first, then most host self time.
+
+    Threads are taken in ``threads.ops`` order (first appearance), each in time order; the sums are
+    ``np.bincount`` over the operators in that order, which adds in sequence as a running sum
+    does, so each figure is the same float as a loop over the operators gives. A child's duration
+    is taken off its parent's self time right after the child's own duration is added to its name.
+    """
+    name_ids: dict[str, int] = {}  # one code per distinct name, across threads
+    code_parts: list[np.ndarray] = []
+    dur_parts: list[np.ndarray] = []
+    end_parts: list[np.ndarray] = []
+    parent_parts: list[np.ndarray] = []
+    base = 0
+    for key, group in threads.ops.items():
+        gc = columns(trace, group)
+        par = threads.op_parent.get(key)
+        if par is None:
+            par = threads.op_parent[key] = stack_parents(gc.ts.tolist(), gc.end.tolist())
+        p = np.asarray(par, np.int64) if len(par) else np.zeros(0, np.int64)
+        to_id = np.fromiter(map(name_ids.setdefault, gc.names, iter(name_ids.__len__, -1)), np.int64, len(gc.names))
+        code_parts.append(to_id[gc.name_code])
+        dur_parts.append(gc.dur)
+        end_parts.append(gc.end)
+        parent_parts.append(np.where(p >= 0, p + base, -1))
+        base += gc.n
+    names = list(name_ids)
+    nn = len(names)
+    is_step = np.fromiter((n.startswith("ProfilerStep#") for n in names), bool, nn)
+    if code_parts:
+        code = np.concatenate(code_parts)
+        dur = np.concatenate(dur_parts)
+        end = np.concatenate(end_parts)
+        parent = np.concatenate(parent_parts)  # positions in the concatenation
+    else:
+        code = parent = np.zeros(0, np.int64)
+        dur = end = np.zeros(0)
+    own = ~is_step[code]  # step markers are not operators (but they do hide their children from any parent)
+    par_ok = np.maximum(parent, 0)
+    par_code = code[par_ok]
+    child = own & (parent >= 0) & (end <= end[par_ok]) & ~is_step[par_code]
+    # interleaved: +dur to the op's name, then -dur to its parent's (bin nn: nothing), in op order
+    m = len(code)
+    bins = np.empty(2 * m, np.int64)
+    weights = np.empty(2 * m, np.float64)
+    bins[0::2] = np.where(own, code, nn)
+    weights[0::2] = dur
+    bins[1::2] = np.where(child, par_code, nn)
+    weights[1::2] = -dur
+    self_t = np.bincount(bins, weights=weights, minlength=nn + 1).tolist()
+    count = np.bincount(code[own], minlength=nn).tolist()
+    total = np.bincount(code[own], weights=dur[own], minlength=nn).tolist()
+    # names in order of first appearance in ``order`` (the order a dict filled by a loop would have)
+    seen_codes, first_at = np.unique(code[own], return_index=True)
+    in_order = seen_codes[np.argsort(first_at, kind="stable")].tolist()
     if attribution is None:
         attribution = attribute(trace, threads.ops, threads.runtime)
     per_name = attribution.per_name()
     stats = [
-        OpStat(name=n, count=int(v[0]), total_us=v[1], self_us=max(v[2], 0.0), gpu_us=g[0], gpu_total_us=g[1])
-        for n, v in agg.items()
+        OpStat(name=n, count=count[c], total_us=total[c], self_us=max(self_t[c], 0.0), gpu_us=g[0], gpu_total_us=g[1])
+        for c in in_order
+        for n in (names[c],)
         for g in (per_name.get(n, (0.0, 0.0)),)
-        if v is not None
     ]
     stats.sort(key=lambda s: (-s.gpu_us, -s.self_us))
     return stats
-
-
-_NEW: list[float] = []  # sentinel: a name not seen yet
 
 
 def copy_stats(copies: list[CopyEvent]) -> list[CopyStat]:

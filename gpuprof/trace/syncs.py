@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from gpuprof.findings import SourceLocation
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.model import Event, Trace, copy_kind
+from gpuprof.trace.model import Event, Trace, copy_kind, name_of
 from gpuprof.trace.stacks import StackIndex
 from gpuprof.trace.threads import ThreadIndex
 from gpuprof.trace.vocab import (
@@ -156,13 +156,16 @@ def sync_points(
     dtoh_starts: list[float] | None = None  # launches of device-to-host copies, sorted (built on first use)
     launches: dict[tuple[Any, Any], tuple[list[float], list[str]]] | None = None  # per thread (first use)
     out = []
+    # classified once per distinct name; most calls are neither syncs nor blocking copies
+    sync_names = {n for n in set(map(name_of, main_runtime)) if classify_runtime(n) is RuntimeClass.SYNC}
     for r in main_runtime:
-        rc = classify_runtime(r.name)
-        if rc is RuntimeClass.SYNC:
+        if r.name in sync_names:
             pass
-        elif id(r) in blocking_copy_calls and copy_by_launch[id(r)].kind.direction == "DtoH":
+        elif id(r) not in blocking_copy_calls:
+            continue
+        elif copy_by_launch[id(r)].kind.direction == "DtoH":
             pass
-        elif id(r) in blocking_copy_calls and is_synchronous_copy(r.name):
+        elif is_synchronous_copy(r.name):
             # hipMemcpyWithStream / cudaMemcpy host→device: the host waits behind the queued kernels too
             ops = _enclosing_ops(threads, r, op_by_ext.get(r.ext))
             loc = stacks.location(r.pid, r.tid, r.ts, op=ops[0] if ops else None)

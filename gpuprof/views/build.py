@@ -28,7 +28,8 @@ from typing import NamedTuple, Sequence, TypedDict
 
 import numpy as np
 
-from gpuprof.trace.attribution import _inclusive, _Nesting
+from gpuprof.trace.attribution import OpAttribution, _inclusive, _Nesting
+from gpuprof.trace.columns import Columns, columns
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import (
     DTYPE_BF16,
@@ -59,7 +60,6 @@ __all__ = ["trace_views"]
 
 MODULE_PREFIX = "nn.Module: "
 _STACK_SAMPLES = 5  # calls per operator row whose source line is looked up
-_corr_of = attrgetter("corr")
 _thread_of = attrgetter("pid", "tid")
 
 
@@ -69,14 +69,14 @@ def trace_views(m: TraceMetrics) -> TraceViews:
     att = m.attribution
     kernels = trace.kernels
     nk = len(kernels)
-    k_dur = np.fromiter(map(dur_of, kernels), np.float64, nk)
+    k_dur = columns(trace, kernels).dur
     views = TraceViews(kernel_total_us=float(k_dur.sum()))
     if att is None:
         return views
     k_op = att.gpu_op[:nk]  # gpu_events() yields the kernels first
     views.unattributed_gpu_us = float(k_dur[k_op < 0].sum())
     views.peak_device = _peak_device(m)
-    group, keys, fl = _group_ops(att.ops)
+    group, keys, fl = _group_ops(att.ops, _op_fields(att)[1])
     views.operators = _operators(m, k_op, k_dur, views, group, keys, fl)
     views.kernels = _kernels(m, k_op, k_dur, views, fl)
     launch_ts, launch_thread = _launches(m, kernels)
@@ -105,7 +105,7 @@ def _operators(
     parent = att.parent
     depth = _depth(parent)
     k_total = _inclusive(k_self, parent, depth)
-    dur = np.fromiter(map(dur_of, ops), np.float64, n)
+    dur = _op_fields(att)[0]
     child = parent >= 0
     cpu_self = dur - np.bincount(parent[child], weights=dur[child], minlength=n)
     g = len(keys)
@@ -162,7 +162,15 @@ class _OpFlops(NamedTuple):
     recorded: np.ndarray
 
 
-def _group_ops(ops: list[Event]) -> tuple[np.ndarray, list[tuple[str, str | None]], _OpFlops]:
+def _op_fields(att: OpAttribution) -> tuple[np.ndarray, np.ndarray]:
+    """``dur`` and a name code of the ops of ``att``, in ``att.ops`` order (kept by :func:`attribute`)."""
+    if len(att.op_dur) == len(att.ops) and len(att.op_name_code) == len(att.ops):
+        return att.op_dur, att.op_name_code
+    c = Columns(att.ops)  # an attribution not built by attribute()
+    return c.dur, c.name_code
+
+
+def _group_ops(ops: list[Event], name_code: np.ndarray) -> tuple[np.ndarray, list[tuple[str, str | None]], _OpFlops]:
     """Each op's group index, the (name, input shapes) of each group, and each op's FLOPs.
 
     The loader shares one string per distinct name and one payload object per
@@ -175,7 +183,7 @@ def _group_ops(ops: list[Event]) -> tuple[np.ndarray, list[tuple[str, str | None
     n = len(ops)
     if n == 0:
         return np.zeros(0, np.int64), [], _OpFlops(np.zeros(0), np.zeros(0, bool))
-    _, by_name = np.unique(np.fromiter(map(id, map(name_of, ops)), np.int64, n), return_inverse=True)
+    _, by_name = np.unique(name_code, return_inverse=True)  # names by value (codes of the shared columns)
     extras, by_extra = np.unique(np.fromiter(map(id, map(_extra_of, ops)), np.int64, n), return_inverse=True)
     # one exact int64 key per (name, payload) pair: name index * payloads + payload index
     uniq, first, inv = np.unique(by_name.reshape(-1) * len(extras) + by_extra.reshape(-1), return_index=True, return_inverse=True)
@@ -445,14 +453,16 @@ def _launches(m: TraceMetrics, kernels: Sequence[Event]) -> tuple[np.ndarray, np
     rt = m.trace.runtime
     if not rt or nk == 0:
         return ts, thread
-    r_corr = np.fromiter(map(_corr_of, rt), np.int64, len(rt))
+    rc = columns(m.trace, rt)
+    r_corr = rc.corr
     order = np.argsort(r_corr, kind="stable")
     sorted_corr = r_corr[order]
-    k_corr = np.fromiter(map(_corr_of, kernels), np.int64, nk)
+    k_corr = columns(m.trace, m.trace.kernels).corr if kernels is m.trace.kernels else Columns(kernels).corr
     pos = np.minimum(np.searchsorted(sorted_corr, k_corr), len(rt) - 1)
     found = (sorted_corr[pos] == k_corr) & (k_corr >= 0)
-    r_ts = np.fromiter(map(ts_of, rt), np.float64, len(rt))
-    r_thread = np.fromiter(map(hash, map(_thread_of, rt)), np.int64, len(rt))  # attrgetter: tuples made in C
+    r_ts = rc.ts
+    # hash of each call's (pid, tid), as _thread_of gives it: one hash per distinct thread
+    r_thread = np.fromiter(map(hash, rc.threads), np.int64, len(rc.threads))[rc.thread_code]
     ts[found] = r_ts[order[pos[found]]]
     thread[found] = r_thread[order[pos[found]]]
     return ts, thread

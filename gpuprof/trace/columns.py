@@ -1,0 +1,176 @@
+"""Event fields as numpy columns, read once per event list of a loaded trace.
+
+Metrics, rules and views work on arrays (sorts, binary searches, group-bys);
+reading a field of every event into an array (``np.fromiter`` over an
+``attrgetter``) is a Python-level pass over the list, and most of the cost
+of the array code. :func:`columns` reads each field of a trace's event list
+at most once, on first use, and hands every later caller the same arrays.
+
+A :class:`Columns` holds one event list and builds each column lazily:
+``ts``, ``dur``, ``end``, ``ext``, ``corr``, ``device``, ``stream`` (float64
+or int64 arrays, one entry per event, in the list's order), ``name_code``
+with ``names`` (the distinct names in order of first appearance; ``names[
+name_code[i]]`` is the name of event ``i``) and ``thread_code`` with
+``threads`` (the distinct ``(pid, tid)`` pairs, same scheme). The arrays are
+shared, so they are read-only (a write raises).
+
+The cache lives beside the trace (keyed by the trace object, dropped when
+the trace is freed) and by the identity of the list, so ``columns(trace,
+trace.ops)`` is built once however many modules ask. It assumes what
+``analyze`` guarantees: a trace's lists are not changed once loading (and
+:meth:`Trace.sort`) is done. A list whose length changed since its columns
+were built is read again.
+
+Cost, measured (bench/README.md, "shared event columns"): a field costs about 2 ms per 50k events;
+the thread codes (a tuple and a dict look-up per event, then a sort) cost twice
+:func:`~gpuprof.trace.threads.group_by_thread`, so the hot paths group events with the
+``ThreadIndex`` lists and ask for the columns of each group (``columns(trace, group)``: any list
+the caller keeps alive is cached the same way).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Union
+
+import numpy as np
+
+from gpuprof.trace.model import Event, Trace
+
+__all__ = ["Columns", "columns", "gpu_columns", "group_indices"]
+
+HostThread = tuple[Union[int, str], Union[int, str]]
+
+_ts = attrgetter("ts")
+_dur = attrgetter("dur")
+_ext = attrgetter("ext")
+_corr = attrgetter("corr")
+_device = attrgetter("device")
+_stream = attrgetter("stream")
+_name = attrgetter("name")
+_thread = attrgetter("pid", "tid")  # the tuple is made in C
+
+
+class Columns:
+    """Numpy columns of one event list, each built on first use (see the module docstring)."""
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self.events = events
+        self.n = len(events)
+
+    def _f8(self, get: attrgetter[float]) -> np.ndarray:
+        return _frozen(np.fromiter(map(get, self.events), np.float64, self.n))
+
+    def _i8(self, get: attrgetter[int]) -> np.ndarray:
+        return _frozen(np.fromiter(map(get, self.events), np.int64, self.n))
+
+    @functools.cached_property
+    def ts(self) -> np.ndarray:
+        return self._f8(_ts)
+
+    @functools.cached_property
+    def dur(self) -> np.ndarray:
+        return self._f8(_dur)
+
+    @functools.cached_property
+    def end(self) -> np.ndarray:
+        return _frozen(self.ts + self.dur)  # as Event.end computes it: bit-identical
+
+    @functools.cached_property
+    def ext(self) -> np.ndarray:
+        return self._i8(_ext)
+
+    @functools.cached_property
+    def corr(self) -> np.ndarray:
+        return self._i8(_corr)
+
+    @functools.cached_property
+    def device(self) -> np.ndarray:
+        return self._i8(_device)
+
+    @functools.cached_property
+    def stream(self) -> np.ndarray:
+        return self._i8(_stream)
+
+    @functools.cached_property
+    def _name_table(self) -> tuple[np.ndarray, list[str]]:
+        codes: dict[str, int] = {}
+        code = np.fromiter(map(codes.setdefault, map(_name, self.events), iter(codes.__len__, -1)), np.int64, self.n)
+        return _frozen(code), list(codes)
+
+    @property
+    def name_code(self) -> np.ndarray:
+        return self._name_table[0]
+
+    @property
+    def names(self) -> list[str]:
+        return self._name_table[1]
+
+    @functools.cached_property
+    def _thread_table(self) -> tuple[np.ndarray, list[HostThread]]:
+        codes: dict[HostThread, int] = {}
+        code = np.fromiter(map(codes.setdefault, map(_thread, self.events), iter(codes.__len__, -1)), np.int64, self.n)
+        return _frozen(code), list(codes)
+
+    @property
+    def thread_code(self) -> np.ndarray:
+        return self._thread_table[0]
+
+    @property
+    def threads(self) -> list[HostThread]:
+        return self._thread_table[1]
+
+    @functools.cached_property
+    def by_thread(self) -> list[np.ndarray]:
+        """Per entry of ``threads``, the indices of its events, in the list's order."""
+        return group_indices(self.thread_code, len(self.threads))
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a``, read-only: the arrays are shared by every caller, so a write would be a bug."""
+    a.flags.writeable = False
+    return a
+
+
+def group_indices(code: np.ndarray, n_groups: int) -> list[np.ndarray]:
+    """Per code ``0..n_groups-1``, the positions holding it, in order (one stable sort)."""
+    order = np.argsort(code, kind="stable")
+    bounds = np.searchsorted(code[order], np.arange(n_groups + 1))
+    return [order[bounds[g] : bounds[g + 1]] for g in range(n_groups)]
+
+
+# id(trace) -> {id(list): Columns}; an entry goes when its trace is freed
+_CACHE: dict[int, dict[int, Columns]] = {}
+
+
+def _trace_cache(trace: Trace) -> dict[int, Columns]:
+    got = _CACHE.get(id(trace))
+    if got is None:
+        got = _CACHE[id(trace)] = {}
+        weakref.finalize(trace, _CACHE.pop, id(trace), None)
+    return got
+
+
+def columns(trace: Trace, events: Sequence[Event]) -> Columns:
+    """The columns of ``events``, one of ``trace``'s lists, built once per trace and list."""
+    cache = _trace_cache(trace)
+    got = cache.get(id(events))
+    if got is None or got.events is not events or got.n != len(events):
+        got = cache[id(events)] = Columns(events)
+    return got
+
+
+_GPU_KEY = -1  # no list has this id
+
+
+def gpu_columns(trace: Trace) -> Columns:
+    """Columns of ``list(trace.gpu_events())`` (kernels, then copies, then memsets)."""
+    cache = _trace_cache(trace)
+    n = len(trace.kernels) + len(trace.memcpys) + len(trace.memsets)
+    got = cache.get(_GPU_KEY)
+    if got is None or got.n != n:
+        got = cache[_GPU_KEY] = Columns(list(trace.gpu_events()))
+    return got

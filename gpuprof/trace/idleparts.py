@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from itertools import compress
 from operator import not_
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -79,17 +79,38 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
         kind, prefer = "operator", None
         nested = list(compress(ops, map(not_, map(markers.__contains__, map(name_of, ops))))) if markers else ops
     if nested and rest:
-        n = len(nested)
-        ts = np.fromiter(map(ts_of, nested), np.float64, n)
-        dur = np.fromiter(map(dur_of, nested), np.float64, n)
-        under = Intervals.from_spans(ts, dur)
-        _add_innermost(out, kind, nested, ts, dur, rest.intersect(under), prefer=prefer)
-        rest = rest.subtract(under)
+        rest = _add_nested(out, kind, nested, rest, prefer)
     if rest:
         out[("none", NOTHING_RECORDED)] += rest.total()
     parts = [IdlePart(kind, name, us) for (kind, name), us in out.items() if us > 0]
     parts.sort(key=lambda p: -p.us)
     return parts
+
+
+def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[Event], rest: Intervals,
+                prefer: Callable[[str], bool] | None) -> Intervals:
+    """Charge the idle time ``rest`` under one thread's ``nested`` events to them (:func:`_add_innermost`);
+    return ``rest`` less the time under any of them.
+
+    Each whole-thread array is dropped before the next one is made: this runs after loading and the
+    metrics, so what it holds at once adds to the process's peak (issue 24: under the file's size).
+    """
+    n = len(nested)
+    ts = np.fromiter(map(ts_of, nested), np.float64, n)
+    dur = np.fromiter(map(dur_of, nested), np.float64, n)
+    under = Intervals.from_spans(ts, dur)
+    idle = rest.intersect(under)
+    rest = rest.subtract(under)
+    del under
+    if not idle:
+        return rest
+    hit = _overlapping(ts, dur, idle)
+    if hit is None:
+        return rest
+    if hit is not _ALL:
+        ts, dur = ts[hit], dur[hit]  # the whole-thread arrays go
+    _add_overlapping(out, kind, nested, hit, ts, dur, idle, prefer)
+    return rest
 
 
 def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], ts: np.ndarray,
@@ -100,35 +121,62 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
 
     The time line is cut at every start and end; each piece goes to the event on top of the stack of
     open events there (events in start order, longest first on ties; a child never outlives its
-    parent). That is done in numpy (:func:`_innermost_pieces`); events it cannot settle take the
+    parent). That is done in numpy (:func:`_innermost_stack`); events it cannot settle take the
     stack walk (:func:`_stack_pieces`). ``prefer`` is asked once per distinct name.
     """
     if not idle or not len(ts):
         return
-    # Only the events that overlap idle time matter: an event open at an idle instant overlaps idle,
-    # and so does every event enclosing it (the stack there is intact).
+    hit = _overlapping(ts, dur, idle)
+    if hit is None:
+        return
+    ts, dur = (ts.copy(), dur.copy()) if hit is _ALL else (ts[hit], dur[hit])  # sorted in place below
+    _add_overlapping(out, kind, events, hit, ts, dur, idle, prefer)
+
+
+_ALL = np.ones(0, bool)
+"""What :func:`_overlapping` returns when every event overlaps idle time (no mask to hold)."""
+
+
+def _overlapping(ts: np.ndarray, dur: np.ndarray, idle: Intervals) -> np.ndarray | None:
+    """Which events overlap ``idle``: a mask, :data:`_ALL`, or None for none.
+
+    Only those matter: an event open at an idle instant overlaps idle, and so does every event
+    enclosing it (the stack there is intact).
+    """
     i = np.searchsorted(idle.ends, ts, side="right")  # the first idle interval ending after the start
     hit = i < len(idle.starts)
-    hit[hit] = idle.starts[i[hit]] < ts[hit] + dur[hit]
-    sel = np.flatnonzero(hit)
-    if not len(sel):
-        return
-    ts, dur = ts[sel], dur[sel]
+    i = i[hit]
+    hit[hit] = idle.starts[i] < ts[hit] + dur[hit]
+    del i
+    if hit.all():
+        return _ALL
+    return hit if hit.any() else None
+
+
+def _add_overlapping(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], hit: np.ndarray,
+                     ts: np.ndarray, dur: np.ndarray, idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
+    """:func:`_add_innermost` for the events ``hit`` selects (``ts``/``dur``: theirs, in the thread's
+    order, sorted here in place)."""
+    picked = iter(events) if hit is _ALL else compress(events, hit.tolist())
+    name_ids, names = _name_codes(picked, len(ts))
+    del picked
     order = np.lexsort((-dur, ts))  # stable: ties keep the thread's order, as sorted() did
-    ts, dur = ts[order], dur[order]
-    ordered = list(map(events.__getitem__, sel[order].tolist()))
-    name_ids, names = _name_codes(ordered)
+    ts[:] = ts[order]
+    dur[:] = dur[order]
+    name_ids = name_ids[order]
+    del order
     pref = np.ones(len(names), bool) if prefer is None else np.fromiter(map(prefer, names), bool, len(names))
-    got = _innermost_pieces(ts, dur, name_ids, pref[name_ids])
-    if got is None:
-        seg_lo, seg_hi, seg_name = _stack_pieces(ts, dur, name_ids, pref[name_ids])
+    stack = _innermost_stack(ts, dur, name_ids, pref[name_ids])
+    if stack is None:
+        lo, hi, seg = _stack_pieces(ts, dur, name_ids, pref[name_ids])
+        per = idle.per_segment(lo, hi)
+        pos = per > 0
+        seg_name, per = seg[pos], per[pos]
+        del lo, hi, seg, pos
     else:
-        seg_lo, seg_hi, seg_name = got
-    if not len(seg_lo):
-        return
-    per = idle.per_segment(seg_lo, seg_hi)
-    pos = per > 0
-    seg_name, per = seg_name[pos], per[pos]
+        del name_ids
+        seg_name, per = _idle_per_piece(stack, idle)
+    del stack
     if not len(per):
         return
     # summed per name in time order (the float sums a loop over the pieces gives), names in order of first piece
@@ -139,10 +187,46 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
         out[(kind, names[code])] += float(sums[code])
 
 
-def _name_codes(events: list[Event]) -> tuple[np.ndarray, list[str]]:
-    """A code per event for its name (codes index the returned distinct names), one dict look-up per event."""
+_Stack = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""What :func:`_innermost_stack` finds: the cuts of the time line (sorted, distinct), the time of
+each open and close in order, the event on top of the stack after it (-1: none), and the name each
+event's time is charged to."""
+
+_PIECES_AT_ONCE = 1 << 16  # pieces looked up per block: bounds the temporaries of the last step
+
+
+def _idle_per_piece(stack: _Stack, idle: Intervals) -> tuple[np.ndarray, np.ndarray]:
+    """The charged name and idle time of each piece under an event with idle time in it, in time order.
+
+    In blocks of pieces: every piece is looked up on its own (the same arrays as all at once), so
+    only the pieces with idle time are kept whole.
+    """
+    cuts, when, top_after, charged = stack
+    names: list[np.ndarray] = []
+    pers: list[np.ndarray] = []
+    for a in range(0, len(cuts) - 1, _PIECES_AT_ONCE):
+        lo = cuts[a:a + _PIECES_AT_ONCE]
+        hi = cuts[a + 1:a + 1 + _PIECES_AT_ONCE]
+        lo = lo[:len(hi)]
+        k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
+        top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
+        del k
+        has = top >= 0
+        seg = charged[top[has]]
+        per = idle.per_segment(lo[has], hi[has])
+        pos = per > 0
+        names.append(seg[pos])
+        pers.append(per[pos])
+    if not names:
+        return _EMPTY_PIECES[2], _EMPTY_PIECES[0]
+    return np.concatenate(names), np.concatenate(pers)
+
+
+def _name_codes(events: Iterable[Event], n: int) -> tuple[np.ndarray, list[str]]:
+    """A code per event (``n`` of them) for its name (codes index the returned distinct names), one
+    dict look-up per event."""
     codes: dict[str, int] = {}
-    ids = np.fromiter(map(codes.setdefault, map(name_of, events), iter(codes.__len__, -1)), np.int64, len(events))
+    ids = np.fromiter(map(codes.setdefault, map(name_of, events), iter(codes.__len__, -1)), np.int32, n)
     return ids, list(codes)
 
 
@@ -175,26 +259,46 @@ def _charged(parent: np.ndarray, levels: list[np.ndarray], name_ids: np.ndarray,
 
 def _innermost_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
                       pref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The pieces of the time line and the name each is charged to, in numpy (None: not settled).
+    """The pieces of the time line under an event and the name each is charged to, in numpy (None: not
+    settled): :func:`_innermost_stack`, all pieces at once."""
+    stack = _innermost_stack(ts, dur, name_ids, pref)
+    if stack is None:
+        return None
+    cuts, when, top_after, charged = stack
+    lo, hi = cuts[:-1], cuts[1:]
+    k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
+    top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
+    has = top >= 0
+    return lo[has], hi[has], charged[top[has]]
+
+
+def _innermost_stack(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray, pref: np.ndarray) -> _Stack | None:
+    """The stack of open events along the time line, in numpy (None: not settled).
 
     Events sorted by start, longest first on ties. A zero-length event only cuts the time line: it is
     closed by the next event before any time passes under it. The ends, each clipped to its parent's
     (clipped) end as the stack walk does, are found by rounds of "find the parents, clip to them",
-    and accepted only once they are a fixed point: ends that nest (:func:`_nests`), each equal to
+    and accepted only once they are a fixed point: ends that nest (:func:`_stack_tops`), each equal to
     ``min(own end, parent's end)``. Such ends are the stack walk's (by induction over the events in
     order: the same open events at each start, so the same parent and the same clip).
     """
     live = np.flatnonzero(dur > 0)
-    s = ts[live]
-    raw = s + dur[live]
     if not len(live):
-        return _EMPTY_PIECES
+        return _EMPTY_STACK
+    if len(live) == len(ts):  # no zero-length event: no copies
+        s, raw, ids, prefs = ts, ts + dur, name_ids, pref
+    else:
+        s = ts[live]
+        raw = s + dur[live]
+        ids, prefs = name_ids[live], pref[live]
+    del live
     ends = raw
     for _ in range(_CLIP_ROUNDS):
         nest = Nesting(s, ends)
         parent = nest.candidate_parents()
-        clipped = ends.copy()
         levels = _levels(nest.depth)
+        del nest
+        clipped = ends.copy()
         for at in levels[1:]:  # parents first: a clip reaches the children
             at = at[parent[at] >= 0]
             if len(at):
@@ -202,20 +306,20 @@ def _innermost_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
                 # a candidate already closed when the event starts is no parent (yet): no clip this round
                 clipped[at] = np.where(up > s[at], np.minimum(raw[at], up), raw[at])
         if np.array_equal(clipped, ends) and bool((ends > s).all()):
-            stack = _stack_tops(s, ends, parent)
-            if stack is not None:
+            del clipped
+            tops = _stack_tops(s, ends, parent)
+            if tops is not None:
                 break
+            clipped = ends
         ends = clipped
+        del clipped  # parent and levels: replaced next round
     else:
         return None
-    charged = _charged(parent, levels, name_ids[live], pref[live])
+    del raw
+    charged = _charged(parent, levels, ids, prefs)
+    del parent, levels, ids, prefs
     cuts = np.unique(np.concatenate((ts, ends)))  # every start, and every (clipped) end; zero-length ends are starts
-    lo, hi = cuts[:-1], cuts[1:]
-    when, top_after = stack
-    k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
-    top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
-    has = top >= 0
-    return lo[has], hi[has], charged[top[has]]
+    return cuts, tops[0], tops[1], charged
 
 
 _CLIP_ROUNDS = 8  # overlaps from clock rounding settle in one or two; the stack walk takes the rest
@@ -228,22 +332,36 @@ def _stack_tops(s: np.ndarray, e: np.ndarray, parent: np.ndarray) -> tuple[np.nd
 
     As a bracket sequence (at one time, closes before opens, the later-opened closing first), they
     nest iff each interval closes at the depth it opened at; then an open puts its event on top and
-    a close its parent.
+    a close its parent. (Indices and depths in int32: a thread has far fewer than 2**31 events.)
     """
     m = len(s)
-    idx = np.arange(m, dtype=np.int64)
+    i4 = np.int32 if 2 * m < 2**31 else np.int64
     when = np.concatenate((s, e))
-    is_open = np.concatenate((np.ones(m, bool), np.zeros(m, bool)))
-    tok = np.lexsort((np.concatenate((idx, -idx)), is_open, when))
-    depth_after = np.cumsum(np.where(is_open[tok], 1, -1))
-    at = np.empty(2 * m, np.int64)
-    at[tok] = np.arange(2 * m)
-    if not np.array_equal(depth_after[at[:m]], depth_after[at[m:]] + 1):
+    is_open = np.zeros(2 * m, bool)
+    is_open[:m] = True
+    tie = np.arange(m, dtype=i4)
+    tie = np.concatenate((tie, -tie))
+    tok = np.lexsort((tie, is_open, when))
+    del tie
+    opened = is_open[tok]
+    del is_open
+    depth_after = np.cumsum(np.where(opened, i4(1), i4(-1)), dtype=i4)
+    at = np.empty(2 * m, i4)
+    at[tok] = np.arange(2 * m, dtype=i4)
+    nests = np.array_equal(depth_after[at[:m]], depth_after[at[m:]] + 1)
+    del at
+    if not nests:
         return None
-    ev = np.where(tok < m, tok, tok - m)
-    if not np.array_equal(parent[ev[depth_after == 0]], np.full(int((depth_after == 0).sum()), -1)):
+    ev = tok.astype(i4)
+    ev[~opened] -= m
+    if not bool((parent[ev[depth_after == 0]] == -1).all()):
         return None  # a close back to the top level must be of a top-level event
-    return when[tok], np.where(is_open[tok], ev, parent[ev])
+    del depth_after
+    when = when[tok]
+    del tok
+    top = parent[ev]
+    top[opened] = ev[opened]
+    return when, top
 
 
 def _stack_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
@@ -289,3 +407,4 @@ def _stack_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
 
 
 _EMPTY_PIECES = (np.zeros(0, np.float64), np.zeros(0, np.float64), np.zeros(0, np.int64))
+_EMPTY_STACK: _Stack = (np.zeros(0, np.float64), np.zeros(0, np.float64), np.zeros(0, np.int64), np.zeros(0, np.int64))

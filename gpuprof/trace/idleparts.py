@@ -16,7 +16,6 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from gpuprof.trace.attribution import Nesting
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -107,9 +106,9 @@ def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[E
     hit = _overlapping(ts, dur, idle)
     if hit is None:
         return rest
-    if hit is not _ALL:
-        ts, dur = ts[hit], dur[hit]  # the whole-thread arrays go
-    _add_overlapping(out, kind, nested, hit, ts, dur, idle, prefer)
+    spans = [ts, dur] if hit is _ALL else [ts[hit], dur[hit]]
+    del ts, dur  # handed over in spans: dropped there once used
+    _add_overlapping(out, kind, nested, hit, spans, idle, prefer)
     return rest
 
 
@@ -129,8 +128,8 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
     hit = _overlapping(ts, dur, idle)
     if hit is None:
         return
-    ts, dur = (ts.copy(), dur.copy()) if hit is _ALL else (ts[hit], dur[hit])  # sorted in place below
-    _add_overlapping(out, kind, events, hit, ts, dur, idle, prefer)
+    spans = [ts, dur] if hit is _ALL else [ts[hit], dur[hit]]
+    _add_overlapping(out, kind, events, hit, spans, idle, prefer)
 
 
 _ALL = np.ones(0, bool)
@@ -154,37 +153,57 @@ def _overlapping(ts: np.ndarray, dur: np.ndarray, idle: Intervals) -> np.ndarray
 
 
 def _add_overlapping(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], hit: np.ndarray,
-                     ts: np.ndarray, dur: np.ndarray, idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
-    """:func:`_add_innermost` for the events ``hit`` selects (``ts``/``dur``: theirs, in the thread's
-    order, sorted here in place)."""
+                     spans: list[np.ndarray], idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
+    """:func:`_add_innermost` for the events ``hit`` selects. ``spans``: their starts and durations in
+    the thread's order, handed over in a list that this empties, so that they go once they are used."""
+    ts, dur = spans
+    spans.clear()
     picked = iter(events) if hit is _ALL else compress(events, hit.tolist())
     name_ids, names = _name_codes(picked, len(ts))
     del picked
     order = np.lexsort((-dur, ts))  # stable: ties keep the thread's order, as sorted() did
-    ts[:] = ts[order]
-    dur[:] = dur[order]
-    name_ids = name_ids[order]
+    ts, dur, name_ids = ts[order], dur[order], name_ids[order]
     del order
     pref = np.ones(len(names), bool) if prefer is None else np.fromiter(map(prefer, names), bool, len(names))
+    sums = _Sums(len(names))
     stack = _innermost_stack(ts, dur, name_ids, pref[name_ids])
     if stack is None:
         lo, hi, seg = _stack_pieces(ts, dur, name_ids, pref[name_ids])
-        per = idle.per_segment(lo, hi)
-        pos = per > 0
-        seg_name, per = seg[pos], per[pos]
-        del lo, hi, seg, pos
+        del ts, dur, name_ids
+        sums.add(seg, idle.per_segment(lo, hi))
+        del lo, hi, seg
     else:
-        del name_ids
-        seg_name, per = _idle_per_piece(stack, idle)
+        del ts, dur, name_ids
+        _add_pieces(sums, stack, idle)
     del stack
-    if not len(per):
-        return
     # summed per name in time order (the float sums a loop over the pieces gives), names in order of first piece
-    sums = np.bincount(seg_name, weights=per, minlength=len(names))
-    _, first = np.unique(seg_name, return_index=True)
-    for j in np.sort(first).tolist():
-        code = int(seg_name[j])
-        out[(kind, names[code])] += float(sums[code])
+    for code in sums.first_seen:
+        out[(kind, names[code])] += float(sums.us[code])
+
+
+class _Sums:
+    """Idle time per name code, summed piece by piece in time order, and the codes in order of first piece.
+
+    ``np.add.at`` adds in the order given, one addition at a time, as ``np.bincount`` does: blocks of
+    pieces added in time order give the bincount of all pieces at once, to the last bit.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.us = np.zeros(n, np.float64)
+        self.first_seen: list[int] = []
+        self._seen = np.zeros(n, bool)
+
+    def add(self, seg: np.ndarray, per: np.ndarray) -> None:
+        """Add the pieces charged to ``seg`` with idle time ``per`` (those with none are left out)."""
+        pos = per > 0
+        seg, per = seg[pos], per[pos]
+        if not len(seg):
+            return
+        np.add.at(self.us, seg, per)
+        codes, first = np.unique(seg, return_index=True)
+        new = ~self._seen[codes]
+        self.first_seen += seg[np.sort(first[new])].tolist()
+        self._seen[codes] = True
 
 
 _Stack = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -195,31 +214,21 @@ event's time is charged to."""
 _PIECES_AT_ONCE = 1 << 16  # pieces looked up per block: bounds the temporaries of the last step
 
 
-def _idle_per_piece(stack: _Stack, idle: Intervals) -> tuple[np.ndarray, np.ndarray]:
-    """The charged name and idle time of each piece under an event with idle time in it, in time order.
+def _add_pieces(sums: _Sums, stack: _Stack, idle: Intervals) -> None:
+    """Add to ``sums`` the idle time of each piece of the time line under an event, in time order.
 
-    In blocks of pieces: every piece is looked up on its own (the same arrays as all at once), so
-    only the pieces with idle time are kept whole.
+    In blocks of pieces: every piece is looked up on its own (the same arithmetic as all at once), so
+    no array of all the pieces is made.
     """
     cuts, when, top_after, charged = stack
-    names: list[np.ndarray] = []
-    pers: list[np.ndarray] = []
     for a in range(0, len(cuts) - 1, _PIECES_AT_ONCE):
-        lo = cuts[a:a + _PIECES_AT_ONCE]
         hi = cuts[a + 1:a + 1 + _PIECES_AT_ONCE]
-        lo = lo[:len(hi)]
+        lo = cuts[a:a + len(hi)]
         k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
         top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
         del k
         has = top >= 0
-        seg = charged[top[has]]
-        per = idle.per_segment(lo[has], hi[has])
-        pos = per > 0
-        names.append(seg[pos])
-        pers.append(per[pos])
-    if not names:
-        return _EMPTY_PIECES[2], _EMPTY_PIECES[0]
-    return np.concatenate(names), np.concatenate(pers)
+        sums.add(charged[top[has]], idle.per_segment(lo[has], hi[has]))
 
 
 def _name_codes(events: Iterable[Event], n: int) -> tuple[np.ndarray, list[str]]:
@@ -231,12 +240,36 @@ def _name_codes(events: Iterable[Event], n: int) -> tuple[np.ndarray, list[str]]
 
 
 def _levels(depth: np.ndarray) -> list[np.ndarray]:
-    """The indices at each depth (0, 1, ...), each in increasing order."""
+    """The indices at each depth (0, 1, ...), each in increasing order (``depth``'s dtype)."""
     if not len(depth):
         return []
-    order = np.argsort(depth, kind="stable")
+    order = np.argsort(depth, kind="stable").astype(depth.dtype)
     bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
     return [order[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
+
+def _nesting(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per event of ``[s, e)`` (sorted by start, longest first on ties), the last event before it one
+    level up (-1 at top level), and the events at each level (:func:`_levels`).
+
+    The candidate parents and depths of :class:`~gpuprof.trace.attribution.Nesting`, in int32 and
+    with one level at a time instead of its (depth, index) keys: fewer arrays held at once.
+    """
+    n = len(s)
+    i4 = np.int32 if n < 2**31 else np.int64
+    closed = np.searchsorted(np.sort(e), s, side="right")  # events ended by each start
+    depth = np.arange(n, dtype=i4)
+    np.subtract(depth, closed, out=depth, casting="same_kind")  # open when it starts: started before, less closed
+    del closed
+    np.maximum(depth, 0, out=depth)  # guards events that overlap without nesting
+    levels = _levels(depth)
+    del depth
+    parent = np.full(n, -1, i4)
+    for up, at in zip(levels, levels[1:]):
+        p = np.searchsorted(up, at) - 1  # the last one a level up with a smaller index
+        ok = p >= 0
+        parent[at[ok]] = up[p[ok]]
+    return parent, levels
 
 
 def _charged(parent: np.ndarray, levels: list[np.ndarray], name_ids: np.ndarray, pref: np.ndarray) -> np.ndarray:
@@ -294,10 +327,7 @@ def _innermost_stack(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray, pref
     del live
     ends = raw
     for _ in range(_CLIP_ROUNDS):
-        nest = Nesting(s, ends)
-        parent = nest.candidate_parents()
-        levels = _levels(nest.depth)
-        del nest
+        parent, levels = _nesting(s, ends)
         clipped = ends.copy()
         for at in levels[1:]:  # parents first: a clip reaches the children
             at = at[parent[at] >= 0]
@@ -318,8 +348,18 @@ def _innermost_stack(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray, pref
     del raw
     charged = _charged(parent, levels, ids, prefs)
     del parent, levels, ids, prefs
-    cuts = np.unique(np.concatenate((ts, ends)))  # every start, and every (clipped) end; zero-length ends are starts
-    return cuts, tops[0], tops[1], charged
+    del ends
+    when = tops[0]
+    # the cuts: every start and every (clipped) end (zero-length ends are starts), distinct and sorted;
+    # ``when`` is the live ones sorted already
+    if len(s) == len(ts) and len(when) and not np.isnan(when[-1]):
+        keep = np.empty(len(when), bool)
+        keep[0] = True
+        np.not_equal(when[1:], when[:-1], out=keep[1:])
+        cuts = when[keep]
+    else:
+        cuts = np.unique(np.concatenate((ts, when)))
+    return cuts, when, tops[1], charged
 
 
 _CLIP_ROUNDS = 8  # overlaps from clock rounding settle in one or two; the stack walk takes the rest
@@ -341,8 +381,9 @@ def _stack_tops(s: np.ndarray, e: np.ndarray, parent: np.ndarray) -> tuple[np.nd
     is_open[:m] = True
     tie = np.arange(m, dtype=i4)
     tie = np.concatenate((tie, -tie))
-    tok = np.lexsort((tie, is_open, when))
+    tok = np.lexsort((tie, is_open, when)).astype(i4)
     del tie
+    when = when[tok]
     opened = is_open[tok]
     del is_open
     depth_after = np.cumsum(np.where(opened, i4(1), i4(-1)), dtype=i4)
@@ -352,13 +393,11 @@ def _stack_tops(s: np.ndarray, e: np.ndarray, parent: np.ndarray) -> tuple[np.nd
     del at
     if not nests:
         return None
-    ev = tok.astype(i4)
+    ev = tok  # the event of each open and close, in place
     ev[~opened] -= m
     if not bool((parent[ev[depth_after == 0]] == -1).all()):
         return None  # a close back to the top level must be of a top-level event
     del depth_after
-    when = when[tok]
-    del tok
     top = parent[ev]
     top[opened] = ev[opened]
     return when, top

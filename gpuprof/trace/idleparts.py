@@ -386,18 +386,16 @@ def _stack_tops(s: np.ndarray, e: np.ndarray, parent: np.ndarray) -> tuple[np.nd
     when = when[tok]
     opened = is_open[tok]
     del is_open
-    depth_after = np.cumsum(np.where(opened, i4(1), i4(-1)), dtype=i4)
-    at = np.empty(2 * m, i4)
-    at[tok] = np.arange(2 * m, dtype=i4)
-    nests = np.array_equal(depth_after[at[:m]], depth_after[at[m:]] + 1)
-    del at
-    if not nests:
+    # the depth after each open and close, by token (opens 0..m-1, closes m..2m-1)
+    depth = np.empty(2 * m, i4)
+    depth[tok] = np.cumsum(np.where(opened, i4(1), i4(-1)), dtype=i4)
+    if not np.array_equal(depth[:m], depth[m:] + 1):
         return None
+    if not bool((parent[depth[m:] == 0] == -1).all()):
+        return None  # a close back to the top level must be of a top-level event
+    del depth
     ev = tok  # the event of each open and close, in place
     ev[~opened] -= m
-    if not bool((parent[ev[depth_after == 0]] == -1).all()):
-        return None  # a close back to the top level must be of a top-level event
-    del depth_after
     top = parent[ev]
     top[opened] = ev[opened]
     return when, top

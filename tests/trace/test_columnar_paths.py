@@ -92,7 +92,12 @@ def test_add_innermost_in_blocks_sums_as_one_bincount(spans: list[tuple[float, f
     idle = Intervals.from_pairs([(a, a + w) for a, w in gaps])
     ts = np.array([s for s, _ in spans], np.float64)
     dur = np.array([d for _, d in spans], np.float64)
-    # the reference: every piece at once, from the stack walk
+    # the reference: every piece at once, from the stack walk over the events that overlap idle time
+    # (as idle_parts picks them: an event's own end, before any clip to its parent's)
+    hit = np.array([any(a < s + d and s < b for a, b in idle) for s, d in spans], bool)
+    events = [e for e, h in zip(events, hit.tolist()) if h]
+    names = [n for n, h in zip(names, hit.tolist()) if h]
+    ts, dur = ts[hit], dur[hit]
     order = np.lexsort((-dur, ts))
     codes = {n: i for i, n in enumerate(dict.fromkeys(names[j] for j in order.tolist()))}
     ids = np.array([codes[names[j]] for j in order.tolist()], np.int64)

@@ -12,11 +12,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from itertools import compress
 from operator import not_
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from gpuprof.trace.attribution import Nesting
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -79,17 +78,38 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
         kind, prefer = "operator", None
         nested = list(compress(ops, map(not_, map(markers.__contains__, map(name_of, ops))))) if markers else ops
     if nested and rest:
-        n = len(nested)
-        ts = np.fromiter(map(ts_of, nested), np.float64, n)
-        dur = np.fromiter(map(dur_of, nested), np.float64, n)
-        under = Intervals.from_spans(ts, dur)
-        _add_innermost(out, kind, nested, ts, dur, rest.intersect(under), prefer=prefer)
-        rest = rest.subtract(under)
+        rest = _add_nested(out, kind, nested, rest, prefer)
     if rest:
         out[("none", NOTHING_RECORDED)] += rest.total()
     parts = [IdlePart(kind, name, us) for (kind, name), us in out.items() if us > 0]
     parts.sort(key=lambda p: -p.us)
     return parts
+
+
+def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[Event], rest: Intervals,
+                prefer: Callable[[str], bool] | None) -> Intervals:
+    """Charge the idle time ``rest`` under one thread's ``nested`` events to them (:func:`_add_innermost`);
+    return ``rest`` less the time under any of them.
+
+    Each whole-thread array is dropped before the next one is made: this runs after loading and the
+    metrics, so what it holds at once adds to the process's peak (issue 24: under the file's size).
+    """
+    n = len(nested)
+    ts = np.fromiter(map(ts_of, nested), np.float64, n)
+    dur = np.fromiter(map(dur_of, nested), np.float64, n)
+    under = Intervals.from_spans(ts, dur)
+    idle = rest.intersect(under)
+    rest = rest.subtract(under)
+    del under
+    if not idle:
+        return rest
+    hit = _overlapping(ts, dur, idle)
+    if hit is None:
+        return rest
+    spans = [ts, dur] if hit is _ALL else [ts[hit], dur[hit]]
+    del ts, dur  # handed over in spans: dropped there once used
+    _add_overlapping(out, kind, nested, hit, spans, idle, prefer)
+    return rest
 
 
 def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], ts: np.ndarray,
@@ -100,59 +120,156 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
 
     The time line is cut at every start and end; each piece goes to the event on top of the stack of
     open events there (events in start order, longest first on ties; a child never outlives its
-    parent). That is done in numpy (:func:`_innermost_pieces`); events it cannot settle take the
+    parent). That is done in numpy (:func:`_innermost_stack`); events it cannot settle take the
     stack walk (:func:`_stack_pieces`). ``prefer`` is asked once per distinct name.
     """
     if not idle or not len(ts):
         return
-    # Only the events that overlap idle time matter: an event open at an idle instant overlaps idle,
-    # and so does every event enclosing it (the stack there is intact).
+    hit = _overlapping(ts, dur, idle)
+    if hit is None:
+        return
+    spans = [ts, dur] if hit is _ALL else [ts[hit], dur[hit]]
+    _add_overlapping(out, kind, events, hit, spans, idle, prefer)
+
+
+_ALL = np.ones(0, bool)
+"""What :func:`_overlapping` returns when every event overlaps idle time (no mask to hold)."""
+
+
+def _overlapping(ts: np.ndarray, dur: np.ndarray, idle: Intervals) -> np.ndarray | None:
+    """Which events overlap ``idle``: a mask, :data:`_ALL`, or None for none.
+
+    Only those matter: an event open at an idle instant overlaps idle, and so does every event
+    enclosing it (the stack there is intact).
+    """
     i = np.searchsorted(idle.ends, ts, side="right")  # the first idle interval ending after the start
     hit = i < len(idle.starts)
-    hit[hit] = idle.starts[i[hit]] < ts[hit] + dur[hit]
-    sel = np.flatnonzero(hit)
-    if not len(sel):
-        return
-    ts, dur = ts[sel], dur[sel]
+    i = i[hit]
+    hit[hit] = idle.starts[i] < ts[hit] + dur[hit]
+    del i
+    if hit.all():
+        return _ALL
+    return hit if hit.any() else None
+
+
+def _add_overlapping(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], hit: np.ndarray,
+                     spans: list[np.ndarray], idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
+    """:func:`_add_innermost` for the events ``hit`` selects. ``spans``: their starts and durations in
+    the thread's order, handed over in a list that this empties, so that they go once they are used."""
+    ts, dur = spans
+    spans.clear()
+    picked = iter(events) if hit is _ALL else compress(events, hit.tolist())
+    name_ids, names = _name_codes(picked, len(ts))
+    del picked
     order = np.lexsort((-dur, ts))  # stable: ties keep the thread's order, as sorted() did
-    ts, dur = ts[order], dur[order]
-    ordered = list(map(events.__getitem__, sel[order].tolist()))
-    name_ids, names = _name_codes(ordered)
+    ts, dur, name_ids = ts[order], dur[order], name_ids[order]
+    del order
     pref = np.ones(len(names), bool) if prefer is None else np.fromiter(map(prefer, names), bool, len(names))
-    got = _innermost_pieces(ts, dur, name_ids, pref[name_ids])
-    if got is None:
-        seg_lo, seg_hi, seg_name = _stack_pieces(ts, dur, name_ids, pref[name_ids])
+    sums = _Sums(len(names))
+    stack = _innermost_stack(ts, dur, name_ids, pref[name_ids])
+    if stack is None:
+        lo, hi, seg = _stack_pieces(ts, dur, name_ids, pref[name_ids])
+        del ts, dur, name_ids
+        sums.add(seg, idle.per_segment(lo, hi))
+        del lo, hi, seg
     else:
-        seg_lo, seg_hi, seg_name = got
-    if not len(seg_lo):
-        return
-    per = idle.per_segment(seg_lo, seg_hi)
-    pos = per > 0
-    seg_name, per = seg_name[pos], per[pos]
-    if not len(per):
-        return
+        del ts, dur, name_ids
+        _add_pieces(sums, stack, idle)
+    del stack
     # summed per name in time order (the float sums a loop over the pieces gives), names in order of first piece
-    sums = np.bincount(seg_name, weights=per, minlength=len(names))
-    _, first = np.unique(seg_name, return_index=True)
-    for j in np.sort(first).tolist():
-        code = int(seg_name[j])
-        out[(kind, names[code])] += float(sums[code])
+    for code in sums.first_seen:
+        out[(kind, names[code])] += float(sums.us[code])
 
 
-def _name_codes(events: list[Event]) -> tuple[np.ndarray, list[str]]:
-    """A code per event for its name (codes index the returned distinct names), one dict look-up per event."""
+class _Sums:
+    """Idle time per name code, summed piece by piece in time order, and the codes in order of first piece.
+
+    ``np.add.at`` adds in the order given, one addition at a time, as ``np.bincount`` does: blocks of
+    pieces added in time order give the bincount of all pieces at once, to the last bit.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.us = np.zeros(n, np.float64)
+        self.first_seen: list[int] = []
+        self._seen = np.zeros(n, bool)
+
+    def add(self, seg: np.ndarray, per: np.ndarray) -> None:
+        """Add the pieces charged to ``seg`` with idle time ``per`` (those with none are left out)."""
+        pos = per > 0
+        seg, per = seg[pos], per[pos]
+        if not len(seg):
+            return
+        np.add.at(self.us, seg, per)
+        codes, first = np.unique(seg, return_index=True)
+        new = ~self._seen[codes]
+        self.first_seen += seg[np.sort(first[new])].tolist()
+        self._seen[codes] = True
+
+
+_Stack = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""What :func:`_innermost_stack` finds: the cuts of the time line (sorted, distinct), the time of
+each open and close in order, the event on top of the stack after it (-1: none), and the name each
+event's time is charged to."""
+
+_PIECES_AT_ONCE = 1 << 16  # pieces looked up per block: bounds the temporaries of the last step
+
+
+def _add_pieces(sums: _Sums, stack: _Stack, idle: Intervals) -> None:
+    """Add to ``sums`` the idle time of each piece of the time line under an event, in time order.
+
+    In blocks of pieces: every piece is looked up on its own (the same arithmetic as all at once), so
+    no array of all the pieces is made.
+    """
+    cuts, when, top_after, charged = stack
+    for a in range(0, len(cuts) - 1, _PIECES_AT_ONCE):
+        hi = cuts[a + 1:a + 1 + _PIECES_AT_ONCE]
+        lo = cuts[a:a + len(hi)]
+        k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
+        top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
+        del k
+        has = top >= 0
+        sums.add(charged[top[has]], idle.per_segment(lo[has], hi[has]))
+
+
+def _name_codes(events: Iterable[Event], n: int) -> tuple[np.ndarray, list[str]]:
+    """A code per event (``n`` of them) for its name (codes index the returned distinct names), one
+    dict look-up per event."""
     codes: dict[str, int] = {}
-    ids = np.fromiter(map(codes.setdefault, map(name_of, events), iter(codes.__len__, -1)), np.int64, len(events))
+    ids = np.fromiter(map(codes.setdefault, map(name_of, events), iter(codes.__len__, -1)), np.int32, n)
     return ids, list(codes)
 
 
 def _levels(depth: np.ndarray) -> list[np.ndarray]:
-    """The indices at each depth (0, 1, ...), each in increasing order."""
+    """The indices at each depth (0, 1, ...), each in increasing order (``depth``'s dtype)."""
     if not len(depth):
         return []
-    order = np.argsort(depth, kind="stable")
+    order = np.argsort(depth, kind="stable").astype(depth.dtype)
     bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
     return [order[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
+
+def _nesting(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per event of ``[s, e)`` (sorted by start, longest first on ties), the last event before it one
+    level up (-1 at top level), and the events at each level (:func:`_levels`).
+
+    The candidate parents and depths of :class:`~gpuprof.trace.attribution.Nesting`, in int32 and
+    with one level at a time instead of its (depth, index) keys: fewer arrays held at once.
+    """
+    n = len(s)
+    i4 = np.int32 if n < 2**31 else np.int64
+    closed = np.searchsorted(np.sort(e), s, side="right")  # events ended by each start
+    depth = np.arange(n, dtype=i4)
+    np.subtract(depth, closed, out=depth, casting="same_kind")  # open when it starts: started before, less closed
+    del closed
+    np.maximum(depth, 0, out=depth)  # guards events that overlap without nesting
+    levels = _levels(depth)
+    del depth
+    parent = np.full(n, -1, i4)
+    for up, at in zip(levels, levels[1:]):
+        p = np.searchsorted(up, at) - 1  # the last one a level up with a smaller index
+        ok = p >= 0
+        parent[at[ok]] = up[p[ok]]
+    return parent, levels
 
 
 def _charged(parent: np.ndarray, levels: list[np.ndarray], name_ids: np.ndarray, pref: np.ndarray) -> np.ndarray:
@@ -175,26 +292,43 @@ def _charged(parent: np.ndarray, levels: list[np.ndarray], name_ids: np.ndarray,
 
 def _innermost_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
                       pref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The pieces of the time line and the name each is charged to, in numpy (None: not settled).
+    """The pieces of the time line under an event and the name each is charged to, in numpy (None: not
+    settled): :func:`_innermost_stack`, all pieces at once."""
+    stack = _innermost_stack(ts, dur, name_ids, pref)
+    if stack is None:
+        return None
+    cuts, when, top_after, charged = stack
+    lo, hi = cuts[:-1], cuts[1:]
+    k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
+    top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
+    has = top >= 0
+    return lo[has], hi[has], charged[top[has]]
+
+
+def _innermost_stack(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray, pref: np.ndarray) -> _Stack | None:
+    """The stack of open events along the time line, in numpy (None: not settled).
 
     Events sorted by start, longest first on ties. A zero-length event only cuts the time line: it is
     closed by the next event before any time passes under it. The ends, each clipped to its parent's
     (clipped) end as the stack walk does, are found by rounds of "find the parents, clip to them",
-    and accepted only once they are a fixed point: ends that nest (:func:`_nests`), each equal to
+    and accepted only once they are a fixed point: ends that nest (:func:`_stack_tops`), each equal to
     ``min(own end, parent's end)``. Such ends are the stack walk's (by induction over the events in
     order: the same open events at each start, so the same parent and the same clip).
     """
     live = np.flatnonzero(dur > 0)
-    s = ts[live]
-    raw = s + dur[live]
     if not len(live):
-        return _EMPTY_PIECES
+        return _EMPTY_STACK
+    if len(live) == len(ts):  # no zero-length event: no copies
+        s, raw, ids, prefs = ts, ts + dur, name_ids, pref
+    else:
+        s = ts[live]
+        raw = s + dur[live]
+        ids, prefs = name_ids[live], pref[live]
+    del live
     ends = raw
     for _ in range(_CLIP_ROUNDS):
-        nest = Nesting(s, ends)
-        parent = nest.candidate_parents()
+        parent, levels = _nesting(s, ends)
         clipped = ends.copy()
-        levels = _levels(nest.depth)
         for at in levels[1:]:  # parents first: a clip reaches the children
             at = at[parent[at] >= 0]
             if len(at):
@@ -202,20 +336,30 @@ def _innermost_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
                 # a candidate already closed when the event starts is no parent (yet): no clip this round
                 clipped[at] = np.where(up > s[at], np.minimum(raw[at], up), raw[at])
         if np.array_equal(clipped, ends) and bool((ends > s).all()):
-            stack = _stack_tops(s, ends, parent)
-            if stack is not None:
+            del clipped
+            tops = _stack_tops(s, ends, parent)
+            if tops is not None:
                 break
+            clipped = ends
         ends = clipped
+        del clipped  # parent and levels: replaced next round
     else:
         return None
-    charged = _charged(parent, levels, name_ids[live], pref[live])
-    cuts = np.unique(np.concatenate((ts, ends)))  # every start, and every (clipped) end; zero-length ends are starts
-    lo, hi = cuts[:-1], cuts[1:]
-    when, top_after = stack
-    k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
-    top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
-    has = top >= 0
-    return lo[has], hi[has], charged[top[has]]
+    del raw
+    charged = _charged(parent, levels, ids, prefs)
+    del parent, levels, ids, prefs
+    del ends
+    when = tops[0]
+    # the cuts: every start and every (clipped) end (zero-length ends are starts), distinct and sorted;
+    # ``when`` is the live ones sorted already
+    if len(s) == len(ts) and len(when) and not np.isnan(when[-1]):
+        keep = np.empty(len(when), bool)
+        keep[0] = True
+        np.not_equal(when[1:], when[:-1], out=keep[1:])
+        cuts = when[keep]
+    else:
+        cuts = np.unique(np.concatenate((ts, when)))
+    return cuts, when, tops[1], charged
 
 
 _CLIP_ROUNDS = 8  # overlaps from clock rounding settle in one or two; the stack walk takes the rest
@@ -228,22 +372,33 @@ def _stack_tops(s: np.ndarray, e: np.ndarray, parent: np.ndarray) -> tuple[np.nd
 
     As a bracket sequence (at one time, closes before opens, the later-opened closing first), they
     nest iff each interval closes at the depth it opened at; then an open puts its event on top and
-    a close its parent.
+    a close its parent. (Indices and depths in int32: a thread has far fewer than 2**31 events.)
     """
     m = len(s)
-    idx = np.arange(m, dtype=np.int64)
+    i4 = np.int32 if 2 * m < 2**31 else np.int64
     when = np.concatenate((s, e))
-    is_open = np.concatenate((np.ones(m, bool), np.zeros(m, bool)))
-    tok = np.lexsort((np.concatenate((idx, -idx)), is_open, when))
-    depth_after = np.cumsum(np.where(is_open[tok], 1, -1))
-    at = np.empty(2 * m, np.int64)
-    at[tok] = np.arange(2 * m)
-    if not np.array_equal(depth_after[at[:m]], depth_after[at[m:]] + 1):
+    is_open = np.zeros(2 * m, bool)
+    is_open[:m] = True
+    tie = np.arange(m, dtype=i4)
+    tie = np.concatenate((tie, -tie))
+    tok = np.lexsort((tie, is_open, when)).astype(i4)
+    del tie
+    when = when[tok]
+    opened = is_open[tok]
+    del is_open
+    # the depth after each open and close, by token (opens 0..m-1, closes m..2m-1)
+    depth = np.empty(2 * m, i4)
+    depth[tok] = np.cumsum(np.where(opened, i4(1), i4(-1)), dtype=i4)
+    if not np.array_equal(depth[:m], depth[m:] + 1):
         return None
-    ev = np.where(tok < m, tok, tok - m)
-    if not np.array_equal(parent[ev[depth_after == 0]], np.full(int((depth_after == 0).sum()), -1)):
+    if not bool((parent[depth[m:] == 0] == -1).all()):
         return None  # a close back to the top level must be of a top-level event
-    return when[tok], np.where(is_open[tok], ev, parent[ev])
+    del depth
+    ev = tok  # the event of each open and close, in place
+    ev[~opened] -= m
+    top = parent[ev]
+    top[opened] = ev[opened]
+    return when, top
 
 
 def _stack_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
@@ -289,3 +444,4 @@ def _stack_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
 
 
 _EMPTY_PIECES = (np.zeros(0, np.float64), np.zeros(0, np.float64), np.zeros(0, np.int64))
+_EMPTY_STACK: _Stack = (np.zeros(0, np.float64), np.zeros(0, np.float64), np.zeros(0, np.int64), np.zeros(0, np.int64))

@@ -78,6 +78,51 @@ def test_add_innermost_charges_the_innermost_preferred_frame() -> None:
     assert dict(out) == {("python", "train.py(1): main"): 8.0, ("python", "model.py(9): fwd"): 2.0}
 
 
+
+_SCALE = 0.7071067811865476  # 1/sqrt(2): few sums of scaled times are exact
+
+@settings(max_examples=80, deadline=None)
+@given(spans=_threads(), gaps=st.lists(st.tuples(st.floats(0, 100), st.floats(0, 60)), min_size=1, max_size=6),
+       block=st.integers(2, 9))
+def test_add_innermost_in_blocks_sums_as_one_bincount(spans: list[tuple[float, float]],
+                                                      gaps: list[tuple[float, float]], block: int) -> None:
+    """The pieces looked up a few at a time and added as they come (np.add.at) give the sums of one
+    bincount over all the pieces, to the bit, names in order of first piece (the code before issue 24's
+    memory work): no piece lost or counted twice at a block's edge."""
+    spans = [(s * _SCALE, d * _SCALE) for s, d in spans]  # inexact times: sums that depend on their order
+    names = [f"f{i % 2}" for i in range(len(spans))]
+    events = [Event(kind=0, name=n, ts=s, dur=d, pid=1, tid=1) for (s, d), n in zip(spans, names)]
+    idle = Intervals.from_pairs([(a * _SCALE, (a + w) * _SCALE) for a, w in gaps])
+    ts = np.array([s for s, _ in spans], np.float64)
+    dur = np.array([d for _, d in spans], np.float64)
+    # the reference: every piece at once, from the stack walk over the events that overlap idle time
+    # (as idle_parts picks them: an event's own end, before any clip to its parent's)
+    hit = np.array([any(a < s + d and s < b for a, b in idle) for s, d in spans], bool)
+    events = [e for e, h in zip(events, hit.tolist()) if h]
+    names = [n for n, h in zip(names, hit.tolist()) if h]
+    ts, dur = ts[hit], dur[hit]
+    order = np.lexsort((-dur, ts))
+    codes = {n: i for i, n in enumerate(dict.fromkeys(names[j] for j in order.tolist()))}
+    ids = np.array([codes[names[j]] for j in order.tolist()], np.int64)
+    lo, hi, seg = idleparts._stack_pieces(ts[order], dur[order], ids, np.ones(len(codes), bool)[ids])
+    per = idle.per_segment(lo, hi)
+    seg, per = seg[per > 0], per[per > 0]
+    want: dict[tuple[str, str], float] = {}
+    if len(seg):
+        sums = np.bincount(seg, weights=per, minlength=len(codes))
+        by_code = list(codes)
+        for j in np.sort(np.unique(seg, return_index=True)[1]).tolist():
+            want[("python", by_code[int(seg[j])])] = float(sums[int(seg[j])])
+    out: defaultdict[tuple[str, str], float] = defaultdict(float)
+    saved = idleparts._PIECES_AT_ONCE
+    idleparts._PIECES_AT_ONCE = block
+    try:
+        idleparts._add_innermost(out, "python", events, ts, dur, idle, prefer=None)
+    finally:
+        idleparts._PIECES_AT_ONCE = saved
+    assert list(out.items()) == list(want.items())
+
+
 @settings(max_examples=80, deadline=None)
 @given(pairs=st.lists(st.tuples(st.sampled_from([1, "1", 2]), st.sampled_from([5, "5", 7])), max_size=40),
        main=st.tuples(st.sampled_from([1, "1", 2]), st.sampled_from([5, "5", 7])))

@@ -18,7 +18,9 @@ checks (GP6xx). This package imports torch; ``import gpuprof`` does not.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gpuprof.lazyexports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.capture.api import StepProfiler, profile, profile_step
@@ -61,16 +63,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gpuprof.capture' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"gpuprof.capture.{module}"), name)
-    globals()[name] = value  # once: later reads are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), __all__)

@@ -11,7 +11,9 @@ No module here imports torch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gpuprof.lazyexports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.memory.analysis import MemoryOptions, MemorySection, analyze_memory, memory_report
@@ -51,16 +53,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gpuprof.memory' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"gpuprof.memory.{module}"), name)
-    globals()[name] = value  # once: later reads are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), __all__)

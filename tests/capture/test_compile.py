@@ -14,6 +14,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+# torch 2.13's trace export does not escape quotes in Python frame names: when Dynamo first imports
+# sympy.tensor.tensor inside a recorded window (it does so lazily, while compiling), the trace holds
+# `"name": "sympy/tensor/tensor.py(0): """` and is not valid JSON (seen 3 times in 10 runs on a busy
+# machine; the capture then warns once and keeps the runtime checks, as designed). The import is done
+# here, before any window, so these tests check gpuprof's compile rules, not that torch bug.
+pytest.importorskip("sympy.tensor.tensor")
+
 import gpuprof  # noqa: E402
 from gpuprof.capture import Schedule  # noqa: E402
 

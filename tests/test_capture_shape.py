@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof.testing.cycles import cycles
+
 CAPTURE = Path(__file__).resolve().parents[1] / "gpuprof" / "capture"
 MAX_LINES = 470  # "no module over ~450 lines": the limit with a little slack
 
@@ -53,38 +55,8 @@ def _graph() -> dict[str, set[str]]:
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                found.append(sorted(comp))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return found
+    """Import circles of more than one module, each sorted (gpuprof.testing.cycles, as tests/test_layers.py)."""
+    return sorted(sorted(c) for c in cycles(graph))
 
 
 def test_no_import_circle_in_capture() -> None:

@@ -118,9 +118,9 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, cwd: str | N
                 break
             elapsed = time.perf_counter() - t0
             if not stopped and timeout_s is not None and elapsed > timeout_s:
-                stopped = f"timeout after {timeout_s:.0f} s"
+                stopped = f"timeout after {timeout_s:g} s"
             elif not stopped and max_rss is not None and _rss(proc.pid) > max_rss:
-                stopped = f"killed at {max_rss / 1e9:.0f} GB RSS"
+                stopped = f"killed at {max_rss / 1e9:g} GB RSS"
             if stopped:
                 _kill_group(proc.pid)
                 _, status, ru = os.wait4(proc.pid, 0)
@@ -191,7 +191,7 @@ def stage(path: Path, tmp: Path) -> tuple[Path, Path]:
     return path if name == path.name else target, folder
 
 
-Cmd = tuple[list[str], "dict[str, str] | None", "str | None"]  # argv, environment, working directory
+Cmd = tuple[list[str], dict[str, str] | None, str | None]  # argv, environment, working directory
 
 
 def commands(trace: Path, folder: Path, hta_python: str, phases: Path, floor: bool) -> dict[str, Cmd]:

@@ -100,7 +100,14 @@ def _as_int(x: object) -> int:
 
 def _dims(x: object) -> tuple[int, ...] | None:
     """A grid/block value: a list of up to 3 non-negative ints, else None."""
-    if type(x) is list and 0 < len(x) <= 3 and all(type(v) is int and v >= 0 for v in x):
+    if type(x) is not list:
+        return None
+    if len(x) == 3:  # what Kineto writes: tested without a generator (one per kernel, twice)
+        a, b, c = x
+        if type(a) is int and type(b) is int and type(c) is int and a >= 0 and b >= 0 and c >= 0:
+            return (a, b, c)
+        return None
+    if 0 < len(x) < 3 and all(type(v) is int and v >= 0 for v in x):
         return tuple(x)
     return None
 

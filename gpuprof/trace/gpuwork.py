@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from gpuprof.trace.columns import Columns
-from gpuprof.trace.intervals import Intervals
+from gpuprof.trace.intervals import Intervals, sorted_unique
 from gpuprof.trace.model import Event, dur_of, name_of, ts_of
 
 __all__ = ["is_communication_kernel", "communication_names", "union_of", "device_sets", "kernel_sets"]
@@ -61,7 +61,7 @@ def device_sets(events: list[Event], mask: np.ndarray | None = None, cols: Colum
     if mask is not None:
         ts, dur, dev = ts[mask], dur[mask], dev[mask]
     out = {}
-    for d in np.unique(dev).tolist():
+    for d in sorted_unique(dev).tolist():
         sel = dev == d
         out[d] = Intervals.from_spans(ts[sel], dur[sel], is_sorted=True)
     return out

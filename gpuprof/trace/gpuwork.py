@@ -19,8 +19,9 @@ from typing import Sequence
 
 import numpy as np
 
+from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.columns import Columns
-from gpuprof.trace.intervals import Intervals, sorted_unique
+from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.model import Event, dur_of, name_of, ts_of
 
 __all__ = ["is_communication_kernel", "communication_names", "union_of", "device_sets", "kernel_sets"]

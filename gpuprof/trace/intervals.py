@@ -15,37 +15,13 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Interval", "Intervals", "first_cover_per_window", "sorted_unique"]
+from gpuprof.trace.arrays import sorted_unique
+
+__all__ = ["Interval", "Intervals", "first_cover_per_window"]
 
 Interval = tuple[float, float]
 
 _F8 = np.float64
-
-
-def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)``: the distinct values, flattened and sorted (NaNs, if any, as one at the end).
-
-    numpy 2's plain ``np.unique`` imports ``numpy.ma`` on its first call (~5 ms of every ``gpuprof
-    analyze``, bench/README.md "Start-up imports") and tries a hash table first, which is slower than
-    sorting on the arrays gpuprof has (0.5 s against 9 ms for a million distinct int64 on numpy 2.4).
-    This is numpy's own sorting path, step for step.
-    """
-    aux = np.sort(values, axis=None)
-    if aux.size == 0:
-        return aux
-    keep = np.empty(aux.shape, dtype=bool)
-    keep[0] = True
-    if aux.dtype.kind in "cfmM" and np.isnan(aux[-1]):
-        # NaNs sort last and compare unequal to each other: np.unique keeps the first of them only
-        first_nan = (np.searchsorted(np.isnan(aux), True, side="left") if aux.dtype.kind == "c"
-                     else np.searchsorted(aux, aux[-1], side="left"))
-        if first_nan > 0:
-            np.not_equal(aux[1:first_nan], aux[:first_nan - 1], out=keep[1:first_nan])
-        keep[first_nan] = True
-        keep[first_nan + 1:] = False
-    else:
-        np.not_equal(aux[1:], aux[:-1], out=keep[1:])
-    return aux[keep]
 
 
 def _merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

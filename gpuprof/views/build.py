@@ -28,9 +28,9 @@ from typing import NamedTuple, Sequence, TypedDict
 
 import numpy as np
 
+from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.attribution import OpAttribution, _inclusive, _Nesting
 from gpuprof.trace.columns import Columns, columns
-from gpuprof.trace.intervals import sorted_unique
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import (
     DTYPE_BF16,

@@ -32,7 +32,10 @@ of main unpacked in /tmp), in the same run, interleaved.
   taken so, and this part is ~60% of gpuprof's own import time there;
 * ``both`` (the default).
 
-``own`` is imports alone less the floor: the time gpuprof's modules add.
+``own`` is imports alone less the floor: the time gpuprof's modules add. The
+``thread CPU`` figures are the same imports' CPU time in the importing thread
+(``time.thread_time``): on a shared machine they move far less with the load
+than the wall-clock ones, which count the time other processes held the CPUs.
 
 Usage: ``python bench/bench_imports.py [--rounds 7] [--before DIR] [--bytecode both]``.
 """
@@ -60,10 +63,10 @@ _SKIP = {"site", "encodings", "zipimport", "_frozen_importlib_external", "io", "
 TIME_IMPORTS = r"""
 import sys, time
 names = sys.argv[1:]
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.thread_time()
 for n in names:
     __import__(n)
-print(time.perf_counter() - t0)
+print(time.perf_counter() - t0, time.thread_time() - c0)
 """
 
 
@@ -100,10 +103,12 @@ def importtime(root: Path, fmt: list[str], env: dict[str, str]) -> tuple[float, 
     return total / 1e6, top, len(set(names)), len({n for n in names if n.startswith("gpuprof")})
 
 
-def imports_alone(root: Path, names: list[str], env: dict[str, str]) -> float:
+def imports_alone(root: Path, names: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the importing thread: numpy's BLAS threads and other processes left out)."""
     out = subprocess.run([sys.executable, "-c", TIME_IMPORTS, *names], cwd=root, env=env, capture_output=True,
                          text=True, check=True)
-    return float(out.stdout.strip())
+    wall, cpu = out.stdout.split()
+    return float(wall), float(cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,15 +135,17 @@ def main(argv: list[str] | None = None) -> int:
                 if mode == "cached":  # the warm-up: every module's .pyc written once, before any timing
                     for key, root in roots.items():
                         importtime(root, fmt, envs[key])
-                acc: dict[str, dict[str, list[float]]] = {k: {"importtime": [], "alone": [], "floor": []}
-                                                          for k in roots}
+                acc: dict[str, dict[str, list[float]]] = {
+                    k: {"importtime": [], "alone": [], "floor": [], "alone_cpu": [], "floor_cpu": []} for k in roots}
                 info: dict[str, tuple[int, int]] = {}
                 for _ in range(args.rounds):
                     for key, root in roots.items():
                         t, top, n, ng = importtime(root, fmt, envs[key])
                         acc[key]["importtime"].append(t)
-                        acc[key]["alone"].append(imports_alone(root, top, envs[key]))
-                        acc[key]["floor"].append(imports_alone(root, ["numpy", "msgspec", "click"], envs[key]))
+                        for what, names in (("alone", top), ("floor", ["numpy", "msgspec", "click"])):
+                            wall, cpu = imports_alone(root, names, envs[key])
+                            acc[key][what].append(wall)
+                            acc[key][what + "_cpu"].append(cpu)
                         info[key] = (n, ng)
                 for key in roots:
                     row = {"checkout": key, "bytecode": mode, "format": " ".join(fmt) or "default (terminal)",
@@ -146,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                            "modules": info[key][0], "gpuprof_modules": info[key][1]}
                     # per round, so that the floor and the run it is taken from share their moment's load
                     row["own"] = statistics.median(a - f for a, f in zip(acc[key]["alone"], acc[key]["floor"]))
+                    row["own_cpu"] = statistics.median(a - f for a, f in zip(acc[key]["alone_cpu"],
+                                                                             acc[key]["floor_cpu"]))
                     results["rows"].append(row)
     results["loadavg_end"] = os.getloadavg()
     print(f"load average at start {results['loadavg_start'][0]:.2f}, at end {results['loadavg_end'][0]:.2f}; "
@@ -153,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results["rows"]:
         print(f"{r['checkout']:>7} {r['bytecode']:<6} {r['format']:<18} importtime {r['importtime']:.3f} s  "
               f"imports alone {r['alone']:.3f} s  floor (numpy, msgspec, click) {r['floor']:.3f} s  "
-              f"own {r['own']:.3f} s  modules {r['modules']} (gpuprof {r['gpuprof_modules']})")
+              f"own {r['own']:.3f} s  modules {r['modules']} (gpuprof {r['gpuprof_modules']}); thread CPU: "
+              f"alone {r['alone_cpu']:.3f} s  floor {r['floor_cpu']:.3f} s  own {r['own_cpu']:.3f} s")
     out = REPO / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "imports_results.json").write_text(json.dumps(results, indent=1))

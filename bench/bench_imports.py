@@ -19,7 +19,25 @@ medians:
 ``--before DIR``: the same figures for another checkout (e.g. a ``git archive``
 of main unpacked in /tmp), in the same run, interleaved.
 
-Usage: ``python bench/bench_imports.py [--rounds 7] [--before DIR]``.
+``--bytecode``: how the modules' code is read, each a set of rows:
+
+* ``cached``: from ``.pyc`` files, as a user's installed gpuprof does (pip
+  compiles them when it installs). They are written to a private
+  ``PYTHONPYCACHEPREFIX`` (a temporary folder, removed at the end, nothing
+  written into the checkouts) by one warm-up run of each checkout first;
+* ``none``: gpuprof's own modules compiled from source on every run, with
+  ``PYTHONDONTWRITEBYTECODE=1``, as this VM's environment sets it for the
+  checkouts (the standard library's and site-packages' ``.pyc`` files are
+  read as before). The figures of bench/README.md before 2026-11-26 were
+  taken so, and this part is ~60% of gpuprof's own import time there;
+* ``both`` (the default).
+
+``own`` is imports alone less the floor: the time gpuprof's modules add. The
+``thread CPU`` figures are the same imports' CPU time in the importing thread
+(``time.thread_time``): on a shared machine they move far less with the load
+than the wall-clock ones, which count the time other processes held the CPUs.
+
+Usage: ``python bench/bench_imports.py [--rounds 7] [--before DIR] [--bytecode both]``.
 """
 
 from __future__ import annotations
@@ -31,6 +49,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +63,31 @@ _SKIP = {"site", "encodings", "zipimport", "_frozen_importlib_external", "io", "
 TIME_IMPORTS = r"""
 import sys, time
 names = sys.argv[1:]
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.thread_time()
 for n in names:
     __import__(n)
-print(time.perf_counter() - t0)
+print(time.perf_counter() - t0, time.thread_time() - c0)
 """
 
 
-def importtime(root: Path, fmt: list[str]) -> tuple[float, list[str], int, int]:
+def environment(root: Path, pycache: str | None) -> dict[str, str]:
+    """The subprocess environment: ``root`` on the path; ``pycache``: a private .pyc folder, None: no .pyc written."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env["PYTHONPATH"] = str(root)
+    if pycache is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env["PYTHONPYCACHEPREFIX"] = pycache
+    return env
+
+
+def stale_bytecode(root: Path) -> bool:
+    """True when the checkout has .pyc files of its own, which a ``none`` row would read instead of compiling."""
+    return any((root / "gpuprof").rglob("__pycache__"))
+
+
+def importtime(root: Path, fmt: list[str], env: dict[str, str]) -> tuple[float, list[str], int, int]:
     """(seconds of top-level cumulative import time, top-level names in order, modules, gpuprof modules)."""
-    env = dict(os.environ, PYTHONPATH=str(root))
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "gpuprof", "analyze", SAMPLE, "-o", os.devnull,
                            *fmt], cwd=root, env=env, capture_output=True, text=True)
     total, top, names = 0, [], []
@@ -69,44 +103,67 @@ def importtime(root: Path, fmt: list[str]) -> tuple[float, list[str], int, int]:
     return total / 1e6, top, len(set(names)), len({n for n in names if n.startswith("gpuprof")})
 
 
-def imports_alone(root: Path, names: list[str]) -> float:
-    env = dict(os.environ, PYTHONPATH=str(root))
+def imports_alone(root: Path, names: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the importing thread: numpy's BLAS threads and other processes left out)."""
     out = subprocess.run([sys.executable, "-c", TIME_IMPORTS, *names], cwd=root, env=env, capture_output=True,
                          text=True, check=True)
-    return float(out.stdout.strip())
+    wall, cpu = out.stdout.split()
+    return float(wall), float(cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--before", default="", help="another checkout to measure in the same run")
+    ap.add_argument("--bytecode", choices=("both", "cached", "none"), default="both",
+                    help="cached: from .pyc files, as installed; none: gpuprof compiled on every run (this VM's "
+                         "PYTHONDONTWRITEBYTECODE=1); both (default)")
     args = ap.parse_args(argv)
     roots = {"this": REPO}
     if args.before:
         roots = {"before": Path(args.before).resolve(), **roots}
+    modes = ("cached", "none") if args.bytecode == "both" else (args.bytecode,)
     results: dict[str, Any] = {"loadavg_start": os.getloadavg(), "rows": []}
-    for fmt in ([], ["--format", "json"]):
-        acc: dict[str, dict[str, list[float]]] = {k: {"importtime": [], "alone": [], "floor": []} for k in roots}
-        info: dict[str, tuple[int, int]] = {}
-        for _ in range(args.rounds):
-            for key, root in roots.items():
-                t, top, n, ng = importtime(root, fmt)
-                acc[key]["importtime"].append(t)
-                acc[key]["alone"].append(imports_alone(root, top))
-                acc[key]["floor"].append(imports_alone(root, ["numpy", "msgspec", "click"]))
-                info[key] = (n, ng)
-        for key in roots:
-            row = {"checkout": key, "format": " ".join(fmt) or "default (terminal)",
-                   **{k: statistics.median(v) for k, v in acc[key].items()},
-                   "modules": info[key][0], "gpuprof_modules": info[key][1]}
-            results["rows"].append(row)
+    with tempfile.TemporaryDirectory(prefix="bench_imports_pyc_") as pycache:
+        for mode in modes:
+            if mode == "none":
+                for root in roots.values():
+                    if stale_bytecode(root):
+                        print(f"note: {root} has __pycache__ folders: its 'none' rows read them", file=sys.stderr)
+            for fmt in ([], ["--format", "json"]):
+                envs = {k: environment(r, pycache if mode == "cached" else None) for k, r in roots.items()}
+                if mode == "cached":  # the warm-up: every module's .pyc written once, before any timing
+                    for key, root in roots.items():
+                        importtime(root, fmt, envs[key])
+                acc: dict[str, dict[str, list[float]]] = {
+                    k: {"importtime": [], "alone": [], "floor": [], "alone_cpu": [], "floor_cpu": []} for k in roots}
+                info: dict[str, tuple[int, int]] = {}
+                for _ in range(args.rounds):
+                    for key, root in roots.items():
+                        t, top, n, ng = importtime(root, fmt, envs[key])
+                        acc[key]["importtime"].append(t)
+                        for what, names in (("alone", top), ("floor", ["numpy", "msgspec", "click"])):
+                            wall, cpu = imports_alone(root, names, envs[key])
+                            acc[key][what].append(wall)
+                            acc[key][what + "_cpu"].append(cpu)
+                        info[key] = (n, ng)
+                for key in roots:
+                    row = {"checkout": key, "bytecode": mode, "format": " ".join(fmt) or "default (terminal)",
+                           **{k: statistics.median(v) for k, v in acc[key].items()},
+                           "modules": info[key][0], "gpuprof_modules": info[key][1]}
+                    # per round, so that the floor and the run it is taken from share their moment's load
+                    row["own"] = statistics.median(a - f for a, f in zip(acc[key]["alone"], acc[key]["floor"]))
+                    row["own_cpu"] = statistics.median(a - f for a, f in zip(acc[key]["alone_cpu"],
+                                                                             acc[key]["floor_cpu"]))
+                    results["rows"].append(row)
     results["loadavg_end"] = os.getloadavg()
     print(f"load average at start {results['loadavg_start'][0]:.2f}, at end {results['loadavg_end'][0]:.2f}; "
           f"medians of {args.rounds}")
     for r in results["rows"]:
-        print(f"{r['checkout']:>7} {r['format']:<20} importtime {r['importtime']:.3f} s  imports alone "
-              f"{r['alone']:.3f} s  floor (numpy, msgspec, click) {r['floor']:.3f} s  modules {r['modules']} "
-              f"(gpuprof {r['gpuprof_modules']})")
+        print(f"{r['checkout']:>7} {r['bytecode']:<6} {r['format']:<18} importtime {r['importtime']:.3f} s  "
+              f"imports alone {r['alone']:.3f} s  floor (numpy, msgspec, click) {r['floor']:.3f} s  "
+              f"own {r['own']:.3f} s  modules {r['modules']} (gpuprof {r['gpuprof_modules']}); thread CPU: "
+              f"alone {r['alone_cpu']:.3f} s  floor {r['floor_cpu']:.3f} s  own {r['own_cpu']:.3f} s")
     out = REPO / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "imports_results.json").write_text(json.dumps(results, indent=1))

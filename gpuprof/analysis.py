@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import gc
 import os
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from gpuprof.capturerun import capture_findings_of
-from gpuprof.cluster import RankFailure, Scheduler
 from gpuprof.errors import InputError, RuleError, describe_error
 from gpuprof.findings import Finding, sort_findings
 from gpuprof.flow import STRICT_ENV, RuleFailure, RuleUnit, Selection, finish, strict_rules
@@ -23,6 +22,9 @@ from gpuprof.summarize import trace_summary
 from gpuprof.trace.load import find_traces, load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpuprof.cluster import Scheduler
 
 __all__ = ["analyze", "analyze_trace", "run_rules", "strict_rules", "STRICT_ENV", "RuleFailure"]
 
@@ -176,9 +178,11 @@ def _analyze(
     from_reports = len(ranks)
     errors: list[InputError] = []
     results: list[Any] | None = None
-    from gpuprof.pool import workers_for
+    workers = 1  # one trace never needs a pool (gpuprof.pool.workers_for says so): its module is not imported
+    if dask is None and len(files) > 1:
+        from gpuprof.pool import workers_for
 
-    workers = workers_for(files, jobs) if dask is None else 1
+        workers = workers_for(files, jobs)
     if dask is not None and files:
         from gpuprof.cluster import run_on_dask
 
@@ -194,6 +198,8 @@ def _analyze(
                 res = results[i]
                 if isinstance(res, InputError):
                     raise res
+                from gpuprof.cluster import RankFailure  # only with a pool's or a cluster's results: not for one trace
+
                 if isinstance(res, RankFailure):
                     report.notes.append(f"rank trace {res.path} failed on the cluster after a retry ({res.reason}): "
                                         "left out of the report")
@@ -237,7 +243,7 @@ def _analyze(
 
 
 def _is_report_file(path: str) -> bool:
-    from gpuprof.distributed.reports import is_report_file
+    from gpuprof.inputs import is_report_file
 
     return is_report_file(path)
 

@@ -17,12 +17,13 @@ import os
 import stat
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
 from gpuprof.errors import InputError
 
 __all__ = ["STDIN", "Limit", "MAX_EVENT_BYTES", "MAX_GZIP_RATIO", "GZIP_RATIO_FLOOR", "MAX_DEVICE_INDEX",
-           "SNAPSHOT_ITEMS_PER_BYTE", "Opened", "Prefixed", "open_input", "is_stdin"]
+           "SNAPSHOT_ITEMS_PER_BYTE", "Opened", "Prefixed", "open_input", "is_stdin", "is_report_file"]
 
 STDIN = "-"  # the name that means standard input
 
@@ -69,6 +70,27 @@ SNAPSHOT_ITEMS_PER_BYTE = Limit("GPUPROF_MAX_SNAPSHOT_ITEMS_PER_BYTE", 1, "the i
 
 def is_stdin(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path) == STDIN
+
+
+_REPORT_PEEK = 512
+
+
+def is_report_file(path: str | os.PathLike[str]) -> bool:
+    """True for a JSON report gpuprof wrote (uncompressed, ``schema_version`` near the start), not a trace.
+
+    Here, not with the report reader (:mod:`gpuprof.reportfile`) or the rank summaries
+    (:mod:`gpuprof.distributed.reports`): ``gpuprof analyze`` asks it of every single input, and a
+    trace needs neither of those modules.
+    """
+    p = Path(path)
+    if not p.name.endswith(".json") or not p.is_file():
+        return False
+    try:
+        with open(p, "rb") as f:
+            head = f.read(_REPORT_PEEK)
+    except OSError:
+        return False
+    return b'"schema_version"' in head and b'"traceEvents"' not in head
 
 
 class Prefixed:

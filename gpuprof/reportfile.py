@@ -32,7 +32,7 @@ _MAJOR = SCHEMA_VERSION.split(".")[0]
 
 def is_saved_report(path: str | os.PathLike[str]) -> bool:
     """A JSON report gpuprof wrote (``.json``, ``schema_version`` near the start), not a trace."""
-    from gpuprof.distributed.reports import is_report_file
+    from gpuprof.inputs import is_report_file
 
     return is_report_file(path)
 

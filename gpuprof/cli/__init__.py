@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from typing import Any
 
 import click
@@ -94,6 +93,8 @@ class _Group(click.Group):
                 ctx.exit(EXIT_BAD_INPUT)
             if os.environ.get("GPUPROF_DEBUG"):
                 # the traceback, then still exit 3: Python's own exit 1 would read as "findings"
+                import traceback  # an error path's module: not imported by a run that goes well
+
                 click.echo("".join(traceback.format_exception(err)).rstrip(), err=True)
             click.echo(
                 f"gpuprof: internal error: {type(err).__name__}: {visible(err)} "
@@ -106,6 +107,8 @@ class _Group(click.Group):
 def _print_tracebacks(err: GpuprofError) -> None:
     """Under GPUPROF_DEBUG: the traceback of each rule that raised (other errors are the input's, not code's)."""
     if isinstance(err, RuleError):
+        import traceback
+
         for code, cause in err.failures:
             click.echo(f"gpuprof: traceback of rule {code}:", err=True)
             click.echo("".join(traceback.format_exception(cause)).rstrip(), err=True)

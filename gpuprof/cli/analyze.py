@@ -139,9 +139,9 @@ def _html(report: Any, out: str, sources: list[str]) -> None:
 
 
 def _is_saved_report(path: str) -> bool:
-    from gpuprof.reportfile import is_saved_report
+    from gpuprof.inputs import is_report_file  # the reader (gpuprof.reportfile) only for a saved report
 
-    return is_saved_report(path)
+    return is_report_file(path)
 
 
 def _progress_factory(stack: ExitStack) -> Callable[[TraceFile], Any]:

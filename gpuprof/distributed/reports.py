@@ -19,12 +19,11 @@ import msgspec
 
 from gpuprof.distributed.summary import SUMMARY_VERSION, RankSummary
 from gpuprof.errors import InputError
-from gpuprof.inputs import Limit
+from gpuprof.inputs import Limit, is_report_file
 
 __all__ = ["RankSummaries", "is_report_file", "summaries_from_report", "KIND"]
 
 KIND = "rank_summaries"
-_PEEK = 512
 # A node report holds a few KB to a few MB per rank. Loading its summaries costs 2-5x its size (Python lists
 # of numbers; 5x with the per-collective phase lists, inst_gap) and the merge and the output more, ~13x in
 # all (bench/bench_node_merge.py): a report over this size is refused before it is read, so a merge stays
@@ -42,19 +41,6 @@ class RankSummaries:
     def to_dict(self) -> dict[str, Any]:
         # the structs themselves: msgspec encodes them straight to JSON, with no copy of every list as builtins
         return {"version": SUMMARY_VERSION, "ranks": list(self.summaries)}
-
-
-def is_report_file(path: str | os.PathLike[str]) -> bool:
-    """True for a JSON report gpuprof wrote (uncompressed, ``schema_version`` near the start), not a trace."""
-    p = Path(path)
-    if not p.name.endswith(".json") or not p.is_file():
-        return False
-    try:
-        with open(p, "rb") as f:
-            head = f.read(_PEEK)
-    except OSError:
-        return False
-    return b'"schema_version"' in head and b'"traceEvents"' not in head
 
 
 def summaries_from_report(path: str | os.PathLike[str], taken: dict[int, str] | None = None) -> list[RankSummary]:

@@ -10,6 +10,7 @@ import numpy as np
 
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.trace.arrays import median
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics, union_of
 from gpuprof.trace.model import Event, dur_of, ts_of
@@ -108,7 +109,7 @@ def launch_stats(m: TraceMetrics, tiny_us: float, max_launch_us: float = float("
     get_launch, get_op = m.launch_by_corr.get, m.op_by_ext.get
     kernel_launch_ts = np.sort(np.fromiter(
         (r.ts for r in map(get_launch, [k.corr for k in kernels]) if r is not None), np.float64))
-    launch_interval = float(np.median(np.diff(kernel_launch_ts))) if len(kernel_launch_ts) > 1 else None
+    launch_interval = median(np.diff(kernel_launch_ts)) if len(kernel_launch_ts) > 1 else None
     tiny_launches = [r for r in map(get_launch, [k.corr for k in tiny]) if r is not None]
     optimizer = m.host_intervals.get("optimizer", Intervals.empty())
     optimizer_tiny = 0
@@ -126,7 +127,7 @@ def launch_stats(m: TraceMetrics, tiny_us: float, max_launch_us: float = float("
     return LaunchStats(
         kernels=kernels,
         tiny=tiny,
-        median_us=float(np.median(np.fromiter(map(dur_of, kernels), np.float64, len(kernels)))),
+        median_us=median(np.fromiter(map(dur_of, kernels), np.float64, len(kernels))),
         launch_idle_us=launch_idle,
         launch_interval_us=launch_interval,
         optimizer_tiny=optimizer_tiny,

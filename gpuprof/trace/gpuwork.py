@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.columns import Columns
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.model import Event, dur_of, name_of, ts_of
@@ -61,7 +62,7 @@ def device_sets(events: list[Event], mask: np.ndarray | None = None, cols: Colum
     if mask is not None:
         ts, dur, dev = ts[mask], dur[mask], dev[mask]
     out = {}
-    for d in np.unique(dev).tolist():
+    for d in sorted_unique(dev).tolist():
         sel = dev == d
         out[d] = Intervals.from_spans(ts[sel], dur[sel], is_sorted=True)
     return out

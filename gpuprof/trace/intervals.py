@@ -15,6 +15,8 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from gpuprof.trace.arrays import sorted_unique
+
 __all__ = ["Interval", "Intervals", "first_cover_per_window"]
 
 Interval = tuple[float, float]
@@ -218,7 +220,7 @@ def first_cover_per_window(windows: Sequence[Interval], layers: Sequence[Interva
     if nw == 0:
         return np.zeros((0, nl + 1))
     # elementary segments: between consecutive boundaries of any layer or window
-    pts = np.unique(np.concatenate([wlo, whi] + [x for layer in layers for x in (layer.starts, layer.ends)]))
+    pts = sorted_unique(np.concatenate([wlo, whi] + [x for layer in layers for x in (layer.starts, layer.ends)]))
     seg_lo, seg_len = pts[:-1], np.diff(pts)
     w = np.searchsorted(wlo, seg_lo, side="right") - 1
     in_window = (w >= 0) & (seg_lo < whi[np.maximum(w, 0)])

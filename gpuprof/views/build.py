@@ -28,6 +28,7 @@ from typing import NamedTuple, Sequence, TypedDict
 
 import numpy as np
 
+from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.attribution import OpAttribution, _inclusive, _Nesting
 from gpuprof.trace.columns import Columns, columns, named
 from gpuprof.trace.metrics import TraceMetrics
@@ -272,7 +273,7 @@ def _user_lines(m: TraceMetrics, ops: list[Event]) -> dict[int, str]:
     f_thread = np.fromiter(map(hash, map(_thread_of, frames)), np.int64, len(frames))
     o_thread = np.fromiter(map(hash, map(_thread_of, ops)), np.int64, len(ops))
     o_ts = np.fromiter(map(ts_of, ops), np.float64, len(ops))
-    for th in np.unique(o_thread).tolist():
+    for th in sorted_unique(o_thread).tolist():
         sel = np.flatnonzero(f_thread == th)
         if not len(sel):
             continue
@@ -312,7 +313,7 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
     longest = np.zeros(g)
     np.maximum.at(longest, group, k_dur)
     # the launching operators' dtype flags, read once per operator that launched a kernel
-    launched = np.unique(k_op[k_op >= 0])
+    launched = sorted_unique(k_op[k_op >= 0])
     n_ops = max(len(att.ops), 1)  # one spare slot: index 0 stands for "no operator" below, even with none
     flags_of = np.zeros(n_ops, np.int64)
     for i in launched.tolist():

@@ -72,6 +72,33 @@ def test_one_trace_needs_no_cross_rank_merge(tmp_path: Path) -> None:
     assert "gpuprof.distributed.merge" not in mods and "gpuprof.distributed.arrivals" not in mods
 
 
+# what one trace does not use (bench/README.md, "Start-up imports", 2026-11-26): the pool and the Dask
+# scheduler (one file, no --dask), the saved-report reader and the node reports (asked only whether the
+# input is a report: gpuprof.inputs.is_report_file), numpy.ma (numpy 2's plain np.unique imports it:
+# gpuprof.trace.intervals.sorted_unique), traceback (the CLI's error path)
+ONE_TRACE_SKIPS = ["gpuprof.pool", "gpuprof.cluster", "gpuprof.reportfile", "gpuprof.distributed.reports",
+                   "numpy.ma", "traceback"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "terminal"])
+def test_one_trace_imports_no_pool_no_report_reader_no_masked_arrays(tmp_path: Path, fmt: str) -> None:
+    mods = _modules_after(tmp_path, "analyze", str(SAMPLE), "--format", fmt, "-o", str(tmp_path / "r.out"))
+    assert "gpuprof.analysis" in mods and "gpuprof.inputs" in mods and "numpy" in mods  # it ran
+    assert [m for m in ONE_TRACE_SKIPS if _loaded(mods, m)] == []
+
+
+def test_saved_report_and_two_traces_still_load_what_they_need(tmp_path: Path) -> None:
+    """The modules left out above are still imported where they are used (the test above means something)."""
+    saved = tmp_path / "saved.json"
+    _modules_after(tmp_path, "analyze", str(SAMPLE), "--format", "json", "-o", str(saved))
+    mods = _modules_after(tmp_path, "analyze", str(saved), "--format", "json", "-o", str(tmp_path / "again.json"))
+    assert "gpuprof.reportfile" in mods
+    trace = next(SAMPLE.glob("*.pt.trace.json.gz"))
+    mods = _modules_after(tmp_path, "analyze", str(trace), str(trace), "--jobs", "1", "--format", "json",
+                          "-o", str(tmp_path / "two.json"))
+    assert "gpuprof.pool" in mods
+
+
 def test_help_lists_every_command_and_imports_none_it_does_not_run(tmp_path: Path) -> None:
     """The commands are imported when run (or for their own help), so `--help` must still list them all."""
     proc = subprocess.run([sys.executable, "-m", "gpuprof", "--help"], cwd=REPO, capture_output=True, text=True,

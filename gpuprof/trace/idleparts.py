@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -365,7 +366,7 @@ def _innermost_stack(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray, pref
         np.not_equal(when[1:], when[:-1], out=keep[1:])
         cuts = when[keep]
     else:
-        cuts = np.unique(np.concatenate((ts, when)))
+        cuts = sorted_unique(np.concatenate((ts, when)))
     return cuts, when, tops[1], charged
 
 

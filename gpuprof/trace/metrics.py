@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import statistics
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 
@@ -202,11 +203,20 @@ def _step_communication(trace: Trace, main_device: int | None, comm_by_dev: dict
     return union_of(gloo).subtract(host["cpu_ops"]).subtract(host["data_loading"])
 
 
+def _by_id(events: Sequence[Event], ids: np.ndarray, first_wins: bool = False) -> dict[int, Event]:
+    """``{e.<id>: e for e in events if e.<id> >= 0}`` from the id column ``ids`` (with ``first_wins``:
+    over the events reversed, so the first event of an id wins); the same keys, values and key order."""
+    at = np.flatnonzero(ids >= 0)
+    if first_wins:
+        at = at[::-1]
+    return dict(zip(ids[at].tolist(), map(events.__getitem__, at.tolist())))
+
+
 def compute_metrics(trace: Trace) -> TraceMetrics:
     """All metrics of ``trace`` (see the module docstring for where each is defined)."""
     markers = step_markers(trace)
     main = main_thread(trace, markers)
-    launch_by_corr: dict[int, Event] = {r.corr: r for r in trace.runtime if r.corr >= 0}
+    launch_by_corr = _by_id(trace.runtime, columns(trace, trace.runtime).corr)  # the last call wins
     steps, has_markers, lead_in = find_steps(trace, main, markers, launch_by_corr)
     windows = [(s.start, s.end) for s in steps]
 
@@ -225,7 +235,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     main_device = max(devices, key=lambda d: sum(busy_per_step[d])) if devices else None
 
     # host side
-    op_by_ext: dict[int, Event] = {o.ext: o for o in reversed(trace.ops) if o.ext >= 0}  # the first op wins
+    op_by_ext = _by_id(trace.ops, columns(trace, trace.ops).ext, first_wins=True)
     threads = ThreadIndex.build(trace)
     main_keys = thread_keys(main)
     main_runtime = threads.runtime_on(main_keys)
@@ -233,7 +243,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     blocking_copy_calls = {id(c.launch) for c in copy_events if c.blocking and c.launch is not None}
     host_dl_events, optimizer_events = annotated_ranges(trace, main, main_keys)
     dl_events, single = loader_ranges(host_dl_events)
-    host = host_layers(main_runtime, blocking_copy_calls, host_dl_events, optimizer_events, threads, main_keys)
+    host = host_layers(main_runtime, blocking_copy_calls, host_dl_events, optimizer_events, threads, main_keys, trace)
 
     # breakdowns
     def on_main_device(sets: dict[int, Intervals]) -> Intervals:

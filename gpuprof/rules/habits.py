@@ -9,14 +9,19 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import Counter
+from itertools import compress
+from operator import attrgetter
 from typing import Callable, Iterable
+
+import numpy as np
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_of, named
+from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event, op_records_autograd
+from gpuprof.trace.model import Event, Trace, op_records_autograd
 from gpuprof.trace.vocab import LOGGING_FRAME_PREFIXES, logging_call_of
 
 __all__ = ["ZeroGradFills", "StepChores", "EvalWithAutograd", "chore_of", "is_backward_op"]
@@ -296,6 +301,29 @@ def is_backward_op(name: str) -> bool:
     return _BACKWARD.search(name) is not None
 
 
+def _backward_and_recording_forward(trace: Trace, ops: list[Event]) -> tuple[list[Event], list[Event]]:
+    """The backward operators of ``ops``, and its forward aten operators that recorded autograd, in order.
+
+    Names are classified once per distinct name (the shared columns' codes); autograd recording once per
+    distinct payload object (the loader shares one per distinct payload; equal objects, equal answers).
+    """
+    oc = columns(trace, ops)
+    kind = np.fromiter(
+        (1 if is_backward_op(n) else 2 if n.startswith("aten::") and n not in _NOT_FORWARD else 0 for n in oc.names),
+        np.int8, len(oc.names))[oc.name_code]
+    backward = list(compress(ops, (kind == 1).tolist()))
+    aten = list(map(ops.__getitem__, np.flatnonzero(kind == 2).tolist()))
+    if not aten:
+        return backward, []
+    ids = np.fromiter(map(id, map(_extra_of, aten)), np.int64, len(aten))
+    _, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+    records = np.fromiter(map(op_records_autograd, map(aten.__getitem__, first.tolist())), bool, len(first))
+    return backward, list(compress(aten, records[inv.reshape(-1)].tolist()))
+
+
+_extra_of = attrgetter("extra")
+
+
 @register
 class EvalWithAutograd(Rule):
     """Forward passes record autograd graphs that no backward ever uses (evaluation without no_grad).
@@ -359,23 +387,10 @@ class EvalWithAutograd(Rule):
         ops = m.trace.ops
         if not ops:
             return
-        # per distinct name (the loader interns names): 0 neither, 1 backward, 2 a forward aten operator
-        kinds: dict[str, int] = {}
         recording: dict[int, list[Event]] = {}  # step index (0: the whole trace without markers) -> ops
         with_backward: set[int] = set()
         markers = m.has_step_markers
-        backward: list[Event] = []
-        forward: list[Event] = []
-        for o in ops:
-            name = o.name
-            k = kinds.get(name)
-            if k is None:
-                k = kinds[name] = (1 if is_backward_op(name)
-                                   else 2 if name.startswith("aten::") and name not in _NOT_FORWARD else 0)
-            if k == 1:
-                backward.append(o)
-            elif k == 2 and op_records_autograd(o):
-                forward.append(o)
+        backward, forward = _backward_and_recording_forward(m.trace, ops)
         if not forward:
             return  # the common case (no_grad evaluation, or a trace without sequence numbers): done
         if markers:

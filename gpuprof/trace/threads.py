@@ -44,10 +44,10 @@ class ThreadIndex:
         runtime = _group_by_thread(trace.runtime)
         return cls(
             ops=ops,
-            op_starts={k: list(map(ts_of, v)) for k, v in ops.items()},
+            op_starts=_Starts(ops),
             op_parent={},  # filled on demand by parents()
             runtime=runtime,
-            runtime_starts={k: list(map(ts_of, v)) for k, v in runtime.items()},
+            runtime_starts=_Starts(runtime),
         )
 
     def parents(self, key: HostThread) -> list[int]:
@@ -62,6 +62,19 @@ class ThreadIndex:
 
     def ops_on(self, keys: frozenset[HostThread]) -> list[Event]:
         return _merged_in_time([self.ops[k] for k in keys if k in self.ops])
+
+
+class _Starts(dict[HostThread, list[float]]):
+    """The start times of each group of ``groups``, each list made on its first look-up: only the
+    threads with sync points or copies are looked up, so most are never made."""
+
+    def __init__(self, groups: dict[HostThread, list[Event]]) -> None:
+        super().__init__()
+        self._groups = groups
+
+    def __missing__(self, key: HostThread) -> list[float]:
+        got = self[key] = list(map(ts_of, self._groups[key]))  # KeyError for a thread with no group
+        return got
 
 
 def _nesting(ops: list[Event]) -> list[int]:

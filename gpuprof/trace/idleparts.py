@@ -65,7 +65,7 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
             out[("runtime", name)] += t
             covered = covered.union(got)
     rest = rest.subtract(covered)
-    spans: tuple[np.ndarray, np.ndarray] | None = None  # starts and durations of ``nested``, where known
+    spans: _Known | None = None  # starts, durations and name codes of ``nested``, where known
     groups = m.stacks.frames_on(keys)
     # one thread's frames are already in trace order; several spellings of it: take them in trace order
     python = groups[0] if len(groups) == 1 else on_thread(m.trace.python, keys) if groups else []
@@ -78,7 +78,8 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
         keep = np.fromiter((step_number(n) is None for n in oc.names), bool, len(oc.names))[oc.name_code]
         kind, prefer = "operator", None
         nested = ops if keep.all() else list(compress(ops, keep.tolist()))
-        spans = (oc.ts, oc.dur) if keep.all() else (oc.ts[keep], oc.dur[keep])
+        code = oc.name_code.astype(np.int32)
+        spans = (oc.ts, oc.dur, code, oc.names) if keep.all() else (oc.ts[keep], oc.dur[keep], code[keep], oc.names)
     if nested and rest:
         rest = _add_nested(out, kind, nested, rest, prefer, spans)
     if rest:
@@ -89,7 +90,7 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
 
 
 def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[Event], rest: Intervals,
-                prefer: Callable[[str], bool] | None, known: tuple[np.ndarray, np.ndarray] | None = None) -> Intervals:
+                prefer: Callable[[str], bool] | None, known: _Known | None = None) -> Intervals:
     """Charge the idle time ``rest`` under one thread's ``nested`` events to them (:func:`_add_innermost`);
     return ``rest`` less the time under any of them.
 
@@ -100,7 +101,7 @@ def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[E
     if is_table(nested):  # Python frames: columns already (read-only: nothing below writes them)
         ts, dur = nested.ts, nested.dur
     elif known is not None:  # from the shared columns (read-only too)
-        ts, dur = known
+        ts, dur = known[0], known[1]
     else:
         ts = np.fromiter(map(ts_of, nested), np.float64, n)
         dur = np.fromiter(map(dur_of, nested), np.float64, n)
@@ -115,7 +116,8 @@ def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[E
         return rest
     spans = [ts, dur] if hit is _ALL else [ts[hit], dur[hit]]
     del ts, dur  # handed over in spans: dropped there once used
-    _add_overlapping(out, kind, nested, hit, spans, idle, prefer)
+    names = None if known is None else (known[2] if hit is _ALL else known[2][hit], known[3])
+    _add_overlapping(out, kind, nested, hit, spans, idle, prefer, names)
     return rest
 
 
@@ -159,14 +161,21 @@ def _overlapping(ts: np.ndarray, dur: np.ndarray, idle: Intervals) -> np.ndarray
     return hit if hit.any() else None
 
 
+_Known = tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]
+"""Starts, durations and name codes (int32, into the names that follow) of one thread's events."""
+
+
 def _add_overlapping(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], hit: np.ndarray,
-                     spans: list[np.ndarray], idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
+                     spans: list[np.ndarray], idle: Intervals, prefer: Callable[[str], bool] | None,
+                     named: tuple[np.ndarray, list[str]] | None = None) -> None:
     """:func:`_add_innermost` for the events ``hit`` selects. ``spans``: their starts and durations in
     the thread's order, handed over in a list that this empties, so that they go once they are used."""
     ts, dur = spans
     spans.clear()
     if is_table(events):
         name_ids, names = (events.name_code if hit is _ALL else events.name_code[hit]), events.names
+    elif named is not None:  # the selected events' name codes, from the caller's columns
+        name_ids, names = named
     else:
         picked = iter(events) if hit is _ALL else compress(events, hit.tolist())
         name_ids, names = _name_codes(picked, len(ts))

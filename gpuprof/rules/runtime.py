@@ -306,7 +306,9 @@ def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> l
     (any call when it is alone).
     A call slow every step is therefore never one-off work.
     """
-    kernel_by_corr = {k.corr: k.name for k in m.trace.kernels if k.corr >= 0}
+    kc = columns(m.trace, m.trace.kernels)
+    at = np.flatnonzero(kc.corr >= 0)  # {k.corr: k.name for k in kernels if k.corr >= 0}, from the columns
+    kernel_by_corr = dict(zip(kc.corr[at].tolist(), map(kc.names.__getitem__, kc.name_code[at].tolist())))
     first_of_pid, by_kind = _calls_by_kind(m.trace.runtime, kernel_by_corr, min_call_us, columns(m.trace, m.trace.runtime))
     out = []
     boundary = _startup_end(m)

@@ -17,7 +17,7 @@ import numpy as np
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_of, named
+from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_at, named
 from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -301,8 +301,9 @@ def is_backward_op(name: str) -> bool:
     return _BACKWARD.search(name) is not None
 
 
-def _backward_and_recording_forward(trace: Trace, ops: list[Event]) -> tuple[list[Event], list[Event]]:
-    """The backward operators of ``ops``, and its forward aten operators that recorded autograd, in order.
+def _backward_and_recording_forward(trace: Trace, ops: list[Event]) -> tuple[list[Event], list[Event], np.ndarray, np.ndarray]:
+    """The backward operators of ``ops``, and its forward aten operators that recorded autograd, in order;
+    then the start times of each.
 
     Names are classified once per distinct name (the shared columns' codes); autograd recording once per
     distinct payload object (the loader shares one per distinct payload; equal objects, equal answers).
@@ -311,14 +312,16 @@ def _backward_and_recording_forward(trace: Trace, ops: list[Event]) -> tuple[lis
     kind = np.fromiter(
         (1 if is_backward_op(n) else 2 if n.startswith("aten::") and n not in _NOT_FORWARD else 0 for n in oc.names),
         np.int8, len(oc.names))[oc.name_code]
-    backward = list(compress(ops, (kind == 1).tolist()))
-    aten = list(map(ops.__getitem__, np.flatnonzero(kind == 2).tolist()))
+    is_backward = kind == 1
+    backward = list(compress(ops, is_backward.tolist()))
+    at = np.flatnonzero(kind == 2)
+    aten = list(map(ops.__getitem__, at.tolist()))
     if not aten:
-        return backward, []
+        return backward, [], oc.ts[is_backward], np.zeros(0)
     ids = np.fromiter(map(id, map(_extra_of, aten)), np.int64, len(aten))
     _, first, inv = np.unique(ids, return_index=True, return_inverse=True)
-    records = np.fromiter(map(op_records_autograd, map(aten.__getitem__, first.tolist())), bool, len(first))
-    return backward, list(compress(aten, records[inv.reshape(-1)].tolist()))
+    records = np.fromiter(map(op_records_autograd, map(aten.__getitem__, first.tolist())), bool, len(first))[inv.reshape(-1)]
+    return backward, list(compress(aten, records.tolist())), oc.ts[is_backward], oc.ts[at[records]]
 
 
 _extra_of = attrgetter("extra")
@@ -390,14 +393,18 @@ class EvalWithAutograd(Rule):
         recording: dict[int, list[Event]] = {}  # step index (0: the whole trace without markers) -> ops
         with_backward: set[int] = set()
         markers = m.has_step_markers
-        backward, forward = _backward_and_recording_forward(m.trace, ops)
+        backward, forward, backward_ts, forward_ts = _backward_and_recording_forward(m.trace, ops)
         if not forward:
             return  # the common case (no_grad evaluation, or a trace without sequence numbers): done
         if markers:
-            with_backward.update(i for i in host_steps_of(m, backward) if i is not None)
-            for o, step in zip(forward, host_steps_of(m, forward)):
-                if step is not None and step not in with_backward:
-                    recording.setdefault(step, []).append(o)
+            b_step = host_steps_at(m, backward_ts)
+            with_backward.update(b_step[b_step >= 0].tolist())
+            f_step = host_steps_at(m, forward_ts)
+            keep = f_step >= 0
+            if with_backward:
+                keep &= ~np.isin(f_step, np.fromiter(with_backward, np.int64, len(with_backward)))
+            for o, step in zip(compress(forward, keep.tolist()), f_step[keep].tolist()):
+                recording.setdefault(step, []).append(o)
         else:
             with_backward.update([0] if backward else [])
             if not backward:

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuprof.trace.columns import gpu_columns
+from gpuprof.trace.columns import gpu_columns, named
 from gpuprof.trace.intervals import Interval
-from gpuprof.trace.model import Event, Trace, name_of, ts_of
+from gpuprof.trace.model import Event, Trace, ts_of
 from gpuprof.trace.table import is_table
 from gpuprof.trace.threads import HostThread, thread_keys
 from gpuprof.trace.vocab import step_number
@@ -62,10 +62,12 @@ def step_markers(trace: Trace) -> list[Event]:
     """The ``ProfilerStep#N`` ranges: user annotations, or operators in older traces."""
     out: list[Event] = []
     for events in (trace.annotations, trace.ops):
-        names = {n for n in set(map(name_of, events)) if step_number(n) is not None}  # per distinct name, once
-        if names:
-            out.extend(e for e in events if e.name in names)
+        out.extend(named(events, _is_step_name, trace))  # per distinct name, once (the shared columns' names)
     return out
+
+
+def _is_step_name(name: str) -> bool:
+    return step_number(name) is not None
 
 
 def main_thread(trace: Trace, markers: list[Event]) -> HostThread | None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import attrgetter
+from itertools import repeat
 from typing import Iterable
 
 import numpy as np
@@ -16,7 +15,7 @@ from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import host_step_of, host_steps_of, kernel_idle_within, named, of_step
 from gpuprof.trace.columns import Columns, columns
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event, name_of
+from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 from gpuprof.units import fmt_us
 
@@ -296,9 +295,6 @@ def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> li
     return cache[key]
 
 
-_corr_of = attrgetter("corr")
-
-
 def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> list[FirstUse]:
     """Per process and kind of call, the slowest call when it is a one-off: slow, and much slower than the rest.
 
@@ -310,9 +306,7 @@ def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> l
     (any call when it is alone).
     A call slow every step is therefore never one-off work.
     """
-    # {k.corr: k.name for k in kernels if k.corr >= 0}: the kernels picked by the shared corr column
-    picked = list(compress(m.trace.kernels, (columns(m.trace, m.trace.kernels).corr >= 0).tolist()))
-    kernel_by_corr = dict(zip(map(_corr_of, picked), map(name_of, picked)))
+    kernel_by_corr = {k.corr: k.name for k in m.trace.kernels if k.corr >= 0}
     first_of_pid, by_kind = _calls_by_kind(m.trace.runtime, kernel_by_corr, min_call_us, columns(m.trace, m.trace.runtime))
     out = []
     boundary = _startup_end(m)

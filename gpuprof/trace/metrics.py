@@ -23,10 +23,8 @@ from __future__ import annotations
 import functools
 import statistics
 from bisect import bisect_right
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import attrgetter
 
 import numpy as np
 
@@ -231,28 +229,11 @@ def _step_communication(trace: Trace, main_device: int | None, comm_by_dev: dict
     return union_of(gloo).subtract(host["cpu_ops"]).subtract(host["data_loading"])
 
 
-def _by_id(events: Sequence[Event], ids: np.ndarray, get: attrgetter[int], first_wins: bool = False) -> dict[int, Event]:
-    """``{get(e): e for e in events if get(e) >= 0}``, the events picked by their id column ``ids`` (with
-    ``first_wins``: over the events reversed, so the first event of an id wins): the same keys, values
-    and key order, in C-level passes. The keys are the events' own int objects (new ones from the
-    column would add ~30 bytes an event to the peak)."""
-    keep = ids >= 0
-    if first_wins:
-        picked = list(compress(reversed(events), keep[::-1].tolist()))
-    else:
-        picked = list(compress(events, keep.tolist()))
-    return dict(zip(map(get, picked), picked))
-
-
-_corr_of = attrgetter("corr")
-_ext_of = attrgetter("ext")
-
-
 def compute_metrics(trace: Trace) -> TraceMetrics:
     """All metrics of ``trace`` (see the module docstring for where each is defined)."""
     markers = step_markers(trace)
     main = main_thread(trace, markers)
-    launch_by_corr = _by_id(trace.runtime, columns(trace, trace.runtime).corr, _corr_of)  # the last call wins
+    launch_by_corr: dict[int, Event] = {r.corr: r for r in trace.runtime if r.corr >= 0}
     steps, has_markers, lead_in = find_steps(trace, main, markers, launch_by_corr)
     windows = [(s.start, s.end) for s in steps]
 
@@ -271,7 +252,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     main_device = max(devices, key=lambda d: sum(busy_per_step[d])) if devices else None
 
     # host side
-    op_by_ext = _by_id(trace.ops, columns(trace, trace.ops).ext, _ext_of, first_wins=True)
+    op_by_ext: dict[int, Event] = {o.ext: o for o in reversed(trace.ops) if o.ext >= 0}  # the first op wins
     threads = ThreadIndex.build(trace)
     main_keys = thread_keys(main)
     main_runtime = threads.runtime_on(main_keys)

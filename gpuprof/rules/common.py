@@ -74,11 +74,19 @@ def host_steps_of(m: TraceMetrics, events: Sequence[Event]) -> list[int | None]:
     if not m.steps or not events:
         return [None] * len(events)
     ts = np.fromiter(map(ts_of, events), dtype=np.float64, count=len(events))
+    return [k if k >= 0 else None for k in host_steps_at(m, ts).tolist()]
+
+
+def host_steps_at(m: TraceMetrics, ts: np.ndarray) -> np.ndarray:
+    """:func:`host_step_of` of each time in ``ts``, as an array (-1: None)."""
+    if not m.steps or not len(ts):
+        return np.full(len(ts), -1, np.int64)
     starts = np.asarray(m.step_starts, dtype=np.float64)
     ends = np.array([s.end for s in m.steps[:-1]] + [m.steps[-1].cpu_end], dtype=np.float64)
     i = np.searchsorted(starts, ts, side="right") - 1
     ok = (i >= 0) & (ts <= ends[np.maximum(i, 0)])
-    return [int(k) if good else None for k, good in zip(i.tolist(), ok.tolist())]
+    out: np.ndarray = np.where(ok, i, -1)
+    return out
 
 
 def kernel_busy(m: TraceMetrics) -> Intervals:

@@ -9,14 +9,19 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import Counter
+from itertools import compress
+from operator import attrgetter
 from typing import Callable, Iterable
+
+import numpy as np
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_of, named
+from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_at, named
+from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event, op_records_autograd
+from gpuprof.trace.model import Event, Trace, op_records_autograd
 from gpuprof.trace.vocab import LOGGING_FRAME_PREFIXES, logging_call_of
 
 __all__ = ["ZeroGradFills", "StepChores", "EvalWithAutograd", "chore_of", "is_backward_op"]
@@ -296,6 +301,32 @@ def is_backward_op(name: str) -> bool:
     return _BACKWARD.search(name) is not None
 
 
+def _backward_and_recording_forward(trace: Trace, ops: list[Event]) -> tuple[list[Event], list[Event], np.ndarray, np.ndarray]:
+    """The backward operators of ``ops``, and its forward aten operators that recorded autograd, in order;
+    then the start times of each.
+
+    Names are classified once per distinct name (the shared columns' codes); autograd recording once per
+    distinct payload object (the loader shares one per distinct payload; equal objects, equal answers).
+    """
+    oc = columns(trace, ops)
+    kind = np.fromiter(
+        (1 if is_backward_op(n) else 2 if n.startswith("aten::") and n not in _NOT_FORWARD else 0 for n in oc.names),
+        np.int8, len(oc.names))[oc.name_code]
+    is_backward = kind == 1
+    backward = list(compress(ops, is_backward.tolist()))
+    at = np.flatnonzero(kind == 2)
+    aten = list(map(ops.__getitem__, at.tolist()))
+    if not aten:
+        return backward, [], oc.ts[is_backward], np.zeros(0)
+    ids = np.fromiter(map(id, map(_extra_of, aten)), np.int64, len(aten))
+    _, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+    records = np.fromiter(map(op_records_autograd, map(aten.__getitem__, first.tolist())), bool, len(first))[inv.reshape(-1)]
+    return backward, list(compress(aten, records.tolist())), oc.ts[is_backward], oc.ts[at[records]]
+
+
+_extra_of = attrgetter("extra")
+
+
 @register
 class EvalWithAutograd(Rule):
     """Forward passes record autograd graphs that no backward ever uses (evaluation without no_grad).
@@ -359,30 +390,21 @@ class EvalWithAutograd(Rule):
         ops = m.trace.ops
         if not ops:
             return
-        # per distinct name (the loader interns names): 0 neither, 1 backward, 2 a forward aten operator
-        kinds: dict[str, int] = {}
         recording: dict[int, list[Event]] = {}  # step index (0: the whole trace without markers) -> ops
         with_backward: set[int] = set()
         markers = m.has_step_markers
-        backward: list[Event] = []
-        forward: list[Event] = []
-        for o in ops:
-            name = o.name
-            k = kinds.get(name)
-            if k is None:
-                k = kinds[name] = (1 if is_backward_op(name)
-                                   else 2 if name.startswith("aten::") and name not in _NOT_FORWARD else 0)
-            if k == 1:
-                backward.append(o)
-            elif k == 2 and op_records_autograd(o):
-                forward.append(o)
+        backward, forward, backward_ts, forward_ts = _backward_and_recording_forward(m.trace, ops)
         if not forward:
             return  # the common case (no_grad evaluation, or a trace without sequence numbers): done
         if markers:
-            with_backward.update(i for i in host_steps_of(m, backward) if i is not None)
-            for o, step in zip(forward, host_steps_of(m, forward)):
-                if step is not None and step not in with_backward:
-                    recording.setdefault(step, []).append(o)
+            b_step = host_steps_at(m, backward_ts)
+            with_backward.update(b_step[b_step >= 0].tolist())
+            f_step = host_steps_at(m, forward_ts)
+            keep = f_step >= 0
+            if with_backward:
+                keep &= ~np.isin(f_step, np.fromiter(with_backward, np.int64, len(with_backward)))
+            for o, step in zip(compress(forward, keep.tolist()), f_step[keep].tolist()):
+                recording.setdefault(step, []).append(o)
         else:
             with_backward.update([0] if backward else [])
             if not backward:

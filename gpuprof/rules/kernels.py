@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import compress
 from typing import Iterable
 
 import numpy as np
@@ -11,9 +12,10 @@ import numpy as np
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.trace.arrays import median
+from gpuprof.trace.columns import columns, gpu_columns
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.metrics import TraceMetrics, union_of
-from gpuprof.trace.model import Event, dur_of, ts_of
+from gpuprof.trace.metrics import TraceMetrics
+from gpuprof.trace.model import Event
 from gpuprof.trace.shapes import step_shapes
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 from gpuprof.units import fmt_us
@@ -76,65 +78,64 @@ def launch_stats(m: TraceMetrics, tiny_us: float, max_launch_us: float = float("
     dev = m.main_device
     if dev is None or not m.steps:
         return None
-    kernels = m.step_kernels
-    graph_names = {n for n in {r.name for r in m.launch_by_corr.values()} if is_graph_launch(n)}
+    trace = m.trace
+    rc = columns(trace, trace.runtime)
+    gc = gpu_columns(trace)
+    launch = m.gpu_launch  # per GPU event, its launch call in trace.runtime (-1: none)
+    # per distinct runtime name, once: graph replays and (other) launch calls
+    is_graph = np.fromiter(map(is_graph_launch, rc.names), bool, len(rc.names))
+    is_launch = np.fromiter((classify_runtime(n) is RuntimeClass.LAUNCH for n in rc.names), bool, len(rc.names)) & ~is_graph
+    at = m.step_kernel_at  # the step kernels' positions (trace.kernels come first in the GPU columns)
+    k_launch = launch[at]
     graph_kernels = 0
-    graph_calls: set[int] = set()
-    if graph_names:  # replayed graphs: no launch per kernel, so not what this rule measures
-        eager = []
-        for k in kernels:
-            r = m.launch_by_corr.get(k.corr)
-            if r is not None and r.name in graph_names:
-                graph_kernels += 1
-                graph_calls.add(k.corr)
-            else:
-                eager.append(k)
-        kernels = eager
-    if not kernels:
+    graph_calls = 0
+    if is_graph.any():  # replayed graphs: no launch per kernel, so not what this rule measures
+        replayed = (k_launch >= 0) & is_graph[rc.name_code[np.maximum(k_launch, 0)]]
+        graph_kernels = int(replayed.sum())
+        graph_calls = len(np.unique(gc.corr[at[replayed]]))
+        at, k_launch = at[~replayed], k_launch[~replayed]
+    if not len(at):
         return None
-    tiny = [k for k in kernels if k.dur < tiny_us]
-    # Launch calls that put work on the main device, from any host thread.
-    launch_names = {n for n in {r.name for r in m.launch_by_corr.values()}
-                    if classify_runtime(n) is RuntimeClass.LAUNCH and n not in graph_names}
-    calls = [
-        r
-        for events in (m.trace.kernels, m.trace.memcpys, m.trace.memsets)
-        for r in map(m.launch_by_corr.get, (g.corr for g in events if g.device == dev))
-        if r is not None and r.name in launch_names and r.dur <= max_launch_us
-    ]
-    launches = union_of(calls)
+    kernels: list[Event] = list(map(trace.kernels.__getitem__, at.tolist()))
+    k_dur = gc.dur[at]
+    is_tiny = k_dur < tiny_us
+    tiny = list(compress(kernels, is_tiny.tolist()))
+    # Launch calls that put work on the main device, from any host thread (once per GPU event, in GPU-event order)
+    call = launch[(gc.device == dev) & (launch >= 0)]
+    call = call[is_launch[rc.name_code[call]] & (rc.dur[call] <= max_launch_us)]
+    launches = Intervals.from_spans(rc.ts[call], rc.dur[call]) if len(call) else Intervals.empty()  # union_of(calls)
     idle = Intervals.from_pairs(m.windows).subtract(m.gpu_busy.get(dev, Intervals.empty()))
     launch_idle = idle.intersect(launches).total()
 
-    get_launch, get_op = m.launch_by_corr.get, m.op_by_ext.get
-    kernel_launch_ts = np.sort(np.fromiter(
-        (r.ts for r in map(get_launch, [k.corr for k in kernels]) if r is not None), np.float64))
+    kernel_launch_ts = np.sort(rc.ts[k_launch[k_launch >= 0]])
     launch_interval = median(np.diff(kernel_launch_ts)) if len(kernel_launch_ts) > 1 else None
-    tiny_launches = [r for r in map(get_launch, [k.corr for k in tiny]) if r is not None]
+    tiny_at = k_launch[is_tiny]
+    tiny_at = tiny_at[tiny_at >= 0]  # the launch calls of the tiny kernels, in the kernels' order
     optimizer = m.host_intervals.get("optimizer", Intervals.empty())
     optimizer_tiny = 0
-    if optimizer and tiny_launches:
-        t = np.fromiter(map(ts_of, tiny_launches), np.float64, len(tiny_launches))
-        optimizer_tiny = int(optimizer.covers(t).sum())
-    launching_ops = [get_op(r.ext) for r in tiny_launches]
+    if optimizer and len(tiny_at):
+        optimizer_tiny = int(optimizer.covers(rc.ts[tiny_at]).sum())
+    get_op = m.op_by_ext.get
+    launching_ops = list(map(get_op, rc.ext[tiny_at].tolist()))
     ops = Counter(o.name for o in launching_ops if o is not None)
     top_ops = ops.most_common(3)
     location = None
     if top_ops:
         top = top_ops[0][0]
-        launch, op = next((r, o) for r, o in zip(tiny_launches, launching_ops) if o is not None and o.name == top)
-        location = m.stacks.location(launch.pid, launch.tid, launch.ts, op=op)
+        i, op = next((i, o) for i, o in zip(tiny_at.tolist(), launching_ops) if o is not None and o.name == top)
+        launch_call = trace.runtime[i]
+        location = m.stacks.location(launch_call.pid, launch_call.tid, launch_call.ts, op=op)
     return LaunchStats(
         kernels=kernels,
         tiny=tiny,
-        median_us=median(np.fromiter(map(dur_of, kernels), np.float64, len(kernels))),
+        median_us=median(k_dur),
         launch_idle_us=launch_idle,
         launch_interval_us=launch_interval,
         optimizer_tiny=optimizer_tiny,
         top_ops=top_ops,
         location=location,
         graph_kernels=graph_kernels,
-        graph_launches=len(graph_calls),
+        graph_launches=graph_calls,
     )
 
 

@@ -7,9 +7,12 @@ from bisect import bisect_left
 from collections import defaultdict
 from typing import Any, Iterable
 
+import numpy as np
+
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import count_of, host_step_of, kernel_idle_within, named, of_step
+from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics, union_of
 from gpuprof.trace.model import Event
@@ -199,9 +202,12 @@ def is_heavy_compute_op(name: str) -> bool:
 
 def _gpu_launches_by_thread(m: TraceMetrics) -> dict[tuple[Any, ...], list[float]]:
     """Start times of runtime calls that put work on a GPU (launch, copy, memset), per host thread."""
-    names = {r.name for calls in m.threads.runtime.values() for r in calls}
-    work = {n for n in names if classify_runtime(n) in _GPU_WORK_CALLS}  # per distinct name, once
-    return {key: [r.ts for r in calls if r.name in work] for key, calls in m.threads.runtime.items()}  # in time order
+    out: dict[tuple[Any, ...], list[float]] = {}
+    for key, calls in m.threads.runtime.items():  # from each thread's shared columns; per distinct name, once
+        c = columns(m.trace, calls)
+        work = np.fromiter((classify_runtime(n) in _GPU_WORK_CALLS for n in c.names), bool, len(c.names))
+        out[key] = c.ts[work[c.name_code]].tolist()  # in time order
+    return out
 
 
 _GPU_WORK_CALLS = (RuntimeClass.LAUNCH, RuntimeClass.MEMCPY, RuntimeClass.MEMSET)
@@ -264,7 +270,7 @@ class CpuComputeWithGpu(Rule):
         heavy = {s.name for s in m.op_stats if is_heavy_compute_op(s.name) and step_number(s.name) is None}
         if not heavy:
             return
-        candidates = [o for o in t.ops if o.name in heavy]
+        candidates = named(t.ops, heavy.__contains__, t)
         if not candidates:
             return
         launches = _gpu_launches_by_thread(m)

@@ -25,9 +25,12 @@ name instead of kind.
 
 from __future__ import annotations
 
+import numpy as np
+
+from gpuprof.trace.columns import Columns, columns, named
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.intervals import Interval, Intervals, first_cover_per_window
-from gpuprof.trace.model import Event, Trace, name_of
+from gpuprof.trace.model import Event, Trace
 from gpuprof.trace.table import is_table
 from gpuprof.trace.threads import HostThread, ThreadIndex
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime, is_dataloader_name, is_optimizer_name
@@ -44,14 +47,13 @@ def annotated_ranges(trace: Trace, main: HostThread | None, main_keys: frozenset
     host_dl_events: list[Event] = []
     optimizer_events: list[Event] = []
     for events in (trace.annotations, trace.ops, trace.python):
-        names = set(events.names) if is_table(events) else set(map(name_of, events))
+        names = set(events.names) if is_table(events) else set(columns(trace, events).names)
         dl_names = {n for n in names if is_dataloader_name(n)}  # per distinct name, once
         opt_names = {n for n in names if is_optimizer_name(n)} - dl_names
         if not dl_names and not opt_names:
             continue
-        if is_table(events):  # Python frames as columns: make only the events named here
-            events = events.named((dl_names | opt_names).__contains__)
-        for e in events:
+        # only the events named here (Python frames as columns: only they are made)
+        for e in named(events, (dl_names | opt_names).__contains__, trace):
             name = e.name
             if name in dl_names:
                 if main is None or (e.pid, e.tid) in main_keys:
@@ -68,29 +70,43 @@ def host_layers(
     optimizer_events: list[Event],
     threads: ThreadIndex,
     main_keys: frozenset[HostThread],
+    trace: Trace | None = None,
 ) -> dict[str, Intervals]:
     """The main thread's time per activity: ``sync``, ``blocking_copy``, ``runtime`` (other runtime
     calls), ``runtime_all`` (the three), ``data_loading``, ``optimizer``, ``cpu_ops`` (operators)."""
-    rt_sync, rt_copy, rt_other = [], [], []
-    classes = {n: classify_runtime(n) for n in set(map(name_of, main_runtime))}  # once per distinct name
-    for r in main_runtime:
-        rc = classes[r.name]
-        if rc is RuntimeClass.SYNC:
-            rt_sync.append(r)
-        elif id(r) in blocking_copy_calls or (rc is RuntimeClass.MEMCPY and not r.name.endswith("Async")):
-            rt_copy.append(r)
-        else:
-            rt_other.append(r)
+    rc = _columns_of(trace, main_runtime)
+    # per distinct name, once: 0 sync, 1 a blocking copy by name, 2 other
+    kind = np.fromiter(
+        (0 if c is RuntimeClass.SYNC else 1 if c is RuntimeClass.MEMCPY and not n.endswith("Async") else 2
+         for n in rc.names for c in (classify_runtime(n),)), np.int8, len(rc.names))[rc.name_code]
+    if blocking_copy_calls:  # the copies found blocking by their GPU side, whatever the call's name
+        blocking = np.fromiter(map(blocking_copy_calls.__contains__, map(id, main_runtime)), bool, rc.n)
+        kind[blocking & (kind == 2)] = 1
+    ops = threads.ops_on(main_keys)
+    oc = _columns_of(trace, ops)
+    is_op = np.fromiter((not n.startswith("ProfilerStep#") for n in oc.names), bool, len(oc.names))[oc.name_code]
     host = {
-        "sync": union_of(rt_sync),
-        "blocking_copy": union_of(rt_copy),
-        "runtime": union_of(rt_other),
+        "sync": _union(rc, kind == 0),
+        "blocking_copy": _union(rc, kind == 1),
+        "runtime": _union(rc, kind == 2),
         "data_loading": union_of(host_dl_events),
         "optimizer": union_of(optimizer_events),
-        "cpu_ops": union_of([o for o in threads.ops_on(main_keys) if not o.name.startswith("ProfilerStep#")]),
+        "cpu_ops": _union(oc, is_op),
     }
     host["runtime_all"] = host["sync"].union(host["blocking_copy"]).union(host["runtime"])
     return host
+
+
+def _columns_of(trace: Trace | None, events: list[Event]) -> Columns:
+    """The shared columns of ``events`` (a list ``trace`` holds, such as a ThreadIndex group), else its own."""
+    return columns(trace, events) if trace is not None else Columns(events)
+
+
+def _union(c: Columns, keep: np.ndarray) -> Intervals:
+    """:func:`union_of` the events of ``c`` where ``keep``: the same arrays, from the columns."""
+    if not keep.any():
+        return Intervals.empty()
+    return Intervals.from_spans(c.ts[keep], c.dur[keep])
 
 
 def step_breakdown(

@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import compress
-from operator import not_
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from gpuprof.trace.arrays import sorted_unique
-from gpuprof.trace.gpuwork import union_of
+from gpuprof.trace.columns import columns, group_indices
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, dur_of, name_of, ts_of
@@ -57,18 +56,17 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
     keys = thread_keys(m.main_thread)
     out: dict[tuple[str, str], float] = defaultdict(float)
     rest = idle
-    runtime = m.threads.runtime_on(keys)
-    by_name: dict[str, list[Event]] = defaultdict(list)
-    for r in runtime:
-        by_name[r.name].append(r)
+    rc = columns(m.trace, m.threads.runtime_on(keys))  # names in order of first call, as a loop would group them
     covered = Intervals.empty()
-    for name, calls in by_name.items():
-        got = union_of(calls).intersect(rest)  # the same set and arrays as rest.intersect(...), from the smaller side
+    for name, at in zip(rc.names, group_indices(rc.name_code, len(rc.names))):
+        # union_of(the calls of name): the same set and arrays as rest.intersect(...), from the smaller side
+        got = Intervals.from_spans(rc.ts[at], rc.dur[at]).intersect(rest)
         t = got.total()
         if t > 0:
             out[("runtime", name)] += t
             covered = covered.union(got)
     rest = rest.subtract(covered)
+    spans: _Known | None = None  # starts, durations and name codes of ``nested``, where known
     groups = m.stacks.frames_on(keys)
     # one thread's frames are already in trace order; several spellings of it: take them in trace order
     python = groups[0] if len(groups) == 1 else on_thread(m.trace.python, keys) if groups else []
@@ -76,11 +74,15 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
         kind, nested, prefer = "python", python, is_user_frame
     else:
         ops = m.threads.ops_on(keys)
-        markers = {n for n in set(map(name_of, ops)) if step_number(n) is not None}  # per distinct name, once
+        oc = columns(m.trace, ops)
+        # step markers are no operators: per distinct name, once
+        keep = np.fromiter((step_number(n) is None for n in oc.names), bool, len(oc.names))[oc.name_code]
         kind, prefer = "operator", None
-        nested = list(compress(ops, map(not_, map(markers.__contains__, map(name_of, ops))))) if markers else ops
+        nested = ops if keep.all() else list(compress(ops, keep.tolist()))
+        code = oc.name_code.astype(np.int32)
+        spans = (oc.ts, oc.dur, code, oc.names) if keep.all() else (oc.ts[keep], oc.dur[keep], code[keep], oc.names)
     if nested and rest:
-        rest = _add_nested(out, kind, nested, rest, prefer)
+        rest = _add_nested(out, kind, nested, rest, prefer, spans)
     if rest:
         out[("none", NOTHING_RECORDED)] += rest.total()
     parts = [IdlePart(kind, name, us) for (kind, name), us in out.items() if us > 0]
@@ -89,7 +91,7 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
 
 
 def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[Event], rest: Intervals,
-                prefer: Callable[[str], bool] | None) -> Intervals:
+                prefer: Callable[[str], bool] | None, known: _Known | None = None) -> Intervals:
     """Charge the idle time ``rest`` under one thread's ``nested`` events to them (:func:`_add_innermost`);
     return ``rest`` less the time under any of them.
 
@@ -99,6 +101,8 @@ def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[E
     n = len(nested)
     if is_table(nested):  # Python frames: columns already (read-only: nothing below writes them)
         ts, dur = nested.ts, nested.dur
+    elif known is not None:  # from the shared columns (read-only too)
+        ts, dur = known[0], known[1]
     else:
         ts = np.fromiter(map(ts_of, nested), np.float64, n)
         dur = np.fromiter(map(dur_of, nested), np.float64, n)
@@ -113,7 +117,8 @@ def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[E
         return rest
     spans = [ts, dur] if hit is _ALL else [ts[hit], dur[hit]]
     del ts, dur  # handed over in spans: dropped there once used
-    _add_overlapping(out, kind, nested, hit, spans, idle, prefer)
+    names = None if known is None else (known[2] if hit is _ALL else known[2][hit], known[3])
+    _add_overlapping(out, kind, nested, hit, spans, idle, prefer, names)
     return rest
 
 
@@ -157,14 +162,21 @@ def _overlapping(ts: np.ndarray, dur: np.ndarray, idle: Intervals) -> np.ndarray
     return hit if hit.any() else None
 
 
+_Known = tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]
+"""Starts, durations and name codes (int32, into the names that follow) of one thread's events."""
+
+
 def _add_overlapping(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], hit: np.ndarray,
-                     spans: list[np.ndarray], idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
+                     spans: list[np.ndarray], idle: Intervals, prefer: Callable[[str], bool] | None,
+                     named: tuple[np.ndarray, list[str]] | None = None) -> None:
     """:func:`_add_innermost` for the events ``hit`` selects. ``spans``: their starts and durations in
     the thread's order, handed over in a list that this empties, so that they go once they are used."""
     ts, dur = spans
     spans.clear()
     if is_table(events):
         name_ids, names = (events.name_code if hit is _ALL else events.name_code[hit]), events.names
+    elif named is not None:  # the selected events' name codes, from the caller's columns
+        name_ids, names = named
     else:
         picked = iter(events) if hit is _ALL else compress(events, hit.tolist())
         name_ids, names = _name_codes(picked, len(ts))

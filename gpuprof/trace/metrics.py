@@ -37,7 +37,7 @@ from gpuprof.trace.breakdown import (
     idle_breakdown,
     step_breakdown,
 )
-from gpuprof.trace.columns import columns
+from gpuprof.trace.columns import columns, gpu_columns
 from gpuprof.trace.dataloading import data_loading_share, loader_ranges
 from gpuprof.trace.gpuwork import communication_names, device_sets, is_communication_kernel, kernel_sets, union_of
 from gpuprof.trace.intervals import Interval, Intervals
@@ -166,10 +166,17 @@ class TraceMetrics:
     @functools.cached_property
     def step_kernels(self) -> list[Event]:
         """Compute kernels (not NCCL/RCCL collectives) of the main device that start inside a step window."""
+        keep = np.zeros(len(self.trace.kernels), bool)
+        keep[self.step_kernel_at] = True
+        return list(compress(self.trace.kernels, keep.tolist()))
+
+    @functools.cached_property
+    def step_kernel_at(self) -> np.ndarray:
+        """The positions in ``trace.kernels`` (and in :func:`gpu_columns`) of :attr:`step_kernels`, in order."""
         dev = self.main_device
         kernels = self.trace.kernels
         if dev is None or not self.steps or not kernels:
-            return []
+            return np.zeros(0, np.int64)
         kc = columns(self.trace, kernels)
         ts = kc.ts
         keep = kc.device == dev
@@ -180,7 +187,27 @@ class TraceMetrics:
         is_comm = np.fromiter(map(is_communication_kernel, kc.names), bool, len(kc.names))  # per distinct name
         if is_comm.any():
             keep &= ~is_comm[kc.name_code]
-        return list(compress(kernels, keep.tolist()))
+        return np.flatnonzero(keep)
+
+    @functools.cached_property
+    def gpu_launch(self) -> np.ndarray:
+        """Per event of :func:`gpu_columns` (kernels, then copies, then memsets), the position in
+        ``trace.runtime`` of its launch, ``launch_by_corr[corr]`` (the last call with its correlation
+        id), -1 if none: for rules that look launches up for many GPU events, in numpy."""
+        rt = columns(self.trace, self.trace.runtime).corr
+        gc = gpu_columns(self.trace)
+        out = np.full(gc.n, -1, np.int64)
+        at = np.flatnonzero(rt >= 0)
+        if not len(at) or not gc.n:
+            return out
+        order = np.argsort(rt[at], kind="stable")
+        keys, idx = rt[at][order], at[order]
+        last = np.append(keys[1:] != keys[:-1], True)  # the last call of each id (the sort is stable)
+        keys, idx = keys[last], idx[last]
+        pos = np.minimum(np.searchsorted(keys, gc.corr), len(keys) - 1)
+        hit = keys[pos] == gc.corr
+        out[hit] = idx[pos[hit]]
+        return out
 
 
 def _step_communication(trace: Trace, main_device: int | None, comm_by_dev: dict[int, Intervals],
@@ -233,7 +260,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     blocking_copy_calls = {id(c.launch) for c in copy_events if c.blocking and c.launch is not None}
     host_dl_events, optimizer_events = annotated_ranges(trace, main, main_keys)
     dl_events, single = loader_ranges(host_dl_events)
-    host = host_layers(main_runtime, blocking_copy_calls, host_dl_events, optimizer_events, threads, main_keys)
+    host = host_layers(main_runtime, blocking_copy_calls, host_dl_events, optimizer_events, threads, main_keys, trace)
 
     # breakdowns
     def on_main_device(sets: dict[int, Intervals]) -> Intervals:

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuprof.trace.columns import gpu_columns, named
 from gpuprof.trace.intervals import Interval
-from gpuprof.trace.model import Event, Trace, name_of
+from gpuprof.trace.model import Event, Trace, ts_of
 from gpuprof.trace.table import is_table
 from gpuprof.trace.threads import HostThread, thread_keys
 from gpuprof.trace.vocab import step_number
@@ -61,10 +62,12 @@ def step_markers(trace: Trace) -> list[Event]:
     """The ``ProfilerStep#N`` ranges: user annotations, or operators in older traces."""
     out: list[Event] = []
     for events in (trace.annotations, trace.ops):
-        names = {n for n in set(map(name_of, events)) if step_number(n) is not None}  # per distinct name, once
-        if names:
-            out.extend(e for e in events if e.name in names)
+        out.extend(named(events, _is_step_name, trace))  # per distinct name, once (the shared columns' names)
     return out
+
+
+def _is_step_name(name: str) -> bool:
+    return step_number(name) is not None
 
 
 def main_thread(trace: Trace, markers: list[Event]) -> HostThread | None:
@@ -167,17 +170,29 @@ class _GpuEndByLaunch:
         self._launch: np.ndarray | None = None
         self._end: np.ndarray | None = None
 
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per GPU event with a launch, the launch's start and the event's end, by launch start.
+
+        (Only maxima over runs of launch starts are asked for, so the order among equal
+        starts does not matter.)"""
+        by_corr = self._launch_by_corr
+        gc = gpu_columns(self._trace)
+        if not by_corr or not gc.n:
+            return np.zeros(0), np.zeros(0)
+        corrs = np.fromiter(by_corr, np.int64, len(by_corr))
+        launch_ts = np.fromiter(map(ts_of, by_corr.values()), np.float64, len(by_corr))
+        order = np.argsort(corrs, kind="stable")
+        corrs, launch_ts = corrs[order], launch_ts[order]
+        pos = np.minimum(np.searchsorted(corrs, gc.corr), len(corrs) - 1)
+        hit = np.flatnonzero(corrs[pos] == gc.corr)
+        launch = launch_ts[pos[hit]]
+        by_start = np.argsort(launch, kind="stable")
+        return launch[by_start], gc.end[hit][by_start]
+
     def latest(self, lo: float, hi: float) -> float:
         """The latest end of GPU work launched at ``lo <= t <= hi`` (-inf if none)."""
         if self._launch is None:
-            pairs = []
-            for g in self._trace.gpu_events():
-                r = self._launch_by_corr.get(g.corr)
-                if r is not None:
-                    pairs.append((r.ts, g.ts + g.dur))
-            pairs.sort()
-            self._launch = np.array([p[0] for p in pairs], dtype=np.float64)
-            self._end = np.array([p[1] for p in pairs], dtype=np.float64)
+            self._launch, self._end = self._pairs()
         i = int(np.searchsorted(self._launch, lo, side="left"))
         j = int(np.searchsorted(self._launch, hi, side="right"))
         return float(self._end[i:j].max()) if j > i else float("-inf")  # type: ignore[index]

@@ -14,10 +14,10 @@ from typing import Union
 
 import numpy as np
 
-from gpuprof.trace.model import Event, Trace, ts_of
+from gpuprof.trace.model import Event, Trace, dur_of, ts_of
 from gpuprof.trace.table import is_table
 
-__all__ = ["HostThread", "ThreadIndex", "thread_keys", "on_thread", "group_by_thread", "stack_parents"]
+__all__ = ["HostThread", "ThreadIndex", "thread_keys", "on_thread", "group_by_thread", "stack_parents", "stack_parents_of"]
 
 HostThread = tuple[Union[int, str], Union[int, str]]
 
@@ -44,10 +44,10 @@ class ThreadIndex:
         runtime = _group_by_thread(trace.runtime)
         return cls(
             ops=ops,
-            op_starts={k: list(map(ts_of, v)) for k, v in ops.items()},
+            op_starts=_Starts(ops),
             op_parent={},  # filled on demand by parents()
             runtime=runtime,
-            runtime_starts={k: list(map(ts_of, v)) for k, v in runtime.items()},
+            runtime_starts=_Starts(runtime),
         )
 
     def parents(self, key: HostThread) -> list[int]:
@@ -64,14 +64,81 @@ class ThreadIndex:
         return _merged_in_time([self.ops[k] for k in keys if k in self.ops])
 
 
+class _Starts(dict[HostThread, list[float]]):
+    """The start times of each group of ``groups``, each list made on its first look-up: only the
+    threads with sync points or copies are looked up, so most are never made."""
+
+    def __init__(self, groups: dict[HostThread, list[Event]]) -> None:
+        super().__init__()
+        self._groups = groups
+
+    def __missing__(self, key: HostThread) -> list[float]:
+        # KeyError for a thread with no group; the events' own float objects (a list from the shared
+        # start column would make new ones: ~24 bytes an event more at the peak)
+        got = self[key] = list(map(ts_of, self._groups[key]))
+        return got
+
+
 def _nesting(ops: list[Event]) -> list[int]:
     """Index of the directly enclosing op of each op (ops of one thread, in time order)."""
-    return stack_parents(list(map(ts_of, ops)), [o.ts + o.dur for o in ops])
+    n = len(ops)
+    ts = np.fromiter(map(ts_of, ops), np.float64, n)
+    parents: list[int] = stack_parents_of(ts, ts + np.fromiter(map(dur_of, ops), np.float64, n)).tolist()
+    return parents
 
 
 def stack_parents(starts: list[float], ends: list[float]) -> list[int]:
     """Per op (one thread's, in time order, given by start and end), the op on top of the stack
     of open ops when it starts, after those that ended are popped (-1 if none)."""
+    parents: list[int] = stack_parents_of(np.asarray(starts, np.float64), np.asarray(ends, np.float64)).tolist()
+    return parents
+
+
+def stack_parents_of(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """:func:`stack_parents` of float64 arrays, as an int64 array, in numpy.
+
+    With starts in order, the op on top of the stack when op ``i`` starts is
+    the last op ``j < i`` with ``ends[j] > starts[i]``: an op is popped only
+    once an op starts at or after its end, so that ``j`` is still on the
+    stack, and every op pushed after it ended at or before ``starts[i]``, so
+    it was popped. That "last greater before" is found for all ops at once by
+    binary lifting over running maxima of the ends (blocks of 1, 2, 4, ...
+    ops). Starts out of order or a NaN: the stack walk itself.
+    """
+    n = len(starts)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    if np.isnan(ends).any() or np.isnan(starts).any() or (n > 1 and bool((starts[1:] < starts[:-1]).any())):
+        return np.asarray(_stack_walk(starts.tolist(), ends.tolist()), np.int64)
+    # position 0: a sentinel op that never ends (the "no parent" answer); op j is at j + 1
+    e = np.empty(n + 1)
+    e[0] = np.inf
+    e[1:] = ends
+    par = np.arange(-1, n - 1, dtype=np.int64)  # most often the op just before encloses it
+    q = np.flatnonzero(ends[:-1] <= starts[1:]) + 1  # the others: op q's previous op ended by its start
+    if not len(q):
+        par[0] = -1
+        return par
+    # block_max[k][p]: the latest end among positions p - 2**k + 1 .. p (inf where that reaches before 0)
+    block_max = [e]
+    width = 1
+    while width * 2 <= n:
+        prev = block_max[-1]
+        cur = np.empty_like(prev)
+        cur[:width] = np.inf
+        np.maximum(prev[width:], prev[:-width], out=cur[width:])
+        block_max.append(cur)
+        width *= 2
+    pos = q.copy()  # op i's search starts at op i - 1 (position i)
+    t = starts[q]
+    for k in range(len(block_max) - 1, -1, -1):  # skip every block that ended at or before the start
+        skip = block_max[k][pos] <= t
+        pos -= skip.astype(np.int64) << k
+    par[q] = pos - 1
+    return par
+
+
+def _stack_walk(starts: list[float], ends: list[float]) -> list[int]:
     parents = [-1] * len(starts)
     stack: list[tuple[float, int]] = []
     pop, push = stack.pop, stack.append

@@ -316,8 +316,12 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
     launched = sorted_unique(k_op[k_op >= 0])
     n_ops = max(len(att.ops), 1)  # one spare slot: index 0 stands for "no operator" below, even with none
     flags_of = np.zeros(n_ops, np.int64)
-    for i in launched.tolist():
-        flags_of[i] = op_dtypes(att.ops[i])
+    if len(launched):  # the flags are the payload's: read once per distinct payload object (shared by the loader)
+        l_ops = list(map(att.ops.__getitem__, launched.tolist()))
+        _, first, inv = np.unique(np.fromiter(map(id, map(_extra_of, l_ops)), np.int64, len(l_ops)),
+                                  return_index=True, return_inverse=True)
+        flags_of[launched] = np.fromiter(map(op_dtypes, map(l_ops.__getitem__, first.tolist())), np.int64,
+                                         len(first))[inv.reshape(-1)]
     has = k_op >= 0
     k_flags = np.where(has, flags_of[np.maximum(k_op, 0)], 0)
     flags = np.zeros(g, np.int64)

@@ -79,7 +79,7 @@ def test_real_trace_columns_and_threads(parts: tuple[str, ...]) -> None:
     assert np.array_equal(g.corr, [e.corr for e in trace.gpu_events()])
     ti = ThreadIndex.build(trace)
     assert ti.ops == group_by_thread(trace.ops) and ti.runtime == group_by_thread(trace.runtime)
-    assert ti.op_starts == {k: [e.ts for e in v] for k, v in ti.ops.items()}
+    assert {k: ti.op_starts[k] for k in ti.ops} == {k: [e.ts for e in v] for k, v in ti.ops.items()}
 
 
 def test_cache_follows_the_trace() -> None:

@@ -10,7 +10,7 @@ count bytes and events from the start of the file, not of the chunk.
 from __future__ import annotations
 
 import re
-from typing import Protocol
+from typing import Literal, Protocol
 
 import msgspec
 
@@ -18,6 +18,7 @@ from gpuprof.errors import InputError
 from gpuprof.remote import TraceFile
 from gpuprof.trace import raw as R
 from gpuprof.trace.chunks import TryCut, as_json_list, find_events
+from gpuprof.trace.namerepair import repair_names
 
 __all__ = ["EVENTS_DECODER", "TRACE_DECODER", "TOO_DEEP", "EventSink", "chunk_decoder", "decode_header", "decode_last", "decode_whole"]
 
@@ -33,6 +34,7 @@ class EventSink(Protocol):
     """Where decoded events go (the normaliser)."""
 
     events_seen: int
+    names_repaired: int  # event names re-escaped (see gpuprof.trace.namerepair)
 
     def ingest(self, events: list[R.RawEvent]) -> None: ...
 
@@ -70,10 +72,17 @@ def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut
             problem = _explain_validation(path, chunk, msgspec.ValidationError(msg), list_format, sink.events_seen)
             raise InputError(path, problem) from None
         except msgspec.DecodeError as err:
-            if _is_syntax_error_before(err, end - lo + 1):
-                # malformed JSON before the cut: no earlier or later cut can fix it
+            if not _is_syntax_error_before(err, end - lo + 1):
+                return None
+            # malformed JSON before the cut: no earlier or later cut can fix it, unless it
+            # is torch 2.13's unescaped name (only now, so valid files never pay for the repair)
+            fixed = _decode_repaired(view, True, chunk=True)
+            if fixed == "cut":
+                return None  # repaired, the text ends at a wrong cut: try an earlier one
+            if fixed is None or not isinstance(fixed[0], list):
                 raise InputError(path, _explain_decode(err, base - 1)) from None
-            return None
+            sink.names_repaired += fixed[1]
+            return fixed[0]
         except UnicodeDecodeError as err:  # bytes of a string are never changed by a cut
             raise InputError(path, _explain_unicode(err)) from None
         except RecursionError:  # a prefix nests as deep as the whole file
@@ -120,7 +129,14 @@ def decode_whole(
     except msgspec.ValidationError as err:
         raise InputError(path, _explain_validation(path, text, err, list_format, event_offset)) from None
     except msgspec.DecodeError as err:
-        raise InputError(path, _explain_decode(err, byte_offset)) from None
+        fixed = _decode_repaired(text, list_format, chunk=False)
+        if fixed is None or fixed == "cut":
+            raise InputError(path, _explain_decode(err, byte_offset)) from None
+        sink.names_repaired += fixed[1]
+        if isinstance(fixed[0], list):
+            sink.ingest(fixed[0])
+            return
+        top = fixed[0]
     except UnicodeDecodeError as err:
         raise InputError(path, _explain_unicode(err)) from None
     except RecursionError:
@@ -132,6 +148,33 @@ def decode_whole(
 
 
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")
+
+
+def _decode_repaired(
+    text: bytes | memoryview, list_format: bool, *, chunk: bool
+) -> tuple[list[R.RawEvent] | R.RawTrace, int] | Literal["cut"] | None:
+    """Decode ``text`` with torch 2.13's unescaped names repaired (see :mod:`gpuprof.trace.namerepair`).
+
+    Returns what was decoded and how many names were repaired; None when
+    nothing was repaired or the repaired text does not decode either (the
+    original error stands). For a ``chunk`` (``[`` + events + ``]``), "cut"
+    when the repaired text fails only at its end: a cut in the wrong place,
+    which an earlier cut may fix.
+    """
+    repaired = repair_names(text)
+    if repaired is None:
+        return None
+    fixed, count = repaired
+    try:
+        if list_format:
+            return EVENTS_DECODER.decode(fixed), count
+        return TRACE_DECODER.decode(fixed), count
+    except msgspec.ValidationError:  # (a DecodeError: caught first) the original error is the one to report
+        return None
+    except msgspec.DecodeError as err:
+        return "cut" if chunk and not _is_syntax_error_before(err, len(fixed) - 1) else None
+    except (UnicodeDecodeError, RecursionError):  # later in the text than the original error
+        return None
 
 
 def _explain_decode(err: Exception, byte_offset: int = 0) -> str:

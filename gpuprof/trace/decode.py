@@ -18,7 +18,7 @@ from gpuprof.errors import InputError
 from gpuprof.remote import TraceFile
 from gpuprof.trace import raw as R
 from gpuprof.trace.chunks import TryCut, as_json_list, find_events
-from gpuprof.trace.namerepair import repair_names
+from gpuprof.trace.namerepair import cut_in_name, repair_names
 
 __all__ = ["EVENTS_DECODER", "TRACE_DECODER", "TOO_DEEP", "EventSink", "chunk_decoder", "decode_header", "decode_last", "decode_whole"]
 
@@ -46,9 +46,11 @@ def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut
 
     def try_cut(buf: bytearray, lo: int, end: int, base: int) -> bool:
         with as_json_list(buf, lo, end) as view:
-            events = _decode_chunk(view, buf, lo, end, base)
-            if events is None:
-                return False  # a cut inside a string or nested object: try an earlier one
+            decoded = _decode_chunk(view, buf, lo, end, base)
+            if decoded is None or cut_in_name(buf, lo, end):
+                return False  # a cut inside a string, a nested object or an unescaped name: try an earlier one
+            events, sink.names_repaired = decoded[0], sink.names_repaired + decoded[1]
+            del decoded
             try:
                 # inside the view: undecoded values (msgspec.Raw, "Input Dims") point into it,
                 # so the events are ingested, then dropped, before the view is released
@@ -57,9 +59,10 @@ def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut
                 del events
         return True
 
-    def _decode_chunk(view: memoryview, buf: bytearray, lo: int, end: int, base: int) -> list[R.RawEvent] | None:
+    def _decode_chunk(view: memoryview, buf: bytearray, lo: int, end: int, base: int) -> tuple[list[R.RawEvent], int] | None:
+        """The chunk's events and how many names were repaired in them; None for a cut in the wrong place."""
         try:
-            return EVENTS_DECODER.decode(view)
+            return EVENTS_DECODER.decode(view), 0
         except msgspec.ValidationError as err:  # (a subclass of DecodeError: caught first)
             # A wrongly typed value is an error in the file itself, not in the
             # cut: the text before a cut parses the same way as in the whole
@@ -76,13 +79,12 @@ def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut
                 return None
             # malformed JSON before the cut: no earlier or later cut can fix it, unless it
             # is torch 2.13's unescaped name (only now, so valid files never pay for the repair)
-            fixed = _decode_repaired(view, True, chunk=True)
+            fixed = _decode_repaired(buf, True, chunk=(lo - 1, end + 1))  # the view: [ + chunk + ]
             if fixed == "cut":
                 return None  # repaired, the text ends at a wrong cut: try an earlier one
             if fixed is None or not isinstance(fixed[0], list):
                 raise InputError(path, _explain_decode(err, base - 1)) from None
-            sink.names_repaired += fixed[1]
-            return fixed[0]
+            return fixed[0], fixed[1]
         except UnicodeDecodeError as err:  # bytes of a string are never changed by a cut
             raise InputError(path, _explain_unicode(err)) from None
         except RecursionError:  # a prefix nests as deep as the whole file
@@ -129,7 +131,7 @@ def decode_whole(
     except msgspec.ValidationError as err:
         raise InputError(path, _explain_validation(path, text, err, list_format, event_offset)) from None
     except msgspec.DecodeError as err:
-        fixed = _decode_repaired(text, list_format, chunk=False)
+        fixed = _decode_repaired(text, list_format)
         if fixed is None or fixed == "cut":
             raise InputError(path, _explain_decode(err, byte_offset)) from None
         sink.names_repaired += fixed[1]
@@ -151,17 +153,17 @@ _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 
 
 def _decode_repaired(
-    text: bytes | memoryview, list_format: bool, *, chunk: bool
+    text: bytes | bytearray, list_format: bool, chunk: tuple[int, int] | None = None
 ) -> tuple[list[R.RawEvent] | R.RawTrace, int] | Literal["cut"] | None:
-    """Decode ``text`` with torch 2.13's unescaped names repaired (see :mod:`gpuprof.trace.namerepair`).
+    """Decode ``text`` (or the ``chunk`` slice of it) with torch 2.13's unescaped names repaired.
 
     Returns what was decoded and how many names were repaired; None when
     nothing was repaired or the repaired text does not decode either (the
     original error stands). For a ``chunk`` (``[`` + events + ``]``), "cut"
     when the repaired text fails only at its end: a cut in the wrong place,
-    which an earlier cut may fix.
+    which an earlier cut may fix. See :mod:`gpuprof.trace.namerepair`.
     """
-    repaired = repair_names(text)
+    repaired = repair_names(text) if chunk is None else repair_names(text, *chunk)
     if repaired is None:
         return None
     fixed, count = repaired
@@ -172,7 +174,7 @@ def _decode_repaired(
     except msgspec.ValidationError:  # (a DecodeError: caught first) the original error is the one to report
         return None
     except msgspec.DecodeError as err:
-        return "cut" if chunk and not _is_syntax_error_before(err, len(fixed) - 1) else None
+        return "cut" if chunk is not None and not _is_syntax_error_before(err, len(fixed) - 1) else None
     except (UnicodeDecodeError, RecursionError):  # later in the text than the original error
         return None
 

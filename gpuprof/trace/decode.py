@@ -83,6 +83,8 @@ def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut
             if fixed == "cut":
                 return None  # repaired, the text ends at a wrong cut: try an earlier one
             if fixed is None or not isinstance(fixed[0], list):
+                if cut_in_name(buf, lo, end):
+                    return None  # the error is the cut's: it split a name written unescaped
                 raise InputError(path, _explain_decode(err, base - 1)) from None
             return fixed[0], fixed[1]
         except UnicodeDecodeError as err:  # bytes of a string are never changed by a cut

@@ -33,6 +33,7 @@ __all__ = ["cut_in_name", "repair_names", "repair_note"]
 _KEY = b'"name": "'
 # the line before a name line in Kineto's layout: '    "ph": "X",' or '    "cat": "python_function",'
 _EVENT_LINE = re.compile(rb'[ \t]*"(?:ph|cat)": "[^"\\\n]*",[ \t]*\r?')
+_NAME_AT = re.compile(rb'[ \t]*"name": "')
 _CONTROL = re.compile(rb"[\x00-\x1f]")
 _STRING = msgspec.json.Decoder(str)
 _BLANK = b" \t"
@@ -77,28 +78,25 @@ def repair_names(text: bytes | bytearray, lo: int = 0, hi: int | None = None) ->
 
 
 def cut_in_name(buf: bytes | bytearray, lo: int, end: int) -> bool:
-    """Whether the ``}`` before ``end`` (a cut of the chunker) is inside an unescaped name.
+    """Whether the ``}`` before ``end`` (a cut of the chunker) is on a name line of Kineto's layout.
 
     A name such as ``f({"a": 1}, {})`` written unescaped puts a ``}, {``
-    boundary inside the name line, and the text up to it can decode (the
-    name seems to end at its first quote): accepting that cut would keep a
-    cut-off event and leave the next chunk starting in mid-line, beyond
-    repair. Kineto writes the ``}`` that ends an event alone on its line, so
-    a ``}`` on a name line of its layout is never an event's end. Costs a
-    look at the few bytes before the ``}`` in Kineto's layout, and one search
-    back to the line's start in others.
+    boundary inside the name line. The text up to it may decode (the name
+    seems to end at its first quote), and accepting that cut would keep a
+    cut-off event and start the next chunk in mid-line, beyond repair; or it
+    may not, and that error is the cut's, not the file's. Kineto writes the
+    ``}`` that ends an event alone on its line, so a ``}`` on a name line is
+    never an event's end. Costs a look at the few bytes before the ``}`` in
+    Kineto's layout, and one search back to the line's start in others.
     """
     k = end - 2
     stop = max(lo, k - _NEAR)
     while k >= stop and buf[k] in _BLANK:
         k -= 1
-    if k < lo or buf[k] != 0x22:  # '"': the apparent event does not end with a string value
+    if k < lo or buf[k] == 0x0A:  # "\n": the "}" alone on its line, as Kineto ends an event
         return False
     nl = buf.rfind(b"\n", lo, k)
-    if nl < 0:
-        return False
-    line = bytes(buf[nl + 1 : k]).lstrip(_BLANK)
-    return line.startswith(_KEY) and _after_event_line(buf, lo, nl)
+    return nl >= 0 and _NAME_AT.match(buf, nl + 1, k) is not None and _after_event_line(buf, lo, nl)
 
 
 def _starts_event_line(text: bytes | bytearray, lo: int, i: int) -> bool:

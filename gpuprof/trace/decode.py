@@ -20,7 +20,8 @@ from gpuprof.trace import raw as R
 from gpuprof.trace.chunks import TryCut, as_json_list, find_events
 from gpuprof.trace.namerepair import cut_in_name, repair_names
 
-__all__ = ["EVENTS_DECODER", "TRACE_DECODER", "TOO_DEEP", "EventSink", "chunk_decoder", "decode_header", "decode_last", "decode_whole"]
+__all__ = ["EVENTS_DECODER", "TRACE_DECODER", "TOO_DEEP", "EventSink", "chunk_decoder", "decode_header", "decode_last", "decode_whole",
+           "syntax_error_before"]
 
 EVENTS_DECODER = msgspec.json.Decoder(list[R.RawEvent], strict=False)
 TRACE_DECODER = msgspec.json.Decoder(R.RawTrace, strict=False)
@@ -75,7 +76,7 @@ def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut
             problem = _explain_validation(path, chunk, msgspec.ValidationError(msg), list_format, sink.events_seen)
             raise InputError(path, problem) from None
         except msgspec.DecodeError as err:
-            if not _is_syntax_error_before(err, end - lo + 1):
+            if not syntax_error_before(err, end - lo + 1):
                 return None
             # malformed JSON before the cut: no earlier or later cut can fix it, unless it
             # is torch 2.13's unescaped name (only now, so valid files never pay for the repair)
@@ -176,7 +177,7 @@ def _decode_repaired(
     except msgspec.ValidationError:  # (a DecodeError: caught first) the original error is the one to report
         return None
     except msgspec.DecodeError as err:
-        return "cut" if chunk is not None and not _is_syntax_error_before(err, len(fixed) - 1) else None
+        return "cut" if chunk is not None and not syntax_error_before(err, len(fixed) - 1) else None
     except (UnicodeDecodeError, RecursionError):  # later in the text than the original error
         return None
 
@@ -194,7 +195,7 @@ def _explain_unicode(err: UnicodeDecodeError) -> str:
     return f"not valid UTF-8 text in a JSON string ({err.reason}: byte 0x{err.object[err.start]:02x})"
 
 
-def _is_syntax_error_before(err: Exception, last: int) -> bool:
+def syntax_error_before(err: Exception, last: int) -> bool:
     """True when a DecodeError of ``[`` + chunk + ``]`` is a real syntax error.
 
     A cut at a wrong place shows up only at the end of the text: as

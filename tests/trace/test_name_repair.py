@@ -227,3 +227,21 @@ def test_valid_files_never_run_the_repair(parts: tuple, monkeypatch: pytest.Monk
     for block in (C.BLOCK, 4096):
         monkeypatch.setattr(C, "BLOCK", block)
         assert signature(load_trace(p)) == ref
+
+
+@pytest.mark.parametrize("block", [C.BLOCK, 1717, 4096])
+def test_annotated_trace_carries_the_names_repaired(tmp_path: Path, real_text: bytes, block: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # `analyze --annotate` reads the trace again, through the same chunking: it writes it back
+    # with the names repaired (valid JSON), where it used to fail on the loader's repaired input
+    from gpuprof.render.annotate import annotate_trace
+
+    broken, intended, names = _variants(real_text, 61)
+    monkeypatch.setattr(C, "BLOCK", block)
+    out = {}
+    for which, data in (("broken", broken), ("intended", intended)):
+        out[which] = tmp_path / f"{which}.annotated.json"
+        annotate_trace(_write(tmp_path / f"{which}.json", data), [], out[which])
+    got = json.loads(out["broken"].read_bytes())
+    assert got == json.loads(out["intended"].read_bytes())
+    assert sum(e.get("name") in names for e in got["traceEvents"]) == len(names)

@@ -90,7 +90,7 @@ def recorded_steps(step: Callable[[], None], logdir: str, active: int, device: t
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=active),
-                         on_trace_ready=lambda p: p.export_chrome_trace(f"{logdir}/bare{rep}.pt.trace.json.gz"),
+                         on_trace_ready=lambda p, rep=rep: p.export_chrome_trace(f"{logdir}/bare{rep}.pt.trace.json.gz"),
                          **opts) as p:
                 times = timed(p.step, active + 1)
         results["torch"] += times[1:-1]  # recorded steps only (the last one also exports the trace)

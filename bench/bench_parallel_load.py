@@ -67,8 +67,8 @@ def main() -> int:
                 t = series(path, args.runs)
                 ratios = [b / a for a, b in zip(t[1], t[2])]
                 wins = sum(r < 1 for r in ratios)
-                print(f"{'busy' if busy else 'as is'} {Path(path).name}: jobs=1 {['%.2f' % x for x in t[1]]} "
-                      f"jobs=2 {['%.2f' % x for x in t[2]]} median ratio {statistics.median(ratios):.2f}, "
+                print(f"{'busy' if busy else 'as is'} {Path(path).name}: jobs=1 {[f'{x:.2f}' for x in t[1]]} "
+                      f"jobs=2 {[f'{x:.2f}' for x in t[2]]} median ratio {statistics.median(ratios):.2f}, "
                       f"helper faster in {wins} of {len(ratios)}", flush=True)
         finally:
             for h in hogs:

@@ -32,11 +32,11 @@ sys.path.insert(0, str(REPO))
 
 
 def main() -> None:
-    from werkzeug.test import Client
     from tensorboard.plugins.base_plugin import TBContext
+    from werkzeug.test import Client
 
-    from gpuprof.testing.realtraces import TRACES
     from gpuprof.tbplugin.plugin import GpuprofPlugin
+    from gpuprof.testing.realtraces import TRACES
 
     samples = TRACES / "tbplugin" / "samples"
     with tempfile.TemporaryDirectory() as tmp:

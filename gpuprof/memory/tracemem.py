@@ -19,6 +19,7 @@ operator around it (outermost › innermost, e.g. ``aten::linear › aten::addmm
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from gpuprof.errors import InputError
@@ -49,7 +50,7 @@ class _Enclosing:
     once: O(events + queries x depth).
     """
 
-    def __init__(self, events: list[Event]) -> None:
+    def __init__(self, events: Sequence[Event]) -> None:
         self._events: dict[Any, list[Event]] = {}
         for e in events:
             self._events.setdefault((str(e.pid), str(e.tid)), []).append(e)  # ids are ints or strings by event kind

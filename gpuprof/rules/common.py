@@ -7,15 +7,14 @@ such as the per-thread runtime calls, live on ``TraceMetrics``).
 from __future__ import annotations
 
 from bisect import bisect_right
-from itertools import compress
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
-from gpuprof.trace.columns import columns
+from gpuprof.trace.columns import named
 from gpuprof.trace.intervals import Interval, Intervals
 from gpuprof.trace.metrics import CopyEvent, TraceMetrics, next_sync_call
-from gpuprof.trace.model import Event, Trace, name_of, ts_of
+from gpuprof.trace.model import Event, ts_of
 from gpuprof.units import fmt_us
 
 __all__ = [
@@ -29,24 +28,6 @@ __all__ = [
     "ThreadSpans",
     "named",
 ]
-
-
-def named(events: Sequence[Event], wanted: Callable[[str], object], trace: Trace | None = None) -> list[Event]:
-    """The events whose name ``wanted`` accepts, in order: ``wanted`` is asked once per distinct name
-    (a regex or a prefix test per event costs more than the rest of a rule). ``trace``: the trace
-    ``events`` is a list of, to read names from its shared columns (:mod:`gpuprof.trace.columns`)."""
-    if not events:
-        return []
-    if trace is not None:
-        cols = columns(trace, events)
-        ok = np.fromiter((bool(wanted(n)) for n in cols.names), bool, len(cols.names))
-        if not ok.any():
-            return []
-        return list(compress(events, ok[cols.name_code].tolist()))
-    hits = {n for n in set(map(name_of, events)) if wanted(n)}
-    if not hits:
-        return []
-    return list(compress(events, map(hits.__contains__, map(name_of, events))))
 
 
 def count_of(n: float, singular: str, plural: str | None = None) -> str:

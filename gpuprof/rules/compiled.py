@@ -19,7 +19,7 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import host_step_of
+from gpuprof.rules.common import host_step_of, named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
@@ -28,6 +28,10 @@ __all__ = ["CompiledRegions", "CompileInSteps", "compiled_region", "is_compile_p
 
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)$")
 _RESUME = re.compile(r"^(.*)\((\d+)\): torch_dynamo_resume_in_(.+)_at_(\d+)$")
+
+
+def _is_resume_frame(name: str) -> bool:
+    return "torch_dynamo_resume_in_" in name
 _PHASES = ("entire_frame_compile", "backend_compile", "compile_fx_inner", "_compile.compile_inner")
 
 
@@ -108,11 +112,10 @@ class CompiledRegions(Rule):
         calls_per_step = [len(evs) for evs in by_step.values()]
         med_frames = median(frames_per_step)
         resumes: Counter[tuple[str, int, str]] = Counter()
-        for p in m.trace.python:
-            if "torch_dynamo_resume_in_" in p.name:
-                r = _RESUME.match(p.name)
-                if r and host_step_of(m, p.ts) is not None:
-                    resumes[(r.group(1), int(r.group(4)), r.group(3))] += 1
+        for p in named(m.trace.python, _is_resume_frame, m.trace):
+            r = _RESUME.match(p.name)
+            if r and host_step_of(m, p.ts) is not None:
+                resumes[(r.group(1), int(r.group(4)), r.group(3))] += 1
         if not resumes and med_frames < ctx.opt("min_regions"):
             return
         sites = sorted(resumes)

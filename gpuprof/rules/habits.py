@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_of
+from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_of, named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, op_records_autograd
@@ -109,11 +109,17 @@ def chore_of(name: str) -> str | None:
 _TORCH_COMPILE_FRAMES = ("torch/_dynamo/", "torch/_inductor/")
 
 
+def _is_torch_compile_frame(name: str) -> bool:
+    return name.startswith(_TORCH_COMPILE_FRAMES) or "/torch/_dynamo/" in name or "/torch/_inductor/" in name
+
+
+def _is_chore_frame(name: str) -> bool:
+    return name.startswith(_CHORE_PREFIXES)
+
+
 def _not_torchs_own(m: TraceMetrics, collects: list[Event]) -> list[Event]:
     """The ``gc.collect()`` frames not made by torch.compile's own code (inside a Dynamo/Inductor frame on their thread)."""
-    torch_frames = ThreadSpans(p for p in m.trace.python
-                               if p.name.startswith(_TORCH_COMPILE_FRAMES) or "/torch/_dynamo/" in p.name
-                               or "/torch/_inductor/" in p.name)
+    torch_frames = ThreadSpans(named(m.trace.python, _is_torch_compile_frame, m.trace))
     if not torch_frames:
         return collects
     out = []
@@ -226,9 +232,7 @@ class StepChores(Rule):
         if not m.steps:
             return
         calls: dict[str, list[Event]] = {}
-        for p in m.trace.python:
-            if not p.name.startswith(_CHORE_PREFIXES):
-                continue
+        for p in named(m.trace.python, _is_chore_frame, m.trace):
             what = chore_of(p.name) or logging_call_of(p.name)
             if what is not None and host_step_of(m, p.ts) is not None:
                 calls.setdefault(what, []).append(p)
@@ -421,9 +425,13 @@ class EvalWithAutograd(Rule):
 _MODULE = "nn.Module: "
 
 
+def _is_module_range(name: str) -> bool:
+    return name.startswith(_MODULE)
+
+
 def _in_module_ranges(m: TraceMetrics) -> Callable[[Event], bool] | None:
     """A test "is this event inside an ``nn.Module`` range on its thread", or None when the trace has none."""
-    modules = ThreadSpans(p for p in m.trace.python if p.name.startswith(_MODULE))
+    modules = ThreadSpans(named(m.trace.python, _is_module_range, m.trace))
     if not modules:
         return None
     return lambda e: modules.covering(e) is not None
@@ -434,7 +442,7 @@ def _caller_of_model(m: TraceMetrics, op: Event) -> SourceLocation | None:
     outermost ``nn.Module`` range around it (torch's Python tracer writes them with with_stack=True),
     else the op's own innermost user frame (its ``Call stack`` in 2021 traces); None without stacks."""
     outer = None
-    for p in m.trace.python:
+    for p in named(m.trace.python, _is_module_range, m.trace):  # the loop below skips every other frame
         if p.ts > op.ts:
             break  # sorted by start: nothing later encloses the op
         if p.name.startswith(_MODULE) and p.pid == op.pid and p.tid == op.tid and p.end >= op.ts:

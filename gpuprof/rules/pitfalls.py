@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import ThreadSpans, count_of, host_steps_of
+from gpuprof.rules.common import ThreadSpans, count_of, host_steps_of, named
 from gpuprof.rules.habits import is_backward_op
 from gpuprof.trace.metrics import TraceMetrics, union_of
 from gpuprof.trace.model import Event
@@ -81,7 +81,7 @@ class PeerCopies(Rule):
         if not peer:
             return
         t = ctx.trace
-        if any(_DP_MARKS.search(e.name) for e in list(t.annotations) + list(t.python) + list(t.ops)):
+        if any(named(events, _DP_MARKS.search, t) for events in (t.annotations, t.python, t.ops)):
             return  # DataParallel's own replication: GP401's
         n = max(m.num_steps, 1)
         per_step = sum(c.gpu.nbytes for c in peer) / n
@@ -242,7 +242,7 @@ class ClipBeforeUnscale(Rule):
         if not unscales:
             return
         clips = [o for o in m.trace.ops if o.name in _CLIP_OPS]
-        clips += [p for p in m.trace.python if _CLIP_FRAME.search(p.name)]
+        clips += named(m.trace.python, _CLIP_FRAME.search, m.trace)
         if not clips:
             return
         first_unscale: dict[int, float] = {}

@@ -113,7 +113,7 @@ class DataParallelUsed(Rule):
 
         overhead_ivs = [
             (e.ts, e.end)
-            for e in named(list(t.python) + list(t.ops), _is_dp_overhead)
+            for e in named(t.python, _is_dp_overhead, t) + named(t.ops, _is_dp_overhead, t)
             if (m.main_thread is None or _same(e, m.main_thread))
             and host_step_of(m, e.ts) is not None
         ]

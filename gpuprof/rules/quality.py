@@ -11,6 +11,7 @@ import numpy as np
 from gpuprof.findings import EventRef, Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.compiled import compile_phase_ops
+from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, Step, TraceMetrics
 from gpuprof.trace.model import op_dtypes
@@ -342,5 +343,5 @@ def _share_in_compilation(m: TraceMetrics) -> float:
     total = len(t.ops) + len(t.python)
     if not phases or not total:
         return 0.0
-    starts = np.fromiter((e.ts for lst in (t.ops, t.python) for e in lst), dtype=np.float64, count=total)
+    starts = np.concatenate([columns(t, t.ops).ts, columns(t, t.python).ts])
     return float(phases.covers(starts).sum()) / total

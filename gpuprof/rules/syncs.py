@@ -10,8 +10,9 @@ from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy, named
 from gpuprof.rules.copies import pageable_copies
+from gpuprof.trace.columns import columns
 from gpuprof.trace.metrics import SyncPoint, TraceMetrics
-from gpuprof.trace.model import name_of, op_call_stack
+from gpuprof.trace.model import op_call_stack
 from gpuprof.trace.vocab import logging_call_of
 from gpuprof.units import fmt_us
 
@@ -57,7 +58,7 @@ def _cause_frames(m: TraceMetrics) -> dict[tuple[str, str], list[tuple[float, fl
     if cached is None:
         cached = defaultdict(list)
         causes: dict[str, str | None] = {}  # per distinct frame name, once
-        for name in set(map(name_of, m.trace.python)):
+        for name in columns(m.trace, m.trace.python).names:
             what = logging_call_of(name)
             if what is not None and what != "print(...)":  # print is named by its formatting frames
                 causes[name] = f"{what}{_LOGGED}"

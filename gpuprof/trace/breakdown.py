@@ -28,6 +28,7 @@ from __future__ import annotations
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.intervals import Interval, Intervals, first_cover_per_window
 from gpuprof.trace.model import Event, Trace, name_of
+from gpuprof.trace.table import is_table
 from gpuprof.trace.threads import HostThread, ThreadIndex
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime, is_dataloader_name, is_optimizer_name
 
@@ -43,11 +44,13 @@ def annotated_ranges(trace: Trace, main: HostThread | None, main_keys: frozenset
     host_dl_events: list[Event] = []
     optimizer_events: list[Event] = []
     for events in (trace.annotations, trace.ops, trace.python):
-        names = set(map(name_of, events))
+        names = set(events.names) if is_table(events) else set(map(name_of, events))
         dl_names = {n for n in names if is_dataloader_name(n)}  # per distinct name, once
         opt_names = {n for n in names if is_optimizer_name(n)} - dl_names
         if not dl_names and not opt_names:
             continue
+        if is_table(events):  # Python frames as columns: make only the events named here
+            events = events.named((dl_names | opt_names).__contains__)
         for e in events:
             name = e.name
             if name in dl_names:

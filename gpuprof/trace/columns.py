@@ -32,15 +32,17 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import compress
 from operator import attrgetter
 from typing import Union
 
 import numpy as np
 
-from gpuprof.trace.model import Event, Trace
+from gpuprof.trace.model import Event, Trace, name_of
+from gpuprof.trace.table import is_table
 
-__all__ = ["Columns", "columns", "gpu_columns", "group_indices"]
+__all__ = ["Columns", "columns", "gpu_columns", "group_indices", "named"]
 
 HostThread = tuple[Union[int, str], Union[int, str]]
 
@@ -60,6 +62,13 @@ class Columns:
     def __init__(self, events: Sequence[Event]) -> None:
         self.events = events
         self.n = len(events)
+        if is_table(events):  # loaded as columns (Python frames): nothing to read, the same arrays
+            full = functools.partial(np.full, self.n, dtype=np.int64)
+            self.__dict__.update(
+                ts=events.ts, dur=events.dur, ext=_frozen(full(-1)) if events.ext is None else events.ext,
+                corr=_frozen(full(-1)) if events.corr is None else events.corr,
+                device=_frozen(full(-1)), stream=_frozen(full(-1)),
+                _name_table=(events.name_code, events.names), _thread_table=(events.thread_code, events.threads))
 
     def _f8(self, get: attrgetter[float]) -> np.ndarray:
         return _frozen(np.fromiter(map(get, self.events), np.float64, self.n))
@@ -174,3 +183,23 @@ def gpu_columns(trace: Trace) -> Columns:
     if got is None or got.n != n:
         got = cache[_GPU_KEY] = Columns(list(trace.gpu_events()))
     return got
+
+
+def named(events: Sequence[Event], wanted: Callable[[str], object], trace: Trace | None = None) -> list[Event]:
+    """The events whose name ``wanted`` accepts, in order: ``wanted`` is asked once per distinct name
+    (a regex or a prefix test per event costs more than the rest of a rule). ``trace``: the trace
+    ``events`` is a list of, to read names from its shared columns (:mod:`gpuprof.trace.columns`)."""
+    if not events:
+        return []
+    if is_table(events):  # columns already: only the events asked for are made
+        return events.named(wanted)
+    if trace is not None:
+        cols = columns(trace, events)
+        ok = np.fromiter((bool(wanted(n)) for n in cols.names), bool, len(cols.names))
+        if not ok.any():
+            return []
+        return list(compress(events, ok[cols.name_code].tolist()))
+    hits = {n for n in set(map(name_of, events)) if wanted(n)}
+    if not hits:
+        return []
+    return list(compress(events, map(hits.__contains__, map(name_of, events))))

@@ -21,6 +21,7 @@ from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, dur_of, name_of, ts_of
 from gpuprof.trace.stacks import is_user_frame
+from gpuprof.trace.table import is_table
 from gpuprof.trace.threads import on_thread, thread_keys
 from gpuprof.trace.vocab import step_number
 
@@ -95,8 +96,11 @@ def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[E
     metrics, so what it holds at once adds to the process's peak (issue 24: under the file's size).
     """
     n = len(nested)
-    ts = np.fromiter(map(ts_of, nested), np.float64, n)
-    dur = np.fromiter(map(dur_of, nested), np.float64, n)
+    if is_table(nested):  # Python frames: columns already (read-only: nothing below writes them)
+        ts, dur = nested.ts, nested.dur
+    else:
+        ts = np.fromiter(map(ts_of, nested), np.float64, n)
+        dur = np.fromiter(map(dur_of, nested), np.float64, n)
     under = Intervals.from_spans(ts, dur)
     idle = rest.intersect(under)
     rest = rest.subtract(under)
@@ -158,9 +162,12 @@ def _add_overlapping(out: dict[tuple[str, str], float], kind: str, events: Seque
     the thread's order, handed over in a list that this empties, so that they go once they are used."""
     ts, dur = spans
     spans.clear()
-    picked = iter(events) if hit is _ALL else compress(events, hit.tolist())
-    name_ids, names = _name_codes(picked, len(ts))
-    del picked
+    if is_table(events):
+        name_ids, names = (events.name_code if hit is _ALL else events.name_code[hit]), events.names
+    else:
+        picked = iter(events) if hit is _ALL else compress(events, hit.tolist())
+        name_ids, names = _name_codes(picked, len(ts))
+        del picked
     order = np.lexsort((-dur, ts))  # stable: ties keep the thread's order, as sorted() did
     ts, dur, name_ids = ts[order], dur[order], name_ids[order]
     del order

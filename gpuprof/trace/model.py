@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Sequence, Union
 
 import msgspec
 
@@ -289,7 +289,9 @@ class Trace:
     # events by kind, each sorted by ts
     ops: list[Event] = field(default_factory=list)  # Kind.CPU_OP
     annotations: list[Event] = field(default_factory=list)  # Kind.USER_ANNOTATION
-    python: list[Event] = field(default_factory=list)  # Kind.PYTHON_FUNCTION
+    # Kind.PYTHON_FUNCTION: a loaded trace holds them as columns (gpuprof.trace.table.EventTable, a
+    # read-only Sequence[Event]); code that builds a Trace by hand may give a list
+    python: Sequence[Event] = field(default_factory=list)
     runtime: list[Event] = field(default_factory=list)  # Kind.RUNTIME
     kernels: list[Event] = field(default_factory=list)  # Kind.KERNEL
     memcpys: list[Event] = field(default_factory=list)  # Kind.MEMCPY
@@ -306,7 +308,7 @@ class Trace:
     process_labels: dict[Union[int, str], str] = field(default_factory=dict)
     thread_names: dict[tuple[Union[int, str], Union[int, str]], str] = field(default_factory=dict)
 
-    def lists(self) -> dict[Kind, list[Event]]:
+    def lists(self) -> dict[Kind, Sequence[Event]]:
         return {
             Kind.CPU_OP: self.ops,
             Kind.USER_ANNOTATION: self.annotations,
@@ -337,5 +339,6 @@ class Trace:
     def sort(self) -> None:
         key = ts_of  # in C: a Python key function costs as much as the sort
         for events in self.lists().values():
-            events.sort(key=key)
+            if isinstance(events, list):
+                events.sort(key=key)  # (an EventTable is made sorted)
         self.comm_events.sort(key=key)

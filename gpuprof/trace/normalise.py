@@ -30,6 +30,7 @@ from gpuprof.trace.model import (
 )
 from gpuprof.trace.namerepair import repair_note
 from gpuprof.trace.pairing import pair_slices
+from gpuprof.trace.table import TableBuilder
 from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
 
 __all__ = ["Builder", "device_info"]
@@ -100,7 +101,14 @@ def _as_int(x: object) -> int:
 
 def _dims(x: object) -> tuple[int, ...] | None:
     """A grid/block value: a list of up to 3 non-negative ints, else None."""
-    if type(x) is list and 0 < len(x) <= 3 and all(type(v) is int and v >= 0 for v in x):
+    if type(x) is not list:
+        return None
+    if len(x) == 3:  # what Kineto writes: tested without a generator (one per kernel, twice)
+        a, b, c = x
+        if type(a) is int and type(b) is int and type(c) is int and a >= 0 and b >= 0 and c >= 0:
+            return (a, b, c)
+        return None
+    if 0 < len(x) < 3 and all(type(v) is int and v >= 0 for v in x):
         return tuple(x)
     return None
 
@@ -143,6 +151,8 @@ class Builder:
         self._extras5: dict[tuple[int, str | None, str | None, float | None, str | None], object] = {}
         self._configs: dict[tuple[tuple[int, ...] | None, tuple[int, ...] | None, int, float], KernelConfig] = {}
         self._comm_names: dict[str, bool] = {}  # name -> is it a communication event (asked once per name)
+        # Python frames go to columns, not Events: most of a with_stack trace's events (see gpuprof.trace.table)
+        self._python = TableBuilder(int(Kind.PYTHON_FUNCTION))
         self._device_props: list[R.RawDeviceProps] = []
         self._meta_seen = False
         # B/E events in file order: paired in finish(), once every chunk is in,
@@ -182,7 +192,6 @@ class Builder:
         out = {
             int(Kind.CPU_OP): t.ops,
             int(Kind.USER_ANNOTATION): t.annotations,
-            int(Kind.PYTHON_FUNCTION): t.python,
             int(Kind.RUNTIME): t.runtime,
             int(Kind.KERNEL): t.kernels,
             int(Kind.MEMCPY): t.memcpys,
@@ -198,6 +207,8 @@ class Builder:
         K_SYNC = int(Kind.GPU_SYNC)
         K_GPU_ANN = int(Kind.GPU_ANNOTATION)
         K_MEM = int(Kind.MEMORY)
+        K_PY = int(Kind.PYTHON_FUNCTION)
+        py_add = self._python.add
         type_flags = self._type_flags
         # setdefault adds a value, get only shares one already there (see _INTERN_MAX)
         intern_id = self._ids.setdefault if len(self._ids) < _INTERN_MAX else self._ids.get
@@ -263,7 +274,10 @@ class Builder:
                 tid = intern_id(tid, tid)
             a = ev.args
             if a is None:
-                out[kind].append(Event(kind, name, ts, dur, pid, tid))
+                if kind == K_PY:
+                    py_add(name, ts, dur, pid, tid, -1, -1)
+                else:
+                    out[kind].append(Event(kind, name, ts, dur, pid, tid))
                 continue
             is_comm = comm_names.get(name)
             if is_comm is None:
@@ -277,7 +291,9 @@ class Builder:
             ext = x if type(x) is int else -1 if x is None else _as_int(x)
             c = a.correlation
             corr = c if type(c) is int else -1 if c is None else _as_int(c)
-            if kind == K_OP:
+            if kind == K_PY:
+                py_add(name, ts, dur, pid, tid, ext, corr)
+            elif kind == K_OP:
                 flags = 0
                 it = a.input_type
                 if it:  # undecoded JSON text: decoded once per distinct text
@@ -401,6 +417,7 @@ class Builder:
         if self.names_repaired:
             t.load_notes.append(repair_note(self.names_repaired))
         t.num_events = self.events_seen
+        t.python = self._python.table()
         if t.num_events and not t.kept_events:
             raise InputError(t.path, self._nothing_usable())
         t.devices = [device_info(p, i) for i, p in enumerate(self._device_props)]

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Sequence
 from typing import Union
+
+import numpy as np
 
 from gpuprof.findings import SourceLocation
 from gpuprof.frames import is_user_file
 from gpuprof.trace.model import Event, Trace, op_call_stack, ts_of
-from gpuprof.trace.threads import group_by_thread
+from gpuprof.trace.table import EventTable, is_table
+from gpuprof.trace.threads import HostThread, group_by_thread
 
 __all__ = ["parse_frame", "is_user_frame", "StackIndex"]
 
@@ -65,10 +69,14 @@ class StackIndex:
     MAX_SCAN = 4000
 
     def __init__(self, trace: Trace) -> None:
-        self._frames: dict[tuple[object, object], list[Event]] = {k: v for k, v in group_by_thread(trace.python).items()}
+        python = trace.python
+        # a loaded trace's frames are an EventTable: grouped as tables (columns), not as Events
+        groups: dict[HostThread, EventTable] | dict[HostThread, list[Event]] = (
+            python.by_thread() if is_table(python) else group_by_thread(list(python)))
+        self._frames: dict[tuple[object, object], Sequence[Event]] = {k: v for k, v in groups.items()}
         self._starts: dict[tuple[object, object], list[float]] = {}  # per thread, on its first look-up
 
-    def frames_on(self, keys: frozenset[tuple[object, object]]) -> list[list[Event]]:
+    def frames_on(self, keys: frozenset[tuple[object, object]]) -> list[Sequence[Event]]:
         """The frames of each thread among ``keys`` (a :func:`~gpuprof.trace.threads.thread_keys` set)
         that has any, each list in time order."""
         return [self._frames[k] for k in keys if k in self._frames]
@@ -88,7 +96,11 @@ class StackIndex:
         if frames is None and isinstance(tid, str) and tid.isdigit():
             key = (pid, int(tid))
             frames = self._frames.get(key)
-        if frames:
+        if frames and is_table(frames):
+            loc = _table_location(frames, t, self.MAX_SCAN)
+            if loc is not None:
+                return loc
+        elif frames:
             starts = self._starts.get(key)
             if starts is None:
                 starts = self._starts[key] = list(map(ts_of, frames))
@@ -104,6 +116,22 @@ class StackIndex:
         if op is not None:
             return call_stack_location(op)
         return None
+
+
+def _table_location(frames: EventTable, t: float, max_scan: int) -> SourceLocation | None:
+    """StackIndex.location's scan over one thread's frames held as columns: the same frames in the same
+    order (back from the last one started at or before ``t``, at most ``max_scan``), the same test."""
+    i = int(np.searchsorted(frames.ts, t, side="right")) - 1
+    if i < 0:
+        return None
+    lo = max(0, i - max_scan + 1)
+    open_at_t = frames.ts[lo:i + 1] + frames.dur[lo:i + 1] >= t
+    names, code = frames.names, frames.name_code
+    for j in (np.flatnonzero(open_at_t)[::-1] + lo).tolist():
+        loc = user_location(names[code[j]])
+        if loc is not None:
+            return loc
+    return None
 
 
 def call_stack_location(op: Event) -> SourceLocation | None:

@@ -35,6 +35,7 @@ import numpy as np
 
 from gpuprof.trace.intervals import Interval
 from gpuprof.trace.model import Event, Trace, name_of
+from gpuprof.trace.table import is_table
 from gpuprof.trace.threads import HostThread, thread_keys
 from gpuprof.trace.vocab import step_number
 
@@ -187,5 +188,5 @@ def _extent(trace: Trace) -> tuple[float, float]:
     for events in trace.lists().values():
         if events:
             lo = min(lo, events[0].ts)
-            hi = max(hi, max(e.end for e in events))
+            hi = max(hi, float((events.ts + events.dur).max()) if is_table(events) else max(e.end for e in events))
     return lo, hi

@@ -7,6 +7,7 @@ modules use this index to find what a host thread was doing at a moment.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Union
@@ -14,6 +15,7 @@ from typing import Union
 import numpy as np
 
 from gpuprof.trace.model import Event, Trace, ts_of
+from gpuprof.trace.table import is_table
 
 __all__ = ["HostThread", "ThreadIndex", "thread_keys", "on_thread", "group_by_thread", "stack_parents"]
 
@@ -103,15 +105,17 @@ def _merged_in_time(groups: list[list[Event]]) -> list[Event]:
     return sorted((e for g in groups for e in g), key=ts_of)
 
 
-def on_thread(events: list[Event], keys: frozenset[HostThread]) -> list[Event]:
+def on_thread(events: Sequence[Event], keys: frozenset[HostThread]) -> Sequence[Event]:
     """The events of ``events`` whose ``(pid, tid)`` is one of ``keys`` (a :func:`thread_keys` set), in order.
 
     Each distinct ``(pid, tid)`` pair is looked up once (a table indexed by the codes of the
-    distinct pids and tids), not each event's pair.
+    distinct pids and tids), not each event's pair. An EventTable gives an EventTable.
     """
     n = len(events)
     if not n or not keys:
         return []
+    if is_table(events):
+        return events.on_threads(keys)
     pids = list(map(_pid_of, events))
     tids = list(map(_tid_of, events))
     upids, utids = list(dict.fromkeys(pids)), list(dict.fromkeys(tids))

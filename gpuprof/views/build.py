@@ -29,7 +29,7 @@ from typing import NamedTuple, Sequence, TypedDict
 import numpy as np
 
 from gpuprof.trace.attribution import OpAttribution, _inclusive, _Nesting
-from gpuprof.trace.columns import Columns, columns
+from gpuprof.trace.columns import Columns, columns, named
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import (
     DTYPE_BF16,
@@ -50,6 +50,7 @@ from gpuprof.trace.model import (
     ts_of,
 )
 from gpuprof.trace.stacks import call_stack_location, user_location
+from gpuprof.trace.table import is_table
 from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.trace.vocab import step_number
 from gpuprof.views.flops import ESTIMATED_OPS, estimate_flops
@@ -59,6 +60,14 @@ from gpuprof.views.precision import is_eligible_kernel, kernel_precision, uses_t
 __all__ = ["trace_views"]
 
 MODULE_PREFIX = "nn.Module: "
+
+
+def _is_module_range(name: str) -> bool:
+    return name.startswith(MODULE_PREFIX)
+
+
+def _is_user_frame_name(name: str) -> bool:
+    return user_location(name) is not None
 _STACK_SAMPLES = 5  # calls per operator row whose source line is looked up
 _thread_of = attrgetter("pid", "tid")
 
@@ -84,7 +93,7 @@ def trace_views(m: TraceMetrics) -> TraceViews:
         [a for a in trace.annotations if step_number(a.name) is None], launch_ts, launch_thread, k_dur, views, "ranges", False
     )
     views.modules = _ranges(
-        [p for p in trace.python if p.name.startswith(MODULE_PREFIX)], launch_ts, launch_thread, k_dur, views, "modules", True
+        named(trace.python, _is_module_range, trace), launch_ts, launch_thread, k_dur, views, "modules", True
     )
     return views
 
@@ -248,12 +257,18 @@ def _user_lines(m: TraceMetrics, ops: list[Event]) -> dict[int, str]:
         return out
     if not ops:
         return out
-    names = list(map(name_of, python))
-    user = {n for n in set(names) if user_location(n) is not None}  # per distinct frame name, once
-    if not user:
-        return out
-    is_user = np.fromiter(map(user.__contains__, names), bool, len(names))
-    frames = [python[i] for i in np.flatnonzero(is_user).tolist()]
+    if is_table(python):  # columns: only the user frames are made
+        is_user = python.name_mask(_is_user_frame_name)
+        if not is_user.any():
+            return out
+        frames = python.take(np.flatnonzero(is_user))
+    else:
+        names = list(map(name_of, python))
+        user = {n for n in set(names) if user_location(n) is not None}  # per distinct frame name, once
+        if not user:
+            return out
+        is_user = np.fromiter(map(user.__contains__, names), bool, len(names))
+        frames = [python[i] for i in np.flatnonzero(is_user).tolist()]
     f_thread = np.fromiter(map(hash, map(_thread_of, frames)), np.int64, len(frames))
     o_thread = np.fromiter(map(hash, map(_thread_of, ops)), np.int64, len(ops))
     o_ts = np.fromiter(map(ts_of, ops), np.float64, len(ops))

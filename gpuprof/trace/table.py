@@ -1,0 +1,228 @@
+"""Events of one kind held as columns: the loaded trace's Python frames.
+
+A trace recorded with ``with_stack=True`` is mostly ``python_function``
+events (two thirds of the events of the xDiT trace bench/ measures), and one
+:class:`~gpuprof.trace.model.Event` per event costs ~175 bytes of Python
+objects, more than the event's JSON text. An :class:`EventTable` keeps the
+fields those events have as numpy columns instead (~24-40 bytes an event):
+``ts``/``dur`` (float64), ``name_code`` into ``names`` and ``thread_code``
+into ``threads`` (int32; the distinct values in order of first appearance in
+time order, as :class:`gpuprof.trace.columns.Columns` numbers them), and
+``ext``/``corr`` (int64, or None where every event has none: -1).
+
+It is a read-only ``Sequence[Event]``: indexing and iteration make the
+Events on demand (equal to what the loader made before, not the same objects
+each time), so code that reads a few frames is unchanged; code that walks
+all of them reads the columns (:func:`gpuprof.trace.columns.columns`,
+:meth:`EventTable.subset`, :meth:`EventTable.take`) instead.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import TypeGuard, Union, overload
+
+import numpy as np
+
+from gpuprof.trace.model import Event, ts_of
+
+__all__ = ["EventTable", "TableBuilder", "is_table"]
+
+HostThread = tuple[Union[int, str], Union[int, str]]
+
+_BLOCK = 1 << 16  # events made per block while iterating: bounded temporary lists
+
+
+class EventTable(Sequence[Event]):
+    """Events of one kind, sorted by start, as columns (see the module docstring)."""
+
+    __slots__ = ("kind", "names", "threads", "name_code", "thread_code", "ts", "dur", "ext", "corr")
+
+    def __init__(self, kind: int, names: list[str], threads: list[HostThread], name_code: np.ndarray,
+                 thread_code: np.ndarray, ts: np.ndarray, dur: np.ndarray, ext: np.ndarray | None,
+                 corr: np.ndarray | None) -> None:
+        self.kind = kind
+        self.names = names
+        self.threads = threads
+        self.name_code = _frozen(name_code)
+        self.thread_code = _frozen(thread_code)
+        self.ts = _frozen(ts)
+        self.dur = _frozen(dur)
+        self.ext = None if ext is None else _frozen(ext)
+        self.corr = None if corr is None else _frozen(corr)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def __bool__(self) -> bool:
+        return len(self.ts) > 0
+
+    @overload
+    def __getitem__(self, i: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Event]: ...
+
+    def __getitem__(self, i: int | slice) -> Event | list[Event]:
+        if isinstance(i, slice):
+            return self.take(np.arange(len(self))[i])
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError("EventTable index out of range")
+        if i < 0:
+            i += n
+        pid, tid = self.threads[int(self.thread_code[i])]
+        return Event(self.kind, self.names[int(self.name_code[i])], float(self.ts[i]), float(self.dur[i]), pid, tid,
+                     -1 if self.ext is None else int(self.ext[i]), -1 if self.corr is None else int(self.corr[i]))
+
+    def __iter__(self) -> Iterator[Event]:
+        for lo in range(0, len(self), _BLOCK):
+            yield from self._make(slice(lo, lo + _BLOCK))
+
+    def take(self, idx: np.ndarray | list[int]) -> list[Event]:
+        """The events at positions ``idx``, made as Events, in that order."""
+        return self._make(np.asarray(idx, dtype=np.intp))
+
+    def _make(self, sel: slice | np.ndarray) -> list[Event]:
+        kind, names, threads = self.kind, self.names, self.threads
+        nc = self.name_code[sel].tolist()
+        tc = self.thread_code[sel].tolist()
+        ts = self.ts[sel].tolist()
+        dur = self.dur[sel].tolist()
+        n = len(ts)
+        ext = [-1] * n if self.ext is None else self.ext[sel].tolist()
+        corr = [-1] * n if self.corr is None else self.corr[sel].tolist()
+        return [Event(kind, names[a], s, d, threads[b][0], threads[b][1], x, c)
+                for a, b, s, d, x, c in zip(nc, tc, ts, dur, ext, corr)]
+
+    def subset(self, idx: np.ndarray) -> EventTable:
+        """A table of the events at positions ``idx`` (in that order), sharing the names and threads."""
+        return EventTable(self.kind, self.names, self.threads, self.name_code[idx], self.thread_code[idx],
+                          self.ts[idx], self.dur[idx], None if self.ext is None else self.ext[idx],
+                          None if self.corr is None else self.corr[idx])
+
+    def name_mask(self, wanted: Callable[[str], object]) -> np.ndarray:
+        """Per event, whether ``wanted`` accepts its name: asked once per distinct name."""
+        ok = np.array([bool(wanted(n)) for n in self.names], dtype=np.bool_)
+        return ok[self.name_code] if len(ok) else np.zeros(len(self), np.bool_)
+
+    def named(self, wanted: Callable[[str], object]) -> list[Event]:
+        """The events whose name ``wanted`` accepts, in order, made as Events (``wanted``: once per distinct name)."""
+        return self.take(np.flatnonzero(self.name_mask(wanted)))
+
+    def on_threads(self, keys: Collection[HostThread]) -> EventTable:
+        """The events whose ``(pid, tid)`` is one of ``keys``, in order (each distinct thread asked once)."""
+        ok = np.array([th in keys for th in self.threads], dtype=np.bool_)
+        if ok.all():
+            return self
+        return self.subset(np.flatnonzero(ok[self.thread_code]) if len(ok) else np.zeros(0, np.intp))
+
+    def by_thread(self) -> dict[HostThread, EventTable]:
+        """The events grouped by ``(pid, tid)``: threads in order of first appearance, each in time order."""
+        if len(self.threads) <= 1:
+            return {self.threads[0]: self} if self.threads else {}
+        order = np.argsort(self.thread_code, kind="stable")
+        bounds = np.searchsorted(self.thread_code[order], np.arange(len(self.threads) + 1))
+        return {th: self.subset(order[bounds[g]:bounds[g + 1]]) for g, th in enumerate(self.threads)}
+
+    def sort(self, key: object = ts_of) -> None:
+        """Nothing to do: a table is made sorted by start (Trace.sort() calls this as it sorts lists)."""
+        if key is not ts_of:
+            raise ValueError("an EventTable is sorted by start only")
+
+    def __add__(self, other: Sequence[Event]) -> list[Event]:
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[Event]) -> list[Event]:
+        return [*other, *self]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (EventTable, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking sequence, as list
+
+    def __repr__(self) -> str:
+        return f"EventTable(kind={self.kind}, {len(self)} events, {len(self.names)} names, {len(self.threads)} threads)"
+
+
+def is_table(events: Sequence[Event]) -> TypeGuard[EventTable]:
+    return type(events) is EventTable
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False  # shared by every reader: a write would be a bug
+    return a
+
+
+class TableBuilder:
+    """Collects one kind's events field by field while loading; :meth:`table` sorts them into an EventTable.
+
+    ``add`` costs about what making an Event did, and holds 32-40 bytes an event instead of ~175.
+    """
+
+    def __init__(self, kind: int) -> None:
+        self.kind = kind
+        self._name_codes: dict[str, int] = {}
+        self._thread_codes: dict[tuple[object, ...], int] = {}
+        self._threads: list[HostThread] = []
+        self.ts = array("d")
+        self.dur = array("d")
+        self.name = array("i")
+        self.thread = array("i")
+        self.ext = array("q")
+        self.corr = array("q")
+        self._any_ext = False
+        self._any_corr = False
+
+    def add(self, name: str, ts: float, dur: float, pid: Union[int, str], tid: Union[int, str], ext: int, corr: int) -> None:
+        nc = self._name_codes.get(name)
+        if nc is None:
+            nc = self._name_codes[name] = len(self._name_codes)
+        # a float pid/tid (no profiler writes one) is kept as written: 1.0 must not share int 1's entry
+        key: tuple[object, ...] = (pid, tid) if type(pid) is not float and type(tid) is not float else (pid, tid, type(pid), type(tid))
+        tc = self._thread_codes.get(key)
+        if tc is None:
+            tc = self._thread_codes[key] = len(self._threads)
+            self._threads.append((pid, tid))
+        self.ts.append(ts)
+        self.dur.append(dur)
+        self.name.append(nc)
+        self.thread.append(tc)
+        self.ext.append(ext)
+        self.corr.append(corr)
+        if ext != -1:
+            self._any_ext = True
+        if corr != -1:
+            self._any_corr = True
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def table(self) -> EventTable:
+        """The events sorted by start (stable, as ``list.sort(key=ts_of)``); codes renumbered by first appearance."""
+        ts = np.frombuffer(self.ts, np.float64) if len(self.ts) else np.zeros(0)
+        order = np.argsort(ts, kind="stable")
+        names, name_code = _renumber(list(self._name_codes), np.frombuffer(self.name, np.int32)[order] if len(self.ts) else np.zeros(0, np.int32))
+        threads, thread_code = _renumber(self._threads, np.frombuffer(self.thread, np.int32)[order] if len(self.ts) else np.zeros(0, np.int32))
+        out = EventTable(
+            self.kind, names, threads, name_code, thread_code, ts[order],
+            np.frombuffer(self.dur, np.float64)[order] if len(self.ts) else np.zeros(0),
+            np.frombuffer(self.ext, np.int64)[order] if self._any_ext else None,
+            np.frombuffer(self.corr, np.int64)[order] if self._any_corr else None,
+        )
+        self.__init__(self.kind)  # type: ignore[misc]  # frees the arrays (one builder, one table)
+        return out
+
+
+def _renumber(values: list, code: np.ndarray) -> tuple[list, np.ndarray]:  # type: ignore[type-arg]
+    """Codes renumbered in order of first appearance in ``code``, with the values in that order."""
+    if not len(code):
+        return [], code.astype(np.int32)
+    seen, first = np.unique(code, return_index=True)
+    rank = np.argsort(first, kind="stable")
+    new_of_old = np.full(len(values), -1, np.int32)
+    new_of_old[seen[rank]] = np.arange(len(rank), dtype=np.int32)
+    return [values[i] for i in seen[rank].tolist()], new_of_old[code]

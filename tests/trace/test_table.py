@@ -1,0 +1,162 @@
+"""Python frames loaded as columns (:mod:`gpuprof.trace.table`).
+
+* the table holds what the file says: each frame equals an independent reading of the JSON
+  (``json``, the ``python_function`` X events, stable-sorted by start), by iteration, index and slice;
+* codes index the distinct names and threads in order of first appearance, as ``Columns`` numbers
+  them; grouping, thread selection and name selection equal the same done on a list of Events;
+* the whole analysis (metrics, every rule, the views) gives the same summary and findings with the
+  frames as a table and as a plain list of the same Events, on real traces with Python stacks;
+* the columns cost far less than Events (the point of the table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuprof.analysis import analyze_trace
+from gpuprof.testing.realtraces import shared_path
+from gpuprof.trace.columns import Columns, columns, named
+from gpuprof.trace.load import load_trace
+from gpuprof.trace.model import Event
+from gpuprof.trace.stacks import StackIndex
+from gpuprof.trace.table import EventTable, TableBuilder, is_table
+from gpuprof.trace.threads import group_by_thread, on_thread
+from gpuprof.trace.vocab import Kind
+
+TRACELENS = ("hta", "TraceLens", "tests", "traces")
+REAL = [
+    (*TRACELENS, "h100", "Falconsai_nsfw_image_detection__1016002.json.gz"),
+    (*TRACELENS, "inference", "sglang_prefilldecode", "sglang_Qwen3-8B_prefilldecode.json.gz"),
+    (*TRACELENS, "mi300", "resnet_act_checkpoint.json.gz"),
+    ("tbplugin", "generated_cpu_torch2.13", "tiny_cpu_nw0", "cpuworker.1795297193849114643.pt.trace.json.gz"),
+]
+PY = int(Kind.PYTHON_FUNCTION)
+
+
+def _real(parts: tuple[str, ...]) -> Path:
+    p = shared_path(*parts)
+    if not p.exists():
+        pytest.skip(f"shared trace not available: {p}")
+    return p
+
+
+def _frames_from_json(path: Path) -> list[tuple[object, ...]]:
+    """The file's python_function X events as (name, ts, dur, pid, tid), read with json, sorted by start."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        doc = json.load(f)
+    out = []
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") == "python_function" and e.get("ts") is not None:
+            dur = e.get("dur")
+            out.append((e.get("name"), float(e["ts"]), float(dur) if dur is not None and dur > 0 else 0.0,
+                        e.get("pid", -1), e.get("tid", -1)))
+    out.sort(key=lambda r: r[1])  # stable, as the loader's order
+    return out
+
+
+def _fields(e: Event) -> tuple[object, ...]:
+    return (e.name, e.ts, e.dur, e.pid, e.tid)
+
+
+@pytest.mark.parametrize("parts", REAL, ids=lambda p: p[-1][:30])
+def test_table_holds_the_files_frames(parts: tuple[str, ...]) -> None:
+    path = _real(parts)
+    trace = load_trace(path)
+    table = trace.python
+    assert is_table(table)
+    want = _frames_from_json(path)
+    assert want, "the trace has Python frames"
+    assert [_fields(e) for e in table] == want
+    assert all(e.kind == PY for e in table[:50])
+    n = len(want)
+    for i in (0, 1, n // 2, n - 1, -1, -n):
+        assert _fields(table[i]) == want[i]
+    assert [_fields(e) for e in table[3:40:7]] == want[3:40:7]
+    with pytest.raises(IndexError):
+        table[n]
+    # codes: distinct values in order of first appearance, as Columns numbers a list
+    ref = Columns(list(table))
+    assert table.names == ref.names and table.threads == ref.threads
+    assert table.name_code.tolist() == ref.name_code.tolist()
+    assert table.thread_code.tolist() == ref.thread_code.tolist()
+    cols = columns(trace, table)
+    assert cols.ts is table.ts and cols.end.tolist() == [e.end for e in table]
+    assert cols.ext.tolist() == [e.ext for e in table] and cols.device.tolist() == [-1] * n
+    with pytest.raises(ValueError):
+        table.ts[0] = 0.0  # shared: read-only
+
+
+@pytest.mark.parametrize("parts", REAL[:2], ids=lambda p: p[-1][:30])
+def test_grouping_and_selection_equal_the_list_forms(parts: tuple[str, ...]) -> None:
+    trace = load_trace(_real(parts))
+    table = trace.python
+    assert is_table(table)
+    events = list(table)
+    groups = table.by_thread()
+    ref = group_by_thread(events)
+    assert list(groups) == list(ref)
+    for k in ref:
+        assert list(groups[k]) == ref[k]
+    key = next(iter(ref))
+    keys = frozenset({key})
+    assert list(on_thread(table, keys)) == list(on_thread(events, keys))
+    assert list(on_thread(table, frozenset({("no", "such")}))) == []
+    wanted = lambda n: "(" in n and n.endswith("forward")  # noqa: E731
+    assert named(table, wanted) == named(events, wanted) == [e for e in events if wanted(e.name)]
+    # the innermost user frame at many moments: the columns' scan and the list's scan agree
+    listed = dataclasses.replace(trace, python=events)
+    a, b = StackIndex(trace), StackIndex(listed)
+    lo, hi = float(table.ts[0]), float((table.ts + table.dur).max())
+    for t in np.linspace(lo, hi, 400).tolist() + table.ts[:: max(1, len(table) // 200)].tolist():
+        for pid, tid in ref:
+            assert a.location(pid, tid, t) == b.location(pid, tid, t)
+
+
+@pytest.mark.parametrize("parts", REAL, ids=lambda p: p[-1][:30])
+def test_analysis_is_the_same_with_frames_as_a_list(parts: tuple[str, ...]) -> None:
+    trace = load_trace(_real(parts))
+    assert is_table(trace.python)
+    listed = dataclasses.replace(trace, python=list(trace.python), load_notes=list(trace.load_notes))
+    s1, f1 = analyze_trace(trace)
+    s2, f2 = analyze_trace(listed)
+    assert s1 == s2
+    assert f1 == f2
+
+
+def test_builder_keeps_file_order_on_ties_float_ids_and_ids() -> None:
+    b = TableBuilder(PY)
+    b.add("b", 2.0, 1.0, 1, 7, -1, -1)
+    b.add("a", 1.0, 5.0, "p", 7, 12, -1)
+    b.add("c", 2.0, 0.0, 1.0, 7, -1, -1)  # a float pid is kept as written: not int 1's thread
+    b.add("a", 2.0, 3.0, 1, 7, -1, 4)
+    t = b.table()
+    assert [(e.name, e.ts, e.pid, e.ext, e.corr) for e in t] == [
+        ("a", 1.0, "p", 12, -1), ("b", 2.0, 1, -1, -1), ("c", 2.0, 1.0, -1, -1), ("a", 2.0, 1, -1, 4)]
+    assert type(t[2].pid) is float and type(t[1].pid) is int
+    assert t.names == ["a", "b", "c"] and t.threads == [("p", 7), (1, 7), (1.0, 7)]
+    assert len(b) == 0  # the builder let its arrays go
+    empty = TableBuilder(PY).table()
+    assert len(empty) == 0 and not empty and list(empty) == [] and empty.by_thread() == {}
+    assert t == list(t) and t != list(t)[:2]
+    assert t + [] == list(t) and [] + t == list(t)
+
+
+def test_table_costs_a_fraction_of_events() -> None:
+    b = TableBuilder(PY)
+    for i in range(20_000):
+        b.add(f"f{i % 50}.py(1): g", float(i), 1.0, 1, 2, -1, -1)
+    t = b.table()
+    col_bytes = sum(a.nbytes for a in (t.ts, t.dur, t.name_code, t.thread_code))
+    events = list(t)
+    event_bytes = sum(sys.getsizeof(e) + sys.getsizeof(e.ts) + sys.getsizeof(e.dur) for e in events)
+    assert t.ext is None and t.corr is None  # no frame has ids: no columns for them
+    assert col_bytes * 4 < event_bytes
+    assert isinstance(t, EventTable)

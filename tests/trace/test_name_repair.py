@@ -74,10 +74,6 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def _python_names(path: Path) -> list[str]:
-    return [e.name for e in load_trace(path).python]
-
-
 def test_broken_input_really_is_invalid_json(real_text: bytes) -> None:
     broken, intended, names = _variants(real_text, 300)
     assert len(names) == 5

@@ -219,7 +219,14 @@ def test_valid_files_never_run_the_repair(parts: tuple, monkeypatch: pytest.Monk
     def fail(*args: object) -> None:
         raise AssertionError("the repair ran on a valid file")
 
+    check = D.cut_in_name
+
+    def never_a_name(buf: bytearray, lo: int, end: int) -> bool:
+        assert not check(buf, lo, end), "a real boundary taken for one inside a name"
+        return False
+
     monkeypatch.setattr(D, "repair_names", fail)
+    monkeypatch.setattr(D, "cut_in_name", never_a_name)
     for block in (C.BLOCK, 4096):
         monkeypatch.setattr(C, "BLOCK", block)
         assert signature(load_trace(p)) == ref

@@ -38,6 +38,8 @@ from gpuprof.trace.chunks import (  # the loader's chunking loop, shared on purp
     event_chunks,
     read_head,
 )
+from gpuprof.trace.decode import syntax_error_before
+from gpuprof.trace.namerepair import cut_in_name, repair_names
 from gpuprof.trace.source import Source
 
 __all__ = ["annotate_trace", "annotation_events", "FINDINGS_PID", "FINDINGS_PROCESS_NAME"]
@@ -176,22 +178,36 @@ def _copy_with_findings(src: Source, sink: _Sink, findings: list[Finding]) -> in
     clock = _Clock()
     events_before = False  # whether event text before the final text was written
 
+    repaired: list[bytes] = []  # the accepted chunk's text with its names repaired, if it needed that
+
     def try_cut(b: bytearray, lo: int, end: int, base: int) -> bool:
-        try:
-            with as_json_list(b, lo, end) as view:
+        repaired.clear()
+        with as_json_list(b, lo, end) as view:
+            try:
                 stamps = _STAMPS.decode(view)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return False  # a "}, {" inside a string or nested object: try an earlier one
+            except msgspec.ValidationError:
+                return False
+            except msgspec.DecodeError as err:
+                # torch 2.13's unescaped names (see gpuprof.trace.namerepair): the loader repaired
+                # them, so the annotated trace carries them repaired, as valid JSON
+                fixed = _repaired_stamps(b, lo - 1, end + 1) if syntax_error_before(err, end - lo + 1) else None
+                if fixed is None:
+                    return False  # a "}, {" inside a string or nested object: try an earlier one
+                text, stamps = fixed
+                repaired.append(text[1:-1])
+        if cut_in_name(b, lo, end):
+            return False  # a "}, {" inside a name written unescaped
         clock.see(stamps)
         return True
 
-    for lo, _end, nxt in event_chunks(src, text, try_cut):
-        sink.write(bytes(text.buf[lo:nxt]))
+    for lo, end, nxt in event_chunks(src, text, try_cut):
+        sink.write(repaired[0] if repaired else bytes(text.buf[lo:end]))
+        sink.write(bytes(text.buf[end:nxt]))
         events_before = True
 
     pending = text.rest()
-    close = _find_array_end(src.path, pending, list_format, clock)
-    body = pending[:close].rstrip()
+    close, body = _find_array_end(src.path, pending, list_format, clock)
+    body = body.rstrip()
     sink.write(body)
     new = annotation_events(findings, clock.start)
     if new:
@@ -203,8 +219,20 @@ def _copy_with_findings(src: Source, sink: _Sink, findings: list[Finding]) -> in
     return len(new)
 
 
-def _find_array_end(path: TraceFile, tail: bytes, list_format: bool, clock: _Clock) -> int:
-    """Index in ``tail`` (which starts inside ``traceEvents``, at an event) of the array's closing ``]``."""
+def _repaired_stamps(text: bytes | bytearray, lo: int, hi: int) -> tuple[bytes, list[_Stamp]] | None:
+    """``text[lo:hi]`` (``[`` + events + ``]``) with unescaped names repaired, and its stamps; None if that does not decode."""
+    fixed = repair_names(text, lo, hi)
+    if fixed is None:
+        return None
+    try:
+        return fixed[0], _STAMPS.decode(fixed[0])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _find_array_end(path: TraceFile, tail: bytes, list_format: bool, clock: _Clock) -> tuple[int, bytes]:
+    """Index in ``tail`` (which starts inside ``traceEvents``, at an event) of the array's closing ``]``,
+    and the events before it (with unescaped names repaired, if they need it)."""
     pos = len(tail)
     while True:
         c = tail.rfind(b"]", 0, pos)
@@ -213,12 +241,19 @@ def _find_array_end(path: TraceFile, tail: bytes, list_format: bool, clock: _Clo
         pos = c
         if not _is_trailer(tail[c + 1 :], list_format):
             continue
+        text = b"[" + tail[:c] + b"]"
         try:
-            stamps = _STAMPS.decode(b"[" + tail[:c] + b"]")
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue  # the "]" of an array that follows traceEvents (e.g. deviceProperties)
+            stamps = _STAMPS.decode(text)
+        except msgspec.ValidationError:
+            continue
+        except msgspec.DecodeError as err:
+            fixed = _repaired_stamps(text, 0, len(text)) if syntax_error_before(err, len(text) - 1) else None
+            if fixed is None:
+                continue  # the "]" of an array that follows traceEvents (e.g. deviceProperties)
+            clock.see(fixed[1])
+            return c, fixed[0][1:-1]
         clock.see(stamps)
-        return c
+        return c, tail[:c]
 
 
 def _is_trailer(text: bytes, list_format: bool) -> bool:

@@ -10,7 +10,7 @@ count bytes and events from the start of the file, not of the chunk.
 from __future__ import annotations
 
 import re
-from typing import Protocol
+from typing import Literal, Protocol
 
 import msgspec
 
@@ -18,8 +18,10 @@ from gpuprof.errors import InputError
 from gpuprof.remote import TraceFile
 from gpuprof.trace import raw as R
 from gpuprof.trace.chunks import TryCut, as_json_list, find_events
+from gpuprof.trace.namerepair import cut_in_name, repair_names
 
-__all__ = ["EVENTS_DECODER", "TRACE_DECODER", "TOO_DEEP", "EventSink", "chunk_decoder", "decode_header", "decode_last", "decode_whole"]
+__all__ = ["EVENTS_DECODER", "TRACE_DECODER", "TOO_DEEP", "EventSink", "chunk_decoder", "decode_header", "decode_last", "decode_whole",
+           "syntax_error_before"]
 
 EVENTS_DECODER = msgspec.json.Decoder(list[R.RawEvent], strict=False)
 TRACE_DECODER = msgspec.json.Decoder(R.RawTrace, strict=False)
@@ -33,6 +35,7 @@ class EventSink(Protocol):
     """Where decoded events go (the normaliser)."""
 
     events_seen: int
+    names_repaired: int  # event names re-escaped (see gpuprof.trace.namerepair)
 
     def ingest(self, events: list[R.RawEvent]) -> None: ...
 
@@ -44,9 +47,11 @@ def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut
 
     def try_cut(buf: bytearray, lo: int, end: int, base: int) -> bool:
         with as_json_list(buf, lo, end) as view:
-            events = _decode_chunk(view, buf, lo, end, base)
-            if events is None:
-                return False  # a cut inside a string or nested object: try an earlier one
+            decoded = _decode_chunk(view, buf, lo, end, base)
+            if decoded is None or cut_in_name(buf, lo, end):
+                return False  # a cut inside a string, a nested object or an unescaped name: try an earlier one
+            events, sink.names_repaired = decoded[0], sink.names_repaired + decoded[1]
+            del decoded
             try:
                 # inside the view: undecoded values (msgspec.Raw, "Input Dims") point into it,
                 # so the events are ingested, then dropped, before the view is released
@@ -55,9 +60,10 @@ def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut
                 del events
         return True
 
-    def _decode_chunk(view: memoryview, buf: bytearray, lo: int, end: int, base: int) -> list[R.RawEvent] | None:
+    def _decode_chunk(view: memoryview, buf: bytearray, lo: int, end: int, base: int) -> tuple[list[R.RawEvent], int] | None:
+        """The chunk's events and how many names were repaired in them; None for a cut in the wrong place."""
         try:
-            return EVENTS_DECODER.decode(view)
+            return EVENTS_DECODER.decode(view), 0
         except msgspec.ValidationError as err:  # (a subclass of DecodeError: caught first)
             # A wrongly typed value is an error in the file itself, not in the
             # cut: the text before a cut parses the same way as in the whole
@@ -70,10 +76,18 @@ def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut
             problem = _explain_validation(path, chunk, msgspec.ValidationError(msg), list_format, sink.events_seen)
             raise InputError(path, problem) from None
         except msgspec.DecodeError as err:
-            if _is_syntax_error_before(err, end - lo + 1):
-                # malformed JSON before the cut: no earlier or later cut can fix it
+            if not syntax_error_before(err, end - lo + 1):
+                return None
+            # malformed JSON before the cut: no earlier or later cut can fix it, unless it
+            # is torch 2.13's unescaped name (only now, so valid files never pay for the repair)
+            fixed = _decode_repaired(buf, True, chunk=(lo - 1, end + 1))  # the view: [ + chunk + ]
+            if fixed == "cut":
+                return None  # repaired, the text ends at a wrong cut: try an earlier one
+            if fixed is None or not isinstance(fixed[0], list):
+                if cut_in_name(buf, lo, end):
+                    return None  # the error is the cut's: it split a name written unescaped
                 raise InputError(path, _explain_decode(err, base - 1)) from None
-            return None
+            return fixed[0], fixed[1]
         except UnicodeDecodeError as err:  # bytes of a string are never changed by a cut
             raise InputError(path, _explain_unicode(err)) from None
         except RecursionError:  # a prefix nests as deep as the whole file
@@ -120,7 +134,14 @@ def decode_whole(
     except msgspec.ValidationError as err:
         raise InputError(path, _explain_validation(path, text, err, list_format, event_offset)) from None
     except msgspec.DecodeError as err:
-        raise InputError(path, _explain_decode(err, byte_offset)) from None
+        fixed = _decode_repaired(text, list_format)
+        if fixed is None or fixed == "cut":
+            raise InputError(path, _explain_decode(err, byte_offset)) from None
+        sink.names_repaired += fixed[1]
+        if isinstance(fixed[0], list):
+            sink.ingest(fixed[0])
+            return
+        top = fixed[0]
     except UnicodeDecodeError as err:
         raise InputError(path, _explain_unicode(err)) from None
     except RecursionError:
@@ -132,6 +153,33 @@ def decode_whole(
 
 
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")
+
+
+def _decode_repaired(
+    text: bytes | bytearray, list_format: bool, chunk: tuple[int, int] | None = None
+) -> tuple[list[R.RawEvent] | R.RawTrace, int] | Literal["cut"] | None:
+    """Decode ``text`` (or the ``chunk`` slice of it) with torch 2.13's unescaped names repaired.
+
+    Returns what was decoded and how many names were repaired; None when
+    nothing was repaired or the repaired text does not decode either (the
+    original error stands). For a ``chunk`` (``[`` + events + ``]``), "cut"
+    when the repaired text fails only at its end: a cut in the wrong place,
+    which an earlier cut may fix. See :mod:`gpuprof.trace.namerepair`.
+    """
+    repaired = repair_names(text) if chunk is None else repair_names(text, *chunk)
+    if repaired is None:
+        return None
+    fixed, count = repaired
+    try:
+        if list_format:
+            return EVENTS_DECODER.decode(fixed), count
+        return TRACE_DECODER.decode(fixed), count
+    except msgspec.ValidationError:  # (a DecodeError: caught first) the original error is the one to report
+        return None
+    except msgspec.DecodeError as err:
+        return "cut" if chunk is not None and not syntax_error_before(err, len(fixed) - 1) else None
+    except (UnicodeDecodeError, RecursionError):  # later in the text than the original error
+        return None
 
 
 def _explain_decode(err: Exception, byte_offset: int = 0) -> str:
@@ -147,7 +195,7 @@ def _explain_unicode(err: UnicodeDecodeError) -> str:
     return f"not valid UTF-8 text in a JSON string ({err.reason}: byte 0x{err.object[err.start]:02x})"
 
 
-def _is_syntax_error_before(err: Exception, last: int) -> bool:
+def syntax_error_before(err: Exception, last: int) -> bool:
     """True when a DecodeError of ``[`` + chunk + ``]`` is a real syntax error.
 
     A cut at a wrong place shows up only at the end of the text: as

@@ -28,6 +28,7 @@ from gpuprof.trace.model import (
     MemoryPayload,
     Trace,
 )
+from gpuprof.trace.namerepair import repair_note
 from gpuprof.trace.pairing import pair_slices
 from gpuprof.trace.table import TableBuilder
 from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
@@ -135,6 +136,7 @@ class Builder:
     def __init__(self, path: str) -> None:
         self.trace = Trace(path=path)
         self.events_seen = 0
+        self.names_repaired = 0  # set by the decoder (gpuprof.trace.namerepair)
         self._names: dict[str, str] = {}  # one string object per distinct name
         # one object per distinct int or str pid/tid: a trace has a few processes and threads, and
         # an unshared pid and tid cost 56-110 bytes per event (a third of a small event's memory).
@@ -412,6 +414,8 @@ class Builder:
             n = self._bad_time
             t.load_notes.append(f"{n} event{'' if n == 1 else 's'} with a timestamp or duration that is not a "
                                 f"number or beyond any clock (over {MAX_TIME_US:.0f} µs): left out")
+        if self.names_repaired:
+            t.load_notes.append(repair_note(self.names_repaired))
         t.num_events = self.events_seen
         t.python = self._python.table()
         if t.num_events and not t.kept_events:

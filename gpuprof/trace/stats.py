@@ -44,7 +44,7 @@ from gpuprof.trace.attribution import OpAttribution, attribute
 from gpuprof.trace.columns import columns
 from gpuprof.trace.model import Trace
 from gpuprof.trace.syncs import CopyEvent, SyncPoint
-from gpuprof.trace.threads import ThreadIndex, stack_parents_of
+from gpuprof.trace.threads import ThreadIndex
 
 __all__ = ["KernelStat", "OpStat", "CopyStat", "SyncStat", "kernel_stats", "op_stats", "copy_stats", "sync_stats"]
 
@@ -130,12 +130,7 @@ def op_stats(trace: Trace, threads: ThreadIndex, attribution: OpAttribution | No
     base = 0
     for key, group in threads.ops.items():
         gc = columns(trace, group)
-        par = threads.op_parent.get(key)
-        if par is None:
-            p = stack_parents_of(gc.ts, gc.end)
-            threads.op_parent[key] = p.tolist()
-        else:
-            p = np.asarray(par, np.int64) if len(par) else np.zeros(0, np.int64)
+        p = threads.parents(key, gc.ts, gc.end)
         to_id = np.fromiter(map(name_ids.setdefault, gc.names, iter(name_ids.__len__, -1)), np.int64, len(gc.names))
         code_parts.append(to_id[gc.name_code])
         dur_parts.append(gc.dur)

@@ -130,7 +130,7 @@ def _enclosing_ops(threads: ThreadIndex, ev: Event, direct: Event | None) -> lis
         o = ops[i]
         if o.ts <= ts and o.end >= end and step_number(o.name) is None:
             chain.append(o)
-        i = parent[i]
+        i = int(parent[i])
     chain.reverse()  # outermost first
     return chain
 

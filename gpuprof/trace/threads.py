@@ -33,7 +33,7 @@ class ThreadIndex:
 
     ops: dict[HostThread, list[Event]]
     op_starts: dict[HostThread, list[float]]
-    op_parent: dict[HostThread, list[int]]
+    op_parent: dict[HostThread, np.ndarray]
     runtime: dict[HostThread, list[Event]]
     runtime_starts: dict[HostThread, list[float]]
 
@@ -50,11 +50,16 @@ class ThreadIndex:
             runtime_starts=_Starts(runtime),
         )
 
-    def parents(self, key: HostThread) -> list[int]:
-        """``op_parent[key]``, computed on first use (only threads with sync points need it)."""
+    def parents(self, key: HostThread, starts: np.ndarray | None = None, ends: np.ndarray | None = None) -> np.ndarray:
+        """``op_parent[key]``, computed on first use (:func:`stack_parents_of`); ``starts``/``ends``: the
+        thread's operator starts and ends when the caller has them as columns already."""
         got = self.op_parent.get(key)
         if got is None:
-            got = self.op_parent[key] = _nesting(self.ops.get(key, []))
+            if starts is None or ends is None:
+                ops = self.ops.get(key, [])
+                starts = np.fromiter(map(ts_of, ops), np.float64, len(ops))
+                ends = starts + np.fromiter(map(dur_of, ops), np.float64, len(ops))
+            got = self.op_parent[key] = stack_parents_of(starts, ends)
         return got
 
     def runtime_on(self, keys: frozenset[HostThread]) -> list[Event]:
@@ -77,14 +82,6 @@ class _Starts(dict[HostThread, list[float]]):
         # start column would make new ones: ~24 bytes an event more at the peak)
         got = self[key] = list(map(ts_of, self._groups[key]))
         return got
-
-
-def _nesting(ops: list[Event]) -> list[int]:
-    """Index of the directly enclosing op of each op (ops of one thread, in time order)."""
-    n = len(ops)
-    ts = np.fromiter(map(ts_of, ops), np.float64, n)
-    parents: list[int] = stack_parents_of(ts, ts + np.fromiter(map(dur_of, ops), np.float64, n)).tolist()
-    return parents
 
 
 def stack_parents(starts: list[float], ends: list[float]) -> list[int]:

@@ -40,9 +40,9 @@ from typing import Union
 import numpy as np
 
 from gpuprof.trace.model import Event, Trace, name_of
-from gpuprof.trace.table import is_table
+from gpuprof.trace.table import group_indices, is_table
 
-__all__ = ["Columns", "columns", "gpu_columns", "group_indices", "named"]
+__all__ = ["Columns", "columns", "gpu_columns", "gpu_launch_positions", "group_indices", "named"]
 
 HostThread = tuple[Union[int, str], Union[int, str]]
 
@@ -63,17 +63,18 @@ class Columns:
         self.events = events
         self.n = len(events)
         if is_table(events):  # loaded as columns (Python frames): nothing to read, the same arrays
-            full = functools.partial(np.full, self.n, dtype=np.int64)
-            self.__dict__.update(
-                ts=events.ts, dur=events.dur, ext=_frozen(full(-1)) if events.ext is None else events.ext,
-                corr=_frozen(full(-1)) if events.corr is None else events.corr,
-                device=_frozen(full(-1)), stream=_frozen(full(-1)),
-                _name_table=(events.name_code, events.names), _thread_table=(events.thread_code, events.threads))
+            held = dict(ts=events.ts, dur=events.dur, ext=events.ext, corr=events.corr,
+                        _name_table=(events.name_code, events.names), _thread_table=(events.thread_code, events.threads))
+            self.__dict__.update((k, v) for k, v in held.items() if v is not None)
 
     def _f8(self, get: attrgetter[float]) -> np.ndarray:
         return _frozen(np.fromiter(map(get, self.events), np.float64, self.n))
 
     def _i8(self, get: attrgetter[int]) -> np.ndarray:
+        if is_table(self.events):
+            # a field the table does not hold (device, stream; ext/corr where no event has one) is -1 for
+            # every event: made only when asked for (4 such arrays are 32 bytes an event)
+            return _frozen(np.full(self.n, -1, np.int64))
         return _frozen(np.fromiter(map(get, self.events), np.int64, self.n))
 
     @functools.cached_property
@@ -144,13 +145,6 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def group_indices(code: np.ndarray, n_groups: int) -> list[np.ndarray]:
-    """Per code ``0..n_groups-1``, the positions holding it, in order (one stable sort)."""
-    order = np.argsort(code, kind="stable")
-    bounds = np.searchsorted(code[order], np.arange(n_groups + 1))
-    return [order[bounds[g] : bounds[g + 1]] for g in range(n_groups)]
-
-
 # id(trace) -> {id(list): Columns}; an entry goes when its trace is freed
 _CACHE: dict[int, dict[int, Columns]] = {}
 
@@ -183,6 +177,26 @@ def gpu_columns(trace: Trace) -> Columns:
     if got is None or got.n != n:
         got = cache[_GPU_KEY] = Columns(list(trace.gpu_events()))
     return got
+
+
+def gpu_launch_positions(trace: Trace) -> np.ndarray:
+    """Per event of :func:`gpu_columns` (kernels, then copies, then memsets), the position in
+    ``trace.runtime`` of its launch: the last runtime call with its correlation id (as a
+    ``{r.corr: r}`` dict of the calls keeps it), -1 if none."""
+    rt = columns(trace, trace.runtime).corr
+    gc = gpu_columns(trace)
+    out = np.full(gc.n, -1, np.int64)
+    at = np.flatnonzero(rt >= 0)
+    if not len(at) or not gc.n:
+        return out
+    order = np.argsort(rt[at], kind="stable")
+    keys, idx = rt[at][order], at[order]
+    last = np.append(keys[1:] != keys[:-1], True)  # the last call of each id (the sort is stable)
+    keys, idx = keys[last], idx[last]
+    pos = np.minimum(np.searchsorted(keys, gc.corr), len(keys) - 1)
+    hit = keys[pos] == gc.corr
+    out[hit] = idx[pos[hit]]
+    return out
 
 
 def named(events: Sequence[Event], wanted: Callable[[str], object], trace: Trace | None = None) -> list[Event]:

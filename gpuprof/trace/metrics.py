@@ -37,7 +37,7 @@ from gpuprof.trace.breakdown import (
     idle_breakdown,
     step_breakdown,
 )
-from gpuprof.trace.columns import columns, gpu_columns
+from gpuprof.trace.columns import columns, gpu_launch_positions
 from gpuprof.trace.dataloading import data_loading_share, loader_ranges
 from gpuprof.trace.gpuwork import communication_names, device_sets, is_communication_kernel, kernel_sets, union_of
 from gpuprof.trace.intervals import Interval, Intervals
@@ -194,20 +194,7 @@ class TraceMetrics:
         """Per event of :func:`gpu_columns` (kernels, then copies, then memsets), the position in
         ``trace.runtime`` of its launch, ``launch_by_corr[corr]`` (the last call with its correlation
         id), -1 if none: for rules that look launches up for many GPU events, in numpy."""
-        rt = columns(self.trace, self.trace.runtime).corr
-        gc = gpu_columns(self.trace)
-        out = np.full(gc.n, -1, np.int64)
-        at = np.flatnonzero(rt >= 0)
-        if not len(at) or not gc.n:
-            return out
-        order = np.argsort(rt[at], kind="stable")
-        keys, idx = rt[at][order], at[order]
-        last = np.append(keys[1:] != keys[:-1], True)  # the last call of each id (the sort is stable)
-        keys, idx = keys[last], idx[last]
-        pos = np.minimum(np.searchsorted(keys, gc.corr), len(keys) - 1)
-        hit = keys[pos] == gc.corr
-        out[hit] = idx[pos[hit]]
-        return out
+        return gpu_launch_positions(self.trace)
 
 
 def _step_communication(trace: Trace, main_device: int | None, comm_by_dev: dict[int, Intervals],

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuprof.trace.columns import gpu_columns, named
+from gpuprof.trace.columns import columns, gpu_columns, gpu_launch_positions, named
 from gpuprof.trace.intervals import Interval
-from gpuprof.trace.model import Event, Trace, ts_of
+from gpuprof.trace.model import Event, Trace
 from gpuprof.trace.table import is_table
 from gpuprof.trace.threads import HostThread, thread_keys
 from gpuprof.trace.vocab import step_number
@@ -113,7 +113,7 @@ def find_steps(
             lo = first
         return [Step(index=0, id=0, start=lo, end=hi, cpu_end=hi)], False, lead_in
 
-    gpu_end = _GpuEndByLaunch(trace, launch_by_corr)
+    gpu_end = _GpuEndByLaunch(trace)
     steps: list[Step] = []
     for i, (s, e, n) in enumerate(dedup):
         if i + 1 < len(dedup):
@@ -164,9 +164,8 @@ def _first_gpu_work(trace: Trace, launch_by_corr: dict[int, Event]) -> float | N
 class _GpuEndByLaunch:
     """When the GPU work launched in a host time range ends (built on first use)."""
 
-    def __init__(self, trace: Trace, launch_by_corr: dict[int, Event]) -> None:
+    def __init__(self, trace: Trace) -> None:
         self._trace = trace
-        self._launch_by_corr = launch_by_corr
         self._launch: np.ndarray | None = None
         self._end: np.ndarray | None = None
 
@@ -175,17 +174,11 @@ class _GpuEndByLaunch:
 
         (Only maxima over runs of launch starts are asked for, so the order among equal
         starts does not matter.)"""
-        by_corr = self._launch_by_corr
-        gc = gpu_columns(self._trace)
-        if not by_corr or not gc.n:
-            return np.zeros(0), np.zeros(0)
-        corrs = np.fromiter(by_corr, np.int64, len(by_corr))
-        launch_ts = np.fromiter(map(ts_of, by_corr.values()), np.float64, len(by_corr))
-        order = np.argsort(corrs, kind="stable")
-        corrs, launch_ts = corrs[order], launch_ts[order]
-        pos = np.minimum(np.searchsorted(corrs, gc.corr), len(corrs) - 1)
-        hit = np.flatnonzero(corrs[pos] == gc.corr)
-        launch = launch_ts[pos[hit]]
+        trace = self._trace
+        at = gpu_launch_positions(trace)  # the launch_by_corr look-up, for every GPU event at once
+        hit = np.flatnonzero(at >= 0)
+        launch = columns(trace, trace.runtime).ts[at[hit]]
+        gc = gpu_columns(trace)
         by_start = np.argsort(launch, kind="stable")
         return launch[by_start], gc.end[hit][by_start]
 

@@ -25,7 +25,7 @@ from typing import TypeGuard, Union, overload
 
 import numpy as np
 
-from gpuprof.trace.model import Event, ts_of
+from gpuprof.trace.model import Event
 
 __all__ = ["EventTable", "TableBuilder", "is_table"]
 
@@ -72,9 +72,7 @@ class EventTable(Sequence[Event]):
             raise IndexError("EventTable index out of range")
         if i < 0:
             i += n
-        pid, tid = self.threads[int(self.thread_code[i])]
-        return Event(self.kind, self.names[int(self.name_code[i])], float(self.ts[i]), float(self.dur[i]), pid, tid,
-                     -1 if self.ext is None else int(self.ext[i]), -1 if self.corr is None else int(self.corr[i]))
+        return self._make(slice(i, i + 1))[0]
 
     def __iter__(self) -> Iterator[Event]:
         for lo in range(0, len(self), _BLOCK):
@@ -122,14 +120,18 @@ class EventTable(Sequence[Event]):
         """The events grouped by ``(pid, tid)``: threads in order of first appearance, each in time order."""
         if len(self.threads) <= 1:
             return {self.threads[0]: self} if self.threads else {}
-        order = np.argsort(self.thread_code, kind="stable")
-        bounds = np.searchsorted(self.thread_code[order], np.arange(len(self.threads) + 1))
-        return {th: self.subset(order[bounds[g]:bounds[g + 1]]) for g, th in enumerate(self.threads)}
+        groups = group_indices(self.thread_code, len(self.threads))
+        return {th: self.subset(at) for th, at in zip(self.threads, groups)}
 
-    def sort(self, key: object = ts_of) -> None:
-        """Nothing to do: a table is made sorted by start (Trace.sort() calls this as it sorts lists)."""
-        if key is not ts_of:
-            raise ValueError("an EventTable is sorted by start only")
+    @classmethod
+    def of(cls, events: Sequence[Event], kind: int) -> EventTable:
+        """``events`` (a list a caller built, e.g. a Trace made by hand) as a table of ``kind``, sorted by start."""
+        if is_table(events):
+            return events
+        b = TableBuilder(kind)
+        for e in events:
+            b.add(e.name, e.ts, e.dur, e.pid, e.tid, e.ext, e.corr)
+        return b.table()
 
     def __add__(self, other: Sequence[Event]) -> list[Event]:
         return [*self, *other]
@@ -150,6 +152,13 @@ class EventTable(Sequence[Event]):
 
 def is_table(events: Sequence[Event]) -> TypeGuard[EventTable]:
     return type(events) is EventTable
+
+
+def group_indices(code: np.ndarray, n_groups: int) -> list[np.ndarray]:
+    """Per code ``0..n_groups-1``, the positions holding it, in order (one stable sort)."""
+    order = np.argsort(code, kind="stable")
+    bounds = np.searchsorted(code[order], np.arange(n_groups + 1))
+    return [order[bounds[g] : bounds[g + 1]] for g in range(n_groups)]
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -203,13 +212,13 @@ class TableBuilder:
 
     def table(self) -> EventTable:
         """The events sorted by start (stable, as ``list.sort(key=ts_of)``); codes renumbered by first appearance."""
-        ts = np.frombuffer(self.ts, np.float64) if len(self.ts) else np.zeros(0)
+        ts = np.frombuffer(self.ts, np.float64)  # views of the arrays (empty ones too); sorted copies below
         order = np.argsort(ts, kind="stable")
-        names, name_code = _renumber(list(self._name_codes), np.frombuffer(self.name, np.int32)[order] if len(self.ts) else np.zeros(0, np.int32))
-        threads, thread_code = _renumber(self._threads, np.frombuffer(self.thread, np.int32)[order] if len(self.ts) else np.zeros(0, np.int32))
+        names, name_code = _renumber(list(self._name_codes), np.frombuffer(self.name, np.int32)[order])
+        threads, thread_code = _renumber(self._threads, np.frombuffer(self.thread, np.int32)[order])
         out = EventTable(
             self.kind, names, threads, name_code, thread_code, ts[order],
-            np.frombuffer(self.dur, np.float64)[order] if len(self.ts) else np.zeros(0),
+            np.frombuffer(self.dur, np.float64)[order],
             np.frombuffer(self.ext, np.int64)[order] if self._any_ext else None,
             np.frombuffer(self.corr, np.int64)[order] if self._any_corr else None,
         )

@@ -31,7 +31,6 @@ from gpuprof.trace.columns import Columns, columns, named
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.intervals import Interval, Intervals, first_cover_per_window
 from gpuprof.trace.model import Event, Trace
-from gpuprof.trace.table import is_table
 from gpuprof.trace.threads import HostThread, ThreadIndex
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime, is_dataloader_name, is_optimizer_name
 
@@ -47,7 +46,7 @@ def annotated_ranges(trace: Trace, main: HostThread | None, main_keys: frozenset
     host_dl_events: list[Event] = []
     optimizer_events: list[Event] = []
     for events in (trace.annotations, trace.ops, trace.python):
-        names = set(events.names) if is_table(events) else set(columns(trace, events).names)
+        names = set(columns(trace, events).names)  # a table's own names; a list's, read once and shared
         dl_names = {n for n in names if is_dataloader_name(n)}  # per distinct name, once
         opt_names = {n for n in names if is_optimizer_name(n)} - dl_names
         if not dl_names and not opt_names:

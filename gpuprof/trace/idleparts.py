@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import compress
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -19,13 +18,15 @@ from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.columns import columns, group_indices
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event, dur_of, name_of, ts_of
+from gpuprof.trace.model import Event, name_of
 from gpuprof.trace.stacks import is_user_frame
-from gpuprof.trace.table import is_table
+from gpuprof.trace.table import EventTable
 from gpuprof.trace.threads import on_thread, thread_keys
-from gpuprof.trace.vocab import step_number
+from gpuprof.trace.vocab import Kind, step_number
 
 __all__ = ["IdlePart", "idle_parts", "NOTHING_RECORDED"]
+
+PY = int(Kind.PYTHON_FUNCTION)
 
 NOTHING_RECORDED = "nothing recorded on the main thread"
 
@@ -66,23 +67,22 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
             out[("runtime", name)] += t
             covered = covered.union(got)
     rest = rest.subtract(covered)
-    spans: _Known | None = None  # starts, durations and name codes of ``nested``, where known
     groups = m.stacks.frames_on(keys)
     # one thread's frames are already in trace order; several spellings of it: take them in trace order
-    python = groups[0] if len(groups) == 1 else on_thread(m.trace.python, keys) if groups else []
+    python = groups[0] if len(groups) == 1 else EventTable.of(on_thread(m.trace.python, keys), PY) if groups else None
+    spans: _Known  # starts, durations and name codes of the nested events, from columns
     if python:
-        kind, nested, prefer = "python", python, is_user_frame
+        kind, prefer = "python", is_user_frame
+        spans = (python.ts, python.dur, python.name_code, python.names)
     else:
-        ops = m.threads.ops_on(keys)
-        oc = columns(m.trace, ops)
+        oc = columns(m.trace, m.threads.ops_on(keys))
         # step markers are no operators: per distinct name, once
         keep = np.fromiter((step_number(n) is None for n in oc.names), bool, len(oc.names))[oc.name_code]
         kind, prefer = "operator", None
-        nested = ops if keep.all() else list(compress(ops, keep.tolist()))
         code = oc.name_code.astype(np.int32)
         spans = (oc.ts, oc.dur, code, oc.names) if keep.all() else (oc.ts[keep], oc.dur[keep], code[keep], oc.names)
-    if nested and rest:
-        rest = _add_nested(out, kind, nested, rest, prefer, spans)
+    if len(spans[0]) and rest:
+        rest = _add_nested(out, kind, spans, rest, prefer)
     if rest:
         out[("none", NOTHING_RECORDED)] += rest.total()
     parts = [IdlePart(kind, name, us) for (kind, name), us in out.items() if us > 0]
@@ -90,22 +90,15 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
     return parts
 
 
-def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[Event], rest: Intervals,
-                prefer: Callable[[str], bool] | None, known: _Known | None = None) -> Intervals:
-    """Charge the idle time ``rest`` under one thread's ``nested`` events to them (:func:`_add_innermost`);
-    return ``rest`` less the time under any of them.
+def _add_nested(out: dict[tuple[str, str], float], kind: str, known: _Known, rest: Intervals,
+                prefer: Callable[[str], bool] | None) -> Intervals:
+    """Charge the idle time ``rest`` under one thread's nested events (``known``: their columns) to them
+    (:func:`_add_innermost`); return ``rest`` less the time under any of them.
 
     Each whole-thread array is dropped before the next one is made: this runs after loading and the
     metrics, so what it holds at once adds to the process's peak (issue 24: under the file's size).
     """
-    n = len(nested)
-    if is_table(nested):  # Python frames: columns already (read-only: nothing below writes them)
-        ts, dur = nested.ts, nested.dur
-    elif known is not None:  # from the shared columns (read-only too)
-        ts, dur = known[0], known[1]
-    else:
-        ts = np.fromiter(map(ts_of, nested), np.float64, n)
-        dur = np.fromiter(map(dur_of, nested), np.float64, n)
+    ts, dur = known[0], known[1]  # shared columns, read-only: nothing below writes them
     under = Intervals.from_spans(ts, dur)
     idle = rest.intersect(under)
     rest = rest.subtract(under)
@@ -117,8 +110,7 @@ def _add_nested(out: dict[tuple[str, str], float], kind: str, nested: Sequence[E
         return rest
     spans = [ts, dur] if hit is _ALL else [ts[hit], dur[hit]]
     del ts, dur  # handed over in spans: dropped there once used
-    names = None if known is None else (known[2] if hit is _ALL else known[2][hit], known[3])
-    _add_overlapping(out, kind, nested, hit, spans, idle, prefer, names)
+    _add_overlapping(out, kind, spans, idle, prefer, (known[2] if hit is _ALL else known[2][hit], known[3]))
     return rest
 
 
@@ -139,7 +131,8 @@ def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequenc
     if hit is None:
         return
     spans = [ts, dur] if hit is _ALL else [ts[hit], dur[hit]]
-    _add_overlapping(out, kind, events, hit, spans, idle, prefer)
+    name_ids, names = _name_codes(events, len(events))
+    _add_overlapping(out, kind, spans, idle, prefer, (name_ids if hit is _ALL else name_ids[hit], names))
 
 
 _ALL = np.ones(0, bool)
@@ -166,21 +159,14 @@ _Known = tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]
 """Starts, durations and name codes (int32, into the names that follow) of one thread's events."""
 
 
-def _add_overlapping(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], hit: np.ndarray,
-                     spans: list[np.ndarray], idle: Intervals, prefer: Callable[[str], bool] | None,
-                     named: tuple[np.ndarray, list[str]] | None = None) -> None:
-    """:func:`_add_innermost` for the events ``hit`` selects. ``spans``: their starts and durations in
-    the thread's order, handed over in a list that this empties, so that they go once they are used."""
+def _add_overlapping(out: dict[tuple[str, str], float], kind: str, spans: list[np.ndarray], idle: Intervals,
+                     prefer: Callable[[str], bool] | None, named: tuple[np.ndarray, list[str]]) -> None:
+    """:func:`_add_innermost` for the events that overlap idle time. ``spans``: their starts and durations
+    in the thread's order, handed over in a list that this empties, so that they go once they are used;
+    ``named``: their name codes and the names the codes index."""
     ts, dur = spans
     spans.clear()
-    if is_table(events):
-        name_ids, names = (events.name_code if hit is _ALL else events.name_code[hit]), events.names
-    elif named is not None:  # the selected events' name codes, from the caller's columns
-        name_ids, names = named
-    else:
-        picked = iter(events) if hit is _ALL else compress(events, hit.tolist())
-        name_ids, names = _name_codes(picked, len(ts))
-        del picked
+    name_ids, names = named
     order = np.lexsort((-dur, ts))  # stable: ties keep the thread's order, as sorted() did
     ts, dur, name_ids = ts[order], dur[order], name_ids[order]
     del order

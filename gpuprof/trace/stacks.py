@@ -14,17 +14,15 @@ gpuprof); the innermost user frame is what a finding points at.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
-from collections.abc import Sequence
 from typing import Union
 
 import numpy as np
 
 from gpuprof.findings import SourceLocation
 from gpuprof.frames import is_user_file
-from gpuprof.trace.model import Event, Trace, op_call_stack, ts_of
-from gpuprof.trace.table import EventTable, is_table
-from gpuprof.trace.threads import HostThread, group_by_thread
+from gpuprof.trace.model import Event, Trace, op_call_stack
+from gpuprof.trace.table import EventTable
+from gpuprof.trace.vocab import Kind
 
 __all__ = ["parse_frame", "is_user_frame", "StackIndex"]
 
@@ -69,14 +67,12 @@ class StackIndex:
     MAX_SCAN = 4000
 
     def __init__(self, trace: Trace) -> None:
-        python = trace.python
-        # a loaded trace's frames are an EventTable: grouped as tables (columns), not as Events
-        groups: dict[HostThread, EventTable] | dict[HostThread, list[Event]] = (
-            python.by_thread() if is_table(python) else group_by_thread(list(python)))
-        self._frames: dict[tuple[object, object], Sequence[Event]] = {k: v for k, v in groups.items()}
-        self._starts: dict[tuple[object, object], list[float]] = {}  # per thread, on its first look-up
+        # a loaded trace's frames are an EventTable already; a list (a Trace built by hand) is made one,
+        # so that one scan (_table_location) serves both
+        self._frames: dict[tuple[object, object], EventTable] = {
+            k: v for k, v in EventTable.of(trace.python, int(Kind.PYTHON_FUNCTION)).by_thread().items()}
 
-    def frames_on(self, keys: frozenset[tuple[object, object]]) -> list[Sequence[Event]]:
+    def frames_on(self, keys: frozenset[tuple[object, object]]) -> list[EventTable]:
         """The frames of each thread among ``keys`` (a :func:`~gpuprof.trace.threads.thread_keys` set)
         that has any, each list in time order."""
         return [self._frames[k] for k in keys if k in self._frames]
@@ -96,31 +92,19 @@ class StackIndex:
         if frames is None and isinstance(tid, str) and tid.isdigit():
             key = (pid, int(tid))
             frames = self._frames.get(key)
-        if frames and is_table(frames):
+        if frames:
             loc = _table_location(frames, t, self.MAX_SCAN)
             if loc is not None:
                 return loc
-        elif frames:
-            starts = self._starts.get(key)
-            if starts is None:
-                starts = self._starts[key] = list(map(ts_of, frames))
-            i = bisect_right(starts, t) - 1
-            stop = max(-1, i - self.MAX_SCAN)
-            while i > stop:
-                fr = frames[i]
-                if fr.ts + fr.dur >= t:
-                    loc = user_location(fr.name)
-                    if loc is not None:
-                        return loc
-                i -= 1
         if op is not None:
             return call_stack_location(op)
         return None
 
 
 def _table_location(frames: EventTable, t: float, max_scan: int) -> SourceLocation | None:
-    """StackIndex.location's scan over one thread's frames held as columns: the same frames in the same
-    order (back from the last one started at or before ``t``, at most ``max_scan``), the same test."""
+    """StackIndex.location's scan over one thread's frames (in time order): back from the last one
+    started at or before ``t``, at most ``max_scan`` of them, the first open at ``t`` whose name is a
+    user frame."""
     i = int(np.searchsorted(frames.ts, t, side="right")) - 1
     if i < 0:
         return None

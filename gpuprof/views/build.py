@@ -51,7 +51,6 @@ from gpuprof.trace.model import (
     ts_of,
 )
 from gpuprof.trace.stacks import call_stack_location, user_location
-from gpuprof.trace.table import is_table
 from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.trace.vocab import step_number
 from gpuprof.views.flops import ESTIMATED_OPS, estimate_flops
@@ -258,18 +257,9 @@ def _user_lines(m: TraceMetrics, ops: list[Event]) -> dict[int, str]:
         return out
     if not ops:
         return out
-    if is_table(python):  # columns: only the user frames are made
-        is_user = python.name_mask(_is_user_frame_name)
-        if not is_user.any():
-            return out
-        frames = python.take(np.flatnonzero(is_user))
-    else:
-        names = list(map(name_of, python))
-        user = {n for n in set(names) if user_location(n) is not None}  # per distinct frame name, once
-        if not user:
-            return out
-        is_user = np.fromiter(map(user.__contains__, names), bool, len(names))
-        frames = [python[i] for i in np.flatnonzero(is_user).tolist()]
+    frames = named(python, _is_user_frame_name)  # per distinct frame name, once; only these frames are made
+    if not frames:
+        return out
     f_thread = np.fromiter(map(hash, map(_thread_of, frames)), np.int64, len(frames))
     o_thread = np.fromiter(map(hash, map(_thread_of, ops)), np.int64, len(ops))
     o_ts = np.fromiter(map(ts_of, ops), np.float64, len(ops))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,3 +33,21 @@ def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def v100_samples() -> list[Path]:
     return _v100_samples()
+
+
+HEADLESS_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@pytest.fixture(scope="module")
+def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One headless chromium (playwright) for a test module: launched with the module's
+    ``BROWSER_ARGS`` if it has them, else HEADLESS_ARGS; skipped without playwright. The modules
+    that use it skip themselves where Debian's chromium is missing."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=getattr(request.module, "BROWSER_ARGS", HEADLESS_ARGS))
+        try:
+            yield b
+        finally:
+            b.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote_plus
 
 import pytest
@@ -29,6 +29,7 @@ from .test_share_page import CORPUS, _trace
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package (apt-get install -y chromium)")
+pytest.importorskip("tensorboard")  # every test here draws the TensorBoard tab
 HOSTILE_RUN = next(n for n in HTML_HOSTILE if "/" not in n and "onfocus" in n)  # a run directory's hostile name
 
 # every table the comparison draws, by id less the surface's prefix: its rows, each as its cells' text
@@ -70,17 +71,6 @@ class _Served:
         self.thread.join(10)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    pytest.importorskip("tensorboard")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu",
-                                                                "--disable-background-networking"])
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 class _Watched:

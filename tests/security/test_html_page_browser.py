@@ -22,7 +22,7 @@ from .html_pages import HOSTILE_FILE_STEM, page_data, shown, snapshot_label, wri
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CORPUS = HTML_HOSTILE + TEXT_HOSTILE + [HUGE_NAME]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None,
@@ -34,15 +34,6 @@ _RECORDER = """window.__csp_violations = [];
 document.addEventListener('securitypolicyviolation', e => window.__csp_violations.push(e.violatedDirective + ' ' + e.sample));"""
 
 
-@pytest.fixture(scope="module")
-def browser() -> Any:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,8 @@ class Report:
     # traces whose analysis failed on a cluster worker even after a retry (``--dask``): left out of
     # the report, which says so in a note; a cross-rank section then covers the other ranks only
     failed_ranks: list[str] = field(default_factory=list)
+    # the whole job (capture only; docs/report-schema.md): ``windows`` (recorded windows), written only when set
+    job: dict[str, Any] = field(default_factory=dict)
 
     def _repr_html_(self) -> str | None:
         """The report as an inert HTML fragment, shown by Jupyter for a cell's value (None: plain text)."""
@@ -136,5 +138,6 @@ class Report:
                 "notes": self.notes,
                 "failed_rules": self.failed_rules,
                 "failed_ranks": self.failed_ranks,
+                **({"job": self.job} if self.job else {}),
             }
         )

@@ -43,6 +43,9 @@ def profile(
     models: Sequence[Any] = (),
     flush_every: int = 500,
     options: CheckOptions | Mapping[str, Any] | None = None,
+    hang_timeout: float | None = None,
+    max_auto_windows: int = 2,
+    trigger: bool = True,
 ) -> Profiler:
     """Profile a training loop: ``with gpuprof.profile(logdir) as prof:`` and ``prof.step()`` per iteration.
 
@@ -56,6 +59,10 @@ def profile(
     step. ``options`` sets thresholds: ``{"GP640.leak_min_steps": 12}`` (any
     runtime check's or trace rule's option, see ``gpuprof explain CODE``) or a
     :class:`CheckOptions`; an unknown one is a ValueError here, before training.
+    Further windows are recorded when the steady state breaks (at most
+    ``max_auto_windows``) and on ``gpuprof trigger PID`` (``trigger``); a hang
+    watchdog writes ``hang.md`` after ``hang_timeout`` seconds without a step
+    (None: max(300 s, 20 x the median step); 0: off). See docs/run.md.
     A failure inside gpuprof is one warning; training goes on.
     """
     config = CaptureConfig(
@@ -67,6 +74,7 @@ def profile(
         print_report=print_report, models=tuple(models), flush_every=flush_every,
         # a mapping is parsed into CheckOptions by CaptureConfig.__post_init__ (an error there is a ValueError)
         options=cast(CheckOptions, options or CheckOptions()),
+        hang_timeout=hang_timeout, max_auto_windows=max_auto_windows, trigger=trigger,
     )
     return Profiler(config)
 

@@ -153,6 +153,8 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard) -> Report:
         report.sections += list(analysed.sections)
     else:
         report.findings = runtime
+    if facts.traces:  # the recorded windows, and what changed in each anomaly window (gpuprof.run.verdict)
+        g.run("window verdict", "no verdict on the anomaly windows", _job_windows, facts, report)
     # the one boundary (gpuprof.flow): select=/ignore=, the overlap policy (GP102 under GP601), links, order
     report.findings = finish_findings(report.findings, Selection.of(cfg.select, cfg.ignore))
     section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures
@@ -160,6 +162,13 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard) -> Report:
     report.notes = list(facts.notes) + report.notes
     section.failures = g.all_failed()
     return report
+
+
+def _job_windows(facts: RunFacts, report: Report) -> None:
+    from gpuprof.run.verdict import job_windows, window_verdicts
+
+    report.job["windows"] = job_windows(facts.traces)
+    report.findings += window_verdicts(facts.traces, report, facts.location)
 
 
 def _analyze_one(trace: Trace, metrics: TraceMetrics, cfg: CaptureConfig, merged: Report,

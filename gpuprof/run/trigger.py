@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from gpuprof.errors import GpuprofError
 from gpuprof.run.windows import DEFAULT_WINDOW_STEPS, MAX_WINDOW_STEPS
 
 __all__ = ["POLL_S", "TRIGGER_SIGNAL", "Registration", "RegistryError", "TriggerChannel", "TriggerError",
@@ -45,7 +46,7 @@ class RegistryError(Exception):
     """The registry directory is unusable or hostile (a symlink, another user's, open to others)."""
 
 
-class TriggerError(Exception):
+class TriggerError(GpuprofError):
     """``gpuprof trigger`` cannot reach the process: one line for the user, exit code 2."""
 
 

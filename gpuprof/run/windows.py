@@ -128,7 +128,9 @@ class WindowPlan:
         # a step between two windows: the profiler is dropped and created afresh for each
         start = max(now, self.busy_until() + 2)
         for _ in range(_SEARCH_STEPS):
-            clash = next((s for s in range(start, start + span + 1) if self.base(s) is not self._PA.NONE), None)
+            # free from the step before (the gap) to the step after the window
+            clash = next((s for s in range(max(start - 1, 0), start + span + 1)
+                          if self.base(s) is not self._PA.NONE), None)
             if clash is None:
                 w = PlannedWindow(start, steps, reason, detail, anomaly)
                 self.windows.append(w)

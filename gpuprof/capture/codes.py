@@ -157,7 +157,12 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         "runtime", bad_example="for i, (x, y) in enumerate(loader):    # from step 150 each batch is read from "
         "a slow disk\n    train_step(x, y)",
         good_example="loader = DataLoader(ds, num_workers=8, prefetch_factor=4)   # the wait hidden behind the step",
-        docs_page="capture.md", module="gpuprof.run.verdict"),
+        docs_page="capture.md", module="gpuprof.run.verdict",
+        options=(Option("anomaly_factor", 1.5, "a step slower than this many times the rolling median of the "
+                        "normal steps is slow"),
+                 Option("anomaly_steps", 5, "slow steps in a row that break the steady state"),
+                 Option("anomaly_min_ms", 1.0, "a slow step is also at least this much slower than the median "
+                        "(noise on very short steps is no anomaly)", "ms"))),
     CodeSpec(
         "GP651", "job-hang", _E,
         "No step finished for the hang timeout: each rank's stacks written, the line it waits at named",

@@ -95,6 +95,9 @@ class CheckOptions:
     leak_min_bytes_per_step: int = _d("leak_min_bytes_per_step")  # GP640
     leak_min_total_bytes: int = _d("leak_min_total_bytes")  # GP640
     compile_min_share: float = _d("compile_min_share")  # GP803
+    anomaly_factor: float = _d("anomaly_factor")  # GP650
+    anomaly_steps: int = _d("anomaly_steps")  # GP650
+    anomaly_min_ms: float = _d("anomaly_min_ms")  # GP650
 
     def with_options(self, options: Mapping[str, Mapping[str, Any]]) -> "CheckOptions":
         """A copy with the parsed option values of the runtime checks set (other codes' ignored)."""

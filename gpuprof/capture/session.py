@@ -467,7 +467,7 @@ class Profiler(FrameworkSeams):
     def _plan_windows(self) -> None:
         """The schedule becomes a plan that also records the windows asked for later (gpuprof.run.windows)."""
         from gpuprof.run.job import JobWindows, window_steps_of
-        from gpuprof.run.windows import GrowthDetector, WindowPlan
+        from gpuprof.run.windows import GrowthDetector, SlowdownDetector, WindowPlan
 
         cfg, window = self.config, self.window
         plan = WindowPlan(window.schedule)
@@ -475,8 +475,9 @@ class Profiler(FrameworkSeams):
         window.window_at = plan.window_at
         opts = cfg.options
         growth = GrowthDetector(opts.leak_min_total_bytes, opts.leak_min_rising_share) if self.live.cuda else None
+        slow = SlowdownDetector(opts.anomaly_factor, opts.anomaly_steps, opts.anomaly_min_ms / 1000)
         self._job = JobWindows(plan, cfg.max_auto_windows, window_steps_of(cfg.schedule),
-                               lambda: bool(window.traces), growth)
+                               lambda: bool(window.traces), slow, growth)
 
     def _register(self) -> None:
         from gpuprof.run.trigger import TriggerChannel

@@ -46,14 +46,14 @@ class JobWindows:
     """The windows after the default one, asked for by the detectors, a trigger or :meth:`request`."""
 
     def __init__(self, plan: WindowPlan, max_auto: int, window_steps: int, defaults_done: Callable[[], bool],
-                 growth: GrowthDetector | None = None) -> None:
+                 slow: SlowdownDetector, growth: GrowthDetector | None = None) -> None:
         from gpuprof.run.trigger import POLL_S
 
         self.plan = plan
         self.auto_left = max_auto
         self.window_steps = window_steps
         self._defaults_done = defaults_done
-        self.slow = SlowdownDetector()
+        self.slow = slow
         self.growth = growth
         self.anomalies: list[Anomaly] = []
         self.channel: TriggerSource | None = None  # set by the session when the capture registers

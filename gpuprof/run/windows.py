@@ -26,12 +26,13 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from torch.profiler import ProfilerAction
 
 __all__ = [
-    "ANOMALY_FACTOR", "ANOMALY_STEPS", "DEFAULT_MAX_AUTO_WINDOWS", "DEFAULT_WINDOW_STEPS", "GROWTH_STEPS",
+    "ANOMALY_FACTOR", "ANOMALY_MIN_S", "ANOMALY_STEPS", "DEFAULT_MAX_AUTO_WINDOWS", "DEFAULT_WINDOW_STEPS", "GROWTH_STEPS",
     "WINDOW_WARMUP", "PlannedWindow", "WindowPlan", "SlowdownDetector", "GrowthDetector", "Anomaly",
 ]
 
 ANOMALY_FACTOR = 1.5  # a step slower than this x the rolling median is "slow"
 ANOMALY_STEPS = 5  # this many slow steps in a row break the steady state
+ANOMALY_MIN_S = 0.001  # ...each also at least this much slower than the median (GP650's options set all three)
 BASELINE_STEPS = 64  # the rolling median is over the last this many normal steps
 BASELINE_MIN_STEPS = 16  # no verdict before this many normal steps (after each window and each anomaly)
 BASELINE_EVERY = 8  # the median is recomputed every this many normal steps (a step stays O(1))
@@ -155,9 +156,11 @@ class SlowdownDetector:
     baseline, so one lasting slowdown is one anomaly, not one per window.
     """
 
-    def __init__(self, factor: float = ANOMALY_FACTOR, consecutive: int = ANOMALY_STEPS) -> None:
+    def __init__(self, factor: float = ANOMALY_FACTOR, consecutive: int = ANOMALY_STEPS,
+                 min_added_s: float = ANOMALY_MIN_S) -> None:
         self.factor = factor
-        self.consecutive = consecutive
+        self.consecutive = max(1, consecutive)
+        self.min_added_s = min_added_s
         self._normal: deque[float] = deque(maxlen=BASELINE_STEPS)
         self._median: float | None = None
         self._since = 0
@@ -174,7 +177,7 @@ class SlowdownDetector:
     def observe(self, step: int, seconds: float) -> Anomaly | None:
         """Step ``step`` (global index) took ``seconds``; an :class:`Anomaly` when the steady state broke."""
         med = self._median
-        if med is not None and seconds > self.factor * med:
+        if med is not None and seconds > self.factor * med and seconds - med >= self.min_added_s:
             if not self._slow:
                 self._onset = step
             self._slow.append(seconds)

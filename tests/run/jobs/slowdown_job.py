@@ -16,7 +16,7 @@ LOGDIR = sys.argv[1]
 SLOW_FROM = int(sys.argv[2]) if len(sys.argv) > 2 else 150
 STEPS = int(sys.argv[3]) if len(sys.argv) > 3 else 300
 SLOW_S = 0.04  # the planted data wait from SLOW_FROM on
-STEP_S = 0.003  # the steady step's own sleep: steps dominated by sleeps keep their times on a busy machine
+STEP_S = 0.01  # the steady step's own sleep: steps dominated by sleeps keep their times on a busy machine
 
 torch.set_num_threads(1)
 X, Y = torch.randn(16, 8), torch.randn(16, 1)

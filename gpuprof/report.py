@@ -31,7 +31,7 @@ __all__ = [
     "Report",
 ]
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 @dataclass

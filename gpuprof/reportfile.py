@@ -99,6 +99,7 @@ def report_from_dict(doc: dict[str, Any], path: str) -> Report:
         findings=findings,
         notes=[str(n) for n in doc.get("notes", [])],
         failed_rules=[str(c) for c in doc.get("failed_rules", []) if isinstance(c, str)],
+        job=dict(doc["job"]) if isinstance(doc.get("job"), dict) else {},  # a capture's, written back as read
     )
 
 

@@ -9,6 +9,7 @@ writes ``<pid>.request.json`` beside it and, when the capture listens, sends
 ``SIGUSR2``; the capture reads the request at its next step (with the signal)
 or within ``POLL_S`` (without: the handler is installed only where
 ``SIGUSR2`` has its default action, so a user's own handler is never replaced).
+A bare ``kill -USR2 PID`` asks for the default number of steps.
 
 A PID that is a rank of a ``torchrun`` job, or the launcher (the ranks' parent),
 reaches every rank registered with the same run directory. A registration is
@@ -40,6 +41,7 @@ __all__ = ["POLL_S", "TRIGGER_SIGNAL", "Registration", "RegistryError", "Trigger
 POLL_S = 0.25  # how often a step looks for a request file when no signal came
 TRIGGER_SIGNAL = getattr(signal, "SIGUSR2", None)  # None on Windows: the file channel only
 MAX_FILE_BYTES = 64 * 1024  # a registration or request larger than this is not ours
+BARE_SIGNAL_QUIET_S = 1.0  # a signal this soon after a request was read is that request's own
 
 
 class RegistryError(Exception):
@@ -316,6 +318,7 @@ class TriggerChannel:
         _unlink(self.request_path)  # a request for a former process of this PID is not ours
         _write_private(self.path, self._reg.to_json())
         self._closed = False
+        self._last_request = -BARE_SIGNAL_QUIET_S  # monotonic time of the last request read
         atexit.register(self.close)
 
     def _install(self) -> bool:
@@ -331,8 +334,12 @@ class TriggerChannel:
         self.signalled = True
 
     def poll(self) -> int | None:
-        """The steps a pending request asks for (None: no request); the request is consumed."""
-        self.signalled = False
+        """The steps a pending request asks for (None: no request); the request is consumed.
+
+        A bare ``SIGUSR2`` (``kill -USR2 PID``: no request file) asks for the default steps, unless a request
+        was just read (``gpuprof trigger`` writes its file, then signals: the file may be read first).
+        """
+        bare, self.signalled = self.signalled, False
         if self._closed or os.getpid() != self.pid:  # a fork child's copy answers nothing
             return None
         if self.listens and TRIGGER_SIGNAL is not None and signal.getsignal(TRIGGER_SIGNAL) != self._on_signal:
@@ -342,8 +349,13 @@ class TriggerChannel:
                                      self._reg.rank, False)
             _write_private(self.path, self._reg.to_json())
         raw = _read_small(self.request_path)
+        now = time.monotonic()
         if raw is None:
+            if bare and now - self._last_request > BARE_SIGNAL_QUIET_S:
+                self._last_request = now
+                return DEFAULT_WINDOW_STEPS
             return None
+        self._last_request = now
         _unlink(self.request_path)
         try:
             steps = int(json.loads(raw)["steps"])

@@ -182,3 +182,25 @@ def test_trigger_reaches_a_running_capture_within_n_plus_2_steps(
     last = trig[0]["start_step"] + n - 1
     assert seen["before"] < trig[0]["start_step"]
     assert last <= seen["after"] + n + 2  # recorded within N+2 steps of the request
+
+
+def test_a_bare_sigusr2_records_the_default_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    from gpuprof.run.windows import DEFAULT_WINDOW_STEPS
+
+    monkeypatch.setenv("GPUPROF_RUNTIME_DIR", str(tmp_path / "reg"))
+    monkeypatch.setenv("GPUPROF_REPORT_PROCESS", "0")
+    sent: list[int] = []
+    with gpuprof.profile(tmp_path, run="r", schedule=Schedule(wait=1, warmup=1, active=2), tensorboard=False,
+                         print_report=False, max_auto_windows=0, hang_timeout=0) as prof:
+        def kill(i: int) -> None:
+            if i == 15:
+                sent.append(prof.step_num)
+                os.kill(os.getpid(), signal.SIGUSR2)  # as `kill -USR2 PID` would
+        _train(prof, 40, kill)
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    trig = [w for w in doc["job"]["windows"] if w["reason"] == "trigger"]
+    assert len(trig) == 1 and trig[0]["steps"] == DEFAULT_WINDOW_STEPS
+    assert trig[0]["start_step"] == sent[0] + 1 + WINDOW_WARMUP  # the next boundary, one warm-up step

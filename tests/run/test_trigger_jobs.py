@@ -96,6 +96,8 @@ def test_trigger_on_the_torchrun_launcher_reaches_every_rank(tmp_path: Path, mon
         (tmp_path / "progress.stop").touch()
         out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-3000:]
+    assert "cross-rank report" not in err and "gpuprof: " not in err.replace("gpuprof: note", ""), err[-3000:]
+    assert (tmp_path / "job" / "report.cross_rank.json").exists()  # the end of the run gathered both ranks
     for rank in (0, 1):
         doc = json.loads((tmp_path / "job" / f"rank{rank}" / "report.json").read_text())
         trig = [w for w in doc["job"]["windows"] if w["reason"] == "trigger"]

@@ -204,3 +204,22 @@ def test_a_bare_sigusr2_records_the_default_steps(tmp_path: Path, monkeypatch: p
     trig = [w for w in doc["job"]["windows"] if w["reason"] == "trigger"]
     assert len(trig) == 1 and trig[0]["steps"] == DEFAULT_WINDOW_STEPS
     assert trig[0]["start_step"] == sent[0] + 1 + WINDOW_WARMUP  # the next boundary, one warm-up step
+
+
+def test_memory_growth_outside_windows_asks_for_an_anomaly_window_once_per_allowance() -> None:
+    from gpuprof.run.job import JobWindows
+
+    plan = WindowPlan(Schedule(wait=1, warmup=1, active=2).to_torch())
+    job = JobWindows(plan, 1, 3, lambda: True, SlowdownDetector(),
+                     GrowthDetector(min_total=2 * 2**20, min_rising_share=0.7, steps=16))
+    placed = []
+    for step in range(1, 80):
+        recording = bool(placed) and placed[-1].start <= step - 1 <= placed[-1].last
+        job.step(step, 0.01, step * 0.01, recording, False, 100 * 2**20 + step * 512 * 1024)
+        if plan.windows and (not placed or plan.windows[-1] is not placed[-1]):
+            placed.append(plan.windows[-1])
+    assert len(placed) == 1 and job.auto_left == 0  # the allowance (1) is spent; the growth goes on unrecorded
+    w = placed[0]
+    assert w.reason == "anomaly" and w.steps == 3 and w.anomaly is not None and w.anomaly.kind == "memory_growth"
+    assert w.anomaly.onset == 0 and w.start == w.anomaly.detected + 1  # from the step after the one that told
+    assert "grew by" in w.detail

@@ -351,9 +351,13 @@ class Watchdog:
         except Exception as err:  # noqa: BLE001 - kept; the session says it once and the job goes on
             self.failure = err
 
-    def _hung(self, step: int, stalled: float, timeout: float) -> None:
+    def _hung(self, step: int, stalled: float, timeout: float) -> bool:
+        """Report the stall (True); False when the driving thread is not in the user's code at all (it ended,
+        or idles between a notebook's cells): the loop is not running, so it is not hung."""
         stacks = thread_stacks(self._driver, skip=threading.get_ident())
         driver = next((s for s in stacks if s.driver), None)
+        if waiting_at(driver) is None:
+            return False
         try:
             fh = _faulthandler_text()
         except Exception as err:  # noqa: BLE001 - the Python stacks are enough
@@ -366,6 +370,7 @@ class Watchdog:
         self._say(f"gpuprof: no step finished for {stalled:.1f} s after step {step} (hang timeout {timeout:g} s); "
                   f"{who} waits at {_where(rec.waiting_at)}. Every thread's stack is in {self.run_dir / 'hang.md'}. "
                   "The job is left running.")
+        return True
 
     def _resumed(self, step: int, after: float) -> None:
         rec = self.record

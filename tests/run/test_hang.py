@@ -171,3 +171,15 @@ def test_a_rank_that_never_reaches_the_barrier_is_named_with_each_ranks_line(tmp
     assert f"`{JOB}:{want[0]}`" in md and f"`{JOB}:{want[1]}`" in md
     assert "done" not in out  # neither rank got past the barrier: the job's own behaviour
     assert "no step finished" in err  # one line per rank (their stderr interleave under torchrun)
+
+
+def test_no_hang_is_reported_while_the_driving_thread_is_outside_the_users_code(tmp_path: Path) -> None:
+    """A driving thread that ended (or idles between a notebook's cells) runs no loop: nothing is hung."""
+    done = threading.Thread(target=lambda: None, name="gone")
+    done.start()
+    done.join()
+    wd = Watchdog(0.2, lambda: 3, [], done.ident, tmp_path, tmp_path, "w", None, lambda: sys.stderr,
+                  lambda new, old: None).start()
+    time.sleep(1.5)
+    wd.stop()
+    assert wd.failure is None and wd.record is None and not (tmp_path / "hang.json").exists()

@@ -223,3 +223,19 @@ def test_memory_growth_outside_windows_asks_for_an_anomaly_window_once_per_allow
     assert w.reason == "anomaly" and w.steps == 3 and w.anomaly is not None and w.anomaly.kind == "memory_growth"
     assert w.anomaly.onset == 0 and w.start == w.anomaly.detected + 1  # from the step after the one that told
     assert "grew by" in w.detail
+
+
+def test_the_anomaly_thresholds_are_gp650_options_and_the_new_settings_are_checked() -> None:
+    from gpuprof.capture.config import CaptureConfig
+
+    cfg = CaptureConfig(options={"GP650.anomaly_factor": 2.0, "GP650.anomaly_steps": 3, "GP650.anomaly_min_ms": 0})
+    assert (cfg.options.anomaly_factor, cfg.options.anomaly_steps, cfg.options.anomaly_min_ms) == (2.0, 3, 0)
+    assert (CaptureConfig().hang_timeout, CaptureConfig().max_auto_windows, CaptureConfig().trigger) == (None, 2, True)
+    for bad in ({"hang_timeout": -1}, {"hang_timeout": float("inf")}, {"hang_timeout": "5"},
+                {"max_auto_windows": -1}, {"max_auto_windows": 1.5}, {"max_auto_windows": True}):
+        with pytest.raises(ValueError):
+            CaptureConfig(**bad)  # type: ignore[arg-type]
+    det = SlowdownDetector(2.0, 3, 0.0)
+    times = [0.010] * 30 + [0.019] * 10 + [0.010] * 10 + [0.021] * 3
+    hits = [a for i, t in enumerate(times) if (a := det.observe(i, t)) is not None]
+    assert [(a.onset, a.detected) for a in hits] == [(50, 52)]  # 1.9x is under a 2.0 factor; 3 in a row fire

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.run import TraceFile
     from gpuprof.report import Report
 
-__all__ = ["PART_WORDS", "job_windows", "window_verdicts"]
+__all__ = ["PART_WORDS", "job_windows", "trigger_notes", "window_verdicts"]
 
 # the diff's breakdown parts, as a verdict names them
 PART_WORDS = {
@@ -90,26 +90,50 @@ def window_verdicts(traces: Sequence[TraceFile], report: Report,
     return out
 
 
+def trigger_notes(traces: Sequence[TraceFile], report: Report) -> list[str]:
+    """One note per window recorded on demand: what changed against the steady window (the same comparison
+    as GP650's, said as a note: nobody claimed this window was anomalous)."""
+    from gpuprof.diff.compare import diff_reports
+
+    steady = next((t for t in sorted(traces, key=lambda t: t.first_step) if t.window is None), None)
+    before = _side(report, steady) if steady is not None else None
+    out = []
+    for tf in traces:
+        if tf.reason != "trigger" or steady is None or before is None or not before["traces"]:
+            continue
+        after = _side(report, tf)
+        if after["traces"]:
+            change, parts, _ = _changes(diff_reports(before, after, ("steady window", "trigger window")))
+            what = ", ".join(f"{PART_WORDS[k]} {_ms(c)}" for k, c in parts) or "no part of the step moved by much"
+            out.append(f"the window recorded on demand (steps {tf.first_step}-{tf.last_step}) against the steady "
+                       f"window (steps {steady.first_step}-{steady.last_step}): step time {_ms(change)}: {what}")
+    return out
+
+
+def _changes(diff: Mapping[str, Any]) -> tuple[float, list[tuple[str, float]], list[Mapping[str, Any]]]:
+    """(step-time change, the parts that moved most, the operators that moved most), in µs per step."""
+    change = float(_metric(diff, "step_time").get("change_us") or 0.0)
+    floor = max(MIN_PART_SHARE * abs(change), 1.0)  # a part or operator named moved by at least this (us)
+    parts = []
+    for key in PART_WORDS:
+        c = _metric(diff, "breakdown." + key).get("change_us")
+        if isinstance(c, (int, float)) and abs(c) >= floor:
+            parts.append((key, float(c)))
+    parts.sort(key=lambda kv: -abs(kv[1]))
+    ops = sorted((r for r in diff["operators"]["slower"] + diff["operators"]["added"] if r["change_us"] >= floor),
+                 key=lambda r: -r["change_us"])[:2]
+    return change, parts[:MAX_PARTS], ops
+
+
 def _finding(diff: Mapping[str, Any], steady: TraceFile, tf: TraceFile, location: SourceLocation | None) -> Finding:
     from gpuprof.capture.codes import runtime_check
 
     spec = runtime_check("GP650")
     step = _metric(diff, "step_time")
     mean = _metric(diff, "step_time_mean")
-    change = float(step.get("change_us") or 0.0)
-    floor = max(MIN_PART_SHARE * abs(change), 1.0)  # a part or operator named moved by at least this (us)
-    parts = []
-    for key in PART_WORDS:
-        m = _metric(diff, "breakdown." + key)
-        c = m.get("change_us")
-        if isinstance(c, (int, float)) and abs(c) >= floor:
-            parts.append((key, float(c)))
-    parts.sort(key=lambda kv: -abs(kv[1]))
-    parts = parts[:MAX_PARTS]
+    change, parts, ops = _changes(diff)
     growing = [p for p in parts if p[1] > 0] or parts
     top = growing[0][0] if growing else None
-    ops = sorted((r for r in diff["operators"]["slower"] + diff["operators"]["added"] if r["change_us"] >= floor),
-                 key=lambda r: -r["change_us"])[:2]
     w = tf.window
     a = w.anomaly if w is not None else None
     if a is not None and a.kind == "slowdown" and a.before_s is not None and a.after_s is not None:

@@ -145,6 +145,9 @@ def test_request_window_records_its_own_trace_and_lists_it_in_job_windows(
     ids = _trace_step_ids(str(traces[wins[1]["start_step"]].path))
     assert ids == list(range(at + 1 + WINDOW_WARMUP, at + 1 + WINDOW_WARMUP + 3))  # the trace holds exactly those steps
     assert len(doc["traces"]) == 2  # both windows analysed
+    assert any(n.startswith(f"the window recorded on demand (steps {ids[0]}-{ids[-1]}) against the steady window")
+               for n in doc["notes"]), doc["notes"]
+    assert f"recorded windows: steps 2-3 (default), steps {ids[0]}-{ids[-1]} (trigger)" in doc["notes"]
     assert doc["sections"][-1]["recorded_steps"][1] == [ids[0], ids[-1]]
 
 

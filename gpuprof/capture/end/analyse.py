@@ -165,13 +165,14 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard) -> Report:
 
 
 def _job_windows(facts: RunFacts, report: Report) -> None:
-    from gpuprof.run.verdict import job_windows, window_verdicts
+    from gpuprof.run.verdict import job_windows, trigger_notes, window_verdicts
 
     report.job["windows"] = wins = job_windows(facts.traces)
     if len(wins) > 1:  # every view shows the notes: say which windows the traces are
         report.notes.append("recorded windows: " + ", ".join(
             f"steps {w['start_step']}-{w['start_step'] + w['steps'] - 1} ({w['reason']})" for w in wins))
     report.findings += window_verdicts(facts.traces, report, facts.location)
+    report.notes += trigger_notes(facts.traces, report)
 
 
 def _analyze_one(trace: Trace, metrics: TraceMetrics, cfg: CaptureConfig, merged: Report,

@@ -477,7 +477,7 @@ class Profiler(FrameworkSeams):
         growth = GrowthDetector(opts.leak_min_total_bytes, opts.leak_min_rising_share) if self.live.cuda else None
         slow = SlowdownDetector(opts.anomaly_factor, opts.anomaly_steps, opts.anomaly_min_ms / 1000)
         self._job = JobWindows(plan, cfg.max_auto_windows, window_steps_of(cfg.schedule),
-                               lambda: bool(window.traces), slow, growth)
+                               lambda: bool(window.traces), slow, growth, self.guard.warn_once)
 
     def _register(self) -> None:
         from gpuprof.run.trigger import TriggerChannel

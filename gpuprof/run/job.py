@@ -46,7 +46,8 @@ class JobWindows:
     """The windows after the default one, asked for by the detectors, a trigger or :meth:`request`."""
 
     def __init__(self, plan: WindowPlan, max_auto: int, window_steps: int, defaults_done: Callable[[], bool],
-                 slow: SlowdownDetector, growth: GrowthDetector | None = None) -> None:
+                 slow: SlowdownDetector, growth: GrowthDetector | None = None,
+                 warn: Callable[[str, str], None] | None = None) -> None:
         from gpuprof.run.trigger import POLL_S
 
         self.plan = plan
@@ -56,6 +57,7 @@ class JobWindows:
         self.slow = slow
         self.growth = growth
         self.anomalies: list[Anomaly] = []
+        self._warn = warn  # (key, message): said once per key (the session's guard)
         self.channel: TriggerSource | None = None  # set by the session when the capture registers
         self._poll_s = POLL_S
         self._next_poll = 0.0
@@ -88,8 +90,9 @@ class JobWindows:
             if found is not None and self.plan.request(self.window_steps, "anomaly", found.detail, found):
                 self.auto_left -= 1
                 self.anomalies.append(found)
-        if self.plan.pending:
-            self.plan.place_pending(step_num)
+        if self.plan.pending and self.plan.place_pending(step_num) is None and self._warn is not None:
+            self._warn("window unplaced", "gpuprof: a window asked for could not be placed: the schedule records "
+                                          "continuously, leaving no free steps for it. Training continues.")
 
     def close(self) -> None:
         ch, self.channel = self.channel, None

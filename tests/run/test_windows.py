@@ -242,3 +242,26 @@ def test_the_anomaly_thresholds_are_gp650_options_and_the_new_settings_are_check
     times = [0.010] * 30 + [0.019] * 10 + [0.010] * 10 + [0.021] * 3
     hits = [a for i, t in enumerate(times) if (a := det.observe(i, t)) is not None]
     assert [(a.onset, a.detected) for a in hits] == [(50, 52)]  # 1.9x is under a 2.0 factor; 3 in a row fire
+
+
+def test_a_schedule_without_free_steps_says_once_that_the_window_has_no_room() -> None:
+    import warnings
+
+    from gpuprof.run.job import JobWindows
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        always = torch.profiler.schedule(wait=0, warmup=0, active=1, repeat=0)
+    plan = WindowPlan(always)
+    said: list[tuple[str, str]] = []
+    job = JobWindows(plan, 0, 5, lambda: True, SlowdownDetector(), None, lambda k, m: said.append((k, m)))
+    for step in (1, 2):
+        assert job.request(3, "trigger")
+        job.step(step, 0.01, 0.0, True, False, None)
+    assert plan.windows == [] and not plan.pending
+    assert len(said) == 2 and all(k == "window unplaced" for k, _ in said)  # the guard says a key once
+    assert "records continuously" in said[0][1]
+    with pytest.raises(ValueError):
+        job.request(3, "whenever")
+    with pytest.raises(ValueError):
+        job.request(0, "trigger")

@@ -102,6 +102,7 @@ class Profiler(FrameworkSeams):
         self._first_step_pending = True
         self._job: JobWindows | None = None  # windows after the default one (gpuprof.run.job)
         self._watchdog: Watchdog | None = None  # the hang watchdog (gpuprof.run.hang)
+        self._own_work = False  # step() is starting a profiler or exporting a trace (not the job's time)
         self.stream = sys.stderr  # where the summary and the OOM notice are printed
 
     # ------------------------------------------------------------------ public API
@@ -200,14 +201,18 @@ class Profiler(FrameworkSeams):
                 self.guard.fail("recorded windows", "no further windows are recorded", err)
         nxt = window.schedule(live.step_num)
         if window.wants_step(nxt) or self._first_step_pending:
-            if self._first_step_pending:
-                self._first_step_pending = False
-                self._each("first_step")
-            self.guard.run("profiler", "no trace is recorded", window.advance_or_drop, nxt)
-            if window.closed_for_good:
-                window.closed_for_good = False
-                self.guard.run("window report", "the report is written when the run ends instead",
-                               self._start_window_report)
+            self._own_work = True  # the hang watchdog does not count this time
+            try:
+                if self._first_step_pending:
+                    self._first_step_pending = False
+                    self._each("first_step")
+                self.guard.run("profiler", "no trace is recorded", window.advance_or_drop, nxt)
+                if window.closed_for_good:
+                    window.closed_for_good = False
+                    self.guard.run("window report", "the report is written when the run ends instead",
+                                   self._start_window_report)
+            finally:
+                self._own_work = False
         elif self._reporter.ready:
             self._reporter.collect()
         elif self.scalars is not None and live.step_num - self.scalars.flushed >= self.config.flush_every:
@@ -490,9 +495,9 @@ class Profiler(FrameworkSeams):
 
         paths, live = self.paths, self.live
         assert paths is not None
-        self._watchdog = Watchdog(self.config.hang_timeout, lambda: live.step_num, live.step_s, self._driver,
-                                  paths.run_dir, paths.out_dir, paths.worker, self.ranks.rank,
-                                  lambda: live.stream, self._hang_finding).start()
+        self._watchdog = Watchdog(self.config.hang_timeout, lambda: live.step_num, lambda: self._t_last,
+                                  lambda: self._own_work, live.step_s, self._driver, paths.run_dir, paths.out_dir,
+                                  paths.worker, self.ranks.rank, lambda: live.stream, self._hang_finding).start()
 
     def _hang_finding(self, new: Finding, old: Finding | None) -> None:
         """The watchdog's GP651 (from its thread): kept for the report; a resumed stall replaces its first one."""

@@ -304,13 +304,21 @@ def hang_markdown(doc: dict[str, object]) -> str:
 
 # ----------------------------------------------------------------------------- the thread
 class Watchdog:
-    """Watches ``steps()`` (the session's step count) from a daemon thread (module docstring)."""
+    """Watches the end of the session's last step from a daemon thread (module docstring).
 
-    def __init__(self, configured: float | None, steps: Callable[[], int], step_s: list[float], driver: int | None,
-                 run_dir: Path, out_dir: Path, worker: str, rank: int | None, stream: Callable[[], TextIO],
+    ``last_end()`` is the ``time.perf_counter()`` at which the last step (or the capture's start) ended;
+    ``busy()`` is True while gpuprof's own work inside ``step()`` runs (a profiler starting, a trace
+    exported): that time is not the job's, so no stall is counted then.
+    """
+
+    def __init__(self, configured: float | None, steps: Callable[[], int], last_end: Callable[[], float],
+                 busy: Callable[[], bool], step_s: list[float], driver: int | None, run_dir: Path, out_dir: Path,
+                 worker: str, rank: int | None, stream: Callable[[], TextIO],
                  add_finding: Callable[[Finding, Finding | None], None]) -> None:
         self.configured = configured
         self._steps = steps
+        self._last_end = last_end
+        self._busy = busy
         self._step_s = step_s  # the session's list (read only, from this thread)
         self._driver = driver
         self.run_dir, self.out_dir, self.worker, self.rank = run_dir, out_dir, worker, rank
@@ -319,6 +327,7 @@ class Watchdog:
         self._stop = threading.Event()
         self.record: HangRecord | None = None  # the current (or last) stall
         self.failure: BaseException | None = None  # the thread's own failure (said once by the session)
+        self._stall_end = 0.0  # last_end() when the current stall was reported
         self._thread = threading.Thread(target=self._run, name="gpuprof-hang-watchdog", daemon=True)
 
     def start(self) -> "Watchdog":
@@ -326,9 +335,18 @@ class Watchdog:
         return self
 
     def stop(self) -> None:
+        """End the thread; a stall the job came out of since the last check is noted as resumed now."""
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(5.0)
+        rec = self.record
+        if rec is not None and rec.resumed_at_step is None and not self._thread.is_alive():
+            end = self._last_end()
+            if end != self._stall_end:
+                try:
+                    self._resumed(self._steps(), end - self._stall_end)
+                except Exception as err:  # noqa: BLE001 - said once by the session
+                    self.failure = err
 
     def check_interval(self) -> float:
         timeout = effective_timeout(self.configured, self._step_s)
@@ -336,18 +354,21 @@ class Watchdog:
 
     def _run(self) -> None:
         try:
-            seen, since = self._steps(), time.monotonic()
+            seen = self._last_end()
             while not self._stop.wait(self.check_interval()):
-                n, now = self._steps(), time.monotonic()
-                if n != seen:
-                    if self.record is not None and self.record.resumed_at_step is None:
-                        self._resumed(n, now - since)
-                    seen, since = n, now
+                if self._busy():  # gpuprof's own work in step(): not the job's time
                     continue
+                end, now = self._last_end(), time.perf_counter()
+                rec = self.record
+                if end != seen:
+                    if rec is not None and rec.resumed_at_step is None:
+                        self._resumed(self._steps(), end - seen)
+                    seen = end
                 timeout = effective_timeout(self.configured, self._step_s)
-                if timeout is not None and now - since >= timeout and (self.record is None
-                                                                       or self.record.resumed_at_step is not None):
-                    self._hung(n, now - since, timeout)
+                rec = self.record
+                if timeout is not None and now - end >= timeout and (rec is None or rec.resumed_at_step is not None):
+                    self._stall_end = end
+                    self._hung(self._steps(), now - end, timeout)
         except Exception as err:  # noqa: BLE001 - kept; the session says it once and the job goes on
             self.failure = err
 

@@ -35,6 +35,7 @@ class _Job:
 
     def __init__(self) -> None:
         self.steps = 0
+        self.end = time.perf_counter()  # when the last step ended
         self.release = threading.Event()
         self.stalled = threading.Event()
         self.thread = threading.Thread(target=self.run, name="trainer")
@@ -42,9 +43,11 @@ class _Job:
     def run(self) -> None:
         for _ in range(5):
             self.steps += 1
+            self.end = time.perf_counter()
         self.stalled.set()
         self.wait_here()
         self.steps += 1
+        self.end = time.perf_counter()
 
     def wait_here(self) -> None:
         self.release.wait(30)  # WAIT_LINE
@@ -68,7 +71,8 @@ def test_a_stalled_step_writes_the_stacks_and_the_waiting_line_then_notes_the_re
 
     job.thread.start()
     assert job.stalled.wait(10)
-    wd = Watchdog(0.5, lambda: job.steps, [], job.thread.ident, tmp_path, tmp_path, "rank3", 3,
+    wd = Watchdog(0.5, lambda: job.steps, lambda: job.end, lambda: False, [], job.thread.ident, tmp_path,
+                  tmp_path, "rank3", 3,
                   lambda: Stream(),  # type: ignore[arg-type,return-value]
                   lambda new, old: found.append((new, old)))
     t0 = time.monotonic()
@@ -178,8 +182,39 @@ def test_no_hang_is_reported_while_the_driving_thread_is_outside_the_users_code(
     done = threading.Thread(target=lambda: None, name="gone")
     done.start()
     done.join()
-    wd = Watchdog(0.2, lambda: 3, [], done.ident, tmp_path, tmp_path, "w", None, lambda: sys.stderr,
-                  lambda new, old: None).start()
+    t0 = time.perf_counter()
+    wd = Watchdog(0.2, lambda: 3, lambda: t0, lambda: False, [], done.ident, tmp_path, tmp_path, "w", None,
+                  lambda: sys.stderr, lambda new, old: None).start()
     time.sleep(1.5)
     wd.stop()
     assert wd.failure is None and wd.record is None and not (tmp_path / "hang.json").exists()
+
+
+def test_a_capture_reports_a_stalled_step_and_its_resumption_in_report_json(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    monkeypatch.setenv("GPUPROF_RUNTIME_DIR", str(tmp_path / "reg"))
+    monkeypatch.setenv("GPUPROF_REPORT_PROCESS", "0")
+    with gpuprof.profile(tmp_path, run="r", schedule=Schedule(wait=1, warmup=1, active=2), tensorboard=False,
+                         print_report=False, hang_timeout=0.5, max_auto_windows=0) as prof:
+        for i in range(8):
+            torch.randn(8, 8).sum()
+            if i == 5:
+                time.sleep(1.5)  # STALL-LINE
+            prof.step()
+    line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# STALL-LINE" in text
+                and "next(" not in text)
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    (f,) = [f for f in doc["findings"] if f["code"] == "GP651"]
+    assert f["location"]["file"] == __file__ and f["location"]["line"] == line
+    assert f"the process waits at {__file__}:{line}" in f["message"] and "resumed" in f["message"]
+    assert f["origin"] == "runtime" and f["severity"] == "error"
+    hang = json.loads((tmp_path / "r" / "hang.json").read_text())
+    # seen at the next check or when the capture stopped: steps done then (6 to 8)
+    assert hang["ranks"][0]["step"] == 5 and 6 <= hang["ranks"][0]["resumed_at_step"] <= 8
+    assert hang["ranks"][0]["resumed_after_s"] >= 1.5  # the planted sleep, measured between the step ends
+    err = capsys.readouterr().err
+    assert "no step finished" in err and "resumed" in err

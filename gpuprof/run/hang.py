@@ -9,9 +9,10 @@ median step)``), it writes, once per stall:
 * every thread's Python stack (``sys._current_frames()``) and faulthandler's
   dump of all threads (what the C level sees: a thread stuck in a native call
   with the GIL released still shows its Python frames);
-* the NCCL Flight Recorder dump, where torch records one
-  (``TORCH_NCCL_TRACE_BUFFER_SIZE`` > 0 and an NCCL process group), as
-  ``<worker>.nccl_trace.pickle`` beside the report;
+* the Flight Recorder's dump of the process group's last collectives, where
+  torch records one (``TORCH_FR_BUFFER_SIZE``, formerly
+  ``TORCH_NCCL_TRACE_BUFFER_SIZE``, > 0; NCCL, and gloo in recent torch), as
+  ``<worker>.flight_recorder.json`` beside the report;
 * one GP651 finding naming the user's file:line the driving thread waits at
   (its innermost frame in user code), in the report at the end of the run.
 
@@ -120,28 +121,35 @@ def _faulthandler_text() -> str:
         return fh.read(1 << 20).decode("utf-8", "replace")
 
 
-def _nccl_dump(out_dir: Path, worker: str) -> tuple[str | None, str]:
-    """The NCCL Flight Recorder's dump where torch keeps one: (file written, note)."""
-    size = os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "").strip()
+def _flight_recorder(out_dir: Path, worker: str) -> tuple[str | None, str]:
+    """The process group's Flight Recorder dump, where torch records one: (file written, note).
+
+    torch records the last collectives of every process group (NCCL, and gloo in recent versions) when
+    ``TORCH_FR_BUFFER_SIZE`` (formerly ``TORCH_NCCL_TRACE_BUFFER_SIZE``) is above 0. The JSON dump is
+    preferred (readable); older versions have only the pickled one.
+    """
+    size = next((v.strip() for k in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+                 if (v := os.environ.get(k, "")).strip()), "")
     if not size.isdigit() or int(size) <= 0:
-        return None, "NCCL Flight Recorder off (set TORCH_NCCL_TRACE_BUFFER_SIZE to record it)"
+        return None, "Flight Recorder off (set TORCH_FR_BUFFER_SIZE, e.g. 2000, to record the collectives)"
     dist = sys.modules.get("torch.distributed")
     if dist is None or not getattr(dist, "is_initialized", lambda: False)():
-        return None, "no torch.distributed process group"
+        return None, "no torch.distributed process group: no Flight Recorder"
     try:
-        if dist.get_backend() != "nccl":
-            return None, f"process group backend {dist.get_backend()}: no NCCL Flight Recorder"
         import torch
 
-        dump = getattr(torch._C._distributed_c10d, "_dump_nccl_trace", None)
-        if dump is None:
-            return None, "this torch has no NCCL Flight Recorder API"
-        data = dump()
-        path = out_dir / f"{worker}.nccl_trace.pickle"
-        atomic_write(path, bytes(data))
-        return str(path), "NCCL Flight Recorder dump written"
+        c10d = torch._C._distributed_c10d
+        for name, suffix in (("_dump_fr_trace_json", "json"), ("_dump_fr_trace", "pickle"),
+                             ("_dump_nccl_trace", "pickle")):
+            dump = getattr(c10d, name, None)
+            if dump is not None:
+                data = dump()
+                path = out_dir / f"{worker}.flight_recorder.{suffix}"
+                atomic_write(path, data if isinstance(data, (bytes, str)) else bytes(data))
+                return str(path), f"Flight Recorder dump of backend {dist.get_backend()} written"
+        return None, "this torch has no Flight Recorder API"
     except Exception as err:  # noqa: BLE001 - the stacks are written whatever the dump does
-        return None, f"NCCL Flight Recorder dump failed: {type(err).__name__}: {err}"
+        return None, f"Flight Recorder dump failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
 
 @dataclass
@@ -159,8 +167,8 @@ class HangRecord:
     waiting_at: SourceLocation | None
     threads: list[ThreadStack]
     faulthandler: str = ""
-    nccl_trace: str | None = None
-    nccl_note: str = ""
+    flight_recorder: str | None = None
+    flight_recorder_note: str = ""
     resumed_at_step: int | None = None
     resumed_after_s: float | None = None
     finding: Finding | None = field(default=None, repr=False)
@@ -172,7 +180,7 @@ class HangRecord:
             "stalled_s": round(self.stalled_s, 3), "timeout_s": self.timeout_s, "detected_at": self.detected_at,
             "waiting_at": None if loc is None else {"file": loc.file, "line": loc.line, "function": loc.function},
             "threads": [t.to_dict() for t in self.threads], "faulthandler": self.faulthandler,
-            "nccl_trace": self.nccl_trace, "nccl_note": self.nccl_note,
+            "flight_recorder": self.flight_recorder, "flight_recorder_note": self.flight_recorder_note,
             "resumed_at_step": self.resumed_at_step, "resumed_after_s": self.resumed_after_s,
             "finding": self.finding.to_dict() if self.finding is not None else None,
         }
@@ -199,8 +207,8 @@ def hang_finding(rec: HangRecord, report: str) -> Finding:
                  f"is in {report}."),
         advice=("Look at the line each rank waits at: a rank that never reaches a collective (a barrier, an "
                 "all-reduce) stalls every other rank inside that collective. Give the process group a timeout "
-                "(init_process_group(timeout=...)) so a lost rank fails instead of hanging; on NCCL set "
-                "TORCH_NCCL_TRACE_BUFFER_SIZE for the Flight Recorder's record of the collectives."),
+                "(init_process_group(timeout=...)) so a lost rank fails instead of hanging, and set "
+                "TORCH_FR_BUFFER_SIZE for the Flight Recorder's record of the collectives."),
         evidence=(Evidence("stalled_s", round(rec.stalled_s, 3), threshold=rec.timeout_s, unit="s",
                            extra={"step": rec.step, "rank": rec.rank, "hang_report": report,
                                   "resumed_after_s": rec.resumed_after_s}),),
@@ -285,7 +293,8 @@ def hang_markdown(doc: dict[str, object]) -> str:
     for r in ranks:
         lines += ["", f"## {r.get('worker')} (PID {r.get('pid')} on {r.get('host')})", "",
                   f"Waits at {where(r)} after step {r.get('step')}; hang timeout {r.get('timeout_s')} s. "
-                  f"{r.get('nccl_note') or ''}" + (f" Dump: `{r.get('nccl_trace')}`." if r.get("nccl_trace") else ""),
+                  f"{r.get('flight_recorder_note') or ''}"
+                  + (f": `{r.get('flight_recorder')}`." if r.get("flight_recorder") else "."),
                   ""]
         threads = r.get("threads")
         for t in threads if isinstance(threads, list) else []:
@@ -383,9 +392,9 @@ class Watchdog:
             fh = _faulthandler_text()
         except Exception as err:  # noqa: BLE001 - the Python stacks are enough
             fh = f"(faulthandler failed: {type(err).__name__}: {err})"
-        nccl, note = _nccl_dump(self.out_dir, self.worker)
+        fr, note = _flight_recorder(self.out_dir, self.worker)
         rec = HangRecord(self.worker, self.rank, os.getpid(), socket.gethostname(), step, stalled, timeout,
-                         time.time(), waiting_at(driver), stacks, fh, nccl, note)
+                         time.time(), waiting_at(driver), stacks, fh, fr, note)
         self._publish(rec, None)
         who = f"rank {self.rank}" if self.rank is not None else "the process"
         self._say(f"gpuprof: no step finished for {stalled:.1f} s after step {step} (hang timeout {timeout:g} s); "

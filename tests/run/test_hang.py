@@ -133,7 +133,7 @@ def test_a_rank_that_never_reaches_the_barrier_is_named_with_each_ranks_line(tmp
     pytest.importorskip("torch")
     timeout_s = 3.0
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "OMP_NUM_THREADS": "1", "GPUPROF_RUNTIME_DIR": str(tmp_path / "reg")}
+           "OMP_NUM_THREADS": "1", "GPUPROF_RUNTIME_DIR": str(tmp_path / "reg"), "TORCH_FR_BUFFER_SIZE": "200"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(JOB),
            str(tmp_path), str(timeout_s)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -171,6 +171,11 @@ def test_a_rank_that_never_reaches_the_barrier_is_named_with_each_ranks_line(tmp
         assert timeout_s <= float(r["stalled_s"]) <= timeout_s + 2  # within the configured time (+ one check)
         f = r["finding"]
         assert f["code"] == "GP651" and f"rank {rank} waits at {JOB}:{line}" in f["message"]
+    # the Flight Recorder (gloo records it too): rank 0's last collective is the barrier it waits in
+    fr = by_rank[0]["flight_recorder"]
+    assert fr is not None and Path(str(fr)).parent == tmp_path / "job" / "rank0", by_rank[0]["flight_recorder_note"]
+    entries = json.loads(Path(str(fr)).read_text())["entries"]
+    assert entries and entries[-1]["profiling_name"] == "gloo:barrier" and entries[-1]["state"] != "completed"
     md = (tmp_path / "job" / "hang.md").read_text()
     assert f"`{JOB}:{want[0]}`" in md and f"`{JOB}:{want[1]}`" in md
     assert "done" not in out  # neither rank got past the barrier: the job's own behaviour

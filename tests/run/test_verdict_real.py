@@ -18,7 +18,6 @@ from gpuprof.run.verdict import job_windows, window_verdicts
 from gpuprof.run.windows import Anomaly, PlannedWindow
 from gpuprof.testing.realtraces import v100_samples
 
-
 Span = tuple[float, float]
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "cuda_runtime", "Runtime",
             "cuda_driver"}

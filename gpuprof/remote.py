@@ -115,7 +115,9 @@ def _package_for(protocol: str, err: ImportError) -> str:
     The registry names fsspec's own module for protocols it implements itself (``http``:
     ``fsspec.implementations.http``), whose missing dependency (``aiohttp``) is the one to install.
     """
-    missing = (err.name or "").split(".", 1)[0]
+    # fsspec raises its registry's message "from" the import that failed: that one names the module
+    cause = err.__cause__ if isinstance(err.__cause__, ImportError) else err
+    missing = (cause.name or err.name or "").split(".", 1)[0]
     if missing and missing != "fsspec":
         return f"the {missing} package (pip install {missing})"
     from fsspec.registry import known_implementations

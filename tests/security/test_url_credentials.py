@@ -226,3 +226,60 @@ def test_a_dask_address_never_shows_its_credentials(tmp_path: Path) -> None:
                              env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"})
     assert res.exit_code == 2, res.output
     assert "Dk9pw0rd" not in res.output and "tcp://***@127.0.0.1:9" in res.output
+
+
+# --- listing: linear, capped ----------------------------------------------------------------------------------
+
+
+class _Counting:
+    """Counts the calls of a filesystem's metadata and listing methods (patched on its class for a test)."""
+
+    METHODS = ("info", "isdir", "isfile", "exists", "size", "ls", "_ls_from_cache")
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fs: Any) -> None:
+        self.calls: dict[str, int] = {}
+        cls = type(fs)
+        for name in self.METHODS:
+            if hasattr(cls, name):
+                monkeypatch.setattr(cls, name, self._wrap(name, getattr(cls, name)))
+
+    def _wrap(self, name: str, fn: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return fn(*args, **kwargs)
+        return counted
+
+    def metadata(self) -> int:
+        """Requests about one object each (the storm a listing must not make)."""
+        return sum(self.calls.get(m, 0) for m in ("info", "isdir", "isfile", "exists", "size"))
+
+
+@pytest.mark.parametrize("how", ["glob", "prefix"])
+def test_listing_many_objects_makes_no_request_per_object(bucket: Bucket, monkeypatch: pytest.MonkeyPatch,
+                                                          how: str) -> None:
+    from gpuprof.remote import find_remote
+
+    n = 1200
+    for i in range(n):
+        bucket.put(f"run/r{i // 400}/rank{i}.pt.trace.json", b"{}")
+    bucket.put("run/r0/notes.txt", b"")
+    counting = _Counting(monkeypatch, bucket.fs)
+    url = bucket.url + ("/run/*/rank*.pt.trace.json" if how == "glob" else "/run/")
+    found = find_remote(url, lambda name: name.endswith(".json"))
+    assert len(found) == n and found == sorted(found)
+    assert counting.metadata() <= 4, counting.calls  # a few, whatever n; the old code asked isdir() of every match: n calls
+    assert counting.calls.get("ls", 0) <= 3 + 2, counting.calls  # one listing per folder (run, r0..r2), not per file
+
+
+def test_a_glob_past_the_cap_is_one_line(bucket: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(12):
+        bucket.put(f"run/rank{i}.pt.trace.json", b"{}")
+    monkeypatch.setenv("GPUPROF_MAX_URL_MATCHES", "10")
+    for url in (bucket.url + "/run/*.json", bucket.url + "/run/"):
+        res = _run("analyze", url)
+        assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+        assert "names 12 files" in res.output and "GPUPROF_MAX_URL_MATCHES" in res.output
+        bucket.assert_masked(res.output)
+    monkeypatch.setenv("GPUPROF_MAX_URL_MATCHES", "12")  # at the cap: read (and found to be no traces)
+    res = _run("analyze", bucket.url + "/run/*.json")
+    assert "GPUPROF_MAX_URL_MATCHES" not in res.output

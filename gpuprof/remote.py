@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, Callable, Union
 from urllib.parse import unquote, urlsplit
 
 from gpuprof.errors import InputError, describe_error
-from gpuprof.inputs import Limit
+from gpuprof.limits import Limit
 from gpuprof.redact import redact
 
 __all__ = ["Url", "TraceFile", "MAX_URL_MATCHES", "is_url", "local_or_url", "find_remote", "open_remote", "redact"]

@@ -283,3 +283,27 @@ def test_a_glob_past_the_cap_is_one_line(bucket: Bucket, monkeypatch: pytest.Mon
     monkeypatch.setenv("GPUPROF_MAX_URL_MATCHES", "12")  # at the cap: read (and found to be no traces)
     res = _run("analyze", bucket.url + "/run/*.json")
     assert "GPUPROF_MAX_URL_MATCHES" not in res.output
+
+
+def test_the_http_hint_names_the_package_whose_import_failed() -> None:
+    from gpuprof.remote import _package_for
+
+    try:
+        try:
+            raise ModuleNotFoundError("No module named 'aiohttp'", name="aiohttp")
+        except ImportError as inner:  # as fsspec does: its registry's message, "from" the import that failed
+            raise ImportError('HTTPFileSystem requires "requests" and "aiohttp" to be installed') from inner
+    except ImportError as err:
+        assert _package_for("https", err) == "the aiohttp package (pip install aiohttp)"
+    # a protocol served by another project's package: the registry names it
+    assert _package_for("s3", ImportError("Install s3fs to access S3")) == "the s3fs package (pip install s3fs)"
+
+
+def test_a_missing_protocol_package_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsspec.registry import known_implementations
+
+    monkeypatch.setitem(known_implementations, "gpuproftest",
+                        {"class": "gpuprof_no_such_pkg.fs.FS", "err": "Install gpuprof_no_such_pkg"})
+    res = _run("analyze", "gpuproftest://user:Pw0rd1x@host/x.json")
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "pip install gpuprof_no_such_pkg" in res.output and "Pw0rd1x" not in res.output

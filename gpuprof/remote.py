@@ -148,8 +148,11 @@ def _url_maker(url: str, fs: Any, inner: str) -> Callable[[str], Url]:
     """
     scheme_end = url.index("://") + 3
     netloc = urlsplit(url).netloc
-    host = netloc.rsplit("@", 1)[-1]
-    if host and not inner.lstrip("/").startswith(host):
+    user, _, host = netloc.rpartition("@")
+    # bound to a host: fsspec's path keeps neither the host nor what stands before its "@" (abfs://
+    # names the container there, and keeps it in the path: that is a store with buckets, not a host)
+    first = inner.lstrip("/").split("/", 1)[0]
+    if host and first not in (host, user.split(":", 1)[0]):
         origin = url[: scheme_end + len(netloc)]
         return lambda p: Url(p if "://" in p else origin + "/" + p.lstrip("/"))
     return lambda p: Url(p if "://" in p else fs.unstrip_protocol(p))

@@ -113,8 +113,9 @@ def test_errors_mask_the_url_they_name() -> None:
 
 
 def test_analyze_outputs_never_show_the_password(bucket: Bucket, tmp_path: Path) -> None:
-    for p in v100_samples()[:1]:
-        url = bucket.put(f"run/{p.name}", p.read_bytes())
+    bucket.put("run/rank0.pt.trace.json", _trace_bytes(tmp_path))
+    real = v100_samples()[0]  # a real trace for the files written (-o, --html)
+    url = bucket.put(f"real/{real.name}", real.read_bytes())
     # (memory:// lists its paths with a leading "/": the files found show as memory:///***@bucket...)
     masked = f"***@{bucket.root.rsplit('@', 1)[1]}/run/"
     for fmt in ("terminal", "markdown", "json"):
@@ -307,3 +308,23 @@ def test_a_missing_protocol_package_is_one_line_naming_it(monkeypatch: pytest.Mo
     res = _run("analyze", "gpuproftest://user:Pw0rd1x@host/x.json")
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
     assert "pip install gpuprof_no_such_pkg" in res.output and "Pw0rd1x" not in res.output
+
+
+@pytest.mark.parametrize(("url", "inner", "listed", "want"), [
+    # a filesystem bound to one host lists bare paths: the URL's scheme, login and host go back in front
+    ("ftp://d:pw@h:21/data/", "/data", "/data/x.json", "ftp://d:pw@h:21/data/x.json"),
+    ("hdfs://nn:8020/data/", "/data", "/data/x.json", "hdfs://nn:8020/data/x.json"),
+    # stores with buckets keep the bucket (or container) in the path: fsspec rebuilds the URL
+    ("s3://bucket/run/", "bucket/run", "bucket/run/x.json", "s3://bucket/run/x.json"),
+    ("abfs://cont@acct.dfs.core.windows.net/run/", "cont/run", "cont/run/x.json", "abfs://cont/run/x.json"),
+])
+def test_listed_paths_become_urls_that_open_alone(url: str, inner: str, listed: str, want: str) -> None:
+    from gpuprof.remote import _url_maker
+
+    class Fs:
+        protocol = url.split("://")[0]
+
+        def unstrip_protocol(self, p: str) -> str:
+            return f"{self.protocol}://{p}"
+
+    assert _url_maker(url, Fs(), inner)(listed) == want

@@ -91,7 +91,9 @@ def _target(path: Path, streams: bool) -> Literal["file", "stream"]:
 
 def _through_proc(path: Path) -> bool:
     """True when a link on the way from ``path`` goes through ``/proc/`` or ``/dev/fd/`` (an open descriptor)."""
-    p = os.fspath(path)
+    p = os.path.abspath(path)
+    if p.startswith(_PROC_FD):  # -o /proc/self/fd/1 or /dev/fd/1 itself
+        return True
     for _ in range(40):  # the kernel's own limit on links followed
         try:
             nxt = os.readlink(p)

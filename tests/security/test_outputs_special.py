@@ -238,3 +238,14 @@ def test_a_planted_link_at_the_tensorboard_event_file_is_not_written(null_device
         with pytest.raises(FileExistsError):
             tbw._EventFile(str(logdir), "")
     assert _is_null_device(null_device) and os.readlink(logdir / name) == str(null_device)
+
+
+def test_proc_self_fd_of_a_file_is_appended_not_renamed_over(tmp_path: Path) -> None:
+    out = tmp_path / "captured.txt"
+    out.write_text("before\n")
+    with open(out, "a") as fh:
+        name = f"/proc/self/fd/{fh.fileno()}"
+        write_output(name, "report\n", "the report")
+        assert os.path.islink(name)
+    assert out.read_text() == "before\nreport\n"
+    assert sorted(os.listdir(tmp_path)) == ["captured.txt"]

@@ -99,7 +99,8 @@ def _filesystem(url: str) -> tuple[Any, str]:
                          "it comes with gpuprof's 'remote' extra)") from None
     protocol = url.split("://", 1)[0].lower()
     try:
-        fs, inner = fsspec.core.url_to_fs(url)
+        bare, login = _login_decoded(url, protocol)
+        fs, inner = fsspec.core.url_to_fs(bare, **login)
     except ImportError as err:
         raise InputError(url, f"reading {protocol}:// needs {_package_for(protocol, err)}") from None
     except ValueError as err:  # "Protocol not known: xyz"
@@ -107,6 +108,26 @@ def _filesystem(url: str) -> tuple[Any, str]:
     except _BACKEND_ERRORS as err:  # a backend that connects when made (ftp://): refused, unreachable
         raise _store_error(url, err, "connect") from None
     return fs, inner
+
+
+# Filesystems that take the URL's login as username/password arguments (fsspec's infer_storage_options).
+_LOGIN_PROTOCOLS = ("ftp", "sftp", "ssh", "smb")
+
+
+def _login_decoded(url: str, protocol: str) -> tuple[str, dict[str, str]]:
+    """``url`` and fsspec options, with a percent-encoded login decoded (``ftp://u:a%2Fb@h/``).
+
+    fsspec hands ``user:password`` to the server as written, so a password holding ``/`` or ``@``,
+    which a URL can only carry encoded, never logged in. For the protocols that take a login, the
+    decoded one goes as options and the URL without it; other URLs are left to fsspec as they are.
+    """
+    parts = urlsplit(url)
+    if protocol not in _LOGIN_PROTOCOLS or "%" not in parts.netloc.rpartition("@")[0]:
+        return url, {}
+    login, _, host = parts.netloc.rpartition("@")
+    user, _, password = login.partition(":")
+    options = {"username": unquote(user), "password": unquote(password)}
+    return parts._replace(netloc=host).geturl(), {k: v for k, v in options.items() if v}
 
 
 def _package_for(protocol: str, err: ImportError) -> str:

@@ -23,9 +23,15 @@ Exit codes:
 
 
 def load_side(path: str, jobs: int) -> dict[str, Any]:
-    """A report in JSON form: a saved report.json read back, or the analysis of traces / a run directory."""
+    """A report in JSON form: a saved report.json read back, or the analysis of traces / a run directory
+    (local, or a URL: a trace, a prefix or a glob read through fsspec, see gpuprof.remote)."""
+    from gpuprof.remote import is_url
     from gpuprof.reportfile import is_saved_report, read_report_dict
 
+    if is_url(path):
+        from gpuprof.analysis import analyze
+
+        return analyze(path, jobs=jobs).to_dict()
     if is_saved_report(path):
         return read_report_dict(path)
     if not (os.path.isfile(path) or os.path.isdir(path)):
@@ -78,7 +84,9 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
         raise click.BadParameter(f"unknown metric {metric!r} (one of: {', '.join(METRICS)})", param_hint="--metric")
     n = jobs or default_analyze_jobs()
     b, a = load_side(before, n), load_side(after, n)
-    diff = diff_reports(b, a, (before, after))
+    from gpuprof.redact import scrub
+
+    diff = diff_reports(b, a, (scrub(before), scrub(after)))  # the labels shown: a URL's credentials masked
     if limit is not None:
         diff["regression"] = judge(diff, metric, limit)
     sources = [before, after] + [t for d in (b, a) for t in _trace_paths(d)]

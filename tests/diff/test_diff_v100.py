@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +131,25 @@ def test_noise_decides_within_the_threshold() -> None:
     assert v["regressed"] and "noise unknown" in v["reason"]
     with pytest.raises(ValueError):
         parse_threshold("five")
+
+
+@pytest.mark.parametrize(("text", "fraction"), [("5%", 0.05), ("5", 0.05), (" 12.5 ", 0.125), ("0", 0.0),
+                                                ("0.05%", 0.0005), ("150", 1.5), ("1", 0.01)])
+def test_a_threshold_is_read_as_per_cent(text: str, fraction: float) -> None:
+    assert parse_threshold(text) == pytest.approx(fraction)
+
+
+@pytest.mark.parametrize("text", ["0.05", "0.5", "-5", "nan", "inf", "5%%", ""])
+def test_an_ambiguous_or_bad_threshold_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_threshold(text)
+
+
+def test_fail_on_regression_5_means_five_per_cent_and_0_05_is_exit_2(dirs: tuple[str, str]) -> None:
+    # num_workers=4 -> 0 is far more than 5 % slower: exit 1 with "5", as with "5%" (it meant 500 % before)
+    assert run("diff", dirs[1], dirs[0], "--fail-on-regression", "5").exit_code == 1
+    r = run("diff", dirs[1], dirs[0], "--fail-on-regression", "0.05")
+    assert r.exit_code == 2 and "ambiguous" in r.output and "Traceback" not in r.output
 
 
 def test_tensorboard_comparison_is_the_same_diff(dirs: tuple[str, str], reports: tuple[dict[str, Any], dict[str, Any]]) -> None:

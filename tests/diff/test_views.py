@@ -97,3 +97,18 @@ def test_float64_gemm_is_fp64_not_fp32() -> None:
     assert kernel_precision("volta_dgemm_128x64_nn", None, False) == "fp64"
     assert kernel_precision("ampere_sgemm_64x64_nn", "fp32", False) == "fp32"
     assert kernel_precision("sm80_xmma_gemm_f32f32_tf32f32_f32_nn", "fp32", True) == "tf32"
+
+
+@pytest.mark.parametrize(
+    ("name", "cc", "row"),
+    [
+        ("NVIDIA GeForce RTX 2080 Ti", (7, 5), None),  # same compute capability as a T4, other peaks: unknown
+        ("NVIDIA RTX A6000", (8, 6), None),
+        ("", (7, 5), "t4"),  # no name at all: the compute capability's datacenter part
+        ("Tesla T4", (7, 5), "t4"),
+        ("NVIDIA H100 80GB HBM3", (9, 0), "h100"),
+    ],
+)
+def test_an_unknown_gpu_gets_no_peak(name: str, cc: tuple[int, int], row: str | None) -> None:
+    assert device_row(name, cc) == row
+    assert (peak_for(device_row(name, cc), "fp16") is None) == (row is None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,43 @@ def test_float64_gemm_is_fp64_not_fp32() -> None:
 def test_an_unknown_gpu_gets_no_peak(name: str, cc: tuple[int, int], row: str | None) -> None:
     assert device_row(name, cc) == row
     assert (peak_for(device_row(name, cc), "fp16") is None) == (row is None)
+
+
+def test_nested_same_name_operators_count_their_gpu_time_once(tmp_path: Path) -> None:
+    from gpuprof.testing.tracegen import TraceBuilder
+
+    tb = TraceBuilder()
+    for _ in range(3):
+        with tb.step():
+            with tb.op("aten::linear", ["float", "float"], us=50), tb.op("aten::linear", ["float", "float"], us=40):
+                tb.kernel("ampere_sgemm_64x64_nn", us=100.0)
+    path = tb.write(tmp_path / "t.json")
+    v = json.loads(json.dumps(analyze(str(path)).to_dict()))["traces"][0]["views"]
+    lin = [r for r in v["operators"] if r["name"] == "aten::linear"]
+    assert sum(r["calls"] for r in lin) == 6  # both levels are calls
+    # 3 kernels of 100 µs: the inner calls' kernels are in the outer calls' totals, not counted again
+    assert sum(r["gpu_total_us"] for r in lin) == pytest.approx(300.0)
+    assert sum(r["gpu_total_us"] for r in lin) <= v["kernel_total_us"] + 1e-6
+
+
+@pytest.mark.parametrize("folder", ["resnet50_num_workers_0", "resnet50_num_workers_4"])
+def test_every_operator_call_is_counted_zero_length_ones_included(folder: str) -> None:
+    import gzip
+
+    from gpuprof.trace.vocab import step_number
+
+    path = next(p for p in v100_samples() if p.parent.name == folder)
+    with gzip.open(path, "rt") as fh:
+        raw = Counter(e["name"] for e in json.load(fh)["traceEvents"]
+                      if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "Operator") and step_number(e["name"]) is None)
+    zero_length = 0
+    with gzip.open(path, "rt") as fh:
+        zero_length = sum(1 for e in json.load(fh)["traceEvents"]
+                          if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "Operator") and not e.get("dur"))
+    assert zero_length > 0  # the trace has 0 µs calls: the test can fail
+    v = json.loads(json.dumps(analyze(str(path)).to_dict()))["traces"][0]["views"]
+    shown = Counter()
+    for r in v["operators"]:
+        shown[r["name"]] += r["calls"]
+    assert sum(shown.values()) + v["rest"].get("operators", {}).get("calls", 0) == sum(raw.values())
+    assert all(shown[name] <= raw[name] for name in shown)  # no call counted twice (the rest: rows past the cap)

@@ -478,7 +478,8 @@ def _config(c: KernelConfig | None) -> _Config:
         return {}
     return {"grid": list(c.grid) if c.grid else None, "block": list(c.block) if c.block else None,
             "registers_per_thread": c.registers if c.registers >= 0 else None,
-            "occupancy": c.occupancy if c.occupancy >= 0 else None}
+            # Kineto writes 0 where it has no estimate (a kernel that runs has some occupancy): not a measurement
+            "occupancy": c.occupancy if c.occupancy > 0 else None}
 
 
 def _group_by_name(events: Sequence[Event]) -> tuple[np.ndarray, list[str]]:

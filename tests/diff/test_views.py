@@ -179,3 +179,27 @@ def test_every_operator_call_is_counted_zero_length_ones_included(folder: str) -
         shown[r["name"]] += r["calls"]
     assert sum(shown.values()) + v["rest"].get("operators", {}).get("calls", 0) == sum(raw.values())
     assert all(shown[name] <= raw[name] for name in shown)  # no call counted twice (the rest: rows past the cap)
+
+
+def test_shapes_written_over_several_lines_read_as_one_line_in_every_view(tmp_path: Path) -> None:
+    from gpuprof.render.markdown import render_markdown
+    from gpuprof.render.terminal import render_terminal
+    from gpuprof.testing.tracegen import TraceBuilder
+
+    tb = TraceBuilder(record_shapes=True)
+    for _ in range(4):
+        with tb.step():
+            with tb.op("aten::mm", ["float", "float"], [[64, 32], [32, 16]], us=50):
+                tb.kernel("ampere_sgemm_64x64_nn", us=100.0)
+    text = tb.to_bytes().decode()
+    one_line = '"Input Dims": [[64, 32], [32, 16]]'
+    assert text.count(one_line) == 4
+    # an exporter that pretty-prints: two of the four calls' shapes over several indented lines
+    text = text.replace(one_line, '"Input Dims": [\n  [\n    64,\n    32\n  ],\n  [32,\t16]\n]', 2)
+    path = tmp_path / "pretty.json"
+    path.write_text(text)
+    report = analyze(str(path))
+    rows = [r for r in report.traces[0].views.operators if r.name == "aten::mm"]  # type: ignore[union-attr]
+    assert [(r.input_shapes, r.calls) for r in rows] == [("[[64, 32], [32, 16]]", 4)]  # one row, one line
+    for out in (render_terminal(report), render_markdown(report)):
+        assert "\\x0a" not in out and "[[64, 32], [32, 16]]" in out

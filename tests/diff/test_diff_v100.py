@@ -63,8 +63,15 @@ def test_names_gp102_fixed_with_predicted_and_measured_savings(dirs: tuple[str, 
     ops = d["operators"]
     assert any(r["name"].startswith("enumerate(DataLoader)#_SingleProcess") for r in ops["removed"])
     assert any(r["name"].startswith("enumerate(DataLoader)#_MultiProcessing") for r in ops["added"])
-    assert any(r["input_shapes"] for r in ops["slower"] + ops["faster"])  # matched by shape, not just name
-    assert d["kernels"]["slower"] and d["kernels"]["faster"]
+    # matched by shape, not just name; this pair's after run is bimodal (118-207 ms steps), so most rows' changes
+    # lie within the noise of a per-step mean and are listed as such, not as slower or faster
+    assert any(r["input_shapes"] for r in ops["slower"] + ops["faster"] + ops["within_noise"])
+    assert d["row_noise_us"] > 0
+    assert all(abs(r["change_us"]) <= d["row_noise_us"] for r in ops["within_noise"])
+    assert all(abs(r["change_us"]) > d["row_noise_us"] for r in ops["slower"] + ops["faster"])
+    # the same model on the same GPU: its kernels' per-step times move only by the runs' noise (issue 37: noise
+    # was reported as change), and they are listed as such
+    assert d["kernels"]["within_noise"] and not d["kernels"]["slower"] and not d["kernels"]["faster"]
 
 
 def test_terminal_and_markdown_name_the_fix(saved: tuple[str, str]) -> None:

@@ -23,6 +23,7 @@ from gpuprof.summarize import trace_summary
 from gpuprof.trace.load import find_traces, load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
+from gpuprof.trace.phase import trace_phase
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.cluster import Scheduler
@@ -101,6 +102,13 @@ def analyze_trace(
         for code, err in failed:
             summary.notes.append(f"rule {code} failed ({describe_error(err)}): the analysis of this trace is incomplete")
     summary.notes.extend(trace.load_notes)
+    phase = trace_phase(metrics)
+    if phase is not None:
+        summary.notes.append(
+            f"this trace records a CUDA/HIP graph capture pass ({phase.share:.0%} of its time in capture: {phase.marker}): "
+            "kernels are recorded into a graph, not run, so its GPU utilisation, syncs and graph instantiation are not "
+            "those of the steps that replay the graph (profile replayed steps for those); GP101, GP203 and GP205 are "
+            "left out")
     if not metrics.has_step_markers and metrics.steps:
         note = "no ProfilerStep# markers: the whole trace is treated as one step"
         if metrics.lead_in_us:

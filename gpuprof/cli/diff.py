@@ -50,7 +50,8 @@ def load_side(path: str, jobs: int) -> dict[str, Any]:
               help="Output format. json follows docs/diff.md.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the diff to this file.")
 @click.option("--fail-on-regression", "threshold", metavar="PCT",
-              help="Exit 1 when --metric got worse by more than PCT (5% or 0.05) and more than the per-step noise.")
+              help="Exit 1 when --metric got worse by more than PCT per cent (5% or 5; a bare 0.05 is refused as ambiguous) "
+                   "and more than the per-step noise.")
 @click.option("--metric", default="step_time", show_default=True,
               help="The metric --fail-on-regression judges: step_time, step_time_mean, gpu_utilization, gpu_busy, gpu_idle, "
                    "breakdown.PART or idle.PART (docs/diff.md).")

@@ -415,7 +415,10 @@ class Watchdog:
         rec.finding = hang_finding(rec, str(self.run_dir / "hang.md"))
         self.record = rec
         self._add_finding(rec.finding, replaced)
-        write_hang_files(self.run_dir, rec)
+        try:
+            write_hang_files(self.run_dir, rec)
+        except OSError as err:  # a planted link or FIFO, a full disk: the finding still reaches the report
+            self._say(f"gpuprof: the hang report could not be written in {self.run_dir}: {err}. Watching goes on.")
 
     def _say(self, line: str) -> None:
         try:

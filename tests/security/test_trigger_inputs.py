@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -250,7 +251,9 @@ def test_hang_files_never_follow_a_link(tmp_path: Path) -> None:
         write_hang_files(run, HangRecord("rank1", 1, 1, "h", 3, 4.0, 3.0, 0.0, None, []))
     assert target.read_text() == "keep"
     os.unlink(run / "hang.json")
-    os.mkfifo(run / "hang.json")  # a FIFO in its place: read without blocking, then replaced
+    os.mkfifo(run / "hang.json")  # a FIFO in its place: read without blocking, refused, left as it was
     (run / ".hang.lock").unlink()
-    write_hang_files(run, HangRecord("rank1", 1, 1, "h", 3, 4.0, 3.0, 0.0, None, []))
-    assert [r["worker"] for r in json.loads((run / "hang.json").read_text())["ranks"]] == ["rank1"]
+    t0 = time.monotonic()
+    with pytest.raises(OSError, match="FIFO"):
+        write_hang_files(run, HangRecord("rank1", 1, 1, "h", 3, 4.0, 3.0, 0.0, None, []))
+    assert time.monotonic() - t0 < 5 and stat.S_ISFIFO(os.lstat(run / "hang.json").st_mode)

@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 from gpuprof.codespec import option_default, replace_fields
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
+from gpuprof.memory.attribution import KindTable
+from gpuprof.memory.breakdown import StageRanges, backward_ended, breakdown, state_by_kind
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.devices import precision_advice, run_mode
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, Site, SiteTable
@@ -102,6 +104,8 @@ class DeviceAnalysis:
     ooms: list[dict[str, Any]]
     top_sites: list[dict[str, Any]]
     size_classes: list[dict[str, Any]]
+    state: dict[str, Any] = field(default_factory=dict)  # breakdown at snapshot time (gpuprof.memory.breakdown)
+    at_peak: dict[str, Any] = field(default_factory=dict)  # breakdown at the allocated peak
 
     def to_dict(self, sites: SiteTable, opts: MemoryOptions) -> dict[str, Any]:
         t = self.totals
@@ -136,6 +140,9 @@ class DeviceAnalysis:
                 "max_wait": r.pending_max_wait,
             },
             "ooms": self.ooms,
+            # memory by category / stage / module / file at snapshot time, then at the allocated peak
+            **self.state,
+            "at_peak": dict(self.at_peak, time=when(self.peak_moment) if len(dm) else None),
         }
 
 
@@ -240,7 +247,10 @@ def _fragmentation(dm: DeviceMemory, t: Totals) -> dict[str, Any]:
     return out
 
 
-def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> DeviceAnalysis:
+def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions, kinds: KindTable | None = None,
+                   annotations: tuple[tuple[int, str, float, float], ...] | list[tuple[int, str, float, float]] = ()
+                   ) -> DeviceAnalysis:
+    kinds = kinds if kinds is not None else KindTable()
     oom_idx = tuple(o.index for o in dm.ooms[:3])
     totals = replay_totals(dm, buckets=opts.timeline_points, mark=oom_idx)
     peak_moment = totals.peak_allocated_at if len(dm) else -1
@@ -257,6 +267,24 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> D
         sid = SiteTable.PRE_TRACE if dm.has_addresses else sites.add_label(UNATTRIBUTED)
         peak_h.by_site.setdefault(sid, [0, 0])[0] += gap
     frag = _fragmentation(dm, totals)
+    ranges = StageRanges(annotations, dm.index)
+    peak_h.by_kind.setdefault((0, SiteTable.PRE_TRACE), [0, 0, -1.0])[0] += max(gap, 0)
+    if dm.segments is not None:
+        state_kinds = state_by_kind(dm)
+        state_reserved: int | None = frag.get("reserved")
+    else:
+        state_kinds = rep.holders[-1].by_kind
+        state_reserved = totals.final_reserved
+    non_pytorch = None
+    if dm.total_memory and dm.free_memory is not None and state_reserved is not None:
+        non_pytorch = max(0, dm.total_memory - dm.free_memory - state_reserved)
+    state = breakdown(state_kinds, kinds, sites, state_reserved, non_pytorch, ranges, opts.top,
+                      backward_ended(dm, kinds, -1))
+    if frag.get("reserved") is not None:
+        # fragmentation is named only for cache held in split segments (free blocks beside live ones)
+        state["allocator_cache_in_split_segments"] = frag["inactive_split_bytes"]
+    at_peak = breakdown(peak_h.by_kind, kinds, sites, totals.reserved_at_peak_allocated, None, ranges, opts.top,
+                        backward_ended(dm, kinds, peak_moment))
     ooms = []
     for o in dm.ooms[:3]:
         h = rep.holders.get(o.index, Holders())
@@ -274,6 +302,10 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> D
             "site": sites.sites[o.site].to_dict(),
             "top_live_sites": _site_rows(h, sites, alloc_at or h.total, opts.top),
             "growing_sites": _growing_sites(h, dm, sites, opts),
+            "at_oom": breakdown(h.by_kind, kinds, sites, res_at,
+                                max(0, dm.total_memory - o.device_free - res_at)
+                                if (dm.total_memory and o.device_free is not None and res_at is not None) else None,
+                                ranges, opts.top, backward_ended(dm, kinds, o.index)),
         })
     return DeviceAnalysis(
         dm=dm,
@@ -284,6 +316,8 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> D
         ooms=ooms,
         top_sites=_site_rows(peak_h, sites, totals.peak_allocated, opts.top),
         size_classes=_class_rows(peak_h),
+        state=state,
+        at_peak=at_peak,
     )
 
 
@@ -540,7 +574,7 @@ def analyze_memory(data: MemoryData, opts: MemoryOptions | None = None
                    ) -> tuple[MemorySection, list[Finding], list[DeviceAnalysis]]:
     """Analyse every device of ``data``: the section, the findings, and the per-device analyses."""
     opts = opts or MemoryOptions()
-    analyses = [analyze_device(dm, data.sites, opts) for dm in data.devices]
+    analyses = [analyze_device(dm, data.sites, opts, data.kinds, data.annotations) for dm in data.devices]
     notes = list(data.notes)
     findings: list[Finding] = []
     for da in analyses:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuprof.memory.attribution import KindTable
 from gpuprof.memory.frames import SiteTable
 
 __all__ = [
@@ -69,6 +70,7 @@ class Block:
     requested_size: int
     state: str
     site: int  # SiteTable id
+    kind: int = 0  # KindTable id: what the block is (category, stage, module); 0 = no stack
 
 
 @dataclass
@@ -114,12 +116,14 @@ class DeviceMemory:
     size: list[int] = field(default_factory=list)
     site: list[int] = field(default_factory=list)
     stream: list[int] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)  # KindTable id per event (empty: inputs without stacks)
     allocated: list[int] | None = None
     reserved: list[int] | None = None
     has_time: bool = True
     segments: list[Segment] | None = None  # None: the input has no final state (traces)
     ooms: list[OomEvent] = field(default_factory=list)
     total_memory: int | None = None
+    free_memory: int | None = None  # the device's free bytes when the snapshot was taken (gpuprof's own dumps)
     name: str = ""  # the GPU's name when the input says it ("Tesla T4")
     bf16: bool | None = None  # whether the GPU computes in bfloat16 (None: unknown)
     has_segment_events: bool = True  # False for traces: reserved comes only from the recorded totals
@@ -140,3 +144,6 @@ class MemoryData:
     notes: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)  # allocator_settings of the snapshot
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, start µs, end µs), traces only
+    kinds: KindTable = field(default_factory=KindTable)  # what each stack says (gpuprof.memory.attribution)
+    # record_function ranges the snapshot recorded (external_annotations): (device, name, start µs, end µs)
+    annotations: list[tuple[int, str, float, float]] = field(default_factory=list)

@@ -1,0 +1,217 @@
+"""Memory by category, stage and module, checked against the test's own count over the raw snapshot pickles.
+
+The counter below reads each real snapshot with a plain unpickler and applies the rules docs/memory.md states
+("Memory by category") with its own loops over the frames; it never calls gpuprof's attribution.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpuprof.cli import cli
+from gpuprof.memory.attribution import CATEGORIES
+from gpuprof.memory.testing import MiB, SnapshotBuilder
+from gpuprof.testing.realtraces import shared_snapshot
+
+ALL = ["cs336_magma_memory_snapshot.pickle", "ftcourse_memory_snapshot.pickle", "cs336_silmont_fwd_bf16_128.pickle",
+       "eor_nn_snapshot.pickle", "cs336kk_2p7b_compiled_fwd.pickle", "cs336kk_ctx128_fwd_fp32.pickle",
+       "cs336kk_ctx128_fwd_mixed.pickle"]
+
+
+class _Plain(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+
+def _raw(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        return _Plain(f).load()
+
+
+def _memory(path: Path | str) -> dict[str, Any]:
+    res = CliRunner().invoke(cli, ["memory", str(path), "--format", "json"])
+    assert res.exit_code in (0, 1), res.output
+    return json.loads(res.output)
+
+
+# ----------------------------------------------------------------------------- the independent counter
+
+PARAM_FNS = {"_apply", "to", "cuda", "half", "float", "double", "bfloat16", "type", "to_empty", "load_state_dict",
+             "_load_from_state_dict", "register_parameter", "register_buffer"}
+LIB_PARAM_FNS = {"from_pretrained", "_load_pretrained_model", "_load_state_dict_into_meta_model",
+                 "set_module_tensor_to_device", "load_checkpoint_and_dispatch", "dispatch_model"}
+
+
+def _category_and_stage(frames: list[dict[str, Any]]) -> tuple[str, str]:
+    """(category, stage) of one stack by the documented rules, first rule that matches wins."""
+    if not frames:
+        return "unattributed", "unknown"
+    frames = frames[:512]
+    files = []
+    funcs = []
+    for f in frames:
+        files.append(str(f.get("filename", "")).replace("\\", "/"))
+        funcs.append(str(f.get("name", "")))
+    for fl in files:
+        if "/torch/optim/" in fl and "lr_scheduler" not in fl:
+            return "optimizer_state", "optimizer"
+    for fn in funcs:
+        if "AccumulateGrad" in fn:
+            return "gradients", "backward"
+    for fl, fn in zip(files, funcs):
+        if "torch::autograd::Engine" in fn or "torch::autograd::generated::" in fn:
+            return "temporaries", "backward"
+        if fn in ("backward", "_engine_run_backward", "run_backward", "grad") and (
+                "/torch/autograd/" in fl or fl.endswith("torch/_tensor.py")):
+            return "temporaries", "backward"
+        if fn in ("backward", "call_compiled_backward") and "/_aot_autograd/" in fl:
+            return "temporaries", "backward"
+    for fl, fn in zip(files, funcs):
+        if fl.endswith("torch/nn/modules/module.py") and fn in PARAM_FNS:
+            return "parameters", "setup"
+        if fl.endswith(("torch/nn/init.py", "torch/nn/parameter.py")) or fn in LIB_PARAM_FNS:
+            return "parameters", "setup"
+        if "/torch/nn/modules/" in fl and fn in ("__init__", "reset_parameters"):
+            return "parameters", "setup"
+    in_module = False
+    for fl, fn in zip(files, funcs):
+        if "torchinductor_" in fl and fl.endswith(".py"):
+            in_module = True
+        if fl.endswith("torch/nn/modules/module.py") and fn in ("_call_impl", "_wrapped_call_impl"):
+            in_module = True
+    if in_module:
+        return "activations", "forward"  # none of these snapshots runs an evaluation function
+    for fl, fn in zip(files, funcs):
+        if fn == "__init__" and (fl.endswith(".py") or fl.startswith("<")) and "/torch/" not in fl \
+                and "/site-packages/" not in fl:
+            return "parameters", "setup"
+    if any("/torch/utils/data/" in fl for fl in files):
+        return "temporaries", "data"
+    if any(fl.endswith(".py") or fl.startswith("<") for fl in files):
+        return "temporaries", "other"
+    return "unattributed", "unknown"
+
+
+def expected_state(raw: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Per device: reserved bytes and category bytes at snapshot time, from the segments' own blocks."""
+    out: dict[int, dict[str, Any]] = {}
+    traces = raw.get("device_traces") or []
+    for seg in raw["segments"]:
+        dev = seg.get("device", 0)
+        d = out.setdefault(dev, {"reserved": 0, "allocated": 0, "cats": dict.fromkeys(CATEGORIES, 0)})
+        d["reserved"] += seg["total_size"]
+    for dev, d in out.items():
+        # when each address was last allocated, and the last allocation outside the backward pass
+        last_alloc: dict[int, float] = {}
+        last_not_backward = None
+        for k, e in enumerate(traces[dev] if dev < len(traces) else []):
+            if e["action"] != "alloc":
+                continue
+            t = e.get("time_us", k)  # older files have no clock: the entry's position orders them
+            last_alloc[e["addr"]] = t
+            if _category_and_stage(e.get("frames") or [])[1] not in ("backward", "unknown"):
+                last_not_backward = t
+        for seg in raw["segments"]:
+            if seg.get("device", 0) != dev:
+                continue
+            for b in seg["blocks"]:
+                if b["state"] != "active_allocated":
+                    continue
+                cat, stage = _category_and_stage(b.get("frames") or [])
+                t = last_alloc.get(b["address"])
+                if (cat == "temporaries" and stage == "backward" and t is not None and last_not_backward is not None
+                        and t < last_not_backward):
+                    cat = "gradients"  # made by the backward pass and outlived it
+                d["cats"][cat] += b["size"]
+                d["allocated"] += b["size"]
+        d["cats"]["allocator_cache"] = d["reserved"] - d["allocated"]
+        d["cats"]["non_pytorch"] = None  # these files do not record the device's free memory
+    return out
+
+
+# ----------------------------------------------------------------------------- the checks
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_categories_match_an_independent_count_and_add_up_to_reserved(name: str) -> None:
+    path = shared_snapshot(name)
+    want = expected_state(_raw(path))
+    rep = _memory(path)
+    devices = rep["sections"][0]["devices"]
+    assert len(devices) == len(want)
+    for dev in devices:
+        exp = want[int(dev["device"].split(":")[1])]
+        assert dev["reserved_bytes"] == exp["reserved"]
+        assert dev["categories"] == exp["cats"]
+        cats = dev["categories"]
+        assert set(cats) == set(CATEGORIES)
+        assert sum(v for k, v in cats.items() if k != "non_pytorch") == dev["reserved_bytes"]
+        assert dev["unattributed_share"] == pytest.approx(cats["unattributed"] / exp["allocated"])
+        # stages, modules and files split the same allocated bytes
+        assert sum(r["bytes"] for r in dev["stages"]) == exp["allocated"]
+        assert sum(r["bytes"] for r in dev["files"]) == exp["allocated"]
+        peak = dev["at_peak"]
+        assert peak["allocated_bytes"] == dev["allocated"]["peak"]
+        if peak["reserved_bytes"] is not None:
+            assert sum(v for k, v in peak["categories"].items() if k != "non_pytorch") == peak["reserved_bytes"]
+
+
+def test_a_real_training_step_has_gradients_and_optimizer_state() -> None:
+    """EoR_NN is recorded after full steps (stacks='all'): Adam's state and the weights' gradients are live."""
+    dev = _memory(shared_snapshot("eor_nn_snapshot.pickle"))["sections"][0]["devices"][0]
+    assert dev["categories"]["optimizer_state"] > 0 and dev["categories"]["gradients"] > 0
+    stages = {r["stage"] for r in dev["at_peak"]["stages"]}
+    assert {"forward", "backward", "optimizer"} <= stages
+
+
+def test_compiled_graphs_are_attributed_to_the_graph_and_function_not_to_generated_lines() -> None:
+    path = shared_snapshot("cs336kk_2p7b_compiled_fwd.pickle")
+    raw = _raw(path)
+    # the independent count: live bytes per Inductor-generated file at snapshot time
+    per_graph: dict[str, int] = {}
+    for seg in raw["segments"]:
+        for b in seg["blocks"]:
+            if b["state"] != "active_allocated":
+                continue
+            for f in b.get("frames") or []:
+                fl = str(f.get("filename", ""))
+                if "torchinductor_" in fl and fl.endswith(".py"):
+                    key = fl.rsplit("/", 1)[-1][:12]
+                    per_graph[key] = per_graph.get(key, 0) + b["size"]
+                    break
+    dev = _memory(path)["sections"][0]["devices"][0]
+    modules = {r["module"]: r["bytes"] for r in dev["modules"]}
+    assert len(per_graph) >= 2
+    for graph, nbytes in per_graph.items():
+        rows = [m for m in modules if m.startswith(f"compiled graph {graph}")]
+        assert len(rows) == 1, (graph, modules)
+        assert modules[rows[0]] == nbytes
+    big = max(per_graph, key=lambda g: per_graph[g] if any(
+        m.startswith(f"compiled graph {g} (") for m in modules) else -1)
+    # the forward graph names the user function it was compiled from, not a generated line
+    assert any(m.startswith(f"compiled graph {big} (transformer.py:") for m in modules)
+    assert not any("torchinductor" in m for m in modules)
+
+
+def test_stage_from_record_function_annotations_where_the_stack_names_none(tmp_path: Path) -> None:
+    """A stack-less allocation inside an annotated 'backward' range is counted in the backward stage."""
+    b = SnapshotBuilder()
+    b.alloc(4 * MiB, [])
+    snap = b.snapshot()
+    t = next(e["time_us"] for e in snap["device_traces"][0] if e["action"] == "alloc")
+    snap["external_annotations"] = [
+        {"stage": "START", "name": "## backward ##", "device": 0, "time_us": t - 1},
+        {"stage": "END", "name": "## backward ##", "device": 0, "time_us": t + 1},
+    ]
+    p = tmp_path / "a.pickle"
+    with open(p, "wb") as fh:
+        pickle.dump(snap, fh)
+    dev = _memory(p)["sections"][0]["devices"][0]
+    assert dev["categories"]["unattributed"] == 4 * MiB  # the annotation names a stage, not an owner
+    assert [(r["stage"], r["bytes"]) for r in dev["stages"]] == [("backward", 4 * MiB)]

@@ -124,14 +124,16 @@ def _module_of(frames: Sequence[dict[str, Any]], paths: Sequence[str]) -> str:
             if paths[j].endswith("torch/_dynamo/eval_frame.py"):
                 for k in range(j + 1, n):
                     q = paths[k]
-                    if _is_python(q) and not _is_torch(q) and "/site-packages/" not in q:
+                    if q.endswith(".py") and not _is_torch(q) and "/site-packages/" not in q:
                         return f"compiled graph {graph} ({_base(q)}:{_line(frames[k])} {_name(frames[k])})"
                 break
         return f"compiled graph {graph}"
-    for i in range(n - 1):  # the innermost forward called through nn.Module.__call__
-        if _is_module_py(paths[i + 1]) and _name(frames[i + 1]) in _CALL_FNS and not _is_module_py(paths[i]):
+    py = [i for i in range(n) if paths[i].endswith(".py")]  # C++ frames (stacks='all') sit between Python ones
+    for x in range(len(py) - 1):  # the innermost forward called through nn.Module.__call__
+        i, up = py[x], py[x + 1]
+        if _is_module_py(paths[up]) and _name(frames[up]) in _CALL_FNS and not _is_module_py(paths[i]):
             caller = ""
-            for k in range(i + 2, n):  # the line that called it: the next frame outside module.py / dynamo
+            for k in py[x + 2:]:  # the line that called it: the next frame outside module.py / dynamo
                 q = paths[k]
                 if not _is_module_py(q) and not q.endswith("torch/_dynamo/eval_frame.py"):
                     caller = f" at {_base(q)}:{_line(frames[k])}"

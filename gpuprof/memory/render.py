@@ -84,6 +84,36 @@ def _summary_rows(dev: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+_CAT_LABEL = {"parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state",
+              "activations": "activations", "temporaries": "temporaries",
+              "allocator_cache": "allocator cache (reserved, free)", "non_pytorch": "not PyTorch's (NCCL, cuBLAS...)",
+              "unattributed": "unattributed (no stack says)"}
+
+
+def _b(v: Any) -> str:
+    return "-" if v is None else fmt_bytes(v)
+
+
+def category_rows(dev: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(category, at the peak, at snapshot time) rows, then the reserved total; empty when the section has none."""
+    now = dev.get("categories")
+    if not now:
+        return []
+    peak = (dev.get("at_peak") or {}).get("categories") or {}
+    rows = [(_CAT_LABEL.get(k, k), _b(peak.get(k)), _b(v)) for k, v in now.items()
+            if v or peak.get(k)]
+    rows.append(("= reserved by PyTorch", _b((dev.get("at_peak") or {}).get("reserved_bytes")), _b(dev.get("reserved_bytes"))))
+    split = dev.get("allocator_cache_in_split_segments")
+    if split:
+        rows.append(("  of the cache: in split segments (fragmentation)", "", fmt_bytes(split)))
+    return rows
+
+
+def table_rows(rows: list[dict[str, Any]], key: str) -> list[tuple[str, str, str]]:
+    return [(_site(r[key]), fmt_bytes(r["bytes"]), f"{r['share']:.0%}" if r.get("share") is not None else "-")
+            for r in rows]
+
+
 def _esc(text: Any) -> str:
     # Site labels, paths and notes may hold "[...]" (e.g. "[memory]"), which rich would read as markup,
     # and control characters, which the terminal would obey.
@@ -128,6 +158,17 @@ def memory_terminal(console: Any, section: Any) -> None:
                        [("site", "wrap"), ("bytes", "right"), ("blocks", "right"), ("share", "right")],
                        [(_site(s["site"]), fmt_bytes(s["bytes"]), str(s["blocks"]),
                          f"{s['share']:.0%}" if s["share"] is not None else "-") for s in dev["top_sites"]])
+        cats = category_rows(dev)
+        if cats:
+            console.print()
+            emit_table(console, "Memory by category", [("category", "wrap"), ("at the peak", "right"),
+                                                       ("at snapshot time", "right")], cats)
+        peak = dev.get("at_peak") or {}
+        for key, title in (("stages", "At the peak, by stage"), ("modules", "At the peak, by module or compiled graph")):
+            if peak.get(key):
+                console.print()
+                emit_table(console, title, [(key[:-1], "wrap"), ("bytes", "right"), ("share", "right")],
+                           table_rows(peak[key], key[:-1]))
         if dev["size_classes"]:
             console.print()
             emit_table(console, "At the peak, by size class", [("size class", "left"), ("bytes", "right"), ("blocks", "right")],
@@ -166,6 +207,17 @@ def memory_markdown(section: Any) -> str:
             parts.append(_md_table(["site", "bytes", "blocks", "share"], [
                 [_md_site(s["site"]), fmt_bytes(s["bytes"]), str(s["blocks"]),
                  f"{s['share']:.0%}" if s["share"] is not None else "-"] for s in dev["top_sites"]]))
+        cats = category_rows(dev)
+        if cats:
+            parts.append("**Memory by category**")
+            parts.append(_md_table(["category", "at the peak", "at snapshot time"],
+                                   [[md_escape(c) for c in r] for r in cats]))
+        peak = dev.get("at_peak") or {}
+        for key, title in (("stages", "At the peak, by stage"), ("modules", "At the peak, by module or compiled graph")):
+            if peak.get(key):
+                parts.append(f"**{title}**")
+                parts.append(_md_table([key[:-1], "bytes", "share"], [
+                    [md_code(r[0], cell=True), md_escape(r[1]), md_escape(r[2])] for r in table_rows(peak[key], key[:-1])]))
         if dev["size_classes"]:
             parts.append("**At the peak, by size class**")
             parts.append(_md_table(["size class", "bytes", "blocks"], [

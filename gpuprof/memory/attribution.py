@@ -64,11 +64,16 @@ class StackKind:
     stage: str
     module: str = ""
     reason: str = ""
+    # what makes growth here one-time rather than a leak, besides the category: "autocast" (made under autocast:
+    # cast copies and lower-precision outputs), "cache" (a pre-allocated cache such as a KV cache); "" none
+    trait: str = ""
 
 
 UNKNOWN_KIND = StackKind("unattributed", "unknown", "", "no stack recorded")
 
 _MAX_FRAMES = 512
+# pre-allocated caches: transformers' cache_utils (DynamicCache/StaticCache), vLLM-style kv_cache, *_setup_cache
+_CACHE = re.compile(r"(?i)kv_?cache|cache_utils|static_?cache|setup_caches?\b|allocate_cache")
 _INDUCTOR = re.compile(r"torchinductor_[^/]*/(?:[^/]+/)*([^/]+)\.py$")
 _PARAM_MODULE_FNS = frozenset({"_apply", "to", "cuda", "half", "float", "double", "bfloat16", "type", "to_empty",
                                "load_state_dict", "_load_from_state_dict", "register_parameter", "register_buffer"})
@@ -142,8 +147,27 @@ def _module_of(frames: Sequence[dict[str, Any]], paths: Sequence[str]) -> str:
     return ""
 
 
+def _trait(paths: Sequence[str], names: Sequence[str]) -> str:
+    for p, nm in zip(paths, names):
+        if "at::autocast::" in nm or p.endswith("torch/amp/autocast_mode.py"):
+            return "autocast"
+    for p, nm in zip(paths, names):
+        if _CACHE.search(nm) or _CACHE.search(_base(p)):
+            return "cache"
+    return ""
+
+
 def classify(frames: Any) -> StackKind:
-    """The :class:`StackKind` of one ``frames`` list (innermost first)."""
+    """The :class:`StackKind` of one ``frames`` list (innermost first), with its trait (see :func:`_trait`)."""
+    k = _classify(frames)
+    if k is UNKNOWN_KIND:
+        return k
+    fr = [f for f in frames[:_MAX_FRAMES] if isinstance(f, dict)]
+    trait = _trait([_path(f) for f in fr], [_name(f) for f in fr])
+    return StackKind(k.category, k.stage, k.module, k.reason, trait) if trait else k
+
+
+def _classify(frames: Any) -> StackKind:
     if not isinstance(frames, (list, tuple)) or not frames:
         return UNKNOWN_KIND
     # Bounded work per distinct stack whatever a hostile file holds: real stacks (C++ frames included) are a few

@@ -230,12 +230,19 @@ def memory_markdown(section: Any) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _growth_kind(r: dict[str, Any]) -> str:
+    kind = r.get("growth_kind")
+    if kind == "one_time":
+        return "one-time: " + ", ".join(str(c).replace("_", " ") for c in r.get("one_time") or ())
+    return "steady" if kind == "steady" else ""
+
+
 def _diff_rows(dev: dict[str, Any]) -> list[list[str]]:
     return [[_site(r["site"]), fmt_bytes(r["growth"]), fmt_bytes(r["before"]), fmt_bytes(r["after"]),
-             f"{r['blocks_before']} -> {r['blocks_after']}"] for r in dev["sites"]]
+             f"{r['blocks_before']} -> {r['blocks_after']}", _growth_kind(r)] for r in dev["sites"]]
 
 
-_DIFF_HEAD = ["site", "growth", "before", "after", "blocks"]
+_DIFF_HEAD = ["site", "growth", "before", "after", "blocks", "kind"]
 
 
 def diff_terminal(console: Any, section: Any) -> None:
@@ -244,7 +251,7 @@ def diff_terminal(console: Any, section: Any) -> None:
     for dev in d["devices"]:
         console.print()
         emit_table(console, f"{dev['device']}: sites ranked by growth ({dev['before']} -> {dev['after']})",
-                   [(c, "wrap" if c == "site" else "right") for c in _DIFF_HEAD], _diff_rows(dev))
+                   [(c, "wrap" if c in ("site", "kind") else "right") for c in _DIFF_HEAD], _diff_rows(dev))
     for n in d["notes"]:
         _print_wrapped(console, f"note: {_note(n)}", style="dim")
 

@@ -290,6 +290,8 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions, kind
         h = rep.holders.get(o.index, Holders())
         alloc_at = totals.allocated_at.get(o.index)
         res_at = totals.reserved_at.get(o.index)
+        if o.index >= len(dm):  # recorded by gpuprof's observer after the history: the state at the dump
+            alloc_at, res_at = totals.final_allocated, totals.final_reserved
         ooms.append({
             "time": o.time,
             "requested": o.size,
@@ -460,13 +462,14 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
     return out
 
 
-def observer_dump(dm: DeviceMemory, path: str) -> bool:
+def observer_dump(dm: DeviceMemory, path: str, name_counts: bool = True) -> bool:
     """A snapshot an out-of-memory observer wrote: no OOM event, and the history ends with the allocator
     releasing cached segments (``segment_free``; it empties its cache before it gives up) or the file's name
-    says ``oom``."""
-    if dm.ooms or not len(dm) or dm.segments is None:
+    says ``oom`` (``name_counts``: False when another device of the file recorded its OOM, which the name is
+    then about). Without history only the name can say it."""
+    if dm.ooms or dm.segments is None:
         return False
-    named = "oom" in os.path.basename(path).lower().replace("room", "")
+    named = name_counts and "oom" in os.path.basename(path).lower().replace("room", "")
     tail = 0
     for a in reversed(dm.action):
         if a == SEGMENT_FREE:
@@ -476,6 +479,27 @@ def observer_dump(dm: DeviceMemory, path: str) -> bool:
         else:
             break
     return named or tail >= 1
+
+
+def _observer_finding(da: DeviceAnalysis, source: str) -> Finding:
+    """GP512 for an out-of-memory dump that recorded no OOM event: the run did fail, the request is unknown."""
+    t = da.totals
+    cats = da.state.get("categories") or {}
+    held = ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in sorted(
+        ((k, v) for k, v in cats.items() if v and k != "non_pytorch"), key=lambda kv: -kv[1])[:4])
+    return _finding(
+        "GP512", Severity.ERROR,
+        f"{da.dm.device}: an out-of-memory dump (written by an out-of-memory observer; the failed request's size "
+        f"was not recorded): {fmt_bytes(t.final_allocated)} allocated, {fmt_bytes(t.final_reserved)} reserved"
+        + (f"; held as {held}" if held else ""),
+        "The run failed to allocate here. The categories and holders at snapshot time are what filled the device: "
+        "shrink the largest of them (see the fixes in the memory section); record the request's size with the "
+        "observer's alloc argument next time.",
+        [Evidence("requested", None, None, "bytes", extra={
+            "allocated": t.final_allocated, "reserved": t.final_reserved, "observer_dump": True,
+            "categories": cats})],
+        source,
+    )
 
 
 def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, source: str,
@@ -577,8 +601,10 @@ def analyze_memory(data: MemoryData, opts: MemoryOptions | None = None
     analyses = [analyze_device(dm, data.sites, opts, data.kinds, data.annotations) for dm in data.devices]
     notes = list(data.notes)
     findings: list[Finding] = []
+    file_has_oom = any(d.ooms for d in data.devices)
     for da in analyses:
-        if observer_dump(da.dm, data.path):
+        if observer_dump(da.dm, data.path, name_counts=not file_has_oom):
+            findings.append(_observer_finding(da, data.path))
             notes.append(
                 f"{da.dm.device}: this looks like a dump written by an out-of-memory observer (the history ends with "
                 "the allocator releasing its cached segments, what it does right before an allocation fails, or the "

@@ -66,8 +66,9 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
         slots.append({"label": "other sites", "stack": [], "color": _OTHER})
         slots.append({"label": "allocated before the recorded history / unattributed", "stack": [], "color": _PRE})
         series = [r + [p] for r, p in zip(rows, pre)]
-        no_history = not len(dm)
-        if no_history:  # no history: one bar, the state now; the page shows the segments instead of a timeline
+        # No history, or a single event (one point draws no line): the page shows the segments instead of a timeline
+        no_history = len(dm) < 2
+        if no_history:
             h = da.replay.holders[-1]
             row = [h.by_site.get(sid, [0])[0] for sid in ranked]
             row.append(h.total - sum(row))
@@ -289,8 +290,9 @@ function segments(){
       b.style.background = SEGCOLOR[st]; bar.append(b); }
     return el("div", {class: "segrow"}, el("code", {}, fmtB(g.size)), bar); });
   const key = SEGWORD.map((w, i) => el("span", {}, swatch(SEGCOLOR[i]), w));
-  box.replaceChildren(el("p", {class: "notes"}, "No allocation history was recorded (torch.cuda.memory._record_memory_history() " +
-    "was not on), so there is no timeline: these are the allocator's segments at snapshot time, largest first (" +
+  box.replaceChildren(el("p", {class: "notes"}, (dev.events ? "Only one allocation event was recorded, too few for a timeline" :
+    "No allocation history was recorded (torch.cuda.memory._record_memory_history() was not on), so there is no timeline") +
+    ": these are the allocator's segments at snapshot time, largest first (" +
     dev.segments.length + " shown), each split into its blocks."), el("div", {id: "legend2"}, ...key), ...rows);
   document.body.dataset.rendered = String((+document.body.dataset.rendered || 0) + 1);
   return true;

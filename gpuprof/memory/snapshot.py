@@ -333,6 +333,16 @@ def parse_snapshot(
                 if 0 <= idx < len(devices) and isinstance(name, str):
                     devices[idx].name = name[:128]
                     devices[idx].bf16 = bf16_support("", None, name)
+    if isinstance(meta, dict) and isinstance(meta.get("oom"), dict):
+        # gpuprof's out-of-memory observer records the failed request here, so the dump is an OOM even when no
+        # history was recorded (its "oom" entry is then missing)
+        o = meta["oom"]
+        idx, req, free = _int(o.get("device"), -1), _uint(o.get("requested_bytes")), o.get("device_free_bytes")
+        if 0 <= idx < len(devices) and req >= 0 and not devices[idx].ooms:
+            dev = devices[idx]
+            dev.ooms.append(OomEvent(len(dev.action), float(dev.time[-1]) if dev.time else 0.0, req,
+                                     _uint(free) if free is not None and _uint(free) >= 0 else None, 0,
+                                     SiteTable.UNKNOWN))
     settings = obj.get("allocator_settings")
     annotations = _annotations(obj.get("external_annotations"), budget)
     # Drop devices with neither state nor history (a multi-GPU box where only one GPU was used).

@@ -20,6 +20,7 @@ from gpuprof.memory.attribution import KindTable
 from gpuprof.memory.breakdown import StageRanges, backward_ended, breakdown, state_by_kind
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.devices import precision_advice, run_mode
+from gpuprof.memory.fixes import rank_fixes
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, Site, SiteTable
 from gpuprof.memory.model import (
     FREE_COMPLETED,
@@ -106,6 +107,7 @@ class DeviceAnalysis:
     size_classes: list[dict[str, Any]]
     state: dict[str, Any] = field(default_factory=dict)  # breakdown at snapshot time (gpuprof.memory.breakdown)
     at_peak: dict[str, Any] = field(default_factory=dict)  # breakdown at the allocated peak
+    fixes: list[dict[str, Any]] = field(default_factory=list)  # for an OOM or near-capacity peak (gpuprof.memory.fixes)
 
     def to_dict(self, sites: SiteTable, opts: MemoryOptions) -> dict[str, Any]:
         t = self.totals
@@ -143,6 +145,7 @@ class DeviceAnalysis:
             # memory by category / stage / module / file at snapshot time, then at the allocated peak
             **self.state,
             "at_peak": dict(self.at_peak, time=when(self.peak_moment) if len(dm) else None),
+            "fixes": self.fixes,
         }
 
 
@@ -376,7 +379,7 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
                 f"{fmt_bytes(dm.total_memory)}",
                 "One larger batch or sequence will run out of memory. Find the largest holders at the peak "
                 f"(below) and shrink them: {'' if run_mode(sites) == 'inference' else 'activation checkpointing, '}"
-                f"{precision_advice(dm.bf16, run_mode(sites))}, smaller batch.",
+                f"{precision_advice(dm.bf16, run_mode(sites))}, smaller batch." + _fixes_text(da.fixes),
                 [Evidence("peak_reserved_share", round(share, 4), opts.capacity_threshold, "fraction",
                           extra={"peak_reserved": t.peak_reserved, "total_memory": dm.total_memory,
                                  "peak_allocated": t.peak_allocated})],
@@ -481,6 +484,13 @@ def observer_dump(dm: DeviceMemory, path: str, name_counts: bool = True) -> bool
     return named or tail >= 1
 
 
+def _fixes_text(fixes: list[dict[str, Any]]) -> str:
+    if not fixes:
+        return ""
+    return " Ranked by the bytes each saves here: " + "; ".join(
+        f"{i}. {f['what']} ({fmt_bytes(f['saves_bytes'])})" for i, f in enumerate(fixes[:4], 1)) + "."
+
+
 def _observer_finding(da: DeviceAnalysis, source: str) -> Finding:
     """GP512 for an out-of-memory dump that recorded no OOM event: the run did fail, the request is unknown."""
     t = da.totals
@@ -493,8 +503,8 @@ def _observer_finding(da: DeviceAnalysis, source: str) -> Finding:
         f"was not recorded): {fmt_bytes(t.final_allocated)} allocated, {fmt_bytes(t.final_reserved)} reserved"
         + (f"; held as {held}" if held else ""),
         "The run failed to allocate here. The categories and holders at snapshot time are what filled the device: "
-        "shrink the largest of them (see the fixes in the memory section); record the request's size with the "
-        "observer's alloc argument next time.",
+        "shrink the largest of them; record the request's size with the observer's alloc argument next time."
+        + _fixes_text(da.fixes),
         [Evidence("requested", None, None, "bytes", extra={
             "allocated": t.final_allocated, "reserved": t.final_reserved, "observer_dump": True,
             "categories": cats})],
@@ -580,7 +590,7 @@ def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, so
     if o["site"].get("file"):
         msg += f", at {o['site']['site']}"
     out.insert(0, _finding(
-        "GP512", Severity.ERROR, msg, " ".join(advice),
+        "GP512", Severity.ERROR, msg, " ".join(advice) + _fixes_text(da.fixes),
         [Evidence("requested", req, free, "bytes", extra={
             "device_free": free, "allocated": o["allocated"], "reserved": o["reserved"], "cached_free": cached,
             "pending_free": pending, "largest_free_block": largest, "advice": advice_kinds,
@@ -602,8 +612,17 @@ def analyze_memory(data: MemoryData, opts: MemoryOptions | None = None
     notes = list(data.notes)
     findings: list[Finding] = []
     file_has_oom = any(d.ooms for d in data.devices)
+    training = run_mode(data.sites) != "inference"
     for da in analyses:
-        if observer_dump(da.dm, data.path, name_counts=not file_has_oom):
+        observed = observer_dump(da.dm, data.path, name_counts=not file_has_oom)
+        near = bool(da.dm.total_memory and da.totals.peak_reserved is not None
+                    and da.totals.peak_reserved >= opts.capacity_threshold * da.dm.total_memory)
+        if da.ooms or observed or near:
+            # the moment that failed (or came closest): the first OOM, the dump's state, else the peak
+            at = da.ooms[0]["at_oom"] if da.ooms else (da.state if observed else da.at_peak)
+            split = da.fragmentation.get("inactive_split_bytes")
+            da.fixes = rank_fixes(at, split, bool(da.fragmentation.get("expandable_segments")), training)
+        if observed:
             findings.append(_observer_finding(da, data.path))
             notes.append(
                 f"{da.dm.device}: this looks like a dump written by an out-of-memory observer (the history ends with "

@@ -100,6 +100,8 @@ def breakdown(by_kind: Mapping[tuple[int, int], Sequence[float]], kinds: KindTab
     modules: dict[str, int] = {}
     files: dict[str, int] = {}
     reasons: dict[str, dict[str, int]] = {}
+    act_modules: dict[str, int] = {}  # activations per module: what checkpointing it would free
+    temp_sites: dict[int, int] = {}  # temporaries per site outside the backward pass: holders one could free
     allocated = 0
     for (kid, sid), (nbytes_f, _blocks, t) in by_kind.items():
         nbytes = int(nbytes_f)
@@ -115,6 +117,10 @@ def breakdown(by_kind: Mapping[tuple[int, int], Sequence[float]], kinds: KindTab
         stages[stage] = stages.get(stage, 0) + nbytes
         if k.module:
             modules[k.module] = modules.get(k.module, 0) + nbytes
+            if cat == "activations":
+                act_modules[k.module] = act_modules.get(k.module, 0) + nbytes
+        if cat == "temporaries" and stage != "backward":
+            temp_sites[sid] = temp_sites.get(sid, 0) + nbytes
         site = sites.sites[sid] if 0 <= sid < len(sites.sites) else sites.sites[0]
         fname = site.file or site.label
         files[fname] = files.get(fname, 0) + nbytes
@@ -132,6 +138,11 @@ def breakdown(by_kind: Mapping[tuple[int, int], Sequence[float]], kinds: KindTab
         "stages": _rows(stages, allocated, len(stages), "stage"),
         "modules": _rows(modules, allocated, top, "module"),
         "files": _rows(files, allocated, top, "file"),
+        "activations_by_module": _rows(act_modules, allocated, top, "module"),
+        "temporaries_by_site": [
+            dict(sites.sites[sid].to_dict(), bytes=b, stack=None)
+            for sid, b in sorted(temp_sites.items(), key=lambda kv: -kv[1])[:5]
+            if 0 <= sid < len(sites.sites) and sites.sites[sid].file],
     }
 
 

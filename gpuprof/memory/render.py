@@ -169,6 +169,10 @@ def memory_terminal(console: Any, section: Any) -> None:
                 console.print()
                 emit_table(console, title, [(key[:-1], "wrap"), ("bytes", "right"), ("share", "right")],
                            table_rows(peak[key], key[:-1]))
+        if dev.get("fixes"):
+            console.print()
+            emit_table(console, "Fixes ranked by the bytes each saves", [("fix", "wrap"), ("saves", "right")],
+                       [(_note(f["what"]), fmt_bytes(f["saves_bytes"])) for f in dev["fixes"]])
         if dev["size_classes"]:
             console.print()
             emit_table(console, "At the peak, by size class", [("size class", "left"), ("bytes", "right"), ("blocks", "right")],
@@ -218,6 +222,10 @@ def memory_markdown(section: Any) -> str:
                 parts.append(f"**{title}**")
                 parts.append(_md_table([key[:-1], "bytes", "share"], [
                     [md_code(r[0], cell=True), md_escape(r[1]), md_escape(r[2])] for r in table_rows(peak[key], key[:-1])]))
+        if dev.get("fixes"):
+            parts.append("**Fixes ranked by the bytes each saves**")
+            parts.append(_md_table(["fix", "saves"], [[md_escape(_note(f["what"])), fmt_bytes(f["saves_bytes"])]
+                                                      for f in dev["fixes"]]))
         if dev["size_classes"]:
             parts.append("**At the peak, by size class**")
             parts.append(_md_table(["size class", "bytes", "blocks"], [

@@ -307,7 +307,7 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
     for m in moments:
         h = Holders()
         if m < 0 or m >= n:
-            src = final_live if m < 0 or n == 0 else live
+            src = final_live if m < 0 else live  # past the end: the live blocks, then those older than the history
             for sz, st, tm, kd in src.values():
                 h.add(st, sz, tm if tm else None, kd)
             if m >= n:

@@ -108,3 +108,32 @@ def test_a_single_history_event_draws_the_segments_view(tmp_path: Path) -> None:
     assert dev["no_history"] is True and dev["events"] == 1
     assert sum(g["size"] for g in dev["segments"]) == sum(s["total_size"] for s in snap["segments"])
     assert "Only one allocation event was recorded" in render_html(page)
+
+
+def test_fixes_at_an_oom_are_ranked_by_bytes_computed_from_the_snapshot(tmp_path: Path) -> None:
+    """EoR_NN's state as an OOM dump: each fix's bytes against the test's own count over the raw blocks."""
+    from .test_categories import expected_state
+
+    raw = _raw(shared_snapshot("eor_nn_snapshot.pickle"))
+    raw["device_traces"] = [[]]
+    raw["gpuprof"] = {"oom": {"device": 0, "requested_bytes": 1 * GiB, "device_free_bytes": 0}}
+    p = tmp_path / "snap.pickle"
+    p.write_bytes(pickle.dumps(raw))
+    code, rep = _run(p)
+    assert code == 1
+    fixes = {f["fix"]: f["saves_bytes"] for f in rep["sections"][0]["devices"][0]["fixes"]}
+    cats = expected_state(raw)[0]["cats"]
+    split_free = sum(b["size"] for s in raw["segments"] if len(s["blocks"]) > 1
+                     for b in s["blocks"] if b["state"] == "inactive")
+    assert fixes["optimizer_state_precision"] == cats["optimizer_state"] * 3 // 4
+    assert fixes["smaller_micro_batch"] == (cats["activations"] + cats["temporaries"]) // 2
+    assert fixes["expandable_segments"] == split_free
+    saves = [f["saves_bytes"] for f in rep["sections"][0]["devices"][0]["fixes"]]
+    assert saves == sorted(saves, reverse=True) and all(s > 0 for s in saves)
+    gp512 = next(f for f in rep["findings"] if f["code"] == "GP512")
+    assert "Ranked by the bytes each saves here" in gp512["advice"]
+
+
+def test_no_fixes_without_an_oom_or_a_near_capacity_peak() -> None:
+    code, rep = _run(shared_snapshot("eor_nn_snapshot.pickle"))
+    assert rep["sections"][0]["devices"][0]["fixes"] == []

@@ -307,10 +307,7 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions, kind
             "site": sites.sites[o.site].to_dict(),
             "top_live_sites": _site_rows(h, sites, alloc_at or h.total, opts.top),
             "growing_sites": _growing_sites(h, dm, sites, opts),
-            "at_oom": breakdown(h.by_kind, kinds, sites, res_at,
-                                max(0, dm.total_memory - o.device_free - res_at)
-                                if (dm.total_memory and o.device_free is not None and res_at is not None) else None,
-                                ranges, opts.top, backward_ended(dm, kinds, o.index)),
+            "at_oom": _at_oom(dm, o, h, state, res_at, kinds, sites, ranges, opts),
         })
     return DeviceAnalysis(
         dm=dm,
@@ -324,6 +321,19 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions, kind
         state=state,
         at_peak=at_peak,
     )
+
+
+def _at_oom(dm: DeviceMemory, o: Any, h: Holders, state: dict[str, Any], res_at: int | None, kinds: KindTable,
+            sites: SiteTable, ranges: StageRanges, opts: MemoryOptions) -> dict[str, Any]:
+    """The breakdown at an OOM. One recorded after the history (gpuprof's observer) is the snapshot's own state,
+    read from its blocks (exact sizes), with the memory not PyTorch's from the device's free bytes then."""
+    non_pytorch = (max(0, dm.total_memory - o.device_free - res_at)
+                   if (dm.total_memory and o.device_free is not None and res_at is not None) else None)
+    if o.index >= len(dm) and dm.segments is not None:
+        at = dict(state)
+        at["categories"] = dict(state["categories"], non_pytorch=non_pytorch)
+        return at
+    return breakdown(h.by_kind, kinds, sites, res_at, non_pytorch, ranges, opts.top, backward_ended(dm, kinds, o.index))
 
 
 def _growing_sites(h: Holders, dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> list[dict[str, Any]]:

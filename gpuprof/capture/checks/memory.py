@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from gpuprof.capture.checks.base import Live, MonitorBase
 from gpuprof.capture.guard import safe_text
-from gpuprof.capture.memory import HistoryRecorder, MemorySampler, OOMObserver, growth_finding, oom_finding
+from gpuprof.capture.memory import (
+    HistoryRecorder,
+    MemorySampler,
+    OOMObserver,
+    growth_finding,
+    oom_finding,
+    start_forensics,
+    stop_forensics,
+)
 from gpuprof.findings import Finding
 
 SAMPLING = "memory sampling"  # the guard's name for the per-step samples (the history and OOM parts have theirs)
@@ -19,6 +27,7 @@ class MemoryCheck(MonitorBase):
         self.sampler: MemorySampler | None = None
         self.history: HistoryRecorder | None = None
         self.oom: OOMObserver | None = None
+        self.forensics = False  # the OOM-forensics history ring is on (ours to turn off)
 
     def install(self, live: Live) -> None:
         g, cfg = live.guard, live.config
@@ -32,8 +41,16 @@ class MemoryCheck(MonitorBase):
                    "locator are off; memory growth is checked on the recorded steps only")
             return
         paths = live.paths
+        resume = None
+        if cfg.oom_forensics and cfg.oom_observer and paths is not None:
+            ring = cfg.oom_history_max_entries
+            if g.run("OOM forensics", "no allocation history in an OOM snapshot", start_forensics, ring):
+                self.forensics = True
+
+                def resume() -> None:  # after a recorded window: back to the ring, not off
+                    start_forensics(ring)
         if cfg.memory_history and paths is not None:
-            self.history = HistoryRecorder(cfg.memory_history_max_entries)
+            self.history = HistoryRecorder(cfg.memory_history_max_entries, resume)
         if cfg.oom_observer and paths is not None:
             self.oom = OOMObserver(paths.oom_files, live.stream)  # usable from the exception path in any case
             if not g.run("out-of-memory observer", "no snapshot at an OOM", self.oom.attach):
@@ -61,6 +78,9 @@ class MemoryCheck(MonitorBase):
     def uninstall(self, live: Live) -> None:
         if self.history is not None and self.history.recording:
             live.guard.run("memory history", "none", self.history.stop)
+        if self.forensics:
+            self.forensics = False
+            live.guard.run("OOM forensics", "none", stop_forensics)
         if self.oom is not None:
             self.oom.active = False
         if self.sampler is not None:

@@ -1,0 +1,130 @@
+"""OOM forensics: the observer's snapshot and verdict from recorded facts (a real snapshot: no CUDA OOM can be
+produced on CPU), and the user's out-of-memory error passing through unchanged (same object, exit code,
+traceback)."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpuprof.capture.memory import OOMObserver
+from gpuprof.cli import cli
+from gpuprof.memory.testing import GiB
+from gpuprof.testing.realtraces import shared_snapshot
+
+
+class _Plain(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+
+def _raw(name: str) -> dict[str, Any]:
+    with open(shared_snapshot(name), "rb") as f:
+        return _Plain(f).load()
+
+
+def _observer(tmp_path: Path, snap: Any, stream: Any = None) -> OOMObserver:
+    def files(n: int) -> tuple[Path, Path]:
+        stem = "oom" if n == 0 else f"oom.{n + 1}"
+        return tmp_path / f"{stem}.pickle", tmp_path / f"{stem}.json"
+
+    def device(i: int) -> dict[str, Any]:
+        return {"id": i, "name": "NVIDIA A100-SXM4-40GB", "total_memory": 40 * GiB, "free_memory": 1 * GiB}
+
+    obs = OOMObserver(files, stream, facts=(lambda: snap, lambda: {"num_ooms": 1}, device))
+    obs.active = True
+    return obs
+
+
+def test_the_observer_writes_snapshot_and_verdict_from_recorded_facts(tmp_path: Path) -> None:
+    raw = _raw("eor_nn_snapshot.pickle")
+    err = io.StringIO()
+    obs = _observer(tmp_path, raw, err)
+    obs._observe(0, 3 * GiB, 2 * GiB, 1 * GiB)  # what the allocator passes: device, request, allocated, free
+    assert (tmp_path / "oom.pickle").is_file() and (tmp_path / "oom.json").is_file()
+    assert "oom.md" in err.getvalue() and "gpuprof memory" in err.getvalue()
+    v = json.loads((tmp_path / "oom.json").read_text())
+    reserved = sum(s["total_size"] for s in raw["segments"])
+    allocated = sum(b["size"] for s in raw["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+    assert v["requested_bytes"] == 3 * GiB and v["device_free_bytes"] == 1 * GiB
+    assert v["reserved_bytes"] == reserved and v["allocated_bytes"] == allocated
+    cats = v["categories"]
+    assert sum(x for k, x in cats.items() if k != "non_pytorch") == reserved
+    assert cats["non_pytorch"] == 40 * GiB - 1 * GiB - reserved  # device used minus what PyTorch reserved
+    assert v["top_holders"] and v["top_holders"][0]["bytes"] > 0
+    saves = [f["saves_bytes"] for f in v["fixes"]]
+    assert saves and saves == sorted(saves, reverse=True)
+    assert v["memory_stats"] == {"num_ooms": 1}
+    md = (tmp_path / "oom.md").read_text()
+    assert "3.00 GiB" in md and "Where the memory was" in md and "Fixes ranked" in md
+    # the snapshot is an OOM for `gpuprof memory` too (exit 1), with the request's size, no history needed
+    res = CliRunner().invoke(cli, ["memory", str(tmp_path / "oom.pickle"), "--format", "json"])
+    assert res.exit_code == 1
+    rep = json.loads(res.output)
+    assert any(f["code"] == "GP512" and f["evidence"][0]["value"] == 3 * GiB for f in rep["findings"])
+    # a second OOM in the same run does not overwrite the first
+    obs._observe(0, 1 * GiB, 2 * GiB, 1 * GiB)
+    assert (tmp_path / "oom.2.pickle").is_file() and (tmp_path / "oom.2.json").is_file()
+
+
+def test_a_failing_observer_says_one_line_and_never_raises(tmp_path: Path) -> None:
+    def boom() -> Any:
+        raise RuntimeError("snapshot unavailable")
+
+    err = io.StringIO()
+    obs = _observer(tmp_path, None, err)
+    obs._facts = (boom, dict, lambda i: {})
+    obs._observe(0, 1, 2, 3)  # must not raise: the user's OOM is what propagates
+    assert err.getvalue().count("\n") == 1 and "could not dump" in err.getvalue()
+
+
+SCRIPT = """
+import sys, torch, gpuprof
+from torch import nn
+model = nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+def train():
+    for i in range(6):
+        loss = model(torch.randn(4, 8)).sum()
+        loss.backward(); opt.step(); opt.zero_grad()
+        if i == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        yield
+if sys.argv[1] == "profiled":
+    with gpuprof.profile(sys.argv[2], print_report=False, tensorboard=False) as prof:
+        for _ in train():
+            prof.step()
+else:
+    for _ in train():
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_the_users_oom_passes_through_with_its_exit_code_and_traceback(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+
+    plain = run("plain")
+    profiled = run("profiled", str(tmp_path / "runs"))
+    assert plain.returncode == profiled.returncode == 1
+
+    def last_lines(err: str) -> list[str]:
+        tb = err[err.rindex("Traceback (most recent call last)"):].splitlines()
+        return [ln for ln in tb if not ln.startswith("gpuprof")][-3:]
+
+    # the user's frames and message end the traceback, exactly as without gpuprof
+    assert last_lines(plain.stderr) == last_lines(profiled.stderr)
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB" in profiled.stderr

@@ -517,7 +517,7 @@ def verdict_markdown(v: dict[str, Any]) -> str:
         lines += [f"The verdict could not be computed ({md_escape(v['error'])}); the snapshot is "
                   f"{md_code(v.get('snapshot', ''))}.", ""]
         return "\n".join(lines) + "\n"
-    lines += [f"- device: {md_escape(v.get('device'))}",
+    lines += [f"- device: {md_escape(str(v.get('device')))}",
               f"- requested: {b(v.get('requested_bytes'))}; free on the device: {b(v.get('device_free_bytes'))}",
               f"- reserved by PyTorch: {b(v.get('reserved_bytes'))}; allocated: {b(v.get('allocated_bytes'))}",
               f"- snapshot: {md_code(v.get('snapshot', ''))} (`gpuprof memory` it for the full view)", "",

@@ -405,8 +405,9 @@ class OOMObserver:
 
     def __init__(self, files: Callable[[int], tuple[Path, Path]], stream: Any = None,
                  facts: tuple[Callable[[], Any], Callable[[], dict[str, Any]], Callable[[int], dict[str, Any]]]
-                 | None = None) -> None:
+                 | None = None, owners: Callable[[], list[dict[str, Any]]] | None = None) -> None:
         self._files = files
+        self._owners = owners  # the run's parameter/gradient/optimizer-state storages (gpuprof.capture.owners)
         self._stream = stream
         self._facts = facts
         self.active = False
@@ -447,6 +448,11 @@ class OOMObserver:
                 meta["devices"] = [device_fn(dev)]
             except Exception as err:  # noqa: BLE001 - the facts are a bonus; the snapshot is what matters
                 meta["device_facts_error"] = type(err).__name__
+            if self._owners is not None:
+                try:
+                    meta["tensors"] = self._owners()
+                except Exception as err:  # noqa: BLE001 - the stacks still attribute what they can
+                    meta["tensors_error"] = type(err).__name__
             if "requested_bytes" in extra:
                 meta["oom"] = {"device": dev, "requested_bytes": extra["requested_bytes"],
                                "device_free_bytes": extra.get("device_free_bytes")}

@@ -343,6 +343,8 @@ def parse_snapshot(
             dev.ooms.append(OomEvent(len(dev.action), float(dev.time[-1]) if dev.time else 0.0, req,
                                      _uint(free) if free is not None and _uint(free) >= 0 else None, 0,
                                      SiteTable.UNKNOWN))
+    if isinstance(meta, dict) and isinstance(meta.get("tensors"), list):
+        _apply_owners(meta["tensors"], devices, kinds, budget)
     settings = obj.get("allocator_settings")
     annotations = _annotations(obj.get("external_annotations"), budget)
     # Drop devices with neither state nor history (a multi-GPU box where only one GPU was used).
@@ -357,6 +359,38 @@ def parse_snapshot(
         kinds=kinds,
         annotations=annotations,
     )
+
+
+_OWNER_KIND = {"parameters": ("parameters", "setup"), "gradients": ("gradients", "backward"),
+               "optimizer_state": ("optimizer_state", "optimizer")}
+
+
+def _apply_owners(raw: list[Any], devices: list[DeviceMemory], kinds: KindTable, budget: _Budget) -> None:
+    """Name the blocks holding the storages the capture registered (``{"device", "ptr", "bytes", "category"}``:
+    parameters, gradients, optimizer state): the run's facts win over what the stack says."""
+    from bisect import bisect_right
+
+    from gpuprof.memory.attribution import StackKind
+
+    budget.take(len(raw))
+    index: dict[int, tuple[list[int], list[Block]]] = {}
+    for dev in devices:
+        blocks = sorted((b for seg in dev.segments or () for b in seg.blocks), key=lambda b: b.address)
+        index[dev.index] = ([b.address for b in blocks], blocks)
+    for t in raw:
+        if not isinstance(t, dict) or t.get("category") not in _OWNER_KIND:
+            continue
+        starts, blocks = index.get(_int(t.get("device"), -1), ([], []))
+        ptr = _uint(t.get("ptr"))
+        i = bisect_right(starts, ptr) - 1
+        if ptr <= 0 or i < 0 or not blocks[i].address <= ptr < blocks[i].address + blocks[i].size:
+            continue
+        b = blocks[i]
+        if b.state != "active_allocated":
+            continue
+        cat, stage = _OWNER_KIND[t["category"]]
+        old = kinds.kinds[b.kind]
+        b.kind = kinds.add(StackKind(cat, stage, old.module, "registered by the capture (the run's own tensors)"))
 
 
 def _annotations(raw: Any, budget: _Budget) -> list[tuple[int, str, float, float]]:

@@ -128,3 +128,22 @@ def test_the_users_oom_passes_through_with_its_exit_code_and_traceback(tmp_path:
     # the user's frames and message end the traceback, exactly as without gpuprof
     assert last_lines(plain.stderr) == last_lines(profiled.stderr)
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB" in profiled.stderr
+
+
+def test_the_owner_registry_finds_the_optimizer_the_loop_steps() -> None:
+    torch = pytest.importorskip("torch")
+    from gpuprof.capture.owners import OwnerRegistry
+
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.Adam(model.parameters())
+    reg = OwnerRegistry([model])
+    assert reg.install()
+    try:
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+    finally:
+        reg.uninstall()
+    assert opt in set(reg._optimizers)
+    assert reg.owners() == []  # CPU tensors: only CUDA storages are in a CUDA snapshot
+    opt.step()  # after uninstall the hook is gone: nothing new is tracked
+    assert len(reg._optimizers) == 1

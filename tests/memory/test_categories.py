@@ -215,3 +215,25 @@ def test_stage_from_record_function_annotations_where_the_stack_names_none(tmp_p
     dev = _memory(p)["sections"][0]["devices"][0]
     assert dev["categories"]["unattributed"] == 4 * MiB  # the annotation names a stage, not an owner
     assert [(r["stage"], r["bytes"]) for r in dev["stages"]] == [("backward", 4 * MiB)]
+
+
+def test_the_captures_registered_tensors_name_blocks_no_stack_names(tmp_path: Path) -> None:
+    """The compiled 2.7B model's weights were allocated before the history (no frames): unattributed by stacks.
+    Registered by the capture as parameters (storage pointers inside the blocks), they are counted as such."""
+    raw = _raw(shared_snapshot("cs336kk_2p7b_compiled_fwd.pickle"))
+    stackless = [(b["address"], b["size"]) for s in raw["segments"] for b in s["blocks"]
+                 if b["state"] == "active_allocated" and not b.get("frames")]
+    assert stackless
+    chosen = stackless[: len(stackless) // 2]
+    raw["gpuprof"] = {"tensors": [{"device": 0, "ptr": a + 16 if sz > 16 else a, "bytes": sz,
+                                   "category": "parameters"} for a, sz in chosen]
+                      + [{"device": 0, "ptr": 1, "bytes": 4, "category": "parameters"},  # in no block: ignored
+                         {"device": 0, "ptr": chosen[0][0], "bytes": 4, "category": "nonsense"}]}
+    p = tmp_path / "registered.pickle"
+    p.write_bytes(pickle.dumps(raw))
+    before = _memory(shared_snapshot("cs336kk_2p7b_compiled_fwd.pickle"))["sections"][0]["devices"][0]
+    dev = _memory(p)["sections"][0]["devices"][0]
+    registered = sum(sz for _, sz in chosen)
+    assert dev["categories"]["parameters"] == before["categories"]["parameters"] + registered
+    assert dev["categories"]["unattributed"] == before["categories"]["unattributed"] - registered
+    assert dev["reserved_bytes"] == before["reserved_bytes"]

@@ -13,6 +13,7 @@ from gpuprof.capture.memory import (
     start_forensics,
     stop_forensics,
 )
+from gpuprof.capture.owners import OwnerRegistry
 from gpuprof.findings import Finding
 
 SAMPLING = "memory sampling"  # the guard's name for the per-step samples (the history and OOM parts have theirs)
@@ -28,6 +29,7 @@ class MemoryCheck(MonitorBase):
         self.history: HistoryRecorder | None = None
         self.oom: OOMObserver | None = None
         self.forensics = False  # the OOM-forensics history ring is on (ours to turn off)
+        self.owners: OwnerRegistry | None = None  # parameters/gradients/optimizer state, named in OOM dumps
 
     def install(self, live: Live) -> None:
         g, cfg = live.guard, live.config
@@ -52,7 +54,12 @@ class MemoryCheck(MonitorBase):
         if cfg.memory_history and paths is not None:
             self.history = HistoryRecorder(cfg.memory_history_max_entries, resume)
         if cfg.oom_observer and paths is not None:
-            self.oom = OOMObserver(paths.oom_files, live.stream)  # usable from the exception path in any case
+            reg = OwnerRegistry(cfg.models)
+            if g.run("OOM forensics", "the OOM verdict names parameters and optimizer state by stacks only",
+                     reg.install):
+                self.owners = reg
+            self.oom = OOMObserver(paths.oom_files, live.stream,  # usable from the exception path in any case
+                                   owners=self.owners.owners if self.owners is not None else None)
             if not g.run("out-of-memory observer", "no snapshot at an OOM", self.oom.attach):
                 g.note("this torch has no out-of-memory observer: the OOM snapshot is dumped when "
                        "the error leaves the step")
@@ -78,6 +85,8 @@ class MemoryCheck(MonitorBase):
     def uninstall(self, live: Live) -> None:
         if self.history is not None and self.history.recording:
             live.guard.run("memory history", "none", self.history.stop)
+        if self.owners is not None:
+            live.guard.run("OOM forensics", "none", self.owners.uninstall)
         if self.forensics:
             self.forensics = False
             live.guard.run("OOM forensics", "none", stop_forensics)

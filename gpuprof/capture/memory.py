@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpuprof.atomic import atomic_write
 from gpuprof.capture.codes import runtime_check
@@ -45,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
 
 __all__ = ["MemorySampler", "LeakSite", "at_statement", "leak_site", "with_leak_site", "growth_finding", "trace_allocated_series", "HistoryRecorder", "OOMObserver",
            "oom_finding", "oom_verdict", "verdict_markdown", "start_forensics", "stop_forensics",
-           "FORENSICS_MAX_ENTRIES"]
+           "FORENSICS_MAX_ENTRIES", "memory_sections"]
 
 MiB = 1024 * 1024
 
@@ -554,3 +555,28 @@ def oom_finding(files: list[tuple[Path, Path]], message: str) -> Finding:
                            extra={"files": [[str(s), str(j)] for s, j in files]}),),
         origin="runtime",
     )
+
+
+_OOM_SNAPSHOT_NAME = re.compile(r"oom(\.\d+)?\.pickle")
+MAX_SECTION_SNAPSHOTS = 2  # the last recorded window's snapshot and the first OOM dump: the report stays small
+
+
+def memory_sections(snapshots: Sequence[str], files: Sequence[str]) -> tuple[list[Any], list[Finding]]:
+    """The capture report's memory sections: the analysis (categories, stages, modules, holders) of the last
+    recorded window's snapshot and of the first out-of-memory dump among ``files``, with the findings of the
+    dump (GP512, which the run's GP641 is folded into)."""
+    from gpuprof.memory.analysis import analyze_memory
+    from gpuprof.memory.load import load_memory
+
+    chosen: list[tuple[str, bool]] = [(snapshots[-1], False)] if snapshots else []
+    oom = next((f for f in files if _OOM_SNAPSHOT_NAME.fullmatch(os.path.basename(f))), None)
+    if oom is not None:
+        chosen.append((oom, True))
+    sections: list[Any] = []
+    findings: list[Finding] = []
+    for path, is_oom in chosen[:MAX_SECTION_SNAPSHOTS]:
+        section, found, _ = analyze_memory(load_memory(path))
+        sections.append(section)
+        if is_oom:
+            findings += [f for f in found if f.code == "GP512"]
+    return sections, findings

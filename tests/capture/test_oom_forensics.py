@@ -147,3 +147,22 @@ def test_the_owner_registry_finds_the_optimizer_the_loop_steps() -> None:
     assert reg.owners() == []  # CPU tensors: only CUDA storages are in a CUDA snapshot
     opt.step()  # after uninstall the hook is gone: nothing new is tracked
     assert len(reg._optimizers) == 1
+
+
+def test_the_capture_report_gets_memory_sections_of_its_snapshots(tmp_path: Path) -> None:
+    """The last window's snapshot and the OOM dump become `memory` sections (categories summing to reserved);
+    the dump's GP512 joins the findings."""
+    from gpuprof.capture.memory import memory_sections
+
+    raw = _raw("eor_nn_snapshot.pickle")
+    _observer(tmp_path, raw)._observe(0, 3 * GiB, 2 * GiB, 1 * GiB)
+    window = str(shared_snapshot("cs336_silmont_fwd_bf16_128.pickle"))
+    files = [str(tmp_path / "oom.json"), str(tmp_path / "oom.pickle")]
+    sections, findings = memory_sections([window], files)
+    assert [s.source for s in sections] == [window, str(tmp_path / "oom.pickle")]
+    for s in sections:
+        for dev in s.to_dict()["devices"]:
+            cats = dev["categories"]
+            assert sum(v for k, v in cats.items() if k != "non_pytorch") == dev["reserved_bytes"]
+    assert [f.code for f in findings] == ["GP512"] and findings[0].evidence[0].value == 3 * GiB
+    assert memory_sections([], []) == ([], [])

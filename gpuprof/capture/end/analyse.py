@@ -153,6 +153,15 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard) -> Report:
         report.sections += list(analysed.sections)
     else:
         report.findings = runtime
+    # the memory by category / stage / module of the run's snapshots (CUDA): the last window's and the OOM dump's
+    snaps = [str(t.snapshot) for t in facts.traces if t.snapshot is not None]
+    if snaps or facts.files:
+        from gpuprof.capture.memory import memory_sections
+
+        mem = g.run("memory analysis", "no memory section in the report", memory_sections, snaps, facts.files)
+        if mem is not None:
+            report.sections += mem[0]
+            report.findings += mem[1]
     # the one boundary (gpuprof.flow): select=/ignore=, the overlap policy (GP102 under GP601), links, order
     report.findings = finish_findings(report.findings, Selection.of(cfg.select, cfg.ignore))
     section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures

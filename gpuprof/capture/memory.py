@@ -170,7 +170,8 @@ def growth_finding(series: list[int], kind: str, options: CheckOptions,
                "alive (use `loss.item()` or `loss.detach()`), lists of outputs/losses appended each step, "
                "or caches keyed by step. `gpuprof memory` on the dumped snapshot shows who holds the memory.",
         evidence=(Evidence("growth_bytes_per_step", round(slope), options.leak_min_bytes_per_step, "bytes",
-                           extra={"samples": n, "total_growth_bytes": total, "rising_share": round(rising, 3),
+                           extra={"growth_kind": "steady",  # a one-time jump never gets here (rising share)
+                                  "samples": n, "total_growth_bytes": total, "rising_share": round(rising, 3),
                                   "series": kind, "first_bytes": samples[0], "last_bytes": samples[-1]}),),
         location=location,
         origin="runtime",

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from gpuprof.codespec import option_default, replace_fields
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.memory.attribution import KindTable
-from gpuprof.memory.breakdown import StageRanges, backward_ended, breakdown, state_by_kind
+from gpuprof.memory.breakdown import StageRanges, backward_ended, breakdown, stage_timeline, state_by_kind
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.devices import precision_advice, run_mode
 from gpuprof.memory.fixes import rank_fixes
@@ -288,6 +288,7 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions, kind
         state["allocator_cache_in_split_segments"] = frag["inactive_split_bytes"]
     at_peak = breakdown(peak_h.by_kind, kinds, sites, totals.reserved_at_peak_allocated, None, ranges, opts.top,
                         backward_ended(dm, kinds, peak_moment))
+    state["stage_timeline"] = stage_timeline(dm, kinds, ranges)
     ooms = []
     for o in dm.ooms[:3]:
         h = rep.holders.get(o.index, Holders())

@@ -237,3 +237,23 @@ def test_the_captures_registered_tensors_name_blocks_no_stack_names(tmp_path: Pa
     assert dev["categories"]["parameters"] == before["categories"]["parameters"] + registered
     assert dev["categories"]["unattributed"] == before["categories"]["unattributed"] - registered
     assert dev["reserved_bytes"] == before["reserved_bytes"]
+
+
+@pytest.mark.parametrize("name", ["eor_nn_snapshot.pickle", "cs336_magma_memory_snapshot.pickle"])
+def test_the_stage_timeline_peaks_at_what_the_history_allocated(name: str) -> None:
+    """Over time, per stage: the highest bucket holds the most bytes the recorded allocations had live at once
+    (the test's own running sum over the raw history), and each stage's bytes are those its stacks name."""
+    raw = _raw(shared_snapshot(name))
+    live: dict[int, int] = {}
+    cur = best = 0
+    for e in raw["device_traces"][0]:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e["size"]
+            cur += e["size"]
+        elif e["action"] == "free_requested" and e["addr"] in live:
+            cur -= live.pop(e["addr"])
+        best = max(best, cur)
+    tl = _memory(shared_snapshot(name))["sections"][0]["devices"][0]["stage_timeline"]
+    assert max(sum(r) for r in tl["bytes"]) == best
+    assert len(tl["t"]) == len(tl["bytes"]) and all(len(r) == len(tl["stages"]) for r in tl["bytes"])
+    assert "forward" in tl["stages"]

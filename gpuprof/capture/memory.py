@@ -450,6 +450,12 @@ class OOMObserver:
                 meta["devices"] = [device_fn(dev)]
             except Exception as err:  # noqa: BLE001 - the facts are a bonus; the snapshot is what matters
                 meta["device_facts_error"] = type(err).__name__
+            try:
+                hs = _host_pinned()
+                if hs:
+                    meta["host_pinned"] = hs
+            except Exception as err:  # noqa: BLE001 - older torch has no host allocator statistics
+                meta["host_pinned_error"] = type(err).__name__
             if self._owners is not None:
                 try:
                     meta["tensors"] = self._owners()
@@ -476,6 +482,18 @@ class OOMObserver:
               f"{verdict_path.with_suffix('.md').name} (inspect with: gpuprof memory {snap_path})",
               file=self._stream or sys.stderr)
         return snap_path, verdict_path
+
+
+def _host_pinned() -> dict[str, int]:
+    """Pinned host memory PyTorch's host allocator holds now (torch.cuda.host_memory_stats, newer torch)."""
+    import torch
+
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    if stats is None:
+        return {}
+    s = stats()
+    out = {k: int(s[f"{k}.current"]) for k in ("allocated_bytes", "active_bytes") if f"{k}.current" in s}
+    return out
 
 
 def oom_verdict(snap: Any, snap_path: Path, facts: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
@@ -505,6 +523,7 @@ def oom_verdict(snap: Any, snap_path: Path, facts: dict[str, Any], stats: dict[s
         "top_holders": [{k: s.get(k) for k in ("site", "file", "line", "function", "bytes", "blocks")}
                         for s in ((dev["ooms"][0]["top_live_sites"] if dev.get("ooms") else dev.get("top_sites")) or [])],
         "fixes": dev.get("fixes", []),
+        "pinned_host": section.pinned_host,
         "findings": [f.to_dict() for f in findings],
         "memory_stats": stats,
         **{k: v for k, v in facts.items() if k not in ("requested_bytes", "device_free_bytes",

@@ -158,6 +158,7 @@ class MemorySection:
     devices: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    pinned_host: dict[str, int] | None = None  # pinned host memory at the dump, when the file records it
     kind: str = "memory"
 
     def to_dict(self) -> dict[str, Any]:
@@ -167,6 +168,7 @@ class MemorySection:
             "devices": self.devices,
             "notes": list(self.notes),
             "allocator_settings": self.settings,
+            "pinned_host": self.pinned_host,
         }
 
 
@@ -656,6 +658,7 @@ def analyze_memory(data: MemoryData, opts: MemoryOptions | None = None
         devices=[da.to_dict(data.sites, opts) for da in analyses],
         notes=notes,
         settings={k: v for k, v in data.settings.items() if isinstance(v, (str, int, float, bool)) or v is None},
+        pinned_host=data.pinned_host,
     )
     return section, findings, analyses
 

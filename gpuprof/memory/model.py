@@ -147,3 +147,6 @@ class MemoryData:
     kinds: KindTable = field(default_factory=KindTable)  # what each stack says (gpuprof.memory.attribution)
     # record_function ranges the snapshot recorded (external_annotations): (device, name, start µs, end µs)
     annotations: list[tuple[int, str, float, float]] = field(default_factory=list)
+    # pinned host memory PyTorch's host allocator held at the dump (gpuprof's own dumps): {"allocated_bytes",
+    # "active_bytes"}; None when the file does not say
+    pinned_host: dict[str, int] | None = None

@@ -182,6 +182,10 @@ def memory_terminal(console: Any, section: Any) -> None:
             _print_wrapped(console, f"OOM: {fmt_bytes(o['requested'])} requested, {fmt_bytes(o['device_free'])} free, "
                            f"{fmt_bytes(o['allocated'])} allocated, {fmt_bytes(o['reserved'])} reserved at "
                            f"{_site(o['site']['site'])}", style="bold red")
+    ph = d.get("pinned_host")
+    if ph:
+        _print_wrapped(console, f"pinned host memory held by PyTorch: {fmt_bytes(ph.get('allocated_bytes'))} "
+                       f"({fmt_bytes(ph.get('active_bytes'))} in use)", indent=0)
     for n in d["notes"]:
         _print_wrapped(console, f"note: {_note(n)}", style="dim")
 
@@ -234,6 +238,10 @@ def memory_markdown(section: Any) -> str:
             parts.append(f"**OOM**: {fmt_bytes(o['requested'])} requested, {fmt_bytes(o['device_free'])} free, "
                          f"{fmt_bytes(o['allocated'])} allocated, {fmt_bytes(o['reserved'])} reserved at "
                          f"{md_code(_site(o['site']['site']))}")
+    ph = d.get("pinned_host")
+    if ph:
+        parts.append(f"Pinned host memory held by PyTorch: {fmt_bytes(ph.get('allocated_bytes'))} "
+                     f"({fmt_bytes(ph.get('active_bytes'))} in use)")
     parts += [f"_note: {md_escape(_note(n))}_" for n in d["notes"]]
     return "\n\n".join(parts) + "\n"
 

@@ -345,6 +345,10 @@ def parse_snapshot(
                                      SiteTable.UNKNOWN))
     if isinstance(meta, dict) and isinstance(meta.get("tensors"), list):
         _apply_owners(meta["tensors"], devices, kinds, budget)
+    pinned = meta.get("host_pinned") if isinstance(meta, dict) else None
+    pinned_host = ({k: _uint(pinned.get(k)) for k in ("allocated_bytes", "active_bytes")
+                    if isinstance(pinned.get(k), int) and _uint(pinned.get(k)) >= 0}
+                   if isinstance(pinned, dict) else None)
     settings = obj.get("allocator_settings")
     annotations = _annotations(obj.get("external_annotations"), budget)
     # Drop devices with neither state nor history (a multi-GPU box where only one GPU was used).
@@ -358,6 +362,7 @@ def parse_snapshot(
         settings=dict(settings) if isinstance(settings, dict) else {},
         kinds=kinds,
         annotations=annotations,
+        pinned_host=pinned_host or None,
     )
 
 

@@ -137,3 +137,17 @@ def test_fixes_at_an_oom_are_ranked_by_bytes_computed_from_the_snapshot(tmp_path
 def test_no_fixes_without_an_oom_or_a_near_capacity_peak() -> None:
     code, rep = _run(shared_snapshot("eor_nn_snapshot.pickle"))
     assert rep["sections"][0]["devices"][0]["fixes"] == []
+
+
+def test_pinned_host_memory_is_shown_when_the_dump_records_it(tmp_path: Path) -> None:
+    raw = _raw(shared_snapshot("eor_nn_snapshot.pickle"))
+    raw["gpuprof"] = {"host_pinned": {"allocated_bytes": 64 * MiB, "active_bytes": 16 * MiB}}
+    p = tmp_path / "snap.pickle"
+    p.write_bytes(pickle.dumps(raw))
+    code, rep = _run(p)
+    assert rep["sections"][0]["pinned_host"] == {"allocated_bytes": 64 * MiB, "active_bytes": 16 * MiB}
+    res = CliRunner().invoke(cli, ["memory", str(p)], env={"COLUMNS": "160"})
+    assert "pinned host memory held by PyTorch: 64.00 MiB (16.00 MiB in use)" in res.output
+    assert "Memory by category" in res.output and "optimizer state" in res.output
+    _, plain = _run(shared_snapshot("eor_nn_snapshot.pickle"))
+    assert plain["sections"][0]["pinned_host"] is None

@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
 
 __all__ = ["MemorySampler", "LeakSite", "at_statement", "leak_site", "with_leak_site", "growth_finding", "trace_allocated_series", "HistoryRecorder", "OOMObserver",
            "oom_finding", "oom_verdict", "verdict_markdown", "start_forensics", "stop_forensics",
-           "FORENSICS_MAX_ENTRIES", "memory_sections"]
+           "FORENSICS_MAX_ENTRIES", "memory_sections", "oom_message_facts"]
 
 MiB = 1024 * 1024
 
@@ -482,6 +482,27 @@ class OOMObserver:
               f"{verdict_path.with_suffix('.md').name} (inspect with: gpuprof memory {snap_path})",
               file=self._stream or sys.stderr)
         return snap_path, verdict_path
+
+
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+_TRIED = re.compile(r"Tried to allocate (\d+(?:\.\d+)?) (B|KiB|MiB|GiB|TiB)")
+_GPU_FREE = re.compile(r"GPU (\d+) has a total capacity of (\d+(?:\.\d+)?) (B|KiB|MiB|GiB|TiB) of which "
+                       r"(\d+(?:\.\d+)?) (B|KiB|MiB|GiB|TiB) is free")
+
+
+def oom_message_facts(text: str) -> dict[str, Any]:
+    """What PyTorch's out-of-memory message says (``Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
+    79.14 GiB of which 1.05 GiB is free``), for the verdict when no observer ran: the request, the device and
+    its free bytes, to the message's precision (two decimals)."""
+    out: dict[str, Any] = {}
+    m = _TRIED.search(text)
+    if m:
+        out["requested_bytes"] = int(float(m.group(1)) * _UNITS[m.group(2)])
+    g = _GPU_FREE.search(text)
+    if g:
+        out["device"] = int(g.group(1))
+        out["device_free_bytes"] = int(float(g.group(4)) * _UNITS[g.group(5)])
+    return out
 
 
 def _host_pinned() -> dict[str, int]:

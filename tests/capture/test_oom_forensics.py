@@ -166,3 +166,14 @@ def test_the_capture_report_gets_memory_sections_of_its_snapshots(tmp_path: Path
             assert sum(v for k, v in cats.items() if k != "non_pytorch") == dev["reserved_bytes"]
     assert [f.code for f in findings] == ["GP512"] and findings[0].evidence[0].value == 3 * GiB
     assert memory_sections([], []) == ([], [])
+
+
+def test_the_out_of_memory_message_gives_the_request_and_free_bytes() -> None:
+    from gpuprof.capture.memory import oom_message_facts
+
+    text = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.14 GiB of which "
+            "1.05 GiB is free. Including non-PyTorch memory, this process has 78.08 GiB memory in use.")
+    assert oom_message_facts(text) == {"requested_bytes": 2 << 30, "device": 0,
+                                       "device_free_bytes": int(1.05 * (1 << 30))}
+    assert oom_message_facts("CUDA out of memory. Tried to allocate 20.00 MiB") == {"requested_bytes": 20 << 20}
+    assert oom_message_facts("something else") == {}

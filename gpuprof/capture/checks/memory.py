@@ -10,6 +10,7 @@ from gpuprof.capture.memory import (
     OOMObserver,
     growth_finding,
     oom_finding,
+    oom_message_facts,
     start_forensics,
     stop_forensics,
 )
@@ -108,7 +109,8 @@ class MemoryCheck(MonitorBase):
         if self.oom is None:
             return oom_finding([], text)
         if not self.oom.dumped and live.paths is not None:
-            self.oom.dump(extra={"exception": text})
+            # no observer ran (older torch): the verdict takes the request and free bytes from the message
+            self.oom.dump(extra={"exception": text, **oom_message_facts(text)})
         return oom_finding(list(self.oom.dumped), text)
 
     def snapshots(self) -> list[str]:

@@ -368,7 +368,7 @@ class HistoryRecorder:
         import torch
 
         try:
-            dump_snapshot(torch.cuda.memory._snapshot(), path)
+            dump_snapshot(with_device_facts(torch.cuda.memory._snapshot()), path)
             self.snapshots.append(path)
         finally:
             self.stop()
@@ -382,6 +382,22 @@ class HistoryRecorder:
                 self.resume()
             else:
                 torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def with_device_facts(snap: Any) -> Any:
+    """The snapshot with the current device's name, total and free bytes (``"gpuprof"`` key), so the analysis
+    can judge capacity and say how much memory is not PyTorch's; the snapshot unchanged if they cannot be read."""
+    import torch
+
+    if not isinstance(snap, dict):
+        return snap
+    try:
+        i = torch.cuda.current_device()
+        free, total = torch.cuda.mem_get_info(i)
+        dev = {"id": i, "name": torch.cuda.get_device_name(i), "total_memory": int(total), "free_memory": int(free)}
+    except Exception:  # noqa: BLE001 - facts are a bonus; the snapshot is what matters
+        return snap
+    return dict(snap, gpuprof={"devices": [dev]})
 
 
 def _cuda_facts() -> tuple[Callable[[], Any], Callable[[], dict[str, Any]], Callable[[int], dict[str, Any]]]:

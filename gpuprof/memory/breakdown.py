@@ -127,6 +127,9 @@ def breakdown(by_kind: Mapping[tuple[int, int], Sequence[float]], kinds: KindTab
         r = reasons.setdefault(cat, {})
         r[reason] = r.get(reason, 0) + nbytes
     out_cats: dict[str, int | None] = {c: cats.get(c, 0) for c in CATEGORIES}
+    if reserved is not None and reserved < allocated:
+        # no caching allocator behind the figure (a CPU trace's "reserved" is 0) or a torn file: not measurable
+        reserved = None
     out_cats["allocator_cache"] = (reserved - allocated) if reserved is not None else None
     out_cats["non_pytorch"] = non_pytorch
     return {

@@ -306,7 +306,7 @@ function segments(){
 const CATS = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "allocator_cache", "non_pytorch", "unattributed"];
 function kinds(){
   const c = dev.categories || {}, peak = c.peak || {}, now = c.now || {}, rows = [];
-  if (c.now){ rows.push(el("tr", {}, el("th", {}, "category"), el("th", {}, "at the peak"), el("th", {}, "at snapshot time")));
+  if (c.now){ rows.push(el("tr", {}, el("th", {}, "category"), el("th", {}, "at the peak"), el("th", {}, "at the end")));
     for (const k of CATS) if (peak[k] || now[k]) rows.push(el("tr", {}, el("td", {}, k.replace(/_/g, " ")),
       el("td", {}, peak[k] === null || peak[k] === undefined ? "-" : fmtB(peak[k])), el("td", {}, now[k] === null || now[k] === undefined ? "-" : fmtB(now[k]))));
     rows.push(el("tr", {}, el("td", {}, "= reserved by PyTorch"), el("td", {}, fmtB(c.peak_reserved)), el("td", {}, fmtB(c.now_reserved)))); }

@@ -95,14 +95,16 @@ def _b(v: Any) -> str:
 
 
 def category_rows(dev: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(category, at the peak, at snapshot time) rows, then the reserved total; empty when the section has none."""
+    """(category, at the peak, at the end) rows, then the reserved total; empty when the section has none."""
     now = dev.get("categories")
     if not now:
         return []
     peak = (dev.get("at_peak") or {}).get("categories") or {}
     rows = [(_CAT_LABEL.get(k, k), _b(peak.get(k)), _b(v)) for k, v in now.items()
             if v or peak.get(k)]
-    rows.append(("= reserved by PyTorch", _b((dev.get("at_peak") or {}).get("reserved_bytes")), _b(dev.get("reserved_bytes"))))
+    peak_r, now_r = (dev.get("at_peak") or {}).get("reserved_bytes"), dev.get("reserved_bytes")
+    if peak_r is not None or now_r is not None:
+        rows.append(("= reserved by PyTorch", _b(peak_r), _b(now_r)))
     split = dev.get("allocator_cache_in_split_segments")
     if split:
         rows.append(("  of the cache: in split segments (fragmentation)", "", fmt_bytes(split)))
@@ -162,7 +164,7 @@ def memory_terminal(console: Any, section: Any) -> None:
         if cats:
             console.print()
             emit_table(console, "Memory by category", [("category", "wrap"), ("at the peak", "right"),
-                                                       ("at snapshot time", "right")], cats)
+                                                       ("at the end", "right")], cats)
         peak = dev.get("at_peak") or {}
         for key, title in (("stages", "At the peak, by stage"), ("modules", "At the peak, by module or compiled graph")):
             if peak.get(key):
@@ -218,7 +220,7 @@ def memory_markdown(section: Any) -> str:
         cats = category_rows(dev)
         if cats:
             parts.append("**Memory by category**")
-            parts.append(_md_table(["category", "at the peak", "at snapshot time"],
+            parts.append(_md_table(["category", "at the peak", "at the end"],
                                    [[md_escape(c) for c in r] for r in cats]))
         peak = dev.get("at_peak") or {}
         for key, title in (("stages", "At the peak, by stage"), ("modules", "At the peak, by module or compiled graph")):

@@ -383,7 +383,7 @@ def _apply_owners(raw: list[Any], devices: list[DeviceMemory], kinds: KindTable,
         blocks = sorted((b for seg in dev.segments or () for b in seg.blocks), key=lambda b: b.address)
         index[dev.index] = ([b.address for b in blocks], blocks)
     for t in raw:
-        if not isinstance(t, dict) or t.get("category") not in _OWNER_KIND:
+        if not isinstance(t, dict) or not isinstance(t.get("category"), str) or t["category"] not in _OWNER_KIND:
             continue
         starts, blocks = index.get(_int(t.get("device"), -1), ([], []))
         ptr = _uint(t.get("ptr"))

@@ -18,6 +18,7 @@ from gpuprof.errors import InputError
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.memory.analysis import CODES, MemoryOptions, memory_values
 from gpuprof.memory.attribution import KindTable
+from gpuprof.memory.breakdown import backward_ended
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.frames import Site, SiteTable
 from gpuprof.memory.load import load_memory
@@ -71,19 +72,22 @@ ONE_TIME_CAUSES: dict[str, str] = {
 ONE_TIME_SHARE = 0.9  # a growth is one-time when its one-time causes explain at least this share of it
 
 
-def _cause(kinds: KindTable, kid: int) -> str:
+def _cause(kinds: KindTable, kid: int, t: float = -1.0, backward_end: float | None = None) -> str:
     k = kinds.kinds[kid] if 0 <= kid < len(kinds.kinds) else kinds.kinds[0]
     if k.category in ("optimizer_state", "gradients", "parameters"):
         return k.category
+    if k.category == "temporaries" and k.stage == "backward" and backward_end is not None and 0 <= t < backward_end:
+        return "gradients"  # made by a backward pass that has ended: .grad (gpuprof.memory.breakdown.breakdown)
     return k.trait  # "autocast", "cache" or "" (nothing one-time about it)
 
 
-def _by_key(h: Holders, sites: SiteTable, kinds: KindTable) -> dict[str, tuple[int, int, Site, dict[str, int]]]:
+def _by_key(h: Holders, sites: SiteTable, kinds: KindTable, backward_end: float | None = None
+            ) -> dict[str, tuple[int, int, Site, dict[str, int]]]:
     # Sites from two files are matched by their label (file:line (function)), not by id.
     causes: dict[int, dict[str, int]] = {}
-    for (kid, sid), (nbytes, _n, _t) in h.by_kind.items():
+    for (kid, sid), (nbytes, _n, t) in h.by_kind.items():
         c = causes.setdefault(sid, {})
-        key = _cause(kinds, kid)
+        key = _cause(kinds, kid, t, backward_end)
         c[key] = c.get(key, 0) + int(nbytes)
     out: dict[str, tuple[int, int, Site, dict[str, int]]] = {}
     for sid, (nbytes, count) in h.by_site.items():
@@ -107,10 +111,10 @@ def classify_growth(growth: int, before: Mapping[str, int], after: Mapping[str, 
     return "steady", []
 
 
-def _compare(ha: Holders, sa: SiteTable, ka: KindTable, hb: Holders, sb: SiteTable, kb: KindTable, top: int
-             ) -> list[dict[str, Any]]:
-    a = _by_key(ha, sa, ka)
-    b = _by_key(hb, sb, kb)
+def _compare(ha: Holders, sa: SiteTable, ka: KindTable, hb: Holders, sb: SiteTable, kb: KindTable, top: int,
+             ends: tuple[float | None, float | None] = (None, None)) -> list[dict[str, Any]]:
+    a = _by_key(ha, sa, ka, ends[0])
+    b = _by_key(hb, sb, kb, ends[1])
     rows = []
     for key in set(a) | set(b):
         ba, ca, site_a, causes_a = a.get(key, (0, 0, None, {}))
@@ -193,7 +197,8 @@ def diff_memory(a: MemoryData, b: MemoryData | None, opts: DiffOptions | None = 
             continue
         ra = replay_holders(da, (-1,))
         rb = replay_holders(db, (-1,))
-        rows = _compare(ra.holders[-1], a.sites, a.kinds, rb.holders[-1], b.sites, b.kinds, opts.top)
+        rows = _compare(ra.holders[-1], a.sites, a.kinds, rb.holders[-1], b.sites, b.kinds, opts.top,
+                        (backward_ended(da, a.kinds, -1), backward_ended(db, b.kinds, -1)))
         devices.append({"device": da.device, "before": os.path.basename(a.path), "after": os.path.basename(b.path),
                         "allocated_before": ra.holders[-1].total, "allocated_after": rb.holders[-1].total,
                         "sites": rows})

@@ -98,3 +98,27 @@ def test_a_real_autocast_pair_is_one_time_growth_not_a_leak() -> None:
     under_b, other_b = at_site(mixed)
     assert under_a == 0 and under_b > 0
     assert (under_b - under_a) >= 0.9 * top["growth"]
+
+
+def test_first_backward_gradients_are_one_time_growth(tmp_path: Path) -> None:
+    """Before: forward only. After: a backward pass left each weight's gradient (allocated by the engine's
+    backward node, handed to .grad without a copy, so no AccumulateGrad frame) and the next step began."""
+    engine = [{"filename": "??", "line": 0, "name": "torch::autograd::generated::AddmmBackward0::apply"},
+              {"filename": "??", "line": 0, "name": "torch::autograd::Engine::evaluate_function"}]
+    b = SnapshotBuilder(device_memory=16 * GiB)
+    weights = model_weights(b)
+    train_steps(b, 1, leak_every_step=False)
+    a = Path(b.dump(tmp_path / "forward_only.pickle"))
+    temp = b.alloc(64 * MiB, engine)  # an intermediate gradient: freed inside the backward pass
+    for _ in weights:
+        b.alloc(40 * MiB, engine)  # the weights' gradients: kept
+    b.free(temp)
+    train_steps(b, 1, leak_every_step=False)  # the next forward: the backward pass has ended
+    after = Path(b.dump(tmp_path / "after_backward.pickle"))
+    code, rep = _diff_json(a, after)
+    assert code == 0, rep["findings"]
+    assert [f["code"] for f in rep["findings"]] == ["GP522"]
+    row = rep["sections"][0]["devices"][0]["sites"][0]
+    assert row["growth"] == 4 * 40 * MiB
+    assert (row["growth_kind"], row["one_time"]) == ("one_time", ["gradients"])
+    assert "gradients" in rep["findings"][0]["message"]

@@ -132,6 +132,9 @@ def _module_of(frames: Sequence[dict[str, Any]], paths: Sequence[str]) -> str:
                     if q.endswith(".py") and not _is_torch(q) and "/site-packages/" not in q:
                         return f"compiled graph {graph} ({_base(q)}:{_line(frames[k])} {_name(frames[k])})"
                 break
+        if any("/_aot_autograd/" in q and _name(frames[k]) in ("backward", "call_compiled_backward")
+               for k, q in enumerate(paths)):
+            return f"compiled graph {graph} (backward)"  # run by the autograd engine: no user function calls it
         return f"compiled graph {graph}"
     py = [i for i in range(n) if paths[i].endswith(".py")]  # C++ frames (stacks='all') sit between Python ones
     for x in range(len(py) - 1):  # the innermost forward called through nn.Module.__call__

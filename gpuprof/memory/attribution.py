@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import reduce
+from operator import or_
 from typing import Any, Sequence
 
 __all__ = [
@@ -116,106 +118,157 @@ def _is_python(path: str) -> bool:
     return path.endswith(".py") or path.startswith("<")
 
 
-def _module_of(frames: Sequence[dict[str, Any]], paths: Sequence[str]) -> str:
+# What one frame says, as bits: computed once per frame dict (PyTorch shares frame dicts among stacks, so a
+# snapshot of 600,000 frames has a few thousand), OR-ed over a stack to decide its kind.
+_OPTIM, _ACCUM, _BWD, _AOT_BWD, _PARAM, _CALL, _MODULE_PY, _EVAL = 1, 2, 4, 8, 16, 32, 64, 128
+_USER_INIT, _DATA, _PY, _PYTHON, _INDUCTOR_F, _DYNAMO_EVAL, _USER_PY, _AUTOCAST, _CACHE_F = (
+    256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+
+def frame_flags(f: dict[str, Any]) -> int:
+    p, nm = _path(f), _name(f)
+    torch_ = _is_torch(p)
+    module_py = _is_module_py(p)
+    py = p.endswith(".py")
+    fl = 0
+    if "/torch/optim/" in p and "lr_scheduler" not in p:
+        fl |= _OPTIM
+    if "AccumulateGrad" in nm:
+        fl |= _ACCUM
+    aot_bwd = nm in ("backward", "call_compiled_backward") and "/_aot_autograd/" in p
+    if aot_bwd:
+        fl |= _AOT_BWD
+    if ("torch::autograd::Engine" in nm or "torch::autograd::generated::" in nm or aot_bwd
+            or (nm in _AUTOGRAD_PY_FNS and ("/torch/autograd/" in p or p.endswith("torch/_tensor.py")))):
+        fl |= _BWD
+    if (module_py and nm in _PARAM_MODULE_FNS) or p.endswith(("torch/nn/init.py", "torch/nn/parameter.py")) \
+            or ("/torch/nn/modules/" in p and nm in ("__init__", "reset_parameters")) or nm in _PARAM_LIBRARY_FNS:
+        fl |= _PARAM
+    if module_py:
+        fl |= _MODULE_PY
+        if nm in _CALL_FNS:
+            fl |= _CALL
+    if nm in _EVAL_FNS:
+        fl |= _EVAL
+    python = py or p.startswith("<")
+    if python:
+        fl |= _PYTHON
+    if nm == "__init__" and python and not torch_ and "/site-packages/" not in p:
+        fl |= _USER_INIT
+    if "/torch/utils/data/" in p:
+        fl |= _DATA
+    if py:
+        fl |= _PY
+        if not torch_ and "/site-packages/" not in p:
+            fl |= _USER_PY
+        if _INDUCTOR.search(p):
+            fl |= _INDUCTOR_F
+        if p.endswith("torch/_dynamo/eval_frame.py"):
+            fl |= _DYNAMO_EVAL
+    if "at::autocast::" in nm or p.endswith("torch/amp/autocast_mode.py"):
+        fl |= _AUTOCAST
+    if _CACHE.search(nm) or _CACHE.search(_base(p)):
+        fl |= _CACHE_F
+    return fl
+
+
+def _module_of(fr: Sequence[dict[str, Any]], fl: Sequence[int]) -> str:
     """The module or compiled graph an allocation belongs to ("" when none)."""
-    n = len(frames)
-    for i, p in enumerate(paths):  # innermost first: a compiled graph wins over the frames it was traced from
-        m = _INDUCTOR.search(p)
-        if m is None:
+    n = len(fr)
+    for i in range(n):  # innermost first: a compiled graph wins over the frames it was traced from
+        if not fl[i] & _INDUCTOR_F:
             continue
-        graph = m.group(1)[:12]
+        m = _INDUCTOR.search(_path(fr[i]))
+        graph = m.group(1)[:12] if m else "?"
         # The user function that was compiled: the first user frame outside torch after dynamo's eval_frame wrapper.
         for j in range(i + 1, n):
-            if paths[j].endswith("torch/_dynamo/eval_frame.py"):
+            if fl[j] & _DYNAMO_EVAL:
                 for k in range(j + 1, n):
-                    q = paths[k]
-                    if q.endswith(".py") and not _is_torch(q) and "/site-packages/" not in q:
-                        return f"compiled graph {graph} ({_base(q)}:{_line(frames[k])} {_name(frames[k])})"
+                    if fl[k] & _USER_PY:
+                        return f"compiled graph {graph} ({_base(_path(fr[k]))}:{_line(fr[k])} {_name(fr[k])})"
                 break
-        if any("/_aot_autograd/" in q and _name(frames[k]) in ("backward", "call_compiled_backward")
-               for k, q in enumerate(paths)):
+        if any(x & _AOT_BWD for x in fl):
             return f"compiled graph {graph} (backward)"  # run by the autograd engine: no user function calls it
         return f"compiled graph {graph}"
-    py = [i for i in range(n) if paths[i].endswith(".py")]  # C++ frames (stacks='all') sit between Python ones
+    py = [i for i in range(n) if fl[i] & _PY]  # C++ frames (stacks='all') sit between Python ones
     for x in range(len(py) - 1):  # the innermost forward called through nn.Module.__call__
         i, up = py[x], py[x + 1]
-        if _is_module_py(paths[up]) and _name(frames[up]) in _CALL_FNS and not _is_module_py(paths[i]):
+        if fl[up] & _CALL and not fl[i] & _MODULE_PY:
             caller = ""
             for k in py[x + 2:]:  # the line that called it: the next frame outside module.py / dynamo
-                q = paths[k]
-                if not _is_module_py(q) and not q.endswith("torch/_dynamo/eval_frame.py"):
-                    caller = f" at {_base(q)}:{_line(frames[k])}"
+                if not fl[k] & (_MODULE_PY | _DYNAMO_EVAL):
+                    caller = f" at {_base(_path(fr[k]))}:{_line(fr[k])}"
                     break
-            return f"{_base(paths[i])}:{_name(frames[i])}{caller}"
+            return f"{_base(_path(fr[i]))}:{_name(fr[i])}{caller}"
     return ""
 
 
-def _trait(paths: Sequence[str], names: Sequence[str]) -> str:
-    for p, nm in zip(paths, names):
-        if "at::autocast::" in nm or p.endswith("torch/amp/autocast_mode.py"):
-            return "autocast"
-    for p, nm in zip(paths, names):
-        if _CACHE.search(nm) or _CACHE.search(_base(p)):
-            return "cache"
-    return ""
+class FlagCache:
+    """id(frame) -> :func:`frame_flags`, keeping each frame alive (so no other object can take its id)."""
+
+    def __init__(self) -> None:
+        self.flags: dict[int, int] = {}
+        self._alive: list[Any] = []
+
+    def of(self, frames: Sequence[Any]) -> list[int]:
+        get = self.flags.get
+        fl = [get(id(f), -1) for f in frames]  # one C-level loop: stacks are long, frame objects few and shared
+        if -1 in fl:
+            for i, f in enumerate(frames):
+                if fl[i] == -1:
+                    x = frame_flags(f) if isinstance(f, dict) else 0
+                    self.flags[id(f)] = x
+                    self._alive.append(f)
+                    fl[i] = x
+        return fl
 
 
-def classify(frames: Any) -> StackKind:
-    """The :class:`StackKind` of one ``frames`` list (innermost first), with its trait (see :func:`_trait`)."""
-    k = _classify(frames)
-    if k is UNKNOWN_KIND:
-        return k
-    fr = [f for f in frames[:_MAX_FRAMES] if isinstance(f, dict)]
-    trait = _trait([_path(f) for f in fr], [_name(f) for f in fr])
-    return StackKind(k.category, k.stage, k.module, k.reason, trait) if trait else k
-
-
-def _classify(frames: Any) -> StackKind:
+def classify(frames: Any, cache: FlagCache | None = None) -> StackKind:
+    """The :class:`StackKind` of one ``frames`` list (innermost first). The first rule that matches wins (see
+    the module docstring); ``trait`` says what makes growth here one-time: "autocast", "cache" or ""."""
     if not isinstance(frames, (list, tuple)) or not frames:
         return UNKNOWN_KIND
     # Bounded work per distinct stack whatever a hostile file holds: real stacks (C++ frames included) are a few
     # hundred frames; what decides a kind sits within them.
-    fr = [f for f in frames[:_MAX_FRAMES] if isinstance(f, dict)]
-    if not fr:
+    fr = frames[:_MAX_FRAMES]
+    fl = (cache or FlagCache()).of(fr)
+    allf = reduce(or_, fl, 0)
+    if not allf and not any(isinstance(f, dict) for f in fr):  # frames in name only: no stack to read
         return UNKNOWN_KIND
-    paths = [_path(f) for f in fr]
-    names = [_name(f) for f in fr]
-    module = _module_of(fr, paths)
-    has_python = any(_is_python(p) for p in paths)
-    # 1. the optimizer
-    for p, nm in zip(paths, names):
-        if "/torch/optim/" in p and "lr_scheduler" not in p:
-            return StackKind("optimizer_state", "optimizer", "", f"torch/optim/{_base(p)} ({nm})")
-    # 2. the backward pass
-    for nm in names:
-        if "AccumulateGrad" in nm:
-            return StackKind("gradients", "backward", module, "autograd AccumulateGrad")
-    for p, nm in zip(paths, names):
-        if ("torch::autograd::Engine" in nm or "torch::autograd::generated::" in nm
-                or (nm in _AUTOGRAD_PY_FNS and ("/torch/autograd/" in p or p.endswith("torch/_tensor.py")))
-                or (nm in ("backward", "call_compiled_backward") and "/_aot_autograd/" in p)):
-            why = "the autograd engine (backward)" if "::" in nm else f"{nm} in {_base(p)} (backward)"
-            return StackKind("temporaries", "backward", module, why)
-    # 3. parameters and buffers made or moved
-    for p, nm in zip(paths, names):
-        if (_is_module_py(p) and nm in _PARAM_MODULE_FNS) or p.endswith("torch/nn/init.py") \
-                or p.endswith("torch/nn/parameter.py") \
-                or ("/torch/nn/modules/" in p and nm in ("__init__", "reset_parameters")) \
-                or nm in _PARAM_LIBRARY_FNS:
-            return StackKind("parameters", "setup", "", f"{_base(p)} ({nm})")
-    # 4. a module's forward (eager or compiled), in training or evaluation
-    in_forward = bool(module) or any(_is_module_py(p) and nm in _CALL_FNS for p, nm in zip(paths, names))
-    evaluating = any(nm in _EVAL_FNS for nm in names)
-    if in_forward:
+    k = _decide(fr, fl, allf)
+    trait = "autocast" if allf & _AUTOCAST else ("cache" if allf & _CACHE_F else "")
+    return StackKind(k.category, k.stage, k.module, k.reason, trait) if trait else k
+
+
+def _first(fr: Sequence[dict[str, Any]], fl: Sequence[int], bit: int) -> dict[str, Any]:
+    return next(f for f, x in zip(fr, fl) if x & bit)
+
+
+def _decide(fr: Sequence[dict[str, Any]], fl: Sequence[int], allf: int) -> StackKind:
+    module = _module_of(fr, fl) if allf & (_INDUCTOR_F | _CALL) else ""
+    if allf & _OPTIM:  # 1. the optimizer
+        f = _first(fr, fl, _OPTIM)
+        return StackKind("optimizer_state", "optimizer", "", f"torch/optim/{_base(_path(f))} ({_name(f)})")
+    if allf & _ACCUM:  # 2. the backward pass
+        return StackKind("gradients", "backward", module, "autograd AccumulateGrad")
+    if allf & _BWD:
+        f = _first(fr, fl, _BWD)
+        nm = _name(f)
+        why = "the autograd engine (backward)" if "::" in nm else f"{nm} in {_base(_path(f))} (backward)"
+        return StackKind("temporaries", "backward", module, why)
+    if allf & _PARAM:  # 3. parameters and buffers made or moved
+        f = _first(fr, fl, _PARAM)
+        return StackKind("parameters", "setup", "", f"{_base(_path(f))} ({_name(f)})")
+    evaluating = bool(allf & _EVAL)
+    if module or allf & _CALL:  # 4. a module's forward (eager or compiled), in training or evaluation
         return StackKind("activations", "evaluation" if evaluating else "forward", module,
                          "forward of a module" if not evaluating else "forward under an evaluation function")
-    # 5. a user __init__ outside any forward: parameters/buffers created by the user's module
-    for p, nm in zip(paths, names):
-        if nm == "__init__" and _is_python(p) and not _is_torch(p) and "/site-packages/" not in p:
-            return StackKind("parameters", "setup", "", f"{_base(p)} (__init__)")
-    if any("/torch/utils/data/" in p for p in paths):
+    if allf & _USER_INIT:  # 5. a user __init__ outside any forward: parameters/buffers of the user's module
+        f = _first(fr, fl, _USER_INIT)
+        return StackKind("parameters", "setup", "", f"{_base(_path(f))} (__init__)")
+    if allf & _DATA:
         return StackKind("temporaries", "data", "", "data loading")
-    if has_python:
+    if allf & _PYTHON:
         return StackKind("temporaries", "evaluation" if evaluating else "other", "", "outside a module's forward")
     return StackKind("unattributed", "unknown", "", "a C++ stack naming no known owner")
 
@@ -229,6 +282,7 @@ class KindTable:
         self.kinds: list[StackKind] = [UNKNOWN_KIND]
         self._ids: dict[StackKind, int] = {UNKNOWN_KIND: 0}
         self._by_list: dict[int, tuple[Any, int]] = {}  # id(frames list) -> (list kept alive, kind id)
+        self._frames = FlagCache()  # what each frame says, once per frame object
 
     def __len__(self) -> int:
         return len(self.kinds)
@@ -239,7 +293,7 @@ class KindTable:
         cached = self._by_list.get(id(frames))
         if cached is not None and cached[0] is frames:
             return cached[1]
-        k = classify(frames)
+        k = classify(frames, self._frames)
         kid = self._ids.get(k)
         if kid is None:
             kid = len(self.kinds)

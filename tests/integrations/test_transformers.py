@@ -169,3 +169,5 @@ def test_an_out_of_memory_error_passes_through_unchanged(tmp_path: Path) -> None
         _train(tmp_path, cb, steps=6, trainer_cls=Ooms)
     assert info.value is oom
     assert info.value.__traceback__ is not None and "Tried to allocate 2.00 GiB" in str(info.value)
+    cb.on_train_end(None, None, None)  # what a `finally:` around trainer.train() does: the capture closes
+    assert (tmp_path / "logs" / "r" / "report.json").exists()

@@ -177,3 +177,13 @@ def test_the_out_of_memory_message_gives_the_request_and_free_bytes() -> None:
                                        "device_free_bytes": int(1.05 * (1 << 30))}
     assert oom_message_facts("CUDA out of memory. Tried to allocate 20.00 MiB") == {"requested_bytes": 20 << 20}
     assert oom_message_facts("something else") == {}
+
+
+def test_the_verdict_is_no_trace_and_the_oom_snapshot_is_a_snapshot() -> None:
+    from gpuprof.tbplugin.runs import _kind
+    from gpuprof.trace.source import is_trace_name
+
+    assert not is_trace_name("oom.json") and not is_trace_name("oom.2.json")
+    assert is_trace_name("boom.json") and is_trace_name("room.2.json")  # only gpuprof's own names are skipped
+    assert _kind("oom.pickle") == "snapshot" and _kind("oom.3.pickle") == "snapshot"
+    assert _kind("oom.json") is None and _kind("zoom.pickle") is None

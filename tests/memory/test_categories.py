@@ -259,3 +259,19 @@ def test_the_stage_timeline_peaks_at_what_the_history_allocated(name: str) -> No
     assert max(sum(r) for r in tl["bytes"]) == best
     assert len(tl["t"]) == len(tl["bytes"]) and all(len(r) == len(tl["stages"]) for r in tl["bytes"])
     assert "forward" in tl["stages"]
+
+
+def test_the_page_and_the_tensorboard_tab_carry_the_same_categories() -> None:
+    from gpuprof.memory.analysis import analyze_memory
+    from gpuprof.memory.html import build_page_data, render_html
+    from gpuprof.memory.load import load_memory
+
+    data = load_memory(str(shared_snapshot("eor_nn_snapshot.pickle")))
+    section, findings, analyses = analyze_memory(data)
+    page = build_page_data(data, analyses, findings)
+    dev, sec = page["devices"][0], section.devices[0]
+    assert dev["categories"]["now"] == sec["categories"] and dev["categories"]["peak"] == sec["at_peak"]["categories"]
+    assert dev["categories"]["now_reserved"] == sec["reserved_bytes"]
+    assert dev["stages"] == sec["at_peak"]["stages"] and dev["modules"] == sec["at_peak"]["modules"]
+    html = render_html(page)
+    assert 'id="cats"' in html and 'id="stages"' in html and 'id="modules"' in html and 'id="fixes"' in html

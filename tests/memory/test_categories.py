@@ -275,3 +275,26 @@ def test_the_page_and_the_tensorboard_tab_carry_the_same_categories() -> None:
     assert dev["stages"] == sec["at_peak"]["stages"] and dev["modules"] == sec["at_peak"]["modules"]
     html = render_html(page)
     assert 'id="cats"' in html and 'id="stages"' in html and 'id="modules"' in html and 'id="fixes"' in html
+
+
+def test_the_page_script_builds_the_category_tables(tmp_path: Path) -> None:
+    """The page's own script, run under a minimal DOM in Node (no browser here), fills the new tables."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("needs node")
+    page = tmp_path / "p.html"
+    res = CliRunner().invoke(cli, ["memory", str(shared_snapshot("eor_nn_snapshot.pickle")), "--device-memory",
+                                   "130MiB", "--html", str(page)])
+    assert res.exit_code in (0, 1), res.output
+    out = subprocess.run([node, str(Path(__file__).with_name("memory_page_shim.js")), str(page)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    drawn = json.loads(out.stdout)
+    assert drawn["cats"].startswith("categoryat the peakat the end") and "optimizer state" in drawn["cats"]
+    assert "= reserved by PyTorch128.00 MiB128.00 MiB" in drawn["cats"]
+    assert drawn["stages"].startswith("stagebytesshare") and "backward" in drawn["stages"]
+    assert "latent_cnn.py" in drawn["modules"]
+    assert drawn["fixes"].startswith("Fixes ranked by the bytes each saves")

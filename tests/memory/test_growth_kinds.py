@@ -122,3 +122,20 @@ def test_first_backward_gradients_are_one_time_growth(tmp_path: Path) -> None:
     assert row["growth"] == 4 * 40 * MiB
     assert (row["growth_kind"], row["one_time"]) == ("one_time", ["gradients"])
     assert "gradients" in rep["findings"][0]["message"]
+
+
+def test_a_trace_site_that_grew_at_one_step_only_is_first_step_growth() -> None:
+    """One trace, step ends compared: growth in one interval and flat after is one-time; growth at every
+    interval stays steady; two step ends cannot tell."""
+    from gpuprof.memory.diff import _first_step_growth
+
+    def row(site: str) -> dict[str, Any]:
+        return {"site": site, "growth_kind": "steady", "one_time": []}
+
+    rows = [row("once"), row("every"), row("two"), row("noisy")]
+    series = {"once": [0, 100 * MiB, 100 * MiB, 100 * MiB], "every": [0, 50 * MiB, 100 * MiB, 150 * MiB],
+              "two": [0, 100 * MiB], "noisy": [0, 100 * MiB, 90 * MiB, 100 * MiB]}
+    _first_step_growth(rows, series, 16 * MiB)
+    kinds = {r["site"]: (r["growth_kind"], r["one_time"]) for r in rows}
+    assert kinds == {"once": ("one_time", ["first_step"]), "every": ("steady", []), "two": ("steady", []),
+                     "noisy": ("steady", [])}

@@ -29,6 +29,7 @@ from gpuprof.memory.model import (
     BlockState,
     DeviceMemory,
     MemoryData,
+    OomEvent,
 )
 from gpuprof.memory.replay import Holders, ReplayResult, Totals, replay_holders, replay_totals
 from gpuprof.memory.units import SIZE_CLASSES, fmt_bytes, size_class
@@ -326,14 +327,14 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions, kind
     )
 
 
-def _at_oom(dm: DeviceMemory, o: Any, h: Holders, state: dict[str, Any], res_at: int | None, kinds: KindTable,
+def _at_oom(dm: DeviceMemory, o: OomEvent, h: Holders, state: dict[str, Any], res_at: int | None, kinds: KindTable,
             sites: SiteTable, ranges: StageRanges, opts: MemoryOptions) -> dict[str, Any]:
     """The breakdown at an OOM. One recorded after the history (gpuprof's observer) is the snapshot's own state,
     read from its blocks (exact sizes), with the memory not PyTorch's from the device's free bytes then."""
     non_pytorch = (max(0, dm.total_memory - o.device_free - res_at)
                    if (dm.total_memory and o.device_free is not None and res_at is not None) else None)
     if o.index >= len(dm) and dm.segments is not None:
-        at = dict(state)
+        at = {k: v for k, v in state.items() if k != "stage_timeline"}  # a moment, not the run
         at["categories"] = dict(state["categories"], non_pytorch=non_pytorch)
         return at
     return breakdown(h.by_kind, kinds, sites, res_at, non_pytorch, ranges, opts.top, backward_ended(dm, kinds, o.index))

@@ -9,11 +9,13 @@ let the analysis run as flat loops.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprof.memory.attribution import KindTable
 from gpuprof.memory.frames import SiteTable
+from gpuprof.redact import scrub
 
 __all__ = [
     "ALLOC",
@@ -150,3 +152,6 @@ class MemoryData:
     # pinned host memory PyTorch's host allocator held at the dump (gpuprof's own dumps): {"allocated_bytes",
     # "active_bytes"}; None when the file does not say
     pinned_host: dict[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        self.path = scrub(os.fspath(self.path))  # the name every view shows: a URL's credentials masked (gpuprof.redact)

@@ -116,11 +116,11 @@ class RunPaths:
     def snapshot_file(self, span: int) -> Path:
         return self.run_dir / f"{self.worker}.{span}.memory_snapshot.pickle"
 
-    def oom_files(self, span: int) -> tuple[Path, Path]:
-        return (
-            self.out_dir / f"{self.worker}.oom.{span}.memory_snapshot.pickle",
-            self.out_dir / f"{self.worker}.oom.{span}.memory_stats.gpuprof.json",
-        )
+    def oom_files(self, n: int) -> tuple[Path, Path]:
+        """The snapshot and the verdict (``oom.md`` beside the JSON) of the run's ``n``-th out-of-memory error,
+        next to its report: ``oom.pickle``/``oom.json`` first, then ``oom.2.pickle``..."""
+        stem = "oom" if n == 0 else f"oom.{n + 1}"
+        return self.out_dir / f"{stem}.pickle", self.out_dir / f"{stem}.json"
 
     @property
     def report_json(self) -> Path:

@@ -56,9 +56,10 @@ def test_the_slowdown_records_an_anomaly_window_after_it_began(slowed: dict[str,
     wins = slowed["job"]["windows"]
     assert [w["reason"] for w in wins] == ["default", "anomaly"], wins
     anomaly = wins[1]
-    # five slow steps in a row (150..154) fire it at the end of step 154: warm-up 155, recorded from 156
+    # five slow steps in a row (150..154) fire it at the end of step 154: warm-up 155, recorded from 156; on a
+    # busy machine a noisy step just before 150 may count as the first slow one (so from 154 or 155)
     earliest = SLOW_FROM + ANOMALY_STEPS + WINDOW_WARMUP
-    assert earliest <= anomaly["start_step"] <= earliest + 3, anomaly
+    assert earliest - 2 <= anomaly["start_step"] <= earliest + 3, anomaly
     assert anomaly["steps"] == 5  # as many as the default window (Schedule.active)
 
 
@@ -69,7 +70,7 @@ def test_the_verdict_names_the_slowdown_its_onset_and_the_data_wait(slowed: dict
     f = found[0]
     ev = f["evidence"][0]["extra"]
     assert ev["anomaly"] == "slowdown"
-    assert SLOW_FROM <= ev["onset_step"] <= SLOW_FROM + 1  # when it began (a slow step may start one late)
+    assert SLOW_FROM - 2 <= ev["onset_step"] <= SLOW_FROM + 1  # when it began (give or take a noisy step)
     assert f"slowed down from step {ev['onset_step']}" in f["message"]
     assert "data wait +" in f["message"] and "waiting for data" in f["advice"]
     parts = ev["parts_change_us"]

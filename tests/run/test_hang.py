@@ -168,7 +168,8 @@ def test_a_rank_that_never_reaches_the_barrier_is_named_with_each_ranks_line(tmp
         r = by_rank[rank]
         assert r["waiting_at"] == {"file": str(JOB), "line": line, "function": "<module>"}, r["waiting_at"]
         assert r["step"] == 20 and r["resumed_at_step"] is None
-        assert timeout_s <= float(r["stalled_s"]) <= timeout_s + 2  # within the configured time (+ one check)
+        # at the configured time, plus one check (0.3 s) and the scheduling delays of a loaded 2-core machine
+        assert timeout_s <= float(r["stalled_s"]) <= timeout_s + 5
         f = r["finding"]
         assert f["code"] == "GP651" and f"rank {rank} waits at {JOB}:{line}" in f["message"]
     # the Flight Recorder (gloo records it too): rank 0's last collective is the barrier it waits in

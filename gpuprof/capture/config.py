@@ -125,6 +125,9 @@ class CaptureConfig:
     * ``print_report``: print the short end-of-run report (to ``stderr``).
     * ``models``: modules to check for placement before the first step (others
       are found when they are first called).
+    * ``watch``: watch the whole job (docs/run.md, "The watch"): the job's phases and per-step
+      series in report.json's ``job``, CPU use of the trainer and its DataLoader workers (and NVML
+      on a GPU) sampled about once a second by a daemon thread.
     * ``flush_every``: buffered per-step scalars are written every this many steps.
     * ``options``: thresholds, as :class:`CheckOptions` or as a mapping
       ``{"CODE.NAME": value}`` of any runtime check's or trace rule's options
@@ -155,6 +158,7 @@ class CaptureConfig:
     print_report: bool = True
     models: Sequence[Any] = ()
     flush_every: int = 500
+    watch: bool = True
     options: CheckOptions = field(default_factory=CheckOptions)
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> {option: value}
 

@@ -123,6 +123,9 @@ class JobSamples:
     step: list[int] = field(default_factory=list)  # steps completed when the sample was taken
     process_cpu_pct: list[float] = field(default_factory=list)
     workers_cpu_pct: list[float | None] = field(default_factory=list)
+    # the workers' CPU demand: time on a core plus time runnable but waiting for one (Linux schedstat), so a
+    # CPU-bound worker reads ~100 per worker even on a machine so busy that it gets less
+    workers_demand_pct: list[float | None] = field(default_factory=list)
     workers: list[int | None] = field(default_factory=list)
     gpu_util_pct: list[float | None] | None = None
     gpu_memory_used_mib: list[float | None] | None = None

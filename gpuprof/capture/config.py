@@ -85,6 +85,10 @@ class CheckOptions:
     dataloader_share_warning: float = _d("dataloader_share_warning")  # GP601
     dataloader_min_share: float = _d("dataloader_min_share")  # GP601
     persistent_workers_min_epochs: int = _d("persistent_workers_min_epochs")  # GP604
+    loader_wait_share: float = _d("loader_wait_share")  # GP605-GP607
+    worker_busy_pct: float = _d("worker_busy_pct")  # GP605, GP607
+    worker_idle_pct: float = _d("worker_idle_pct")  # GP606
+    loader_min_samples: int = _d("loader_min_samples")  # GP605-GP607
     placement_max_modules: int = _d("placement_max_modules")  # GP610, GP612
     stable_shape_batches: int = _d("stable_shape_batches")  # GP620
     sync_min_per_step: float = _d("sync_min_per_step")  # GP630

@@ -86,6 +86,7 @@ class StepRows:
 
 # the watch's samples as TensorBoard scalars (docs/run.md): report.json's job.samples column -> scalar tag
 SAMPLE_TAGS = {"process_cpu_pct": "cpu_process_pct", "workers_cpu_pct": "cpu_workers_pct",
+               "workers_demand_pct": "cpu_workers_demand_pct",
                "gpu_util_pct": "nvml_gpu_util_pct", "gpu_memory_used_mib": "nvml_memory_used_mib",
                "gpu_sm_clock_mhz": "nvml_sm_clock_mhz", "gpu_power_w": "nvml_power_w"}
 

@@ -13,8 +13,11 @@ process's (``_pid``), so it neither starts nor waits for one.
 * CPU of its workers: the trainer's child processes (DataLoader workers are
   forked or spawned by it), found through ``/proc/<pid>/task/*/children``
   (or, where the kernel lacks that file, a scan of ``/proc/*/stat`` for the
-  parent id), each read from ``/proc/<child>/stat``. Not on systems without
-  ``/proc``: those columns are None there.
+  parent id), each read from ``/proc/<child>/stat``; and their CPU *demand*,
+  the time on a core plus the time runnable but waiting for one, from
+  ``/proc/<child>/schedstat`` (a CPU-bound worker wants a whole core even
+  when a busy machine gives it less). Not on systems without ``/proc``:
+  those columns are None there.
 * NVML (``nvidia-ml-py``, the ``watch`` extra), only when the capture uses
   CUDA: GPU utilisation, memory used, SM clock, power, throttle reasons of
   the device the trainer uses. Without the package, those columns are None.
@@ -103,12 +106,16 @@ class CpuReader:
         self._tick = _ticks_per_s()
         self._last_self = self._self_s()
         self._last_children: dict[int, float] = {}
+        self._last_demand: dict[int, float] = {}
         self._last_t = time.monotonic()
         if self.proc:
             for c in child_pids(self.pid):
                 s = self._child_s(c)
                 if s is not None:
                     self._last_children[c] = s
+                d = self._demand_s(c)
+                if d is not None:
+                    self._last_demand[c] = d
 
     def _self_s(self) -> float:
         t = os.times()
@@ -124,25 +131,42 @@ class CpuReader:
         except (IndexError, ValueError):
             return None
 
-    def read(self) -> tuple[float, float | None, int | None]:
-        """(process CPU %, workers' CPU %, workers) since the previous read; 100 % = one core."""
+    def _demand_s(self, pid: int) -> float | None:
+        """Seconds on a core plus seconds runnable and waiting for one (/proc/<pid>/schedstat, in ns)."""
+        raw = _read(f"/proc/{pid}/schedstat")
+        if raw is None:
+            return None
+        f = raw.split()
+        try:
+            return (int(f[0]) + int(f[1])) / 1e9
+        except (IndexError, ValueError):
+            return None
+
+    def read(self) -> tuple[float, float | None, float | None, int | None]:
+        """(process CPU %, workers' CPU %, workers' CPU demand %, workers) since the previous read; 100 = one core."""
         now = time.monotonic()
         wall = max(now - self._last_t, 1e-6)
         me = self._self_s()
         proc_pct = 100.0 * (me - self._last_self) / wall
         self._last_self, self._last_t = me, now
         if not self.proc:
-            return proc_pct, None, None
-        busy = 0.0
+            return proc_pct, None, None, None
+        busy = want = 0.0
         seen: dict[int, float] = {}
+        demand: dict[int, float] = {}
         for c in child_pids(self.pid):
             s = self._child_s(c)
             if s is None:
                 continue
             seen[c] = s
             busy += s - self._last_children.get(c, 0.0)  # a new child: all its CPU time is since the last read
-        self._last_children = seen
-        return proc_pct, 100.0 * max(busy, 0.0) / wall, len(seen)
+            d = self._demand_s(c)
+            if d is not None:
+                demand[c] = d
+                want += d - self._last_demand.get(c, 0.0)
+        self._last_children, self._last_demand = seen, demand
+        want_pct = 100.0 * max(want, 0.0) / wall if demand or not seen else None
+        return proc_pct, 100.0 * max(busy, 0.0) / wall, want_pct, len(seen)
 
 
 class Nvml(Protocol):
@@ -213,6 +237,7 @@ class _Columns:
     step: list[int] = field(default_factory=list)
     proc: list[float] = field(default_factory=list)
     workers_pct: list[float | None] = field(default_factory=list)
+    demand_pct: list[float | None] = field(default_factory=list)
     workers: list[int | None] = field(default_factory=list)
     gpu: list[tuple[float | None, float | None, float | None, float | None, int | None]] = field(default_factory=list)
 
@@ -277,17 +302,19 @@ class Sampler:
                 self.gpu = True  # the samples before this one hold None in the GPU columns
 
     def _sample(self, cpu: CpuReader) -> None:
-        proc, workers_pct, workers = cpu.read()
+        proc, workers_pct, demand_pct, workers = cpu.read()
         gpu = self._nvml.read() if self._nvml is not None else (None, None, None, None, None)
         with self._lock:
             c = self._cols
             c.step.append(self.steps())
             c.proc.append(round(proc, 2))
             c.workers_pct.append(round(workers_pct, 2) if workers_pct is not None else None)
+            c.demand_pct.append(round(demand_pct, 2) if demand_pct is not None else None)
             c.workers.append(workers)
             c.gpu.append(gpu)
             if len(c.step) > MAX_SAMPLES:  # keep the memory bounded: every other sample, twice the period
-                self._cols = _Columns(c.step[::2], c.proc[::2], c.workers_pct[::2], c.workers[::2], c.gpu[::2])
+                self._cols = _Columns(c.step[::2], c.proc[::2], c.workers_pct[::2], c.demand_pct[::2], c.workers[::2],
+                                      c.gpu[::2])
                 self.interval_s *= 2
 
     def snapshot(self) -> JobSamples:
@@ -295,7 +322,8 @@ class Sampler:
         with self._lock:
             c = self._cols
             samples = JobSamples(interval_s=self.interval_s, step=list(c.step), process_cpu_pct=list(c.proc),
-                                 workers_cpu_pct=list(c.workers_pct), workers=list(c.workers))
+                                 workers_cpu_pct=list(c.workers_pct), workers_demand_pct=list(c.demand_pct),
+                                 workers=list(c.workers))
             if self.gpu:
                 samples.gpu_util_pct = [g[0] for g in c.gpu]
                 samples.gpu_memory_used_mib = [round(g[1], 1) if g[1] is not None else None for g in c.gpu]

@@ -31,7 +31,7 @@ import numpy as np
 
 from gpuprof.capture.checks.base import Live, MonitorBase
 from gpuprof.run.phases import WatchData
-from gpuprof.run.sampler import INTERVAL_S, Nvml, Sampler, open_nvml
+from gpuprof.run.sampler import Nvml, Sampler, open_nvml
 
 __all__ = ["WatchCheck", "MAX_EVAL_STEPS"]
 
@@ -43,8 +43,10 @@ class WatchCheck(MonitorBase):
     consequence = "no CPU/GPU samples in the job timeline"
     per_step = False  # nothing on the training thread per step: the sampler runs on its own thread
 
-    def __init__(self, interval_s: float = INTERVAL_S) -> None:
-        self.interval_s = interval_s
+    def __init__(self, interval_s: float | None = None) -> None:
+        from gpuprof.run import sampler
+
+        self.interval_s = interval_s if interval_s is not None else sampler.INTERVAL_S
         self.sampler: Sampler | None = None
         self.eval_steps: list[int] = []
 

@@ -24,7 +24,8 @@ training loops (a garbage-collection pause, a checkpoint save, a slow batch):
    when it is slower than the next by ``MIN_CHANGE`` and short (at most
    ``WARMUP_MAX_STEPS`` or ``WARMUP_MAX_SHARE`` of the job), and the leading
    steps slower than the reference by ``SLOW_RATIO`` are ``warmup`` too
-   (step 0 builds the CUDA context, autotunes, starts the workers); the
+   (step 0 builds the CUDA context, autotunes, starts the workers), and
+   beyond the noise (``exp(3 sigma)``); the
    reference is the median of the first segment after warm-up; a segment
    slower than it by ``SLOW_RATIO`` or more is a ``slowdown``, any other is
    ``steady``. A segment shorter than ``MIN_PHASE`` steps takes its
@@ -181,7 +182,8 @@ def detect_phases(step_s: Sequence[float] | Floats, eval_steps: Sequence[int] = 
         # leading steps far slower than the reference: warm-up (step 0 builds the context, starts the workers)
         lead = 0
         limit = min(len(idx), WARMUP_MAX_STEPS, segs[first].end)
-        while lead < limit and t[lead] >= ref * (1 + SLOW_RATIO) and labels[idx[lead]] != "warmup":
+        slow = ref * max(1 + SLOW_RATIO, math.exp(3 * sigma))  # beyond the noise, not one unlucky step
+        while lead < limit and t[lead] >= slow and labels[idx[lead]] != "warmup":
             lead += 1
         if lead and lead < segs[first].end:
             labels[idx[:lead]] = "warmup"

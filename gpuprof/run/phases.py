@@ -174,8 +174,7 @@ def detect_phases(step_s: Sequence[float] | Floats, eval_steps: Sequence[int] = 
         ref = meds[first]
         kinds = ["warmup" if k < first else "slowdown" if meds[k] >= ref * (1 + SLOW_RATIO) else "steady"
                  for k in range(len(segs))]
-        for k in range(first, len(segs)):
-            g = segs[k]
+        for k, g in enumerate(segs):
             if g.end - g.start < MIN_PHASE and k > first:
                 kinds[k] = kinds[k - 1]
             labels[idx[g.start:g.end]] = kinds[k]

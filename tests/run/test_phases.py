@@ -130,3 +130,10 @@ def test_real_trace_step_times(rel: tuple[str, ...]) -> None:
     assert whole
     for p in phases:
         assert p.step_time_median_us == pytest.approx(statistics.median(dur_s[p.start_step:p.end_step + 1]) * 1e6)
+
+
+def test_a_slow_first_segment_is_warmup() -> None:
+    t = np.concatenate([np.full(20, 0.05), _noisy(280, 0.005, 0.05, 4)])  # 20 slow steps: compilation, autotuning
+    phases = detect_phases(t)
+    _covers(phases, 300)
+    assert _kinds(phases) == [("warmup", 0, 19), ("steady", 20, 299)]

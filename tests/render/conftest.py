@@ -8,9 +8,20 @@ from typing import Any
 
 import pytest
 
-from gpuprof.findings import Link, EventRef, Evidence, Finding, Severity, SourceLocation
-from gpuprof.report import (CopyStat, DeviceInfo, JobPhase, JobSamples, JobSeries, JobSummary, KernelStat, OpStat, Report,
-                            SyncStat, TraceSummary)
+from gpuprof.findings import EventRef, Evidence, Finding, Link, Severity, SourceLocation
+from gpuprof.report import (
+    CopyStat,
+    DeviceInfo,
+    JobPhase,
+    JobSamples,
+    JobSeries,
+    JobSummary,
+    KernelStat,
+    OpStat,
+    Report,
+    SyncStat,
+    TraceSummary,
+)
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.viewrows import KernelRow, OperatorRow, RangeRow, TraceViews
 

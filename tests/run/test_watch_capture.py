@@ -246,3 +246,25 @@ def test_forked_worker_does_not_run_the_sampler(tmp_path: Path) -> None:
     assert all(int(r[1]) != os.getpid() for r in rows)  # the samples came from the forked worker
     job = json.loads(next(tmp_path.rglob("report.json")).read_text())["job"]
     assert max(w for w in job["samples"]["workers"] if w is not None) == 1  # the trainer's sampler saw the worker
+
+
+def test_summary_names_the_phases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end-of-run summary says how many steps were watched and each phase with its median."""
+    import io
+
+    from gpuprof.capture import session
+
+    clock = _PlantedClock()
+    monkeypatch.setattr(session, "perf_counter", clock)
+    out = io.StringIO()
+    with gpuprof.profile(logdir=str(tmp_path), analyze=False, tensorboard=False) as prof:
+        prof.stream = out
+        for i in range(60):
+            clock.sleep(0.002 if i < 30 else 0.006)
+            prof.step()
+    text = out.getvalue()
+    line = next(x for x in text.splitlines() if x.startswith("gpuprof: watched 60 steps:"))
+    assert line.count("steady ") >= 2 and "recorded 7-11" in line, line
+    m = re.search(r"slowdown (29|30|31)-59 \(([56]\.\d\d) ms, (\d\.\d\d)x steady\)", line)
+    assert m, line
+    assert 2.4 <= float(m.group(3)) <= 3.6  # 6 ms against 2 ms, with the clock's 10% noise

@@ -257,6 +257,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self.error: Exception | None = None  # a failure on the thread, handed to the training thread at stop()
+        self.cpu_s = 0.0  # the thread's own CPU time, once it ended (bench/bench_watch.py reads it)
         self.gpu = False
 
     def use_nvml(self, opener: Callable[[], Nvml | None]) -> None:
@@ -293,6 +294,7 @@ class Sampler:
         finally:
             if self._nvml is not None:
                 self._nvml.close()
+            self.cpu_s = time.thread_time()
 
     def _open_nvml(self) -> None:
         opener, self._nvml_open = self._nvml_open, None

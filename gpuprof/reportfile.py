@@ -24,7 +24,7 @@ from gpuprof.errors import InputError
 from gpuprof.findings import Finding
 from gpuprof.report import SCHEMA_VERSION, JobSummary, Report, TraceSummary
 
-__all__ = ["read_report_dict", "report_from_dict", "job_from_dict", "run_dir_job", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
+__all__ = ["read_report_dict", "report_from_dict", "job_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
 
 MAX_REPORT_BYTES = 256 << 20  # a report is kB to a few MB; more is not one gpuprof wrote
 _MAJOR = SCHEMA_VERSION.split(".")[0]
@@ -108,29 +108,6 @@ def job_from_dict(doc: dict[str, Any]) -> JobSummary | None:
     """The report's ``job`` (schema 1.3; None when absent or null). Raises msgspec.ValidationError when malformed."""
     raw = doc.get("job")
     return None if raw is None else msgspec.convert(raw, JobSummary)
-
-
-def run_dir_job(directory: str | os.PathLike[str]) -> JobSummary | None:
-    """The job timeline of a capture's run directory: its ``report.json``'s ``job`` (``gpuprof analyze RUN_DIR``).
-
-    None when the directory holds no report.json of one process (a rank's lives in ``rank<R>/``, and the
-    job of one rank is not the job of the run), when it is a symbolic link (never followed) or has no job.
-    A report.json that is there but unusable is an InputError naming it, as for ``gpuprof analyze report.json``.
-    """
-    path = os.path.join(os.fspath(directory), "report.json")
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None  # a link or a FIFO named report.json: not read
-    doc = read_report_dict(path)
-    if doc.get("command") != "capture":
-        return None
-    try:
-        return job_from_dict(doc)
-    except (msgspec.ValidationError, TypeError, ValueError) as err:
-        raise InputError(path, f"malformed report: job: {err}") from None
 
 
 def unshown_sections(sections: list[Any]) -> list[Any]:

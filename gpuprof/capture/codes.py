@@ -70,7 +70,7 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
                         "persistent_workers=False is reported"),)),
     runtime_spec(
         "GP605", "dataloader-workers-cpu-bound", _W,
-        "The loop waits for batches while the DataLoader workers use every core they can have", "dataloader",
+        "The loop waits for batches while the DataLoader workers use every core they can have", "loaderverdicts",
         bad="loader = DataLoader(jpeg_ds, num_workers=7)   # 8 cores; each worker decodes full-size JPEGs",
         good="loader = DataLoader(preresized_ds, num_workers=7)   # decode cheaper, or on the GPU (DALI, nvjpeg)",
         options=(Option("loader_wait_share", 0.05, "the loader verdicts (GP605-GP607) need the loop to wait for "
@@ -83,13 +83,13 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
     runtime_spec(
         "GP606", "dataloader-workers-idle", _W,
         "The loop waits for batches while the DataLoader workers are mostly idle: storage- or network-bound",
-        "dataloader",
+        "loaderverdicts",
         bad="ds = RemoteImages('s3://bucket/train')       # each __getitem__ waits for one object",
         good="ds = LocalShards(cache_dir='/local/nvme')    # or more workers/prefetch_factor to overlap the waits"),
     runtime_spec(
         "GP607", "dataloader-too-few-workers", _W,
         "The loop waits for batches, each DataLoader worker is CPU-bound and CPU cores are left unused",
-        "dataloader",
+        "loaderverdicts",
         bad="loader = DataLoader(ds, num_workers=2)        # on 16 cores; both workers at 100%",
         good="loader = DataLoader(ds, num_workers=8)        # spare cores put to work"),
     runtime_spec(

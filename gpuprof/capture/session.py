@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
 from types import FrameType, TracebackType
@@ -63,7 +62,6 @@ from gpuprof.torchdep import import_torch
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.dataloader import LoaderMonitor
     from gpuprof.capture.placement import PlacementMonitor
-    from gpuprof.report import JobSamples
 
 __all__ = ["Profiler", "TraceFile"]
 
@@ -445,20 +443,13 @@ class Profiler(FrameworkSeams):
 
     def _flush_scalars(self) -> None:
         """Hand the steps since the last flush to the TensorBoard thread."""
+        from gpuprof.run.watch import samples_of
+
         w, live = self.scalars, self.live
         if w is not None:
             w.flush(self.guard, len(live.step_s),
                     step_rows(live.step_s, live.fetch_s, self.loaders.seen, self._check(MemoryCheck).sampler,
-                              _samples_of(live)))
-
-
-def _samples_of(live: Live) -> Callable[[], JobSamples] | None:
-    """The watch's samples so far, for the TensorBoard scalars (None with ``watch=False``)."""
-    from gpuprof.run.watch import WatchCheck
-
-    watch = live.find(WatchCheck)
-    sampler = watch.sampler if watch is not None else None
-    return sampler.snapshot if sampler is not None else None
+                              samples_of(live)))
 
 
 def _in_notebook() -> bool:

@@ -108,11 +108,6 @@ def analyze_cmd(
         report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory,
                          jobs=jobs, dask=dask,  # jobs None: gpuprof.pool decides by size and free CPUs
                          on_rank_done=_rank_counter() if show_progress and dask else None)
-    if len(paths) == 1 and os.path.isdir(paths[0]) and report.job is None:
-        # a capture's run directory: its report.json holds the whole job, which the traces alone do not
-        from gpuprof.reportfile import run_dir_job
-
-        report.job = run_dir_job(paths[0])
     if output:  # checked before --annotate writes anything
         refuse_input_as_output(output, input_files(report))
     if annotate:

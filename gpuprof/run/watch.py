@@ -30,10 +30,11 @@ from collections.abc import Callable
 import numpy as np
 
 from gpuprof.capture.checks.base import Live, MonitorBase
+from gpuprof.report import JobSamples
 from gpuprof.run.phases import WatchData
 from gpuprof.run.sampler import Nvml, Sampler, open_nvml
 
-__all__ = ["WatchCheck", "MAX_EVAL_STEPS"]
+__all__ = ["WatchCheck", "MAX_EVAL_STEPS", "samples_of"]
 
 MAX_EVAL_STEPS = 100_000  # eval marks kept (bounded: one int per evaluation)
 
@@ -90,6 +91,13 @@ class WatchCheck(MonitorBase):
                          cuda_allocated=alloc, cuda_reserved=res, cuda_peak=peak,
                          samples=self.sampler.snapshot() if self.sampler is not None else None,
                          cores=available_cores())
+
+
+def samples_of(live: Live) -> Callable[[], JobSamples] | None:
+    """The watch's samples so far, for the TensorBoard scalars (None with ``watch=False``)."""
+    watch = live.find(WatchCheck)
+    sampler = watch.sampler if watch is not None else None
+    return sampler.snapshot if sampler is not None else None
 
 
 def _nvml_opener() -> Callable[[], Nvml | None] | None:

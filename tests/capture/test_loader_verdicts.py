@@ -1,6 +1,6 @@
 """GP605-GP607: why the loop waits for a loader with workers, from the watch's CPU samples.
 
-The pure verdict (:func:`gpuprof.capture.dataloader.loader_verdicts`) against figures computed here by hand,
+The pure verdict (:func:`gpuprof.capture.loaderverdicts.loader_verdicts`) against figures computed here by hand,
 then real small loaders: a ``__getitem__`` that burns CPU against one that sleeps.
 """
 
@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from gpuprof.capture.config import CheckOptions
-from gpuprof.capture.dataloader import LoaderRecord, loader_verdicts, worker_cpu
+from gpuprof.capture.dataloader import LoaderRecord
+from gpuprof.capture.loaderverdicts import loader_verdicts, worker_cpu
 from gpuprof.codes import get_spec
 from gpuprof.report import JobSamples
 

@@ -87,16 +87,24 @@ def test_fifo_report_does_not_block(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bad", [{"phases": "many"}, {"steps": "3"}, {"phases": [{"kind": 1}]}, [1, 2]])
-def test_malformed_job_is_one_line_exit_2(tmp_path: Path, bad: Any) -> None:
-    for where in ("run", "file"):
-        d = _run_dir(tmp_path / where)
-        path = d / "report.json"
-        path.write_text(json.dumps(_report(bad)))
-        p = subprocess.run([sys.executable, "-m", "gpuprof", "analyze", str(d if where == "run" else path)],
-                           capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
-        assert p.returncode == 2, (where, p.stderr)
-        lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and "report.json" in lines[0] and "Traceback" not in p.stderr
+def test_malformed_job(tmp_path: Path, bad: Any) -> None:
+    """Read back as a file, a malformed job is one line naming it (exit 2); in a run directory the report is a
+    by-product: skipped with a note, the traces still analysed."""
+    d = _run_dir(tmp_path)
+    path = d / "report.json"
+    path.write_text(json.dumps(_report(bad)))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-m", "gpuprof", "analyze", str(path)], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "report.json" in lines[0] and "Traceback" not in p.stderr
+    p = subprocess.run([sys.executable, "-m", "gpuprof", "analyze", str(d), "--format", "json", "--fail-on", "never"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["job"] is None and doc["traces"]
+    assert any(n.startswith("skipped ") and "report.json" in n and "malformed job" in n for n in doc["notes"])
 
 
 def _hostile_report(tmp_path: Path) -> Path:

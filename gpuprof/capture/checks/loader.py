@@ -35,6 +35,8 @@ class LoaderCheck(MonitorBase):
         watch = live.find(WatchCheck)
         sampler = watch.sampler if watch is not None else None
         if sampler is not None:
-            out += dlmod.loader_verdicts(records, sampler.snapshot(), total_step_s=total, num_steps=steps,
-                                         cores=cores, local_world_size=lws, options=live.config.options)
+            from gpuprof.capture.loaderverdicts import loader_verdicts
+
+            out += loader_verdicts(records, sampler.snapshot(), total_step_s=total, num_steps=steps,
+                                   cores=cores, local_world_size=lws, options=live.config.options)
         return out

@@ -268,3 +268,22 @@ def test_summary_names_the_phases(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     m = re.search(r"slowdown (29|30|31)-59 \(([56]\.\d\d) ms, (\d\.\d\d)x steady\)", line)
     assert m, line
     assert 2.4 <= float(m.group(3)) <= 3.6  # 6 ms against 2 ms, with the clock's 10% noise
+
+
+def test_marked_evaluation_is_its_own_phase(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prof.mark_eval()`` (what the Lightning and HF callbacks call) makes that step an ``eval`` phase, never
+    a slowdown."""
+    from gpuprof.capture import session
+
+    clock = _PlantedClock()
+    monkeypatch.setattr(session, "perf_counter", clock)
+    with gpuprof.profile(logdir=str(tmp_path), analyze=False, tensorboard=False, print_report=False) as prof:
+        for i in range(80):
+            clock.sleep(0.002)
+            if i in (40, 41):  # two steps that each ran a validation loop before the next optimizer step
+                prof.mark_eval()
+                clock.sleep(0.2 if i == 40 else 0.0)
+            prof.step()
+    job = _job(Path(prof.result.run_dir))
+    assert ("eval", 40, 41) in [(p["kind"], p["start_step"], p["end_step"]) for p in job["phases"]]
+    assert not [p for p in job["phases"] if p["kind"] == "slowdown"]

@@ -82,7 +82,7 @@ class WatchCheck(MonitorBase):
         step_s = np.array(live.step_s[:n], dtype=np.float64)
         fetch = np.array(live.fetch_s[:n], dtype=np.float64) if loaders_seen else None
         alloc = res = peak = None
-        if memory is not None and len(memory[0]) >= n:
+        if memory is not None and len(memory[0]) >= n and any(memory[0]):  # all zero: CUDA present, unused
             alloc, res, peak = (np.array(m[:n], dtype=np.float64) for m in memory)
         from gpuprof.capture.dataloader import available_cores
 

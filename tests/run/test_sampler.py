@@ -44,7 +44,7 @@ def test_busy_and_idle_children_are_told_apart() -> None:
         reader = S.CpuReader()
         kid = _child(code)
         try:
-            time.sleep(1.5)
+            time.sleep(2.0)
             proc, used, demand, workers = reader.read()
         finally:
             kid.kill()

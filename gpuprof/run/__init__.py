@@ -1,2 +1,1 @@
-"""The whole job: ``gpuprof run`` (launcher, step clock), the watch over every step, recorded windows,
-on-demand triggers and the hang watchdog (docs/run.md)."""
+"""Running a whole job under gpuprof: the launcher, the watch over every step, windows and hangs (docs/run.md)."""

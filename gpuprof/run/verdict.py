@@ -18,7 +18,7 @@ from gpuprof.findings import Evidence, Finding, SourceLocation
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.run import TraceFile
-    from gpuprof.report import Report
+    from gpuprof.report import JobWindow, Report
 
 __all__ = ["PART_WORDS", "job_windows", "trigger_notes", "window_verdicts"]
 
@@ -45,9 +45,11 @@ _ADVICE = {
 }
 
 
-def job_windows(traces: Sequence[TraceFile]) -> list[dict[str, Any]]:
+def job_windows(traces: Sequence[TraceFile]) -> list[JobWindow]:
     """``job.windows`` of report.json: ``{start_step, steps, reason}`` per recorded window, in step order."""
-    return [{"start_step": t.first_step, "steps": t.last_step - t.first_step + 1, "reason": t.reason}
+    from gpuprof.report import JobWindow
+
+    return [JobWindow(t.first_step, t.last_step - t.first_step + 1, t.reason)
             for t in sorted(traces, key=lambda t: t.first_step)]
 
 

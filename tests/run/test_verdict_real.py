@@ -14,6 +14,7 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.capture.run import TraceFile
+from gpuprof.report import JobWindow
 from gpuprof.run.verdict import job_windows, window_verdicts
 from gpuprof.run.windows import Anomaly, PlannedWindow
 from gpuprof.testing.realtraces import v100_samples
@@ -77,9 +78,7 @@ def test_the_verdict_on_real_traces_names_the_data_wait_with_the_raw_figures() -
     traces = [TraceFile(steady_p, ids_s[0], ids_s[-1]),
               TraceFile(slow_p, 100, 100 + len(ids_a) - 1, window=PlannedWindow(99, len(ids_a), "anomaly", "x",
                                                                                     anomaly))]
-    assert job_windows(traces) == [
-        {"start_step": ids_s[0], "steps": len(ids_s), "reason": "default"},
-        {"start_step": 100, "steps": len(ids_a), "reason": "anomaly"}]
+    assert job_windows(traces) == [JobWindow(ids_s[0], len(ids_s), "default"), JobWindow(100, len(ids_a), "anomaly")]
     (f,) = window_verdicts(traces, report, None)
     ev: dict[str, Any] = f.evidence[0].extra
     assert f.code == "GP650" and "slowed down from step 100" in f.message

@@ -171,6 +171,12 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard, *, memory: bool = Fal
     section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures
     report.sections.append(section)
     report.notes = list(facts.notes) + report.notes
+    if facts.watch is not None:
+        from gpuprof.run.phases import job_summary
+
+        report.job = g.run("job timeline", "no job timeline in the report", job_summary, facts.watch)
+    if facts.traces:  # the recorded windows (gpuprof.run.verdict), with the watch on or off
+        g.run("window verdict", "no job.windows in report.json", _attach_windows, facts, report)
     section.failures = g.all_failed()
     return report
 
@@ -178,12 +184,21 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard, *, memory: bool = Fal
 def _job_windows(facts: RunFacts, report: Report) -> None:
     from gpuprof.run.verdict import job_windows, trigger_notes, window_verdicts
 
-    report.job["windows"] = wins = job_windows(facts.traces)
+    wins = job_windows(facts.traces)
     if len(wins) > 1:  # every view shows the notes: say which windows the traces are
         report.notes.append("recorded windows: " + ", ".join(
-            f"steps {w['start_step']}-{w['start_step'] + w['steps'] - 1} ({w['reason']})" for w in wins))
+            f"steps {w.start_step}-{w.start_step + w.steps - 1} ({w.reason})" for w in wins))
     report.findings += window_verdicts(facts.traces, report, facts.location)
     report.notes += trigger_notes(facts.traces, report)
+
+
+def _attach_windows(facts: RunFacts, report: Report) -> None:
+    from gpuprof.report import JobSummary
+    from gpuprof.run.verdict import job_windows
+
+    if report.job is None:  # the watch off (or failed): a job of its windows only (no steps: nothing drawn)
+        report.job = JobSummary()
+    report.job.windows = job_windows(facts.traces)
 
 
 def _analyze_one(trace: Trace, metrics: TraceMetrics, cfg: CaptureConfig, merged: Report,

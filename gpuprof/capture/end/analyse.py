@@ -193,12 +193,10 @@ def _job_windows(facts: RunFacts, report: Report) -> None:
 
 
 def _attach_windows(facts: RunFacts, report: Report) -> None:
-    from gpuprof.report import JobSummary
     from gpuprof.run.verdict import job_windows
 
-    if report.job is None:  # the watch off (or failed): a job of its windows only (no steps: nothing drawn)
-        report.job = JobSummary()
-    report.job.windows = job_windows(facts.traces)
+    if report.job is not None:  # the watch off (or failed): no job, so no job.windows (the notes name them)
+        report.job.windows = job_windows(facts.traces)
 
 
 def _analyze_one(trace: Trace, metrics: TraceMetrics, cfg: CaptureConfig, merged: Report,

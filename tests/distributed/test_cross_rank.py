@@ -68,6 +68,7 @@ def _section(report: dict[str, Any]) -> dict[str, Any]:
     return found[0]
 
 
+@pytest.mark.slow
 def test_real_ddp_straggler_is_named_with_its_cause_and_the_others_wait(ddp_runs: dict[str, Path]) -> None:
     report = _cli_json(ddp_runs["bad"])
     sec = _section(report)

@@ -216,6 +216,7 @@ def test_event_bigger_than_the_limit_is_refused_early(tmp_path: Path) -> None:
     assert cpu < 30
 
 
+@pytest.mark.slow
 def test_big_event_under_the_limit_costs_linear_time(tmp_path: Path) -> None:
     # Reading on by doubling: a 48 MiB name is found in a few passes, not 48 (each over all the text).
     p = tmp_path / "big.json"
@@ -244,6 +245,7 @@ def test_gzip_bomb_of_whitespace(tmp_path: Path) -> None:
     assert cpu < 30
 
 
+@pytest.mark.slow
 def test_gzip_bomb_of_tiny_events_hits_the_ratio(tmp_path: Path) -> None:
     p = tmp_path / "ev.json.gz"
     _gzip_members(p, b'{"traceEvents":[{}', b",{}", 4 * 1024)  # 4 GiB of empty events

@@ -184,6 +184,7 @@ def _many_files(logdir: Path, n: int) -> None:
             (sub / f"f{i}.txt").touch()
 
 
+@pytest.mark.slow
 def test_25k_files_and_50_concurrent_requests_walk_the_logdir_once(tmp_path: Path) -> None:
     logdir = tmp_path / "logdir"
     _many_files(logdir, 25_000)

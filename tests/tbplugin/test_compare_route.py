@@ -49,6 +49,7 @@ def both() -> tuple[dict[str, Any], dict[str, Any]]:
     return tab["compare"], json.loads(res.output)
 
 
+@pytest.mark.slow
 def test_same_findings_removed_added_changed(both: tuple[dict[str, Any], dict[str, Any]]) -> None:
     tab, cli_doc = both
     assert (tab["before"], tab["after"]) == ("resnet50_num_workers_0", "resnet50_num_workers_4")

@@ -158,6 +158,7 @@ def _collect(*args: str) -> list[str]:
     return [ln for ln in out.stdout.splitlines() if "::" in ln]
 
 
+@pytest.mark.slow
 def test_the_fast_command_leaves_out_frameworks_and_browsers() -> None:
     """In a real collection: the framework module is not even imported under -m "not slow"; the browser
     tests (they use the fixture, no marker written) go to -m slow; the two halves split the file's tests."""

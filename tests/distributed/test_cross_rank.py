@@ -101,6 +101,7 @@ def test_real_ddp_straggler_is_named_with_its_cause_and_the_others_wait(ddp_runs
     assert "GP705" in codes and "4.0 times per step" in codes["GP705"]["message"]  # find_unused_parameters=True
 
 
+@pytest.mark.slow
 def test_real_ddp_per_trace_communication_is_the_cross_rank_exposed_communication(ddp_runs: dict[str, Path]) -> None:
     # one source of numbers: the per-trace summary's Communication (a CPU gloo run) is the cross-rank table's
     # exposed communication of that rank, not 0.00 beside it
@@ -120,6 +121,7 @@ def test_real_ddp_per_trace_communication_is_the_cross_rank_exposed_communicatio
     assert all(r["vs_fastest"] is None and r["step_time_us"] == rows[r["rank"]]["step_us"] for r in view["ranks"])
 
 
+@pytest.mark.slow
 def test_real_ddp_fixed_twin_waits_far_less_and_syncs_once(ddp_runs: dict[str, Path]) -> None:
     bad = _section(_cli_json(ddp_runs["bad"]))
     report = _cli_json(ddp_runs["good"])

@@ -127,6 +127,7 @@ _COMMANDS = {
     "diff": ("gpuprof.cli.diff", "diff_cmd"),
     "explain": ("gpuprof.cli.rules", "explain_cmd"),
     "export": ("gpuprof.cli.export", "export_cmd"),
+    "history": ("gpuprof.cli.history", "history_cmd"),
     "memory": ("gpuprof.cli.memory", "memory_cmd"),
     "rules": ("gpuprof.cli.rules", "rules_cmd"),
 }

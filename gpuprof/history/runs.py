@@ -1,0 +1,154 @@
+"""Finding the runs under a log directory and the figures of each, from its saved ``report.json`` files.
+
+A run is a directory holding a ``report.json`` (a capture writes one per
+run, ``<run>/report.json``, or one per rank, ``<run>/rank<R>/report.json``:
+a run's ranks are one run). Each file is read with the checks of
+:mod:`gpuprof.reportfile` (regular file, size bound, schema version); one
+that fails them is skipped with a note, so one bad run does not hide the
+others. The walk follows no symlink and stops at :data:`MAX_REPORTS`.
+
+Runs are in time order: the newest modification time of their reports
+(the time the run finished writing them), then name.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuprof.errors import InputError
+
+__all__ = ["METRICS", "RunFigures", "History", "read_history", "figures_of", "MAX_REPORTS"]
+
+REPORT_NAME = "report.json"
+MAX_REPORTS = 10_000  # far beyond a real log directory; bounds the time and memory a hostile tree costs
+# the figures each run has, in the order shown: name -> (label, unit)
+METRICS: dict[str, tuple[str, str]] = {
+    "step_time_us": ("step time", "us"),
+    "gpu_utilization": ("GPU utilisation", "fraction"),
+    "data_loading_share": ("data loading", "fraction"),
+    "memory_peak_bytes": ("memory peak", "bytes"),
+}
+
+
+@dataclass
+class RunFigures:
+    """One run: its name (the directory, relative to the log directory), figures (None: not in its reports), codes."""
+
+    name: str
+    mtime: float
+    reports: list[str]
+    figures: dict[str, float | None]
+    findings: list[str]  # distinct finding codes, sorted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "reports": self.reports, **self.figures, "findings": self.findings}
+
+
+@dataclass
+class History:
+    root: str
+    runs: list[RunFigures] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def figures_of(docs: list[dict[str, Any]]) -> tuple[dict[str, float | None], list[str]]:
+    """The figures of one run from its reports' JSON (one per rank), and its finding codes.
+
+    Step time: the median of the traces' median step times (the capture's own median without traces);
+    GPU utilisation: the traces' mean; data loading: the traces' data-loading time over their mean
+    step time (else the capture's share); memory peak: the highest allocated peak of a memory section.
+    """
+    traces = [t for d in docs for t in d.get("traces", []) if isinstance(t, dict)]
+    captures = [s for d in docs for s in d.get("sections", []) if isinstance(s, dict) and s.get("kind") == "capture"]
+    steps = [v for t in traces if (v := _num(t.get("step_time_us"))) is not None and v > 0]
+    if not steps:
+        steps = [v * 1000.0 for s in captures if (v := _num(s.get("step_time_median_ms"))) is not None]
+    utils = [v for t in traces if (v := _num(t.get("gpu_utilization"))) is not None]
+    loading = [(_num((t.get("breakdown_us") or {}).get("data_loading")) or 0.0, mean)
+               for t in traces if isinstance(t.get("breakdown_us"), dict)
+               and (mean := _num(t.get("step_time_mean_us"))) is not None and mean > 0]
+    share: float | None = sum(a for a, _ in loading) / sum(b for _, b in loading) if loading else None
+    if share is None:
+        shares = [v for s in captures if (v := _num(s.get("data_loading_share"))) is not None]
+        share = statistics.fmean(shares) if shares else None
+    peaks = [v for d in docs for s in d.get("sections", []) if isinstance(s, dict) and s.get("kind") == "memory"
+             for dev in (s.get("devices") or []) if isinstance(dev, dict)
+             if (v := _num((dev.get("allocated") or {}).get("peak"))) is not None]
+    codes = sorted({str(f["code"]) for d in docs for f in d.get("findings", [])
+                    if isinstance(f, dict) and isinstance(f.get("code"), str)})
+    return {
+        "step_time_us": statistics.median(steps) if steps else None,
+        "gpu_utilization": statistics.fmean(utils) if utils else None,
+        "data_loading_share": share,
+        "memory_peak_bytes": max(peaks) if peaks else None,
+    }, codes
+
+
+def _run_dir(report: Path) -> Path:
+    parent = report.parent
+    if parent.name.startswith("rank") and parent.name[4:].isdigit():
+        return parent.parent  # one rank of a distributed run
+    return parent
+
+
+def _find_reports(root: Path, notes: list[str]) -> list[Path]:
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        if REPORT_NAME in filenames:
+            p = Path(dirpath) / REPORT_NAME
+            try:
+                regular = stat.S_ISREG(os.lstat(p).st_mode)
+            except OSError:
+                regular = False
+            if not regular:
+                notes.append(f"skipped {p}: not a regular file")
+                continue
+            found.append(p)
+            if len(found) >= MAX_REPORTS:
+                notes.append(f"stopped after {MAX_REPORTS} reports")
+                break
+    return found
+
+
+def read_history(logdir: str) -> History:
+    """Every run under ``logdir`` in time order; InputError when it is not a directory or holds no readable report."""
+    from gpuprof.reportfile import read_report_dict
+
+    root = Path(logdir)
+    try:
+        st = os.stat(root)
+    except OSError as err:
+        raise InputError.from_os_error(logdir, err) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(logdir, "not a directory (give the log directory holding the runs)")
+    hist = History(root=logdir)
+    by_run: dict[Path, list[tuple[Path, dict[str, Any], float]]] = {}
+    for rep in _find_reports(root, hist.notes):
+        try:
+            doc = read_report_dict(rep)
+            mtime = os.stat(rep).st_mtime
+        except InputError as err:
+            hist.notes.append(f"skipped {err}")
+            continue
+        except OSError as err:
+            hist.notes.append(f"skipped {rep}: {err.strerror or err}")
+            continue
+        by_run.setdefault(_run_dir(rep), []).append((rep, doc, mtime))
+    if not by_run:
+        raise InputError(logdir, f"no readable {REPORT_NAME} under it" + (f" ({hist.notes[0]})" if hist.notes else ""))
+    for run_dir, items in by_run.items():
+        figures, codes = figures_of([d for _, d, _ in items])
+        name = run_dir.relative_to(root).as_posix() if run_dir != root else "."
+        hist.runs.append(RunFigures(name, max(m for _, _, m in items), [str(p) for p, _, _ in items], figures, codes))
+    hist.runs.sort(key=lambda r: (r.mtime, r.name))
+    return hist

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,21 @@ def test_export_is_listed_with_help() -> None:
     assert "export" in run("--help").output
     res = run("export", "--help")
     assert res.exit_code == 0 and "parquet" in res.output and "Exit codes" in res.output
+
+
+def test_csv_export_and_history_import_neither_torch_nor_pyarrow(tmp_path: Path) -> None:
+    """The analyze path's promise holds for the new commands: torch never, pyarrow only for parquet/arrow."""
+    import subprocess
+    import sys
+
+    script = ("import atexit, json, sys\n"
+              "atexit.register(lambda: open(sys.argv[1], 'w').write(json.dumps(sorted(sys.modules))))\n"
+              "from gpuprof.cli import main\nmain(sys.argv[2:])\n")
+    for args in (["export", str(SAMPLE), "-o", str(tmp_path / "out")], ["history", str(REPO / "examples")]):
+        out = tmp_path / "modules.json"
+        proc = subprocess.run([sys.executable, "-c", script, str(out), *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert proc.returncode in (0, 2), proc.stderr  # history of a folder without reports: exit 2, one line
+        mods = set(json.loads(out.read_text()))
+        assert "gpuprof.cli" in mods and not {"torch", "pyarrow"} & mods, args
+    assert (tmp_path / "out" / "operators.csv").is_file()

@@ -143,3 +143,32 @@ def test_no_reports_or_not_a_directory_is_one_line(tmp_path: Path) -> None:
     for path in (tmp_path, tmp_path / "missing"):
         res = run("history", str(path))
         assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_real_v100_runs_mark_the_move_to_loader_workers(tmp_path: Path) -> None:
+    """The four V100 samples as four runs (two with num_workers=0, then two with 4): each run's figures are
+    its report's, and GP102 (single-process loading) disappears at the third run.
+
+    No change point is expected: with two runs a side, the data-loading share of the two num_workers=0 runs
+    differs by 10 points (33.5 % and 23.2 %), so a 25-point fall is under 4 noise widths.
+    """
+    from gpuprof.testing.realtraces import v100_samples
+
+    docs = []
+    for i, trace in enumerate(v100_samples()):
+        out = tmp_path / "logs" / f"r{i}" / "report.json"
+        out.parent.mkdir(parents=True)
+        assert run("analyze", str(trace), "--format", "json", "-o", str(out), "--fail-on", "never").exit_code == 0
+        os.utime(out, (1_700_000_000 + i, 1_700_000_000 + i))
+        docs.append(json.loads(out.read_text()))
+    res = run("history", str(tmp_path / "logs"), "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    for r, rep in zip(doc["runs"], docs):
+        t = rep["traces"][0]
+        assert r["step_time_us"] == t["step_time_us"] and r["gpu_utilization"] == t["gpu_utilization"]
+        assert r["data_loading_share"] == pytest.approx(t["breakdown_us"].get("data_loading", 0.0) / t["step_time_mean_us"])
+        assert r["findings"] == sorted({f["code"] for f in rep["findings"]})
+    assert {"code": "GP102", "run": "r2", "change": "disappeared"} in doc["finding_changes"]
+    assert doc["runs"][0]["data_loading_share"] > 0.2 > 0.01 > doc["runs"][2]["data_loading_share"]

@@ -69,3 +69,19 @@ def test_a_file_instead_of_a_directory_is_one_line(tmp_path: Path) -> None:
     d = _run_dir(tmp_path, "a")
     res = run("history", str(d / "report.json"))
     assert res.exit_code == 2 and "not a directory" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_html_page_is_inert_whatever_the_run_names(tmp_path: Path) -> None:
+    evil = '<script>alert(1)<script>"><img src=x onerror=alert(2)>'  # no "/": a directory name
+    for i in range(3):
+        d = tmp_path / f"{evil}{i}"
+        d.mkdir()
+        (d / "report.json").write_text(json.dumps(GOOD))
+    page = tmp_path / "h.html"
+    res = run("history", str(tmp_path), "--html", str(page), "--format", "json")
+    assert res.exit_code == 0, res.output
+    text = page.read_text(encoding="utf-8")
+    assert "<script" not in text and "<img" not in text
+    assert "&lt;script&gt;alert(1)&lt;script&gt;&quot;&gt;&lt;img" in text
+    assert "script-src 'none'" in text and "default-src 'none'" in text
+    assert text.count("<circle") == 3 * 2  # step time and GPU utilisation of three runs; the other figures absent

@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlsplit
 
 from gpuprof.errors import InputError
 
-__all__ = ["Url", "TraceFile", "is_url", "local_or_url", "find_remote", "open_remote", "shown"]
+__all__ = ["Url", "TraceFile", "is_url", "local_or_url", "find_remote", "open_remote", "modified_time", "shown"]
 
 # scheme "://" (RFC 3986 scheme characters); a Windows drive ("C:\\") has no "//" and is not one
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -161,3 +161,16 @@ def open_remote(url: str, peek: int) -> tuple[str, BinaryIO, bytes, int | None]:
         raw.close()
         raise InputError.from_os_error(name, err, "read") from None
     return name, raw, head, int(size) if size is not None else None
+
+
+def modified_time(url: str) -> float | None:
+    """When the object at ``url`` was last modified (POSIX seconds), or None where its store does not say."""
+    fs, inner = _filesystem(url)
+    try:
+        when = fs.modified(inner)
+    except (OSError, NotImplementedError, ValueError, TypeError):
+        return None
+    try:
+        return float(when.timestamp())
+    except (AttributeError, OverflowError, OSError, ValueError):
+        return None

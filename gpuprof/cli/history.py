@@ -17,14 +17,14 @@ Exit codes:
 
 
 @click.command("history", epilog=EPILOG)
-@click.argument("logdir", type=click.Path(path_type=str))
+@click.argument("logdir", metavar="LOGDIR_OR_URL", type=click.Path(path_type=str))
 @click.option("--format", "fmt", type=click.Choice(("terminal", "json")), default="terminal", show_default=True,
               help="json: runs in time order with their figures, change_points and finding_changes.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the history to this file.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), metavar="HISTORY.html",
               help="Also write a chart of every figure over the runs as one standalone, offline HTML page.")
 def history_cmd(logdir: str, fmt: str, output: str | None, html_out: str | None) -> None:
-    """Show every run's saved report.json under LOGDIR over time, marking change points.
+    """Show every run's saved report.json under LOGDIR (or a URL prefix) over time, marking change points.
 
     Per run: median step time, GPU utilisation, data-loading share, memory
     peak and finding codes; a change point is a run where a figure shifted

@@ -93,13 +93,6 @@ def figures_of(docs: list[dict[str, Any]]) -> tuple[dict[str, float | None], lis
     }, codes
 
 
-def _run_dir(report: Path) -> Path:
-    parent = report.parent
-    if parent.name.startswith("rank") and parent.name[4:].isdigit():
-        return parent.parent  # one rank of a distributed run
-    return parent
-
-
 def _find_reports(root: Path, notes: list[str]) -> list[Path]:
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -120,35 +113,106 @@ def _find_reports(root: Path, notes: list[str]) -> list[Path]:
     return found
 
 
-def read_history(logdir: str) -> History:
-    """Every run under ``logdir`` in time order; InputError when it is not a directory or holds no readable report."""
+_Found = list[tuple[str, str, dict[str, Any], float]]  # (run name, report, its JSON, modification time)
+
+
+def _shown(url: str) -> str:
+    from gpuprof.remote import shown
+
+    return shown(url)
+
+
+def _run_name(parts: list[str]) -> str:
+    """The run of a report, from its directory's path parts below the log directory (rank<R> folded in)."""
+    if parts and parts[-1].startswith("rank") and parts[-1][4:].isdigit():
+        parts = parts[:-1]  # one rank of a distributed run
+    return "/".join(parts) or "."
+
+
+def _read_local(root: Path, logdir: str, notes: list[str]) -> _Found:
     from gpuprof.reportfile import read_report_dict
 
-    root = Path(logdir)
     try:
         st = os.stat(root)
     except OSError as err:
         raise InputError.from_os_error(logdir, err) from None
     if not stat.S_ISDIR(st.st_mode):
         raise InputError(logdir, "not a directory (give the log directory holding the runs)")
-    hist = History(root=logdir)
-    by_run: dict[Path, list[tuple[Path, dict[str, Any], float]]] = {}
-    for rep in _find_reports(root, hist.notes):
+    out: _Found = []
+    for rep in _find_reports(root, notes):
         try:
             doc = read_report_dict(rep)
             mtime = os.stat(rep).st_mtime
         except InputError as err:
-            hist.notes.append(f"skipped {err}")
+            notes.append(f"skipped {err}")
             continue
         except OSError as err:
-            hist.notes.append(f"skipped {rep}: {err.strerror or err}")
+            notes.append(f"skipped {rep}: {err.strerror or err}")
             continue
-        by_run.setdefault(_run_dir(rep), []).append((rep, doc, mtime))
+        out.append((_run_name(list(rep.parent.relative_to(root).parts)), str(rep), doc, mtime))
+    return out
+
+
+def _read_remote(url: str, notes: list[str]) -> _Found:
+    """Every ``report.json`` under a URL prefix (fsspec), read with the same checks as a local one."""
+    from gpuprof.remote import find_remote, modified_time, open_remote, shown
+    from gpuprof.reportfile import MAX_REPORT_BYTES, report_dict_of
+
+    try:
+        reports = find_remote(url, lambda name: name == REPORT_NAME)
+    except InputError as err:
+        if "holds no" in err.problem:
+            raise InputError(shown(url), f"no {REPORT_NAME} under it") from None
+        raise
+    root = url.rstrip("/")
+    tail = root.split("://", 1)[-1].strip("/")
+    out: _Found = []
+    for rep in reports[:MAX_REPORTS]:
+        name = shown(str(rep))
+        try:
+            _, stream, _, size = open_remote(str(rep), 0)
+            try:
+                if size is not None and size > MAX_REPORT_BYTES:
+                    raise InputError(name, f"report larger than {MAX_REPORT_BYTES >> 20} MiB; not one gpuprof wrote")
+                raw = stream.read(MAX_REPORT_BYTES + 1)
+            finally:
+                stream.close()
+            doc = report_dict_of(raw, name)
+        except InputError as err:
+            notes.append(f"skipped {err}")
+            continue
+        except OSError as err:
+            notes.append(f"skipped {name}: {err.strerror or err}")
+            continue
+        rel = str(rep).split("://", 1)[-1].strip("/")
+        at = rel.find(tail) if tail else 0
+        below = rel[at + len(tail):] if at >= 0 else rel
+        parts = [p for p in below.split("/") if p][:-1]  # the directories between the root and report.json
+        out.append((_run_name(parts), name, doc, modified_time(str(rep)) or 0.0))
+    if len(reports) > MAX_REPORTS:
+        notes.append(f"stopped after {MAX_REPORTS} reports")
+    return out
+
+
+def read_history(logdir: str) -> History:
+    """Every run under ``logdir`` (a directory, or a URL prefix read through fsspec) in time order;
+    InputError when it is not a directory or holds no readable report."""
+    from gpuprof.remote import is_url, local_or_url
+
+    where = local_or_url(logdir) if is_url(logdir) else Path(logdir)
+    hist = History(root=logdir)
+    if isinstance(where, Path):
+        found = _read_local(where, logdir, hist.notes)
+    else:
+        found = _read_remote(str(where), hist.notes)
+        hist.root = _shown(logdir)
+    by_run: dict[str, list[tuple[str, dict[str, Any], float]]] = {}
+    for run_name, rep, doc, mtime in found:
+        by_run.setdefault(run_name, []).append((rep, doc, mtime))
     if not by_run:
-        raise InputError(logdir, f"no readable {REPORT_NAME} under it" + (f" ({hist.notes[0]})" if hist.notes else ""))
-    for run_dir, items in by_run.items():
+        raise InputError(hist.root, f"no readable {REPORT_NAME} under it" + (f" ({hist.notes[0]})" if hist.notes else ""))
+    for name, items in by_run.items():
         figures, codes = figures_of([d for _, d, _ in items])
-        name = run_dir.relative_to(root).as_posix() if run_dir != root else "."
-        hist.runs.append(RunFigures(name, max(m for _, _, m in items), [str(p) for p, _, _ in items], figures, codes))
+        hist.runs.append(RunFigures(name, max(m for _, _, m in items), [p for p, _, _ in items], figures, codes))
     hist.runs.sort(key=lambda r: (r.mtime, r.name))
     return hist

@@ -172,3 +172,29 @@ def test_real_v100_runs_mark_the_move_to_loader_workers(tmp_path: Path) -> None:
         assert r["findings"] == sorted({f["code"] for f in rep["findings"]})
     assert {"code": "GP102", "run": "r2", "change": "disappeared"} in doc["finding_changes"]
     assert doc["runs"][0]["data_loading_share"] > 0.2 > 0.01 > doc["runs"][2]["data_loading_share"]
+
+
+def test_a_url_prefix_is_read_through_fsspec(tmp_path: Path) -> None:
+    """fsspec's in-memory store stands in for object storage: the same runs, checks and change point."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    root = f"/hist-{os.getpid()}-{tmp_path.name}"
+    rng = random.Random(3)
+    try:
+        for i in range(1, 11):
+            step = (100_000.0 if i < 6 else 130_000.0) * (1 + rng.uniform(-0.01, 0.01))
+            fs.pipe(f"{root}/r{i:02d}/report.json", json.dumps(_report(step, 0.8, 1000.0, [])).encode())
+        fs.pipe(f"{root}/bad/report.json", b"{not json")
+        fs.pipe(f"{root}/r01/trace.json", b"{}")  # not a report: not read
+        res = run("history", f"memory://{root}", "--format", "json")
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.stdout)
+        assert sorted(r["name"] for r in doc["runs"]) == [f"r{i:02d}" for i in range(1, 11)]
+        # the share of a constant 1 ms of loading falls with the longer steps: a change too
+        assert {(p["run"], p["metric"]) for p in doc["change_points"]} == {("r06", "step_time_us"),
+                                                                          ("r06", "data_loading_share")}
+        assert any("bad/report.json" in n and "not a valid JSON report" in n for n in doc["notes"])
+        empty = run("history", f"memory://{root}-none")
+        assert empty.exit_code == 2 and len(empty.output.strip().splitlines()) == 1
+    finally:
+        fs.rm(root, recursive=True)

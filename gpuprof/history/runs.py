@@ -13,6 +13,7 @@ Runs are in time order: the newest modification time of their reports
 
 from __future__ import annotations
 
+import ftplib
 import os
 import stat
 import statistics
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuprof.errors import InputError
+from gpuprof.errors import InputError, describe_error
 
 __all__ = ["METRICS", "RunFigures", "History", "read_history", "figures_of", "MAX_REPORTS"]
 
@@ -117,9 +118,9 @@ _Found = list[tuple[str, str, dict[str, Any], float]]  # (run name, report, its 
 
 
 def _shown(url: str) -> str:
-    from gpuprof.remote import shown
+    from gpuprof.redact import redact
 
-    return shown(url)
+    return redact(url)
 
 
 def _run_name(parts: list[str]) -> str:
@@ -155,20 +156,20 @@ def _read_local(root: Path, logdir: str, notes: list[str]) -> _Found:
 
 def _read_remote(url: str, notes: list[str]) -> _Found:
     """Every ``report.json`` under a URL prefix (fsspec), read with the same checks as a local one."""
-    from gpuprof.remote import find_remote, modified_time, open_remote, shown
+    from gpuprof.remote import find_remote, modified_time, open_remote
     from gpuprof.reportfile import MAX_REPORT_BYTES, report_dict_of
 
     try:
         reports = find_remote(url, lambda name: name == REPORT_NAME)
     except InputError as err:
         if "holds no" in err.problem:
-            raise InputError(shown(url), f"no {REPORT_NAME} under it") from None
+            raise InputError(_shown(url), f"no {REPORT_NAME} under it") from None
         raise
     root = url.rstrip("/")
     tail = root.split("://", 1)[-1].strip("/")
     out: _Found = []
     for rep in reports[:MAX_REPORTS]:
-        name = shown(str(rep))
+        name = _shown(str(rep))
         try:
             _, stream, _, size = open_remote(str(rep), 0)
             try:
@@ -181,8 +182,8 @@ def _read_remote(url: str, notes: list[str]) -> _Found:
         except InputError as err:
             notes.append(f"skipped {err}")
             continue
-        except OSError as err:
-            notes.append(f"skipped {name}: {err.strerror or err}")
+        except (OSError, EOFError, ftplib.Error) as err:  # a store that failed mid-read (remote._BACKEND_ERRORS)
+            notes.append(f"skipped {name}: {describe_error(err)}")
             continue
         rel = str(rep).split("://", 1)[-1].strip("/")
         at = rel.find(tail) if tail else 0

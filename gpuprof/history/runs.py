@@ -118,9 +118,11 @@ _Found = list[tuple[str, str, dict[str, Any], float]]  # (run name, report, its 
 
 
 def _shown(url: str) -> str:
-    from gpuprof.redact import redact
+    """``url`` as gpuprof may print it: the log directory's credentials (registered by redacting the URL the
+    user gave, first) masked wherever they occur, as fsspec's listings spell a URL otherwise."""
+    from gpuprof.redact import scrub
 
-    return redact(url)
+    return scrub(url)
 
 
 def _run_name(parts: list[str]) -> str:
@@ -156,8 +158,11 @@ def _read_local(root: Path, logdir: str, notes: list[str]) -> _Found:
 
 def _read_remote(url: str, notes: list[str]) -> _Found:
     """Every ``report.json`` under a URL prefix (fsspec), read with the same checks as a local one."""
+    from gpuprof.redact import redact
     from gpuprof.remote import find_remote, modified_time, open_remote
     from gpuprof.reportfile import MAX_REPORT_BYTES, report_dict_of
+
+    redact(url)  # registers the URL's secrets, which _shown then masks in every listed URL
 
     try:
         reports = find_remote(url, lambda name: name == REPORT_NAME)

@@ -350,3 +350,14 @@ def test_history_of_a_url_masks_the_password(bucket: Bucket, tmp_path: Path) -> 
     res = CliRunner().invoke(cli, ["history", f"{bucket.url}/nothing"])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
     bucket.assert_masked(res.output)
+
+
+def test_export_of_a_url_masks_the_password_in_every_table(bucket: Bucket, tmp_path: Path) -> None:
+    url = bucket.put("run/t.pt.trace.json", _trace_bytes(tmp_path))
+    res = _run("export", url, "-o", str(tmp_path / "out"))
+    assert res.exit_code == 0, res.output
+    bucket.assert_masked(res.output)
+    files = sorted((tmp_path / "out").iterdir())
+    assert len(files) == 6 and "t.pt.trace.json" in (tmp_path / "out" / "steps.csv").read_text(encoding="utf-8")
+    for f in files:
+        bucket.assert_masked(f.read_text(encoding="utf-8"))

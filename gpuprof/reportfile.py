@@ -24,7 +24,7 @@ from gpuprof.errors import InputError
 from gpuprof.findings import Finding
 from gpuprof.report import SCHEMA_VERSION, JobSummary, Report, TraceSummary
 
-__all__ = ["read_report_dict", "report_from_dict", "job_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
+__all__ = ["read_report_dict", "report_dict_of", "report_from_dict", "job_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
 
 MAX_REPORT_BYTES = 256 << 20  # a report is kB to a few MB; more is not one gpuprof wrote
 _MAJOR = SCHEMA_VERSION.split(".")[0]
@@ -53,6 +53,17 @@ def read_report_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
             raw = fh.read(MAX_REPORT_BYTES + 1)
     except OSError as err:
         raise InputError.from_os_error(p, err, "read") from None
+    return report_dict_of(raw, p)
+
+
+def report_dict_of(raw: bytes, name: str) -> dict[str, Any]:
+    """A saved report's bytes (read by the caller, at most ``MAX_REPORT_BYTES``) as its checked JSON object.
+
+    For a report read from elsewhere than a local file (a URL); InputError naming ``name``.
+    """
+    if len(raw) > MAX_REPORT_BYTES:
+        raise InputError(name, f"report larger than {MAX_REPORT_BYTES >> 20} MiB; not one gpuprof wrote")
+    p = name
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as err:

@@ -170,8 +170,9 @@ def _probe(address: str, timeout: float) -> None:
 
 
 async def _identity(address: str, timeout: float) -> dict[str, Any]:
-    from distributed.comm import connect as comm_connect
+    import distributed.comm.core
 
+    comm_connect: Any = distributed.comm.core.connect  # untyped in distributed
     comm = await comm_connect(address, timeout=timeout, deserialize=False)
     try:
         await comm.write({"op": "identity", "reply": True})
@@ -196,7 +197,7 @@ def _disarm_client(err: BaseException, client_type: type) -> None:
     """
     tb = err.__traceback__
     while tb is not None:
-        obj = tb.tb_frame.f_locals.get("self")
+        obj: Any = tb.tb_frame.f_locals.get("self")
         if isinstance(obj, client_type):
             obj.status = "closed"
             with contextlib.suppress(Exception):

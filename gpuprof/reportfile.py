@@ -6,8 +6,10 @@ file (a FIFO or device is refused without being opened for reading, so
 nothing blocks), at most ``MAX_REPORT_BYTES``, JSON, an object whose
 ``schema_version`` is ``1.x`` (the compatibility policy of
 docs/report-schema.md: a newer minor version only adds fields, which are
-ignored). Anything else is an :class:`~gpuprof.errors.InputError` naming the
-file (exit 2).
+ignored), whose every value has the type and range the schema gives it
+(:mod:`gpuprof.reportcheck`: no NaN, no negative duration, no share over 1).
+Anything else is an :class:`~gpuprof.errors.InputError` naming the file and,
+for a value, its field (exit 2).
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ def read_report_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
     for key in ("traces", "findings", "sections", "notes", "inputs"):
         if not isinstance(doc.get(key, []), list):
             raise InputError(p, f"malformed report: {key!r} is not a list")
+    from gpuprof.reportcheck import ReportProblem, check_report
+
+    try:
+        check_report(doc)  # every typed value in its range, before a figure is computed from it
+    except ReportProblem as err:
+        raise InputError(p, f"malformed report: {err.field} {err.problem}") from None
     return doc
 
 

@@ -103,6 +103,12 @@ def read_report(path: Path, logdir: Path | None = None) -> dict[str, Any]:
     for key in ("traces", "findings", "sections", "notes", "failed_rules"):
         if not isinstance(doc.get(key, []), list):
             raise InputError(path, f"field {key!r} is not a list")
+    from gpuprof.reportcheck import ReportProblem, check_report
+
+    try:
+        check_report(doc)  # the page computes and draws from these values: each of its type and range
+    except ReportProblem as err:
+        raise InputError(path, f"malformed report: {err.field} {err.problem}") from None
     return doc
 
 

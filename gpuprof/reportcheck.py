@@ -159,13 +159,23 @@ _COPY = _object({"count": _COUNT, "total_us": _US},
                 {"direction": _text(), "memory": _text(), "bytes": _number(low=0, integer=True),
                  "bandwidth_gbps": _number(low=0.0, nullable=True)})
 _SYNC = _object({"count": _COUNT, "total_us": _US}, {"cause": _text(), "runtime": _text(), "location": _text(nullable=True)})
+_FLOPS = {"flops": _number(low=0.0, nullable=True), "flops_source": _text(nullable=True),
+          "tflops": _number(low=0.0, nullable=True)}
 _VIEW_OPERATOR = _object({"name": _text()}, {
     "input_shapes": _text(nullable=True), "calls": _COUNT, "cpu_total_us": _US, "cpu_self_us": _US,
-    "gpu_self_us": _US, "gpu_total_us": _US, "flops": _number(low=0.0, nullable=True),
-    "tflops": _number(low=0.0, nullable=True)})
-_VIEW_KERNEL = _object({"name": _text()}, {"calls": _COUNT, "total_us": _US, "mean_us": _US, "max_us": _US})
-_VIEWS = _object({}, {"kernel_total_us": _US, "unattributed_gpu_us": _US, "operators": _list(_VIEW_OPERATOR),
-                      "kernels": _list(_VIEW_KERNEL)}, nullable=True)
+    "gpu_self_us": _US, "gpu_total_us": _US, "stacks": _TEXTS, **_FLOPS})
+_DIMS = _list(_number(low=0, integer=True), nullable=True)
+_VIEW_KERNEL = _object({"name": _text()}, {
+    "calls": _COUNT, "total_us": _US, "mean_us": _US, "max_us": _US, "tensor_cores": lambda v, p: _bool(v, p, True),
+    "op_dtype": _text(nullable=True), "precision": _text(nullable=True), **_FLOPS,
+    "mfu": _number(low=0.0, nullable=True),  # against a peak table: an estimate, not bounded by 1
+    "grid": _DIMS, "block": _DIMS, "registers_per_thread": _number(low=0, integer=True, nullable=True),
+    "occupancy": _SHARE_OR_NULL})
+_VIEW_SCOPE = _object({"name": _text()}, {"calls": _COUNT, "cpu_total_us": _US, "gpu_self_us": _US, "gpu_total_us": _US})
+_VIEWS = _object({}, {"version": _number(low=1, integer=True), "kernel_total_us": _US, "unattributed_gpu_us": _US,
+                      "peak_device": _text(nullable=True), "operators": _list(_VIEW_OPERATOR),
+                      "kernels": _list(_VIEW_KERNEL), "modules": _list(_VIEW_SCOPE), "ranges": _list(_VIEW_SCOPE)},
+                 nullable=True)
 
 # the fields of a trace summary that `gpuprof diff` computes with; every 1.x report has these
 _TRACE = _object(
@@ -198,9 +208,9 @@ _REPORT = _object(
 )
 
 
-def _bool(v: Any, path: str) -> None:
-    if not isinstance(v, bool):
-        raise ReportProblem(path, f"is {_shown(v)}, not true or false")
+def _bool(v: Any, path: str, nullable: bool = False) -> None:
+    if not (isinstance(v, bool) or (nullable and v is None)):
+        raise ReportProblem(path, f"is {_shown(v)}, not true or false" + (" or null" if nullable else ""))
 
 
 def first_non_finite(doc: Any, root: str = "") -> str | None:

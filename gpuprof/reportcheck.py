@@ -204,8 +204,22 @@ _FINDING = _object(
 _REPORT = _object(
     {"schema_version": _text()},
     {"command": _text(), "inputs": _TEXTS, "traces": _list(_TRACE), "findings": _list(_FINDING),
-     "sections": _list(_object({"kind": _text()})), "notes": _TEXTS, "failed_rules": _TEXTS, "failed_ranks": _TEXTS},
+     "sections": _list(lambda v, p: _section(v, p)), "notes": _TEXTS, "failed_rules": _TEXTS, "failed_ranks": _TEXTS},
 )
+
+
+# sections gpuprof writes only with ranks in them: an emptied list would read as a job without findings
+_RANKED_SECTIONS = ("cross_rank", "rank_summaries")
+
+
+def _section(v: Any, path: str) -> None:
+    _object({"kind": _text()})(v, path)
+    if v["kind"] in _RANKED_SECTIONS:
+        ranks = v.get("ranks")
+        if not isinstance(ranks, list):
+            raise ReportProblem(_join(path, "ranks"), f"is {_shown(ranks)}, not a list")
+        if not ranks:
+            raise ReportProblem(_join(path, "ranks"), f"is empty: a {v['kind']} section describes at least one rank")
 
 
 def _bool(v: Any, path: str, nullable: bool = False) -> None:

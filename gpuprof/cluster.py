@@ -189,7 +189,7 @@ def _one_word(value: object) -> str:
     return text if text.isidentifier() and len(text) <= 40 else "server"
 
 
-def _disarm_client(err: BaseException, client_type: type) -> None:
+def _disarm_client(err: BaseException, client_type: Any) -> None:
     """Mark closed the half-made Client of a failed constructor, so its ``__del__`` does not wait 2x the timeout.
 
     The object is only reachable through the traceback's frames (``self`` of

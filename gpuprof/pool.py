@@ -225,7 +225,7 @@ def _wait_watching(pool: Any, futures: list[Any], items: Sequence[Any], timeout:
     poll = min(1.0, timeout / 4)
     pending = set(futures)
     last_progress = last_poll = time.monotonic()
-    seen: dict[int, int] = {}
+    seen: dict[int, int | None] = {}
     while pending:
         done, pending = cf.wait(pending, timeout=poll, return_when=cf.FIRST_COMPLETED)
         now = time.monotonic()

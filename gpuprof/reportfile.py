@@ -92,9 +92,16 @@ def report_from_dict(doc: dict[str, Any], path: str) -> Report:
     """The :class:`Report` a saved report describes (InputError naming ``path`` when a part does not fit the schema)."""
     try:
         traces = [msgspec.convert(t, TraceSummary) for t in doc.get("traces", [])]
-        findings = [Finding.from_dict(f) for f in doc.get("findings", [])]
-    except (msgspec.ValidationError, KeyError, TypeError, ValueError, AttributeError) as err:
+    except (msgspec.ValidationError, TypeError, ValueError) as err:
         raise InputError(path, f"malformed report: {type(err).__name__}: {err}") from None
+    findings = []
+    for i, f in enumerate(doc.get("findings", [])):
+        try:
+            findings.append(Finding.from_dict(f))
+        except KeyError as err:  # a field the schema requires (its type was checked where present)
+            raise InputError(path, f"malformed report: findings[{i}].{err.args[0]} is missing") from None
+        except (TypeError, ValueError, AttributeError) as err:
+            raise InputError(path, f"malformed report: findings[{i}]: {type(err).__name__}: {err}") from None
     sections: list[Any] = []
     for s in doc.get("sections", []):
         if isinstance(s, dict) and isinstance(s.get("kind"), str):

@@ -166,3 +166,14 @@ def test_a_gate_that_cannot_judge_does_not_pass(saved: dict[str, Any], tmp_path:
     assert res.output.count("\n") == 1
     # without a gate the same comparison is shown (exit 0): only the gate refuses to judge
     assert CliRunner().invoke(cli, ["diff", str(good), str(empty)]).exit_code == 0
+
+
+@pytest.mark.parametrize("field", ["name", "severity", "message"])
+def test_analyze_names_a_missing_finding_field(saved: dict[str, Any], tmp_path: Path, field: str) -> None:
+    bad = copy.deepcopy(saved)
+    del bad["findings"][0][field]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    res = CliRunner().invoke(cli, ["analyze", str(path)])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert str(path) in res.output and f"findings[0].{field} is missing" in res.output

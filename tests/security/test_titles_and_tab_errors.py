@@ -76,6 +76,22 @@ def test_the_diff_page_title_names_the_files_only_and_inertly(hostile_trace: Pat
         assert title.startswith("gpuprof diff: evil\\x1b") and "\u2192" in title
 
 
+def test_the_memory_page_title_names_the_file_only_and_inertly(tmp_path: Path) -> None:
+    from gpuprof.testing.realtraces import shared_snapshot
+
+    d = tmp_path / "private" / "home"
+    d.mkdir(parents=True)
+    snap = d / (HOSTILE + ".pickle")
+    shutil.copyfile(shared_snapshot("cs336_magma_memory_snapshot.pickle"), snap)
+    out = tmp_path / "memory.html"
+    res = CliRunner().invoke(cli, ["memory", str(snap), "--html", str(out)])
+    assert res.exit_code in (0, 1), res.output
+    page = out.read_text()
+    head = html.unescape(re.search(r"<title>(.*?)</title>", page, re.S).group(1))  # type: ignore[union-attr]
+    _clean(head, d)
+    assert head.startswith("gpuprof memory: evil\\x1b]0;owned") and head.endswith("name.pickle")
+
+
 def test_client_error_lines() -> None:
     from gpuprof.tbplugin.errortext import client_error
 

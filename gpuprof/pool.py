@@ -156,8 +156,9 @@ def workers_for(files: Sequence[Any], jobs: int | None, free: int | None = None)
 def run_pool(fn: Callable[..., Any], items: Sequence[Any], workers: int, args: tuple[Any, ...] = ()) -> list[Any]:
     """``[fn(item, *args) for item in items]`` on ``workers`` processes; results in order.
 
-    Raises what a worker raised, or ``BrokenProcessPool`` (a ``RuntimeError``)
-    when one died. The workers are joined before this returns or raises.
+    Raises what a worker raised, ``BrokenProcessPool`` (a ``RuntimeError``)
+    when one died, or :class:`WorkerStalled` when none made progress for
+    :func:`stall_timeout` seconds. The workers are joined before this returns or raises.
     """
     import concurrent.futures as cf
 

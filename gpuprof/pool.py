@@ -39,6 +39,14 @@ are unlinked as they are made, so no ``/dev/shm`` file exists to leak; with a
 forkserver, once the workers are gone the resource tracker sees its last user
 leave and unlinks them. Workers are always joined (``shutdown(wait=True)``,
 also when a result raises), so no zombie outlives the call.
+
+**Nothing hangs.** A worker stopped by SIGSTOP (or a debugger), or blocked
+in a read that never returns, would keep its result from coming forever.
+While waiting, the pool reads each worker's CPU time (``/proc``); when for
+``STALL_S`` seconds (``GPUPROF_WORKER_STALL_S``) no trace finished and no
+worker used CPU, it raises :class:`WorkerStalled` (one line naming the
+stopped workers and the traces still waited for) and ends the workers:
+SIGTERM, then SIGCONT, which a stopped process needs to act on it.
 """
 
 from __future__ import annotations

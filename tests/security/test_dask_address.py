@@ -229,3 +229,20 @@ def test_in_a_real_process_nothing_follows_the_one_line(kind: str) -> None:
     if kind == "worker":
         assert "is a Dask Worker, not a scheduler" in lines[0]
     assert proc.stdout == ""
+
+
+def test_the_probe_works_inside_a_running_event_loop() -> None:
+    """A notebook calls analyze(dask=...) from inside its event loop: the probe runs on a loop of its own."""
+    from gpuprof.cluster import connect
+    from gpuprof.errors import InputError
+
+    async def in_a_notebook() -> str:
+        with _server(_garbage) as address:
+            try:
+                connect(address)
+            except InputError as err:
+                return str(err)
+        return "connected"
+
+    text = asyncio.run(in_a_notebook())
+    assert "cannot reach the Dask scheduler" in text and "does not speak Dask's protocol" in text

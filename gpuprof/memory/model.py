@@ -9,10 +9,12 @@ let the analysis run as flat loops.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprof.memory.frames import SiteTable
+from gpuprof.redact import scrub
 
 __all__ = [
     "ALLOC",
@@ -140,3 +142,6 @@ class MemoryData:
     notes: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)  # allocator_settings of the snapshot
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, start µs, end µs), traces only
+
+    def __post_init__(self) -> None:
+        self.path = scrub(os.fspath(self.path))  # the name every view shows: a URL's credentials masked (gpuprof.redact)

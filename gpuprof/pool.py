@@ -249,7 +249,7 @@ def _wait_watching(pool: Any, futures: list[Any], items: Sequence[Any], timeout:
 
 def _stall_message(ticks: dict[int, int | None], futures: list[Any], pending: set[Any], items: Sequence[Any],
                    timeout: float) -> str:
-    from gpuprof.remote import shown
+    from gpuprof.redact import redact as shown  # a URL with its credentials masked
 
     stopped = [pid for pid in ticks if _state(pid) in ("T", "t")]
     waiting = [shown(str(items[i])) for i, fu in enumerate(futures) if fu in pending]

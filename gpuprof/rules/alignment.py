@@ -10,8 +10,8 @@ from typing import Iterable
 from gpuprof.findings import Evidence, Finding
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.precision import is_eligible_kernel, uses_tensor_cores
+from gpuprof.trace.flops import estimate_flops
 from gpuprof.trace.model import DTYPE_HALF, Event, op_concrete_inputs, op_dtypes, op_shape_key
-from gpuprof.views.flops import estimate_flops
 
 __all__ = ["MisalignedGemm", "is_unaligned_kernel", "odd_dims"]
 

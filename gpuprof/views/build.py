@@ -32,6 +32,7 @@ import numpy as np
 from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.attribution import OpAttribution, _inclusive, _Nesting
 from gpuprof.trace.columns import Columns, columns, named
+from gpuprof.trace.flops import ESTIMATED_OPS, estimate_flops
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import (
     DTYPE_BF16,
@@ -55,7 +56,6 @@ from gpuprof.trace.model import (
 from gpuprof.trace.stacks import call_stack_location, user_location
 from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.trace.vocab import step_number
-from gpuprof.views.flops import ESTIMATED_OPS, estimate_flops
 from gpuprof.views.peaks import device_row, peak_for
 from gpuprof.views.precision import is_eligible_kernel, kernel_precision, uses_tensor_cores
 
@@ -244,7 +244,7 @@ def _group_ops(ops: list[Event], name_code: np.ndarray) -> tuple[np.ndarray, lis
     object identities group the ops in numpy; the Python loop runs once per
     distinct (name, payload). An op's FLOPs: the trace's ``kernel_flop`` when
     above 0 (torch's trace augmenter writes 0 where it has no figure), else
-    the estimate from its inputs (:mod:`gpuprof.views.flops`).
+    the estimate from its inputs (:mod:`gpuprof.trace.flops`).
     """
     n = len(ops)
     if n == 0:

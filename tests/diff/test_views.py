@@ -11,7 +11,7 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.testing.realtraces import shared_path, v100_samples
-from gpuprof.views.flops import estimate_flops
+from gpuprof.trace.flops import estimate_flops
 from gpuprof.views.peaks import device_row, peak_for
 from gpuprof.views.precision import kernel_precision
 

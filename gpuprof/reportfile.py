@@ -24,9 +24,9 @@ import msgspec
 
 from gpuprof.errors import InputError
 from gpuprof.findings import Finding
-from gpuprof.report import SCHEMA_VERSION, Report, TraceSummary
+from gpuprof.report import SCHEMA_VERSION, JobSummary, Report, TraceSummary
 
-__all__ = ["read_report_dict", "report_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
+__all__ = ["read_report_dict", "report_from_dict", "job_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
 
 MAX_REPORT_BYTES = 256 << 20  # a report is kB to a few MB; more is not one gpuprof wrote
 _MAJOR = SCHEMA_VERSION.split(".")[0]
@@ -92,6 +92,7 @@ def report_from_dict(doc: dict[str, Any], path: str) -> Report:
     """The :class:`Report` a saved report describes (InputError naming ``path`` when a part does not fit the schema)."""
     try:
         traces = [msgspec.convert(t, TraceSummary) for t in doc.get("traces", [])]
+        job = job_from_dict(doc)
     except (msgspec.ValidationError, TypeError, ValueError) as err:
         raise InputError(path, f"malformed report: {type(err).__name__}: {err}") from None
     findings = []
@@ -114,7 +115,14 @@ def report_from_dict(doc: dict[str, Any], path: str) -> Report:
         findings=findings,
         notes=[str(n) for n in doc.get("notes", [])],
         failed_rules=[str(c) for c in doc.get("failed_rules", []) if isinstance(c, str)],
+        job=job,
     )
+
+
+def job_from_dict(doc: dict[str, Any]) -> JobSummary | None:
+    """The report's ``job`` (schema 1.3; None when absent or null). Raises msgspec.ValidationError when malformed."""
+    raw = doc.get("job")
+    return None if raw is None else msgspec.convert(raw, JobSummary)
 
 
 def unshown_sections(sections: list[Any]) -> list[Any]:

@@ -57,7 +57,7 @@ def report_page_data(report: Report) -> dict[str, Any]:
     findings = [{**f.to_dict(), "display_message": linked_message(f), "display_cost": fmt_cost(f)} for f in report.findings]
     title = "gpuprof report: " + ", ".join(_title_name(p) for p in report.inputs)
     return {"kind": "report", "title": title, "inputs": d["inputs"], "headline": _headline(traces), "traces": traces,
-            "findings": findings, "notes": d["notes"], "version": d["tool"]["version"]}
+            "findings": findings, "notes": d["notes"], "version": d["tool"]["version"], "job": d.get("job")}
 
 
 def _headline(traces: list[dict[str, Any]]) -> dict[str, Any]:
@@ -137,6 +137,7 @@ function renderReport(){
   const colors = {}, labels = {}, bars = [];
   D.traces.forEach((t, i) => { const k = "#" + (i + 1); colors[k] = COLORS[i % COLORS.length]; labels[k] = k + " " + t.path;
     t.step_times_us.forEach((v, j) => bars.push({id: t.step_ids[j] === undefined ? j : t.step_ids[j], parts: {[k]: v}})); });
+  if (D.job) GP.jobChart(section("Job: " + D.job.steps + " steps watched").appendChild(el("div", {id: "job-chart"})), D.job);
   GP.stepChart(section("Step time").appendChild(el("div", {id: "steps-chart"})), bars, colors, "step time per step", labels);
   section("Findings (" + D.findings.length + ")").append(...GP.findings(D.findings));
   D.traces.forEach((t, i) => { const sec = section("Views" + (D.traces.length > 1 ? " of #" + (i + 1) + " " + short(t.path) : ""));

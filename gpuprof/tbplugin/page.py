@@ -248,6 +248,8 @@ INDEX_HTML = ("""<!doctype html>
 <div><h3>Collectives (time: the fastest rank of each)</h3><div id="xcolls"></div></div><ul id="xnotes" class="muted"></ul></section>
 <section id="memory" hidden><h2>Memory timeline</h2><label>Snapshot <select id="snap"></select></label>
 <button id="snapopen" type="button">Show</button> <span id="memstatus" class="muted"></span><div id="memframe"></div></section>
+<section id="history"><h2>History over runs</h2><p class="muted">Step time, GPU utilisation, data loading, memory peak and findings of every run's saved report.json under the logdir, with change points: <code>gpuprof history LOGDIR</code> (docs/history.md).</p>
+<iframe sandbox="" loading="lazy" title="run history" src="history.html"></iframe></section>
 <section hidden><h2>Notes</h2><ul id="notes"></ul></section>
 </div></main>
 <script>""" + _SCRIPT + """</script></body></html>

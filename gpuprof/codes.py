@@ -7,7 +7,7 @@ Codes are declared where the code that reports them lives, all in one shape:
   :meth:`Rule.spec() <gpuprof.rules.base.Rule.spec>`;
 - memory findings (GP510-GP521): :data:`gpuprof.memory.codes.MEMORY_CODES`;
 - runtime checks made while a capture runs (GP6xx, and GP8xx capture hooks):
-  :data:`gpuprof.capture.codes.RUNTIME_CHECKS`, one ``runtime_spec(...)`` each;
+  :data:`gpuprof.runtimecodes.RUNTIME_CHECKS`, one ``runtime_spec(...)`` each;
 - cross-rank rules (GP70x), reported by ``gpuprof analyze`` when it sees two or
   more ranks of a job: ``@register class X(CrossRankRule)`` in
   :mod:`gpuprof.distributed.rules` (same spec shape, origin ``distributed``);
@@ -64,10 +64,10 @@ def declare(spec: CodeSpec) -> CodeSpec:
 
 
 def _specs() -> list[CodeSpec]:
-    from gpuprof.capture.codes import RUNTIME_CHECKS
     from gpuprof.distributed.rules import all_cross_rank_rules
     from gpuprof.memory.codes import MEMORY_CODES
     from gpuprof.rules.base import all_rules
+    from gpuprof.runtimecodes import RUNTIME_CHECKS
 
     return ([r.spec() for r in all_rules()] + [r.spec() for r in all_cross_rank_rules()] + list(MEMORY_CODES)
             + list(RUNTIME_CHECKS) + list(_DECLARED.values()))

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Callable
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
 from gpuprof.codespec import INFO_BELOW_SHARE, severity_for_cost
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
+from gpuprof.runtimecodes import runtime_check
 from gpuprof.trace.metrics import data_loading_share  # the one definition (the capture's figures use it too)
 
 __all__ = ["LoaderRecord", "LoaderMonitor", "available_cores", "batch_signature", "data_loading_share", "dataloader_findings",

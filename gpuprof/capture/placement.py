@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Iterable, Iterator
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.guard import safe_text
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.frames import is_user_file, user_frame
+from gpuprof.runtimecodes import runtime_check
 
 __all__ = [
     "DeviceMismatchError",

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
 from types import FrameType, TracebackType
@@ -190,7 +191,7 @@ class Profiler(FrameworkSeams):
         if window.wants_step(nxt) or self._first_step_pending:
             if self._first_step_pending:
                 self._first_step_pending = False
-                self._each("first_step")
+                self._each(lambda m: m.first_step(live))
             self.guard.run("profiler", "no trace is recorded", window.advance_or_drop, nxt)
             if window.closed_for_good:
                 window.closed_for_good = False
@@ -361,17 +362,19 @@ class Profiler(FrameworkSeams):
         assert found is not None, kind  # monitors() makes one of each
         return found
 
-    def _each(self, point: str, *args: object) -> None:
-        """Call ``point`` of every monitor, each guarded under its own name."""
+    def _each(self, call: Callable[[Monitor], None]) -> None:
+        """``call`` (one of the :class:`Monitor` points) on every monitor, each guarded under its own name."""
         for m in self.live.monitors:
-            self.guard.run(m.part, m.consequence, getattr(m, point), self.live, *args)
+            self.guard.run(m.part, m.consequence, call, m)
 
     # WindowHooks: the torch profiler enters/leaves the recorded steps
     def recording(self, on: bool, span: int | None) -> None:
-        self._each("recording", on, span)
+        live = self.live
+        self._each(lambda m: m.recording(live, on, span))
 
     def recorded_step(self) -> None:
-        self._each("recorded_step")
+        live = self.live
+        self._each(lambda m: m.recorded_step(live))
 
     def _from_other_thread(self, what: str) -> None:
         me = threading.current_thread().name
@@ -401,14 +404,6 @@ class Profiler(FrameworkSeams):
         cfg, live = self.config, self.live
         live.cuda = bool(torch.cuda.is_available())
         window = self.window
-        sched = cfg.schedule
-        window.schedule = sched.to_torch() if isinstance(sched, Schedule) else sched
-        if cfg.activities is not None:
-            window.activities = list(cfg.activities)
-        else:
-            from torch.profiler import ProfilerActivity
-
-            window.activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if live.cuda else [])
         paths = RunPaths.make(cfg.logdir, cfg.run, live.ranks)
         try:
             paths.create()
@@ -417,7 +412,7 @@ class Profiler(FrameworkSeams):
             self.guard.fail("log directory", f"nothing is written to {cfg.logdir} (traces, TensorBoard, report)",
                             f"cannot write to {paths.out_dir}: {err.strerror or err}")
         self.outputs.print_once = _in_notebook()
-        self._each("install")
+        self._each(lambda m: m.install(live))
         if cfg.tensorboard and live.paths is not None:
             self.guard.run("TensorBoard writer", "no TensorBoard event files (pip install 'tensorboard>=2.21')",
                            self._open_writer)
@@ -426,7 +421,14 @@ class Profiler(FrameworkSeams):
             from gpuprof.capture.end.analyse import preload
 
             self.guard.run("window report", "the report is written when the run ends instead", preload)
-        window.begin()
+        sched = cfg.schedule
+        if cfg.activities is not None:
+            activities = list(cfg.activities)
+        else:
+            from torch.profiler import ProfilerActivity
+
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if live.cuda else [])
+        window.begin(sched.to_torch() if isinstance(sched, Schedule) else sched, activities)
 
     def _open_writer(self) -> None:
         assert self.paths is not None

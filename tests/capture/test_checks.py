@@ -15,7 +15,6 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import gpuprof  # noqa: E402
 from gpuprof.capture import CheckOptions, DeviceMismatchError, Schedule  # noqa: E402
-from gpuprof.capture.codes import RUNTIME_CHECKS  # noqa: E402
 from gpuprof.capture.dataloader import LoaderRecord, dataloader_findings  # noqa: E402
 from gpuprof.capture.memory import growth_finding  # noqa: E402
 from gpuprof.capture.settings import (  # noqa: E402
@@ -26,6 +25,7 @@ from gpuprof.capture.settings import (  # noqa: E402
 )
 from gpuprof.capture.syncs import SYNC_WARNING_TEXT, SyncLocator, is_logging_line  # noqa: E402
 from gpuprof.findings import Severity  # noqa: E402
+from gpuprof.runtimecodes import RUNTIME_CHECKS  # noqa: E402
 
 from .conftest import quick_schedule, tiny_model, train_step  # noqa: E402
 

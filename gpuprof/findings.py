@@ -13,8 +13,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-import msgspec
-
 __all__ = [
     "Severity",
     "SourceLocation",
@@ -217,6 +215,8 @@ def _builtins(obj: Any) -> dict[str, Any]:
     and ``Severity`` its value. So the schema is the field list of each class:
     renaming, reordering or adding a field changes the report.
     """
+    import msgspec  # here: `import gpuprof` and `gpuprof --help` read findings.Severity without msgspec
+
     return msgspec.to_builtins(obj)  # type: ignore[no-any-return]
 
 

@@ -8,13 +8,13 @@ the major number.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
 
 from gpuprof.findings import Finding, Severity, sort_findings
+from gpuprof.notebookhook import report_html
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
 from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
 from gpuprof.trace.viewrows import TraceViews  # defined with the code that fills them (docs/views.md)
@@ -78,15 +78,6 @@ class Section(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-# How a Report draws itself as HTML in a notebook: gpuprof.render.notebook registers it when imported
-# (``import gpuprof`` imports it); this layer imports no renderer (tests/test_layers.py).
-_HTML: list[Callable[[Report], str]] = []
-
-
-def register_html(render: Callable[[Report], str]) -> None:
-    _HTML[:] = [render]
-
-
 @dataclass
 class Report:
     """The result of ``gpuprof analyze`` / ``gpuprof memory`` / a capture run."""
@@ -106,7 +97,7 @@ class Report:
 
     def _repr_html_(self) -> str | None:
         """The report as an inert HTML fragment, shown by Jupyter for a cell's value (None: plain text)."""
-        return _HTML[0](self) if _HTML else None
+        return report_html(self)  # gpuprof.notebookhook: the renderer lives above this layer
 
     def sorted_findings(self) -> list[Finding]:
         return sort_findings(self.findings)

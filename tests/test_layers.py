@@ -23,9 +23,9 @@ PKG = Path(__file__).resolve().parents[1] / "gpuprof"
 ALLOWED = {
     "trace": {"errors", "findings", "frames", "inputs", "remote", "units"},  # remote: inputs named by URL
     "findings": {"units"},
-    "report": {"findings", "trace", "units", "version"},
+    "report": {"findings", "notebookhook", "trace", "units", "version"},
     "rules": {"codes", "codespec", "errors", "findings", "report", "trace", "units"},
-    "render": {"atomic", "errors", "findings", "remote", "report", "trace", "units"},
+    "render": {"atomic", "errors", "findings", "notebookhook", "remote", "report", "trace", "units"},
 }
 # nobody below the command line imports it
 CLI_USERS = {"cli", "__main__"}
@@ -139,7 +139,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("version", "errors", "units", "findings", "codespec", "lazyexports", "atomic", "torchdep", "remote",
      "frames", "inputs", "pool", "runner", "cluster"),
     ("trace",),  # load -> trace model and metrics
-    ("report", "rules", "views", "runtimecodes", "capturerun", "reportfile"),  # rules -> report
+    ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "reportfile"),  # rules -> report
     ("render", "summarize"),  # report -> renderers
     ("memory", "distributed", "codes", "flow", "diff", "htmlpage"),  # whole features over the layers below
     ("analysis",),  # gpuprof analyze, as a library call

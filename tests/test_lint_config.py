@@ -15,7 +15,7 @@ else:  # pragma: no cover - Python 3.10
     tomllib = pytest.importorskip("tomli")
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = ("python3 -m ruff check gpuprof", "python3 -m mypy gpuprof", "python3 -m pytest -q -p no:cacheprovider")
+STEPS = ("python3 -m ruff check gpuprof tests bench", "python3 -m mypy gpuprof", "python3 -m pytest -q -p no:cacheprovider")
 # torch pinned in the same pip command as the extras: alone, pip would resolve an unpinned (CUDA) torch
 PIP = re.compile(r'python3 -m pip install -q torch==[0-9.]+ -e "\.\[([a-z,]+)\]"')
 

@@ -16,7 +16,7 @@ import msgspec
 
 from gpuprof import __version__
 from gpuprof.analysis import analyze
-from gpuprof.findings import Evidence, EventRef, Finding, Severity, SourceLocation
+from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.report import SCHEMA_VERSION, Report
 from gpuprof.testing.realtraces import shared_path
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuprof.findings import Link, EventRef, Evidence, Finding, Severity, SourceLocation
+from gpuprof.findings import EventRef, Evidence, Finding, Link, Severity, SourceLocation
 from gpuprof.report import CopyStat, DeviceInfo, KernelStat, OpStat, Report, SyncStat, TraceSummary
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.viewrows import KernelRow, OperatorRow, RangeRow, TraceViews

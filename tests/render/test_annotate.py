@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gpuprof.render.annotate as A
 import gpuprof.trace.chunks as C
 from gpuprof.errors import InputError
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
@@ -113,7 +112,7 @@ def test_round_trip_on_real_traces(rel, suffix, tmp_path):
         by_tid.setdefault(s["tid"], []).append((s["ts"], s["ts"] + s["dur"]))
     for ranges in by_tid.values():
         ranges.sort()
-        for (a0, a1), (b0, b1) in zip(ranges, ranges[1:]):
+        for (_a0, a1), (b0, b1) in zip(ranges, ranges[1:]):
             assert b0 >= a1 or b1 <= a1, "partial overlap on one thread"
 
     (marker,) = [e for e in extra if e["ph"] == "i"]

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from gpuprof.testing.realtraces import shared_path, v100_samples
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.tbplugin.data import analyse_trace_file, compare_views, read_report, run_view
 from gpuprof.tbplugin.runs import find_runs
 from gpuprof.tbplugin.store import Store
+from gpuprof.testing.realtraces import shared_path, v100_samples
+from gpuprof.testing.tracegen import TraceBuilder
 
 pytest.importorskip("tensorboard", reason="the plugin needs the tensorboard package (gpuprof[tensorboard])")
 
@@ -212,8 +212,9 @@ def test_store_never_blocks_and_reanalyses_a_changed_file(tmp_path: Path) -> Non
 
 @pytest.fixture
 def client(tmp_path: Path) -> Any:
-    from werkzeug.test import Client
     from tensorboard.plugins.base_plugin import TBContext
+    from werkzeug.test import Client
+
     from gpuprof.tbplugin.plugin import GpuprofPlugin
 
     plugin = GpuprofPlugin(TBContext(logdir=str(tmp_path)))
@@ -271,8 +272,8 @@ def test_routes_list_analyse_compare_and_serve_the_memory_viewer(client: Any, tm
 
 
 def test_tensorboards_response_validator_accepts_our_headers(client: Any, caplog: pytest.LogCaptureFixture) -> None:
-    from werkzeug.test import Client
     from tensorboard.backend.security_validator import SecurityValidatorMiddleware
+    from werkzeug.test import Client
 
     c, plugin = client
     apps = plugin.get_plugin_apps()

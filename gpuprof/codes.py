@@ -33,7 +33,6 @@ from gpuprof.codespec import ORIGINS, CodeSpec, Option
 from gpuprof.findings import Evidence, Finding, Link
 
 __all__ = [
-    "Code",
     "CodeSpec",
     "Option",
     "catalogue",
@@ -48,8 +47,6 @@ __all__ = [
     "apply_overlaps",
     "check_registry",
 ]
-
-Code = CodeSpec  # the former name of a catalogue entry
 
 _DECLARED: dict[str, CodeSpec] = {}
 

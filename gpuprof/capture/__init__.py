@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.capture.guard import GpuprofWarning
     from gpuprof.capture.placement import DeviceMismatchError
     from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
-    from gpuprof.capture.session import Profiler, TraceFile
+    from gpuprof.capture.run import TraceFile
+    from gpuprof.capture.session import Profiler
 
 __all__ = [
     "profile",
@@ -55,7 +56,7 @@ _LAZY = {
     "GpuprofWarning": "guard",
     "DeviceMismatchError": "placement",
     "CaptureResult": "result", "RecordedTrace": "result", "WindowReport": "result",
-    "Profiler": "session", "TraceFile": "session",
+    "Profiler": "session", "TraceFile": "run",
 }
 
 

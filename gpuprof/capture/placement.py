@@ -74,10 +74,6 @@ def _own_tensors(module: Any) -> Iterator[tuple[str, str, Any]]:
             yield "buffer", name, b
 
 
-def _is_accelerator(device: Any) -> bool:
-    return device.type not in ("cpu", "meta")
-
-
 @dataclass(frozen=True)
 class InputMismatch:
     """A module called with a tensor on another device than its own parameters."""

@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.dataloader import LoaderMonitor
     from gpuprof.capture.placement import PlacementMonitor
 
-__all__ = ["Profiler", "TraceFile"]
+__all__ = ["Profiler"]
 
 _M = TypeVar("_M")
 
@@ -94,7 +94,6 @@ class Profiler(FrameworkSeams):
         self.started = False
         self.finished = False
         self.inactive: str | None = None  # why this capture records nothing (another profiler runs)
-        self.inherited = False  # this is a fork child's copy: the parent's files and profiler are not ours
         self._driver: int | None = None  # the thread that started the capture; only it steps
         self._fetch_acc = 0.0
         self._t_last = 0.0
@@ -254,7 +253,6 @@ class Profiler(FrameworkSeams):
 
     def forget_after_fork(self) -> None:
         """In a fork child: this copy must never step, stop or write anything of the parent's."""
-        self.inherited = True
         self.finished = True
 
     @property

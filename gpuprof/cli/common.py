@@ -11,8 +11,8 @@ import click
 from gpuprof.atomic import refuse_input_as_output, write_output
 from gpuprof.errors import EXIT_FINDINGS, EXIT_OK
 from gpuprof.findings import Severity
-from gpuprof.flow import Selection
 from gpuprof.render.safe import visible
+from gpuprof.runner import Selection
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only: the report model (numpy) loads with a command, not for --help
     from gpuprof.report import Report

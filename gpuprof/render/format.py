@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.render.safe import shorten
 from gpuprof.report import DeviceInfo, Report, TraceSummary
-from gpuprof.trace.metrics import BREAKDOWN_KEYS, IDLE_KEYS
+from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
 from gpuprof.units import fmt_bytes, fmt_count, fmt_gbps, fmt_ms, fmt_pct, fmt_share_of, fmt_us
 
 # what a finding of origin "runtime" says about where it comes from (terminal and markdown)

@@ -50,10 +50,11 @@ def is_compile_phase(name: str) -> bool:
 def compile_phase_ops(m: TraceMetrics) -> list[Event]:
     """The operators of the trace that are torch.compile phases (:func:`is_compile_phase`), found once
     per trace: GP811 and GP903 both ask."""
-    found: list[Event] | None = m.__dict__.get("_compile_phase_ops")
-    if found is None:
-        found = m.__dict__["_compile_phase_ops"] = [op for op in m.trace.ops if is_compile_phase(op.name)]
-    return found
+    return m.memo(_compile_phase_ops)
+
+
+def _compile_phase_ops(m: TraceMetrics) -> list[Event]:
+    return [op for op in m.trace.ops if is_compile_phase(op.name)]
 
 
 def _regions_by_step(m: TraceMetrics) -> dict[int, list[Event]]:

@@ -16,7 +16,8 @@ from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import ThreadSpans, count_of, host_steps_of, named
 from gpuprof.rules.habits import is_backward_op
-from gpuprof.trace.metrics import TraceMetrics, union_of
+from gpuprof.trace.gpuwork import union_of
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.units import fmt_bytes, fmt_us
 

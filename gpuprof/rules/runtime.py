@@ -288,11 +288,7 @@ class FirstUse:
 
 def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> list[FirstUse]:
     """:func:`_first_use_calls`, computed once per trace and thresholds (GP205 and GP206 both ask)."""
-    cache: dict[tuple[float, float], list[FirstUse]] = m.__dict__.setdefault("_first_use_calls", {})
-    key = (min_call_us, min_ratio)
-    if key not in cache:
-        cache[key] = _first_use_calls(m, min_call_us, min_ratio)
-    return cache[key]
+    return m.memo(_first_use_calls, min_call_us, min_ratio)
 
 
 def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> list[FirstUse]:

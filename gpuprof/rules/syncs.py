@@ -11,8 +11,9 @@ from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy, named
 from gpuprof.rules.copies import pageable_copies
 from gpuprof.trace.columns import columns
-from gpuprof.trace.metrics import SyncPoint, TraceMetrics
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import op_call_stack
+from gpuprof.trace.syncs import SyncPoint
 from gpuprof.trace.vocab import logging_call_of
 from gpuprof.units import fmt_us
 

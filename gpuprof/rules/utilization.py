@@ -6,8 +6,8 @@ from typing import Iterable
 
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, register
+from gpuprof.trace.breakdown import IDLE_KEYS
 from gpuprof.trace.idleparts import IdlePart, idle_parts
-from gpuprof.trace.metrics import IDLE_KEYS
 from gpuprof.units import fmt_us
 
 __all__ = ["LowGpuUtilization"]

@@ -34,7 +34,7 @@ import msgspec
 
 from gpuprof.errors import GpuprofError, InputError
 from gpuprof.tbplugin.runs import Run, rank_of_report
-from gpuprof.trace.metrics import BREAKDOWN_KEYS, IDLE_KEYS
+from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
 
 __all__ = ["analyse_trace_file", "run_view", "compare_views", "read_report", "MAX_REPORT_BYTES"]
 
@@ -52,7 +52,8 @@ def analyse_trace_file(path: Path, logdir: Path | None = None) -> dict[str, Any]
     gives it. The load checks the analysis store's time budget between
     chunks (:func:`gpuprof.tbplugin.store.check_cancelled`).
     """
-    from gpuprof.analysis import RuleFailure, analyze_trace
+    from gpuprof.analysis import analyze_trace
+    from gpuprof.runner import RuleFailure
     from gpuprof.tbplugin.safeopen import open_in_logdir
     from gpuprof.tbplugin.store import check_cancelled
     from gpuprof.trace.load import load_trace

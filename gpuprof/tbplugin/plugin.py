@@ -47,7 +47,7 @@ from gpuprof.tbplugin.data import analyse_trace_file, compare_views, run_view
 from gpuprof.tbplugin.runs import Run, RunIndex, file_sig
 from gpuprof.tbplugin.store import Store
 
-__all__ = ["GpuprofPlugin", "PLUGIN_NAME"]
+__all__ = ["GpuprofPlugin"]
 
 from gpuprof.tbplugin import PLUGIN_NAME
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuprof.inputs import Limit
-from gpuprof.trace.load import TRACE_SUFFIXES
+from gpuprof.trace.source import TRACE_SUFFIXES
 
 __all__ = ["Run", "find_runs", "FileSig", "MAX_DEPTH", "MAX_FILES", "RunIndex"]
 

@@ -28,6 +28,7 @@ from typing import NamedTuple, Sequence, TypedDict
 
 import numpy as np
 
+from gpuprof.rules.precision import is_eligible_kernel, uses_tensor_cores
 from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.attribution import OpAttribution, _inclusive, _Nesting
 from gpuprof.trace.columns import Columns, columns, named
@@ -55,7 +56,7 @@ from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, T
 from gpuprof.trace.vocab import step_number
 from gpuprof.views.flops import ESTIMATED_OPS, estimate_flops
 from gpuprof.views.peaks import device_row, peak_for
-from gpuprof.views.precision import is_eligible_kernel, kernel_precision, uses_tensor_cores
+from gpuprof.views.precision import kernel_precision
 
 __all__ = ["trace_views"]
 

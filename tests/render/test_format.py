@@ -9,7 +9,7 @@ import pytest
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.render import format as F
 from gpuprof.report import DeviceInfo, Report
-from gpuprof.trace import metrics
+from gpuprof.trace import breakdown
 
 
 @pytest.mark.parametrize(
@@ -91,6 +91,6 @@ def test_findings_total_counts_each_severity():
 
 def test_every_breakdown_key_has_a_label():
     # keys come from the metrics module; a new key without a label would render as its raw name
-    assert set(metrics.BREAKDOWN_KEYS) <= set(F.BREAKDOWN_LABELS)
-    assert set(metrics.IDLE_KEYS) <= set(F.IDLE_LABELS)
+    assert set(breakdown.BREAKDOWN_KEYS) <= set(F.BREAKDOWN_LABELS)
+    assert set(breakdown.IDLE_KEYS) <= set(F.IDLE_LABELS)
     assert F.ordered_items({"zzz": 1.0, "other": 2.0, "kernel": 3.0}, F.BREAKDOWN_KEYS) == [("kernel", 3.0), ("other", 2.0), ("zzz", 1.0)]

@@ -84,7 +84,8 @@ def test_the_page_and_the_tab_state_a_finding_the_same_way(run_traces: list[Path
             assert d["display_cost"] == page[d["code"]]["display_cost"]
 
 
-@pytest.mark.parametrize("name", ["report.js", "report.css", "page.js", "page.css", "tab.js", "tab.css", "tab.html"])
+@pytest.mark.parametrize("name", ["report.js", "report.css", "page.js", "page.css", "tab.js", "tab.css", "tab.html", "memory.js",
+                                  "memory.css"])
 def test_the_markup_is_package_files(name: str) -> None:
     text = web.read(name)
     assert text.strip() and "\r" not in text

@@ -6,7 +6,9 @@ TensorBoard tab (:mod:`gpuprof.tbplugin.page`: ``tab.html``, ``tab.js``,
 ``tab.css``) and the standalone page of ``gpuprof analyze/diff --html``
 (:mod:`gpuprof.htmlpage.page`: ``page.js``, ``page.css``) inline them before
 their own short scripts, so both draw with the same code; the pages'
-content-security policies allow the combined text by hash. The figures both
+content-security policies allow the combined text by hash. The memory viewer
+(:mod:`gpuprof.memory.html`) has its own script and stylesheet here
+(``memory.js``, ``memory.css``). The figures both
 draw are computed once, in :mod:`gpuprof.render.web.model`.
 """
 

@@ -30,8 +30,9 @@ sys.path.insert(0, str(HERE))
 from gpuprof.testing.realtraces import TRACES  # noqa: E402
 from gpuprof.trace.columns import Columns  # noqa: E402
 from gpuprof.trace.load import load_trace  # noqa: E402
-from gpuprof.trace.model import Event, Kind  # noqa: E402
+from gpuprof.trace.model import Event  # noqa: E402
 from gpuprof.trace.table import EventTable  # noqa: E402
+from gpuprof.trace.vocab import Kind  # noqa: E402
 
 DEFAULT = ["hta/TraceLens/tests/traces/inference/xdit_sd_3.5/profile_trace_rank_0.json.gz",
            "hta/HolisticTraceAnalysis/tests/data/df_index_resolver/df_index_resolver.json.gz"]

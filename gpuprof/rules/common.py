@@ -11,7 +11,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from gpuprof.trace.columns import named
 from gpuprof.trace.intervals import Interval, Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, ts_of
@@ -27,7 +26,6 @@ __all__ = [
     "copy_wait_calls",
     "of_step",
     "ThreadSpans",
-    "named",
 ]
 
 

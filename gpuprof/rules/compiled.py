@@ -17,9 +17,11 @@ from collections import Counter
 from statistics import median
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, SourceLocation
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import host_step_of, named
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.common import host_step_of
+from gpuprof.trace.columns import named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event

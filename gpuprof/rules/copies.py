@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics

@@ -8,8 +8,9 @@ from typing import Iterable
 
 import numpy as np
 
+from gpuprof.codespec import Option
 from gpuprof.findings import EventRef, Evidence, Finding, Severity
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.compiled import compile_phase_ops
 from gpuprof.trace.breakdown import BREAKDOWN_KEYS
 from gpuprof.trace.columns import columns

@@ -10,10 +10,11 @@ from typing import Iterable
 
 import numpy as np
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import host_step_of, host_steps_of, kernel_idle_within, named, of_step
-from gpuprof.trace.columns import Columns, columns
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.common import host_step_of, host_steps_of, kernel_idle_within, of_step
+from gpuprof.trace.columns import Columns, columns, named
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime

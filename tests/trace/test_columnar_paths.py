@@ -17,8 +17,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuprof.rules.common import named
 from gpuprof.trace import idleparts
+from gpuprof.trace.columns import named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.model import Event
 from gpuprof.trace.threads import on_thread, thread_keys

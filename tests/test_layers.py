@@ -283,3 +283,48 @@ def test_no_import_cycle_at_import_time_with_the_packages_each_import_loads() ->
     module that imports the package back is a circle the module graph above does not show."""
     found = cycles(_import_time_graph())
     assert not found, "; ".join(" <-> ".join(sorted(c)) for c in found)
+
+
+# Modules that hand on names defined elsewhere on purpose, each with its reason; any other import of a name
+# through a module that only imports it (a re-export shim) fails below.
+FACADES = {
+    "gpuprof.report": "the report's record types (DeviceInfo, KernelStat, ...) are defined with the code that fills "
+                      "them and are part of the report (docs/report-schema.md)",
+    "gpuprof.codes": "the registry's public face: CodeSpec and Option with catalogue() and lookup()",
+}
+
+
+def _top_level_names(path: Path) -> tuple[set[str], dict[str, str]]:
+    """Names ``path`` defines at module level, and the gpuprof names it imports (name -> module)."""
+    defined: set[str] = set()
+    imported: dict[str, str] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gpuprof"):
+            imported.update({a.asname or a.name: node.module for a in node.names})
+    return defined, imported
+
+
+def test_names_are_imported_from_the_module_that_defines_them() -> None:
+    names = {m: _top_level_names(p) for m, p in MODULES.items() if p.name != "__init__.py"}
+    users = [*PKG.rglob("*.py"), *(PKG.parent / "tests").rglob("*.py"), *(PKG.parent / "bench").rglob("*.py")]
+    through = []
+    for path in users:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in names and node.module not in FACADES:
+                defined, imported = names[node.module]
+                through += [f"{path.relative_to(PKG.parent)}:{node.lineno}: {a.name} from {node.module} "
+                            f"(defined in {imported[a.name]})" for a in node.names
+                            if a.name not in defined and a.name in imported]
+    assert not through, "\n".join(through)
+
+
+def test_the_shim_check_sees_a_shim(tmp_path: Path) -> None:
+    shim = tmp_path / "shim.py"
+    shim.write_text("from gpuprof.units import fmt_us\n\nX = 1\n\ndef f():\n    pass\n", encoding="utf-8")
+    defined, imported = _top_level_names(shim)
+    assert defined == {"X", "f"} and imported == {"fmt_us": "gpuprof.units"}

@@ -21,9 +21,10 @@ PKG = Path(__file__).resolve().parents[1] / "gpuprof"
 
 # package -> the gpuprof packages/modules it may import besides itself
 ALLOWED = {
-    "trace": {"errors", "findings", "frames", "inputs", "remote", "units"},  # remote: inputs named by URL
+    # remote: inputs named by URL; redact: what is shown of one (a leaf, like units)
+    "trace": {"errors", "findings", "frames", "inputs", "redact", "remote", "units"},
     "findings": {"units"},
-    "report": {"findings", "notebookhook", "trace", "units", "version"},
+    "report": {"findings", "notebookhook", "redact", "trace", "units", "version"},
     "rules": {"codes", "codespec", "errors", "findings", "report", "trace", "units"},
     "render": {"atomic", "errors", "findings", "notebookhook", "remote", "report", "trace", "units"},
 }
@@ -137,7 +138,7 @@ def test_no_undocumented_import_circle() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     # plain data and helpers every layer uses
     ("version", "errors", "units", "findings", "codespec", "lazyexports", "atomic", "torchdep", "remote",
-     "frames", "inputs", "pool", "runner", "cluster"),
+     "frames", "inputs", "pool", "runner", "cluster", "limits", "redact"),
     ("trace",),  # load -> trace model and metrics
     ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "reportfile"),  # rules -> report
     ("render", "summarize"),  # report -> renderers

@@ -19,7 +19,7 @@ import msgspec
 
 from gpuprof.distributed.summary import SUMMARY_VERSION, RankSummary
 from gpuprof.errors import InputError
-from gpuprof.inputs import Limit
+from gpuprof.limits import Limit
 
 __all__ = ["RankSummaries", "summaries_from_report", "KIND"]
 

@@ -67,8 +67,9 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
         slots.append({"label": "other sites", "stack": [], "color": _OTHER})
         slots.append({"label": "allocated before the recorded history / unattributed", "stack": [], "color": _PRE})
         series = [r + [p] for r, p in zip(rows, pre)]
-        no_history = not len(dm)
-        if no_history:  # no history: one bar, the state now; the page shows the segments instead of a timeline
+        # No history, or a single event (one point draws no line): the page shows the segments instead of a timeline
+        no_history = len(dm) < 2
+        if no_history:
             h = da.replay.holders[-1]
             row = [h.by_site.get(sid, [0])[0] for sid in ranked]
             row.append(h.total - sum(row))
@@ -91,6 +92,12 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
             # failed allocations, on the chart's time axis (at most the 3 the analysis keeps)
             "ooms": [{"t": round((o["time"] - t0) / unit, 6),
                       "requested": o["requested"], "site": o["site"].get("site", "")} for o in da.ooms],
+            # memory by category (at the peak and at snapshot time), by stage and module at the peak, the fixes
+            "categories": {"peak": da.at_peak.get("categories"), "peak_reserved": da.at_peak.get("reserved_bytes"),
+                           "now": da.state.get("categories"), "now_reserved": da.state.get("reserved_bytes")},
+            "stages": da.at_peak.get("stages") or [],
+            "modules": da.at_peak.get("modules") or [],
+            "fixes": [{"what": f["what"], "saves": f["saves_bytes"]} for f in da.fixes],
             "peak_allocated": da.totals.peak_allocated,
             "peak_reserved": da.totals.peak_reserved,
             "events": len(dm),
@@ -155,6 +162,9 @@ _TEMPLATE = (page_head(_SCRIPT, _STYLE) + """<h1 id="title"></h1><div class="sum
 <span class="hint">drag: zoom to a range &middot; wheel: zoom &middot; double-click: reset &middot; hover: allocation stack</span>
 <div id="wrap"><canvas id="c" width="1100" height="420"></canvas><div id="tip"></div></div>
 <div id="legend"></div><div id="segs"></div>
+<div id="fixes"></div>
+<h2>Memory by category</h2><table id="cats"></table>
+<h2>At the peak, by stage and by module or compiled graph</h2><table id="stages"></table><table id="modules"></table>
 <h2>Top holders at the peak</h2><table id="top"></table>
 <script id="data" type="application/json">__DATA__</script>
 <script>""" + _SCRIPT + """</script></body></html>

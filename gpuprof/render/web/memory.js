@@ -130,14 +130,31 @@ function segments(){
       b.style.background = SEGCOLOR[st]; bar.append(b); }
     return el("div", {class: "segrow"}, el("code", {}, fmtB(g.size)), bar); });
   const key = SEGWORD.map((w, i) => el("span", {}, swatch(SEGCOLOR[i]), w));
-  box.replaceChildren(el("p", {class: "notes"}, "No allocation history was recorded (torch.cuda.memory._record_memory_history() " +
-    "was not on), so there is no timeline: these are the allocator's segments at snapshot time, largest first (" +
+  box.replaceChildren(el("p", {class: "notes"}, (dev.events ? "Only one allocation event was recorded, too few for a timeline" :
+    "No allocation history was recorded (torch.cuda.memory._record_memory_history() was not on), so there is no timeline") +
+    ": these are the allocator's segments at snapshot time, largest first (" +
     dev.segments.length + " shown), each split into its blocks."), el("div", {id: "legend2"}, ...key), ...rows);
   document.body.dataset.rendered = String((+document.body.dataset.rendered || 0) + 1);
   return true;
 }
+const CATS = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "allocator_cache", "non_pytorch", "unattributed"];
+function kinds(){
+  const c = dev.categories || {}, peak = c.peak || {}, now = c.now || {}, rows = [];
+  if (c.now){ rows.push(el("tr", {}, el("th", {}, "category"), el("th", {}, "at the peak"), el("th", {}, "at the end")));
+    for (const k of CATS) if (peak[k] || now[k]) rows.push(el("tr", {}, el("td", {}, k.replace(/_/g, " ")),
+      el("td", {}, peak[k] === null || peak[k] === undefined ? "-" : fmtB(peak[k])), el("td", {}, now[k] === null || now[k] === undefined ? "-" : fmtB(now[k]))));
+    rows.push(el("tr", {}, el("td", {}, "= reserved by PyTorch"), el("td", {}, fmtB(c.peak_reserved)), el("td", {}, fmtB(c.now_reserved)))); }
+  document.getElementById("cats").replaceChildren(...rows);
+  const table = (id, key, list) => { const r = [el("tr", {}, el("th", {}, key), el("th", {}, "bytes"), el("th", {}, "share"))];
+    for (const x of list) r.push(el("tr", {}, el("td", {}, short(x[key])), el("td", {}, fmtB(x.bytes)),
+      el("td", {}, x.share === null || x.share === undefined ? "-" : (100 * x.share).toFixed(0) + "%")));
+    document.getElementById(id).replaceChildren(...(list.length ? r : [])); };
+  table("stages", "stage", dev.stages || []); table("modules", "module", dev.modules || []);
+  const fx = (dev.fixes || []).map(f => el("li", {}, short(f.what, LONG) + ": saves " + fmtB(f.saves)));
+  document.getElementById("fixes").replaceChildren(...(fx.length ? [el("h2", {}, "Fixes ranked by the bytes each saves"), el("ol", {}, ...fx)] : []));
+}
 function show(k){
-  dev = DATA.devices[k]; reset(); if (!segments()) { draw(); legend(); } else document.getElementById("legend").replaceChildren(); holders();
+  dev = DATA.devices[k]; reset(); if (!segments()) { draw(); legend(); } else document.getElementById("legend").replaceChildren(); holders(); kinds();
   window.gpuprofSeries = dev.slots.map(s => s.label);
 }
 function header(){

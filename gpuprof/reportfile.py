@@ -22,9 +22,9 @@ import msgspec
 
 from gpuprof.errors import InputError
 from gpuprof.findings import Finding
-from gpuprof.report import SCHEMA_VERSION, Report, TraceSummary
+from gpuprof.report import SCHEMA_VERSION, JobSummary, Report, TraceSummary
 
-__all__ = ["read_report_dict", "report_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
+__all__ = ["read_report_dict", "report_dict_of", "report_from_dict", "job_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
 
 MAX_REPORT_BYTES = 256 << 20  # a report is kB to a few MB; more is not one gpuprof wrote
 _MAJOR = SCHEMA_VERSION.split(".")[0]
@@ -53,6 +53,17 @@ def read_report_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
             raw = fh.read(MAX_REPORT_BYTES + 1)
     except OSError as err:
         raise InputError.from_os_error(p, err, "read") from None
+    return report_dict_of(raw, p)
+
+
+def report_dict_of(raw: bytes, name: str) -> dict[str, Any]:
+    """A saved report's bytes (read by the caller, at most ``MAX_REPORT_BYTES``) as its checked JSON object.
+
+    For a report read from elsewhere than a local file (a URL); InputError naming ``name``.
+    """
+    if len(raw) > MAX_REPORT_BYTES:
+        raise InputError(name, f"report larger than {MAX_REPORT_BYTES >> 20} MiB; not one gpuprof wrote")
+    p = name
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as err:
@@ -85,6 +96,7 @@ def report_from_dict(doc: dict[str, Any], path: str) -> Report:
     try:
         traces = [msgspec.convert(t, TraceSummary) for t in doc.get("traces", [])]
         findings = [Finding.from_dict(f) for f in doc.get("findings", [])]
+        job = job_from_dict(doc)
     except (msgspec.ValidationError, KeyError, TypeError, ValueError, AttributeError) as err:
         raise InputError(path, f"malformed report: {type(err).__name__}: {err}") from None
     sections: list[Any] = []
@@ -99,7 +111,14 @@ def report_from_dict(doc: dict[str, Any], path: str) -> Report:
         findings=findings,
         notes=[str(n) for n in doc.get("notes", [])],
         failed_rules=[str(c) for c in doc.get("failed_rules", []) if isinstance(c, str)],
+        job=job,
     )
+
+
+def job_from_dict(doc: dict[str, Any]) -> JobSummary | None:
+    """The report's ``job`` (schema 1.3; None when absent or null). Raises msgspec.ValidationError when malformed."""
+    raw = doc.get("job")
+    return None if raw is None else msgspec.convert(raw, JobSummary)
 
 
 def unshown_sections(sections: list[Any]) -> list[Any]:

@@ -142,9 +142,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("trace",),  # load -> trace model and metrics
     ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "reportfile"),  # rules -> report
     ("render", "summarize"),  # report -> renderers
-    ("memory", "distributed", "codes", "flow", "diff", "htmlpage"),  # whole features over the layers below
+    ("memory", "distributed", "codes", "flow", "diff", "htmlpage", "export", "history"),  # whole features
     ("analysis",),  # gpuprof analyze, as a library call
-    ("tbplugin", "capture"),  # the TensorBoard tab; capture (analyses its own traces when a run ends)
+    ("tbplugin", "capture", "run"),  # the TensorBoard tab; capture (analyses its own traces when a run ends)
     ("integrations",),  # framework callbacks over capture
     ("cli",),
     ("__main__", "__init__", "testing", "data"),

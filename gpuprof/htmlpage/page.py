@@ -59,7 +59,7 @@ def report_page_data(report: Report) -> dict[str, Any]:
     head = headline([TraceFigures.of(t, t["devices"]) for t in traces],
                     [x for t in traces for x in t["step_times_us"]], sum(t["num_steps"] for t in traces))
     return {"kind": "report", "title": title, "inputs": d["inputs"], "headline": head, "traces": traces,
-            "findings": findings, "notes": d["notes"], "version": d["tool"]["version"]}
+            "findings": findings, "notes": d["notes"], "version": d["tool"]["version"], "job": d.get("job")}
 
 
 def diff_page_data(diff: dict[str, Any]) -> dict[str, Any]:

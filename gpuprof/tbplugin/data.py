@@ -133,7 +133,10 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
             errors.append(str(err))
     findings = [dict(f, trace=t["file"]) for t in analysed for f in t["findings"]]
     capture = None
+    job = None
     for p, doc in reports:
+        if job is None and isinstance(doc.get("job"), dict):  # one process's (under torchrun: the first rank's)
+            job = doc["job"]
         for f in doc.get("findings", []):
             if isinstance(f, dict) and f.get("origin") != "trace":
                 findings.append(dict(f, trace=None, report=_rel(p, logdir)))
@@ -159,6 +162,7 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
         "ranks": _ranks(analysed, reports, logdir, cross),
         "cross_rank": cross,
         "capture": capture,
+        "job": job,
         "snapshots": [_rel(p, logdir) for p in run.snapshots],
         "notes": notes,
         "errors": errors,

@@ -19,6 +19,7 @@ function renderReport(){
   const colors = {}, labels = {}, bars = [];
   D.traces.forEach((t, i) => { const k = "#" + (i + 1); colors[k] = COLORS[i % COLORS.length]; labels[k] = k + " " + t.path;
     t.step_times_us.forEach((v, j) => bars.push({id: t.step_ids[j] === undefined ? j : t.step_ids[j], parts: {[k]: v}})); });
+  if (D.job) GP.jobChart(section("Job: " + D.job.steps + " steps watched").appendChild(el("div", {id: "job-chart"})), D.job);
   GP.stepChart(section("Step time").appendChild(el("div", {id: "steps-chart"})), bars, colors, "step time per step", labels);
   section("Findings (" + D.findings.length + ")").append(...GP.findings(D.findings));
   D.traces.forEach((t, i) => { const sec = section("Views" + (D.traces.length > 1 ? " of #" + (i + 1) + " " + short(t.path) : ""));

@@ -33,6 +33,11 @@ function showSummary(v){
   $("errors").replaceChildren(...errs); $("errors").hidden = errs.length === 0;
 }
 
+function showJob(v){
+  $("job").hidden = !v.job;
+  if (v.job) GP.jobChart($("job-chart"), v.job); else $("job-chart").replaceChildren();
+}
+
 function showFindings(v){
   $("findings").replaceChildren(...GP.findings(v.findings, v.failed_rules.length ? "No findings from the rules that ran (some failed: see above)." : "No findings."));
 }
@@ -114,7 +119,7 @@ function showNotes(v){ $("notes").replaceChildren(...v.notes.map(n => el("li", {
 
 function render(v){
   state.view = v;
-  showSummary(v); showFindings(v); showTrace(v); showRanks(v); showCrossRank(v); showMemory(v); showNotes(v);
+  showSummary(v); showJob(v); showFindings(v); showTrace(v); showRanks(v); showCrossRank(v); showMemory(v); showNotes(v);
   $("content").hidden = false; bump();
 }
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from gpuprof.findings import Finding
 from gpuprof.report import JobSummary, Report
+from gpuprof.reportcheck import ReportProblem, check_finding
 
 __all__ = ["CaptureFindings", "capture_findings", "capture_findings_of",
            "REPORT_NAME", "MAX_REPORT_BYTES"]
@@ -122,7 +123,7 @@ def _read(rep: Path) -> tuple[list[Finding], JobSummary | None] | None:
     if not isinstance(raw, list):
         raise ValueError("a capture report without a findings list")
     found = []
-    for d in raw:
+    for i, d in enumerate(raw):
         if not isinstance(d, dict) or not isinstance(d.get("code"), str):
             raise ValueError("a finding that is not an object with a code")
         if d.get("origin") != "runtime" or d["code"] not in _runtime_codes():
@@ -133,6 +134,10 @@ def _read(rep: Path) -> tuple[list[Finding], JobSummary | None] | None:
             raise ValueError(f"a malformed {d['code']} finding ({type(err).__name__})") from None
         if not _well_typed(f):  # a stranger's file: the renderers expect text where text belongs
             raise ValueError(f"a malformed {d['code']} finding (a field of the wrong type)")
+        try:
+            check_finding(d, f"findings[{i}]")  # types and ranges: no NaN or negative cost reaches a renderer
+        except ReportProblem as err:
+            raise ValueError(f"a malformed {d['code']} finding ({err.field} {err.problem})") from None
         found.append(_as_from_capture(f, rep))
     return found, _job(data)
 

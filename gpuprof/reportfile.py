@@ -6,8 +6,10 @@ file (a FIFO or device is refused without being opened for reading, so
 nothing blocks), at most ``MAX_REPORT_BYTES``, JSON, an object whose
 ``schema_version`` is ``1.x`` (the compatibility policy of
 docs/report-schema.md: a newer minor version only adds fields, which are
-ignored). Anything else is an :class:`~gpuprof.errors.InputError` naming the
-file (exit 2).
+ignored), whose every value has the type and range the schema gives it
+(:mod:`gpuprof.reportcheck`: no NaN, no negative duration, no share over 1).
+Anything else is an :class:`~gpuprof.errors.InputError` naming the file and,
+for a value, its field (exit 2).
 """
 
 from __future__ import annotations
@@ -77,6 +79,12 @@ def report_dict_of(raw: bytes, name: str) -> dict[str, Any]:
     for key in ("traces", "findings", "sections", "notes", "inputs"):
         if not isinstance(doc.get(key, []), list):
             raise InputError(p, f"malformed report: {key!r} is not a list")
+    from gpuprof.reportcheck import ReportProblem, check_report
+
+    try:
+        check_report(doc)  # every typed value in its range, before a figure is computed from it
+    except ReportProblem as err:
+        raise InputError(p, f"malformed report: {err.field} {err.problem}") from None
     return doc
 
 
@@ -95,10 +103,17 @@ def report_from_dict(doc: dict[str, Any], path: str) -> Report:
     """The :class:`Report` a saved report describes (InputError naming ``path`` when a part does not fit the schema)."""
     try:
         traces = [msgspec.convert(t, TraceSummary) for t in doc.get("traces", [])]
-        findings = [Finding.from_dict(f) for f in doc.get("findings", [])]
         job = job_from_dict(doc)
-    except (msgspec.ValidationError, KeyError, TypeError, ValueError, AttributeError) as err:
+    except (msgspec.ValidationError, TypeError, ValueError) as err:
         raise InputError(path, f"malformed report: {type(err).__name__}: {err}") from None
+    findings = []
+    for i, f in enumerate(doc.get("findings", [])):
+        try:
+            findings.append(Finding.from_dict(f))
+        except KeyError as err:  # a field the schema requires (its type was checked where present)
+            raise InputError(path, f"malformed report: findings[{i}].{err.args[0]} is missing") from None
+        except (TypeError, ValueError, AttributeError) as err:
+            raise InputError(path, f"malformed report: findings[{i}]: {type(err).__name__}: {err}") from None
     sections: list[Any] = []
     for s in doc.get("sections", []):
         if isinstance(s, dict) and isinstance(s.get("kind"), str):

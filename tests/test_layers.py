@@ -138,7 +138,7 @@ def test_no_undocumented_import_circle() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     # plain data and helpers every layer uses
     ("version", "errors", "units", "findings", "codespec", "lazyexports", "atomic", "torchdep", "remote",
-     "frames", "inputs", "pool", "runner", "cluster", "limits", "redact"),
+     "frames", "inputs", "pool", "runner", "cluster", "limits", "redact", "reportcheck"),
     ("trace",),  # load -> trace model and metrics
     ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "reportfile"),  # rules -> report
     ("render", "summarize"),  # report -> renderers

@@ -161,8 +161,14 @@ class StepProfiler:
             prof.start()  # records nothing, with one warning, when another profiler runs
             prof.note_signature(_args_signature(args, kwargs))
             self.profiler = prof
-            atexit.register(self.finish)
+            atexit.register(self._finish_at_exit)
             return prof
+
+    def _finish_at_exit(self) -> None:
+        from gpuprof.capture.exitstatus import keeping_interrupt_status
+
+        with keeping_interrupt_status():  # Ctrl-C's exit status (130) survives the stop's own Python
+            self.finish()
 
     def finish(self) -> CaptureResult | None:
         """End the capture now (also runs at exit); returns the :class:`CaptureResult` (None when no call
@@ -173,7 +179,7 @@ class StepProfiler:
         if prof is None:
             return self.result
         try:
-            atexit.unregister(self.finish)
+            atexit.unregister(self._finish_at_exit)
         finally:
             self.result = prof.stop()
             self.report = prof.report

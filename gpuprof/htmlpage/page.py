@@ -54,7 +54,7 @@ def report_page_data(report: Report) -> dict[str, Any]:
             "views": t.get("views"),
         })
     findings = [drawn_finding(f) for f in report.findings]
-    title = "gpuprof report: " + ", ".join(os.path.basename(p.rstrip("/")) for p in report.inputs)
+    title = "gpuprof report: " + ", ".join(_title_name(p) for p in report.inputs)
     # the summary cards: the same figures as the TensorBoard tab's run headline (gpuprof.render.web.model)
     head = headline([TraceFigures.of(t, t["devices"]) for t in traces],
                     [x for t in traces for x in t["step_times_us"]], sum(t["num_steps"] for t in traces))
@@ -69,8 +69,16 @@ def diff_page_data(diff: dict[str, Any]) -> dict[str, Any]:
     section draws the same document from its ``compare`` route.
     """
     b, a = diff["before"], diff["after"]
-    title = f"gpuprof diff: {os.path.basename(str(b['label']).rstrip('/'))} \u2192 {os.path.basename(str(a['label']).rstrip('/'))}"
+    title = f"gpuprof diff: {_title_name(str(b['label']))} \u2192 {_title_name(str(a['label']))}"
     return {"kind": "diff", "title": title, "diff": diff, "version": diff["tool"]["version"]}
+
+
+def _title_name(path: str) -> str:
+    """An input as a page title names it: its last part only (no directory of the machine that wrote the
+    page), control characters and line separators as visible escapes, at most 120 characters."""
+    from gpuprof.render.safe import clip
+
+    return clip(os.path.basename(path.rstrip("/")) or path, 120)
 
 
 def render_page(data: dict[str, Any]) -> str:

@@ -45,6 +45,7 @@ from werkzeug import wrappers
 from gpuprof.memory.htmlsafe import script_json
 from gpuprof.tbplugin import page
 from gpuprof.tbplugin.data import analyse_trace_file, compare_views, run_view
+from gpuprof.tbplugin.errortext import client_error
 from gpuprof.tbplugin.runs import Run, RunIndex, file_sig
 from gpuprof.tbplugin.store import Store
 
@@ -148,7 +149,7 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
         if res is None:
             return self._json(request, {"status": "pending"})
         if res.error:
-            return self._json(request, {"status": "error", "error": res.error})
+            return self._json(request, {"status": "error", "error": client_error(res.error, self._logdir)})
         return self._json(request, {"status": "ready"})
 
     @_route
@@ -205,7 +206,7 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
                 continue  # vanished since the walk
             res = self._store.get(("trace", os.fspath(p)), sig, functools.partial(analyse_trace_file, p, self._logdir))
             if res is not None:
-                results[p] = res.value if res.error is None else res.error
+                results[p] = res.value if res.error is None else client_error(res.error, self._logdir)
         if len(results) < len(run.traces):
             return {"status": "pending", "done": len(results), "total": len(run.traces)}
         assert self._logdir is not None

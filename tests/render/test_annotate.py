@@ -80,6 +80,7 @@ def _check_annotated(src: Path, out: Path, findings: list[Finding], added: int) 
 
 
 # the big V100 traces only once (gzip output, the common case); the small ones both ways
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "rel, suffix",
     [(REAL[0], ".json.gz"), (REAL[1], ".json.gz")] + [(r, s) for r in REAL[2:] for s in (".json.gz", ".json")],

@@ -169,7 +169,7 @@ class CaptureConfig:
     memory_history_max_entries: int = 100_000
     oom_observer: bool = True
     oom_forensics: bool = True
-    oom_history_max_entries: int = 20_000  # gpuprof.capture.memory.FORENSICS_MAX_ENTRIES
+    oom_history_max_entries: int = 20_000  # gpuprof.capture.oom.FORENSICS_MAX_ENTRIES
     sync_debug: bool = True
     checks: bool = True
     select: Sequence[str] = ()

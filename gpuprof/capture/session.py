@@ -50,11 +50,13 @@ from gpuprof.capture.end.publish import Outputs, final_report, make_result
 from gpuprof.capture.end.text import no_steps_text
 from gpuprof.capture.facts import run_facts, runtime_findings
 from gpuprof.capture.guard import Guard
-from gpuprof.capture.paths import RankInfo, RunPaths, rank_info
+from gpuprof.capture.jobseams import JobSeams
+from gpuprof.capture.paths import RunPaths, rank_info
 from gpuprof.capture.result import CaptureResult
 from gpuprof.capture.run import RunFacts, TraceFile
 from gpuprof.capture.scalars import ScalarWriter, step_rows
 from gpuprof.capture.seams import FrameworkSeams
+from gpuprof.capture.sessionstate import SessionState
 from gpuprof.capture.window import TraceWindow
 from gpuprof.findings import Finding, SourceLocation
 from gpuprof.report import Report
@@ -71,7 +73,7 @@ __all__ = ["Profiler"]
 _M = TypeVar("_M")
 
 
-class Profiler(FrameworkSeams):
+class Profiler(FrameworkSeams, JobSeams, SessionState):
     """A capture around a training loop. Use ``with gpuprof.profile(...) as prof:`` and call
     :meth:`step` once per iteration; or :meth:`start`/:meth:`stop` explicitly.
 
@@ -256,24 +258,6 @@ class Profiler(FrameworkSeams):
                                         warnings=tuple(self.guard.warned))
         return self.result
 
-    def request_window(self, steps: int = 5, reason: str = "trigger") -> bool:
-        """Record ``steps`` more steps from the next step boundary into a trace of their own (any thread).
-
-        The driving thread opens the window at its next :meth:`step`: one
-        warm-up step, then ``steps`` recorded, after any window already
-        planned; it is analysed with the others and listed in report.json's
-        ``job.windows`` with this ``reason`` (``trigger`` or ``anomaly``).
-        False when the capture is not running or a request is pending already;
-        ValueError for a bad ``steps`` or ``reason``.
-        """
-        job = self._job
-        if job is None or not self.started or self.finished:
-            if not 1 <= steps <= 1000 or reason not in ("anomaly", "trigger"):
-                raise ValueError(f"request_window(steps={steps!r}, reason={reason!r}): steps must be 1 to 1000 "
-                                 "and reason 'trigger' or 'anomaly'")
-            return False
-        return job.request(steps, reason, "request_window()")
-
     def handle_error(self, exc: BaseException) -> BaseException | None:
         """Record what an exception from the user's step tells; return a replacement to raise, if any.
 
@@ -313,37 +297,6 @@ class Profiler(FrameworkSeams):
             self.live.step_signatures.append(sig)
 
     # ------------------------------------------------------------------ the session's state, read-only
-
-    @property
-    def ranks(self) -> RankInfo:
-        return self.live.ranks
-
-    @property
-    def paths(self) -> RunPaths | None:
-        return self.live.paths
-
-    @property
-    def cuda(self) -> bool:
-        return self.live.cuda
-
-    @property
-    def step_num(self) -> int:
-        """Steps completed so far."""
-        return self.live.step_num
-
-    @property
-    def step_s(self) -> list[float]:
-        """Each step's time, in seconds."""
-        return self.live.step_s
-
-    @property
-    def step_signatures(self) -> list[object]:
-        return self.live.step_signatures
-
-    @property
-    def findings(self) -> list[Finding]:
-        """Runtime findings raised outside the checks so far (device mismatch, out of memory)."""
-        return self.live.findings
 
     @property
     def traces(self) -> list[TraceFile]:
@@ -470,62 +423,6 @@ class Profiler(FrameworkSeams):
             if cfg.hang_timeout != 0:
                 self.guard.run("hang watchdog", "no hang report in this run", self._start_watchdog)
         window.begin(window.schedule, activities)
-
-    def _plan_windows(self) -> None:
-        """The schedule becomes a plan that also records the windows asked for later (gpuprof.run.windows)."""
-        from gpuprof.run.job import JobWindows, window_steps_of
-        from gpuprof.run.windows import GrowthDetector, SlowdownDetector, WindowPlan
-
-        cfg, window = self.config, self.window
-        plan = WindowPlan(window.schedule)
-        window.schedule = plan
-        window.window_at = plan.window_at
-        opts = cfg.options
-        growth = GrowthDetector(opts.leak_min_total_bytes, opts.leak_min_rising_share) if self.live.cuda else None
-        slow = SlowdownDetector(opts.anomaly_factor, opts.anomaly_steps, opts.anomaly_min_ms / 1000)
-        self._job = JobWindows(plan, cfg.max_auto_windows, window_steps_of(cfg.schedule),
-                               lambda: bool(window.traces), slow, growth, self.guard.warn_once)
-
-    def _register(self) -> None:
-        from gpuprof.run.trigger import TriggerChannel
-
-        assert self.paths is not None and self._job is not None
-        self._job.channel = TriggerChannel(str(self.paths.run_dir), self.ranks.rank)
-
-    def _start_watchdog(self) -> None:
-        from gpuprof.run.hang import Watchdog
-
-        paths, live = self.paths, self.live
-        assert paths is not None
-        self._watchdog = Watchdog(self.config.hang_timeout, lambda: live.step_num, lambda: self._t_last,
-                                  lambda: self._own_work, live.step_s, self._driver, paths.run_dir, paths.out_dir,
-                                  paths.worker, self.ranks.rank, lambda: live.stream, self._hang_finding).start()
-
-    def _hang_finding(self, new: Finding, old: Finding | None) -> None:
-        """The watchdog's GP651 (from its thread): kept for the report; a resumed stall replaces its first one."""
-        found = self.live.findings
-        if old is not None and old in found:
-            found[found.index(old)] = new
-        else:
-            found.append(new)
-
-    def _stop_job(self) -> None:
-        """The watchdog stops and the registration goes, each even if the other fails."""
-        wd, self._watchdog = self._watchdog, None
-        try:
-            if wd is not None:
-                wd.stop()
-                if wd.failure is not None:
-                    self.guard.fail("hang watchdog", "no hang report in this run", wd.failure)
-        finally:
-            job = self._job
-            if job is not None:
-                self.guard.run("trigger", "none", job.close)
-
-    def _allocated(self) -> int | None:
-        """CUDA bytes allocated after the last step (None on the CPU or without the memory sampler)."""
-        sampler = self._check(MemoryCheck).sampler
-        return sampler.allocated[-1] if sampler is not None and sampler.cuda and sampler.allocated else None
 
     def _open_writer(self) -> None:
         assert self.paths is not None

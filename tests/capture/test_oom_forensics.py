@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpuprof.capture.memory import OOMObserver
+from gpuprof.capture.oom import OOMObserver
 from gpuprof.cli import cli
 from gpuprof.memory.testing import GiB
 from gpuprof.testing.realtraces import shared_snapshot
@@ -152,7 +152,7 @@ def test_the_owner_registry_finds_the_optimizer_the_loop_steps() -> None:
 def test_the_capture_report_gets_memory_sections_of_its_snapshots(tmp_path: Path) -> None:
     """The last window's snapshot and the OOM dump become `memory` sections (categories summing to reserved);
     the dump's GP512 joins the findings."""
-    from gpuprof.capture.memory import memory_sections
+    from gpuprof.capture.oom import memory_sections
 
     raw = _raw("eor_nn_snapshot.pickle")
     _observer(tmp_path, raw)._observe(0, 3 * GiB, 2 * GiB, 1 * GiB)
@@ -169,7 +169,7 @@ def test_the_capture_report_gets_memory_sections_of_its_snapshots(tmp_path: Path
 
 
 def test_the_out_of_memory_message_gives_the_request_and_free_bytes() -> None:
-    from gpuprof.capture.memory import oom_message_facts
+    from gpuprof.capture.oom import oom_message_facts
 
     text = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.14 GiB of which "
             "1.05 GiB is free. Including non-PyTorch memory, this process has 78.08 GiB memory in use.")

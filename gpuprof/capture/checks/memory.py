@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from gpuprof.capture.checks.base import Live, MonitorBase
 from gpuprof.capture.guard import safe_text
-from gpuprof.capture.memory import (
+from gpuprof.capture.memory import MemorySampler, growth_finding
+from gpuprof.capture.oom import (
     HistoryRecorder,
-    MemorySampler,
     OOMObserver,
-    growth_finding,
     oom_finding,
     oom_message_facts,
     start_forensics,

@@ -160,7 +160,7 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard, *, memory: bool = Fal
     # the memory by category / stage / module of the run's snapshots (CUDA): the last window's and the OOM dump's
     snaps = [str(t.snapshot) for t in facts.traces if t.snapshot is not None]
     if memory and (snaps or facts.files):
-        from gpuprof.capture.memory import memory_sections
+        from gpuprof.capture.oom import memory_sections
 
         mem = g.run("memory analysis", "no memory section in the report", memory_sections, snaps, facts.files)
         if mem is not None:

@@ -128,6 +128,7 @@ _COMMANDS = {
     "explain": ("gpuprof.cli.rules", "explain_cmd"),
     "memory": ("gpuprof.cli.memory", "memory_cmd"),
     "rules": ("gpuprof.cli.rules", "rules_cmd"),
+    "run": ("gpuprof.cli.run", "run_cmd"),
 }
 
 

@@ -1,0 +1,1 @@
+"""``gpuprof run``: profile an unchanged training script or launcher job (docs/run.md)."""

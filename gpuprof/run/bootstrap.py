@@ -17,9 +17,11 @@ the script runs on as if gpuprof were not there.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import sys
+import threading
 from types import FrameType, ModuleType, TracebackType
 from typing import Any, Callable
 
@@ -57,6 +59,7 @@ def start() -> None:
 def _start(text: str) -> None:
     global _OPTS
     _OPTS = opts = RunOptions.from_env(text)
+    _keep_ctrl_c_exit()
     if opts.step_function is not None:
         spec = parse_step_function(opts.step_function)
         _wrap_step_function(spec, opts)
@@ -81,7 +84,6 @@ def _on_torch(torch: ModuleType) -> None:
 
     register_optimizer_step_post_hook(clock.on_optimizer_step)
     _wrap_destroy_process_group(torch, clock)
-    _wrap_excepthook(clock)
 
 
 def _wrap_destroy_process_group(torch: ModuleType, clock: OptimizerClock) -> None:
@@ -100,16 +102,48 @@ def _wrap_destroy_process_group(torch: ModuleType, clock: OptimizerClock) -> Non
     dist.destroy_process_group = destroy_process_group  # type: ignore[union-attr]
 
 
-def _wrap_excepthook(clock: OptimizerClock) -> None:
+_UNCAUGHT: list[BaseException] = []  # the exception ending the process, as sys.excepthook saw it
+
+
+def _keep_ctrl_c_exit() -> None:
+    """Keep Python's own ending for an uncaught KeyboardInterrupt: death by SIGINT (a shell's 130).
+
+    Python records the uncaught KeyboardInterrupt and, once finalized, kills
+    itself with SIGINT. A C extension that runs Python source through
+    ``PyRun_String`` afterwards (torch's profiler does, when the capture
+    stops at exit) clears that record, and the process would exit 1 instead.
+    So the bootstrap notes the exception in ``sys.excepthook`` (after the
+    user's traceback is printed, unchanged) and, in the last exit handler
+    (registered here, first), ends the process by SIGINT itself. The same
+    hook hands the exception to the capture (a device mismatch explained).
+    """
     previous = sys.excepthook
 
     def excepthook(tp: type[BaseException], value: BaseException, tb: TracebackType | None) -> Any:
+        _UNCAUGHT.append(value)
         try:
             return previous(tp, value, tb)  # the user's traceback, exactly as Python prints it
         finally:
-            clock.handle_error(value)  # never raises
+            if CLOCK is not None:
+                CLOCK.handle_error(value)  # never raises
 
     sys.excepthook = excepthook
+    atexit.register(_exit_by_sigint_after_ctrl_c)
+
+
+def _exit_by_sigint_after_ctrl_c() -> None:
+    if not _UNCAUGHT or not isinstance(_UNCAUGHT[-1], KeyboardInterrupt) or threading.current_thread() is not \
+            threading.main_thread():
+        return
+    import signal
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream: nothing to flush
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 # ---------------------------------------------------------------------------------------------- frameworks

@@ -133,6 +133,8 @@ class OptimizerClock:
                 prof = self.profiler = self._make()
             atexit.register(self.finish)
             prof.start()
+            prof.note(f"gpuprof run: one step per step of the first optimizer to step ({type(optimizer).__name__}); "
+                      "the clock starts when its first step ends")
             return
         prof.step()
 

@@ -61,7 +61,7 @@ def resolve(kind: Kind, args: tuple[str, ...]) -> Command:
     """The child's argv for ``gpuprof run [-m MODULE | -- COMMAND | SCRIPT] ARGS``; RunUsageError when it is unusable."""
     if kind == "module":
         if not args or not args[0].strip():
-            raise RunUsageError("gpuprof run -m: no module named (gpuprof run -m MODULE [ARGS])")
+            raise RunUsageError("-m needs a module name (gpuprof run [OPTIONS] -m MODULE [ARGS])")
         return Command((sys.executable, "-m", *args), f"-m {visible(args[0])}")
     if not args or not args[0]:
         raise RunUsageError("no command to run (gpuprof run [OPTIONS] SCRIPT.py [ARGS], "

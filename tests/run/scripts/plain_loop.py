@@ -2,6 +2,7 @@
 
     python plain_loop.py [--steps N] [--workers N] [--raise-at N] [--interrupt-at N] [--exit-code N]
                          [--sleep-at N] [--no-optimizer] [--accumulate K]
+                         [--sample-cost-ms MS]
 """
 
 import argparse
@@ -11,7 +12,21 @@ import time
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+
+class SlowData(Dataset):
+    """Each sample costs ``cost_s`` of host time: in the main process (num_workers=0) that is the step's."""
+
+    def __init__(self, base: TensorDataset, cost_s: float) -> None:
+        self.base, self.cost_s = base, cost_s
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int):
+        time.sleep(self.cost_s)
+        return self.base[i]
 
 
 def main() -> None:
@@ -24,11 +39,14 @@ def main() -> None:
     p.add_argument("--sleep-at", type=int, default=-1, help="sleep (for a signal) at this step, printing 'ready'")
     p.add_argument("--no-optimizer", action="store_true")
     p.add_argument("--accumulate", type=int, default=1)
+    p.add_argument("--sample-cost-ms", type=float, default=0.0, help="host time per sample (a slow dataset)")
     args = p.parse_args()
 
     torch.manual_seed(0)
     n = args.steps * args.accumulate * 16
     data = TensorDataset(torch.randn(n, 32), torch.randint(0, 4, (n,)))
+    if args.sample_cost_ms:
+        data = SlowData(data, args.sample_cost_ms / 1000)
     loader = DataLoader(data, batch_size=16, shuffle=True, num_workers=args.workers)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)

@@ -5,6 +5,7 @@ import sys
 import torch
 from torch import nn
 
+torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
 
 
@@ -14,7 +15,6 @@ def infer_step(x: torch.Tensor) -> torch.Tensor:
 
 
 def main() -> None:
-    torch.manual_seed(0)
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 14
     for _ in range(steps):
         print("out", repr(infer_step(torch.randn(16, 32)).item()), flush=True)

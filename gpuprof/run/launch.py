@@ -80,6 +80,8 @@ def resolve(kind: Kind, args: tuple[str, ...]) -> Command:
         raise RunUsageError(f"{visible(first)}: not a regular file")
     if path.is_file() or (path.is_dir() and (path / "__main__.py").is_file()):
         return Command((sys.executable, *args), visible(first))
+    if path.is_dir():
+        raise RunUsageError(f"{visible(first)}: a directory without __main__.py, not a Python script")
     if not first.endswith((".py", ".pyw")) and "/" not in first and shutil.which(first) is not None:
         raise RunUsageError(f"{visible(first)} is a program, not a Python script: put -- before "
                             f"a command (gpuprof run [OPTIONS] -- {visible(first)} ...)")
@@ -192,11 +194,13 @@ def exit_like(status: int) -> int:
         return status
     signum = -status
     try:
-        if signum in (signal.SIGSEGV, signal.SIGABRT, signal.SIGQUIT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL):
+        core = {getattr(signal, n, None) for n in ("SIGSEGV", "SIGABRT", "SIGQUIT", "SIGBUS", "SIGFPE", "SIGILL")}
+        if signum in core:
             import resource  # no second core dump, of gpuprof's process
 
             resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-        signal.signal(signum, signal.SIG_DFL)
+        if signum != signal.SIGKILL:  # SIGKILL has no handler to reset (and always kills)
+            signal.signal(signum, signal.SIG_DFL)
         sys.stdout.flush()
         sys.stderr.flush()
         os.kill(os.getpid(), signum)

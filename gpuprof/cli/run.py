@@ -15,8 +15,16 @@ from typing import Any
 import click
 
 from gpuprof.capture.config import DEFAULT_LOGDIR
-from gpuprof.run.launch import (Command, RunUsageError, exit_like, launch, logdir_state, no_step_note, resolve,
-                                wrote_something)
+from gpuprof.run.launch import (
+    Command,
+    RunUsageError,
+    exit_like,
+    launch,
+    logdir_state,
+    no_step_note,
+    resolve,
+    wrote_something,
+)
 from gpuprof.run.options import RunOptions, Scalar, parse_step_function
 
 __all__ = ["run_cmd"]

@@ -18,6 +18,7 @@ the script runs on as if gpuprof were not there.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import sys
@@ -138,10 +139,8 @@ def _exit_by_sigint_after_ctrl_c() -> None:
     import signal
 
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):  # a closed stream: nothing to flush
             stream.flush()
-        except Exception:  # noqa: BLE001 - a closed stream: nothing to flush
-            pass
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGINT)
 
@@ -173,7 +172,7 @@ def _attach(framework: str, trainer: Any) -> None:
     assert _OPTS is not None
     if _OPTS.step_function is not None:
         return  # the user named the step: the function clock only
-    kwargs = {"run": _OPTS.run, **framework_options(_OPTS)}
+    kwargs: dict[str, Any] = {"run": _OPTS.run, **framework_options(_OPTS)}
     if framework == "Lightning":
         from gpuprof.integrations.lightning import GpuprofCallback as LightningCallback
 
@@ -202,7 +201,7 @@ def _wrap_step_function(spec: StepFunctionSpec, opts: RunOptions) -> None:
 
 def _main_module_name() -> str | None:
     """The module name the script would have if imported: ``train`` for ``python train.py``, X for ``-m X``."""
-    argv = list(getattr(sys, "orig_argv", []))[1:]
+    argv = [str(a) for a in getattr(sys, "orig_argv", [])][1:]
     i = 0
     while i < len(argv):
         a = argv[i]

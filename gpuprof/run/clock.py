@@ -29,11 +29,12 @@ stops; the training goes on.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpuprof.run.options import RunOptions, Scalar
 
@@ -49,11 +50,9 @@ NO_STEP_NOTE = "gpuprof run saw no optimizer step: use --step-function module:fu
 
 def say(text: str) -> None:
     """One line on stderr (never raises: a closed stderr is not the user's problem)."""
-    try:
+    with contextlib.suppress(Exception):  # nowhere left to say it
         sys.stderr.write(f"gpuprof run: {text}\n")
         sys.stderr.flush()
-    except Exception:  # noqa: BLE001 - nowhere left to say it
-        pass
 
 
 def _is_lead() -> bool:
@@ -159,19 +158,15 @@ class OptimizerClock:
         prof = self.profiler
         if prof is None or self._finished:
             return
-        try:
+        with contextlib.suppress(Exception):  # Profiler.handle_error never raises an Exception; belt and braces
             prof.handle_error(exc)
-        except Exception:  # noqa: BLE001 - Profiler.handle_error never raises an Exception; belt and braces
-            pass
 
     def _stop_quietly(self) -> None:
         prof, self.profiler = self.profiler, None
         self._finished = True
         if prof is not None:
-            try:
+            with contextlib.suppress(Exception):  # already said once
                 prof.stop()
-            except Exception:  # noqa: BLE001 - already said once
-                pass
 
 
 def _new_profiler(opts: RunOptions) -> "Profiler":

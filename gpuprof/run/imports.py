@@ -54,7 +54,7 @@ class _Finder(importlib.abc.MetaPathFinder):
                 exec_module(module)
             finally:
                 try:
-                    del loader.exec_module  # type: ignore[union-attr]  # our instance attribute, set below
+                    del loader.exec_module  # our instance attribute, set below
                 except AttributeError:
                     pass
             for cb in callbacks:  # only once the module's code ran without raising
@@ -76,8 +76,8 @@ def _find_after(me: _Finder, name: str, path: Sequence[str] | None,
         if find is None:
             continue
         spec = find(name, path, target)
-        if spec is not None:
-            return spec  # type: ignore[no-any-return]  # another finder's spec
+        if isinstance(spec, importlib.machinery.ModuleSpec):
+            return spec
     return None
 
 

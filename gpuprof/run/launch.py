@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 from gpuprof.errors import GpuprofError
 from gpuprof.render.safe import visible
@@ -174,18 +174,26 @@ def launch(command: Command, opts: RunOptions) -> int:
     fwd.install()
     try:
         try:
-            child = subprocess.Popen(list(command.argv), env=child_env(opts),
-                                     process_group=None if interactive else 0)
+            child = subprocess.Popen(list(command.argv), env=child_env(opts), **_own_group(not interactive))
         except OSError as err:
             raise RunUsageError(f"cannot run {command.label}: {err.strerror or err}") from None
         fwd.started(child)
         while True:
             try:
-                return child.wait()
+                return int(child.wait())
             except KeyboardInterrupt:  # a handler we did not install (another thread's): keep waiting
                 continue
     finally:
         fwd.restore()
+
+
+def _own_group(yes: bool) -> dict[str, Any]:
+    """Popen's arguments that start the child in a process group of its own (``process_group`` from 3.11)."""
+    if not yes:
+        return {}
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # 3.10: the same, done in the child before exec
 
 
 def exit_like(status: int) -> int:

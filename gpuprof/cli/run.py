@@ -118,6 +118,8 @@ def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function
             parse_step_function(step_function)
         except ValueError as err:
             raise RunUsageError(f"{err}") from None
+    if run_name is not None and run_name.strip() in ("", ".", ".."):
+        raise RunUsageError(f"--run-name {run_name!r} names no directory under the logdir")
     command: Command = resolve(kind, rest)
     capture: dict[str, Scalar] = {"watch": not no_watch, "trigger": not no_trigger}
     if hang_timeout is not None:

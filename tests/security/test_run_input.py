@@ -62,6 +62,14 @@ def test_a_bad_step_function_and_bad_numbers(tmp_path: Path) -> None:
     assert "--max-auto-windows" in _one_line_exit_2(gpuprof_run("--max-auto-windows", "x", str(script), cwd=tmp_path))
 
 
+@pytest.mark.parametrize("name", ["..", ".", ""])
+def test_a_run_name_that_is_no_directory_under_the_logdir(tmp_path: Path, name: str) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("pass\n")
+    assert "names no directory under the logdir" in _one_line_exit_2(
+        gpuprof_run("--run-name", name, str(script), cwd=tmp_path))
+
+
 def test_hostile_script_names_are_printed_visibly(tmp_path: Path) -> None:
     name = "evil\x1b]0;pwned\x07\x1b[2J\u202eyp.py"
     line = _one_line_exit_2(gpuprof_run(name, cwd=tmp_path))

@@ -169,3 +169,73 @@ def test_the_job_gets_no_bootstrap_options_it_did_not_ask_for(tmp_path: Path) ->
     got = json.loads(proc.stdout)
     assert got == {"logdir": "L", "run": "r", "step_function": None,
                    "capture": {"watch": False, "trigger": True, "max_auto_windows": 3}}
+
+
+_SLEEPER = "import time; print('ready', flush=True); time.sleep(60)"
+
+
+def test_sigterm_to_gpuprof_run_reaches_the_child_once(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "gpuprof", "run", "--", sys.executable, "-c",
+                             "import signal, sys, time\n"
+                             "signal.signal(signal.SIGTERM, lambda *a: (print('term', flush=True), sys.exit(9)))\n"
+                             "print('ready', flush=True); time.sleep(60)"],
+                            cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGTERM)  # to gpuprof run alone, as `kill PID` would
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 9, err  # the child's own handler ran, once, and its exit code came through
+    assert out == "term\n"
+
+
+_COUNTER = ("import signal, time\n"
+            "got = []\n"
+            "signal.signal(signal.SIGINT, lambda *a: got.append(1))\n"
+            "print('ready', flush=True)\n"
+            "t = time.time()\n"
+            "while not got and time.time() - t < 30: time.sleep(0.02)\n"
+            "time.sleep(1.5)\n"
+            "print('sigints', len(got), flush=True)\n")
+
+
+def _in_a_terminal(tmp_path: Path, code: str) -> tuple[int, bytes]:
+    """Run ``gpuprof run -- python -c CODE`` in a new pseudo-terminal, press Ctrl-C once it says ready."""
+    import pty
+
+    pid, master = pty.fork()  # the child leads a new session whose controlling terminal is the pty
+    if pid == 0:  # pragma: no cover - the forked child
+        os.chdir(tmp_path)
+        os.execve(sys.executable, [sys.executable, "-m", "gpuprof", "run", "--", sys.executable, "-c", code],
+                  run_env())
+    output = b""
+    try:
+        while b"ready" not in output:
+            chunk = os.read(master, 4096)
+            assert chunk, output
+            output += chunk
+        os.write(master, b"\x03")  # Ctrl-C: the terminal sends SIGINT to its foreground process group
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the other side closed
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(master)
+    return status, output
+
+
+def test_ctrl_c_at_a_terminal_reaches_the_child_once_from_the_terminal(tmp_path: Path) -> None:
+    status, output = _in_a_terminal(tmp_path, _COUNTER)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, output)
+    assert b"sigints 1" in output, output  # the terminal's, not a second one forwarded by gpuprof run
+    status, output = _in_a_terminal(tmp_path, _SLEEPER)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGINT, (status, output)
+    assert output.count(b"KeyboardInterrupt") == 1, output

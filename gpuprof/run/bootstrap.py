@@ -4,10 +4,9 @@ Nothing, until the process imports torch: then it hooks the optimizer's step
 (the step clock, :mod:`gpuprof.run.clock`), patches the DataLoader so loaders
 built before the first step are known, wraps
 ``torch.distributed.destroy_process_group`` so the capture ends while the
-process group can still gather the cross-rank report, and wraps
-``sys.excepthook`` so an uncaught exception's story (a device mismatch...) is
-in the report; the traceback printed is the user's, unchanged, and the exit
-code is Python's own. Lightning's and Hugging Face's ``Trainer`` get gpuprof's
+process group can still gather the cross-rank report; an uncaught exception's
+story (a device mismatch...) reaches the report through ``sitecustomize``'s
+excepthook (:func:`on_uncaught`). Lightning's and Hugging Face's ``Trainer`` get gpuprof's
 callback when they are built. ``--step-function module:function`` wraps that
 function instead of counting optimizer steps.
 
@@ -17,13 +16,10 @@ the script runs on as if gpuprof were not there.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import functools
 import os
 import sys
-import threading
-from types import FrameType, ModuleType, TracebackType
+from types import FrameType, ModuleType
 from typing import Any, Callable
 
 from gpuprof.run import imports
@@ -50,7 +46,8 @@ def _guarded(part: str, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def start() -> None:
-    """Called by ``sitecustomize`` at interpreter start. Never raises."""
+    """Called by ``sitecustomize`` once the process has imported torch (at start with --step-function).
+    Never raises."""
     text = os.environ.get(ENV)
     if not text:
         return
@@ -60,7 +57,6 @@ def start() -> None:
 def _start(text: str) -> None:
     global _OPTS
     _OPTS = opts = RunOptions.from_env(text)
-    _keep_ctrl_c_exit()
     if opts.step_function is not None:
         spec = parse_step_function(opts.step_function)
         _wrap_step_function(spec, opts)
@@ -103,46 +99,11 @@ def _wrap_destroy_process_group(torch: ModuleType, clock: OptimizerClock) -> Non
     dist.destroy_process_group = destroy_process_group  # type: ignore[union-attr]
 
 
-_UNCAUGHT: list[BaseException] = []  # the exception ending the process, as sys.excepthook saw it
-
-
-def _keep_ctrl_c_exit() -> None:
-    """Keep Python's own ending for an uncaught KeyboardInterrupt: death by SIGINT (a shell's 130).
-
-    Python records the uncaught KeyboardInterrupt and, once finalized, kills
-    itself with SIGINT. A C extension that runs Python source through
-    ``PyRun_String`` afterwards (torch's profiler does, when the capture
-    stops at exit) clears that record, and the process would exit 1 instead.
-    So the bootstrap notes the exception in ``sys.excepthook`` (after the
-    user's traceback is printed, unchanged) and, in the last exit handler
-    (registered here, first), ends the process by SIGINT itself. The same
-    hook hands the exception to the capture (a device mismatch explained).
-    """
-    previous = sys.excepthook
-
-    def excepthook(tp: type[BaseException], value: BaseException, tb: TracebackType | None) -> Any:
-        _UNCAUGHT.append(value)
-        try:
-            return previous(tp, value, tb)  # the user's traceback, exactly as Python prints it
-        finally:
-            if CLOCK is not None:
-                CLOCK.handle_error(value)  # never raises
-
-    sys.excepthook = excepthook
-    atexit.register(_exit_by_sigint_after_ctrl_c)
-
-
-def _exit_by_sigint_after_ctrl_c() -> None:
-    if not _UNCAUGHT or not isinstance(_UNCAUGHT[-1], KeyboardInterrupt) or threading.current_thread() is not \
-            threading.main_thread():
-        return
-    import signal
-
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed stream: nothing to flush
-            stream.flush()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
+def on_uncaught(exc: BaseException) -> None:
+    """An uncaught exception is ending the process (``sitecustomize``'s excepthook): the capture records
+    what it tells (a device mismatch explained). Never raises."""
+    if CLOCK is not None:
+        CLOCK.handle_error(exc)
 
 
 # ---------------------------------------------------------------------------------------------- frameworks

@@ -126,20 +126,19 @@ def test_a_process_that_never_imports_torch_is_left_alone(tmp_path: Path) -> Non
     proc = gpuprof_run("--logdir", str(tmp_path / "logs"), "--", sys.executable, "-c", code, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     loaded = json.loads(proc.stdout)
-    assert "torch" not in loaded
-    assert "gpuprof.run.bootstrap" in loaded  # the bootstrap is there, waiting
-    assert not any(m.startswith("gpuprof.capture") for m in loaded)
+    assert loaded == []  # no torch, and not even gpuprof: sitecustomize waits for torch (numpy's 0.15 s unpaid)
     # and it says, once, that nothing was profiled, without failing the job
     assert proc.stderr.count("saw no optimizer step") == 1
     assert not (tmp_path / "logs").exists()
 
 
+@pytest.mark.slow  # imports torch in the child (the bootstrap waits for it)
 def test_the_environments_own_sitecustomize_still_runs(tmp_path: Path) -> None:
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIR_SITECUSTOMIZE'] = 'ran'\n")
     env = run_env(PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]), str(theirs)]))
-    proc = gpuprof_run("--", sys.executable, "-c", "import os, gpuprof.run.bootstrap as b; "
+    proc = gpuprof_run("--", sys.executable, "-c", "import os, torch, gpuprof.run.bootstrap as b; "
                        "print(os.environ.get('THEIR_SITECUSTOMIZE'), b._OPTS is not None)", cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["ran", "True"]

@@ -3,16 +3,36 @@
 ``gpuprof run`` puts this directory first on ``PYTHONPATH``; it holds only
 this file, so nothing else of the user's can be shadowed. It first runs the
 ``sitecustomize`` it hides (the environment's own, if any), so the process is
-set up as it would be without gpuprof, then starts gpuprof's bootstrap, which
-does nothing until the process imports torch. Nothing here may raise: a
-process that cannot import gpuprof (another interpreter, a broken install)
-runs unprofiled, silently.
+set up as it would be without gpuprof. Then it waits: gpuprof itself (whose
+package imports numpy, ~0.15 s of CPU) is imported only once the process has
+imported torch, so ``pip``, shell helpers and torchrun's agent before it
+imports torch pay one dictionary look-up per import. With ``--step-function``
+the bootstrap starts at once (it must see the script define the function).
+
+It also keeps Python's own ending for an uncaught KeyboardInterrupt (death by
+SIGINT, a shell's 130): Python records that exception and kills itself with
+SIGINT once finalized, but a C extension that runs Python source through
+``PyRun_String`` afterwards (torch's profiler does, when a capture stops at
+exit) clears the record and the process would exit 1. So the exception is
+noted in ``sys.excepthook`` (after the traceback is printed, unchanged) and
+the last exit handler ends the process by SIGINT itself.
+
+Nothing here may raise: a process that cannot import gpuprof (another
+interpreter, a broken install) runs unprofiled, silently.
 """
 
+import atexit
+import contextlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import sys
+import threading
+from typing import Any
+
+_ENV = "GPUPROF_RUN_CONFIG"
+_UNCAUGHT: "list[BaseException]" = []  # the exception ending the process, as sys.excepthook saw it
 
 
 def _chain() -> None:
@@ -35,9 +55,83 @@ def _bootstrap() -> None:
     bootstrap.start()  # never raises
 
 
+class _WhenTorchIsImported:
+    """A meta-path finder that starts the bootstrap once ``torch`` has been imported (and then leaves)."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch":
+            return None
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
+        spec = None
+        for finder in sys.meta_path:  # the first finder that knows torch, as the import would ask them
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        loader: Any = getattr(spec, "loader", None)
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_then_start(module: Any) -> None:
+            try:
+                exec_module(module)
+            finally:
+                with contextlib.suppress(AttributeError):
+                    del loader.exec_module
+            _bootstrap()
+
+        with contextlib.suppress(AttributeError, TypeError):  # a loader with slots: no bootstrap, import as usual
+            loader.exec_module = exec_then_start
+        return spec
+
+
+def _excepthook_keeping_ctrl_c(previous: Any) -> Any:
+    def excepthook(tp: Any, value: BaseException, tb: Any) -> Any:
+        _UNCAUGHT.append(value)
+        try:
+            return previous(tp, value, tb)  # the user's traceback, exactly as Python prints it
+        finally:
+            boot = sys.modules.get("gpuprof.run.bootstrap")
+            if boot is not None:
+                boot.on_uncaught(value)  # never raises
+
+    return excepthook
+
+
+def _exit_by_sigint_after_ctrl_c() -> None:
+    if not _UNCAUGHT or not isinstance(_UNCAUGHT[-1], KeyboardInterrupt):
+        return
+    if threading.current_thread() is not threading.main_thread() or "gpuprof.run.bootstrap" not in sys.modules:
+        return  # gpuprof never ran here: Python's own ending is intact
+    import signal
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed stream: nothing to flush
+            stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _start() -> None:
+    text = os.environ.get(_ENV)
+    if not text:
+        return
+    sys.excepthook = _excepthook_keeping_ctrl_c(sys.excepthook)
+    atexit.register(_exit_by_sigint_after_ctrl_c)  # registered first: runs last
+    try:
+        now = json.loads(text).get("step_function") is not None
+    except Exception:  # noqa: BLE001 - not ours to judge here: the bootstrap says what is wrong, in one line
+        now = True
+    if now or "torch" in sys.modules:
+        _bootstrap()
+    else:
+        sys.meta_path.insert(0, _WhenTorchIsImported())
+
+
 try:
     _chain()
 except Exception as _err:  # noqa: BLE001 - the environment's own sitecustomize failed: say so as Python would
     sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(_err).__name__}: {_err}\n")
-if os.environ.get("GPUPROF_RUN_CONFIG"):
-    _bootstrap()
+with contextlib.suppress(Exception):  # never break the user's process
+    _start()

@@ -238,3 +238,12 @@ def test_ctrl_c_at_a_terminal_reaches_the_child_once_from_the_terminal(tmp_path:
     status, output = _in_a_terminal(tmp_path, _SLEEPER)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGINT, (status, output)
     assert output.count(b"KeyboardInterrupt") == 1, output
+
+
+def test_dash_m_runs_the_module_with_its_arguments(tmp_path: Path) -> None:
+    (tmp_path / "gp_mod_entry.py").write_text("import sys\nprint(sys.argv[1:])\nsys.exit(3)\n")
+    proc = gpuprof_run("-m", "gp_mod_entry", "--logdir", "theirs", "-m", "x", cwd=tmp_path,
+                       env=run_env(PYTHONPATH=os.pathsep.join([str(tmp_path), run_env()["PYTHONPATH"]])))
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "['--logdir', 'theirs', '-m', 'x']\n"  # gpuprof's option names, passed on as the module's
+    assert not (tmp_path / "theirs").exists()

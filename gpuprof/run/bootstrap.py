@@ -60,7 +60,11 @@ def _start(text: str) -> None:
     if opts.step_function is not None:
         spec = parse_step_function(opts.step_function)
         _wrap_step_function(spec, opts)
-    imports.when_imported("torch", lambda torch: _guarded("hooking torch", _on_torch, torch))
+    torch = sys.modules.get("torch")
+    if torch is not None:  # sitecustomize starts us as torch's module code ends (still "initializing" to importlib)
+        _guarded("hooking torch", _on_torch, torch)
+    else:
+        imports.when_imported("torch", lambda torch: _guarded("hooking torch", _on_torch, torch))
     for name, framework in _FRAMEWORK_MODULES.items():
         imports.when_imported(name, functools.partial(_on_framework_guarded, framework))
 

@@ -162,3 +162,19 @@ def test_no_optimizer_gets_the_note_and_step_function_the_steps(tmp_path: Path) 
         assert proc.stdout == without.stdout
         assert capture_section(report(tmp_path / "logs" / name))["steps"] == 14  # each call is one step
         assert "nothing was profiled" not in proc.stderr
+
+
+def test_accelerate_launch_instruments_the_process_it_starts(tmp_path: Path) -> None:
+    pytest.importorskip("accelerate")
+    import shutil
+
+    if shutil.which("accelerate") is None:
+        pytest.skip("no accelerate command on PATH")
+    proc = gpuprof_run("--logdir", "logs", "--run-name", "launched", "--", "accelerate", "launch", "--cpu",
+                       "--num_processes", "1", str(SCRIPTS / "accelerate_loop.py"), "12", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "optimizer_steps 12" in proc.stdout
+    # the launcher (which imports torch too, and never steps) wrote nothing; its child wrote the one report
+    reports = sorted((tmp_path / "logs").rglob("report.json"))
+    assert reports == [tmp_path / "logs" / "launched" / "report.json"]
+    assert capture_section(report(tmp_path / "logs" / "launched"))["steps"] == 11

@@ -130,7 +130,7 @@ def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function
     opts = RunOptions(logdir=logdir, run=run_name, step_function=step_function, capture=capture)
     before = logdir_state(logdir)
     status = launch(command, opts)
-    if status >= 0 and status != 130 and not wrote_something(before, logdir_state(logdir), run_name):
+    if status >= 0 and status != 130 and not wrote_something(before, logdir_state(logdir)):
         click.echo(no_step_note(opts), err=True)
     ctx.exit(exit_like(status))
 

@@ -232,13 +232,12 @@ def logdir_state(logdir: str) -> dict[str, int]:
     return state
 
 
-def wrote_something(before: Mapping[str, int], after: Mapping[str, int], run: str | None) -> bool:
-    """Did a capture of this job write under the logdir (its run directory new or changed)?"""
-    if run is not None:
-        from gpuprof.capture.paths import _safe
+def wrote_something(before: Mapping[str, int], after: Mapping[str, int]) -> bool:
+    """Did a capture of this job write under the logdir (a directory new or changed)?
 
-        name = _safe(run)
-        return name in after and after[name] != before.get(name)
+    Any entry counts, not only ``--run-name``'s: a script's own gpuprof capture
+    (``profile_step``, a callback it adds) names its run itself, and the clock
+    of ``gpuprof run`` then stands down in its favour."""
     return any(before.get(name) != mtime for name, mtime in after.items())
 
 

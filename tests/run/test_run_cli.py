@@ -66,11 +66,10 @@ def test_step_function_spec() -> None:
 
 
 def test_wrote_something_sees_a_new_or_changed_run_directory() -> None:
-    assert not wrote_something({"a": 1}, {"a": 1}, None)
-    assert wrote_something({"a": 1}, {"a": 1, "b": 2}, None)
-    assert wrote_something({"a": 1}, {"a": 2}, None)
-    assert not wrote_something({"a": 1}, {"a": 1, "b": 2}, "a")
-    assert wrote_something({}, {"a": 1}, "a")
+    assert not wrote_something({"a": 1}, {"a": 1})
+    assert not wrote_something({"a": 1, "b": 2}, {"a": 1})  # a run directory removed meanwhile: not ours
+    assert wrote_something({"a": 1}, {"a": 1, "b": 2})
+    assert wrote_something({"a": 1}, {"a": 2})
 
 
 def test_logdir_state_of_a_missing_directory_is_empty(tmp_path: Path) -> None:

@@ -178,3 +178,15 @@ def test_accelerate_launch_instruments_the_process_it_starts(tmp_path: Path) -> 
     reports = sorted((tmp_path / "logs").rglob("report.json"))
     assert reports == [tmp_path / "logs" / "launched" / "report.json"]
     assert capture_section(report(tmp_path / "logs" / "launched"))["steps"] == 11
+
+
+def test_a_script_with_its_own_gpuprof_capture_keeps_it(tmp_path: Path) -> None:
+    # examples/train.py decorates its step with gpuprof.profile_step: that capture records, gpuprof run adds none
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "train.py")
+    proc = gpuprof_run("--logdir", "logs", "--run-name", "outer", example, "--device", "cpu", "--steps", "12",
+                       "--logdir", "logs", "--run-name", "inner", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["inner"]
+    assert capture_section(report(tmp_path / "logs" / "inner"))["steps"] == 12  # profile_step: every call a step
+    assert "nothing was profiled" not in proc.stderr
+    assert "another gpuprof capture" not in proc.stderr

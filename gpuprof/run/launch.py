@@ -20,7 +20,9 @@ straight from the terminal, once, as without gpuprof; a SIGTERM sent to this
 process alone is forwarded to the child. Elsewhere (CI, batch jobs, ``kill``
 from a script) the child gets its own process group: a SIGINT sent to this
 process (or its group) is forwarded to the child's whole group, as Ctrl-C
-would be, and SIGTERM, SIGHUP and SIGQUIT to the child.
+would be, and SIGTERM, SIGHUP and SIGQUIT to the child. On Linux the child
+gets SIGTERM when this process dies first (``PR_SET_PDEATHSIG``), even by
+SIGKILL, so the job is never left running on its own.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal, Mapping
+from typing import Callable, Literal, Mapping
 
 from gpuprof.errors import GpuprofError
 from gpuprof.render.safe import visible
@@ -174,7 +176,8 @@ def launch(command: Command, opts: RunOptions) -> int:
     fwd.install()
     try:
         try:
-            child = subprocess.Popen(list(command.argv), env=child_env(opts), **_own_group(not interactive))
+            child = subprocess.Popen(list(command.argv), env=child_env(opts),
+                                     preexec_fn=_in_child(own_group=not interactive, parent=os.getpid()))
         except OSError as err:
             raise RunUsageError(f"cannot run {command.label}: {err.strerror or err}") from None
         fwd.started(child)
@@ -187,13 +190,37 @@ def launch(command: Command, opts: RunOptions) -> int:
         fwd.restore()
 
 
-def _own_group(yes: bool) -> dict[str, Any]:
-    """Popen's arguments that start the child in a process group of its own (``process_group`` from 3.11)."""
-    if not yes:
-        return {}
-    if sys.version_info >= (3, 11):
-        return {"process_group": 0}
-    return {"preexec_fn": os.setpgrp}  # 3.10: the same, done in the child before exec
+def _in_child(own_group: bool, parent: int) -> Callable[[], None]:
+    """What the child does between fork and exec: its own process group (when not at a terminal), and on
+    Linux a SIGTERM when ``gpuprof run`` dies first (``kill -9`` of gpuprof run, or of its process group,
+    must not leave the job running unwatched: SIGTERM lets torchrun's agent stop its workers)."""
+    prctl = _prctl()
+
+    def in_child() -> None:
+        if own_group:
+            os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            if os.getppid() != parent:  # gpuprof run died before the line above: the same ending
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return in_child
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl`` (Linux), looked up before the fork: nothing may be loaded between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return fn
+    except (OSError, AttributeError):
+        return None
 
 
 def exit_like(status: int) -> int:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,27 @@ def test_dash_m_runs_the_module_with_its_arguments(tmp_path: Path) -> None:
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout == "['--logdir', 'theirs', '-m', 'x']\n"  # gpuprof's option names, passed on as the module's
     assert not (tmp_path / "theirs").exists()
+
+
+def test_killing_gpuprof_run_takes_the_job_with_it(tmp_path: Path) -> None:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the parent-death signal is Linux's")
+    code = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-m", "gpuprof", "run", "--", sys.executable, "-c", code], cwd=tmp_path,
+                            env=run_env(), stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    proc.kill()  # SIGKILL: gpuprof run cannot forward anything
+    proc.wait(timeout=30)
+    for _ in range(200):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as fh:  # a zombie waiting for init to reap it is gone too
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the job outlived gpuprof run")

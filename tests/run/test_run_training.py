@@ -162,6 +162,12 @@ def test_no_optimizer_gets_the_note_and_step_function_the_steps(tmp_path: Path) 
         assert proc.stdout == without.stdout
         assert capture_section(report(tmp_path / "logs" / name))["steps"] == 14  # each call is one step
         assert "nothing was profiled" not in proc.stderr
+    # a module the job imports (not the script): wrapped when its import ends
+    env = run_env(PYTHONPATH=os.pathsep.join([str(SCRIPTS), run_env()["PYTHONPATH"]]))
+    proc = gpuprof_run("--logdir", "logs", "--run-name", "imported", "--step-function", "infer_loop:infer_step", "--",
+                       sys.executable, "-c", "import infer_loop; infer_loop.main()", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert capture_section(report(tmp_path / "logs" / "imported"))["steps"] == 14
 
 
 def test_accelerate_launch_instruments_the_process_it_starts(tmp_path: Path) -> None:

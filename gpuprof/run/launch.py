@@ -20,7 +20,9 @@ straight from the terminal, once, as without gpuprof; a SIGTERM sent to this
 process alone is forwarded to the child. Elsewhere (CI, batch jobs, ``kill``
 from a script) the child gets its own process group: a SIGINT sent to this
 process (or its group) is forwarded to the child's whole group, as Ctrl-C
-would be, and SIGTERM, SIGHUP and SIGQUIT to the child. On Linux the child
+would be, and SIGTERM, SIGHUP and SIGQUIT to the child. SIGUSR1 and SIGUSR2
+sent to this process go to the child in both cases (a trigger meant for the
+job reaches it, and never kills this process). On Linux the child
 gets SIGTERM when this process dies first (``PR_SET_PDEATHSIG``), even by
 SIGKILL, so the job is never left running on its own.
 """
@@ -111,7 +113,9 @@ def _interactive() -> bool:
     return False
 
 
-_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+#: sent to gpuprof run's pid, meant for the job (an on-demand trigger): passed to the child as they came
+_PASS_ON = tuple(s for s in (getattr(signal, "SIGUSR1", None), getattr(signal, "SIGUSR2", None)) if s is not None)
 
 
 class _Forwarder:
@@ -148,6 +152,9 @@ class _Forwarder:
     def _forward(self, signum: int) -> None:
         child = self.child
         if child is None or child.returncode is not None:
+            return
+        if signum in _PASS_ON:
+            _kill(child.pid, signum)
             return
         if self.interactive:
             if signum == signal.SIGTERM:  # the terminal's signals reached the child already

@@ -271,3 +271,20 @@ def test_killing_gpuprof_run_takes_the_job_with_it(tmp_path: Path) -> None:
     else:
         os.kill(child, signal.SIGKILL)
         raise AssertionError("the job outlived gpuprof run")
+
+
+def test_sigusr1_to_gpuprof_run_goes_to_the_child(tmp_path: Path) -> None:
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGUSR1, lambda *a: (print('usr1', flush=True), sys.exit(4)))\n"
+            "print('ready', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-m", "gpuprof", "run", "--", sys.executable, "-c", code], cwd=tmp_path,
+                            env=run_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, out) == (4, "usr1\n")  # gpuprof run lived on, the child got it and ended its way

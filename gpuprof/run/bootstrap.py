@@ -30,6 +30,7 @@ __all__ = ["start", "CLOCK"]
 
 CLOCK: OptimizerClock | None = None  # this process's optimizer clock, once torch is imported
 _OPTS: RunOptions | None = None
+_STARTED: list[bool] = []  # start() ran (once per process, whatever its outcome)
 _FRAMEWORK_MODULES = {
     "lightning.pytorch.trainer.trainer": "Lightning",
     "pytorch_lightning.trainer.trainer": "Lightning",
@@ -49,8 +50,9 @@ def start() -> None:
     """Called by ``sitecustomize`` once the process has imported torch (at start with --step-function).
     Never raises."""
     text = os.environ.get(ENV)
-    if not text:
+    if not text or _OPTS is not None or _STARTED:
         return
+    _STARTED.append(True)
     _guarded("reading the job's options", _start, text)
 
 
@@ -65,8 +67,10 @@ def _start(text: str) -> None:
         _guarded("hooking torch", _on_torch, torch)
     else:
         imports.when_imported("torch", lambda torch: _guarded("hooking torch", _on_torch, torch))
-    for name, framework in _FRAMEWORK_MODULES.items():
-        imports.when_imported(name, functools.partial(_on_framework_guarded, framework))
+    for name in _FRAMEWORK_MODULES:  # imported before the bootstrap started (sitecustomize reports the later ones)
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "Trainer", None) is not None:
+            on_framework(name, module)
 
 
 # ---------------------------------------------------------------------------------------------- torch
@@ -113,7 +117,12 @@ def on_uncaught(exc: BaseException) -> None:
 # ---------------------------------------------------------------------------------------------- frameworks
 
 
-def _on_framework_guarded(framework: str, module: ModuleType) -> None:
+def on_framework(name: str, module: ModuleType) -> None:
+    """A framework's trainer module finished importing (``sitecustomize`` says so): patch its Trainer.
+    Never raises."""
+    framework = _FRAMEWORK_MODULES.get(name)
+    if framework is None or _OPTS is None:
+        return
     _guarded(f"attaching gpuprof to {framework}'s Trainer", _patch_trainer, framework, module)
 
 

@@ -47,7 +47,6 @@ class _Finder(importlib.abc.MetaPathFinder):
         exec_module = getattr(loader, "exec_module", None)
         if spec is None or loader is None or exec_module is None:
             return spec
-        callbacks = self.hooks.pop(fullname)
 
         def exec_then_call(module: ModuleType) -> None:
             try:
@@ -57,7 +56,9 @@ class _Finder(importlib.abc.MetaPathFinder):
                     del loader.exec_module  # our instance attribute, set below
                 except AttributeError:
                     pass
-            for cb in callbacks:  # only once the module's code ran without raising
+            # once the module's code ran without raising, and once per name (a look-up alone, such as
+            # importlib.util.find_spec, gets a spec that is never executed: the hooks wait for the real one)
+            for cb in self.hooks.pop(fullname, []):
                 cb(module)
 
         try:

@@ -138,10 +138,12 @@ def test_the_environments_own_sitecustomize_still_runs(tmp_path: Path) -> None:
     theirs.mkdir()
     (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIR_SITECUSTOMIZE'] = 'ran'\n")
     env = run_env(PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]), str(theirs)]))
-    proc = gpuprof_run("--", sys.executable, "-c", "import os, torch, gpuprof.run.bootstrap as b; "
+    # a look-up first (as libraries test for torch), then the import: the bootstrap starts at the import
+    proc = gpuprof_run("--", sys.executable, "-c", "import importlib.util, os, sys; importlib.util.find_spec('torch'); "
+                       "print('gpuprof.run.bootstrap' in sys.modules); import torch, gpuprof.run.bootstrap as b; "
                        "print(os.environ.get('THEIR_SITECUSTOMIZE'), b._OPTS is not None)", cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["ran", "True"]
+    assert proc.stdout.split() == ["False", "ran", "True"]
 
 
 def test_help_names_the_forms_and_exit_codes(tmp_path: Path) -> None:

@@ -196,3 +196,17 @@ def test_a_script_with_its_own_gpuprof_capture_keeps_it(tmp_path: Path) -> None:
     assert capture_section(report(tmp_path / "logs" / "inner"))["steps"] == 12  # profile_step: every call a step
     assert "nothing was profiled" not in proc.stderr
     assert "another gpuprof capture" not in proc.stderr
+
+
+def test_trainers_get_the_callback_whichever_is_imported_first(tmp_path: Path) -> None:
+    # `from transformers import Trainer` imports torch from inside transformers.trainer: the Trainer module is
+    # still being imported when torch's import ends, so it is patched when its own import ends
+    pytest.importorskip("transformers")
+    pytest.importorskip("lightning")
+    code = ("from transformers import Trainer\n"
+            "import lightning.pytorch as pl\n"
+            "print(hasattr(Trainer.__init__, '__gpuprof_original__'), hasattr(pl.Trainer.__init__, "
+            "'__gpuprof_original__'))\n")
+    proc = gpuprof_run("--logdir", "logs", "--", sys.executable, "-c", code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"]

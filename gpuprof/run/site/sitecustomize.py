@@ -47,24 +47,39 @@ def _chain() -> None:
     spec.loader.exec_module(module)
 
 
-def _bootstrap() -> None:
+def _bootstrap(module_name: str = "", module: Any = None) -> None:
     try:
         from gpuprof.run import bootstrap
     except Exception:  # noqa: BLE001 - gpuprof not importable in this interpreter: leave the process alone
         return
-    bootstrap.start()  # never raises
+    bootstrap.start()  # never raises; once per process
+    if module is not None:
+        bootstrap.on_framework(module_name, module)  # never raises
 
 
-class _WhenTorchIsImported:
-    """A meta-path finder that starts the bootstrap once ``torch`` has been imported (and then leaves)."""
+#: modules whose import ends the wait: torch, and the framework Trainers that get gpuprof's callback (each
+#: imports torch first, but may be the module being imported when torch's import ends, too early to patch)
+_WATCHED = ("torch", "lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer",
+            "transformers.trainer")
+
+
+class _WhenImported:
+    """A meta-path finder that starts the bootstrap once a watched module's code has run.
+
+    A look-up alone (``importlib.util.find_spec("torch")``, as libraries do
+    to test for torch) gets a spec whose module is never executed: the
+    finder stays until the module's code actually runs, once per name.
+    """
+
+    def __init__(self) -> None:
+        self.done: "set[str]" = set()
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "torch":
+        if fullname not in _WATCHED or fullname in self.done:
             return None
-        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
         spec = None
-        for finder in sys.meta_path:  # the first finder that knows torch, as the import would ask them
-            find = getattr(finder, "find_spec", None)
+        for finder in sys.meta_path:  # the first other finder that knows it, as the import would ask them
+            find = getattr(finder, "find_spec", None) if finder is not self else None
             spec = find(fullname, path, target) if find is not None else None
             if spec is not None:
                 break
@@ -79,7 +94,13 @@ class _WhenTorchIsImported:
             finally:
                 with contextlib.suppress(AttributeError):
                     del loader.exec_module
-            _bootstrap()
+            if fullname in self.done:
+                return
+            self.done.add(fullname)
+            if fullname == "torch":
+                _bootstrap()
+            else:
+                _bootstrap(fullname, module)
 
         with contextlib.suppress(AttributeError, TypeError):  # a loader with slots: no bootstrap, import as usual
             loader.exec_module = exec_then_start
@@ -125,8 +146,7 @@ def _start() -> None:
         now = True
     if now or "torch" in sys.modules:
         _bootstrap()
-    else:
-        sys.meta_path.insert(0, _WhenTorchIsImported())
+    sys.meta_path.insert(0, _WhenImported())
 
 
 try:

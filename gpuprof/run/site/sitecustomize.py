@@ -5,8 +5,9 @@ this file, so nothing else of the user's can be shadowed. It first runs the
 ``sitecustomize`` it hides (the environment's own, if any), so the process is
 set up as it would be without gpuprof. Then it waits: gpuprof itself (whose
 package imports numpy, ~0.15 s of CPU) is imported only once the process has
-imported torch, so ``pip``, shell helpers and torchrun's agent before it
-imports torch pay one dictionary look-up per import. With ``--step-function``
+imported torch (or a framework's Trainer module, which is then patched), so
+``pip``, shell helpers and torchrun's agent before it imports torch pay one
+tuple look-up per import. With ``--step-function``
 the bootstrap starts at once (it must see the script define the function).
 
 It also keeps Python's own ending for an uncaught KeyboardInterrupt (death by

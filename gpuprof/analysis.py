@@ -15,6 +15,7 @@ from gpuprof.errors import InputError, RuleError, describe_error
 from gpuprof.findings import Finding, sort_findings
 from gpuprof.flow import STRICT_ENV, RuleFailure, RuleUnit, Selection, finish, strict_rules
 from gpuprof.flow import run_rules as run_units
+from gpuprof.redact import scrub
 from gpuprof.remote import TraceFile
 from gpuprof.report import Report, TraceSummary
 from gpuprof.rules.base import Rule, RuleContext, all_rules
@@ -22,6 +23,7 @@ from gpuprof.summarize import trace_summary
 from gpuprof.trace.load import find_traces, load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
+from gpuprof.trace.phase import trace_phase
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.cluster import Scheduler
@@ -100,6 +102,13 @@ def analyze_trace(
         for code, err in failed:
             summary.notes.append(f"rule {code} failed ({describe_error(err)}): the analysis of this trace is incomplete")
     summary.notes.extend(trace.load_notes)
+    phase = trace_phase(metrics)
+    if phase is not None:
+        summary.notes.append(
+            f"this trace records a CUDA/HIP graph capture pass ({phase.share:.0%} of its time in capture: {phase.marker}): "
+            "kernels are recorded into a graph, not run, so its GPU utilisation, syncs and graph instantiation are not "
+            "those of the steps that replay the graph (profile replayed steps for those); GP101, GP203 and GP205 are "
+            "left out")
     if not metrics.has_step_markers and metrics.steps:
         note = "no ProfilerStep# markers: the whole trace is treated as one step"
         if metrics.lead_in_us:
@@ -164,7 +173,7 @@ def _analyze(
     on_rank_done: Callable[[int, int], None] | None = None,
 ) -> Report:
     paths = [os.fspath(p) for p in path] if isinstance(path, list) else [os.fspath(path)]
-    report = Report(command="analyze", inputs=paths)
+    report = Report(command="analyze", inputs=paths)  # Report masks a URL's credentials (gpuprof.redact)
     ranks: list[Any] = []
     files: list[TraceFile] = []
     taken: dict[int, str] = {}  # rank -> the node report that brought it (a rank twice is refused)
@@ -201,9 +210,9 @@ def _analyze(
                 from gpuprof.cluster import RankFailure  # only with a pool's or a cluster's results: not for one trace
 
                 if isinstance(res, RankFailure):
-                    report.notes.append(f"rank trace {res.path} failed on the cluster after a retry ({res.reason}): "
-                                        "left out of the report")
-                    report.failed_ranks.append(res.path)
+                    report.notes.append(f"rank trace {scrub(res.path)} failed on the cluster after a retry "
+                                        f"({scrub(res.reason)}): left out of the report")
+                    report.failed_ranks.append(scrub(res.path))
                     continue
                 summary, findings, rank, failed_text = res
                 failed: list[RuleFailure] | None = [(code, RuntimeError(text)) for code, text in failed_text]

@@ -14,6 +14,24 @@ traces, snapshots, stats) goes through :func:`atomic_path` or
 * on any failure (a full disk, an exception in the writer) the temporary
   file is removed and the previous file at the target is left untouched.
 
+The rename is for regular files only (or a name not taken yet): renaming
+over ``/dev/null`` as root replaces the system's null device with a file.
+What stands at the target decides (:func:`_target`):
+
+* a regular file, nothing, or a symlink to a regular file or to nothing:
+  the atomic replace above (a symlink is replaced itself, never written
+  through);
+* with ``streams=True`` (an output the user named: ``-o``, ``--html``,
+  ``--annotate``): a character device or a FIFO, also behind symlinks
+  (``/dev/stdout``, ``/proc/self/fd/1``, ``/dev/null``), is written through:
+  opened for writing (no create, no truncate, no rename). A FIFO is opened
+  without blocking first, so one with no reader is an error at once, not a
+  hang;
+* anything else (a block device, a socket, a directory; with ``streams=False``,
+  the files gpuprof names itself in a run directory, any device or FIFO) is
+  refused with an :class:`OSError` whose message says what it is; the node
+  is left as it was.
+
 :func:`refuse_input_as_output` keeps a command from replacing the very file
 it reads (``-o trace.json``), whatever path, symlink or hard link names it.
 """
@@ -21,10 +39,12 @@ it reads (``-o trace.json``), whatever path, symlink or hard link names it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Literal
 
 from gpuprof.errors import InputError
 
@@ -33,8 +53,96 @@ __all__ = ["atomic_path", "atomic_write", "write_output", "same_file", "refuse_i
 PathLike = str | os.PathLike[str]
 
 
+_PROC_FD = ("/proc/", "/dev/fd/")  # links through these name an open descriptor (/dev/stdout), not a place
+
+
+def _target(path: Path, streams: bool) -> Literal["file", "stream"]:
+    """How to write ``path``: ``"file"`` (atomic replace) or ``"stream"`` (write through); or raise
+    :class:`OSError` for what gpuprof must not touch (module docstring)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "file"
+    except OSError:
+        return "file"  # unreadable parent and the like: the temporary file's creation reports it
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", os.fspath(path))
+    if stat.S_ISLNK(mode):
+        try:
+            target = os.stat(path).st_mode
+        except OSError:
+            return "file"  # a dangling link (or a loop): replaced itself
+        if streams and (stat.S_ISCHR(target) or stat.S_ISFIFO(target)):
+            return "stream"
+        if streams and stat.S_ISREG(target) and _through_proc(path):
+            return "stream"  # /dev/stdout redirected to a file: append to it, never rename over /dev/stdout
+        if stat.S_ISREG(target):
+            return "file"  # the link is replaced; the file it points to is never written
+        mode = target
+    elif streams and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        return "stream"
+    raise OSError(errno.EINVAL, f"is {_what(mode)}, not a regular file; gpuprof writes "
+                  + ("regular files, character devices and pipes" if streams else "regular files here"),
+                  os.fspath(path))
+
+
+def _through_proc(path: Path) -> bool:
+    """True when a link on the way from ``path`` goes through ``/proc/`` or ``/dev/fd/`` (an open descriptor)."""
+    p = os.path.abspath(path)
+    if p.startswith(_PROC_FD):  # -o /proc/self/fd/1 or /dev/fd/1 itself
+        return True
+    for _ in range(40):  # the kernel's own limit on links followed
+        try:
+            nxt = os.readlink(p)
+        except OSError:
+            return False
+        p = os.path.join(os.path.dirname(p), nxt)
+        if os.path.normpath(p).startswith(_PROC_FD):
+            return True
+    return False
+
+
+def _what(mode: int) -> str:
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_stream(path: Path) -> int:
+    """A descriptor open for writing on the character device or FIFO at ``path`` (through links).
+
+    ``O_NONBLOCK`` first, so that a FIFO with no reader is ``ENXIO`` at once rather than a hang, then
+    blocking again for the writes; no ``O_CREAT`` (nothing is made), no ``O_TRUNC``, and ``O_APPEND``
+    (a file behind ``/dev/stdout`` keeps what the shell wrote before).
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if err.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, "is a FIFO with no reader (start its reader first)", os.fspath(path)) from None
+        raise
+    try:
+        os.set_blocking(fd, True)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 @contextlib.contextmanager
-def atomic_path(path: PathLike, suffix: str = "") -> Iterator[Path]:
+def atomic_path(path: PathLike, suffix: str = "", *, streams: bool = False) -> Iterator[Path]:
     """Yield the path of a new, empty, private file beside ``path``; on success it replaces ``path``.
 
     ``suffix`` ends the temporary name, for writers that pick the format from
@@ -42,8 +150,18 @@ def atomic_path(path: PathLike, suffix: str = "") -> Iterator[Path]:
     the trace loader and shell globs skip a file still being written. On any
     error in the block (or while moving the file into place) the temporary
     file is removed and the error propagates; ``path`` is unchanged.
+
+    ``streams``: ``path`` is an output the user named, which may be a character
+    device or FIFO (``/dev/stdout``): then the file is made in the temporary
+    directory instead and copied into ``path`` on success (module docstring).
+    Anything else that is not a regular file raises :class:`OSError` before
+    the block runs.
     """
     final = Path(path)
+    if _target(final, streams) == "stream":
+        with _stream_path(final, suffix) as tmp:
+            yield tmp
+        return
     # a short prefix from the target's name keeps the temporary name under NAME_MAX
     fd, name = tempfile.mkstemp(suffix=suffix, prefix=f".{final.name[:64]}.", dir=final.parent)
     scratch = Path(name)
@@ -63,24 +181,56 @@ def atomic_path(path: PathLike, suffix: str = "") -> Iterator[Path]:
     _fsync_dir(final.parent)
 
 
-def atomic_write(path: PathLike, data: str | bytes, suffix: str = "") -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` atomically; raises ``OSError`` with ``path`` unchanged."""
+@contextlib.contextmanager
+def _stream_path(final: Path, suffix: str) -> Iterator[Path]:
+    """:func:`atomic_path` for a character device or FIFO: opened first (a FIFO with no reader fails before
+    any work), the writer's file made privately in the temporary directory, copied in on success."""
+    fd = _open_stream(final)
+    try:
+        tmp_fd, name = tempfile.mkstemp(suffix=suffix, prefix=".gpuprof-out.")
+        os.close(tmp_fd)
+        scratch = Path(name)
+        try:
+            yield scratch
+            with open(scratch, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    _write_all(fd, chunk)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                scratch.unlink()
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: PathLike, data: str | bytes, suffix: str = "", *, streams: bool = False) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` atomically; raises ``OSError`` with ``path`` unchanged.
+
+    ``streams``: as for :func:`atomic_path`; a character device or FIFO is written directly.
+    """
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    if _target(Path(path), streams) == "stream":
+        fd = _open_stream(Path(path))
+        try:
+            _write_all(fd, payload)
+        finally:
+            os.close(fd)
+        return
     with atomic_path(path, suffix) as tmp, open(tmp, "wb") as fh:
         fh.write(payload)
 
 
 def write_output(path: PathLike, data: str | bytes, what: str) -> None:
-    """:func:`atomic_write` for a command's output: a failure is one :class:`InputError` naming ``path``.
+    """:func:`atomic_write` for an output the user named (``-o``, ``--html``): a failure is one
+    :class:`InputError` naming ``path``. ``/dev/stdout``, ``/dev/null`` and pipes are written through.
 
     ``what`` names the output in the message (``"the report"``).
     """
     try:
-        atomic_write(path, data)
+        atomic_write(path, data, streams=True)
     except IsADirectoryError:
         raise InputError(path, f"cannot write {what}: is a directory") from None
     except OSError as err:
-        kept = " (the previous file is unchanged)" if os.path.lexists(path) else ""
+        kept = " (the previous file is unchanged)" if os.path.isfile(path) else ""
         raise InputError(path, f"cannot write {what}: {err.strerror or err}{kept}") from None
 
 

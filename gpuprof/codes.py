@@ -5,7 +5,7 @@ Codes are declared where the code that reports them lives, all in one shape:
 - trace rules (GP1xx-GP4xx, GP501, GP9xx; GP7xx/GP8xx trace rules alike):
   ``@register class X(Rule)`` in :mod:`gpuprof.rules`, whose spec is
   :meth:`Rule.spec() <gpuprof.rules.base.Rule.spec>`;
-- memory findings (GP510-GP521): :data:`gpuprof.memory.codes.MEMORY_CODES`;
+- memory findings (GP510-GP522): :data:`gpuprof.memory.codes.MEMORY_CODES`;
 - runtime checks made while a capture runs (GP6xx, and GP8xx capture hooks):
   :data:`gpuprof.capture.codes.RUNTIME_CHECKS`, one ``runtime_spec(...)`` each;
 - cross-rank rules (GP70x), reported by ``gpuprof analyze`` when it sees two or

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from gpuprof.redact import redact, scrub
+
 __all__ = ["EXIT_OK", "EXIT_FINDINGS", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "GpuprofError", "InputError", "RuleError",
            "describe_error"]
 
@@ -26,7 +28,7 @@ EXIT_INTERNAL = 3
 
 def describe_error(err: BaseException, limit: int = 200) -> str:
     """``TypeName: message`` on one line, at most ``limit`` characters: an exception named in a note or report."""
-    text = " ".join(f"{type(err).__name__}: {err}".split())
+    text = " ".join(scrub(f"{type(err).__name__}: {err}").split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -39,12 +41,13 @@ class GpuprofError(Exception):
 class InputError(GpuprofError):
     """An input file or directory that gpuprof cannot use.
 
-    ``str(err)`` is one line: ``<path>: <problem>``.
+    ``str(err)`` is one line: ``<path>: <problem>``. A URL's credentials are masked in both
+    (:mod:`gpuprof.redact`): the error is printed, and may be kept in a report's notes.
     """
 
     def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
-        self.path = os.fspath(path)
-        self.problem = " ".join(str(problem).split())  # always one line
+        self.path = redact(os.fspath(path))
+        self.problem = " ".join(scrub(str(problem)).split())  # always one line
         super().__init__(f"{self.path}: {self.problem}")
 
     @classmethod
@@ -73,11 +76,11 @@ class RuleError(GpuprofError):
     def __init__(self, path: str | os.PathLike[str], failures: Sequence[tuple[str, BaseException]]) -> None:
         if not failures:
             raise ValueError("RuleError needs at least one failure")
-        self.path = os.fspath(path)
+        self.path = redact(os.fspath(path))
         self.failures = list(failures)
         self.codes = [code for code, _ in self.failures]
         code, first = self.failures[0]
-        what = " ".join(f"{type(first).__name__}: {first}".split())
+        what = " ".join(scrub(f"{type(first).__name__}: {first}").split())
         if len(what) > 200:
             what = what[:197] + "..."
         rules = "rule " + self.codes[0] if len(self.codes) == 1 else "rules " + ", ".join(self.codes)

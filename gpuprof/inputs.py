@@ -21,37 +21,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpuprof.errors import InputError
+from gpuprof.limits import Limit
 
 __all__ = ["STDIN", "Limit", "MAX_EVENT_BYTES", "MAX_GZIP_RATIO", "GZIP_RATIO_FLOOR", "MAX_DEVICE_INDEX",
            "SNAPSHOT_ITEMS_PER_BYTE", "Opened", "Prefixed", "open_input", "is_stdin", "is_report_file"]
 
 STDIN = "-"  # the name that means standard input
-
-
-@dataclass(frozen=True)
-class Limit:
-    """A documented limit: its default and the environment variable that overrides it."""
-
-    env: str
-    default: int
-    what: str  # for messages: "the largest single event"
-
-    def value(self) -> int:
-        """The limit in force: the environment variable when set to a size or number, else the default."""
-        text = os.environ.get(self.env, "").strip()
-        if not text:
-            return self.default
-        from gpuprof.units import parse_bytes
-
-        try:
-            v = parse_bytes(text)
-        except ValueError:
-            return self.default  # a typo must not lift the limit, nor stop the run
-        return v if v > 0 else self.default
-
-    def exceeded(self, got: str) -> str:
-        """The end of a one-line error: what was found and how to raise the limit."""
-        return f"{got}, beyond {self.what} gpuprof accepts ({self.value():,}; set {self.env} to raise it)"
 
 
 # A real event is at most tens of KB (a long call stack); 64 MiB leaves room for any

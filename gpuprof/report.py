@@ -8,6 +8,7 @@ the major number.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 import msgspec
 
 from gpuprof.findings import Finding, Severity, sort_findings
+from gpuprof.redact import scrub
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
 from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
 from gpuprof.trace.viewrows import TraceViews  # defined with the code that fills them (docs/views.md)
@@ -62,6 +64,9 @@ class TraceSummary:
     step_times_us: list[float] = field(default_factory=list)  # each analysed step's time, in step order (1.2)
     views: TraceViews | None = None  # operators, kernels, modules, ranges (1.2; docs/views.md)
 
+    def __post_init__(self) -> None:
+        self.path = scrub(os.fspath(self.path))  # a URL's credentials never reach a view (gpuprof.redact)
+
     def to_dict(self) -> dict[str, Any]:
         # msgspec writes a dataclass field by field, in order: the schema is the field list above
         return msgspec.to_builtins(self)  # type: ignore[no-any-return]
@@ -103,6 +108,12 @@ class Report:
     # traces whose analysis failed on a cluster worker even after a retry (``--dask``): left out of
     # the report, which says so in a note; a cross-rank section then covers the other ranks only
     failed_ranks: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # the one place a report's input names are made: every renderer shows them, so a URL's
+        # credentials and secret query values are masked here (gpuprof.redact)
+        self.inputs = [scrub(os.fspath(p)) for p in self.inputs]
+        self.failed_ranks = [scrub(p) for p in self.failed_ranks]
 
     def _repr_html_(self) -> str | None:
         """The report as an inert HTML fragment, shown by Jupyter for a cell's value (None: plain text)."""

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from gpuprof.analysis import analyze
 from gpuprof.cli import cli
 from gpuprof.errors import InputError
-from gpuprof.remote import Url, is_url, local_or_url, shown
+from gpuprof.redact import redact
+from gpuprof.remote import Url, is_url, local_or_url
 from gpuprof.render import render
 from gpuprof.testing import TraceBuilder, simple_training, write_ranks
 
@@ -140,8 +141,8 @@ def test_missing_objects_and_packages_are_one_line_errors(mem: tuple[Any, str]) 
 
 
 def test_credentials_in_a_url_are_never_shown() -> None:
-    assert shown("s3://key:secret@bucket/x.json") == "s3://***@bucket/x.json"
-    assert shown("gs://bucket/x.json") == "gs://bucket/x.json"
+    assert redact("s3://key:secret@bucket/x.json") == "s3://***@bucket/x.json"
+    assert redact("gs://bucket/x.json") == "gs://bucket/x.json"
 
 
 def test_memory_command_reads_a_snapshot_by_url(mem: tuple[Any, str], tmp_path: Path) -> None:

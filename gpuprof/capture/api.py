@@ -33,6 +33,7 @@ def profile(
     with_modules: bool = False,
     memory_history: bool = True,
     oom_observer: bool = True,
+    oom_forensics: bool = True,
     sync_debug: bool = True,
     checks: bool = True,
     select: Sequence[str] = (),
@@ -62,7 +63,8 @@ def profile(
         logdir=os.fspath(logdir), run=run, schedule=schedule if schedule is not None else Schedule(),
         activities=activities, record_shapes=record_shapes, with_stack=with_stack,
         profile_memory=profile_memory, with_flops=with_flops, with_modules=with_modules,
-        memory_history=memory_history, oom_observer=oom_observer, sync_debug=sync_debug, checks=checks,
+        memory_history=memory_history, oom_observer=oom_observer, oom_forensics=oom_forensics,
+        sync_debug=sync_debug, checks=checks,
         select=tuple(select), ignore=tuple(ignore), tensorboard=tensorboard, analyze=analyze,
         print_report=print_report, models=tuple(models), flush_every=flush_every,
         # a mapping is parsed into CheckOptions by CaptureConfig.__post_init__ (an error there is a ValueError)

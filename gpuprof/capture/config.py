@@ -115,8 +115,13 @@ class CaptureConfig:
       ``torch.profiler.profile``; shapes, stacks and memory are on by default.
     * ``memory_history``: record CUDA allocator history during recorded steps
       and dump a snapshot beside each trace (CUDA only).
-    * ``oom_observer``: dump a snapshot and ``memory_stats()`` when CUDA runs
-      out of memory (CUDA only).
+    * ``oom_observer``: at a CUDA out-of-memory error, write the snapshot
+      ``oom.pickle`` and the verdict ``oom.json``/``oom.md`` next to the report
+      (CUDA only).
+    * ``oom_forensics``: keep allocator history in a ring of
+      ``oom_history_max_entries`` entries from the start (Python stacks of
+      allocations), so the OOM snapshot says what filled the device (CUDA only;
+      ``False`` turns it off).
     * ``sync_debug``: locate host syncs with ``torch.cuda.set_sync_debug_mode("warn")``
       during recorded steps (CUDA only).
     * ``checks``: run the runtime checks (GP6xx); ``select``/``ignore`` filter codes.
@@ -146,6 +151,8 @@ class CaptureConfig:
     memory_history: bool = True
     memory_history_max_entries: int = 100_000
     oom_observer: bool = True
+    oom_forensics: bool = True
+    oom_history_max_entries: int = 20_000  # gpuprof.capture.memory.FORENSICS_MAX_ENTRIES
     sync_debug: bool = True
     checks: bool = True
     select: Sequence[str] = ()

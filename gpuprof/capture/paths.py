@@ -16,12 +16,16 @@ TensorBoard shows one scalar series per rank.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpuprof.capture.guard import GpuprofWarning
 
 __all__ = ["RankInfo", "RunPaths", "rank_info", "default_run_name"]
 
@@ -95,12 +99,16 @@ class RunPaths:
         run_dir = logdir_p / run_name
         if ranks.distributed:
             worker = f"rank{ranks.rank}"
+            run_dir = _this_jobs(run_dir, _job_key())
             out_dir = run_dir / worker
         else:
             worker = f"{socket.gethostname()}_{os.getpid()}"
-            if not run:
-                run_dir = _unique(run_dir)
+            run_dir = _unique(run_dir)
             out_dir = run_dir
+        if run and run_dir.name != run_name:
+            # a run name that exists: a new directory, never a mix of two runs' traces in one report (issue 37)
+            warnings.warn(f"gpuprof: run directory {logdir_p / run_name} exists (another run's files): this run writes "
+                          f"to {run_dir} instead", GpuprofWarning, stacklevel=3)
         return cls(logdir_p, run_dir, out_dir, _safe(worker))
 
     def create(self) -> None:
@@ -116,11 +124,11 @@ class RunPaths:
     def snapshot_file(self, span: int) -> Path:
         return self.run_dir / f"{self.worker}.{span}.memory_snapshot.pickle"
 
-    def oom_files(self, span: int) -> tuple[Path, Path]:
-        return (
-            self.out_dir / f"{self.worker}.oom.{span}.memory_snapshot.pickle",
-            self.out_dir / f"{self.worker}.oom.{span}.memory_stats.gpuprof.json",
-        )
+    def oom_files(self, n: int) -> tuple[Path, Path]:
+        """The snapshot and the verdict (``oom.md`` beside the JSON) of the run's ``n``-th out-of-memory error,
+        next to its report: ``oom.pickle``/``oom.json`` first, then ``oom.2.pickle``..."""
+        stem = "oom" if n == 0 else f"oom.{n + 1}"
+        return self.out_dir / f"{stem}.pickle", self.out_dir / f"{stem}.json"
 
     @property
     def report_json(self) -> Path:
@@ -131,8 +139,39 @@ class RunPaths:
         return self.out_dir / "report.md"
 
 
+_JOB_FILE = ".gpuprof-job"  # in a multi-rank run directory: which job the ranks writing there belong to
+
+
+def _job_key() -> str:
+    """What the ranks of one job share and another job does not: torchrun's run id, else the launcher's pid
+    with the host (the ranks of one node are its children)."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
+    if run_id and run_id.lower() != "none":
+        return _safe(run_id)
+    return _safe(f"{socket.gethostname()}-{os.getppid()}")
+
+
+def _this_jobs(run_dir: Path, job: str) -> Path:
+    """The directory the ranks of job ``job`` share: ``run_dir`` when it is new or already this job's, else
+    ``run_dir-<job>``. Every rank decides alone and the same way: the first to arrive writes the job's key."""
+    for cand in (run_dir, run_dir.with_name(f"{run_dir.name}-{job}")):
+        marker = cand / _JOB_FILE
+        try:
+            if not cand.exists() or (not any(cand.iterdir())):
+                cand.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                    with os.fdopen(fd, "w") as fh:
+                        fh.write(job)
+            if marker.is_file() and not marker.is_symlink() and marker.read_text(errors="replace")[:200] == job:
+                return cand
+        except OSError:
+            return run_dir  # unwritable: create() says so, as before
+    return run_dir.with_name(f"{run_dir.name}-{job}-{os.getpid()}")
+
+
 def _unique(run_dir: Path) -> Path:
-    # Two runs started in the same second must not share a directory.
+    # Two runs started in the same second, or given the same name, must not share a directory.
     if not run_dir.exists():
         return run_dir
     for i in range(2, 10_000):

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from gpuprof.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GpuprofError, RuleError
+from gpuprof.redact import scrub  # every line printed about an error: a URL's credentials masked
 from gpuprof.render.safe import visible
 from gpuprof.torchdep import TORCH_HINT, is_torch_missing
 from gpuprof.version import __version__
@@ -48,7 +49,7 @@ class _Group(click.Group):
             sys.exit(err.exit_code)
         except click.UsageError as err:
             where = err.ctx.command_path if err.ctx is not None else (prog_name or "gpuprof")
-            click.echo(f"gpuprof: error: {visible(err.format_message())} (see '{visible(where)} --help')", err=True)
+            click.echo(f"gpuprof: error: {visible(scrub(err.format_message()))} (see '{visible(where)} --help')", err=True)
             sys.exit(err.exit_code)
         except click.ClickException as err:  # a bad file argument and the like: click's own one line
             err.show()
@@ -76,7 +77,7 @@ class _Group(click.Group):
         except GpuprofError as err:
             if os.environ.get("GPUPROF_DEBUG"):
                 _print_tracebacks(err)
-            click.echo(f"gpuprof: error: {visible(err)}", err=True)
+            click.echo(f"gpuprof: error: {visible(scrub(str(err)))}", err=True)
             ctx.exit(err.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
@@ -95,9 +96,9 @@ class _Group(click.Group):
                 # the traceback, then still exit 3: Python's own exit 1 would read as "findings"
                 import traceback  # an error path's module: not imported by a run that goes well
 
-                click.echo("".join(traceback.format_exception(err)).rstrip(), err=True)
+                click.echo(scrub("".join(traceback.format_exception(err)).rstrip()), err=True)
             click.echo(
-                f"gpuprof: internal error: {type(err).__name__}: {visible(err)} "
+                f"gpuprof: internal error: {type(err).__name__}: {visible(scrub(str(err)))} "
                 "(a gpuprof bug; rerun with GPUPROF_DEBUG=1 for the traceback)",
                 err=True,
             )
@@ -111,7 +112,7 @@ def _print_tracebacks(err: GpuprofError) -> None:
 
         for code, cause in err.failures:
             click.echo(f"gpuprof: traceback of rule {code}:", err=True)
-            click.echo("".join(traceback.format_exception(cause)).rstrip(), err=True)
+            click.echo(scrub("".join(traceback.format_exception(cause)).rstrip()), err=True)
 
 
 @click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

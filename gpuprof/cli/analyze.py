@@ -13,7 +13,7 @@ import click
 from gpuprof.atomic import refuse_input_as_output
 from gpuprof.cli.common import emit_report, input_files, report_options, split_codes
 from gpuprof.errors import InputError
-from gpuprof.remote import TraceFile, Url, is_url, shown
+from gpuprof.remote import TraceFile, Url, is_url
 
 __all__ = ["analyze_cmd"]
 
@@ -100,7 +100,7 @@ def analyze_cmd(
     for p in paths if annotate else ():
         if p == "-" or is_url(p) or not (os.path.isfile(p) or os.path.isdir(p)):
             # the annotator reads the trace a second time, which a pipe cannot give
-            raise InputError(shown(p), "--annotate needs local trace files or directories, "
+            raise InputError(p, "--annotate needs local trace files or directories, "
                              "not a pipe, standard input or a URL")
     show_progress = progress if progress is not None else sys.stderr.isatty()
     with ExitStack() as stack:

@@ -23,9 +23,15 @@ Exit codes:
 
 
 def load_side(path: str, jobs: int) -> dict[str, Any]:
-    """A report in JSON form: a saved report.json read back, or the analysis of traces / a run directory."""
+    """A report in JSON form: a saved report.json read back, or the analysis of traces / a run directory
+    (local, or a URL: a trace, a prefix or a glob read through fsspec, see gpuprof.remote)."""
+    from gpuprof.remote import is_url
     from gpuprof.reportfile import is_saved_report, read_report_dict
 
+    if is_url(path):
+        from gpuprof.analysis import analyze
+
+        return analyze(path, jobs=jobs).to_dict()
     if is_saved_report(path):
         return read_report_dict(path)
     if not (os.path.isfile(path) or os.path.isdir(path)):
@@ -44,7 +50,8 @@ def load_side(path: str, jobs: int) -> dict[str, Any]:
               help="Output format. json follows docs/diff.md.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the diff to this file.")
 @click.option("--fail-on-regression", "threshold", metavar="PCT",
-              help="Exit 1 when --metric got worse by more than PCT (5% or 0.05) and more than the per-step noise.")
+              help="Exit 1 when --metric got worse by more than PCT per cent (5% or 5; a bare 0.05 is refused as ambiguous) "
+                   "and more than the per-step noise.")
 @click.option("--metric", default="step_time", show_default=True,
               help="The metric --fail-on-regression judges: step_time, step_time_mean, gpu_utilization, gpu_busy, gpu_idle, "
                    "breakdown.PART or idle.PART (docs/diff.md).")
@@ -78,7 +85,9 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
         raise click.BadParameter(f"unknown metric {metric!r} (one of: {', '.join(METRICS)})", param_hint="--metric")
     n = jobs or default_analyze_jobs()
     b, a = load_side(before, n), load_side(after, n)
-    diff = diff_reports(b, a, (before, after))
+    from gpuprof.redact import scrub
+
+    diff = diff_reports(b, a, (scrub(before), scrub(after)))  # the labels shown: a URL's credentials masked
     if limit is not None:
         diff["regression"] = judge(diff, metric, limit)
     sources = [before, after] + [t for d in (b, a) for t in _trace_paths(d)]

@@ -28,12 +28,13 @@ side is taken over all its traces (every rank and every span), per step:
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-__all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE", "METRICS"]
+__all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "mean_noise_us", "rank_test_p", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE", "METRICS"]
 
 DIFF_SCHEMA_VERSION = "1.0"
 
@@ -206,6 +207,49 @@ def noise_band_us(before: list[float], after: list[float]) -> float | None:
     return 2.0 * math.sqrt(robust_sigma(before) ** 2 / len(before) + robust_sigma(after) ** 2 / len(after))
 
 
+FIXED_PART_SHARE = 0.25  # a fixed finding's part of the step shrinks by at least this share of its predicted saving
+P_CHANGED = 0.05  # the rank test's level: a larger p leaves the step-time change within the noise
+
+
+def mean_noise_us(before: list[float], after: list[float]) -> float | None:
+    """The noise of a per-step mean (an operator's or kernel's time per step): twice the standard error of the
+    difference of the two sides' mean steps, with the plain standard deviation, which one slow step inflates as
+    it inflates every per-step mean of that run; None with < 2 steps a side."""
+    if len(before) < 2 or len(after) < 2:
+        return None
+    return 2.0 * math.sqrt(statistics.variance(before) / len(before) + statistics.variance(after) / len(after))
+
+
+def rank_test_p(before: list[float], after: list[float]) -> float | None:
+    """Two-sided p-value of the Mann-Whitney U test on the per-step times (normal approximation, ties corrected);
+    None with fewer than 3 steps a side. It asks whether a step of one run tends to be longer than a step of the
+    other, which one outlier step cannot decide."""
+    n1, n2 = len(before), len(after)
+    if n1 < 3 or n2 < 3:
+        return None
+    pooled = sorted([(x, 0) for x in before] + [(x, 1) for x in after])
+    ranks = [0.0] * len(pooled)
+    ties = 0.0
+    i = 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[k] = (i + j) / 2.0 + 1.0
+        t = j - i + 1
+        ties += t ** 3 - t
+        i = j + 1
+    r1 = sum(r for r, (_, side) in zip(ranks, pooled) if side == 0)
+    u = r1 - n1 * (n1 + 1) / 2.0
+    n = n1 + n2
+    var = n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1)))
+    if var <= 0:
+        return 1.0
+    z = (abs(u - n1 * n2 / 2.0) - 0.5) / math.sqrt(var)  # continuity-corrected
+    return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0)))
+
+
 LOWER_IS_BETTER = {"gpu_utilization": False, "gpu_busy": False}  # everything else is a time: lower is better
 
 
@@ -215,11 +259,16 @@ def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any], labels: tu
 
     b, a = side_from_report(before, labels[0]), side_from_report(after, labels[1])
     band = noise_band_us(b.step_times, a.step_times)
+    p_value = rank_test_p(b.step_times, a.step_times)
     mean_b = b.metrics.get("step_time_mean") or 0.0
     metrics = []
     for name in b.metrics:
         x, y = b.metrics[name], a.metrics.get(name)
         change = (y / x - 1.0) if x and y is not None else None
+        noise = None if band is None else (band / mean_b if name == "gpu_utilization" and mean_b else band)
+        within = None if noise is None or x is None or y is None else abs(y - x) <= noise
+        if name in ("step_time", "step_time_mean") and p_value is not None and within is not None:
+            within = within or p_value >= P_CHANGED  # the step times' own ranks do not tell the two runs apart
         metrics.append({
             "name": name,
             "unit": "fraction" if name == "gpu_utilization" else "us",
@@ -229,8 +278,12 @@ def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any], labels: tu
             "change": change,
             "lower_is_better": LOWER_IS_BETTER.get(name, True),
             # the step-time noise band, in this metric's unit (docs/diff.md, "Noise")
-            "noise": None if band is None else (band / mean_b if name == "gpu_utilization" and mean_b else band),
+            "noise": noise,
+            "within_noise": within,
+            **({"p_value": p_value} if name == "step_time" else {}),
         })
+    row_noise = mean_noise_us(b.step_times, a.step_times)
+    vendors = (_vendor(b.devices), _vendor(a.devices))
     return {
         "diff_schema_version": DIFF_SCHEMA_VERSION,
         "tool": {"name": "gpuprof", "version": __version__},
@@ -238,10 +291,11 @@ def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any], labels: tu
         "after": _side_info(a, after),
         "metrics": metrics,
         "ranks": _ranks(b, a),
-        "operators": _rows(b.operators, a.operators, mean_b, ("gpu_self_us", "cpu_self_us"), True),
+        "row_noise_us": row_noise,
+        "operators": _rows(b.operators, a.operators, mean_b, ("gpu_self_us", "cpu_self_us"), True, row_noise),
         "kernels": _rows({(k, None): v for k, v in b.kernels.items()}, {(k, None): v for k, v in a.kernels.items()},
-                         mean_b, ("total_us",), False),
-        "findings": _findings(b, a),
+                         mean_b, ("total_us",), False, row_noise),
+        "findings": _findings(b, a, metrics, vendors, row_noise),
         "regression": None,
     }
 
@@ -263,10 +317,13 @@ def _ranks(b: Side, a: Side) -> list[dict[str, Any]]:
 
 
 def _rows(before: Mapping[tuple[str, str | None], Mapping[str, float]], after: Mapping[tuple[str, str | None], Mapping[str, float]],
-          step_us: float, fields: tuple[str, ...], with_shapes: bool) -> dict[str, list[dict[str, Any]]]:
-    """Rows that got slower or faster, and those on one side only, biggest change first."""
+          step_us: float, fields: tuple[str, ...], with_shapes: bool,
+          noise_us: float | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Rows that got slower or faster, and those on one side only, biggest change first; a row on both sides whose
+    change per step is within ``noise_us`` (the noise of a per-step mean, :func:`mean_noise_us`) is listed in
+    ``within_noise`` instead of slower or faster."""
     floor = MIN_ROW_SHARE * step_us
-    out: dict[str, list[dict[str, Any]]] = {"slower": [], "faster": [], "added": [], "removed": []}
+    out: dict[str, list[dict[str, Any]]] = {"slower": [], "faster": [], "added": [], "removed": [], "within_noise": []}
     for key in set(before) | set(after):
         x, y = before.get(key), after.get(key)
         name, shapes = key
@@ -293,18 +350,24 @@ def _rows(before: Mapping[tuple[str, str | None], Mapping[str, float]], after: M
         elif y is None:
             out["removed"].append(row)
         elif abs(best_delta) >= MIN_ROW_CHANGE * before_t:
-            out["slower" if best_delta > 0 else "faster"].append(row)
+            if noise_us is not None and abs(best_delta) <= noise_us:
+                out["within_noise"].append(row)
+            else:
+                out["slower" if best_delta > 0 else "faster"].append(row)
     for k, rows in out.items():
         rows.sort(key=lambda r: -abs(r["change_us"]))
         out[k] = rows[:MAX_ROWS]
     return out
 
 
-def _findings(b: Side, a: Side) -> dict[str, list[dict[str, Any]]]:
+def _findings(b: Side, a: Side, metrics: list[dict[str, Any]] | None = None,
+              vendors: tuple[str | None, str | None] = (None, None),
+              row_noise: float | None = None) -> dict[str, list[dict[str, Any]]]:
     step_change = None
     mb, ma = b.metrics.get("step_time_mean"), a.metrics.get("step_time_mean")
     if mb is not None and ma is not None:
         step_change = mb - ma
+    by_name = {m["name"]: m for m in metrics or []}
     out: dict[str, list[dict[str, Any]]] = {"removed": [], "added": [], "changed": [], "unchanged": []}
     for key in list(b.findings) + [k for k in a.findings if k not in b.findings]:
         x, y = b.findings.get(key), a.findings.get(key)
@@ -329,7 +392,58 @@ def _findings(b: Side, a: Side) -> dict[str, list[dict[str, Any]]]:
             out["changed"].append(row)
         else:
             out["unchanged"].append(row)
+    _pair_moved(out)
+    for row in out["removed"]:
+        reason = _not_fixed_because(row, by_name, vendors, row_noise)
+        row["fixed"] = reason is None
+        row["not_fixed_reason"] = reason
     return out
+
+
+def _pair_moved(out: dict[str, list[dict[str, Any]]]) -> None:
+    """A code found before at one place and after at another is one finding that moved, never both fixed and new:
+    pair them (in order) into ``changed``, with both locations."""
+    for code in {r["code"] for r in out["removed"]} & {r["code"] for r in out["added"]}:
+        gone = [r for r in out["removed"] if r["code"] == code]
+        new = [r for r in out["added"] if r["code"] == code]
+        for x, y in zip(gone, new):
+            out["removed"].remove(x)
+            out["added"].remove(y)
+            out["changed"].append({**x, "location": y["location"], "location_before": x["location"], "moved": True,
+                                   "severity_after": y["severity_after"], "cost_after_us_per_step": y["cost_after_us_per_step"],
+                                   "message_after": y["message_after"]})
+        # the unpaired rest of the larger side keeps its list: the code is then in one list only
+
+
+def _not_fixed_because(row: dict[str, Any], metrics: Mapping[str, dict[str, Any]],
+                       vendors: tuple[str | None, str | None], row_noise: float | None) -> str | None:
+    """Why a finding absent after is not confirmed fixed (docs/diff.md, "Fixed"); None when its cause is gone."""
+    if vendors[0] and vendors[1] and vendors[0] != vendors[1]:
+        return (f"the runs are on different vendors' GPUs ({vendors[0]} before, {vendors[1]} after): their copy, kernel and "
+                "runtime names differ, so a finding can vanish without its cause going")
+    mean = metrics.get("step_time_mean")
+    if mean is not None and mean.get("change_us") is not None and mean["change_us"] > 0 and mean.get("within_noise") is False:
+        return ("the run got slower by " + f"{mean['change_us'] / 1000:.3g} ms per step: a finding that compares steps "
+                "or shares of the step can vanish because everything got slow, not because its cause went")
+    part, saved = row.get("measured_part"), row.get("measured_part_saving_us_per_step")
+    predicted = row.get("predicted_saving_us_per_step") or 0.0
+    bar = max(row_noise or 0.0, FIXED_PART_SHARE * predicted)
+    if part and saved is not None and saved <= bar:
+        return (f"the part of the step it costs ({part}) shrank by {max(saved, 0.0) / 1000:.3g} ms per step, not beyond "
+                f"the noise and a quarter of its predicted {predicted / 1000:.3g} ms: its cause did not shrink")
+    return None
+
+
+def _vendor(devices: Iterable[str]) -> str | None:
+    """``nvidia``, ``amd`` or None (no device, or both kinds) from the device names."""
+    kinds = set()
+    for d in devices:
+        low = d.lower()
+        if any(w in low for w in ("amd", "instinct", "radeon")) or re.search(r"\bmi\d{3}", low):
+            kinds.add("amd")
+        elif any(w in low for w in ("nvidia", "tesla", "geforce", "quadro", "rtx", "a100", "h100", "v100", "t4")):
+            kinds.add("nvidia")
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def _cost_moved(x: float | None, y: float | None) -> bool:

@@ -16,15 +16,25 @@ __all__ = ["parse_threshold", "judge", "metric_names"]
 
 
 def parse_threshold(text: str) -> float:
-    """``"5%"`` or ``"0.05"`` -> 0.05; ValueError for anything else (or a negative value)."""
+    """The regression threshold as a fraction (docs/diff.md, "Regression gate"): ValueError for anything else.
+
+    ``5%`` and ``5`` both mean five per cent (0.05): a bare number is read as per cent, as the option's
+    name says. A bare number between 0 and 1 (``0.05``) is refused as ambiguous: it reads as 5 % to whoever
+    thinks in fractions and as 0.05 % to whoever thinks in per cent, and a CI gate must not guess
+    (write ``5%`` or ``0.05%``). ``0`` fails on any worsening beyond the noise.
+    """
     t = text.strip()
+    percent = t.endswith("%")
     try:
-        value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+        value = float(t[:-1] if percent else t)
     except ValueError:
-        raise ValueError(f"{text!r} is not a percentage such as 5% or a fraction such as 0.05") from None
+        raise ValueError(f"{text!r} is not a percentage such as 5% or 5") from None
     if not value >= 0 or value == float("inf"):
-        raise ValueError(f"{text!r}: the threshold must be a finite number >= 0")
-    return value
+        raise ValueError(f"{text!r}: the threshold must be a finite percentage >= 0")
+    if not percent and 0 < value < 1:
+        raise ValueError(f"{text!r} is ambiguous: write {value * 100:g}% for {value * 100:g} per cent, "
+                         f"or {value:g}% for {value:g} per cent")
+    return value / 100.0
 
 
 def metric_names(diff: dict[str, Any]) -> list[str]:

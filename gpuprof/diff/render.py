@@ -77,7 +77,11 @@ def diff_tables(diff: dict[str, Any]) -> list[Table]:
         [r["code"] + " " + r["name"], r["location"] or "-", _val(r["predicted_saving_us_per_step"], "us"),
          _saving(r["measured_saving_us_per_step"]),
          (f"{_saving(r['measured_part_saving_us_per_step'])} {_label(r['measured_part'])}" if r["measured_part"] else "-")]
-        for r in f["removed"]], names=(0, 1)))
+        for r in f["removed"] if r.get("fixed", True)], names=(0, 1)))
+    gone = [r for r in f["removed"] if not r.get("fixed", True)]
+    if gone:
+        tables.append(Table("Findings gone but not confirmed fixed", ["code", "where", "why not"], [
+            [r["code"] + " " + r["name"], r["location"] or "-", str(r["not_fixed_reason"])] for r in gone], names=(0, 1)))
     tables.append(Table("Findings new", ["code", "where", "severity", "cost/step"], [
         [r["code"] + " " + r["name"], r["location"] or "-", str(r["severity_after"]), _val(r["cost_after_us_per_step"], "us")]
         for r in f["added"]], names=(0, 1)))
@@ -87,9 +91,14 @@ def diff_tables(diff: dict[str, Any]) -> list[Table]:
         for r in f["changed"]], names=(0, 1)))
     for kind, title in (("operators", "Operators"), ("kernels", "Kernels")):
         d = diff[kind]
-        for which, word in (("slower", "slower"), ("faster", "faster"), ("added", "only after"), ("removed", "only before")):
+        noise = diff.get("row_noise_us")
+        within = f"within the noise (change ≤ ±{fmt_us(noise)} per step)" if noise is not None else "within the noise"
+        for which, word in (("slower", "slower"), ("faster", "faster"), ("added", "only after"), ("removed", "only before"),
+                            ("within_noise", within)):
+            if which == "within_noise" and not d.get(which):
+                continue
             rows = []
-            for r in d[which][:TOP]:
+            for r in d.get(which, [])[:TOP]:
                 shapes = r.get("input_shapes")
                 measure = r["measure"].replace("_us", "").replace("_", " ")
                 rows.append([r["name"], shapes or "", measure, _delta(r["change_us"]), _change(r["change"])])
@@ -97,7 +106,7 @@ def diff_tables(diff: dict[str, Any]) -> list[Table]:
             if kind == "kernels":
                 rows = [[x[0], x[3], x[4]] for x in rows]
                 headers = ["name", "change/step", "%"]
-            more = len(d[which]) - TOP
+            more = len(d.get(which, [])) - TOP
             tables.append(Table(f"{title} {word}" + (f" (top {TOP} of {len(d[which])}; all in --format json)" if more > 0 else ""),
                                 headers, rows, names=(0, 1) if kind == "operators" else (0,)))
     return tables
@@ -123,7 +132,11 @@ def _headline(diff: dict[str, Any]) -> list[str]:
     st = next((m for m in diff["metrics"] if m["name"] == "step_time"), None)
     if st and st["before"] and st["after"] is not None:
         noise = "" if st["noise"] is None else f" (noise ±{fmt_us(st['noise'])})"
-        lines.append(f"step time {fmt_us(st['before'])} → {fmt_us(st['after'])}: {_change(st['change'])}{noise}")
+        verdict = ""
+        if st.get("within_noise"):
+            verdict = (": within the runs' own spread, not a measured change" +
+                       (f" (rank test p={st['p_value']:.2f})" if st.get("p_value") is not None else ""))
+        lines.append(f"step time {fmt_us(st['before'])} → {fmt_us(st['after'])}: {_change(st['change'])}{noise}{verdict}")
     reg = diff.get("regression")
     if reg:
         lines.append(("REGRESSION: " if reg["regressed"] else "no regression: ") + reg["reason"])

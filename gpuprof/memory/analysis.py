@@ -16,8 +16,11 @@ from typing import Any, Mapping
 
 from gpuprof.codespec import option_default, replace_fields
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
+from gpuprof.memory.attribution import KindTable
+from gpuprof.memory.breakdown import StageRanges, backward_ended, breakdown, stage_timeline, state_by_kind
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.devices import precision_advice, run_mode
+from gpuprof.memory.fixes import rank_fixes
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, Site, SiteTable
 from gpuprof.memory.model import (
     FREE_COMPLETED,
@@ -26,6 +29,7 @@ from gpuprof.memory.model import (
     BlockState,
     DeviceMemory,
     MemoryData,
+    OomEvent,
 )
 from gpuprof.memory.replay import Holders, ReplayResult, Totals, replay_holders, replay_totals
 from gpuprof.memory.units import SIZE_CLASSES, fmt_bytes, size_class
@@ -102,6 +106,9 @@ class DeviceAnalysis:
     ooms: list[dict[str, Any]]
     top_sites: list[dict[str, Any]]
     size_classes: list[dict[str, Any]]
+    state: dict[str, Any] = field(default_factory=dict)  # breakdown at snapshot time (gpuprof.memory.breakdown)
+    at_peak: dict[str, Any] = field(default_factory=dict)  # breakdown at the allocated peak
+    fixes: list[dict[str, Any]] = field(default_factory=list)  # for an OOM or near-capacity peak (gpuprof.memory.fixes)
 
     def to_dict(self, sites: SiteTable, opts: MemoryOptions) -> dict[str, Any]:
         t = self.totals
@@ -136,6 +143,10 @@ class DeviceAnalysis:
                 "max_wait": r.pending_max_wait,
             },
             "ooms": self.ooms,
+            # memory by category / stage / module / file at snapshot time, then at the allocated peak
+            **self.state,
+            "at_peak": dict(self.at_peak, time=when(self.peak_moment) if len(dm) else None),
+            "fixes": self.fixes,
         }
 
 
@@ -148,6 +159,7 @@ class MemorySection:
     devices: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    pinned_host: dict[str, int] | None = None  # pinned host memory at the dump, when the file records it
     kind: str = "memory"
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,6 +169,7 @@ class MemorySection:
             "devices": self.devices,
             "notes": list(self.notes),
             "allocator_settings": self.settings,
+            "pinned_host": self.pinned_host,
         }
 
 
@@ -240,7 +253,10 @@ def _fragmentation(dm: DeviceMemory, t: Totals) -> dict[str, Any]:
     return out
 
 
-def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> DeviceAnalysis:
+def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions, kinds: KindTable | None = None,
+                   annotations: tuple[tuple[int, str, float, float], ...] | list[tuple[int, str, float, float]] = ()
+                   ) -> DeviceAnalysis:
+    kinds = kinds if kinds is not None else KindTable()
     oom_idx = tuple(o.index for o in dm.ooms[:3])
     totals = replay_totals(dm, buckets=opts.timeline_points, mark=oom_idx)
     peak_moment = totals.peak_allocated_at if len(dm) else -1
@@ -257,11 +273,32 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> D
         sid = SiteTable.PRE_TRACE if dm.has_addresses else sites.add_label(UNATTRIBUTED)
         peak_h.by_site.setdefault(sid, [0, 0])[0] += gap
     frag = _fragmentation(dm, totals)
+    ranges = StageRanges(annotations, dm.index)
+    peak_h.by_kind.setdefault((0, SiteTable.PRE_TRACE), [0, 0, -1.0])[0] += max(gap, 0)
+    if dm.segments is not None:
+        state_kinds = state_by_kind(dm)
+        state_reserved: int | None = frag.get("reserved")
+    else:
+        state_kinds = rep.holders[-1].by_kind
+        state_reserved = totals.final_reserved
+    non_pytorch = None
+    if dm.total_memory and dm.free_memory is not None and state_reserved is not None:
+        non_pytorch = max(0, dm.total_memory - dm.free_memory - state_reserved)
+    state = breakdown(state_kinds, kinds, sites, state_reserved, non_pytorch, ranges, opts.top,
+                      backward_ended(dm, kinds, -1))
+    if frag.get("reserved") is not None:
+        # fragmentation is named only for cache held in split segments (free blocks beside live ones)
+        state["allocator_cache_in_split_segments"] = frag["inactive_split_bytes"]
+    at_peak = breakdown(peak_h.by_kind, kinds, sites, totals.reserved_at_peak_allocated, None, ranges, opts.top,
+                        backward_ended(dm, kinds, peak_moment))
+    state["stage_timeline"] = stage_timeline(dm, kinds, ranges)
     ooms = []
     for o in dm.ooms[:3]:
         h = rep.holders.get(o.index, Holders())
         alloc_at = totals.allocated_at.get(o.index)
         res_at = totals.reserved_at.get(o.index)
+        if o.index >= len(dm):  # recorded by gpuprof's observer after the history: the state at the dump
+            alloc_at, res_at = totals.final_allocated, totals.final_reserved
         ooms.append({
             "time": o.time,
             "requested": o.size,
@@ -274,6 +311,7 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> D
             "site": sites.sites[o.site].to_dict(),
             "top_live_sites": _site_rows(h, sites, alloc_at or h.total, opts.top),
             "growing_sites": _growing_sites(h, dm, sites, opts),
+            "at_oom": _at_oom(dm, o, h, state, res_at, kinds, sites, ranges, opts),
         })
     return DeviceAnalysis(
         dm=dm,
@@ -284,7 +322,22 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> D
         ooms=ooms,
         top_sites=_site_rows(peak_h, sites, totals.peak_allocated, opts.top),
         size_classes=_class_rows(peak_h),
+        state=state,
+        at_peak=at_peak,
     )
+
+
+def _at_oom(dm: DeviceMemory, o: OomEvent, h: Holders, state: dict[str, Any], res_at: int | None, kinds: KindTable,
+            sites: SiteTable, ranges: StageRanges, opts: MemoryOptions) -> dict[str, Any]:
+    """The breakdown at an OOM. One recorded after the history (gpuprof's observer) is the snapshot's own state,
+    read from its blocks (exact sizes), with the memory not PyTorch's from the device's free bytes then."""
+    non_pytorch = (max(0, dm.total_memory - o.device_free - res_at)
+                   if (dm.total_memory and o.device_free is not None and res_at is not None) else None)
+    if o.index >= len(dm) and dm.segments is not None:
+        at = {k: v for k, v in state.items() if k != "stage_timeline"}  # a moment, not the run
+        at["categories"] = dict(state["categories"], non_pytorch=non_pytorch)
+        return at
+    return breakdown(h.by_kind, kinds, sites, res_at, non_pytorch, ranges, opts.top, backward_ended(dm, kinds, o.index))
 
 
 def _growing_sites(h: Holders, dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions) -> list[dict[str, Any]]:
@@ -340,7 +393,7 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
                 f"{fmt_bytes(dm.total_memory)}",
                 "One larger batch or sequence will run out of memory. Find the largest holders at the peak "
                 f"(below) and shrink them: {'' if run_mode(sites) == 'inference' else 'activation checkpointing, '}"
-                f"{precision_advice(dm.bf16, run_mode(sites))}, smaller batch.",
+                f"{precision_advice(dm.bf16, run_mode(sites))}, smaller batch." + _fixes_text(da.fixes),
                 [Evidence("peak_reserved_share", round(share, 4), opts.capacity_threshold, "fraction",
                           extra={"peak_reserved": t.peak_reserved, "total_memory": dm.total_memory,
                                  "peak_allocated": t.peak_allocated})],
@@ -426,13 +479,14 @@ def device_findings(da: DeviceAnalysis, sites: SiteTable, opts: MemoryOptions, s
     return out
 
 
-def observer_dump(dm: DeviceMemory, path: str) -> bool:
+def observer_dump(dm: DeviceMemory, path: str, name_counts: bool = True) -> bool:
     """A snapshot an out-of-memory observer wrote: no OOM event, and the history ends with the allocator
     releasing cached segments (``segment_free``; it empties its cache before it gives up) or the file's name
-    says ``oom``."""
-    if dm.ooms or not len(dm) or dm.segments is None:
+    says ``oom`` (``name_counts``: False when another device of the file recorded its OOM, which the name is
+    then about). Without history only the name can say it."""
+    if dm.ooms or dm.segments is None:
         return False
-    named = "oom" in os.path.basename(path).lower().replace("room", "")
+    named = name_counts and "oom" in os.path.basename(path).lower().replace("room", "")
     tail = 0
     for a in reversed(dm.action):
         if a == SEGMENT_FREE:
@@ -442,6 +496,34 @@ def observer_dump(dm: DeviceMemory, path: str) -> bool:
         else:
             break
     return named or tail >= 1
+
+
+def _fixes_text(fixes: list[dict[str, Any]]) -> str:
+    if not fixes:
+        return ""
+    return " Ranked by the bytes each saves here: " + "; ".join(
+        f"{i}. {f['what']} ({fmt_bytes(f['saves_bytes'])})" for i, f in enumerate(fixes[:4], 1)) + "."
+
+
+def _observer_finding(da: DeviceAnalysis, source: str) -> Finding:
+    """GP512 for an out-of-memory dump that recorded no OOM event: the run did fail, the request is unknown."""
+    t = da.totals
+    cats = da.state.get("categories") or {}
+    held = ", ".join(f"{k.replace('_', ' ')} {fmt_bytes(v)}" for k, v in sorted(
+        ((k, v) for k, v in cats.items() if v and k != "non_pytorch"), key=lambda kv: -kv[1])[:4])
+    return _finding(
+        "GP512", Severity.ERROR,
+        f"{da.dm.device}: an out-of-memory dump (written by an out-of-memory observer; the failed request's size "
+        f"was not recorded): {fmt_bytes(t.final_allocated)} allocated, {fmt_bytes(t.final_reserved)} reserved"
+        + (f"; held as {held}" if held else ""),
+        "The run failed to allocate here. The categories and holders at snapshot time are what filled the device: "
+        "shrink the largest of them; record the request's size with the observer's alloc argument next time."
+        + _fixes_text(da.fixes),
+        [Evidence("requested", None, None, "bytes", extra={
+            "allocated": t.final_allocated, "reserved": t.final_reserved, "observer_dump": True,
+            "categories": cats})],
+        source,
+    )
 
 
 def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, source: str,
@@ -522,7 +604,7 @@ def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, so
     if o["site"].get("file"):
         msg += f", at {o['site']['site']}"
     out.insert(0, _finding(
-        "GP512", Severity.ERROR, msg, " ".join(advice),
+        "GP512", Severity.ERROR, msg, " ".join(advice) + _fixes_text(da.fixes),
         [Evidence("requested", req, free, "bytes", extra={
             "device_free": free, "allocated": o["allocated"], "reserved": o["reserved"], "cached_free": cached,
             "pending_free": pending, "largest_free_block": largest, "advice": advice_kinds,
@@ -540,11 +622,22 @@ def analyze_memory(data: MemoryData, opts: MemoryOptions | None = None
                    ) -> tuple[MemorySection, list[Finding], list[DeviceAnalysis]]:
     """Analyse every device of ``data``: the section, the findings, and the per-device analyses."""
     opts = opts or MemoryOptions()
-    analyses = [analyze_device(dm, data.sites, opts) for dm in data.devices]
+    analyses = [analyze_device(dm, data.sites, opts, data.kinds, data.annotations) for dm in data.devices]
     notes = list(data.notes)
     findings: list[Finding] = []
+    file_has_oom = any(d.ooms for d in data.devices)
+    training = run_mode(data.sites) != "inference"
     for da in analyses:
-        if observer_dump(da.dm, data.path):
+        observed = observer_dump(da.dm, data.path, name_counts=not file_has_oom)
+        near = bool(da.dm.total_memory and da.totals.peak_reserved is not None
+                    and da.totals.peak_reserved >= opts.capacity_threshold * da.dm.total_memory)
+        if da.ooms or observed or near:
+            # the moment that failed (or came closest): the first OOM, the dump's state, else the peak
+            at = da.ooms[0]["at_oom"] if da.ooms else (da.state if observed else da.at_peak)
+            split = da.fragmentation.get("inactive_split_bytes")
+            da.fixes = rank_fixes(at, split, bool(da.fragmentation.get("expandable_segments")), training)
+        if observed:
+            findings.append(_observer_finding(da, data.path))
             notes.append(
                 f"{da.dm.device}: this looks like a dump written by an out-of-memory observer (the history ends with "
                 "the allocator releasing its cached segments, what it does right before an allocation fails, or the "
@@ -566,6 +659,7 @@ def analyze_memory(data: MemoryData, opts: MemoryOptions | None = None
         devices=[da.to_dict(data.sites, opts) for da in analyses],
         notes=notes,
         settings={k: v for k, v in data.settings.items() if isinstance(v, (str, int, float, bool)) or v is None},
+        pinned_host=data.pinned_host,
     )
     return section, findings, analyses
 

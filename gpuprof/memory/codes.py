@@ -1,4 +1,4 @@
-"""The memory finding codes (GP510-GP521), declared as :class:`~gpuprof.codespec.CodeSpec`.
+"""The memory finding codes (GP510-GP522), declared as :class:`~gpuprof.codespec.CodeSpec`.
 
 Their thresholds are options (``gpuprof memory FILE --option GP510.capacity_threshold=0.8``);
 :class:`gpuprof.memory.analysis.MemoryOptions` and :class:`gpuprof.memory.diff.DiffOptions`
@@ -114,6 +114,16 @@ MEMORY_CODES: tuple[CodeSpec, ...] = (
        """,
        Option("min_growth", 16 << 20, "report a site that grew by at least this much", "bytes"),
        Option("max_findings", 5, "GP520 findings at most (the table ranks every site)"),
+       module="gpuprof.memory.diff"),
+    _m("GP522", "one-time-growth", _I, "a site grew between A and B once, not per step (diff): not a leak",
+       """
+        out = model(x); out.sum().backward()      # snapshot A: forward and backward only
+        opt.step()                                # snapshot B: Adam's state appears (2x the parameters)
+       """,
+       """
+        opt = torch.optim.AdamW(model.parameters(), fused=True)  # the state is expected; shard or shrink it
+        # (ZeRO/FSDP, 8-bit optimizers) if it does not fit, rather than hunting a leak
+       """,
        module="gpuprof.memory.diff"),
     _m("GP521", "steady-growth", _W, "allocated memory grows from step to step (diff of one trace)",
        """

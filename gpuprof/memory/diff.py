@@ -17,6 +17,8 @@ from gpuprof.codespec import option_default, replace_fields
 from gpuprof.errors import InputError
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.memory.analysis import CODES, MemoryOptions, memory_values
+from gpuprof.memory.attribution import KindTable
+from gpuprof.memory.breakdown import backward_ended
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.memory.frames import Site, SiteTable
 from gpuprof.memory.load import load_memory
@@ -56,30 +58,89 @@ class MemoryDiffSection:
         return {"before": self.before, "after": self.after, "devices": self.devices, "notes": list(self.notes)}
 
 
-def _by_key(h: Holders, sites: SiteTable) -> dict[str, tuple[int, int, Site]]:
+# What makes growth at a site one-time, by the cause of its bytes (gpuprof.memory.attribution.StackKind):
+# these appear once (the first optimizer step, the first backward, loading or moving the model, turning
+# autocast on, filling a pre-allocated cache) and then are reused, step after step.
+ONE_TIME_CAUSES: dict[str, str] = {
+    "optimizer_state": "optimizer state, created by the first optimizer step",
+    "gradients": "gradients, created by the first backward pass (kept in .grad between steps)",
+    "parameters": "parameters or buffers, loaded or moved to the device",
+    "autocast": "tensors made under autocast (cast copies and lower-precision outputs), present once autocast is on",
+    "cache": "a pre-allocated cache (such as a KV cache), filled once",
+    "first_step": "grew at one step and then stayed flat: a first-step allocation, not a per-step leak",
+}
+ONE_TIME_SHARE = 0.9  # a growth is one-time when its one-time causes explain at least this share of it
+
+
+def _cause(kinds: KindTable, kid: int, t: float = -1.0, backward_end: float | None = None) -> str:
+    k = kinds.kinds[kid] if 0 <= kid < len(kinds.kinds) else kinds.kinds[0]
+    if k.category in ("optimizer_state", "gradients", "parameters"):
+        return k.category
+    if k.category == "temporaries" and k.stage == "backward" and backward_end is not None and 0 <= t < backward_end:
+        return "gradients"  # made by a backward pass that has ended: .grad (gpuprof.memory.breakdown.breakdown)
+    return k.trait  # "autocast", "cache" or "" (nothing one-time about it)
+
+
+def _by_key(h: Holders, sites: SiteTable, kinds: KindTable, backward_end: float | None = None
+            ) -> dict[str, tuple[int, int, Site, dict[str, int]]]:
     # Sites from two files are matched by their label (file:line (function)), not by id.
-    out: dict[str, tuple[int, int, Site]] = {}
+    causes: dict[int, dict[str, int]] = {}
+    for (kid, sid), (nbytes, _n, t) in h.by_kind.items():
+        c = causes.setdefault(sid, {})
+        key = _cause(kinds, kid, t, backward_end)
+        c[key] = c.get(key, 0) + int(nbytes)
+    out: dict[str, tuple[int, int, Site, dict[str, int]]] = {}
     for sid, (nbytes, count) in h.by_site.items():
         s = sites.sites[sid]
         prev = out.get(s.label)
-        out[s.label] = (nbytes + (prev[0] if prev else 0), count + (prev[1] if prev else 0), s)
+        merged = dict(prev[3]) if prev else {}
+        for k, v in causes.get(sid, {}).items():
+            merged[k] = merged.get(k, 0) + v
+        out[s.label] = (nbytes + (prev[0] if prev else 0), count + (prev[1] if prev else 0), s, merged)
     return out
 
 
-def _compare(ha: Holders, sa: SiteTable, hb: Holders, sb: SiteTable, top: int) -> list[dict[str, Any]]:
-    a = _by_key(ha, sa)
-    b = _by_key(hb, sb)
+def classify_growth(growth: int, before: Mapping[str, int], after: Mapping[str, int]) -> tuple[str, list[str]]:
+    """``("one_time", causes)`` when one-time causes explain the growth, else ``("steady", [])``."""
+    if growth <= 0:
+        return "none", []
+    grew = {c: after.get(c, 0) - before.get(c, 0) for c in ONE_TIME_CAUSES if c}
+    explained = sum(v for v in grew.values() if v > 0)
+    if explained >= ONE_TIME_SHARE * growth:
+        return "one_time", [c for c, v in sorted(grew.items(), key=lambda kv: -kv[1]) if v > 0]
+    return "steady", []
+
+
+def _compare(ha: Holders, sa: SiteTable, ka: KindTable, hb: Holders, sb: SiteTable, kb: KindTable, top: int,
+             ends: tuple[float | None, float | None] = (None, None)) -> list[dict[str, Any]]:
+    a = _by_key(ha, sa, ka, ends[0])
+    b = _by_key(hb, sb, kb, ends[1])
     rows = []
     for key in set(a) | set(b):
-        ba, ca, site_a = a.get(key, (0, 0, None))
-        bb, cb, site_b = b.get(key, (0, 0, None))
+        ba, ca, site_a, causes_a = a.get(key, (0, 0, None, {}))
+        bb, cb, site_b, causes_b = b.get(key, (0, 0, None, {}))
         site = site_b or site_a
         assert site is not None
         d = site.to_dict()
-        d.update(before=ba, after=bb, growth=bb - ba, blocks_before=ca, blocks_after=cb)
+        kind, why = classify_growth(bb - ba, causes_a, causes_b)
+        d.update(before=ba, after=bb, growth=bb - ba, blocks_before=ca, blocks_after=cb, growth_kind=kind,
+                 one_time=why)
         rows.append(d)
     rows.sort(key=lambda r: (-r["growth"], r["site"]))
     return rows[:top]
+
+
+def _first_step_growth(rows: list[dict[str, Any]], series: dict[str, list[int]], min_growth: int) -> None:
+    """Trace diffs: a site that grew in one interval between step ends and was flat in every other (three step
+    ends at least) grew once, at the first step; that is one-time, whatever its stack."""
+    for r in rows:
+        vals = series.get(r["site"])
+        if r["growth_kind"] != "steady" or not vals or len(vals) < 3:
+            continue
+        rises = [b - a for a, b in zip(vals, vals[1:])]
+        if sum(1 for x in rises if x > 0) == 1 and all(x >= 0 for x in rises) and max(rises) >= min_growth:
+            r["growth_kind"] = "one_time"
+            r["one_time"] = ["first_step"]
 
 
 def _end_index_of_step(dm: DeviceMemory, end_us: float) -> int:
@@ -110,7 +171,14 @@ def diff_memory(a: MemoryData, b: MemoryData | None, opts: DiffOptions | None = 
             first_n, first_i = ends[0]
             last_n, last_i = ends[-1]
             if dm.has_addresses:
-                rows = _compare(rep.holders[first_i], a.sites, rep.holders[last_i], a.sites, opts.top)
+                rows = _compare(rep.holders[first_i], a.sites, a.kinds, rep.holders[last_i], a.sites, a.kinds,
+                                opts.top)
+                series: dict[str, list[int]] = {}
+                for _n, i in ends:
+                    per = _by_key(rep.holders[i], a.sites, a.kinds)
+                    for r in rows:
+                        series.setdefault(r["site"], []).append(per.get(r["site"], (0,))[0])
+                _first_step_growth(rows, series, opts.min_growth)
             else:
                 rows = []  # frees cannot be matched with allocations: only the step totals mean something
                 notes.append(f"{dm.device}: the trace has no allocation addresses; only step totals are compared")
@@ -129,7 +197,8 @@ def diff_memory(a: MemoryData, b: MemoryData | None, opts: DiffOptions | None = 
             continue
         ra = replay_holders(da, (-1,))
         rb = replay_holders(db, (-1,))
-        rows = _compare(ra.holders[-1], a.sites, rb.holders[-1], b.sites, opts.top)
+        rows = _compare(ra.holders[-1], a.sites, a.kinds, rb.holders[-1], b.sites, b.kinds, opts.top,
+                        (backward_ended(da, a.kinds, -1), backward_ended(db, b.kinds, -1)))
         devices.append({"device": da.device, "before": os.path.basename(a.path), "after": os.path.basename(b.path),
                         "allocated_before": ra.holders[-1].total, "allocated_after": rb.holders[-1].total,
                         "sites": rows})
@@ -143,22 +212,42 @@ def diff_memory(a: MemoryData, b: MemoryData | None, opts: DiffOptions | None = 
 
 def _growth_findings(dev: str, rows: list[dict[str, Any]], opts: DiffOptions, source: str, before: str,
                      after: str) -> list[Finding]:
+    """GP520 (warning) for steady growth, naming the line that keeps it; GP522 (info) saying what a one-time
+    growth is. No leak advice for a growth that one-time causes explain."""
     out: list[Finding] = []
+    leaks = 0
     for r in rows:
-        if r["growth"] < opts.min_growth or len(out) >= opts.max_findings:
+        if r["growth"] < opts.min_growth:
             break
         loc = SourceLocation(r["file"], r["line"], r["function"]) if r["file"] else None
+        change = (f"{fmt_bytes(r['before'])} in {r['blocks_before']} blocks -> {fmt_bytes(r['after'])} in "
+                  f"{r['blocks_after']} blocks")
+        ev = Evidence("growth", r["growth"], opts.min_growth, "bytes",
+                      extra={"before": r["before"], "after": r["after"], "blocks_before": r["blocks_before"],
+                             "blocks_after": r["blocks_after"], "growth_kind": r["growth_kind"],
+                             "one_time": list(r["one_time"])})
+        if r["growth_kind"] == "one_time":
+            what = "; ".join(ONE_TIME_CAUSES[c] for c in r["one_time"])
+            out.append(Finding(
+                code="GP522", name=CODES["GP522"][0], severity=Severity.INFO,
+                message=(f"{dev}: {r['site']} holds {fmt_bytes(r['growth'])} more at {after} than at {before} "
+                         f"({change}): one-time growth, {what}"),
+                advice=("Not a leak: this memory appears once and is reused at every later step. If it does not "
+                        "fit, shrink it where it is made (optimizer state in lower precision or sharded, fewer "
+                        "parameters on the device, a smaller cache) rather than looking for a kept reference."),
+                evidence=(ev,), location=loc, origin="memory", source=source,
+            ))
+            continue
+        if leaks >= opts.max_findings:
+            continue
+        leaks += 1
         out.append(Finding(
             code="GP520", name=CODES["GP520"][0], severity=Severity.WARNING,
             message=(f"{dev}: {r['site']} holds {fmt_bytes(r['growth'])} more at {after} than at {before} "
-                     f"({fmt_bytes(r['before'])} in {r['blocks_before']} blocks -> {fmt_bytes(r['after'])} in "
-                     f"{r['blocks_after']} blocks)"),
+                     f"({change}); no one-time cause explains it (steady growth)"),
             advice=("Memory allocated here is not released between the two points: look for tensors kept in a "
                     "list or dict, a loss accumulated without .item()/.detach(), or a cache that only grows."),
-            evidence=(Evidence("growth", r["growth"], opts.min_growth, "bytes",
-                               extra={"before": r["before"], "after": r["after"],
-                                      "blocks_before": r["blocks_before"], "blocks_after": r["blocks_after"]}),),
-            location=loc, origin="memory", source=source,
+            evidence=(ev,), location=loc, origin="memory", source=source,
         ))
     return out
 

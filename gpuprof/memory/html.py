@@ -66,8 +66,9 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
         slots.append({"label": "other sites", "stack": [], "color": _OTHER})
         slots.append({"label": "allocated before the recorded history / unattributed", "stack": [], "color": _PRE})
         series = [r + [p] for r, p in zip(rows, pre)]
-        no_history = not len(dm)
-        if no_history:  # no history: one bar, the state now; the page shows the segments instead of a timeline
+        # No history, or a single event (one point draws no line): the page shows the segments instead of a timeline
+        no_history = len(dm) < 2
+        if no_history:
             h = da.replay.holders[-1]
             row = [h.by_site.get(sid, [0])[0] for sid in ranked]
             row.append(h.total - sum(row))
@@ -90,6 +91,12 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
             # failed allocations, on the chart's time axis (at most the 3 the analysis keeps)
             "ooms": [{"t": round((o["time"] - t0) / unit, 6),
                       "requested": o["requested"], "site": o["site"].get("site", "")} for o in da.ooms],
+            # memory by category (at the peak and at snapshot time), by stage and module at the peak, the fixes
+            "categories": {"peak": da.at_peak.get("categories"), "peak_reserved": da.at_peak.get("reserved_bytes"),
+                           "now": da.state.get("categories"), "now_reserved": da.state.get("reserved_bytes")},
+            "stages": da.at_peak.get("stages") or [],
+            "modules": da.at_peak.get("modules") or [],
+            "fixes": [{"what": f["what"], "saves": f["saves_bytes"]} for f in da.fixes],
             "peak_allocated": da.totals.peak_allocated,
             "peak_reserved": da.totals.peak_reserved,
             "events": len(dm),
@@ -289,14 +296,31 @@ function segments(){
       b.style.background = SEGCOLOR[st]; bar.append(b); }
     return el("div", {class: "segrow"}, el("code", {}, fmtB(g.size)), bar); });
   const key = SEGWORD.map((w, i) => el("span", {}, swatch(SEGCOLOR[i]), w));
-  box.replaceChildren(el("p", {class: "notes"}, "No allocation history was recorded (torch.cuda.memory._record_memory_history() " +
-    "was not on), so there is no timeline: these are the allocator's segments at snapshot time, largest first (" +
+  box.replaceChildren(el("p", {class: "notes"}, (dev.events ? "Only one allocation event was recorded, too few for a timeline" :
+    "No allocation history was recorded (torch.cuda.memory._record_memory_history() was not on), so there is no timeline") +
+    ": these are the allocator's segments at snapshot time, largest first (" +
     dev.segments.length + " shown), each split into its blocks."), el("div", {id: "legend2"}, ...key), ...rows);
   document.body.dataset.rendered = String((+document.body.dataset.rendered || 0) + 1);
   return true;
 }
+const CATS = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "allocator_cache", "non_pytorch", "unattributed"];
+function kinds(){
+  const c = dev.categories || {}, peak = c.peak || {}, now = c.now || {}, rows = [];
+  if (c.now){ rows.push(el("tr", {}, el("th", {}, "category"), el("th", {}, "at the peak"), el("th", {}, "at the end")));
+    for (const k of CATS) if (peak[k] || now[k]) rows.push(el("tr", {}, el("td", {}, k.replace(/_/g, " ")),
+      el("td", {}, peak[k] === null || peak[k] === undefined ? "-" : fmtB(peak[k])), el("td", {}, now[k] === null || now[k] === undefined ? "-" : fmtB(now[k]))));
+    rows.push(el("tr", {}, el("td", {}, "= reserved by PyTorch"), el("td", {}, fmtB(c.peak_reserved)), el("td", {}, fmtB(c.now_reserved)))); }
+  document.getElementById("cats").replaceChildren(...rows);
+  const table = (id, key, list) => { const r = [el("tr", {}, el("th", {}, key), el("th", {}, "bytes"), el("th", {}, "share"))];
+    for (const x of list) r.push(el("tr", {}, el("td", {}, short(x[key])), el("td", {}, fmtB(x.bytes)),
+      el("td", {}, x.share === null || x.share === undefined ? "-" : (100 * x.share).toFixed(0) + "%")));
+    document.getElementById(id).replaceChildren(...(list.length ? r : [])); };
+  table("stages", "stage", dev.stages || []); table("modules", "module", dev.modules || []);
+  const fx = (dev.fixes || []).map(f => el("li", {}, short(f.what, LONG) + ": saves " + fmtB(f.saves)));
+  document.getElementById("fixes").replaceChildren(...(fx.length ? [el("h2", {}, "Fixes ranked by the bytes each saves"), el("ol", {}, ...fx)] : []));
+}
 function show(k){
-  dev = DATA.devices[k]; reset(); if (!segments()) { draw(); legend(); } else document.getElementById("legend").replaceChildren(); holders();
+  dev = DATA.devices[k]; reset(); if (!segments()) { draw(); legend(); } else document.getElementById("legend").replaceChildren(); holders(); kinds();
   window.gpuprofSeries = dev.slots.map(s => s.label);
 }
 function header(){
@@ -325,6 +349,9 @@ _TEMPLATE = (page_head(_SCRIPT, _STYLE) + """<h1 id="title"></h1><div class="sum
 <span class="hint">drag: zoom to a range &middot; wheel: zoom &middot; double-click: reset &middot; hover: allocation stack</span>
 <div id="wrap"><canvas id="c" width="1100" height="420"></canvas><div id="tip"></div></div>
 <div id="legend"></div><div id="segs"></div>
+<div id="fixes"></div>
+<h2>Memory by category</h2><table id="cats"></table>
+<h2>At the peak, by stage and by module or compiled graph</h2><table id="stages"></table><table id="modules"></table>
 <h2>Top holders at the peak</h2><table id="top"></table>
 <script id="data" type="application/json">__DATA__</script>
 <script>""" + _SCRIPT + """</script></body></html>

@@ -9,10 +9,13 @@ let the analysis run as flat loops.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuprof.memory.attribution import KindTable
 from gpuprof.memory.frames import SiteTable
+from gpuprof.redact import scrub
 
 __all__ = [
     "ALLOC",
@@ -69,6 +72,7 @@ class Block:
     requested_size: int
     state: str
     site: int  # SiteTable id
+    kind: int = 0  # KindTable id: what the block is (category, stage, module); 0 = no stack
 
 
 @dataclass
@@ -114,12 +118,14 @@ class DeviceMemory:
     size: list[int] = field(default_factory=list)
     site: list[int] = field(default_factory=list)
     stream: list[int] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)  # KindTable id per event (empty: inputs without stacks)
     allocated: list[int] | None = None
     reserved: list[int] | None = None
     has_time: bool = True
     segments: list[Segment] | None = None  # None: the input has no final state (traces)
     ooms: list[OomEvent] = field(default_factory=list)
     total_memory: int | None = None
+    free_memory: int | None = None  # the device's free bytes when the snapshot was taken (gpuprof's own dumps)
     name: str = ""  # the GPU's name when the input says it ("Tesla T4")
     bf16: bool | None = None  # whether the GPU computes in bfloat16 (None: unknown)
     has_segment_events: bool = True  # False for traces: reserved comes only from the recorded totals
@@ -140,3 +146,12 @@ class MemoryData:
     notes: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)  # allocator_settings of the snapshot
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, start µs, end µs), traces only
+    kinds: KindTable = field(default_factory=KindTable)  # what each stack says (gpuprof.memory.attribution)
+    # record_function ranges the snapshot recorded (external_annotations): (device, name, start µs, end µs)
+    annotations: list[tuple[int, str, float, float]] = field(default_factory=list)
+    # pinned host memory PyTorch's host allocator held at the dump (gpuprof's own dumps): {"allocated_bytes",
+    # "active_bytes"}; None when the file does not say
+    pinned_host: dict[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        self.path = scrub(os.fspath(self.path))  # the name every view shows: a URL's credentials masked (gpuprof.redact)

@@ -84,6 +84,38 @@ def _summary_rows(dev: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+_CAT_LABEL = {"parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state",
+              "activations": "activations", "temporaries": "temporaries",
+              "allocator_cache": "allocator cache (reserved, free)", "non_pytorch": "not PyTorch's (NCCL, cuBLAS...)",
+              "unattributed": "unattributed (no stack says)"}
+
+
+def _b(v: Any) -> str:
+    return "-" if v is None else fmt_bytes(v)
+
+
+def category_rows(dev: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(category, at the peak, at the end) rows, then the reserved total; empty when the section has none."""
+    now = dev.get("categories")
+    if not now:
+        return []
+    peak = (dev.get("at_peak") or {}).get("categories") or {}
+    rows = [(_CAT_LABEL.get(k, k), _b(peak.get(k)), _b(v)) for k, v in now.items()
+            if v or peak.get(k)]
+    peak_r, now_r = (dev.get("at_peak") or {}).get("reserved_bytes"), dev.get("reserved_bytes")
+    if peak_r is not None or now_r is not None:
+        rows.append(("= reserved by PyTorch", _b(peak_r), _b(now_r)))
+    split = dev.get("allocator_cache_in_split_segments")
+    if split:
+        rows.append(("  of the cache: in split segments (fragmentation)", "", fmt_bytes(split)))
+    return rows
+
+
+def table_rows(rows: list[dict[str, Any]], key: str) -> list[tuple[str, str, str]]:
+    return [(_site(r[key]), fmt_bytes(r["bytes"]), f"{r['share']:.0%}" if r.get("share") is not None else "-")
+            for r in rows]
+
+
 def _esc(text: Any) -> str:
     # Site labels, paths and notes may hold "[...]" (e.g. "[memory]"), which rich would read as markup,
     # and control characters, which the terminal would obey.
@@ -128,6 +160,21 @@ def memory_terminal(console: Any, section: Any) -> None:
                        [("site", "wrap"), ("bytes", "right"), ("blocks", "right"), ("share", "right")],
                        [(_site(s["site"]), fmt_bytes(s["bytes"]), str(s["blocks"]),
                          f"{s['share']:.0%}" if s["share"] is not None else "-") for s in dev["top_sites"]])
+        cats = category_rows(dev)
+        if cats:
+            console.print()
+            emit_table(console, "Memory by category", [("category", "wrap"), ("at the peak", "right"),
+                                                       ("at the end", "right")], cats)
+        peak = dev.get("at_peak") or {}
+        for key, title in (("stages", "At the peak, by stage"), ("modules", "At the peak, by module or compiled graph")):
+            if peak.get(key):
+                console.print()
+                emit_table(console, title, [(key[:-1], "wrap"), ("bytes", "right"), ("share", "right")],
+                           table_rows(peak[key], key[:-1]))
+        if dev.get("fixes"):
+            console.print()
+            emit_table(console, "Fixes ranked by the bytes each saves", [("fix", "wrap"), ("saves", "right")],
+                       [(_note(f["what"]), fmt_bytes(f["saves_bytes"])) for f in dev["fixes"]])
         if dev["size_classes"]:
             console.print()
             emit_table(console, "At the peak, by size class", [("size class", "left"), ("bytes", "right"), ("blocks", "right")],
@@ -137,6 +184,10 @@ def memory_terminal(console: Any, section: Any) -> None:
             _print_wrapped(console, f"OOM: {fmt_bytes(o['requested'])} requested, {fmt_bytes(o['device_free'])} free, "
                            f"{fmt_bytes(o['allocated'])} allocated, {fmt_bytes(o['reserved'])} reserved at "
                            f"{_site(o['site']['site'])}", style="bold red")
+    ph = d.get("pinned_host")
+    if ph:
+        _print_wrapped(console, f"pinned host memory held by PyTorch: {fmt_bytes(ph.get('allocated_bytes'))} "
+                       f"({fmt_bytes(ph.get('active_bytes'))} in use)", indent=0)
     for n in d["notes"]:
         _print_wrapped(console, f"note: {_note(n)}", style="dim")
 
@@ -166,6 +217,21 @@ def memory_markdown(section: Any) -> str:
             parts.append(_md_table(["site", "bytes", "blocks", "share"], [
                 [_md_site(s["site"]), fmt_bytes(s["bytes"]), str(s["blocks"]),
                  f"{s['share']:.0%}" if s["share"] is not None else "-"] for s in dev["top_sites"]]))
+        cats = category_rows(dev)
+        if cats:
+            parts.append("**Memory by category**")
+            parts.append(_md_table(["category", "at the peak", "at the end"],
+                                   [[md_escape(c) for c in r] for r in cats]))
+        peak = dev.get("at_peak") or {}
+        for key, title in (("stages", "At the peak, by stage"), ("modules", "At the peak, by module or compiled graph")):
+            if peak.get(key):
+                parts.append(f"**{title}**")
+                parts.append(_md_table([key[:-1], "bytes", "share"], [
+                    [md_code(r[0], cell=True), md_escape(r[1]), md_escape(r[2])] for r in table_rows(peak[key], key[:-1])]))
+        if dev.get("fixes"):
+            parts.append("**Fixes ranked by the bytes each saves**")
+            parts.append(_md_table(["fix", "saves"], [[md_escape(_note(f["what"])), fmt_bytes(f["saves_bytes"])]
+                                                      for f in dev["fixes"]]))
         if dev["size_classes"]:
             parts.append("**At the peak, by size class**")
             parts.append(_md_table(["size class", "bytes", "blocks"], [
@@ -174,16 +240,27 @@ def memory_markdown(section: Any) -> str:
             parts.append(f"**OOM**: {fmt_bytes(o['requested'])} requested, {fmt_bytes(o['device_free'])} free, "
                          f"{fmt_bytes(o['allocated'])} allocated, {fmt_bytes(o['reserved'])} reserved at "
                          f"{md_code(_site(o['site']['site']))}")
+    ph = d.get("pinned_host")
+    if ph:
+        parts.append(f"Pinned host memory held by PyTorch: {fmt_bytes(ph.get('allocated_bytes'))} "
+                     f"({fmt_bytes(ph.get('active_bytes'))} in use)")
     parts += [f"_note: {md_escape(_note(n))}_" for n in d["notes"]]
     return "\n\n".join(parts) + "\n"
 
 
+def _growth_kind(r: dict[str, Any]) -> str:
+    kind = r.get("growth_kind")
+    if kind == "one_time":
+        return "one-time: " + ", ".join(str(c).replace("_", " ") for c in r.get("one_time") or ())
+    return "steady" if kind == "steady" else ""
+
+
 def _diff_rows(dev: dict[str, Any]) -> list[list[str]]:
     return [[_site(r["site"]), fmt_bytes(r["growth"]), fmt_bytes(r["before"]), fmt_bytes(r["after"]),
-             f"{r['blocks_before']} -> {r['blocks_after']}"] for r in dev["sites"]]
+             f"{r['blocks_before']} -> {r['blocks_after']}", _growth_kind(r)] for r in dev["sites"]]
 
 
-_DIFF_HEAD = ["site", "growth", "before", "after", "blocks"]
+_DIFF_HEAD = ["site", "growth", "before", "after", "blocks", "kind"]
 
 
 def diff_terminal(console: Any, section: Any) -> None:
@@ -192,7 +269,7 @@ def diff_terminal(console: Any, section: Any) -> None:
     for dev in d["devices"]:
         console.print()
         emit_table(console, f"{dev['device']}: sites ranked by growth ({dev['before']} -> {dev['after']})",
-                   [(c, "wrap" if c == "site" else "right") for c in _DIFF_HEAD], _diff_rows(dev))
+                   [(c, "wrap" if c in ("site", "kind") else "right") for c in _DIFF_HEAD], _diff_rows(dev))
     for n in d["notes"]:
         _print_wrapped(console, f"note: {_note(n)}", style="dim")
 

@@ -56,6 +56,7 @@ class Totals:
     allocated_at: dict[int, int] = field(default_factory=dict)  # allocated after selected events (OOMs)
     reserved_at: dict[int, int | None] = field(default_factory=dict)
     inconsistent: bool = False  # the history and the final state disagree
+    reserved_at_peak_allocated: int | None = None  # reserved when allocated peaked
 
 
 def _final_state(dm: DeviceMemory) -> tuple[int | None, int | None]:
@@ -196,6 +197,7 @@ def replay_totals(dm: DeviceMemory, buckets: int = 400, mark: tuple[int, ...] = 
         allocated_at={i: a_at(i) for i in mark if 0 <= i < n},
         reserved_at={i: r_at(i) for i in mark if 0 <= i < n},
         inconsistent=inconsistent,
+        reserved_at_peak_allocated=(r_at(peak_a_at) if peak_a_at >= 0 else init_r) if n else final_r,
     )
 
 
@@ -206,8 +208,10 @@ class Holders:
     by_site: dict[int, list[int]] = field(default_factory=dict)
     sizes: list[int] = field(default_factory=list)
     alloc_times: dict[int, list[float]] = field(default_factory=dict)  # site -> allocation times of its live blocks
+    # (kind id, site id) -> [bytes, blocks, first allocation time]: what the live blocks are (KindTable ids)
+    by_kind: dict[tuple[int, int], list[float]] = field(default_factory=dict)
 
-    def add(self, site: int, size: int, t: float | None = None) -> None:
+    def add(self, site: int, size: int, t: float | None = None, kind: int = 0) -> None:
         e = self.by_site.get(site)
         if e is None:
             self.by_site[site] = [size, 1]
@@ -217,6 +221,15 @@ class Holders:
         self.sizes.append(size)
         if t is not None:
             self.alloc_times.setdefault(site, []).append(t)
+        k = self.by_kind.get((kind, site))
+        tt = t if t is not None else -1.0
+        if k is None:
+            self.by_kind[(kind, site)] = [size, 1, tt]
+        else:
+            k[0] += size
+            k[1] += 1
+            if 0 <= tt < k[2] or k[2] < 0:
+                k[2] = tt
 
     @property
     def total(self) -> int:
@@ -241,7 +254,8 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
     """Replay allocations and frees; keep who is live just after each event index in ``moments``."""
     n = len(dm)
     act, addr, size, site, t = dm.action, dm.addr, dm.size, dm.site, dm.time
-    live: dict[int, tuple[int, int, float]] = {}  # addr -> (size, site, time)
+    kind = dm.kind if len(dm.kind) == n else [0] * n  # traces record no stacks to classify
+    live: dict[int, tuple[int, int, float, int]] = {}  # addr -> (size, site, time, kind)
     orphans: list[tuple[int, int]] = []  # (index, size) of frees without a recorded allocation
     pending: dict[int, tuple[int, float]] = {}
     pend_bytes = 0
@@ -251,13 +265,13 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
     deferred_bytes = 0
     max_wait = 0.0
     want = set(i for i in moments if 0 <= i < n)
-    at_moment: dict[int, dict[int, tuple[int, int, float]]] = {}
+    at_moment: dict[int, dict[int, tuple[int, int, float, int]]] = {}
     pend_at: dict[int, int] = {}
     last_req = -2
     for i in range(n):
         a = act[i]
         if a == ALLOC:
-            live[addr[i]] = (size[i], site[i], t[i])
+            live[addr[i]] = (size[i], site[i], t[i], kind[i])
             if pend_bytes > pend_max:
                 pend_max, pend_max_at = pend_bytes, i
         elif a == FREE_REQUESTED:
@@ -281,32 +295,32 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
             at_moment[i] = dict(live)
             pend_at[i] = pend_bytes
     # Blocks live at the end of the snapshot that the history never allocated: older than the history.
-    pre_live: list[tuple[int, int]] = []  # (size, site)
+    pre_live: list[tuple[int, int, int]] = []  # (size, site, kind)
     final_live = dict(live)
     if dm.segments is not None:
         for seg in dm.segments:
             for b in seg.blocks:
                 if b.state == BlockState.ALLOCATED and b.address not in live:
-                    pre_live.append((b.size, b.site))
-                    final_live[b.address] = (b.size, b.site, 0.0)
+                    pre_live.append((b.size, b.site, b.kind))
+                    final_live[b.address] = (b.size, b.site, 0.0, b.kind)
     holders: dict[int, Holders] = {}
     for m in moments:
         h = Holders()
         if m < 0 or m >= n:
-            src = final_live if m < 0 or n == 0 else live
-            for sz, st, tm in src.values():
-                h.add(st, sz, tm if tm else None)
+            src = final_live if m < 0 else live  # past the end: the live blocks, then those older than the history
+            for sz, st, tm, kd in src.values():
+                h.add(st, sz, tm if tm else None, kd)
             if m >= n:
-                for sz, st in pre_live:
-                    h.add(st if st != SiteTable.UNKNOWN else SiteTable.PRE_TRACE, sz)
+                for sz, st, kd in pre_live:
+                    h.add(st if st != SiteTable.UNKNOWN else SiteTable.PRE_TRACE, sz, None, kd)
         else:
-            for sz, st, tm in at_moment.get(m, {}).values():
-                h.add(st, sz, tm)
+            for sz, st, tm, kd in at_moment.get(m, {}).values():
+                h.add(st, sz, tm, kd)
             for oi, sz in orphans:  # allocated before the history, freed after this moment
                 if oi > m:
                     h.add(SiteTable.PRE_TRACE, sz)
-            for sz, st in pre_live:
-                h.add(st if st != SiteTable.UNKNOWN else SiteTable.PRE_TRACE, sz)
+            for sz, st, kd in pre_live:
+                h.add(st if st != SiteTable.UNKNOWN else SiteTable.PRE_TRACE, sz, None, kd)
         holders[m] = h
     return ReplayResult(
         holders=holders,

@@ -37,6 +37,7 @@ from typing import Any
 from gpuprof.atomic import atomic_path
 from gpuprof.errors import InputError
 from gpuprof.inputs import MAX_DEVICE_INDEX, SNAPSHOT_ITEMS_PER_BYTE, Opened
+from gpuprof.memory.attribution import KindTable
 from gpuprof.memory.devices import bf16_support
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, SiteTable
 from gpuprof.memory.model import (
@@ -172,6 +173,7 @@ def parse_snapshot(
         raise InputError(path, "not a PyTorch memory snapshot (no 'segments' list)")
     budget = _Budget(path, max_items)
     sites = SiteTable(internal_patterns)
+    kinds = KindTable()
     notes: list[str] = []
     max_device = MAX_DEVICE_INDEX.value()
 
@@ -222,7 +224,7 @@ def parse_snapshot(
             frames = _block_frames(b)
             if isinstance(frames, list) and not sites.knows(frames):
                 budget.take(1)
-            blocks.append(Block(baddr, size, r if r >= 0 else size, state, sites.site_of(frames)))
+            blocks.append(Block(baddr, size, r if r >= 0 else size, state, sites.site_of(frames), kinds.kind_of(frames)))
             cursor = baddr + size
         assert dev.segments is not None
         dev.segments.append(
@@ -249,6 +251,8 @@ def parse_snapshot(
         sz_ = dev.size
         si_ = dev.site
         st_ = dev.stream
+        k_ = dev.kind
+        kind_of = kinds.kind_of
         site_of = sites.site_of
         knows = sites.knows
         actions = ACTION_NAMES
@@ -299,6 +303,7 @@ def parse_snapshot(
             sz_.append(size)
             si_.append(sid)
             st_.append(stream)
+            k_.append(kind_of(frames))
     for dev in devices:
         dev.has_time = not no_time
     if no_time and any_time:
@@ -321,11 +326,31 @@ def parse_snapshot(
                 total = _uint(d.get("total_memory"))
                 if 0 <= idx < len(devices) and total > 0:
                     devices[idx].total_memory = total
+                free = _uint(d.get("free_memory"))
+                if 0 <= idx < len(devices) and free >= 0 and d.get("free_memory") is not None:
+                    devices[idx].free_memory = free
                 name = d.get("name")
                 if 0 <= idx < len(devices) and isinstance(name, str):
                     devices[idx].name = name[:128]
                     devices[idx].bf16 = bf16_support("", None, name)
+    if isinstance(meta, dict) and isinstance(meta.get("oom"), dict):
+        # gpuprof's out-of-memory observer records the failed request here, so the dump is an OOM even when no
+        # history was recorded (its "oom" entry is then missing)
+        o = meta["oom"]
+        idx, req, free = _int(o.get("device"), -1), _uint(o.get("requested_bytes")), o.get("device_free_bytes")
+        if 0 <= idx < len(devices) and req >= 0 and not devices[idx].ooms:
+            dev = devices[idx]
+            dev.ooms.append(OomEvent(len(dev.action), float(dev.time[-1]) if dev.time else 0.0, req,
+                                     _uint(free) if free is not None and _uint(free) >= 0 else None, 0,
+                                     SiteTable.UNKNOWN))
+    if isinstance(meta, dict) and isinstance(meta.get("tensors"), list):
+        _apply_owners(meta["tensors"], devices, kinds, budget)
+    pinned = meta.get("host_pinned") if isinstance(meta, dict) else None
+    pinned_host = ({k: _uint(pinned.get(k)) for k in ("allocated_bytes", "active_bytes")
+                    if isinstance(pinned.get(k), int) and _uint(pinned.get(k)) >= 0}
+                   if isinstance(pinned, dict) else None)
     settings = obj.get("allocator_settings")
+    annotations = _annotations(obj.get("external_annotations"), budget)
     # Drop devices with neither state nor history (a multi-GPU box where only one GPU was used).
     devices = [d for d in devices if len(d) or d.segments]
     return MemoryData(
@@ -335,4 +360,64 @@ def parse_snapshot(
         sites=sites,
         notes=notes,
         settings=dict(settings) if isinstance(settings, dict) else {},
+        kinds=kinds,
+        annotations=annotations,
+        pinned_host=pinned_host or None,
     )
+
+
+_OWNER_KIND = {"parameters": ("parameters", "setup"), "gradients": ("gradients", "backward"),
+               "optimizer_state": ("optimizer_state", "optimizer")}
+
+
+def _apply_owners(raw: list[Any], devices: list[DeviceMemory], kinds: KindTable, budget: _Budget) -> None:
+    """Name the blocks holding the storages the capture registered (``{"device", "ptr", "bytes", "category"}``:
+    parameters, gradients, optimizer state): the run's facts win over what the stack says."""
+    from bisect import bisect_right
+
+    from gpuprof.memory.attribution import StackKind
+
+    budget.take(len(raw))
+    index: dict[int, tuple[list[int], list[Block]]] = {}
+    for dev in devices:
+        blocks = sorted((b for seg in dev.segments or () for b in seg.blocks), key=lambda b: b.address)
+        index[dev.index] = ([b.address for b in blocks], blocks)
+    for t in raw:
+        if not isinstance(t, dict) or not isinstance(t.get("category"), str) or t["category"] not in _OWNER_KIND:
+            continue
+        starts, blocks = index.get(_int(t.get("device"), -1), ([], []))
+        ptr = _uint(t.get("ptr"))
+        i = bisect_right(starts, ptr) - 1
+        if ptr <= 0 or i < 0 or not blocks[i].address <= ptr < blocks[i].address + blocks[i].size:
+            continue
+        b = blocks[i]
+        if b.state != "active_allocated":
+            continue
+        cat, stage = _OWNER_KIND[t["category"]]
+        old = kinds.kinds[b.kind]
+        b.kind = kinds.add(StackKind(cat, stage, old.module, "registered by the capture (the run's own tensors)"))
+
+
+def _annotations(raw: Any, budget: _Budget) -> list[tuple[int, str, float, float]]:
+    """``record_function`` ranges from ``external_annotations`` (START/END entries, newer PyTorch), paired per
+    device and name; an END without a START, or a START never ended, is dropped. Malformed entries are skipped:
+    annotations only refine the stage, they never decide whether the file is readable."""
+    if not isinstance(raw, list):
+        return []
+    budget.take(len(raw))
+    open_: dict[tuple[int, str], list[float]] = {}
+    out: list[tuple[int, str, float, float]] = []
+    for e in raw:
+        if not isinstance(e, dict):
+            continue
+        name, stage, tm = e.get("name"), e.get("stage"), _time(e.get("time_us"))
+        if not isinstance(name, str) or tm is None:
+            continue
+        dev = _int(e.get("device"), 0)
+        key = (dev, name[:200])
+        if stage == "START":
+            open_.setdefault(key, []).append(float(tm))
+        elif stage == "END" and open_.get(key):
+            out.append((dev, key[1], open_[key].pop(), float(tm)))
+    out.sort(key=lambda r: (r[2], -r[3]))
+    return out

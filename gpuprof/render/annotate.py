@@ -83,7 +83,7 @@ def annotate_trace(src_path: PathLike, findings: Iterable[Finding], out_path: Pa
     source = Source(src)
     try:
         # a private temporary file beside ``out`` (see gpuprof.atomic), moved into place when complete
-        with atomic_path(out) as tmp:
+        with atomic_path(out, streams=True) as tmp:  # --annotate names it: /dev/stdout and pipes too
             sink = _Sink(out, tmp)
             try:
                 added = _copy_with_findings(source, sink, findings)

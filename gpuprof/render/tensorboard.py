@@ -86,7 +86,10 @@ class _EventFile:
         self.path = os.path.join(log_dir, name)
         # scalars come from the training thread's flusher, the findings text from the report thread
         self._lock = threading.Lock()
-        self._f: BinaryIO = open(self.path, "ab")
+        # a new file, made here: a name planted in a shared logdir (a symlink, a FIFO, a device node) is an
+        # error (FileExistsError), never written through and never waited on
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        self._f: BinaryIO = os.fdopen(os.open(self.path, flags, 0o666), "ab")
         self._record(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
 
     def add(self, step: int, values: Mapping[str, float]) -> None:

@@ -8,6 +8,7 @@ from typing import Iterable
 from gpuprof.findings import EventRef, Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, register
 from gpuprof.trace.model import Event, Trace, memory_totals
+from gpuprof.trace.phase import serving_engine
 from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = ["MemoryNearCapacity", "DevicePeak", "device_peaks", "GPU_DEVICE_TYPES"]
@@ -113,6 +114,7 @@ class MemoryNearCapacity(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         m = ctx.metrics
         t0 = _trace_start(ctx)
+        engine = serving_engine(m)
         for p in device_peaks(ctx.trace):
             share = p.reserved / p.capacity
             if share < ctx.opt("warn_share"):
@@ -148,6 +150,13 @@ class MemoryNearCapacity(Rule):
                 "(or ZeRO/FSDP sharding across GPUs)"
             )
             advice.append("Run `gpuprof memory` on a memory snapshot to see which allocations make up the peak")
+            if engine is not None:  # the engine's KV cache, pre-allocated to a share of the GPU it was told to take
+                sev = Severity.INFO
+                msg += (f"; {engine} pre-allocates its KV cache at start-up to the share of GPU memory it is given: "
+                        "this peak is that cache, by design, not a peak to cut")
+                advice = [f"Nothing to fix if {engine} runs as intended: its KV cache takes what its memory setting "
+                          "allows (vLLM: gpu_memory_utilization; SGLang: mem_fraction_static). Lower that setting only "
+                          "to leave room for another process on the GPU"]
             yield self.finding(
                 ctx,
                 msg,

@@ -36,20 +36,28 @@ _ELIGIBLE = re.compile(
 # ... except helpers, layout shuffles, normalisation and matrix-vector kernels that happen to match.
 _NOT_ELIGIBLE = re.compile(
     r"fbgemm|gemv|gemmk1|computeoffsets|computeboffsets|computewgrad|computesplitk|nchwtonhwc|nhwctonchw"
-    r"|bn_fw|bn_bw|batch_norm|batchnorm|layer_norm|layernorm|softmax|pool|scalepackedtensor|im2col"
+    r"|bn_fw|bn_bw|batch_norm|batchnorm|layer_norm|layernorm|rmsnorm|softmax|pool|scalepackedtensor|im2col"
     r"|transpose|split_embedding|reduce|depthwise|elementwise|fill|memset|copy"
 )
-# Names that say the kernel runs on tensor cores (NVIDIA) or matrix cores (AMD), Volta to Blackwell, CDNA1-3.
+# Names that say the kernel runs on tensor cores (NVIDIA) or matrix cores (AMD), Volta to Blackwell, CDNA1-3: the
+# MMA instruction shapes cuBLAS/cuDNN/CUTLASS put in their names, the MMA instruction families, library kernel
+# families that only exist as tensor-core kernels, and hipBLASLt's MFMA tile (``_MI16x16x...``). A dtype in the name
+# (``bf16``, ``half``) says nothing by itself: softmax, elementwise and SIMT kernels carry dtypes too (issue 37).
 _TENSOR_CORE = re.compile(
     r"(?<!\d)[hsi]?(?:884|1688|16816|16832|8816|161616)(?!\d)|hmma|imma|tensorop|wmma|nvjet|fmha|flash_fwd"
-    r"|flash_bwd|flash_attn|flashattn|wgmma|(?:bf16|fp16|f16|tf32|half|bfloat16|e4m3|e5m2|fp8)"
-    r"|tfloat32|_mi\d+x\d+|mfma|xdlops|_xdl|ck::|ck_tile|2ck16tensor_operation|_hhs_|_bbs_|_hss_|_bss_"
+    r"|flash_bwd|flash_attn|flashattn|wgmma|_mi\d+x\d+|mfma|xdlops|_xdl|gtcx|tf32|tfloat32|e4m3|e5m2|e2m1"
 )
+# Matrix work beyond the GP302-eligible GEMM/convolution names: batched and Triton matmuls and attention kernels, whose
+# names may still say tensor cores (``bmm_E4m3...``) or leave it unknown (``kernel_unified_attention_3d``).
+_MATRIX = re.compile(r"matmul|bmm|attention|attn")
 # Generic tensor-core GEMM families that are FP32 (no tensor cores) when every operand is f32.
 _XMMA = re.compile(r"xmma|sm\d+_gemm|sm\d+_xmma")
 _FP32_ONLY_XMMA = re.compile(r"f32f32_f32f32")
-# Names that say the kernel runs on the FP32 (or FP64/complex) SIMT path.
-_FP32 = re.compile(r"sgemm|scudnn|simt|dgemm|cgemm|zgemm|<float|<double|_s_b_|_sb_")
+# Names that say the kernel runs on the SIMT path (FP32, FP64, complex, or FP16 storage with FP32 SIMT math such
+# as ``maxwell_fp16_sgemm_fp16``): checked before the tensor-core markers, since such names can carry a dtype.
+_SIMT = re.compile(r"simt|sgemm|scudnn|gemmsn|dgemm|cgemm|zgemm|gemv")
+# Weaker FP32 hints: a float template argument or cuBLAS's single-precision tag, when nothing says tensor cores.
+_FP32 = re.compile(r"<float|_s_b_|_sb_")
 # Names that say the kernel computes in FP64 (or complex FP64): float64 tensors, whose fix is .float(), not AMP.
 _FP64 = re.compile(r"dgemm|zgemm|<double|double>|double,|f64f64|fp64|dmma")
 # Kernel-name prefixes that reveal the architecture when the trace has no deviceProperties.
@@ -80,15 +88,24 @@ def is_eligible_kernel(name: str) -> bool:
 
 @functools.lru_cache(maxsize=16384)
 def uses_tensor_cores(name: str) -> bool | None:
-    """True when the name says tensor/matrix cores, False when it says FP32 SIMT, None when it says neither."""
+    """Whether the kernel runs on tensor (NVIDIA) or matrix (AMD) cores, decided by the kernel's name alone (docs/views.md).
+
+    False for SIMT GEMMs (``sgemm``, ``scudnn``, ``gemmSN``, ``simt``) and for every kernel that is no GEMM,
+    convolution or attention kernel (softmax, elementwise, normalisation, copies, reductions: they never run on
+    tensor cores, whatever dtype they handle); True when the name names a tensor-core instruction or a
+    tensor-core-only library family, or a TF32/FP8/FP4 element type (``tfloat32_t``, ``e4m3``: formats only tensor
+    cores compute); None
+    ("unknown") for a GEMM, convolution or attention kernel whose name does not tell (a Triton template or matmul,
+    a generic ``gemm_kernel``). A 16-bit dtype in a name never decides.
+    """
     low = name[:_NAME_CHARS].lower()
-    if "simt" in low:
+    if _SIMT.search(low):
+        return False
+    if not is_eligible_kernel(name) and not _MATRIX.search(low):
         return False
     if _XMMA.search(low) and _FP32_ONLY_XMMA.search(low) and "tf32" not in low:
         return False
-    if _TENSOR_CORE.search(low):
-        return True
-    if _XMMA.search(low):
+    if _TENSOR_CORE.search(low) or _XMMA.search(low):
         return True
     if _FP32.search(low):
         return False

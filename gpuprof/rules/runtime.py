@@ -16,6 +16,7 @@ from gpuprof.rules.common import host_step_of, host_steps_of, kernel_idle_within
 from gpuprof.trace.columns import Columns, columns
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
+from gpuprof.trace.phase import trace_phase
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 from gpuprof.units import fmt_us
 
@@ -119,6 +120,8 @@ class ExpensiveRuntimeCalls(Rule):
         m = ctx.metrics
         if not m.steps or (m.has_step_markers and m.num_steps < ctx.opt("min_steps")):
             return  # two steps at least to tell set-up calls from per-step ones
+        if trace_phase(m) is not None:
+            return  # a graph capture pass: its instantiation and capture calls are what recording needs
         startup = ctx.runs("GP206")
         skip = {id(f.call) for f in first_use_calls(m, startup["min_call_us"], startup["min_ratio"])} if startup else set()
         alloc: list[Event] = []

@@ -13,6 +13,7 @@ from gpuprof.rules.copies import pageable_copies
 from gpuprof.trace.columns import columns
 from gpuprof.trace.metrics import SyncPoint, TraceMetrics
 from gpuprof.trace.model import op_call_stack
+from gpuprof.trace.phase import trace_phase
 from gpuprof.trace.vocab import logging_call_of
 from gpuprof.units import fmt_us
 
@@ -170,6 +171,8 @@ class HostSync(Rule):
         m = ctx.metrics
         if not m.steps or not m.syncs:
             return
+        if trace_phase(m) is not None:
+            return  # a graph capture pass (gpuprof.trace.phase): its syncs belong to recording, not to the steps
         copy_waits = {
             id(w)
             for c in m.copies

@@ -8,6 +8,7 @@ from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Option, Rule, RuleContext, register
 from gpuprof.trace.idleparts import IdlePart, idle_parts
 from gpuprof.trace.metrics import IDLE_KEYS
+from gpuprof.trace.phase import trace_phase
 from gpuprof.units import fmt_us
 
 __all__ = ["LowGpuUtilization"]
@@ -64,6 +65,8 @@ class LowGpuUtilization(Rule):
         util = m.gpu_utilization
         if util is None or not m.steps:
             return
+        if trace_phase(m) is not None:
+            return  # a graph capture pass records kernels instead of running them: idle by design (the summary says so)
         if util >= ctx.opt("min_utilization"):
             return
         idle = m.mean_idle()

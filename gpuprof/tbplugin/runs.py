@@ -80,9 +80,14 @@ def file_sig(path: Path) -> FileSig | None:
     return (os.fspath(path), st.st_size, st.st_mtime_ns)
 
 
+_OOM_VERDICT = re.compile(r"oom(\.\d+)?\.json")  # a capture's out-of-memory verdict, not a trace
+_OOM_SNAPSHOT = re.compile(r"oom(\.\d+)?\.pickle")  # and the snapshot written with it
+
+
 def is_trace_name(name: str) -> bool:
     """The names ``gpuprof analyze DIR`` takes as traces (gpuprof's own JSON outputs excluded)."""
     return (name.endswith(TRACE_SUFFIXES) and not name.startswith((".", "report."))
+            and not _OOM_VERDICT.fullmatch(name)
             and not name.endswith((".gpuprof.json", ".gpuprof.json.gz")))
 
 
@@ -188,7 +193,7 @@ class RunIndex:
 def _kind(name: str) -> str | None:
     if name == "report.json":
         return "report"
-    if name.endswith(SNAPSHOT_SUFFIX) and not name.startswith("."):
+    if (name.endswith(SNAPSHOT_SUFFIX) and not name.startswith(".")) or _OOM_SNAPSHOT.fullmatch(name):
         return "snapshot"
     if is_trace_name(name):
         return "trace"

@@ -22,6 +22,7 @@ from typing import Union
 
 from gpuprof.errors import InputError
 from gpuprof.inputs import Opened
+from gpuprof.redact import scrub
 from gpuprof.remote import local_or_url
 from gpuprof.trace.chunks import Progress, Text, event_chunks, read_head, read_rest
 from gpuprof.trace.decode import chunk_decoder, decode_header, decode_last, decode_whole
@@ -44,7 +45,7 @@ def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = N
     """
     p = local_or_url(path)
     src = Source(p, opened)
-    builder = Builder(str(p))
+    builder = Builder(scrub(str(p)))  # the trace's name in every report and view: a URL's secrets masked
     builder.trace.file_bytes = src.size
     try:
         _read_all(src, builder, progress)

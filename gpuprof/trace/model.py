@@ -63,7 +63,7 @@ _DTYPE_MASK = DTYPE_FLOAT | DTYPE_HALF | DTYPE_DOUBLE | DTYPE_FP16 | DTYPE_BF16
 OP_AUTOGRAD = 32
 
 # The operators whose "Concrete Inputs" (record_shapes' scalar and list arguments) the loader keeps:
-# the convolutions, whose stride/padding/dilation decide their FLOPs (gpuprof.views.flops). Kept
+# the convolutions, whose stride/padding/dilation decide their FLOPs (gpuprof.trace.flops). Kept
 # for these names only, so the payload of every other operator stays as small and as shared as before.
 CONCRETE_INPUT_OPS = frozenset({
     "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",

@@ -9,6 +9,8 @@ read) and reads the metadata (devices, rank, process and thread names).
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 
 from gpuprof.errors import InputError
@@ -33,7 +35,7 @@ from gpuprof.trace.pairing import pair_slices
 from gpuprof.trace.table import TableBuilder
 from gpuprof.trace.vocab import CATEGORY_KIND, Kind, parse_copy_name
 
-__all__ = ["Builder", "device_info"]
+__all__ = ["Builder", "device_info", "shape_text"]
 
 # plain ints for the hot loop
 _CAT_KIND: dict[str, int] = {cat: int(kind) for cat, kind in CATEGORY_KIND.items()}
@@ -316,7 +318,7 @@ class Builder:
                     raw = bytes(dims)
                     shape = shapes.get(raw)
                     if shape is None:
-                        shape = shapes[raw] = raw.decode("utf-8", "replace")
+                        shape = shapes[raw] = shape_text(raw)
                     key3 = (flags, stacks.setdefault(cs, cs) if cs else None, shape)
                     extra = extras.setdefault(key3, key3)
                 elif cs:
@@ -480,3 +482,23 @@ def device_info(p: R.RawDeviceProps, index: int) -> DeviceInfo:
     sms = p.numSms if p.numSms is not None else p.multiProcessorCount
     total = int(p.totalGlobalMem) if p.totalGlobalMem else None
     return DeviceInfo(id=dev_id, name=name, compute_capability=cc, total_memory=total, num_sms=sms, vendor=vendor)
+
+
+_LAYOUT = frozenset(b"\n\r\t")
+
+
+def shape_text(raw: bytes) -> str:
+    """An ``Input Dims`` value as one line of JSON, the same in every view (issue 37).
+
+    Kineto writes ``[[32, 3, 224, 224], []]``; some exporters write the same list over several indented
+    lines, which every renderer then showed as ``\\x0a`` escapes, and two texts of one shape made two rows.
+    Such a text is re-written in Kineto's form (once per distinct text); one that is no JSON keeps its
+    characters, its layout folded to single spaces.
+    """
+    if _LAYOUT.isdisjoint(raw) and b"  " not in raw:
+        return raw.decode("utf-8", "replace")
+    text = raw.decode("utf-8", "replace")
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False)
+    except ValueError:
+        return " ".join(text.split())

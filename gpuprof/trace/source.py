@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any, Iterator, Union, cast
@@ -25,10 +26,15 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 _RATIO_CHECK_EVERY = 1024 * 1024  # bytes of text between two gzip-ratio checks
 
 
+# the out-of-memory verdicts a capture writes beside its report (oom.json, oom.2.json...): gpuprof's, not traces
+_OOM_VERDICT = re.compile(r"oom(\.\d+)?\.json")
+
+
 def is_trace_name(name: str) -> bool:
     """A file name a directory's traces are listed by: ``*.json``/``*.json.gz``, not hidden, and not a
     report gpuprof wrote itself (``report.*``, ``*.gpuprof.json[.gz]``). Local folders and URL prefixes alike."""
     return (name.endswith(TRACE_SUFFIXES) and not name.startswith((".", "report."))
+            and not _OOM_VERDICT.fullmatch(name)
             and not name.endswith((".gpuprof.json", ".gpuprof.json.gz")))
 
 

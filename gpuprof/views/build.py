@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 from operator import attrgetter
 from typing import NamedTuple, Sequence, TypedDict
 
@@ -31,6 +32,7 @@ import numpy as np
 from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.attribution import OpAttribution, _inclusive, _Nesting
 from gpuprof.trace.columns import Columns, columns, named
+from gpuprof.trace.flops import ESTIMATED_OPS, estimate_flops
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import (
     DTYPE_BF16,
@@ -40,6 +42,7 @@ from gpuprof.trace.model import (
     DTYPE_HALF,
     Event,
     KernelConfig,
+    Trace,
     dur_of,
     kernel_config,
     name_of,
@@ -53,7 +56,6 @@ from gpuprof.trace.model import (
 from gpuprof.trace.stacks import call_stack_location, user_location
 from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.trace.vocab import step_number
-from gpuprof.views.flops import ESTIMATED_OPS, estimate_flops
 from gpuprof.views.peaks import device_row, peak_for
 from gpuprof.views.precision import is_eligible_kernel, kernel_precision, uses_tensor_cores
 
@@ -87,6 +89,7 @@ def trace_views(m: TraceMetrics) -> TraceViews:
     views.peak_device = _peak_device(m)
     group, keys, fl = _group_ops(att.ops, _op_fields(att)[1])
     views.operators = _operators(m, k_op, k_dur, views, group, keys, fl)
+    _count_zero_length_calls(trace, views)
     views.kernels = _kernels(m, k_op, k_dur, views, fl)
     launch_ts, launch_thread = _launches(m, kernels)
     views.ranges = _ranges(
@@ -119,11 +122,12 @@ def _operators(
     cpu_self = dur - np.bincount(parent[child], weights=dur[child], minlength=n)
     g = len(keys)
     calls = np.bincount(group, minlength=g)
+    outer = ~_inside_same_group(parent, group)  # a call nested in a call of its own row is in that call's totals
     sums = {
-        "cpu_total_us": np.bincount(group, weights=dur, minlength=g),
+        "cpu_total_us": np.bincount(group[outer], weights=dur[outer], minlength=g),
         "cpu_self_us": np.bincount(group, weights=np.maximum(cpu_self, 0.0), minlength=g),
         "gpu_self_us": np.bincount(group, weights=k_self, minlength=g),
-        "gpu_total_us": np.bincount(group, weights=k_total, minlength=g),
+        "gpu_total_us": np.bincount(group[outer], weights=k_total[outer], minlength=g),
     }
     flops = np.bincount(group, weights=np.nan_to_num(fl.flops), minlength=g)
     has_flops = np.bincount(group, weights=~np.isnan(fl.flops), minlength=g) > 0
@@ -150,6 +154,59 @@ def _operators(
             tflops=f / gpu / 1e6 if f is not None and gpu > 0 else None,  # FLOP/µs -> TFLOP/s
         ))
     return rows
+
+
+def _inside_same_group(parent: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Per op: whether an enclosing op belongs to the same row (same name and input shapes).
+
+    Exporters nest an operator in one of its own name (``aten::linear`` in ``aten::linear``); adding both
+    calls' inclusive times would count the inner call's kernels twice (issue 37). One numpy pass per level.
+    """
+    inside = np.zeros(len(parent), bool)
+    anc = parent.copy()
+    while True:
+        up = anc >= 0
+        if not up.any():
+            return inside
+        inside |= up & (group[np.maximum(anc, 0)] == group)
+        anc = np.where(up, parent[np.maximum(anc, 0)], -1)
+
+
+def _count_zero_length_calls(trace: Trace, views: TraceViews) -> None:
+    """Add the calls the profiler recorded with 0 µs to the operators view's counts (issue 37).
+
+    The attribution leaves zero-length operators out (they enclose nothing and launch nothing), but they
+    are calls: 945 ``aten::item`` calls must read 945, not the 432 that took a measurable time. A call
+    whose (name, input shapes) has no row of its own is added as a row with zero times while rows are
+    left under the cap, else to ``views.rest``.
+    """
+    ops = trace.ops
+    if not len(ops):
+        return
+    zero = np.flatnonzero(~(columns(trace, ops).dur > 0))
+    if not len(zero):
+        return
+    counts: Counter[tuple[str, str | None]] = Counter()
+    for i in zero.tolist():
+        o = ops[i]
+        if step_number(o.name) is None:
+            counts[(o.name, op_shape_key(o))] += 1
+    if not counts:
+        return
+    rows = views.operators
+    for j, r in enumerate(rows):
+        extra = counts.pop((r.name, r.input_shapes), 0)
+        if extra:
+            rows[j] = replace(r, calls=r.calls + extra)
+    for (name, shapes), c in sorted(counts.items(), key=lambda kv: -kv[1]):
+        if len(rows) < MAX_ROWS:
+            rows.append(OperatorRow(name=name, input_shapes=shapes, calls=c, cpu_total_us=0.0, cpu_self_us=0.0,
+                                    gpu_self_us=0.0, gpu_total_us=0.0))
+        else:
+            rest = views.rest.setdefault("operators", {"rows": 0.0, "calls": 0.0, "cpu_total_us": 0.0,
+                                                       "cpu_self_us": 0.0, "gpu_self_us": 0.0, "gpu_total_us": 0.0})
+            rest["rows"] += 1.0
+            rest["calls"] += float(c)
 
 
 def _depth(parent: np.ndarray) -> np.ndarray:
@@ -187,7 +244,7 @@ def _group_ops(ops: list[Event], name_code: np.ndarray) -> tuple[np.ndarray, lis
     object identities group the ops in numpy; the Python loop runs once per
     distinct (name, payload). An op's FLOPs: the trace's ``kernel_flop`` when
     above 0 (torch's trace augmenter writes 0 where it has no figure), else
-    the estimate from its inputs (:mod:`gpuprof.views.flops`).
+    the estimate from its inputs (:mod:`gpuprof.trace.flops`).
     """
     n = len(ops)
     if n == 0:
@@ -421,7 +478,8 @@ def _config(c: KernelConfig | None) -> _Config:
         return {}
     return {"grid": list(c.grid) if c.grid else None, "block": list(c.block) if c.block else None,
             "registers_per_thread": c.registers if c.registers >= 0 else None,
-            "occupancy": c.occupancy if c.occupancy >= 0 else None}
+            # Kineto writes 0 where it has no estimate (a kernel that runs has some occupancy): not a measurement
+            "occupancy": c.occupancy if c.occupancy > 0 else None}
 
 
 def _group_by_name(events: Sequence[Event]) -> tuple[np.ndarray, list[str]]:

@@ -50,12 +50,17 @@ _BY_CC = {(7, 0): "v100", (7, 5): "t4", (8, 0): "a100", (8, 6): "a10", (8, 9): "
 
 
 def device_row(name: str, compute_capability: tuple[int, int] | None) -> str | None:
-    """The PEAKS key for a device: by name (longest pattern first), else by compute capability; None if neither."""
+    """The PEAKS key for a device: by name (longest pattern first); None when the name is not in the table.
+
+    The compute capability decides only when the trace names no device at all: an unknown part is never
+    given another card's peak (an RTX 2080 Ti is compute capability 7.5 like a T4, with other peaks), so
+    its MFU is unknown rather than wrong (issue 37).
+    """
     low = " ".join(name.lower().replace("-", " ").split())
     for key in sorted(PEAKS, key=len, reverse=True):
         if key in low:
             return key
-    if compute_capability is not None:
+    if compute_capability is not None and not low.strip():
         return _BY_CC.get((compute_capability[0], compute_capability[1]))
     return None
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +63,15 @@ def test_names_gp102_fixed_with_predicted_and_measured_savings(dirs: tuple[str, 
     ops = d["operators"]
     assert any(r["name"].startswith("enumerate(DataLoader)#_SingleProcess") for r in ops["removed"])
     assert any(r["name"].startswith("enumerate(DataLoader)#_MultiProcessing") for r in ops["added"])
-    assert any(r["input_shapes"] for r in ops["slower"] + ops["faster"])  # matched by shape, not just name
-    assert d["kernels"]["slower"] and d["kernels"]["faster"]
+    # matched by shape, not just name; this pair's after run is bimodal (118-207 ms steps), so most rows' changes
+    # lie within the noise of a per-step mean and are listed as such, not as slower or faster
+    assert any(r["input_shapes"] for r in ops["slower"] + ops["faster"] + ops["within_noise"])
+    assert d["row_noise_us"] > 0
+    assert all(abs(r["change_us"]) <= d["row_noise_us"] for r in ops["within_noise"])
+    assert all(abs(r["change_us"]) > d["row_noise_us"] for r in ops["slower"] + ops["faster"])
+    # the same model on the same GPU: its kernels' per-step times move only by the runs' noise (issue 37: noise
+    # was reported as change), and they are listed as such
+    assert d["kernels"]["within_noise"] and not d["kernels"]["slower"] and not d["kernels"]["faster"]
 
 
 def test_terminal_and_markdown_name_the_fix(saved: tuple[str, str]) -> None:
@@ -132,6 +138,25 @@ def test_noise_decides_within_the_threshold() -> None:
     assert v["regressed"] and "noise unknown" in v["reason"]
     with pytest.raises(ValueError):
         parse_threshold("five")
+
+
+@pytest.mark.parametrize(("text", "fraction"), [("5%", 0.05), ("5", 0.05), (" 12.5 ", 0.125), ("0", 0.0),
+                                                ("0.05%", 0.0005), ("150", 1.5), ("1", 0.01)])
+def test_a_threshold_is_read_as_per_cent(text: str, fraction: float) -> None:
+    assert parse_threshold(text) == pytest.approx(fraction)
+
+
+@pytest.mark.parametrize("text", ["0.05", "0.5", "-5", "nan", "inf", "5%%", ""])
+def test_an_ambiguous_or_bad_threshold_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_threshold(text)
+
+
+def test_fail_on_regression_5_means_five_per_cent_and_0_05_is_exit_2(dirs: tuple[str, str]) -> None:
+    # num_workers=4 -> 0 is far more than 5 % slower: exit 1 with "5", as with "5%" (it meant 500 % before)
+    assert run("diff", dirs[1], dirs[0], "--fail-on-regression", "5").exit_code == 1
+    r = run("diff", dirs[1], dirs[0], "--fail-on-regression", "0.05")
+    assert r.exit_code == 2 and "ambiguous" in r.output and "Traceback" not in r.output
 
 
 def test_tensorboard_comparison_is_the_same_diff(dirs: tuple[str, str], reports: tuple[dict[str, Any], dict[str, Any]]) -> None:

@@ -213,3 +213,25 @@ def test_item_every_step_named_at_users_line_on_cuda(tmp_path: Path) -> None:
     trainer.fit(Tiny(workers=0, item_every_step=True))
     f = finding(report_json(tmp_path / "logs" / "r"), "GP630")
     assert f["location"]["line"] == line_of(HERE, "# planted: .item() every step")
+
+
+@pytest.mark.slow
+def test_an_out_of_memory_error_passes_through_unchanged(tmp_path: Path) -> None:
+    """torch.OutOfMemoryError raised in training_step: Lightning and the callback let the very same object out,
+    and the run's report says the run hit out-of-memory (GP641)."""
+
+    class Ooms(Tiny):
+        oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if batch_idx == 4:
+                raise self.oom
+            return super().training_step(batch, batch_idx)
+
+    cb = GpuprofCallback(tmp_path / "logs", run="r", schedule=SCHEDULE, print_report=False)
+    L.seed_everything(0, verbose=False)
+    module = Ooms(workers=0)
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        _fit(tmp_path, module, cb)
+    assert info.value is Ooms.oom
+    assert "GP641" in codes(report_json(tmp_path / "logs" / "r"))

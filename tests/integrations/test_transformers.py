@@ -149,3 +149,25 @@ def test_logging_every_step_syncs_named_on_cuda(tmp_path: Path) -> None:
                                           logging_steps=1, report_to=[], save_strategy="no", seed=0)
     transformers.Trainer(model=_model(), args=args, train_dataset=Tokens(), callbacks=[cb]).train()
     assert "GP630" in codes(report_json(tmp_path / "logs" / "r"))
+
+
+@pytest.mark.slow
+def test_an_out_of_memory_error_passes_through_unchanged(tmp_path: Path) -> None:
+    """torch.OutOfMemoryError raised in a Trainer's training_step leaves trainer.train() as the same object.
+    (transformers' callbacks get no exception event, so the run's report is written only by a later
+    on_train_end; on CUDA the out-of-memory observer writes oom.pickle/oom.json before the error leaves.)"""
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    class Ooms(transformers.Trainer):  # type: ignore[misc]
+        def training_step(self, *args: Any, **kwargs: Any) -> Any:
+            if self.state.global_step == 3:
+                raise oom
+            return super().training_step(*args, **kwargs)
+
+    cb = GpuprofCallback(tmp_path / "logs", run="r", schedule=SCHEDULE, print_report=False)
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        _train(tmp_path, cb, steps=6, trainer_cls=Ooms)
+    assert info.value is oom
+    assert info.value.__traceback__ is not None and "Tried to allocate 2.00 GiB" in str(info.value)
+    cb.on_train_end(None, None, None)  # what a `finally:` around trainer.train() does: the capture closes
+    assert (tmp_path / "logs" / "r" / "report.json").exists()

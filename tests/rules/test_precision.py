@@ -172,7 +172,10 @@ def test_gp302_real_h100_bf16_traces_do_not_fire(name):
     assert _gp302(path) is None
     f = _gp302(path, min_fp32_share=0.0)  # forced: the numbers say why
     assert f.evidence[0].value < 0.01
-    assert f.evidence[0].extra["tensor_core_share"] > 0.5
+    # nearly all the GEMM/conv work runs on tensor cores (softmax, elementwise and copy kernels are no
+    # GEMM work and never count as tensor-core time, whatever their dtype: issue 37)
+    extra = f.evidence[0].extra
+    assert extra["tensor_core_share"] / extra["eligible_share"] > 0.95
     assert f.evidence[0].extra["ops_half_inputs"] > 10 * max(f.evidence[0].extra["ops_fp32_inputs"], 1)
 
 

@@ -151,10 +151,14 @@ def _page_rows(browser: Any, before: Path, after: Path, out: Path) -> tuple[dict
 def _whole(rows: dict[str, list[list[str]]], d: dict[str, Any]) -> None:
     """Every row the diff document holds is drawn (a header row above them)."""
     for kind in ("operators", "kernels"):
-        for which in ("slower", "faster", "added", "removed"):
+        for which in ("slower", "faster", "added", "removed", "within_noise"):
             assert len(rows.get(f"{kind}-{which}", [[]])) - 1 == len(d[kind][which]), (kind, which)
-    for k in ("removed", "added", "changed", "unchanged"):
+    for k in ("added", "changed", "unchanged"):
         assert len(rows.get(f"findings-{k}", [[]])) - 1 == len(d["findings"][k]), k
+    # gone findings: the confirmed-fixed ones in one table, the others (with why not) in another
+    fixed = [r for r in d["findings"]["removed"] if r["fixed"]]
+    assert len(rows.get("findings-removed", [[]])) - 1 == len(fixed)
+    assert len(rows.get("findings-gone", [[]])) - 1 == len(d["findings"]["removed"]) - len(fixed)
 
 
 def test_v100_tab_and_diff_page_draw_the_same_rows(browser: Any, tmp_path: Path) -> None:
@@ -165,7 +169,8 @@ def test_v100_tab_and_diff_page_draw_the_same_rows(browser: Any, tmp_path: Path)
     _whole(page, d)
     assert sides.startswith("before: resnet50_num_workers_0 (2 traces, 12 steps") and "after: resnet50_num_workers_4 (" in sides
     assert [r[0] for r in page["findings-removed"][1:]] == ["GP102 " + d["findings"]["removed"][0]["name"]]
-    assert page["operators-faster"][1:] and page["kernels-faster"][1:] or page["kernels-slower"][1:]
+    # the same model and GPU: the kernels only moved within the runs' noise, and are drawn as such
+    assert page["kernels-within_noise"][1:] and not d["kernels"]["slower"] and not d["kernels"]["faster"]
 
 
 def test_hostile_names_same_rows_and_inert(browser: Any, tmp_path: Path) -> None:

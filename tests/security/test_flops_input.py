@@ -14,7 +14,7 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.testing.tracegen import TraceBuilder
-from gpuprof.views.flops import estimate_flops
+from gpuprof.trace.flops import estimate_flops
 
 HUGE = 10**200  # a Python int JSON allows; products of a few overflow a float
 

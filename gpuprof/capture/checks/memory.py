@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from gpuprof.capture.checks.base import Live, MonitorBase
 from gpuprof.capture.guard import safe_text
-from gpuprof.capture.memory import HistoryRecorder, MemorySampler, OOMObserver, growth_finding, oom_finding
+from gpuprof.capture.memory import (
+    HistoryRecorder,
+    MemorySampler,
+    OOMObserver,
+    growth_finding,
+    oom_finding,
+    oom_message_facts,
+    start_forensics,
+    stop_forensics,
+)
+from gpuprof.capture.owners import OwnerRegistry
 from gpuprof.findings import Finding
 
 SAMPLING = "memory sampling"  # the guard's name for the per-step samples (the history and OOM parts have theirs)
@@ -19,6 +29,8 @@ class MemoryCheck(MonitorBase):
         self.sampler: MemorySampler | None = None
         self.history: HistoryRecorder | None = None
         self.oom: OOMObserver | None = None
+        self.forensics = False  # the OOM-forensics history ring is on (ours to turn off)
+        self.owners: OwnerRegistry | None = None  # parameters/gradients/optimizer state, named in OOM dumps
 
     def install(self, live: Live) -> None:
         g, cfg = live.guard, live.config
@@ -32,10 +44,23 @@ class MemoryCheck(MonitorBase):
                    "locator are off; memory growth is checked on the recorded steps only")
             return
         paths = live.paths
+        resume = None
+        if cfg.oom_forensics and cfg.oom_observer and paths is not None:
+            ring = cfg.oom_history_max_entries
+            if g.run("OOM forensics", "no allocation history in an OOM snapshot", start_forensics, ring):
+                self.forensics = True
+
+                def resume() -> None:  # after a recorded window: back to the ring, not off
+                    start_forensics(ring)
         if cfg.memory_history and paths is not None:
-            self.history = HistoryRecorder(cfg.memory_history_max_entries)
+            self.history = HistoryRecorder(cfg.memory_history_max_entries, resume)
         if cfg.oom_observer and paths is not None:
-            self.oom = OOMObserver(paths.oom_files, live.stream)  # usable from the exception path in any case
+            reg = OwnerRegistry(cfg.models)
+            if g.run("OOM forensics", "the OOM verdict names parameters and optimizer state by stacks only",
+                     reg.install):
+                self.owners = reg
+            self.oom = OOMObserver(paths.oom_files, live.stream,  # usable from the exception path in any case
+                                   owners=self.owners.owners if self.owners is not None else None)
             if not g.run("out-of-memory observer", "no snapshot at an OOM", self.oom.attach):
                 g.note("this torch has no out-of-memory observer: the OOM snapshot is dumped when "
                        "the error leaves the step")
@@ -61,6 +86,11 @@ class MemoryCheck(MonitorBase):
     def uninstall(self, live: Live) -> None:
         if self.history is not None and self.history.recording:
             live.guard.run("memory history", "none", self.history.stop)
+        if self.owners is not None:
+            live.guard.run("OOM forensics", "none", self.owners.uninstall)
+        if self.forensics:
+            self.forensics = False
+            live.guard.run("OOM forensics", "none", stop_forensics)
         if self.oom is not None:
             self.oom.active = False
         if self.sampler is not None:
@@ -79,7 +109,8 @@ class MemoryCheck(MonitorBase):
         if self.oom is None:
             return oom_finding([], text)
         if not self.oom.dumped and live.paths is not None:
-            self.oom.dump(extra={"exception": text})
+            # no observer ran (older torch): the verdict takes the request and free bytes from the message
+            self.oom.dump(extra={"exception": text, **oom_message_facts(text)})
         return oom_finding(list(self.oom.dumped), text)
 
     def snapshots(self) -> list[str]:

@@ -127,8 +127,10 @@ def _load(path: Path) -> tuple[Trace, TraceMetrics]:
     return trace, compute_metrics(trace)
 
 
-def assemble(facts: RunFacts, res: TraceResults, g: Guard) -> Report:
-    """The merged report from the frozen facts and the trace results (any thread)."""
+def assemble(facts: RunFacts, res: TraceResults, g: Guard, *, memory: bool = False) -> Report:
+    """The merged report from the frozen facts and the trace results (any thread). ``memory``: add the memory
+    sections of the run's snapshots (the end-of-run report only: a window report's thread shares the GIL with
+    the training, and a snapshot's analysis takes seconds)."""
     cfg = facts.config
     report = Report(command="capture", inputs=list(facts.trace_paths))
     runtime = list(facts.runtime)
@@ -153,6 +155,15 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard) -> Report:
         report.sections += list(analysed.sections)
     else:
         report.findings = runtime
+    # the memory by category / stage / module of the run's snapshots (CUDA): the last window's and the OOM dump's
+    snaps = [str(t.snapshot) for t in facts.traces if t.snapshot is not None]
+    if memory and (snaps or facts.files):
+        from gpuprof.capture.memory import memory_sections
+
+        mem = g.run("memory analysis", "no memory section in the report", memory_sections, snaps, facts.files)
+        if mem is not None:
+            report.sections += mem[0]
+            report.findings += mem[1]
     # the one boundary (gpuprof.flow): select=/ignore=, the overlap policy (GP102 under GP601), links, order
     report.findings = finish_findings(report.findings, Selection.of(cfg.select, cfg.ignore))
     section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures

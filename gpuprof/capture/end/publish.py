@@ -70,7 +70,7 @@ def final_report(facts: RunFacts, out: Outputs, g: Guard) -> Report:
     res = out.trace_results
     if res is None or res.trace_paths != facts.trace_paths:
         res = out.trace_results = trace_results(facts, g)
-    report = assemble(facts, res, g)
+    report = assemble(facts, res, g, memory=True)
     publish(facts, out, report, g, final=True)
     return report
 

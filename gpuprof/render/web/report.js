@@ -217,7 +217,8 @@ const GP = (() => {
     if (!num(delta) || delta === 0 || (num(base) && base !== 0 && Math.abs(delta / base) <= 0.005)) return "";
     return (delta < 0) === !!lowerIsBetter ? "better" : "worse"; }
   const ROW_FIELDS = {gpu_self_us: "GPU self", cpu_self_us: "CPU self", total_us: "time", calls: "calls"};
-  const WHICH = {slower: "slower", faster: "faster", added: "only after", removed: "only before"};
+  const WHICH = {slower: "slower", faster: "faster", added: "only after", removed: "only before",
+                 within_noise: "within the noise of a per-step mean"};
   function diffRows(kind, which, rows, id){
     const fields = [];  // the measured fields the rows carry, as <field>_before/_after (calls too)
     for (const r of rows.slice(0, 50)) for (const k of Object.keys(r)) { const m = /^(.*)_before$/.exec(k);
@@ -255,7 +256,8 @@ const GP = (() => {
        show: m => !num(m.before) || !num(m.after) ? "-" : pct(m) ? signed(100 * (m.after - m.before), x => x.toFixed(1) + " points")
          : signed(m.after - m.before, fmtUs) + (num(m.change) ? " (" + signed(100 * m.change, x => x.toFixed(1) + "%") + ")" : ""),
        cls: m => num(m.before) && num(m.after) ? judge(m.after - m.before, m.lower_is_better, m.before) : ""},
-      {head: "noise", get: m => m.noise, show: m => !num(m.noise) ? "-" : pct(m) ? fmtPct(m.noise) : fmtUs(m.noise)}];
+      {head: "noise", get: m => m.noise, show: m => (!num(m.noise) ? "-" : pct(m) ? fmtPct(m.noise) : fmtUs(m.noise))
+        + (m.within_noise ? " (within noise)" : "")}];
     out.push(sub("Per step, before \u2192 after", table(metricCols, d.metrics.filter(m => m.before || m.after), {id: prefix + "metrics"})));
     const chart = el("div", {id: prefix + "steps-chart"});
     out.push(sub("Step times, before and after", chart));
@@ -264,14 +266,17 @@ const GP = (() => {
       {head: "change", get: r => r.change, show: r => num(r.change) ? signed(100 * r.change, x => x.toFixed(1) + "%") : "-", cls: r => judge(r.change, true)}],
       d.ranks, {id: prefix + "ranks"})));
     const f = d.findings;
-    out.push(sub("Findings fixed (" + f.removed.length + "): predicted vs measured saving per step", f.removed.length ? table([...findingCols(),
+    const fixed = f.removed.filter(r => r.fixed !== false), gone = f.removed.filter(r => r.fixed === false);
+    out.push(sub("Findings fixed (" + fixed.length + "): predicted vs measured saving per step", fixed.length ? table([...findingCols(),
       {head: "predicted", get: r => r.predicted_saving_us_per_step, show: r => fmtUs(r.predicted_saving_us_per_step)},
       {head: "measured (step)", get: r => r.measured_saving_us_per_step, show: r => signed(r.measured_saving_us_per_step, fmtUs),
        cls: r => judge(-r.measured_saving_us_per_step, true)},
       {head: "measured (its part)", get: r => r.measured_part_saving_us_per_step,
        show: r => r.measured_part ? signed(r.measured_part_saving_us_per_step, fmtUs) + " " + short(r.measured_part, 80) : "-",
-       cls: r => judge(-r.measured_part_saving_us_per_step, true)}, msgCol("before")], f.removed, {id: prefix + "findings-removed"})
+       cls: r => judge(-r.measured_part_saving_us_per_step, true)}, msgCol("before")], fixed, {id: prefix + "findings-removed"})
       : el("p", {class: "muted"}, "none")));
+    if (gone.length) out.push(sub("Findings gone but not confirmed fixed (" + gone.length + ")", table([...findingCols(),
+      {head: "why not", get: r => r.not_fixed_reason, show: r => short(r.not_fixed_reason, 300)}], gone, {id: prefix + "findings-gone"})));
     const cost = (k, c) => ({head: "cost " + k, get: r => r["cost_" + k + "_us_per_step"], show: r => fmtUs(r["cost_" + k + "_us_per_step"]), cls: c});
     const sevs = r => (r.severity_before || "-") + " \u2192 " + (r.severity_after || "-");
     for (const [k, title, cols] of [
@@ -283,8 +288,9 @@ const GP = (() => {
       const rows = f[k] || [];
       out.push(sub(title + " (" + rows.length + ")", rows.length ? table(cols, rows, {id: prefix + "findings-" + k}) : el("p", {class: "muted"}, "none")));
     }
-    for (const kind of ["operators", "kernels"]) for (const which of ["slower", "faster", "added", "removed"]){
+    for (const kind of ["operators", "kernels"]) for (const which of ["slower", "faster", "added", "removed", "within_noise"]){
       const rows = (d[kind] || {})[which] || [];
+      if (which === "within_noise" && !rows.length) continue;
       const title = (kind === "operators" ? "Operators (by name and input shapes) " : "Kernels ") + WHICH[which] + " (" + rows.length + ")";
       out.push(sub(title, rows.length ? diffRows(kind, which, rows, prefix + kind + "-" + which) : el("p", {class: "muted"}, "none")));
     }

@@ -8,7 +8,10 @@ the run directory offline would silently lose them. :func:`capture_findings`
 reads them back; :func:`capture_findings_of` hands them to an analysis
 report, marked as from the capture (``origin="runtime"``, ``source`` = the
 report.json), and drops the trace findings a runtime finding covers, as the
-capture's own report does.
+capture's own report does. The same goes for the whole-job watch's ``job``
+(the first report that has one: the run's, or rank 0's under torchrun),
+which the traces cannot give either. A ``report.json`` that is a symbolic
+link (or not a regular file, a FIFO) is not read.
 
 Torch-free: ``gpuprof analyze`` never imports torch. A ``report.json`` that
 is unreadable, too big or not a capture's report is skipped with a note (the
@@ -24,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuprof.findings import Finding
-from gpuprof.report import Report
+from gpuprof.report import JobSummary, Report
+from gpuprof.reportcheck import ReportProblem, check_finding
 
 __all__ = ["CaptureFindings", "capture_findings", "capture_findings_of",
            "REPORT_NAME", "MAX_REPORT_BYTES"]
@@ -41,21 +45,32 @@ class CaptureFindings:
     findings: list[Finding] = field(default_factory=list)
     reports: list[str] = field(default_factory=list)  # the report.json files read
     notes: list[str] = field(default_factory=list)
+    job: JobSummary | None = None  # the whole job, as the capture's watch saw it (the first report with one)
 
 
 def _reports_under(root: Path) -> list[Path]:
     """``report.json`` of the run (single process) and of each ``rank<R>`` directory, sorted."""
     out = []
-    if (root / REPORT_NAME).is_file():
+    if _regular(root / REPORT_NAME):
         out.append(root / REPORT_NAME)
     try:
         children = sorted(root.iterdir())
     except OSError:
         return out
     for child in children:
-        if child.name.startswith("rank") and child.name[4:].isdigit() and (child / REPORT_NAME).is_file():
+        if child.name.startswith("rank") and child.name[4:].isdigit() and _regular(child / REPORT_NAME):
             out.append(child / REPORT_NAME)
     return out
+
+
+def _regular(p: Path) -> bool:
+    """A regular file itself: a link is not followed, a FIFO not opened (nothing blocks)."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.lstat(p).st_mode)
+    except OSError:
+        return False
 
 
 def capture_findings(path: str | os.PathLike[str]) -> CaptureFindings:
@@ -66,18 +81,33 @@ def capture_findings(path: str | os.PathLike[str]) -> CaptureFindings:
         return out
     for rep in _reports_under(root):
         try:
-            found = _read(rep)
+            read = _read(rep)
         except ValueError as err:
             out.notes.append(f"skipped {rep}: {err}")
             continue
-        if found is None:
+        if read is None:
             continue  # not a capture's report (e.g. a saved `gpuprof analyze --format json`)
+        found, job = read
         out.reports.append(str(rep))
         out.findings += found
+        if out.job is None:
+            out.job = job
     return out
 
 
-def _read(rep: Path) -> list[Finding] | None:
+def _job(data: dict[str, Any]) -> JobSummary | None:
+    raw = data.get("job")
+    if raw is None:
+        return None
+    import msgspec
+
+    try:
+        return msgspec.convert(raw, JobSummary)
+    except msgspec.ValidationError as err:
+        raise ValueError(f"a malformed job ({err})") from None
+
+
+def _read(rep: Path) -> tuple[list[Finding], JobSummary | None] | None:
     try:
         with open(rep, "rb") as fh:
             if os.fstat(fh.fileno()).st_size > MAX_REPORT_BYTES:
@@ -93,7 +123,7 @@ def _read(rep: Path) -> list[Finding] | None:
     if not isinstance(raw, list):
         raise ValueError("a capture report without a findings list")
     found = []
-    for d in raw:
+    for i, d in enumerate(raw):
         if not isinstance(d, dict) or not isinstance(d.get("code"), str):
             raise ValueError("a finding that is not an object with a code")
         if d.get("origin") != "runtime" or d["code"] not in _runtime_codes():
@@ -104,8 +134,12 @@ def _read(rep: Path) -> list[Finding] | None:
             raise ValueError(f"a malformed {d['code']} finding ({type(err).__name__})") from None
         if not _well_typed(f):  # a stranger's file: the renderers expect text where text belongs
             raise ValueError(f"a malformed {d['code']} finding (a field of the wrong type)")
+        try:
+            check_finding(d, f"findings[{i}]")  # types and ranges: no NaN or negative cost reaches a renderer
+        except ReportProblem as err:
+            raise ValueError(f"a malformed {d['code']} finding ({err.field} {err.problem})") from None
         found.append(_as_from_capture(f, rep))
-    return found
+    return found, _job(data)
 
 
 def _well_typed(f: Any) -> bool:
@@ -156,6 +190,8 @@ def capture_findings_of(report: Report, path: str | os.PathLike[str]) -> list[Fi
     """
     found = capture_findings(path)
     report.notes += found.notes
+    if report.job is None:
+        report.job = found.job
     if not found.reports:
         return []
     n = len(found.findings)

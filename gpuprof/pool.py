@@ -39,6 +39,14 @@ are unlinked as they are made, so no ``/dev/shm`` file exists to leak; with a
 forkserver, once the workers are gone the resource tracker sees its last user
 leave and unlinks them. Workers are always joined (``shutdown(wait=True)``,
 also when a result raises), so no zombie outlives the call.
+
+**Nothing hangs.** A worker stopped by SIGSTOP (or a debugger), or blocked
+in a read that never returns, would keep its result from coming forever.
+While waiting, the pool reads each worker's CPU time (``/proc``); when for
+``STALL_S`` seconds (``GPUPROF_WORKER_STALL_S``) no trace finished and no
+worker used CPU, it raises :class:`WorkerStalled` (one line naming the
+stopped workers and the traces still waited for) and ends the workers:
+SIGTERM, then SIGCONT, which a stopped process needs to act on it.
 """
 
 from __future__ import annotations
@@ -48,13 +56,16 @@ import signal
 import stat
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from gpuprof.errors import GpuprofError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from multiprocessing.context import BaseContext
 
-__all__ = ["workers_for", "run_pool", "free_cpus", "POOL_MIN_BYTES", "FORKSERVER_MIN_BYTES", "BYTES_PER_WORKER",
+__all__ = ["workers_for", "run_pool", "free_cpus", "stall_timeout", "WorkerStalled", "STALL_S", "STALL_ENV", "POOL_MIN_BYTES", "FORKSERVER_MIN_BYTES", "BYTES_PER_WORKER",
            "GZIP_GUESS"]
 
 POOL_MIN_BYTES = 32 << 20  # JSON text below which fork workers save too little (< ~0.2 s) to be worth it
@@ -63,6 +74,8 @@ BYTES_PER_WORKER = 16 << 20  # no worker for less than this much text
 GZIP_GUESS = 8  # profiler traces gzip 10-30x; counting 8x errs towards reading one by one
 
 _PR_SET_PDEATHSIG = 1
+STALL_S = 60.0  # seconds with no trace finished and no worker using CPU before the pool gives up
+STALL_ENV = "GPUPROF_WORKER_STALL_S"
 
 
 def _cpus() -> int:
@@ -151,8 +164,9 @@ def workers_for(files: Sequence[Any], jobs: int | None, free: int | None = None)
 def run_pool(fn: Callable[..., Any], items: Sequence[Any], workers: int, args: tuple[Any, ...] = ()) -> list[Any]:
     """``[fn(item, *args) for item in items]`` on ``workers`` processes; results in order.
 
-    Raises what a worker raised, or ``BrokenProcessPool`` (a ``RuntimeError``)
-    when one died. The workers are joined before this returns or raises.
+    Raises what a worker raised, ``BrokenProcessPool`` (a ``RuntimeError``)
+    when one died, or :class:`WorkerStalled` when none made progress for
+    :func:`stall_timeout` seconds. The workers are joined before this returns or raises.
     """
     import concurrent.futures as cf
 
@@ -160,6 +174,7 @@ def run_pool(fn: Callable[..., Any], items: Sequence[Any], workers: int, args: t
                                   initargs=(os.getpid(),))
     try:
         futures = [pool.submit(fn, item, *args) for item in items]
+        _wait_watching(pool, futures, items, stall_timeout())
         return [fu.result() for fu in futures]
     except BaseException:  # Ctrl-C, a worker's error: the rest of the work is not wanted, do not wait for it
         _terminate(pool)
@@ -169,13 +184,103 @@ def run_pool(fn: Callable[..., Any], items: Sequence[Any], workers: int, args: t
 
 
 def _terminate(pool: Any) -> None:
-    """SIGTERM the pool's live workers (the shutdown that follows joins them)."""
-    procs = getattr(pool, "_processes", None) or {}  # concurrent.futures keeps no public list of them
-    for proc in list(procs.values()):
+    """SIGTERM the pool's live workers, then SIGCONT (a stopped one acts on the SIGTERM only once continued),
+    so the shutdown that follows can join them."""
+    for proc in _workers(pool):
         try:
             proc.terminate()
+            if proc.pid is not None:
+                os.kill(proc.pid, signal.SIGCONT)
         except (OSError, ValueError, AttributeError):
             continue  # already gone or closed
+
+
+def _workers(pool: Any) -> list[Any]:
+    procs = getattr(pool, "_processes", None) or {}  # concurrent.futures keeps no public list of them
+    return list(procs.values())
+
+
+class WorkerStalled(GpuprofError):
+    """No worker of the pool made progress for :func:`stall_timeout` seconds (stopped, or blocked): one line, exit 2."""
+
+
+def stall_timeout() -> float:
+    """Seconds the pool waits while no worker uses CPU and no trace completes: ``GPUPROF_WORKER_STALL_S`` or
+    :data:`STALL_S`."""
+    raw = os.environ.get(STALL_ENV)
+    if raw is None or not raw.strip():
+        return STALL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise InputError(STALL_ENV, f"must be a positive number of seconds, not {raw!r}")
+    return value
+
+
+def _wait_watching(pool: Any, futures: list[Any], items: Sequence[Any], timeout: float) -> None:
+    """Wait for ``futures``; :class:`WorkerStalled` when for ``timeout`` s no trace completed and no worker used CPU.
+
+    A worker analysing a trace always uses CPU; one that uses none for that
+    long is stopped (SIGSTOP, a debugger) or blocked (a read that never
+    returns), and waiting on it would hang the command. Progress is read from
+    ``/proc/PID/stat`` (CPU ticks and state), so where there is no ``/proc``
+    nothing is judged. A pause of this process itself (Ctrl-Z, then ``fg``:
+    the whole job stopped together) starts the wait again.
+    """
+    import concurrent.futures as cf
+
+    poll = min(1.0, timeout / 4)
+    pending = set(futures)
+    last_progress = last_poll = time.monotonic()
+    seen: dict[int, int | None] = {}
+    while pending:
+        done, pending = cf.wait(pending, timeout=poll, return_when=cf.FIRST_COMPLETED)
+        now = time.monotonic()
+        ticks = {p.pid: _cpu_ticks(p.pid) for p in _workers(pool) if p.pid is not None}
+        if done or now - last_poll > max(5.0, 5 * poll) or ticks != seen or None in ticks.values():
+            # a trace done, this process paused, a worker that ran, or no /proc to tell: not a stall
+            last_progress, seen = now, ticks
+        last_poll = now
+        if pending and now - last_progress >= timeout:
+            raise WorkerStalled(_stall_message(ticks, futures, pending, items, timeout))
+
+
+def _stall_message(ticks: dict[int, int | None], futures: list[Any], pending: set[Any], items: Sequence[Any],
+                   timeout: float) -> str:
+    from gpuprof.redact import redact as shown  # a URL with its credentials masked
+
+    stopped = [pid for pid in ticks if _state(pid) in ("T", "t")]
+    waiting = [shown(str(items[i])) for i, fu in enumerate(futures) if fu in pending]
+    names = ", ".join(waiting[:3]) + (f" and {len(waiting) - 3} more" if len(waiting) > 3 else "")
+    why = (f"worker process{'es' if len(stopped) > 1 else ''} {', '.join(map(str, stopped))} "
+           f"{'are' if len(stopped) > 1 else 'is'} stopped (SIGSTOP or a debugger)" if stopped
+           else "no worker process used any CPU")
+    return (f"--jobs: {why} and no trace was finished for {timeout:g} s; gave up waiting for {names} "
+            f"({STALL_ENV} sets the wait)")
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    except (OSError, IndexError):
+        return None
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """utime + stime of ``pid`` in clock ticks; None where unknown (no /proc, gone)."""
+    fields = _proc_stat(pid)
+    try:
+        return int(fields[11]) + int(fields[12]) if fields else None
+    except (ValueError, IndexError):
+        return None
+
+
+def _state(pid: int) -> str | None:
+    fields = _proc_stat(pid)
+    return fields[0] if fields else None
 
 
 def _context() -> BaseContext:

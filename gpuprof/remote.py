@@ -38,7 +38,7 @@ from gpuprof.errors import InputError, describe_error
 from gpuprof.limits import Limit
 from gpuprof.redact import redact
 
-__all__ = ["Url", "TraceFile", "MAX_URL_MATCHES", "is_url", "local_or_url", "find_remote", "open_remote", "redact"]
+__all__ = ["Url", "TraceFile", "MAX_URL_MATCHES", "is_url", "local_or_url", "find_remote", "open_remote", "modified_time", "redact"]
 
 # scheme "://" (RFC 3986 scheme characters); a Windows drive ("C:\\") has no "//" and is not one
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -253,3 +253,16 @@ def open_remote(url: str, peek: int) -> tuple[str, BinaryIO, bytes, int | None]:
         raw.close()
         raise _store_error(url, err, "read") from None
     return name, raw, head, int(size) if isinstance(size, (int, float)) else None
+
+
+def modified_time(url: str) -> float | None:
+    """When the object at ``url`` was last modified (POSIX seconds), or None where its store does not say."""
+    fs, inner = _filesystem(url)
+    try:
+        when = fs.modified(inner)
+    except (*_BACKEND_ERRORS, NotImplementedError, ValueError, TypeError):
+        return None
+    try:
+        return float(when.timestamp())
+    except (AttributeError, OverflowError, OSError, ValueError):
+        return None

@@ -30,10 +30,14 @@ __all__ = [
     "SyncStat",
     "TraceSummary",
     "Section",
+    "JobPhase",
+    "JobSeries",
+    "JobSamples",
+    "JobSummary",
     "Report",
 ]
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 @dataclass
@@ -72,6 +76,81 @@ class TraceSummary:
         return msgspec.to_builtins(self)  # type: ignore[no-any-return]
 
 
+@dataclass
+class JobPhase:
+    """One phase of a watched job (``gpuprof/run/phases.py`` finds them): a run of steps alike in step time.
+
+    ``kind``: ``warmup``, ``steady``, ``slowdown`` or ``eval``. Steps are the loop's step indices
+    (0 = the first step), ``end_step`` inclusive; the statistics are over the phase's steps.
+    """
+
+    kind: str
+    start_step: int
+    end_step: int
+    step_time_median_us: float
+    steps: int = 0
+    step_time_min_us: float = 0.0
+    step_time_p90_us: float = 0.0
+    step_time_max_us: float = 0.0
+    data_wait_share: float | None = None  # time waiting for batches / step time over the phase
+
+
+@dataclass
+class JobSeries:
+    """The job's per-step series in compact columns, one point per ``bucket`` steps (at most a few thousand).
+
+    Point ``i`` covers steps ``first_step[i] .. first_step[i] + bucket - 1``; a column holds the
+    bucket's median (``_min``/``_max``: its extremes). A column is None where nothing measured it
+    (no DataLoader seen, no CUDA).
+    """
+
+    bucket: int = 1
+    first_step: list[int] = field(default_factory=list)
+    step_time_us: list[float] = field(default_factory=list)
+    step_time_min_us: list[float] = field(default_factory=list)
+    step_time_max_us: list[float] = field(default_factory=list)
+    data_wait_us: list[float] | None = None
+    cuda_allocated_mib: list[float] | None = None
+    cuda_reserved_mib: list[float] | None = None
+    cuda_peak_mib: list[float] | None = None
+
+
+@dataclass
+class JobSamples:
+    """What the watch's sampler thread read about once per ``interval_s`` (off the training thread).
+
+    CPU figures are percentages of one core (200 = two cores busy); ``workers_*`` are the trainer's
+    child processes (DataLoader workers). The ``gpu_*`` columns come from NVML (None without CUDA or
+    without nvidia-ml-py); ``throttle_reasons`` is NVML's bit mask.
+    """
+
+    interval_s: float = 1.0
+    step: list[int] = field(default_factory=list)  # steps completed when the sample was taken
+    process_cpu_pct: list[float] = field(default_factory=list)
+    workers_cpu_pct: list[float | None] = field(default_factory=list)
+    # the workers' CPU demand: time on a core plus time runnable but waiting for one (Linux schedstat), so a
+    # CPU-bound worker reads ~100 per worker even on a machine so busy that it gets less
+    workers_demand_pct: list[float | None] = field(default_factory=list)
+    workers: list[int | None] = field(default_factory=list)
+    gpu_util_pct: list[float | None] | None = None
+    gpu_memory_used_mib: list[float | None] | None = None
+    gpu_sm_clock_mhz: list[float | None] | None = None
+    gpu_power_w: list[float | None] | None = None
+    gpu_throttle_reasons: list[int | None] | None = None
+
+
+@dataclass
+class JobSummary:
+    """The whole job as the watch saw it (report.json's top-level ``job``; docs/report-schema.md)."""
+
+    steps: int = 0
+    phases: list[JobPhase] = field(default_factory=list)
+    series: JobSeries = field(default_factory=JobSeries)
+    samples: JobSamples | None = None
+    cores: int | None = None  # CPU cores the trainer may run on
+    h2d_copy_us: float | None = None  # host-to-device copy time per step: not measured per step (docs/run.md)
+
+
 class Section(Protocol):
     """Any further summary (memory analysis, a capture run) that a report can carry.
 
@@ -108,6 +187,8 @@ class Report:
     # traces whose analysis failed on a cluster worker even after a retry (``--dask``): left out of
     # the report, which says so in a note; a cross-rank section then covers the other ranks only
     failed_ranks: list[str] = field(default_factory=list)
+    # the whole job as the capture's watch saw it (1.3; None for a report of traces alone)
+    job: JobSummary | None = None
 
     def __post_init__(self) -> None:
         # the one place a report's input names are made: every renderer shows them, so a URL's
@@ -147,5 +228,6 @@ class Report:
                 "notes": self.notes,
                 "failed_rules": self.failed_rules,
                 "failed_ranks": self.failed_ranks,
+                "job": self.job,
             }
         )

@@ -6,8 +6,10 @@ file (a FIFO or device is refused without being opened for reading, so
 nothing blocks), at most ``MAX_REPORT_BYTES``, JSON, an object whose
 ``schema_version`` is ``1.x`` (the compatibility policy of
 docs/report-schema.md: a newer minor version only adds fields, which are
-ignored). Anything else is an :class:`~gpuprof.errors.InputError` naming the
-file (exit 2).
+ignored), whose every value has the type and range the schema gives it
+(:mod:`gpuprof.reportcheck`: no NaN, no negative duration, no share over 1).
+Anything else is an :class:`~gpuprof.errors.InputError` naming the file and,
+for a value, its field (exit 2).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import msgspec
 
 from gpuprof.errors import InputError
 from gpuprof.findings import Finding
-from gpuprof.report import SCHEMA_VERSION, Report, TraceSummary
+from gpuprof.report import SCHEMA_VERSION, JobSummary, Report, TraceSummary
 
-__all__ = ["read_report_dict", "report_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
+__all__ = ["read_report_dict", "report_dict_of", "report_from_dict", "job_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
 
 MAX_REPORT_BYTES = 256 << 20  # a report is kB to a few MB; more is not one gpuprof wrote
 _MAJOR = SCHEMA_VERSION.split(".")[0]
@@ -53,6 +55,17 @@ def read_report_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
             raw = fh.read(MAX_REPORT_BYTES + 1)
     except OSError as err:
         raise InputError.from_os_error(p, err, "read") from None
+    return report_dict_of(raw, p)
+
+
+def report_dict_of(raw: bytes, name: str) -> dict[str, Any]:
+    """A saved report's bytes (read by the caller, at most ``MAX_REPORT_BYTES``) as its checked JSON object.
+
+    For a report read from elsewhere than a local file (a URL); InputError naming ``name``.
+    """
+    if len(raw) > MAX_REPORT_BYTES:
+        raise InputError(name, f"report larger than {MAX_REPORT_BYTES >> 20} MiB; not one gpuprof wrote")
+    p = name
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as err:
@@ -66,6 +79,12 @@ def read_report_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
     for key in ("traces", "findings", "sections", "notes", "inputs"):
         if not isinstance(doc.get(key, []), list):
             raise InputError(p, f"malformed report: {key!r} is not a list")
+    from gpuprof.reportcheck import ReportProblem, check_report
+
+    try:
+        check_report(doc)  # every typed value in its range, before a figure is computed from it
+    except ReportProblem as err:
+        raise InputError(p, f"malformed report: {err.field} {err.problem}") from None
     return doc
 
 
@@ -84,9 +103,17 @@ def report_from_dict(doc: dict[str, Any], path: str) -> Report:
     """The :class:`Report` a saved report describes (InputError naming ``path`` when a part does not fit the schema)."""
     try:
         traces = [msgspec.convert(t, TraceSummary) for t in doc.get("traces", [])]
-        findings = [Finding.from_dict(f) for f in doc.get("findings", [])]
-    except (msgspec.ValidationError, KeyError, TypeError, ValueError, AttributeError) as err:
+        job = job_from_dict(doc)
+    except (msgspec.ValidationError, TypeError, ValueError) as err:
         raise InputError(path, f"malformed report: {type(err).__name__}: {err}") from None
+    findings = []
+    for i, f in enumerate(doc.get("findings", [])):
+        try:
+            findings.append(Finding.from_dict(f))
+        except KeyError as err:  # a field the schema requires (its type was checked where present)
+            raise InputError(path, f"malformed report: findings[{i}].{err.args[0]} is missing") from None
+        except (TypeError, ValueError, AttributeError) as err:
+            raise InputError(path, f"malformed report: findings[{i}]: {type(err).__name__}: {err}") from None
     sections: list[Any] = []
     for s in doc.get("sections", []):
         if isinstance(s, dict) and isinstance(s.get("kind"), str):
@@ -99,7 +126,14 @@ def report_from_dict(doc: dict[str, Any], path: str) -> Report:
         findings=findings,
         notes=[str(n) for n in doc.get("notes", [])],
         failed_rules=[str(c) for c in doc.get("failed_rules", []) if isinstance(c, str)],
+        job=job,
     )
+
+
+def job_from_dict(doc: dict[str, Any]) -> JobSummary | None:
+    """The report's ``job`` (schema 1.3; None when absent or null). Raises msgspec.ValidationError when malformed."""
+    raw = doc.get("job")
+    return None if raw is None else msgspec.convert(raw, JobSummary)
 
 
 def unshown_sections(sections: list[Any]) -> list[Any]:

@@ -16,7 +16,7 @@ import msgspec
 
 from gpuprof import __version__
 from gpuprof.analysis import analyze
-from gpuprof.findings import Evidence, EventRef, Finding, Severity, SourceLocation
+from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.report import SCHEMA_VERSION, Report
 from gpuprof.testing.realtraces import shared_path
 
@@ -64,6 +64,33 @@ def _ref_report(r: Report) -> dict[str, Any]:
         "notes": list(r.notes),
         "failed_rules": list(r.failed_rules),
         "failed_ranks": list(r.failed_ranks),
+        "job": _ref_job(r.job),
+    }
+
+
+def _ref_job(j: Any) -> dict[str, Any] | None:
+    """docs/report-schema.md's job layout, key by key."""
+    if j is None:
+        return None
+    s, m = j.series, j.samples
+    return {
+        "steps": j.steps,
+        "phases": [{"kind": p.kind, "start_step": p.start_step, "end_step": p.end_step,
+                    "step_time_median_us": p.step_time_median_us, "steps": p.steps,
+                    "step_time_min_us": p.step_time_min_us, "step_time_p90_us": p.step_time_p90_us,
+                    "step_time_max_us": p.step_time_max_us, "data_wait_share": p.data_wait_share} for p in j.phases],
+        "series": {"bucket": s.bucket, "first_step": s.first_step, "step_time_us": s.step_time_us,
+                   "step_time_min_us": s.step_time_min_us, "step_time_max_us": s.step_time_max_us,
+                   "data_wait_us": s.data_wait_us, "cuda_allocated_mib": s.cuda_allocated_mib,
+                   "cuda_reserved_mib": s.cuda_reserved_mib, "cuda_peak_mib": s.cuda_peak_mib},
+        "samples": None if m is None else {
+            "interval_s": m.interval_s, "step": m.step, "process_cpu_pct": m.process_cpu_pct,
+            "workers_cpu_pct": m.workers_cpu_pct, "workers_demand_pct": m.workers_demand_pct, "workers": m.workers,
+            "gpu_util_pct": m.gpu_util_pct, "gpu_memory_used_mib": m.gpu_memory_used_mib,
+            "gpu_sm_clock_mhz": m.gpu_sm_clock_mhz, "gpu_power_w": m.gpu_power_w,
+            "gpu_throttle_reasons": m.gpu_throttle_reasons},
+        "cores": j.cores,
+        "h2d_copy_us": j.h2d_copy_us,
     }
 
 
@@ -121,3 +148,26 @@ def test_hostile_values_encode_as_before() -> None:
     assert got["findings"][0]["evidence"][0]["events"][0]["pid"] == "12"
     assert msgspec.json.decode(msgspec.json.encode(got["sections"][0])) == {"kind": "demo", "rows": [[1, "a"]], "by_id": {"3": "x"}}
     assert got["findings"][0]["evidence"][0]["value"] is not None and msgspec.json.encode(got).count(b"null") >= 2  # NaN/inf -> null
+
+
+def test_job_encodes_as_documented() -> None:
+    """A capture's job (phases, compact series, the sampler's columns, NaN figures) in the documented layout."""
+    from gpuprof.report import JobPhase, JobSamples, JobSeries, JobSummary
+
+    job = JobSummary(steps=3, phases=[JobPhase("steady", 0, 2, math.nan, 3, 1.0, 2.0, 3.0, None)],
+                     series=JobSeries(bucket=1, first_step=[0, 1, 2], step_time_us=[1.0, 2.0, 3.0],
+                                      step_time_min_us=[1.0, 2.0, 3.0], step_time_max_us=[1.0, 2.0, 3.0]),
+                     samples=JobSamples(step=[1], process_cpu_pct=[99.5], workers_cpu_pct=[None],
+                                        workers_demand_pct=[None], workers=[None]),
+                     cores=4)
+    report = Report(command="capture", job=job)
+    _same(report.to_dict(), _ref_report(report))
+    out = msgspec.json.decode(render_json_bytes(report))
+    assert out["job"]["phases"][0]["step_time_median_us"] is None  # NaN -> null, as every number
+    assert out["job"]["samples"]["gpu_util_pct"] is None and out["job"]["h2d_copy_us"] is None
+
+
+def render_json_bytes(report: Report) -> bytes:
+    from gpuprof.render.jsonout import render_json
+
+    return render_json(report).encode()

@@ -182,7 +182,10 @@ def _forget_in_child() -> None:
 def _stop_at_exit() -> None:
     held = owner()
     if held is not None:
-        held.stop()  # Profiler.stop guards its own parts and always releases the claim
+        from gpuprof.capture.exitstatus import keeping_interrupt_status
+
+        with keeping_interrupt_status():  # Ctrl-C's exit status (130) survives the stop's own Python
+            held.stop()  # Profiler.stop guards its own parts and always releases the claim
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork

@@ -44,6 +44,7 @@ def profile(
     models: Sequence[Any] = (),
     flush_every: int = 500,
     options: CheckOptions | Mapping[str, Any] | None = None,
+    watch: bool = True,
 ) -> Profiler:
     """Profile a training loop: ``with gpuprof.profile(logdir) as prof:`` and ``prof.step()`` per iteration.
 
@@ -57,6 +58,9 @@ def profile(
     step. ``options`` sets thresholds: ``{"GP640.leak_min_steps": 12}`` (any
     runtime check's or trace rule's option, see ``gpuprof explain CODE``) or a
     :class:`CheckOptions`; an unknown one is a ValueError here, before training.
+    ``watch`` watches the whole job (docs/run.md, "The watch"): its phases and
+    per-step series in report.json's ``job``, the CPU of the trainer and its
+    DataLoader workers sampled off the training thread (NVML on a GPU).
     A failure inside gpuprof is one warning; training goes on.
     """
     config = CaptureConfig(
@@ -66,7 +70,7 @@ def profile(
         memory_history=memory_history, oom_observer=oom_observer, oom_forensics=oom_forensics,
         sync_debug=sync_debug, checks=checks,
         select=tuple(select), ignore=tuple(ignore), tensorboard=tensorboard, analyze=analyze,
-        print_report=print_report, models=tuple(models), flush_every=flush_every,
+        print_report=print_report, models=tuple(models), flush_every=flush_every, watch=watch,
         # a mapping is parsed into CheckOptions by CaptureConfig.__post_init__ (an error there is a ValueError)
         options=cast(CheckOptions, options or CheckOptions()),
     )
@@ -157,8 +161,14 @@ class StepProfiler:
             prof.start()  # records nothing, with one warning, when another profiler runs
             prof.note_signature(_args_signature(args, kwargs))
             self.profiler = prof
-            atexit.register(self.finish)
+            atexit.register(self._finish_at_exit)
             return prof
+
+    def _finish_at_exit(self) -> None:
+        from gpuprof.capture.exitstatus import keeping_interrupt_status
+
+        with keeping_interrupt_status():  # Ctrl-C's exit status (130) survives the stop's own Python
+            self.finish()
 
     def finish(self) -> CaptureResult | None:
         """End the capture now (also runs at exit); returns the :class:`CaptureResult` (None when no call
@@ -169,7 +179,7 @@ class StepProfiler:
         if prof is None:
             return self.result
         try:
-            atexit.unregister(self.finish)
+            atexit.unregister(self._finish_at_exit)
         finally:
             self.result = prof.stop()
             self.report = prof.report

@@ -69,6 +69,30 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         options=(Option("persistent_workers_min_epochs", 3, "epochs seen in the run before "
                         "persistent_workers=False is reported"),)),
     runtime_spec(
+        "GP605", "dataloader-workers-cpu-bound", _W,
+        "The loop waits for batches while the DataLoader workers use every core they can have", "loaderverdicts",
+        bad="loader = DataLoader(jpeg_ds, num_workers=7)   # 8 cores; each worker decodes full-size JPEGs",
+        good="loader = DataLoader(preresized_ds, num_workers=7)   # decode cheaper, or on the GPU (DALI, nvjpeg)",
+        options=(Option("loader_wait_share", 0.05, "the loader verdicts (GP605-GP607) need the loop to wait for "
+                        "batches at least this share of the step time"),
+                 Option("worker_busy_pct", 80.0, "a worker using at least this % of one core is CPU-bound"),
+                 Option("worker_idle_pct", 30.0, "workers using at most this % of one core each while the loop "
+                        "waits are waiting themselves (GP606)"),
+                 Option("loader_min_samples", 3, "CPU samples with workers alive the verdicts need (the watch "
+                        "samples about once a second)"))),
+    runtime_spec(
+        "GP606", "dataloader-workers-idle", _W,
+        "The loop waits for batches while the DataLoader workers are mostly idle: storage- or network-bound",
+        "loaderverdicts",
+        bad="ds = RemoteImages('s3://bucket/train')       # each __getitem__ waits for one object",
+        good="ds = LocalShards(cache_dir='/local/nvme')    # or more workers/prefetch_factor to overlap the waits"),
+    runtime_spec(
+        "GP607", "dataloader-too-few-workers", _W,
+        "The loop waits for batches, each DataLoader worker is CPU-bound and CPU cores are left unused",
+        "loaderverdicts",
+        bad="loader = DataLoader(ds, num_workers=2)        # on 16 cores; both workers at 100%",
+        good="loader = DataLoader(ds, num_workers=8)        # spare cores put to work"),
+    runtime_spec(
         "GP610", "module-split-across-devices", _E,
         "One module's own parameters/buffers live on different devices", "placement",
         bad="model.cuda(); model.norm.register_buffer('scale', torch.ones(512))   # buffer on the CPU",

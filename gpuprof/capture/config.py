@@ -85,6 +85,10 @@ class CheckOptions:
     dataloader_share_warning: float = _d("dataloader_share_warning")  # GP601
     dataloader_min_share: float = _d("dataloader_min_share")  # GP601
     persistent_workers_min_epochs: int = _d("persistent_workers_min_epochs")  # GP604
+    loader_wait_share: float = _d("loader_wait_share")  # GP605-GP607
+    worker_busy_pct: float = _d("worker_busy_pct")  # GP605, GP607
+    worker_idle_pct: float = _d("worker_idle_pct")  # GP606
+    loader_min_samples: int = _d("loader_min_samples")  # GP605-GP607
     placement_max_modules: int = _d("placement_max_modules")  # GP610, GP612
     stable_shape_batches: int = _d("stable_shape_batches")  # GP620
     sync_min_per_step: float = _d("sync_min_per_step")  # GP630
@@ -130,6 +134,9 @@ class CaptureConfig:
     * ``print_report``: print the short end-of-run report (to ``stderr``).
     * ``models``: modules to check for placement before the first step (others
       are found when they are first called).
+    * ``watch``: watch the whole job (docs/run.md, "The watch"): the job's phases and per-step
+      series in report.json's ``job``, CPU use of the trainer and its DataLoader workers (and NVML
+      on a GPU) sampled about once a second by a daemon thread.
     * ``flush_every``: buffered per-step scalars are written every this many steps.
     * ``options``: thresholds, as :class:`CheckOptions` or as a mapping
       ``{"CODE.NAME": value}`` of any runtime check's or trace rule's options
@@ -162,6 +169,7 @@ class CaptureConfig:
     print_report: bool = True
     models: Sequence[Any] = ()
     flush_every: int = 500
+    watch: bool = True
     options: CheckOptions = field(default_factory=CheckOptions)
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> {option: value}
 

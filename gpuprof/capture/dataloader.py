@@ -439,3 +439,4 @@ def dataloader_findings(
                 cost_share=(cost_us / (total_step_s / steps * 1e6)) if total_step_s > 0 else None,
             ))
     return out
+

@@ -21,6 +21,7 @@ from gpuprof.trace.metrics import data_loading_share
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.end.analyse import TraceResults
     from gpuprof.capture.leaklines import StatementSite
+    from gpuprof.run.phases import WatchData
 
 __all__ = ["run_facts", "runtime_findings"]
 
@@ -81,7 +82,8 @@ def run_facts(live: Live, written: Sequence[TraceFile], *, tensorboard: bool, le
         report_json=str(p.report_json) if p else None, report_md=str(p.report_md) if p else None,
         out_dir=str(p.out_dir) if p else None, run_dir=str(p.run_dir) if p else None, worker=p.worker if p else "",
         rank=live.ranks.rank, distributed=bool(live.ranks.distributed),
-        files=tuple(mem.files()) if mem is not None else (), statements=statements)
+        files=tuple(mem.files()) if mem is not None else (), statements=statements,
+        watch=g.run("watch", "no job timeline in the report", _watch_data, live, written))
 
 
 def _section(live: Live, written: Sequence[TraceFile], traces: tuple[TraceFile, ...],
@@ -107,6 +109,20 @@ def _section(live: Live, written: Sequence[TraceFile], traces: tuple[TraceFile, 
         memory_first_mib=series[0] / 2**20 if series else None,
         memory_last_mib=series[-1] / 2**20 if series else None,
     )
+
+
+def _watch_data(live: Live, written: Sequence[TraceFile]) -> WatchData | None:
+    from gpuprof.run.watch import WatchCheck
+
+    watch = live.find(WatchCheck)
+    if watch is None:
+        return None
+    mem = live.find(MemoryCheck)
+    s = mem.sampler if mem is not None else None
+    loaders = live.find(LoaderCheck)
+    return watch.data(live, (s.allocated, s.reserved, s.peak) if s is not None and s.cuda else None,
+                      loaders is not None and loaders.monitor.seen,
+                      tuple(i for t in written for i in range(t.first_step, t.last_step + 1)))
 
 
 def _no_trace_note(live: Live) -> str:

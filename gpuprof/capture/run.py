@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.config import CaptureConfig
     from gpuprof.capture.leaklines import StatementSite
     from gpuprof.capture.settings import TorchSettings
+    from gpuprof.run.phases import WatchData
 
 __all__ = ["CaptureSection", "RunFacts", "TraceFile"]
 
@@ -101,6 +102,7 @@ class RunFacts:
     files: tuple[str, ...] = ()  # memory snapshots and out-of-memory dumps written so far
     # the user statements whose allocations outlived the last recorded window (GP640's line; end of run only)
     statements: tuple[StatementSite, ...] = ()
+    watch: WatchData | None = None  # the whole job's numbers (report.json's ``job``); None with watch=False
 
     @property
     def trace_paths(self) -> list[str]:

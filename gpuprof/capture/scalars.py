@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from pathlib import Path
 
     from gpuprof.capture.memory import MemorySampler
+    from gpuprof.report import JobSamples
 
 __all__ = ["EventWriter", "ScalarWriter", "StepRows", "step_rows"]
 
@@ -48,12 +49,14 @@ class StepRows:
     """The per-step scalars of steps ``[0, len(step_s))``, read from the session's growing lists."""
 
     def __init__(self, step_s: list[float], fetch_s: list[float], loaders_seen: bool,
-                 memory: MemorySampler | None) -> None:
+                 memory: MemorySampler | None, samples: Callable[[], JobSamples] | None = None) -> None:
         self.step_s = step_s
         self.fetch_s = fetch_s
         self.loaders_seen = loaders_seen
         self.memory = memory
         self._rss: dict[int, int] | None = None
+        self.samples = samples
+        self._sampled: dict[int, dict[str, float]] | None = None
 
     def __call__(self, i: int) -> dict[str, float]:
         from gpuprof.capture.dataloader import data_loading_share
@@ -74,12 +77,34 @@ class StepRows:
                     self._rss = mem.rss_by_step()
                 if i in self._rss:
                     vals["host_rss_mib"] = self._rss[i] / 2**20
+        if self.samples is not None:
+            if self._sampled is None:  # once per range, on the writer thread
+                self._sampled = sampled_by_step(self.samples())
+            vals.update(self._sampled.get(i, {}))
         return vals
 
 
+# the watch's samples as TensorBoard scalars (docs/run.md): report.json's job.samples column -> scalar tag
+SAMPLE_TAGS = {"process_cpu_pct": "cpu_process_pct", "workers_cpu_pct": "cpu_workers_pct",
+               "workers_demand_pct": "cpu_workers_demand_pct",
+               "gpu_util_pct": "nvml_gpu_util_pct", "gpu_memory_used_mib": "nvml_memory_used_mib",
+               "gpu_sm_clock_mhz": "nvml_sm_clock_mhz", "gpu_power_w": "nvml_power_w"}
+
+
+def sampled_by_step(s: JobSamples) -> dict[int, dict[str, float]]:
+    """The sampler's figures by the step that was running when each was read (the last sample of a step wins)."""
+    out: dict[int, dict[str, float]] = {}
+    for column, tag in SAMPLE_TAGS.items():
+        values = getattr(s, column)
+        for step, v in zip(s.step, values or ()):
+            if v is not None:
+                out.setdefault(step, {})[tag] = float(v)
+    return out
+
+
 def step_rows(step_s: list[float], fetch_s: list[float], loaders_seen: bool,
-              memory: MemorySampler | None) -> StepRows:
-    return StepRows(step_s, fetch_s, loaders_seen, memory)
+              memory: MemorySampler | None, samples: Callable[[], JobSamples] | None = None) -> StepRows:
+    return StepRows(step_s, fetch_s, loaders_seen, memory, samples)
 
 
 _STOP = None

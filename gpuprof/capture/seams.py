@@ -55,6 +55,15 @@ class FrameworkSeams:
             check.monitor.adopt(loader, location, label)
         return self
 
+    def mark_eval(self) -> None:
+        """The step in progress (until the next ``step()``) includes an evaluation: the job's timeline
+        shows it as an ``eval`` phase rather than a slowdown (Lightning's and Hugging Face's callbacks call it)."""
+        from gpuprof.run.watch import WatchCheck
+
+        watch = self.live.find(WatchCheck)
+        if watch is not None:
+            watch.mark_eval(self.live)
+
     def note(self, text: str) -> None:
         """Add one line to the report's notes (e.g. how a framework's steps map to gpuprof's)."""
         self.guard.note(text)

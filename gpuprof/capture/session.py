@@ -443,10 +443,13 @@ class Profiler(FrameworkSeams):
 
     def _flush_scalars(self) -> None:
         """Hand the steps since the last flush to the TensorBoard thread."""
+        from gpuprof.run.watch import samples_of
+
         w, live = self.scalars, self.live
         if w is not None:
             w.flush(self.guard, len(live.step_s),
-                    step_rows(live.step_s, live.fetch_s, self.loaders.seen, self._check(MemoryCheck).sampler))
+                    step_rows(live.step_s, live.fetch_s, self.loaders.seen, self._check(MemoryCheck).sampler,
+                              samples_of(live)))
 
 
 def _in_notebook() -> bool:

@@ -127,6 +127,8 @@ _COMMANDS = {
     "analyze": ("gpuprof.cli.analyze", "analyze_cmd"),
     "diff": ("gpuprof.cli.diff", "diff_cmd"),
     "explain": ("gpuprof.cli.rules", "explain_cmd"),
+    "export": ("gpuprof.cli.export", "export_cmd"),
+    "history": ("gpuprof.cli.history", "history_cmd"),
     "memory": ("gpuprof.cli.memory", "memory_cmd"),
     "rules": ("gpuprof.cli.rules", "rules_cmd"),
     "run": ("gpuprof.cli.run", "run_cmd"),

@@ -90,6 +90,7 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
     diff = diff_reports(b, a, (scrub(before), scrub(after)))  # the labels shown: a URL's credentials masked
     if limit is not None:
         diff["regression"] = judge(diff, metric, limit)
+        _refuse_unjudged(diff["regression"], before, after)
     sources = [before, after] + [t for d in (b, a) for t in _trace_paths(d)]
     if fmt == "json":
         from gpuprof.render.jsonout import json_safe
@@ -117,6 +118,18 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
         sys.stdout.write(text)
     reg = diff["regression"]
     sys.exit(EXIT_FINDINGS if reg is not None and reg["regressed"] else EXIT_OK)
+
+
+def _refuse_unjudged(verdict: dict[str, Any], before: str, after: str) -> None:
+    """A gate that cannot judge fails loudly (exit 2): a side without the metric never reads as "no regression"."""
+    if verdict["worse_by"] is not None:
+        return
+    metric = verdict["metric"]
+    if verdict["before"] is None or verdict["after"] is None:
+        side = before if verdict["before"] is None else after
+        raise InputError(side, f"--fail-on-regression: {metric} is not measured in this run (no analysed step "
+                               "or no GPU activity), so the gate can neither pass nor fail")
+    raise InputError(before, f"--fail-on-regression: {metric} is 0 here, so a change relative to it is undefined")
 
 
 def _trace_paths(doc: dict[str, Any]) -> list[str]:

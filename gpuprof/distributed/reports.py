@@ -105,6 +105,8 @@ def summaries_from_report(path: str | os.PathLike[str], taken: dict[int, str] | 
     if not found:
         raise InputError(p, "a gpuprof report without rank summaries (analyse a trace with distributedInfo, "
                             "or a gpuprof version that writes them)")
+    if not out:  # gpuprof writes the section only with ranks in it: an emptied one would merge as "No findings"
+        raise InputError(p, f"its {KIND!r} section lists no rank (an empty 'ranks' list): nothing to merge")
     seen: dict[int, int] = {}
     for i, s in enumerate(out):
         if s.rank is not None and s.rank in seen:

@@ -55,9 +55,9 @@ def report_page_data(report: Report) -> dict[str, Any]:
             "views": t.get("views"),
         })
     findings = [{**f.to_dict(), "display_message": linked_message(f), "display_cost": fmt_cost(f)} for f in report.findings]
-    title = "gpuprof report: " + ", ".join(os.path.basename(p.rstrip("/")) for p in report.inputs)
+    title = "gpuprof report: " + ", ".join(_title_name(p) for p in report.inputs)
     return {"kind": "report", "title": title, "inputs": d["inputs"], "headline": _headline(traces), "traces": traces,
-            "findings": findings, "notes": d["notes"], "version": d["tool"]["version"]}
+            "findings": findings, "notes": d["notes"], "version": d["tool"]["version"], "job": d.get("job")}
 
 
 def _headline(traces: list[dict[str, Any]]) -> dict[str, Any]:
@@ -82,8 +82,16 @@ def diff_page_data(diff: dict[str, Any]) -> dict[str, Any]:
     section draws the same document from its ``compare`` route.
     """
     b, a = diff["before"], diff["after"]
-    title = f"gpuprof diff: {os.path.basename(str(b['label']).rstrip('/'))} \u2192 {os.path.basename(str(a['label']).rstrip('/'))}"
+    title = f"gpuprof diff: {_title_name(str(b['label']))} \u2192 {_title_name(str(a['label']))}"
     return {"kind": "diff", "title": title, "diff": diff, "version": diff["tool"]["version"]}
+
+
+def _title_name(path: str) -> str:
+    """An input as a page title names it: its last part only (no directory of the machine that wrote the
+    page), control characters and line separators as visible escapes, at most 120 characters."""
+    from gpuprof.render.safe import clip
+
+    return clip(os.path.basename(path.rstrip("/")) or path, 120)
 
 
 def render_page(data: dict[str, Any]) -> str:
@@ -129,6 +137,7 @@ function renderReport(){
   const colors = {}, labels = {}, bars = [];
   D.traces.forEach((t, i) => { const k = "#" + (i + 1); colors[k] = COLORS[i % COLORS.length]; labels[k] = k + " " + t.path;
     t.step_times_us.forEach((v, j) => bars.push({id: t.step_ids[j] === undefined ? j : t.step_ids[j], parts: {[k]: v}})); });
+  if (D.job) GP.jobChart(section("Job: " + D.job.steps + " steps watched").appendChild(el("div", {id: "job-chart"})), D.job);
   GP.stepChart(section("Step time").appendChild(el("div", {id: "steps-chart"})), bars, colors, "step time per step", labels);
   section("Findings (" + D.findings.length + ")").append(...GP.findings(D.findings));
   D.traces.forEach((t, i) => { const sec = section("Views" + (D.traces.length > 1 ? " of #" + (i + 1) + " " + short(t.path) : ""));

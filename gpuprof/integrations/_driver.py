@@ -165,6 +165,13 @@ class CaptureDriver:
         self.micro_batches += 1
         self._guarded("profiler step", prof.step)
 
+    def evaluating(self) -> None:
+        """An evaluation runs now, before the next optimizer step: the job's timeline marks that step ``eval``."""
+        prof = self.profiler
+        if prof is None or self._broken:
+            return
+        self._guarded("job timeline", prof.mark_eval)
+
     def micro_batch(self) -> None:
         """A batch ended that did not end an optimizer step (gradient accumulation)."""
         self.micro_batches += 1

@@ -143,6 +143,7 @@ class GpuprofCallback(_Callback):  # type: ignore[misc]  # Lightning's Callback,
     def on_validation_start(self, trainer: _Trainer, pl_module: Any) -> None:
         if self._driver.active:
             self._driver.watch_loaders(_loaders(trainer, pl_module, stage="val"))
+            self._driver.evaluating()
 
     def on_train_batch_end(self, trainer: _Trainer, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

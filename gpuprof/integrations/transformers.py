@@ -126,6 +126,9 @@ class GpuprofCallback(_TrainerCallback):  # type: ignore[misc]  # transformers' 
     def on_step_end(self, args: _Args, state: Any, control: Any, **kwargs: Any) -> None:
         self._driver.step()
 
+    def on_evaluate(self, args: _Args, state: Any, control: Any, **kwargs: Any) -> None:
+        self._driver.evaluating()
+
     def on_substep_end(self, args: _Args, state: Any, control: Any, **kwargs: Any) -> None:
         self._driver.micro_batch()
 

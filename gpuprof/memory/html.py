@@ -136,7 +136,10 @@ def render_html(page: dict[str, Any]) -> str:
     other piece of text on the page is put there by the page's script with
     ``textContent``.
     """
-    title = f"gpuprof memory: {os.path.basename(page['source'])}"
+    from gpuprof.render.safe import clip
+
+    # the file's last part only (no directory of this machine), control characters as visible escapes
+    title = f"gpuprof memory: {clip(os.path.basename(str(page['source']).rstrip('/')) or page['source'], 120)}"
     return fill_template(_TEMPLATE, {"TITLE": text_for_html(title), "DATA": script_json(dict(page, title=title))})
 
 

@@ -25,7 +25,7 @@ from gpuprof.render.sections import markdown_renderer
 
 if TYPE_CHECKING:
     from gpuprof.render.views import ViewTable
-from gpuprof.report import Report, TraceSummary
+from gpuprof.report import JobSummary, Report, TraceSummary
 
 __all__ = ["render_markdown", "md_escape", "md_code", "md_name", "md_table"]
 
@@ -101,6 +101,8 @@ def render_markdown(report: Report) -> str:
         out.append("")
     for t in report.traces:
         out.extend(_trace(t))
+    if report.job is not None:
+        out.extend(job_markdown(report.job))
     for section in report.sections:
         kind = getattr(section, "kind", None)
         fn = markdown_renderer(kind) if isinstance(kind, str) else None
@@ -117,6 +119,23 @@ def render_markdown(report: Report) -> str:
         out.extend(f"- {md_escape(n)}" for n in report.notes)
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def job_markdown(job: JobSummary) -> list[str]:
+    """The whole job as the capture's watch saw it: the phases table and the CPU figures."""
+    from gpuprof.render.job import PHASE_HEADERS, cpu_line, phase_rows
+
+    rows, left = phase_rows(job)
+    out = [f"## Job: {job.steps} steps watched", "", md_table(PHASE_HEADERS, [[md_escape(c) for c in r] for r in rows], "llrrrrr")]
+    if left:
+        out.append(f"_{left} more phases in report.json's `job.phases`._")
+    cpu = cpu_line(job)
+    if cpu is not None:
+        out += ["", md_escape(cpu)]
+    return out + [""]
 
 
 # --------------------------------------------------------------------------- traces

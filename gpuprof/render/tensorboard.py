@@ -46,6 +46,14 @@ TAGS = {
     "memory_reserved_mib": "gpuprof/memory_reserved_mib",
     "memory_peak_mib": "gpuprof/memory_peak_mib",
     "host_rss_mib": "gpuprof/host_rss_mib",
+    # the watch's samples (about once a second, docs/run.md)
+    "cpu_process_pct": "gpuprof/cpu_process_pct",
+    "cpu_workers_pct": "gpuprof/cpu_workers_pct",
+    "cpu_workers_demand_pct": "gpuprof/cpu_workers_demand_pct",
+    "nvml_gpu_util_pct": "gpuprof/nvml_gpu_util_pct",
+    "nvml_memory_used_mib": "gpuprof/nvml_memory_used_mib",
+    "nvml_sm_clock_mhz": "gpuprof/nvml_sm_clock_mhz",
+    "nvml_power_w": "gpuprof/nvml_power_w",
 }
 TEXT_TAG = "gpuprof/findings"
 

@@ -28,7 +28,7 @@ from gpuprof.render import format as F
 from gpuprof.render.layout import GAP, emit_table, wrap_text
 from gpuprof.render.safe import clip, one_line, visible
 from gpuprof.render.sections import terminal_renderer
-from gpuprof.report import Report, TraceSummary
+from gpuprof.report import JobSummary, Report, TraceSummary
 
 __all__ = ["render_terminal", "terminal_width", "DEFAULT_WIDTH", "MIN_WIDTH", "STACK_BELOW", "TOP_N"]
 
@@ -117,6 +117,8 @@ def _render(console: Console, report: Report) -> None:
     else:
         for trace in report.traces:
             _render_trace(console, trace)
+    if report.job is not None:
+        _render_job(console, report.job)
     # summaries (trace and other sections) first, then what to do about them
     for section in report.sections:
         kind = getattr(section, "kind", None)
@@ -133,6 +135,21 @@ def _render(console: Console, report: Report) -> None:
             console.print(_t(f"  • {note}"))
         console.print()
     console.print(Text(F.findings_total(report), style=_total_style(report)))
+
+
+def _render_job(console: Console, job: JobSummary) -> None:
+    """The whole job as the capture's watch saw it: its phases, then the CPU figures."""
+    from gpuprof.render.job import PHASE_HEADERS, cpu_line, phase_rows
+
+    rows, left = phase_rows(job)
+    cols = [(h, "left" if i < 2 else "right") for i, h in enumerate(PHASE_HEADERS)]
+    _emit_table(console, f"Job: {job.steps} steps watched", cols, rows)
+    if left:
+        console.print(_t(f"  ({left} more phases in report.json's job.phases)", style="dim"))
+    cpu = cpu_line(job)
+    if cpu is not None:
+        console.print(_t(f"  {cpu}"))
+    console.print()
 
 
 def _total_style(report: Report) -> str:

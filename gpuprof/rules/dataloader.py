@@ -94,6 +94,8 @@ class DataLoadingShare(Rule):
 
     code = "GP103"
     name = "data-loading-share"
+    # the capture's watch measures why the workers cannot keep up (their CPU use), over every step
+    superseded_by = ("GP605", "GP606", "GP607")
     title = "Data loading takes a large share of the step"
     severity = Severity.WARNING
     options = (

@@ -1,1 +1,1 @@
-"""``gpuprof run``: profile an unchanged training script or launcher job (docs/run.md)."""
+"""Running a whole job under gpuprof: the launcher, the watch over every step, windows and hangs (docs/run.md)."""

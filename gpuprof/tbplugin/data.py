@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 
 from gpuprof.errors import GpuprofError, InputError
+from gpuprof.tbplugin.errortext import client_error
 from gpuprof.tbplugin.runs import Run, rank_of_report
 from gpuprof.trace.metrics import BREAKDOWN_KEYS, IDLE_KEYS
 
@@ -103,6 +104,12 @@ def read_report(path: Path, logdir: Path | None = None) -> dict[str, Any]:
     for key in ("traces", "findings", "sections", "notes", "failed_rules"):
         if not isinstance(doc.get(key, []), list):
             raise InputError(path, f"field {key!r} is not a list")
+    from gpuprof.reportcheck import ReportProblem, check_report
+
+    try:
+        check_report(doc)  # the page computes and draws from these values: each of its type and range
+    except ReportProblem as err:
+        raise InputError(path, f"malformed report: {err.field} {err.problem}") from None
     return doc
 
 
@@ -119,7 +126,7 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
         res = traces.get(p)
         rel = _rel(p, logdir)
         if isinstance(res, str):
-            errors.append(res)
+            errors.append(client_error(res, logdir))
             continue
         if res is None:
             continue
@@ -129,10 +136,13 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
         try:
             reports.append((p, read_report(p, logdir)))
         except GpuprofError as err:
-            errors.append(str(err))
+            errors.append(client_error(err, logdir))
     findings = [dict(f, trace=t["file"]) for t in analysed for f in t["findings"]]
     capture = None
+    job = None
     for p, doc in reports:
+        if job is None and isinstance(doc.get("job"), dict):  # one process's (under torchrun: the first rank's)
+            job = doc["job"]
         for f in doc.get("findings", []):
             if isinstance(f, dict) and f.get("origin") != "trace":
                 findings.append(dict(f, trace=None, report=_rel(p, logdir)))
@@ -158,6 +168,7 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
         "ranks": _ranks(analysed, reports, logdir, cross),
         "cross_rank": cross,
         "capture": capture,
+        "job": job,
         "snapshots": [_rel(p, logdir) for p in run.snapshots],
         "notes": notes,
         "errors": errors,

@@ -72,6 +72,11 @@ function showSummary(v){
   $("errors").replaceChildren(...errs); $("errors").hidden = errs.length === 0;
 }
 
+function showJob(v){
+  $("job").hidden = !v.job;
+  if (v.job) GP.jobChart($("job-chart"), v.job); else $("job-chart").replaceChildren();
+}
+
 function showFindings(v){
   $("findings").replaceChildren(...GP.findings(v.findings, v.failed_rules.length ? "No findings from the rules that ran (some failed: see above)." : "No findings."));
 }
@@ -153,7 +158,7 @@ function showNotes(v){ $("notes").replaceChildren(...v.notes.map(n => el("li", {
 
 function render(v){
   state.view = v;
-  showSummary(v); showFindings(v); showTrace(v); showRanks(v); showCrossRank(v); showMemory(v); showNotes(v);
+  showSummary(v); showJob(v); showFindings(v); showTrace(v); showRanks(v); showCrossRank(v); showMemory(v); showNotes(v);
   $("content").hidden = false; bump();
 }
 
@@ -226,6 +231,7 @@ INDEX_HTML = ("""<!doctype html>
 <div id="content" hidden>
 <section><h2>Summary</h2><div id="cards"></div><ul id="errors" class="err" hidden></ul></section>
 <section id="compare"><h2>Comparison</h2><p class="muted">The selected run (after) against the run picked in "Compare with" (before): the comparison of <code>gpuprof diff BEFORE AFTER</code>, computed and drawn by its code (docs/diff.md).</p><div id="compare-body"><p class="muted">Pick a run in "Compare with" to see this run against it: step time and its parts, findings fixed with their predicted and measured savings, new and changed findings, operators and kernels that got slower or faster.</p></div></section>
+<section id="job" hidden><h2>Job</h2><p class="muted">The whole job as the capture's watch saw it: step time over every step, with its phases (docs/run.md, "The watch").</p><div id="job-chart"></div></section>
 <section><h2>Findings</h2><div id="findings"></div></section>
 <section><label hidden>Trace <select id="trace"></select></label>
 <h2>Step time per step</h2><p class="muted">Each step's time split by what was happening, first match wins (docs/report-schema.md, breakdown_us).</p><div id="steps-chart"></div>
@@ -242,6 +248,8 @@ INDEX_HTML = ("""<!doctype html>
 <div><h3>Collectives (time: the fastest rank of each)</h3><div id="xcolls"></div></div><ul id="xnotes" class="muted"></ul></section>
 <section id="memory" hidden><h2>Memory timeline</h2><label>Snapshot <select id="snap"></select></label>
 <button id="snapopen" type="button">Show</button> <span id="memstatus" class="muted"></span><div id="memframe"></div></section>
+<section id="history"><h2>History over runs</h2><p class="muted">Step time, GPU utilisation, data loading, memory peak and findings of every run's saved report.json under the logdir, with change points: <code>gpuprof history LOGDIR</code> (docs/history.md).</p>
+<iframe sandbox="" loading="lazy" title="run history" src="history.html"></iframe></section>
 <section hidden><h2>Notes</h2><ul id="notes"></ul></section>
 </div></main>
 <script>""" + _SCRIPT + """</script></body></html>

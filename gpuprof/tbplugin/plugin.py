@@ -18,6 +18,7 @@ Routes (all GET, all answers JSON unless said):
 ``compare?a=NAME&b=NAME``    the same with ``"compare"`` (see :func:`gpuprof.tbplugin.data.compare_views`)
 ``memory?run=NAME&i=K``      status of the K-th memory snapshot's viewer page
 ``memory.html?run=NAME&i=K`` that page (gpuprof's memory viewer, :mod:`gpuprof.memory.html`)
+``history.html``             ``gpuprof history LOGDIR --html``'s page (no script), for the tab's History frame
 ==========================  ===============================================
 
 Run names and snapshot indices are looked up among the runs found under
@@ -44,6 +45,7 @@ from werkzeug import wrappers
 from gpuprof.memory.htmlsafe import script_json
 from gpuprof.tbplugin import page
 from gpuprof.tbplugin.data import analyse_trace_file, compare_views, run_view
+from gpuprof.tbplugin.errortext import client_error
 from gpuprof.tbplugin.runs import Run, RunIndex, file_sig
 from gpuprof.tbplugin.store import Store
 
@@ -87,6 +89,7 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
             "/compare": self._serve_compare,
             "/memory": self._serve_memory_status,
             "/memory.html": self._serve_memory_page,
+            "/history.html": self._serve_history_page,
         }
 
     def is_active(self) -> bool:
@@ -146,7 +149,7 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
         if res is None:
             return self._json(request, {"status": "pending"})
         if res.error:
-            return self._json(request, {"status": "error", "error": res.error})
+            return self._json(request, {"status": "error", "error": client_error(res.error, self._logdir)})
         return self._json(request, {"status": "ready"})
 
     @_route
@@ -160,6 +163,22 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
         return _respond(request, res.value, "text/html",
                         csp_scripts_sha256s=[_bare_hash(h) for h in inline_script_hashes()],
                         headers=[("Referrer-Policy", "no-referrer")])
+
+    @_route
+    def _serve_history_page(self, request: _Request) -> _Response:
+        """The run history of the logdir's saved reports, the page ``gpuprof history --html`` writes (docs/history.md)."""
+        from gpuprof.errors import InputError
+        from gpuprof.history.html import history_page
+        from gpuprof.history.render import history_dict
+        from gpuprof.history.runs import read_history
+
+        if self._logdir is None:
+            return _respond(request, "TensorBoard was started without --logdir", "text/plain", code=404)
+        try:
+            doc = history_dict(read_history(os.fspath(self._logdir)))
+        except InputError as err:
+            return _respond(request, f"no run history: {err.problem}", "text/plain", code=404)
+        return _respond(request, history_page(doc), "text/html", headers=[("Referrer-Policy", "no-referrer")])
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -187,7 +206,7 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
                 continue  # vanished since the walk
             res = self._store.get(("trace", os.fspath(p)), sig, functools.partial(analyse_trace_file, p, self._logdir))
             if res is not None:
-                results[p] = res.value if res.error is None else res.error
+                results[p] = res.value if res.error is None else client_error(res.error, self._logdir)
         if len(results) < len(run.traces):
             return {"status": "pending", "done": len(results), "total": len(run.traces)}
         assert self._logdir is not None

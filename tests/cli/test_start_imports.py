@@ -34,6 +34,7 @@ NEVER = ["torch", "fsspec", "dask", "distributed", "tensorboard", "torch_tb_prof
          "pytorch_lightning", "transformers", "accelerate", "pandas", "pyarrow", "matplotlib", "IPython"]
 # gpuprof's own code of other commands and of capture (its code registry modules excepted)
 OTHER_COMMANDS = ["gpuprof.cli.diff", "gpuprof.cli.memory", "gpuprof.cli.rules", "gpuprof.diff",
+                  "gpuprof.cli.export", "gpuprof.cli.history", "gpuprof.export", "gpuprof.history",
                   "gpuprof.capture.api", "gpuprof.capture.session", "gpuprof.capture.checks",
                   "gpuprof.memory.analysis", "gpuprof.memory.replay", "gpuprof.memory.load",
                   "gpuprof.tbplugin", "gpuprof.integrations", "gpuprof.cli.run", "gpuprof.run"]

@@ -215,6 +215,31 @@ def test_item_every_step_named_at_users_line_on_cuda(tmp_path: Path) -> None:
     assert f["location"]["line"] == line_of(HERE, "# planted: .item() every step")
 
 
+class _WithValidation(Tiny):
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def val_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(Samples(n=16, slow=False), batch_size=8)
+
+
+@pytest.mark.slow
+def test_validation_is_an_eval_phase_of_the_job(tmp_path: Path) -> None:
+    """Lightning's validation loop (on_validation_start) marks the step it runs in: the job's timeline shows an
+    ``eval`` phase there, not a slowdown."""
+    L.seed_everything(0, verbose=False)
+    module = _WithValidation(workers=0)
+    cb = GpuprofCallback(tmp_path / "logs", run="r", schedule=SCHEDULE, print_report=False)
+    _fit(tmp_path, module, cb, steps=12, val_check_interval=6, check_val_every_n_epoch=None)
+    job = report_json(tmp_path / "logs" / "r")["job"]
+    assert job["steps"] == 12
+    evals = [(p["start_step"], p["end_step"]) for p in job["phases"] if p["kind"] == "eval"]
+    # validation runs after the 6th and 12th optimizer steps: the first lands in the time of step 6 (0-based:
+    # steps 0-5 done); the last one, after training's last step, in no step
+    assert evals == [(6, 6)], job["phases"]
+
+
 @pytest.mark.slow
 def test_an_out_of_memory_error_passes_through_unchanged(tmp_path: Path) -> None:
     """torch.OutOfMemoryError raised in training_step: Lightning and the callback let the very same object out,

@@ -152,6 +152,22 @@ def test_logging_every_step_syncs_named_on_cuda(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_evaluation_is_an_eval_phase_of_the_job(tmp_path: Path) -> None:
+    """The Trainer's evaluation (on_evaluate) marks the step it runs in: an ``eval`` phase, not a slowdown."""
+    cb = GpuprofCallback(tmp_path / "logs", run="r", schedule=SCHEDULE, print_report=False)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=6, per_device_train_batch_size=4,
+                                          per_device_eval_batch_size=4, eval_strategy="steps", eval_steps=3,
+                                          report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True)
+    trainer = transformers.Trainer(model=_model(), args=args, train_dataset=Tokens(), eval_dataset=Tokens(),
+                                   callbacks=[cb])
+    trainer.train()
+    job = report_json(tmp_path / "logs" / "r")["job"]
+    assert job["steps"] == 6
+    # evaluation after the 3rd optimizer step runs in the time of step 3 (0-based); the one after the last step
+    # is in no step
+    assert [(p["start_step"], p["end_step"]) for p in job["phases"] if p["kind"] == "eval"] == [(3, 3)], job["phases"]
+
+
 def test_an_out_of_memory_error_passes_through_unchanged(tmp_path: Path) -> None:
     """torch.OutOfMemoryError raised in a Trainer's training_step leaves trainer.train() as the same object.
     (transformers' callbacks get no exception event, so the run's report is written only by a later

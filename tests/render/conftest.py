@@ -8,8 +8,20 @@ from typing import Any
 
 import pytest
 
-from gpuprof.findings import Link, EventRef, Evidence, Finding, Severity, SourceLocation
-from gpuprof.report import CopyStat, DeviceInfo, KernelStat, OpStat, Report, SyncStat, TraceSummary
+from gpuprof.findings import EventRef, Evidence, Finding, Link, Severity, SourceLocation
+from gpuprof.report import (
+    CopyStat,
+    DeviceInfo,
+    JobPhase,
+    JobSamples,
+    JobSeries,
+    JobSummary,
+    KernelStat,
+    OpStat,
+    Report,
+    SyncStat,
+    TraceSummary,
+)
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.viewrows import KernelRow, OperatorRow, RangeRow, TraceViews
 
@@ -138,6 +150,27 @@ def make_findings() -> list[Finding]:
     ]
 
 
+def make_job() -> JobSummary:
+    """A watched job with every optional object filled (a GPU run: NVML columns, CUDA memory)."""
+    return JobSummary(
+        steps=300,
+        phases=[JobPhase("warmup", 0, 1, 250_000.0, 2, 40_000.0, 460_000.0, 500_000.0, 0.02),
+                JobPhase("steady", 2, 149, 5_000.0, 148, 4_800.0, 5_400.0, 9_000.0, 0.05),
+                JobPhase("slowdown", 150, 299, 10_000.0, 150, 9_700.0, 10_600.0, 15_000.0, 0.5)],
+        series=JobSeries(bucket=100, first_step=[0, 100, 200], step_time_us=[5_000.0, 5_100.0, 10_000.0],
+                         step_time_min_us=[4_800.0, 4_900.0, 9_700.0], step_time_max_us=[500_000.0, 9_000.0, 15_000.0],
+                         data_wait_us=[200.0, 250.0, 5_000.0], cuda_allocated_mib=[512.0, 512.0, 513.0],
+                         cuda_reserved_mib=[1024.0, 1024.0, 1024.0], cuda_peak_mib=[900.0, 900.0, 901.0]),
+        samples=JobSamples(interval_s=1.0, step=[100, 200, 300], process_cpu_pct=[105.0, 98.0, 60.0],
+                           workers_cpu_pct=[380.0, 390.0, 395.0], workers_demand_pct=[400.0, 400.0, 400.0],
+                           workers=[4, 4, 4], gpu_util_pct=[95.0, 93.0, 48.0],
+                           gpu_memory_used_mib=[2048.0, 2048.0, 2050.0], gpu_sm_clock_mhz=[1980.0, 1980.0, 1410.0],
+                           gpu_power_w=[310.5, 305.0, 180.0], gpu_throttle_reasons=[0, 0, 4]),
+        cores=8,
+        h2d_copy_us=None,
+    )
+
+
 def make_report() -> Report:
     return Report(
         command="analyze",
@@ -146,6 +179,7 @@ def make_report() -> Report:
         sections=[DemoSection("render-test-demo", [{"a": 1}])],
         findings=make_findings(),
         notes=["1 trace analysed"],
+        job=make_job(),
     )
 
 

@@ -49,6 +49,7 @@ def test_tables_are_well_formed(report):
     views = t.views
     n_views = 0 if views is None else sum(bool(x) for x in (views.operators, views.kernels, views.modules, views.ranges))
     expected = 2 + sum(bool(x) for x in (t.top_kernels, t.top_ops, t.copies, t.syncs)) + n_views + 1  # + findings table
+    expected += report.job is not None  # the job's phases
     assert n_tables == expected
 
 

@@ -50,15 +50,16 @@ def test_malformed_reports_are_one_line_exit_2(tmp_path: Path, doc: object, prob
         assert "\n" not in line and bad in line and problem in line and "Traceback" not in line
 
 
-def test_wrong_types_inside_a_report_do_not_crash_the_diff(tmp_path: Path) -> None:
+def test_wrong_types_inside_a_report_are_one_line_naming_the_field(tmp_path: Path) -> None:
+    """A value of the wrong type is refused (exit 2, its field named), never read as 0 by the diff's arithmetic."""
     odd = dict(GOOD, traces=[{"path": 1, "num_steps": "x", "step_times_us": ["a", None, 1e400], "views": {"operators": "x",
            "kernels": [None, {"name": ["list"], "total_us": "5"}]}, "breakdown_us": {"kernel": None}, "rank": "0"}],
                findings=[{"code": "GP102", "cost_us_per_step": "a lot"}, None, {"no": "code"}])
     bad = _report(tmp_path, "odd.json", odd)
     res = run("diff", bad, bad, "--format", "json")
-    assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
-    assert [f["code"] for f in d["findings"]["unchanged"]] == ["GP102"]
+    assert res.exit_code == 2, res.output
+    line = res.output.strip()
+    assert "\n" not in line and bad in line and "traces[0].step_times_us[2] is NaN or infinite" in line
 
 
 def test_report_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

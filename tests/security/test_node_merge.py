@@ -179,3 +179,30 @@ def test_loading_a_node_report_costs_a_bounded_multiple_of_its_size(nodes: tuple
     extra = _peak_rss_mb(f"from gpuprof.distributed.reports import summaries_from_report\n"
                          f"s = summaries_from_report({str(path)!r})\nassert len(s) == 1")
     assert extra < 6 * size_mb, (extra, size_mb)
+
+
+@pytest.mark.parametrize("with_other", [True, False], ids=["beside-a-good-node", "alone-twice"])
+def test_a_node_report_with_no_rank_is_exit_2_not_no_findings(nodes: tuple[Path, Path], tmp_path: Path,
+                                                              with_other: bool) -> None:
+    """An emptied ``ranks`` list merged as "No findings" (exit 0), or beside itself as an IndexError (exit 3)."""
+    empty = _edit(nodes[0], tmp_path / "empty.json", lambda d: d["sections"][0].update(ranks=[]))
+    code, text = _invoke(empty, nodes[1] if with_other else empty)
+    assert code == 2, text
+    assert "empty.json" in text and "lists no rank" in text and "No findings" not in text
+    assert len(text.strip().splitlines()) == 1 and "Traceback" not in text
+
+
+def test_a_saved_job_report_with_an_emptied_cross_rank_section_is_exit_2(nodes: tuple[Path, Path],
+                                                                         tmp_path: Path) -> None:
+    job = tmp_path / "job.json"
+    code, text = _invoke(*nodes, "--format", "json", "-o", job, "--fail-on", "never")
+    assert code == 0, text
+    assert _invoke(job, "--fail-on", "never")[0] == 0  # the saved job report itself is read back
+
+    def emptied(d: dict[str, Any]) -> None:
+        next(s for s in d["sections"] if s["kind"] == "cross_rank")["ranks"] = []
+
+    bad = _edit(job, tmp_path / "emptied.json", emptied)
+    code, text = _invoke(bad)
+    assert code == 2 and "emptied.json" in text and ".ranks is empty" in text, text
+    assert len(text.strip().splitlines()) == 1

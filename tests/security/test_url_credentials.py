@@ -328,3 +328,36 @@ def test_listed_paths_become_urls_that_open_alone(url: str, inner: str, listed: 
             return f"{self.protocol}://{p}"
 
     assert _url_maker(url, Fs(), inner)(listed) == want
+
+
+def test_history_of_a_url_masks_the_password(bucket: Bucket, tmp_path: Path) -> None:
+    """`gpuprof history URL`: the run names, the root, the notes (a bad report), the HTML page and errors."""
+    doc = {"schema_version": "1.2", "inputs": [], "sections": [], "notes": [], "findings": [],
+           "traces": [{"path": "t", "step_time_us": 100.0, "step_time_mean_us": 100.0}]}
+    for run in ("a", "b"):
+        bucket.put(f"logs/{run}/report.json", json.dumps(doc).encode())
+    bucket.put("logs/bad/report.json", b"{not json")
+    page = tmp_path / "h.html"
+    for fmt in ("json", "terminal"):
+        res = CliRunner().invoke(cli, ["history", f"{bucket.url}/logs", "--format", fmt, "--html", str(page)])
+        assert res.exit_code == 0, res.output
+        assert "a" in res.stdout and "bad/report.json" in res.output
+        bucket.assert_masked(res.output)
+        bucket.assert_masked(page.read_text(encoding="utf-8"))
+    names = [r["name"] for r in json.loads(CliRunner().invoke(cli, ["history", f"{bucket.url}/logs", "--format",
+                                                                    "json"]).stdout)["runs"]]
+    assert sorted(names) == ["a", "b"]
+    res = CliRunner().invoke(cli, ["history", f"{bucket.url}/nothing"])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+    bucket.assert_masked(res.output)
+
+
+def test_export_of_a_url_masks_the_password_in_every_table(bucket: Bucket, tmp_path: Path) -> None:
+    url = bucket.put("run/t.pt.trace.json", _trace_bytes(tmp_path))
+    res = _run("export", url, "-o", str(tmp_path / "out"))
+    assert res.exit_code == 0, res.output
+    bucket.assert_masked(res.output)
+    files = sorted((tmp_path / "out").iterdir())
+    assert len(files) == 6 and "t.pt.trace.json" in (tmp_path / "out" / "steps.csv").read_text(encoding="utf-8")
+    for f in files:
+        bucket.assert_masked(f.read_text(encoding="utf-8"))

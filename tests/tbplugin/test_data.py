@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from gpuprof.testing.realtraces import shared_path, v100_samples
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.tbplugin.data import analyse_trace_file, compare_views, read_report, run_view
 from gpuprof.tbplugin.runs import find_runs
 from gpuprof.tbplugin.store import Store
+from gpuprof.testing.realtraces import shared_path, v100_samples
+from gpuprof.testing.tracegen import TraceBuilder
 
 pytest.importorskip("tensorboard", reason="the plugin needs the tensorboard package (gpuprof[tensorboard])")
 
@@ -212,8 +212,9 @@ def test_store_never_blocks_and_reanalyses_a_changed_file(tmp_path: Path) -> Non
 
 @pytest.fixture
 def client(tmp_path: Path) -> Any:
-    from werkzeug.test import Client
     from tensorboard.plugins.base_plugin import TBContext
+    from werkzeug.test import Client
+
     from gpuprof.tbplugin.plugin import GpuprofPlugin
 
     plugin = GpuprofPlugin(TBContext(logdir=str(tmp_path)))
@@ -271,8 +272,8 @@ def test_routes_list_analyse_compare_and_serve_the_memory_viewer(client: Any, tm
 
 
 def test_tensorboards_response_validator_accepts_our_headers(client: Any, caplog: pytest.LogCaptureFixture) -> None:
-    from werkzeug.test import Client
     from tensorboard.backend.security_validator import SecurityValidatorMiddleware
+    from werkzeug.test import Client
 
     c, plugin = client
     apps = plugin.get_plugin_apps()
@@ -321,3 +322,17 @@ def test_per_rank_table_from_a_torchrun_captures_rank_reports(tmp_path: Path) ->
         (0, 10_000.0, 1, "job/rank0/report.json"), (1, 12_500.0, 2, "job/rank1/report.json")]
     assert v["ranks"][1]["vs_fastest"] == pytest.approx(0.25)
     assert v["headline"]["steps"] == 0 and v["kind"] == "capture"
+
+
+def test_run_view_carries_the_watched_job(tmp_path: Path) -> None:
+    """The tab's Job section reads the capture's report.json job (the first report that has one), as is."""
+    _trace(tmp_path / "run" / "w.pt.trace.json")
+    job = {"steps": 12, "phases": [{"kind": "steady", "start_step": 0, "end_step": 11, "step_time_median_us": 5.0,
+                                    "steps": 12}], "series": {"bucket": 1, "first_step": list(range(12))}}
+    report = {"schema_version": "1.3", "traces": [], "sections": [], "notes": [], "failed_rules": [], "findings": [],
+              "job": job}
+    (tmp_path / "run" / "report.json").write_text(json.dumps(report))
+    _trace(tmp_path / "plain" / "w.pt.trace.json")
+    views = _views(tmp_path)
+    assert views["run"]["job"] == job
+    assert views["plain"]["job"] is None  # traces alone: no job section

@@ -35,4 +35,13 @@ def monitors(config: CaptureConfig, on_fetch: Callable[[float], None]) -> list[M
         AmpCheck(),
         SettingsCheck(),
         MemoryCheck(),
-    ]
+    ] + _watch(config)
+
+
+def _watch(config: CaptureConfig) -> list[Monitor]:
+    """The whole-job watch (:mod:`gpuprof.run.watch`), unless ``watch=False``."""
+    if not config.watch:
+        return []
+    from gpuprof.run.watch import WatchCheck
+
+    return [WatchCheck()]

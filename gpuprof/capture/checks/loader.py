@@ -23,7 +23,20 @@ class LoaderCheck(MonitorBase):
         dlmod.uninstall(self.monitor)
 
     def findings(self, live: Live) -> list[Finding]:
-        return dlmod.dataloader_findings(
-            list(self.monitor.records.values()), total_step_s=sum(live.step_s), num_steps=len(live.step_s),
-            on_cuda=live.cuda and cuda_used(), cores=dlmod.available_cores(),
-            local_world_size=live.ranks.local_world_size or 1, options=live.config.options)
+        records = list(self.monitor.records.values())
+        total, steps = sum(live.step_s), len(live.step_s)
+        cores, lws = dlmod.available_cores(), live.ranks.local_world_size or 1
+        out = dlmod.dataloader_findings(
+            records, total_step_s=total, num_steps=steps, on_cuda=live.cuda and cuda_used(), cores=cores,
+            local_world_size=lws, options=live.config.options)
+        # GP605-GP607 read the watch's CPU samples (none with watch=False)
+        from gpuprof.run.watch import WatchCheck
+
+        watch = live.find(WatchCheck)
+        sampler = watch.sampler if watch is not None else None
+        if sampler is not None:
+            from gpuprof.capture.loaderverdicts import loader_verdicts
+
+            out += loader_verdicts(records, sampler.snapshot(), total_step_s=total, num_steps=steps,
+                                   cores=cores, local_world_size=lws, options=live.config.options)
+        return out

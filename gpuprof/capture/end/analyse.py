@@ -169,6 +169,10 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard, *, memory: bool = Fal
     section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures
     report.sections.append(section)
     report.notes = list(facts.notes) + report.notes
+    if facts.watch is not None:
+        from gpuprof.run.phases import job_summary
+
+        report.job = g.run("job timeline", "no job timeline in the report", job_summary, facts.watch)
     section.failures = g.all_failed()
     return report
 

@@ -102,6 +102,8 @@ def short_report(report: Report, facts: SummaryFacts, width: int | None = None) 
     if sec and sec.data_loading_share is not None:
         head += f", data loading {sec.data_loading_share:.0%}"
     lines.append(head)
+    for line in _job_lines(report):
+        lines += _wrapped(line, width, 4)
     findings = sort_findings(report.findings)
     if findings:
         counts = {s: sum(1 for f in findings if f.severity == s) for s in Severity}
@@ -140,8 +142,17 @@ def final_line(report: Report, facts: SummaryFacts, out_dir: str | None, at_step
     """The end-of-run line when the findings are those printed at the window's end."""
     head = short_report(report, facts).split("\n", 1)[0]
     where = f" in {visible(out_dir)}" if out_dir is not None else ""
-    return (f"{head}; findings as printed at step {at_step}; report.json and report.md rewritten with the whole "
-            f"run{where}")
+    return "\n".join([f"{head}; findings as printed at step {at_step}; report.json and report.md rewritten with the "
+                      f"whole run{where}"] + _job_lines(report))
+
+
+def _job_lines(report: Report) -> list[str]:
+    """The watch's few lines (steps watched, phases with medians, CPU), when the report has a job."""
+    from gpuprof.render.job import job_lines
+
+    if report.job is None or not report.job.steps:
+        return []
+    return [f"gpuprof: {visible(line)}" for line in job_lines(report.job)]
 
 
 def _wrapped(line: str, width: int | None, indent: int) -> list[str]:

@@ -207,6 +207,39 @@ const GP = (() => {
     document.body.dataset.bars = String(bars.length);
   }
 
+  // --- the whole job (report.json's job, docs/run.md): the step-time series over its phases, then the phases --
+  const PHASE_COLORS = {warmup: "#fde9c8", steady: "#e6f4ea", slowdown: "#fce8e6", eval: "#e8f0fe", recorded: "#f1e6fd"};
+  function jobChart(box, job){
+    const s = job && job.series || {}, xs = Array.isArray(s.first_step) ? s.first_step : [], ys = Array.isArray(s.step_time_us) ? s.step_time_us : [];
+    const hi = Array.isArray(s.step_time_max_us) ? s.step_time_max_us : ys, steps = num(job.steps) ? job.steps : xs.length;
+    const phases = Array.isArray(job.phases) ? job.phases : [];
+    const W = 900, H = 220, M = {l: 64, r: 10, t: 10, b: 34}, n = Math.max(steps, 1);
+    const ymax = Math.max(1, ...ys.filter(num)) * 1.3;
+    const X = v => M.l + v / n * (W - M.l - M.r), Y = v => H - M.b - Math.min(v, ymax) / ymax * (H - M.t - M.b);
+    const g = svg("svg", {width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "step time over the job, with its phases"});
+    for (const p of phases){ if (!num(p.start_step) || !num(p.end_step)) continue;
+      const r = svg("rect", {class: "phase", x: X(p.start_step), y: M.t, width: Math.max(1, X(p.end_step + 1) - X(p.start_step)), height: H - M.t - M.b,
+        fill: PHASE_COLORS[p.kind] || "#eeeeee", "data-kind": short(p.kind, 24)});
+      r.append(svg("title", {}, short(p.kind, 24) + " steps " + p.start_step + "-" + p.end_step + ": median " + fmtUs(p.step_time_median_us)));
+      g.append(r); }
+    for (let k = 0; k <= 4; k++){ const v = ymax * k / 4;
+      g.append(svg("line", {x1: M.l, x2: W - M.r, y1: Y(v), y2: Y(v), stroke: "#eee"}), svg("text", {x: M.l - 6, y: Y(v) + 4, "text-anchor": "end"}, fmtUs(v))); }
+    const bucket = num(s.bucket) && s.bucket > 0 ? s.bucket : 1;
+    const line = (vals, color, cls) => { const pts = []; vals.forEach((v, i) => { if (num(v) && num(xs[i])) pts.push(X(xs[i] + bucket / 2).toFixed(1) + "," + Y(v).toFixed(1)); });
+      if (pts.length) g.append(svg("polyline", {class: cls, points: pts.join(" "), fill: "none", stroke: color, "stroke-width": 1.2})); };
+    if (hi !== ys) line(hi, "#f4b4ae", "job-max");
+    line(ys, "#1a73e8", "job-median");
+    for (let k = 0; k <= 4; k++){ const v = Math.round(n * k / 4); g.append(svg("text", {x: X(v), y: H - M.b + 14, "text-anchor": "middle"}, String(v))); }
+    g.append(svg("text", {x: (M.l + W - M.r) / 2, y: H - 4, "text-anchor": "middle"}, "step" + (bucket > 1 ? " (a point = " + bucket + " steps: median, and maximum in red)" : "")));
+    const kinds = [...new Set(phases.map(p => String(p.kind)))].filter(k => k in PHASE_COLORS);
+    const rows = phases.map(p => ({k: p.kind, a: p.start_step, b: p.end_step, n: p.steps, m: p.step_time_median_us, p90: p.step_time_p90_us, w: p.data_wait_share}));
+    box.replaceChildren(legend(kinds, PHASE_COLORS), el("div", {class: "chart"}, g),
+      table([{head: "phase", name: true, get: r => r.k}, {head: "first step", get: r => r.a, show: r => fmtNum(r.a)}, {head: "last step", get: r => r.b, show: r => fmtNum(r.b)},
+        {head: "steps", get: r => r.n, show: r => fmtNum(r.n)}, {head: "median step", get: r => r.m, show: r => fmtUs(r.m)},
+        {head: "p90", get: r => r.p90, show: r => fmtUs(r.p90)}, {head: "data wait", get: r => r.w, show: r => fmtPct(r.w)}], rows, {id: "job-phases"}));
+    document.body.dataset.jobPoints = String(ys.length);
+  }
+
   // --- a comparison: the diff document of `gpuprof diff` (docs/diff.md), drawn whole ---------------------------
   // The one drawing of a diff, for `gpuprof diff --html` and the TensorBoard tab's "Compare with" section alike.
   // Tables get the ids <prefix>metrics, <prefix>steps-chart, <prefix>findings-<removed|added|changed|unchanged>,
@@ -301,6 +334,6 @@ const GP = (() => {
               {before: "before: " + d.before.label, after: "after: " + d.after.label});
   }
 
-  return {short, el, svg, num, fmtUs, fmtPct, fmtB, fmtNum, sev, table, viewColumns, views, card, cards, findings, legend, stepChart,
+  return {short, el, svg, num, fmtUs, fmtPct, fmtB, fmtNum, sev, table, viewColumns, views, card, cards, findings, legend, stepChart, jobChart,
           diff, PALETTE, LONG};
 })();

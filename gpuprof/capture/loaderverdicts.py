@@ -1,0 +1,132 @@
+"""Loader verdicts from the watch (GP605-GP607): why the loop waits for a loader that has workers.
+
+The DataLoader monitor (:mod:`gpuprof.capture.dataloader`) measures how long
+the loop waits for each loader's batches; the watch's sampler
+(:mod:`gpuprof.run.sampler`) how much CPU the trainer's child processes (the
+workers) use and want. Together they tell a CPU-bound loader (GP605: no core
+left; GP607: cores unused) from one waiting on storage or the network
+(GP606), with the measured figures as evidence (docs/capture.md).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuprof.capture.config import CheckOptions
+from gpuprof.capture.dataloader import LoaderRecord, _finding
+from gpuprof.findings import Evidence, Finding
+from gpuprof.trace.metrics import data_loading_share
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.report import JobSamples
+
+__all__ = ["WorkerCpu", "worker_cpu", "loader_verdicts"]
+
+
+@dataclass(frozen=True)
+class WorkerCpu:
+    """The watch's CPU figures about a loader's workers (medians over the samples with workers alive)."""
+
+    samples: int  # samples with at least one worker process alive
+    workers_cpu_pct: float  # all the trainer's child processes together, % of one core
+    per_worker_pct: float  # the same over the loader's workers
+    workers_seen: int  # child processes at the sample with the most
+    process_cpu_pct: float  # the training process itself
+    # each worker's CPU demand: on a core or runnable waiting for one (None where the system does not say)
+    per_worker_demand_pct: float | None = None
+
+    @property
+    def load_pct(self) -> float:
+        """What the verdicts read: the demand where known (a contended machine gives a busy worker less than a
+        core, yet it is CPU-bound), else the CPU used."""
+        return self.per_worker_demand_pct if self.per_worker_demand_pct is not None else self.per_worker_pct
+
+
+def worker_cpu(samples: JobSamples | None, num_workers: int) -> WorkerCpu | None:
+    """:class:`WorkerCpu` from the watch's samples; None without samples that saw a worker.
+
+    The children's CPU is divided by the loader's ``num_workers`` (or by the
+    children seen, when fewer are alive): an idle child that is not a worker
+    (a compile pool) adds nothing to the sum, so it cannot make busy workers
+    look idle.
+    """
+    if samples is None or num_workers <= 0:
+        return None
+    demand = samples.workers_demand_pct or [None] * len(samples.step)
+    rows = [(pct, n, proc, want) for pct, n, proc, want
+            in zip(samples.workers_cpu_pct, samples.workers, samples.process_cpu_pct, demand) if pct is not None and n]
+    if not rows:
+        return None
+    per = [pct / min(num_workers, n) for pct, n, _, _ in rows if n]
+    wants = [want / min(num_workers, n) for _, n, _, want in rows if n and want is not None]
+    return WorkerCpu(samples=len(rows), workers_cpu_pct=statistics.median(r[0] for r in rows),
+                     per_worker_pct=statistics.median(per), workers_seen=max(n for _, n, _, _ in rows if n),
+                     process_cpu_pct=statistics.median(r[2] for r in rows),
+                     per_worker_demand_pct=statistics.median(wants) if len(wants) == len(rows) else None)
+
+
+def loader_verdicts(records: list[LoaderRecord], samples: JobSamples | None, *, total_step_s: float, num_steps: int,
+                    cores: int, local_world_size: int, options: CheckOptions) -> list[Finding]:
+    """GP605-GP607: why the loop waits for a loader that has workers, from the workers' measured CPU use.
+
+    One verdict per run, for the loader with workers that the loop waited for
+    longest (the CPU of the trainer's child processes cannot be split between
+    loaders). Nothing without the watch's samples, below ``loader_wait_share``
+    of the step time, or when the workers are neither busy nor idle.
+    """
+    waited = [r for r in records if r.num_workers > 0 and r.batches > 0]
+    if not waited or total_step_s <= 0:
+        return []
+    rec = max(waited, key=lambda r: r.fetch_s)
+    share = data_loading_share(rec.fetch_s, total_step_s) or 0.0
+    if share < options.loader_wait_share:
+        return []
+    cpu = worker_cpu(samples, rec.num_workers)
+    if cpu is None or cpu.samples < options.loader_min_samples:
+        return []
+    lws = max(local_world_size, 1)
+    steps = max(num_steps, 1)
+    per_step_us = rec.fetch_s / steps * 1e6
+    total_workers = rec.num_workers * lws
+    spare = cores - total_workers - lws  # one core per rank for its training loop
+    want = (f", wanting {cpu.per_worker_demand_pct:.0f}% (on a core or waiting for one)"
+            if cpu.per_worker_demand_pct is not None else "")
+    measured = (f"the loop waits for batches {share:.0%} of the step time ({per_step_us / 1000:.2f} ms/step); "
+                f"its {rec.num_workers} worker{'s use' if rec.num_workers != 1 else ' uses'} "
+                f"{cpu.per_worker_pct:.0f}% of a core each{want} (median of {cpu.samples} samples) on {cores} cores")
+    load = cpu.load_pct
+    extra = {"per_worker_cpu_pct": round(cpu.per_worker_pct, 1), "workers_cpu_pct": round(cpu.workers_cpu_pct, 1),
+             "per_worker_demand_pct": (round(cpu.per_worker_demand_pct, 1)
+                                       if cpu.per_worker_demand_pct is not None else None),
+             "process_cpu_pct": round(cpu.process_cpu_pct, 1), "num_workers": rec.num_workers, "cores": cores,
+             "local_world_size": lws, "samples": cpu.samples, "data_wait_share": round(share, 4)}
+    metric = "per_worker_cpu_demand_pct" if cpu.per_worker_demand_pct is not None else "per_worker_cpu_pct"
+    if load >= options.worker_busy_pct and spare >= 1:
+        target = total_workers + spare
+        code = "GP607"
+        message = f"{rec.label}: {measured}, {spare} of them unused: too few workers for the cores"
+        advice = (f"Raise num_workers to about {max(target // lws, rec.num_workers + 1)}"
+                  + (" per rank" if lws > 1 else "") + " (cores minus one per training process), then check "
+                  "again: the wait should shrink while each worker stays busy.")
+        ev = Evidence(metric, round(load, 1), options.worker_busy_pct, "%", extra=extra)
+    elif load >= options.worker_busy_pct:
+        code = "GP605"
+        message = f"{rec.label}: {measured}, with no core left: the workers are CPU-bound"
+        advice = ("Make each sample cheaper to produce: decode smaller or pre-resized images, cache preprocessed "
+                  "samples, move decoding and augmentation to the GPU (torchvision.io.decode_jpeg(device='cuda'), "
+                  "DALI); or give the job more CPU cores and raise num_workers with them.")
+        ev = Evidence(metric, round(load, 1), options.worker_busy_pct, "%", extra=extra)
+    elif load <= options.worker_idle_pct:
+        code = "GP606"
+        message = (f"{rec.label}: {measured}: the workers are mostly idle while the loop waits, so they wait "
+                   "themselves, on storage or the network")
+        advice = ("Read faster: copy or cache the data on local disk (NVMe) or in memory, read bigger sequential "
+                  "shards (WebDataset, TFRecord-style) instead of one small file per sample; to overlap the waits, "
+                  "raise num_workers or prefetch_factor (idle workers cost little CPU).")
+        ev = Evidence(metric, round(load, 1), options.worker_idle_pct, "%", extra=extra)
+    else:
+        return []
+    return [_finding(code, message, advice, rec, (ev,), cost_us=per_step_us, cost_share=share,
+                     info_below_share=options.dataloader_share_warning)]

@@ -1,0 +1,257 @@
+"""The phases of a watched job, found from its step-time series (pure Python and numpy: no torch).
+
+``gpuprof analyze`` reads the result back from report.json; the capture's
+report computes it from the numbers the watch (:mod:`gpuprof.run.watch`)
+copied at the end of a window or of the run. The method, documented in
+docs/run.md ("The watch"), is meant to be robust to the noise of real
+training loops (a garbage-collection pause, a checkpoint save, a slow batch):
+
+1. ``y = log(step time)``: a slowdown is a ratio, whatever the step's size.
+   Steps a framework marked as evaluation, and the steps the torch profiler
+   recorded (slower by the profiler's own cost), are set aside: they are
+   phases of their own (``eval``, ``recorded``).
+2. ``y`` is smoothed by a running median over ``SMOOTH`` steps, so one slow
+   step never opens a phase.
+3. Binary segmentation with a least-squares cost: a segment is split where
+   the split lowers the sum of squared deviations most, when that gain
+   exceeds ``PENALTY * sigma**2 * log(n)`` (``sigma``: the step-to-step noise
+   of the raw ``y``, from the median absolute difference, so robust to
+   outliers) and both parts have at least ``MIN_LEN`` steps; at most
+   ``MAX_SEGMENTS`` segments.
+4. Neighbouring segments whose median step times differ by less than
+   ``MIN_CHANGE`` are merged back (a change a user would not act on).
+5. Labels: ``eval`` and ``recorded`` for the steps set aside; the first segment is ``warmup``
+   when it is slower than the next by ``MIN_CHANGE`` and short (at most
+   ``WARMUP_MAX_STEPS`` or ``WARMUP_MAX_SHARE`` of the job), and the leading
+   steps slower than the reference by ``SLOW_RATIO`` are ``warmup`` too
+   (step 0 builds the CUDA context, autotunes, starts the workers), and
+   beyond the noise (``exp(3 sigma)``); the
+   reference is the median of the first segment after warm-up; a segment
+   slower than it by ``SLOW_RATIO`` or more is a ``slowdown``, any other is
+   ``steady``. A segment shorter than ``MIN_PHASE`` steps takes its
+   predecessor's label (a burst of a few slow steps is noise, not a phase),
+   and neighbouring steps with the same label are one phase.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpuprof.report import JobPhase, JobSamples, JobSeries, JobSummary
+
+__all__ = ["WatchData", "detect_phases", "compact_series", "job_summary", "Segment",
+           "SMOOTH", "MIN_LEN", "PENALTY", "MIN_CHANGE", "SLOW_RATIO", "MAX_POINTS"]
+
+Floats = npt.NDArray[np.float64]
+
+SMOOTH = 5  # steps in the running median
+MIN_LEN = 5  # steps in a segment, at least
+MIN_PHASE = 10  # a steady or slowdown phase is at least this long (shorter segments join the one before)
+PENALTY = 8.0  # x sigma^2 x log(n): the gain a split must bring
+MAX_SEGMENTS = 32
+MIN_CHANGE = 0.10  # neighbouring segments closer than this (relative median step time) are one phase
+SLOW_RATIO = 0.20  # a segment this much slower than the reference is a slowdown
+WARMUP_MAX_STEPS = 50
+WARMUP_MAX_SHARE = 0.10
+MAX_POINTS = 2000  # points of the compact series in report.json, at most
+
+
+@dataclass(frozen=True)
+class WatchData:
+    """The numbers the phases and the compact series are computed from (copied from the live session)."""
+
+    step_s: Floats  # each step's time
+    fetch_s: Floats | None = None  # each step's time waiting for DataLoader batches (None: no loader seen)
+    eval_steps: tuple[int, ...] = ()  # steps whose time includes an evaluation
+    recorded_steps: tuple[int, ...] = ()  # steps the torch profiler recorded (a window)
+    cuda_allocated: Floats | None = None  # bytes, per step (CUDA only)
+    cuda_reserved: Floats | None = None
+    cuda_peak: Floats | None = None
+    samples: JobSamples | None = None
+    cores: int | None = None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Steps ``[start, end)`` of a series (positions in the series, not step numbers)."""
+
+    start: int
+    end: int
+
+
+def _running_median(y: Floats, width: int) -> Floats:
+    if len(y) < width or width < 2:
+        same: Floats = y.copy()
+        return same
+    half = width // 2
+    padded = np.concatenate([np.full(half, y[0]), y, np.full(width - 1 - half, y[-1])])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, width)
+    return np.asarray(np.median(windows, axis=1), dtype=np.float64)
+
+
+def _noise(y: Floats) -> float:
+    """The step-to-step noise of ``y`` (a standard deviation), from the median absolute first difference."""
+    if len(y) < 3:
+        return 0.0
+    d = np.abs(np.diff(y))
+    return float(np.median(d)) / 0.6745 / math.sqrt(2.0)
+
+
+def _split(y: Floats, penalty: float, min_len: int) -> list[Segment]:
+    """Binary segmentation of ``y`` (least squares): the segments, in order."""
+    n = len(y)
+    s = np.concatenate([[0.0], np.cumsum(y)])
+    q = np.concatenate([[0.0], np.cumsum(y * y)])
+
+    def cost(a: npt.NDArray[np.int64] | int, b: npt.NDArray[np.int64] | int) -> Floats:
+        m = np.asarray(b) - np.asarray(a)
+        tot = s[b] - s[a]
+        out: Floats = np.asarray(q[b] - q[a] - tot * tot / m, dtype=np.float64)
+        return out
+
+    done: list[Segment] = []
+    todo = [Segment(0, n)]
+    while todo:
+        seg = todo.pop()
+        a, b = seg.start, seg.end
+        if b - a < 2 * min_len or len(done) + len(todo) + 1 >= MAX_SEGMENTS:
+            done.append(seg)
+            continue
+        ks = np.arange(a + min_len, b - min_len + 1)
+        gains = float(cost(a, b)) - cost(a, ks) - cost(ks, b)
+        best = int(np.argmax(gains))
+        if gains[best] > penalty:
+            k = int(ks[best])
+            todo += [Segment(a, k), Segment(k, b)]
+        else:
+            done.append(seg)
+    return sorted(done, key=lambda g: g.start)
+
+
+def _merge_close(times: Floats, segs: list[Segment], min_change: float) -> list[Segment]:
+    """Neighbours whose median step times differ by less than ``min_change`` become one segment."""
+    out: list[Segment] = []
+    for seg in segs:
+        if out:
+            prev = out[-1]
+            a = float(np.median(times[prev.start:prev.end]))
+            b = float(np.median(times[seg.start:seg.end]))
+            if a > 0 and b > 0 and abs(math.log(b / a)) < math.log1p(min_change):
+                out[-1] = Segment(prev.start, seg.end)
+                continue
+        out.append(seg)
+    return out
+
+
+def detect_phases(step_s: Sequence[float] | Floats, eval_steps: Sequence[int] = (),
+                  fetch_s: Sequence[float] | Floats | None = None,
+                  recorded_steps: Sequence[int] = ()) -> list[JobPhase]:
+    """The job's phases, in step order, covering every step (module docstring)."""
+    times = np.asarray(step_s, dtype=np.float64)
+    n = len(times)
+    if n == 0:
+        return []
+    labels = np.full(n, "", dtype=object)
+    for kind, marks in (("recorded", recorded_steps), ("eval", eval_steps)):  # eval wins over recorded
+        labels[[i for i in marks if 0 <= i < n]] = kind
+    idx = np.flatnonzero(labels == "")  # positions of the training steps
+    if len(idx):
+        t = np.maximum(times[idx], 1e-9)
+        y = np.log(t)
+        sigma = max(_noise(y), 1e-3)
+        penalty = PENALTY * sigma * sigma * math.log(max(len(y), 2))
+        segs = _merge_close(t, _split(_running_median(y, SMOOTH), penalty, MIN_LEN), MIN_CHANGE)
+        meds = [float(np.median(t[g.start:g.end])) for g in segs]
+        first = 0
+        if (len(segs) > 1 and meds[0] > meds[1] * (1 + MIN_CHANGE)
+                and segs[0].end <= max(WARMUP_MAX_STEPS, WARMUP_MAX_SHARE * len(t))):
+            first = 1
+        ref = meds[first]
+        kinds = ["warmup" if k < first else "slowdown" if meds[k] >= ref * (1 + SLOW_RATIO) else "steady"
+                 for k in range(len(segs))]
+        for k, g in enumerate(segs):
+            if g.end - g.start < MIN_PHASE and k > first:
+                kinds[k] = kinds[k - 1]
+            labels[idx[g.start:g.end]] = kinds[k]
+        # leading steps far slower than the reference: warm-up (step 0 builds the context, starts the workers)
+        lead = 0
+        limit = min(len(idx), WARMUP_MAX_STEPS, segs[first].end)
+        slow = ref * max(1 + SLOW_RATIO, math.exp(3 * sigma))  # beyond the noise, not one unlucky step
+        while lead < limit and t[lead] >= slow and labels[idx[lead]] != "warmup":
+            lead += 1
+        if lead and lead < segs[first].end:
+            labels[idx[:lead]] = "warmup"
+    fetch = np.asarray(fetch_s, dtype=np.float64) if fetch_s is not None else None
+    phases: list[JobPhase] = []
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or labels[i] != labels[start]:
+            phases.append(_phase(str(labels[start]), start, i, times, fetch))
+            start = i
+    return phases
+
+
+def _phase(kind: str, a: int, b: int, times: Floats, fetch: Floats | None) -> JobPhase:
+    part = times[a:b]
+    total = float(part.sum())
+    share = None
+    if fetch is not None and len(fetch) >= b and total > 0:
+        share = round(min(float(fetch[a:b].sum()) / total, 1.0), 4)
+    return JobPhase(kind=kind, start_step=a, end_step=b - 1, step_time_median_us=float(np.median(part)) * 1e6,
+                    steps=b - a, step_time_min_us=float(part.min()) * 1e6,
+                    step_time_p90_us=float(np.percentile(part, 90)) * 1e6, step_time_max_us=float(part.max()) * 1e6,
+                    data_wait_share=share)
+
+
+def _buckets(x: Floats, bucket: int) -> Floats:
+    """``x`` as rows of ``bucket`` values (the last row padded with NaN)."""
+    rows = -(-len(x) // bucket)
+    padded = np.full(rows * bucket, np.nan)
+    padded[:len(x)] = x
+    return padded.reshape(rows, bucket)
+
+
+def _col(x: Floats | None, n: int, bucket: int, scale: float) -> list[float] | None:
+    if x is None or len(x) < n:
+        return None
+    return [round(v, 3) for v in (np.nanmedian(_buckets(x[:n], bucket), axis=1) * scale).tolist()]
+
+
+def compact_series(data: WatchData, max_points: int = MAX_POINTS) -> JobSeries:
+    """The per-step columns, one point per step up to ``max_points`` steps, else per bucket of steps.
+
+    The bucket is the smallest whole number of steps that keeps the series at
+    ``max_points`` points or fewer; each point holds its steps' median, and
+    the step time also its minimum and maximum, so a single slow step stays
+    visible in a long job.
+    """
+    t = data.step_s
+    n = len(t)
+    if n == 0:
+        return JobSeries()
+    bucket = max(1, -(-n // max_points))
+    rows = _buckets(t, bucket)
+    us = 1e6
+    return JobSeries(
+        bucket=bucket,
+        first_step=list(range(0, n, bucket)),
+        step_time_us=[round(v, 3) for v in (np.nanmedian(rows, axis=1) * us).tolist()],
+        step_time_min_us=[round(v, 3) for v in (np.nanmin(rows, axis=1) * us).tolist()],
+        step_time_max_us=[round(v, 3) for v in (np.nanmax(rows, axis=1) * us).tolist()],
+        data_wait_us=_col(data.fetch_s, n, bucket, us),
+        cuda_allocated_mib=_col(data.cuda_allocated, n, bucket, 1 / 2**20),
+        cuda_reserved_mib=_col(data.cuda_reserved, n, bucket, 1 / 2**20),
+        cuda_peak_mib=_col(data.cuda_peak, n, bucket, 1 / 2**20),
+    )
+
+
+def job_summary(data: WatchData) -> JobSummary:
+    """report.json's ``job``: the step count, the phases, the compact series and the sampler's samples."""
+    return JobSummary(steps=len(data.step_s), phases=detect_phases(data.step_s, data.eval_steps, data.fetch_s,
+                                                                   data.recorded_steps),
+                      series=compact_series(data), samples=data.samples, cores=data.cores)

@@ -1,0 +1,139 @@
+"""The job's phases and compact series (gpuprof/run/phases.py): pure numpy, checked against plain computations."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+
+import numpy as np
+import pytest
+
+from gpuprof.report import JobPhase
+from gpuprof.run.phases import MAX_POINTS, WatchData, compact_series, detect_phases, job_summary
+from gpuprof.testing.realtraces import shared_path
+
+
+def _kinds(phases: list[JobPhase]) -> list[tuple[str, int, int]]:
+    return [(p.kind, p.start_step, p.end_step) for p in phases]
+
+
+def _noisy(n: int, base: float, noise: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return base * (1 + noise * rng.standard_normal(n)).clip(0.3)
+
+
+def _covers(phases: list[JobPhase], n: int) -> None:
+    """Phases are contiguous, in order, and cover every step once."""
+    assert phases[0].start_step == 0 and phases[-1].end_step == n - 1
+    for a, b in zip(phases, phases[1:]):
+        assert b.start_step == a.end_step + 1
+    assert sum(p.steps for p in phases) == n
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_planted_slowdown_is_found_where_it_starts(seed: int) -> None:
+    t = _noisy(300, 0.005, 0.10, seed)
+    t[150:] += 0.005  # a planted sleep in every step from step 150 on
+    t[0] = 0.4  # step 0: CUDA context, workers starting
+    phases = detect_phases(t)
+    _covers(phases, 300)
+    main = [p for p in phases if p.kind != "warmup"]
+    assert [p.kind for p in main] == ["steady", "slowdown"], _kinds(phases)
+    assert abs(main[1].start_step - 150) <= 3
+    assert phases[0].kind == "warmup" and phases[0].start_step == 0
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_noise_and_single_spikes_open_no_phase(seed: int) -> None:
+    t = _noisy(400, 0.01, 0.15, seed)
+    t[[50, 51, 200, 333]] *= 8  # a GC pause, a checkpoint save: single slow steps
+    assert [p.kind for p in detect_phases(t)] == ["steady"]
+
+
+def test_marked_steps_are_their_own_phases() -> None:
+    t = _noisy(200, 0.005, 0.05, 1)
+    t[100] = 0.5  # an evaluation between two optimizer steps
+    t[5:10] *= 1.5  # the torch profiler's recorded window
+    phases = detect_phases(t, eval_steps=[100], recorded_steps=range(5, 10))
+    _covers(phases, 200)
+    assert ("eval", 100, 100) in _kinds(phases)
+    assert ("recorded", 5, 9) in _kinds(phases)
+    assert not [p for p in phases if p.kind == "slowdown"]
+
+
+def test_statistics_are_those_of_the_steps() -> None:
+    t = _noisy(120, 0.002, 0.2, 3)
+    t[60:] *= 3
+    fetch = t * 0.25
+    for p in detect_phases(t, fetch_s=fetch):
+        part = t[p.start_step:p.end_step + 1]
+        assert p.step_time_median_us == pytest.approx(statistics.median(part.tolist()) * 1e6)
+        assert p.step_time_max_us == pytest.approx(max(part) * 1e6) and p.step_time_min_us == pytest.approx(min(part) * 1e6)
+        assert p.data_wait_share == pytest.approx(0.25, abs=1e-3)
+
+
+def test_edge_cases() -> None:
+    assert detect_phases([]) == []
+    assert _kinds(detect_phases([0.01])) == [("steady", 0, 0)]
+    assert [p.kind for p in detect_phases([0.01] * 7)] == ["steady"]
+    flat = detect_phases([0.0] * 30)  # a clock that did not move: no crash, one phase
+    assert len(flat) == 1
+
+
+def test_compact_series_is_bounded_and_exact_per_bucket() -> None:
+    n = 12_345
+    t = _noisy(n, 0.003, 0.3, 7)
+    fetch = t / 3
+    s = compact_series(WatchData(step_s=t, fetch_s=fetch))
+    assert s.bucket == -(-n // MAX_POINTS) and len(s.step_time_us) <= MAX_POINTS
+    assert s.first_step == list(range(0, n, s.bucket))
+    for i in (0, 5, len(s.first_step) - 1):  # the last bucket is a partial one
+        a = s.first_step[i]
+        part = t[a:a + s.bucket].tolist()
+        assert s.step_time_us[i] == pytest.approx(statistics.median(part) * 1e6, abs=1e-3)
+        assert s.step_time_max_us[i] == pytest.approx(max(part) * 1e6, abs=1e-3)
+        assert s.step_time_min_us[i] == pytest.approx(min(part) * 1e6, abs=1e-3)
+        assert s.data_wait_us is not None
+        assert s.data_wait_us[i] == pytest.approx(statistics.median(fetch[a:a + s.bucket].tolist()) * 1e6, abs=1e-3)
+    assert s.cuda_allocated_mib is None  # no CUDA measured: null, not zeros
+    small = compact_series(WatchData(step_s=t[:100]))
+    assert small.bucket == 1 and len(small.step_time_us) == 100 and small.data_wait_us is None
+
+
+def test_job_summary_counts_every_step() -> None:
+    t = _noisy(50, 0.01, 0.05, 2)
+    job = job_summary(WatchData(step_s=t, cores=4))
+    assert job.steps == 50 and job.cores == 4 and job.h2d_copy_us is None
+    assert sum(p.steps for p in job.phases) == 50
+
+
+@pytest.mark.parametrize("rel", [
+    ("tbplugin", "historical_2021-01", "resnet50_profiler_api_num_workers_0"),
+    ("tbplugin", "historical_2020-12_list_format", "resnet50_num_workers_4"),
+])
+def test_real_trace_step_times(rel: tuple[str, ...]) -> None:
+    """A real job's step times (its ProfilerStep#N ranges, read from the raw JSON): the phases cover them all and
+    the steady median is theirs."""
+    d = shared_path(*rel)
+    path = next(p for p in sorted(d.rglob("*.json*")))
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as fh:
+        doc = json.load(fh)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    steps = sorted((e["ts"], e["dur"]) for e in events
+                   if isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X")
+    assert len(steps) >= 3
+    dur_s = [dur / 1e6 for _, dur in steps]
+    phases = detect_phases(dur_s)
+    _covers(phases, len(dur_s))
+    whole = [p for p in phases if p.kind == "steady"]
+    assert whole
+    for p in phases:
+        assert p.step_time_median_us == pytest.approx(statistics.median(dur_s[p.start_step:p.end_step + 1]) * 1e6)
+
+
+def test_a_slow_first_segment_is_warmup() -> None:
+    t = np.concatenate([np.full(20, 0.05), _noisy(280, 0.005, 0.05, 4)])  # 20 slow steps: compilation, autotuning
+    phases = detect_phases(t)
+    _covers(phases, 300)
+    assert _kinds(phases) == [("warmup", 0, 19), ("steady", 20, 299)]

@@ -90,10 +90,11 @@ def merge_rows(files: list[Path], counts: list[int]) -> tuple[list[dict[str, Any
     rows = []
     for k in counts:
         sums = [msgspec.structs.replace(base, rank=r, world_size=k) for r in range(k)]
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         cross_rank(sums)
-        dt = time.perf_counter() - t0
-        rows.append({"ranks": k, "merge_s": dt, "us_per_rank": dt / k * 1e6})
+        cpu, dt = time.process_time() - c0, time.perf_counter() - t0
+        rows.append({"ranks": k, "merge_s": dt, "us_per_rank": dt / k * 1e6, "merge_cpu_s": cpu,
+                     "cpu_us_per_rank": cpu / k * 1e6})
     return rows, travel
 
 
@@ -122,17 +123,21 @@ def main(argv: list[str] | None = None) -> int:
             remote = measure(gpuprof_cmd(str(folder), "--dask", address, "--format", "json", "-o", str(outs["dask"])))
             same = json.loads(outs["jobs2"].read_text()) == json.loads(outs["dask"].read_text())
             results["runs"].append({"ranks": n, "bytes": size, "jobs2": local, "dask": remote, "same_report": same})
+            print(f"{n:5d} ranks ({size / n / 1024:.0f} KB each): CPU (the command's process tree; the "
+                  f"cluster's workers not counted) --jobs 2 {local['cpu_s']:.2f} s, --dask client "
+                  f"{remote['cpu_s']:.2f} s")
             print(f"{n:5d} ranks ({size / n / 1024:.0f} KB each): --jobs 2 {local['wall_s']:.2f} s "
                   f"({local['wall_s'] / n * 1e3:.1f} ms/rank, peak {local['own_peak_rss'] / 2**20:.0f} MiB) | "
                   f"--dask {remote['wall_s']:.2f} s ({remote['wall_s'] / n * 1e3:.1f} ms/rank, client peak "
                   f"{remote['own_peak_rss'] / 2**20:.0f} MiB) | dask/jobs2 {remote['wall_s'] / local['wall_s']:.2f}x | "
                   f"same report: {same}")
         files = sorted((work / f"dask_job_{counts[0]}").glob("*.json"))
-        rows, travel = merge_rows(files, [64, 256, 1024, 4096, 16384])
+        rows, travel = merge_rows(files, [64, 256, 1024, 4096, 8192, 16384])
         results["merge"] = rows
         results["bytes_back_per_rank"] = travel
         for r in rows:
-            print(f"cross-rank merge of {r['ranks']:6d} ranks: {r['merge_s']:.3f} s ({r['us_per_rank']:.0f} us/rank)")
+            print(f"cross-rank merge of {r['ranks']:6d} ranks: {r['merge_cpu_s']:.3f} s CPU "
+                  f"({r['cpu_us_per_rank']:.0f} us/rank), {r['merge_s']:.3f} s wall")
         print(f"bytes sent back per rank: {travel:,}")
         # projection from this run: the worker part from the biggest run, less the merge at that size
         big = results["runs"][-1]

@@ -1,24 +1,31 @@
-"""Benchmark: ``gpuprof analyze`` CPU time against the parse floor (``bench/floor.py``), in one run.
+"""Benchmark: ``gpuprof analyze`` CPU time against the shared parse floor, in one run.
 
-For each trace kind, a big uncompressed trace is built by repeating a real
-shared trace end to end (``bench_analyze.build``: shifted times and ids):
+The floor is the project's one yardstick for speed: ``bench/floor.py`` in the shared data folder
+(``GPUPROF_SHARED_TRACES``, default ``../shared``; its README says what it is): one msgspec decode of
+the file into structs of just the fields an analysis needs, not tracked by the garbage collector. There
+is no copy of it in this repository, so every figure is against the same script; without the shared
+folder this benchmark says so in one line and exits 2.
 
-* ``v100``: the V100 ResNet-50 tb_plugin sample (465 bytes per event);
-* ``small-events``: TraceLens's xDiT SD3.5 inference trace (261 bytes per
-  event: many small CPU operators and kernels).
+The inputs are the shared folder's, built by its ``bench/make_big.py`` (a real trace repeated with
+shifted timestamps and ids), in ``--workdir`` (build them outside the repository, e.g. under /tmp):
 
-Then ``--rounds`` times, in alternating order, each in a fresh child process:
-the floor (``python bench/floor.py FILE``), ``gpuprof analyze FILE --format
-json -o /dev/null`` and ``json.load``. Figures are CPU seconds (user + sys of
-the child, from ``wait4``), which a loaded machine disturbs less than wall
-time, and each child's peak RSS. Ratios are taken per round (paired) and the
-median is reported, with min and max. Targets (issue "Speed"): gpuprof <= 2.0x
-the floor's CPU time; peak RSS <= 1.0x the file.
+* ``v100``: ``tbplugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz`` x 6
+  (~200 MB) or x 28 (~1 GB): a V100 ResNet-50 run, mostly GPU events;
+* ``small-events``: TraceLens's ``xdit_sd_3.5/profile_trace_rank_0.json.gz`` x 3 or x 16: many small
+  CPU operators and kernels.
 
-``--before DIR`` adds another checkout's ``gpuprof analyze`` (``PYTHONPATH=DIR``)
-to the same rounds: a before/after of one run.
+Then ``--rounds`` times, in alternating order, each in a fresh child process: the floor (``python
+floor.py FILE``), ``gpuprof analyze FILE --format json -o /dev/null`` and ``json.load``. Figures are
+CPU seconds (user + sys of the child, from ``wait4``), which a loaded machine disturbs less than wall
+time, and each child's peak RSS. Ratios are taken per round (paired) and the median is reported, with
+min and max, beside the load average. Targets (issue "Speed"): gpuprof <= 2.0x the floor's CPU time;
+peak RSS <= 1.0x the file.
 
-Usage: ``python bench/bench_floor.py [--mb 200] [--rounds 3] [--kinds v100,small-events] [--workdir bench/out] [--before /work/main]``.
+``--before DIR`` adds another checkout's ``gpuprof analyze`` (``PYTHONPATH=DIR``) to the same rounds:
+a before/after of one run.
+
+Usage: ``python bench/bench_floor.py [--sizes 200,1000] [--rounds 3] [--kinds v100,small-events]
+[--workdir /tmp/gpuprof-bench] [--before DIR]``.
 """
 
 from __future__ import annotations
@@ -35,17 +42,63 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
-from bench_analyze import _Template, build, warm  # noqa: E402
+from gpuprof.testing.realtraces import ROOT, TRACES  # noqa: E402
 
-from gpuprof.testing.realtraces import TRACES  # noqa: E402
+FLOOR = ROOT / "bench" / "floor.py"
+MAKE_BIG = ROOT / "bench" / "make_big.py"
+TARGET = 2.0
 
 SOURCES = {
-    "v100": TRACES / "tbplugin" / "samples" / "resnet50_num_workers_0" / "worker0.1623143566756.pt.trace.json.gz",
+    "v100": TRACES / "tbplugin" / "samples" / "resnet50_num_workers_0" / "worker0.1623143089861.pt.trace.json.gz",
     "small-events": TRACES / "hta" / "TraceLens" / "tests" / "traces" / "inference" / "xdit_sd_3.5" / "profile_trace_rank_0.json.gz",
 }
+# copies of each source for each size (MB), as the shared bench/README.md gives them
+COPIES = {"v100": {200: 6, 1000: 28}, "small-events": {200: 3, 1000: 16}}
+
+
+def missing() -> str:
+    """One line saying what of the shared floor is missing; empty when both scripts are there."""
+    absent = [str(p) for p in (FLOOR, MAKE_BIG) if not p.is_file()]
+    if not absent:
+        return ""
+    return (f"the shared parse floor is absent ({', '.join(absent)}): set GPUPROF_SHARED_TRACES to the folder "
+            "holding bench/floor.py and bench/make_big.py (default ../shared beside the repository)")
+
+
+def floor_cmd(path: Path) -> list[str]:
+    """The floor's command line for ``path`` (an uncompressed trace: the floor reads the bytes as they are)."""
+    return [sys.executable, str(FLOOR), str(path)]
+
+
+def input_path(kind: str, size: int, workdir: Path) -> Path:
+    return workdir / f"floor_{kind}_{size}MB.json"
+
+
+def ensure_input(kind: str, size: int, workdir: Path) -> Path:
+    """The shared input of this kind and size, built with the shared make_big.py when missing (in a child, so
+    that its memory is not this process's; to a temporary name first, so a killed build is never reused)."""
+    path = input_path(kind, size, workdir)
+    if path.exists():
+        return path
+    workdir.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(path.name + ".part")
+    print(f"bench_floor: building {path} (make_big.py, {COPIES[kind][size]} copies)", file=sys.stderr, flush=True)
+    try:
+        subprocess.run([sys.executable, str(MAKE_BIG), str(SOURCES[kind]), str(part), str(COPIES[kind][size])],
+                       check=True)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
+    return path
+
+
+def warm(path: Path) -> None:
+    """Read the file once: every command then sees a warm page cache."""
+    with open(path, "rb") as fh:
+        while fh.read(64 << 20):
+            pass
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
@@ -68,7 +121,7 @@ def commands(path: Path, before: Path | None = None) -> dict[str, tuple[list[str
     py = sys.executable
     gpuprof = [py, "-m", "gpuprof", "analyze", str(path), "--format", "json", "-o", os.devnull, "--no-progress"]
     out: dict[str, tuple[list[str], dict[str, str] | None]] = {
-        "floor": ([py, str(REPO / "bench" / "floor.py"), str(path)], None),
+        "floor": (floor_cmd(path), None),
         "gpuprof": (gpuprof, {**os.environ, "PYTHONPATH": str(REPO)}),
         "json.load": ([py, "-c", "import json, sys\nwith open(sys.argv[1], 'rb') as f: json.load(f)", str(path)], None),
     }
@@ -79,61 +132,72 @@ def commands(path: Path, before: Path | None = None) -> dict[str, tuple[list[str
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("--sizes", default="200", help="input sizes in MB, comma-separated: 200 and/or 1000")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kinds", default=",".join(SOURCES))
     ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out")
     ap.add_argument("--before", type=Path, help="another gpuprof checkout, run in the same rounds (an A/B)")
-    ap.add_argument("--build", nargs=3, metavar=("SOURCE", "PATH", "MB"), help=argparse.SUPPRESS)
     ap.add_argument("--warm", metavar="PATH", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    if a.build:
-        build(_Template(Path(a.build[0])), Path(a.build[1]), float(a.build[2]))
-        return 0
     if a.warm:
         warm(Path(a.warm))
         return 0
-    a.workdir.mkdir(parents=True, exist_ok=True)
-    out: dict[str, Any] = {"load_before": os.getloadavg(), "cpus": len(os.sched_getaffinity(0)), "kinds": {}}
-    for kind in a.kinds.split(","):
-        source = SOURCES[kind]
-        if not source.exists():
-            print(f"bench_floor: {kind}: source not found ({source}); skipped", file=sys.stderr)
-            continue
-        path = a.workdir / f"floor_{kind}_{a.mb}MB.json"
-        if not path.exists():  # in a child: the build's memory must not become the children's peak RSS
-            subprocess.run([sys.executable, __file__, "--build", str(source), str(path), str(a.mb)], check=True)
-        size = path.stat().st_size
-        subprocess.run([sys.executable, __file__, "--warm", str(path)], check=True)
-        rounds: list[dict[str, dict[str, float]]] = []
-        cmds = commands(path, a.before)
-        for r in range(a.rounds):
-            order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
-            rounds.append({name: run(*cmds[name]) for name in order})
-        ratios = [x["gpuprof"]["cpu_s"] / x["floor"]["cpu_s"] for x in rounds]
-        vs_json = [x["gpuprof"]["cpu_s"] / x["json.load"]["cpu_s"] for x in rounds]
-        rss = [x["gpuprof"]["peak_rss"] / size for x in rounds]
-        row = {"file_bytes": size, "rounds": rounds,
-               "gpuprof_over_floor_cpu": [statistics.median(ratios), min(ratios), max(ratios)],
-               "gpuprof_over_json_load_cpu": [statistics.median(vs_json), min(vs_json), max(vs_json)],
-               "gpuprof_rss_over_file": [statistics.median(rss), min(rss), max(rss)]}
-        if a.before is not None:
-            rb = [x["gpuprof-before"]["cpu_s"] / x["floor"]["cpu_s"] for x in rounds]
-            row["before_over_floor_cpu"] = [statistics.median(rb), min(rb), max(rb)]
-            row["before_rss_over_file"] = statistics.median(x["gpuprof-before"]["peak_rss"] / size for x in rounds)
-        out["kinds"][kind] = row
-        med = {n: statistics.median(x[n]["cpu_s"] for x in rounds) for n in cmds}
-        floor_rss = statistics.median(x["floor"]["peak_rss"] for x in rounds) / size
-        row["floor_rss_over_file"] = floor_rss
-        print(f"{kind:13s} {size / 1e6:6.0f} MB | CPU s: floor {med['floor']:.2f}, gpuprof {med['gpuprof']:.2f}, "
-              f"json.load {med['json.load']:.2f} | gpuprof/floor {row['gpuprof_over_floor_cpu'][0]:.2f}x "
-              f"({min(ratios):.2f}-{max(ratios):.2f}) | gpuprof/json.load {row['gpuprof_over_json_load_cpu'][0]:.2f}x | "
-              f"peak RSS / file: gpuprof {row['gpuprof_rss_over_file'][0]:.2f}x, floor {floor_rss:.2f}x")
-        if a.before is not None:
-            print(f"{'':13s} before ({a.before}): CPU {med['gpuprof-before']:.2f} s, {row['before_over_floor_cpu'][0]:.2f}x the floor, "
-                  f"peak RSS {row['before_rss_over_file']:.2f}x the file")
+    why = missing()
+    if why:
+        print(f"bench_floor: {why}", file=sys.stderr)
+        return 2
+    sizes = [int(x) for x in a.sizes.split(",") if x]
+    kinds = [k for k in a.kinds.split(",") if k]
+    bad = [f"size {x}" for x in sizes if x not in (200, 1000)] + [f"kind {k!r}" for k in kinds if k not in SOURCES]
+    if bad:
+        print(f"bench_floor: unknown {', '.join(bad)} (sizes: 200, 1000; kinds: {', '.join(SOURCES)})",
+              file=sys.stderr)
+        return 2
+    out: dict[str, Any] = {"floor": str(FLOOR), "load_before": os.getloadavg(),
+                           "cpus": len(os.sched_getaffinity(0)), "kinds": {}}
+    for size in sizes:
+        for kind in kinds:
+            if not SOURCES[kind].exists():
+                print(f"bench_floor: {kind}: source not found ({SOURCES[kind]}); skipped", file=sys.stderr)
+                continue
+            path = ensure_input(kind, size, a.workdir)
+            fsize = path.stat().st_size
+            subprocess.run([sys.executable, __file__, "--warm", str(path)], check=True)
+            load0 = os.getloadavg()[0]
+            rounds: list[dict[str, dict[str, float]]] = []
+            cmds = commands(path, a.before)
+            for r in range(a.rounds):
+                order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
+                rounds.append({name: run(*cmds[name]) for name in order})
+            ratios = [x["gpuprof"]["cpu_s"] / x["floor"]["cpu_s"] for x in rounds]
+            vs_json = [x["gpuprof"]["cpu_s"] / x["json.load"]["cpu_s"] for x in rounds]
+            rss = [x["gpuprof"]["peak_rss"] / fsize for x in rounds]
+            row = {"file": path.name, "file_bytes": fsize, "rounds": rounds,
+                   "load": [load0, os.getloadavg()[0]],
+                   "gpuprof_over_floor_cpu": [statistics.median(ratios), min(ratios), max(ratios)],
+                   "gpuprof_over_json_load_cpu": [statistics.median(vs_json), min(vs_json), max(vs_json)],
+                   "gpuprof_rss_over_file": [statistics.median(rss), min(rss), max(rss)]}
+            if a.before is not None:
+                rb = [x["gpuprof-before"]["cpu_s"] / x["floor"]["cpu_s"] for x in rounds]
+                row["before_over_floor_cpu"] = [statistics.median(rb), min(rb), max(rb)]
+                row["before_rss_over_file"] = statistics.median(x["gpuprof-before"]["peak_rss"] / fsize for x in rounds)
+            out["kinds"][f"{kind}_{size}MB"] = row
+            med = {n: statistics.median(x[n]["cpu_s"] for x in rounds) for n in cmds}
+            floor_rss = statistics.median(x["floor"]["peak_rss"] for x in rounds) / fsize
+            row["floor_rss_over_file"] = floor_rss
+            verdict = "met" if row["gpuprof_over_floor_cpu"][0] <= TARGET else "NOT met"
+            print(f"{kind:13s} {fsize / 1e6:6.0f} MB | CPU s: floor {med['floor']:.2f}, gpuprof {med['gpuprof']:.2f}, "
+                  f"json.load {med['json.load']:.2f} | gpuprof/floor {row['gpuprof_over_floor_cpu'][0]:.2f}x "
+                  f"({min(ratios):.2f}-{max(ratios):.2f}; <= {TARGET}x: {verdict}) | gpuprof/json.load "
+                  f"{row['gpuprof_over_json_load_cpu'][0]:.2f}x | peak RSS / file: gpuprof "
+                  f"{row['gpuprof_rss_over_file'][0]:.2f}x, floor {floor_rss:.2f}x | load {load0:.1f}", flush=True)
+            if a.before is not None:
+                print(f"{'':13s} before ({a.before}): CPU {med['gpuprof-before']:.2f} s, "
+                      f"{row['before_over_floor_cpu'][0]:.2f}x the floor, "
+                      f"peak RSS {row['before_rss_over_file']:.2f}x the file", flush=True)
     out["load_after"] = os.getloadavg()
     out["bench_peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    a.workdir.mkdir(parents=True, exist_ok=True)
     (a.workdir / "floor_results.json").write_text(json.dumps(out, indent=1))
     print(f"load average {out['load_before'][0]:.2f} before, {out['load_after'][0]:.2f} after; "
           f"bench RSS {out['bench_peak_rss'] / 1e6:.0f} MB (no child's peak RSS can read lower)")

@@ -29,10 +29,11 @@ run again on that file, and its figures are reported as lower bounds (``>``).
 tools read the same decompressed file (gpuprof reads gzip itself, HTA too, but
 then the comparison would include two different gzip readers).
 
-Default files: the two 200 MB traces ``bench/bench_floor.py`` builds (V100
-ResNet-50 repeated; the xDiT many-small-events trace), looked up in
-``--workdir`` and built there when missing, then the 35 MB V100 sample they
-are made from (so that the growth with size shows).
+Default files: the two 200 MB traces ``bench/bench_floor.py`` uses (the shared
+``bench/make_big.py``'s V100 ResNet-50 and xDiT many-small-events inputs),
+looked up in ``--workdir`` and built there when missing, then the V100 sample
+one is made from (so that the growth with size shows). The floor in the rounds
+is the shared one (``bench/floor.py`` of ``GPUPROF_SHARED_TRACES``).
 
 Usage: ``python bench/bench_hta.py --hta-python /work/venv-hta/bin/python
 [--files F1,F2] [--rounds 2] [--timeout 900] [--workdir bench/out]``. Without
@@ -59,7 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
-from bench_floor import SOURCES  # noqa: E402
+from bench_floor import FLOOR, SOURCES, ensure_input, floor_cmd, missing  # noqa: E402
 
 TARGET = 10.0  # issue 24: HTA / gpuprof >= 10x
 MB = 1_000_000
@@ -195,7 +196,7 @@ Cmd = tuple[list[str], dict[str, str] | None, str | None]  # argv, environment, 
 
 
 def commands(trace: Path, folder: Path, hta_python: str, phases: Path, floor: bool) -> dict[str, Cmd]:
-    """The commands of a round (``floor``: add bench/floor.py, the least any reader of every event pays)."""
+    """The commands of a round (``floor``: add the shared parse floor, the least any reader of every event pays)."""
     py = sys.executable
     out: dict[str, Cmd] = {
         "gpuprof": ([py, "-m", "gpuprof", "analyze", str(trace), "--format", "json", "-o", os.devnull, "--no-progress"],
@@ -203,7 +204,7 @@ def commands(trace: Path, folder: Path, hta_python: str, phases: Path, floor: bo
         "HTA": ([hta_python, "-c", HTA_CODE, str(folder), str(phases)], None, None),
     }
     if floor:
-        out["floor"] = ([py, str(REPO / "bench" / "floor.py"), str(trace)], None, None)
+        out["floor"] = (floor_cmd(trace), None, None)
     return out
 
 
@@ -273,17 +274,12 @@ def bench_file(path: Path, hta_python: str, n_rounds: int, timeout_s: float, max
 
 
 def default_files(workdir: Path) -> list[Path]:
-    """The two 200 MB traces bench_floor.py builds (built here when missing), then their 35 MB V100 source."""
+    """The two 200 MB traces bench_floor.py uses (built here with the shared make_big.py when missing), then
+    the 35 MB V100 source of one of them."""
     out = []
     for kind, source in SOURCES.items():
-        path = workdir / f"floor_{kind}_200MB.json"
-        if not path.exists() and source.exists():
-            workdir.mkdir(parents=True, exist_ok=True)
-            print(f"bench_hta: building {path} (bench_floor.py)", flush=True)
-            subprocess.run([sys.executable, str(REPO / "bench" / "bench_floor.py"), "--build", str(source), str(path), "200"],
-                           check=True)
-        if path.exists():
-            out.append(path)
+        if source.exists() and not missing():
+            out.append(ensure_input(kind, 200, workdir))
     if SOURCES["v100"].exists():
         out.append(SOURCES["v100"])
     return out
@@ -313,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", default="", help="comma-separated traces (.json or .json.gz); default: see the module docstring")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds before an HTA child is killed")
-    ap.add_argument("--no-floor", action="store_true", help="leave out bench/floor.py (the parse floor) from the rounds")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="leave out the shared parse floor (bench/floor.py of GPUPROF_SHARED_TRACES) from the rounds")
     ap.add_argument("--max-rss-gb", type=float, default=12.0, help="HTA child killed past this RSS (0: no limit)")
     ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out",
                     help="where the default 200 MB traces are (built when missing)")
@@ -332,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_hta: no such trace file: {', '.join(missing) or '(none found)'}", file=sys.stderr)
         return 2
     max_rss = int(a.max_rss_gb * 1e9) if a.max_rss_gb > 0 else None
+    if not a.no_floor and not FLOOR.is_file():
+        print(f"bench_hta: the shared parse floor {FLOOR} is absent (set GPUPROF_SHARED_TRACES): rounds without it")
+        a.no_floor = True
     out: dict[str, Any] = {"load_start": os.getloadavg(), "cpus": len(os.sched_getaffinity(0)),
                            "hta_python": a.hta_python, "timeout_s": a.timeout, "max_rss": max_rss, "files": []}
     print(f"load average at start {out['load_start'][0]:.2f} {out['load_start'][1]:.2f} {out['load_start'][2]:.2f} "

@@ -3,7 +3,8 @@
 Builds a synthetic PyTorch-format snapshot (``segments`` + ``device_traces``)
 of ``--entries`` trace entries (training-loop pattern: 200 allocation sites
 with shared frame lists as PyTorch writes them, a slow leak), writes it as
-gpuprof writes snapshots (pickle protocol 4), then times, in one run:
+gpuprof writes snapshots (pickle protocol 4), then times, in one run (CPU seconds of this process,
+``*_cpu_s``, the figures to compare on a shared machine, and wall seconds, ``*_s``):
 
 * safe load (restricted unpickler) + parse,
 * the analysis (``gpuprof memory``'s section and findings),
@@ -15,7 +16,7 @@ It prints one JSON line; the figures quoted in docs/memory.md come from it.
 Usage: ``python bench/bench_memory.py [--entries 1000000] [--browser]``.
 
 ``--trace FILE`` measures a profiler trace instead: the peak memory
-(``ru_maxrss`` of a fresh child) and wall time of ``gpuprof memory FILE`` and
+(``ru_maxrss`` of a fresh child), CPU and wall time of ``gpuprof memory FILE`` and
 of ``gpuprof analyze FILE`` on the same file, ``--runs`` times each,
 interleaved, and their ratio (target: memory within 1.2x analyze). ``--root``
 measures another checkout (its ``gpuprof/`` first on the path), for a
@@ -85,8 +86,8 @@ def synthetic_snapshot(entries: int) -> dict:
             "device_traces": [trace]}
 
 
-def _child_peak(cmd: list[str], root: str) -> tuple[float, int, int]:
-    """(wall s, peak RSS bytes, exit status) of ``cmd`` in a fresh child (nothing else of ours runs)."""
+def _child_peak(cmd: list[str], root: str) -> tuple[float, int, int, float]:
+    """(wall s, peak RSS bytes, exit status, CPU s) of ``cmd`` in a fresh child (nothing else of ours runs)."""
     import subprocess
 
     env = dict(os.environ, PYTHONPATH=root)
@@ -94,7 +95,7 @@ def _child_peak(cmd: list[str], root: str) -> tuple[float, int, int]:
     proc = subprocess.Popen(cmd, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, ru = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - t0, ru.ru_maxrss * 1024, proc.returncode
+    return time.perf_counter() - t0, ru.ru_maxrss * 1024, proc.returncode, ru.ru_utime + ru.ru_stime
 
 
 def trace_main(trace: str, runs: int, root: str) -> None:
@@ -102,14 +103,14 @@ def trace_main(trace: str, runs: int, root: str) -> None:
     import sys
 
     cmds = {c: [sys.executable, "-m", "gpuprof", c, trace, "--format", "json", "-o", os.devnull] for c in ("analyze", "memory")}
-    got: dict[str, list[tuple[float, int, int]]] = {c: [] for c in cmds}
+    got: dict[str, list[tuple[float, int, int, float]]] = {c: [] for c in cmds}
     for _ in range(runs):
         for c, cmd in cmds.items():  # interleaved: a change in the machine's load hits both
             got[c].append(_child_peak(cmd, root))
     out: dict = {"trace": trace, "root": root}
     for c, rows in got.items():
-        out[c] = {"peak_mb": [round(r[1] / MiB, 1) for r in rows], "wall_s": [round(r[0], 2) for r in rows],
-                  "exit": sorted({r[2] for r in rows})}
+        out[c] = {"peak_mb": [round(r[1] / MiB, 1) for r in rows], "cpu_s": [round(r[3], 2) for r in rows],
+                  "wall_s": [round(r[0], 2) for r in rows], "exit": sorted({r[2] for r in rows})}
     out["memory_peak_over_analyze"] = round(
         statistics.median(m[1] / a[1] for m, a in zip(got["memory"], got["analyze"])), 2)
     print(json.dumps(out))
@@ -133,29 +134,32 @@ def main() -> None:
         t0 = time.perf_counter()
         dump_snapshot(synthetic_snapshot(args.entries), path)
         out["build_and_write_s"] = round(time.perf_counter() - t0, 2)
+        # each stage in CPU seconds of this process (``*_cpu_s``; what a busy machine leaves alone) and wall
+        # seconds (``*_s``); the ratio to a plain pickle.load is taken from the CPU seconds
         out["file_mb"] = round(os.path.getsize(path) / 1e6, 1)
 
         # Baseline in the same run: plain (unsafe) pickle.load of the same file.
         import pickle
 
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         with open(path, "rb") as fh:
             pickle.load(fh)
-        plain = time.perf_counter() - t0
-        out["plain_pickle_load_s"] = round(plain, 2)
-        t0 = time.perf_counter()
+        plain = time.process_time() - c0
+        out["plain_pickle_load_cpu_s"], out["plain_pickle_load_s"] = round(plain, 2), round(time.perf_counter() - t0, 2)
+        c0, t0 = time.process_time(), time.perf_counter()
         data = load_snapshot(path)
-        out["load_s"] = round(time.perf_counter() - t0, 2)
-        t0 = time.perf_counter()
+        out["load_cpu_s"], out["load_s"] = round(time.process_time() - c0, 2), round(time.perf_counter() - t0, 2)
+        c0, t0 = time.process_time(), time.perf_counter()
         section, findings, analyses = analyze_memory(data)
-        out["analyze_s"] = round(time.perf_counter() - t0, 2)
-        t0 = time.perf_counter()
+        out["analyze_cpu_s"], out["analyze_s"] = round(time.process_time() - c0, 2), round(time.perf_counter() - t0, 2)
+        c0, t0 = time.process_time(), time.perf_counter()
         page = build_page_data(data, analyses, findings)
         html = render_html(page)
-        out["html_s"] = round(time.perf_counter() - t0, 2)
+        out["html_cpu_s"], out["html_s"] = round(time.process_time() - c0, 2), round(time.perf_counter() - t0, 2)
+        out["total_cpu_s"] = round(out["load_cpu_s"] + out["analyze_cpu_s"] + out["html_cpu_s"], 2)
         out["total_s"] = round(out["load_s"] + out["analyze_s"] + out["html_s"], 2)
-        # Ratios, comparable across machines: the whole analysis against just unpickling the file.
-        out["total_vs_plain_pickle"] = round(out["total_s"] / plain, 2) if plain else None
+        # Ratios, comparable across machines: the whole analysis against just unpickling the file (CPU).
+        out["total_vs_plain_pickle"] = round(out["total_cpu_s"] / plain, 2) if plain else None
         out["html_kb"] = round(len(html.encode()) / 1e3, 1)
         out["html_points"] = len(page["devices"][0]["t"])
         out["peak_allocated"] = section.devices[0]["allocated"]["peak"]

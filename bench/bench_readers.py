@@ -2,8 +2,8 @@
 
 The issue on speed asks whether an Arrow-based reader would load a trace's
 ``traceEvents`` into columns faster, or in less memory, than msgspec's
-decode into structs (``bench/floor.py``, the floor ``gpuprof analyze`` is
-measured against). Each reader gets the same job: the events of the
+decode into structs (the shared parse floor, ``bench/floor.py`` of
+``GPUPROF_SHARED_TRACES``, which ``gpuprof analyze`` is measured against). Each reader gets the same job: the events of the
 uncompressed traces ``bench_floor.py`` builds (``bench/out/floor_*.json``),
 as columns of the fields an analysis needs (ph, cat, name, pid, tid, ts, dur
 and the linking args External id, correlation, device, stream), with the
@@ -15,7 +15,7 @@ shared machine every thread's second is someone's second) and peak RSS.
 Readers (each is skipped, with the reason, where its package is missing or
 it fails on the trace: a reader that cannot read a real trace loses):
 
-* ``msgspec``: ``bench/floor.py`` (structs of the needed fields);
+* ``msgspec``: the shared ``bench/floor.py``, run in the child as a script (structs of the needed fields);
 * ``pyarrow``: ``pyarrow.json.read_json`` with an explicit schema (pyarrow
   reads newline-delimited JSON: the whole trace object is one row whose
   ``traceEvents`` list is then flattened);
@@ -104,9 +104,12 @@ def _duckdb(path: str, ids: bool = True) -> int:
 
 
 def _msgspec(path: str) -> int:
-    from floor import floor
+    import runpy
 
-    return floor(path)
+    from bench_floor import FLOOR
+
+    sys.argv = [str(FLOOR), path]  # the floor is a script: it reads its argument and prints the count
+    return len(runpy.run_path(str(FLOOR), run_name="__main__")["t"].traceEvents)
 
 
 READERS: dict[str, Callable[[str], int]] = {"msgspec": _msgspec}
@@ -136,7 +139,7 @@ def run(reader: str, path: Path) -> dict[str, float]:
         lines = [ln for ln in err.splitlines() if re.match(r"[\w.]+(Error|Exception): ", ln)] or err.splitlines()
         raise SystemExit(lines[-1] if lines else f"exit {os.waitstatus_to_exitcode(status)}")
     return {"cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "peak_rss": ru.ru_maxrss * 1024,
-            "events": json.loads(out)["events"]}
+            "events": json.loads(out.splitlines()[-1])["events"]}  # the last line: the floor prints its count too
 
 
 def main(argv: list[str] | None = None) -> int:

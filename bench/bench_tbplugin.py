@@ -53,7 +53,7 @@ def main() -> None:
             return time.perf_counter() - t, body
 
         idle = [timed("/runs")[0] for _ in range(30)]
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         timed("/compare?a=resnet50_num_workers_0&b=resnet50_num_workers_4")  # queues both runs
         busy = []
         while True:
@@ -63,13 +63,15 @@ def main() -> None:
                 break
             time.sleep(0.05)
         ready = time.perf_counter() - start
+        ready_cpu = time.process_time() - start_cpu  # the whole process: the analysis threads and the requests
         cached, _ = timed("/run?run=resnet50_num_workers_0")
         plugin._store.close()
     med_idle, med_busy = statistics.median(idle), statistics.median(busy)
     print(f"runs, idle:            median {med_idle * 1e3:.1f} ms over {len(idle)} requests")
     print(f"runs, while analysing: median {med_busy * 1e3:.1f} ms, max {max(busy) * 1e3:.1f} ms over {len(busy)} requests")
     print(f"ratio busy/idle:       {med_busy / med_idle:.2f}x (target <= 5x)")
-    print(f"both runs analysed and compared after {ready:.2f} s; cached run view in {cached * 1e3:.1f} ms")
+    print(f"both runs analysed and compared after {ready:.2f} s ({ready_cpu:.2f} s of CPU); "
+          f"cached run view in {cached * 1e3:.1f} ms")
     print(f"ratio cached/analysis: {cached / ready:.4f} (target <= 0.02)")
 
 

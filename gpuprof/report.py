@@ -34,6 +34,7 @@ __all__ = [
     "JobSeries",
     "JobSamples",
     "JobSummary",
+    "JobWindow",
     "Report",
 ]
 
@@ -140,6 +141,15 @@ class JobSamples:
 
 
 @dataclass
+class JobWindow:
+    """One window the capture recorded into a trace of its own (report.json ``job.windows``; docs/run.md)."""
+
+    start_step: int  # its first recorded step
+    steps: int
+    reason: str  # "default", "anomaly" or "trigger"
+
+
+@dataclass
 class JobSummary:
     """The whole job as the watch saw it (report.json's top-level ``job``; docs/report-schema.md)."""
 
@@ -149,6 +159,7 @@ class JobSummary:
     samples: JobSamples | None = None
     cores: int | None = None  # CPU cores the trainer may run on
     h2d_copy_us: float | None = None  # host-to-device copy time per step: not measured per step (docs/run.md)
+    windows: list[JobWindow] = field(default_factory=list)  # the recorded windows (gpuprof.run.verdict)
 
 
 class Section(Protocol):

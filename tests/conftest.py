@@ -1,7 +1,20 @@
-"""Shared fixtures. Helpers for locating real traces live in gpuprof.testing.realtraces."""
+"""Shared fixtures, and which tests the README's fast command leaves out. Helpers for locating real traces
+live in gpuprof.testing.realtraces.
+
+**Fast and slow.** The README's test command runs ``pytest -m "not slow"``; ``.ci/run`` runs that, then
+``pytest -m slow``, so CI runs every test. ``slow`` marks a test the fast command leaves out: one that trains
+a model, starts interpreters that import torch, a framework or a browser, or feeds a long hostile input.
+Finer markers say why and imply ``slow`` here (pytest_collection_modifyitems): ``frameworks`` (Lightning,
+transformers, accelerate, Dask), ``browser`` (headless chromium; every test that uses the ``browser``
+fixture gets it). A module whose ``pytestmark`` carries one of them (or ``slow``) is not even imported when
+the ``-m`` expression leaves out every test it could hold (pytest_ignore_collect): importing Lightning
+alone costs ~4 s of CPU, half of the whole suite's collection.
+"""
 
 from __future__ import annotations
 
+import ast
+import itertools
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,3 +64,65 @@ def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
             yield b
         finally:
             b.close()
+
+
+# markers that put a test out of the fast command (pyproject.toml registers and describes them)
+SLOW_MARKERS = frozenset({"slow", "frameworks", "browser"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection, which reads the markers added here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("browser"):
+            item.add_marker("browser")
+        if not item.get_closest_marker("slow") and any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+            item.add_marker("slow")
+
+
+def module_markers(path: Path) -> frozenset[str]:
+    """The marker names of a test module's top-level ``pytestmark = ...`` (``pytest.mark.NAME`` or a list of
+    them), read from its source without importing it; empty where there is none or it is not that simple."""
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            for sub in ast.walk(node.value):
+                if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute)
+                        and sub.value.attr == "mark"):
+                    names.add(sub.attr)
+    return frozenset(names)
+
+
+def can_select(markexpr: str, markers: frozenset[str]) -> bool:
+    """Whether ``-m markexpr`` can select some test that carries all of ``markers`` (and any others): tried
+    with every other name in the expression on and off. True when that cannot be told (then the module is
+    collected as usual)."""
+    try:
+        from _pytest.mark.expression import IDENT_PREFIX, Expression
+
+        expr = Expression.compile(markexpr)
+        free = sorted({n[len(IDENT_PREFIX):] for n in expr._code.co_names if n.startswith(IDENT_PREFIX)} - markers)
+        if len(free) > 10:
+            return True
+        return any(expr.evaluate(_has(markers | {n for n, v in zip(free, values) if v}))
+                   for values in itertools.product((False, True), repeat=len(free)))
+    except Exception:  # a private pytest API: where it changed, collect everything as before
+        return True
+
+
+def _has(on: frozenset[str]) -> Any:
+    return lambda name, /, **kwargs: name in on
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Skip importing a test module none of whose tests the ``-m`` expression could select (see the top)."""
+    markexpr = config.getoption("markexpr", "") or ""
+    if not markexpr or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    markers = module_markers(collection_path)
+    if not markers & SLOW_MARKERS:
+        return None
+    return True if not can_select(markexpr, markers | {"slow"}) else None

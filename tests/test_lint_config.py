@@ -1,11 +1,14 @@
 """The lint/type-check setup stays coherent: the README's command is what CI runs, the linters are pinned,
-and mypy's exemptions name modules that exist (a renamed module must not leave a silent hole)."""
+mypy's exemptions name modules that exist (a renamed module must not leave a silent hole), and the fast and
+slow halves of the suite are what the README and .ci/run say (between them, every test)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -16,6 +19,10 @@ else:  # pragma: no cover - Python 3.10
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = ("python3 -m ruff check gpuprof", "python3 -m mypy gpuprof", "python3 -m pytest -q -p no:cacheprovider")
+FAST = 'python3 -m pytest -q -p no:cacheprovider -m "not slow"'
+SLOW = "python3 -m pytest -q -p no:cacheprovider -m slow"
+# pytest's own marks, not ours to register
+BUILTIN_MARKS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings"}
 # torch pinned in the same pip command as the extras: alone, pip would resolve an unpinned (CUDA) torch
 PIP = re.compile(r'python3 -m pip install -q torch==[0-9.]+ -e "\.\[([a-z,]+)\]"')
 
@@ -45,8 +52,76 @@ def test_ci_runs_the_data_tests_again_with_the_real_data_hidden() -> None:
     second = ci[ci.index("-m pytest") + 1:]
     assert 'GPUPROF_SHARED_TRACES="$hidden" python3 -m pytest' in second and "mktemp -d" in ci
     assert "tests/rules/test_registry.py" in second and "tests/docs" in second
-    # either pass failing fails CI
-    assert ci.count("|| status=1") == 2 and ci.rstrip().endswith('exit "$status"')
+    # any pass failing fails CI: the fast suite, the slow tests, the hidden-data pass
+    assert ci.count("|| status=1") == 3 and ci.rstrip().endswith('exit "$status"')
+
+
+def test_readme_runs_the_fast_suite_and_ci_the_fast_then_the_slow() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    # the README's second set-up command ends with the fast suite, and names the slow pass CI adds
+    block = readme[readme.index("# 2. run the checks"):]
+    block = block[:block.index("```")]
+    assert block.rstrip().endswith(FAST), block
+    assert SLOW in readme
+    # .ci/run: the same fast command, then the slow one, each failing CI on its own; "not slow" and "slow"
+    # are complements, so every test runs in one of them
+    assert f"{FAST} || status=1" in ci and f"{SLOW} || status=1" in ci
+    assert ci.index(FAST) < ci.index(SLOW) < ci.index('GPUPROF_SHARED_TRACES="$hidden"')
+    pytest_lines = [ln.strip() for ln in ci.splitlines() if "-m pytest" in ln and not ln.lstrip().startswith("#")]
+    assert pytest_lines[:2] == [f"{FAST} || status=1", f"{SLOW} || status=1"], pytest_lines
+    # no addopts that deselects: the two commands alone decide
+    addopts = _pyproject()["tool"]["pytest"]["ini_options"].get("addopts", "")
+    assert " -m" not in f" {addopts}" and "--deselect" not in addopts, addopts
+
+
+def _conftest(config: pytest.Config) -> ModuleType:
+    """tests/conftest.py as pytest loaded it (not a second copy)."""
+    want = REPO / "tests" / "conftest.py"
+    for plugin in config.pluginmanager.get_plugins():
+        if isinstance(plugin, ModuleType) and Path(getattr(plugin, "__file__", "") or "").resolve() == want:
+            return plugin
+    raise AssertionError("tests/conftest.py is not loaded")
+
+
+def test_markers_are_registered_and_the_slow_ones_imply_slow(pytestconfig: pytest.Config) -> None:
+    ini = _pyproject()["tool"]["pytest"]["ini_options"]
+    registered = {m.split(":")[0].strip() for m in ini["markers"]}
+    conftest = _conftest(pytestconfig)
+    assert {"slow", "frameworks", "browser", "gpu"} <= registered
+    assert registered >= conftest.SLOW_MARKERS and "slow" in conftest.SLOW_MARKERS
+    used: dict[str, str] = {}
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"
+                    and isinstance(node.value.value, ast.Name) and node.value.value.id == "pytest"):
+                used.setdefault(node.attr, str(path.relative_to(REPO)))
+    unregistered = {m: where for m, where in used.items() if m not in registered | BUILTIN_MARKS}
+    assert not unregistered, f"markers used but not registered in pyproject.toml: {unregistered}"
+
+
+def test_the_slow_markers_reach_the_items(request: pytest.FixtureRequest) -> None:
+    """This very session: every collected test marked frameworks or browser, or using the browser fixture,
+    carries slow, so "not slow" leaves it out."""
+    items = request.session.items
+    assert items and request.node in items
+    for item in items:
+        if item.get_closest_marker("frameworks") or item.get_closest_marker("browser") \
+                or "browser" in getattr(item, "fixturenames", ()):
+            assert item.get_closest_marker("slow"), item.nodeid
+
+
+def test_a_module_all_slow_is_not_imported_when_m_leaves_it_out(pytestconfig: pytest.Config) -> None:
+    conftest = _conftest(pytestconfig)
+    lightning = REPO / "tests" / "integrations" / "test_lightning.py"
+    assert conftest.module_markers(lightning) == {"frameworks"}
+    assert conftest.module_markers(REPO / "tests" / "test_lint_config.py") == frozenset()
+    can = conftest.can_select
+    slow = frozenset({"slow", "frameworks"})
+    assert not can("not slow", slow) and not can("not frameworks", slow) and not can("not slow and gpu", slow)
+    assert can("slow", slow) and can("frameworks", slow) and can("gpu", slow) and can("not browser", slow)
+    assert can("slow and not gpu", slow) and can("gpu or not slow", slow)
+    assert can("((", slow)  # not an expression pytest takes: collect as usual, pytest reports the error
 
 
 def test_extras_are_pinned_where_ci_installs_them() -> None:
@@ -70,3 +145,24 @@ def test_mypy_is_strict_and_exemptions_name_real_modules() -> None:
         for module in (m for m in modules if m.split(".")[0] == "gpuprof"):
             path = REPO / Path(*module.split("."))
             assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), module
+
+
+def _collect(*args: str) -> list[str]:
+    import os
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                         cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode in (0, 5), out.stdout[-2000:] + out.stderr[-2000:]  # 5: nothing collected
+    return [ln for ln in out.stdout.splitlines() if "::" in ln]
+
+
+@pytest.mark.slow
+def test_the_fast_command_leaves_out_frameworks_and_browsers() -> None:
+    """In a real collection: the framework module is not even imported under -m "not slow"; the browser
+    tests (they use the fixture, no marker written) go to -m slow; the two halves split the file's tests."""
+    fast = _collect("-m", "not slow", "tests/integrations/test_accelerate.py", "tests/tbplugin/test_browser.py")
+    slow = _collect("-m", "slow", "tests/tbplugin/test_browser.py")
+    assert not [t for t in fast if "test_accelerate.py" in t], fast
+    assert slow and fast and not set(slow) & set(fast)

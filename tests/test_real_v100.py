@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from gpuprof.analysis import analyze
@@ -65,6 +66,7 @@ def test_num_workers_0_flagged_for_main_process_loading(v100_samples):
             assert share < 0.05
 
 
+@pytest.mark.slow
 def test_gpu_utilization_matches_independent_computation(v100_samples):
     runner = CliRunner()
     for path in v100_samples:

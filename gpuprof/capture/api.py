@@ -45,6 +45,9 @@ def profile(
     flush_every: int = 500,
     options: CheckOptions | Mapping[str, Any] | None = None,
     watch: bool = True,
+    hang_timeout: float | None = None,
+    max_auto_windows: int = 2,
+    trigger: bool = True,
 ) -> Profiler:
     """Profile a training loop: ``with gpuprof.profile(logdir) as prof:`` and ``prof.step()`` per iteration.
 
@@ -61,6 +64,10 @@ def profile(
     ``watch`` watches the whole job (docs/run.md, "The watch"): its phases and
     per-step series in report.json's ``job``, the CPU of the trainer and its
     DataLoader workers sampled off the training thread (NVML on a GPU).
+    Further windows are recorded when the steady state breaks (at most
+    ``max_auto_windows``) and on ``gpuprof trigger PID`` (``trigger``); a hang
+    watchdog writes ``hang.md`` after ``hang_timeout`` seconds without a step
+    (None: max(300 s, 20 x the median step); 0: off). See docs/run.md.
     A failure inside gpuprof is one warning; training goes on.
     """
     config = CaptureConfig(
@@ -73,6 +80,7 @@ def profile(
         print_report=print_report, models=tuple(models), flush_every=flush_every, watch=watch,
         # a mapping is parsed into CheckOptions by CaptureConfig.__post_init__ (an error there is a ValueError)
         options=cast(CheckOptions, options or CheckOptions()),
+        hang_timeout=hang_timeout, max_auto_windows=max_auto_windows, trigger=trigger,
     )
     return Profiler(config)
 

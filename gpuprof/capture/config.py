@@ -99,6 +99,9 @@ class CheckOptions:
     leak_min_bytes_per_step: int = _d("leak_min_bytes_per_step")  # GP640
     leak_min_total_bytes: int = _d("leak_min_total_bytes")  # GP640
     compile_min_share: float = _d("compile_min_share")  # GP803
+    anomaly_factor: float = _d("anomaly_factor")  # GP650
+    anomaly_steps: int = _d("anomaly_steps")  # GP650
+    anomaly_min_ms: float = _d("anomaly_min_ms")  # GP650
 
     def with_options(self, options: Mapping[str, Mapping[str, Any]]) -> "CheckOptions":
         """A copy with the parsed option values of the runtime checks set (other codes' ignored)."""
@@ -144,6 +147,13 @@ class CaptureConfig:
       against the registry (:func:`gpuprof.codes.parse_options`); the trace
       rules' ones end up in ``rule_options`` for the end-of-run analysis.
     * ``select``/``ignore`` accept codes, prefixes and names (current or former).
+    * ``hang_timeout``: seconds without a finished step after which the hang
+      watchdog writes ``hang.md``/``hang.json`` (GP651); ``None`` = max(300 s,
+      20 x the median step), ``0`` = no watchdog (docs/run.md).
+    * ``max_auto_windows``: windows recorded automatically when the steady
+      state breaks (GP650), at most this many per job; ``0`` = none.
+    * ``trigger``: register the capture for ``gpuprof trigger PID`` (and
+      ``SIGUSR2`` where it has its default action).
     """
 
     logdir: str = DEFAULT_LOGDIR
@@ -172,6 +182,9 @@ class CaptureConfig:
     watch: bool = True
     options: CheckOptions = field(default_factory=CheckOptions)
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> {option: value}
+    hang_timeout: float | None = None
+    max_auto_windows: int = 2  # gpuprof.run.windows.DEFAULT_MAX_AUTO_WINDOWS
+    trigger: bool = True
 
     def __post_init__(self) -> None:
         self.logdir = os.fspath(self.logdir)
@@ -192,3 +205,10 @@ class CaptureConfig:
             self.ignore = tuple(resolve_selectors(self.ignore))
         if self.flush_every < 1:
             raise ValueError("flush_every must be >= 1")
+        if self.hang_timeout is not None and not (isinstance(self.hang_timeout, (int, float))
+                                                  and 0 <= self.hang_timeout < float("inf")):
+            raise ValueError(f"hang_timeout must be a number of seconds >= 0 (0: off) or None, got "
+                             f"{self.hang_timeout!r}")
+        if isinstance(self.max_auto_windows, bool) or not isinstance(self.max_auto_windows, int) \
+                or self.max_auto_windows < 0:
+            raise ValueError(f"max_auto_windows must be an int >= 0, got {self.max_auto_windows!r}")

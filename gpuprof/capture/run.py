@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.leaklines import StatementSite
     from gpuprof.capture.settings import TorchSettings
     from gpuprof.run.phases import WatchData
+    from gpuprof.run.windows import PlannedWindow
 
 __all__ = ["CaptureSection", "RunFacts", "TraceFile"]
 
@@ -32,6 +33,12 @@ class TraceFile:
     first_step: int
     last_step: int
     snapshot: Path | None = None
+    window: PlannedWindow | None = None  # a window asked for after the default one (None: the default window)
+
+    @property
+    def reason(self) -> str:
+        """Why this window was recorded: ``default``, ``anomaly`` or ``trigger`` (report.json ``job.windows``)."""
+        return self.window.reason if self.window is not None else "default"
 
     def __repr__(self) -> str:
         return f"TraceFile({str(self.path)!r}, steps {self.first_step}-{self.last_step})"

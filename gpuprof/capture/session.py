@@ -62,6 +62,8 @@ from gpuprof.torchdep import import_torch
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.dataloader import LoaderMonitor
     from gpuprof.capture.placement import PlacementMonitor
+    from gpuprof.run.hang import Watchdog
+    from gpuprof.run.job import JobWindows
 
 __all__ = ["Profiler", "TraceFile"]
 
@@ -98,6 +100,9 @@ class Profiler(FrameworkSeams):
         self._fetch_acc = 0.0
         self._t_last = 0.0
         self._first_step_pending = True
+        self._job: JobWindows | None = None  # windows after the default one (gpuprof.run.job)
+        self._watchdog: Watchdog | None = None  # the hang watchdog (gpuprof.run.hang)
+        self._own_work = False  # step() is starting a profiler or exporting a trace (not the job's time)
         self.stream = sys.stderr  # where the summary and the OOM notice are printed
 
     # ------------------------------------------------------------------ public API
@@ -186,16 +191,28 @@ class Profiler(FrameworkSeams):
             except Exception as err:  # noqa: BLE001 - this check stops; the others and the loop go on
                 self._per_step = [p for p in self._per_step if p is not m]
                 self.guard.fail(m.part, m.consequence, err)
+        job = self._job
+        if job is not None:
+            try:
+                job.step(live.step_num, live.step_s[-1], t, window.alive, self._reporter.busy,
+                         self._allocated() if job.growth is not None else None)
+            except Exception as err:  # noqa: BLE001 - no further windows; the loop goes on
+                self._job = None
+                self.guard.fail("recorded windows", "no further windows are recorded", err)
         nxt = window.schedule(live.step_num)
         if window.wants_step(nxt) or self._first_step_pending:
-            if self._first_step_pending:
-                self._first_step_pending = False
-                self._each("first_step")
-            self.guard.run("profiler", "no trace is recorded", window.advance_or_drop, nxt)
-            if window.closed_for_good:
-                window.closed_for_good = False
-                self.guard.run("window report", "the report is written when the run ends instead",
-                               self._start_window_report)
+            self._own_work = True  # the hang watchdog does not count this time
+            try:
+                if self._first_step_pending:
+                    self._first_step_pending = False
+                    self._each("first_step")
+                self.guard.run("profiler", "no trace is recorded", window.advance_or_drop, nxt)
+                if window.closed_for_good:
+                    window.closed_for_good = False
+                    self.guard.run("window report", "the report is written when the run ends instead",
+                                   self._start_window_report)
+            finally:
+                self._own_work = False
         elif self._reporter.ready:
             self._reporter.collect()
         elif self.scalars is not None and live.step_num - self.scalars.flushed >= self.config.flush_every:
@@ -238,6 +255,24 @@ class Profiler(FrameworkSeams):
             self.result = CaptureResult(rank=self.ranks.rank, steps=len(self.live.step_s),
                                         warnings=tuple(self.guard.warned))
         return self.result
+
+    def request_window(self, steps: int = 5, reason: str = "trigger") -> bool:
+        """Record ``steps`` more steps from the next step boundary into a trace of their own (any thread).
+
+        The driving thread opens the window at its next :meth:`step`: one
+        warm-up step, then ``steps`` recorded, after any window already
+        planned; it is analysed with the others and listed in report.json's
+        ``job.windows`` with this ``reason`` (``trigger`` or ``anomaly``).
+        False when the capture is not running or a request is pending already;
+        ValueError for a bad ``steps`` or ``reason``.
+        """
+        job = self._job
+        if job is None or not self.started or self.finished:
+            if not 1 <= steps <= 1000 or reason not in ("anomaly", "trigger"):
+                raise ValueError(f"request_window(steps={steps!r}, reason={reason!r}): steps must be 1 to 1000 "
+                                 "and reason 'trigger' or 'anomaly'")
+            return False
+        return job.request(steps, reason, "request_window()")
 
     def handle_error(self, exc: BaseException) -> BaseException | None:
         """Record what an exception from the user's step tells; return a replacement to raise, if any.
@@ -384,6 +419,7 @@ class Profiler(FrameworkSeams):
     def _shut_down(self) -> None:
         """Stop the torch profiler, remove the hooks, give the process claim back: each even if another fails."""
         try:
+            self._stop_job()
             self.window.close()
         finally:
             try:
@@ -403,6 +439,7 @@ class Profiler(FrameworkSeams):
         window = self.window
         sched = cfg.schedule
         window.schedule = sched.to_torch() if isinstance(sched, Schedule) else sched
+        self.guard.run("recorded windows", "only the schedule's windows are recorded", self._plan_windows)
         if cfg.activities is not None:
             window.activities = list(cfg.activities)
         else:
@@ -426,7 +463,67 @@ class Profiler(FrameworkSeams):
             from gpuprof.capture.end.analyse import preload
 
             self.guard.run("window report", "the report is written when the run ends instead", preload)
+            if cfg.trigger and self._job is not None:
+                self.guard.run("trigger", "gpuprof trigger cannot reach this run", self._register)
+            if cfg.hang_timeout != 0:
+                self.guard.run("hang watchdog", "no hang report in this run", self._start_watchdog)
         window.begin()
+
+    def _plan_windows(self) -> None:
+        """The schedule becomes a plan that also records the windows asked for later (gpuprof.run.windows)."""
+        from gpuprof.run.job import JobWindows, window_steps_of
+        from gpuprof.run.windows import GrowthDetector, SlowdownDetector, WindowPlan
+
+        cfg, window = self.config, self.window
+        plan = WindowPlan(window.schedule)
+        window.schedule = plan
+        window.window_at = plan.window_at
+        opts = cfg.options
+        growth = GrowthDetector(opts.leak_min_total_bytes, opts.leak_min_rising_share) if self.live.cuda else None
+        slow = SlowdownDetector(opts.anomaly_factor, opts.anomaly_steps, opts.anomaly_min_ms / 1000)
+        self._job = JobWindows(plan, cfg.max_auto_windows, window_steps_of(cfg.schedule),
+                               lambda: bool(window.traces), slow, growth, self.guard.warn_once)
+
+    def _register(self) -> None:
+        from gpuprof.run.trigger import TriggerChannel
+
+        assert self.paths is not None and self._job is not None
+        self._job.channel = TriggerChannel(str(self.paths.run_dir), self.ranks.rank)
+
+    def _start_watchdog(self) -> None:
+        from gpuprof.run.hang import Watchdog
+
+        paths, live = self.paths, self.live
+        assert paths is not None
+        self._watchdog = Watchdog(self.config.hang_timeout, lambda: live.step_num, lambda: self._t_last,
+                                  lambda: self._own_work, live.step_s, self._driver, paths.run_dir, paths.out_dir,
+                                  paths.worker, self.ranks.rank, lambda: live.stream, self._hang_finding).start()
+
+    def _hang_finding(self, new: Finding, old: Finding | None) -> None:
+        """The watchdog's GP651 (from its thread): kept for the report; a resumed stall replaces its first one."""
+        found = self.live.findings
+        if old is not None and old in found:
+            found[found.index(old)] = new
+        else:
+            found.append(new)
+
+    def _stop_job(self) -> None:
+        """The watchdog stops and the registration goes, each even if the other fails."""
+        wd, self._watchdog = self._watchdog, None
+        try:
+            if wd is not None:
+                wd.stop()
+                if wd.failure is not None:
+                    self.guard.fail("hang watchdog", "no hang report in this run", wd.failure)
+        finally:
+            job = self._job
+            if job is not None:
+                self.guard.run("trigger", "none", job.close)
+
+    def _allocated(self) -> int | None:
+        """CUDA bytes allocated after the last step (None on the CPU or without the memory sampler)."""
+        sampler = self._check(MemoryCheck).sampler
+        return sampler.allocated[-1] if sampler is not None and sampler.cuda and sampler.allocated else None
 
     def _open_writer(self) -> None:
         assert self.paths is not None
@@ -437,9 +534,13 @@ class Profiler(FrameworkSeams):
 
     def _start_window_report(self) -> None:
         """The recorded window closed for good: copy the facts here, analyse and publish on a background thread."""
-        if self._reporter.started or self.paths is None:
+        if self.paths is None:
             return
-        self._reporter.start(self.facts(), self.outputs)
+        traces = self.window.traces
+        again = bool(traces) and traces[-1].window is not None  # a window after the default one: report it too
+        if self._reporter.started and not again:
+            return
+        self._reporter.start(self.facts(), self.outputs, again=again)
 
     def _flush_scalars(self) -> None:
         """Hand the steps since the last flush to the TensorBoard thread."""

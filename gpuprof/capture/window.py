@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
 
     from gpuprof.capture.checks.base import Live
     from gpuprof.capture.leaklines import StatementSite
+    from gpuprof.run.windows import PlannedWindow
 
 __all__ = ["TraceWindow", "LOOKAHEAD_STEPS", "GIVE_WAY_WAIT_S"]
 
@@ -64,6 +65,8 @@ class TraceWindow:
         self._action: ProfilerAction = ProfilerAction.NONE
         self._span: int | None = None
         self._leak_results: object | None = None  # the last window's torch results, for leak_statements()
+        # which planned window (after the default one) a trace's first recorded step belongs to
+        self.window_at: Callable[[int], PlannedWindow | None] = lambda first: None
 
     @property
     def alive(self) -> bool:
@@ -265,7 +268,7 @@ class TraceWindow:
             with atomic_path(path, suffix=".pt.trace.json.gz") as tmp:
                 tp.export_chrome_trace(str(tmp))
             last = live.step_num - 1 if live.step_num > first else first
-            self.traces.append(TraceFile(path, first, last, snap if snap.exists() else None))
+            self.traces.append(TraceFile(path, first, last, snap if snap.exists() else None, self.window_at(first)))
             self._hold_for_leak_lines(tp)
             if not self.stopping:  # step() starts the report once the profiler is dropped
                 self.closed_for_good = bool(live.guard.run(
@@ -293,8 +296,8 @@ class TraceWindow:
     def _no_more_recording(self) -> bool:
         """True when the schedule records no further cycle after the one just exported."""
         sched = self.live.config.schedule
-        if isinstance(sched, Schedule):
-            return sched.repeat > 0 and len(self.traces) >= sched.repeat
+        if isinstance(sched, Schedule):  # the configured cycles (windows asked for later are not counted)
+            return sched.repeat > 0 and sum(t.window is None for t in self.traces) >= sched.repeat
         # a torch.profiler.schedule callable: look ahead (a cycle repeated forever finds its next window soon)
         fn, now = self.schedule, self.live.step_num
         return not any(fn(s) in self._RECORDING for s in range(now, now + LOOKAHEAD_STEPS))

@@ -132,6 +132,7 @@ _COMMANDS = {
     "memory": ("gpuprof.cli.memory", "memory_cmd"),
     "rules": ("gpuprof.cli.rules", "rules_cmd"),
     "run": ("gpuprof.cli.run", "run_cmd"),
+    "trigger": ("gpuprof.cli.trigger", "trigger_cmd"),
 }
 
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from gpuprof.distributed.arrivals import Arrivals, arrivals
 from gpuprof.distributed.summary import RankSummary
+from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.collectives import COLLECTIVE_TYPES, bus_factor
 
 __all__ = ["CrossRank", "RankRow", "CollectiveRow", "merge", "CROSS_RANK_VERSION"]
@@ -170,9 +171,17 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
     spans: list[list[tuple[float, float, int]]] = [[] for _ in sums]
     min_durs: dict[int, np.ndarray] = {}
     matched = 0
+    # each rank's lists as arrays once, not once per collective type: the loop below is types x ranks
+    types = [np.asarray(s.inst_type, dtype=np.int64) for s in sums]
+    durs = [np.asarray(s.inst_dur, dtype=np.float64) for s in sums]
+    starts_of = [np.asarray(s.inst_start, dtype=np.float64) for s in sums]
+    steps_of = [np.asarray(s.inst_step, dtype=np.int64) for s in sums]
+    present = set(sorted_unique(np.concatenate(types)).tolist()) if types else set()
     for t in range(len(COLLECTIVE_TYPES)):
-        masks = [np.asarray(s.inst_type, dtype=np.int64) == t if s.inst_type else np.zeros(0, bool) for s in sums]
-        per_rank = [np.asarray(s.inst_dur, dtype=np.float64)[m] for s, m in zip(sums, masks)]
+        if t not in present:
+            continue
+        masks = [ty == t for ty in types]
+        per_rank = [d[m] for d, m in zip(durs, masks)]
         counts = {len(d) for d in per_rank}
         m = min(counts)
         if max(counts) == 0:
@@ -185,9 +194,9 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
         mat = np.vstack([d[:m] for d in per_rank])
         fastest = mat.min(axis=0)
         min_durs[t] = fastest
-        for i, s in enumerate(sums):
-            starts = np.asarray(s.inst_start, dtype=np.float64)[masks[i]][:m]
-            steps = np.asarray(s.inst_step, dtype=np.int64)[masks[i]][:m]
+        for i in range(len(sums)):
+            starts = starts_of[i][masks[i]][:m]
+            steps = steps_of[i][masks[i]][:m]
             spans[i].extend(zip(starts.tolist(), (starts + mat[i] - fastest).tolist(), steps.tolist()))
         matched += m
     step_waits = [_union_per_step(sp, max(s.num_steps, 1)) for sp, s in zip(spans, sums)]

@@ -45,7 +45,10 @@ def median(values: np.ndarray) -> float:
     if n == 0 or np.isnan(values).any():  # numpy's warning and NaN rules: numpy itself (and numpy.ma)
         return float(np.median(values))
     half = n // 2
+    # np.mean of the middle one or two values, as numpy does in both cases: the mean of one value is not
+    # always that value (np.mean([-0.0]) is 0.0, as the sum starts at +0.0), so indexing would differ
     if n % 2:
-        return float(np.partition(values, half)[half])
+        part = np.partition(values, half)
+        return float(np.mean(part[half:half + 1]))
     part = np.partition(values, (half - 1, half))
-    return float(np.mean(part[half - 1:half + 1]))  # as numpy does: the mean of the two middle values
+    return float(np.mean(part[half - 1:half + 1]))

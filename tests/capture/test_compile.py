@@ -161,6 +161,7 @@ def _has_c_compiler() -> bool:
     return any(shutil.which(cc) for cc in ("cc", "gcc", "clang"))
 
 
+@pytest.mark.slow  # torch.compile in this process: ~10 s of CPU a backend
 @pytest.mark.parametrize("backend", [
     "eager",
     "aot_eager",  # AOTAutograd: the backward is compiled too, lazily, inside the first backward

@@ -29,15 +29,16 @@ def _train(prof: gpuprof.Profiler, steps: int, seen: list[threading.Thread]) -> 
 
 
 def test_no_gpuprof_thread_outlives_stop(tmp_path: Path) -> None:
-    """The report thread, the one TensorBoard writer thread and the watch's sampler are daemons, and stop() joins
+    """The report thread, the one TensorBoard writer thread, the watch's sampler and the hang watchdog are
+    daemons, and stop() joins
     them."""
     assert _ours() == []
     seen: list[threading.Thread] = []
     with gpuprof.profile(tmp_path, schedule=quick_schedule(), flush_every=2, print_report=False) as prof:
         _train(prof, 12, seen)
     names = sorted({t.name for t in seen})
-    # all ran: the window closed, scalars flushed, the watch sampled
-    assert names == ["gpuprof-report", "gpuprof-tensorboard", "gpuprof-watch"], names
+    # all ran: the watchdog from the start, the window closed, scalars flushed, the watch sampled
+    assert names == ["gpuprof-hang-watchdog", "gpuprof-report", "gpuprof-tensorboard", "gpuprof-watch"], names
     assert [t.name for t in seen].count("gpuprof-tensorboard") == 1  # one long-lived writer, not one per flush
     assert all(t.daemon for t in seen)  # never holds the interpreter (or a kernel) open
     assert _ours() == [], _ours()

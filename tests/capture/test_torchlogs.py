@@ -42,6 +42,7 @@ def _capture(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
                           env=full, timeout=120, cwd=tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the c10 switch is reached through libc10.so")
 def test_capture_keeps_torch_profiler_lines_out_of_the_users_log(tmp_path: Path) -> None:
     proc = _capture(tmp_path)
@@ -53,6 +54,7 @@ def test_capture_keeps_torch_profiler_lines_out_of_the_users_log(tmp_path: Path)
     assert proc.stdout.split() == ["c10", "1", "kineto", "None"]
 
 
+@pytest.mark.slow
 def test_a_kineto_level_the_user_set_is_kept(tmp_path: Path) -> None:
     proc = _capture(tmp_path, KINETO_LOG_LEVEL="3")  # the user asked for kineto's STAGE lines
     assert proc.returncode == 0, proc.stderr

@@ -52,6 +52,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_decorated_cpu_loop_has_report_json_before_exit(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
@@ -202,12 +203,14 @@ def test_stuck_window_report_does_not_hold_the_end_of_the_run(
     import threading
 
     release = threading.Event()
+    unblocked: list[bool] = []
 
     real = publish._write_reports
 
     def blocked(*a: Any, **k: Any) -> Any:
         if threading.current_thread() is not threading.main_thread():  # only the window report's thread
             release.wait(30)  # the test lets it go in the end, so no thread outlives the test for long
+            unblocked.append(True)
         return real(*a, **k)
 
     monkeypatch.setattr(publish, "_write_reports", blocked)
@@ -217,17 +220,16 @@ def test_stuck_window_report_does_not_hold_the_end_of_the_run(
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            t0 = time.monotonic()
             with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False, print_report=False) as prof:
                 for _ in range(10):
                     train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
                     prof.step()
-            waited = time.monotonic() - t0
+            held_at_exit = not unblocked  # stop() returned while the report thread was still blocked
     finally:
         release.set()
     ours = [str(w.message) for w in caught if issubclass(w.category, GpuprofWarning)]
     assert len([m for m in ours if "still being written after 0.5 s" in m]) == 1, ours
-    assert waited < 20 and prof.finished
+    assert held_at_exit and prof.finished
 
 
 def test_summary_states_a_cost_once() -> None:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -67,6 +68,7 @@ def _section(report: dict[str, Any]) -> dict[str, Any]:
     return found[0]
 
 
+@pytest.mark.slow
 def test_real_ddp_straggler_is_named_with_its_cause_and_the_others_wait(ddp_runs: dict[str, Path]) -> None:
     report = _cli_json(ddp_runs["bad"])
     sec = _section(report)
@@ -99,6 +101,7 @@ def test_real_ddp_straggler_is_named_with_its_cause_and_the_others_wait(ddp_runs
     assert "GP705" in codes and "4.0 times per step" in codes["GP705"]["message"]  # find_unused_parameters=True
 
 
+@pytest.mark.slow
 def test_real_ddp_per_trace_communication_is_the_cross_rank_exposed_communication(ddp_runs: dict[str, Path]) -> None:
     # one source of numbers: the per-trace summary's Communication (a CPU gloo run) is the cross-rank table's
     # exposed communication of that rank, not 0.00 beside it
@@ -118,6 +121,7 @@ def test_real_ddp_per_trace_communication_is_the_cross_rank_exposed_communicatio
     assert all(r["vs_fastest"] is None and r["step_time_us"] == rows[r["rank"]]["step_us"] for r in view["ranks"])
 
 
+@pytest.mark.slow
 def test_real_ddp_fixed_twin_waits_far_less_and_syncs_once(ddp_runs: dict[str, Path]) -> None:
     bad = _section(_cli_json(ddp_runs["bad"]))
     report = _cli_json(ddp_runs["good"])
@@ -311,7 +315,6 @@ def test_capture_rank0_writes_the_cross_rank_report_from_the_store(ddp_runs: dic
 def test_capture_gather_names_a_missing_rank_and_waits_only_as_long_as_told(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
-    import time
 
     from gpuprof.capture.end import gather
     from gpuprof.distributed.reports import RankSummaries
@@ -321,10 +324,14 @@ def test_capture_gather_names_a_missing_rank_and_waits_only_as_long_as_told(tmp_
     summary = summarize(compute_metrics(load_trace(src)))
     store = torch.distributed.HashStore()  # a real store; rank 1 of 2 never writes to it (a dead rank)
     monkeypatch.setattr(gather, "_store_and_group", lambda: (store, 0, 2))
-    t0 = time.monotonic()
+    # gather's own clock, advanced only by its sleeps: how long it waits is then counted, not timed, and a
+    # busy machine cannot change it
+    clock = [1000.0]
+    monkeypatch.setattr(gather, "time", SimpleNamespace(monotonic=lambda: clock[0],
+                                                        sleep=lambda s: clock.__setitem__(0, clock[0] + s)))
     path = gather.gather_cross_rank(Report(command="capture", sections=[RankSummaries([summary])]), tmp_path, "run",
                                     wait_s=0.5)
-    assert time.monotonic() - t0 < 5
+    assert 0.5 <= clock[0] - 1000.0 <= 0.5 + gather._POLL_S  # waited as long as told, and no longer
     rep = json.loads(Path(path).read_text())
     assert rep["notes"] == ["rank 1 sent no summary within 0.5 s (stopped, hung, or captured nothing): "
                             "left out of the comparison"]
@@ -336,6 +343,7 @@ def test_capture_gathers_at_the_window_end_without_holding_the_loop(tmp_path: Pa
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank 0 of 2 whose rank 1 is dead: the window's gather waits on the report thread, the loop runs on."""
     torch = pytest.importorskip("torch")
+    import threading
     import time
 
     import gpuprof
@@ -344,28 +352,42 @@ def test_capture_gathers_at_the_window_end_without_holding_the_loop(tmp_path: Pa
 
     store = torch.distributed.HashStore()  # a real store; rank 1 never writes to it
     monkeypatch.setattr(gather, "_store_and_group", lambda: (store, 0, 2))
+    # gather's clock: each of its sleeps holds until the test releases it, then counts as slept. The window's
+    # report cannot be written before the release, so it being absent when the loop ends shows that no step
+    # waited for the gather (one that did would hold until the 30 s release timeout, and the report be there)
+    release, clock = threading.Event(), [1000.0]
+
+    def held_sleep(s: float) -> None:
+        if not release.wait(30):
+            release.set()  # a broken build that waits in the loop fails after 30 s, not after each sleep
+        clock[0] += s
+
+    monkeypatch.setattr(gather, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=held_sleep))
     for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "GPUPROF_GATHER_WAIT_S": "4"}.items():
         monkeypatch.setenv(k, v)
     model = torch.nn.Linear(32, 32)
     x = torch.randn(16, 32)
-    after_close: list[float] = []
-    with gpuprof.profile(str(tmp_path), run="job", schedule=Schedule(wait=1, warmup=1, active=2),
-                         tensorboard=False, memory_history=False, print_report=False) as prof:
-        for _ in range(12):
-            t0 = time.monotonic()
-            model(x).sum().backward()
-            prof.step()
-            if prof.report_started:
-                after_close.append(time.monotonic() - t0)
-        run_dir = prof.paths.run_dir
-        path = run_dir / "report.cross_rank.json"
-        deadline = time.monotonic() + 30
-        while not path.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        window = json.loads(path.read_text())
-        monkeypatch.setenv("GPUPROF_GATHER_WAIT_S", "0.5")  # the end-of-run gather: a shorter wait, same check
-    # the steps after the window closed did not wait for rank 1 (4 s): the wait is on the report thread
-    assert len(after_close) >= 8 and sum(after_close) < 4
+    steps_after_close = 0
+    try:
+        with gpuprof.profile(str(tmp_path), run="job", schedule=Schedule(wait=1, warmup=1, active=2),
+                             tensorboard=False, memory_history=False, print_report=False) as prof:
+            for _ in range(12):
+                model(x).sum().backward()
+                prof.step()
+                steps_after_close += prof.report_started
+            run_dir = prof.paths.run_dir
+            path = run_dir / "report.cross_rank.json"
+            written_during_loop = path.exists()
+            release.set()
+            deadline = time.monotonic() + 60
+            while not path.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            window = json.loads(path.read_text())
+            monkeypatch.setenv("GPUPROF_GATHER_WAIT_S", "0.5")  # the end-of-run gather: a shorter wait, same check
+    finally:
+        release.set()
+    # the steps after the window closed did not wait for rank 1: the wait is on the report thread
+    assert steps_after_close >= 8 and not written_during_loop
     assert window["notes"][0].startswith("gathered when the recorded window closed at step ")
     assert "rank 1 sent no summary within 4 s" in window["notes"][1]
     assert store.check([f"gpuprof/{run_dir.name}/window/summary/0"])

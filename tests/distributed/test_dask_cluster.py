@@ -17,6 +17,7 @@ from gpuprof.errors import InputError
 from gpuprof.render import render
 from gpuprof.testing import TraceBuilder, write_ranks
 
+pytestmark = pytest.mark.frameworks  # a real LocalCluster: worker processes that import dask
 distributed = pytest.importorskip("distributed")
 
 

@@ -33,8 +33,9 @@ def _report(step_us: float, util: float, loading_us: float, codes: list[str], pe
         sections.append({"kind": "memory", "devices": [{"allocated": {"peak": peak}}, {"allocated": {"peak": peak // 2}}]})
     return {
         "schema_version": "1.2", "inputs": [], "notes": [], "sections": sections,
-        "traces": [{"path": f"t{i}.json", "step_time_us": step_us, "step_time_mean_us": step_us,
-                    "gpu_utilization": util, "breakdown_us": {"data_loading": loading_us, "kernel": step_us - loading_us}}
+        "traces": [{"path": f"t{i}.json", "num_steps": 5, "step_time_us": step_us, "step_time_mean_us": step_us,
+                    "gpu_busy_us": util * step_us, "gpu_utilization": util, "idle_breakdown_us": {},
+                    "breakdown_us": {"data_loading": loading_us, "kernel": step_us - loading_us}}
                    for i in range(traces)],
         "findings": [{"code": c, "name": c, "severity": "warning", "message": "m", "advice": "a"} for c in codes],
     }

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.frameworks
+
 pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.frameworks
+
 pytest.importorskip("torch")
 L = pytest.importorskip("lightning.pytorch")
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.frameworks
+
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

@@ -73,6 +73,7 @@ def test_diff_of_a_fresh_capture_names_the_planted_growth(tmp_path: Path) -> Non
     assert any(f["code"] == "GP521" for f in out["findings"])
 
 
+@pytest.mark.slow
 def test_diff_of_a_real_current_trace_uses_its_annotated_steps() -> None:
     p = real_trace(V100_TOTALS)
     with gzip.open(p, "rt") as fh:

@@ -16,6 +16,7 @@ from gpuprof.report import (
     JobSamples,
     JobSeries,
     JobSummary,
+    JobWindow,
     KernelStat,
     OpStat,
     Report,
@@ -168,6 +169,7 @@ def make_job() -> JobSummary:
                            gpu_power_w=[310.5, 305.0, 180.0], gpu_throttle_reasons=[0, 0, 4]),
         cores=8,
         h2d_copy_us=None,
+        windows=[JobWindow(7, 5, "default"), JobWindow(156, 5, "anomaly")],
     )
 
 

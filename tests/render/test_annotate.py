@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gpuprof.render.annotate as A
 import gpuprof.trace.chunks as C
 from gpuprof.errors import InputError
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
@@ -81,6 +80,7 @@ def _check_annotated(src: Path, out: Path, findings: list[Finding], added: int) 
 
 
 # the big V100 traces only once (gzip output, the common case); the small ones both ways
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "rel, suffix",
     [(REAL[0], ".json.gz"), (REAL[1], ".json.gz")] + [(r, s) for r in REAL[2:] for s in (".json.gz", ".json")],
@@ -113,7 +113,7 @@ def test_round_trip_on_real_traces(rel, suffix, tmp_path):
         by_tid.setdefault(s["tid"], []).append((s["ts"], s["ts"] + s["dur"]))
     for ranges in by_tid.values():
         ranges.sort()
-        for (a0, a1), (b0, b1) in zip(ranges, ranges[1:]):
+        for (_a0, a1), (b0, b1) in zip(ranges, ranges[1:]):
             assert b0 >= a1 or b1 <= a1, "partial overlap on one thread"
 
     (marker,) = [e for e in extra if e["ph"] == "i"]

@@ -197,6 +197,7 @@ def _independent_pageable_h2d(path: Path) -> tuple[int, float]:
     return max(sizes), sum(sizes) / len(steps)
 
 
+@pytest.mark.slow
 def test_gp201_gp202_real_v100_samples(v100_samples):
     for path in v100_samples:
         largest, per_step = _independent_pageable_h2d(path)

@@ -191,6 +191,7 @@ def _gp841(path: Path) -> list:
     return list(analyze(path, select=["GP841"]).findings)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chore", ["gc", "logging"])
 def test_gp841_real_capture_names_the_chore_at_its_caller(tmp_path: Path, chore: str) -> None:
     torch = pytest.importorskip("torch")

@@ -157,6 +157,7 @@ def _outcomes(junit: Path) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_no_good_rule_test_passes_when_every_rule_raises(tmp_path: Path):
     """The issue's count: 23 of the 27 "good" tests used to pass with every rule raising.
 

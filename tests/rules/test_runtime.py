@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpuprof.analysis import analyze
 from gpuprof.rules.runtime import _calls_by_kind, is_allocator_call
 from gpuprof.testing.realtraces import shared_path
@@ -99,6 +101,7 @@ def test_allocator_call_names():
         assert not is_allocator_call(name), name
 
 
+@pytest.mark.slow
 def test_gp205_quiet_on_real_multi_step_traces(v100_samples):
     paths = list(v100_samples) + [
         shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "df_index_resolver", "df_index_resolver.json.gz"),

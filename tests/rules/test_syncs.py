@@ -104,6 +104,7 @@ def test_gp203_good_cheap_sync_below_threshold(tmp_path):
     assert len(_gp203(path, min_cost_us_per_step=0.0, min_share=0.0)) == 1
 
 
+@pytest.mark.slow
 def test_gp203_not_fired_by_v100_copy_syncs(v100_samples):
     # Their stream syncs belong to the blocking H2D copies (GP202); the closing device sync is the profiler's.
     for path in v100_samples:

@@ -101,9 +101,10 @@ def test_stop_in_a_fork_child_does_not_wait(monkeypatch: pytest.MonkeyPatch) -> 
     assert thread is not None
     with monkeypatch.context() as m:
         m.setattr(S.os, "getpid", lambda: -1)  # as in a fork child: the thread is not this process's
-        t0 = time.monotonic()
         assert s.stop() is None
-        assert time.monotonic() - t0 < 1.0  # nothing waited for
+        # nothing waited for (no clock: a busy machine may stretch any bound): the thread was neither told to
+        # stop nor joined, so it is still alive in its 10 s wait
+        assert thread.is_alive() and not s._stop.is_set()
         copy = S.Sampler(lambda: 0)
         copy._pid = 12345
         copy.start()  # a copy made before a fork never starts a thread

@@ -64,7 +64,9 @@ def _planted_run(logdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(32, 16), torch.randn(32, 4)
     # analyze=False: no trace analysis thread competing with the loop on a small CI machine
-    with gpuprof.profile(logdir=str(logdir), run="planted", analyze=False, print_report=False) as prof:
+    # no anomaly window (gpuprof.run.windows) inside the planted slowdown: the phases are this test's subject
+    with gpuprof.profile(logdir=str(logdir), run="planted", analyze=False, print_report=False,
+                         max_auto_windows=0) as prof:
         for i in range(STEPS):
             _train_step(model, opt, x, y)
             clock.sleep(0.003 if i < SLOW_FROM else 0.009)  # the planted slowdown

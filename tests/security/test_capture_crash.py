@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each hostile script in fresh interpreters with torch, 3 runs
+
 pytest.importorskip("torch")
 
 RUNS = 3  # each script, in fresh interpreters: several crashes were intermittent

@@ -122,6 +122,7 @@ def test_viewer_script_has_no_markup_sinks() -> None:
 
 
 @settings(max_examples=200, deadline=None)
+@pytest.mark.slow
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
                     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(), kids, max_size=4),
                     max_leaves=20))

@@ -16,7 +16,6 @@ import pickle
 import resource
 import subprocess
 import sys
-import time
 import zlib
 from pathlib import Path
 
@@ -34,11 +33,15 @@ def _cap() -> None:
 
 def gpuprof(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
             timeout: float = 60) -> tuple[int, str, str, float]:
+    """The exit code, stdout, stderr and the CPU seconds (user + system) the child used: CPU, not the wall
+    clock, so that a busy machine (other processes on the same cores) does not fail the bounds on it."""
     e = {**os.environ, "PYTHONPATH": str(REPO), "GPUPROF_JOBS": "1", **(env or {})}
-    t0 = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([sys.executable, "-m", "gpuprof", *args], input=stdin, capture_output=True, env=e,
                        timeout=timeout, preexec_fn=_cap)
-    return p.returncode, p.stdout.decode(), p.stderr.decode(), time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return p.returncode, p.stdout.decode(), p.stderr.decode(), cpu
 
 
 def assert_refused(path: Path | str, rc: int, err: str, *words: str) -> None:
@@ -62,9 +65,9 @@ def _dump(tmp_path: Path, name: str, obj: object) -> Path:
 def test_tiny_snapshot_with_a_huge_device_index(tmp_path: Path) -> None:
     p = _dump(tmp_path, "dev.pickle", {"segments": [{"device": 10**10, "blocks": []}]})
     assert p.stat().st_size <= 64
-    rc, _, err, dt = gpuprof("memory", str(p))
+    rc, _, err, cpu = gpuprof("memory", str(p))
     assert_refused(p, rc, err, "device 10000000000", "GPUPROF_MAX_DEVICE_INDEX")
-    assert dt < 30
+    assert cpu < 30
 
 
 def test_device_index_limit_can_be_raised(tmp_path: Path) -> None:
@@ -84,9 +87,9 @@ def test_shared_reference_pickle_is_refused_fast(tmp_path: Path) -> None:
     seg = {"device": 0, "address": 0, "total_size": 512, "blocks": [block] * 20000}
     p = _dump(tmp_path, "laughs.pickle", {"segments": [seg] * 20000})
     assert p.stat().st_size < 100_000
-    rc, _, err, dt = gpuprof("memory", str(p))
+    rc, _, err, cpu = gpuprof("memory", str(p))
     assert_refused(p, rc, err, "items", "GPUPROF_MAX_SNAPSHOT_ITEMS_PER_BYTE")
-    assert dt < 30
+    assert cpu < 30
 
 
 def test_shared_frames_lists_of_real_snapshots_still_load(tmp_path: Path) -> None:
@@ -129,9 +132,9 @@ def test_block_state_that_is_a_deeply_shared_list(tmp_path: Path) -> None:
         x = [x, x]
     seg = {"device": 0, "address": 0, "total_size": 512, "blocks": [{"size": 512, "state": x}]}
     p = _dump(tmp_path, "state.pickle", {"segments": [seg]})
-    rc, _, err, dt = gpuprof("memory", str(p))
+    rc, _, err, cpu = gpuprof("memory", str(p))
     assert_refused(p, rc, err, "state", "a list")
-    assert dt < 30
+    assert cpu < 30
 
 
 def _frames_bomb(tmp_path: Path) -> Path:
@@ -145,9 +148,9 @@ def _frames_bomb(tmp_path: Path) -> Path:
 
 def test_frames_that_are_deeply_shared_lists_are_not_printed(tmp_path: Path) -> None:
     p = _frames_bomb(tmp_path)
-    rc, out, err, dt = gpuprof("memory", str(p), "--format", "json")
+    rc, out, err, cpu = gpuprof("memory", str(p), "--format", "json")
     assert rc in (0, 1), err
-    assert dt < 30
+    assert cpu < 30
     assert len(out) < 200_000
 
 
@@ -207,20 +210,21 @@ def _string_trace(path: Path, nbytes: int) -> None:
 def test_event_bigger_than_the_limit_is_refused_early(tmp_path: Path) -> None:
     p = tmp_path / "big.json"
     _string_trace(p, 64 << 20)
-    rc, _, err, dt = gpuprof("analyze", str(p), env={"GPUPROF_MAX_EVENT_BYTES": "8MiB"})
+    rc, _, err, cpu = gpuprof("analyze", str(p), env={"GPUPROF_MAX_EVENT_BYTES": "8MiB"})
     assert_refused(p, rc, err, "larger" if "larger" in err else "event", "GPUPROF_MAX_EVENT_BYTES")
     assert "more than 9," in err or "more than 8," in err  # stopped within a block past the limit
-    assert dt < 30
+    assert cpu < 30
 
 
+@pytest.mark.slow
 def test_big_event_under_the_limit_costs_linear_time(tmp_path: Path) -> None:
     # Reading on by doubling: a 48 MiB name is found in a few passes, not 48 (each over all the text).
     p = tmp_path / "big.json"
     _string_trace(p, 48 << 20)
-    rc, out, err, dt = gpuprof("analyze", str(p), "--format", "json")
+    rc, out, err, cpu = gpuprof("analyze", str(p), "--format", "json")
     assert rc in (0, 1), err
     assert json.loads(out)["traces"][0]["num_events"] == 2
-    assert dt < 20
+    assert cpu < 20
 
 
 def _gzip_members(path: Path, head: bytes, unit: bytes, members: int) -> None:
@@ -236,17 +240,18 @@ def test_gzip_bomb_of_whitespace(tmp_path: Path) -> None:
     p = tmp_path / "ws.json.gz"
     _gzip_members(p, b'{"traceEvents":[', b" ", 20 * 1024)  # 20 GiB of spaces
     assert p.stat().st_size < 40 << 20
-    rc, _, err, dt = gpuprof("analyze", str(p))
+    rc, _, err, cpu = gpuprof("analyze", str(p))
     assert_refused(p, rc, err)
-    assert dt < 30
+    assert cpu < 30
 
 
+@pytest.mark.slow
 def test_gzip_bomb_of_tiny_events_hits_the_ratio(tmp_path: Path) -> None:
     p = tmp_path / "ev.json.gz"
     _gzip_members(p, b'{"traceEvents":[{}', b",{}", 4 * 1024)  # 4 GiB of empty events
-    rc, _, err, dt = gpuprof("analyze", str(p))
+    rc, _, err, cpu = gpuprof("analyze", str(p))
     assert_refused(p, rc, err, "GPUPROF_MAX_GZIP_RATIO")
-    assert dt < 30
+    assert cpu < 30
 
 
 # --------------------------------------------------------------------------- pipes

@@ -47,11 +47,14 @@ def test_planted_symlinks_in_a_shared_logdir_are_not_written_through(tmp_path: P
     for name in ("report.json.tmp", "report.md.tmp", "report.json"):
         (rdir / name).symlink_to(victim)
     done, ours = _run(tmp_path / "logs", "shared")
-    assert done == STEPS and ours == []
+    # a run directory that exists is never written into (issue 37: no mix of two runs): one warning, a new directory
+    assert done == STEPS and len(ours) == 1 and "exists" in str(ours[0].message)
     assert victim.read_bytes() == PREVIOUS
-    assert not (rdir / "report.json").is_symlink() and (rdir / "report.json").read_text().startswith("{")
-    assert (rdir / "report.md").read_text().startswith("#")
-    assert not [p for p in os.listdir(rdir) if p.startswith(".")]  # no temporary file left behind
+    assert all((rdir / n).is_symlink() for n in ("report.json.tmp", "report.md.tmp", "report.json"))  # left alone
+    new = tmp_path / "logs" / "shared-2"
+    assert not (new / "report.json").is_symlink() and (new / "report.json").read_text().startswith("{")
+    assert (new / "report.md").read_text().startswith("#")
+    assert not [p for p in os.listdir(new) if p.startswith(".")]  # no temporary file left behind
 
 
 def test_full_disk_writing_the_reports_is_one_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -174,6 +174,7 @@ def _run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
                           timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(TEXT_HOSTILE) + 1))
 def test_node_merge_renders_hostile_rank_paths_inert(node: dict[str, Any], i: int) -> None:
     name = (TEXT_HOSTILE + [HUGE_NAME])[i]

@@ -126,12 +126,10 @@ def test_trace_swapped_for_a_fifo_stalls_nothing(tmp_path: Path) -> None:
     assert [r["name"] for r in _get(c, "/runs")["runs"]] == ["a", "b"]
     fifo.unlink()
     os.mkfifo(fifo)  # nobody ever writes to it: a blocking open or read would hang the worker for good
-    t0 = time.monotonic()
-    ja = _until_ready(c, "/run?run=a", within=10)
+    ja = _until_ready(c, "/run?run=a", within=60)
     assert "not a regular file" in ja["view"]["errors"][0]
-    jb = _until_ready(c, "/run?run=b", within=10)  # the run queued behind it is analysed
+    jb = _until_ready(c, "/run?run=b", within=60)  # the run queued behind it is analysed
     assert jb["view"]["headline"]["steps"] == 3
-    assert time.monotonic() - t0 < 10
     assert plugin._store.abandoned == 0  # refused at once, not by the time budget
 
 
@@ -157,7 +155,7 @@ def test_an_analysis_past_its_time_budget_never_stalls_the_queue() -> None:
 
     for key, job in (("slow", cooperative), ("stuck", stuck), ("next", lambda: "ok")):
         assert store.get(key, 1, job) is None
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a bound for a broken queue, not a speed: polling ends at the result
     res = None
     while time.monotonic() < deadline:
         res = store.get("next", 1, lambda: "ok")
@@ -186,6 +184,7 @@ def _many_files(logdir: Path, n: int) -> None:
             (sub / f"f{i}.txt").touch()
 
 
+@pytest.mark.slow
 def test_25k_files_and_50_concurrent_requests_walk_the_logdir_once(tmp_path: Path) -> None:
     logdir = tmp_path / "logdir"
     _many_files(logdir, 25_000)

@@ -49,6 +49,7 @@ def both() -> tuple[dict[str, Any], dict[str, Any]]:
     return tab["compare"], json.loads(res.output)
 
 
+@pytest.mark.slow
 def test_same_findings_removed_added_changed(both: tuple[dict[str, Any], dict[str, Any]]) -> None:
     tab, cli_doc = both
     assert (tab["before"], tab["after"]) == ("resnet50_num_workers_0", "resnet50_num_workers_4")
@@ -61,6 +62,7 @@ def test_same_findings_removed_added_changed(both: tuple[dict[str, Any], dict[st
     assert 0.9 < gp102["measured_part_saving_us_per_step"] / gp102["predicted_saving_us_per_step"] < 1.0
 
 
+@pytest.mark.slow
 def test_same_predicted_and_measured_figures_and_step_metrics(both: tuple[dict[str, Any], dict[str, Any]]) -> None:
     tab, cli_doc = both
     d = tab["diff"]
@@ -71,6 +73,7 @@ def test_same_predicted_and_measured_figures_and_step_metrics(both: tuple[dict[s
         assert d[side]["step_times_us"] == cli_doc[side]["step_times_us"] and d[side]["steps"] == cli_doc[side]["steps"] == 12
 
 
+@pytest.mark.slow
 def test_same_changed_operators_and_kernels(both: tuple[dict[str, Any], dict[str, Any]]) -> None:
     tab, cli_doc = both
     d = tab["diff"]

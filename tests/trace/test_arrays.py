@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -46,6 +46,10 @@ def test_sorted_unique_is_np_unique(values: np.ndarray) -> None:
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=1, max_size=40))
+@example([-0.0])  # signed zeros: numpy's median of [-0.0] is +0.0 (a mean, not the middle value itself)
+@example([-0.0, -0.0, 1.0])
+@example([-0.0, -0.0])
+@example([0.0, -0.0, -0.0, 0.0])
 def test_median_is_np_median(xs: list[float]) -> None:
     values = np.array(xs, np.float64)
     with warnings.catch_warnings():

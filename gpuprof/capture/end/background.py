@@ -37,9 +37,19 @@ class WindowReporter:
     def started(self) -> bool:
         return self._thread is not None
 
-    def start(self, facts: RunFacts, out: Outputs) -> None:
+    @property
+    def busy(self) -> bool:
+        """A report is being written now (its analysis competes with the training for the GIL)."""
+        t = self._thread
+        return t is not None and t.is_alive()
+
+    def start(self, facts: RunFacts, out: Outputs, again: bool = False) -> None:
+        """Start the report's thread; ``again``: a later window's report, when the previous one is done."""
         if self._thread is not None:
-            return
+            if not again or self._thread.is_alive():
+                return
+            self.collect(0.0)  # the previous report's warnings, said now
+            self._thread = None
         deferred = self._deferred = DeferredGuard(self._guard)
         t = threading.Thread(target=self._run, args=(facts, out, deferred), name="gpuprof-report", daemon=True)
         self._thread = t

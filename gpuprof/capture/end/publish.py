@@ -95,7 +95,10 @@ def publish(facts: RunFacts, out: Outputs, report: Report, g: Guard, *, final: b
                   report)
     if facts.report_json is not None:
         g.run("report writer", "no report.json/report.md", _write_reports, facts, report)
-    if facts.report_json is not None and facts.distributed and facts.run_dir is not None:
+    # a window after the default one is each rank's own (an anomaly, or a trigger seen at different steps):
+    # no cross-rank gather for it (the ranks' keys would not meet); the end of the run gathers everything
+    later_window = not final and bool(facts.traces) and facts.traces[-1].window is not None
+    if facts.report_json is not None and facts.distributed and facts.run_dir is not None and not later_window:
         from gpuprof.capture.end.gather import gather_cross_rank
 
         run_dir = Path(facts.run_dir)

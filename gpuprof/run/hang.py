@@ -1,0 +1,427 @@
+"""The hang watchdog: when no step finishes for the hang timeout, write where every thread waits.
+
+A daemon thread (it never keeps the process alive; :meth:`Watchdog.stop` ends
+it) looks at the session's step count every ``check_interval`` seconds, so a
+step costs nothing. When the count has not moved for the timeout (the
+``hang_timeout`` option; by default ``max(HANG_MIN_S, HANG_STEP_FACTOR x the
+median step)``), it writes, once per stall:
+
+* every thread's Python stack (``sys._current_frames()``) and faulthandler's
+  dump of all threads (what the C level sees: a thread stuck in a native call
+  with the GIL released still shows its Python frames);
+* the Flight Recorder's dump of the process group's last collectives, where
+  torch records one (``TORCH_FR_BUFFER_SIZE``, formerly
+  ``TORCH_NCCL_TRACE_BUFFER_SIZE``, > 0; NCCL, and gloo in recent torch), as
+  ``<worker>.flight_recorder.json`` beside the report;
+* one GP651 finding naming the user's file:line the driving thread waits at
+  (its innermost frame in user code), in the report at the end of the run.
+
+The ranks of a torchrun job share the run directory, so ``hang.json`` holds
+one entry per rank (``ranks``), each rank replacing its own under an
+exclusive lock and writing the file atomically; ``hang.md`` is rewritten from
+the merged list in the same critical section. The job is left alone: when a
+step finishes again, the entry says it resumed (after how long) and one line
+says so.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from gpuprof.atomic import atomic_write
+from gpuprof.findings import Evidence, Finding, SourceLocation
+
+__all__ = ["HANG_MIN_S", "HANG_STEP_FACTOR", "HANG_SCHEMA_VERSION", "HangRecord", "Watchdog", "effective_timeout",
+           "hang_finding", "thread_stacks", "waiting_at"]
+
+HANG_MIN_S = 300.0  # the default timeout is at least this...
+HANG_STEP_FACTOR = 20.0  # ...and at least this many median steps
+HANG_SCHEMA_VERSION = "1.0"
+MAX_HANG_JSON_BYTES = 32 * 2**20  # a hang.json larger than this is not merged (it is replaced)
+MAX_FRAMES = 200  # frames kept per thread (a runaway recursion stays bounded)
+
+Frame = tuple[str, int, str]  # file, line, function
+
+
+def effective_timeout(configured: float | None, step_s: list[float]) -> float | None:
+    """The timeout in seconds: ``configured`` when set (0: off, None), else the default from the steps so far."""
+    if configured is not None:
+        return configured if configured > 0 else None
+    recent = step_s[-200:]
+    med = statistics.median(recent) if recent else 0.0
+    return max(HANG_MIN_S, HANG_STEP_FACTOR * med)
+
+
+def _frames(f: FrameType | None) -> list[Frame]:
+    """Outermost first (as a traceback reads)."""
+    out: list[Frame] = []
+    while f is not None and len(out) < MAX_FRAMES:
+        out.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
+        f = f.f_back
+    return out[::-1]
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    name: str
+    ident: int
+    daemon: bool
+    driver: bool  # the thread that drives the capture (steps the loop)
+    frames: list[Frame]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "ident": self.ident, "daemon": self.daemon, "driver": self.driver,
+                "frames": [{"file": f, "line": n, "function": fn} for f, n, fn in self.frames]}
+
+
+def thread_stacks(driver: int | None, skip: int | None = None) -> list[ThreadStack]:
+    """Every thread's Python stack now (``skip``: the calling watchdog's own), the driver first."""
+    names = {t.ident: t for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        if ident == skip:
+            continue
+        t = names.get(ident)
+        out.append(ThreadStack(t.name if t else f"thread {ident}", ident, bool(t and t.daemon), ident == driver,
+                               _frames(frame)))
+    return sorted(out, key=lambda s: (not s.driver, s.name))
+
+
+def waiting_at(stack: ThreadStack | None) -> SourceLocation | None:
+    """The innermost frame of the user's code (:func:`gpuprof.frames.is_user_file`) on ``stack``."""
+    from gpuprof.frames import is_user_file
+
+    if stack is None:
+        return None
+    for file, line, fn in reversed(stack.frames):
+        if is_user_file(file):
+            return SourceLocation(file, line, fn)
+    return None
+
+
+def _faulthandler_text() -> str:
+    """faulthandler's dump of every thread (it needs a real file descriptor)."""
+    with tempfile.TemporaryFile() as fh:
+        faulthandler.dump_traceback(file=fh, all_threads=True)
+        fh.seek(0)
+        return fh.read(1 << 20).decode("utf-8", "replace")
+
+
+def _flight_recorder(out_dir: Path, worker: str) -> tuple[str | None, str]:
+    """The process group's Flight Recorder dump, where torch records one: (file written, note).
+
+    torch records the last collectives of every process group (NCCL, and gloo in recent versions) when
+    ``TORCH_FR_BUFFER_SIZE`` (formerly ``TORCH_NCCL_TRACE_BUFFER_SIZE``) is above 0. The JSON dump is
+    preferred (readable); older versions have only the pickled one.
+    """
+    size = next((v.strip() for k in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+                 if (v := os.environ.get(k, "")).strip()), "")
+    if not size.isdigit() or int(size) <= 0:
+        return None, "Flight Recorder off (set TORCH_FR_BUFFER_SIZE, e.g. 2000, to record the collectives)"
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not getattr(dist, "is_initialized", lambda: False)():
+        return None, "no torch.distributed process group: no Flight Recorder"
+    try:
+        import torch
+
+        c10d = torch._C._distributed_c10d
+        for name, suffix in (("_dump_fr_trace_json", "json"), ("_dump_fr_trace", "pickle"),
+                             ("_dump_nccl_trace", "pickle")):
+            dump = getattr(c10d, name, None)
+            if dump is not None:
+                data = dump()
+                path = out_dir / f"{worker}.flight_recorder.{suffix}"
+                atomic_write(path, data if isinstance(data, (bytes, str)) else bytes(data))
+                return str(path), f"Flight Recorder dump of backend {dist.get_backend()} written"
+        return None, "this torch has no Flight Recorder API"
+    except Exception as err:  # noqa: BLE001 - the stacks are written whatever the dump does
+        return None, f"Flight Recorder dump failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}"
+
+
+@dataclass
+class HangRecord:
+    """One rank's stall, as ``hang.json`` holds it (``ranks[]``)."""
+
+    worker: str
+    rank: int | None
+    pid: int
+    host: str
+    step: int  # steps completed when the stall was seen (the stalled step is the next one)
+    stalled_s: float
+    timeout_s: float
+    detected_at: float  # Unix time
+    waiting_at: SourceLocation | None
+    threads: list[ThreadStack]
+    faulthandler: str = ""
+    flight_recorder: str | None = None
+    flight_recorder_note: str = ""
+    resumed_at_step: int | None = None
+    resumed_after_s: float | None = None
+    finding: Finding | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, object]:
+        loc = self.waiting_at
+        return {
+            "worker": self.worker, "rank": self.rank, "pid": self.pid, "host": self.host, "step": self.step,
+            "stalled_s": round(self.stalled_s, 3), "timeout_s": self.timeout_s, "detected_at": self.detected_at,
+            "waiting_at": None if loc is None else {"file": loc.file, "line": loc.line, "function": loc.function},
+            "threads": [t.to_dict() for t in self.threads], "faulthandler": self.faulthandler,
+            "flight_recorder": self.flight_recorder, "flight_recorder_note": self.flight_recorder_note,
+            "resumed_at_step": self.resumed_at_step, "resumed_after_s": self.resumed_after_s,
+            "finding": self.finding.to_dict() if self.finding is not None else None,
+        }
+
+
+def _where(loc: SourceLocation | None) -> str:
+    if loc is None:
+        return "no line of the user's code (see the stacks)"
+    return f"{loc.file}:{loc.line}" + (f" ({loc.function})" if loc.function else "")
+
+
+def hang_finding(rec: HangRecord, report: str) -> Finding:
+    """GP651 for one rank's stall (``report``: where hang.md is)."""
+    from gpuprof.capture.codes import runtime_check
+
+    spec = runtime_check("GP651")
+    who = f"rank {rec.rank}" if rec.rank is not None else "the process"
+    resumed = (f"; it resumed {rec.resumed_after_s:.1f} s later, at step {rec.resumed_at_step}"
+               if rec.resumed_after_s is not None else "")
+    return Finding(
+        code=spec.code, name=spec.name, severity=spec.severity,
+        message=(f"no step finished for {rec.stalled_s:.1f} s after step {rec.step} (hang timeout "
+                 f"{rec.timeout_s:g} s): {who} waits at {_where(rec.waiting_at)}{resumed}. Every thread's stack "
+                 f"is in {report}."),
+        advice=("Look at the line each rank waits at: a rank that never reaches a collective (a barrier, an "
+                "all-reduce) stalls every other rank inside that collective. Give the process group a timeout "
+                "(init_process_group(timeout=...)) so a lost rank fails instead of hanging, and set "
+                "TORCH_FR_BUFFER_SIZE for the Flight Recorder's record of the collectives."),
+        evidence=(Evidence("stalled_s", round(rec.stalled_s, 3), threshold=rec.timeout_s, unit="s",
+                           extra={"step": rec.step, "rank": rec.rank, "hang_report": report,
+                                  "resumed_after_s": rec.resumed_after_s}),),
+        location=rec.waiting_at, origin="runtime", source=report)
+
+
+# ----------------------------------------------------------------------------- hang.json / hang.md
+@contextmanager
+def _locked(run_dir: Path) -> Iterator[None]:
+    """An exclusive lock shared by the ranks writing ``hang.json`` (none where fcntl is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(run_dir / ".hang.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _read_ranks(path: Path) -> list[dict[str, object]]:
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return []
+    try:
+        import stat
+
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_HANG_JSON_BYTES:
+            return []
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            doc = json.loads(fh.read(MAX_HANG_JSON_BYTES))
+    except (OSError, ValueError):
+        return []
+    finally:
+        os.close(fd)
+    ranks = doc.get("ranks") if isinstance(doc, dict) else None
+    return [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
+
+
+def write_hang_files(run_dir: Path, rec: HangRecord) -> tuple[Path, Path]:
+    """Merge this rank's entry into ``hang.json`` and rewrite ``hang.md`` (see the module docstring)."""
+    jpath, mpath = run_dir / "hang.json", run_dir / "hang.md"
+    with _locked(run_dir):
+        ranks = [r for r in _read_ranks(jpath) if r.get("worker") != rec.worker]
+        ranks.append(rec.to_dict())
+        ranks.sort(key=lambda r: (r.get("rank") if isinstance(r.get("rank"), int) else -1, str(r.get("worker"))))
+        doc: dict[str, object] = {"hang_schema_version": HANG_SCHEMA_VERSION, "run_dir": str(run_dir),
+                                  "ranks": ranks}
+        atomic_write(jpath, json.dumps(doc, indent=2) + "\n")
+        atomic_write(mpath, hang_markdown(doc))
+    return jpath, mpath
+
+
+def _fence(text: str) -> str:
+    return "```\n" + text.replace("```", "'''").rstrip("\n") + "\n```\n"
+
+
+def hang_markdown(doc: dict[str, object]) -> str:
+    """``hang.md`` from the merged ``hang.json`` document."""
+    listed = doc.get("ranks")
+    ranks = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
+    lines = ["# gpuprof: hang report", "", f"Run directory: `{doc.get('run_dir')}`. The job was left running.", "",
+             "| rank | worker | steps done | no step for | waits at | resumed |", "|---|---|---|---|---|---|"]
+
+    def where(r: dict[str, object]) -> str:
+        w = r.get("waiting_at")
+        if not isinstance(w, dict):
+            return "(no user line; see the stacks)"
+        return f"`{w.get('file')}:{w.get('line')}` ({w.get('function')})"
+
+    for r in ranks:
+        resumed = (f"after {r.get('resumed_after_s')} s, at step {r.get('resumed_at_step')}"
+                   if r.get("resumed_after_s") is not None else "no")
+        lines.append(f"| {r.get('rank') if r.get('rank') is not None else '-'} | {r.get('worker')} | {r.get('step')} "
+                     f"| {r.get('stalled_s')} s | {where(r)} | {resumed} |")
+    for r in ranks:
+        lines += ["", f"## {r.get('worker')} (PID {r.get('pid')} on {r.get('host')})", "",
+                  f"Waits at {where(r)} after step {r.get('step')}; hang timeout {r.get('timeout_s')} s. "
+                  f"{r.get('flight_recorder_note') or ''}"
+                  + (f": `{r.get('flight_recorder')}`." if r.get("flight_recorder") else "."),
+                  ""]
+        threads = r.get("threads")
+        for t in threads if isinstance(threads, list) else []:
+            if not isinstance(t, dict):
+                continue
+            role = " (drives the capture)" if t.get("driver") else (" (daemon)" if t.get("daemon") else "")
+            fl = t.get("frames")
+            frames = [f for f in fl if isinstance(f, dict)] if isinstance(fl, list) else []
+            text = "\n".join(f'  File "{f.get("file")}", line {f.get("line")}, in {f.get("function")}' for f in frames)
+            lines += [f"### thread {t.get('name')}{role}", "", _fence(text or "(no Python frames)")]
+        if r.get("faulthandler"):
+            lines += ["### faulthandler (every thread, as the interpreter sees them)", "",
+                      _fence(str(r.get("faulthandler")))]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- the thread
+class Watchdog:
+    """Watches the end of the session's last step from a daemon thread (module docstring).
+
+    ``last_end()`` is the ``time.perf_counter()`` at which the last step (or the capture's start) ended;
+    ``busy()`` is True while gpuprof's own work inside ``step()`` runs (a profiler starting, a trace
+    exported): that time is not the job's, so no stall is counted then.
+    """
+
+    def __init__(self, configured: float | None, steps: Callable[[], int], last_end: Callable[[], float],
+                 busy: Callable[[], bool], step_s: list[float], driver: int | None, run_dir: Path, out_dir: Path,
+                 worker: str, rank: int | None, stream: Callable[[], TextIO],
+                 add_finding: Callable[[Finding, Finding | None], None]) -> None:
+        self.configured = configured
+        self._steps = steps
+        self._last_end = last_end
+        self._busy = busy
+        self._step_s = step_s  # the session's list (read only, from this thread)
+        self._driver = driver
+        self.run_dir, self.out_dir, self.worker, self.rank = run_dir, out_dir, worker, rank
+        self.stream = stream
+        self._add_finding = add_finding  # (new, replaced or None): the session keeps the finding for the report
+        self._stop = threading.Event()
+        self.record: HangRecord | None = None  # the current (or last) stall
+        self.failure: BaseException | None = None  # the thread's own failure (said once by the session)
+        self._stall_end = 0.0  # last_end() when the current stall was reported
+        self._thread = threading.Thread(target=self._run, name="gpuprof-hang-watchdog", daemon=True)
+
+    def start(self) -> "Watchdog":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the thread; a stall the job came out of since the last check is noted as resumed now."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+        rec = self.record
+        if rec is not None and rec.resumed_at_step is None and not self._thread.is_alive():
+            end = self._last_end()
+            if end != self._stall_end:
+                try:
+                    self._resumed(self._steps(), end - self._stall_end)
+                except Exception as err:  # noqa: BLE001 - said once by the session
+                    self.failure = err
+
+    def check_interval(self) -> float:
+        timeout = effective_timeout(self.configured, self._step_s)
+        return 5.0 if timeout is None else max(0.05, min(5.0, timeout / 10))
+
+    def _run(self) -> None:
+        try:
+            seen = self._last_end()
+            while not self._stop.wait(self.check_interval()):
+                if self._busy():  # gpuprof's own work in step(): not the job's time
+                    continue
+                end, now = self._last_end(), time.perf_counter()
+                rec = self.record
+                if end != seen:
+                    if rec is not None and rec.resumed_at_step is None:
+                        self._resumed(self._steps(), end - seen)
+                    seen = end
+                timeout = effective_timeout(self.configured, self._step_s)
+                rec = self.record
+                if timeout is not None and now - end >= timeout and (rec is None or rec.resumed_at_step is not None):
+                    self._stall_end = end
+                    self._hung(self._steps(), now - end, timeout)
+        except Exception as err:  # noqa: BLE001 - kept; the session says it once and the job goes on
+            self.failure = err
+
+    def _hung(self, step: int, stalled: float, timeout: float) -> bool:
+        """Report the stall (True); False when the driving thread is not in the user's code at all (it ended,
+        or idles between a notebook's cells): the loop is not running, so it is not hung."""
+        stacks = thread_stacks(self._driver, skip=threading.get_ident())
+        driver = next((s for s in stacks if s.driver), None)
+        if waiting_at(driver) is None:
+            return False
+        try:
+            fh = _faulthandler_text()
+        except Exception as err:  # noqa: BLE001 - the Python stacks are enough
+            fh = f"(faulthandler failed: {type(err).__name__}: {err})"
+        fr, note = _flight_recorder(self.out_dir, self.worker)
+        rec = HangRecord(self.worker, self.rank, os.getpid(), socket.gethostname(), step, stalled, timeout,
+                         time.time(), waiting_at(driver), stacks, fh, fr, note)
+        self._publish(rec, None)
+        who = f"rank {self.rank}" if self.rank is not None else "the process"
+        self._say(f"gpuprof: no step finished for {stalled:.1f} s after step {step} (hang timeout {timeout:g} s); "
+                  f"{who} waits at {_where(rec.waiting_at)}. Every thread's stack is in {self.run_dir / 'hang.md'}. "
+                  "The job is left running.")
+        return True
+
+    def _resumed(self, step: int, after: float) -> None:
+        rec = self.record
+        assert rec is not None
+        old = rec.finding
+        rec.resumed_at_step, rec.resumed_after_s = step, round(after, 3)
+        self._publish(rec, old)
+        who = f"rank {self.rank}" if self.rank is not None else "the process"
+        self._say(f"gpuprof: {who} resumed: a step finished {after:.1f} s after the last one (now at step {step}).")
+
+    def _publish(self, rec: HangRecord, replaced: Finding | None) -> None:
+        rec.finding = hang_finding(rec, str(self.run_dir / "hang.md"))
+        self.record = rec
+        self._add_finding(rec.finding, replaced)
+        try:
+            write_hang_files(self.run_dir, rec)
+        except OSError as err:  # a planted link or FIFO, a full disk: the finding still reaches the report
+            self._say(f"gpuprof: the hang report could not be written in {self.run_dir}: {err}. Watching goes on.")
+
+    def _say(self, line: str) -> None:
+        try:
+            print(line, file=self.stream(), flush=True)
+        except (OSError, ValueError):  # a closed or broken stream: the files hold it all
+            return

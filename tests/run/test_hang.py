@@ -1,0 +1,226 @@
+"""The hang watchdog: every thread's stack, the line the driving thread waits at, hang.json/hang.md per rank,
+the job left alone and its resumption noted; on a 2-rank gloo job where rank 1 never reaches the barrier,
+each rank's line named within the configured time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuprof.findings import Finding
+from gpuprof.run.hang import HANG_MIN_S, HANG_STEP_FACTOR, Watchdog, effective_timeout, hang_markdown
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = Path(__file__).parent / "jobs" / "hang_job.py"
+
+
+def test_the_default_timeout_is_five_minutes_or_twenty_median_steps() -> None:
+    assert effective_timeout(None, []) == HANG_MIN_S
+    assert effective_timeout(None, [0.1] * 50) == HANG_MIN_S
+    assert effective_timeout(None, [30.0] * 50) == pytest.approx(HANG_STEP_FACTOR * 30.0)
+    assert effective_timeout(0, [1.0]) is None  # 0: off
+    assert effective_timeout(2.5, [100.0]) == 2.5
+
+
+class _Job:
+    """A driving thread that steps, then waits at WAIT_LINE until released, then steps again."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.end = time.perf_counter()  # when the last step ended
+        self.release = threading.Event()
+        self.stalled = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="trainer")
+
+    def run(self) -> None:
+        for _ in range(5):
+            self.steps += 1
+            self.end = time.perf_counter()
+        self.stalled.set()
+        self.wait_here()
+        self.steps += 1
+        self.end = time.perf_counter()
+
+    def wait_here(self) -> None:
+        self.release.wait(30)  # WAIT_LINE
+
+
+WAIT_LINE = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1) if "# WAIT_LINE" in line)
+
+
+def test_a_stalled_step_writes_the_stacks_and_the_waiting_line_then_notes_the_resumption(tmp_path: Path) -> None:
+    job = _Job()
+    found: list[tuple[Finding, Finding | None]] = []
+    printed: list[str] = []
+
+    class Stream:
+        def write(self, s: str) -> int:
+            printed.append(s)
+            return len(s)
+
+        def flush(self) -> None:
+            return None
+
+    job.thread.start()
+    assert job.stalled.wait(10)
+    wd = Watchdog(0.5, lambda: job.steps, lambda: job.end, lambda: False, [], job.thread.ident, tmp_path,
+                  tmp_path, "rank3", 3,
+                  lambda: Stream(),  # type: ignore[arg-type,return-value]
+                  lambda new, old: found.append((new, old)))
+    t0 = time.monotonic()
+    wd.start()
+    hang_json = tmp_path / "hang.json"
+    while not any("no step finished" in p for p in printed) and time.monotonic() - t0 < 20:  # said last
+        time.sleep(0.05)
+    elapsed = time.monotonic() - t0
+    assert hang_json.exists()
+    assert elapsed >= 0.5  # never before the timeout
+    doc = json.loads(hang_json.read_text())
+    (entry,) = doc["ranks"]
+    assert entry["rank"] == 3 and entry["worker"] == "rank3" and entry["step"] == 5 and entry["pid"] == os.getpid()
+    assert entry["waiting_at"] == {"file": __file__, "line": WAIT_LINE, "function": "wait_here"}
+    driver = [t for t in entry["threads"] if t["driver"]]
+    assert len(driver) == 1 and driver[0]["name"] == "trainer"
+    assert any(f["function"] == "wait_here" for f in driver[0]["frames"])
+    assert all(t["name"] != "gpuprof-hang-watchdog" for t in entry["threads"])  # its own stack is not news
+    assert "wait_here" in entry["faulthandler"]
+    md = (tmp_path / "hang.md").read_text()
+    assert f"{__file__}:{WAIT_LINE}" in md and "### thread trainer (drives the capture)" in md
+    assert len(found) == 1 and found[0][1] is None
+    f = found[0][0]
+    assert f.code == "GP651" and f.severity.value == "error" and f.location is not None
+    assert (f.location.file, f.location.line) == (__file__, WAIT_LINE)
+    assert "rank 3 waits at" in f.message and "resumed" not in f.message
+    assert any("no step finished" in p for p in printed)
+    assert job.thread.is_alive()  # the job is left alone
+    job.release.set()
+    job.thread.join(10)
+    t1 = time.monotonic()
+    while not any("resumed" in p for p in printed) and time.monotonic() - t1 < 10:
+        time.sleep(0.05)
+    wd.stop()
+    assert not wd._thread.is_alive() and wd.failure is None
+    entry = json.loads(hang_json.read_text())["ranks"][0]
+    assert entry["resumed_at_step"] == 6 and entry["resumed_after_s"] >= 0.5
+    assert len(found) == 2 and found[1][1] is f and "resumed" in found[1][0].message
+    assert any("resumed" in p for p in printed)
+
+
+def test_ranks_share_hang_json_each_replacing_its_own_entry(tmp_path: Path) -> None:
+    from gpuprof.run.hang import HangRecord, write_hang_files
+
+    for rank in (1, 0, 1):
+        write_hang_files(tmp_path, HangRecord(f"rank{rank}", rank, 100 + rank, "host", 7, 4.0, 3.0, 0.0, None, []))
+    doc = json.loads((tmp_path / "hang.json").read_text())
+    assert [r["worker"] for r in doc["ranks"]] == ["rank0", "rank1"]
+    assert "| 0 | rank0 |" in hang_markdown(doc) and "| 1 | rank1 |" in (tmp_path / "hang.md").read_text()
+
+
+def _line_of(marker: str) -> int:
+    return next(i for i, line in enumerate(JOB.read_text().splitlines(), 1) if marker in line)
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_reaches_the_barrier_is_named_with_each_ranks_line(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    timeout_s = 3.0
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "OMP_NUM_THREADS": "1", "GPUPROF_RUNTIME_DIR": str(tmp_path / "reg"), "TORCH_FR_BUFFER_SIZE": "200"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(JOB),
+           str(tmp_path), str(timeout_s)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    hang_json = tmp_path / "job" / "hang.json"
+    try:
+        deadline = time.monotonic() + 180
+        ranks: list[dict[str, object]] = []
+        while time.monotonic() < deadline:
+            if hang_json.exists():
+                ranks = json.loads(hang_json.read_text())["ranks"]
+                if len(ranks) == 2:
+                    break
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        assert len(ranks) == 2, ranks
+        assert proc.poll() is None  # the job is left running (no kill)
+    finally:
+        proc.send_signal(signal.SIGTERM)  # torchrun stops its ranks (each in a session of its own)
+        try:
+            out, err = proc.communicate(timeout=60)
+        finally:
+            for r in ranks:  # whatever outlived the launcher
+                try:
+                    os.kill(int(str(r["pid"])), signal.SIGKILL)
+                except OSError:
+                    pass
+            os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+    by_rank = {r["rank"]: r for r in ranks}
+    want = {0: _line_of("# RANK0-WAITS"), 1: _line_of("# RANK1-WAITS")}
+    for rank, line in want.items():
+        r = by_rank[rank]
+        assert r["waiting_at"] == {"file": str(JOB), "line": line, "function": "<module>"}, r["waiting_at"]
+        assert r["step"] == 20 and r["resumed_at_step"] is None
+        # at the configured time, plus one check (0.3 s) and the scheduling delays of a loaded 2-core machine
+        assert timeout_s <= float(r["stalled_s"]) <= timeout_s + 5
+        f = r["finding"]
+        assert f["code"] == "GP651" and f"rank {rank} waits at {JOB}:{line}" in f["message"]
+    # the Flight Recorder (gloo records it too): rank 0's last collective is the barrier it waits in
+    fr = by_rank[0]["flight_recorder"]
+    assert fr is not None and Path(str(fr)).parent == tmp_path / "job" / "rank0", by_rank[0]["flight_recorder_note"]
+    entries = json.loads(Path(str(fr)).read_text())["entries"]
+    assert entries and entries[-1]["profiling_name"] == "gloo:barrier" and entries[-1]["state"] != "completed"
+    md = (tmp_path / "job" / "hang.md").read_text()
+    assert f"`{JOB}:{want[0]}`" in md and f"`{JOB}:{want[1]}`" in md
+    assert "done" not in out  # neither rank got past the barrier: the job's own behaviour
+    assert "no step finished" in err  # one line per rank (their stderr interleave under torchrun)
+
+
+def test_no_hang_is_reported_while_the_driving_thread_is_outside_the_users_code(tmp_path: Path) -> None:
+    """A driving thread that ended (or idles between a notebook's cells) runs no loop: nothing is hung."""
+    done = threading.Thread(target=lambda: None, name="gone")
+    done.start()
+    done.join()
+    t0 = time.perf_counter()
+    wd = Watchdog(0.2, lambda: 3, lambda: t0, lambda: False, [], done.ident, tmp_path, tmp_path, "w", None,
+                  lambda: sys.stderr, lambda new, old: None).start()
+    time.sleep(1.5)
+    wd.stop()
+    assert wd.failure is None and wd.record is None and not (tmp_path / "hang.json").exists()
+
+
+def test_a_capture_reports_a_stalled_step_and_its_resumption_in_report_json(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    monkeypatch.setenv("GPUPROF_RUNTIME_DIR", str(tmp_path / "reg"))
+    monkeypatch.setenv("GPUPROF_REPORT_PROCESS", "0")
+    with gpuprof.profile(tmp_path, run="r", schedule=Schedule(wait=1, warmup=1, active=2), tensorboard=False,
+                         print_report=False, hang_timeout=0.5, max_auto_windows=0) as prof:
+        for i in range(8):
+            torch.randn(8, 8).sum()
+            if i == 5:
+                time.sleep(1.5)  # STALL-LINE
+            prof.step()
+    line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# STALL-LINE" in text
+                and "next(" not in text)
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    (f,) = [f for f in doc["findings"] if f["code"] == "GP651"]
+    assert f["location"]["file"] == __file__ and f["location"]["line"] == line
+    assert f"the process waits at {__file__}:{line}" in f["message"] and "resumed" in f["message"]
+    assert f["origin"] == "runtime" and f["severity"] == "error"
+    hang = json.loads((tmp_path / "r" / "hang.json").read_text())
+    # seen at the next check or when the capture stopped: steps done then (6 to 8)
+    assert hang["ranks"][0]["step"] == 5 and 6 <= hang["ranks"][0]["resumed_at_step"] <= 8
+    assert hang["ranks"][0]["resumed_after_s"] >= 1.5  # the planted sleep, measured between the step ends
+    err = capsys.readouterr().err
+    assert "no step finished" in err and "resumed" in err

@@ -2,14 +2,25 @@
 
 Analysis (``gpuprof.analyze``) needs no torch and no GPU. The capture API
 (``gpuprof.profile``, ``gpuprof.profile_step``) imports torch lazily, on
-first use, so ``import gpuprof`` stays cheap and torch-free.
+first use. Every public name is imported on first use, so ``import gpuprof``
+(and the ``gpuprof`` command, whose ``--help`` imports the package) loads no
+numpy, msgspec, rich or torch; ``dir(gpuprof)`` lists them all.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gpuprof.lazyexports import lazy_exports
+from gpuprof.notebookhook import register_html
 from gpuprof.version import __version__
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpuprof.analysis import analyze, analyze_trace
+    from gpuprof.capture import profile, profile_step
+    from gpuprof.capture.result import CaptureResult
+    from gpuprof.findings import Finding, Severity
+    from gpuprof.report import Report
 
 __all__ = [
     "__version__",
@@ -23,8 +34,18 @@ __all__ = [
     "profile_step",
 ]
 
-from gpuprof.findings import Finding, Severity
-from gpuprof.report import Report, register_html
+# name -> the module (under gpuprof) that defines it. Lazy so that `gpuprof analyze` never imports torch
+# (capture does) and the command line starts without the analysis machinery.
+_LAZY = {
+    "analyze": "analysis",
+    "analyze_trace": "analysis",
+    "Finding": "findings",
+    "Severity": "findings",
+    "Report": "report",
+    "profile": "capture",
+    "profile_step": "capture",
+    "CaptureResult": "capture.result",  # torch-free: a result can be read where torch is absent
+}
 
 
 def _report_html(report: Report) -> str:
@@ -36,25 +57,4 @@ def _report_html(report: Report) -> str:
 
 register_html(_report_html)
 
-if TYPE_CHECKING:  # pragma: no cover
-    from gpuprof.analysis import analyze, analyze_trace
-    from gpuprof.capture import profile, profile_step
-    from gpuprof.capture.result import CaptureResult
-
-_LAZY = {
-    "analyze": "gpuprof.analysis",
-    "analyze_trace": "gpuprof.analysis",
-    "profile": "gpuprof.capture",
-    "profile_step": "gpuprof.capture",
-    "CaptureResult": "gpuprof.capture.result",  # torch-free: a result can be read where torch is absent
-}
-
-
-def __getattr__(name: str) -> Any:
-    # Lazy so that `gpuprof analyze` never imports torch (capture does).
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gpuprof' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), __all__)

@@ -13,22 +13,24 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from gpuprof.capturerun import capture_findings_of
 from gpuprof.errors import InputError, RuleError, describe_error
 from gpuprof.findings import Finding, sort_findings
-from gpuprof.flow import STRICT_ENV, RuleFailure, RuleUnit, Selection, finish, strict_rules
-from gpuprof.flow import run_rules as run_units
+from gpuprof.flow import finish
 from gpuprof.redact import scrub
 from gpuprof.remote import TraceFile
 from gpuprof.report import Report, TraceSummary
 from gpuprof.rules.base import Rule, RuleContext, all_rules
+from gpuprof.runner import STRICT_ENV, RuleFailure, RuleUnit, Selection, strict_rules
+from gpuprof.runner import run_rules as run_units
 from gpuprof.summarize import trace_summary
-from gpuprof.trace.load import find_traces, load_trace
+from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
 from gpuprof.trace.phase import trace_phase
+from gpuprof.trace.source import find_traces
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.cluster import Scheduler
 
-__all__ = ["analyze", "analyze_trace", "run_rules", "strict_rules", "STRICT_ENV", "RuleFailure"]
+__all__ = ["analyze", "analyze_trace", "run_rules"]
 
 ProgressFactory = Callable[[TraceFile], "Callable[[int, int], None] | None"]
 

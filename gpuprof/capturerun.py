@@ -169,8 +169,8 @@ def _well_typed(f: Any) -> bool:
 
 
 def _runtime_codes() -> frozenset[str]:
-    """The runtime checks' codes (GP6xx, GP71x, GP80x, GP85x: gpuprof.capture.codes)."""
-    from gpuprof.capture.codes import RUNTIME_CHECKS
+    """The runtime checks' codes (GP6xx, GP71x, GP80x, GP85x: gpuprof.runtimecodes)."""
+    from gpuprof.runtimecodes import RUNTIME_CHECKS
 
     return frozenset(c.code for c in RUNTIME_CHECKS)
 

@@ -7,7 +7,7 @@ Codes are declared where the code that reports them lives, all in one shape:
   :meth:`Rule.spec() <gpuprof.rules.base.Rule.spec>`;
 - memory findings (GP510-GP522): :data:`gpuprof.memory.codes.MEMORY_CODES`;
 - runtime checks made while a capture runs (GP6xx, and GP8xx capture hooks):
-  :data:`gpuprof.capture.codes.RUNTIME_CHECKS`, one ``runtime_spec(...)`` each;
+  :data:`gpuprof.runtimecodes.RUNTIME_CHECKS`, one ``runtime_spec(...)`` each;
 - cross-rank rules (GP70x), reported by ``gpuprof analyze`` when it sees two or
   more ranks of a job: ``@register class X(CrossRankRule)`` in
   :mod:`gpuprof.distributed.rules` (same spec shape, origin ``distributed``);
@@ -33,7 +33,6 @@ from gpuprof.codespec import ORIGINS, CodeSpec, Option
 from gpuprof.findings import Evidence, Finding, Link
 
 __all__ = [
-    "Code",
     "CodeSpec",
     "Option",
     "catalogue",
@@ -49,8 +48,6 @@ __all__ = [
     "check_registry",
 ]
 
-Code = CodeSpec  # the former name of a catalogue entry
-
 _DECLARED: dict[str, CodeSpec] = {}
 
 
@@ -64,10 +61,10 @@ def declare(spec: CodeSpec) -> CodeSpec:
 
 
 def _specs() -> list[CodeSpec]:
-    from gpuprof.capture.codes import RUNTIME_CHECKS
     from gpuprof.distributed.rules import all_cross_rank_rules
     from gpuprof.memory.codes import MEMORY_CODES
     from gpuprof.rules.base import all_rules
+    from gpuprof.runtimecodes import RUNTIME_CHECKS
 
     return ([r.spec() for r in all_rules()] + [r.spec() for r in all_cross_rank_rules()] + list(MEMORY_CODES)
             + list(RUNTIME_CHECKS) + list(_DECLARED.values()))

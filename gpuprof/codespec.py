@@ -3,7 +3,7 @@
 A trace rule derives its spec from its class attributes
 (:meth:`gpuprof.rules.base.Rule.spec`); a memory code is a ``CodeSpec`` in
 :mod:`gpuprof.memory.codes`; a runtime check is one :func:`runtime_spec`
-call in :mod:`gpuprof.capture.codes`. :mod:`gpuprof.codes` gathers them into
+call in :mod:`gpuprof.runtimecodes`. :mod:`gpuprof.codes` gathers them into
 the registry that ``gpuprof rules``/``gpuprof explain``, ``--option`` and the
 overlap policy read. This module imports nothing heavy (no torch, no numpy).
 """

@@ -13,8 +13,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-import msgspec
-
 __all__ = [
     "Severity",
     "SourceLocation",
@@ -23,7 +21,6 @@ __all__ = [
     "Finding",
     "Link",
     "sort_findings",
-    "filter_findings",
     "code_matches",
 ]
 
@@ -217,6 +214,8 @@ def _builtins(obj: Any) -> dict[str, Any]:
     and ``Severity`` its value. So the schema is the field list of each class:
     renaming, reordering or adding a field changes the report.
     """
+    import msgspec  # here: `import gpuprof` and `gpuprof --help` read findings.Severity without msgspec
+
     return msgspec.to_builtins(obj)  # type: ignore[no-any-return]
 
 
@@ -234,21 +233,3 @@ def code_matches(code: str, patterns: Iterable[str]) -> bool:
     """True when ``code`` equals or starts with one of ``patterns`` (``GP1`` selects GP1xx)."""
     code = code.upper()
     return any(code.startswith(p.strip().upper()) for p in patterns if p.strip())
-
-
-def filter_findings(
-    findings: Iterable[Finding],
-    select: Iterable[str] = (),
-    ignore: Iterable[str] = (),
-) -> list[Finding]:
-    """Keep findings whose code matches ``select`` (all when empty) and not ``ignore``."""
-    select = [s for s in select if s.strip()]
-    ignore = [s for s in ignore if s.strip()]
-    out = []
-    for f in findings:
-        if select and not code_matches(f.code, select):
-            continue
-        if ignore and code_matches(f.code, ignore):
-            continue
-        out.append(f)
-    return out

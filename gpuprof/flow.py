@@ -46,16 +46,10 @@ import dataclasses
 from typing import Iterable, Sequence
 
 from gpuprof.findings import Finding, Link, sort_findings
-from gpuprof.runner import STRICT_ENV, RuleFailure, RuleUnit, Selection, run_rules, strict_rules
+from gpuprof.runner import Selection
 
 __all__ = [
-    "Selection",
-    "RuleUnit",
-    "RuleFailure",
-    "run_rules",
     "finish",
-    "strict_rules",
-    "STRICT_ENV",
     "link_costs",
 ]
 

@@ -28,6 +28,8 @@ def lazy_exports(
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*namespace, *names})
+        # the public API (what completion and help() should offer) and the module's own dunders; not the
+        # helpers and submodules that happen to be bound in the namespace
+        return sorted({*names, *(n for n in namespace if n.startswith("__") and n.endswith("__"))})
 
     return __getattr__, __dir__

@@ -27,7 +27,6 @@ limits) rather than a second code path.
 
 from __future__ import annotations
 
-import ftplib
 import os
 import re
 from pathlib import Path
@@ -46,9 +45,15 @@ _GLOB_CHARS = ("*", "?", "[")
 # A job has a trace per rank: tens of thousands at the most. A glob over a whole bucket by mistake would
 # make a list of millions of names (and then open them), so the matches are capped (docs/limits.md).
 MAX_URL_MATCHES = Limit("GPUPROF_MAX_URL_MATCHES", 100_000, "the most files a URL glob or prefix may name")
-# What fsspec's backends raise for a store that refuses or fails: OSError subclasses mostly, but ftplib's
-# own errors ("530 Login incorrect") and EOFError (a server that hangs up) are not OSErrors.
-_BACKEND_ERRORS = (OSError, EOFError, ftplib.Error)
+
+def _backend_errors() -> tuple[type[BaseException], ...]:
+    """What fsspec's backends raise for a store that refuses or fails: OSError subclasses mostly, but
+    ftplib's own errors ("530 Login incorrect") and EOFError (a server that hangs up) are not OSErrors.
+    A function, evaluated only when an exception is matched: ftplib (socket, ssl) is not imported by
+    the command line's start (``gpuprof --help``, a local trace)."""
+    import ftplib
+
+    return (OSError, EOFError, ftplib.Error)
 
 
 class Url(str):
@@ -105,7 +110,7 @@ def _filesystem(url: str) -> tuple[Any, str]:
         raise InputError(url, f"reading {protocol}:// needs {_package_for(protocol, err)}") from None
     except ValueError as err:  # "Protocol not known: xyz"
         raise InputError(url, f"no fsspec filesystem for {protocol}:// ({err})") from None
-    except _BACKEND_ERRORS as err:  # a backend that connects when made (ftp://): refused, unreachable
+    except _backend_errors() as err:  # a backend that connects when made (ftp://): refused, unreachable
         raise _store_error(url, err, "connect") from None
     return fs, inner
 
@@ -154,6 +159,8 @@ def _store_error(url: str, err: BaseException, doing: str) -> InputError:
     """One line for a store that refused or failed (the URL and any quoted secret masked by InputError)."""
     if isinstance(err, OSError):
         return InputError.from_os_error(url, err, doing)
+    import ftplib
+
     if isinstance(err, ftplib.error_perm) and str(err)[:3] in ("530", "331", "332"):
         return InputError(url, f"the server refused the login ({' '.join(str(err).split())})")
     return InputError(url, f"cannot {doing}: {describe_error(err)}")
@@ -214,7 +221,7 @@ def find_remote(url: str, wanted: Callable[[str], bool]) -> list[Url]:
             return [url_of(p) for p in sorted(found)]
     except InputError:
         raise
-    except _BACKEND_ERRORS as err:  # PermissionError, a refused login, a server that hung up...
+    except _backend_errors() as err:  # PermissionError, a refused login, a server that hung up...
         raise _store_error(url, err, "list") from None
     return [Url(url)]
 
@@ -245,11 +252,11 @@ def open_remote(url: str, peek: int) -> tuple[str, BinaryIO, bytes, int | None]:
         raw: BinaryIO = fs.open(inner, "rb", block_size=8 * 1024 * 1024, cache_type="readahead")
     except InputError:
         raise
-    except _BACKEND_ERRORS as err:
+    except _backend_errors() as err:
         raise _store_error(url, err, "open") from None
     try:
         head = raw.read(peek) if peek else b""
-    except _BACKEND_ERRORS as err:
+    except _backend_errors() as err:
         raw.close()
         raise _store_error(url, err, "read") from None
     return name, raw, head, int(size) if isinstance(size, (int, float)) else None
@@ -260,7 +267,7 @@ def modified_time(url: str) -> float | None:
     fs, inner = _filesystem(url)
     try:
         when = fs.modified(inner)
-    except (*_BACKEND_ERRORS, NotImplementedError, ValueError, TypeError):
+    except _backend_errors() + (NotImplementedError, ValueError, TypeError):
         return None
     try:
         return float(when.timestamp())

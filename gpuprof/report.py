@@ -9,13 +9,13 @@ the major number.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
 
 from gpuprof.findings import Finding, Severity, sort_findings
+from gpuprof.notebookhook import report_html
 from gpuprof.redact import scrub
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
 from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
@@ -173,15 +173,6 @@ class Section(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-# How a Report draws itself as HTML in a notebook: gpuprof.render.notebook registers it when imported
-# (``import gpuprof`` imports it); this layer imports no renderer (tests/test_layers.py).
-_HTML: list[Callable[[Report], str]] = []
-
-
-def register_html(render: Callable[[Report], str]) -> None:
-    _HTML[:] = [render]
-
-
 @dataclass
 class Report:
     """The result of ``gpuprof analyze`` / ``gpuprof memory`` / a capture run."""
@@ -209,7 +200,7 @@ class Report:
 
     def _repr_html_(self) -> str | None:
         """The report as an inert HTML fragment, shown by Jupyter for a cell's value (None: plain text)."""
-        return _HTML[0](self) if _HTML else None
+        return report_html(self)  # gpuprof.notebookhook: the renderer lives above this layer
 
     def sorted_findings(self) -> list[Finding]:
         return sort_findings(self.findings)

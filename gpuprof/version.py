@@ -1,3 +1,6 @@
-"""gpuprof's version, in a module of its own so that any module can read it without importing the package root."""
+"""gpuprof's version, in a module of its own so that any module can read it without importing the package root.
 
-__version__ = "0.1.0"  # keep equal to pyproject.toml's version
+The one place it is written: pyproject.toml reads it from here (``dynamic = ["version"]``).
+"""
+
+__version__ = "0.1.0"

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from gpuprof.analysis import STRICT_ENV
+from gpuprof.runner import STRICT_ENV
 from gpuprof.testing.realtraces import v100_samples as _v100_samples
 
 

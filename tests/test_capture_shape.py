@@ -99,3 +99,19 @@ def test_every_check_module_is_in_the_one_list() -> None:
     assert listed == modules
     for m in monitors(CaptureConfig(), lambda s: None):
         assert isinstance(m, MonitorBase) and m.part and m.consequence
+
+
+def _dynamic_getattrs(source: str) -> list[int]:
+    """Lines of ``getattr(obj, name)`` calls whose name is not a string literal (a call chosen by name)."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant)]
+
+
+def test_monitors_are_called_through_their_typed_methods() -> None:
+    """The session and the window call each Monitor point by name in the code (mypy checks the call), never
+    ``getattr(monitor, point)`` with the point as data."""
+    assert _dynamic_getattrs("def f(m, point):\n    return getattr(m, point)(1)\n") == [2]  # the check sees one
+    assert _dynamic_getattrs("getattr(m, 'recording', None)\n") == []
+    for name in ("session.py", "window.py", "checks/__init__.py", "checks/base.py"):
+        assert _dynamic_getattrs((CAPTURE / name).read_text(encoding="utf-8")) == [], name

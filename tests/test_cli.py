@@ -9,7 +9,6 @@ from click.testing import CliRunner
 
 from gpuprof.cli import cli
 from gpuprof.rules.base import all_rules
-
 from gpuprof.testing.realtraces import shared_path
 
 NW0 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz")
@@ -103,8 +102,8 @@ def test_rules_lists_every_rule_and_explain_each():
 
 def test_rules_and_explain_cover_memory_and_runtime_codes():
     """Every code a report can print is listed and explained, not only the trace rules'."""
-    from gpuprof.capture.codes import RUNTIME_CHECKS
     from gpuprof.memory.analysis import CODES
+    from gpuprof.runtimecodes import RUNTIME_CHECKS
 
     listing = run("rules", "--format", "markdown").stdout
     others = list(CODES) + [c.code for c in RUNTIME_CHECKS]

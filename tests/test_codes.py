@@ -12,14 +12,21 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.analysis import analyze
-from gpuprof.capture.codes import RUNTIME_CHECKS, runtime_check
 from gpuprof.cli import cli
-from gpuprof.codes import (apply_overlaps, catalogue, check_registry, lookup, parse_option_overrides, parse_options,
-                           resolve_selectors)
+from gpuprof.codes import (
+    apply_overlaps,
+    catalogue,
+    check_registry,
+    lookup,
+    parse_option_overrides,
+    parse_options,
+    resolve_selectors,
+)
 from gpuprof.codespec import CodeSpec
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.rules.base import all_rules
+from gpuprof.runtimecodes import RUNTIME_CHECKS, runtime_check
 from gpuprof.testing.realtraces import shared_path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,13 +2,18 @@
 
 A static check of gpuprof's own imports (module level and inside functions), so a shortcut across the
 layers (the trace loader reaching into distributed, a rule reaching into the capture) fails here
-instead of growing unseen.
+instead of growing unseen. Every top-level module or subpackage sits on one layer of :data:`LAYERS`
+(drawn in docs/architecture.md); a module imports its own layer and the ones below, at module level or
+inside a function alike (a lazy upward import is still a dependency upward).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from gpuprof.testing.cycles import cycles
 
@@ -19,9 +24,9 @@ ALLOWED = {
     # remote: inputs named by URL; redact: what is shown of one (a leaf, like units)
     "trace": {"errors", "findings", "frames", "inputs", "redact", "remote", "units"},
     "findings": {"units"},
-    "report": {"findings", "redact", "trace", "units", "version"},
+    "report": {"findings", "notebookhook", "redact", "trace", "units", "version"},
     "rules": {"codes", "codespec", "errors", "findings", "report", "trace", "units"},
-    "render": {"atomic", "errors", "findings", "remote", "report", "trace", "units"},
+    "render": {"atomic", "errors", "findings", "notebookhook", "remote", "report", "trace", "units"},
 }
 # nobody below the command line imports it
 CLI_USERS = {"cli", "__main__"}
@@ -127,3 +132,200 @@ def test_no_undocumented_import_circle() -> None:
     found = [c for c in _cycles(graph) if c not in INTENDED_CYCLES]
     assert not found, "import circles in gpuprof (break them, or document them in INTENDED_CYCLES): " + "; ".join(
         " <-> ".join(sorted(c)) for c in found)
+
+
+# Lowest first. The package root (gpuprof/__init__.py) is the public facade: it may name anything, lazily.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # plain data and helpers every layer uses
+    ("version", "errors", "units", "findings", "codespec", "lazyexports", "atomic", "torchdep", "remote",
+     "frames", "inputs", "pool", "runner", "cluster", "limits", "redact", "reportcheck"),
+    ("trace",),  # load -> trace model and metrics
+    ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "reportfile"),  # rules -> report
+    ("render", "summarize"),  # report -> renderers
+    ("memory", "distributed", "codes", "flow", "diff", "htmlpage", "export", "history"),  # whole features
+    ("analysis",),  # gpuprof analyze, as a library call
+    ("tbplugin", "capture", "run"),  # the TensorBoard tab; capture (analyses its own traces when a run ends)
+    ("integrations",),  # framework callbacks over capture
+    ("cli",),
+    ("__main__", "__init__", "testing", "data"),
+)
+LEVEL = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PKG.rglob("*.py"):
+        parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _unit(module: str) -> str:
+    """The top-level module or subpackage of gpuprof that ``module`` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _import_statements(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement, with whether it runs when the module is imported."""
+
+    def walk(nodes: list[ast.stmt], at_import: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+        for node in nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield node, at_import
+            elif isinstance(node, ast.If):
+                yield from walk(node.body, at_import and not _is_type_checking(node.test))
+                yield from walk(node.orelse, at_import)
+            elif isinstance(node, ast.Try):
+                for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
+                    yield from walk(block, at_import)
+            elif isinstance(node, (ast.With, ast.For, ast.While)):
+                yield from walk(node.body, at_import)
+            else:  # functions and classes: a function body runs later; a class body runs now
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, ast.stmt):
+                        yield from walk([child], at_import and isinstance(node, ast.ClassDef))
+
+    yield from walk(tree.body, True)
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The gpuprof modules an import statement names (``from pkg import name`` names pkg.name if a module)."""
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            parts = module.split(".")
+            if MODULES[module].name != "__init__.py":
+                parts.pop()
+            parts = parts[: len(parts) - (node.level - 1)]
+            base = ".".join([*parts, base] if base else parts)
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+    out = []
+    for name in names:
+        if name.split(".")[0] != "gpuprof":
+            continue
+        while name not in MODULES and "." in name:
+            name = name.rsplit(".", 1)[0]
+        out.append(name)
+    return out
+
+
+def _edges() -> list[tuple[str, str, bool, int]]:
+    edges = []
+    for module, path in MODULES.items():
+        for node, at_import in _import_statements(ast.parse(path.read_text(encoding="utf-8"))):
+            for target in _targets(module, node):
+                edges.append((module, target, at_import, node.lineno))
+    return edges
+
+
+EDGES = _edges()
+
+
+def test_the_reader_sees_the_imports_it_must() -> None:
+    """The walk finds known imports of each kind (else the other tests would pass on nothing)."""
+    found = {(a, b, now) for a, b, now, _ in EDGES}
+    assert ("gpuprof.__main__", "gpuprof.cli", True) in found
+    assert ("gpuprof.capture.session", "gpuprof.capture.window", True) in found  # module level
+    assert ("gpuprof.codes", "gpuprof.runtimecodes", False) in found  # inside a function
+    assert ("gpuprof.capture.window", "gpuprof.capture.checks.base", False) in found  # TYPE_CHECKING only
+    assert len(EDGES) > 500
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    missing = sorted({_unit(m) for m in MODULES} - set(LEVEL))
+    assert not missing, f"give these a layer in LAYERS: {missing}"
+    assert not sorted(set(LEVEL) - {_unit(m) for m in MODULES} - {"data"}), "LAYERS names parts that are gone"
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    upward = [f"{a} (line {line}) imports {b}" for a, b, _, line in EDGES
+              if _unit(a) != "__init__" and LEVEL[_unit(b)] > LEVEL[_unit(a)]]
+    assert not upward, "\n".join(upward)
+
+
+@pytest.mark.parametrize("lower", ["trace", "rules", "render", "report", "runtimecodes", "codes", "analysis"])
+def test_the_analysis_side_never_reaches_capture_or_the_cli(lower: str) -> None:
+    """Spelled out for the layers the architecture names: ``analyze`` must work without capture (and torch)."""
+    bad = [f"{a}:{line} -> {b}" for a, b, _, line in EDGES
+           if _unit(a) == lower and _unit(b) in ("capture", "cli", "integrations", "tbplugin")]
+    assert not bad, bad
+
+
+def test_nothing_imports_the_cli_but_main_by_module() -> None:
+    users = sorted({a for a, b, _, _ in EDGES if _unit(b) == "cli" and _unit(a) != "cli"})
+    assert users == ["gpuprof.__main__"]
+
+
+def _import_time_graph() -> dict[str, set[str]]:
+    """Module -> the modules importing it loads at once (each named module and the packages above it)."""
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for a, b, at_import, _ in EDGES:
+        if not at_import:
+            continue
+        parts = b.split(".")
+        for k in range(2, len(parts) + 1):  # the root package is loaded first by everything: not an edge
+            target = ".".join(parts[:k])
+            if target != a and not a.startswith(target + "."):  # a package's own parents are loading already
+                graph[a].add(target)
+    return graph
+
+
+def test_no_import_cycle_at_import_time_with_the_packages_each_import_loads() -> None:
+    """``import gpuprof.a.b`` runs ``gpuprof/a/__init__.py`` first: a package whose ``__init__`` imports a
+    module that imports the package back is a circle the module graph above does not show."""
+    found = cycles(_import_time_graph())
+    assert not found, "; ".join(" <-> ".join(sorted(c)) for c in found)
+
+
+# Modules that hand on names defined elsewhere on purpose, each with its reason; any other import of a name
+# through a module that only imports it (a re-export shim) fails below.
+FACADES = {
+    "gpuprof.report": "the report's record types (DeviceInfo, KernelStat, ...) are defined with the code that fills "
+                      "them and are part of the report (docs/report-schema.md)",
+    "gpuprof.codes": "the registry's public face: CodeSpec and Option with catalogue() and lookup()",
+}
+
+
+def _top_level_names(path: Path) -> tuple[set[str], dict[str, str]]:
+    """Names ``path`` defines at module level, and the gpuprof names it imports (name -> module)."""
+    defined: set[str] = set()
+    imported: dict[str, str] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gpuprof"):
+            imported.update({a.asname or a.name: node.module for a in node.names})
+    return defined, imported
+
+
+def test_names_are_imported_from_the_module_that_defines_them() -> None:
+    names = {m: _top_level_names(p) for m, p in MODULES.items() if p.name != "__init__.py"}
+    users = [*PKG.rglob("*.py"), *(PKG.parent / "tests").rglob("*.py"), *(PKG.parent / "bench").rglob("*.py")]
+    through = []
+    for path in users:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in names and node.module not in FACADES:
+                defined, imported = names[node.module]
+                through += [f"{path.relative_to(PKG.parent)}:{node.lineno}: {a.name} from {node.module} "
+                            f"(defined in {imported[a.name]})" for a in node.names
+                            if a.name not in defined and a.name in imported]
+    assert not through, "\n".join(through)
+
+
+def test_the_shim_check_sees_a_shim(tmp_path: Path) -> None:
+    shim = tmp_path / "shim.py"
+    shim.write_text("from gpuprof.units import fmt_us\n\nX = 1\n\ndef f():\n    pass\n", encoding="utf-8")
+    defined, imported = _top_level_names(shim)
+    assert defined == {"X", "f"} and imported == {"fmt_us": "gpuprof.units"}

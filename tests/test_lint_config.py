@@ -18,7 +18,7 @@ else:  # pragma: no cover - Python 3.10
     tomllib = pytest.importorskip("tomli")
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = ("python3 -m ruff check gpuprof", "python3 -m mypy gpuprof", "python3 -m pytest -q -p no:cacheprovider")
+STEPS = ("python3 -m ruff check gpuprof tests bench", "python3 -m mypy gpuprof", "python3 -m pytest -q -p no:cacheprovider")
 FAST = 'python3 -m pytest -q -p no:cacheprovider -m "not slow"'
 SLOW = "python3 -m pytest -q -p no:cacheprovider -m slow"
 # pytest's own marks, not ours to register

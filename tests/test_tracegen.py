@@ -10,7 +10,16 @@ import pytest
 
 from gpuprof.testing import KERNELS, NCCL_STREAM, TraceBuilder, gemm_kernel, simple_training, write_ranks
 from gpuprof.trace.load import load_trace
-from gpuprof.trace.model import DTYPE_BF16, DTYPE_FLOAT, DTYPE_HALF, Trace, copy_kind, memory_totals, op_call_stack, op_dtypes
+from gpuprof.trace.model import (
+    DTYPE_BF16,
+    DTYPE_FLOAT,
+    DTYPE_HALF,
+    Trace,
+    copy_kind,
+    memory_totals,
+    op_call_stack,
+    op_dtypes,
+)
 from gpuprof.trace.vocab import step_number
 
 DIALECTS = ["modern", "2021"]

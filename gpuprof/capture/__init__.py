@@ -24,12 +24,12 @@ from gpuprof.lazyexports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.capture.api import StepProfiler, profile, profile_step
-    from gpuprof.capture.codes import RUNTIME_CHECKS, RuntimeCheck
     from gpuprof.capture.config import CaptureConfig, CheckOptions, Schedule
     from gpuprof.capture.guard import GpuprofWarning
     from gpuprof.capture.placement import DeviceMismatchError
     from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
-    from gpuprof.capture.session import Profiler, TraceFile
+    from gpuprof.capture.run import TraceFile
+    from gpuprof.capture.session import Profiler
 
 __all__ = [
     "profile",
@@ -45,21 +45,18 @@ __all__ = [
     "WindowReport",
     "GpuprofWarning",
     "DeviceMismatchError",
-    "RuntimeCheck",
-    "RUNTIME_CHECKS",
 ]
 
-# Each name from the module that defines it, on first use: `gpuprof analyze` reads the runtime checks'
-# codes (gpuprof.capture.codes) for the code registry, and importing this package must not load the
-# whole capture machinery (sessions, checks, the memory replay) for that.
+# Each name from the module that defines it, on first use: importing this package (as `gpuprof.capture.X`
+# for any X does) must not load the whole capture machinery (sessions, checks, torch) with it. The runtime
+# checks' codes live beside the registry (gpuprof.runtimecodes), which never imports capture.
 _LAZY = {
     "profile": "api", "profile_step": "api", "StepProfiler": "api",
-    "RUNTIME_CHECKS": "codes", "RuntimeCheck": "codes",
     "CaptureConfig": "config", "CheckOptions": "config", "Schedule": "config",
     "GpuprofWarning": "guard",
     "DeviceMismatchError": "placement",
     "CaptureResult": "result", "RecordedTrace": "result", "WindowReport": "result",
-    "Profiler": "session", "TraceFile": "session",
+    "Profiler": "session", "TraceFile": "run",
 }
 
 

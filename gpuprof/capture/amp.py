@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.frames import user_frame
+from gpuprof.runtimecodes import runtime_check
 
 __all__ = ["AmpWarningWatcher", "AmpEvent", "classify_amp_warning"]
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Callable
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.frames import is_user_file
+from gpuprof.runtimecodes import runtime_check
 
 __all__ = ["CompileMonitor", "GraphBreak", "parse_graph_break", "compile_findings"]
 

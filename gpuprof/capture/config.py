@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from gpuprof.capture.codes import RUNTIME_CHECKS
 from gpuprof.codespec import option_default, replace_fields
+from gpuprof.runtimecodes import RUNTIME_CHECKS
 
 __all__ = ["Schedule", "CheckOptions", "CaptureConfig", "DEFAULT_LOGDIR"]
 
@@ -78,7 +78,7 @@ class CheckOptions:
     """Thresholds of the runtime checks (GP6xx). Units are in the names.
 
     Each field is an option of a runtime check, declared (default and
-    meaning) in :data:`gpuprof.capture.codes.RUNTIME_CHECKS`;
+    meaning) in :data:`gpuprof.runtimecodes.RUNTIME_CHECKS`;
     ``gpuprof.profile(options={"GP640.leak_min_steps": 12})`` sets it.
     """
 

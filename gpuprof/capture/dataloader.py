@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Callable
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
 from gpuprof.codespec import INFO_BELOW_SHARE, severity_for_cost
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.trace.metrics import data_loading_share  # the one definition (the capture's figures use it too)
+from gpuprof.runtimecodes import runtime_check
+from gpuprof.trace.dataloading import data_loading_share  # the one definition (the capture's figures use it too)
 
-__all__ = ["LoaderRecord", "LoaderMonitor", "available_cores", "batch_signature", "data_loading_share", "dataloader_findings",
+__all__ = ["LoaderRecord", "LoaderMonitor", "available_cores", "batch_signature", "dataloader_findings",
            "prepare"]
 
 Signature = tuple[Any, ...]
@@ -86,7 +86,6 @@ class LoaderMonitor:
             iterator._gpuprof_record = rec
         except (AttributeError, TypeError):
             pass  # an iterator class with __slots__: timing still counts via the step clock
-        self._epoch_t0 = perf_counter()
 
     def adopt(self, loader: Any, location: SourceLocation | None, label: str | None = None) -> LoaderRecord:
         """Register a loader before (or while) it is iterated, with the user's line for its findings."""

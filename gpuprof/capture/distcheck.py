@@ -17,9 +17,9 @@ epoch visits the samples in the same order. Checked whatever the world size
 
 from __future__ import annotations
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.dataloader import LoaderRecord
 from gpuprof.findings import Evidence, Finding, SourceLocation
+from gpuprof.runtimecodes import runtime_check
 
 __all__ = ["distributed_findings", "process_group", "sampler_epoch_findings"]
 

@@ -20,11 +20,11 @@ import re
 import traceback
 from typing import Any
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.guard import safe_text
 from gpuprof.capture.placement import _module_path, _own_tensors, _shape
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.frames import is_user_file
+from gpuprof.runtimecodes import runtime_check
 
 __all__ = ["is_dtype_error", "explain_dtype_error"]
 

@@ -16,7 +16,7 @@ from gpuprof.capture.config import Schedule
 from gpuprof.capture.end.text import no_steps_text
 from gpuprof.capture.run import CaptureSection, RunFacts, TraceFile
 from gpuprof.findings import Finding
-from gpuprof.trace.metrics import data_loading_share
+from gpuprof.trace.dataloading import data_loading_share
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.end.analyse import TraceResults

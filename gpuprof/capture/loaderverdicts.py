@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from gpuprof.capture.config import CheckOptions
 from gpuprof.capture.dataloader import LoaderRecord, _finding
 from gpuprof.findings import Evidence, Finding
-from gpuprof.trace.metrics import data_loading_share
+from gpuprof.trace.dataloading import data_loading_share
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.report import JobSamples

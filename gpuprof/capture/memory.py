@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpuprof.atomic import atomic_write
-from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.memory.snapshot import dump_snapshot
+from gpuprof.runtimecodes import runtime_check
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.leaklines import StatementSite

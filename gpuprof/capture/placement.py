@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Iterable, Iterator
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.guard import safe_text
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.frames import is_user_file, user_frame
+from gpuprof.runtimecodes import runtime_check
 
 __all__ = [
     "DeviceMismatchError",
@@ -72,10 +72,6 @@ def _own_tensors(module: Any) -> Iterator[tuple[str, str, Any]]:
     for name, b in module.named_buffers(recurse=False):
         if b is not None:
             yield "buffer", name, b
-
-
-def _is_accelerator(device: Any) -> bool:
-    return device.type not in ("cpu", "meta")
 
 
 @dataclass(frozen=True)

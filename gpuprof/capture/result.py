@@ -55,7 +55,7 @@ class CaptureResult(msgspec.Struct, frozen=True, kw_only=True):
     * ``steps``: ``step()`` calls (training iterations) seen;
       ``step_time_median_ms`` and ``data_loading_share`` (time waiting for the
       DataLoader / step time, over every step; see
-      ``gpuprof.trace.metrics.data_loading_share``) measure them.
+      ``gpuprof.trace.dataloading.data_loading_share``) measure them.
     * ``reports``: the window report (if the run outlived the recorded window)
       then the final one; :attr:`report` is the last.
     * ``runtime_findings``: the GP6xx findings measured in the live process

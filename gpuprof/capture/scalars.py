@@ -59,7 +59,7 @@ class StepRows:
         self._sampled: dict[int, dict[str, float]] | None = None
 
     def __call__(self, i: int) -> dict[str, float]:
-        from gpuprof.capture.dataloader import data_loading_share
+        from gpuprof.trace.dataloading import data_loading_share
 
         st = self.step_s[i]
         vals: dict[str, float] = {"step_time_ms": st * 1000.0}

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
 from types import FrameType, TracebackType
@@ -65,7 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.run.hang import Watchdog
     from gpuprof.run.job import JobWindows
 
-__all__ = ["Profiler", "TraceFile"]
+__all__ = ["Profiler"]
 
 _M = TypeVar("_M")
 
@@ -95,7 +96,6 @@ class Profiler(FrameworkSeams):
         self.started = False
         self.finished = False
         self.inactive: str | None = None  # why this capture records nothing (another profiler runs)
-        self.inherited = False  # this is a fork child's copy: the parent's files and profiler are not ours
         self._driver: int | None = None  # the thread that started the capture; only it steps
         self._fetch_acc = 0.0
         self._t_last = 0.0
@@ -205,7 +205,7 @@ class Profiler(FrameworkSeams):
             try:
                 if self._first_step_pending:
                     self._first_step_pending = False
-                    self._each("first_step")
+                    self._each(lambda m: m.first_step(live))
                 self.guard.run("profiler", "no trace is recorded", window.advance_or_drop, nxt)
                 if window.closed_for_good:
                     window.closed_for_good = False
@@ -288,7 +288,6 @@ class Profiler(FrameworkSeams):
 
     def forget_after_fork(self) -> None:
         """In a fork child: this copy must never step, stop or write anything of the parent's."""
-        self.inherited = True
         self.finished = True
 
     @property
@@ -396,17 +395,19 @@ class Profiler(FrameworkSeams):
         assert found is not None, kind  # monitors() makes one of each
         return found
 
-    def _each(self, point: str, *args: object) -> None:
-        """Call ``point`` of every monitor, each guarded under its own name."""
+    def _each(self, call: Callable[[Monitor], None]) -> None:
+        """``call`` (one of the :class:`Monitor` points) on every monitor, each guarded under its own name."""
         for m in self.live.monitors:
-            self.guard.run(m.part, m.consequence, getattr(m, point), self.live, *args)
+            self.guard.run(m.part, m.consequence, call, m)
 
     # WindowHooks: the torch profiler enters/leaves the recorded steps
     def recording(self, on: bool, span: int | None) -> None:
-        self._each("recording", on, span)
+        live = self.live
+        self._each(lambda m: m.recording(live, on, span))
 
     def recorded_step(self) -> None:
-        self._each("recorded_step")
+        live = self.live
+        self._each(lambda m: m.recorded_step(live))
 
     def _from_other_thread(self, what: str) -> None:
         me = threading.current_thread().name
@@ -438,14 +439,15 @@ class Profiler(FrameworkSeams):
         live.cuda = bool(torch.cuda.is_available())
         window = self.window
         sched = cfg.schedule
+        # the torch form of the schedule, which the window plan wraps to record the windows asked for later
         window.schedule = sched.to_torch() if isinstance(sched, Schedule) else sched
         self.guard.run("recorded windows", "only the schedule's windows are recorded", self._plan_windows)
         if cfg.activities is not None:
-            window.activities = list(cfg.activities)
+            activities = list(cfg.activities)
         else:
             from torch.profiler import ProfilerActivity
 
-            window.activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if live.cuda else [])
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if live.cuda else [])
         paths = RunPaths.make(cfg.logdir, cfg.run, live.ranks)
         try:
             paths.create()
@@ -454,7 +456,7 @@ class Profiler(FrameworkSeams):
             self.guard.fail("log directory", f"nothing is written to {cfg.logdir} (traces, TensorBoard, report)",
                             f"cannot write to {paths.out_dir}: {err.strerror or err}")
         self.outputs.print_once = _in_notebook()
-        self._each("install")
+        self._each(lambda m: m.install(live))
         if cfg.tensorboard and live.paths is not None:
             self.guard.run("TensorBoard writer", "no TensorBoard event files (pip install 'tensorboard>=2.21')",
                            self._open_writer)
@@ -467,7 +469,7 @@ class Profiler(FrameworkSeams):
                 self.guard.run("trigger", "gpuprof trigger cannot reach this run", self._register)
             if cfg.hang_timeout != 0:
                 self.guard.run("hang watchdog", "no hang report in this run", self._start_watchdog)
-        window.begin()
+        window.begin(window.schedule, activities)
 
     def _plan_windows(self) -> None:
         """The schedule becomes a plan that also records the windows asked for later (gpuprof.run.windows)."""

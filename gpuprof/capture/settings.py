@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.findings import Evidence, Finding, Severity
+from gpuprof.runtimecodes import runtime_check
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.trace.model import Trace

@@ -16,10 +16,10 @@ import warnings
 from collections import Counter
 from typing import Any, Callable, TextIO, cast
 
-from gpuprof.capture.codes import runtime_check
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.frames import user_frame
+from gpuprof.runtimecodes import runtime_check
 
 __all__ = ["SYNC_WARNING_TEXT", "SyncLocator", "is_logging_line"]
 

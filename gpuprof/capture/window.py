@@ -54,7 +54,7 @@ class TraceWindow:
         self._PA = ProfilerAction
         self._RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
         self.traces: list[TraceFile] = []
-        self.schedule: Callable[[int], ProfilerAction] = _noop_schedule
+        self.schedule: Callable[[int], ProfilerAction] = _noop_schedule  # records nothing until begin()
         self.activities: list[ProfilerActivity] = []
         self.stopping = False  # the run is ending: an export no longer starts the window report
         self.closed_for_good = False  # the last recorded window was exported (the window report may start)
@@ -80,8 +80,11 @@ class TraceWindow:
         """The next step changes the profiler's state (else step() stays on its fast path)."""
         return nxt is not self._PA.NONE or self._tp is not None
 
-    def begin(self) -> None:
-        """At the capture's start: the schedule may warm up or record from step 0."""
+    def begin(self, schedule: Callable[[int], ProfilerAction], activities: list[ProfilerActivity]) -> None:
+        """At the capture's start, with what it records (``activities``) and when (``schedule``, torch's
+        form): the schedule may warm up or record from step 0."""
+        self.schedule = schedule
+        self.activities = activities
         self._action = self.schedule(0)
         if self._action is not self._PA.NONE:
             self._start_profiler(0)

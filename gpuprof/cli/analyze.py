@@ -90,7 +90,8 @@ def analyze_cmd(
         if output:
             refuse_input_as_output(output, [paths[0]])
         # the one boundary (gpuprof.flow.finish), as for a live analysis: --select/--ignore, overlaps, order
-        from gpuprof.flow import Selection, finish
+        from gpuprof.flow import finish
+        from gpuprof.runner import Selection
 
         report.findings = finish(report.findings, Selection.of(split_codes(select), split_codes(ignore)))
         if html_out:

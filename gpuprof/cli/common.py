@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from gpuprof.atomic import refuse_input_as_output, write_output
 from gpuprof.errors import EXIT_FINDINGS, EXIT_OK
 from gpuprof.findings import Severity
-from gpuprof.flow import Selection
 from gpuprof.render.safe import visible
-from gpuprof.report import Report
+from gpuprof.runner import Selection
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: the report model (numpy) loads with a command, not for --help
+    from gpuprof.report import Report
 
 __all__ = ["report_options", "emit_report", "split_codes", "input_files", "option_settings", "parse_option_settings"]
 

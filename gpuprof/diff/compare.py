@@ -255,7 +255,7 @@ LOWER_IS_BETTER = {"gpu_utilization": False, "gpu_busy": False}  # everything el
 
 def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any], labels: tuple[str, str] = ("before", "after")) -> dict[str, Any]:
     """The diff document (docs/diff.md) of two reports in their JSON form."""
-    from gpuprof import __version__
+    from gpuprof.version import __version__
 
     b, a = side_from_report(before, labels[0]), side_from_report(after, labels[1])
     band = noise_band_us(b.step_times, a.step_times)

@@ -19,9 +19,9 @@ import msgspec
 
 from gpuprof.distributed.summary import SUMMARY_VERSION, RankSummary
 from gpuprof.errors import InputError
-from gpuprof.inputs import Limit, is_report_file
+from gpuprof.limits import Limit
 
-__all__ = ["RankSummaries", "is_report_file", "summaries_from_report", "KIND"]
+__all__ = ["RankSummaries", "summaries_from_report", "KIND"]
 
 KIND = "rank_summaries"
 # A node report holds a few KB to a few MB per rank. Loading its summaries costs 2-5x its size (Python lists

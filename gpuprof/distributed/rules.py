@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator, Mapping
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding
-from gpuprof.rules.base import Option, RuleSpec, add_rule, find_rule
+from gpuprof.rules.base import RuleSpec, add_rule, find_rule
 from gpuprof.runner import RuleFailure, RuleUnit, Selection, run_rules
 from gpuprof.units import fmt_bytes, fmt_us
 

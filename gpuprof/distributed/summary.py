@@ -71,8 +71,9 @@ from typing import Sequence
 import msgspec
 
 from gpuprof.trace.collectives import COLLECTIVE_TYPES, collective_type, message_bytes
+from gpuprof.trace.gpuwork import is_communication_kernel, union_of
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.metrics import TraceMetrics, is_communication_kernel, union_of
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import CommArgs, Event, Trace
 from gpuprof.trace.vocab import Kind
 

@@ -18,12 +18,11 @@ script and stylesheet by hash and nothing else.
 from __future__ import annotations
 
 import os
-import statistics
 from typing import Any
 
 from gpuprof.memory.htmlsafe import fill_template, page_head, script_json, text_for_html
 from gpuprof.render import web
-from gpuprof.render.format import fmt_cost, linked_message
+from gpuprof.render.web.model import TraceFigures, drawn_finding, headline
 from gpuprof.report import Report
 
 __all__ = ["report_page_data", "diff_page_data", "render_page", "report_page", "diff_page"]
@@ -54,25 +53,13 @@ def report_page_data(report: Report) -> dict[str, Any]:
             "step_times_us": t.get("step_times_us", []),
             "views": t.get("views"),
         })
-    findings = [{**f.to_dict(), "display_message": linked_message(f), "display_cost": fmt_cost(f)} for f in report.findings]
+    findings = [drawn_finding(f) for f in report.findings]
     title = "gpuprof report: " + ", ".join(_title_name(p) for p in report.inputs)
-    return {"kind": "report", "title": title, "inputs": d["inputs"], "headline": _headline(traces), "traces": traces,
+    # the summary cards: the same figures as the TensorBoard tab's run headline (gpuprof.render.web.model)
+    head = headline([TraceFigures.of(t, t["devices"]) for t in traces],
+                    [x for t in traces for x in t["step_times_us"]], sum(t["num_steps"] for t in traces))
+    return {"kind": "report", "title": title, "inputs": d["inputs"], "headline": head, "traces": traces,
             "findings": findings, "notes": d["notes"], "version": d["tool"]["version"], "job": d.get("job")}
-
-
-def _headline(traces: list[dict[str, Any]]) -> dict[str, Any]:
-    """The summary cards' figures over every step of every trace (as the TensorBoard tab's run headline)."""
-    times = [x for t in traces for x in t["step_times_us"]]
-    timed = [t for t in traces if t["gpu_utilization"] is not None]
-    util_time = sum(t["step_time_mean_us"] * t["num_steps"] for t in timed)
-    return {
-        "traces": len(traces),
-        "devices": list(dict.fromkeys(n for t in traces for n in t["devices"] if n)),
-        "steps": sum(t["num_steps"] for t in traces),
-        "step_time_us": statistics.median(times) if times else None,
-        "step_time_mean_us": sum(times) / len(times) if times else None,
-        "gpu_utilization": sum(t["gpu_busy_us"] * t["num_steps"] for t in timed) / util_time if util_time > 0 else None,
-    }
 
 
 def diff_page_data(diff: dict[str, Any]) -> dict[str, Any]:
@@ -107,51 +94,12 @@ def diff_page(diff: dict[str, Any]) -> str:
     return render_page(diff_page_data(diff))
 
 
-# The page's own layout and its calls into the shared drawing code (gpuprof/render/web/report.js, GP.*), which
-# comes first in the page's one script. Data reaches the DOM only through that code's textContent, Text nodes and
-# setAttribute of fixed attribute names; there is no innerHTML, insertAdjacentHTML, outerHTML or document.write.
-_PAGE_STYLE = r"""
-body{font:13px system-ui,sans-serif;margin:16px;color:#222;background:#fff;max-width:1400px}
-h1{font-size:18px;margin:0 0 6px;overflow-wrap:anywhere} h2{font-size:15px;margin:18px 0 6px} h3{font-size:13px;margin:12px 0 4px}
-li{margin:4px 0;overflow-wrap:anywhere}
-"""
-
-_PAGE_SCRIPT = r"""
-const D = JSON.parse(document.getElementById("data").textContent);
-const {el, short, fmtUs, fmtPct, table} = GP;
-const $ = id => document.getElementById(id);
-function section(title){ const s = el("section", {}, el("h2", {}, title)); $("main").append(s); return s; }
-const COLORS = GP.PALETTE;
-
-function renderReport(){
-  const s = section("Summary");
-  s.append(el("div", {class: "cards"}, ...GP.cards(D.headline, D.findings.length)));
-  if (D.traces.length > 1) s.append(table([{head: "trace", name: true, get: t => t.path},
-    {head: "device", name: true, get: t => t.devices.join(", ") || "-"}, {head: "steps", get: t => t.num_steps, show: t => String(t.num_steps)},
-    {head: "step median", get: t => t.step_time_us, show: t => fmtUs(t.step_time_us)},
-    {head: "step mean", get: t => t.step_time_mean_us, show: t => fmtUs(t.step_time_mean_us)},
-    {head: "GPU utilisation", get: t => t.gpu_utilization, show: t => fmtPct(t.gpu_utilization)}], D.traces));
-  const keys = [...new Set(D.traces.flatMap(t => Object.keys(t.breakdown_us)))];
-  s.append(table([{head: "per step (mean)", name: true, get: k => k}, ...D.traces.map((t, i) => ({head: D.traces.length > 1 ? "#" + (i + 1) : "time",
-    get: k => t.breakdown_us[k], show: k => fmtUs(t.breakdown_us[k])}))], keys));
-  const colors = {}, labels = {}, bars = [];
-  D.traces.forEach((t, i) => { const k = "#" + (i + 1); colors[k] = COLORS[i % COLORS.length]; labels[k] = k + " " + t.path;
-    t.step_times_us.forEach((v, j) => bars.push({id: t.step_ids[j] === undefined ? j : t.step_ids[j], parts: {[k]: v}})); });
-  if (D.job) GP.jobChart(section("Job: " + D.job.steps + " steps watched").appendChild(el("div", {id: "job-chart"})), D.job);
-  GP.stepChart(section("Step time").appendChild(el("div", {id: "steps-chart"})), bars, colors, "step time per step", labels);
-  section("Findings (" + D.findings.length + ")").append(...GP.findings(D.findings));
-  D.traces.forEach((t, i) => { const sec = section("Views" + (D.traces.length > 1 ? " of #" + (i + 1) + " " + short(t.path) : ""));
-    GP.views(sec.appendChild(el("div", {class: "views"})), t.views, i ? "-" + (i + 1) : ""); });
-}
-
-// the diff document, drawn whole by the shared code (GP.diff), as the TensorBoard tab's comparison
-function renderDiff(){ GP.diff(section("Comparison, before \u2192 after").appendChild(el("div", {id: "diff"})), D.diff); }
-
-$("title").textContent = D.title;
-$("sub").textContent = "gpuprof " + D.version + " \u00b7 offline page: nothing here loads from the network";
-if (D.kind === "diff") renderDiff(); else renderReport();
-document.body.dataset.rendered = "1";
-"""
+# The page's own stylesheet and its calls into the shared drawing code (gpuprof/render/web/page.css, page.js;
+# report.js, GP.*, comes first in the page's one script). Data reaches the DOM only through that code's
+# textContent, Text nodes and setAttribute of fixed attribute names; there is no innerHTML,
+# insertAdjacentHTML, outerHTML or document.write.
+_PAGE_STYLE = web.read("page.css")
+_PAGE_SCRIPT = web.read("page.js")
 
 # One inline script (the shared drawing code, then this page's) and one stylesheet: the policy allows them by hash.
 _SCRIPT = web.SCRIPT + _PAGE_SCRIPT

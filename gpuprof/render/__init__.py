@@ -7,7 +7,10 @@ registered in :mod:`gpuprof.render.sections`.
 
 from __future__ import annotations
 
-from gpuprof.report import Report
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: `gpuprof --help` imports gpuprof.render.safe, not numpy
+    from gpuprof.report import Report
 
 __all__ = ["render"]
 

@@ -2,8 +2,8 @@
 
 Every renderer formats a duration, a share or a byte count the same way, so a
 number in ``report.md`` and the terminal output is the same string. The plain
-value formats (``fmt_us``, ``fmt_bytes``, ``fmt_pct``, ...) are defined in
-:mod:`gpuprof.units`, which the rules use too, and re-exported here; this
+value formats (``fmt_us``, ``fmt_bytes``, ``fmt_pct``, ...) are
+:mod:`gpuprof.units`, which the rules use too (import them from there); this
 module adds what only a renderer needs (evidence values, devices, step ranges,
 findings).
 """
@@ -14,10 +14,8 @@ import math
 from typing import Any, Iterable, Sequence
 
 from gpuprof.findings import Evidence, Finding, Severity
-from gpuprof.render.safe import shorten
 from gpuprof.report import DeviceInfo, Report, TraceSummary
-from gpuprof.trace.metrics import BREAKDOWN_KEYS, IDLE_KEYS
-from gpuprof.units import fmt_bytes, fmt_count, fmt_gbps, fmt_ms, fmt_pct, fmt_share_of, fmt_us
+from gpuprof.units import fmt_bytes, fmt_gbps, fmt_pct, fmt_us
 
 # what a finding of origin "runtime" says about where it comes from (terminal and markdown)
 RUNTIME_ORIGIN = "the capture's runtime checks (measured while the run trained)"
@@ -25,17 +23,8 @@ RUNTIME_ORIGIN = "the capture's runtime checks (measured while the run trained)"
 __all__ = [
     "RUNTIME_ORIGIN",
     "fmt_lead_in",
-    "BREAKDOWN_KEYS",
-    "IDLE_KEYS",
     "BREAKDOWN_LABELS",
     "IDLE_LABELS",
-    "fmt_us",
-    "fmt_ms",
-    "fmt_pct",
-    "fmt_share_of",
-    "fmt_bytes",
-    "fmt_count",
-    "fmt_gbps",
     "fmt_number",
     "fmt_value",
     "fmt_cc",
@@ -48,7 +37,6 @@ __all__ = [
     "fmt_cost",
     "fmt_evidence",
     "fmt_location",
-    "shorten",
     "ordered_items",
     "step_basis_us",
     "findings_total",

@@ -18,10 +18,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Iterable, Sequence
 
+from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
-from gpuprof.render.safe import clip, one_line, visible
+from gpuprof.render.safe import clip, one_line, shorten, visible
 from gpuprof.render.sections import markdown_renderer
+from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
 
 if TYPE_CHECKING:
     from gpuprof.render.views import ViewTable
@@ -79,7 +81,7 @@ def md_code(text: str, cell: bool = False) -> str:
 
 def md_name(name: str, width: int = 80, cell: bool = True) -> str:
     """A (kernel) name as a code span, cut in the middle beyond ``width`` so distinct names stay distinct."""
-    return md_code(F.shorten(visible(name), width), cell=cell)
+    return md_code(shorten(visible(name), width), cell=cell)
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> str:
@@ -150,15 +152,15 @@ def _trace(t: TraceSummary) -> list[str]:
     if t.gpu_utilization is None:
         util = "n/a (no GPU activity in this trace)"
     else:
-        util = f"**{F.fmt_pct(t.gpu_utilization)}** (GPU busy {F.fmt_ms(t.gpu_busy_us)} ms per step)"
-    size = f"{F.fmt_count(t.num_events)} events"
+        util = f"**{U.fmt_pct(t.gpu_utilization)}** (GPU busy {U.fmt_ms(t.gpu_busy_us)} ms per step)"
+    size = f"{U.fmt_count(t.num_events)} events"
     if t.file_bytes:
-        size += f", {F.fmt_bytes(t.file_bytes)} on disk"
+        size += f", {U.fmt_bytes(t.file_bytes)} on disk"
     out += [
         f"- **Device:** {md_escape(F.fmt_devices(t.devices, t.has_gpu_activity))}",
         f"- **Rank:** {F.fmt_rank(t.rank, t.world_size)}",
         f"- **Steps:** {steps}",
-        f"- **Step time:** {F.fmt_ms(t.step_time_us)} ms median, {F.fmt_ms(t.step_time_mean_us)} ms mean",
+        f"- **Step time:** {U.fmt_ms(t.step_time_us)} ms median, {U.fmt_ms(t.step_time_mean_us)} ms mean",
         *([f"- **Lead-in:** {F.fmt_lead_in(t.lead_in_us)}"] if t.lead_in_us is not None else []),
         f"- **GPU utilisation:** {util}",
         f"- **Trace:** {size}",
@@ -167,37 +169,37 @@ def _trace(t: TraceSummary) -> list[str]:
     basis = F.step_basis_us(t)
     if t.breakdown_us:
         out += ["### Step time breakdown", ""]
-        out.append(_breakdown(t.breakdown_us, F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
+        out.append(_breakdown(t.breakdown_us, BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
         out.append("")
     if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
         out += ["### While the GPU was idle, the host was in", ""]
-        out.append(_breakdown(t.idle_breakdown_us, F.IDLE_KEYS, F.IDLE_LABELS, basis))
+        out.append(_breakdown(t.idle_breakdown_us, IDLE_KEYS, F.IDLE_LABELS, basis))
         out.append("")
     if t.top_kernels:
         out += ["### Top kernels", ""]
         rows: list[tuple[str, ...]] = [
-            (md_name(k.name, NAME_WIDTH), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu))
+            (md_name(k.name, NAME_WIDTH), U.fmt_count(k.count), U.fmt_us(k.total_us), U.fmt_us(k.mean_us), U.fmt_pct(k.share_of_gpu))
             for k in t.top_kernels[:TOP_N]
         ]
         out += [md_table(["Kernel", "Calls", "Total", "Mean", "% GPU"], rows, "lrrrr"), ""]
     if t.top_ops:
         out += ["### Top operators", ""]
         rows = [
-            (md_name(o.name, NAME_WIDTH), F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
+            (md_name(o.name, NAME_WIDTH), U.fmt_count(o.count), U.fmt_us(o.total_us), U.fmt_us(o.self_us), U.fmt_us(o.gpu_us))
             for o in t.top_ops[:TOP_N]
         ]
         out += [md_table(["Operator", "Calls", "Total", "Self", "GPU self"], rows, "lrrrr"), ""]
     if t.copies:
         out += ["### Copies", ""]
         rows = [
-            (md_escape(c.direction), md_escape(c.memory), F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps))
+            (md_escape(c.direction), md_escape(c.memory), U.fmt_count(c.count), U.fmt_bytes(c.bytes), U.fmt_us(c.total_us), U.fmt_gbps(c.bandwidth_gbps))
             for c in t.copies[:TOP_N]
         ]
         out += [md_table(["Direction", "Host memory", "Count", "Bytes", "Time", "Bandwidth"], rows, "llrrrr"), ""]
     if t.syncs:
         out += ["### Host synchronisations", ""]
         rows = [
-            (md_name(s.cause, NAME_WIDTH), md_name(s.runtime, NAME_WIDTH), F.fmt_count(s.count), F.fmt_us(s.total_us), md_name(s.location, NAME_WIDTH) if s.location else "-")
+            (md_name(s.cause, NAME_WIDTH), md_name(s.runtime, NAME_WIDTH), U.fmt_count(s.count), U.fmt_us(s.total_us), md_name(s.location, NAME_WIDTH) if s.location else "-")
             for s in t.syncs[:TOP_N]
         ]
         out += [md_table(["Cause", "Runtime call", "Count", "Total", "Location"], rows, "llrrl"), ""]
@@ -211,7 +213,7 @@ def _trace(t: TraceSummary) -> list[str]:
 
 
 def _breakdown(values: dict[str, float], order: Sequence[str], labels: dict[str, str], basis_us: float) -> str:
-    rows = [(md_escape(labels.get(k, k)), F.fmt_ms(us), F.fmt_share_of(us, basis_us)) for k, us in F.ordered_items(values, order)]
+    rows = [(md_escape(labels.get(k, k)), U.fmt_ms(us), U.fmt_share_of(us, basis_us)) for k, us in F.ordered_items(values, order)]
     return md_table(["", "ms/step", "% of step"], rows, "lrr")
 
 

@@ -17,8 +17,9 @@ import html
 from collections.abc import Iterable, Sequence
 
 from gpuprof.findings import Finding, sort_findings
+from gpuprof.notebookhook import register_html
 from gpuprof.render.safe import clip
-from gpuprof.report import Report, register_html
+from gpuprof.report import Report
 
 __all__ = ["fragment", "report_html"]
 

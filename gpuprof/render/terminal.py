@@ -23,12 +23,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
 from gpuprof.render.layout import GAP, emit_table, wrap_text
-from gpuprof.render.safe import clip, one_line, visible
+from gpuprof.render.safe import clip, one_line, shorten, visible
 from gpuprof.render.sections import terminal_renderer
 from gpuprof.report import JobSummary, Report, TraceSummary
+from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
 
 __all__ = ["render_terminal", "terminal_width", "DEFAULT_WIDTH", "MIN_WIDTH", "STACK_BELOW", "TOP_N"]
 
@@ -183,18 +185,18 @@ def _summary_rows(t: TraceSummary) -> list[tuple[str, str | Text]]:
         rows.append(("Steps", f"{t.num_steps} (ids {F.fmt_steps(t.step_ids)})"))
     else:
         rows.append(("Steps", "none found (no ProfilerStep#N ranges); times are over the whole trace"))
-    rows.append(("Step time", f"{F.fmt_ms(t.step_time_us)} ms median, {F.fmt_ms(t.step_time_mean_us)} ms mean"))
+    rows.append(("Step time", f"{U.fmt_ms(t.step_time_us)} ms median, {U.fmt_ms(t.step_time_mean_us)} ms mean"))
     if t.lead_in_us is not None:
         rows.append(("Lead-in", F.fmt_lead_in(t.lead_in_us)))
     if t.gpu_utilization is None:
         util = Text("n/a (no GPU activity in this trace)", style="dim")
     else:
-        util = Text(F.fmt_pct(t.gpu_utilization), style=_util_style(t.gpu_utilization))
-        util.append(f"  (GPU busy {F.fmt_ms(t.gpu_busy_us)} ms per step)", style="default")
+        util = Text(U.fmt_pct(t.gpu_utilization), style=_util_style(t.gpu_utilization))
+        util.append(f"  (GPU busy {U.fmt_ms(t.gpu_busy_us)} ms per step)", style="default")
     rows.append(("GPU utilisation", util))
-    size = f"{F.fmt_count(t.num_events)} events"
+    size = f"{U.fmt_count(t.num_events)} events"
     if t.file_bytes:
-        size += f", {F.fmt_bytes(t.file_bytes)} on disk"
+        size += f", {U.fmt_bytes(t.file_bytes)} on disk"
     rows.append(("Trace", size))
     return rows
 
@@ -233,7 +235,7 @@ def _breakdown_table(heading: str, values: dict[str, float], order: Sequence[str
     # the heading sits in the first column's header: as a table title it would wrap to the table's width
     table = _table("", [(heading, "left"), ("ms/step", "right"), ("% of step", "right")])
     for key, us in F.ordered_items(values, order):
-        table.add_row(_t(labels.get(key, key)), F.fmt_ms(us), F.fmt_share_of(us, basis_us))
+        table.add_row(_t(labels.get(key, key)), U.fmt_ms(us), U.fmt_share_of(us, basis_us))
     return table
 
 
@@ -259,28 +261,28 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
     parts: list[RenderableType] = [_kv_grid([("File", t.path), *_summary_rows(t)], console.width - 4)]
     tables: list[Table] = []
     if t.breakdown_us:
-        tables.append(_breakdown_table("Step time", t.breakdown_us, F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
+        tables.append(_breakdown_table("Step time", t.breakdown_us, BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
     if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
-        tables.append(_breakdown_table("GPU idle: host was in", t.idle_breakdown_us, F.IDLE_KEYS, F.IDLE_LABELS, basis))
+        tables.append(_breakdown_table("GPU idle: host was in", t.idle_breakdown_us, IDLE_KEYS, F.IDLE_LABELS, basis))
     if tables:
         parts.append(Text(""))
         parts.extend(_side_by_side(console, tables, console.width - 4))  # 4: the panel's border and padding
     console.print(Panel(Group(*parts), title=Text("Trace", style="bold"), title_align="left", box=box.ROUNDED, expand=True))
 
     if t.top_kernels:
-        rows: list[tuple[str, ...]] = [(k.name, F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu)) for k in t.top_kernels[:TOP_N]]
+        rows: list[tuple[str, ...]] = [(k.name, U.fmt_count(k.count), U.fmt_us(k.total_us), U.fmt_us(k.mean_us), U.fmt_pct(k.share_of_gpu)) for k in t.top_kernels[:TOP_N]]
         _emit_table(console, "Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")], rows)
         console.print()
     if t.top_ops:
-        rows = [(o.name, F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us)) for o in t.top_ops[:TOP_N]]
+        rows = [(o.name, U.fmt_count(o.count), U.fmt_us(o.total_us), U.fmt_us(o.self_us), U.fmt_us(o.gpu_us)) for o in t.top_ops[:TOP_N]]
         _emit_table(console, "Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU self", "right")], rows)
         console.print()
     if t.copies:
-        rows = [(c.direction, c.memory, F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps)) for c in t.copies[:TOP_N]]
+        rows = [(c.direction, c.memory, U.fmt_count(c.count), U.fmt_bytes(c.bytes), U.fmt_us(c.total_us), U.fmt_gbps(c.bandwidth_gbps)) for c in t.copies[:TOP_N]]
         _emit_table(console, "Copies", [("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
         console.print()
     if t.syncs:
-        rows = [(s.cause, s.runtime, F.fmt_count(s.count), F.fmt_us(s.total_us), s.location or "-") for s in t.syncs[:TOP_N]]
+        rows = [(s.cause, s.runtime, U.fmt_count(s.count), U.fmt_us(s.total_us), s.location or "-") for s in t.syncs[:TOP_N]]
         _emit_table(console, "Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
         console.print()
     from gpuprof.render.views import view_tables  # the operator/kernel/module/range views (docs/views.md)
@@ -305,7 +307,7 @@ def _trace_labels(report: Report) -> dict[str, str]:
 def _label(source: str | None, labels: dict[str, str]) -> str:
     if source is None:
         return "-"
-    return labels.get(source) or F.shorten(visible(source), 60)
+    return labels.get(source) or shorten(visible(source), 60)
 
 
 def _applies_to(group: Sequence[Finding], labels: dict[str, str]) -> str:
@@ -314,7 +316,7 @@ def _applies_to(group: Sequence[Finding], labels: dict[str, str]) -> str:
     items = sorted(group, key=lambda f: (order.get(f.source or "", len(order)), f.source or ""))
     parts = []
     for f in items:
-        cost = f" {F.fmt_us(f.cost_us_per_step)}/step" if f.cost_us_per_step is not None else ""
+        cost = f" {U.fmt_us(f.cost_us_per_step)}/step" if f.cost_us_per_step is not None else ""
         parts.append(f"{_label(f.source, labels)}{cost}")
     return ", ".join(parts)
 
@@ -359,7 +361,7 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
         common = ""
     if common in paths:  # one path inside another cannot happen for files; keep the names whole
         common = os.path.dirname(common)
-    console.print(Text(f"{len(traces)} traces" + (" in " if common else ""), style="bold") + Text(F.shorten(visible(common), max(console.width - 16, 20)) if common else "", style="bold"))
+    console.print(Text(f"{len(traces)} traces" + (" in " if common else ""), style="bold") + Text(shorten(visible(common), max(console.width - 16, 20)) if common else "", style="bold"))
     legend = Table.grid(padding=(0, 2))
     legend.add_column(no_wrap=True)
     legend.add_column(overflow="fold")  # whole paths, wrapped: this is where a label is looked up
@@ -390,14 +392,14 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
     if len(ranks) > 1:
         row("Rank", [("-" if t.rank is None else str(t.rank)) for t in traces])
     row("Steps", [str(t.num_steps) for t in traces])
-    row("Step median (ms)", [F.fmt_ms(t.step_time_us) for t in traces])
-    row("Step mean (ms)", [F.fmt_ms(t.step_time_mean_us) for t in traces])
-    row("GPU utilisation", [F.fmt_pct(t.gpu_utilization) if t.gpu_utilization is not None else "n/a" for t in traces])
-    row("GPU busy (ms/step)", [F.fmt_ms(t.gpu_busy_us) for t in traces])
-    row("Events", [F.fmt_count(t.num_events) for t in traces])
+    row("Step median (ms)", [U.fmt_ms(t.step_time_us) for t in traces])
+    row("Step mean (ms)", [U.fmt_ms(t.step_time_mean_us) for t in traces])
+    row("GPU utilisation", [U.fmt_pct(t.gpu_utilization) if t.gpu_utilization is not None else "n/a" for t in traces])
+    row("GPU busy (ms/step)", [U.fmt_ms(t.gpu_busy_us) for t in traces])
+    row("Events", [U.fmt_count(t.num_events) for t in traces])
     for _heading, attr, order, names in (
-        ("ms/step", "breakdown_us", F.BREAKDOWN_KEYS, F.BREAKDOWN_LABELS),
-        ("GPU idle, host in", "idle_breakdown_us", F.IDLE_KEYS, F.IDLE_LABELS),
+        ("ms/step", "breakdown_us", BREAKDOWN_KEYS, F.BREAKDOWN_LABELS),
+        ("GPU idle, host in", "idle_breakdown_us", IDLE_KEYS, F.IDLE_LABELS),
     ):
         seen: dict[str, None] = {}
         for t in traces:
@@ -406,7 +408,7 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
         for k in seen:
             label = names.get(k, k)
             key = f"{label} (ms)" if attr == "breakdown_us" else f"idle: {label}"
-            row(key, [F.fmt_ms(getattr(t, attr)[k]) if k in getattr(t, attr) else "-" for t in traces])
+            row(key, [U.fmt_ms(getattr(t, attr)[k]) if k in getattr(t, attr) else "-" for t in traces])
     _emit_per_trace(console, "Summary per trace (times per step)", ("", "left"), keys, values, labels)
 
     def top(title: str, header: str, stats: list[list[Any]], value: Callable[[Any], float]) -> None:
@@ -419,7 +421,7 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
                 total[st_name(st)] = total.get(st_name(st), 0.0) + value(st)
             per.append(d)
         names = sorted(total, key=lambda n: -total[n])[:TOP_N]
-        vals = [[F.fmt_us(d[n]) if n in d else "-" for d in per] for n in names]
+        vals = [[U.fmt_us(d[n]) if n in d else "-" for d in per] for n in names]
         _emit_per_trace(console, title, (header, "name"), names, vals, labels)
 
     def st_name(st: Any) -> str:
@@ -432,12 +434,12 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
         top("Top operators (GPU self time per trace)", "Operator", [t.top_ops for t in traces], lambda o: o.gpu_us)
     copies = [(label, c) for label, t in zip(labels, traces) for c in t.copies[:TOP_N]]
     if copies:
-        rows: list[tuple[str, ...]] = [(label, c.direction, c.memory, F.fmt_count(c.count), F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps)) for label, c in copies]
+        rows: list[tuple[str, ...]] = [(label, c.direction, c.memory, U.fmt_count(c.count), U.fmt_bytes(c.bytes), U.fmt_us(c.total_us), U.fmt_gbps(c.bandwidth_gbps)) for label, c in copies]
         _emit_table(console, "Copies", [("Trace", "left"), ("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
         console.print()
     syncs = [(label, s) for label, t in zip(labels, traces) for s in t.syncs[:TOP_N]]
     if syncs:
-        rows = [(label, s.cause, s.runtime, F.fmt_count(s.count), F.fmt_us(s.total_us), s.location or "-") for label, s in syncs]
+        rows = [(label, s.cause, s.runtime, U.fmt_count(s.count), U.fmt_us(s.total_us), s.location or "-") for label, s in syncs]
         _emit_table(console, "Host synchronisations", [("Trace", "left"), ("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
         console.print()
     notes = [(label, note) for label, t in zip(labels, traces) for note in t.notes]

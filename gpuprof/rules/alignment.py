@@ -7,8 +7,9 @@ import re
 from collections import Counter
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.precision import is_eligible_kernel, uses_tensor_cores
 from gpuprof.trace.flops import estimate_flops
 from gpuprof.trace.model import DTYPE_HALF, Event, op_concrete_inputs, op_dtypes, op_shape_key

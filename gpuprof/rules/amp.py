@@ -12,8 +12,9 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import host_step_of
 from gpuprof.rules.precision import TC_OPS, device_capability
 from gpuprof.trace.intervals import Intervals

@@ -7,8 +7,9 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.precision import is_eligible_kernel
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event

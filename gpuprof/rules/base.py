@@ -28,13 +28,12 @@ import inspect
 import textwrap
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, TypeVar
 
-from gpuprof.codespec import INFO_BELOW_SHARE, CodeSpec, Option, severity_for_cost
+from gpuprof.codespec import INFO_BELOW_SHARE, CodeSpec, Option
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, Trace
 
 __all__ = [
-    "Option",
     "Rule",
     "RuleSpec",
     "RuleContext",
@@ -44,9 +43,7 @@ __all__ = [
     "add_rule",
     "find_rule",
     "event_refs",
-    "severity_for_cost",
     "COMMON_OPTIONS",
-    "INFO_BELOW_SHARE",
 ]
 
 MAX_EVENT_REFS = 20  # evidence keeps a bounded sample of events

@@ -11,10 +11,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from gpuprof.trace.columns import named
 from gpuprof.trace.intervals import Interval, Intervals
-from gpuprof.trace.metrics import CopyEvent, TraceMetrics, next_sync_call
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, ts_of
+from gpuprof.trace.syncs import CopyEvent, next_sync_call
 from gpuprof.units import fmt_us
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "copy_wait_calls",
     "of_step",
     "ThreadSpans",
-    "named",
 ]
 
 

@@ -17,9 +17,11 @@ from collections import Counter
 from statistics import median
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, SourceLocation
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import host_step_of, named
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.common import host_step_of
+from gpuprof.trace.columns import named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
@@ -50,10 +52,11 @@ def is_compile_phase(name: str) -> bool:
 def compile_phase_ops(m: TraceMetrics) -> list[Event]:
     """The operators of the trace that are torch.compile phases (:func:`is_compile_phase`), found once
     per trace: GP811 and GP903 both ask."""
-    found: list[Event] | None = m.__dict__.get("_compile_phase_ops")
-    if found is None:
-        found = m.__dict__["_compile_phase_ops"] = [op for op in m.trace.ops if is_compile_phase(op.name)]
-    return found
+    return m.memo(_compile_phase_ops)
+
+
+def _compile_phase_ops(m: TraceMetrics) -> list[Event]:
+    return [op for op in m.trace.ops if is_compile_phase(op.name)]
 
 
 def _regions_by_step(m: TraceMetrics) -> dict[int, list[Event]]:

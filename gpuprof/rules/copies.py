@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.metrics import CopyEvent, TraceMetrics
-from gpuprof.trace.syncs import QUEUED_US, queued_us
+from gpuprof.trace.metrics import TraceMetrics
+from gpuprof.trace.syncs import QUEUED_US, CopyEvent, queued_us
 from gpuprof.trace.vocab import is_synchronous_copy
 from gpuprof.units import fmt_bytes, fmt_us
 

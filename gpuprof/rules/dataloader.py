@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import of_step
 from gpuprof.units import fmt_us
 

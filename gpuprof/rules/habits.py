@@ -15,10 +15,11 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, SourceLocation
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_at, named
-from gpuprof.trace.columns import columns
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_at
+from gpuprof.trace.columns import columns, named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, Trace, op_records_autograd

@@ -9,8 +9,9 @@ from typing import Iterable
 
 import numpy as np
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.trace.arrays import median
 from gpuprof.trace.columns import columns, gpu_columns
 from gpuprof.trace.intervals import Intervals

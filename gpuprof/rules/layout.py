@@ -6,8 +6,9 @@ import functools
 import re
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import count_of
 
 __all__ = ["LayoutTransposes", "is_layout_transpose"]

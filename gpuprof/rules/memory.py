@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import EventRef, Evidence, Finding, Severity
-from gpuprof.rules.base import Option, Rule, RuleContext, register
+from gpuprof.rules.base import Rule, RuleContext, register
 from gpuprof.trace.model import Event, Trace, memory_totals
 from gpuprof.trace.phase import serving_engine
 from gpuprof.units import fmt_bytes, fmt_us

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.trace.model import Event
 
 __all__ = ["OutsideOperators"]

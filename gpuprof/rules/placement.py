@@ -9,12 +9,14 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import count_of, host_step_of, kernel_idle_within, named, of_step
-from gpuprof.trace.columns import columns
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.common import count_of, host_step_of, kernel_idle_within, of_step
+from gpuprof.trace.columns import columns, named
+from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.metrics import TraceMetrics, union_of
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import Kind, RuntimeClass, classify_runtime, step_number
 from gpuprof.units import fmt_bytes, fmt_us

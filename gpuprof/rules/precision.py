@@ -7,9 +7,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.report import DeviceInfo
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, dur_of, name_of, op_dtypes
 from gpuprof.units import fmt_us

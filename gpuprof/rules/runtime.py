@@ -10,10 +10,11 @@ from typing import Iterable
 
 import numpy as np
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import host_step_of, host_steps_of, kernel_idle_within, named, of_step
-from gpuprof.trace.columns import Columns, columns
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.common import host_step_of, host_steps_of, kernel_idle_within, of_step
+from gpuprof.trace.columns import Columns, columns, named
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.phase import trace_phase
@@ -291,11 +292,7 @@ class FirstUse:
 
 def first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> list[FirstUse]:
     """:func:`_first_use_calls`, computed once per trace and thresholds (GP205 and GP206 both ask)."""
-    cache: dict[tuple[float, float], list[FirstUse]] = m.__dict__.setdefault("_first_use_calls", {})
-    key = (min_call_us, min_ratio)
-    if key not in cache:
-        cache[key] = _first_use_calls(m, min_call_us, min_ratio)
-    return cache[key]
+    return m.memo(_first_use_calls, min_call_us, min_ratio)
 
 
 def _first_use_calls(m: TraceMetrics, min_call_us: float, min_ratio: float) -> list[FirstUse]:

@@ -6,14 +6,16 @@ import re
 from collections import defaultdict
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
-from gpuprof.rules.base import Option, Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy, named
+from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy
 from gpuprof.rules.copies import pageable_copies
-from gpuprof.trace.columns import columns
-from gpuprof.trace.metrics import SyncPoint, TraceMetrics
+from gpuprof.trace.columns import columns, named
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import op_call_stack
 from gpuprof.trace.phase import trace_phase
+from gpuprof.trace.syncs import SyncPoint
 from gpuprof.trace.vocab import logging_call_of
 from gpuprof.units import fmt_us
 

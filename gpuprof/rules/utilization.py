@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity
-from gpuprof.rules.base import Option, Rule, RuleContext, register
+from gpuprof.rules.base import Rule, RuleContext, register
+from gpuprof.trace.breakdown import IDLE_KEYS
 from gpuprof.trace.idleparts import IdlePart, idle_parts
-from gpuprof.trace.metrics import IDLE_KEYS
 from gpuprof.trace.phase import trace_phase
 from gpuprof.units import fmt_us
 

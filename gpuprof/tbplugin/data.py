@@ -35,7 +35,7 @@ import msgspec
 from gpuprof.errors import GpuprofError, InputError
 from gpuprof.tbplugin.errortext import client_error
 from gpuprof.tbplugin.runs import Run, rank_of_report
-from gpuprof.trace.metrics import BREAKDOWN_KEYS, IDLE_KEYS
+from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
 
 __all__ = ["analyse_trace_file", "run_view", "compare_views", "read_report", "MAX_REPORT_BYTES"]
 
@@ -53,7 +53,8 @@ def analyse_trace_file(path: Path, logdir: Path | None = None) -> dict[str, Any]
     gives it. The load checks the analysis store's time budget between
     chunks (:func:`gpuprof.tbplugin.store.check_cancelled`).
     """
-    from gpuprof.analysis import RuleFailure, analyze_trace
+    from gpuprof.analysis import analyze_trace
+    from gpuprof.runner import RuleFailure
     from gpuprof.tbplugin.safeopen import open_in_logdir
     from gpuprof.tbplugin.store import check_cancelled
     from gpuprof.trace.load import load_trace
@@ -221,7 +222,7 @@ def _finished(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     from gpuprof.findings import Finding
     from gpuprof.flow import finish
-    from gpuprof.render.format import fmt_cost, linked_message
+    from gpuprof.render.web.model import drawn_finding
 
     where: dict[tuple[str, str, str | None], dict[str, Any]] = {}
     objs = []
@@ -234,33 +235,19 @@ def _finished(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         objs.append(f)
         where.setdefault((f.code, f.message, f.source), {k: d[k] for k in ("trace", "report", "scope") if k in d})
-    done = [{**f.to_dict(), **where.get((f.code, f.message, f.source), {}), "display_message": linked_message(f),
-             "display_cost": fmt_cost(f)} for f in finish(objs)]
+    done = [drawn_finding(f, where.get((f.code, f.message, f.source))) for f in finish(objs)]
     return done + as_written
 
 
 def _headline(analysed: list[dict[str, Any]]) -> dict[str, Any]:
     """The run's summary over every analysed step of every trace (all ranks, all spans)."""
+    from gpuprof.render.web.model import TraceFigures, headline
+
     steps = [s for t in analysed for s in t["steps"]]
-    times = [s["time_us"] for s in steps]
-    total = sum(times)
-    devices = []
-    for t in analysed:
-        for d in t["summary"].get("devices", []):
-            if d.get("name") and d["name"] not in devices:
-                devices.append(d["name"])
-    busy = [t["summary"]["gpu_busy_us"] * t["summary"]["num_steps"] for t in analysed
-            if t["summary"].get("gpu_utilization") is not None]
-    util_time = sum(t["summary"]["step_time_mean_us"] * t["summary"]["num_steps"] for t in analysed
-                    if t["summary"].get("gpu_utilization") is not None)
+    figures = [TraceFigures.of(t["summary"], (d.get("name", "") for d in t["summary"].get("devices", [])))
+               for t in analysed]
     return {
-        "traces": len(analysed),
-        "devices": devices,
-        "steps": len(steps),
-        "step_time_us": statistics.median(times) if times else None,
-        "step_time_mean_us": total / len(times) if times else None,
-        # busy / step time over the traces that have GPU activity (the metric's definition, summed over traces)
-        "gpu_utilization": sum(busy) / util_time if util_time > 0 else None,
+        **headline(figures, [s["time_us"] for s in steps], len(steps)),  # the standalone page's cards too
         "breakdown_us": _mean_of(steps, "breakdown_us", BREAKDOWN_KEYS),
         "idle_us": _mean_of(steps, "idle_us", IDLE_KEYS),
     }

@@ -49,7 +49,7 @@ from gpuprof.tbplugin.errortext import client_error
 from gpuprof.tbplugin.runs import Run, RunIndex, file_sig
 from gpuprof.tbplugin.store import Store
 
-__all__ = ["GpuprofPlugin", "PLUGIN_NAME"]
+__all__ = ["GpuprofPlugin"]
 
 from gpuprof.tbplugin import PLUGIN_NAME
 
@@ -240,12 +240,11 @@ def _memory_page(path: Path, logdir: Path, budget_s: float) -> str:
     import subprocess
     import sys
 
-    import gpuprof
     from gpuprof.errors import InputError
     from gpuprof.tbplugin.safeopen import open_fd_in_logdir
 
     fd = open_fd_in_logdir(logdir, path)
-    root = os.fspath(Path(gpuprof.__file__).resolve().parents[1])
+    root = os.fspath(Path(__file__).resolve().parents[2])  # the folder holding this gpuprof package
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
     try:
         r = subprocess.run([sys.executable, "-m", "gpuprof.tbplugin.memchild", str(fd), os.fspath(path)],

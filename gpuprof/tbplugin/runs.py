@@ -35,8 +35,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuprof.inputs import Limit
-from gpuprof.trace.load import TRACE_SUFFIXES
+from gpuprof.limits import Limit
+from gpuprof.trace.source import TRACE_SUFFIXES
 
 __all__ = ["Run", "find_runs", "FileSig", "MAX_DEPTH", "MAX_FILES", "RunIndex"]
 

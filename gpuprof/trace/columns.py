@@ -42,7 +42,7 @@ import numpy as np
 from gpuprof.trace.model import Event, Trace, name_of
 from gpuprof.trace.table import group_indices, is_table
 
-__all__ = ["Columns", "columns", "gpu_columns", "gpu_launch_positions", "group_indices", "named"]
+__all__ = ["Columns", "columns", "gpu_columns", "gpu_launch_positions", "named"]
 
 HostThread = tuple[Union[int, str], Union[int, str]]
 

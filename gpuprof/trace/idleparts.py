@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable
 
 import numpy as np
 
 from gpuprof.trace.arrays import sorted_unique
-from gpuprof.trace.columns import columns, group_indices
+from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event, name_of
 from gpuprof.trace.stacks import is_user_frame
-from gpuprof.trace.table import EventTable
+from gpuprof.trace.table import EventTable, group_indices
 from gpuprof.trace.threads import on_thread, thread_keys
 from gpuprof.trace.vocab import Kind, step_number
 
@@ -93,7 +92,7 @@ def idle_parts(m: TraceMetrics) -> list[IdlePart]:
 def _add_nested(out: dict[tuple[str, str], float], kind: str, known: _Known, rest: Intervals,
                 prefer: Callable[[str], bool] | None) -> Intervals:
     """Charge the idle time ``rest`` under one thread's nested events (``known``: their columns) to them
-    (:func:`_add_innermost`); return ``rest`` less the time under any of them.
+    (:func:`_add_overlapping`); return ``rest`` less the time under any of them.
 
     Each whole-thread array is dropped before the next one is made: this runs after loading and the
     metrics, so what it holds at once adds to the process's peak (issue 24: under the file's size).
@@ -112,27 +111,6 @@ def _add_nested(out: dict[tuple[str, str], float], kind: str, known: _Known, res
     del ts, dur  # handed over in spans: dropped there once used
     _add_overlapping(out, kind, spans, idle, prefer, (known[2] if hit is _ALL else known[2][hit], known[3]))
     return rest
-
-
-def _add_innermost(out: dict[tuple[str, str], float], kind: str, events: Sequence[Event], ts: np.ndarray,
-                   dur: np.ndarray, idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
-    """Add to ``out`` the idle time under each event of one thread's nested ``events`` (``ts``/``dur``:
-    their starts and durations), charged to the innermost open event (or the innermost one ``prefer``
-    accepts); time under none goes nowhere.
-
-    The time line is cut at every start and end; each piece goes to the event on top of the stack of
-    open events there (events in start order, longest first on ties; a child never outlives its
-    parent). That is done in numpy (:func:`_innermost_stack`); events it cannot settle take the
-    stack walk (:func:`_stack_pieces`). ``prefer`` is asked once per distinct name.
-    """
-    if not idle or not len(ts):
-        return
-    hit = _overlapping(ts, dur, idle)
-    if hit is None:
-        return
-    spans = [ts, dur] if hit is _ALL else [ts[hit], dur[hit]]
-    name_ids, names = _name_codes(events, len(events))
-    _add_overlapping(out, kind, spans, idle, prefer, (name_ids if hit is _ALL else name_ids[hit], names))
 
 
 _ALL = np.ones(0, bool)
@@ -161,9 +139,16 @@ _Known = tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]
 
 def _add_overlapping(out: dict[tuple[str, str], float], kind: str, spans: list[np.ndarray], idle: Intervals,
                      prefer: Callable[[str], bool] | None, named: tuple[np.ndarray, list[str]]) -> None:
-    """:func:`_add_innermost` for the events that overlap idle time. ``spans``: their starts and durations
-    in the thread's order, handed over in a list that this empties, so that they go once they are used;
-    ``named``: their name codes and the names the codes index."""
+    """Add to ``out`` the idle time under each of one thread's nested events that overlap idle time,
+    charged to the innermost open event (or the innermost one ``prefer`` accepts); time under none goes
+    nowhere. ``spans``: their starts and durations in the thread's order, handed over in a list that this
+    empties, so that they go once they are used; ``named``: their name codes and the names the codes index.
+
+    The time line is cut at every start and end; each piece goes to the event on top of the stack of
+    open events there (events in start order, longest first on ties; a child never outlives its
+    parent). That is done in numpy (:func:`_innermost_stack`); events it cannot settle take the
+    stack walk (:func:`_stack_pieces`). ``prefer`` is asked once per distinct name.
+    """
     ts, dur = spans
     spans.clear()
     name_ids, names = named
@@ -235,14 +220,6 @@ def _add_pieces(sums: _Sums, stack: _Stack, idle: Intervals) -> None:
         del k
         has = top >= 0
         sums.add(charged[top[has]], idle.per_segment(lo[has], hi[has]))
-
-
-def _name_codes(events: Iterable[Event], n: int) -> tuple[np.ndarray, list[str]]:
-    """A code per event (``n`` of them) for its name (codes index the returned distinct names), one
-    dict look-up per event."""
-    codes: dict[str, int] = {}
-    ids = np.fromiter(map(codes.setdefault, map(name_of, events), iter(codes.__len__, -1)), np.int32, n)
-    return ids, list(codes)
 
 
 def _levels(depth: np.ndarray) -> list[np.ndarray]:

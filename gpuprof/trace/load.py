@@ -28,9 +28,9 @@ from gpuprof.trace.chunks import Progress, Text, event_chunks, read_head, read_r
 from gpuprof.trace.decode import chunk_decoder, decode_header, decode_last, decode_whole
 from gpuprof.trace.model import Trace
 from gpuprof.trace.normalise import Builder
-from gpuprof.trace.source import TRACE_SUFFIXES, Source, find_traces
+from gpuprof.trace.source import Source
 
-__all__ = ["load_trace", "find_traces", "TRACE_SUFFIXES", "Progress"]
+__all__ = ["load_trace"]
 
 
 def load_trace(path: Union[str, os.PathLike[str]], progress: Progress | None = None, opened: Opened | None = None) -> Trace:

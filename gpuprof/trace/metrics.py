@@ -12,10 +12,9 @@ computes it:
 - :mod:`gpuprof.trace.stats`: kernel, operator (host and GPU time), copy and sync tables.
 
 :func:`compute_metrics` runs them in order on one :class:`~gpuprof.trace.model.Trace`
-and gathers the results in a :class:`TraceMetrics`. The names that lived here
-before the split are re-exported, so ``from gpuprof.trace.metrics import ...``
-keeps working. The report's per-trace summary is built from a ``TraceMetrics``
-in :mod:`gpuprof.summarize` (``gpuprof.trace`` does not depend on the report).
+and gathers the results in a :class:`TraceMetrics`; every other name is imported
+from the module that defines it (listed above). The report's per-trace summary is
+built from a ``TraceMetrics`` in :mod:`gpuprof.summarize` (``gpuprof.trace`` does not depend on the report).
 """
 
 from __future__ import annotations
@@ -23,8 +22,10 @@ from __future__ import annotations
 import functools
 import statistics
 from bisect import bisect_right
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from itertools import compress
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -39,32 +40,22 @@ from gpuprof.trace.breakdown import (
 )
 from gpuprof.trace.columns import columns, gpu_launch_positions
 from gpuprof.trace.dataloading import data_loading_share, loader_ranges
-from gpuprof.trace.gpuwork import communication_names, device_sets, is_communication_kernel, kernel_sets, union_of
+from gpuprof.trace.gpuwork import device_sets, is_communication_kernel, kernel_sets, union_of
 from gpuprof.trace.intervals import Interval, Intervals
 from gpuprof.trace.model import Event, Trace
 from gpuprof.trace.stacks import StackIndex
 from gpuprof.trace.stats import KernelStat, OpStat, kernel_stats, op_stats
 from gpuprof.trace.steps import Step, find_steps, main_thread, step_markers
-from gpuprof.trace.syncs import CopyEvent, SyncPoint, find_copies, next_sync_call, sync_points
+from gpuprof.trace.syncs import CopyEvent, SyncPoint, find_copies, sync_points
 from gpuprof.trace.threads import HostThread, ThreadIndex, thread_keys
 from gpuprof.trace.vocab import Kind
 
 __all__ = [
-    "Step",
-    "SyncPoint",
-    "ThreadIndex",
-    "CopyEvent",
     "TraceMetrics",
     "compute_metrics",
-    "data_loading_share",
-    "is_communication_kernel",
-    "communication_names",
-    "next_sync_call",
-    "union_of",
-    "thread_keys",
-    "BREAKDOWN_KEYS",
-    "IDLE_KEYS",
 ]
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -98,6 +89,16 @@ class TraceMetrics:
     op_stats: list[OpStat] = field(default_factory=list)
     # the launching operator of every GPU event (computed once: the operator table and the report's views read it)
     attribution: OpAttribution | None = None
+    # what memo() computed: figures the rules derive and several rules read, by function and arguments
+    _memo: dict[tuple[Hashable, ...], object] = field(default_factory=dict, repr=False, compare=False)
+
+    def memo(self, fn: Callable[..., _T], *args: Hashable) -> _T:
+        """``fn(self, *args)``, computed once per trace and arguments: a figure that more than one rule
+        derives the same way (an explicit cache, instead of attributes set on the metrics from outside)."""
+        key = (fn, *args)
+        if key not in self._memo:
+            self._memo[key] = fn(self, *args)
+        return cast(_T, self._memo[key])
 
     # -- derived numbers -------------------------------------------------------
     @property

@@ -156,7 +156,6 @@ class Builder:
         # Python frames go to columns, not Events: most of a with_stack trace's events (see gpuprof.trace.table)
         self._python = TableBuilder(int(Kind.PYTHON_FUNCTION))
         self._device_props: list[R.RawDeviceProps] = []
-        self._meta_seen = False
         # B/E events in file order: paired in finish(), once every chunk is in,
         # so a pair split across chunks (or across processes) still pairs
         self._slices: list[R.RawEvent] = []

@@ -17,8 +17,6 @@ import msgspec
 
 __all__ = ["RawArgs", "RawEvent", "RawDeviceProps", "RawDistributedInfo", "RawTrace"]
 
-Scalar = Union[int, float, str, None]
-
 
 class RawArgs(msgspec.Struct, gc=False):
     external_id: Union[int, str, None] = msgspec.field(name="External id", default=None)

@@ -29,6 +29,7 @@ from typing import NamedTuple, Sequence, TypedDict
 
 import numpy as np
 
+from gpuprof.rules.precision import is_eligible_kernel, uses_tensor_cores
 from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.attribution import OpAttribution, _inclusive, _Nesting
 from gpuprof.trace.columns import Columns, columns, named
@@ -57,7 +58,7 @@ from gpuprof.trace.stacks import call_stack_location, user_location
 from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.trace.vocab import step_number
 from gpuprof.views.peaks import device_row, peak_for
-from gpuprof.views.precision import is_eligible_kernel, kernel_precision, uses_tensor_cores
+from gpuprof.views.precision import kernel_precision
 
 __all__ = ["trace_views"]
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 import functools
 import re
 
-from gpuprof.rules.precision import is_eligible_kernel, uses_tensor_cores
-
-__all__ = ["kernel_precision", "name_precision", "uses_tensor_cores", "is_eligible_kernel"]
+__all__ = ["kernel_precision", "name_precision"]
 
 _NAME_PRECISION = (
     ("fp64", re.compile(r"dgemm|zgemm|<double|double>|fp64|f64f64")),

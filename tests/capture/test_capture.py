@@ -14,7 +14,7 @@ import gpuprof  # noqa: E402
 from gpuprof.capture import Schedule  # noqa: E402
 from gpuprof.render.format import findings_total  # noqa: E402
 
-from .conftest import codes, quick_schedule, report_json, run_dir, tiny_model, traces, train_step  # noqa: E402
+from .conftest import quick_schedule, report_json, run_dir, tiny_model, traces, train_step  # noqa: E402
 
 
 def _loop(prof_step, steps: int = 8) -> None:
@@ -65,7 +65,6 @@ def test_trace_is_read_by_gpuprof_analyze(tmp_path: Path) -> None:
 def test_tensorboard_scalars_and_text_read_back(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     from torch.utils.data import DataLoader, TensorDataset
 
     loader = DataLoader(TensorDataset(torch.randn(80, 16), torch.randint(0, 4, (80,))), batch_size=8)

@@ -15,7 +15,6 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import gpuprof  # noqa: E402
 from gpuprof.capture import CheckOptions, DeviceMismatchError, Schedule  # noqa: E402
-from gpuprof.capture.codes import RUNTIME_CHECKS  # noqa: E402
 from gpuprof.capture.dataloader import LoaderRecord, dataloader_findings  # noqa: E402
 from gpuprof.capture.memory import growth_finding  # noqa: E402
 from gpuprof.capture.settings import (  # noqa: E402
@@ -26,6 +25,7 @@ from gpuprof.capture.settings import (  # noqa: E402
 )
 from gpuprof.capture.syncs import SYNC_WARNING_TEXT, SyncLocator, is_logging_line  # noqa: E402
 from gpuprof.findings import Severity  # noqa: E402
+from gpuprof.runtimecodes import RUNTIME_CHECKS  # noqa: E402
 
 from .conftest import quick_schedule, tiny_model, train_step  # noqa: E402
 
@@ -195,9 +195,9 @@ def test_sync_locator_counts_per_line() -> None:
         loc.install()
         loc.install()  # idempotent
         for _ in range(3):
-            warnings.warn(SYNC_WARNING_TEXT, UserWarning)  # line A
-            warnings.warn(SYNC_WARNING_TEXT, UserWarning)  # line B
-        warnings.warn("an unrelated warning", UserWarning)
+            warnings.warn(SYNC_WARNING_TEXT, UserWarning, stacklevel=1)  # line A
+            warnings.warn(SYNC_WARNING_TEXT, UserWarning, stacklevel=1)  # line B
+        warnings.warn("an unrelated warning", UserWarning, stacklevel=1)
         loc.steps = 3
         loc.uninstall()
     assert modes == ["warn", "default"]
@@ -216,8 +216,8 @@ def test_sync_locator_names_logging_lines() -> None:
         warnings.simplefilter("default")
         loc.install()
         for _ in range(2):
-            print(warnings.warn(SYNC_WARNING_TEXT, UserWarning), file=sink)  # logging that syncs
-            total = warnings.warn(SYNC_WARNING_TEXT, UserWarning)  # an accumulation that syncs
+            print(warnings.warn(SYNC_WARNING_TEXT, UserWarning, stacklevel=1), file=sink)  # logging that syncs
+            total = warnings.warn(SYNC_WARNING_TEXT, UserWarning, stacklevel=1)  # an accumulation that syncs
         loc.steps = 2
         loc.uninstall()
     assert total is None
@@ -280,7 +280,7 @@ def test_stable_shape_detection(tmp_path: Path) -> None:
 
     loader = DataLoader(TensorDataset(torch.randn(50, 16), torch.randint(0, 4, (50,))), batch_size=8)
     with gpuprof.profile(tmp_path, schedule=quick_schedule(), analyze=False, **QUIET) as prof:
-        for x, y in loader:
+        for _x, _y in loader:
             prof.step()
     assert _shapes_stable(prof) is True  # the last, short batch does not count
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.capture.conftest import run_dir, tiny_model
 
 torch = pytest.importorskip("torch")

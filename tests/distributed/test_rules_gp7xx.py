@@ -11,12 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.codes import lookup
+from gpuprof.codes import lookup, parse_option_overrides
 from gpuprof.distributed.analysis import cross_rank
 from gpuprof.distributed.rules import CrossRankRule, all_cross_rank_rules
 from gpuprof.distributed.summary import RankSummary, summarize
 from gpuprof.errors import RuleError
-from gpuprof.codes import parse_option_overrides
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics

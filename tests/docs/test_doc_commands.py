@@ -47,7 +47,7 @@ TIMEOUT_S = 180
 
 # Shell blocks CI does not run, keyed by (page, first command line), each with the reason.
 NOT_RUN: dict[tuple[str, str], str] = {
-    ("README.md", 'python3 -m pip install -q torch==2.13.0 -e ".[test,lint,tensorboard,frameworks,dask]" && python3 -m ruff check gpuprof && python3 -m mypy gpuprof && python3 -m pytest -q -p no:cacheprovider -m "not slow"'):
+    ("README.md", 'python3 -m pip install -q torch==2.13.0 -e ".[test,lint,tensorboard,frameworks,dask]" && python3 -m ruff check gpuprof tests bench && python3 -m mypy gpuprof && python3 -m pytest -q -p no:cacheprovider -m "not slow"'):
         "the fast test suite, of which this test is a part: .ci/run runs it (tests/test_lint_config.py keeps the two the same)",
     ("README.md", 'pip install "gpuprof[capture] @ git+https://github.com/OWNER/gpuprof"'):
         "installs from a URL: needs the network and the published repository",

@@ -6,10 +6,13 @@ import math
 
 import pytest
 
+from gpuprof import units as U
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.render import format as F
+from gpuprof.render.safe import shorten
 from gpuprof.report import DeviceInfo, Report
-from gpuprof.trace import metrics
+from gpuprof.trace import breakdown
+from gpuprof.trace.breakdown import BREAKDOWN_KEYS
 
 
 @pytest.mark.parametrize(
@@ -17,20 +20,20 @@ from gpuprof.trace import metrics
     [(0, "0 µs"), (3.25, "3.2 µs"), (850, "850 µs"), (1_234.5, "1.23 ms"), (12_345, "12.3 ms"), (1_500_000, "1.50 s"), (None, "n/a"), (math.nan, "n/a")],
 )
 def test_fmt_us(us, text):
-    assert F.fmt_us(us) == text
+    assert U.fmt_us(us) == text
 
 
 def test_fmt_ms_pct_share():
-    assert F.fmt_ms(84_312.5) == "84.31"
-    assert F.fmt_pct(0.4567) == "45.7%"
-    assert F.fmt_pct(None) == "n/a"
-    assert F.fmt_share_of(25.0, 100.0) == "25.0%"
-    assert F.fmt_share_of(25.0, 0.0) == "n/a"  # no step time: no share
+    assert U.fmt_ms(84_312.5) == "84.31"
+    assert U.fmt_pct(0.4567) == "45.7%"
+    assert U.fmt_pct(None) == "n/a"
+    assert U.fmt_share_of(25.0, 100.0) == "25.0%"
+    assert U.fmt_share_of(25.0, 0.0) == "n/a"  # no step time: no share
 
 
 @pytest.mark.parametrize("n, text", [(0, "0 B"), (400, "400 B"), (1536, "1.5 KiB"), (3 * 1024**3, "3.0 GiB"), (-2048, "-2.0 KiB")])
 def test_fmt_bytes(n, text):
-    assert F.fmt_bytes(n) == text
+    assert U.fmt_bytes(n) == text
 
 
 def test_fmt_value_uses_unit():
@@ -62,10 +65,10 @@ def test_devices_and_rank():
 
 def test_shorten_keeps_both_ends():
     name = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >(int)"
-    short = F.shorten(name, 40)
+    short = shorten(name, 40)
     assert len(short) == 40
     assert short.startswith("void at::native::vec") and short.endswith("<float> >(int)")
-    assert F.shorten("short", 40) == "short"
+    assert shorten("short", 40) == "short"
     msg = F.short_message("aten::item() blocks the host 10 times per step for 3.48 ms", 30)
     assert len(msg) <= 30 and msg.endswith("…")
 
@@ -91,6 +94,6 @@ def test_findings_total_counts_each_severity():
 
 def test_every_breakdown_key_has_a_label():
     # keys come from the metrics module; a new key without a label would render as its raw name
-    assert set(metrics.BREAKDOWN_KEYS) <= set(F.BREAKDOWN_LABELS)
-    assert set(metrics.IDLE_KEYS) <= set(F.IDLE_LABELS)
-    assert F.ordered_items({"zzz": 1.0, "other": 2.0, "kernel": 3.0}, F.BREAKDOWN_KEYS) == [("kernel", 3.0), ("other", 2.0), ("zzz", 1.0)]
+    assert set(breakdown.BREAKDOWN_KEYS) <= set(F.BREAKDOWN_LABELS)
+    assert set(breakdown.IDLE_KEYS) <= set(F.IDLE_LABELS)
+    assert F.ordered_items({"zzz": 1.0, "other": 2.0, "kernel": 3.0}, BREAKDOWN_KEYS) == [("kernel", 3.0), ("other", 2.0), ("zzz", 1.0)]

@@ -6,8 +6,8 @@ import dataclasses
 import json
 import math
 
-from gpuprof.report import CopyStat, DeviceInfo, KernelStat, OpStat, Report, SyncStat, TraceSummary
 from gpuprof.render.jsonout import report_json_bytes
+from gpuprof.report import CopyStat, DeviceInfo, KernelStat, OpStat, Report, SyncStat, TraceSummary
 
 
 def test_undefined_numbers_are_null_and_every_field_is_written() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 import uuid
 
+from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
 from gpuprof.render import render
 from gpuprof.render.markdown import md_code, md_escape, render_markdown
+from gpuprof.render.safe import shorten
 from gpuprof.render.sections import register_section
 from gpuprof.report import KernelStat, Report, TraceSummary
 
@@ -60,19 +62,19 @@ def test_summary_numbers(report):
     _line_with(out, "**Device:**", t.devices[0].name, F.fmt_cc(t.devices[0].compute_capability))
     _line_with(out, "**Rank:**", f"rank {t.rank} of {t.world_size}")
     _line_with(out, "**Steps:**", str(t.num_steps), F.fmt_steps(t.step_ids))
-    _line_with(out, "**Step time:**", F.fmt_ms(t.step_time_us), F.fmt_ms(t.step_time_mean_us))
-    _line_with(out, "**GPU utilisation:**", F.fmt_pct(t.gpu_utilization))
+    _line_with(out, "**Step time:**", U.fmt_ms(t.step_time_us), U.fmt_ms(t.step_time_mean_us))
+    _line_with(out, "**GPU utilisation:**", U.fmt_pct(t.gpu_utilization))
     basis = F.step_basis_us(t)
     for key, us in t.breakdown_us.items():
-        assert f"| {F.BREAKDOWN_LABELS[key]} | {F.fmt_ms(us)} | {F.fmt_share_of(us, basis)} |" in out
+        assert f"| {F.BREAKDOWN_LABELS[key]} | {U.fmt_ms(us)} | {U.fmt_share_of(us, basis)} |" in out
     for key, us in t.idle_breakdown_us.items():
-        assert f"| {F.IDLE_LABELS[key]} | {F.fmt_ms(us)} | {F.fmt_share_of(us, basis)} |" in out
+        assert f"| {F.IDLE_LABELS[key]} | {U.fmt_ms(us)} | {U.fmt_share_of(us, basis)} |" in out
     for k in t.top_kernels:
-        _line_with(out, md_code(F.shorten(k.name, 80), cell=True), F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_pct(k.share_of_gpu))
+        _line_with(out, md_code(shorten(k.name, 80), cell=True), U.fmt_count(k.count), U.fmt_us(k.total_us), U.fmt_pct(k.share_of_gpu))
     for c in t.copies:
-        _line_with(out, c.direction, F.fmt_bytes(c.bytes), F.fmt_us(c.total_us), F.fmt_gbps(c.bandwidth_gbps))
+        _line_with(out, c.direction, U.fmt_bytes(c.bytes), U.fmt_us(c.total_us), U.fmt_gbps(c.bandwidth_gbps))
     for s in t.syncs:
-        _line_with(out, md_code(s.cause, cell=True), md_code(s.runtime, cell=True), F.fmt_us(s.total_us))
+        _line_with(out, md_code(s.cause, cell=True), md_code(s.runtime, cell=True), U.fmt_us(s.total_us))
 
 
 def test_findings_in_cost_order(report):
@@ -147,6 +149,6 @@ def test_real_trace_analysis_renders(v100_samples):
     report = analyze(v100_samples[0])
     out = render_markdown(report)
     t = report.traces[0]
-    _line_with(out, "**Step time:**", F.fmt_ms(t.step_time_us))
+    _line_with(out, "**Step time:**", U.fmt_ms(t.step_time_us))
     for f in report.findings:
         assert md_code(f.code) in out

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gpuprof import units as U
 from gpuprof.cli import cli
 from gpuprof.codes import catalogue, explain_parts
 from gpuprof.memory.units import fmt_bytes
-from gpuprof.render import format as F
 from gpuprof.render.layout import reflow, table_lines, wrap_text
 from gpuprof.render.safe import one_line
 from gpuprof.render.terminal import TOP_N
@@ -177,13 +177,13 @@ def test_analyze_v100_screen(columns: int) -> None:
         assert f["severity"].upper() in title.split()
         _assert_words_whole(out, f["message"], f["code"])
         _assert_words_whole(out, f["advice"], f["code"])
-        cost = f"{F.fmt_us(f['cost_us_per_step'])}/step" if f["cost_us_per_step"] is not None else "not estimated"
+        cost = f"{U.fmt_us(f['cost_us_per_step'])}/step" if f["cost_us_per_step"] is not None else "not estimated"
         assert all(w in tokens for w in cost.split()), (f["code"], cost)
     assert Path(path).name in re.sub(r"[│\s]", "", out)  # the file name whole, wrapped at a "/"
     kernels = trace["top_kernels"][:TOP_N]
     assert _first_column(out, "Top kernels") == [re.sub(r"\s", "", k["name"]) for k in kernels]
     for k in kernels:
-        for number in (F.fmt_count(k["count"]), F.fmt_pct(k["share_of_gpu"])):
+        for number in (U.fmt_count(k["count"]), U.fmt_pct(k["share_of_gpu"])):
             assert number in tokens
     causes = _first_column(out, "Host synchronisations")
     assert causes == [re.sub(r"\s", "", s["cause"]) for s in trace["syncs"][:TOP_N]]

@@ -6,6 +6,7 @@ import uuid
 
 from rich.text import Text
 
+from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
 from gpuprof.render import render
@@ -58,21 +59,21 @@ def test_summary_numbers(report):
     assert _line_with(out, "Device", dev.name, F.fmt_cc(dev.compute_capability))
     assert _line_with(out, "Rank", f"rank {t.rank} of {t.world_size}")
     assert _line_with(out, "Steps", str(t.num_steps), F.fmt_steps(t.step_ids))
-    assert _line_with(out, "Step time", F.fmt_ms(t.step_time_us) + " ms median")
-    assert _line_with(out, "GPU utilisation", F.fmt_pct(t.gpu_utilization))
+    assert _line_with(out, "Step time", U.fmt_ms(t.step_time_us) + " ms median")
+    assert _line_with(out, "GPU utilisation", U.fmt_pct(t.gpu_utilization))
     basis = F.step_basis_us(t)
     for key, us in t.breakdown_us.items():
-        _line_with(out, F.BREAKDOWN_LABELS[key], F.fmt_ms(us), F.fmt_share_of(us, basis))
+        _line_with(out, F.BREAKDOWN_LABELS[key], U.fmt_ms(us), U.fmt_share_of(us, basis))
     for key, us in t.idle_breakdown_us.items():
-        _line_with(out, F.IDLE_LABELS[key], F.fmt_ms(us), F.fmt_share_of(us, basis))
+        _line_with(out, F.IDLE_LABELS[key], U.fmt_ms(us), U.fmt_share_of(us, basis))
     for k in t.top_kernels:  # whole at this width: a name is cut only when it cannot fit
-        _line_with(out, k.name, F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_pct(k.share_of_gpu))
+        _line_with(out, k.name, U.fmt_count(k.count), U.fmt_us(k.total_us), U.fmt_pct(k.share_of_gpu))
     for o in t.top_ops:
-        _line_with(out, o.name, F.fmt_count(o.count), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us))
+        _line_with(out, o.name, U.fmt_count(o.count), U.fmt_us(o.self_us), U.fmt_us(o.gpu_us))
     for c in t.copies:
-        _line_with(out, c.direction, c.memory, F.fmt_bytes(c.bytes), F.fmt_gbps(c.bandwidth_gbps))
+        _line_with(out, c.direction, c.memory, U.fmt_bytes(c.bytes), U.fmt_gbps(c.bandwidth_gbps))
     for s in t.syncs:
-        _line_with(out, s.cause, s.runtime, F.fmt_us(s.total_us), s.location)
+        _line_with(out, s.cause, s.runtime, U.fmt_us(s.total_us), s.location)
     for note in t.notes + report.notes:
         assert note in out
 
@@ -81,9 +82,9 @@ def test_breakdown_shares_add_up_to_the_step(report):
     # the percentages shown are of the mean step time, so the rows of a full breakdown add up to ~100%
     out = render_terminal(report, color=False, width=WIDE)
     t = report.traces[0]
-    shown = [float(F.fmt_share_of(us, F.step_basis_us(t)).rstrip("%")) for us in t.breakdown_us.values()]
+    shown = [float(U.fmt_share_of(us, F.step_basis_us(t)).rstrip("%")) for us in t.breakdown_us.values()]
     for key, us in t.breakdown_us.items():
-        _line_with(out, F.BREAKDOWN_LABELS[key], F.fmt_share_of(us, F.step_basis_us(t)))
+        _line_with(out, F.BREAKDOWN_LABELS[key], U.fmt_share_of(us, F.step_basis_us(t)))
     total = sum(t.breakdown_us.values()) / F.step_basis_us(t) * 100
     assert abs(sum(shown) - total) < 0.1 * len(shown)
 
@@ -146,7 +147,7 @@ def test_cpu_only_trace_without_devices_or_steps():
     assert _line_with(out, "Steps", "none found")
     assert "GPU idle" not in out  # no GPU: no idle breakdown
     # mean unknown: shares fall back to the median step time
-    _line_with(out, "Other", F.fmt_ms(5_000.0), "100.0%")
+    _line_with(out, "Other", U.fmt_ms(5_000.0), "100.0%")
 
 
 def test_zero_step_time_does_not_divide_by_zero():
@@ -176,8 +177,8 @@ def test_real_trace_analysis_renders(v100_samples):
     report = analyze(path)
     out = render_terminal(report, color=False, width=WIDE)
     t = report.traces[0]
-    _line_with(out, "Step time", F.fmt_ms(t.step_time_us))
-    _line_with(out, "GPU utilisation", F.fmt_pct(t.gpu_utilization))
+    _line_with(out, "Step time", U.fmt_ms(t.step_time_us))
+    _line_with(out, "GPU utilisation", U.fmt_pct(t.gpu_utilization))
     assert t.devices[0].name in out
     for f in report.findings:
         assert f.code in out

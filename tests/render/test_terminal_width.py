@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof import units as U
 from gpuprof.analysis import analyze
 from gpuprof.render import format as F
 from gpuprof.render.safe import is_inert, shorten_distinct, visible
@@ -63,11 +64,11 @@ def test_real_trace_numbers_are_never_cut(rel: str, columns: int, piped: pytest.
     assert max(len(line) for line in out.splitlines()) <= columns
     ops = _section(out, "Top operators")
     for o in t.top_ops[:TOP_N]:  # what the JSON report holds for this table, as the table formats it
-        for number in (F.fmt_count(o.count), F.fmt_us(o.total_us), F.fmt_us(o.self_us), F.fmt_us(o.gpu_us)):
+        for number in (U.fmt_count(o.count), U.fmt_us(o.total_us), U.fmt_us(o.self_us), U.fmt_us(o.gpu_us)):
             assert _has_token(ops, number), (o.name, number)
     kernels = _section(out, "Top kernels")
     for k in t.top_kernels[:TOP_N]:
-        for number in (F.fmt_count(k.count), F.fmt_us(k.total_us), F.fmt_us(k.mean_us), F.fmt_pct(k.share_of_gpu)):
+        for number in (U.fmt_count(k.count), U.fmt_us(k.total_us), U.fmt_us(k.mean_us), U.fmt_pct(k.share_of_gpu)):
             assert _has_token(kernels, number), (k.name, number)
 
 
@@ -186,7 +187,7 @@ def test_directory_summary_once_and_each_finding_once(rel: str, columns: int) ->
     for label, t in zip(labels, report.traces):
         assert _has_token(out.splitlines(), label)
         assert os.path.basename(t.path) in re.sub(r"\n\s*", "", out)  # listed whole (wrapped when narrow)
-    medians = [F.fmt_ms(t.step_time_us) for t in report.traces]
+    medians = [U.fmt_ms(t.step_time_us) for t in report.traces]
     median_lines = [line for line in out.splitlines() if line.startswith("Step median")]
     assert all(any(m in line for line in median_lines) for m in medians)
     # each finding once, with the traces where it applies

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from gpuprof.analysis import analyze
 from gpuprof.testing.tracegen import TraceBuilder
 

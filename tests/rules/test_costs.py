@@ -135,8 +135,7 @@ def test_severity_follows_cost_real_traces():
 
 
 def test_info_below_share_is_documented_and_overridable():
-    from gpuprof.codes import explain_text, lookup
-    from gpuprof.codes import parse_option_overrides
+    from gpuprof.codes import explain_text, lookup, parse_option_overrides
     from gpuprof.rules.base import all_rules
 
     for rule in all_rules():

@@ -9,13 +9,13 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.findings import Severity
+from gpuprof.report import DeviceInfo
 from gpuprof.rules.memory import device_peaks
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import Event, MemoryPayload, Trace
 from gpuprof.trace.vocab import Kind
-from gpuprof.report import DeviceInfo
 
 GIB = 1 << 30
 

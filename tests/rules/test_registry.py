@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuprof.analysis import STRICT_ENV, analyze
+from gpuprof.analysis import analyze
 from gpuprof.cli import cli
+from gpuprof.codespec import Option
 from gpuprof.errors import EXIT_INTERNAL, RuleError
 from gpuprof.render.format import findings_total
-from gpuprof.rules.base import Option, all_rules, get_rule
+from gpuprof.rules.base import all_rules, get_rule
+from gpuprof.runner import STRICT_ENV
 from gpuprof.testing import realtraces
 from gpuprof.testing.tracegen import TraceBuilder, simple_training
 

@@ -15,9 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gpuprof  # noqa: E402
-from gpuprof.analysis import STRICT_ENV  # noqa: E402
 from gpuprof.capture import GpuprofWarning, Schedule  # noqa: E402
 from gpuprof.rules.base import all_rules  # noqa: E402
+from gpuprof.runner import STRICT_ENV  # noqa: E402
 
 STEPS = 6
 

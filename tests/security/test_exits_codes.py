@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from gpuprof.analysis import STRICT_ENV
 from gpuprof.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK
+from gpuprof.runner import STRICT_ENV
 from gpuprof.testing.realtraces import shared_path
 
 REPO = Path(__file__).resolve().parents[2]

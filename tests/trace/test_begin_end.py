@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 
 import gpuprof.trace.chunks as C
-import gpuprof.trace.load as L
-import gpuprof.trace.source as S
 from gpuprof.analysis import analyze
 from gpuprof.errors import InputError
 from gpuprof.testing.realtraces import shared_path

@@ -11,13 +11,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuprof.rules.common import named
 from gpuprof.trace import idleparts
+from gpuprof.trace.columns import named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.model import Event
 from gpuprof.trace.threads import on_thread, thread_keys
@@ -66,6 +67,20 @@ def test_innermost_pieces_equal_the_stack_walk(spans: list[tuple[float, float]],
         assert np.array_equal(a, b)
 
 
+def _add_innermost(out: defaultdict[tuple[str, str], float], kind: str, events: list[Event], ts: np.ndarray,
+                   dur: np.ndarray, idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
+    """One thread's nested ``events`` charged as idle_parts charges them: those overlapping idle time
+    (:func:`idleparts._overlapping`), each name coded in order of first event."""
+    hit = idleparts._overlapping(ts, dur, idle)
+    if hit is None:
+        return
+    codes: dict[str, int] = {}
+    ids = np.array([codes.setdefault(e.name, len(codes)) for e in events], np.int32)
+    if hit is not idleparts._ALL:
+        ts, dur, ids = ts[hit], dur[hit], ids[hit]
+    idleparts._add_overlapping(out, kind, [ts, dur], idle, prefer, (ids, list(codes)))
+
+
 def test_add_innermost_charges_the_innermost_preferred_frame() -> None:
     # outer user frame [0, 10) > library frame [2, 8) > user frame [4, 6); idle everywhere
     spans = [(0.0, 10.0), (2.0, 6.0), (4.0, 2.0)]
@@ -74,7 +89,7 @@ def test_add_innermost_charges_the_innermost_preferred_frame() -> None:
     ts, dur = _sorted_arrays(spans)
     out: defaultdict[tuple[str, str], float] = defaultdict(float)
     idle = Intervals.from_pairs([(0.0, 10.0)])
-    idleparts._add_innermost(out, "python", events, ts, dur, idle, prefer=lambda n: not n.startswith("lib"))
+    _add_innermost(out, "python", events, ts, dur, idle, prefer=lambda n: not n.startswith("lib"))
     assert dict(out) == {("python", "train.py(1): main"): 8.0, ("python", "model.py(9): fwd"): 2.0}
 
 
@@ -117,7 +132,7 @@ def test_add_innermost_in_blocks_sums_as_one_bincount(spans: list[tuple[float, f
     saved = idleparts._PIECES_AT_ONCE
     idleparts._PIECES_AT_ONCE = block
     try:
-        idleparts._add_innermost(out, "python", events, ts, dur, idle, prefer=None)
+        _add_innermost(out, "python", events, ts, dur, idle, prefer=None)
     finally:
         idleparts._PIECES_AT_ONCE = saved
     assert list(out.items()) == list(want.items())

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 import gpuprof.trace.chunks as C
 import gpuprof.trace.load as L
-import gpuprof.trace.source as S
 from gpuprof.cli import cli
 from gpuprof.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, InputError
 from gpuprof.testing import TraceBuilder, simple_training

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 import gpuprof.trace.chunks as C
-import gpuprof.trace.load as L
 import gpuprof.trace.source as S
 from gpuprof.errors import InputError
 from gpuprof.testing import TraceBuilder, simple_training
 from gpuprof.testing.realtraces import MISSING, TRACES, shared_path
-from gpuprof.trace.load import find_traces, load_trace
+from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import Trace
+from gpuprof.trace.source import find_traces
 from gpuprof.trace.vocab import step_number
 
 SAMPLE_NW0 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz")
@@ -382,9 +382,9 @@ def test_errors_mid_file_are_reported_at_once_with_their_position(tmp_path: Path
         reads: list[int] = []
         load = S.Source.read
 
-        def counting(self: S.Source, n: int) -> bytes:
-            out = load(self, n)
-            reads.append(len(out))
+        def counting(self: S.Source, n: int) -> bytes:  # patched and undone within this iteration
+            out = load(self, n)  # noqa: B023 - this iteration's load, called before the loop moves on
+            reads.append(len(out))  # noqa: B023 - likewise
             return out
 
         monkeypatch.setattr(S.Source, "read", counting)

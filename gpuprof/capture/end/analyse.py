@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 from gpuprof.capture.guard import Guard
 from gpuprof.capture.run import CaptureSection, RunFacts
 from gpuprof.findings import Finding
-from gpuprof.flow import Selection
 from gpuprof.flow import finish as finish_findings
 from gpuprof.report import Report
+from gpuprof.runner import Selection
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from gpuprof.analysis import RuleFailure
     from gpuprof.capture.config import CaptureConfig
     from gpuprof.capture.memory import LeakSite
+    from gpuprof.runner import RuleFailure
     from gpuprof.trace.metrics import TraceMetrics
     from gpuprof.trace.model import Trace
 

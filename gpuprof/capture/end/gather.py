@@ -30,8 +30,9 @@ import msgspec
 
 from gpuprof.atomic import atomic_write
 from gpuprof.distributed.summary import RankSummary
-from gpuprof.flow import Selection, finish
+from gpuprof.flow import finish
 from gpuprof.report import Report
+from gpuprof.runner import Selection
 
 __all__ = ["gather_cross_rank", "GATHER_WAIT_S"]
 

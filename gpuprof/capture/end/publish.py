@@ -25,8 +25,8 @@ from gpuprof.capture.guard import Guard
 from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
 from gpuprof.capture.run import RunFacts
 from gpuprof.capture.scalars import ScalarWriter
-from gpuprof.flow import Selection
 from gpuprof.report import Report
+from gpuprof.runner import Selection
 
 __all__ = ["Outputs", "final_report", "make_result", "publish", "window_report"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from gpuprof.codespec import CodeSpec, Option
 from gpuprof.findings import Severity
 
-__all__ = ["RuntimeCheck", "RUNTIME_CHECKS", "runtime_check", "runtime_spec"]
+__all__ = ["RUNTIME_CHECKS", "runtime_check", "runtime_spec"]
 
 _W, _E = Severity.WARNING, Severity.ERROR
 
@@ -26,17 +26,6 @@ def runtime_spec(code: str, name: str, severity: Severity, title: str, module: s
     return CodeSpec(code, name, severity, title, "runtime", options=options, bad_example=bad, good_example=good,
                     docs_page="capture.md", aliases=aliases, superseded_by=superseded_by,
                     module=f"gpuprof.capture.{module}")
-
-
-def RuntimeCheck(code: str, name: str, severity: Severity, title: str, module: str,  # noqa: N802 - former class
-                 **kw: object) -> CodeSpec:
-    """The former entry constructor, kept so entries written the old way still declare a code.
-
-    Prefer :func:`runtime_spec` with ``bad=``/``good=``: the registry's tests
-    require every code to have bad and good examples.
-    """
-    return runtime_spec(code, name, severity, title, module, bad=str(kw.pop("bad", "")),
-                        good=str(kw.pop("good", "")), **kw)  # type: ignore[arg-type]
 
 
 _PLACEMENT_MAX = Option("placement_max_modules", 4096, "modules inspected during the first step (bounded cost on "

@@ -1,0 +1,62 @@
+"""The view model both HTML surfaces draw: the summary cards' figures and the findings as drawn.
+
+The standalone page (:mod:`gpuprof.htmlpage.page`) and the TensorBoard tab
+(:mod:`gpuprof.tbplugin.data`) feed the same script (``report.js``: ``GP.cards``,
+``GP.findings``); each computed these figures itself before, so a change to one
+could make the two surfaces disagree on the same trace. Each surface keeps what
+only it reads its inputs from (a :class:`~gpuprof.report.Report`, or the tab's
+cached per-trace analyses) and hands the figures here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprof.findings import Finding
+from gpuprof.render.format import fmt_cost, linked_message
+
+__all__ = ["TraceFigures", "headline", "drawn_finding"]
+
+
+@dataclass(frozen=True)
+class TraceFigures:
+    """One trace's figures as its summary states them (docs/report-schema.md, ``traces[]``)."""
+
+    devices: tuple[str, ...]  # device names, in the summary's order
+    num_steps: int
+    step_time_mean_us: float
+    gpu_busy_us: float  # per step, on the main device
+    gpu_utilization: float | None  # None: no GPU activity
+
+    @classmethod
+    def of(cls, summary: dict[str, Any], devices: Iterable[str]) -> TraceFigures:
+        """From a trace summary in its JSON form; ``devices``: its device names as the surface reads them."""
+        return cls(tuple(devices), summary["num_steps"], summary["step_time_mean_us"], summary["gpu_busy_us"],
+                   summary.get("gpu_utilization"))
+
+
+def headline(traces: Sequence[TraceFigures], step_times_us: Sequence[float], steps: int) -> dict[str, Any]:
+    """The summary cards over every step of every trace: ``step_times_us`` every step's time, ``steps`` their count.
+
+    GPU utilisation is busy time over step time, summed over the traces that have GPU activity (the metric's
+    definition, docs/report-schema.md), not a mean of the traces' utilisations.
+    """
+    timed = [t for t in traces if t.gpu_utilization is not None]
+    util_time = sum(t.step_time_mean_us * t.num_steps for t in timed)
+    return {
+        "traces": len(traces),
+        "devices": list(dict.fromkeys(n for t in traces for n in t.devices if n)),
+        "steps": steps,
+        "step_time_us": statistics.median(step_times_us) if step_times_us else None,
+        "step_time_mean_us": sum(step_times_us) / len(step_times_us) if step_times_us else None,
+        "gpu_utilization": sum(t.gpu_busy_us * t.num_steps for t in timed) / util_time if util_time > 0 else None,
+    }
+
+
+def drawn_finding(f: Finding, where: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A finding as the pages draw it: its JSON form, where it came from (``where``: the tab's ``trace``,
+    ``report``, ``scope``), and its message and cost as every renderer states them (:mod:`gpuprof.render.format`)."""
+    return {**f.to_dict(), **(where or {}), "display_message": linked_message(f), "display_cost": fmt_cost(f)}

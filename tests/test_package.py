@@ -1,0 +1,114 @@
+"""The package's front door: ``import gpuprof`` is cheap, ``dir(gpuprof)`` is the API, one version string.
+
+Import cost is checked by what gets imported (``-X importtime`` of a fresh
+interpreter, or ``sys.modules`` after the import), never by a clock: the
+heavy dependencies (numpy, msgspec, rich, torch) are what made ``gpuprof
+--help`` cost 8.5x a bare interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gpuprof
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("numpy", "msgspec", "rich", "torch")
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+
+
+def _imported_by(*args: str) -> list[str]:
+    """The modules a fresh interpreter imports to run ``python -X importtime ARGS`` (from its stderr)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", *args], env=_env(), cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=True)
+    names = [m.group(1) for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", proc.stderr, re.M)]
+    assert names, proc.stderr[-2000:]  # the reader saw the imports (else the checks below prove nothing)
+    return names
+
+
+def _tops(names: list[str]) -> set[str]:
+    return {n.split(".")[0] for n in names}
+
+
+def test_import_gpuprof_loads_no_heavy_dependency() -> None:
+    names = _imported_by("-c", "import gpuprof")
+    assert not _tops(names) & set(HEAVY), sorted(_tops(names) & set(HEAVY))
+    ours = sorted(n for n in names if n.startswith("gpuprof"))
+    # the root, its lazy-export helper, the notebook hook slot and the version: nothing of the analysis
+    assert ours == ["gpuprof", "gpuprof.lazyexports", "gpuprof.notebookhook", "gpuprof.version"], ours
+
+
+def test_the_commands_help_loads_no_heavy_dependency() -> None:
+    """``gpuprof --help`` imports click and a handful of gpuprof's small modules, not the analysis."""
+    names = _imported_by("-m", "gpuprof", "--help")
+    click_only = _imported_by("-c", "import click")
+    assert "click" in _tops(names)
+    assert not _tops(names) & set(HEAVY), sorted(_tops(names) & set(HEAVY))
+    ours = [n for n in names if n.startswith("gpuprof.")]
+    assert "gpuprof.cli" in ours and "gpuprof.trace" not in ours and "gpuprof.report" not in ours, ours
+    # what --help adds to `import click`: gpuprof's own small modules and a few of the standard library
+    assert len(set(names) - set(click_only)) <= 40, sorted(set(names) - set(click_only))
+
+
+def test_dir_lists_the_public_api_and_every_name_resolves() -> None:
+    listed = dir(gpuprof)
+    assert set(gpuprof.__all__) <= set(listed)
+    helpers = [n for n in listed if not n.startswith("__") and n not in gpuprof.__all__]
+    assert not helpers, helpers  # no lazy-export helper, no submodule bound by an import elsewhere
+    for name in gpuprof.__all__:
+        if name in ("profile", "profile_step"):
+            continue  # capture: imports torch (tests/capture cover them)
+        assert getattr(gpuprof, name) is not None
+    assert gpuprof.Report.__module__ == "gpuprof.report"
+    assert gpuprof.analyze.__module__ == "gpuprof.analysis"
+    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
+        gpuprof.nonesuch  # noqa: B018 - the attribute access is the test
+
+
+def test_a_report_still_draws_itself_in_a_notebook() -> None:
+    """The HTML hook is registered by ``import gpuprof`` without importing the renderer until it is used."""
+    code = ("import sys, gpuprof\n"
+            "from gpuprof.report import Report\n"
+            "assert 'gpuprof.render.notebook' not in sys.modules\n"
+            "html = Report('analyze', inputs=['x.json'])._repr_html_()\n"
+            "assert 'gpuprof.render.notebook' in sys.modules\n"
+            "print(html)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=_env(), cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.startswith('<div class="gpuprof">') and "analyze: 0 traces" in out, out
+
+
+def test_one_version_string() -> None:
+    """pyproject.toml reads the version from gpuprof/version.py; no second copy to keep equal."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in project["project"]
+    assert "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gpuprof.version.__version__"}
+    from gpuprof.version import __version__
+
+    assert gpuprof.__version__ is __version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\S*)", __version__)
+    # the version is written once in the package (the report's "tool" field and --version read it)
+    pattern = re.compile(r"__version__\s*=\s*['\"]")
+    writers = [p.relative_to(ROOT).as_posix() for p in (ROOT / "gpuprof").rglob("*.py")
+               if pattern.search(p.read_text(encoding="utf-8"))]
+    assert writers == ["gpuprof/version.py"], writers
+
+
+def test_the_command_says_the_one_version() -> None:
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+
+    out = CliRunner().invoke(cli, ["--version"]).output
+    assert gpuprof.__version__ in out

@@ -194,7 +194,7 @@ def _where(loc: SourceLocation | None) -> str:
 
 def hang_finding(rec: HangRecord, report: str) -> Finding:
     """GP651 for one rank's stall (``report``: where hang.md is)."""
-    from gpuprof.capture.codes import runtime_check
+    from gpuprof.runtimecodes import runtime_check
 
     spec = runtime_check("GP651")
     who = f"rank {rec.rank}" if rec.rank is not None else "the process"

@@ -128,7 +128,7 @@ def _changes(diff: Mapping[str, Any]) -> tuple[float, list[tuple[str, float]], l
 
 
 def _finding(diff: Mapping[str, Any], steady: TraceFile, tf: TraceFile, location: SourceLocation | None) -> Finding:
-    from gpuprof.capture.codes import runtime_check
+    from gpuprof.runtimecodes import runtime_check
 
     spec = runtime_check("GP650")
     step = _metric(diff, "step_time")

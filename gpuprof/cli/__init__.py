@@ -131,6 +131,7 @@ _COMMANDS = {
     "history": ("gpuprof.cli.history", "history_cmd"),
     "memory": ("gpuprof.cli.memory", "memory_cmd"),
     "rules": ("gpuprof.cli.rules", "rules_cmd"),
+    "run": ("gpuprof.cli.run", "run_cmd"),
     "trigger": ("gpuprof.cli.trigger", "trigger_cmd"),
 }
 

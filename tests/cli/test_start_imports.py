@@ -37,7 +37,7 @@ OTHER_COMMANDS = ["gpuprof.cli.diff", "gpuprof.cli.memory", "gpuprof.cli.rules",
                   "gpuprof.cli.export", "gpuprof.cli.history", "gpuprof.export", "gpuprof.history",
                   "gpuprof.capture.api", "gpuprof.capture.session", "gpuprof.capture.checks",
                   "gpuprof.memory.analysis", "gpuprof.memory.replay", "gpuprof.memory.load",
-                  "gpuprof.tbplugin", "gpuprof.integrations"]
+                  "gpuprof.tbplugin", "gpuprof.integrations", "gpuprof.cli.run", "gpuprof.run"]
 RENDERERS = {"terminal": ["gpuprof.render.terminal", "rich"], "markdown": ["gpuprof.render.markdown"],
              "json": ["gpuprof.render.jsonout"], "html": ["gpuprof.htmlpage", "gpuprof.render.notebook", "html"],
              "tensorboard": ["gpuprof.render.tensorboard", "gpuprof.render.tbtext"]}
@@ -106,7 +106,7 @@ def test_help_lists_every_command_and_imports_none_it_does_not_run(tmp_path: Pat
                           env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
     assert proc.returncode == 0, proc.stderr
     listed = proc.stdout.split("Commands:")[1]
-    for cmd in ("analyze", "diff", "explain", "memory", "rules"):
+    for cmd in ("analyze", "diff", "explain", "memory", "rules", "run"):
         assert f"  {cmd} " in listed, cmd
     mods = _modules_after(tmp_path, "rules")
     assert "gpuprof.cli.rules" in mods and not _loaded(mods, "gpuprof.cli.diff") and not _loaded(mods, "torch")

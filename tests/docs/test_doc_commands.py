@@ -41,7 +41,7 @@ RUN = "bash doctest"
 SHELLS = {"bash", "sh", "shell", "console", "zsh"}
 # what a block's working directory holds: a copy, so what a command writes never touches the checkout
 COPIED = ("README.md", "pyproject.toml", "LICENSE", "CHANGELOG.md", "docs", "examples", "gpuprof")
-SLOW = re.compile(r"\btorchrun\b|\bpython3? examples/")  # a capture in a training example: ~10-30 s on CPU
+SLOW = re.compile(r"\btorchrun\b|\bpython3? examples/|\bgpuprof run\b")  # a capture in a training example: ~10-30 s
 EXIT = re.compile(r"\s#\s*exit\s+(\d+)\b")
 TIMEOUT_S = 180
 

@@ -1,0 +1,149 @@
+"""``gpuprof run``: run an unchanged training script (or a launcher: torchrun, accelerate launch) under gpuprof.
+
+The command line is split by hand before click sees it: gpuprof's options
+come first, then ``--`` and a command, ``-m MODULE`` and its arguments, or a
+script and its arguments. Everything after that belongs to the user's program,
+even words that look like gpuprof's options (``train.py --logdir x`` is the
+script's ``--logdir``), as with ``python -m``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+
+from gpuprof.capture.config import DEFAULT_LOGDIR
+from gpuprof.run.launch import (
+    Command,
+    RunUsageError,
+    exit_like,
+    launch,
+    logdir_state,
+    no_step_note,
+    resolve,
+    wrote_something,
+)
+from gpuprof.run.options import RunOptions, Scalar, parse_step_function
+
+__all__ = ["run_cmd"]
+
+_META = "gpuprof.run.command"
+
+EPILOG = """\b
+Forms:
+  gpuprof run [OPTIONS] train.py [ARGS]          a Python script
+  gpuprof run [OPTIONS] -m package.module [ARGS] a module, as python -m
+  gpuprof run [OPTIONS] -- python train.py [ARGS]
+  gpuprof run [OPTIONS] -- torchrun --nproc-per-node 2 train.py [ARGS]
+  gpuprof run [OPTIONS] -- accelerate launch train.py [ARGS]
+
+\b
+Exit code: the command's own (a command killed by a signal: the same
+signal, 128+N in a shell); 2 when the command cannot be started (no
+such script, a program named without --, no command).
+"""
+
+
+class _RunCommand(click.Command):
+    """Splits off the user's command before click parses gpuprof's own options."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        own, kind, rest = _split(self, list(args))
+        ctx.meta[_META] = (kind, tuple(rest))
+        return super().parse_args(ctx, own)
+
+
+def _split(cmd: click.Command, args: list[str]) -> tuple[list[str], str, list[str]]:
+    """(gpuprof's options, kind of command, the command and its arguments)."""
+    takes_value: set[str] = set()
+    flags: set[str] = set()
+    for p in cmd.params:
+        if isinstance(p, click.Option):
+            (flags if p.is_flag or p.count else takes_value).update([*p.opts, *p.secondary_opts])
+    own: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return own, "command", args[i + 1:]
+        if a == "-m":
+            return own, "module", args[i + 1:]
+        if a.startswith("-m") and not a.startswith("--"):
+            return own, "module", [a[2:], *args[i + 1:]]
+        name = a.split("=", 1)[0]
+        if name in takes_value:
+            own.append(a)
+            if "=" not in a and i + 1 < len(args):
+                own.append(args[i + 1])
+                i += 1
+            i += 1
+            continue
+        if a in flags or (a.startswith("-") and a != "-"):
+            own.append(a)  # a flag, or an unknown option: click names it in its usage error
+            i += 1
+            continue
+        return own, "script", args[i:]
+    return own, "script", []
+
+
+@click.command("run", cls=_RunCommand, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--logdir", default=DEFAULT_LOGDIR, show_default=True, metavar="DIR",
+              help="Where each process writes its run directory.")
+@click.option("--run-name", default=None, metavar="NAME",
+              help="The run directory's name (default: a timestamp; under torchrun, the job's run id).")
+@click.option("--step-function", default=None, metavar="MODULE:FUNCTION",
+              help="Each call of this function is one step (for a script with no optimizer, or to choose "
+                   "the step); __main__ or the script's name for a function of the script itself.")
+@click.option("--hang-timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Write a hang report when no step ends for this long (0: off; default: the capture's).")
+@click.option("--max-auto-windows", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Record at most N automatic windows when the steady state breaks (default: the capture's).")
+@click.option("--no-trigger", is_flag=True, help="Do not record a window on demand (gpuprof trigger PID).")
+@click.option("--no-watch", is_flag=True, help="No per-step watch over the whole job.")
+@click.pass_context
+def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function: str | None,
+            hang_timeout: float | None, max_auto_windows: int | None, no_trigger: bool, no_watch: bool) -> None:
+    """Run a training script or launcher job, unchanged, with gpuprof in every process.
+
+    Every Python process the command starts is profiled once it trains (its
+    first optimizer step, or a Lightning / Hugging Face Trainer): one report
+    per process or rank, and the cross-rank report, as gpuprof.profile
+    writes them. The program's output, signals and exit code are its own.
+    """
+    kind, rest = ctx.meta[_META]
+    if step_function is not None:
+        try:
+            parse_step_function(step_function)
+        except ValueError as err:
+            raise RunUsageError(f"{err}") from None
+    if run_name is not None and run_name.strip() in ("", ".", ".."):
+        raise RunUsageError(f"--run-name {run_name!r} names no directory under the logdir")
+    command: Command = resolve(kind, rest)
+    capture: dict[str, Scalar] = {"watch": not no_watch, "trigger": not no_trigger}
+    if hang_timeout is not None:
+        capture["hang_timeout"] = hang_timeout
+    if max_auto_windows is not None:
+        capture["max_auto_windows"] = max_auto_windows
+    _say_unsupported(capture)
+    opts = RunOptions(logdir=logdir, run=run_name, step_function=step_function, capture=capture)
+    before = logdir_state(logdir)
+    status = launch(command, opts)
+    if status >= 0 and status != 130 and not wrote_something(before, logdir_state(logdir)):
+        click.echo(no_step_note(opts), err=True)
+    ctx.exit(exit_like(status))
+
+
+_DEFAULTS = {"watch": True, "trigger": True}
+
+
+def _say_unsupported(capture: dict[str, Any]) -> None:
+    """Options asked for that this gpuprof's capture does not have yet: said once, then ignored."""
+    from gpuprof.capture.config import CaptureConfig
+
+    known = {f.name for f in dataclasses.fields(CaptureConfig)}
+    missing = sorted(k for k, v in capture.items() if k not in known and _DEFAULTS.get(k) != v)
+    if missing:
+        names = ", ".join("--" + k.replace("_", "-") if k not in _DEFAULTS else "--no-" + k for k in missing)
+        click.echo(f"gpuprof run: this gpuprof's capture has no {names} yet; ignored", err=True)

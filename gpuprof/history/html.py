@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuprof.history.render import fmt_metric
 from gpuprof.history.runs import METRICS
 from gpuprof.memory.htmlsafe import csp_hash, text_for_html
 
@@ -28,13 +29,7 @@ def _policy() -> str:
 
 
 def _fmt(metric: str, v: Any) -> str:
-    if not isinstance(v, (int, float)):
-        return "-"
-    if metric == "step_time_us":
-        return f"{v / 1000:.2f} ms"
-    if metric == "memory_peak_bytes":
-        return f"{v / (1 << 20):.0f} MiB"
-    return f"{v * 100:.1f}%"
+    return fmt_metric(metric, v if isinstance(v, (int, float)) else None)
 
 
 def _chart(metric: str, runs: list[dict[str, Any]], marked: set[str]) -> str:

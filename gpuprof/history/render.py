@@ -10,7 +10,7 @@ from gpuprof.history.changes import ChangePoint, FindingChange, change_points, f
 from gpuprof.history.runs import METRICS, History
 from gpuprof.render.safe import shorten, visible
 
-__all__ = ["history_dict", "history_json", "history_terminal", "sparkline"]
+__all__ = ["history_dict", "history_json", "history_terminal", "sparkline", "fmt_metric"]
 
 HISTORY_VERSION = 1
 _BARS = "▁▂▃▄▅▆▇█"
@@ -48,7 +48,8 @@ def sparkline(values: list[float | None]) -> str:
     return "".join(" " if v is None else _BARS[0 if span == 0 else min(7, int((v - lo) / span * 8))] for v in values)
 
 
-def _fmt(metric: str, v: float | None) -> str:
+def fmt_metric(metric: str, v: float | None) -> str:
+    """One figure of a run as the terminal and the page show it."""
     if v is None:
         return "-"
     if metric == "step_time_us":
@@ -67,13 +68,13 @@ def history_terminal(hist: History) -> str:
     for m, (label, _) in METRICS.items():
         vals = [r.figures[m] for r in hist.runs]
         xs = [v for v in vals if v is not None]
-        span = f"  {_fmt(m, min(xs))} .. {_fmt(m, max(xs))}" if xs else "  (not in the reports)"
+        span = f"  {fmt_metric(m, min(xs))} .. {fmt_metric(m, max(xs))}" if xs else "  (not in the reports)"
         lines.append(f"  {label:<16} {sparkline(vals)}{span}")
     lines.append("")
     header = f"  {'run':<{width}}  " + "  ".join(f"{label:>16}" for label, _ in METRICS.values()) + "  findings"
     lines.append(header)
     for r, name in zip(hist.runs, names):
-        cells = [(_fmt(m, r.figures[m]) + (" *" if (r.name, m) in marked else "  ")) for m in METRICS]
+        cells = [(fmt_metric(m, r.figures[m]) + (" *" if (r.name, m) in marked else "  ")) for m in METRICS]
         lines.append(f"  {name:<{width}}  " + "  ".join(f"{c:>16}" for c in cells) + "  " +
                      (", ".join(r.findings) or "-"))
     lines.append("")
@@ -81,7 +82,7 @@ def history_terminal(hist: History) -> str:
         lines.append("Change points (* above; docs/history.md):")
         for p in points:
             label = METRICS[p.metric][0]
-            lines.append(f"  {visible(p.run)}: {label} {_fmt(p.metric, p.before)} -> {_fmt(p.metric, p.after)}")
+            lines.append(f"  {visible(p.run)}: {label} {fmt_metric(p.metric, p.before)} -> {fmt_metric(p.metric, p.after)}")
     else:
         lines.append("No change point: every figure moved within its runs' noise.")
     if changes:

@@ -41,13 +41,14 @@ def _range(name: str) -> dict[str, Any]:
 
 def _saved(tmp_path: Path, names: list[str], **trace: Any) -> Path:
     views = {"version": 1, "kernel_total_us": 0.0, "unattributed_gpu_us": 0.0, "peak_device": None,
-             "operators": [{"name": n, "input_shapes": n, "calls": 2, "cpu_total_us": 3.5, "cpu_self_us": -1.5,
+             "operators": [{"name": n, "input_shapes": n, "calls": 2, "cpu_total_us": 3.5, "cpu_self_us": 1.5,
                             "gpu_self_us": 0.0, "gpu_total_us": 0.0, "stacks": [n], "flops": None,
                             "flops_source": None, "tflops": None} for n in names],
              "kernels": [], "modules": [_range(n) for n in names], "ranges": [_range(n) for n in names], "rest": {}}
     doc = {"schema_version": "1.2", "inputs": [], "sections": [], "notes": [],
-           "traces": [{"path": names[0], "rank": 0, "step_ids": [1, 2], "step_times_us": [10.0, 11.5],
-                       "views": views, **trace}],
+           "traces": [{"path": names[0], "rank": 0, "num_steps": 2, "step_ids": [1, 2], "step_times_us": [10.0, 11.5],
+                       "step_time_us": 10.75, "step_time_mean_us": 10.75, "gpu_busy_us": 0.0, "gpu_utilization": None,
+                       "breakdown_us": {}, "idle_breakdown_us": {}, "views": views, **trace}],
            "findings": [{"code": "GP102", "name": n, "severity": "warning", "message": n, "advice": n,
                          "location": {"file": n, "line": 3, "function": n}, "source": n} for n in names]}
     p = tmp_path / "report.json"
@@ -67,7 +68,7 @@ def test_csv_cells_that_start_a_formula_get_a_quote_and_all_names_survive(tmp_pa
     assert [r["name"] for r in rows] == [_guarded(n) for n in HOSTILE]
     assert [r["input_shapes"] for r in rows] == [_guarded(n) for n in HOSTILE]
     assert [r["trace"] for r in rows] == [_guarded(HOSTILE[0])] * len(HOSTILE)
-    assert {r["cpu_self_us"] for r in rows} == {"-1.5"}  # a number is never prefixed, even when negative
+    assert {r["cpu_self_us"] for r in rows} == {"1.5"}  # a number is never prefixed (a saved report holds no negative time: validation)
     for table, col in (("modules", "name"), ("ranges", "name"), ("findings", "message"), ("findings", "location_file")):
         with open(tmp_path / "out" / f"{table}.csv", newline="", encoding="utf-8") as fh:
             assert [r[col] for r in csv.DictReader(fh)] == [_guarded(n) for n in HOSTILE], (table, col)

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from gpuprof.cli import cli
 
 GOOD = {"schema_version": "1.2", "inputs": [], "sections": [], "notes": [], "findings": [],
-        "traces": [{"path": "t", "step_time_us": 100.0, "step_time_mean_us": 100.0, "gpu_utilization": 0.5}]}
+        "traces": [{"path": "t", "num_steps": 5, "step_time_us": 100.0, "step_time_mean_us": 100.0, "gpu_busy_us": 50.0,
+                    "gpu_utilization": 0.5, "breakdown_us": {}, "idle_breakdown_us": {}}]}
 
 
 def run(*args: str) -> Any:
@@ -84,4 +85,4 @@ def test_html_page_is_inert_whatever_the_run_names(tmp_path: Path) -> None:
     assert "<script" not in text and "<img" not in text
     assert "&lt;script&gt;alert(1)&lt;script&gt;&quot;&gt;&lt;img" in text
     assert "script-src 'none'" in text and "default-src 'none'" in text
-    assert text.count("<circle") == 3 * 2  # step time and GPU utilisation of three runs; the other figures absent
+    assert text.count("<circle") == 3 * 3  # step time, GPU utilisation and data-loading share of three runs; no memory

@@ -34,7 +34,8 @@ def test_history_page_of_the_logdir(tmp_path: Path) -> None:
         d = tmp_path / name
         d.mkdir()
         doc = {"schema_version": "1.2", "inputs": [], "sections": [], "notes": [], "findings": [],
-               "traces": [{"path": "t", "step_time_us": step, "step_time_mean_us": step}]}
+               "traces": [{"path": "t", "num_steps": 3, "step_time_us": step, "step_time_mean_us": step, "gpu_busy_us": 0.0,
+                           "gpu_utilization": None, "breakdown_us": {}, "idle_breakdown_us": {}}]}
         (d / "report.json").write_text(json.dumps(doc))
         os.utime(d / "report.json", (1_700_000_000 + i, 1_700_000_000 + i))
     res = c.get("/history.html")

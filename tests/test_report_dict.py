@@ -91,6 +91,7 @@ def _ref_job(j: Any) -> dict[str, Any] | None:
             "gpu_throttle_reasons": m.gpu_throttle_reasons},
         "cores": j.cores,
         "h2d_copy_us": j.h2d_copy_us,
+        "windows": [{"start_step": w.start_step, "steps": w.steps, "reason": w.reason} for w in j.windows],
     }
 
 
@@ -152,14 +153,14 @@ def test_hostile_values_encode_as_before() -> None:
 
 def test_job_encodes_as_documented() -> None:
     """A capture's job (phases, compact series, the sampler's columns, NaN figures) in the documented layout."""
-    from gpuprof.report import JobPhase, JobSamples, JobSeries, JobSummary
+    from gpuprof.report import JobPhase, JobSamples, JobSeries, JobSummary, JobWindow
 
     job = JobSummary(steps=3, phases=[JobPhase("steady", 0, 2, math.nan, 3, 1.0, 2.0, 3.0, None)],
                      series=JobSeries(bucket=1, first_step=[0, 1, 2], step_time_us=[1.0, 2.0, 3.0],
                                       step_time_min_us=[1.0, 2.0, 3.0], step_time_max_us=[1.0, 2.0, 3.0]),
                      samples=JobSamples(step=[1], process_cpu_pct=[99.5], workers_cpu_pct=[None],
                                         workers_demand_pct=[None], workers=[None]),
-                     cores=4)
+                     cores=4, windows=[JobWindow(7, 5, "default"), JobWindow(150, 5, "anomaly")])
     report = Report(command="capture", job=job)
     _same(report.to_dict(), _ref_report(report))
     out = msgspec.json.decode(render_json_bytes(report))

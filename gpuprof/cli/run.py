@@ -10,24 +10,16 @@ script's ``--logdir``), as with ``python -m``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuprof.capture.config import DEFAULT_LOGDIR
-from gpuprof.run.launch import (
-    Command,
-    RunUsageError,
-    exit_like,
-    launch,
-    logdir_state,
-    no_step_note,
-    resolve,
-    wrote_something,
-)
-from gpuprof.run.options import RunOptions, Scalar, parse_step_function
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.run.options import Scalar
 
 __all__ = ["run_cmd"]
+
+DEFAULT_LOGDIR = "gpuprof_logs"  # gpuprof.capture.config's, not imported: `--help` stays light (tests/run/test_run_cli.py)
 
 _META = "gpuprof.run.command"
 
@@ -112,6 +104,19 @@ def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function
     per process or rank, and the cross-rank report, as gpuprof.profile
     writes them. The program's output, signals and exit code are its own.
     """
+    # the launcher's modules only when a job is launched: `gpuprof --help` stays light (tests/test_package.py)
+    from gpuprof.run.launch import (
+        Command,
+        RunUsageError,
+        exit_like,
+        launch,
+        logdir_state,
+        no_step_note,
+        resolve,
+        wrote_something,
+    )
+    from gpuprof.run.options import RunOptions, parse_step_function
+
     kind, rest = ctx.meta[_META]
     if step_function is not None:
         try:

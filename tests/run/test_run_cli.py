@@ -290,3 +290,10 @@ def test_sigusr1_to_gpuprof_run_goes_to_the_child(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert (proc.returncode, out) == (4, "usr1\n")  # gpuprof run lived on, the child got it and ended its way
+
+
+def test_the_run_commands_default_logdir_is_the_captures() -> None:
+    from gpuprof.capture.config import DEFAULT_LOGDIR
+    from gpuprof.cli import run as cli_run
+
+    assert cli_run.DEFAULT_LOGDIR == DEFAULT_LOGDIR

@@ -333,7 +333,8 @@ def test_listed_paths_become_urls_that_open_alone(url: str, inner: str, listed: 
 def test_history_of_a_url_masks_the_password(bucket: Bucket, tmp_path: Path) -> None:
     """`gpuprof history URL`: the run names, the root, the notes (a bad report), the HTML page and errors."""
     doc = {"schema_version": "1.2", "inputs": [], "sections": [], "notes": [], "findings": [],
-           "traces": [{"path": "t", "step_time_us": 100.0, "step_time_mean_us": 100.0}]}
+           "traces": [{"path": "t", "num_steps": 2, "step_time_us": 100.0, "step_time_mean_us": 100.0, "gpu_busy_us": 0.0,
+                       "gpu_utilization": None, "breakdown_us": {}, "idle_breakdown_us": {}}]}
     for run in ("a", "b"):
         bucket.put(f"logs/{run}/report.json", json.dumps(doc).encode())
     bucket.put("logs/bad/report.json", b"{not json")

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from gpuprof.report import JobSamples
 
-__all__ = ["Sampler", "CpuReader", "Nvml", "open_nvml", "INTERVAL_S", "MAX_SAMPLES", "child_pids"]
+__all__ = ["Sampler", "CpuReader", "Nvml", "open_nvml", "INTERVAL_S", "MAX_SAMPLES", "child_pids", "worker_pids"]
 
 INTERVAL_S = 1.0
 MAX_SAMPLES = 4096  # then every other sample is dropped and the interval doubles (bounded for any job length)
@@ -66,6 +66,21 @@ def _read(path: str) -> bytes | None:
 def _stat_fields(raw: bytes) -> list[bytes]:
     """The fields of /proc/<pid>/stat after the command name (which may hold spaces and parentheses)."""
     return raw[raw.rfind(b")") + 2:].split()
+
+
+def worker_pids(pid: int) -> list[int]:
+    """The processes that can be ``pid``'s DataLoader workers: its children, less Python's multiprocessing helpers
+    (the resource tracker), with a forkserver replaced by the processes it forked (forkserver-started workers)."""
+    out: list[int] = []
+    for c in child_pids(pid):
+        cmd = _read(f"/proc/{c}/cmdline") or b""
+        if b"multiprocessing.resource_tracker" in cmd:
+            continue
+        if b"multiprocessing.forkserver" in cmd:
+            out += child_pids(c)
+            continue
+        out.append(c)
+    return sorted(set(out))
 
 
 def child_pids(pid: int) -> list[int]:
@@ -109,7 +124,7 @@ class CpuReader:
         self._last_demand: dict[int, float] = {}
         self._last_t = time.monotonic()
         if self.proc:
-            for c in child_pids(self.pid):
+            for c in worker_pids(self.pid):
                 s = self._child_s(c)
                 if s is not None:
                     self._last_children[c] = s
@@ -154,7 +169,7 @@ class CpuReader:
         busy = want = 0.0
         seen: dict[int, float] = {}
         demand: dict[int, float] = {}
-        for c in child_pids(self.pid):
+        for c in worker_pids(self.pid):
             s = self._child_s(c)
             if s is None:
                 continue

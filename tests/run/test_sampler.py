@@ -168,3 +168,22 @@ def test_no_nvml_without_the_package_or_a_driver(monkeypatch: pytest.MonkeyPatch
     assert S.open_nvml(None, 0) is None
     _fake_pynvml(monkeypatch, fail={"init"})  # installed, no driver
     assert S.open_nvml(None, 0) is None
+
+
+def test_python_multiprocessing_helpers_are_not_workers() -> None:
+    """The resource tracker (and a forkserver itself) are children of the trainer but never DataLoader workers."""
+    import multiprocessing.resource_tracker as rt
+    import subprocess
+    import sys
+
+    from gpuprof.run.sampler import child_pids, worker_pids
+
+    rt.ensure_running()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        tracker = rt._resource_tracker._pid
+        assert tracker in child_pids(os.getpid())  # a child, as the CI run's worker count showed
+        assert tracker not in worker_pids(os.getpid()) and child.pid in worker_pids(os.getpid())
+    finally:
+        child.kill()
+        child.wait()

@@ -43,6 +43,7 @@ import errno
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
 
@@ -113,20 +114,30 @@ def _what(mode: int) -> str:
     return "not a regular file"
 
 
+FIFO_READER_WAIT_S = 2.0  # how long a FIFO output waits for its reader to open it (docs/security.md)
+
+
 def _open_stream(path: Path) -> int:
     """A descriptor open for writing on the character device or FIFO at ``path`` (through links).
 
-    ``O_NONBLOCK`` first, so that a FIFO with no reader is ``ENXIO`` at once rather than a hang, then
+    ``O_NONBLOCK`` first, so that a FIFO with no reader is ``ENXIO`` within ``FIFO_READER_WAIT_S`` (a reader
+    started just before may not have opened it yet) rather than a hang, then
     blocking again for the writes; no ``O_CREAT`` (nothing is made), no ``O_TRUNC``, and ``O_APPEND``
     (a file behind ``/dev/stdout`` keeps what the shell wrote before).
     """
     flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as err:
-        if err.errno == errno.ENXIO:
-            raise OSError(errno.ENXIO, "is a FIFO with no reader (start its reader first)", os.fspath(path)) from None
-        raise
+    deadline = time.monotonic() + FIFO_READER_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, flags)
+            break
+        except OSError as err:
+            if err.errno != errno.ENXIO:
+                raise
+            if time.monotonic() >= deadline:  # a reader started just before (`cat fifo &`) had time to open it
+                raise OSError(errno.ENXIO, "is a FIFO with no reader (start its reader first)",
+                              os.fspath(path)) from None
+            time.sleep(0.05)
     try:
         os.set_blocking(fd, True)
     except OSError:

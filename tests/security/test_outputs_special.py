@@ -156,12 +156,12 @@ def test_a_fifo_with_a_reader_gets_the_report(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["out.fifo", "t.pt.trace.json"]
 
 
-def test_a_fifo_without_a_reader_is_one_line_at_once(tmp_path: Path) -> None:
+def test_a_fifo_without_a_reader_is_one_line_without_hanging(tmp_path: Path) -> None:
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
     trace = _trace(tmp_path / "t.pt.trace.json")
     for opt in ("-o", "--html", "--annotate"):
-        code, out = _cli("analyze", str(trace), opt, str(fifo))  # no reader: must not block
+        code, out = _cli("analyze", str(trace), opt, str(fifo))  # no reader: one line after the short wait for one, never a hang
         assert code == 2 and out.count("\n") == 1 and "FIFO with no reader" in out, out
         assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 

@@ -157,12 +157,19 @@ def _this_jobs(run_dir: Path, job: str) -> Path:
     for cand in (run_dir, run_dir.with_name(f"{run_dir.name}-{job}")):
         marker = cand / _JOB_FILE
         try:
-            if not cand.exists() or (not any(cand.iterdir())):
+            # new, or holding nothing but job markers (this job's, or one being written): claim it
+            if not cand.exists() or not [p for p in cand.iterdir() if not p.name.startswith(_JOB_FILE)]:
                 cand.mkdir(parents=True, exist_ok=True)
-                with contextlib.suppress(FileExistsError):
-                    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                # the marker appears whole or not at all (written aside, then linked in; the link fails if another
+                # rank's is there): a rank never reads a half-written key and takes another directory
+                fd, tmp = tempfile.mkstemp(dir=cand, prefix=".gpuprof-job.")
+                try:
                     with os.fdopen(fd, "w") as fh:
                         fh.write(job)
+                    with contextlib.suppress(FileExistsError):
+                        os.link(tmp, marker)
+                finally:
+                    os.unlink(tmp)
             if marker.is_file() and not marker.is_symlink() and marker.read_text(errors="replace")[:200] == job:
                 return cand
         except OSError:

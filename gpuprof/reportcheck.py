@@ -18,8 +18,9 @@ are lists of the documented types; each trace summary's figures are numbers
 counts not negative, shares (``gpu_utilization``, ``share_of_gpu``,
 ``cost_share``) between 0 and 1, a rank 0 or more, a world size 1 or more;
 each finding has a code, and a name, message and severity (a known one) of
-the right type where present, a cost that is a number of 0 or more. Fields absent from older 1.x reports (``step_times_us``,
-``views``) may be missing; the ones every 1.x report has may not. Open maps
+the right type where present, a cost that is a number of 0 or more; a timeline's rows are lists of the
+documented length and types (the page indexes its names and kinds with them). Fields absent from older 1.x
+reports (``step_times_us``, ``views``, ``timeline``) may be missing; the ones every 1.x report has may not. Open maps
 (a finding's ``evidence[].extra``, sections other than the trace summaries)
 are checked for non-finite numbers only: their shape is the rule's or the
 section's.
@@ -177,6 +178,33 @@ _VIEWS = _object({}, {"version": _number(low=1, integer=True), "kernel_total_us"
                       "kernels": _list(_VIEW_KERNEL), "modules": _list(_VIEW_SCOPE), "ranges": _list(_VIEW_SCOPE)},
                  nullable=True)
 
+
+def _row(*cells: Check) -> Check:
+    """A list of exactly these cells (a timeline's event row or critical segment)."""
+
+    def check(v: Any, path: str) -> None:
+        if not isinstance(v, list) or len(v) != len(cells):
+            raise ReportProblem(path, f"is {_shown(v)}, not a list of {len(cells)} values")
+        for i, (x, c) in enumerate(zip(v, cells)):
+            c(x, f"{path}[{i}]")
+
+    return check
+
+
+_INDEX = _number(low=0, integer=True)
+_TIME = _number()  # relative to the timeline's origin: an event that began before the first step is negative
+_TIMELINE = _object({}, {
+    "version": _number(low=1, integer=True), "origin_us": _TIME, "span_us": _US, "resolution_us": _US,
+    "events_total": _COUNT, "events_kept": _COUNT, "left_out": _map(_COUNT), "kinds": _TEXTS, "names": _TEXTS,
+    "lanes": _list(_object({"id": _text(), "kind": _text(), "label": _text()}, {
+        "events": _list(_row(_TIME, _US, _INDEX, _INDEX, _INDEX, _number(low=1, integer=True))),
+        "total": _COUNT, "depth": _COUNT})),
+    "steps": _list(_object({"id": _number(integer=True), "start_us": _TIME, "end_us": _TIME})),
+    "critical_step": _number(low=0, integer=True, nullable=True),
+    "critical": _list(_row(_text(), _TIME, _TIME, _text(), _text())),
+    "markers": _list(_object({"code": _text(), "lane": _text(), "start_us": _TIME, "end_us": _TIME}, {"where": _text()})),
+}, nullable=True)
+
 # the fields of a trace summary that `gpuprof diff` computes with; every 1.x report has these
 _TRACE = _object(
     {"path": _text(), "num_steps": _COUNT, "step_time_us": _US, "step_time_mean_us": _US, "gpu_busy_us": _US,
@@ -185,7 +213,8 @@ _TRACE = _object(
      "lead_in_us": _US_OR_NULL, "top_kernels": _list(_TOP_KERNEL), "top_ops": _list(_TOP_OP), "copies": _list(_COPY),
      "syncs": _list(_SYNC), "rank": _number(low=0, integer=True, nullable=True),
      "world_size": _number(low=1, integer=True, nullable=True), "num_events": _COUNT,
-     "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS},
+     "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS,
+     "timeline": _TIMELINE},
 )
 
 _LOCATION = _object({"file": _text()}, {"line": _number(integer=True, nullable=True), "function": _text(nullable=True)},

@@ -24,6 +24,7 @@ from gpuprof.report import (
     TraceSummary,
 )
 from gpuprof.testing.realtraces import shared_path
+from gpuprof.trace.timelinerows import Timeline, TimelineLane, TimelineMarker, TimelineStep
 from gpuprof.trace.viewrows import KernelRow, OperatorRow, RangeRow, TraceViews
 
 
@@ -103,6 +104,15 @@ def make_trace_summary(path: str = "run/worker0.pt.trace.json.gz") -> TraceSumma
             modules=[RangeRow("Model_0/Linear_1", 2, 80.0, 100.0, 100.0)],
             ranges=[RangeRow("forward", 2, 90.0, 100.0, 100.0)],
             rest={"operators": {"rows": 1.0, "calls": 3.0}},
+        ),
+        timeline=Timeline(
+            origin_us=1_000_000.0, span_us=200_000.0, resolution_us=48.8, events_total=4, events_kept=3,
+            left_out={"deep": 1}, names=["aten::item", "sm90_xmma_gemm_bf16"],
+            lanes=[TimelineLane("host:1234:1234", "host", "main thread: thread 1234", [(100.0, 350.0, 0, 0, 0, 1)], 2),
+                   TimelineLane("gpu:0:7", "gpu", "GPU 0 stream 7", [(10.0, 60.0, 1, 3, 0, 1), (80.0, 9.5, 1, 3, 0, 2)], 3)],
+            steps=[TimelineStep(3, 0.0, 100_000.0), TimelineStep(4, 100_000.0, 200_000.0)], critical_step=0,
+            critical=[("gpu:0:7", 10.0, 70.0, "kernel", "sm90_xmma_gemm_bf16")],
+            markers=[TimelineMarker("GP203", "host:1234:1234", 100.0, 450.0, "event")],
         ),
     )
 

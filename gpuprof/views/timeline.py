@@ -1,0 +1,173 @@
+"""The timeline of one trace: its recorded steps as lanes, bounded in size (docs/views.md, "Timeline").
+
+:func:`build_timeline` gathers the events of the recorded steps by lane
+(:mod:`gpuprof.views.timelinelanes`), keeps the :data:`MAX_LANES` busiest
+lanes (the main thread always), decimates them
+(:mod:`gpuprof.views.decimate`) from ``span / BUCKETS`` µs buckets, doubled
+until at most :data:`MAX_EVENTS` rows are left, and marks where each finding
+happens: each of its evidence events on the lane of that event's thread or
+stream, or, for a finding with no event, the critical step on the main
+thread. The critical path's segments (``(lane, start_us, end_us, kind,
+name)`` in the trace's clock, of the critical step: the median one) are
+taken as given.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from gpuprof.findings import Finding
+from gpuprof.trace.metrics import TraceMetrics
+from gpuprof.trace.timelinerows import (
+    BUCKETS,
+    LANE_KINDS,
+    MAX_CRITICAL,
+    MAX_DEPTH,
+    MAX_EVENTS,
+    MAX_LANES,
+    MAX_MARKERS,
+    MAX_NAME,
+    CriticalRow,
+    EventRow,
+    Timeline,
+    TimelineLane,
+    TimelineMarker,
+    TimelineStep,
+)
+from gpuprof.views.decimate import decimate_to
+from gpuprof.views.timelinelanes import LaneEvents, gather
+
+__all__ = ["build_timeline", "critical_step"]
+
+MARKERS_PER_FINDING = 50
+
+
+def _r(x: float) -> float:
+    return round(float(x), 1)
+
+
+def _clip(name: str) -> str:
+    return name if len(name) <= MAX_NAME else name[:MAX_NAME] + "\u2026"
+
+
+def critical_step(m: TraceMetrics) -> int | None:
+    """The index of the step the critical path is drawn for: the median step (the lower one of an even count)."""
+    if not m.steps:
+        return None
+    durs = [s.dur for s in m.steps]
+    med = statistics.median_low(durs)
+    return durs.index(med)
+
+
+def build_timeline(m: TraceMetrics, findings: Iterable[Finding] = (),
+                   critical: Sequence[CriticalRow] | None = None) -> Timeline | None:
+    """The timeline of the trace behind ``m`` (module docstring); None without steps."""
+    if not m.steps:
+        return None
+    origin = m.steps[0].start
+    hi = max(s.end for s in m.steps)
+    tl = Timeline(origin_us=origin, span_us=_r(hi - origin),
+                  steps=[TimelineStep(s.id, _r(s.start - origin), _r(s.end - origin)) for s in m.steps],
+                  critical_step=critical_step(m))
+    ev = gather(m.trace, origin, hi, m.main_thread)
+    if ev.deep:
+        tl.left_out["deep"] = ev.deep
+    keep = _busiest_lanes(ev)
+    if len(keep) < len(ev.lane_ids):
+        tl.left_out["lanes"] = len(ev.lane_ids) - len(keep)
+    new_index = np.full(len(ev.lane_ids), -1, np.int64)
+    new_index[keep] = np.arange(len(keep))
+    sel = new_index[ev.lane] >= 0 if len(ev.lane) else np.zeros(0, bool)
+    lane = new_index[ev.lane[sel]]
+    start, dur, depth = ev.start[sel] - origin, ev.dur[sel], ev.depth[sel]
+    name, kind = ev.name[sel], ev.kind[sel]
+    tl.lanes = [TimelineLane(ev.lane_ids[i], ev.lane_kinds[i], ev.lane_labels[i]) for i in keep.tolist()]
+    counts = np.bincount(lane, minlength=len(keep))
+    for ln, n in zip(tl.lanes, counts.tolist()):
+        ln.total = n
+    tl.events_total = int(len(start))
+    got, tl.resolution_us = decimate_to(lane * MAX_DEPTH + depth, start, dur, max(hi - origin, 1.0) / BUCKETS, MAX_EVENTS)
+    tl.resolution_us = _r(tl.resolution_us) or tl.resolution_us
+    used, name_index = np.unique(name[got.rep], return_inverse=True)
+    tl.names = [_clip(ev.names[i]) for i in used.tolist()]
+    rows = zip((got.row // MAX_DEPTH).tolist(), np.round(got.start, 1).tolist(), np.round(got.dur, 1).tolist(),
+               name_index.reshape(-1).tolist(), kind[got.rep].tolist(), (got.row % MAX_DEPTH).tolist(), got.n.tolist())
+    for ln_i, s, d, nm, k, dp, c in rows:
+        row: EventRow = (s, d, nm, k, dp, c)
+        tl.lanes[ln_i].events.append(row)
+    for ln in tl.lanes:
+        ln.depth = 1 + max((r[4] for r in ln.events), default=0)
+    tl.events_kept = int(len(got.start))
+    lanes = {ln.id for ln in tl.lanes}
+    raw = {k: v for k, v in ev.raw.items() if v in lanes}
+    main = tl.lanes[0].id if tl.lanes else None
+    tl.markers = _markers(tl, findings, raw, main, origin)
+    if critical:
+        tl.critical = _critical(tl, critical, origin)
+    return tl
+
+
+def _busiest_lanes(ev: LaneEvents) -> np.ndarray:
+    """The lanes kept (in drawing order): the main thread's (the first, when there is one) and the busiest others."""
+    n = len(ev.lane_ids)
+    if n <= MAX_LANES:
+        return np.arange(n)
+    busy = np.bincount(ev.lane, weights=ev.dur * (ev.depth == 0), minlength=n)
+    if ev.lane_ids and ev.lane_ids[0].startswith("host:"):
+        busy[0] = np.inf
+    return np.sort(np.argsort(-busy, kind="stable")[:MAX_LANES])
+
+
+def _markers(tl: Timeline, findings: Iterable[Finding], raw: dict[tuple[int | str, int | str], str],
+             main: str | None, origin: float) -> list[TimelineMarker]:
+    out: list[TimelineMarker] = []
+    left = 0
+    step = tl.steps[tl.critical_step] if tl.critical_step is not None else None
+    for f in findings:
+        if f.origin != "trace":  # measured live (runtime, memory): no place in the trace
+            continue
+        mine: list[TimelineMarker] = []
+        for e in f.evidence:
+            for r in e.events:
+                lane = raw.get((r.pid, r.tid), main) if r.pid is not None else main  # type: ignore[arg-type]
+                if lane is not None:
+                    mine.append(TimelineMarker(f.code, lane, _r(r.ts - origin), _r(r.ts - origin + max(r.dur, 0.0)), "event"))
+        if not mine and step is not None and main is not None:
+            mine.append(TimelineMarker(f.code, main, step.start_us, step.end_us, "step"))
+        left += max(len(mine) - MARKERS_PER_FINDING, 0)
+        out.extend(mine[:MARKERS_PER_FINDING])
+    if len(out) > MAX_MARKERS:
+        left += len(out) - MAX_MARKERS
+        out = out[:MAX_MARKERS]
+    if left:
+        tl.left_out["markers"] = left
+    return out
+
+
+def _critical(tl: Timeline, segments: Sequence[CriticalRow], origin: float) -> list[CriticalRow]:
+    """The critical path's segments, relative to the origin; a lane the timeline lacks is added, empty (the path
+    is never hidden for want of a lane)."""
+    lanes = {ln.id for ln in tl.lanes}
+    out: list[CriticalRow] = []
+    for lane, s, e, kind, name in segments[:MAX_CRITICAL]:
+        if lane not in lanes:
+            lanes.add(lane)
+            prefix = lane.split(":", 1)[0]
+            tl.lanes.append(TimelineLane(lane, prefix if prefix in LANE_KINDS else "host", lane))
+        out.append((lane, _r(s - origin), _r(e - origin), str(kind), _clip(str(name))))
+    if len(segments) > MAX_CRITICAL:
+        tl.left_out["critical"] = len(segments) - MAX_CRITICAL
+    return out
+
+
+def keep_markers_of(summaries: Iterable[object], findings: Iterable[Finding]) -> None:
+    """Drop the timeline markers of codes the report's findings no longer hold (absorbed by the overlap policy,
+    left out by ``--select``/``--ignore``): a marker always links to a finding card."""
+    codes = {f.code for f in findings}
+    for s in summaries:
+        tl = getattr(s, "timeline", None)
+        if isinstance(tl, Timeline):
+            tl.markers = [x for x in tl.markers if x.code in codes]

@@ -1,0 +1,240 @@
+"""The timeline's data (gpuprof.views.timeline): lanes, nesting, decimation and its cap, markers, the critical overlay.
+
+Every figure is checked against the raw events of the trace file (the JSON the builder wrote), not against
+gpuprof's own loader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpuprof.analysis import analyze
+from gpuprof.findings import EventRef, Evidence, Finding, Severity
+from gpuprof.testing.realtraces import v100_samples
+from gpuprof.testing.tracegen import DEFAULT_STREAM, NCCL_STREAM, TraceBuilder
+from gpuprof.trace.load import load_trace
+from gpuprof.trace.metrics import TraceMetrics, compute_metrics
+from gpuprof.trace.timelinerows import EVENT_KINDS, MAX_EVENTS, MAX_NAME, Timeline
+from gpuprof.views.decimate import decimate, decimate_to
+from gpuprof.views.timeline import build_timeline
+
+PID, SIDE = 4242, 4300
+
+
+def _load(tb: TraceBuilder, path: Path) -> tuple[TraceMetrics, dict[str, Any]]:
+    tb.write(path)
+    m = compute_metrics(load_trace(path))
+    return m, json.loads(path.read_text(encoding="utf-8"))
+
+
+def _raw_steps(doc: dict[str, Any]) -> tuple[float, float]:
+    steps = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    return min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
+
+
+def _lane(tl: Timeline, lane_id: str) -> Any:
+    return next(ln for ln in tl.lanes if ln.id == lane_id)
+
+
+def _names(tl: Timeline, lane_id: str) -> list[str]:
+    return [tl.names[r[2]] for r in _lane(tl, lane_id).events]
+
+
+def _busy_trace() -> TraceBuilder:
+    tb = TraceBuilder(rank=1, world_size=2)
+    for _ in range(3):
+        with tb.step():
+            with tb.op("aten::outer"):
+                with tb.op("aten::inner"):
+                    tb.kernel("gemm_main", us=300)
+            with tb.stream(9):
+                tb.kernel("side_stream_kernel", us=50)
+            with tb.thread(SIDE, join=True):
+                with tb.op("autograd::engine::evaluate_function: MmBackward0"):
+                    tb.kernel("gemm_backward", us=200)
+            tb.nccl(us=400)
+            tb.sync_item()
+    return tb
+
+
+def test_lanes_hold_every_event_of_the_steps_on_its_thread_or_stream(tmp_path: Path) -> None:
+    m, doc = _load(_busy_trace(), tmp_path / "t.pt.trace.json")
+    tl = build_timeline(m)
+    assert tl is not None
+    ids = [ln.id for ln in tl.lanes]
+    assert ids[0] == f"host:{PID}:{PID}" and tl.lanes[0].label.startswith("main thread")  # the main thread first
+    assert f"host:{PID}:{SIDE}" in ids
+    assert {f"gpu:0:{DEFAULT_STREAM}", "gpu:0:9", f"gpu:0:{NCCL_STREAM}", "collective:1"} <= set(ids)
+    assert ids.index(f"gpu:0:{DEFAULT_STREAM}") < ids.index("gpu:0:9") < ids.index("collective:1")
+    lo, hi = _raw_steps(doc)
+    # independent count from the file: events of the recorded span per lane (not decimated: the trace is small)
+    want: dict[str, int] = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "X" or not (e["ts"] <= hi and e["ts"] + e.get("dur", 0) >= lo):
+            continue
+        cat, a = e.get("cat"), e.get("args", {})
+        if cat in ("cpu_op", "user_annotation", "cuda_runtime") and not e["name"].startswith("ProfilerStep#"):
+            key = f"host:{e['pid']}:{e['tid']}"
+        elif cat in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync"):
+            key = f"gpu:{a['device']}:{a['stream']}"
+        else:
+            continue
+        want[key] = want.get(key, 0) + 1
+        if cat == "kernel" and e["name"].startswith("ncclKernel"):
+            want["collective:1"] = want.get("collective:1", 0) + 1
+    assert {ln.id: ln.total for ln in tl.lanes} == want
+    assert all(sum(r[5] for r in ln.events) == ln.total for ln in tl.lanes)  # every event in a row
+    assert tl.events_total == sum(want.values())
+    assert _names(tl, "gpu:0:9") == ["side_stream_kernel"] * 3
+    nccl = _lane(tl, f"gpu:0:{NCCL_STREAM}").events
+    assert {EVENT_KINDS[r[3]] for r in nccl} == {"collective"}
+    assert [ln.label for ln in tl.lanes if ln.id == "collective:1"] == ["collectives, rank 1"]
+    assert [(s.id, s.start_us, s.end_us) for s in tl.steps][0] == (0, 0.0, pytest.approx(tl.steps[0].end_us))
+    assert tl.origin_us == pytest.approx(lo)
+
+
+def test_host_events_sit_at_their_nesting_depth(tmp_path: Path) -> None:
+    m, _ = _load(_busy_trace(), tmp_path / "t.pt.trace.json")
+    tl = build_timeline(m)
+    assert tl is not None
+    main = _lane(tl, f"host:{PID}:{PID}")
+    depth = {tl.names[r[2]]: r[4] for r in main.events}
+    assert depth["aten::outer"] == 0 and depth["aten::inner"] == 1
+    # the side stream's launch is at the top; the gemm's inside aten::inner; the NCCL kernel's under three ranges
+    assert {r[4] for r in main.events if tl.names[r[2]] == "cudaLaunchKernel"} == {0, 2, 3}
+    assert depth["nccl:all_reduce"] == 0
+    assert main.depth == 1 + max(depth.values())
+    assert not any(n.startswith("ProfilerStep#") for n in tl.names)  # steps are boundaries, not events
+
+
+def test_decimate_keeps_long_events_and_merges_short_ones_per_bucket() -> None:
+    row = np.array([0, 0, 0, 0, 1])
+    start = np.array([0.0, 0.2, 0.5, 3.0, 0.1])
+    dur = np.array([1.5, 0.1, 0.3, 0.2, 0.4])
+    got = decimate(row, start, dur, 1.0)
+    rows = list(zip(got.row.tolist(), got.start.tolist(), got.dur.tolist(), got.rep.tolist(), got.n.tolist()))
+    # row 0: the long event as it is, the two short ones of bucket 0 as one block named after the longer,
+    # the lone short event of bucket 3 as it is; row 1 untouched
+    assert rows == [(0, 0.0, 1.5, 0, 1), (0, 0.2, pytest.approx(0.6), 2, 2), (0, 3.0, pytest.approx(0.2), 3, 1), (1, 0.1, 0.4, 4, 1)]
+
+
+def test_decimate_to_holds_the_cap_on_a_hostile_row() -> None:
+    rng = np.random.default_rng(1)
+    n = 200_000  # overlapping long events on one row: no bucket width below the span could thin them
+    start = np.sort(rng.uniform(0, 1e6, n))
+    dur = rng.uniform(1e3, 5e5, n)
+    got, res = decimate_to(np.zeros(n, np.int64), start, dur, 1e6 / 4096, 1000)
+    assert len(got.start) <= 1000 and int(got.n.sum()) == n
+    assert res > 1e6 / 4096
+
+
+def test_decimation_keeps_the_longest_kernels_and_the_cap(tmp_path: Path) -> None:
+    tb = TraceBuilder(launch_us=1.0, gap_us=0.2)  # the GPU keeps up: every kernel runs inside its step
+    long_us = [5000.0, 7000.0, 6000.0]
+    for i in range(3):
+        with tb.step():
+            tb.kernels("tiny_kernel", 9000, us=0.5)
+            tb.kernel(f"long_kernel_{i}", us=long_us[i])
+    m, doc = _load(tb, tmp_path / "big.pt.trace.json")
+    tl = build_timeline(m)
+    assert tl is not None
+    assert tl.events_kept <= MAX_EVENTS < tl.events_total
+    assert tl.resolution_us > 0
+    gpu = _lane(tl, f"gpu:0:{DEFAULT_STREAM}")
+    assert sum(r[5] for r in gpu.events) == gpu.total == 27003
+    raw = {e["name"]: e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("long_")}
+    kept = {tl.names[r[2]]: r for r in gpu.events if r[5] == 1 and tl.names[r[2]].startswith("long_")}
+    assert set(kept) == set(raw)  # every long kernel is a row of its own, where and as long as it ran
+    for name, r in kept.items():
+        assert r[0] == pytest.approx(raw[name]["ts"] - tl.origin_us, abs=0.06)
+        assert r[1] == pytest.approx(raw[name]["dur"], abs=0.06)
+    blocks = [r for r in gpu.events if r[5] > 1]
+    assert blocks and all(tl.names[r[2]] == "tiny_kernel" for r in blocks)
+
+
+def _finding(code: str, events: tuple[EventRef, ...] = ()) -> Finding:
+    return Finding(code, "x", Severity.WARNING, "msg", "fix", evidence=(Evidence("m", 1.0, events=events),))
+
+
+def test_markers_sit_on_the_lane_and_time_of_their_evidence_events(tmp_path: Path) -> None:
+    m, doc = _load(_busy_trace(), tmp_path / "t.pt.trace.json")
+    raw = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    kernel = next(e for e in raw if e["name"] == "side_stream_kernel")
+    op = next(e for e in raw if e["name"].startswith("autograd::engine"))
+    findings = [
+        _finding("GP901", (EventRef(kernel["name"], kernel["ts"], kernel["dur"], kernel["pid"], kernel["tid"]),)),
+        _finding("GP902", (EventRef(op["name"], op["ts"], op["dur"], op["pid"], op["tid"]),)),
+        _finding("GP903"),  # no event: the critical (median) step, on the main thread
+    ]
+    tl = build_timeline(m, findings)
+    assert tl is not None
+    got = {x.code: x for x in tl.markers}
+    assert got["GP901"].lane == "gpu:0:9" and got["GP901"].where == "event"
+    assert got["GP901"].start_us == pytest.approx(kernel["ts"] - tl.origin_us, abs=0.06)
+    assert got["GP901"].end_us == pytest.approx(kernel["ts"] + kernel["dur"] - tl.origin_us, abs=0.06)
+    assert got["GP902"].lane == f"host:{PID}:{SIDE}"
+    step = tl.steps[tl.critical_step or 0]
+    durs = sorted(s.end_us - s.start_us for s in tl.steps)
+    assert step.end_us - step.start_us == durs[(len(durs) - 1) // 2]
+    assert (got["GP903"].lane, got["GP903"].start_us, got["GP903"].end_us, got["GP903"].where) == (
+        f"host:{PID}:{PID}", step.start_us, step.end_us, "step")
+
+
+def test_critical_segments_are_taken_relative_and_an_unknown_lane_is_added(tmp_path: Path) -> None:
+    m, _ = _load(_busy_trace(), tmp_path / "t.pt.trace.json")
+    o = m.steps[0].start
+    segs = [(f"host:{PID}:{PID}", o + 10.0, o + 30.0, "operator", "aten::outer"),
+            (f"gpu:0:{DEFAULT_STREAM}", o + 30.0, o + 330.0, "kernel", "gemm_main"),
+            ("gpu:3:99", o + 330.0, o + 340.0, "kernel", "elsewhere")]
+    tl = build_timeline(m, critical=segs)
+    assert tl is not None
+    assert tl.critical == [(f"host:{PID}:{PID}", 10.0, 30.0, "operator", "aten::outer"),
+                           (f"gpu:0:{DEFAULT_STREAM}", 30.0, 330.0, "kernel", "gemm_main"),
+                           ("gpu:3:99", 330.0, 340.0, "kernel", "elsewhere")]
+    assert _lane(tl, "gpu:3:99").events == [] and _lane(tl, "gpu:3:99").kind == "gpu"
+
+
+def test_long_names_are_clipped(tmp_path: Path) -> None:
+    tb = TraceBuilder()
+    with tb.step():
+        tb.kernel("k" * 50_000, us=100)
+    m, _ = _load(tb, tmp_path / "n.pt.trace.json")
+    tl = build_timeline(m)
+    assert tl is not None and max(map(len, tl.names)) == MAX_NAME + 1
+
+
+def test_report_markers_follow_the_report_findings(tmp_path: Path) -> None:
+    tb = TraceBuilder()
+    for _ in range(4):
+        with tb.step():
+            tb.dataloader(ms=30, single_process=True)
+            tb.kernel("k", us=2000)
+            tb.sync_item()
+    path = tb.write(tmp_path / "dl.pt.trace.json")
+    report = analyze(path)
+    tl = report.traces[0].timeline
+    assert tl is not None and tl.markers
+    assert {x.code for x in tl.markers} <= {f.code for f in report.findings}
+    dropped = analyze(path, ignore=["GP102"])
+    tl2 = dropped.traces[0].timeline
+    assert tl2 is not None and "GP102" not in {x.code for x in tl2.markers}
+    d = json.loads(json.dumps(report.to_dict()))["traces"][0]["timeline"]
+    assert d["kinds"] == list(EVENT_KINDS) and isinstance(d["lanes"][0]["events"][0], list)
+
+
+def test_real_v100_trace() -> None:
+    path = v100_samples()[0]
+    report = analyze(path)
+    tl = report.traces[0].timeline
+    assert tl is not None
+    assert 0 < tl.events_kept <= MAX_EVENTS and tl.events_total == sum(ln.total for ln in tl.lanes)
+    assert all(sum(r[5] for r in ln.events) == ln.total for ln in tl.lanes)
+    assert [ln.kind for ln in tl.lanes][0] == "host" and any(ln.kind == "gpu" for ln in tl.lanes)
+    assert len(tl.steps) == report.traces[0].num_steps
+    assert tl.markers and {x.code for x in tl.markers} <= {f.code for f in report.findings}
+    assert all(0 <= r[0] <= tl.span_us + 1e3 or r[0] + r[1] >= 0 for ln in tl.lanes for r in ln.events)

@@ -52,6 +52,7 @@ def report_page_data(report: Report) -> dict[str, Any]:
             "step_ids": t["step_ids"],
             "step_times_us": t.get("step_times_us", []),
             "views": t.get("views"),
+            "timeline": t.get("timeline"),
         })
     findings = [drawn_finding(f) for f in report.findings]
     title = "gpuprof report: " + ", ".join(_title_name(p) for p in report.inputs)

@@ -90,7 +90,7 @@ class _Acc:
 
 def _host_label(trace: Trace, key: Raw, main: Raw | None) -> str:
     name = trace.thread_names.get(key)
-    text = f"thread {key[1]} (pid {key[0]})" if not name else f"{name} ({key[0]}:{key[1]})"
+    text = name or f"thread {key[1]} (pid {key[0]})"
     return ("main thread: " + text) if key == main else text
 
 

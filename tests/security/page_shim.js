@@ -40,6 +40,10 @@ for (const th of els.filter(e => e.tagName === "TH")) for (const f of th.listene
 for (const box of els.filter(e => e.tagName === "INPUT")) { box.value = "aten"; for (const f of box.listeners.input || []) f(); }
 // after the search: the rows each searchable table still shows (its header row not counted)
 const searched = els.filter(e => e.tagName === "TABLE" && e.attributes.id).map(t => [t.attributes.id, t.rows.length - 1]);
-console.log(JSON.stringify({rendered: body.dataset.rendered, bars: body.dataset.bars, title: byId.title.textContent,
+// the timeline (GP.timeline): its lane labels as drawn, the marker buttons, and what each canvas was asked to draw
+const lanes = els.filter(e => /\bgp-tl-lane\b/.test(e.attributes.class || "")).map(e => e.textContent);
+const marks = els.filter(e => /\bgp-tl-mark\b/.test(e.attributes.class || "")).map(e => e.textContent);
+const canvas = els.filter(e => e.tagName === "CANVAS").map(e => (e.ops || []).filter(o => o === "fillRect").length);
+console.log(JSON.stringify({lanes, marks, canvas, rendered: body.dataset.rendered, bars: body.dataset.bars, title: byId.title.textContent,
   h2: els.filter(e => e.tagName === "H2").map(e => e.textContent), h3: els.filter(e => e.tagName === "H3").map(e => e.textContent), cells, rects: bars, drawn, searched, li: els.filter(e => e.tagName === "LI").map(e => e.textContent),
   tags: [...new Set(els.map(e => e.tagName))].sort()}));

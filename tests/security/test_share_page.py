@@ -95,9 +95,10 @@ def test_page_script_renders_names_as_text(pages: dict[str, Path], kind: str) ->
     got = json.loads(run.stdout)
     assert got["rendered"] == "1"
     assert int(got["bars"]) == (3 if kind == "report" else 6) and got["rects"] == int(got["bars"])  # one bar a step
-    # HTML from createElement, and only these SVG elements (createElementNS, the SVG namespace)
-    assert set(got["tags"]) <= {"BODY", "DIV", "H2", "H3", "INPUT", "MAIN", "P", "SECTION", "SPAN", "TABLE", "TD",
-                                "TH", "TR", "svg", "rect", "line", "text", "title"}
+    # HTML from createElement, and only these SVG elements (createElementNS, the SVG namespace); the timeline's
+    # canvas and its buttons (GP.timeline)
+    assert set(got["tags"]) <= {"BODY", "BUTTON", "CANVAS", "DIV", "H2", "H3", "INPUT", "MAIN", "P", "SECTION", "SPAN",
+                                "TABLE", "TD", "TH", "TR", "svg", "rect", "line", "text", "title"}
     cells = set(got["cells"])
     assert {shown(n) for n in CORPUS} <= cells  # every hostile kernel name, as the literal text it is
     if kind == "diff":

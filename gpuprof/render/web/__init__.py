@@ -1,7 +1,8 @@
 """The HTML surfaces' markup, as package files: the one script and stylesheet that draw a report, and each page's own.
 
 ``report.js`` (a ``GP`` namespace: summary cards, step charts, findings, and
-the views as sortable, searchable tables) and ``report.css`` are shared. The
+the views as sortable, searchable tables), ``timeline.js`` (``GP.timeline``:
+a trace's recorded steps as lanes on a canvas) and ``report.css`` are shared. The
 TensorBoard tab (:mod:`gpuprof.tbplugin.page`: ``tab.html``, ``tab.js``,
 ``tab.css``) and the standalone page of ``gpuprof analyze/diff --html``
 (:mod:`gpuprof.htmlpage.page`: ``page.js``, ``page.css``) inline them before
@@ -27,5 +28,6 @@ def read(name: str) -> str:
     return resources.files(__name__).joinpath(name).read_text(encoding="utf-8").replace("\r\n", "\n")
 
 
-SCRIPT = read("report.js")
+# the timeline (GP.timeline) is its own file of the same shared code: report.js defines GP, timeline.js adds to it
+SCRIPT = read("report.js") + read("timeline.js")
 STYLE = read("report.css")

@@ -22,6 +22,10 @@ function renderReport(){
   if (D.job) GP.jobChart(section("Job: " + D.job.steps + " steps watched").appendChild(el("div", {id: "job-chart"})), D.job);
   GP.stepChart(section("Step time").appendChild(el("div", {id: "steps-chart"})), bars, colors, "step time per step", labels);
   section("Findings (" + D.findings.length + ")").append(...GP.findings(D.findings));
+  // each trace's recorded steps as lanes (GP.timeline, timeline.js): markers link to the finding cards above
+  D.traces.forEach((t, i) => GP.timeline(section("Timeline" + (D.traces.length > 1 ? " of #" + (i + 1) + " " + short(t.path) : ""))
+    .appendChild(el("div", {class: "gp-tl", id: "timeline" + (i ? "-" + (i + 1) : "")})), t.timeline,
+    D.findings.filter(f => !f.source || f.source === t.path || D.traces.length === 1)));
   D.traces.forEach((t, i) => { const sec = section("Views" + (D.traces.length > 1 ? " of #" + (i + 1) + " " + short(t.path) : ""));
     GP.views(sec.appendChild(el("div", {class: "views"})), t.views, i ? "-" + (i + 1) : ""); });
 }

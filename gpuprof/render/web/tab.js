@@ -60,6 +60,8 @@ function showTrace(v){
   $("no-gpu-tables").hidden = s.top_kernels.length + s.copies.length + s.syncs.length > 0;
   // the report's views of this trace, whole (every row the report keeps), sortable and searchable
   GP.views($("views"), s.views);
+  // its recorded steps as lanes (GP.timeline): markers for this trace's findings, linked to their cards
+  GP.timeline($("timeline"), s.timeline, v.findings.filter(f => !f.trace || f.trace === t.file));
 }
 
 // With a cross-rank section the rows carry its numbers (gpuprof.tbplugin.data._ranks): the wait in collectives

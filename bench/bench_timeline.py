@@ -1,7 +1,8 @@
 """Benchmark: the timeline's size and draw time in the ``--html`` page, and what building it adds to ``analyze``.
 
-For each trace (default: the largest shared trace and the V100 ResNet-50 sample; ``--sizes 200,1000`` adds the
-shared-derived big inputs that ``../shared/bench/make_big.py`` builds into ``--workdir``):
+For each trace (default: the largest shared trace and the V100 ResNet-50 sample; ``--sizes 200,1000`` measures
+instead, or beside the traces named, the shared-derived big inputs that ``../shared/bench/make_big.py`` builds
+into ``--workdir``):
 
 1. ``gpuprof analyze FILE --html PAGE`` in a fresh child: its CPU seconds (user+sys), the page's bytes and the
    bytes of the timeline data in it (``traces[].timeline`` of the page's JSON), the events in the recorded steps
@@ -127,7 +128,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    traces = list(args.traces) or default_traces()
+    traces = list(args.traces) or ([] if args.sizes else default_traces())
     for s in filter(None, args.sizes.split(",")):
         got = big_input(int(s), args.workdir)
         if got is not None:

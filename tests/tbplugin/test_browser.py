@@ -250,6 +250,10 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         # the report's views of the trace, whole: a CPU run has operators (no kernels)
         assert fr.locator("#view-operators tr").count() > fr.locator("#ops tr").count()
         assert fr.locator("[data-view=kernels]").text_content().endswith("no kernels in this trace")
+        # the selected trace's timeline (GP.timeline, the --html page's code): lanes drawn beside their labels
+        fr.wait_for_function("() => +(document.getElementById('timeline').getAttribute('data-drawn') || 0) > 0")
+        assert (fr.locator("#timeline .gp-tl-lane").first.text_content() or "").startswith("main thread")
+        assert fr.locator("#timeline canvas").count() == 1
         # comparison: this run (after) against "before"
         fr.select_option("#run", "after")
         fr.wait_for_function("() => document.querySelector('#cards') && document.querySelector('#run').value === 'after'")

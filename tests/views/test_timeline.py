@@ -7,13 +7,17 @@ gpuprof's own loader.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from gpuprof.analysis import analyze
+from gpuprof.cli import cli
 from gpuprof.findings import EventRef, Evidence, Finding, Severity
 from gpuprof.testing.realtraces import v100_samples
 from gpuprof.testing.tracegen import DEFAULT_STREAM, NCCL_STREAM, TraceBuilder
@@ -133,20 +137,21 @@ def test_decimate_to_holds_the_cap_on_a_hostile_row() -> None:
     assert res > 1e6 / 4096
 
 
-def test_decimation_keeps_the_longest_kernels_and_the_cap(tmp_path: Path) -> None:
+def test_decimation_keeps_the_longest_kernels_and_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gpuprof.views.timeline.MAX_EVENTS", 600)  # a cap the trace is well over: the width doubles
     tb = TraceBuilder(launch_us=1.0, gap_us=0.2)  # the GPU keeps up: every kernel runs inside its step
     long_us = [5000.0, 7000.0, 6000.0]
     for i in range(3):
         with tb.step():
-            tb.kernels("tiny_kernel", 9000, us=0.5)
+            tb.kernels("tiny_kernel", 2000, us=0.5)
             tb.kernel(f"long_kernel_{i}", us=long_us[i])
     m, doc = _load(tb, tmp_path / "big.pt.trace.json")
     tl = build_timeline(m)
     assert tl is not None
-    assert tl.events_kept <= MAX_EVENTS < tl.events_total
-    assert tl.resolution_us > 0
+    assert tl.events_kept <= 600 < tl.events_total
+    assert tl.resolution_us >= 2 * tl.span_us / 4096  # doubled at least once
     gpu = _lane(tl, f"gpu:0:{DEFAULT_STREAM}")
-    assert sum(r[5] for r in gpu.events) == gpu.total == 27003
+    assert sum(r[5] for r in gpu.events) == gpu.total == 6003
     raw = {e["name"]: e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("long_")}
     kept = {tl.names[r[2]]: r for r in gpu.events if r[5] == 1 and tl.names[r[2]].startswith("long_")}
     assert set(kept) == set(raw)  # every long kernel is a row of its own, where and as long as it ran
@@ -238,3 +243,27 @@ def test_real_v100_trace() -> None:
     assert len(tl.steps) == report.traces[0].num_steps
     assert tl.markers and {x.code for x in tl.markers} <= {f.code for f in report.findings}
     assert all(0 <= r[0] <= tl.span_us + 1e3 or r[0] + r[1] >= 0 for ln in tl.lanes for r in ln.events)
+
+
+SHIM = Path(__file__).parents[1] / "security" / "page_shim.js"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node to run the page's script")
+def test_the_page_draws_each_rank_and_their_collectives_one_above_the_other(tmp_path: Path) -> None:
+    paths = []
+    for rank in (0, 1):
+        tb = TraceBuilder(rank=rank, world_size=2)
+        for _ in range(2):
+            with tb.step():
+                tb.kernel("gemm", us=300 + 200 * rank)
+                tb.nccl(us=500)
+        paths.append(str(tb.write(tmp_path / f"rank{rank}.pt.trace.json")))
+    page = tmp_path / "ranks.html"
+    r = CliRunner().invoke(cli, ["analyze", *paths, "--html", str(page), "--fail-on", "never"])
+    assert r.exit_code == 0, r.output[-2000:]
+    run = subprocess.run(["node", str(SHIM), str(page)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout)
+    assert got["lanes"][-2:] == ["collectives, rank 0", "collectives, rank 1"]  # the combined timeline, last
+    assert any(h.startswith("Collectives per rank") for h in got["h2"])
+    assert len(got["canvas"]) == 3 and got["canvas"][2] >= 4  # each rank's, then both ranks' collectives

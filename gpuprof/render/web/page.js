@@ -26,6 +26,9 @@ function renderReport(){
   D.traces.forEach((t, i) => GP.timeline(section("Timeline" + (D.traces.length > 1 ? " of #" + (i + 1) + " " + short(t.path) : ""))
     .appendChild(el("div", {class: "gp-tl", id: "timeline" + (i ? "-" + (i + 1) : "")})), t.timeline,
     D.findings.filter(f => !f.source || f.source === t.path || D.traces.length === 1)));
+  const ranks = GP.timeline.ranks(D.traces.map(t => t.timeline));
+  if (ranks) GP.timeline(section("Collectives per rank (each rank's clock from its first step)")
+    .appendChild(el("div", {class: "gp-tl", id: "timeline-ranks"})), ranks, []);
   D.traces.forEach((t, i) => { const sec = section("Views" + (D.traces.length > 1 ? " of #" + (i + 1) + " " + short(t.path) : ""));
     GP.views(sec.appendChild(el("div", {class: "views"})), t.views, i ? "-" + (i + 1) : ""); });
 }

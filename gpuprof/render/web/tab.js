@@ -62,6 +62,10 @@ function showTrace(v){
   GP.views($("views"), s.views);
   // its recorded steps as lanes (GP.timeline): markers for this trace's findings, linked to their cards
   GP.timeline($("timeline"), s.timeline, v.findings.filter(f => !f.trace || f.trace === t.file));
+  // several ranks: their collectives one above the other
+  const ranks = GP.timeline.ranks(v.traces.map(x => x.summary.timeline));
+  $("timeline-ranks-section").hidden = !ranks;
+  if (ranks) GP.timeline($("timeline-ranks"), ranks, []); else $("timeline-ranks").replaceChildren();
 }
 
 // With a cross-rank section the rows carry its numbers (gpuprof.tbplugin.data._ranks): the wait in collectives

@@ -182,5 +182,25 @@ GP.timeline = (() => {
     if (typeof window !== "undefined") window.addEventListener("resize", () => { if (box.isConnected){ size(); paint(); } });
     size(); paint();
   }
+  // The collective lanes of several ranks' timelines as one timeline, one lane per rank, each on its own clock
+  // from its first recorded step (ranks' clocks are not synchronised; their steps start together). null with
+  // fewer than two ranks. The steps drawn are the first rank's.
+  draw.ranks = timelines => {
+    const tls = arr(timelines).filter(t => t && arr(t.lanes).some(l => l && l.kind === "collective"));
+    if (tls.length < 2) return null;
+    const names = [], lanes = [];
+    let total = 0, kept = 0;
+    for (const t of tls){
+      const off = names.length; names.push(...arr(t.names));
+      for (const l of arr(t.lanes)) if (l && l.kind === "collective"){
+        const evs = arr(l.events).filter(r => Array.isArray(r) && r.length === 6).map(r => [r[0], r[1], r[2] + off, r[3], r[4], r[5]]);
+        lanes.push({id: l.id, kind: l.kind, label: l.label, depth: 1, total: l.total, events: evs});
+        total += num(l.total) ? l.total : 0; kept += evs.length;
+      }
+    }
+    return {kinds: tls[0].kinds, names, lanes, steps: tls[0].steps, span_us: Math.max(...tls.map(t => num(t.span_us) ? t.span_us : 0)),
+            resolution_us: Math.max(...tls.map(t => num(t.resolution_us) ? t.resolution_us : 0)), events_total: total,
+            events_kept: kept, markers: [], critical: []};
+  };
   return draw;
 })();

@@ -38,7 +38,7 @@ from gpuprof.trace.timelinerows import (
     TimelineStep,
 )
 from gpuprof.views.decimate import decimate_to
-from gpuprof.views.timelinelanes import LaneEvents, gather
+from gpuprof.views.timelinelanes import LaneEvents, gather, nest
 
 __all__ = ["build_timeline", "critical_step"]
 
@@ -73,23 +73,22 @@ def build_timeline(m: TraceMetrics, findings: Iterable[Finding] = (),
                   steps=[TimelineStep(s.id, _r(s.start - origin), _r(s.end - origin)) for s in m.steps],
                   critical_step=critical_step(m))
     ev = gather(m.trace, origin, hi, m.main_thread)
-    if ev.deep:
-        tl.left_out["deep"] = ev.deep
     keep = _busiest_lanes(ev)
     if len(keep) < len(ev.lane_ids):
         tl.left_out["lanes"] = len(ev.lane_ids) - len(keep)
-    new_index = np.full(len(ev.lane_ids), -1, np.int64)
-    new_index[keep] = np.arange(len(keep))
-    sel = new_index[ev.lane] >= 0 if len(ev.lane) else np.zeros(0, bool)
-    lane = new_index[ev.lane[sel]]
-    start, dur, depth = ev.start[sel] - origin, ev.dur[sel], ev.depth[sel]
-    name, kind = ev.name[sel], ev.kind[sel]
-    tl.lanes = [TimelineLane(ev.lane_ids[i], ev.lane_kinds[i], ev.lane_labels[i]) for i in keep.tolist()]
-    counts = np.bincount(lane, minlength=len(keep))
+        _only(ev, keep)
+    nest(ev)  # (lane, start) order and host nesting, on the kept lanes only
+    if ev.deep:
+        tl.left_out["deep"] = ev.deep
+    row = ev.lane * MAX_DEPTH + ev.depth
+    o = np.argsort(row.astype(np.int16), kind="stable")  # (row, start) order: a radix sort of the few rows
+    lane, start, dur, name, kind, row = ev.lane[o], ev.start[o] - origin, ev.dur[o], ev.name[o], ev.kind[o], row[o]
+    tl.lanes = [TimelineLane(i, k, label) for i, k, label in zip(ev.lane_ids, ev.lane_kinds, ev.lane_labels)]
+    counts = np.bincount(lane, minlength=len(tl.lanes))
     for ln, n in zip(tl.lanes, counts.tolist()):
         ln.total = n
     tl.events_total = int(len(start))
-    got, tl.resolution_us = decimate_to(lane * MAX_DEPTH + depth, start, dur, max(hi - origin, 1.0) / BUCKETS, MAX_EVENTS)
+    got, tl.resolution_us = decimate_to(row, start, dur, max(hi - origin, 1.0) / BUCKETS, MAX_EVENTS)
     tl.resolution_us = _r(tl.resolution_us) or tl.resolution_us
     used, name_index = np.unique(name[got.rep], return_inverse=True)
     tl.names = [_clip(ev.names[i]) for i in used.tolist()]
@@ -111,14 +110,28 @@ def build_timeline(m: TraceMetrics, findings: Iterable[Finding] = (),
 
 
 def _busiest_lanes(ev: LaneEvents) -> np.ndarray:
-    """The lanes kept (in drawing order): the main thread's (the first, when there is one) and the busiest others."""
+    """The lanes kept (in drawing order): the main thread's (the first, when there is one) and the busiest others
+    (by the time of their events, nested ones included)."""
     n = len(ev.lane_ids)
     if n <= MAX_LANES:
         return np.arange(n)
-    busy = np.bincount(ev.lane, weights=ev.dur * (ev.depth == 0), minlength=n)
+    busy = np.bincount(ev.lane, weights=ev.dur, minlength=n)
     if ev.lane_ids and ev.lane_ids[0].startswith("host:"):
         busy[0] = np.inf
     return np.sort(np.argsort(-busy, kind="stable")[:MAX_LANES])
+
+
+def _only(ev: LaneEvents, keep: np.ndarray) -> None:
+    """Keep the events of the lanes ``keep`` (in order), numbered 0.. in that order."""
+    new_index = np.full(len(ev.lane_ids), -1, np.int64)
+    new_index[keep] = np.arange(len(keep))
+    sel = new_index[ev.lane] >= 0
+    ev.lane = new_index[ev.lane[sel]]
+    for f in ("start", "dur", "name", "kind", "depth"):
+        setattr(ev, f, getattr(ev, f)[sel])
+    ev.lane_ids, ev.lane_kinds, ev.lane_labels = ([x[i] for i in keep.tolist()] for x in (ev.lane_ids, ev.lane_kinds, ev.lane_labels))
+    kept = set(ev.lane_ids)
+    ev.raw = {k: v for k, v in ev.raw.items() if v in kept}
 
 
 def _markers(tl: Timeline, findings: Iterable[Finding], raw: dict[tuple[int | str, int | str], str],

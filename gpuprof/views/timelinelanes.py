@@ -30,7 +30,7 @@ from gpuprof.trace.threads import stack_parents_of
 from gpuprof.trace.timelinerows import EVENT_KINDS, MAX_DEPTH
 from gpuprof.trace.vocab import step_number
 
-__all__ = ["LaneEvents", "gather"]
+__all__ = ["LaneEvents", "gather", "nest"]
 
 Raw = tuple[Union[int, str], Union[int, str]]
 KIND = {k: i for i, k in enumerate(EVENT_KINDS)}
@@ -118,9 +118,7 @@ def gather(trace: Trace, lo: float, hi: float, main: Raw | None) -> LaneEvents:
             acc.add(lane, cols.ts[sel], cols.dur[sel], acc.name_codes(cols.names)[cols.name_code[sel]], kinds)
             acc.out.raw.update(raw)
     _add_collectives(acc, trace, lo, hi)
-    out = acc.done()
-    _nest(out)
-    return out
+    return acc.done()
 
 
 def _not_step(name: str) -> bool:
@@ -165,8 +163,18 @@ def _gpu_part(trace: Trace, events: Sequence[Event], kind: int, lo: float, hi: f
     dev, stream, thread = c.device[sel], c.stream[sel], c.thread_code[sel]
     # a stream is its (device, stream) where the trace gives them; else the event's (pid, tid) as written
     known = (dev >= 0) & (stream >= 0)
-    key = np.stack([np.where(known, dev, -1), np.where(known, stream, -1), np.where(known, -1, thread)])
-    pairs, inverse = np.unique(key, axis=1, return_inverse=True)
+    nt = len(c.threads)
+    first = np.full(nt, -1, np.int64)
+    first[thread[::-1]] = np.arange(len(sel) - 1, -1, -1)  # each thread code's first event
+    if (dev == dev[first[thread]]).all() and (stream == stream[first[thread]]).all():
+        # as Kineto writes them: one (device, stream) per (pid, tid), so the thread codes are the streams (no sort)
+        present = np.flatnonzero(first >= 0)
+        key = np.stack([np.where(known, dev, -1)[first[present]], np.where(known, stream, -1)[first[present]],
+                        np.where(known[first[present]], -1, present)])
+        pairs, inverse = key, np.searchsorted(present, thread)
+    else:
+        key = np.stack([np.where(known, dev, -1), np.where(known, stream, -1), np.where(known, -1, thread)])
+        pairs, inverse = np.unique(key, axis=1, return_inverse=True)
     streams = []
     for d, s, t in pairs.T.tolist():
         streams.append((d, s, f"gpu:{d}:{s}") if t < 0 else (-1, t, f"gpu:{c.threads[t][0]}:{c.threads[t][1]}"))
@@ -175,8 +183,7 @@ def _gpu_part(trace: Trace, events: Sequence[Event], kind: int, lo: float, hi: f
     if events is trace.kernels:
         comm = np.fromiter(map(is_communication_kernel, c.names), bool, len(c.names))
         kinds[comm[c.name_code[sel]]] = KIND["collective"]
-    _, first = np.unique(thread, return_index=True)
-    raw = {c.threads[int(thread[i])]: streams[int(inverse[i])][2] for i in first.tolist()}
+    raw = {c.threads[t]: streams[int(inverse[i])][2] for t, i in enumerate(first.tolist()) if i >= 0}
     return streams, inverse, sel, c, kinds, raw
 
 
@@ -194,14 +201,17 @@ def _add_collectives(acc: _Acc, trace: Trace, lo: float, hi: float) -> None:
             np.full(len(idx), KIND["collective"], np.int64))
 
 
-def _nest(out: LaneEvents) -> None:
-    """Each host event's nesting depth on its thread (0 at top level), capped: deeper ones are dropped."""
-    host = np.array([k == "host" for k in out.lane_kinds], bool)
-    if not len(out.start) or not host.any():
+def nest(out: LaneEvents) -> None:
+    """Put the events in (lane, start) order, the enclosing event first, and give each host event its nesting
+    depth on its thread (0 at top level); those deeper than MAX_DEPTH are dropped (counted in ``deep``)."""
+    if not len(out.start):
         return
-    order = np.lexsort((-out.dur, out.start, out.lane))  # by lane, then start, the enclosing event first
+    order = np.lexsort((-out.dur, out.start))  # by start, the enclosing event first
+    lane = out.lane[order]
+    order = order[np.argsort(lane.astype(np.int16) if len(out.lane_ids) < 32768 else lane, kind="stable")]
     for f in ("lane", "start", "dur", "name", "kind", "depth"):
         setattr(out, f, getattr(out, f)[order])
+    host = np.array([k == "host" for k in out.lane_kinds], bool)
     bounds = np.flatnonzero(np.r_[True, out.lane[1:] != out.lane[:-1], True])
     depth = out.depth
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):

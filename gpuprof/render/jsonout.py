@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import secrets
 from typing import Any
 
 import msgspec
@@ -29,9 +31,26 @@ def json_safe(obj: Any) -> Any:
     return obj
 
 
+_TOKEN = re.compile(rb'"gpuprof-timeline-[0-9a-f]{32}"')
+
+
 def report_json_bytes(report: Report) -> bytes:
+    """The report as indented JSON; each trace's timeline compact, on one line.
+
+    A timeline is thousands of short event rows (``[start, dur, name, kind, depth, count]``): indented, each
+    number would take a line of its own and the timeline three times the bytes. So each is encoded compact
+    and put in the indented text in place of a random token (one pass over the text).
+    """
+    doc = report.to_dict()
+    compact: dict[bytes, bytes] = {}
+    for t in doc.get("traces", []):
+        if isinstance(t, dict) and t.get("timeline") is not None:
+            token = f"gpuprof-timeline-{secrets.token_hex(16)}"
+            compact[f'"{token}"'.encode()] = msgspec.json.encode(t["timeline"])
+            t["timeline"] = token
     # msgspec writes NaN and infinities as null, as json_safe would: no scrubbing pass needed
-    return msgspec.json.format(msgspec.json.encode(report.to_dict()), indent=2)
+    out = msgspec.json.format(msgspec.json.encode(doc), indent=2)
+    return _TOKEN.sub(lambda m: compact.get(m.group(), m.group()), out) if compact else out
 
 
 def render_json(report: Report) -> str:

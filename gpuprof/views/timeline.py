@@ -95,8 +95,8 @@ def build_timeline(m: TraceMetrics, findings: Iterable[Finding] = (),
     rows = zip((got.row // MAX_DEPTH).tolist(), np.round(got.start, 1).tolist(), np.round(got.dur, 1).tolist(),
                name_index.reshape(-1).tolist(), kind[got.rep].tolist(), (got.row % MAX_DEPTH).tolist(), got.n.tolist())
     for ln_i, s, d, nm, k, dp, c in rows:
-        row: EventRow = (s, d, nm, k, dp, c)
-        tl.lanes[ln_i].events.append(row)
+        one: EventRow = (s, d, nm, k, dp, c)
+        tl.lanes[ln_i].events.append(one)
     for ln in tl.lanes:
         ln.depth = 1 + max((r[4] for r in ln.events), default=0)
     tl.events_kept = int(len(got.start))

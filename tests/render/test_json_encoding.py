@@ -33,3 +33,17 @@ def test_undefined_numbers_are_null_and_every_field_is_written() -> None:
     assert tr["top_kernels"] == [{"name": "k", "count": 2, "total_us": None, "mean_us": 1.0, "share_of_gpu": 0.5}]
     assert tr["top_ops"][0]["gpu_us"] is None and tr["top_ops"][0]["gpu_total_us"] == 0.0
     assert tr["copies"][0]["bandwidth_gbps"] is None and tr["syncs"][0]["total_us"] is None
+
+
+def test_a_timeline_is_written_compact_and_reads_back_the_same() -> None:
+    from .conftest import make_report
+
+    report = make_report()
+    report.traces.append(make_report().traces[0])  # two timelines: each in its own place
+    text = report_json_bytes(report)
+    doc = json.loads(text)
+    assert doc == json.loads(json.dumps(report.to_dict()))  # the same document as the indented encoding
+    assert b"gpuprof-timeline-" not in text
+    line = next(x for x in text.splitlines() if b'"timeline":' in x)
+    assert b'"lanes":[{"id":"host:1234:1234"' in line and b"[100.0,350.0,0,0,0,1]" in line  # one line, compact
+    assert text.count(b'"timeline":') == 2

@@ -146,7 +146,8 @@ def main() -> int:
         row = {"trace": str(path), "file_bytes": path.stat().st_size, "analyze_html_cpu_s": round(cpu, 2),
                "page_bytes": len(text.encode()), "timeline_bytes": len(json.dumps(tl, separators=(",", ":")).encode()),
                "events_total": tl.get("events_total"), "events_kept": tl.get("events_kept"),
-               "lanes": len(tl.get("lanes", [])), "resolution_us": tl.get("resolution_us")}
+               "lanes": len(tl.get("lanes", [])), "steps": len(tl.get("steps", [])), "resolution_us": tl.get("resolution_us"),
+               "step_resolution_us": tl.get("step_resolution_us")}
         row.update({k: round(v, 4) for k, v in in_process(path, args.repeat).items()})
         drawn = draw_times(page, args.repeat)
         if drawn:

@@ -194,7 +194,7 @@ def _row(*cells: Check) -> Check:
 _INDEX = _number(low=0, integer=True)
 _TIME = _number()  # relative to the timeline's origin: an event that began before the first step is negative
 _TIMELINE = _object({}, {
-    "version": _number(low=1, integer=True), "origin_us": _TIME, "span_us": _US, "resolution_us": _US,
+    "version": _number(low=1, integer=True), "origin_us": _TIME, "span_us": _US, "resolution_us": _US, "step_resolution_us": _US,
     "events_total": _COUNT, "events_kept": _COUNT, "left_out": _map(_COUNT), "kinds": _TEXTS, "names": _TEXTS,
     "lanes": _list(_object({"id": _text(), "kind": _text(), "label": _text()}, {
         "events": _list(_row(_TIME, _US, _INDEX, _INDEX, _INDEX, _number(low=1, integer=True))),

@@ -80,7 +80,8 @@ class Timeline:
     version: int = TIMELINE_VERSION
     origin_us: float = 0.0  # the first step's start, in the trace's clock: every other time is relative to it
     span_us: float = 0.0  # the last step's end, relative
-    resolution_us: float = 0.0  # the bucket width the events were decimated at
+    resolution_us: float = 0.0  # the bucket width the events were decimated at (outside the critical step)
+    step_resolution_us: float = 0.0  # the bucket width inside the critical step (finer: up to half the rows)
     events_total: int = 0  # trace events in the recorded span, on the kept lanes
     events_kept: int = 0  # event rows (a merged block is one)
     left_out: dict[str, int] = field(default_factory=dict)  # what the bounds left out: "lanes", "deep", "markers"...

@@ -4,7 +4,8 @@
 (:mod:`gpuprof.views.timelinelanes`), keeps the :data:`MAX_LANES` busiest
 lanes (the main thread always), decimates them
 (:mod:`gpuprof.views.decimate`) from ``span / BUCKETS`` µs buckets, doubled
-until at most :data:`MAX_EVENTS` rows are left, and marks where each finding
+until at most :data:`MAX_EVENTS` rows are left (the critical step at its own,
+finer width, with up to half the rows), and marks where each finding
 happens: each of its evidence events on the lane of that event's thread or
 stream, or, for a finding with no event, the critical step on the main
 thread. The critical path's segments (``(lane, start_us, end_us, kind,
@@ -37,7 +38,7 @@ from gpuprof.trace.timelinerows import (
     TimelineMarker,
     TimelineStep,
 )
-from gpuprof.views.decimate import decimate_to
+from gpuprof.views.decimate import Decimated, decimate_to
 from gpuprof.views.timelinelanes import LaneEvents, gather, nest
 
 __all__ = ["build_timeline", "critical_step"]
@@ -88,8 +89,7 @@ def build_timeline(m: TraceMetrics, findings: Iterable[Finding] = (),
     for ln, n in zip(tl.lanes, counts.tolist()):
         ln.total = n
     tl.events_total = int(len(start))
-    got, tl.resolution_us = decimate_to(row, start, dur, max(hi - origin, 1.0) / BUCKETS, MAX_EVENTS)
-    tl.resolution_us = _r(tl.resolution_us) or tl.resolution_us
+    got = _decimate(tl, row, start, dur, max(hi - origin, 1.0))
     used, name_index = np.unique(name[got.rep], return_inverse=True)
     tl.names = [_clip(ev.names[i]) for i in used.tolist()]
     rows = zip((got.row // MAX_DEPTH).tolist(), np.round(got.start, 1).tolist(), np.round(got.dur, 1).tolist(),
@@ -107,6 +107,28 @@ def build_timeline(m: TraceMetrics, findings: Iterable[Finding] = (),
     if critical:
         tl.critical = _critical(tl, critical, origin)
     return tl
+
+
+def _decimate(tl: Timeline, row: np.ndarray, start: np.ndarray, dur: np.ndarray, span: float) -> Decimated:
+    """The rows kept: the critical step's events at their own, finer bucket width (``span`` of the step /
+    BUCKETS) with up to half the rows, the other steps' at ``span`` / BUCKETS with the rest: zoomed in on the
+    step the critical path is of, its kernels are still one box each."""
+    step = tl.steps[tl.critical_step] if tl.critical_step is not None and len(tl.steps) > 1 else None
+    if step is None:
+        got, res = decimate_to(row, start, dur, span / BUCKETS, MAX_EVENTS)
+        tl.resolution_us = tl.step_resolution_us = _r(res) or res
+        return got
+    inside = (start >= step.start_us) & (start < step.end_us)
+    i_in, i_out = np.flatnonzero(inside), np.flatnonzero(~inside)
+    got_in, res_in = decimate_to(row[i_in], start[i_in], dur[i_in], max(step.end_us - step.start_us, 1.0) / BUCKETS,
+                                 MAX_EVENTS // 2)
+    got_out, res_out = decimate_to(row[i_out], start[i_out], dur[i_out], span / BUCKETS,
+                                   max(MAX_EVENTS - len(got_in.start), MAX_EVENTS // 2))
+    tl.resolution_us, tl.step_resolution_us = _r(res_out) or res_out, _r(res_in) or res_in
+    both = Decimated(*(np.concatenate(c) for c in zip(got_in._replace(rep=i_in[got_in.rep]),
+                                                       got_out._replace(rep=i_out[got_out.rep]))))
+    keep = np.lexsort((both.start, both.row))
+    return Decimated(*(c[keep] for c in both))
 
 
 def _busiest_lanes(ev: LaneEvents) -> np.ndarray:

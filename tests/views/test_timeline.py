@@ -150,6 +150,10 @@ def test_decimation_keeps_the_longest_kernels_and_the_cap(tmp_path: Path, monkey
     assert tl is not None
     assert tl.events_kept <= 600 < tl.events_total
     assert tl.resolution_us >= 2 * tl.span_us / 4096  # doubled at least once
+    step = tl.steps[tl.critical_step or 0]  # the critical step: its own, finer buckets, with up to half the rows
+    assert tl.step_resolution_us < tl.resolution_us
+    inside = [r for ln in tl.lanes for r in ln.events if step.start_us <= r[0] < step.end_us]
+    assert len(inside) <= 300 and sum(r[5] for r in inside) > 2000
     gpu = _lane(tl, f"gpu:0:{DEFAULT_STREAM}")
     assert sum(r[5] for r in gpu.events) == gpu.total == 6003
     raw = {e["name"]: e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("long_")}

@@ -59,7 +59,8 @@ GP.timeline = (() => {
     const left = tl.left_out && typeof tl.left_out === "object" ? Object.keys(tl.left_out).filter(k => num(tl.left_out[k]) && tl.left_out[k] > 0) : [];
     const summary = lanes.length + " lanes \u00b7 " + (num(tl.events_total) ? tl.events_total : "?") + " events drawn as " +
       (num(tl.events_kept) ? tl.events_kept : "?") + " boxes (events shorter than " + fmtUs(tl.resolution_us) +
-      " that start together are one pale box) \u00b7 " + (critical.length ? "critical path of step " + (crit ? crit.id : "?") +
+      (crit && num(tl.step_resolution_us) && tl.step_resolution_us < tl.resolution_us ? ", " + fmtUs(tl.step_resolution_us) +
+       " in the median step," : "") + " that start together are one pale box) \u00b7 " + (critical.length ? "critical path of step " + (crit ? crit.id : "?") +
       " outlined in red" : "critical path not computed for this trace") +
       (left.length ? " \u00b7 left out: " + left.map(k => tl.left_out[k] + " " + short(k, 20)).join(", ") : "");
     const info = el("div", {class: "gp-tl-info", "aria-live": "polite"}, "Hover a box for its name and duration; wheel or +/\u2212 to zoom, drag to pan.");
@@ -153,7 +154,8 @@ GP.timeline = (() => {
         return short(h.marker.code, 40) + " " + short(f.name || "", 80) + ": " + short(f.display_message || f.message || "", 300) + " (click: go to the finding)"; }
       const parts = [];
       if (h.row){ const r = h.row, n = short(names[r[2]] || "", 300), kind = kinds[r[3]] || "?";
-        parts.push(r[5] > 1 ? r[5] + " events in " + fmtUs(r[1]) + ", each shorter than " + fmtUs(tl.resolution_us) + "; the longest: " + n + " (" + kind + ")"
+        const res = crit && num(tl.step_resolution_us) && r[0] >= crit.start_us && r[0] < crit.end_us ? tl.step_resolution_us : tl.resolution_us;
+        parts.push(r[5] > 1 ? r[5] + " events in " + fmtUs(r[1]) + ", each shorter than " + fmtUs(res) + "; the longest: " + n + " (" + kind + ")"
           : n + " \u00b7 " + kind + " \u00b7 " + fmtUs(r[1]) + " \u00b7 at " + fmtUs(r[0])); }
       if (h.crit) parts.push("on the critical path: " + short(h.crit[3], 40) + " " + short(h.crit[4], 200) + " " + fmtUs(h.crit[2] - h.crit[1]));
       return parts.join(" \u00b7 ") + " \u00b7 " + short(h.lane.label || h.lane.id, 120);

@@ -12,7 +12,7 @@ GP.timeline = (() => {
   const {el, short, fmtUs, num} = GP;
   const ROW = 12, GAP = 6, AXIS = 22, MAX_DEPTH = 8;
   const KIND_COLORS = {op: "#80868b", runtime: "#f9ab00", annotation: "#12b5cb", kernel: "#1a73e8", memcpy: "#e8710a",
-    memset: "#b06000", sync: "#d93025", collective: "#9334e6"};
+    memset: "#b06000", sync: "#3c4043", collective: "#9334e6"};
   const SEV_COLORS = {error: "#b00020", warning: "#e37400", info: "#1a73e8"};
   const CRIT = "#d93025";
   const arr = x => Array.isArray(x) ? x : [];

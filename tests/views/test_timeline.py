@@ -271,3 +271,20 @@ def test_the_page_draws_each_rank_and_their_collectives_one_above_the_other(tmp_
     assert got["lanes"][-2:] == ["collectives, rank 0", "collectives, rank 1"]  # the combined timeline, last
     assert any(h.startswith("Collectives per rank") for h in got["h2"])
     assert len(got["canvas"]) == 3 and got["canvas"][2] >= 4  # each rank's, then both ranks' collectives
+
+
+def test_lanes_are_capped_keeping_the_main_thread_and_the_busiest(tmp_path: Path) -> None:
+    from gpuprof.trace.timelinerows import MAX_LANES
+
+    tb = TraceBuilder()
+    with tb.step():
+        tb.cpu(us=5, name="aten::tiny_main")  # the main thread is nearly idle: kept all the same, first
+        for i in range(MAX_LANES + 12):
+            with tb.thread(5000 + i):
+                tb.cpu(us=100 + 10 * i, name=f"aten::work_{i}")  # thread i is busier than thread i - 1
+    m, _ = _load(tb, tmp_path / "threads.pt.trace.json")
+    tl = build_timeline(m)
+    assert tl is not None and len(tl.lanes) == MAX_LANES and tl.left_out["lanes"] == 13
+    assert tl.lanes[0].id == f"host:{PID}:{PID}"
+    kept = {int(ln.id.rsplit(":", 1)[1]) - 5000 for ln in tl.lanes[1:]}
+    assert kept == set(range(13, MAX_LANES + 12))  # the 47 busiest side threads

@@ -107,8 +107,9 @@ def analyze_trace(
             summary.notes.append(f"rule {code} failed ({describe_error(err)}): the analysis of this trace is incomplete")
     summary.notes.extend(trace.load_notes)
     # The critical path's segments of the median step, (lane, start_us, end_us, kind, name) in the trace's clock.
-    # LEAD: wire the critical path here (issue 35 item 2: its function for the median step's segments); until
-    # then the timeline is drawn without the highlight.
+    # LEAD: wire the critical path here once it is on main (issue 35 item 2, the cpath branch:
+    # `critical = critical_segments(metrics)` from gpuprof.trace.critpath.path); until then the timeline is
+    # drawn without the highlight. Both pick the same median step (gpuprof.views.timeline.critical_step).
     critical: list[CriticalRow] | None = None
     summary.timeline = build_timeline(metrics, findings, critical)
     phase = trace_phase(metrics)

@@ -15,7 +15,6 @@ taken as given.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -55,12 +54,12 @@ def _clip(name: str) -> str:
 
 
 def critical_step(m: TraceMetrics) -> int | None:
-    """The index of the step the critical path is drawn for: the median step (the lower one of an even count)."""
+    """The index of the step the critical path is drawn for: the median step, the earlier of the two middle
+    ones for an even count, the earlier step among equal times (as the critical path's own code picks it)."""
     if not m.steps:
         return None
-    durs = [s.dur for s in m.steps]
-    med = statistics.median_low(durs)
-    return durs.index(med)
+    order = sorted(range(len(m.steps)), key=lambda i: (m.steps[i].dur, i))
+    return order[(len(order) - 1) // 2]
 
 
 def build_timeline(m: TraceMetrics, findings: Iterable[Finding] = (),

@@ -201,7 +201,7 @@ _TIMELINE = _object({}, {
         "total": _COUNT, "depth": _COUNT})),
     "steps": _list(_object({"id": _number(integer=True), "start_us": _TIME, "end_us": _TIME})),
     "critical_step": _number(low=0, integer=True, nullable=True),
-    "critical": _list(_row(_text(), _TIME, _TIME, _text(), _text())),
+    "critical": _list(_row(_text(), _TIME, _TIME, _text(), _text(), _number(low=1, integer=True))),
     "markers": _list(_object({"code": _text(), "lane": _text(), "start_us": _TIME, "end_us": _TIME}, {"where": _text()})),
 }, nullable=True)
 

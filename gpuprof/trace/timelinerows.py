@@ -7,7 +7,7 @@ report carries them without depending on the code that fills them
 
 Bounded whatever the trace: at most :data:`MAX_EVENTS` event rows,
 :data:`MAX_LANES` lanes, :data:`MAX_DEPTH` nesting rows per lane,
-:data:`MAX_MARKERS` markers, :data:`MAX_CRITICAL` critical-path segments and
+:data:`MAX_MARKERS` markers, :data:`MAX_CRITICAL` critical-path runs and
 names of at most :data:`MAX_NAME` characters, so a 1 GB trace's page stays small.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 __all__ = ["TIMELINE_VERSION", "EVENT_KINDS", "LANE_KINDS", "BUCKETS", "MAX_EVENTS", "MAX_LANES", "MAX_DEPTH",
-           "MAX_MARKERS", "MAX_CRITICAL", "MAX_NAME", "EventRow", "CriticalRow", "TimelineLane", "TimelineStep",
+           "MAX_MARKERS", "MAX_CRITICAL", "MAX_NAME", "EventRow", "CriticalRow", "StoredCritical", "TimelineLane", "TimelineStep",
            "TimelineMarker", "Timeline"]
 
 TIMELINE_VERSION = 1
@@ -38,8 +38,12 @@ MAX_NAME = 300  # characters of a name kept (a longer one ends in "…")
 # block standing for `count` events shorter than a bucket that started in one bucket, drawn from the first
 # one's start to the last one's end and named after the longest of them.
 EventRow = tuple[float, float, int, int, int, int]
-# [lane id, start_us, end_us, kind, name]: one segment of the critical path of the critical step
+# [lane id, start_us, end_us, kind, name]: one segment of the critical path of the critical step, as its code
+# gives it (the trace's clock)
 CriticalRow = tuple[str, float, float, str, str]
+# as the timeline keeps it: relative times, and the segments it stands for (segments of one lane that follow
+# each other within a gap merged into one run, named after the longest; gpuprof.views.timelinepath)
+StoredCritical = tuple[str, float, float, str, str, int]
 
 
 @dataclass
@@ -90,7 +94,7 @@ class Timeline:
     lanes: list[TimelineLane] = field(default_factory=list)
     steps: list[TimelineStep] = field(default_factory=list)
     critical_step: int | None = None  # index in `steps` of the step the critical path is of (the median step)
-    critical: list[CriticalRow] = field(default_factory=list)
+    critical: list[StoredCritical] = field(default_factory=list)
     markers: list[TimelineMarker] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

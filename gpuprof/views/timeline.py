@@ -32,6 +32,7 @@ from gpuprof.trace.timelinerows import (
     MAX_NAME,
     CriticalRow,
     EventRow,
+    StoredCritical,
     Timeline,
     TimelineLane,
     TimelineMarker,
@@ -39,6 +40,7 @@ from gpuprof.trace.timelinerows import (
 )
 from gpuprof.views.decimate import Decimated, decimate_to
 from gpuprof.views.timelinelanes import LaneEvents, gather, nest
+from gpuprof.views.timelinepath import merge_segments
 
 __all__ = ["build_timeline", "critical_step"]
 
@@ -181,19 +183,18 @@ def _markers(tl: Timeline, findings: Iterable[Finding], raw: dict[tuple[int | st
     return out
 
 
-def _critical(tl: Timeline, segments: Sequence[CriticalRow], origin: float) -> list[CriticalRow]:
-    """The critical path's segments, relative to the origin; a lane the timeline lacks is added, empty (the path
-    is never hidden for want of a lane)."""
+def _critical(tl: Timeline, segments: Sequence[CriticalRow], origin: float) -> list[StoredCritical]:
+    """The critical path's segments, relative to the origin, merged into at most MAX_CRITICAL runs
+    (:mod:`gpuprof.views.timelinepath`); a lane the timeline lacks is added, empty (the path is never hidden
+    for want of a lane)."""
+    out, gap = merge_segments(segments, origin, tl.step_resolution_us or tl.resolution_us, MAX_CRITICAL, MAX_NAME)
     lanes = {ln.id for ln in tl.lanes}
-    out: list[CriticalRow] = []
-    for lane, s, e, kind, name in segments[:MAX_CRITICAL]:
-        if lane not in lanes:
-            lanes.add(lane)
-            prefix = lane.split(":", 1)[0]
-            tl.lanes.append(TimelineLane(lane, prefix if prefix in LANE_KINDS else "host", lane))
-        out.append((lane, _r(s - origin), _r(e - origin), str(kind), _clip(str(name))))
-    if len(segments) > MAX_CRITICAL:
-        tl.left_out["critical"] = len(segments) - MAX_CRITICAL
+    for row in out:
+        if row[0] not in lanes:
+            lanes.add(row[0])
+            prefix = row[0].split(":", 1)[0]
+            tl.lanes.append(TimelineLane(row[0], prefix if prefix in LANE_KINDS else "host", row[0]))
+    del gap  # the width used: each run's count says what it holds
     return out
 
 

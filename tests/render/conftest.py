@@ -111,7 +111,7 @@ def make_trace_summary(path: str = "run/worker0.pt.trace.json.gz") -> TraceSumma
             lanes=[TimelineLane("host:1234:1234", "host", "main thread: thread 1234", [(100.0, 350.0, 0, 0, 0, 1)], 2),
                    TimelineLane("gpu:0:7", "gpu", "GPU 0 stream 7", [(10.0, 60.0, 1, 3, 0, 1), (80.0, 9.5, 1, 3, 0, 2)], 3)],
             steps=[TimelineStep(3, 0.0, 100_000.0), TimelineStep(4, 100_000.0, 200_000.0)], critical_step=0,
-            critical=[("gpu:0:7", 10.0, 70.0, "kernel", "sm90_xmma_gemm_bf16")],
+            critical=[("gpu:0:7", 10.0, 70.0, "kernel", "sm90_xmma_gemm_bf16", 1)],
             markers=[TimelineMarker("GP203", "host:1234:1234", 100.0, 450.0, "event")],
         ),
     )

@@ -143,7 +143,7 @@ def test_timeline_in_chromium_runs_nothing_and_shows_names_as_text(browser: Any,
     (("lanes", 0, "events", 0, 3), "<script>", "lanes[0].events[0][3]"),  # a kind that is not an index
     (("lanes", 0, "events", 0, 5), 0, "lanes[0].events[0][5]"),  # a block of no events
     (("lanes", 0, "events", 0, 1), -5.0, "lanes[0].events[0][1]"),  # a negative duration
-    (("critical",), [["gpu:0:7", 1.0, 2.0, "kernel"]], "critical[0]"),
+    (("critical",), [["gpu:0:7", 1.0, 2.0, "kernel", "k"]], "critical[0]"),  # no count
     (("markers", 0, "code"), 7, "markers[0].code"),
 ])
 def test_a_saved_timeline_that_does_not_fit_is_refused(page: Path, tmp_path: Path, where: tuple[Any, ...], value: Any,

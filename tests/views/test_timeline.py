@@ -202,10 +202,27 @@ def test_critical_segments_are_taken_relative_and_an_unknown_lane_is_added(tmp_p
             ("gpu:3:99", o + 330.0, o + 340.0, "kernel", "elsewhere")]
     tl = build_timeline(m, critical=segs)
     assert tl is not None
-    assert tl.critical == [(f"host:{PID}:{PID}", 10.0, 30.0, "operator", "aten::outer"),
-                           (f"gpu:0:{DEFAULT_STREAM}", 30.0, 330.0, "kernel", "gemm_main"),
-                           ("gpu:3:99", 330.0, 340.0, "kernel", "elsewhere")]
+    assert tl.critical == [(f"host:{PID}:{PID}", 10.0, 30.0, "operator", "aten::outer", 1),
+                           (f"gpu:0:{DEFAULT_STREAM}", 30.0, 330.0, "kernel", "gemm_main", 1),
+                           ("gpu:3:99", 330.0, 340.0, "kernel", "elsewhere", 1)]
     assert _lane(tl, "gpu:3:99").events == [] and _lane(tl, "gpu:3:99").kind == "gpu"
+
+
+def test_a_long_critical_path_is_merged_into_runs_never_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gpuprof.views.timeline.MAX_CRITICAL", 100)
+    m, _ = _load(_busy_trace(), tmp_path / "t.pt.trace.json")
+    o = m.steps[0].start
+    lane = f"gpu:0:{DEFAULT_STREAM}"
+    # 1,000 segments of 1 µs every 3 µs, then one of 50 µs after a 500 µs hole, on one lane
+    segs = [(lane, o + 3.0 * i, o + 3.0 * i + 1.0, "kernel", f"k{i}") for i in range(1000)]
+    segs.append((lane, o + 3500.0, o + 3550.0, "kernel", "long_one"))
+    tl = build_timeline(m, critical=segs)
+    assert tl is not None and len(tl.critical) <= 100
+    assert sum(r[5] for r in tl.critical) == len(segs)  # every segment in a run
+    assert tl.critical[0][1] == 0.0 and tl.critical[-1][1:3] == (3500.0, 3550.0)  # from the first to the last
+    assert tl.critical[-1][4:] == ("long_one", 1)  # the hole keeps the long one a run of its own
+    covered = sum(r[2] - r[1] for r in tl.critical)
+    assert covered >= 1000 * 1.0 + 50.0  # the runs cover at least the segments' own time
 
 
 def test_long_names_are_clipped(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ GP.timeline = (() => {
     const sevOf = {};
     for (const f of arr(findings)) if (f && !(f.code in sevOf)) sevOf[f.code] = f;
     const markers = arr(tl.markers).filter(m => m && m.code in sevOf && num(m.start_us) && num(m.end_us));
-    const critical = arr(tl.critical).filter(c => Array.isArray(c) && c.length === 5 && num(c[1]) && num(c[2]));
+    const critical = arr(tl.critical).filter(c => Array.isArray(c) && c.length === 6 && num(c[1]) && num(c[2]));
     const span = num(tl.span_us) && tl.span_us > 0 ? tl.span_us : 1;
     const index = new Map(lanes.map((l, i) => [String(l.id), i]));
     const layout = [];
@@ -157,7 +157,8 @@ GP.timeline = (() => {
         const res = crit && num(tl.step_resolution_us) && r[0] >= crit.start_us && r[0] < crit.end_us ? tl.step_resolution_us : tl.resolution_us;
         parts.push(r[5] > 1 ? r[5] + " events in " + fmtUs(r[1]) + ", each shorter than " + fmtUs(res) + "; the longest: " + n + " (" + kind + ")"
           : n + " \u00b7 " + kind + " \u00b7 " + fmtUs(r[1]) + " \u00b7 at " + fmtUs(r[0])); }
-      if (h.crit) parts.push("on the critical path: " + short(h.crit[3], 40) + " " + short(h.crit[4], 200) + " " + fmtUs(h.crit[2] - h.crit[1]));
+      if (h.crit) parts.push("on the critical path: " + (h.crit[5] > 1 ? h.crit[5] + " segments in " + fmtUs(h.crit[2] - h.crit[1]) +
+        ", the longest: " : "") + short(h.crit[3], 40) + " " + short(h.crit[4], 200) + (h.crit[5] > 1 ? "" : " " + fmtUs(h.crit[2] - h.crit[1])));
       return parts.join(" \u00b7 ") + " \u00b7 " + short(h.lane.label || h.lane.id, 120);
     }
 

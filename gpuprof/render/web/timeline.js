@@ -110,7 +110,8 @@ GP.timeline = (() => {
       for (const c of critical){
         const i = index.get(String(c[0])); if (i === undefined || c[2] < t0 || c[1] > t1) continue;
         const g = layout[i], x = X(c[1]), w = Math.max(2, (c[2] - c[1]) * k);
-        ctx.strokeStyle = CRIT; ctx.lineWidth = 2; ctx.strokeRect(x, g.top - 1, w, g.d * ROW + 1);
+        // a red band under the lane, and an outline round a run wide enough that outlines do not hide the boxes
+        if (w >= 12){ ctx.strokeStyle = CRIT; ctx.lineWidth = 1.5; ctx.strokeRect(x, g.top - 1, w, g.d * ROW + 1); }
         ctx.fillStyle = CRIT; ctx.fillRect(x, g.top + g.d * ROW - 1, w, 3); critDrawn++;
       }
       let markDrawn = 0;

@@ -322,3 +322,17 @@ def test_the_critical_step_is_the_lower_median_and_the_earlier_of_equal_steps(tm
     # equal times: by (time, index), the lower middle of 1, 5, 5, 5, 7, 9 is the second 5 (index 2)
     steps = [Step(i, i, 100.0 * i, 100.0 * i + d, 100.0 * i + d) for i, d in enumerate((9.0, 5.0, 5.0, 5.0, 7.0, 1.0))]
     assert critical_step(SimpleNamespace(steps=steps)) == 2  # type: ignore[arg-type]
+
+
+def test_a_chain_of_touching_segments_of_one_kind_is_one_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gpuprof.views.timeline.MAX_CRITICAL", 100)
+    m, _ = _load(_busy_trace(), tmp_path / "t.pt.trace.json")
+    o = m.steps[0].start
+    gpu, host = f"gpu:0:{DEFAULT_STREAM}", f"host:{PID}:{PID}"
+    segs = [(gpu, o + 2.0 * i, o + 2.0 * i + 2.0, "kernel", f"k{i}") for i in range(150)]  # a chain of kernels
+    segs += [(host, o + 300.0 + 2.0 * i, o + 302.0 + 2.0 * i, "operator" if i % 2 else "idle", "x") for i in range(20)]
+    tl = build_timeline(m, critical=segs)
+    assert tl is not None
+    runs = [r for r in tl.critical if r[0] == gpu]
+    assert [(r[1], r[2], r[3], r[5]) for r in runs] == [(0.0, 300.0, "kernel", 150)]
+    assert len([r for r in tl.critical if r[0] == host]) == 20  # kinds alternate: each its own run

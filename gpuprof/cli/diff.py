@@ -11,7 +11,7 @@ import click
 
 from gpuprof.errors import EXIT_FINDINGS, EXIT_OK, InputError
 
-__all__ = ["diff_cmd", "load_side"]
+__all__ = ["diff_cmd", "load_side", "compare", "diff_json"]
 
 EPILOG = """\b
 Exit codes:
@@ -67,35 +67,12 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
     findings fixed, new and changed, with each fixed finding's predicted
     saving against the measured change.
     """
-    from gpuprof.analysis import default_analyze_jobs
     from gpuprof.atomic import refuse_input_as_output, write_output
-    from gpuprof.diff.compare import diff_reports
-    from gpuprof.diff.gate import judge, parse_threshold
     from gpuprof.render.safe import visible
 
-    limit = None
-    if threshold is not None:
-        try:
-            limit = parse_threshold(threshold)
-        except ValueError as err:
-            raise click.BadParameter(str(err), param_hint="--fail-on-regression") from None
-    from gpuprof.diff.compare import METRICS
-
-    if metric not in METRICS:  # before any trace is read
-        raise click.BadParameter(f"unknown metric {metric!r} (one of: {', '.join(METRICS)})", param_hint="--metric")
-    n = jobs or default_analyze_jobs()
-    b, a = load_side(before, n), load_side(after, n)
-    from gpuprof.redact import scrub
-
-    diff = diff_reports(b, a, (scrub(before), scrub(after)))  # the labels shown: a URL's credentials masked
-    if limit is not None:
-        diff["regression"] = judge(diff, metric, limit)
-        _refuse_unjudged(diff["regression"], before, after)
-    sources = [before, after] + [t for d in (b, a) for t in _trace_paths(d)]
+    diff, sources = compare(before, after, threshold, metric, jobs)
     if fmt == "json":
-        from gpuprof.render.jsonout import json_safe
-
-        text = json.dumps(json_safe(diff), indent=2, allow_nan=False) + "\n"
+        text = diff_json(diff)
     elif fmt == "markdown":
         from gpuprof.diff.render import render_diff_markdown
 
@@ -118,6 +95,45 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
         sys.stdout.write(text)
     reg = diff["regression"]
     sys.exit(EXIT_FINDINGS if reg is not None and reg["regressed"] else EXIT_OK)
+
+
+def compare(before: str, after: str, threshold: str | None, metric: str,
+            jobs: int | None) -> tuple[dict[str, Any], list[str]]:
+    """``gpuprof diff BEFORE AFTER``'s comparison, before rendering, and every file it read (for -o checks).
+
+    The command line's and the MCP server's one path: a bad threshold or metric is a click usage error, raised
+    before any trace is read; a gate that cannot judge is an InputError.
+    """
+    from gpuprof.analysis import default_analyze_jobs
+    from gpuprof.diff.compare import diff_reports
+    from gpuprof.diff.gate import judge, parse_threshold
+
+    limit = None
+    if threshold is not None:
+        try:
+            limit = parse_threshold(threshold)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--fail-on-regression") from None
+    from gpuprof.diff.compare import METRICS
+
+    if metric not in METRICS:  # before any trace is read
+        raise click.BadParameter(f"unknown metric {metric!r} (one of: {', '.join(METRICS)})", param_hint="--metric")
+    n = jobs or default_analyze_jobs()
+    b, a = load_side(before, n), load_side(after, n)
+    from gpuprof.redact import scrub
+
+    diff = diff_reports(b, a, (scrub(before), scrub(after)))  # the labels shown: a URL's credentials masked
+    if limit is not None:
+        diff["regression"] = judge(diff, metric, limit)
+        _refuse_unjudged(diff["regression"], before, after)
+    return diff, [before, after] + [t for d in (b, a) for t in _trace_paths(d)]
+
+
+def diff_json(diff: dict[str, Any]) -> str:
+    """The diff as ``--format json`` prints it (docs/diff.md)."""
+    from gpuprof.render.jsonout import json_safe
+
+    return json.dumps(json_safe(diff), indent=2, allow_nan=False) + "\n"
 
 
 def _refuse_unjudged(verdict: dict[str, Any], before: str, after: str) -> None:

@@ -1,0 +1,333 @@
+"""The tools ``gpuprof mcp`` serves: the commands' own library paths, their JSON, and their error lines.
+
+Each tool takes the arguments its command takes (names as in the JSON schema it declares), passes every
+file name through the server's roots (:mod:`gpuprof.cli.mcproots`), calls the function the command line
+calls (``analysis_report``, ``compare``, ``memory_report``, ``read_history``, ``export_tables``,
+``explained``) with the same limits, and answers with what ``--format json`` prints, as text and as
+structured content, after a short summary. A refusal or a bad input is a tool result with ``isError``
+and the line the command line prints (``gpuprof: error: PATH: problem``), so the agent can correct
+itself; a gpuprof bug is ``gpuprof: internal error: ...``. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import click
+
+from gpuprof.cli.mcproots import Roots
+from gpuprof.cli.mcpwire import INVALID_PARAMS, JsonObj, ProtocolError
+from gpuprof.errors import GpuprofError
+from gpuprof.redact import scrub
+from gpuprof.render.safe import visible
+
+__all__ = ["Toolbox", "TOOL_NAMES"]
+
+_STR = {"type": "string"}
+_CODES = {"type": "array", "items": _STR, "description": "Finding codes, prefixes or names (GP101, GP2, host-sync)."}
+_OPTIONS = {"type": "array", "items": _STR,
+            "description": "Thresholds as CODE.NAME=VALUE, e.g. GP101.min_utilization=0.6 (see the explain tool)."}
+_MAX_LIST = 1024  # names in one array argument: far beyond the ranks of a real job's traces given one by one
+
+
+class ArgumentError(GpuprofError):
+    """An argument of the wrong type, missing or unknown: a usage error (the command line's exit 2)."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    properties: dict[str, JsonObj]
+    required: tuple[str, ...]
+    run: Callable[[Toolbox, dict[str, Any]], tuple[str, JsonObj]]  # (summary, the JSON document)
+    read_only: bool = True
+
+    def describe(self) -> JsonObj:
+        return {"name": self.name, "title": self.title, "description": self.description,
+                "inputSchema": {"type": "object", "properties": self.properties, "required": list(self.required),
+                                "additionalProperties": False},
+                "annotations": {"title": self.title, "readOnlyHint": self.read_only, "openWorldHint": False}}
+
+    def check(self, args: JsonObj) -> dict[str, Any]:
+        """``args`` checked against the schema: required present, nothing unknown, every value of its type."""
+        unknown = sorted(set(args) - set(self.properties))
+        if unknown:
+            raise ArgumentError(f"{self.name}: unknown argument {unknown[0][:80]!r} "
+                                f"(arguments: {', '.join(self.properties)})")
+        for key in self.required:
+            if key not in args:
+                raise ArgumentError(f"{self.name}: the argument {key!r} is required")
+        out: dict[str, Any] = {}
+        for key, value in args.items():
+            schema = self.properties[key]
+            if not _fits(value, schema):
+                raise ArgumentError(f"{self.name}: {key!r} must be {_wanted(schema)}")
+            out[key] = value
+        return out
+
+
+def _fits(value: object, schema: JsonObj) -> bool:
+    if "anyOf" in schema:
+        return any(_fits(value, s) for s in schema["anyOf"])  # type: ignore[attr-defined]
+    kind = schema.get("type")
+    if kind == "string":
+        ok = isinstance(value, str) and "\0" not in value
+        return ok and ("enum" not in schema or value in schema["enum"])  # type: ignore[operator]
+    if kind == "integer":
+        low, high = schema.get("minimum", 0), schema.get("maximum", 2**31)
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high  # type: ignore[operator]
+    if kind == "array":
+        if not isinstance(value, list) or len(value) > _MAX_LIST or (schema.get("minItems") and not value):
+            return False
+        return all(_fits(v, schema.get("items", {})) for v in value)  # type: ignore[arg-type]
+    return False
+
+
+def _wanted(schema: JsonObj) -> str:
+    if "anyOf" in schema:
+        return " or ".join(_wanted(s) for s in schema["anyOf"])  # type: ignore[attr-defined]
+    if "enum" in schema:
+        return "one of " + ", ".join(map(str, schema["enum"]))  # type: ignore[call-overload]
+    if schema.get("type") == "array":
+        return f"a list of at most {_MAX_LIST} strings"
+    if schema.get("type") == "integer":
+        return f"an integer from {schema.get('minimum', 0)} to {schema.get('maximum', 2**31)}"
+    return "a string"
+
+
+def _names(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _doc(text: str) -> JsonObj:
+    doc = json.loads(text)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _count_line(findings: list[Any]) -> str:
+    by: dict[str, int] = {}
+    for f in findings:
+        if isinstance(f, dict):
+            by[str(f.get("severity"))] = by.get(str(f.get("severity")), 0) + 1
+    parts = [f"{by[s]} {s}" for s in ("error", "warning", "info") if s in by]
+    return f"{len(findings)} findings" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _findings_lines(findings: list[Any], most: int = 10) -> list[str]:
+    lines = [f"- {f.get('code')} {f.get('severity')}: {' '.join(str(f.get('message', '')).split())[:200]}"
+             for f in findings[:most] if isinstance(f, dict)]
+    return lines + ([f"- ... and {len(findings) - most} more"] if len(findings) > most else [])
+
+
+def _report_summary(command: str, doc: JsonObj) -> str:
+    from gpuprof.units import fmt_us
+
+    traces = [t for t in doc.get("traces", []) if isinstance(t, dict)]  # type: ignore[attr-defined]
+    findings = list(doc.get("findings", []))  # type: ignore[call-overload]
+    head = f"gpuprof {command}: "
+    if traces:
+        steps = [t.get("step_time_us") for t in traces if isinstance(t.get("step_time_us"), (int, float))]
+        head += f"{len(traces)} trace{'s' if len(traces) != 1 else ''}"
+        head += f", median step time {fmt_us(sorted(steps)[len(steps) // 2])}; " if steps else "; "
+    return "\n".join([head + _count_line(findings), *_findings_lines(findings)])
+
+
+# --- the tools ------------------------------------------------------------------------------------------
+
+
+def _analyze(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+    from gpuprof.cli.analyze import analysis_report
+    from gpuprof.render import render
+
+    paths = [box.roots.input(p) for p in _names(a["paths"])]
+    report = analysis_report(paths, a.get("select", []), a.get("ignore", []), a.get("options", []))
+    doc = _doc(render(report, "json", color=False))
+    return _report_summary("analyze", doc), doc
+
+
+def _diff(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+    from gpuprof.cli.diff import compare, diff_json
+
+    before, after = box.roots.input(a["before"]), box.roots.input(a["after"])
+    diff, _ = compare(before, after, a.get("fail_on_regression"), a.get("metric", "step_time"), None)
+    doc = _doc(diff_json(diff))
+    reg = doc.get("regression")
+    verdict = ""
+    if isinstance(reg, dict):
+        verdict = f"; {reg.get('metric')} {'REGRESSED' if reg.get('regressed') else 'no regression'}"
+    from gpuprof.units import fmt_us
+
+    step = next((m for m in doc.get("metrics", []) if isinstance(m, dict) and m.get("name") == "step_time"), None)  # type: ignore[attr-defined]
+    figures = "compared"
+    if step is not None and isinstance(step.get("before"), (int, float)) and isinstance(step.get("after"), (int, float)):
+        figures = (f"step time {fmt_us(step['before'])} -> {fmt_us(step['after'])}"
+                   + (" (within noise)" if step.get("within_noise") else ""))
+    found = doc.get("findings")
+    if isinstance(found, dict):
+        figures += "; findings " + ", ".join(f"{len(v)} {k}" for k, v in found.items() if isinstance(v, list))
+    return f"gpuprof diff: {figures}{verdict}", doc
+
+
+def _memory(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+    from gpuprof.cli.common import parse_option_settings
+    from gpuprof.cli.memory import memory_report
+    from gpuprof.render import render
+    from gpuprof.units import parse_bytes
+
+    file = box.roots.input(a["file"])
+    settings = parse_option_settings(tuple(a.get("options", [])), ("memory",), "gpuprof memory")
+    device_memory = None
+    if "device_memory" in a:
+        try:
+            device_memory = parse_bytes(a["device_memory"])
+        except ValueError as err:
+            raise ArgumentError(f"memory: 'device_memory': {err}") from None
+    report, _, _ = memory_report(file, a.get("select", []), a.get("ignore", []), settings, device_memory,
+                                 a.get("top", 10))
+    doc = _doc(render(report, "json", color=False))
+    return _report_summary("memory", doc), doc
+
+
+def _history(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+    from gpuprof.history.render import history_json
+    from gpuprof.history.runs import read_history
+
+    doc = _doc(history_json(read_history(box.roots.input(a["logdir"]))))
+    runs, changes = doc.get("runs", []), doc.get("change_points", [])
+    lines = [f"gpuprof history: {len(runs)} runs, {len(changes)} change points"]  # type: ignore[arg-type]
+    lines += [f"- {c.get('run')}: {c.get('metric')} {c.get('before')} -> {c.get('after')}"
+              for c in changes if isinstance(c, dict)][:10]  # type: ignore[union-attr]
+    return "\n".join(lines), doc
+
+
+def _export(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+    import shutil
+
+    from gpuprof.cli.export import export_tables
+
+    source = box.roots.input(a["source"])
+    fmt = a.get("format", "csv")
+    directory, temporary = box.roots.output_dir(a.get("output"))
+    try:
+        written, counts = export_tables(source, fmt, directory, None)
+    except BaseException:
+        if temporary:  # ours, empty or half-filled: nothing left behind for a refused export
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+    doc: JsonObj = {"directory": directory, "temporary": temporary, "format": fmt,
+                    "tables": {name: {"file": str(path), "rows": counts[name]}
+                               for name, path in zip(counts, written)}}
+    rows = ", ".join(f"{name} {n}" for name, n in counts.items())
+    return f"gpuprof: {len(written)} {fmt} tables written to {directory} (rows: {rows})", doc
+
+
+def _explain(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+    from gpuprof.cli.rules import explained
+    from gpuprof.codes import explain_text
+
+    spec, note = explained(a["code"])
+    text = explain_text(spec)
+    doc: JsonObj = {"code": spec.code, "name": spec.name, "severity": spec.severity_text, "title": spec.title,
+                    "reported_by": spec.reported_by, "aliases": list(spec.aliases), "docs_page": spec.docs_page,
+                    "options": [{"name": o.name, "default": o.default, "help": o.help, "unit": o.unit}
+                                for o in spec.options],
+                    "text": text, "note": note}
+    return text + (f"\nnote: {note}" if note else ""), doc
+
+
+def _rules(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+    from gpuprof.codes import catalogue
+
+    codes = [{"code": c.code, "name": c.name, "severity": c.severity_text, "reported_by": c.reported_by,
+              "title": c.title} for c in catalogue()]
+    return "\n".join(f"{c['code']} {c['name']} ({c['severity']}): {c['title']}" for c in codes), {"codes": codes}
+
+
+_PATHS = {"anyOf": [_STR, {"type": "array", "items": _STR, "minItems": 1}],
+          "description": "A trace file (.json/.json.gz), a run folder, a saved report.json, or a list of them "
+                         "(the ranks of one job). Relative names are taken under the server's roots."}
+TOOLS = (
+    Tool("analyze", "Diagnose PyTorch profiler traces",
+         "What `gpuprof analyze PATHS --format json` prints: per-trace step-time breakdowns and the findings, each "
+         "with its numbers, evidence, source line, cost per step and fix.",
+         {"paths": _PATHS, "select": _CODES, "ignore": _CODES, "options": _OPTIONS}, ("paths",), _analyze),
+    Tool("diff", "Compare two runs",
+         "What `gpuprof diff BEFORE AFTER --format json` prints: step time and its parts before and after, the "
+         "operators and kernels that changed, findings fixed and new; with fail_on_regression, the verdict.",
+         {"before": {**_STR, "description": "A trace, run folder or saved report.json."},
+          "after": {**_STR, "description": "The same, after the change."},
+          "metric": {**_STR, "description": "The metric fail_on_regression judges (default step_time)."},
+          "fail_on_regression": {**_STR, "description": "A threshold such as 5% (docs/diff.md)."}},
+         ("before", "after"), _diff),
+    Tool("memory", "Where the GPU memory went",
+         "What `gpuprof memory FILE --format json` prints for a CUDA memory snapshot pickle or a trace recorded "
+         "with profile_memory=True: peaks, holders, fragmentation and the memory findings.",
+         {"file": {**_STR, "description": "A snapshot .pickle or a trace."}, "select": _CODES, "ignore": _CODES,
+          "options": _OPTIONS, "device_memory": {**_STR, "description": "Device capacity, e.g. 80GiB."},
+          "top": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Rows in holder tables."}},
+         ("file",), _memory),
+    Tool("history", "Runs over time",
+         "What `gpuprof history LOGDIR --format json` prints: every run's step time, utilisation, data loading, "
+         "memory peak and findings in time order, with change points and when each finding appeared.",
+         {"logdir": {**_STR, "description": "A log folder (or URL prefix) holding runs' report.json."}},
+         ("logdir",), _history),
+    Tool("export", "Tables out",
+         "`gpuprof export SOURCE --format FORMAT -o DIR`: the steps, operators, kernels, modules, ranges and "
+         "findings tables, one file each, in a folder under the server's first root (output) or in a new "
+         "temporary folder; answers the folder and each file's row count.",
+         {"source": {**_STR, "description": "A trace, run folder or saved report.json."},
+          "format": {**_STR, "enum": ["csv", "parquet", "arrow"], "description": "csv (default) needs nothing more."},
+          "output": {**_STR, "description": "A folder under a root; omitted: a new temporary folder."}},
+         ("source",), _export, read_only=False),
+    Tool("explain", "Explain a finding code",
+         "What `gpuprof explain CODE` prints: what the code detects, why it matters, its options and examples.",
+         {"code": {**_STR, "description": "A code (GP203) or a name (host-sync)."}}, ("code",), _explain),
+    Tool("rules", "List every finding code", "What `gpuprof rules` lists: every code, name, severity and title.",
+         {}, (), _rules),
+)
+TOOL_NAMES = tuple(t.name for t in TOOLS)
+
+
+@dataclass(frozen=True)
+class Toolbox:
+    """The tools over one set of roots (gpuprof.cli.mcpwire.Tools)."""
+
+    roots: Roots
+
+    def describe(self) -> list[JsonObj]:
+        return [t.describe() for t in TOOLS]
+
+    def instructions(self) -> str:
+        return ("gpuprof diagnoses PyTorch profiler traces and CUDA memory snapshots offline. This server reads only "
+                "under: " + ", ".join(self.roots.shown()) + ". Relative names are taken under the first folder where "
+                "they exist. Start with analyze on a run folder; explain names what a finding code means.")
+
+    def call(self, name: str, arguments: JsonObj, structured: bool) -> JsonObj:
+        tool = next((t for t in TOOLS if t.name == name), None)
+        if tool is None:
+            raise ProtocolError(INVALID_PARAMS, f"unknown tool: {name[:100]} (tools: {', '.join(TOOL_NAMES)})")
+        try:
+            summary, doc = tool.run(self, tool.check(arguments))
+        except GpuprofError as err:
+            return _failed(f"gpuprof: error: {visible(scrub(str(err)))}")
+        except click.ClickException as err:  # a bad option value, as the command line says it
+            return _failed(f"gpuprof: error: {visible(scrub(err.format_message()))}")
+        except MemoryError:
+            return _failed("gpuprof: error: out of memory while analysing the input")
+        except Exception as err:  # noqa: BLE001 - one line, the server reads on (the command line's exit 3)
+            return _failed(f"gpuprof: internal error: {type(err).__name__}: {visible(scrub(str(err)))} (a gpuprof bug)")
+        text = json.dumps(doc, indent=2, allow_nan=False)
+        result: JsonObj = {"content": [{"type": "text", "text": summary}, {"type": "text", "text": text}],
+                           "isError": False}
+        if structured:
+            result["structuredContent"] = doc
+        return result
+
+
+def _failed(line: str) -> JsonObj:
+    return {"content": [{"type": "text", "text": " ".join(line.split())}], "isError": True}

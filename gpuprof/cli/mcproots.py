@@ -141,6 +141,8 @@ class Roots:
         path = self._local(name)
         try:
             st = os.stat(path)
+        except FileNotFoundError:
+            raise InputError(name, "no such file or directory") from None  # the command line's words (find_traces)
         except OSError as err:
             raise InputError.from_os_error(name, err) from None
         if stat.S_ISDIR(st.st_mode):

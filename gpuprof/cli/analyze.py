@@ -124,13 +124,13 @@ def analysis_report(paths: Sequence[str], select: Sequence[str], ignore: Sequenc
         from gpuprof.flow import finish
         from gpuprof.runner import Selection
 
-        report.findings = finish(report.findings, Selection.of(split_codes(select), split_codes(ignore)))
+        report.findings = finish(report.findings, Selection.of(split_codes(list(select)), split_codes(list(ignore))))
         return report
     from gpuprof.analysis import analyze
 
     path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
-    return analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=progress,
-                   jobs=jobs, dask=dask,  # jobs None: gpuprof.pool decides by size and free CPUs
+    return analyze(path, select=split_codes(list(select)), ignore=split_codes(list(ignore)), options=options,
+                   progress=progress, jobs=jobs, dask=dask,  # jobs None: gpuprof.pool decides by size and free CPUs
                    on_rank_done=on_rank_done)
 
 

@@ -34,6 +34,7 @@ def mcp_cmd(roots: tuple[str, ...]) -> None:
     `gpuprof mcp --root RUNS_DIR` (docs/mcp.md has the JSON snippet). Each
     tool answers what the command's --format json prints, with a summary.
     """
+    import signal
     import sys
 
     from gpuprof.cli.mcproots import Roots
@@ -43,7 +44,17 @@ def mcp_cmd(roots: tuple[str, ...]) -> None:
     from gpuprof.version import __version__
 
     served = Roots.of(roots)  # a bad root: one line, exit 2, before anything is served
+    # SIGTERM (how a client ends a server that does not leave when its input closes) unwinds the request in
+    # progress: an export's half-written files and temporary folder are removed on the way out (exit 143)
+    signal.signal(signal.SIGTERM, _stop)
     if sys.stdin is not None and sys.stdin.isatty():
         click.echo("gpuprof mcp: serving the Model Context Protocol on standard input and output for "
                    + ", ".join(visible(r) for r in served.shown()) + " (an agent starts this; Ctrl-D ends it)", err=True)
     serve(Server(Toolbox(served), version=__version__))
+
+
+def _stop(signum: int, _frame: object) -> None:
+    from gpuprof.cli.mcpwire import STOP
+
+    STOP.set()  # also seen after the request, should a cleanup on the way turn this exit into another error
+    raise SystemExit(128 + signum)

@@ -18,16 +18,17 @@ from typing import Any, Callable
 import click
 
 from gpuprof.cli.mcproots import Roots
-from gpuprof.cli.mcpwire import INVALID_PARAMS, JsonObj, ProtocolError
+from gpuprof.cli.mcpwire import INVALID_PARAMS, JsonObj, ProtocolError, check_stop
 from gpuprof.errors import GpuprofError
 from gpuprof.redact import scrub
 from gpuprof.render.safe import visible
 
 __all__ = ["Toolbox", "TOOL_NAMES"]
 
-_STR = {"type": "string"}
-_CODES = {"type": "array", "items": _STR, "description": "Finding codes, prefixes or names (GP101, GP2, host-sync)."}
-_OPTIONS = {"type": "array", "items": _STR,
+Schema = dict[str, Any]  # a JSON schema, as tools/list declares it
+_STR: Schema = {"type": "string"}
+_CODES: Schema = {"type": "array", "items": _STR, "description": "Finding codes, prefixes or names (GP101, GP2, host-sync)."}
+_OPTIONS: Schema = {"type": "array", "items": _STR,
             "description": "Thresholds as CODE.NAME=VALUE, e.g. GP101.min_utilization=0.6 (see the explain tool)."}
 _MAX_LIST = 1024  # names in one array argument: far beyond the ranks of a real job's traces given one by one
 
@@ -41,9 +42,9 @@ class Tool:
     name: str
     title: str
     description: str
-    properties: dict[str, JsonObj]
+    properties: dict[str, Schema]
     required: tuple[str, ...]
-    run: Callable[[Toolbox, dict[str, Any]], tuple[str, JsonObj]]  # (summary, the JSON document)
+    run: Callable[[Toolbox, dict[str, Any]], tuple[str, dict[str, Any]]]  # (summary, the JSON document)
     read_only: bool = True
 
     def describe(self) -> JsonObj:
@@ -70,28 +71,28 @@ class Tool:
         return out
 
 
-def _fits(value: object, schema: JsonObj) -> bool:
+def _fits(value: object, schema: Schema) -> bool:
     if "anyOf" in schema:
-        return any(_fits(value, s) for s in schema["anyOf"])  # type: ignore[attr-defined]
+        return any(_fits(value, s) for s in schema["anyOf"])
     kind = schema.get("type")
     if kind == "string":
         ok = isinstance(value, str) and "\0" not in value
-        return ok and ("enum" not in schema or value in schema["enum"])  # type: ignore[operator]
+        return ok and ("enum" not in schema or value in schema["enum"])
     if kind == "integer":
         low, high = schema.get("minimum", 0), schema.get("maximum", 2**31)
-        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high  # type: ignore[operator]
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
     if kind == "array":
         if not isinstance(value, list) or len(value) > _MAX_LIST or (schema.get("minItems") and not value):
             return False
-        return all(_fits(v, schema.get("items", {})) for v in value)  # type: ignore[arg-type]
+        return all(_fits(v, schema.get("items", {})) for v in value)
     return False
 
 
-def _wanted(schema: JsonObj) -> str:
+def _wanted(schema: Schema) -> str:
     if "anyOf" in schema:
-        return " or ".join(_wanted(s) for s in schema["anyOf"])  # type: ignore[attr-defined]
+        return " or ".join(_wanted(s) for s in schema["anyOf"])
     if "enum" in schema:
-        return "one of " + ", ".join(map(str, schema["enum"]))  # type: ignore[call-overload]
+        return "one of " + ", ".join(map(str, schema["enum"]))
     if schema.get("type") == "array":
         return f"a list of at most {_MAX_LIST} strings"
     if schema.get("type") == "integer":
@@ -103,7 +104,8 @@ def _names(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _doc(text: str) -> JsonObj:
+def _doc(text: str) -> dict[str, Any]:
+    """A command's JSON output parsed back: the tool's structured answer (whatever the command's schema holds)."""
     doc = json.loads(text)
     assert isinstance(doc, dict)
     return doc
@@ -124,23 +126,23 @@ def _findings_lines(findings: list[Any], most: int = 10) -> list[str]:
     return lines + ([f"- ... and {len(findings) - most} more"] if len(findings) > most else [])
 
 
-def _report_summary(command: str, doc: JsonObj) -> str:
+def _report_summary(command: str, doc: dict[str, Any]) -> str:
     from gpuprof.units import fmt_us
 
-    traces = [t for t in doc.get("traces", []) if isinstance(t, dict)]  # type: ignore[attr-defined]
-    findings = list(doc.get("findings", []))  # type: ignore[call-overload]
+    traces = [t for t in doc.get("traces", []) if isinstance(t, dict)]
+    findings = list(doc.get("findings", []))
     head = f"gpuprof {command}: "
     if traces:
-        steps = [t.get("step_time_us") for t in traces if isinstance(t.get("step_time_us"), (int, float))]
+        steps = sorted(float(t["step_time_us"]) for t in traces if isinstance(t.get("step_time_us"), (int, float)))
         head += f"{len(traces)} trace{'s' if len(traces) != 1 else ''}"
-        head += f", median step time {fmt_us(sorted(steps)[len(steps) // 2])}; " if steps else "; "
+        head += f", median step time {fmt_us(steps[len(steps) // 2])}; " if steps else "; "
     return "\n".join([head + _count_line(findings), *_findings_lines(findings)])
 
 
 # --- the tools ------------------------------------------------------------------------------------------
 
 
-def _analyze(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+def _analyze(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gpuprof.cli.analyze import analysis_report
     from gpuprof.render import render
 
@@ -150,7 +152,7 @@ def _analyze(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
     return _report_summary("analyze", doc), doc
 
 
-def _diff(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+def _diff(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gpuprof.cli.diff import compare, diff_json
 
     before, after = box.roots.input(a["before"]), box.roots.input(a["after"])
@@ -162,7 +164,7 @@ def _diff(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
         verdict = f"; {reg.get('metric')} {'REGRESSED' if reg.get('regressed') else 'no regression'}"
     from gpuprof.units import fmt_us
 
-    step = next((m for m in doc.get("metrics", []) if isinstance(m, dict) and m.get("name") == "step_time"), None)  # type: ignore[attr-defined]
+    step = next((m for m in doc.get("metrics", []) if isinstance(m, dict) and m.get("name") == "step_time"), None)
     figures = "compared"
     if step is not None and isinstance(step.get("before"), (int, float)) and isinstance(step.get("after"), (int, float)):
         figures = (f"step time {fmt_us(step['before'])} -> {fmt_us(step['after'])}"
@@ -173,7 +175,7 @@ def _diff(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
     return f"gpuprof diff: {figures}{verdict}", doc
 
 
-def _memory(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+def _memory(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gpuprof.cli.common import parse_option_settings
     from gpuprof.cli.memory import memory_report
     from gpuprof.render import render
@@ -193,19 +195,19 @@ def _memory(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
     return _report_summary("memory", doc), doc
 
 
-def _history(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+def _history(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gpuprof.history.render import history_json
     from gpuprof.history.runs import read_history
 
     doc = _doc(history_json(read_history(box.roots.input(a["logdir"]))))
     runs, changes = doc.get("runs", []), doc.get("change_points", [])
-    lines = [f"gpuprof history: {len(runs)} runs, {len(changes)} change points"]  # type: ignore[arg-type]
+    lines = [f"gpuprof history: {len(runs)} runs, {len(changes)} change points"]
     lines += [f"- {c.get('run')}: {c.get('metric')} {c.get('before')} -> {c.get('after')}"
-              for c in changes if isinstance(c, dict)][:10]  # type: ignore[union-attr]
+              for c in changes if isinstance(c, dict)][:10]
     return "\n".join(lines), doc
 
 
-def _export(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+def _export(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     import shutil
 
     from gpuprof.cli.export import export_tables
@@ -215,24 +217,25 @@ def _export(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
     directory, temporary = box.roots.output_dir(a.get("output"))
     try:
         written, counts = export_tables(source, fmt, directory, None)
+        check_stop()  # told to stop meanwhile: no answer will name the folder, so it must not stay
     except BaseException:
         if temporary:  # ours, empty or half-filled: nothing left behind for a refused export
             shutil.rmtree(directory, ignore_errors=True)
         raise
-    doc: JsonObj = {"directory": directory, "temporary": temporary, "format": fmt,
+    doc: dict[str, Any] = {"directory": directory, "temporary": temporary, "format": fmt,
                     "tables": {name: {"file": str(path), "rows": counts[name]}
                                for name, path in zip(counts, written)}}
     rows = ", ".join(f"{name} {n}" for name, n in counts.items())
     return f"gpuprof: {len(written)} {fmt} tables written to {directory} (rows: {rows})", doc
 
 
-def _explain(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+def _explain(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gpuprof.cli.rules import explained
     from gpuprof.codes import explain_text
 
     spec, note = explained(a["code"])
     text = explain_text(spec)
-    doc: JsonObj = {"code": spec.code, "name": spec.name, "severity": spec.severity_text, "title": spec.title,
+    doc: dict[str, Any] = {"code": spec.code, "name": spec.name, "severity": spec.severity_text, "title": spec.title,
                     "reported_by": spec.reported_by, "aliases": list(spec.aliases), "docs_page": spec.docs_page,
                     "options": [{"name": o.name, "default": o.default, "help": o.help, "unit": o.unit}
                                 for o in spec.options],
@@ -240,7 +243,7 @@ def _explain(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
     return text + (f"\nnote: {note}" if note else ""), doc
 
 
-def _rules(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
+def _rules(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gpuprof.codes import catalogue
 
     codes = [{"code": c.code, "name": c.name, "severity": c.severity_text, "reported_by": c.reported_by,
@@ -248,7 +251,7 @@ def _rules(box: Toolbox, a: dict[str, Any]) -> tuple[str, JsonObj]:
     return "\n".join(f"{c['code']} {c['name']} ({c['severity']}): {c['title']}" for c in codes), {"codes": codes}
 
 
-_PATHS = {"anyOf": [_STR, {"type": "array", "items": _STR, "minItems": 1}],
+_PATHS: Schema = {"anyOf": [_STR, {"type": "array", "items": _STR, "minItems": 1}],
           "description": "A trace file (.json/.json.gz), a run folder, a saved report.json, or a list of them "
                          "(the ranks of one job). Relative names are taken under the server's roots."}
 TOOLS = (

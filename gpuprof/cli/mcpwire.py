@@ -31,7 +31,8 @@ from typing import Callable, Iterator, Protocol
 from gpuprof.limits import Limit
 from gpuprof.redact import scrub
 
-__all__ = ["MAX_REQUEST_BYTES", "PROTOCOL_VERSIONS", "Tools", "ProtocolError", "Server", "serve", "read_lines"]
+__all__ = ["MAX_REQUEST_BYTES", "PROTOCOL_VERSIONS", "STOP", "Tools", "ProtocolError", "Server", "serve", "read_lines",
+           "check_stop"]
 
 # A request names a few paths and options: a few hundred bytes. 1 MiB leaves room for any real one.
 MAX_REQUEST_BYTES = Limit("GPUPROF_MCP_MAX_REQUEST_BYTES", 1024 * 1024, "the largest MCP request (bytes of one message)")
@@ -42,6 +43,17 @@ _STRUCTURED_SINCE = "2025-06-18"  # tool results carry structuredContent from th
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 
 JsonObj = dict[str, object]
+
+# Set when the server is told to stop (SIGTERM: gpuprof.cli.mcp). The signal's SystemExit unwinds the request in
+# progress, but a library's cleanup on the way may replace it with an error of its own (seen: a BufferError while
+# a trace's buffer is released); the flag makes the server leave all the same, with no answer sent.
+STOP = threading.Event()
+
+
+def check_stop() -> None:
+    """Leave now (exit 143) when the server was told to stop: between a tool's work and its answer."""
+    if STOP.is_set():
+        raise SystemExit(143)
 
 
 class Tools(Protocol):
@@ -233,7 +245,9 @@ def serve(server: Server, in_fd: int = 0, out_fd: int = 1) -> None:
     try:
         while (line := inbox.get()) is not None:
             try:
-                send(server.handle_line(line))
+                answer = server.handle_line(line)
+                check_stop()
+                send(answer)
             except BrokenPipeError:
                 return  # the client closed its end: nobody to answer
     finally:

@@ -59,7 +59,10 @@ async def sdk_session(server: Any) -> AsyncIterator[Any]:
 
 
 def sdk_call(server: Any, work: Callable[[Any], Awaitable[Any]]) -> Any:
-    """``await work(session)`` with an initialised SDK session on ``server``; its value."""
+    """``await work(session)`` with an initialised SDK session on ``server``; its value (skips without the SDK)."""
+    import pytest
+
+    pytest.importorskip("mcp", reason="the MCP SDK (the tests' client: gpuprof[test]) is not installed")
     import anyio
 
     async def main() -> Any:

@@ -46,11 +46,6 @@ def tool(server: Any, name: str, arguments: dict[str, Any]) -> Any:
     return sdk_call(server, work)
 
 
-@pytest.fixture(autouse=True)
-def _sdk() -> None:
-    pytest.importorskip("mcp", reason="the MCP SDK (the test client) is not installed")
-
-
 def test_tools_list_names_every_tool_with_its_input_schema(tmp_path: Path) -> None:
     async def work(session: Any) -> Any:
         return await session.list_tools()
@@ -228,3 +223,35 @@ def test_lines_are_read_bounded_and_a_long_one_is_skipped_whole() -> None:
     assert lines[0] == b'{"a":1}' and isinstance(lines[1], TooLong) and lines[2] == b'{"b":2}'
     assert lines[3] == b"y" * 300 and len(lines) == 4
     assert max(held) <= 1000  # nothing longer than the limit is ever handed on
+
+
+RUN_SERVER = r'''
+import atexit, json, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+from gpuprof.cli import main
+main(sys.argv[2:])
+'''
+
+
+def test_the_server_imports_neither_torch_nor_the_sdk(tmp_path: Path) -> None:
+    """The real command, in a fresh interpreter, serving an analyze call: no torch, no MCP SDK, no capture."""
+    import os
+    import subprocess
+    import sys
+
+    from .mcp_clients import INITIALIZE, REPO, call
+
+    slow_loader_trace(tmp_path / "run" / "t.pt.trace.json")
+    modules = tmp_path / "modules.json"
+    proc = subprocess.run([sys.executable, "-c", RUN_SERVER, str(modules), "mcp", "--root", str(tmp_path)],
+                          input=INITIALIZE + call(1, "analyze", {"paths": "run"}), capture_output=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    assert proc.returncode == 0, proc.stderr.decode()
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [0, 1] and answers[1]["result"]["isError"] is False
+    assert answers[1]["result"]["structuredContent"]["findings"]  # the analysis ran
+    loaded = set(json.loads(modules.read_text()))
+    assert "gpuprof.analysis" in loaded  # the walk saw the analysis
+    for name in ("torch", "mcp", "pydantic", "anyio", "gpuprof.capture.api", "gpuprof.capture.session"):
+        assert name not in loaded, name

@@ -78,6 +78,8 @@ def _fits(value: object, schema: Schema) -> bool:
     if kind == "string":
         ok = isinstance(value, str) and "\0" not in value
         return ok and ("enum" not in schema or value in schema["enum"])
+    if kind == "boolean":
+        return isinstance(value, bool)
     if kind == "integer":
         low, high = schema.get("minimum", 0), schema.get("maximum", 2**31)
         return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
@@ -95,6 +97,8 @@ def _wanted(schema: Schema) -> str:
         return "one of " + ", ".join(map(str, schema["enum"]))
     if schema.get("type") == "array":
         return f"a list of at most {_MAX_LIST} strings"
+    if schema.get("type") == "boolean":
+        return "true or false"
     if schema.get("type") == "integer":
         return f"an integer from {schema.get('minimum', 0)} to {schema.get('maximum', 2**31)}"
     return "a string"
@@ -177,20 +181,26 @@ def _diff(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def _memory(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gpuprof.cli.common import parse_option_settings
-    from gpuprof.cli.memory import memory_report
+    from gpuprof.cli.memory import memory_diff_report, memory_report
     from gpuprof.render import render
     from gpuprof.units import parse_bytes
 
     file = box.roots.input(a["file"])
     settings = parse_option_settings(tuple(a.get("options", [])), ("memory",), "gpuprof memory")
-    device_memory = None
-    if "device_memory" in a:
-        try:
-            device_memory = parse_bytes(a["device_memory"])
-        except ValueError as err:
-            raise ArgumentError(f"memory: 'device_memory': {err}") from None
-    report, _, _ = memory_report(file, a.get("select", []), a.get("ignore", []), settings, device_memory,
-                                 a.get("top", 10))
+    select, ignore = a.get("select", []), a.get("ignore", [])
+    if a.get("diff") or "after" in a:  # gpuprof memory diff FILE [AFTER]
+        if "device_memory" in a:
+            raise ArgumentError("memory: 'device_memory' applies to one file, not to a diff")
+        after = box.roots.input(a["after"]) if "after" in a else None
+        report = memory_diff_report(file, after, select, ignore, settings, a.get("top", 15))
+    else:
+        device_memory = None
+        if "device_memory" in a:
+            try:
+                device_memory = parse_bytes(a["device_memory"])
+            except ValueError as err:
+                raise ArgumentError(f"memory: 'device_memory': {err}") from None
+        report, _, _ = memory_report(file, select, ignore, settings, device_memory, a.get("top", 10))
     doc = _doc(render(report, "json", color=False))
     return _report_summary("memory", doc), doc
 
@@ -269,10 +279,16 @@ TOOLS = (
          ("before", "after"), _diff),
     Tool("memory", "Where the GPU memory went",
          "What `gpuprof memory FILE --format json` prints for a CUDA memory snapshot pickle or a trace recorded "
-         "with profile_memory=True: peaks, holders, fragmentation and the memory findings.",
-         {"file": {**_STR, "description": "A snapshot .pickle or a trace."}, "select": _CODES, "ignore": _CODES,
+         "with profile_memory=True: peaks, holders, fragmentation and the memory findings. With diff or after: "
+         "`gpuprof memory diff FILE [AFTER]`, the allocation sites that grew (one trace alone: its first step "
+         "against its last).",
+         {"file": {**_STR, "description": "A snapshot .pickle or a trace."},
+          "after": {**_STR, "description": "A later snapshot or trace to compare FILE with (a memory diff)."},
+          "diff": {"type": "boolean", "description": "A memory diff (implied by after)."},
+          "select": _CODES, "ignore": _CODES,
           "options": _OPTIONS, "device_memory": {**_STR, "description": "Device capacity, e.g. 80GiB."},
-          "top": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Rows in holder tables."}},
+          "top": {"type": "integer", "minimum": 1, "maximum": 1000,
+                  "description": "Rows in holder tables (10) or the growth table of a diff (15)."}},
          ("file",), _memory),
     Tool("history", "Runs over time",
          "What `gpuprof history LOGDIR --format json` prints: every run's step time, utilisation, data loading, "

@@ -19,7 +19,7 @@ from gpuprof.cli.common import emit_report, option_settings, parse_option_settin
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.report import Report
 
-__all__ = ["memory_cmd", "memory_report"]
+__all__ = ["memory_cmd", "memory_report", "memory_diff_report"]
 
 
 class _DefaultGroup(click.Group):
@@ -163,13 +163,21 @@ def diff_cmd(before: str, after: str | None, fmt: str, output: str | None, selec
     With one trace and no AFTER, compares the end of its first and last
     profiler steps.
     """
+    settings = _settings(_DIFF_ALIASES, {"min_growth": min_growth}, code_options)
+    report = memory_diff_report(before, after, select, ignore, settings, top, skip_frames)
+    sys.exit(emit_report(report, fmt, output, fail_on))
+
+
+def memory_diff_report(before: str, after: str | None, select: Sequence[str], ignore: Sequence[str],
+                       settings: dict[str, Any], top: int = 15, skip_frames: Sequence[str] = ()) -> Report:
+    """What ``gpuprof memory diff BEFORE [AFTER]`` reports, before rendering (the command line's and the MCP
+    server's one path)."""
     from gpuprof.flow import finish
     from gpuprof.memory.analysis import MemoryOptions
     from gpuprof.memory.diff import DiffOptions, diff_report
     from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
 
-    settings = _settings(_DIFF_ALIASES, {"min_growth": min_growth}, code_options)
     mem_opts = MemoryOptions(internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)).with_options(settings)
     report = diff_report(before, after, DiffOptions(top=top).with_options(settings), mem_opts)
-    report.findings = finish(report.findings, selection(select, ignore))  # the one boundary (gpuprof.flow)
-    sys.exit(emit_report(report, fmt, output, fail_on))
+    report.findings = finish(report.findings, selection(tuple(select), tuple(ignore)))  # the one boundary (gpuprof.flow)
+    return report

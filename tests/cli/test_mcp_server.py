@@ -255,3 +255,17 @@ def test_the_server_imports_neither_torch_nor_the_sdk(tmp_path: Path) -> None:
     assert "gpuprof.analysis" in loaded  # the walk saw the analysis
     for name in ("torch", "mcp", "pydantic", "anyio", "gpuprof.capture.api", "gpuprof.capture.session"):
         assert name not in loaded, name
+
+
+def test_memory_diff_answers_the_command_lines_json(tmp_path: Path) -> None:
+    trace = simple_training(TraceBuilder(profile_memory=True), steps=4).write(tmp_path / "m.json")
+    server = server_for(tmp_path)
+    got = tool(server, "memory", {"file": "m.json", "diff": True})
+    assert not got.is_error, got.content[0].text
+    assert got.structured_content == cli_json("memory", "diff", str(trace))
+    assert got.structured_content["command"] == "memory-diff"  # a diff, not `gpuprof memory FILE`
+    assert [s["kind"] for s in got.structured_content["sections"]] == ["memory-diff"]
+    both = tool(server, "memory", {"file": "m.json", "after": "m.json"})
+    assert not both.is_error and both.structured_content == cli_json("memory", "diff", str(trace), str(trace))
+    bad = tool(server, "memory", {"file": "m.json", "diff": True, "device_memory": "80GiB"})
+    assert bad.is_error and "applies to one file" in bad.content[0].text

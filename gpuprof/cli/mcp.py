@@ -44,9 +44,10 @@ def mcp_cmd(roots: tuple[str, ...]) -> None:
     from gpuprof.version import __version__
 
     served = Roots.of(roots)  # a bad root: one line, exit 2, before anything is served
-    # SIGTERM (how a client ends a server that does not leave when its input closes) unwinds the request in
-    # progress: an export's half-written files and temporary folder are removed on the way out (exit 143)
+    # SIGTERM (how a client ends a server that does not leave when its input closes) and Ctrl-C unwind the request
+    # in progress: an export's half-written files and temporary folder are removed on the way out (exit 143, 130)
     signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     if sys.stdin is not None and sys.stdin.isatty():
         click.echo("gpuprof mcp: serving the Model Context Protocol on standard input and output for "
                    + ", ".join(visible(r) for r in served.shown()) + " (an agent starts this; Ctrl-D ends it)", err=True)
@@ -54,7 +55,7 @@ def mcp_cmd(roots: tuple[str, ...]) -> None:
 
 
 def _stop(signum: int, _frame: object) -> None:
-    from gpuprof.cli.mcpwire import STOP
+    from gpuprof.cli.mcpwire import request_stop
 
-    STOP.set()  # also seen after the request, should a cleanup on the way turn this exit into another error
+    request_stop(128 + signum)  # also seen after the request, should a cleanup on the way turn this exit into an error
     raise SystemExit(128 + signum)

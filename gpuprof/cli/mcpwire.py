@@ -31,29 +31,35 @@ from typing import Callable, Iterator, Protocol
 from gpuprof.limits import Limit
 from gpuprof.redact import scrub
 
-__all__ = ["MAX_REQUEST_BYTES", "PROTOCOL_VERSIONS", "STOP", "Tools", "ProtocolError", "Server", "serve", "read_lines",
-           "check_stop"]
+__all__ = ["MAX_REQUEST_BYTES", "PROTOCOL_VERSIONS", "Tools", "ProtocolError", "Server", "serve", "read_lines",
+           "check_stop", "request_stop"]
 
 # A request names a few paths and options: a few hundred bytes. 1 MiB leaves room for any real one.
 MAX_REQUEST_BYTES = Limit("GPUPROF_MCP_MAX_REQUEST_BYTES", 1024 * 1024, "the largest MCP request (bytes of one message)")
 # The revisions of the initialize handshake this server speaks, oldest first; a client asking another gets the newest.
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-_STRUCTURED_SINCE = "2025-06-18"  # tool results carry structuredContent from this revision on
+_STRUCTURED_SINCE = "2025-06-18"
+_MAX_CANCELLED = 10_000  # request ids remembered as cancelled  # tool results carry structuredContent from this revision on
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 
 JsonObj = dict[str, object]
 
-# Set when the server is told to stop (SIGTERM: gpuprof.cli.mcp). The signal's SystemExit unwinds the request in
-# progress, but a library's cleanup on the way may replace it with an error of its own (seen: a BufferError while
-# a trace's buffer is released); the flag makes the server leave all the same, with no answer sent.
-STOP = threading.Event()
+# Set when the server is told to stop (SIGTERM, SIGINT: gpuprof.cli.mcp), with the exit code. The signal's exception
+# unwinds the request in progress, but a library's cleanup on the way may replace it with an error of its own
+# (seen: a BufferError while a trace's buffer is released); the flag makes the server leave all the same, with no
+# answer sent.
+_stop_code: list[int] = []
+
+
+def request_stop(code: int) -> None:
+    _stop_code[:] = [code]
 
 
 def check_stop() -> None:
-    """Leave now (exit 143) when the server was told to stop: between a tool's work and its answer."""
-    if STOP.is_set():
-        raise SystemExit(143)
+    """Leave now when the server was told to stop: between a tool's work and its answer."""
+    if _stop_code:
+        raise SystemExit(_stop_code[0])
 
 
 class Tools(Protocol):
@@ -159,6 +165,8 @@ class Server:
         if ident in self.cancelled:
             self.cancelled.discard(ident)
             return None  # cancelled before it started: no answer, as the protocol asks
+        if len(self.cancelled) > _MAX_CANCELLED:  # cancellations of requests answered already: never needed
+            self.cancelled.clear()
         try:
             if not isinstance(params, dict):
                 raise ProtocolError(INVALID_PARAMS, "params must be an object")
@@ -211,6 +219,13 @@ def serve(server: Server, in_fd: int = 0, out_fd: int = 1) -> None:
     A reader thread takes each line as it comes: a ``ping`` is answered at once and a cancellation is noted
     even while a tool runs; requests run one at a time, in order, in this thread.
     """
+    try:
+        os.fstat(2)
+    except OSError:  # started with standard error closed: it becomes /dev/null, or the dup below would take fd 2
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != 2:
+            os.dup2(null, 2)
+            os.close(null)
     out = os.dup(out_fd)  # the protocol's channel; fd 1 itself now leads to standard error
     os.dup2(2, out_fd)
     lock = threading.Lock()

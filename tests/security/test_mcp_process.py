@@ -121,3 +121,57 @@ def _ready(server: StdioServer) -> bool:
 
     assert server.proc.stdout is not None
     return bool(select.select([server.proc.stdout.fileno()], [], [], 0)[0])
+
+
+def test_ctrl_c_ends_an_idle_server_with_130(root: Path) -> None:
+    server = StdioServer(root)
+    try:
+        assert server.ask(request(1, "ping"))["result"] == {}
+        os.kill(server.proc.pid, signal.SIGINT)
+        assert server.proc.wait(timeout=30) == 130
+    finally:
+        server.kill()
+
+
+STRAY = r'''
+import os, subprocess, sys
+from gpuprof.cli.mcpwire import Server, serve
+
+class Noisy:
+    def describe(self):
+        return []
+
+    def instructions(self):
+        return ""
+
+    def call(self, name, arguments, structured):
+        print("a stray print")
+        sys.stdout.flush()
+        os.write(1, b"a stray write to fd 1\\n")
+        os.write(2, b"a stray write to fd 2\\n")
+        subprocess.run(["echo", "a child process's output"])
+        return {"content": [{"type": "text", "text": "done"}], "isError": False}
+
+serve(Server(Noisy()))
+'''
+
+
+@pytest.mark.parametrize("stderr_closed", [False, True])
+def test_standard_output_carries_the_protocol_alone(stderr_closed: bool) -> None:
+    """A tool (a library, a child process) that prints cannot corrupt a message, also with standard error closed."""
+    import json
+    import subprocess
+    import sys
+
+    from ..cli.mcp_clients import REPO
+
+    proc = subprocess.run([sys.executable, "-c", STRAY], input=INITIALIZE + call(1, "x", {}) + call(2, "x", {}),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE if not stderr_closed else None,
+                          preexec_fn=(lambda: os.close(2)) if stderr_closed else None,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, timeout=120)
+    assert proc.returncode == 0
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]  # every line is a message
+    assert [a["id"] for a in answers] == [0, 1, 2]
+    if not stderr_closed:
+        assert b"a stray print" in proc.stderr and b"a child process's output" in proc.stderr
+

@@ -18,6 +18,7 @@ Exit codes:
   0  the client closed the connection (the end of standard input)
   2  bad usage or a --root that is not a directory or URL (one line)
   3  internal gpuprof error
+  130, 143  Ctrl-C, SIGTERM: the request in progress is abandoned
 A tool's failure is a tool result with isError and the command line's
 error line; it never ends the server.
 """
@@ -26,7 +27,7 @@ error line; it never ends the server.
 @click.command("mcp", epilog=EPILOG)
 @click.option("--root", "roots", multiple=True, required=True, metavar="DIR_OR_URL",
               help="A folder or URL prefix (s3://bucket/runs/) the tools may read; repeat for more. Nothing "
-                   "outside them is read; export writes under the first folder or into a new temporary one.")
+                   "outside them is read; export writes only under a folder root (or into a new temporary folder).")
 def mcp_cmd(roots: tuple[str, ...]) -> None:
     """Serve analyze, diff, memory, history, export, explain and rules to a coding agent over MCP (stdio).
 

@@ -269,3 +269,36 @@ def test_memory_diff_answers_the_command_lines_json(tmp_path: Path) -> None:
     assert not both.is_error and both.structured_content == cli_json("memory", "diff", str(trace), str(trace))
     bad = tool(server, "memory", {"file": "m.json", "diff": True, "device_memory": "80GiB"})
     assert bad.is_error and "applies to one file" in bad.content[0].text
+
+
+@pytest.mark.slow  # two interpreters: the SDK's client and the server it starts
+def test_the_sdks_stdio_client_drives_the_real_command(tmp_path: Path) -> None:
+    """The whole transport as an agent's host runs it: the SDK starts `gpuprof mcp`, speaks over its pipes,
+    and closes it at the end."""
+    pytest.importorskip("mcp", reason="the MCP SDK (the tests' client: gpuprof[test]) is not installed")
+    import os
+    import sys
+
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from .mcp_clients import REPO
+
+    trace = slow_loader_trace(tmp_path / "run" / "t.pt.trace.json")
+    expected = cli_json("analyze", str(trace))
+
+    async def main() -> tuple[Any, Any, Any]:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "gpuprof", "mcp", "--root", str(tmp_path)],
+                                       env={"PYTHONPATH": str(REPO), "PATH": os.environ.get("PATH", "")}, cwd=str(REPO))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            init = await session.initialize()
+            await session.send_ping()
+            ok = await session.call_tool("analyze", {"paths": str(trace)})
+            refused = await session.call_tool("analyze", {"paths": "/etc/passwd"})
+            return init, ok, refused
+
+    init, ok, refused = anyio.run(main)
+    assert init.server_info.name == "gpuprof" and init.protocol_version == PROTOCOL_VERSIONS[-1]
+    assert not ok.is_error and ok.structured_content["findings"] == expected["findings"]
+    assert refused.is_error and "outside the folders" in refused.content[0].text

@@ -153,6 +153,10 @@ def _analyze(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     paths = [box.roots.input(p) for p in _names(a["paths"])]
     report = analysis_report(paths, a.get("select", []), a.get("ignore", []), a.get("options", []))
     doc = _doc(render(report, "json", color=False))
+    if a.get("views") is False:  # the per-trace tables (most of a real report's bytes): left out on request
+        for t in doc.get("traces", []):
+            if isinstance(t, dict):
+                t.pop("views", None)
     return _report_summary("analyze", doc), doc
 
 
@@ -268,7 +272,10 @@ TOOLS = (
     Tool("analyze", "Diagnose PyTorch profiler traces",
          "What `gpuprof analyze PATHS --format json` prints: per-trace step-time breakdowns and the findings, each "
          "with its numbers, evidence, source line, cost per step and fix.",
-         {"paths": _PATHS, "select": _CODES, "ignore": _CODES, "options": _OPTIONS}, ("paths",), _analyze),
+         {"paths": _PATHS, "select": _CODES, "ignore": _CODES, "options": _OPTIONS,
+          "views": {"type": "boolean", "description": "false: leave out each trace's operator, kernel, module and "
+                    "range tables (most of a real report's size; the export tool writes them as files)."}},
+         ("paths",), _analyze),
     Tool("diff", "Compare two runs",
          "What `gpuprof diff BEFORE AFTER --format json` prints: step time and its parts before and after, the "
          "operators and kernels that changed, findings fixed and new; with fail_on_regression, the verdict.",
@@ -340,7 +347,7 @@ class Toolbox:
             return _failed("gpuprof: error: out of memory while analysing the input")
         except Exception as err:  # noqa: BLE001 - one line, the server reads on (the command line's exit 3)
             return _failed(f"gpuprof: internal error: {type(err).__name__}: {visible(scrub(str(err)))} (a gpuprof bug)")
-        text = json.dumps(doc, indent=2, allow_nan=False)
+        text = json.dumps(doc, separators=(",", ":"), allow_nan=False)  # compact: it goes into a model's context
         result: JsonObj = {"content": [{"type": "text", "text": summary}, {"type": "text", "text": text}],
                            "isError": False}
         if structured:

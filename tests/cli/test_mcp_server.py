@@ -81,10 +81,17 @@ def test_analyze_answers_the_findings_the_command_line_prints_real(tmp_path: Pat
     trace = shared_path(*NW0)
     expected = cli_json("analyze", str(trace))
     assert expected["findings"]
-    got = tool(server_for(trace.parent), "analyze", {"paths": [trace.name]})
+    server = server_for(trace.parent)
+    got = tool(server, "analyze", {"paths": [trace.name]})
     assert not got.is_error, got.content[0].text
     assert got.structured_content["findings"] == expected["findings"]
     assert got.structured_content["traces"][0]["step_time_us"] == expected["traces"][0]["step_time_us"]
+    assert got.structured_content["traces"][0]["views"] == expected["traces"][0]["views"]
+    brief = tool(server, "analyze", {"paths": trace.name, "views": False}).structured_content
+    assert "views" not in brief["traces"][0] and brief["findings"] == expected["findings"]
+    without = {k: v for k, v in expected["traces"][0].items() if k != "views"}
+    assert brief["traces"][0] == without  # only the tables left out
+    assert len(json.dumps(brief)) < len(json.dumps(expected)) / 3  # most of a real report's size
 
 
 def test_a_path_outside_the_roots_is_a_tool_error_with_the_command_line_line(tmp_path: Path) -> None:

@@ -264,6 +264,19 @@ def test_the_server_imports_neither_torch_nor_the_sdk(tmp_path: Path) -> None:
         assert name not in loaded, name
 
 
+def test_memory_answers_the_command_lines_json_on_a_real_snapshot() -> None:
+    from gpuprof.testing.realtraces import shared_snapshot
+
+    snap = shared_snapshot("cs336_magma_memory_snapshot.pickle")
+    expected = cli_json("memory", str(snap))
+    got = tool(server_for(snap.parent), "memory", {"file": snap.name})
+    assert not got.is_error, got.content[0].text
+    doc = got.structured_content
+    assert doc["findings"] == expected["findings"]
+    # the same figures, the input named by the real path the server read rather than as given
+    assert json.dumps(doc["sections"]).replace(str(snap.resolve()), str(snap)) == json.dumps(expected["sections"])
+
+
 def test_memory_diff_answers_the_command_lines_json(tmp_path: Path) -> None:
     trace = simple_training(TraceBuilder(profile_memory=True), steps=4).write(tmp_path / "m.json")
     server = server_for(tmp_path)

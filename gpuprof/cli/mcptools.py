@@ -47,11 +47,13 @@ class Tool:
     run: Callable[[Toolbox, dict[str, Any]], tuple[str, dict[str, Any]]]  # (summary, the JSON document)
     read_only: bool = True
 
-    def describe(self) -> JsonObj:
+    def describe(self, open_world: bool) -> JsonObj:
+        """The tool as tools/list gives it; ``open_world``: the server has URL roots (it reaches other machines)."""
         return {"name": self.name, "title": self.title, "description": self.description,
                 "inputSchema": {"type": "object", "properties": self.properties, "required": list(self.required),
                                 "additionalProperties": False},
-                "annotations": {"title": self.title, "readOnlyHint": self.read_only, "openWorldHint": False}}
+                "annotations": {"title": self.title, "readOnlyHint": self.read_only,
+                                "openWorldHint": open_world and self.name not in ("explain", "rules")}}
 
     def check(self, args: JsonObj) -> dict[str, Any]:
         """``args`` checked against the schema: required present, nothing unknown, every value of its type."""
@@ -326,7 +328,7 @@ class Toolbox:
     roots: Roots
 
     def describe(self) -> list[JsonObj]:
-        return [t.describe() for t in TOOLS]
+        return [t.describe(bool(self.roots.urls)) for t in TOOLS]
 
     def instructions(self) -> str:
         return ("gpuprof diagnoses PyTorch profiler traces and CUDA memory snapshots offline. This server reads only "

@@ -63,6 +63,9 @@ def test_tools_list_names_every_tool_with_its_input_schema(tmp_path: Path) -> No
     export = next(t for t in listed if t.name == "export")
     assert export.input_schema["properties"]["format"]["enum"] == ["csv", "parquet", "arrow"]
     assert export.annotations.read_only_hint is False and analyze.annotations.read_only_hint is True
+    assert analyze.annotations.open_world_hint is False  # folders only
+    with_urls = server_for(tmp_path, "memory://bucket/runs").tools.describe()
+    assert {t["name"]: t["annotations"]["openWorldHint"] for t in with_urls}["analyze"] is True
 
 
 def test_analyze_answers_the_findings_the_command_line_prints_synthetic(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import click
 
 from gpuprof.cli.mcproots import Roots
-from gpuprof.cli.mcpwire import INVALID_PARAMS, JsonObj, ProtocolError, check_stop
+from gpuprof.cli.mcpwire import INVALID_PARAMS, JsonObj, ProgressSink, ProtocolError, check_stop
 from gpuprof.errors import GpuprofError
 from gpuprof.redact import scrub
 from gpuprof.render.safe import visible
@@ -44,7 +44,8 @@ class Tool:
     description: str
     properties: dict[str, Schema]
     required: tuple[str, ...]
-    run: Callable[[Toolbox, dict[str, Any]], tuple[str, dict[str, Any]]]  # (summary, the JSON document)
+    # (the server's tools, the checked arguments, where progress goes) -> (summary, the JSON document)
+    run: Callable[[Toolbox, dict[str, Any], ProgressSink | None], tuple[str, dict[str, Any]]]
     read_only: bool = True
 
     def describe(self, open_world: bool) -> JsonObj:
@@ -148,12 +149,13 @@ def _report_summary(command: str, doc: dict[str, Any]) -> str:
 # --- the tools ------------------------------------------------------------------------------------------
 
 
-def _analyze(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _analyze(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
     from gpuprof.cli.analyze import analysis_report
     from gpuprof.render import render
 
     paths = [box.roots.input(p) for p in _names(a["paths"])]
-    report = analysis_report(paths, a.get("select", []), a.get("ignore", []), a.get("options", []))
+    report = analysis_report(paths, a.get("select", []), a.get("ignore", []), a.get("options", []),
+                             progress=_reading(progress) if progress is not None else None)
     doc = _doc(render(report, "json", color=False))
     if a.get("views") is False:  # the per-trace tables (most of a real report's bytes): left out on request
         for t in doc.get("traces", []):
@@ -162,7 +164,26 @@ def _analyze(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return _report_summary("analyze", doc), doc
 
 
-def _diff(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _reading(progress: ProgressSink) -> Callable[[Any], Callable[[int, int], None]]:
+    """A progress factory for the analysis (one callback per trace read): bytes read over the traces so far, out
+    of the bytes of the traces met so far (exact for one trace; with several, the total grows as each begins)."""
+    base = [0.0, 0.0]  # bytes of the traces done, bytes of the current one so far
+
+    def factory(path: Any) -> Callable[[int, int], None]:
+        base[0] += base[1]
+        base[1] = 0.0
+        name = visible(scrub(str(getattr(path, "name", path))))
+
+        def update(done: int, total: int) -> None:
+            base[1] = float(done)
+            progress(base[0] + done, base[0] + total if total else None, f"reading {name}: {done:,} of {total:,} bytes")
+
+        return update
+
+    return factory
+
+
+def _diff(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
     from gpuprof.cli.diff import compare, diff_json
 
     before, after = box.roots.input(a["before"]), box.roots.input(a["after"])
@@ -185,7 +206,7 @@ def _diff(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return f"gpuprof diff: {figures}{verdict}", doc
 
 
-def _memory(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _memory(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
     from gpuprof.cli.common import parse_option_settings
     from gpuprof.cli.memory import memory_diff_report, memory_report
     from gpuprof.render import render
@@ -211,7 +232,7 @@ def _memory(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return _report_summary("memory", doc), doc
 
 
-def _history(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _history(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
     from gpuprof.history.render import history_json
     from gpuprof.history.runs import read_history
 
@@ -223,7 +244,7 @@ def _history(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return "\n".join(lines), doc
 
 
-def _export(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _export(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
     import shutil
 
     from gpuprof.cli.export import export_tables
@@ -245,7 +266,7 @@ def _export(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return f"gpuprof: {len(written)} {fmt} tables written to {directory} (rows: {rows})", doc
 
 
-def _explain(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _explain(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
     from gpuprof.cli.rules import explained
     from gpuprof.codes import explain_text
 
@@ -259,7 +280,7 @@ def _explain(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return text + (f"\nnote: {note}" if note else ""), doc
 
 
-def _rules(box: Toolbox, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _rules(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
     from gpuprof.codes import catalogue
 
     codes = [{"code": c.code, "name": c.name, "severity": c.severity_text, "reported_by": c.reported_by,
@@ -335,12 +356,12 @@ class Toolbox:
                 "under: " + ", ".join(self.roots.shown()) + ". Relative names are taken under the first folder where "
                 "they exist. Start with analyze on a run folder; explain names what a finding code means.")
 
-    def call(self, name: str, arguments: JsonObj, structured: bool) -> JsonObj:
+    def call(self, name: str, arguments: JsonObj, structured: bool, progress: ProgressSink | None = None) -> JsonObj:
         tool = next((t for t in TOOLS if t.name == name), None)
         if tool is None:
             raise ProtocolError(INVALID_PARAMS, f"unknown tool: {name[:100]} (tools: {', '.join(TOOL_NAMES)})")
         try:
-            summary, doc = tool.run(self, tool.check(arguments))
+            summary, doc = tool.run(self, tool.check(arguments), progress)
         except GpuprofError as err:
             return _failed(f"gpuprof: error: {visible(scrub(str(err)))}")
         except click.ClickException as err:  # a bad option value, as the command line says it

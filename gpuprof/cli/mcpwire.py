@@ -26,12 +26,12 @@ import os
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, Protocol, TypeGuard
 
 from gpuprof.limits import Limit
 from gpuprof.redact import scrub
 
-__all__ = ["MAX_REQUEST_BYTES", "PROTOCOL_VERSIONS", "Tools", "ProtocolError", "Server", "serve", "read_lines",
+__all__ = ["MAX_REQUEST_BYTES", "PROTOCOL_VERSIONS", "Progress", "ProgressSink", "Tools", "ProtocolError", "Server", "serve", "read_lines",
            "check_stop", "request_stop"]
 
 # A request names a few paths and options: a few hundred bytes. 1 MiB leaves room for any real one.
@@ -62,12 +62,16 @@ def check_stop() -> None:
         raise SystemExit(_stop_code[0])
 
 
+# Told how far a tool has come: (progress so far, total or None, a short message); see Progress.
+ProgressSink = Callable[[float, "float | None", str], None]
+
+
 class Tools(Protocol):
     """What the server serves (gpuprof.cli.mcptools.Toolbox): the tool list and a call of one."""
 
     def describe(self) -> list[JsonObj]: ...
 
-    def call(self, name: str, arguments: JsonObj, structured: bool) -> JsonObj: ...
+    def call(self, name: str, arguments: JsonObj, structured: bool, progress: ProgressSink | None) -> JsonObj: ...
 
     def instructions(self) -> str: ...
 
@@ -122,8 +126,31 @@ def _error(ident: object, code: int, message: str) -> JsonObj:
     return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": scrub(message)}}
 
 
-def _valid_id(ident: object) -> bool:
+def _valid_id(ident: object) -> TypeGuard[str | int]:
     return isinstance(ident, (str, int)) and not isinstance(ident, bool)
+
+
+class Progress:
+    """``notifications/progress`` for a request that asked for them (``_meta.progressToken``): sent at most every
+    ``every_s`` seconds, each further than the last (the protocol wants progress to increase), final ones kept."""
+
+    def __init__(self, notify: Callable[[JsonObj], None], token: str | int, every_s: float = 0.25) -> None:
+        self.notify, self.token, self.every_s = notify, token, every_s
+        self.last_value = -1.0
+        self.last_sent = 0.0
+
+    def __call__(self, progress: float, total: float | None, message: str) -> None:
+        import time
+
+        now = time.monotonic()
+        final = total is not None and progress >= total
+        if progress <= self.last_value or (now - self.last_sent < self.every_s and not final):
+            return
+        self.last_value, self.last_sent = progress, now
+        params: JsonObj = {"progressToken": self.token, "progress": progress, "message": message}
+        if total is not None:
+            params["total"] = total
+        self.notify({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
 
 
 @dataclass
@@ -135,6 +162,7 @@ class Server:
     version: str = ""
     protocol: str = PROTOCOL_VERSIONS[-1]
     cancelled: set[object] = field(default_factory=set)
+    notify: Callable[[JsonObj], None] | None = None  # sends a notification (serve sets it); None: none are sent
 
     def handle_line(self, line: bytes | TooLong) -> JsonObj | None:
         """The answer to one line of input (None for a notification); never raises."""
@@ -200,7 +228,10 @@ class Server:
                 arguments = {}
             if not isinstance(arguments, dict):
                 raise ProtocolError(INVALID_PARAMS, "tools/call arguments must be an object")
-            return self.tools.call(name, arguments, self.structured)
+            meta = params.get("_meta")
+            token = meta.get("progressToken") if isinstance(meta, dict) else None
+            progress = Progress(self.notify, token) if self.notify is not None and _valid_id(token) else None
+            return self.tools.call(name, arguments, self.structured, progress)
         raise ProtocolError(METHOD_NOT_FOUND, f"method not found: {method[:100]}")
 
     @property
@@ -240,6 +271,7 @@ def serve(server: Server, in_fd: int = 0, out_fd: int = 1) -> None:
             while view:
                 view = view[os.write(out, view):]
 
+    server.notify = send
     inbox: queue.Queue[bytes | TooLong | None] = queue.Queue()
 
     def reader() -> None:

@@ -40,6 +40,12 @@ async def sdk_session(server: Any) -> AsyncIterator[Any]:
     from mcp.shared.message import SessionMessage
 
     async with create_client_server_memory_streams() as ((c_read, c_write), (s_read, s_write)):
+        def notify(obj: dict[str, Any]) -> None:  # from the worker thread running the tool: progress notifications
+            message = types.jsonrpc_message_adapter.validate_json(json.dumps(obj), by_name=False)
+            anyio.from_thread.run(s_write.send, SessionMessage(message))
+
+        server.notify = notify
+
         async def pump() -> None:
             async for item in s_read:
                 if isinstance(item, Exception):

@@ -97,6 +97,46 @@ def test_analyze_answers_the_findings_the_command_line_prints_real(tmp_path: Pat
     assert len(json.dumps(brief)) < len(json.dumps(expected)) / 3  # most of a real report's size
 
 
+def test_progress_reaches_a_client_that_asks_for_it(tmp_path: Path) -> None:
+    trace = slow_loader_trace(tmp_path / "run" / "t.pt.trace.json", steps=40)
+    seen: list[tuple[float, Any, Any]] = []
+
+    async def work(session: Any) -> Any:
+        async def report(progress: float, total: Any, message: Any) -> None:
+            seen.append((progress, total, message))
+
+        result = await session.call_tool("analyze", {"paths": "run"}, progress_callback=report)
+        import anyio
+
+        await anyio.sleep(0.1)  # callbacks the session dispatched run
+        return result
+
+    assert not sdk_call(server_for(tmp_path), work).is_error
+    assert seen, "no progress notification reached the client"
+    values = [p for p, _, _ in seen]
+    assert values == sorted(set(values))  # each further than the last, as the protocol asks
+    assert values[-1] == trace.stat().st_size == seen[-1][1]  # the last says the whole file was read
+    assert seen[-1][2] == f"reading t.pt.trace.json: {trace.stat().st_size:,} of {trace.stat().st_size:,} bytes"
+
+
+def test_progress_is_throttled_increasing_and_ends_with_the_total() -> None:
+    from gpuprof.cli.mcpwire import Progress
+
+    sent: list[dict[str, Any]] = []
+    p = Progress(sent.append, "tok", every_s=3600)
+    p(10, None, "a")
+    p(5, None, "back")  # never backwards
+    p(20, None, "b")  # within the interval: held back
+    p(100, 100, "done")  # the end is always sent
+    assert [n["params"]["progress"] for n in sent] == [10, 100]
+    assert sent[-1] == {"jsonrpc": "2.0", "method": "notifications/progress",
+                        "params": {"progressToken": "tok", "progress": 100, "message": "done", "total": 100}}
+    silent = server_for(Path(__file__).parent)  # no progressToken: no notification
+    silent.notify = sent.append
+    silent.handle({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "rules"}})
+    assert len(sent) == 2
+
+
 def test_a_path_outside_the_roots_is_a_tool_error_with_the_command_line_line(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
@@ -310,6 +350,7 @@ def test_the_sdks_stdio_client_drives_the_real_command(tmp_path: Path) -> None:
 
     trace = slow_loader_trace(tmp_path / "run" / "t.pt.trace.json")
     expected = cli_json("analyze", str(trace))
+    seen: list[float] = []
 
     async def main() -> tuple[Any, Any, Any]:
         params = StdioServerParameters(command=sys.executable, args=["-m", "gpuprof", "mcp", "--root", str(tmp_path)],
@@ -317,7 +358,12 @@ def test_the_sdks_stdio_client_drives_the_real_command(tmp_path: Path) -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             init = await session.initialize()
             await session.send_ping()
-            ok = await session.call_tool("analyze", {"paths": str(trace)})
+
+            async def report(progress: float, total: Any, message: Any) -> None:
+                seen.append(progress)
+
+            ok = await session.call_tool("analyze", {"paths": str(trace)}, progress_callback=report)
+            await anyio.sleep(0.1)
             refused = await session.call_tool("analyze", {"paths": "/etc/passwd"})
             return init, ok, refused
 
@@ -325,3 +371,4 @@ def test_the_sdks_stdio_client_drives_the_real_command(tmp_path: Path) -> None:
     assert init.server_info.name == "gpuprof" and init.protocol_version == PROTOCOL_VERSIONS[-1]
     assert not ok.is_error and ok.structured_content["findings"] == expected["findings"]
     assert refused.is_error and "outside the folders" in refused.content[0].text
+    assert seen and seen[-1] == trace.stat().st_size  # progress notifications over the real pipe

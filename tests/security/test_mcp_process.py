@@ -144,7 +144,7 @@ class Noisy:
     def instructions(self):
         return ""
 
-    def call(self, name, arguments, structured):
+    def call(self, name, arguments, structured, progress=None):
         print("a stray print")
         sys.stdout.flush()
         os.write(1, b"a stray write to fd 1\\n")

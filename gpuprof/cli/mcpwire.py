@@ -31,24 +31,24 @@ from typing import Callable, Iterator, Protocol, TypeGuard
 from gpuprof.limits import Limit
 from gpuprof.redact import scrub
 
-__all__ = ["MAX_REQUEST_BYTES", "PROTOCOL_VERSIONS", "Progress", "ProgressSink", "Tools", "ProtocolError", "Server", "serve", "read_lines",
-           "check_stop", "request_stop"]
+__all__ = ["MAX_REQUEST_BYTES", "PROTOCOL_VERSIONS", "Progress", "ProgressSink", "Tools", "ProtocolError", "Server",
+           "serve", "read_lines", "check_stop", "request_stop"]
 
 # A request names a few paths and options: a few hundred bytes. 1 MiB leaves room for any real one.
 MAX_REQUEST_BYTES = Limit("GPUPROF_MCP_MAX_REQUEST_BYTES", 1024 * 1024, "the largest MCP request (bytes of one message)")
 # The revisions of the initialize handshake this server speaks, oldest first; a client asking another gets the newest.
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-_STRUCTURED_SINCE = "2025-06-18"
-_MAX_CANCELLED = 10_000  # request ids remembered as cancelled  # tool results carry structuredContent from this revision on
+_STRUCTURED_SINCE = "2025-06-18"  # tool results carry structuredContent from this revision on
+_MAX_CANCELLED = 10_000  # request ids remembered as cancelled
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 
 JsonObj = dict[str, object]
 
 # Set when the server is told to stop (SIGTERM, SIGINT: gpuprof.cli.mcp), with the exit code. The signal's exception
-# unwinds the request in progress, but a library's cleanup on the way may replace it with an error of its own
-# (seen: a BufferError while a trace's buffer is released); the flag makes the server leave all the same, with no
-# answer sent.
+# unwinds the request in progress, but a library's cleanup on the way may replace it with an error of its own (one
+# did: the trace reader's BufferError, gpuprof.trace.chunks.as_json_list, fixed since); the flag makes the server
+# leave all the same, with no answer sent.
 _stop_code: list[int] = []
 
 

@@ -265,7 +265,10 @@ def serve(server: Server, in_fd: int = 0, out_fd: int = 1) -> None:
     def send(obj: JsonObj | None) -> None:
         if obj is None:
             return
-        data = _encode(obj)
+        try:
+            data = _encode(obj)
+        except (ValueError, TypeError) as err:  # a value JSON cannot hold (NaN): that request fails, not the server
+            data = _encode(_error(obj.get("id"), INTERNAL_ERROR, f"internal error: the answer is not JSON ({err})"))
         with lock:
             view = memoryview(data)
             while view:

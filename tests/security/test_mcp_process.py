@@ -175,3 +175,35 @@ def test_standard_output_carries_the_protocol_alone(stderr_closed: bool) -> None
     if not stderr_closed:
         assert b"a stray print" in proc.stderr and b"a child process's output" in proc.stderr
 
+
+
+NAN = r'''
+from gpuprof.cli.mcpwire import Server, serve
+
+class Tools:
+    def describe(self):
+        return []
+
+    def instructions(self):
+        return ""
+
+    def call(self, name, arguments, structured, progress=None):
+        return {"content": [], "isError": False, "value": float("nan") if name == "nan" else 1.0}
+
+serve(Server(Tools()))
+'''
+
+
+def test_an_answer_json_cannot_hold_fails_that_request_only() -> None:
+    import json
+    import subprocess
+    import sys
+
+    from ..cli.mcp_clients import REPO
+
+    proc = subprocess.run([sys.executable, "-c", NAN], input=call(1, "nan", {}) + call(2, "ok", {}),
+                          capture_output=True, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    first, second = (json.loads(line) for line in proc.stdout.splitlines())
+    assert first["id"] == 1 and first["error"]["code"] == -32603 and "not JSON" in first["error"]["message"]
+    assert second["id"] == 2 and second["result"]["value"] == 1.0

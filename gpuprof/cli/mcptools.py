@@ -363,19 +363,38 @@ class Toolbox:
         try:
             summary, doc = tool.run(self, tool.check(arguments), progress)
         except GpuprofError as err:
+            _debug(err)
             return _failed(f"gpuprof: error: {visible(scrub(str(err)))}")
         except click.ClickException as err:  # a bad option value, as the command line says it
             return _failed(f"gpuprof: error: {visible(scrub(err.format_message()))}")
         except MemoryError:
             return _failed("gpuprof: error: out of memory while analysing the input")
         except Exception as err:  # noqa: BLE001 - one line, the server reads on (the command line's exit 3)
-            return _failed(f"gpuprof: internal error: {type(err).__name__}: {visible(scrub(str(err)))} (a gpuprof bug)")
+            _debug(err)
+            return _failed(f"gpuprof: internal error: {type(err).__name__}: {visible(scrub(str(err)))} "
+                           "(a gpuprof bug; rerun with GPUPROF_DEBUG=1 for the traceback)")
         text = json.dumps(doc, separators=(",", ":"), allow_nan=False)  # compact: it goes into a model's context
         result: JsonObj = {"content": [{"type": "text", "text": summary}, {"type": "text", "text": text}],
                            "isError": False}
         if structured:
             result["structuredContent"] = doc
         return result
+
+
+def _debug(err: BaseException) -> None:
+    """Under GPUPROF_DEBUG=1, as the command line does: the traceback (and each failed rule's) on standard error."""
+    import os
+
+    if not os.environ.get("GPUPROF_DEBUG"):
+        return
+    import sys
+    import traceback
+
+    from gpuprof.errors import RuleError
+
+    causes = [cause for _, cause in err.failures] if isinstance(err, RuleError) else [err]
+    for cause in causes:
+        sys.stderr.write(scrub("".join(traceback.format_exception(cause))))
 
 
 def _failed(line: str) -> JsonObj:

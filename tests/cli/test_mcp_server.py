@@ -372,3 +372,24 @@ def test_the_sdks_stdio_client_drives_the_real_command(tmp_path: Path) -> None:
     assert not ok.is_error and ok.structured_content["findings"] == expected["findings"]
     assert refused.is_error and "outside the folders" in refused.content[0].text
     assert seen and seen[-1] == trace.stat().st_size  # progress notifications over the real pipe
+
+
+def test_a_gpuprof_bug_is_an_internal_error_line_and_its_traceback_under_debug(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuprof.cli import analyze as analyze_module
+
+    def broken(*_args: Any, **_kw: Any) -> Any:
+        raise ZeroDivisionError("planted")
+
+    slow_loader_trace(tmp_path / "t.json")
+    monkeypatch.setattr(analyze_module, "analysis_report", broken)
+    server = server_for(tmp_path)
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "analyze", "arguments": {"paths": "t.json"}}}
+    result = server.handle(request)["result"]
+    assert result["isError"] is True
+    assert result["content"][0]["text"] == ("gpuprof: internal error: ZeroDivisionError: planted "
+                                            "(a gpuprof bug; rerun with GPUPROF_DEBUG=1 for the traceback)")
+    assert "Traceback" not in capsys.readouterr().err
+    monkeypatch.setenv("GPUPROF_DEBUG", "1")
+    assert server.handle(request)["result"]["isError"] is True
+    assert "ZeroDivisionError: planted" in capsys.readouterr().err  # the traceback, on standard error

@@ -67,7 +67,9 @@ class UrlRoot:
 
 def _normal(url: str) -> tuple[str, str, tuple[str, ...], str]:
     """``url``'s scheme, host[:port] (lower case, default port dropped), path segments and query; InputError
-    for a ``.``/``..`` segment, a fragment or a malformed authority."""
+    for a chained URL, a ``.``/``..`` segment, a fragment or a malformed authority."""
+    if "::" in url:  # fsspec reads "a::b" as filesystems chained: the part checked would not be the part read
+        raise InputError(url, "a chained URL (::) is refused: name one URL under a root")
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -157,10 +157,11 @@ def _analyze(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> 
     report = analysis_report(paths, a.get("select", []), a.get("ignore", []), a.get("options", []),
                              progress=_reading(progress) if progress is not None else None)
     doc = _doc(render(report, "json", color=False))
-    if a.get("views") is False:  # the per-trace tables (most of a real report's bytes): left out on request
+    if a.get("views") is False:  # the per-trace tables and timeline (most of a real report's bytes): on request
         for t in doc.get("traces", []):
             if isinstance(t, dict):
                 t.pop("views", None)
+                t.pop("timeline", None)  # the lanes the --html page and the TensorBoard tab draw
     return _report_summary("analyze", doc), doc
 
 
@@ -297,7 +298,8 @@ TOOLS = (
          "with its numbers, evidence, source line, cost per step and fix.",
          {"paths": _PATHS, "select": _CODES, "ignore": _CODES, "options": _OPTIONS,
           "views": {"type": "boolean", "description": "false: leave out each trace's operator, kernel, module and "
-                    "range tables (most of a real report's size; the export tool writes them as files)."}},
+                    "range tables and its timeline (most of a real report's size; the export tool writes the tables "
+                    "as files)."}},
          ("paths",), _analyze),
     Tool("diff", "Compare two runs",
          "What `gpuprof diff BEFORE AFTER --format json` prints: step time and its parts before and after, the "

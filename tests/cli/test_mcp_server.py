@@ -92,8 +92,9 @@ def test_analyze_answers_the_findings_the_command_line_prints_real(tmp_path: Pat
     assert got.structured_content["traces"][0]["views"] == expected["traces"][0]["views"]
     brief = tool(server, "analyze", {"paths": trace.name, "views": False}).structured_content
     assert "views" not in brief["traces"][0] and brief["findings"] == expected["findings"]
-    without = {k: v for k, v in expected["traces"][0].items() if k != "views"}
-    assert brief["traces"][0] == without  # only the tables left out
+    assert "timeline" not in brief["traces"][0] and expected["traces"][0]["timeline"]["lanes"]
+    without = {k: v for k, v in expected["traces"][0].items() if k not in ("views", "timeline")}
+    assert brief["traces"][0] == without  # only the tables and the timeline left out
     assert len(json.dumps(brief)) < len(json.dumps(expected)) / 3  # most of a real report's size
 
 

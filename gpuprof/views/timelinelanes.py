@@ -165,7 +165,7 @@ def _gpu_part(trace: Trace, events: Sequence[Event], kind: int, lo: float, hi: f
     known = (dev >= 0) & (stream >= 0)
     nt = len(c.threads)
     first = np.full(nt, -1, np.int64)
-    first[thread[::-1]] = np.arange(len(sel) - 1, -1, -1)  # each thread code's first event
+    first[thread] = np.arange(len(sel))  # an event of each thread code present (which one does not matter)
     if (dev == dev[first[thread]]).all() and (stream == stream[first[thread]]).all():
         # as Kineto writes them: one (device, stream) per (pid, tid), so the thread codes are the streams (no sort)
         present = np.flatnonzero(first >= 0)

@@ -142,9 +142,11 @@ def _add_host(acc: _Acc, trace: Trace, events: Sequence[Event], kind: int, lo: f
     idx = np.flatnonzero(sel)
     if not len(idx):
         return
-    lanes = np.fromiter((acc.lane(f"host:{t[0]}:{t[1]}", "host", _host_label(trace, t, main)) for t in c.threads),
-                        np.int64, len(c.threads))
-    acc.out.raw.update((t, f"host:{t[0]}:{t[1]}") for t in c.threads)
+    lanes = np.full(len(c.threads), -1, np.int64)
+    for code in np.unique(c.thread_code[idx]).tolist():  # a lane for each thread with events in the steps only
+        t = c.threads[code]
+        lanes[code] = acc.lane(f"host:{t[0]}:{t[1]}", "host", _host_label(trace, t, main))
+        acc.out.raw[t] = f"host:{t[0]}:{t[1]}"
     acc.add(lanes[c.thread_code[idx]], c.ts[idx], c.dur[idx], acc.name_codes(c.names)[c.name_code[idx]],
             np.full(len(idx), kind, np.int64))
 

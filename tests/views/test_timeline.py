@@ -336,3 +336,17 @@ def test_a_chain_of_touching_segments_of_one_kind_is_one_run(tmp_path: Path, mon
     runs = [r for r in tl.critical if r[0] == gpu]
     assert [(r[1], r[2], r[3], r[5]) for r in runs] == [(0.0, 300.0, "kernel", 150)]
     assert len([r for r in tl.critical if r[0] == host]) == 20  # kinds alternate: each its own run
+
+
+def test_a_thread_with_nothing_in_the_steps_gets_no_lane(tmp_path: Path) -> None:
+    tb = TraceBuilder()
+    with tb.thread(7777):
+        tb.cpu(us=50, name="aten::before_the_steps")  # before the first step: outside the recorded span
+    tb.idle(us=100)
+    for _ in range(2):
+        with tb.step():
+            tb.kernel("k", us=100)
+    m, _ = _load(tb, tmp_path / "t.pt.trace.json")
+    tl = build_timeline(m)
+    assert tl is not None
+    assert f"host:{PID}:7777" not in {ln.id for ln in tl.lanes} and all(ln.total > 0 for ln in tl.lanes)

@@ -345,6 +345,7 @@ def test_a_thread_with_nothing_in_the_steps_gets_no_lane(tmp_path: Path) -> None
     tb.idle(us=100)
     for _ in range(2):
         with tb.step():
+            tb.cpu(us=20, name="aten::in_the_step")  # operators in the steps too: the list is not left out whole
             tb.kernel("k", us=100)
     m, _ = _load(tb, tmp_path / "t.pt.trace.json")
     tl = build_timeline(m)

@@ -23,6 +23,7 @@ from typing import Union
 
 import numpy as np
 
+from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.columns import Columns, columns
 from gpuprof.trace.gpuwork import is_communication_kernel
 from gpuprof.trace.model import Event, Trace
@@ -143,7 +144,7 @@ def _add_host(acc: _Acc, trace: Trace, events: Sequence[Event], kind: int, lo: f
     if not len(idx):
         return
     lanes = np.full(len(c.threads), -1, np.int64)
-    for code in np.unique(c.thread_code[idx]).tolist():  # a lane for each thread with events in the steps only
+    for code in sorted_unique(c.thread_code[idx]).tolist():  # a lane for each thread with events in the steps only
         t = c.threads[code]
         lanes[code] = acc.lane(f"host:{t[0]}:{t[1]}", "host", _host_label(trace, t, main))
         acc.out.raw[t] = f"host:{t[0]}:{t[1]}"

@@ -12,6 +12,7 @@ import click
 
 from gpuprof.atomic import refuse_input_as_output
 from gpuprof.cli.common import emit_report, input_files, report_options, split_codes
+from gpuprof.cli.trackers import check_targets, send_report, to_option
 from gpuprof.errors import InputError
 from gpuprof.remote import TraceFile, Url, is_url
 
@@ -47,6 +48,7 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 @click.option("--dask", "dask", metavar="SCHEDULER", default=None,
               help="Analyse each trace on a Dask cluster's workers (e.g. tcp://host:8786); they read the traces "
               "themselves (URLs or a shared file system). See docs/distributed.md.")
+@to_option
 def analyze_cmd(
     paths: tuple[str, ...],
     fmt: str,
@@ -60,6 +62,7 @@ def analyze_cmd(
     progress: bool | None,
     jobs: int | None,
     dask: str | None,
+    to: tuple[str, ...],
 ) -> None:
     """Diagnose a trace file (.json/.json.gz), a directory of traces, or several of them.
 
@@ -75,6 +78,7 @@ def analyze_cmd(
         options = parse_option_overrides(rule_options)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--option") from None
+    targets = check_targets(to)  # a tracker's missing package: exit 2 before any work
 
     if len(paths) == 1 and _is_saved_report(paths[0]):
         # a saved JSON report: rendered again, read-only (no trace is read, no rule runs)
@@ -96,7 +100,9 @@ def analyze_cmd(
         report.findings = finish(report.findings, Selection.of(split_codes(select), split_codes(ignore)))
         if html_out:
             _html(report, html_out, [paths[0]])
-        sys.exit(emit_report(report, fmt, output, fail_on))
+        code = emit_report(report, fmt, output, fail_on)
+        send_report(report, targets, html_out, [paths[0]])
+        sys.exit(code)
     path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
     for p in paths if annotate else ():
         if p == "-" or is_url(p) or not (os.path.isfile(p) or os.path.isdir(p)):
@@ -116,6 +122,7 @@ def analyze_cmd(
     if html_out:
         _html(report, html_out, input_files(report))
     code = emit_report(report, fmt, output, fail_on)
+    send_report(report, targets, html_out, list(paths))
     sys.exit(code)
 
 

@@ -28,7 +28,8 @@ METRICS: dict[str, str] = {
     "step_time_ms": "median step time of the window (ms)",
     "gpu_utilization": "share of the step time a GPU kernel ran (fraction)",
     "data_loading_share": "share of the step time spent loading data (fraction)",
-    "mfu": "model FLOPs utilisation: the kernels' FLOPs at the device's peak over the step time (fraction)",
+    "mfu": "model FLOPs utilisation: the kernels' FLOPs at the device's peak over the step time (fraction; "
+           "sent when the kernels with known FLOPs run at least half the kernel time)",
     "memory_peak_mib": "highest allocated device memory of the run (MiB)",
     "findings": "findings in the report",
     "cost_ms_per_step": "the findings' estimated cost per step, summed (ms; costs never overlap)",
@@ -37,6 +38,8 @@ PREFIX = "gpuprof/"
 # a bigger file is not attached (a note says so): trackers copy every artefact, and multi-GB traces would
 # fill the user's quota; GPUPROF_TRACKER_MAX_MB raises or lowers the bound
 MAX_ARTEFACT_MB = 512
+# MFU is sent when the kernels whose FLOPs are known run at least this share of the kernel time
+MFU_MIN_COVERAGE = 0.5
 
 
 @dataclass(frozen=True)
@@ -119,15 +122,20 @@ def trace_mfu(trace: dict[str, Any]) -> float | None:
     """MFU of one trace: the time its kernels would take at the device's peak (each kernel row's
     ``total_us x mfu``) over the steps' time (``num_steps x step_time_mean_us``).
 
-    Only kernels whose FLOPs and peak are known count (a lower bound); None when none are.
+    Only kernels whose FLOPs and peak are known count, so it is a lower bound; None (not known) unless
+    those kernels run at least :data:`MFU_MIN_COVERAGE` of the trace's kernel time: a figure over a few
+    GEMMs of a convolutional network would read as a near-zero MFU that the run does not have.
     """
     views = trace.get("views")
     steps, mean = _num(trace.get("num_steps")), _num(trace.get("step_time_mean_us"))
     if not isinstance(views, dict) or not steps or not mean:
         return None
-    at_peak = [t * m for k in views.get("kernels") or [] if isinstance(k, dict)
-               if (t := _num(k.get("total_us"))) is not None and (m := _num(k.get("mfu"))) is not None]
-    return sum(at_peak) / (steps * mean) if at_peak else None
+    known = [(t, m) for k in views.get("kernels") or [] if isinstance(k, dict)
+             if (t := _num(k.get("total_us"))) is not None and (m := _num(k.get("mfu"))) is not None]
+    total = _num(views.get("kernel_total_us"))
+    if not known or not total or sum(t for t, _ in known) < MFU_MIN_COVERAGE * total:
+        return None
+    return sum(t * m for t, m in known) / (steps * mean)
 
 
 def window_figures(trace: dict[str, Any]) -> dict[str, float]:
@@ -139,11 +147,9 @@ def window_figures(trace: dict[str, Any]) -> dict[str, float]:
     util = _num(trace.get("gpu_utilization"))
     if util is not None:
         out["gpu_utilization"] = util
-    mean = _num(trace.get("step_time_mean_us"))
-    loading = _num((trace.get("breakdown_us") or {}).get("data_loading")) \
-        if isinstance(trace.get("breakdown_us"), dict) else None
-    if loading is not None and mean:
-        out["data_loading_share"] = loading / mean
+    share = _num(trace.get("data_loading_share"))  # schema 1.4; an older report has no such figure
+    if share is not None:
+        out["data_loading_share"] = share
     mfu = trace_mfu(trace)
     if mfu is not None:
         out["mfu"] = mfu

@@ -11,6 +11,7 @@ reads it), the files are under ``gpuprof/``.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 from gpuprof.redact import redact
@@ -46,7 +47,10 @@ class MlflowTracker:
             for w in pub.windows:
                 for k, v in w.metrics.items():
                     client.log_metric(run_id, PREFIX + k, v, step=w.step)
-            client.log_table(run_id, pub.table(), TABLE_FILE)
+            with warnings.catch_warnings():  # MLflow's pandas deprecation notices are not the user's business
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore", FutureWarning)
+                client.log_table(run_id, pub.table(), TABLE_FILE)
             for a in pub.artefacts:  # traces in a folder of their own: one of them may be called report.json
                 client.log_artifact(run_id, a.path, ARTEFACT_DIR + ("/traces" if a.kind == "trace" else ""))
             status = "FINISHED"

@@ -11,6 +11,7 @@ one (W&B's client talks to its own service process over a local socket).
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,9 +23,28 @@ TRACKER_ENV = ("WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_PROJECT", "WANDB_ENTITY
                "GPUPROF_MLFLOW_EXPERIMENT", "GPUPROF_TRACKER_MAX_MB")
 
 
+def _wandb_teardown() -> None:
+    """W&B reads its environment once per process (its setup singleton): torn down, the next run reads it anew."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None:
+        wandb.teardown()
+
+
+def _mlflow_reset() -> None:
+    """A tracking URI or experiment a test set with mlflow.set_* is process-wide: cleared after each test."""
+    if "mlflow" in sys.modules:
+        import mlflow.tracking._tracking_service.utils as uri_state
+
+        uri_state._tracking_uri = None  # back to MLFLOW_TRACKING_URI (MLflow has no public way to unset it)
+        import mlflow.tracking.fluent as fluent
+
+        fluent._active_experiment_id = None
+
+
 @pytest.fixture
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Both trackers offline, everything they write under ``tmp_path/trackers``; returns that folder."""
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Both trackers offline, everything they write under ``tmp_path/trackers``; yields that folder."""
+    _wandb_teardown()
     root = tmp_path / "trackers"
     for sub in ("wandb", "data", "cache", "config", "mlruns"):
         (root / sub).mkdir(parents=True)
@@ -40,7 +60,9 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("WANDB_DISABLE_CODE", "true")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", (root / "mlruns").as_uri())
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    return root
+    yield root
+    _wandb_teardown()
+    _mlflow_reset()
 
 
 def _local(family: int, address: object) -> bool:

@@ -16,7 +16,56 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MlflowRun", "WandbRun", "read_mlflow_runs", "read_wandb_run", "wandb_offline_runs", "wandb_records"]
+__all__ = ["MlflowRun", "TRACKER_ENV", "WandbRun", "is_local_address", "offline_env", "read_mlflow_runs",
+           "read_wandb_run", "reset_trackers", "wandb_offline_runs", "wandb_records"]
+
+# the environment variables that point a tracker at a server or hold its credentials: unset in tests
+TRACKER_ENV = ("WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_ID", "WANDB_RESUME",
+               "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_USERNAME",
+               "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "GPUPROF_WANDB_PROJECT",
+               "GPUPROF_MLFLOW_EXPERIMENT", "GPUPROF_TRACKER_MAX_MB")
+
+
+def offline_env(root: Path) -> dict[str, str]:
+    """Both trackers offline with everything they write under ``root`` (its folders are made).
+
+    W&B: ``WANDB_MODE=offline``, its run, data, cache and config folders under ``root``. MLflow: a ``file:``
+    store in ``root/mlruns``; MLflow 3 takes one only with ``MLFLOW_ALLOW_FILE_STORE=true`` (it wants a
+    database) and mlflow-skinny has no sqlite store, so the tests opt in to the file store.
+    """
+    for sub in ("wandb", "data", "cache", "config", "mlruns"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    return {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(root / "wandb"),
+            "WANDB_DATA_DIR": str(root / "data"), "WANDB_CACHE_DIR": str(root / "cache"),
+            "WANDB_CONFIG_DIR": str(root / "config"), "WANDB_DISABLE_GIT": "true", "WANDB_DISABLE_CODE": "true",
+            "MLFLOW_TRACKING_URI": (root / "mlruns").as_uri(), "MLFLOW_ALLOW_FILE_STORE": "true"}
+
+
+def reset_trackers() -> None:
+    """Forget the process-wide state the trackers keep, so the next run reads its environment anew: W&B's
+    setup singleton (it reads the environment once), MLflow's tracking URI and experiment set with mlflow.set_*."""
+    import sys
+
+    wandb = sys.modules.get("wandb")
+    if wandb is not None:
+        wandb.teardown()
+    if "mlflow" in sys.modules:
+        import mlflow.tracking._tracking_service.utils as uri_state
+        import mlflow.tracking.fluent as fluent
+
+        uri_state._tracking_uri = None  # back to MLFLOW_TRACKING_URI (MLflow has no public way to unset it)
+        fluent._active_experiment_id = None
+
+
+def is_local_address(family: int, address: object) -> bool:
+    """A Unix socket or a loopback address: a connection that stays on this machine."""
+    import socket
+
+    if family == getattr(socket, "AF_UNIX", None):
+        return True
+    host = address[0] if isinstance(address, tuple) and address else address
+    return isinstance(host, str) and (host in ("::1", "localhost") or host.startswith("127."))
+
 
 _BLOCK = 32 * 1024
 _HEADER = 7  # crc32 (4), length (2), type (1)
@@ -70,13 +119,15 @@ def read_wandb_run(run_dir: str | Path) -> WandbRun:
     logs = sorted(Path(run_dir).glob("run-*.wandb"))
     if not logs:
         raise FileNotFoundError(f"{run_dir}: no run-*.wandb file")
+    record: Any = getattr(pb, "Record")  # noqa: B009 - generated protobuf classes have no stubs mypy sees
     run = WandbRun()
     for raw in wandb_records(logs[0]):
-        rec = pb.Record()
+        rec = record()
         rec.ParseFromString(raw)
         kind = rec.WhichOneof("record_type")
-        if kind == "run":
-            run.id, run.name = rec.run.run_id, rec.run.display_name
+        if kind == "run":  # the first record names the run; later ones (updates) may leave fields empty
+            run.id = run.id or rec.run.run_id
+            run.name = run.name or rec.run.display_name
         elif kind == "history":
             run.history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
                                 for item in rec.history.item})
@@ -89,9 +140,20 @@ def read_wandb_run(run_dir: str | Path) -> WandbRun:
     return run
 
 
-def wandb_offline_runs(wandb_dir: str | Path) -> list[WandbRun]:
-    """Every offline run under ``WANDB_DIR`` (``<dir>/wandb/offline-run-*``), oldest first."""
-    return [read_wandb_run(d) for d in sorted(Path(wandb_dir).glob("wandb/offline-run-*"))]
+def wandb_offline_runs(wandb_dir: str | Path, wait_s: float = 20.0) -> list[WandbRun]:
+    """Every offline run under ``WANDB_DIR`` (``<dir>/wandb/offline-run-*``), oldest first.
+
+    W&B's service process writes the log: ``run.finish()`` may return before the last records reach the
+    file, so the runs are read again until each holds its exit record (at most ``wait_s`` seconds).
+    """
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        runs = [read_wandb_run(d) for d in sorted(Path(wandb_dir).glob("wandb/offline-run-*"))]
+        if all(r.exit_seen and r.id for r in runs) or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.1)
 
 
 @dataclass

@@ -65,8 +65,13 @@ def _send_one(name: str, pub: Publication) -> Sent:
         text = _one_line(f"{type(err).__name__}: {_text(err)}")
         return Sent(name, False, f"results not sent to {label}: {text}")
     extra = f"; {'; '.join(pub.notes)}" if pub.notes else ""
-    return Sent(name, True, _one_line(f"results sent to {label} {where}: {len(pub.findings)} findings, "
-                                      f"{len(pub.windows)} step windows, {len(pub.artefacts)} files{extra}"))
+    counts = ", ".join(_count(n, what) for n, what in ((len(pub.findings), "finding"),
+                                                       (len(pub.windows), "step window"), (len(pub.artefacts), "file")))
+    return Sent(name, True, _one_line(f"results sent to {label} {where}: {counts}{extra}"))
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 def _text(err: BaseException) -> str:

@@ -52,7 +52,7 @@ class WandbTracker:
                                      description="gpuprof's report of this run (report.md, report.json, HTML, traces)")
                 taken: set[str] = set()
                 for a in pub.artefacts:
-                    art.add_file(a.path, name=_unique(os.path.basename(a.path), taken))
+                    art.add_file(a.path, name=_unique(_safe_name(os.path.basename(a.path)), taken))
                 run.log_artifact(art)
             # the URL of an offline run is not asked for: W&B would print a warning of its own
             sync_dir = getattr(run.settings, "sync_dir", None) or run.dir
@@ -69,6 +69,12 @@ def artifact_name(run_name: str) -> str:
     """A W&B artifact name for ``run_name``: letters, digits, ``-``, ``_`` and ``.`` only, at most 128."""
     clean = re.sub(r"[^A-Za-z0-9._-]+", "-", run_name).strip("-.") or "run"
     return ("gpuprof-" + clean)[:128]
+
+
+def _safe_name(name: str) -> str:
+    """A file's name inside the artifact: a trace found in a directory may be called anything (control
+    characters, markup); W&B shows these names in its pages, so only plain characters are kept."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("._")[:200] or "file"
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import stat
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -156,6 +157,11 @@ def window_figures(trace: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _mean(figures: list[dict[str, float]]) -> dict[str, float]:
+    keys = dict.fromkeys(k for f in figures for k in f)
+    return {k: statistics.fmean(f[k] for f in figures if k in f) for k in keys}
+
+
 def _last_step(trace: dict[str, Any], fallback: int) -> int:
     ids = [int(s) for s in trace.get("step_ids") or [] if isinstance(s, int) and not isinstance(s, bool)]
     return max(ids) if ids else fallback
@@ -172,14 +178,17 @@ def _memory_peak(doc: dict[str, Any]) -> float | None:
 
 
 def windows(doc: dict[str, Any]) -> list[Window]:
-    """One :class:`Window` per trace, in step order; the run's figures (memory peak, findings, their cost) at the last.
+    """One :class:`Window` per recorded window, in step order; the run's figures (memory peak, findings, their cost)
+    at the last. Traces that end at the same step (the ranks of one window) are one window: their figures' mean.
 
     A report without traces (a capture that recorded none) gives one window from its capture section.
     """
     traces = [t for t in doc.get("traces") or [] if isinstance(t, dict)]
-    out: list[Window] = []
+    by_step: dict[int, list[dict[str, float]]] = {}
     for i, t in enumerate(traces):
-        out.append(Window(step=_last_step(t, i), metrics=window_figures(t)))
+        by_step.setdefault(_last_step(t, i), []).append(window_figures(t))
+    # the ranks of one window (a distributed job's traces end at the same step): one window, their mean
+    out = [Window(step=step, metrics=_mean(figs)) for step, figs in by_step.items()]
     if not out:
         for sec in _sections(doc, "capture")[:1]:
             figures = {}

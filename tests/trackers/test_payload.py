@@ -130,6 +130,13 @@ def test_one_window_per_trace_in_step_order_and_unknown_figures_left_out() -> No
                                           "findings": 2.0, "cost_ms_per_step": 1.5})
 
 
+def test_the_ranks_of_one_window_are_one_window_with_their_mean() -> None:
+    doc = {"traces": [_trace([7, 8], rank=0), _trace([7, 8], rank=1, step_time_us=14_000.0, data_loading_share=0.75)]}
+    (w,) = windows(doc)
+    assert w.step == 8 and w.metrics["step_time_ms"] == pytest.approx(12.0)
+    assert w.metrics["data_loading_share"] == pytest.approx(0.5)
+
+
 def test_a_capture_without_traces_gives_one_window_from_its_section() -> None:
     doc = {"traces": [], "sections": [{"kind": "capture", "steps": 30, "step_time_median_ms": 4.5,
                                        "data_loading_share": 0.1}], "findings": []}

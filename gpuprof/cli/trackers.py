@@ -79,6 +79,8 @@ def run_name(sources: list[str]) -> str:
         return "gpuprof"
     first = redact(sources[0]).rstrip("/\\")
     name = os.path.basename(first) or first
+    if name == "report.json":  # a capture's saved report: the run is its directory
+        name = os.path.basename(os.path.dirname(first)) or name
     for suffix in (".json.gz", ".json", ".pt.trace", ".gz"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]

@@ -21,6 +21,7 @@ __all__ = ["WandbTracker", "make", "DEFAULT_PROJECT"]
 DEFAULT_PROJECT = "gpuprof"
 STEP_KEY = PREFIX + "step"
 TABLE_KEY = PREFIX + "findings_table"
+LOGIN_TIMEOUT_S = 30.0
 
 
 class WandbTracker:
@@ -35,10 +36,14 @@ class WandbTracker:
         own = run is None
         if own:
             project = os.environ.get("GPUPROF_WANDB_PROJECT") or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT
-            # silent, no console capture: nothing of W&B's reaches gpuprof's stdout (a --format json report)
+            # silent, no console capture: nothing of W&B's reaches gpuprof's stdout (a --format json report);
+            # a login prompt (a terminal, no key) gives up after LOGIN_TIMEOUT_S: never a run that hangs at its end
             run = wandb.init(project=project, name=pub.run_name, job_type="gpuprof",
-                             settings=wandb.Settings(silent=True, console="off"))
+                             settings=wandb.Settings(silent=True, console="off", login_timeout=LOGIN_TIMEOUT_S))
         try:
+            if getattr(run, "disabled", False):
+                raise RuntimeError("W&B is disabled (WANDB_MODE=disabled, or no login: run `wandb login` or set "
+                                   "WANDB_API_KEY, or WANDB_MODE=offline to keep the run on disk)")
             run.define_metric(STEP_KEY, hidden=True)
             run.define_metric(PREFIX + "*", step_metric=STEP_KEY)
             table = wandb.Table(columns=list(FINDING_COLUMNS), data=[r.cells() for r in pub.findings])

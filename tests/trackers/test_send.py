@@ -124,3 +124,13 @@ def test_analyze_keeps_its_exit_code_and_says_one_line_when_a_tracker_fails(
     names = sorted(Path(a.path).name for a in pub.artefacts)
     assert names == sorted(["report.md", "report.json", "report.html", "t.json"])
     assert pub.run_name == "t"
+
+
+def test_the_run_is_named_after_the_first_input() -> None:
+    from gpuprof.cli.trackers import run_name
+
+    assert run_name(["logs/run-7/"]) == "run-7"
+    assert run_name(["logs/run-7/report.json"]) == "run-7"
+    assert run_name(["x/worker0.123.pt.trace.json.gz", "y"]) == "worker0.123"
+    assert run_name(["s3://user:pw12345@bucket/runs/exp1"]) == "exp1"
+    assert run_name([]) == "gpuprof"

@@ -75,3 +75,12 @@ def test_a_run_the_user_started_receives_the_results_and_stays_open(offline: Pat
     table = _table(offline, rows[0]["gpuprof/findings_table/path"])
     assert table["data"] == [["GP101", "warning", table["data"][0][2], 0.4, None, "train.py:9", "idle"]]
     assert no_network == []
+
+
+def test_w_and_b_disabled_is_one_line_saying_so(offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuprof.trackers.send import send
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    (sent,) = send({"findings": []}, ["wandb"], "r")
+    assert not sent.ok and sent.line.startswith("results not sent to W&B: RuntimeError: W&B is disabled")
+    assert wandb_offline_runs(offline / "wandb") == []

@@ -43,6 +43,8 @@ def check_targets(to: tuple[str, ...]) -> tuple[str, ...]:
 def send_report(report: Report, targets: tuple[str, ...], html_out: str | None, sources: list[str]) -> None:
     """Send ``report`` to ``targets``: report.md, report.json and the HTML page (written to a temporary
     folder, removed after), the --html page when one was written, and the local trace files."""
+    if not targets:  # before any import: `analyze` without --to loads nothing of this (tests/cli/test_start_imports.py)
+        return
     import msgspec
 
     from gpuprof.htmlpage.page import report_page
@@ -51,8 +53,6 @@ def send_report(report: Report, targets: tuple[str, ...], html_out: str | None, 
     from gpuprof.trackers.payload import Artefact
     from gpuprof.trackers.send import send
 
-    if not targets:
-        return
     doc = msgspec.json.decode(render_json(report))
     with tempfile.TemporaryDirectory(prefix="gpuprof-to-") as tmp:
         files = {"report.md": render(report, "markdown", color=False), "report.json": render_json(report)}

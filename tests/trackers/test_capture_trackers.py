@@ -80,7 +80,8 @@ def test_a_missing_tracker_package_is_one_warning_and_training_runs_on(
         result = _train(offline / "logs", ("wandb", "mlflow"))
     ours = [str(w.message) for w in caught if "W&B" in str(w.message)]
     assert ours == ["gpuprof: results not sent to W&B: sending results to W&B needs the wandb package: "
-                    "pip install wandb. Training continues."]
+                    f"pip install wandb (later: gpuprof analyze {offline / 'logs' / 'tiny'} --to wandb). "
+                    "Training continues."]
     assert result.steps == STEPS
     assert wandb_offline_runs(offline / "wandb") == []
     (ml,) = read_mlflow_runs((offline / "mlruns").as_uri())  # the other tracker still got the report

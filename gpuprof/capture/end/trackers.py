@@ -16,6 +16,7 @@ from typing import TextIO
 
 from gpuprof.capture.guard import Guard
 from gpuprof.capture.run import RunFacts
+from gpuprof.render.safe import visible
 from gpuprof.report import Report
 
 __all__ = ["send_to_trackers"]
@@ -38,8 +39,10 @@ def send_to_trackers(facts: RunFacts, report: Report, doc: dict[str, object] | N
         if html is not None:
             artefacts.append(Artefact(html, "html"))
         for sent in send(doc, targets, run_name, artefacts):
-            if not sent.ok:
-                g.warn_once(f"tracker {sent.tracker}", f"gpuprof: {sent.line.rstrip('.')}. Training continues.")
+            if not sent.ok:  # the run's files are written: they can still be sent later, from the command line
+                later = f" (later: gpuprof analyze {visible(facts.run_dir)} --to {sent.tracker})" if facts.run_dir else ""
+                g.warn_once(f"tracker {sent.tracker}",
+                            f"gpuprof: {sent.line.rstrip('.')}{later}. Training continues.")
             elif stream is not None and facts.config.print_report:
                 print(f"gpuprof: {sent.line}", file=stream, flush=True)
 

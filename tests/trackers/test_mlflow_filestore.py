@@ -65,3 +65,21 @@ def test_a_run_the_user_started_receives_the_results_and_stays_open(offline: Pat
     assert "gpuprof/gpu_utilization" not in run.metrics  # unknown: not sent as 0
     assert run.table == {c: [] for c in FINDING_COLUMNS}
     assert no_network == []
+
+
+def test_mlflow_run_id_names_the_run_to_log_into(offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from gpuprof.trackers.send import send
+
+    client = MlflowClient((offline / "mlruns").as_uri())
+    exp = client.create_experiment("loggers-experiment")
+    run_id = client.create_run(exp, run_name="lightning-logger").info.run_id  # a run nobody made active
+    monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
+    (sent,) = send({"traces": [{"step_ids": [11], "num_steps": 1, "step_time_us": 1000.0}], "findings": []},
+                   ["mlflow"], "ignored")
+    assert sent.ok and run_id in sent.line
+    (run,) = read_mlflow_runs((offline / "mlruns").as_uri(), "loggers-experiment")
+    assert run.id == run_id and run.status == "RUNNING"  # left open for its owner
+    assert run.metrics["gpuprof/step_time_ms"] == [(11, 1.0)]
+    assert read_mlflow_runs((offline / "mlruns").as_uri()) == []

@@ -10,12 +10,12 @@ reads it), the files are under ``gpuprof/``.
 
 from __future__ import annotations
 
+import json
 import os
-import warnings
 from typing import Any
 
 from gpuprof.redact import redact
-from gpuprof.trackers.payload import PREFIX, Publication
+from gpuprof.trackers.payload import FINDING_COLUMNS, PREFIX, Publication
 
 __all__ = ["MlflowTracker", "make", "DEFAULT_EXPERIMENT", "TABLE_FILE"]
 
@@ -49,10 +49,7 @@ class MlflowTracker:
             for w in pub.windows:
                 for k, v in w.metrics.items():
                     client.log_metric(run_id, PREFIX + k, v, step=w.step)
-            with warnings.catch_warnings():  # MLflow's pandas deprecation notices are not the user's business
-                warnings.simplefilter("ignore", DeprecationWarning)
-                warnings.simplefilter("ignore", FutureWarning)
-                client.log_table(run_id, pub.table(), TABLE_FILE)
+            _log_table(client, run_id, pub)
             for a in pub.artefacts:  # traces in a folder of their own: one of them may be called report.json
                 client.log_artifact(run_id, a.path, ARTEFACT_DIR + ("/traces" if a.kind == "trace" else ""))
             status = "FINISHED"
@@ -60,6 +57,24 @@ class MlflowTracker:
             if own:
                 client.set_terminated(run_id, status)
         return f"run {run_id} at {redact(str(mlflow.get_tracking_uri()))}"
+
+
+def _log_table(client: Any, run_id: str, pub: Publication) -> None:
+    """The findings table as ``mlflow.log_table`` writes one (``{"columns": [...], "data": [[...]]}``, and the
+    run's ``mlflow.loggedArtifacts`` tag that shows it as a table), without pandas, which log_table needs
+    and mlflow-skinny does not bring."""
+    text = json.dumps({"columns": list(FINDING_COLUMNS), "data": [r.cells() for r in pub.findings]},
+                      allow_nan=False)
+    client.log_text(run_id, text, TABLE_FILE)
+    tag = "mlflow.loggedArtifacts"
+    raw = client.get_run(run_id).data.tags.get(tag)
+    try:
+        logged = json.loads(raw) if raw else []
+    except ValueError:
+        logged = []
+    entry = {"path": TABLE_FILE, "type": "table"}
+    if isinstance(logged, list) and entry not in logged:
+        client.set_tag(run_id, tag, json.dumps([*logged, entry]))
 
 
 def make() -> MlflowTracker:

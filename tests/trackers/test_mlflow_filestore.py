@@ -83,3 +83,27 @@ def test_mlflow_run_id_names_the_run_to_log_into(offline: Path, monkeypatch: pyt
     assert run.id == run_id and run.status == "RUNNING"  # left open for its owner
     assert run.metrics["gpuprof/step_time_ms"] == [(11, 1.0)]
     assert read_mlflow_runs((offline / "mlruns").as_uri()) == []
+
+
+def test_no_pandas_needed_and_mlflow_reads_the_table_back(offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from gpuprof.trackers.send import send
+
+    doc = {"findings": [{"code": "GP101", "name": "gpu-idle", "severity": "warning", "message": "idle",
+                         "cost_us_per_step": 2500.0, "cost_share": 0.25, "location": {"file": "t.py", "line": 3}}]}
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "pandas", None)  # mlflow-skinny does not bring pandas; log_table would need it
+        (sent,) = send(doc, ["mlflow"], "no-pandas")
+    assert sent.ok, sent.line
+    (run,) = read_mlflow_runs((offline / "mlruns").as_uri())
+    assert run.table == {"code": ["GP101"], "severity": ["warning"], "title": [run.table["title"][0]],
+                         "cost_ms_per_step": [2.5], "cost_share": [0.25], "location": ["t.py:3"], "message": ["idle"]}
+    assert json.loads(run.tags["mlflow.loggedArtifacts"]) == [{"path": "gpuprof/findings.json", "type": "table"}]
+    pd = pytest.importorskip("pandas")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient((offline / "mlruns").as_uri())
+    exp = client.get_experiment_by_name("gpuprof").experiment_id
+    table = client.load_table(exp, "gpuprof/findings.json", run_ids=[run.id])  # MLflow's own reader
+    assert isinstance(table, pd.DataFrame) and list(table["code"]) == ["GP101"] and list(table["message"]) == ["idle"]

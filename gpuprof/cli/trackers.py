@@ -77,6 +77,8 @@ def run_name(sources: list[str]) -> str:
 
     if not sources:
         return "gpuprof"
+    if sources[0] == "-":
+        return "stdin"
     first = redact(sources[0]).rstrip("/\\")
     name = os.path.basename(first) or first
     if name == "report.json":  # a capture's saved report: the run is its directory

@@ -133,4 +133,4 @@ def test_the_run_is_named_after_the_first_input() -> None:
     assert run_name(["logs/run-7/report.json"]) == "run-7"
     assert run_name(["x/worker0.123.pt.trace.json.gz", "y"]) == "worker0.123"
     assert run_name(["s3://user:pw12345@bucket/runs/exp1"]) == "exp1"
-    assert run_name([]) == "gpuprof"
+    assert run_name([]) == "gpuprof" and run_name(["-"]) == "stdin"

@@ -105,7 +105,13 @@ def test_the_line_naming_where_results_went_masks_the_tracking_uri() -> None:
         def log_metric(self, run_id: str, key: str, value: float, step: int) -> None:
             logged.append((key, value, step))
 
-        def log_table(self, run_id: str, data: dict[str, list[Any]], artifact_file: str) -> None:
+        def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+            pass
+
+        def get_run(self, run_id: str) -> Any:
+            return SimpleNamespace(data=SimpleNamespace(tags={}))
+
+        def set_tag(self, run_id: str, key: str, value: str) -> None:
             pass
 
         def set_terminated(self, run_id: str, status: str) -> None:

@@ -156,6 +156,7 @@ class CaptureConfig:
       ``SIGUSR2`` where it has its default action).
     * ``to``: experiment trackers the end-of-run report is sent to (``("wandb", "mlflow")``, or
       ``"wandb,mlflow"``; docs/trackers.md), from rank 0 only; an unknown name is a ValueError here.
+      ``tracker_runs`` remembers the MLflow run active when the capture is made, for the end of the run.
     """
 
     logdir: str = DEFAULT_LOGDIR
@@ -188,12 +189,16 @@ class CaptureConfig:
     max_auto_windows: int = 2  # gpuprof.run.windows.DEFAULT_MAX_AUTO_WINDOWS
     trigger: bool = True
     to: Sequence[str] = ()
+    # tracker -> the id of its run active when the capture was made (gpuprof.trackers.active_runs)
+    tracker_runs: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.logdir = os.fspath(self.logdir)
-        from gpuprof.trackers import parse_targets
+        from gpuprof.trackers import active_runs, parse_targets
 
         self.to = parse_targets(self.to)
+        if self.to and not self.tracker_runs:
+            self.tracker_runs = active_runs(self.to)
         if isinstance(self.options, Mapping):
             from gpuprof.codes import get_spec, parse_options
 

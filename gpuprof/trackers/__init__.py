@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from typing import TYPE_CHECKING, Iterable, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.trackers.payload import Publication
 
-__all__ = ["TRACKERS", "Tracker", "TrackerUnavailable", "load_tracker", "missing_package", "parse_targets"]
+__all__ = ["TRACKERS", "Tracker", "TrackerUnavailable", "active_runs", "load_tracker", "missing_package",
+           "parse_targets"]
 
 # name given to --to / to= -> (the Python package it needs, the name shown, the gpuprof module that speaks to it)
 TRACKERS: dict[str, tuple[str, str, str]] = {
@@ -87,3 +89,21 @@ def load_tracker(name: str) -> Tracker:
     module = importlib.import_module(TRACKERS[name][2])
     tracker: Tracker = module.make()
     return tracker
+
+
+def active_runs(targets: Iterable[str]) -> dict[str, str]:
+    """The id of the MLflow run active now, when MLflow is one of ``targets`` and already imported (it is
+    never imported here): a capture remembers it at its start, so that a run the script ended before the
+    capture did (``with mlflow.start_run():`` around the loop under ``gpuprof run``, the Hugging Face
+    ``Trainer``'s MLflow callback) still receives the results. Never raises."""
+    out: dict[str, str] = {}
+    mlflow = sys.modules.get("mlflow") if "mlflow" in targets else None
+    if mlflow is not None:
+        try:
+            run = mlflow.active_run()
+        except Exception:  # noqa: BLE001 - a half-imported or broken MLflow: nothing remembered, sent as usual
+            run = None
+        run_id = getattr(getattr(run, "info", None), "run_id", None)
+        if isinstance(run_id, str) and run_id:
+            out["mlflow"] = run_id
+    return out

@@ -1,7 +1,7 @@
 """MLflow: the findings table, the figures per step window and the files, into an MLflow run.
 
-When the process has an active run (the user's own ``mlflow.start_run``), or ``MLFLOW_RUN_ID`` names one,
-everything goes into it and it is left open; otherwise gpuprof starts a run of its own in the experiment ``$GPUPROF_MLFLOW_EXPERIMENT``, else
+When the process has an active run (the user's own ``mlflow.start_run``), or ``MLFLOW_RUN_ID`` names one, or
+a capture started inside a run that has ended since, everything goes into it and it is left as it is; otherwise gpuprof starts a run of its own in the experiment ``$GPUPROF_MLFLOW_EXPERIMENT``, else
 ``$MLFLOW_EXPERIMENT_NAME``, else ``gpuprof``, named after gpuprof's run, and ends it. The tracking server
 is MLflow's own setting (``MLFLOW_TRACKING_URI``, ``mlflow.set_tracking_uri``). Metrics are logged with the
 window's last training step as their ``step``; the table is ``gpuprof/findings.json`` (``mlflow.load_table``
@@ -38,6 +38,8 @@ class MlflowTracker:
             run_id, own = active.info.run_id, False
         elif os.environ.get("MLFLOW_RUN_ID"):  # MLflow's own way to name the run to log into
             run_id, own = os.environ["MLFLOW_RUN_ID"], False
+        elif pub.run_ids.get("mlflow"):  # the run active when the capture started, ended since by its owner
+            run_id, own = pub.run_ids["mlflow"], False
         else:
             name = (os.environ.get("GPUPROF_MLFLOW_EXPERIMENT") or os.environ.get("MLFLOW_EXPERIMENT_NAME")
                     or DEFAULT_EXPERIMENT)

@@ -78,6 +78,8 @@ class Publication:
     windows: list[Window] = field(default_factory=list)
     artefacts: list[Artefact] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was left out, and why
+    # tracker -> a run to log into when none is active by then (the one active when a capture started)
+    run_ids: dict[str, str] = field(default_factory=dict)
 
     def table(self) -> dict[str, list[Any]]:
         """The findings as columns (MLflow's ``log_table``, a pandas-free form of the same table)."""

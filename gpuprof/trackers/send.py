@@ -45,13 +45,18 @@ def protect_secrets() -> None:
             redact(value)  # remembers the URL's user:password and secret query values
 
 
-def send(doc: dict[str, Any], targets: Iterable[str], run_name: str, artefacts: Iterable[Artefact] = ()) -> list[Sent]:
-    """Send the report document ``doc`` to each tracker of ``targets``; one :class:`Sent` per tracker."""
+def send(doc: dict[str, Any], targets: Iterable[str], run_name: str, artefacts: Iterable[Artefact] = (),
+         runs: dict[str, str] | None = None) -> list[Sent]:
+    """Send the report document ``doc`` to each tracker of ``targets``; one :class:`Sent` per tracker.
+
+    ``runs``: tracker -> the run to log into when none is active by then (a capture's, from its start).
+    """
     targets = list(targets)
     if not targets:
         return []
     protect_secrets()
     pub = publication(doc, run_name, artefacts)
+    pub.run_ids = dict(runs or {})
     return [_send_one(name, pub) for name in targets]
 
 

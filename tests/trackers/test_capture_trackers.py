@@ -87,3 +87,33 @@ def test_a_missing_tracker_package_is_one_warning_and_training_runs_on(
     (ml,) = read_mlflow_runs((offline / "mlruns").as_uri())  # the other tracker still got the report
     assert ml.name == "tiny"
     assert no_network == []
+
+
+def test_a_run_that_ended_before_the_capture_still_receives_the_results(offline: Path) -> None:
+    """``with mlflow.start_run():`` around the loop, the capture finishing after it (at exit, under
+    ``gpuprof run``; here ``finish()``): the run active when the capture started gets the results."""
+    import mlflow
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @gpuprof.profile_step(offline / "logs", run="late", to=("mlflow",), schedule=Schedule(wait=1, warmup=1, active=2),
+                          watch=False, trigger=False, tensorboard=False, print_report=False)
+    def step(x: torch.Tensor) -> None:
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    mlflow.set_experiment("users-experiment")
+    with mlflow.start_run(run_name="users-run") as active:
+        for _ in range(6):
+            step(torch.randn(8, 16))
+    assert mlflow.active_run() is None
+    result = step.finish()
+    assert result is not None and result.steps == 6
+    (run,) = read_mlflow_runs((offline / "mlruns").as_uri(), "users-experiment")
+    assert run.id == active.info.run_id and run.status == "FINISHED"  # as its owner left it
+    assert [s for s, _ in run.metrics["gpuprof/step_time_ms"]] == [3]
+    assert run.table is not None and "gpuprof/report.md" in run.artifacts
+    assert read_mlflow_runs((offline / "mlruns").as_uri()) == []  # no run of gpuprof's own

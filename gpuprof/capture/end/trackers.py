@@ -38,7 +38,7 @@ def send_to_trackers(facts: RunFacts, report: Report, doc: dict[str, object] | N
         html = g.run("HTML page for the trackers", "the trackers get no HTML page", _write_html, report, tmp)
         if html is not None:
             artefacts.append(Artefact(html, "html"))
-        for sent in send(doc, targets, run_name, artefacts):
+        for sent in send(doc, targets, run_name, artefacts, runs=facts.config.tracker_runs):
             if not sent.ok:  # the run's files are written: they can still be sent later, from the command line
                 later = f" (later: gpuprof analyze {visible(facts.run_dir)} --to {sent.tracker})" if facts.run_dir else ""
                 g.warn_once(f"tracker {sent.tracker}",

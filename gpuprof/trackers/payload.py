@@ -33,7 +33,7 @@ METRICS: dict[str, str] = {
            "sent when the kernels with known FLOPs run at least half the kernel time)",
     "memory_peak_mib": "highest allocated device memory of the run (MiB)",
     "findings": "findings in the report",
-    "cost_ms_per_step": "the findings' estimated cost per step, summed (ms; costs never overlap)",
+    "findings_at_warning": "findings at warning or error (what --fail-on warning gates on)",
 }
 PREFIX = "gpuprof/"
 # a bigger file is not attached (a note says so): trackers copy every artefact, and multi-GB traces would
@@ -180,7 +180,7 @@ def _memory_peak(doc: dict[str, Any]) -> float | None:
 
 
 def windows(doc: dict[str, Any]) -> list[Window]:
-    """One :class:`Window` per recorded window, in step order; the run's figures (memory peak, findings, their cost)
+    """One :class:`Window` per recorded window, in step order; the run's figures (memory peak, findings counts)
     at the last. Traces that end at the same step (the ranks of one window) are one window: their figures' mean.
 
     A report without traces (a capture that recorded none) gives one window from its capture section.
@@ -210,7 +210,8 @@ def windows(doc: dict[str, Any]) -> list[Window]:
         run_wide["memory_peak_mib"] = peak
     findings = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
     run_wide["findings"] = float(len(findings))
-    run_wide["cost_ms_per_step"] = sum(c for f in findings if (c := _num(f.get("cost_us_per_step")))) / 1000.0
+    # counts, not a summed cost: GP101's cost (GPU idle, all causes) holds the time other findings explain
+    run_wide["findings_at_warning"] = float(sum(f.get("severity") in ("warning", "error") for f in findings))
     out[-1] = Window(step=last.step, metrics={**last.metrics, **run_wide})
     return out
 

@@ -74,10 +74,9 @@ def test_window_figures_match_the_raw_events(nw0: tuple[dict, list[dict]]) -> No
         doc["traces"][0]["breakdown_us"]["data_loading"] / doc["traces"][0]["step_time_mean_us"], abs=0.02)
     # a few GEMMs with known FLOPs in a convolutional network: no MFU rather than a near-zero one
     assert "mfu" not in w.metrics
-    # the run's figures ride on the last window: the findings and their summed cost
+    # the run's figures ride on the last window: how many findings, how many at warning or above
     assert w.metrics["findings"] == len(doc["findings"]) > 0
-    costs = [f["cost_us_per_step"] for f in doc["findings"] if f["cost_us_per_step"] is not None]
-    assert w.metrics["cost_ms_per_step"] == pytest.approx(sum(costs) / 1000)
+    assert w.metrics["findings_at_warning"] == sum(f["severity"] != "info" for f in doc["findings"]) > 0
 
 
 def test_findings_table_rows_follow_the_report(nw0: tuple[dict, list[dict]]) -> None:
@@ -120,14 +119,15 @@ def test_one_window_per_trace_in_step_order_and_unknown_figures_left_out() -> No
     doc = {"traces": [_trace([40, 41]), _trace([7, 8, 9], step_time_us=float("nan"))],
            "sections": [{"kind": "memory", "devices": [{"allocated": {"peak": 3 * 2**20}},
                                                        {"allocated": {"peak": 5 * 2**20}}]}],
-           "findings": [{"code": "GP101", "cost_us_per_step": 1500.0}, {"code": "GP640", "cost_us_per_step": None}]}
+           "findings": [{"code": "GP101", "severity": "warning", "cost_us_per_step": 1500.0},
+                        {"code": "GP640", "severity": "info", "cost_us_per_step": None}]}
     first, last = windows(doc)
     assert (first.step, last.step) == (9, 41)
     assert "step_time_ms" not in first.metrics and "gpu_utilization" not in first.metrics  # NaN, None: not sent
     assert first.metrics["data_loading_share"] == pytest.approx(0.25)
     assert "findings" not in first.metrics  # the run's figures only once, at the last window
     assert last.metrics == pytest.approx({"step_time_ms": 10.0, "data_loading_share": 0.25, "memory_peak_mib": 5.0,
-                                          "findings": 2.0, "cost_ms_per_step": 1.5})
+                                          "findings": 2.0, "findings_at_warning": 1.0})
 
 
 def test_the_ranks_of_one_window_are_one_window_with_their_mean() -> None:
@@ -142,7 +142,7 @@ def test_a_capture_without_traces_gives_one_window_from_its_section() -> None:
                                        "data_loading_share": 0.1}], "findings": []}
     (w,) = windows(doc)
     assert w.step == 30 and w.metrics == {"step_time_ms": 4.5, "data_loading_share": 0.1, "findings": 0.0,
-                                          "cost_ms_per_step": 0.0}
+                                          "findings_at_warning": 0.0}
 
 
 def test_mfu_is_the_kernels_time_at_peak_over_the_steps_time() -> None:

@@ -19,7 +19,7 @@ same object, its traceback untouched).
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +70,7 @@ def gpuprof_profile(request: pytest.FixtureRequest) -> "TestCapture":
     return plan if plan is not None else _plan(request.node, (), {})
 
 
-def _plan(item: pytest.Item, args: tuple[Any, ...], kwargs: dict[str, Any]) -> "TestCapture":
+def _plan(item: pytest.Item, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> "TestCapture":
     """The test's capture, not started yet; a marker that is not right is the test's error, one line."""
     from gpuprof.pytest_plugin.capture import TestCapture, run_name
     from gpuprof.pytest_plugin.marker import MarkerError, parse_limits

@@ -29,15 +29,15 @@ def failure(plan: "TestCapture", update_baseline: bool = False) -> str | None:
     v = Verdict()
     if limits.baseline is not None:
         label = f"baseline {limits.baseline}"
-        if update_baseline:
-            _write_baseline(plan)
-        else:
-            from gpuprof.errors import InputError
+        from gpuprof.errors import InputError
 
-            try:
+        try:
+            if update_baseline:
+                _write_baseline(plan)  # asked for: a baseline that cannot be written fails the test, never a warning
+            else:
                 baseline = load_baseline(limits.baseline)
-            except InputError as err:
-                v.broken.append(f"baseline: {err}")
+        except (InputError, OSError) as err:
+            v.broken.append(f"baseline: {err}")
     verdict = judge(result, limits, baseline, label)
     v.broken += verdict.broken
     v.details += verdict.details

@@ -102,6 +102,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     plan = item.stash.get(_PLAN, None)
     if plan is None:
         return (yield)
+    del item.stash[_PLAN]  # a rerun of the item (pytest-rerunfailures) plans a capture of its own
     started = plan.start()
     try:
         out = yield

@@ -118,12 +118,13 @@ def test_an_unused_plugin_adds_nothing_to_a_session(pytester: pytest.Pytester) -
 
         def test_plain():
             assert "gpuprof.pytest_plugin.capture" not in sys.modules
+            assert "torch" not in sys.modules
     """)
     r = pytester.runpytest_subprocess(*PLUGIN)
     r.assert_outcomes(passed=1)
     assert "gpuprof" not in r.stdout.str()
     assert r.ret == 0
-    r = pytester.runpytest_subprocess(*PLUGIN, "--markers")
+    r = pytester.runpytest("--markers", plugins=[plugin_module])
     assert "@pytest.mark.gpuprof(max_step_ms=None, fail_on='warning', baseline=None" in r.stdout.str()
 
 

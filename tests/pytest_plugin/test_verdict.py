@@ -141,3 +141,31 @@ def test_a_baseline_trace_or_run_directory_is_analysed(tmp_path: Path, gz: bool)
     doc = load_baseline(src)
     assert doc["traces"][0]["num_steps"] == 6
     assert load_baseline(tmp_path)["traces"][0]["num_steps"] == 6  # the directory holding it
+
+
+def test_on_real_traces_the_gate_says_what_gpuprof_diff_says(tmp_path: Path) -> None:
+    """A real regression (ResNet-50, 4 DataLoader workers -> 0): the marker's verdict is the CLI gate's."""
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+    from gpuprof.testing.realtraces import shared_path
+
+    samples = shared_path("tbplugin", "samples")
+    saved = {}
+    for name in ("resnet50_num_workers_4", "resnet50_num_workers_0"):
+        saved[name] = tmp_path / f"{name}.json"
+        saved[name].write_text(json.dumps(analyze(samples / name).to_dict()))
+    res = CliRunner().invoke(cli, ["diff", str(saved["resnet50_num_workers_4"]), str(saved["resnet50_num_workers_0"]),
+                                   "--format", "json", "--fail-on-regression", "5%"])
+    assert res.exit_code == 1, res.output
+    cli_verdict = json.loads(res.output)["regression"]
+    lim = parse_limits((), {"baseline": str(saved["resnet50_num_workers_4"]), "fail_on": "never"}, tmp_path)
+    from gpuprof.pytest_plugin.verdict import load_baseline
+
+    after = json.loads(saved["resnet50_num_workers_0"].read_text())
+    v = judge(_result(after), lim, load_baseline(lim.baseline), "baseline nw4")  # type: ignore[arg-type]
+    assert v.broken == [f"regression against baseline nw4: {cli_verdict['reason']} (baseline "
+                        f"{cli_verdict['before'] / 1000:.1f} ms, this run {cli_verdict['after'] / 1000:.1f} ms)"]
+    # the step times it compares are the traces' own, pooled per side
+    pooled = statistics.median([s for t in after["traces"] for s in t["step_times_us"]])
+    assert cli_verdict["after"] == pytest.approx(pooled)

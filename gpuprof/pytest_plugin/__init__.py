@@ -50,6 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "gpuprof(max_step_ms=None, fail_on='warning', baseline=None, max_regression='5%', metric='step_time', "
         "steps=5, select=(), ignore=()): profile the test's optimizer steps with gpuprof and fail it when they "
         "break these limits (docs/pytest.md)")
+    chosen = _chosen_dir(config)
+    if chosen is not None and chosen.exists() and not chosen.is_dir():
+        raise pytest.UsageError(f"--gpuprof-dir {chosen}: not a directory")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -89,12 +92,19 @@ def _plan(item: pytest.Item, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -
     return plan
 
 
-def _logdir(config: pytest.Config) -> Path:
+def _chosen_dir(config: pytest.Config) -> Path | None:
+    """``--gpuprof-dir``, relative to where pytest was started (a test's chdir does not move it)."""
     chosen = config.getoption("--gpuprof-dir")
-    if chosen:
-        return Path(os.path.abspath(chosen))
+    return Path(os.path.abspath(config.invocation_params.dir / chosen)) if chosen else None
+
+
+def _logdir(config: pytest.Config) -> Path:
+    chosen = _chosen_dir(config)
+    if chosen is not None:
+        return chosen
     factory = getattr(config, "_tmp_path_factory", None)  # the tmp_path_factory fixture's, made at configure
-    base = factory.getbasetemp() if factory is not None else Path(os.path.abspath(".pytest-gpuprof"))
+    # without pytest's tmpdir plugin (-p no:tmpdir): a folder where pytest was started
+    base = factory.getbasetemp() if factory is not None else Path(config.invocation_params.dir) / ".pytest-gpuprof"
     return base / "gpuprof"
 
 

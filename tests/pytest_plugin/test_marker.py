@@ -155,3 +155,11 @@ def test_gpuprofs_own_failure_is_one_warning_and_the_test_passes(pytester: pytes
            "unprofiled" in out
     assert "KeyError: \"the user's own\"" in out
     assert "gpuprof: the test's training broke" not in out
+
+
+def test_a_gpuprof_dir_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    (pytester.path / "taken").write_text("a file")
+    r = pytester.runpytest("--gpuprof-dir", "taken", plugins=[plugin_module])
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"--gpuprof-dir {pytester.path / 'taken'}: not a directory" in r.stderr.str()

@@ -191,15 +191,26 @@ def test_xdist_workers_profile_their_own_tests(pytester: pytest.Pytester) -> Non
             result = gpuprof_profile.finish()
             assert result.steps == 10  # 11 optimizer steps: the clock starts when the first one ends
             assert result.steps == 99, "the user's own message"
+
+
+        @pytest.mark.gpuprof(steps=5)
+        def test_own_capture(tmp_path):
+            import gpuprof
+
+            with gpuprof.profile(tmp_path, print_report=False, tensorboard=False):
+                train()
     ''')
     _project(pytester)
-    r = pytester.runpytest_subprocess(*PLUGIN, "-n", "2")
-    r.assert_outcomes(passed=1, failed=2)
+    r = pytester.runpytest_subprocess(*PLUGIN, "-n", "2", "--junitxml=junit.xml")
+    r.assert_outcomes(passed=1, failed=3)
     out = r.stdout.str()
     assert re.search(r"warning GP601 DataLoader\(Samples\) loads batches in the training process",
                      _failure(out, "test_loader[0]"))
     own = _failure(out, "test_users_own_failure")
     assert "AssertionError: the user's own message" in own and "gpuprof: the test's training" not in own
+    # a test that runs its own gpuprof capture: the clock stands down and the test says its limits went unchecked
+    assert ("gpuprof's step clock stood down: the script runs its own gpuprof capture"
+            in _failure(out, "test_own_capture"))
     runs = _summary(out)
     assert {k: v[0] for k, v in runs.items()} == {"test_par.py::test_loader[2]": "PASSED",
                                                   "test_par.py::test_loader[0]": "FAILED",
@@ -207,3 +218,9 @@ def test_xdist_workers_profile_their_own_tests(pytester: pytest.Pytester) -> Non
     dirs = [d for _, d in runs.values()]
     assert len(set(dirs)) == 3 and all((d / "report.json").is_file() for d in dirs)
     assert {d.parent.parent.name for d in dirs} <= {"popen-gw0", "popen-gw1"}  # each worker's own base directory
+    # JUnit XML carries each test's run directory as a property, for CI systems that show artefacts
+    import xml.etree.ElementTree as ET
+
+    props = {(case.get("name"), p.get("value")) for case in ET.parse(pytester.path / "junit.xml").iter("testcase")
+             for p in case.iter("property") if p.get("name") == "gpuprof_run_dir"}
+    assert props == {(nodeid.split("::")[1], str(d)) for nodeid, (_, d) in runs.items()}

@@ -84,7 +84,7 @@ import pytest
 from train_sample import train
 
 
-@pytest.mark.gpuprof(max_step_ms=700, fail_on="warning", baseline="perf/baseline.json", max_regression="200%",
+@pytest.mark.gpuprof(max_step_ms=1000, fail_on="warning", baseline="perf/baseline.json", max_regression="200%",
                      steps=5, ignore=["GP901"])
 def test_train():
     train(log=os.path.join(os.path.dirname(__file__), "steps.json"))
@@ -98,9 +98,9 @@ def test_train_lenient():
 # few, long waits: a loaded machine stretches each short sleep, and many of them would add up
 # (a 2-core machine shared with other jobs stretches the CPU part of a step several times over at moments:
 # the fixed part is large beside it, and the thresholds are wide, so the clean project passes under load)
-# A batch takes 40 ms to make: 2 workers keep far ahead of a 200 ms step; in the training process (planted
-# num_workers=0) it is ~17% of the step, over GP601's 10% for a warning.
-CLEAN = {"workers": 2, "decode_s": 0.01, "compute_s": 0.2, "sync_s": 0}
+# A batch takes 100 ms to make: 2 workers keep far ahead of a 200 ms step; in the training process (planted
+# num_workers=0) it is 17-33% of the step (a loaded machine stretches the rest), over GP601's 10% for a warning.
+CLEAN = {"workers": 2, "decode_s": 0.025, "compute_s": 0.2, "sync_s": 0}
 
 
 def _project(pytester: pytest.Pytester, **knobs: object) -> None:
@@ -144,7 +144,7 @@ def test_passes_then_fails_after_planted_regressions(pytester: pytest.Pytester) 
     r.assert_outcomes(passed=1, failed=1)  # test_train_lenient fails on errors only: GP601 is a warning
     out = r.stdout.str()
     fail = _failure(out, "test_train")
-    assert "gpuprof: the test's training broke its limits (max_step_ms=700, fail_on='warning', baseline=" in fail
+    assert "gpuprof: the test's training broke its limits (max_step_ms=1000, fail_on='warning', baseline=" in fail
     assert re.search(r"warning GP601 DataLoader\(Samples\) loads batches in the training process \(num_workers=0\)",
                      fail), fail
     assert "Fix: Set num_workers>0" in fail
@@ -155,11 +155,11 @@ def test_passes_then_fails_after_planted_regressions(pytester: pytest.Pytester) 
     assert "GP601" in {f["code"] for f in report["findings"]}
 
     # 4. planted: a sync per step
-    _project(pytester, sync_s=0.8)
+    _project(pytester, sync_s=1.5)
     r = pytester.runpytest_subprocess(*PLUGIN, "test_perf.py::test_train")
     r.assert_outcomes(failed=1)
     fail = _failure(r.stdout.str(), "test_train")
-    m = re.search(r"step time: median ([\d.]+) ms over (\d+) steps, over max_step_ms=700 \(by \d+%\)", fail)
+    m = re.search(r"step time: median ([\d.]+) ms over (\d+) steps, over max_step_ms=1000 \(by \d+%\)", fail)
     assert m is not None, fail
     # the figure against the test's own clock: the time between its optimizer steps' ends
     ends = json.loads((pytester.path / "steps.json").read_text())
@@ -169,7 +169,7 @@ def test_passes_then_fails_after_planted_regressions(pytester: pytest.Pytester) 
     reg = re.search(r"regression against baseline \S+baseline\.json: step_time worse by ([\d.]+)%: over the "
                     r"200\.0% threshold and beyond the noise", fail)
     assert reg is not None, fail
-    assert float(reg.group(1)) > 200  # an 800 ms wait added to a ~200 ms step
+    assert float(reg.group(1)) > 200  # a 1.5 s wait added to a 0.2-0.5 s step
 
 
 def test_xdist_workers_profile_their_own_tests(pytester: pytest.Pytester) -> None:

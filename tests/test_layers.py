@@ -154,7 +154,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("memory", "distributed", "codes", "flow", "diff", "htmlpage", "export", "history", "trackers"),  # whole features
     ("analysis",),  # gpuprof analyze, as a library call
     ("tbplugin", "capture", "run"),  # the TensorBoard tab; capture (analyses its own traces when a run ends)
-    ("integrations",),  # framework callbacks over capture
+    ("integrations", "pytest_plugin"),  # framework callbacks and the pytest plugin, over capture, run and diff
     ("cli",),
     ("__main__", "__init__", "testing", "data"),
 )

@@ -136,6 +136,7 @@ def test_real_ddp_fixed_twin_waits_far_less_and_syncs_once(ddp_runs: dict[str, P
     assert not {"GP701", "GP703", "GP705"} & {f["code"] for f in report["findings"]} and sec["stragglers"] == []
 
 
+@pytest.mark.slow  # trains the real 2-rank DDP job (the ddp_runs fixture), as its neighbours
 def test_real_ddp_terminal_and_markdown_show_the_section(ddp_runs: dict[str, Path]) -> None:
     for fmt, needle in (("terminal", "Cross-rank"), ("markdown", "## Cross-rank")):
         out = _cli(ddp_runs["bad"], "--format", fmt)

@@ -19,7 +19,7 @@ from gpuprof.notebookhook import report_html
 from gpuprof.redact import scrub
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
 from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
-from gpuprof.trace.viewrows import TraceViews  # defined with the code that fills them (docs/views.md)
+from gpuprof.trace.viewrows import Mfu, TraceViews  # defined with the code that fills them (docs/views.md)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -68,6 +68,7 @@ class TraceSummary:
     notes: list[str] = field(default_factory=list)
     step_times_us: list[float] = field(default_factory=list)  # each analysed step's time, in step order (1.2)
     views: TraceViews | None = None  # operators, kernels, modules, ranges (1.2; docs/views.md)
+    mfu: Mfu | None = None  # model FLOPs utilisation of the steps and per module (docs/views.md, "MFU")
 
     def __post_init__(self) -> None:
         self.path = scrub(os.fspath(self.path))  # a URL's credentials never reach a view (gpuprof.redact)

@@ -236,6 +236,19 @@ def fmt_lead_in(us: float) -> str:
     return f"{fmt_us(us)} before the first GPU work, not counted in the step time or the utilisation"
 
 
+def fmt_mfu(t: TraceSummary) -> str | None:
+    """The MFU row (docs/views.md, "MFU"): the figure, the peak it is taken against and the share of the
+    steps' kernel time whose FLOPs are unknown; None when the trace has no GPU work to measure."""
+    m = t.mfu
+    if m is None or m.known_flops_share is None:
+        return None
+    unknown = f"FLOPs unknown for {fmt_pct(1.0 - m.known_flops_share)} of the steps' kernel time"
+    if m.value is None:
+        why = "no peak for this GPU" if m.peak_source is None else "no kernel with known FLOPs and a peak"
+        return f"n/a ({why}); {unknown}"
+    return f"{fmt_pct(m.value)} of the {m.peak_source} peak (a lower bound: {unknown})"
+
+
 def step_basis_us(t: TraceSummary) -> float:
     """The step time the breakdown percentages are taken of.
 

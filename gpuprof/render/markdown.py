@@ -163,6 +163,7 @@ def _trace(t: TraceSummary) -> list[str]:
         f"- **Step time:** {U.fmt_ms(t.step_time_us)} ms median, {U.fmt_ms(t.step_time_mean_us)} ms mean",
         *([f"- **Lead-in:** {F.fmt_lead_in(t.lead_in_us)}"] if t.lead_in_us is not None else []),
         f"- **GPU utilisation:** {util}",
+        *([f"- **MFU:** {md_escape(mfu)}"] if (mfu := F.fmt_mfu(t)) is not None else []),
         f"- **Trace:** {size}",
         "",
     ]

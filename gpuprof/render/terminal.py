@@ -194,6 +194,8 @@ def _summary_rows(t: TraceSummary) -> list[tuple[str, str | Text]]:
         util = Text(U.fmt_pct(t.gpu_utilization), style=_util_style(t.gpu_utilization))
         util.append(f"  (GPU busy {U.fmt_ms(t.gpu_busy_us)} ms per step)", style="default")
     rows.append(("GPU utilisation", util))
+    if (mfu := F.fmt_mfu(t)) is not None:
+        rows.append(("MFU", mfu))
     size = f"{U.fmt_count(t.num_events)} events"
     if t.file_bytes:
         size += f", {U.fmt_bytes(t.file_bytes)} on disk"

@@ -126,3 +126,32 @@ def test_module_mfu_equals_an_independent_count_from_raw_events() -> None:
     # a module with no GEMM has no MFU, but a known share of 0
     none = [r for r in t["views"]["modules"] if r["gpu_total_us"] > 0 and r["mfu"] is None]
     assert none and all(r["known_flops_share"] == 0 for r in none)
+
+
+def test_saved_report_with_mfu_passes_the_report_check_and_reads_back(tmp_path: Path) -> None:
+    from gpuprof.reportcheck import ReportProblem, check_report
+
+    path = shared_path(*H100, "Falconsai_nsfw_image_detection__1016002.json.gz")
+    d = json.loads(json.dumps(analyze(str(path)).to_dict()))  # as saved
+    check_report(d)
+    d["traces"][0]["mfu"]["known_flops_share"] = 1.5  # a share above 1: refused, the field named
+    with pytest.raises(ReportProblem, match="known_flops_share"):
+        check_report(d)
+
+
+@pytest.mark.parametrize("fmt", ["terminal", "markdown"])
+def test_terminal_and_markdown_say_the_mfu_and_the_unknown_share(fmt: str) -> None:
+    from dataclasses import replace
+
+    from gpuprof.render import render
+
+    path = shared_path(*H100, "Falconsai_nsfw_image_detection__1016002.json.gz")
+    report = analyze(str(path))
+    t = report.traces[0]
+    assert t.mfu is not None and t.mfu.value is not None and t.mfu.known_flops_share is not None
+    out = render(report, fmt)
+    assert f"{t.mfu.value:.1%} of the h100 peak" in out
+    assert f"FLOPs unknown for {1 - t.mfu.known_flops_share:.1%}" in out
+    assert "Kernel MFU (h100)" in out and "FLOPs known" in out  # the modules view's columns
+    report.traces[0] = replace(t, mfu=replace(t.mfu, value=None, peak_source=None))
+    assert "n/a (no peak for this GPU)" in render(report, fmt)

@@ -24,13 +24,15 @@ from gpuprof.summarize import trace_summary
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
-from gpuprof.trace.phase import trace_phase
+from gpuprof.trace.phase import compile_time, trace_phase
 from gpuprof.trace.source import find_traces
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.cluster import Scheduler
 
 __all__ = ["analyze", "analyze_trace", "run_rules"]
+
+COMPILE_NOTE_US = 1000.0  # compilation in a trace without step markers said in its notes from this much (GP811's default)
 
 ProgressFactory = Callable[[TraceFile], "Callable[[int, int], None] | None"]
 
@@ -111,6 +113,11 @@ def analyze_trace(
             "kernels are recorded into a graph, not run, so its GPU utilisation, syncs and graph instantiation are not "
             "those of the steps that replay the graph (profile replayed steps for those); GP101, GP203 and GP205 are "
             "left out")
+    compiling = compile_time(metrics)
+    if compiling >= COMPILE_NOTE_US and not metrics.has_step_markers:  # with markers, GP811 says where
+        summary.notes.append(
+            f"this trace records torch.compile compiling ({compiling / 1000:.3g} ms of Dynamo/Inductor phases): "
+            "a warm-up trace, not steady-state steps (GP811)")
     if not metrics.has_step_markers and metrics.steps:
         note = "no ProfilerStep# markers: the whole trace is treated as one step"
         if metrics.lead_in_us:

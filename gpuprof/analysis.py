@@ -93,10 +93,15 @@ def analyze_trace(
     if metrics is None:
         metrics = compute_metrics(trace)
     summary = trace_summary(metrics)
-    if rank_summaries is not None:
+    if rank_summaries is not None or summary.breakdown_us.get("communication", 0.0) > 0:
         from gpuprof.distributed.summary import summarize
+        from gpuprof.distributed.waiting import apply_waits, trace_waits
 
-        rank_summaries.append(summarize(metrics))
+        rank = summarize(metrics)
+        if rank_summaries is not None:
+            rank_summaries.append(rank)
+        if rank.inst_dur:  # collectives: the one-rank estimate of their waiting (the cross-rank merge refines it)
+            apply_waits(summary, rank, trace_waits(rank), "trace")
     failed: list[RuleFailure] = []
     findings = run_rules(trace, metrics, options, select, ignore, failed)
     if failed:
@@ -288,6 +293,7 @@ def _cross_rank(
                 f"no cross-rank comparison: the {len(job)} rank summaries all hold rank {job[0].rank} (the same "
                 "rank analysed twice, or node reports of one rank); merge the reports of different ranks")
         return
+    _rank_waits(report, job)
     failed: list[RuleFailure] | None = None if failures is None else []
     section, found = cross_rank(job, options, select, ignore, failed)
     report.sections.insert(len(report.sections) - 1, section)
@@ -339,3 +345,14 @@ def default_analyze_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def _rank_waits(report: Report, job: list[Any]) -> None:
+    """Each rank trace's waiting in collectives by the cross-rank estimate (gpuprof.distributed.waiting)."""
+    from gpuprof.distributed.waiting import apply_waits, rank_waits
+
+    by_path = {t.path: t for t in report.traces}
+    for s, waits in zip(job, rank_waits(job), strict=True):
+        t = by_path.get(scrub(s.path))
+        if t is not None and s.inst_dur:
+            apply_waits(t, s, waits, "ranks")

@@ -69,6 +69,11 @@ class TraceSummary:
     step_times_us: list[float] = field(default_factory=list)  # each analysed step's time, in step order (1.2)
     views: TraceViews | None = None  # operators, kernels, modules, ranges (1.2; docs/views.md)
     mfu: Mfu | None = None  # model FLOPs utilisation of the steps and per module (docs/views.md, "MFU")
+    # inside collective kernels waiting for other ranks, no compute beside: part of gpu_busy_us and of
+    # breakdown_us["communication"] (gpuprof.distributed.waiting); None without collectives
+    comm_wait_us: float | None = None
+    comm_wait_source: str | None = None  # "ranks" (several ranks given) or "trace" (one rank's estimate)
+    gpu_working_utilization: float | None = None  # (gpu_busy_us - comm_wait_us) / step_time_mean_us
 
     def __post_init__(self) -> None:
         self.path = scrub(os.fspath(self.path))  # a URL's credentials never reach a view (gpuprof.redact)

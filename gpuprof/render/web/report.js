@@ -175,6 +175,8 @@ const GP = (() => {
         el("div", {class: "head"}, short(f.code, 40) + " " + short(f.name || ""), el("span", {class: "tag"}, sev(f.severity)), el("span", {class: "tag"}, from)),
         el("div", {class: "msg"}, short(f.display_message || f.message, LONG)),
         el("div", {class: "meta"}, "cost " + short(f.display_cost || "not estimated") + (loc ? " \u00b7 at " + loc : "")),
+        // a report over several traces: the traces this finding applies to, each with its cost (gpuprof.render.groups)
+        f.applies_to ? el("div", {class: "meta traces"}, "traces: " + short(f.applies_to, LONG)) : null,
         f.advice ? el("div", {class: "fix"}, "Fix: " + short(f.advice, LONG)) : null,
         ev.length ? el("table", {}, ...ev) : null);
     });
@@ -245,6 +247,9 @@ const GP = (() => {
   // Tables get the ids <prefix>metrics, <prefix>steps-chart, <prefix>findings-<removed|added|changed|unchanged>,
   // <prefix><operators|kernels>-<slower|faster|added|removed>; every row the document holds is drawn.
   function signed(x, f){ return num(x) ? (x > 0 ? "+" : x < 0 ? "-" : "") + f(Math.abs(x)) : "-"; }
+  // a time saved per step: unsigned when saved, with a minus when the step got longer (the terminal's convention,
+  // gpuprof.diff.render._saving), so a saving never reads "+" beside a change column that reads "-" for the same time
+  function saving(x, f){ return num(x) ? (x < 0 ? "-" : "") + f(Math.abs(x)) : "-"; }
   // better/worse for a change of `delta` in a metric where lower is better (or not); within 0.5% of `base`: neither
   function judge(delta, lowerIsBetter, base){
     if (!num(delta) || delta === 0 || (num(base) && base !== 0 && Math.abs(delta / base) <= 0.005)) return "";
@@ -302,10 +307,10 @@ const GP = (() => {
     const fixed = f.removed.filter(r => r.fixed !== false), gone = f.removed.filter(r => r.fixed === false);
     out.push(sub("Findings fixed (" + fixed.length + "): predicted vs measured saving per step", fixed.length ? table([...findingCols(),
       {head: "predicted", get: r => r.predicted_saving_us_per_step, show: r => fmtUs(r.predicted_saving_us_per_step)},
-      {head: "measured (step)", get: r => r.measured_saving_us_per_step, show: r => signed(r.measured_saving_us_per_step, fmtUs),
+      {head: "measured (step)", get: r => r.measured_saving_us_per_step, show: r => saving(r.measured_saving_us_per_step, fmtUs),
        cls: r => judge(-r.measured_saving_us_per_step, true)},
       {head: "measured (its part)", get: r => r.measured_part_saving_us_per_step,
-       show: r => r.measured_part ? signed(r.measured_part_saving_us_per_step, fmtUs) + " " + short(r.measured_part, 80) : "-",
+       show: r => r.measured_part ? saving(r.measured_part_saving_us_per_step, fmtUs) + " " + short(r.measured_part, 80) : "-",
        cls: r => judge(-r.measured_part_saving_us_per_step, true)}, msgCol("before")], fixed, {id: prefix + "findings-removed"})
       : el("p", {class: "muted"}, "none")));
     if (gone.length) out.push(sub("Findings gone but not confirmed fixed (" + gone.length + ")", table([...findingCols(),

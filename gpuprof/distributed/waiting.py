@@ -30,8 +30,8 @@ from gpuprof.report import TraceSummary
 __all__ = ["trace_waits", "rank_waits", "apply_waits"]
 
 
-def trace_waits(s: RankSummary) -> list[float]:
-    """Per instance of ``s``: its wait by the one-rank estimate (module docstring)."""
+def trace_waits(s: RankSummary) -> list[float | None]:
+    """Per instance of ``s``: its wait by the one-rank estimate (module docstring); None where there is none."""
     fastest: dict[tuple[int, int], float] = {}
     count: dict[tuple[int, int], int] = {}
     for t, b, d in zip(s.inst_type, s.inst_bytes, s.inst_dur, strict=True):
@@ -39,11 +39,11 @@ def trace_waits(s: RankSummary) -> list[float]:
             key = (t, b)
             fastest[key] = min(fastest.get(key, d), d)
             count[key] = count.get(key, 0) + 1
-    return [d - fastest[(t, b)] if b >= 0 and count[(t, b)] > 1 else 0.0
+    return [d - fastest[(t, b)] if b >= 0 and count[(t, b)] > 1 else None
             for t, b, d in zip(s.inst_type, s.inst_bytes, s.inst_dur, strict=True)]
 
 
-def rank_waits(sums: Sequence[RankSummary]) -> list[list[float]]:
+def rank_waits(sums: Sequence[RankSummary]) -> list[list[float | None]]:
     """Per summary, per instance: its wait by the cross-rank estimate; the one-rank estimate where an instance
     has no match on every rank (module docstring)."""
     out = [trace_waits(s) for s in sums]
@@ -64,12 +64,13 @@ def rank_waits(sums: Sequence[RankSummary]) -> list[list[float]]:
     return out
 
 
-def apply_waits(summary: TraceSummary, s: RankSummary, waits: Sequence[float], source: str) -> None:
-    """Set ``summary``'s waiting fields from the per-instance ``waits`` of its rank summary ``s``."""
-    if not s.inst_dur or summary.num_steps <= 0:
+def apply_waits(summary: TraceSummary, s: RankSummary, waits: Sequence[float | None], source: str) -> None:
+    """Set ``summary``'s waiting fields from the per-instance ``waits`` of its rank summary ``s`` (None: no
+    estimate for that instance; the fields stay None when no instance has one: unknown, not "no waiting")."""
+    if not s.inst_dur or summary.num_steps <= 0 or all(w is None for w in waits):
         return
     exposed = s.inst_exposed if len(s.inst_exposed) == len(waits) else [0.0] * len(waits)
-    idle = sum(min(max(w, 0.0), e) for w, e in zip(waits, exposed, strict=True)) / summary.num_steps
+    idle = sum(min(max(w, 0.0), e) for w, e in zip(waits, exposed, strict=True) if w is not None) / summary.num_steps
     idle = min(idle, summary.breakdown_us.get("communication", 0.0), summary.gpu_busy_us)
     summary.comm_wait_us = round(idle, 3)
     summary.comm_wait_source = source

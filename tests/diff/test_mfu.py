@@ -155,3 +155,16 @@ def test_terminal_and_markdown_say_the_mfu_and_the_unknown_share(fmt: str) -> No
     assert "Kernel MFU (h100)" in out and "FLOPs known" in out  # the modules view's columns
     report.traces[0] = replace(t, mfu=replace(t.mfu, value=None, peak_source=None))
     assert "n/a (no peak for this GPU)" in render(report, fmt)
+
+
+def test_html_page_cards_word_the_mfu_as_the_terminal_does() -> None:
+    from gpuprof.htmlpage.page import report_page_data
+    from gpuprof.render.format import fmt_mfu
+
+    report = analyze(str(shared_path(*H100, "Falconsai_nsfw_image_detection__1016002.json.gz")))
+    head = report_page_data(report)["headline"]
+    assert head["mfu_text"] == fmt_mfu(report.traces[0]) and "of the h100 peak" in head["mfu_text"]
+    assert head["comm_wait_text"] is None  # no collectives
+    # the modules view carries the per-module figures the page's table draws (as percentages)
+    mods = report_page_data(report)["traces"][0]["views"]["modules"]
+    assert mods[0]["mfu"] is not None and mods[0]["known_flops_share"] is not None

@@ -144,7 +144,8 @@ def test_per_rank_table_and_cross_rank_view_from_two_real_ranks(tmp_path: Path) 
     assert [c["type"] for c in x["collectives"]] == ["all_reduce", "all_gather", "all_to_all"] and x["stragglers"] == []
     assert all(r["exposed_comm_us"] > 0 for r in x["ranks"])
     cross = [f for f in v["findings"] if f.get("scope") == "cross-rank"]
-    assert [f["code"] for f in cross] == [f.code for f in report.findings if f.code.startswith("GP7")] == ["GP702"]
+    # GP706: 2 recorded steps, too few for a straggler, the ranks the others waited for named as info
+    assert [f["code"] for f in cross] == [f.code for f in report.findings if f.code.startswith("GP7")] == ["GP702", "GP706"]
     assert cross[0]["trace"] is None
     # one rank alone is no job: no cross-rank view
     (run / src1.name).unlink()

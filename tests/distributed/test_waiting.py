@@ -129,6 +129,7 @@ def test_views_split_waiting_from_working(fmt: str) -> None:
     assert f"{fmt_pct(t.gpu_working_utilization)} working" in out and "one-rank estimate" in out
 
 
+@pytest.mark.slow  # a 54 MB trace
 def test_one_rank_with_sizes_unknown_has_no_estimate_not_zero() -> None:
     """The V100 DDP rank's 2,020 all-reduces carry no message size: one rank cannot split wait from transfer."""
     t = analyze(str(shared_path(*HTA, "df_index_resolver", "df_index_resolver.json.gz"))).traces[0]

@@ -122,7 +122,8 @@ def test_gp811_good_short_compile_without_step_markers(tmp_path: Path) -> None:
     ("hta", "TraceLens", "tests", "traces", "inference", "vllm_decode_full", "capture_traces",
      "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz"),
     ("hta", "TraceLens", "tests", "traces", "inference", "vllm_prefilldecode_piecewise", "graph_execution.json.gz"),
-    ("hta", "TraceLens", "tests", "traces", "inference", "xdit_sd_3.5", "profile_trace_rank_0.json.gz"),
+    pytest.param(("hta", "TraceLens", "tests", "traces", "inference", "xdit_sd_3.5", "profile_trace_rank_0.json.gz"),
+                 marks=pytest.mark.slow),  # 62 MB
 ])
 def test_gp811_good_real_traces_running_compiled_code_are_not_compiling(parts: tuple[str, ...]) -> None:
     """Real traces whose Python frames run Dynamo/Inductor code (eval_frame, output_code, the compile worker

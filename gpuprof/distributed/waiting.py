@@ -69,6 +69,8 @@ def apply_waits(summary: TraceSummary, s: RankSummary, waits: Sequence[float | N
     estimate for that instance; the fields stay None when no instance has one: unknown, not "no waiting")."""
     if not s.inst_dur or summary.num_steps <= 0 or all(w is None for w in waits):
         return
+    if summary.gpu_utilization is None:  # a CPU-only (gloo) job: no GPU to be busy or idle
+        return
     exposed = s.inst_exposed if len(s.inst_exposed) == len(waits) else [0.0] * len(waits)
     idle = sum(min(max(w, 0.0), e) for w, e in zip(waits, exposed, strict=True) if w is not None) / summary.num_steps
     idle = min(idle, summary.breakdown_us.get("communication", 0.0), summary.gpu_busy_us)

@@ -135,3 +135,9 @@ def test_one_rank_with_sizes_unknown_has_no_estimate_not_zero() -> None:
     t = analyze(str(shared_path(*HTA, "df_index_resolver", "df_index_resolver.json.gz"))).traces[0]
     assert t.breakdown_us["communication"] > 0
     assert t.comm_wait_us is None and t.comm_wait_source is None and t.gpu_working_utilization is None
+
+
+def test_cpu_only_gloo_rank_has_no_gpu_waiting_fields() -> None:
+    t = analyze(str(shared_path(*HTA, "cpu_only", "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))).traces[0]
+    assert t.gpu_utilization is None
+    assert t.comm_wait_us is None and t.gpu_working_utilization is None and t.comm_wait_source is None

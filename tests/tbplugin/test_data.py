@@ -338,3 +338,18 @@ def test_run_view_carries_the_watched_job(tmp_path: Path) -> None:
     views = _views(tmp_path)
     assert views["run"]["job"] == job
     assert views["plain"]["job"] is None  # traces alone: no job section
+
+
+def test_one_trace_run_headline_has_the_mfu_and_waiting_cards(tmp_path: Path) -> None:
+    """The tab's cards word the MFU and the waiting in collectives as the terminal does (issue 37)."""
+    from gpuprof.analysis import analyze
+    from gpuprof.render.format import fmt_comm_wait, fmt_mfu
+
+    run = tmp_path / "one"
+    run.mkdir()
+    src = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "nccl_parser_config", "nccl_data.json.gz")
+    shutil.copy(src, run / src.name)
+    head = _views(tmp_path)["one"]["headline"]
+    t = analyze(str(src)).traces[0]
+    assert head["mfu_text"] == fmt_mfu(t) and head["comm_wait_text"] == fmt_comm_wait(t)
+    assert head["comm_wait_text"] is not None and "waits inside collectives" in head["comm_wait_text"]

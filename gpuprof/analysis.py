@@ -121,7 +121,8 @@ def analyze_trace(
     compiling = compile_time(metrics)
     if compiling >= COMPILE_NOTE_US and not metrics.has_step_markers:  # with markers, GP811 says where
         summary.notes.append(
-            f"this trace records torch.compile compiling ({compiling / 1000:.3g} ms of Dynamo/Inductor phases): "
+            f"this trace records torch.compile compiling ({compiling / 1000:.3g} ms of Dynamo/Inductor phases and "
+            "CUDA-graph recording): "
             "a warm-up trace, not steady-state steps (GP811)")
     if not metrics.has_step_markers and metrics.steps:
         note = "no ProfilerStep# markers: the whole trace is treated as one step"

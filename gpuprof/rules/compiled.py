@@ -24,7 +24,7 @@ from gpuprof.trace.columns import named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
-from gpuprof.trace.phase import compile_phase_ops, compile_time, trace_phase
+from gpuprof.trace.phase import compile_phase_ops, compile_time, inductor_recording, trace_phase
 
 __all__ = ["CompiledRegions", "CompileInSteps", "compiled_region"]
 
@@ -127,6 +127,18 @@ class CompiledRegions(Rule):
         )
 
 
+_COMPILE_ADVICE = """
+    Compiling inside the profiled window means the code recompiled (shapes or Python values that
+    Dynamo guards on changed) or took a new path late. Capture with gpuprof.profile to get the guard
+    that failed (GP802); keep shapes stable (drop_last=True, padding), mark dynamic dimensions
+    (torch._dynamo.mark_dynamic or dynamic=True), and start recording after compilation settles.
+"""
+_RECORD_ADVICE = """
+    Recording CUDA graphs on the first calls of each shape is what mode="reduce-overhead" needs: keep
+    it, and start the profile after those calls (a new shape records again: keep shapes stable).
+"""
+
+
 @register
 class CompileInSteps(Rule):
     """torch.compile compiling inside the recorded steps (recompilations, or warm-up traced).
@@ -170,7 +182,9 @@ class CompileInSteps(Rule):
         if not m.has_step_markers:
             yield from self._warmup_trace(ctx)
             return
-        phases = [op for op in compile_phase_ops(m) if host_step_of(m, op.ts) is not None]
+        compiling = [op for op in compile_phase_ops(m) if host_step_of(m, op.ts) is not None]
+        recording = [e for e in inductor_recording(m) if host_step_of(m, e.ts) is not None]
+        phases = compiling + recording
         if not phases:
             return
         spent = Intervals.from_pairs([(op.ts, op.end) for op in phases]).total()
@@ -181,17 +195,15 @@ class CompileInSteps(Rule):
         versions = sorted({op.name.split(": ", 1)[1] for op in m.trace.ops
                            if (r := compiled_region(op.name)) is not None and r[1] > 0})
         ids = ", ".join(str(m.steps[i].id) for i in steps_hit[:8] if i is not None)
-        msg = f"Dynamo compiled inside {len(steps_hit)} of {m.num_steps} recorded steps (ProfilerStep# {ids})"
+        what = "Dynamo compiled" if compiling else "Inductor recorded CUDA graphs"
+        msg = f"{what} inside {len(steps_hit)} of {m.num_steps} recorded steps (ProfilerStep# {ids})"
+        if compiling and recording:
+            msg += f"; Inductor also recorded CUDA graphs ({_ms(recording)} ms)"
         if versions:
             msg += f"; recompiled regions run: {', '.join(versions[:6])}"
+        advice = " ".join((_COMPILE_ADVICE * bool(compiling) + _RECORD_ADVICE * bool(recording)).split())
         yield self.finding(
-            ctx, msg,
-            """
-            Compiling inside the profiled window means the code recompiled (shapes or Python values that
-            Dynamo guards on changed) or took a new path late. Capture with gpuprof.profile to get the guard
-            that failed (GP802); keep shapes stable (drop_last=True, padding), mark dynamic dimensions
-            (torch._dynamo.mark_dynamic or dynamic=True), and start recording after compilation settles.
-            """,
+            ctx, msg, advice,
             evidence=(Evidence("compile_us_per_step", round(per_step, 1), ctx.opt("min_us_per_step"), "us",
                                events=event_refs(phases), extra={"steps": [m.steps[i].id for i in steps_hit if i is not None],
                                                                  "recompiled_versions": versions[:20]}),),
@@ -201,7 +213,8 @@ class CompileInSteps(Rule):
     def _warmup_trace(self, ctx: RuleContext) -> Iterable[Finding]:
         """A trace without step markers: compilation anywhere in it (class docstring)."""
         m = ctx.metrics
-        phases = compile_phase_ops(m)
+        compiling, recording = compile_phase_ops(m), inductor_recording(m)
+        phases = [*compiling, *recording]
         spent = compile_time(m)
         if not phases or spent < ctx.opt("min_us_per_step"):
             return
@@ -209,8 +222,10 @@ class CompileInSteps(Rule):
         span = m.steps[-1].end - start
         share = min(spent / span, 1.0) if span > 0 else None
         capture = trace_phase(m)
-        msg = (f"no ProfilerStep# markers, and the trace records torch.compile compiling: {spent / 1000:.3g} ms"
-               + (f" ({share:.0%} of the trace)" if share is not None else "")
+        parts = [f"compiling {_ms(compiling)} ms"] * bool(compiling) + \
+            [f"Inductor recording CUDA graphs {_ms(recording)} ms"] * bool(recording)
+        msg = (f"no ProfilerStep# markers, and the trace records torch.compile's warm-up: {spent / 1000:.3g} ms"
+               + (f" ({share:.0%} of the trace)" if share is not None else "") + f" ({', '.join(parts)})"
                + (f", beside a CUDA/HIP graph capture pass ({capture.marker})" if capture is not None else "")
                + ": a warm-up trace, whose step figures are not those of steady-state steps")
         yield self.finding(
@@ -229,3 +244,8 @@ class CompileInSteps(Rule):
                                       "graph_capture": capture.marker if capture is not None else None}),),
             severity=Severity.INFO,
         )
+
+
+def _ms(events: list[Event]) -> str:
+    """The time ``events`` cover (their union), in ms, 3 significant digits."""
+    return f"{Intervals.from_pairs([(e.ts, e.ts + e.dur) for e in events]).total() / 1000:.3g}"

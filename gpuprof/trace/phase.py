@@ -28,7 +28,7 @@ from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 
 __all__ = ["TracePhase", "trace_phase", "serving_engine", "CAPTURE_SHARE", "is_compile_phase", "compile_phase_ops",
-           "compile_time"]
+           "inductor_recording", "compile_time"]
 
 CAPTURE_SHARE = 0.30
 
@@ -39,6 +39,8 @@ _CAPTURE = re.compile(
 )
 _INSTANTIATE = re.compile(r"GraphInstantiate|StreamBeginCapture|StreamEndCapture")
 _ENGINES = (("vllm/", "vLLM"), ("sglang/", "SGLang"))
+# Inductor's CUDA-graph trees recording a graph (torch.compile(mode="reduce-overhead") on its first calls per shape)
+_INDUCTOR_RECORD = re.compile(r"cudagraph_trees\.py\(\d+\): (?:record|_record)\b|CUDAGraphNode\.record")
 _PHASES = ("entire_frame_compile", "backend_compile", "compile_fx_inner", "_compile.compile_inner")
 
 
@@ -101,6 +103,19 @@ def _compile_phase_ops(m: TraceMetrics) -> list[Event]:
     return [op for op in m.trace.ops if is_compile_phase(op.name)]
 
 
+def inductor_recording(m: TraceMetrics) -> list[Event]:
+    """Python frames and ranges of Inductor recording a CUDA graph (``CUDAGraphNode.record``, cudagraph_trees'
+    ``record``): torch.compile's warm-up with mode="reduce-overhead", found once per trace."""
+    return m.memo(_inductor_recording)
+
+
+def _inductor_recording(m: TraceMetrics) -> list[Event]:
+    t = m.trace
+    return [*named(t.python, _INDUCTOR_RECORD.search, t), *named(t.annotations, _INDUCTOR_RECORD.search, t)]
+
+
 def compile_time(m: TraceMetrics) -> float:
-    """µs the trace spends in torch.compile's compilation phases (their union), anywhere in the trace."""
-    return Intervals.from_pairs([(op.ts, op.ts + op.dur) for op in compile_phase_ops(m)]).total()
+    """µs the trace spends in torch.compile's warm-up, anywhere in it: the union of its compilation phases and
+    of Inductor's CUDA-graph recording."""
+    spans = [(e.ts, e.ts + e.dur) for e in (*compile_phase_ops(m), *inductor_recording(m))]
+    return Intervals.from_pairs(spans).total()

@@ -152,3 +152,35 @@ def test_gp811_bad_real_cpu_capture_of_a_first_compiled_call(tmp_path: Path) -> 
     assert f.severity.value == "info" and "no ProfilerStep# markers" in f.message
     assert f.evidence[0].value > 1000  # compiling takes far more than 1 ms
     assert any("torch.compile compiling" in n for n in report.traces[0].notes)
+
+
+def _recording_trace(tmp_path: Path, markers: bool) -> Path:
+    """torch.compile(mode="reduce-overhead")'s first call: Inductor's cudagraph trees record a graph (30 ms),
+    then the graph replays; with or without ProfilerStep# markers."""
+    tb = TraceBuilder()
+    for i in range(4):
+        with tb.step() if markers else contextlib.nullcontext():
+            with tb.op("Torch-Compiled Region: 0/0", us=200):
+                if i == 0:
+                    with tb.python("torch/_inductor/cudagraph_trees.py", 2048, "record"):
+                        with tb.python("torch/_inductor/cudagraph_trees.py", 1014, "CUDAGraphNode.record"):
+                            tb.cpu(us=30_000, name="aten::mm")
+                tb.gemm(us=100)
+            tb.optimizer(ms=0.2)
+    return tb.write(tmp_path / f"record_{markers}.json")
+
+
+def test_gp811_bad_inductor_cuda_graph_recording_without_step_markers(tmp_path: Path) -> None:
+    report = analyze(_recording_trace(tmp_path, markers=False))
+    (f,) = [f for f in report.findings if f.code == "GP811"]
+    assert f.severity.value == "info" and "Inductor recording CUDA graphs 30 ms" in f.message
+    assert f.evidence[0].value == pytest.approx(30_000.0, abs=50)
+    assert "keep it" in f.advice and "remove" not in f.advice.lower()
+
+
+def test_gp811_bad_inductor_cuda_graph_recording_inside_steps(tmp_path: Path) -> None:
+    (f,) = _codes(_recording_trace(tmp_path, markers=True), "GP811")
+    assert "Inductor recorded CUDA graphs inside 1 of 4 recorded steps" in f.message
+    advice = " ".join(f.advice.split())
+    assert 'mode="reduce-overhead" needs: keep it' in advice and f.evidence[0].extra["steps"] == [0]
+    assert "recompiled" not in advice  # recording alone is no recompilation

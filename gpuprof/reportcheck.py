@@ -192,7 +192,8 @@ _TRACE = _object(
      "lead_in_us": _US_OR_NULL, "top_kernels": _list(_TOP_KERNEL), "top_ops": _list(_TOP_OP), "copies": _list(_COPY),
      "syncs": _list(_SYNC), "rank": _number(low=0, integer=True, nullable=True),
      "world_size": _number(low=1, integer=True, nullable=True), "num_events": _COUNT,
-     "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS, "mfu": _MFU, "comm_wait_us": _US_OR_NULL,
+     "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS,
+     "data_loading_share": _SHARE_OR_NULL, "mfu": _MFU, "comm_wait_us": _US_OR_NULL,
      "comm_wait_source": _text(nullable=True), "gpu_working_utilization": _SHARE_OR_NULL},
 )
 

@@ -46,6 +46,7 @@ def trace_summary(m: TraceMetrics) -> TraceSummary:
         file_bytes=t.file_bytes,
         step_times_us=m.step_times,
         views=views,
+        data_loading_share=m.data_loading_share if m.num_steps else None,
         mfu=_mfu(m, views),
     )
 

@@ -228,7 +228,7 @@ def test_per_node_reports_merge_into_the_same_cross_rank_view(tmp_path: Path) ->
     merged = _cli_json(tmp_path / "node0.json", tmp_path / "node1.json")
     assert merged["traces"] == []  # no trace was read again
     assert _section(merged) == direct
-    assert [f["code"] for f in merged["findings"]] == ["GP702"]
+    assert [f["code"] for f in merged["findings"]] == ["GP702", "GP706"]  # GP706: 2 steps, too few for GP701
 
 
 def test_node_reports_of_one_rank_are_refused_naming_both(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Rule, RuleContext, register
 from gpuprof.rules.flopwork import kernel_work, step_mfu
 from gpuprof.trace.columns import columns
+from gpuprof.trace.phase import serving_engine
 
 __all__ = ["LowMfu"]
 
@@ -69,6 +70,10 @@ class LowMfu(Rule):
             parts.append(f"the GPU is busy {util:.0%} of the step")
         if kernel_mfu is not None:
             parts.append(f"the kernels with known FLOPs run at {kernel_mfu:.1%} of the peak while they run")
+        engine = serving_engine(m)
+        if engine is not None:  # decoding reads the weights and the KV cache per token: bandwidth, not FLOPs
+            parts.append(f"a {engine} serving trace: its decode steps are bound by memory bandwidth, so a low MFU "
+                         "is expected there and only the prefill's GEMMs should approach the peak")
         advice = []
         if util is not None and util < 0.5:
             advice.append("Most of the step the GPU waits: fix the idle time first (the GPU utilisation findings "

@@ -60,3 +60,16 @@ def test_gp307_good_unknown_gpu_has_no_mfu_and_no_finding(tmp_path: Path) -> Non
 def test_gp307_good_threshold_below_the_figure() -> None:
     found, mfu = _gp307(shared_path(*H100, "Falconsai_nsfw_image_detection__1016002.json.gz"), max_mfu=0.01)
     assert mfu["value"] > 0.01 and found == []
+
+
+def test_gp307_bad_serving_trace_says_decode_is_bandwidth_bound() -> None:
+    # SGLang prefill+decode on MI300X: MFU is low, and most of it is decode, which reads weights and the KV cache
+    # per token; the finding says so instead of reading as a training-efficiency problem
+    path = shared_path("hta", "TraceLens", "tests", "traces", "inference", "sglang_prefilldecode",
+                       "sglang_Qwen3-8B_prefilldecode.json.gz")
+    found, mfu = _gp307(path)
+    assert len(found) == 1 and mfu["value"] < 0.2
+    assert "SGLang serving trace" in found[0]["message"] and "memory bandwidth" in found[0]["message"]
+    # a training trace says nothing of serving
+    vit, _ = _gp307(shared_path(*H100, "Falconsai_nsfw_image_detection__1016002.json.gz"))
+    assert "serving" not in vit[0]["message"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Callable
 
+from gpuprof.capture import samplerepoch
 from gpuprof.capture.config import CheckOptions
 from gpuprof.codespec import INFO_BELOW_SHARE, severity_for_cost
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
@@ -62,6 +63,10 @@ class LoaderRecord:
     iterable: bool = False  # an IterableDataset: shards itself, has no sampler to check
     # GP712: a shuffling DistributedSampler's ``epoch`` at each epoch start (the first MAX_EPOCHS_KEPT)
     sampler_epochs: list[int] = field(default_factory=list)
+    # with each: set_epoch() calls made on that sampler so far (:mod:`gpuprof.capture.samplerepoch`)
+    set_epoch_calls: list[int] = field(default_factory=list)
+    set_epoch_values: list[int] = field(default_factory=list)  # the values it was given (a few, distinct)
+    set_epoch_location: SourceLocation | None = None  # the user's line of the first set_epoch() call
     signatures: list[Signature | None] = field(default_factory=list)
     _awaiting_first: bool = False
 
@@ -210,6 +215,10 @@ def note_sampler_epoch(rec: LoaderRecord, loader: Any) -> None:
         epoch = getattr(sampler, "epoch", None)
         if isinstance(epoch, int):
             rec.sampler_epochs.append(epoch)
+            calls = samplerepoch.calls_of(sampler)
+            rec.set_epoch_calls.append(calls.count if calls else 0)
+            if calls is not None:
+                rec.set_epoch_values, rec.set_epoch_location = list(calls.values), calls.location
 
 
 def _is_iterable(dataset: Any) -> bool:
@@ -298,6 +307,7 @@ def _patch() -> None:
         __next__.__wrapped__ = orig_next  # type: ignore[attr-defined]
         loader_cls.__iter__ = __iter__  # type: ignore[method-assign]
         iter_cls.__next__ = __next__  # type: ignore[method-assign]
+        samplerepoch.patch()
 
 
 def uninstall(monitor: LoaderMonitor) -> None:
@@ -308,6 +318,7 @@ def uninstall(monitor: LoaderMonitor) -> None:
     if not _INSTALLED and _ORIGINAL:
         dl.DataLoader.__iter__ = _ORIGINAL.pop("iter")  # type: ignore[method-assign]
         dl._BaseDataLoaderIter.__next__ = _ORIGINAL.pop("next")  # type: ignore[method-assign]
+        samplerepoch.unpatch()
 
 
 _WARNED: list[bool] = []

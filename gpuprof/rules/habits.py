@@ -25,7 +25,8 @@ from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, Trace, op_records_autograd
 from gpuprof.trace.vocab import LOGGING_FRAME_PREFIXES, logging_call_of
 
-__all__ = ["ZeroGradFills", "StepChores", "EvalWithAutograd", "chore_of", "is_backward_op"]
+__all__ = ["ZeroGradFills", "StepChores", "EvalWithAutograd", "chore_of", "is_backward_op", "is_module_range",
+           "model_call_location"]
 
 _ZERO_GRAD = "Optimizer.zero_grad#"
 _FILLS = ("aten::zero_", "aten::_foreach_zero_", "aten::fill_", "aten::_foreach_fill_")
@@ -441,31 +442,31 @@ class EvalWithAutograd(Rule):
                                events=event_refs(recording[hit[0]]),
                                extra={"steps_hit": len(hit), "steps": steps,
                                       "recording_ops_per_step": round(per_step, 1)}),),
-            location=_caller_of_model(m, first),
+            location=model_call_location(m, first),
         )
 
 
 _MODULE = "nn.Module: "
 
 
-def _is_module_range(name: str) -> bool:
+def is_module_range(name: str) -> bool:
     return name.startswith(_MODULE)
 
 
 def _in_module_ranges(m: TraceMetrics) -> Callable[[Event], bool] | None:
     """A test "is this event inside an ``nn.Module`` range on its thread", or None when the trace has none."""
-    modules = ThreadSpans(named(m.trace.python, _is_module_range, m.trace))
+    modules = ThreadSpans(named(m.trace.python, is_module_range, m.trace))
     if not modules:
         return None
     return lambda e: modules.covering(e) is not None
 
 
-def _caller_of_model(m: TraceMetrics, op: Event) -> SourceLocation | None:
+def model_call_location(m: TraceMetrics, op: Event) -> SourceLocation | None:
     """Where the user calls the model that ran ``op``: the innermost user frame at the start of the
     outermost ``nn.Module`` range around it (torch's Python tracer writes them with with_stack=True),
     else the op's own innermost user frame (its ``Call stack`` in 2021 traces); None without stacks."""
     outer = None
-    for p in named(m.trace.python, _is_module_range, m.trace):  # the loop below skips every other frame
+    for p in named(m.trace.python, is_module_range, m.trace):  # the loop below skips every other frame
         if p.ts > op.ts:
             break  # sorted by start: nothing later encloses the op
         if p.name.startswith(_MODULE) and p.pid == op.pid and p.tid == op.tid and p.end >= op.ts:

@@ -16,11 +16,11 @@ from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import ThreadSpans, count_of, host_steps_of
-from gpuprof.rules.habits import is_backward_op
+from gpuprof.rules.habits import is_backward_op, is_module_range, model_call_location
 from gpuprof.trace.columns import named
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event
+from gpuprof.trace.model import Event, op_records_autograd
 from gpuprof.units import fmt_bytes, fmt_us
 
 __all__ = ["PeerCopies", "TrainModeInEval", "ClipBeforeUnscale"]
@@ -133,14 +133,23 @@ class TrainModeInEval(Rule):
     a random mask (``aten::bernoulli_`` or ``aten::native_dropout`` inside
     ``aten::dropout``; in ``eval()`` mode dropout returns its input and
     draws nothing). Reported when at least ``min_step_share`` of the steps
-    without backward do so. Deliberate Monte-Carlo dropout looks the same:
+    without backward do so. Evaluation inside a training step (a forward
+    under ``no_grad``/``inference_mode`` after the step's backward) is found
+    too, where the trace has the Python tracer's ``nn.Module`` ranges
+    (``with_stack=True``) and autograd's sequence numbers: in a step with
+    backward, a call of a model (an outermost module range) in which no
+    operator recorded autograd, yet dropout drew masks; a model whose
+    training forward records autograd anywhere (a frozen backbone under a
+    trained head) is training, not evaluating. Reported when at least
+    ``min_step_share`` of the training steps that run such a forward draw
+    dropout masks in it. Deliberate Monte-Carlo dropout looks the same:
     ignore the code for that run (``--ignore GP844``). No cost: the run is
     not slower, its results are wrong.
     """
 
     code = "GP844"
     name = "train-mode-in-eval"
-    title = "dropout active in steps without backward (evaluation in train() mode)"
+    title = "dropout active in evaluation (steps without backward, or no_grad forwards in training steps)"
     options = (Option("min_step_share", 0.5, "report when at least this share of the steps without backward drop"),)
     bad_example = """
         model.train()
@@ -170,30 +179,77 @@ class TrainModeInEval(Rule):
         with_backward = {s for s in _steps(m, backward) if s is not None}
         steps_all = range(m.num_steps) if m.has_step_markers else range(1)
         without = [s for s in steps_all if s not in with_backward]
-        if not without:
-            return
         hit: dict[int, list[Event]] = defaultdict(list)
         for o, s in zip(drawing, _steps(m, drawing)):
             if s is not None and s not in with_backward:
                 hit[s].append(o)
-        share = len(hit) / len(without)
-        if not hit or share < ctx.opt("min_step_share"):
+        share = len(hit) / len(without) if without else 0.0
+        advice = """
+            Call model.eval() before evaluating or serving (and model.train() before training again): dropout then
+            passes its input through and batch norm uses its running statistics instead of updating them from the
+            evaluation batches. torch.no_grad()/inference_mode() turn off autograd only, not dropout.
+            """
+        if hit and share >= ctx.opt("min_step_share"):
+            first = hit[min(hit)]
+            yield self.finding(
+                ctx,
+                f"dropout draws random masks in {len(hit)} of {len(without)} steps without backward "
+                f"({count_of(sum(map(len, hit.values())) / len(hit), 'dropout')} per such step): "
+                "the model is in train() mode while it evaluates",
+                advice,
+                evidence=(Evidence("steps_with_dropout", round(share, 3), ctx.opt("min_step_share"), "fraction",
+                                   events=event_refs(first),
+                                   extra={"steps_hit": len(hit), "steps_without_backward": len(without)}),),
+                location=model_call_location(m, first[0]),
+            )
+            return
+        yield from self._in_training_steps(ctx, drawing, with_backward, advice)
+
+    def _in_training_steps(self, ctx: RuleContext, drawing: list[Event], with_backward: set[int],
+                           advice: str) -> Iterable[Finding]:
+        """Evaluation inside training steps: dropout drawing in a model call that recorded no autograd."""
+        m = ctx.metrics
+        candidates = [(o, s) for o, s in zip(drawing, _steps(m, drawing))
+                      if s is not None and s in with_backward and not op_records_autograd(o)]
+        if not candidates:
+            return
+        calls = ThreadSpans(named(m.trace.python, is_module_range, m.trace))  # merged outermost model calls
+        if not calls:
+            return  # no nn.Module ranges (with_stack=False): a forward without autograd cannot be told apart
+        recording = [o for o in m.trace.ops
+                     if o.name.startswith("aten::") and not is_backward_op(o.name) and op_records_autograd(o)]
+        if not recording:
+            return  # no sequence numbers in this trace: nothing says which forwards recorded autograd
+        recorded_in = {calls.covering(o) for o in recording} - {None}
+        evaluating: dict[int, set[tuple[float, float]]] = defaultdict(set)  # step -> model calls without autograd
+        ops_in_steps = [o for o in m.trace.ops if o.name.startswith("aten::")]
+        for o, s in zip(ops_in_steps, _steps(m, ops_in_steps)):
+            span = calls.covering(o) if s is not None and s in with_backward else None
+            if span is not None and span not in recorded_in:
+                evaluating[s].add(span)  # type: ignore[index]
+        hit: dict[int, list[Event]] = defaultdict(list)
+        for o, s in candidates:
+            span = calls.covering(o)
+            if span is not None and span in evaluating.get(s, ()):
+                hit[s].append(o)
+        if not hit:
+            return
+        share = len(hit) / len(evaluating)
+        if share < ctx.opt("min_step_share"):
             return
         first = hit[min(hit)]
         yield self.finding(
             ctx,
-            f"dropout draws random masks in {len(hit)} of {len(without)} steps without backward "
+            f"dropout draws random masks in a forward pass without autograd (no_grad/inference_mode) inside "
+            f"{len(hit)} of {len(with_backward)} training steps "
             f"({count_of(sum(map(len, hit.values())) / len(hit), 'dropout')} per such step): "
             "the model is in train() mode while it evaluates",
-            """
-            Call model.eval() before evaluating or serving (and model.train() before training again): dropout then
-            passes its input through and batch norm uses its running statistics instead of updating them from the
-            evaluation batches. torch.no_grad()/inference_mode() turn off autograd only, not dropout.
-            """,
-            evidence=(Evidence("steps_with_dropout", round(share, 3), ctx.opt("min_step_share"), "fraction",
-                               events=event_refs(first),
-                               extra={"steps_hit": len(hit), "steps_without_backward": len(without)}),),
-            location=_location(m, first),
+            advice,
+            evidence=(Evidence("training_steps_with_dropout_in_eval", round(share, 3), ctx.opt("min_step_share"),
+                               "fraction", events=event_refs(first),
+                               extra={"training_steps_hit": len(hit), "training_steps_evaluating": len(evaluating),
+                                      "training_steps": len(with_backward)}),),
+            location=model_call_location(m, first[0]),
         )
 
 

@@ -101,6 +101,47 @@ def test_gp844_good(tmp_path: Path) -> None:
     assert _found(_eval_capture(tmp_path, train_mode=True, dropout=False), "GP844") == []  # no dropout at all
 
 
+def _eval_in_training_step(tmp_path: Path, *, eval_mode: bool = False, frozen: bool = False) -> Path:
+    """Training steps that also evaluate (forward + backward, then a no_grad forward) in one step."""
+    torch = pytest.importorskip("torch")
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    torch.manual_seed(0)
+    first = torch.nn.Linear(16, 16)
+    first.requires_grad_(not frozen)
+    model = torch.nn.Sequential(first, torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01)
+    run = f"s{eval_mode:d}{frozen:d}"
+    with gpuprof.profile(tmp_path, run=run, schedule=Schedule(wait=0, warmup=1, active=3), print_report=False,
+                         tensorboard=False, analyze=False, with_stack=True) as prof:
+        for _ in range(4):
+            model(torch.randn(8, 16)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            if not frozen:
+                model.train(not eval_mode)
+                with torch.no_grad():
+                    model(torch.randn(8, 16))  # EVAL-IN-STEP: the evaluation's call of the model
+                model.train()
+            prof.step()
+    return prof.traces[0].path
+
+
+def test_gp844_bad_evaluation_inside_a_training_step(tmp_path: Path) -> None:
+    (f,) = _found(_eval_in_training_step(tmp_path), "GP844")
+    ev = f.evidence[0]
+    assert ev.extra["training_steps_hit"] == ev.extra["training_steps_evaluating"] == 3
+    assert "without autograd" in f.message and "train() mode" in f.message and "model.eval()" in f.advice
+    assert f.location is not None and f.location.file.endswith("test_pitfalls.py")
+
+
+def test_gp844_good_evaluation_inside_a_training_step_in_eval_mode(tmp_path: Path) -> None:
+    assert _found(_eval_in_training_step(tmp_path, eval_mode=True), "GP844") == []  # eval(): nothing drawn
+    # a frozen first layer: the training forward's dropout records no autograd, the model call does (the head)
+    assert _found(_eval_in_training_step(tmp_path, frozen=True), "GP844") == []
+
+
 # ---------------------------------------------------------------------- GP852 (real CPU captures)
 
 

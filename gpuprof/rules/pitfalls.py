@@ -16,7 +16,8 @@ from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import ThreadSpans, count_of, host_steps_of
-from gpuprof.rules.habits import is_backward_op, is_module_range, model_call_location
+from gpuprof.rules.habits import is_backward_op
+from gpuprof.rules.where import is_module_range, model_call_location
 from gpuprof.trace.columns import named
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.metrics import TraceMetrics
@@ -33,11 +34,13 @@ def _steps(m: TraceMetrics, events: Sequence[Event]) -> list[int | None]:
     return [0] * len(events)
 
 
-def _location(m: TraceMetrics, events: Sequence[Event]) -> SourceLocation | None:
+def _location(m: TraceMetrics, events: Sequence[Event], call: bool = False) -> SourceLocation | None:
+    """The innermost user frame at the first of ``events`` that has one; ``call``: at the line of the call
+    it was making (:meth:`~gpuprof.trace.stacks.StackIndex.call_location`) when the source tells it."""
     for e in events[:50]:
         loc = m.stacks.location(e.pid, e.tid, e.ts)
         if loc is not None:
-            return loc
+            return m.stacks.call_location(e.pid, e.tid, e.ts) or loc if call else loc
     return None
 
 
@@ -334,5 +337,5 @@ class ClipBeforeUnscale(Rule):
             evidence=(Evidence("steps_clipping_first", round(share, 3), ctx.opt("min_step_share"), "fraction",
                                events=event_refs(first),
                                extra={"steps_hit": len(early), "steps_clipping": len(clipping_steps)}),),
-            location=_location(m, first),
+            location=_location(m, first, call=True),
         )

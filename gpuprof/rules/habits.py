@@ -177,6 +177,8 @@ _GC_ADVICE = ("Do it every N steps or at epoch ends; for the collector, call gc.
               "(or gc.disable() with an occasional gc.collect() between epochs).")
 _SAVE_ADVICE = ("Checkpoint every N steps or per epoch, and asynchronously for large models "
                 "(torch.distributed.checkpoint.async_save, or copy the state to CPU and write it from a thread).")
+_SAVE_RANKS_ADVICE = (" In this multi-rank run, save on rank 0 only (if dist.get_rank() == 0: torch.save(...)): "
+                      "the replicas are identical (GP845 names the other ranks that save).")
 
 
 @register
@@ -268,6 +270,8 @@ class StepChores(Rule):
                 evidence.append(Evidence("cost_counted_in", "GP203", None, "",
                                          extra={"syncs_per_step": round(len(syncs) / n, 3)}))
             advice = _GC_ADVICE if what.startswith("gc") else _SAVE_ADVICE if is_chore else _LOGGING_ADVICE
+            if what == "torch.save(...)" and (m.trace.world_size or 0) > 1:
+                advice += _SAVE_RANKS_ADVICE
             yield self.finding(
                 ctx, message, advice, evidence=evidence, location=caller_location(m, evs),
                 cost_us_per_step=us_per_step, cost_label=label,

@@ -1,9 +1,11 @@
-"""GP403/GP844/GP852: tutorial pitfalls a trace shows although nothing is slow about them.
+"""GP403/GP844/GP845/GP852: tutorial pitfalls a trace shows although nothing is slow about them.
 
 Peer copies between GPUs outside DataParallel (GP403), a model left in
-``train()`` mode during evaluation (GP844), and gradients clipped before
-``GradScaler.unscale_`` (GP852). The last two are about correctness: the run
-is not slower, its results are wrong, so they have no cost and stay warnings.
+``train()`` mode during evaluation (GP844), a checkpoint written by every
+rank of a multi-rank run (GP845), and gradients clipped before
+``GradScaler.unscale_`` (GP852). GP844 and GP852 are about correctness: the
+run is not slower, its results are wrong, so they have no cost and stay
+warnings.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import ThreadSpans, count_of, host_steps_of
 from gpuprof.rules.habits import is_backward_op
-from gpuprof.rules.where import is_module_range, model_call_location
+from gpuprof.rules.where import caller_location, is_module_range, model_call_location
 from gpuprof.trace.columns import named
 from gpuprof.trace.gpuwork import union_of
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, op_records_autograd
+from gpuprof.trace.stacks import is_user_frame
 from gpuprof.units import fmt_bytes, fmt_us
 
-__all__ = ["PeerCopies", "TrainModeInEval", "ClipBeforeUnscale"]
+__all__ = ["PeerCopies", "TrainModeInEval", "SaveOnEveryRank", "ClipBeforeUnscale"]
 
 
 def _steps(m: TraceMetrics, events: Sequence[Event]) -> list[int | None]:
@@ -253,6 +256,80 @@ class TrainModeInEval(Rule):
                                extra={"training_steps_hit": len(hit), "training_steps_evaluating": len(evaluating),
                                       "training_steps": len(with_backward)}),),
             location=model_call_location(m, first[0]),
+        )
+
+
+# ------------------------------------------------------------------ GP845
+
+_SAVE_FRAME = re.compile(r"^torch/serialization\.py\(\d+\): save$")
+
+
+@register
+class SaveOnEveryRank(Rule):
+    """``torch.save`` called by the user's code on a rank other than 0 of a multi-rank run.
+
+    Under DistributedDataParallel every rank holds the same weights and
+    optimizer state, so a checkpoint written by each rank is the same file N
+    times: N times the serialisation (each synchronising with its GPU to copy
+    the tensors to the host) and the disk or network writes, ranks racing to
+    write one path, and a slower step for every rank that saves. From a
+    trace with the distributed info torch writes (``distributedInfo``: rank,
+    world size > 1) and Python frames (``with_stack=True``): on a rank other
+    than 0, ``torch.save`` frames whose caller is the user's code (a
+    library's ``torch.save``, as ``torch.distributed.checkpoint`` or
+    accelerate's ``save_state`` writing each rank's own part, is on purpose).
+    Any number of calls: a per-epoch checkpoint written by every rank is the
+    same mistake. Rank 0's trace alone cannot show what the others do: the
+    finding comes from the other ranks' traces (``gpuprof analyze`` on the
+    run's directory reads them all). The cost is the time in those calls per
+    step on this rank.
+    """
+
+    code = "GP845"
+    name = "save-on-every-rank"
+    title = "torch.save called on every rank of a multi-rank run (save on rank 0 only)"
+    options = (Option("min_calls", 1, "report from this many torch.save calls by the user's code on a rank other than 0"),)
+    bad_example = """
+        model = DistributedDataParallel(model.to(rank), device_ids=[rank])
+        for epoch in range(n):
+            train_one_epoch(model)
+            torch.save(model.module.state_dict(), "ckpt.pt")   # every rank writes the same file
+    """
+    good_example = """
+        for epoch in range(n):
+            train_one_epoch(model)
+            if dist.get_rank() == 0:
+                torch.save(model.module.state_dict(), "ckpt.pt")
+            dist.barrier()                                     # the others wait before anyone reads it
+    """
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        m, t = ctx.metrics, ctx.trace
+        if not t.world_size or t.world_size < 2 or t.rank is None or t.rank == 0:
+            return
+        saves = [p for p in named(t.python, _SAVE_FRAME.search, t)
+                 if is_user_frame(m.stacks.parent_name(p) or "")]
+        if len(saves) < ctx.opt("min_calls"):
+            return
+        n = max(m.num_steps, 1)
+        us = union_of(saves).total() / n
+        steps_hit = {s for s in _steps(m, saves) if s is not None}
+        where = f"{len(steps_hit)} of {m.num_steps} steps" if m.has_step_markers else "the trace"
+        yield self.finding(
+            ctx,
+            f"rank {t.rank} of {t.world_size} writes checkpoints with torch.save ({count_of(len(saves), 'call')} "
+            f"in {where}): every rank saves what rank 0 saves (DDP keeps the replicas identical)",
+            """
+            Save on rank 0 only: `if dist.get_rank() == 0: torch.save(model.module.state_dict(), path)`, then
+            `dist.barrier()` before any rank reads the file (Accelerate: `if accelerator.is_main_process`; Lightning
+            and the HF Trainer save on rank 0 themselves). With FSDP or other sharded state, use
+            torch.distributed.checkpoint, which writes each rank's shard once.
+            """,
+            evidence=(Evidence("save_calls", len(saves), ctx.opt("min_calls"), "calls", events=event_refs(saves),
+                               extra={"rank": t.rank, "world_size": t.world_size, "us_per_step": round(us, 1),
+                                      "steps_hit": len(steps_hit)}),),
+            cost_us_per_step=us, cost_label="time in torch.save on a rank that need not save",
+            location=caller_location(m, saves),
         )
 
 

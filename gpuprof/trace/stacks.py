@@ -124,6 +124,23 @@ class StackIndex:
         return loc if line is None else SourceLocation(loc.file, line, loc.function)
 
 
+    def parent_name(self, frame: Event) -> str | None:
+        """The name of the frame that directly encloses ``frame`` (a Python frame of this trace) on its
+        thread: who called it; None at the top or without frames."""
+        frames = self._frames.get((frame.pid, frame.tid))
+        if not frames:
+            return None
+        i = int(np.searchsorted(frames.ts, frame.ts, side="right")) - 1
+        names, code = frames.names, frames.name_code
+        for j in range(i, max(-1, i - self.MAX_SCAN), -1):
+            start, end = float(frames.ts[j]), float(frames.ts[j] + frames.dur[j])
+            if start == frame.ts and end == frame.end and names[code[j]] == frame.name:
+                continue  # the frame itself
+            if start <= frame.ts and end >= frame.end:
+                return names[code[j]]
+        return None
+
+
 def _table_user_frame(frames: EventTable, t: float, max_scan: int) -> tuple[int, SourceLocation] | None:
     """(index, location) of the innermost user frame open at ``t`` (as :func:`_table_location`)."""
     i = int(np.searchsorted(frames.ts, t, side="right")) - 1

@@ -137,7 +137,7 @@ class StackIndex:
             if start == frame.ts and end == frame.end and names[code[j]] == frame.name:
                 continue  # the frame itself
             if start <= frame.ts and end >= frame.end:
-                return names[code[j]]
+                return str(names[code[j]])
         return None
 
 

@@ -19,10 +19,12 @@ before ``unscale_``, ``torch.save`` in the loop, ``model(x)`` under
 
 A call is matched by name (``torch.nn.utils.clip_grad_norm_(...)``'s
 ``clip_grad_norm_`` is among ``C``'s names). A module call (``C`` is an
-``nn.Module: Net_0`` range) has no name in the trace, so it is the one call
-between the calls matching ``P`` and ``N`` whose name is none of the trace's
-(``model(x)``, ``self.net(x)``), not a builtin and not a function of a known
-library (``torch.randn``). Anything not decided (no source, a different
+``nn.Module: Net_0`` range) has no name in the trace, so it is found between
+the calls matching ``P`` and ``N``: among the calls there whose name is none
+of the trace's (``model(x)``, ``self.net(x)``), not a builtin and not a
+function of a known library (``torch.randn``), the k-th for the k-th module
+call between them (``model(x)`` then ``loss_fn(out, y)``), when the counts
+agree. Anything not decided (no source, a different
 file, two candidates) keeps the function's first line: never a guess.
 
 Reading the source is bounded (:data:`MAX_SOURCE_BYTES`), follows no
@@ -238,13 +240,16 @@ def _direct_calls(ts: np.ndarray, end: np.ndarray, f_start: float, f_end: float,
 
 
 def _names_under(names: list[str], code: np.ndarray, ts: np.ndarray, end: np.ndarray, j: int, hi: int) -> set[str]:
-    """The callee names of frame ``j`` and of the frames nested in it, ``_DEPTH`` levels down."""
+    """The callee names of frame ``j`` and of the frames nested in it, ``_DEPTH`` levels down (nested: inside
+    both its ends; a frame starting where another ends follows it, as torch's microsecond times often touch)."""
     out: set[str] = set()
     stack: list[float] = []
     for k in range(j, min(hi, j + _SCAN)):
-        if ts[k] > end[j]:
+        if k > j and ts[k] >= end[j]:
             break
-        while stack and ts[k] > stack[-1]:
+        if end[k] > end[j]:
+            continue
+        while stack and ts[k] >= stack[-1] and k > j:
             stack.pop()
         if len(stack) < _DEPTH:
             name = callee_name(names[code[k]])
@@ -266,8 +271,9 @@ def call_line(path: str, def_line: int, function: str, names: list[str], code: n
     lo, hi = user + 1, min(n, int(np.searchsorted(ts, t, side="right")) + _SCAN)
     lo = max(lo, int(np.searchsorted(ts, t, side="right")) - _SCAN)
     direct = _direct_calls(ts, end, float(ts[user]), float(end[user]), lo, hi)
-    at = next((i for i, j in enumerate(direct) if ts[j] <= t <= end[j]), None)
-    if at is None:
+    # the direct call that started last at or before t (calls touching at t: the one starting there)
+    at = next((i for i in range(len(direct) - 1, -1, -1) if ts[direct[i]] <= t), None)
+    if at is None or t > end[direct[at]]:
         return None
     own = [_names_under(names, code, ts, end, j, hi) for j in direct]
     target = own[at]
@@ -276,15 +282,26 @@ def call_line(path: str, def_line: int, function: str, names: list[str], code: n
         if len(lines) == 1:
             return lines.pop()
     # between the calls the neighbours match (the nearest neighbours that match any)
-    before = next(((i, own[i]) for i in range(at - 1, -1, -1) if any(c.name in own[i] for c in calls)), None)
-    after = next(((i, own[i]) for i in range(at + 1, len(own)) if any(c.name in own[i] for c in calls)), None)
-    candidates = _between(calls, before[1] if before else None, after[1] if after else None)
+    def matches(i: int) -> bool:
+        return any(c.name in own[i] for c in calls)
+
+    bi = next((i for i in range(at - 1, -1, -1) if matches(i)), None)
+    ai = next((i for i in range(at + 1, len(own)) if matches(i)), None)
+    candidates = _between(calls, own[bi] if bi is not None else None, own[ai] if ai is not None else None)
     if MODULE in target:
+        # module calls have no name in the trace: the k-th module call between the neighbours is the k-th
+        # call of a module-like name between them in the source (model(x), then loss_fn(out, y))
         known = set().union(*own)
-        found = {calls[k].line for k in candidates if calls[k].maybe_module and calls[k].name not in known}
+        found = [k for k in candidates if calls[k].maybe_module and calls[k].name not in known]
+        lo_i = -1 if bi is None else bi
+        hi_i = len(own) if ai is None else ai
+        modules = [i for i in range(lo_i + 1, hi_i) if MODULE in own[i] and not matches(i)]
+        if len(found) == len(modules) and at in modules:
+            return calls[found[modules.index(at)]].line
+        lines = {calls[k].line for k in found}
     else:
-        found = {calls[k].line for k in candidates if calls[k].name in target}
-    return found.pop() if len(found) == 1 else None
+        lines = {calls[k].line for k in candidates if calls[k].name in target}
+    return lines.pop() if len(lines) == 1 else None
 
 
 def _between(calls: tuple[Call, ...], before: set[str] | None, after: set[str] | None) -> range:

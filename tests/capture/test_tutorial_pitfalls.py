@@ -159,3 +159,29 @@ def test_gp712_good_set_epoch_with_the_epoch(tmp_path: Path) -> None:
     sampler = DistributedSampler(TensorDataset(torch.zeros(32)), num_replicas=1, rank=0, shuffle=True)
     assert not [f for f in _epochs(tmp_path, sampler, lambda epoch: epoch).report.findings if f.code == "GP712"]
     assert DistributedSampler.set_epoch.__module__ == "torch.utils.data.distributed"  # given back after the capture
+
+
+# ------------------------------------------------------------------ GP601: the framework that iterates the loader
+
+
+def _library(path: str, source: str, ns: dict[str, Any]) -> None:
+    exec(compile(source, path, "exec"), ns)  # functions whose frames carry a library's file name
+
+
+def test_iterated_from_skips_library_frames_and_names_the_closest_framework() -> None:
+    from gpuprof.capture.loaderplace import iterated_from, num_workers_advice
+
+    ns: dict[str, Any] = {"sys": sys}
+    _library("/venv/lib/python3.11/site-packages/accelerate/data_loader.py",
+             "def shard_iter():\n    return sys._getframe(0)\n", ns)
+    _library("/venv/lib/python3.11/site-packages/transformers/trainer.py",
+             "def inner_loop():\n    return shard_iter()\n", ns)
+    place, framework = iterated_from(ns["inner_loop"]())  # HF Trainer over accelerate: transformers
+    assert framework == "transformers"
+    assert place is not None and place.file == __file__ and place.function.startswith("test_iterated_from")
+    place, framework = iterated_from(ns["shard_iter"]())  # a plain Accelerate loop
+    assert framework == "accelerate" and place is not None and place.file == __file__
+    assert "TrainingArguments(dataloader_num_workers=" in num_workers_advice("transformers")
+    assert "accelerator.prepare" in num_workers_advice("accelerate")
+    assert "DataLoader(...)" in num_workers_advice("lightning")
+    assert num_workers_advice(None).startswith("Set num_workers>0")

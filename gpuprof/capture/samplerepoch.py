@@ -82,4 +82,6 @@ def unpatch() -> None:
         return
     from torch.utils.data.distributed import DistributedSampler
 
-    DistributedSampler.set_epoch = _ORIGINAL.pop()  # type: ignore[method-assign]
+    orig = _ORIGINAL.pop()
+    if getattr(DistributedSampler.set_epoch, "__wrapped__", None) is orig:  # ours: a later patch is left alone
+        DistributedSampler.set_epoch = orig  # type: ignore[method-assign]

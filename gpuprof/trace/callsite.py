@@ -216,8 +216,11 @@ def _parse(data: bytes, def_line: int, function: str) -> tuple[Call, ...] | None
     if body is None:
         return None
     visitor = _Calls()
-    for stmt in body:
-        visitor.visit(stmt)
+    try:
+        for stmt in body:
+            visitor.visit(stmt)
+    except RecursionError:  # a chain the parser took but the walk cannot (x = f(1) + f(1) + ... 2,000 times)
+        return None
     return tuple(visitor.calls)
 
 

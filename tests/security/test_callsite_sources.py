@@ -78,3 +78,6 @@ def test_deeply_nested_source_is_no_crash(tmp_path: Path) -> None:
     deep = tmp_path / "deep.py"
     deep.write_text("x = " + "(" * 100_000 + ")" * 100_000 + "\n")
     assert source_calls(str(deep), 1, "<module>") is None  # the parser's recursion limit: nothing decided
+    long_chain = tmp_path / "chain.py"  # parses, but its tree is 2,000 levels deep: the walk gives up, no crash
+    long_chain.write_text("x = " + "+".join(["f(1)"] * 2000) + "\n")
+    assert source_calls(str(long_chain), 1, "<module>") is None

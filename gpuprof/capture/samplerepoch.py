@@ -84,4 +84,4 @@ def unpatch() -> None:
 
     orig = _ORIGINAL.pop()
     if getattr(DistributedSampler.set_epoch, "__wrapped__", None) is orig:  # ours: a later patch is left alone
-        DistributedSampler.set_epoch = orig  # type: ignore[method-assign]
+        DistributedSampler.set_epoch = orig  # type: ignore[method-assign,assignment]

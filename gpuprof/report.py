@@ -38,7 +38,7 @@ __all__ = [
     "Report",
 ]
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 
 @dataclass
@@ -68,6 +68,8 @@ class TraceSummary:
     notes: list[str] = field(default_factory=list)
     step_times_us: list[float] = field(default_factory=list)  # each analysed step's time, in step order (1.2)
     views: TraceViews | None = None  # operators, kernels, modules, ranges (1.2; docs/views.md)
+    # time waiting in DataLoader.__next__ / step time, the one definition (gpuprof.trace.dataloading; 1.4)
+    data_loading_share: float | None = None
 
     def __post_init__(self) -> None:
         self.path = scrub(os.fspath(self.path))  # a URL's credentials never reach a view (gpuprof.redact)

@@ -185,7 +185,8 @@ _TRACE = _object(
      "lead_in_us": _US_OR_NULL, "top_kernels": _list(_TOP_KERNEL), "top_ops": _list(_TOP_OP), "copies": _list(_COPY),
      "syncs": _list(_SYNC), "rank": _number(low=0, integer=True, nullable=True),
      "world_size": _number(low=1, integer=True, nullable=True), "num_events": _COUNT,
-     "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS},
+     "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS,
+     "data_loading_share": _SHARE_OR_NULL},
 )
 
 _LOCATION = _object({"file": _text()}, {"line": _number(integer=True, nullable=True), "function": _text(nullable=True)},

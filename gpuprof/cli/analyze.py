@@ -12,6 +12,7 @@ import click
 
 from gpuprof.atomic import refuse_input_as_output
 from gpuprof.cli.common import emit_report, input_files, report_options, split_codes
+from gpuprof.cli.trackers import check_targets, send_report, to_option
 from gpuprof.errors import InputError
 from gpuprof.remote import TraceFile, Url, is_url
 
@@ -50,6 +51,7 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 @click.option("--dask", "dask", metavar="SCHEDULER", default=None,
               help="Analyse each trace on a Dask cluster's workers (e.g. tcp://host:8786); they read the traces "
               "themselves (URLs or a shared file system). See docs/distributed.md.")
+@to_option
 def analyze_cmd(
     paths: tuple[str, ...],
     fmt: str,
@@ -63,6 +65,7 @@ def analyze_cmd(
     progress: bool | None,
     jobs: int | None,
     dask: str | None,
+    to: tuple[str, ...],
 ) -> None:
     """Diagnose a trace file (.json/.json.gz), a directory of traces, or several of them.
 
@@ -71,6 +74,7 @@ def analyze_cmd(
     When the traces are of more than one rank of a distributed job, a
     cross-rank section compares them (stragglers, waits, collectives).
     """
+    targets = check_targets(to)  # a tracker's missing package: exit 2 before any work
     saved = len(paths) == 1 and _is_saved_report(paths[0])
     if saved and annotate:
         raise InputError(paths[0], "--annotate needs the traces; a saved report.json has only their summaries")
@@ -93,6 +97,7 @@ def analyze_cmd(
     if html_out:
         _html(report, html_out, sources)
     code = emit_report(report, fmt, output, fail_on)
+    send_report(report, targets, html_out, [paths[0]] if saved else list(paths))
     sys.exit(code)
 
 

@@ -21,6 +21,7 @@ from gpuprof.rules.base import Rule, RuleContext, all_rules
 from gpuprof.runner import STRICT_ENV, RuleFailure, RuleUnit, Selection, strict_rules
 from gpuprof.runner import run_rules as run_units
 from gpuprof.summarize import trace_summary
+from gpuprof.trace.critpath.whatif import with_what_if
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
@@ -96,7 +97,7 @@ def analyze_trace(
 
         rank_summaries.append(summarize(metrics))
     failed: list[RuleFailure] = []
-    findings = run_rules(trace, metrics, options, select, ignore, failed)
+    findings = with_what_if(metrics, run_rules(trace, metrics, options, select, ignore, failed))
     if failed:
         if failures is None:
             raise RuleError(trace.path, failed) from failed[0][1]

@@ -17,6 +17,7 @@ import msgspec
 from gpuprof.findings import Finding, Severity, sort_findings
 from gpuprof.notebookhook import report_html
 from gpuprof.redact import scrub
+from gpuprof.trace.critpath.path import CriticalPart, CriticalPath  # defined with the code that fills them
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
 from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
 from gpuprof.trace.viewrows import TraceViews  # defined with the code that fills them (docs/views.md)
@@ -29,6 +30,8 @@ __all__ = [
     "CopyStat",
     "SyncStat",
     "TraceSummary",
+    "CriticalPath",
+    "CriticalPart",
     "Section",
     "JobPhase",
     "JobSeries",
@@ -38,7 +41,7 @@ __all__ = [
     "Report",
 ]
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 
 @dataclass
@@ -68,6 +71,7 @@ class TraceSummary:
     notes: list[str] = field(default_factory=list)
     step_times_us: list[float] = field(default_factory=list)  # each analysed step's time, in step order (1.2)
     views: TraceViews | None = None  # operators, kernels, modules, ranges (1.2; docs/views.md)
+    critical_path: CriticalPath | None = None  # mean per step (1.4; docs/critical-path.md)
 
     def __post_init__(self) -> None:
         self.path = scrub(os.fspath(self.path))  # a URL's credentials never reach a view (gpuprof.redact)

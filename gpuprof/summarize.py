@@ -8,6 +8,7 @@ in :mod:`gpuprof.trace.metrics`; this only picks and averages them.
 from __future__ import annotations
 
 from gpuprof.report import TraceSummary
+from gpuprof.trace.critpath.path import critical_path
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.stats import copy_stats, sync_stats
 from gpuprof.views.build import trace_views
@@ -41,4 +42,5 @@ def trace_summary(m: TraceMetrics) -> TraceSummary:
         file_bytes=t.file_bytes,
         step_times_us=m.step_times,
         views=trace_views(m),
+        critical_path=critical_path(m),
     )

@@ -10,6 +10,8 @@ import pytest
 
 from gpuprof.findings import EventRef, Evidence, Finding, Link, Severity, SourceLocation
 from gpuprof.report import (
+    CriticalPart,
+    CriticalPath,
     CopyStat,
     DeviceInfo,
     JobPhase,
@@ -104,6 +106,9 @@ def make_trace_summary(path: str = "run/worker0.pt.trace.json.gz") -> TraceSumma
             ranges=[RangeRow("forward", 2, 90.0, 100.0, 100.0)],
             rest={"operators": {"rows": 1.0, "calls": 3.0}},
         ),
+        critical_path=CriticalPath(85_001.0, [CriticalPart("kernel", "sm90_xmma_gemm_bf16", 52_000.0),
+                                              CriticalPart("sync_wait", "cudaStreamSynchronize", 20_001.0),
+                                              CriticalPart("operator", "<img src=x onerror=alert(1)>", 13_000.0)]),
     )
 
 

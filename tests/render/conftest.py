@@ -10,9 +10,9 @@ import pytest
 
 from gpuprof.findings import EventRef, Evidence, Finding, Link, Severity, SourceLocation
 from gpuprof.report import (
+    CopyStat,
     CriticalPart,
     CriticalPath,
-    CopyStat,
     DeviceInfo,
     JobPhase,
     JobSamples,

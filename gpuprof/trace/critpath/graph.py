@@ -248,7 +248,7 @@ def _wait_targets(waits: list[_Wait], sel: np.ndarray, ts: np.ndarray, end: np.n
 
 def _own_copy(call: Event, pos_of: dict[int, int], gc: object, nk: int, nc: int, end: np.ndarray, w_end: float) -> int:
     """The graph index of the copy launched by ``call`` (by correlation id), -1 if not on the main device."""
-    corr = getattr(gc, "corr")
+    corr = gc.corr
     hits = np.flatnonzero(corr[nk:nk + nc] == call.corr) + nk
     for h in hits.tolist():
         i = pos_of.get(h)

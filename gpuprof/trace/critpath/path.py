@@ -188,8 +188,8 @@ def critical_path(m: TraceMetrics) -> CriticalPath | None:
     total: dict[tuple[str, str], float] = defaultdict(float)
     for kind, name, ivs in _host_split(g, Intervals.from_pairs(w.host)):
         total[(kind, name)] += ivs.total()
-    for _lane_, s, e, kind, name in w.pieces:
-        total[(kind, name)] += max(e - s, 0.0)
+    for piece in w.pieces:
+        total[(piece[3], piece[4])] += max(piece[2] - piece[1], 0.0)
     idx, s, e = _run_spans(g, w.runs)
     if len(idx):
         per = np.bincount(g.g_name[idx] * 2 + (g.g_kind[idx] == GPU_COPY), weights=e - s, minlength=2 * len(g.names))

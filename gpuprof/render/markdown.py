@@ -178,8 +178,8 @@ def _trace(t: TraceSummary) -> list[str]:
         out.append("")
     path_rows = critical_rows(t)
     if path_rows:  # what set the step's length (docs/critical-path.md)
-        rows = [(md_escape(kind), md_name(name, NAME_WIDTH) if name else "", us, share) for kind, name, us, share in path_rows]
-        out += ["### Critical path", "", md_table(["Kind", "Name", "Time per step", "% of path"], rows, "llrr"), ""]
+        path_md = [(md_escape(kind), md_name(name, NAME_WIDTH) if name else "", us, share) for kind, name, us, share in path_rows]
+        out += ["### Critical path", "", md_table(["Kind", "Name", "Time per step", "% of path"], path_md, "llrr"), ""]
     if t.top_kernels:
         out += ["### Top kernels", ""]
         rows: list[tuple[str, ...]] = [

@@ -38,7 +38,7 @@ from gpuprof.trace.gpuwork import is_communication_kernel
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
-from gpuprof.trace.threads import stack_parents_of, thread_keys
+from gpuprof.trace.threads import HostThread, stack_parents_of, thread_keys
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime, step_number
 
 __all__ = ["StepGraph", "build_graph", "STREAM_GAP_US", "WAIT_SYNC", "WAIT_COPY", "WAIT_DATA", "GPU_KERNEL",
@@ -182,7 +182,7 @@ def _cross_stream(ts: np.ndarray, end: np.ndarray, stream: np.ndarray, bound: np
 _Wait = tuple[float, float, int, str, "Event | None", str]
 
 
-def _waits(m: TraceMetrics, keys: frozenset[tuple[object, object]]) -> list[_Wait]:
+def _waits(m: TraceMetrics, keys: frozenset[HostThread]) -> list[_Wait]:
     """The main thread's waits in time order; a wait inside an earlier one is left out (the outer one holds it)."""
     out: list[_Wait] = []
     if not m.steps:
@@ -194,21 +194,21 @@ def _waits(m: TraceMetrics, keys: frozenset[tuple[object, object]]) -> list[_Wai
 
     for c in m.copies:
         if c.blocking and c.launch is not None and (c.launch.pid, c.launch.tid) in keys:
-            s = next_sync_call(m.threads, c.launch)
-            if s is not None:
-                sync_after[id(s)] = c.kind.direction
+            sync = next_sync_call(m.threads, c.launch)
+            if sync is not None:
+                sync_after[id(sync)] = c.kind.direction
     for r in m.threads.runtime_on(keys):
         if r.end < lo or r.ts > hi:
             continue
         cls = classify_runtime(r.name)
-        c = copy_of.get(id(r))
+        own = copy_of.get(id(r))
         if cls is RuntimeClass.SYNC:
             out.append((r.ts, r.end, WAIT_SYNC, sync_after.get(id(r), ""), r, r.name))
-        elif c is not None and c.blocking and r.end >= c.gpu.end - 1.0:
-            out.append((r.ts, r.end, WAIT_COPY, c.kind.direction, r, r.name))
+        elif own is not None and own.blocking and r.end >= own.gpu.end - 1.0:
+            out.append((r.ts, r.end, WAIT_COPY, own.kind.direction, r, r.name))
     data = m.host_intervals.get("data_loading", Intervals.empty())
-    for s, e in data.clip(lo, hi):
-        out.append((s, e, WAIT_DATA, "", None, "data loading"))
+    for a, b in data.clip(lo, hi):
+        out.append((a, b, WAIT_DATA, "", None, "data loading"))
     out.sort(key=lambda w: (w[0], -w[1]))
     kept: list[_Wait] = []
     for w in out:
@@ -219,7 +219,7 @@ def _waits(m: TraceMetrics, keys: frozenset[tuple[object, object]]) -> list[_Wai
 
 
 def _wait_targets(waits: list[_Wait], sel: np.ndarray, ts: np.ndarray, end: np.ndarray, launch: np.ndarray,
-                  gc: object, nk: int, nc: int) -> np.ndarray:
+                  gc: Columns, nk: int, nc: int) -> np.ndarray:
     """Per wait, the GPU event (graph index) it waited for, -1 for none (see the module docstring)."""
     out = np.full(len(waits), -1, np.int64)
     if not len(sel) or not waits:
@@ -246,7 +246,7 @@ def _wait_targets(waits: list[_Wait], sel: np.ndarray, ts: np.ndarray, end: np.n
     return out
 
 
-def _own_copy(call: Event, pos_of: dict[int, int], gc: object, nk: int, nc: int, end: np.ndarray, w_end: float) -> int:
+def _own_copy(call: Event, pos_of: dict[int, int], gc: Columns, nk: int, nc: int, end: np.ndarray, w_end: float) -> int:
     """The graph index of the copy launched by ``call`` (by correlation id), -1 if not on the main device."""
     corr = gc.corr
     hits = np.flatnonzero(corr[nk:nk + nc] == call.corr) + nk
@@ -257,7 +257,7 @@ def _own_copy(call: Event, pos_of: dict[int, int], gc: object, nk: int, nc: int,
     return -1
 
 
-def _host_runtime(m: TraceMetrics, keys: frozenset[tuple[object, object]], waits: set[int]) -> list[tuple[str, Intervals]]:
+def _host_runtime(m: TraceMetrics, keys: frozenset[HostThread], waits: set[int]) -> list[tuple[str, Intervals]]:
     """The main thread's runtime calls that are no waits, by name (launch overhead, allocator calls...)."""
     calls = [r for r in m.threads.runtime_on(keys) if id(r) not in waits]
     if not calls:

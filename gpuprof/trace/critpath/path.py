@@ -104,7 +104,7 @@ def _walk(g: StepGraph, a: float, b: float, host_end: float, out: _Walk) -> None
         out.runs.append((lo, j, t, a))
         if g.g_ts[lo] <= a:
             return
-        t = float(g.g_ts[r])
+        t = min(float(g.g_ts[r]), t)  # (a wait's 1 µs tolerance can hand over a time before the event's start)
         dep, launch, prev = int(g.g_dep[r]), float(g.g_launch[r]), int(g.g_prev[r])
         if dep >= 0:
             e = min(float(g.g_end[dep]), t)

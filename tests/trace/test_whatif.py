@@ -1,0 +1,123 @@
+"""Each finding's what-if, through ``gpuprof analyze``: the replayed saving, the margin note, and the real traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuprof.analysis import analyze
+from gpuprof.findings import Finding, Severity
+from gpuprof.render import render
+from gpuprof.testing.realtraces import TRACES, shared_path
+from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof.trace.critpath.path import critical_path
+from gpuprof.trace.critpath.whatif import (
+    ACTIONS,
+    NOTE_HIDDEN,
+    NOTE_NOT_REPLAYED,
+    NOTE_STARVES,
+    _note,
+    with_what_if,
+)
+from gpuprof.trace.load import load_trace
+from gpuprof.trace.metrics import compute_metrics
+
+
+def _finding(report_findings: list[Finding], code: str) -> Finding:
+    got = [f for f in report_findings if f.code == code]
+    assert got, f"{code} not found in {[f.code for f in report_findings]}"
+    return got[0]
+
+
+def test_data_loading_finding_gets_the_replayed_saving(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    waits = []
+    for _ in range(4):
+        with b.step():
+            t0 = b.now
+            b.dataloader(ms=3.0)  # num_workers=0: GP102, GP103
+            waits.append(b.now - t0)
+            b.kernel("k", us=500)
+            b.device_synchronize()
+    path = b.write(tmp_path / "t.pt.trace.json")
+    report = analyze(str(path))
+    f = _finding(report.findings, "GP102")
+    # the GPU has nothing queued during the load: removing it saves all of it (its range, as recorded)
+    assert f.what_if_saving_us == pytest.approx(sum(waits) / 4, abs=2.0)
+    assert f.what_if_note is None  # the rule's cost agrees within the margin
+    out = json.loads(render(report, "json"))
+    row = next(x for x in out["findings"] if x["code"] == "GP102")
+    assert row["what_if_saving_us"] == f.what_if_saving_us
+    cp = out["traces"][0]["critical_path"]
+    assert sum(p["us"] for p in cp["parts"]) == pytest.approx(cp["length_us"])
+    text = render(report, "markdown")
+    assert "What-if" in text and "### Critical path" in text
+
+
+def test_notes_say_which_figure_to_believe() -> None:
+    assert _note(1000.0, 100.0, 10_000.0) == NOTE_HIDDEN
+    assert _note(1000.0, 3000.0, 10_000.0) == NOTE_STARVES
+    assert _note(1000.0, 900.0, 10_000.0) is None  # within 25% of the larger
+    assert _note(50.0, 0.0, 10_000.0) is None  # 50 µs apart: under 1% of the step
+    assert _note(None, 10.0, 100.0) is None
+
+
+def test_a_finding_whose_cause_is_not_on_the_graph_says_so(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for _ in range(3):
+        with b.step():
+            b.kernel("k", us=100)
+    m = compute_metrics(load_trace(str(b.write(tmp_path / "t.pt.trace.json"))))
+    own = Finding("GP302", "no-tensor-cores", Severity.WARNING, "m", "a", cost_us_per_step=10.0)
+    replayable = Finding("GP301", "launch-bound", Severity.WARNING, "m", "a", cost_us_per_step=10.0)
+    memory = Finding("GP510", "near-capacity", Severity.WARNING, "m", "a", origin="memory")
+    got = with_what_if(m, [own, replayable, memory])
+    assert got[0].what_if_saving_us is None and got[0].what_if_note == NOTE_NOT_REPLAYED
+    assert got[1].what_if_saving_us is not None
+    assert got[2] == memory  # nothing to compare: left as it was
+    assert "GP302" not in ACTIONS and "GP301" in ACTIONS
+
+
+def _shared_traces() -> list[Path]:
+    if not TRACES.exists():
+        return []
+    skip = {"benchmark_simple_add_et.json.gz"}
+    return sorted(p for p in TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
+                  and p.name not in skip and "plugin_outputs" not in p.parts and "test_resources" not in p.parts)
+
+
+@pytest.mark.slow
+def test_every_shared_trace_has_a_critical_path_that_sums_to_its_steps() -> None:
+    files = _shared_traces()
+    if not files:
+        shared_path("traces")  # skips with the one-line reason
+    seen = 0
+    for p in files:
+        try:
+            m = compute_metrics(load_trace(str(p)))
+        except Exception as err:  # not a trace this test is about (a load error is test_load's business)
+            if type(err).__name__ == "InputError":
+                continue
+            raise
+        cp = critical_path(m)
+        if not m.steps:
+            assert cp is None
+            continue
+        assert cp is not None, p
+        seen += 1
+        assert cp.length_us == pytest.approx(m.mean_step_time), p
+        assert sum(x.us for x in cp.parts) == pytest.approx(cp.length_us, rel=1e-9, abs=1e-6), p
+        assert all(x.us > 0 for x in cp.parts if x.name != "(path not resolved)"), p
+    assert seen >= 30
+
+
+def test_v100_data_loading_what_if_beside_its_cost() -> None:
+    # the shared V100 pair: the num_workers=0 trace's data-loading finding, replayed
+    p = shared_path("tbplugin", "samples", "resnet50_num_workers_0")
+    report = analyze(str(sorted(p.glob("*.pt.trace.json.gz"))[0]))
+    f = _finding(report.findings, "GP102")
+    assert f.what_if_saving_us is not None and f.cost_us_per_step is not None
+    # the host waits for data with nothing queued on the GPU: the replay saves about the rule's cost
+    assert f.what_if_saving_us == pytest.approx(f.cost_us_per_step, rel=0.25)

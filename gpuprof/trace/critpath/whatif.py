@@ -21,7 +21,7 @@ from gpuprof.trace.critpath.replay import Removal, Replayer, replay_saving
 from gpuprof.trace.metrics import TraceMetrics
 
 __all__ = ["ACTIONS", "MARGIN_SHARE", "MARGIN_STEP_SHARE", "with_what_if", "NOTE_HIDDEN", "NOTE_STARVES",
-           "NOTE_NOT_REPLAYED"]
+           "NOTE_NOT_REPLAYED", "margin_note", "step_of"]
 
 MARGIN_SHARE = 0.25
 MARGIN_STEP_SHARE = 0.01
@@ -91,11 +91,18 @@ def with_what_if(m: TraceMetrics, findings: Iterable[Finding]) -> list[Finding]:
             replayer = Replayer(g)
         saving = replay_saving(replayer, action[1](g, replayer, f, m))
         out.append(dataclasses.replace(f, what_if_saving_us=round(saving, 1),
-                                       what_if_note=_note(f.cost_us_per_step, saving, m.mean_step_time)))
+                                       what_if_note=margin_note(f.cost_us_per_step, saving, m.mean_step_time)))
     return out
 
 
-def _note(cost: float | None, saving: float, step: float) -> str | None:
+def step_of(f: Finding) -> float | None:
+    """The mean step a finding's cost share is of (None without both)."""
+    if f.cost_us_per_step is None or not f.cost_share:
+        return None
+    return f.cost_us_per_step / f.cost_share
+
+
+def margin_note(cost: float | None, saving: float, step: float) -> str | None:
     """Which figure to believe when the rule's cost and the replay disagree beyond the margin (None: they agree)."""
     if cost is None:
         return None

@@ -47,6 +47,7 @@ __all__ = ["StepGraph", "build_graph", "STREAM_GAP_US", "WAIT_SYNC", "WAIT_COPY"
 STREAM_GAP_US = 3.0  # a GPU event starting this close to its stream's previous end was queued behind it
 DEFAULT_LATENCY_US = 5.0  # launch to start of an idle stream, when no launch in the trace shows it
 
+_LOOK_BACK = 4096  # launches searched back for a sync's work when later work was still running
 WAIT_SYNC, WAIT_COPY, WAIT_DATA = 0, 1, 2  # what a host wait is
 GPU_KERNEL, GPU_COPY, GPU_COMM = 0, 1, 2  # what a GPU event is
 
@@ -78,7 +79,8 @@ class StepGraph:
     g_prev: np.ndarray
     g_run: np.ndarray
     g_launch: np.ndarray
-    g_launch_name: list[str]
+    g_launch_code: np.ndarray  # into launch_names, -1 without a launch
+    launch_names: list[str]
     g_ready: np.ndarray
     g_dep: np.ndarray
     w_ts: np.ndarray
@@ -114,8 +116,7 @@ def build_graph(m: TraceMetrics) -> StepGraph:
     if len(sel):
         comm = np.fromiter(map(is_communication_kernel, gc.names), bool, len(gc.names))[gc.name_code[sel]]
         kind[comm & (sel < nk)] = GPU_COMM
-    _, name = np.unique(gc.name_code[sel], return_inverse=True) if len(sel) else (None, np.zeros(0, np.int64))
-    names = [gc.names[c] for c in np.unique(gc.name_code[sel])] if len(sel) else []
+    name, names = _recode(gc.name_code[sel], gc.names)
     first = np.ones(len(sel), bool)
     first[1:] = stream[1:] != stream[:-1]
     prev = np.where(first, -1, np.arange(len(sel)) - 1)
@@ -127,10 +128,7 @@ def build_graph(m: TraceMetrics) -> StepGraph:
     rc = columns(m.trace, m.trace.runtime)
     launch = np.where(at >= 0, rc.ts[np.maximum(at, 0)] if rc.n else np.nan, np.nan)
     launch_end = np.where(at >= 0, rc.end[np.maximum(at, 0)] if rc.n else np.nan, np.nan)
-    launch_names = [rc.names[c] for c in rc.name_code[at[at >= 0]]] if rc.n else []
-    lnames = [""] * len(sel)
-    for i, nm in zip(np.flatnonzero(at >= 0).tolist(), launch_names):
-        lnames[i] = nm
+    lcode, lnames = _recode(np.where(at >= 0, rc.name_code[np.maximum(at, 0)] if rc.n else -1, -1), rc.names)
     lat = ts - launch
     free = ~bound & (lat >= 0)
     latency = float(np.median(lat[free])) if free.any() else DEFAULT_LATENCY_US
@@ -147,34 +145,46 @@ def build_graph(m: TraceMetrics) -> StepGraph:
     pid, tid = m.main_thread if m.main_thread is not None else ("", "")
     return StepGraph(
         device=dev, host_lane=f"host:{pid}:{tid}", g_ts=ts, g_end=end, g_stream=stream, g_kind=kind,
-        g_name=name.astype(np.int64), names=names, g_prev=prev, g_run=run, g_launch=launch, g_launch_name=lnames,
+        g_name=name, names=names, g_prev=prev, g_run=run, g_launch=launch, g_launch_code=lcode, launch_names=lnames,
         g_ready=ready, g_dep=dep, w_ts=w_ts, w_end=w_end, w_kind=np.array([w[2] for w in waits], np.int8),
         w_gpu=w_gpu, w_tag=[w[3] for w in waits], w_name=[w[5] for w in waits], w_call=[w[4] for w in waits],
         steps=[(s.start, s.end, s.cpu_end) for s in m.steps], host_runtime=runtime_by_name,
-        top_ops=_top_ops(m, m.threads.ops_on(keys)),
-        other_ops=_top_ops(m, [o for k, ops in m.threads.ops.items() if k not in keys for o in ops]),
+        top_ops=_top_ops(m, [ops for k, ops in m.threads.ops.items() if k in keys]),
+        other_ops=_top_ops(m, [ops for k, ops in m.threads.ops.items() if k not in keys]),
         latency_us=latency)
+
+
+def _recode(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """``codes`` (into ``names``; -1: none) renumbered over the names they use, and those names."""
+    used = np.zeros(len(names) + 1, bool)
+    used[codes[codes >= 0]] = True
+    at = np.flatnonzero(used[:-1])
+    remap = np.full(len(names) + 1, -1, np.int64)
+    remap[at] = np.arange(len(at))
+    return remap[codes], [names[i] for i in at.tolist()]
 
 
 def _cross_stream(ts: np.ndarray, end: np.ndarray, stream: np.ndarray, bound: np.ndarray, launch_end: np.ndarray,
                   prev_end: np.ndarray) -> np.ndarray:
     """Per GPU event, the other stream's event it waited for (-1): see the module docstring."""
     dep = np.full(len(ts), -1, np.int64)
-    if len(np.unique(stream)) < 2:
+    if len(ts) < 2 or (stream == stream[0]).all():
         return dep
-    late = ~bound & (ts > np.fmax(np.nan_to_num(launch_end, nan=-np.inf), prev_end) + STREAM_GAP_US)
+    late = np.flatnonzero(~bound & (ts > np.fmax(np.nan_to_num(launch_end, nan=-np.inf), prev_end) + STREAM_GAP_US))
+    if not len(late):
+        return dep
     by_end = np.argsort(end, kind="stable")
     ends = end[by_end]
-    for i in np.flatnonzero(late).tolist():
-        j = int(np.searchsorted(ends, ts[i] + 0.5, side="right")) - 1
-        for _ in range(4):  # the latest end before the start on another stream (a few tries past this stream's)
-            if j < 0 or ends[j] < ts[i] - STREAM_GAP_US:
-                break
-            k = int(by_end[j])
-            if stream[k] != stream[i]:
-                dep[i] = k
-                break
-            j -= 1
+    j = np.searchsorted(ends, ts[late] + 0.5, side="right") - 1
+    open_ = np.ones(len(late), bool)
+    for _ in range(4):  # the latest end before the start on another stream (a few tries past this stream's)
+        ok = open_ & (j >= 0)
+        k = by_end[np.maximum(j, 0)]
+        ok &= ends[np.maximum(j, 0)] >= ts[late] - STREAM_GAP_US
+        hit = ok & (stream[k] != stream[late])
+        dep[late[hit]] = k[hit]
+        open_ &= ok & ~hit
+        j = j - 1
     return dep
 
 
@@ -188,24 +198,24 @@ def _waits(m: TraceMetrics, keys: frozenset[HostThread]) -> list[_Wait]:
     if not m.steps:
         return out
     lo, hi = m.steps[0].start, m.steps[-1].end
-    copy_of = {id(c.launch): c for c in m.copies if c.launch is not None}
-    sync_after: dict[int, str] = {}  # a sync that is the wait of a blocking copy -> the copy's direction
     from gpuprof.trace.syncs import next_sync_call  # beside: the blocking-copy look-ahead, once defined
 
+    sync_after: dict[int, str] = {}  # a sync that is the wait of a blocking copy -> the copy's direction
     for c in m.copies:
-        if c.blocking and c.launch is not None and (c.launch.pid, c.launch.tid) in keys:
-            sync = next_sync_call(m.threads, c.launch)
+        r = c.launch
+        if c.blocking and r is not None and (r.pid, r.tid) in keys and r.end >= lo and r.ts <= hi:
+            sync = next_sync_call(m.threads, r)
             if sync is not None:
                 sync_after[id(sync)] = c.kind.direction
-    for r in m.threads.runtime_on(keys):
-        if r.end < lo or r.ts > hi:
-            continue
-        cls = classify_runtime(r.name)
-        own = copy_of.get(id(r))
-        if cls is RuntimeClass.SYNC:
+            if classify_runtime(r.name) is not RuntimeClass.SYNC and r.end >= c.gpu.end - 1.0:
+                out.append((r.ts, r.end, WAIT_COPY, c.kind.direction, r, r.name))
+    calls = m.threads.runtime_on(keys)
+    if calls:
+        rc = columns(m.trace, calls)
+        is_sync = np.fromiter((classify_runtime(n) is RuntimeClass.SYNC for n in rc.names), bool, len(rc.names))
+        for i in np.flatnonzero(is_sync[rc.name_code] & (rc.end >= lo) & (rc.ts <= hi)).tolist():
+            r = calls[i]
             out.append((r.ts, r.end, WAIT_SYNC, sync_after.get(id(r), ""), r, r.name))
-        elif own is not None and own.blocking and r.end >= own.gpu.end - 1.0:
-            out.append((r.ts, r.end, WAIT_COPY, own.kind.direction, r, r.name))
     data = m.host_intervals.get("data_loading", Intervals.empty())
     for a, b in data.clip(lo, hi):
         out.append((a, b, WAIT_DATA, "", None, "data loading"))
@@ -228,62 +238,68 @@ def _wait_targets(waits: list[_Wait], sel: np.ndarray, ts: np.ndarray, end: np.n
     idx = np.flatnonzero(have)
     by_launch = idx[np.argsort(launch[idx], kind="stable")]
     l_sorted = launch[by_launch]
-    pos_of = {int(p): i for i, p in enumerate(sel.tolist())} if any(w[2] == WAIT_COPY for w in waits) else {}
+    e_sorted = end[by_launch]
+    peak = np.maximum.accumulate(e_sorted)
+    top = by_launch[np.maximum.accumulate(np.where(e_sorted >= peak, np.arange(len(by_launch)), 0))]
+    copies = np.flatnonzero((sel >= nk) & (sel < nk + nc)) if any(w[2] == WAIT_COPY for w in waits) else sel[:0]
+    pos_of = dict(zip(gc.corr[sel[copies]].tolist(), copies.tolist()))  # a copy's correlation id -> graph index
     for k, (w_ts, w_end, kind, _tag, call, _name) in enumerate(waits):
         if kind == WAIT_DATA:
             continue
         if kind == WAIT_COPY and call is not None:
-            out[k] = _own_copy(call, pos_of, gc, nk, nc, end, w_end)
+            i = pos_of.get(call.corr, -1)
+            out[k] = i if i >= 0 and end[i] <= w_end + 1.0 else -1
             continue
         n = int(np.searchsorted(l_sorted, w_ts, side="left"))
         if not n:
             continue
-        cand = by_launch[:n]
-        ok = cand[end[cand] <= w_end + 1.0]  # what had ended when the call returned: what it waited for
-        if len(ok):
-            best = ok[int(np.argmax(end[ok]))]
-            out[k] = int(best) if end[best] > w_ts - STREAM_GAP_US else -1
+        best = int(top[n - 1])  # the latest end of all work launched before the call
+        if end[best] > w_end + 1.0:
+            # still running when the call returned (another stream): what it waited for had ended by then;
+            # looked for among the latest launches only, so that the search stays linear
+            cand = by_launch[max(0, n - _LOOK_BACK):n]
+            ok = cand[end[cand] <= w_end + 1.0]
+            best = int(ok[int(np.argmax(end[ok]))]) if len(ok) else -1
+        if best >= 0 and end[best] > w_ts - STREAM_GAP_US:  # what had ended when the call returned, during it
+            out[k] = best
     return out
-
-
-def _own_copy(call: Event, pos_of: dict[int, int], gc: Columns, nk: int, nc: int, end: np.ndarray, w_end: float) -> int:
-    """The graph index of the copy launched by ``call`` (by correlation id), -1 if not on the main device."""
-    corr = gc.corr
-    hits = np.flatnonzero(corr[nk:nk + nc] == call.corr) + nk
-    for h in hits.tolist():
-        i = pos_of.get(h)
-        if i is not None and end[i] <= w_end + 1.0:
-            return i
-    return -1
 
 
 def _host_runtime(m: TraceMetrics, keys: frozenset[HostThread], waits: set[int]) -> list[tuple[str, Intervals]]:
     """The main thread's runtime calls that are no waits, by name (launch overhead, allocator calls...)."""
-    calls = [r for r in m.threads.runtime_on(keys) if id(r) not in waits]
+    calls = m.threads.runtime_on(keys)
     if not calls:
         return []
-    groups: dict[str, list[Event]] = {}
-    for r in calls:
-        groups.setdefault(r.name, []).append(r)
-    out = []
-    for name, evs in groups.items():
-        s = np.fromiter((e.ts for e in evs), np.float64, len(evs))
-        d = np.fromiter((e.dur for e in evs), np.float64, len(evs))
-        out.append((name, Intervals.from_spans(s, d)))
-    return out
+    rc = columns(m.trace, calls)
+    keep = np.ones(rc.n, bool)
+    if waits:
+        keep[[i for i, r in enumerate(calls) if id(r) in waits]] = False  # (few: a list look-up per call would not be)
+    code = rc.name_code[keep]
+    ts, dur = rc.ts[keep], rc.dur[keep]
+    order = np.argsort(code, kind="stable")
+    code, ts, dur = code[order], ts[order], dur[order]
+    cuts = np.flatnonzero(np.diff(code)) + 1
+    return [(rc.names[int(c[0])], Intervals.from_spans(t, d))
+            for c, t, d in zip(np.split(code, cuts), np.split(ts, cuts), np.split(dur, cuts)) if len(c)]
 
 
-def _top_ops(m: TraceMetrics, ops: list[Event]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """The outermost of ``ops`` (those directly under a step marker count as outermost), by start.
-
-    ``ops``: one thread's operators in time order, or several threads' (then an operator of one
-    thread may sit inside another's: it is the outermost one that names the time)."""
-    if not ops:
+def _top_ops(m: TraceMetrics, groups: list[list[Event]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """The outermost operators of each thread's list in ``groups`` (those directly under a step marker count as
+    outermost), by start: starts, ends, name codes into the names that follow."""
+    starts, ends, codes, names = [], [], [], []  # per thread, from its shared columns
+    for ops in groups:
+        if not ops:
+            continue
+        oc = columns(m.trace, ops)
+        parent = stack_parents_of(oc.ts, oc.end)
+        marker = np.fromiter((step_number(n) is not None for n in oc.names), bool, len(oc.names))[oc.name_code]
+        top = ~marker & ((parent < 0) | marker[np.maximum(parent, 0)] & (parent >= 0))
+        starts.append(oc.ts[top])
+        ends.append(oc.end[top])
+        codes.append(oc.name_code[top] + len(names))
+        names += oc.names
+    if not starts:
         return np.zeros(0), np.zeros(0), np.zeros(0, np.int64), []
-    if any(ops[i].ts > ops[i + 1].ts for i in range(len(ops) - 1)):
-        ops = sorted(ops, key=lambda o: (o.ts, -o.dur))
-    oc = Columns(ops)
-    parent = stack_parents_of(oc.ts, oc.end)
-    marker = np.fromiter((step_number(n) is not None for n in oc.names), bool, len(oc.names))[oc.name_code]
-    top = ~marker & ((parent < 0) | marker[np.maximum(parent, 0)] & (parent >= 0))
-    return oc.ts[top], oc.end[top], oc.name_code[top], list(oc.names)
+    s, e, c = np.concatenate(starts), np.concatenate(ends), np.concatenate(codes)
+    order = np.lexsort((-(e - s), s))  # by start, the longest first (a thread's op before another's inside it)
+    return s[order], e[order], c[order], names

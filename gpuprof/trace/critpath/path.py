@@ -111,7 +111,8 @@ def _walk(g: StepGraph, a: float, b: float, host_end: float, out: _Walk) -> None
             out.pieces.append((_lane(g, r), max(e, a), t, "idle", "wait for another stream"))
             t, loc = e, dep
         elif launch == launch and launch <= t:  # not NaN
-            out.pieces.append((_lane(g, r), max(launch, a), t, "launch_gap", g.g_launch_name[r] or "launch"))
+            code = int(g.g_launch_code[r])
+            out.pieces.append((_lane(g, r), max(launch, a), t, "launch_gap", g.launch_names[code] if code >= 0 else "launch"))
             t, loc = launch, -1
         elif prev >= 0 and g.g_end[prev] > a:
             e = min(float(g.g_end[prev]), t)
@@ -167,7 +168,7 @@ def _host_split(g: StepGraph, host: Intervals) -> list[tuple[str, str, Intervals
             first = np.maximum.accumulate(np.where(np.concatenate(([True], starts[1:] >= reach[:-1])),
                                                    np.arange(len(starts)), 0))
             code = codes[first[at]]
-            for c in np.unique(code).tolist():
+            for c in np.flatnonzero(np.bincount(code, minlength=len(names))).tolist():
                 keep = code == c
                 out.append(("operator", names[c], Intervals(under.starts[keep], under.ends[keep])))
             rest = rest.subtract(under)

@@ -286,7 +286,10 @@ def _host_runtime(m: TraceMetrics, keys: frozenset[HostThread], waits: set[int])
 def _top_ops(m: TraceMetrics, groups: list[list[Event]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """The outermost operators of each thread's list in ``groups`` (those directly under a step marker count as
     outermost), by start: starts, ends, name codes into the names that follow."""
-    starts, ends, codes, names = [], [], [], []  # per thread, from its shared columns
+    starts: list[np.ndarray] = []  # per thread, from its shared columns
+    ends: list[np.ndarray] = []
+    codes: list[np.ndarray] = []
+    names: list[str] = []
     for ops in groups:
         if not ops:
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gpuprof.testing.tracegen import TraceBuilder
@@ -201,3 +202,45 @@ def test_launch_bound_steps_close_their_gaps(tmp_path: Path) -> None:
     # as one graph launch: the 50 kernels back to back (100 µs) after the first launch, no launch calls on the host
     step = m.mean_step_time
     assert saving == pytest.approx(step - (5.0 + 100.0 + 2.0 + 2.0), abs=12.0)
+
+
+def test_a_graph_launch_is_one_node_with_its_kernels(tmp_path: Path) -> None:
+    import json
+
+    b = TraceBuilder()
+    for _ in range(3):
+        with b.step():
+            b.kernel("graph_k0", us=10, launch="cudaGraphLaunch")
+            b.idle(us=20)  # the replayed graph's own gaps between its kernels (over 3 µs)
+            b.kernel("graph_k1", us=10, launch="cudaGraphLaunch")
+            b.idle(us=20)
+            b.kernel("graph_k2", us=10, launch="cudaGraphLaunch")
+            b.device_synchronize()
+    doc = b.to_dict()
+    events = doc["traceEvents"]
+    # as Kineto records a graph replay: one cudaGraphLaunch call; its kernels carry its correlation id
+    launches = [e for e in events if e.get("name") == "cudaGraphLaunch"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    drop = set()
+    for i in range(0, len(launches), 3):
+        corr = launches[i]["args"]["correlation"]
+        for j in (i + 1, i + 2):
+            drop.add(id(launches[j]))
+            kernels[j]["args"]["correlation"] = corr
+    doc["traceEvents"] = [e for e in events if id(e) not in drop and e.get("ph") not in ("s", "f")]
+    path = tmp_path / "graph.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    m = compute_metrics(load_trace(str(path)))
+    g = m.memo(build_graph)
+    assert (g.g_run == np.repeat(np.arange(0, g.n_gpu, 3), 3)).all()  # one node: each kernel follows the previous
+    cp = critical_path(m)
+    assert cp is not None
+    _sums(cp, m)
+    # the sync waits for the end of graph_k2: the path runs through the three kernels and the graph's own gaps
+    # between them (each kernel's span reaches the next one's start), back to the one launch call
+    kernels_on = _by_name(cp, "kernel")
+    assert set(kernels_on) == {"graph_k0", "graph_k1", "graph_k2"}
+    spans = [float(k["ts"]) for k in kernels[:3]]
+    assert sum(kernels_on.values()) == pytest.approx(spans[2] + 10.0 - spans[0], abs=0.01)
+    assert list(_by_name(cp, "launch_gap")) == ["cudaGraphLaunch"]
+    assert Replayer(g).end() == pytest.approx(max(m.steps[-1].cpu_end, float(g.g_end.max())))

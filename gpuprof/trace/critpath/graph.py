@@ -121,10 +121,13 @@ def build_graph(m: TraceMetrics) -> StepGraph:
     first[1:] = stream[1:] != stream[:-1]
     prev = np.where(first, -1, np.arange(len(sel)) - 1)
     prev_end = np.where(first, -np.inf, np.concatenate(([-np.inf], end[:-1])) if len(sel) else 0.0)
+    at = gpu_launch_positions(m.trace)[sel] if len(sel) else np.zeros(0, np.int64)
     bound = ~first & (ts <= prev_end + STREAM_GAP_US)
+    # a CUDA/HIP graph launch is one call for all its kernels (one correlation id): inside it, each kernel
+    # follows the previous one of its stream, whatever the gap, never the launch call
+    bound |= ~first & (at >= 0) & (at == np.concatenate(([-2], at[:-1])) if len(sel) else bound)
     run = np.maximum.accumulate(np.where(bound, 0, np.arange(len(sel)))) if len(sel) else np.zeros(0, np.int64)
 
-    at = gpu_launch_positions(m.trace)[sel] if len(sel) else np.zeros(0, np.int64)
     rc = columns(m.trace, m.trace.runtime)
     launch = np.where(at >= 0, rc.ts[np.maximum(at, 0)] if rc.n else np.nan, np.nan)
     launch_end = np.where(at >= 0, rc.end[np.maximum(at, 0)] if rc.n else np.nan, np.nan)

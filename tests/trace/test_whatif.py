@@ -162,3 +162,48 @@ def test_v100_pair_says_why_the_measured_change_is_not_the_what_if() -> None:
     assert abs(measured - what_if) > 0.15 * what_if
     gap = row["what_if_gap"]
     assert gap is not None and "the rest of the step grew" in gap
+
+
+def test_host_sync_finding_replays_its_site(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    marks = []
+    for _ in range(3):
+        with b.step():
+            k = b.kernel("k", us=2000)
+            b.sync_item(line=("train.py", 42))  # .item(): a device→host copy and a stream sync, after k
+            b.cpu(us=800)
+            k2 = b.kernel("k2", us=1000)
+            b.device_synchronize()
+            marks.append((k, k2))
+    doc = b.to_dict()
+    events = doc["traceEvents"]
+    report = analyze(str(b.write(tmp_path / "t.pt.trace.json")))
+    f = next(x for x in report.findings if x.code == "GP203" and x.location is not None and x.location.line == 42)
+    # hand schedule: without the .item() the host skips both its waits (the copy call and the sync), so k2 is
+    # launched earlier by their length; it starts 5 µs after its launch or when the stream is free (after the
+    # 4-byte copy, which stays queued behind k), and the steps end with it
+    waits = [e for e in events if e.get("name") in ("cudaMemcpyAsync", "cudaStreamSynchronize")]
+    copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    saved = 0.0
+    for i, (_k, k2) in enumerate(marks):
+        held = sum(float(w["dur"]) for w in waits[2 * i:2 * i + 2])
+        launch = float(k2["ts"]) - 5.0
+        start = max(launch - held + 5.0, float(copies[i]["ts"]) + float(copies[i]["dur"]))
+        saved += float(k2["ts"]) - start
+    assert f.what_if_saving_us == pytest.approx(saved / 3, abs=1.0)
+    assert f.what_if_saving_us > 700.0  # the host work the sync serialised behind k
+
+
+def test_launch_bound_finding_is_replayed_as_a_graph(tmp_path: Path) -> None:
+    b = TraceBuilder(launch_us=6.0, gap_us=3.0)
+    for _ in range(4):
+        with b.step():
+            for _ in range(400):
+                b.kernel("tiny", us=2.0)
+            b.device_synchronize()
+    report = analyze(str(b.write(tmp_path / "t.pt.trace.json")))
+    f = _finding(report.findings, "GP301")
+    # one launch per stretch: the 400 kernels of 2 µs run back to back (800 µs) and the host no longer spends its
+    # 400 launch calls of 6 µs; its 3 µs between calls (Python, the dispatcher) stay, 1200 µs: still longer than
+    # the GPU's 800, so the step shrinks by the launch calls' time
+    assert f.what_if_saving_us == pytest.approx(400 * 6.0, abs=1.0)

@@ -15,8 +15,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 
+import numpy as np
+
 from gpuprof.findings import Finding
-from gpuprof.trace.critpath.graph import WAIT_DATA, WAIT_SYNC, StepGraph, build_graph
+from gpuprof.trace.critpath.graph import WAIT_DATA, StepGraph, build_graph
 from gpuprof.trace.critpath.replay import Removal, Replayer, replay_saving
 from gpuprof.trace.metrics import TraceMetrics
 
@@ -49,11 +51,23 @@ def _copies(direction: str | None, make_async: bool) -> _Pick:
 
 
 def _syncs(g: StepGraph, r: Replayer, f: Finding, m: TraceMetrics) -> Removal:
-    """The sync calls of the finding's site (its source line; without one, those without one), less the
-    waits of host→device copies (GP202's)."""
-    site = {id(s.runtime) for s in m.syncs if s.location == f.location}
-    return Removal(drop=frozenset(int(w) for w in r.waits if g.w_kind[w] == WAIT_SYNC and g.w_tag[w] != "HtoD"
-                                  and id(g.w_call[w]) in site))
+    """The waits of the finding's site (its source line; without one, the sync points without one): each sync
+    point's outermost operator (``.item()`` is a device→host copy *and* a stream sync: both go), less the waits
+    of host→device copies (GP202's)."""
+    spans = sorted((s.ops[0].ts, s.ops[0].end) if s.ops else (s.runtime.ts, s.runtime.end)
+                   for s in m.syncs if s.location == f.location)
+    if not spans:
+        return Removal()
+    lo = np.array([a for a, _ in spans])
+    hi = np.maximum.accumulate(np.array([b for _, b in spans]))
+    out = []
+    for w in r.waits.tolist():
+        if g.w_kind[w] == WAIT_DATA or g.w_tag[w] == "HtoD":
+            continue
+        i = int(np.searchsorted(lo, g.w_ts[w], side="right")) - 1
+        if i >= 0 and g.w_end[w] <= hi[i] + 1e-6:
+            out.append(int(w))
+    return Removal(drop=frozenset(out))
 
 
 def _launches(g: StepGraph, r: Replayer, f: Finding, m: TraceMetrics) -> Removal:

@@ -198,14 +198,19 @@ def critical_path(m: TraceMetrics) -> CriticalPath | None:
             total[("copy" if code % 2 else "kernel", g.names[code // 2])] += float(per[code])
     length = m.mean_step_time
     covered = sum(total.values()) / n
-    if abs(length - covered) > 1e-6 * max(length, 1.0):
+    if length - covered > 1e-6 * max(length, 1.0):
         total[("idle", UNRESOLVED)] += (length - covered) * n  # the walk's guard stopped it: said, never hidden
+    elif covered - length > 1e-6 * max(length, 1.0) and total:
+        # time counted twice (pieces that overlap: not expected, the walk never runs forward): off the largest
+        # part, so that the parts still add up to the step and none is negative
+        top = max(total, key=lambda k: total[k])
+        total[top] -= (covered - length) * n
     return CriticalPath(length_us=length, parts=_top_parts(total, n))
 
 
 def _top_parts(total: dict[tuple[str, str], float], n: int) -> list[CriticalPart]:
     """The parts, largest first: the ``MAX_PARTS`` largest by name, the rest of each kind as ``(other)``."""
-    ranked = sorted(((us / n, kind, name) for (kind, name), us in total.items() if us != 0), reverse=True)
+    ranked = sorted(((us / n, kind, name) for (kind, name), us in total.items() if us > 0), reverse=True)
     parts = [CriticalPart(kind, name, us) for us, kind, name in ranked[:MAX_PARTS]]
     rest: dict[str, float] = defaultdict(float)
     for us, kind, _name in ranked[MAX_PARTS:]:

@@ -21,7 +21,7 @@ from gpuprof.rules.base import Rule, RuleContext, all_rules
 from gpuprof.runner import STRICT_ENV, RuleFailure, RuleUnit, Selection, strict_rules
 from gpuprof.runner import run_rules as run_units
 from gpuprof.summarize import trace_summary
-from gpuprof.trace.critpath.whatif import with_what_if
+from gpuprof.trace.critpath.whatif import cross_rank_not_replayed, with_what_if
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
@@ -285,7 +285,7 @@ def _cross_rank(
     failed: list[RuleFailure] | None = None if failures is None else []
     section, found = cross_rank(job, options, select, ignore, failed)
     report.sections.insert(len(report.sections) - 1, section)
-    report.findings.extend(found)
+    report.findings.extend(cross_rank_not_replayed(found))
     if failed:
         assert failures is not None
         failures.extend(failed)

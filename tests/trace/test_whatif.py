@@ -207,3 +207,13 @@ def test_launch_bound_finding_is_replayed_as_a_graph(tmp_path: Path) -> None:
     # 400 launch calls of 6 µs; its 3 µs between calls (Python, the dispatcher) stay, 1200 µs: still longer than
     # the GPU's 800, so the step shrinks by the launch calls' time
     assert f.what_if_saving_us == pytest.approx(400 * 6.0, abs=1.0)
+
+
+def test_cross_rank_findings_say_they_are_not_replayed() -> None:
+    from gpuprof.trace.critpath.whatif import NOTE_CROSS_RANK, cross_rank_not_replayed
+
+    costly = Finding("GP701", "straggler-rank", Severity.WARNING, "m", "a", cost_us_per_step=500.0)
+    free = Finding("GP704", "small-collectives", Severity.WARNING, "m", "a")
+    got = cross_rank_not_replayed([costly, free])
+    assert got[0].what_if_note == NOTE_CROSS_RANK and got[0].what_if_saving_us is None
+    assert got[1] == free

@@ -23,7 +23,7 @@ from gpuprof.trace.critpath.replay import Removal, Replayer, replay_saving
 from gpuprof.trace.metrics import TraceMetrics
 
 __all__ = ["ACTIONS", "MARGIN_SHARE", "MARGIN_STEP_SHARE", "with_what_if", "NOTE_HIDDEN", "NOTE_STARVES",
-           "NOTE_NOT_REPLAYED", "margin_note", "step_of"]
+           "NOTE_NOT_REPLAYED", "NOTE_CROSS_RANK", "margin_note", "step_of", "cross_rank_not_replayed"]
 
 MARGIN_SHARE = 0.25
 MARGIN_STEP_SHARE = 0.01
@@ -124,3 +124,12 @@ def margin_note(cost: float | None, saving: float, step: float) -> str | None:
     if gap <= MARGIN_SHARE * max(cost, saving) or gap <= MARGIN_STEP_SHARE * step:
         return None
     return NOTE_HIDDEN if saving < cost else NOTE_STARVES
+
+
+def cross_rank_not_replayed(findings: Iterable[Finding]) -> list[Finding]:
+    """The cross-rank findings (GP7xx, made from the ranks' summaries, not from one trace's graph), each with a
+    cost saying it is not replayed: the ranks' graphs are not joined (docs/critical-path.md)."""
+    return [dataclasses.replace(f, what_if_note=NOTE_CROSS_RANK)
+            if f.cost_us_per_step is not None and f.what_if_saving_us is None and f.what_if_note is None else f
+            for f in findings]
+

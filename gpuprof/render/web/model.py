@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprof.findings import Finding
+from gpuprof.render.critpath import fmt_what_if
 from gpuprof.render.format import fmt_cost, linked_message
 
 __all__ = ["TraceFigures", "headline", "drawn_finding"]
@@ -58,5 +59,7 @@ def headline(traces: Sequence[TraceFigures], step_times_us: Sequence[float], ste
 
 def drawn_finding(f: Finding, where: dict[str, Any] | None = None) -> dict[str, Any]:
     """A finding as the pages draw it: its JSON form, where it came from (``where``: the tab's ``trace``,
-    ``report``, ``scope``), and its message and cost as every renderer states them (:mod:`gpuprof.render.format`)."""
-    return {**f.to_dict(), **(where or {}), "display_message": linked_message(f), "display_cost": fmt_cost(f)}
+    ``report``, ``scope``), and its message, cost and what-if as every renderer states them (:mod:`gpuprof.render.format`,
+    :mod:`gpuprof.render.critpath`)."""
+    return {**f.to_dict(), **(where or {}), "display_message": linked_message(f), "display_cost": fmt_cost(f),
+            "display_what_if": fmt_what_if(f)}

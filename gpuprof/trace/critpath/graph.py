@@ -134,7 +134,7 @@ def build_graph(m: TraceMetrics) -> StepGraph:
     lcode, lnames = _recode(np.where(at >= 0, rc.name_code[np.maximum(at, 0)] if rc.n else -1, -1), rc.names)
     lat = ts - launch
     free = ~bound & (lat >= 0)
-    latency = float(np.median(lat[free])) if free.any() else DEFAULT_LATENCY_US
+    latency = _median(lat[free]) if free.any() else DEFAULT_LATENCY_US
     # ready: its start where nothing else held it; else a typical latency after its launch
     ready = np.where(bound, np.minimum(ts, np.where(np.isnan(launch), ts, launch + latency)), ts)
     dep = _cross_stream(ts, end, stream, bound, launch_end, prev_end)
@@ -155,6 +155,13 @@ def build_graph(m: TraceMetrics) -> StepGraph:
         top_ops=_top_ops(m, [ops for k, ops in m.threads.ops.items() if k in keys]),
         other_ops=_top_ops(m, [ops for k, ops in m.threads.ops.items() if k not in keys]),
         latency_us=latency)
+
+
+def _median(x: np.ndarray) -> float:
+    """The median of a non-empty array (``np.median`` would import numpy.ma, which ``analyze`` never loads)."""
+    n = len(x)
+    part = np.partition(x, [(n - 1) // 2, n // 2])
+    return float(part[(n - 1) // 2] + part[n // 2]) / 2.0
 
 
 def _recode(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:

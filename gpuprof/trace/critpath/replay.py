@@ -69,7 +69,7 @@ class Replayer:
         when = np.where(np.isnan(g.g_launch), ts, g.g_launch)
         bounds = np.append(g.w_ts[self.waits], self.host_end)
         chunk = np.searchsorted(bounds, when, side="left")
-        for s in np.unique(g.g_stream).tolist():  # a stream runs in order: a later event never in an earlier chunk
+        for s in set(g.g_stream.tolist()):  # a stream runs in order: a later event never in an earlier chunk
             at = np.flatnonzero(g.g_stream == s)
             chunk[at] = np.maximum.accumulate(chunk[at])
         self.chunk = chunk

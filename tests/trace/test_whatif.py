@@ -12,7 +12,7 @@ from gpuprof.findings import Finding, Severity
 from gpuprof.render import render
 from gpuprof.testing.realtraces import TRACES, shared_path
 from gpuprof.testing.tracegen import TraceBuilder
-from gpuprof.trace.critpath.path import critical_path
+from gpuprof.trace.critpath.path import critical_path, critical_segments
 from gpuprof.trace.critpath.whatif import (
     ACTIONS,
     NOTE_HIDDEN,
@@ -110,6 +110,10 @@ def test_every_shared_trace_has_a_critical_path_that_sums_to_its_steps() -> None
         assert cp.length_us == pytest.approx(m.mean_step_time), p
         assert sum(x.us for x in cp.parts) == pytest.approx(cp.length_us, rel=1e-9, abs=1e-6), p
         assert all(x.us > 0 for x in cp.parts), p
+        segs = critical_segments(m)  # the median step's path, for a timeline: it tiles that step
+        durs = sorted(s.dur for s in m.steps)
+        assert sum(e - s for _, s, e, _, _ in segs) == pytest.approx(durs[(len(durs) - 1) // 2], rel=1e-6), p
+        assert all(lane.startswith(("host:", "gpu:")) for lane, *_ in segs), p
     assert seen >= 30
 
 

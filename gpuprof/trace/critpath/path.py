@@ -224,7 +224,8 @@ def critical_segments(m: TraceMetrics) -> list[Segment]:
 
     Lanes: ``host:<pid>:<tid>`` (the main thread) and ``gpu:<device>:<stream>``;
     times are the trace's (µs). The median step is the one whose time is the
-    median (the earlier of the two middle ones for an even count)."""
+    median (the earlier of the two middle ones for an even count). Contiguous pieces of one lane, kind and
+    name are one segment."""
     if not m.steps:
         return []
     g = m.memo(build_graph)
@@ -239,4 +240,11 @@ def critical_segments(m: TraceMetrics) -> list[Segment]:
     for i, lo, hi in zip(idx.tolist(), s.tolist(), e.tolist()):
         kind = "copy" if g.g_kind[i] == GPU_COPY else "kernel"
         out.append((_lane(g, i), lo, hi, kind, g.names[int(g.g_name[i])]))
-    return sorted((x for x in out if x[2] > x[1]), key=lambda x: (x[1], x[2]))
+    merged: list[Segment] = []  # one segment per stretch of the same lane, kind and name
+    for x in sorted((x for x in out if x[2] > x[1]), key=lambda x: (x[1], x[2])):
+        last = merged[-1] if merged else None
+        if last is not None and last[0] == x[0] and last[3] == x[3] and last[4] == x[4] and x[1] - last[2] < 1e-6:
+            merged[-1] = (last[0], last[1], max(last[2], x[2]), last[3], last[4])
+        else:
+            merged.append(x)
+    return merged

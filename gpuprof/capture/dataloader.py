@@ -385,13 +385,15 @@ def dataloader_findings(
             out.append(_finding(
                 "GP601",
                 f"{rec.label} loads batches in the training process (num_workers=0): "
-                f"{share:.0%} of step time is spent waiting for data ({per_step_us / 1000:.2f} ms/step)",
+                f"{share:.0%} of step time over the run's {steps} step{'s' if steps != 1 else ''} is spent waiting "
+                f"for data ({per_step_us / 1000:.2f} ms/step)",
                 "Set num_workers>0 (start with min(8, CPU cores per GPU)) so batches are prepared in "
                 "background processes while the model trains; add persistent_workers=True and, on CUDA, "
                 "pin_memory=True.",
                 rec,
                 (Evidence("data_loading_share", round(share, 4), options.dataloader_share_warning, "fraction",
-                          extra={"num_workers": 0, "batches": rec.batches, "fetch_s": round(rec.fetch_s, 6)}),),
+                          extra={"num_workers": 0, "batches": rec.batches, "fetch_s": round(rec.fetch_s, 6),
+                                 "steps": num_steps}),),
                 severity=sev,
                 cost_us=per_step_us,
                 cost_share=share,

@@ -68,10 +68,9 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
     saving against the measured change.
     """
     from gpuprof.analysis import default_analyze_jobs
-    from gpuprof.atomic import refuse_input_as_output, write_output
+    from gpuprof.cli.common import emit_text
     from gpuprof.diff.compare import diff_reports
     from gpuprof.diff.gate import judge, parse_threshold
-    from gpuprof.render.safe import visible
 
     limit = None
     if threshold is not None:
@@ -104,18 +103,12 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
         from gpuprof.diff.render import render_diff_terminal
 
         text = render_diff_terminal(diff, color=None if output is None and sys.stdout.isatty() else False)
-    if html_out:
+    def page() -> str:
         from gpuprof.htmlpage.page import diff_page
 
-        refuse_input_as_output(html_out, sources, "--html")
-        write_output(html_out, diff_page(diff), "the HTML page")
-        click.echo(f"gpuprof: HTML page written to {visible(html_out)}", err=True)
-    if output:
-        refuse_input_as_output(output, sources)
-        write_output(output, text, "the diff")
-        click.echo(f"gpuprof: diff written to {visible(output)}", err=True)
-    else:
-        sys.stdout.write(text)
+        return diff_page(diff)
+
+    emit_text(text, output, "the diff", sources, html_out, page)
     reg = diff["regression"]
     sys.exit(EXIT_FINDINGS if reg is not None and reg["regressed"] else EXIT_OK)
 

@@ -22,6 +22,7 @@ from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
 from gpuprof.render.critpath import critical_rows, fmt_what_if
+from gpuprof.render.groups import applies_to, group_cost, group_findings, groups_head, trace_labels
 from gpuprof.render.safe import clip, one_line, shorten, visible
 from gpuprof.render.sections import markdown_renderer
 from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
@@ -229,27 +230,39 @@ def _findings(report: Report) -> list[str]:
     findings = report.sorted_findings()
     if not findings:
         return []
-    out = ["## Findings (most expensive first)", ""]
+    # over several traces the same finding is shown once with the traces it applies to (gpuprof.render.groups),
+    # as the terminal and the HTML page show it
+    groups = group_findings(findings) if len(report.traces) > 1 else [[f] for f in findings]
+    labels = trace_labels(report)
+    head = "## Findings (most expensive first)"
+    if len(groups) < len(findings):
+        head += ": " + groups_head(len(findings), len(report.traces), len(groups))
+    out = [head, ""]
+    if len(report.traces) > 1:
+        out += [md_table(["#", "Trace"], [(labels[t.path], md_code(t.path, cell=True)) for t in report.traces], "rl"), ""]
     summary = [
-        (str(i), SEVERITY_MARK[f.severity], md_code(f.code, cell=True), md_escape(f.name), F.fmt_cost(f))
-        for i, f in enumerate(findings, 1)
+        (str(i), SEVERITY_MARK[g[0].severity], md_code(g[0].code, cell=True), md_escape(g[0].name),
+         group_cost(g, labels) if len(g) > 1 else F.fmt_cost(g[0]))
+        for i, g in enumerate(groups, 1)
     ]
     out += [md_table(["#", "Severity", "Code", "Finding", "Cost"], summary, "rlllr"), ""]
-    for i, f in enumerate(findings, 1):
-        out.extend(_finding(i, f))
+    for i, g in enumerate(groups, 1):
+        out.extend(_finding(i, g[0], g if len(g) > 1 else (), labels))
     return out
 
 
-def _finding(index: int, f: Finding) -> list[str]:
+def _finding(index: int, f: Finding, group: Sequence[Finding] = (), labels: dict[str, str] | None = None) -> list[str]:
     out = [f"### {index}. {md_code(f.code)} {md_escape(f.name)} ({f.severity.value})", "", md_escape(F.linked_message(f)), ""]
-    out.append(f"- **Cost:** {F.fmt_cost(f)}")
+    out.append(f"- **Cost:** {group_cost(group, labels or {}) if group else F.fmt_cost(f)}")
     what_if = fmt_what_if(f)
     if what_if:
         out.append(f"- **What-if:** {md_escape(what_if)}")
     loc = F.fmt_location(f)
     if loc:
         out.append(f"- **Where:** {md_code(loc)}")
-    if f.source:
+    if group:
+        out.append(f"- **Traces:** {md_escape(applies_to(group, labels or {}))}")
+    elif f.source:
         out.append(f"- **Input:** {md_code(f.source)}")
     if f.origin == "runtime":
         out.append(f"- **From:** {F.RUNTIME_ORIGIN}")

@@ -41,7 +41,7 @@ __all__ = [
     "Report",
 ]
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 
 
 @dataclass
@@ -71,7 +71,9 @@ class TraceSummary:
     notes: list[str] = field(default_factory=list)
     step_times_us: list[float] = field(default_factory=list)  # each analysed step's time, in step order (1.2)
     views: TraceViews | None = None  # operators, kernels, modules, ranges (1.2; docs/views.md)
-    critical_path: CriticalPath | None = None  # mean per step (1.4; docs/critical-path.md)
+    # time waiting in DataLoader.__next__ / step time, the one definition (gpuprof.trace.dataloading; 1.4)
+    data_loading_share: float | None = None
+    critical_path: CriticalPath | None = None  # mean per step (1.5; docs/critical-path.md)
 
     def __post_init__(self) -> None:
         self.path = scrub(os.fspath(self.path))  # a URL's credentials never reach a view (gpuprof.redact)

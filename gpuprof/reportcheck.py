@@ -190,6 +190,7 @@ _TRACE = _object(
      "syncs": _list(_SYNC), "rank": _number(low=0, integer=True, nullable=True),
      "world_size": _number(low=1, integer=True, nullable=True), "num_events": _COUNT,
      "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS,
+     "data_loading_share": _SHARE_OR_NULL,
      "critical_path": _CRITICAL_PATH},
 )
 

@@ -42,5 +42,6 @@ def trace_summary(m: TraceMetrics) -> TraceSummary:
         file_bytes=t.file_bytes,
         step_times_us=m.step_times,
         views=trace_views(m),
+        data_loading_share=m.data_loading_share if m.num_steps else None,
         critical_path=critical_path(m),
     )

@@ -177,7 +177,7 @@ _VIEWS = _object({}, {"version": _number(low=1, integer=True), "kernel_total_us"
                       "kernels": _list(_VIEW_KERNEL), "modules": _list(_VIEW_SCOPE), "ranges": _list(_VIEW_SCOPE)},
                  nullable=True)
 
-# the critical path (1.4, docs/critical-path.md): parts of the mean step, each a duration
+# the critical path (1.5, docs/critical-path.md): parts of the mean step, each a duration
 _CRITICAL_PART = _object({"kind": _text(), "name": _text(), "us": _US}, {})
 _CRITICAL_PATH = _object({"length_us": _US, "parts": _list(_CRITICAL_PART)}, {}, nullable=True)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuprof.memory.htmlsafe import fill_template, page_head, script_json, text_for_html
 from gpuprof.render import web
+from gpuprof.render.format import fmt_comm_wait, fmt_mfu
 from gpuprof.render.groups import trace_labels
 from gpuprof.render.web.model import TraceFigures, drawn_findings, headline
 from gpuprof.report import Report
@@ -60,6 +61,9 @@ def report_page_data(report: Report) -> dict[str, Any]:
     # the summary cards: the same figures as the TensorBoard tab's run headline (gpuprof.render.web.model)
     head = headline([TraceFigures.of(t, t["devices"]) for t in traces],
                     [x for t in traces for x in t["step_times_us"]], sum(t["num_steps"] for t in traces))
+    if len(report.traces) == 1:  # one trace's MFU and waiting in collectives, worded as every renderer words them
+        head["mfu_text"] = fmt_mfu(report.traces[0])
+        head["comm_wait_text"] = fmt_comm_wait(report.traces[0])
     return {"kind": "report", "title": title, "inputs": d["inputs"], "headline": head, "traces": traces,
             "findings": findings, "findings_total": len(report.findings), "notes": d["notes"], "version": d["tool"]["version"], "job": d.get("job")}
 

@@ -155,6 +155,8 @@ def _trace(t: TraceSummary) -> list[str]:
         util = "n/a (no GPU activity in this trace)"
     else:
         util = f"**{U.fmt_pct(t.gpu_utilization)}** (GPU busy {U.fmt_ms(t.gpu_busy_us)} ms per step)"
+        if (wait := F.fmt_comm_wait(t)) is not None:
+            util += f"; {wait}"
     size = f"{U.fmt_count(t.num_events)} events"
     if t.file_bytes:
         size += f", {U.fmt_bytes(t.file_bytes)} on disk"
@@ -165,13 +167,14 @@ def _trace(t: TraceSummary) -> list[str]:
         f"- **Step time:** {U.fmt_ms(t.step_time_us)} ms median, {U.fmt_ms(t.step_time_mean_us)} ms mean",
         *([f"- **Lead-in:** {F.fmt_lead_in(t.lead_in_us)}"] if t.lead_in_us is not None else []),
         f"- **GPU utilisation:** {util}",
+        *([f"- **MFU:** {md_escape(mfu)}"] if (mfu := F.fmt_mfu(t)) is not None else []),
         f"- **Trace:** {size}",
         "",
     ]
     basis = F.step_basis_us(t)
     if t.breakdown_us:
         out += ["### Step time breakdown", ""]
-        out.append(_breakdown(t.breakdown_us, BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
+        out.append(_breakdown(*F.breakdown_rows(t, BREAKDOWN_KEYS), F.BREAKDOWN_LABELS, basis))
         out.append("")
     if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
         out += ["### While the GPU was idle, the host was in", ""]

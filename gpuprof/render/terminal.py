@@ -195,7 +195,11 @@ def _summary_rows(t: TraceSummary) -> list[tuple[str, str | Text]]:
     else:
         util = Text(U.fmt_pct(t.gpu_utilization), style=_util_style(t.gpu_utilization))
         util.append(f"  (GPU busy {U.fmt_ms(t.gpu_busy_us)} ms per step)", style="default")
+        if (wait := F.fmt_comm_wait(t)) is not None:
+            util.append(f"; {wait}", style="default")
     rows.append(("GPU utilisation", util))
+    if (mfu := F.fmt_mfu(t)) is not None:
+        rows.append(("MFU", mfu))
     size = f"{U.fmt_count(t.num_events)} events"
     if t.file_bytes:
         size += f", {U.fmt_bytes(t.file_bytes)} on disk"
@@ -263,7 +267,7 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
     parts: list[RenderableType] = [_kv_grid([("File", t.path), *_summary_rows(t)], console.width - 4)]
     tables: list[Table] = []
     if t.breakdown_us:
-        tables.append(_breakdown_table("Step time", t.breakdown_us, BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
+        tables.append(_breakdown_table("Step time", *F.breakdown_rows(t, BREAKDOWN_KEYS), F.BREAKDOWN_LABELS, basis))
     if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
         tables.append(_breakdown_table("GPU idle: host was in", t.idle_breakdown_us, IDLE_KEYS, F.IDLE_LABELS, basis))
     if tables:

@@ -153,6 +153,8 @@ const GP = (() => {
     return [card("devices", h.devices.length ? h.devices.map(d => short(d)).join(", ") : "no GPU in the trace"),
       card("steps analysed", String(h.steps)), card("median step", fmtUs(h.step_time_us)), card("mean step", fmtUs(h.step_time_mean_us)),
       card("GPU utilisation", h.gpu_utilization === null || h.gpu_utilization === undefined ? "n/a (no GPU activity)" : fmtPct(h.gpu_utilization)),
+      ...(h.comm_wait_text ? [card("waiting in collectives", h.comm_wait_text)] : []),
+      ...(h.mfu_text ? [card("MFU", h.mfu_text)] : []),
       card("traces", String(h.traces)), card("findings", String(nFindings))];
   }
   function fmtEvidence(unit, x){ return unit === "us" ? fmtUs(x) : unit === "fraction" ? fmtPct(x) : unit === "bytes" ? fmtB(x) :

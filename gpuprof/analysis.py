@@ -21,12 +21,13 @@ from gpuprof.rules.base import Rule, RuleContext, all_rules
 from gpuprof.runner import STRICT_ENV, RuleFailure, RuleUnit, Selection, strict_rules
 from gpuprof.runner import run_rules as run_units
 from gpuprof.summarize import trace_summary
+from gpuprof.trace.critpath.path import critical_segments
+from gpuprof.trace.critpath.whatif import cross_rank_not_replayed, with_what_if
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
 from gpuprof.trace.phase import compile_time, trace_phase
 from gpuprof.trace.source import find_traces
-from gpuprof.trace.timelinerows import CriticalRow
 from gpuprof.views.timeline import build_timeline, keep_markers_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,7 +106,7 @@ def analyze_trace(
         if rank.inst_dur:  # collectives: the one-rank estimate of their waiting (the cross-rank merge refines it)
             apply_waits(summary, rank, trace_waits(rank), "trace")
     failed: list[RuleFailure] = []
-    findings = run_rules(trace, metrics, options, select, ignore, failed)
+    findings = with_what_if(metrics, run_rules(trace, metrics, options, select, ignore, failed))
     if failed:
         if failures is None:
             raise RuleError(trace.path, failed) from failed[0][1]
@@ -113,12 +114,10 @@ def analyze_trace(
         for code, err in failed:
             summary.notes.append(f"rule {code} failed ({describe_error(err)}): the analysis of this trace is incomplete")
     summary.notes.extend(trace.load_notes)
-    # The critical path's segments of the median step, (lane, start_us, end_us, kind, name) in the trace's clock.
-    # LEAD: wire the critical path here once it is on main (issue 35 item 2, the cpath branch:
-    # `critical = critical_segments(metrics)` from gpuprof.trace.critpath.path); until then the timeline is
-    # drawn without the highlight. Both pick the same median step (gpuprof.views.timeline.critical_step).
-    critical: list[CriticalRow] | None = None
-    summary.timeline = build_timeline(metrics, findings, critical)
+    # the timeline, with the critical path's segments of the median step (lane, start_us, end_us, kind, name) in
+    # the trace's clock; both pick the same median step (gpuprof.views.timeline.critical_step), and the step graph
+    # is built once for the critical path and these segments (TraceMetrics.memo)
+    summary.timeline = build_timeline(metrics, findings, critical_segments(metrics))
     phase = trace_phase(metrics)
     if phase is not None:
         summary.notes.append(
@@ -307,7 +306,7 @@ def _cross_rank(
     failed: list[RuleFailure] | None = None if failures is None else []
     section, found = cross_rank(job, options, select, ignore, failed)
     report.sections.insert(len(report.sections) - 1, section)
-    report.findings.extend(found)
+    report.findings.extend(cross_rank_not_replayed(found))
     if failed:
         assert failures is not None
         failures.extend(failed)

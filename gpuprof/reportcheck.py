@@ -20,7 +20,8 @@ counts not negative, shares (``gpu_utilization``, ``share_of_gpu``,
 each finding has a code, and a name, message and severity (a known one) of
 the right type where present, a cost that is a number of 0 or more; a timeline's rows are lists of the
 documented length and types (the page indexes its names and kinds with them). Fields absent from older 1.x
-reports (``step_times_us``, ``views``, ``timeline``) may be missing; the ones every 1.x report has may not. Open maps
+reports (``step_times_us``, ``views``, ``critical_path``, a finding's ``what_if_*``, ``timeline``) may be
+missing; the ones every 1.x report has may not. Open maps
 (a finding's ``evidence[].extra``, sections other than the trace summaries)
 are checked for non-finite numbers only: their shape is the rule's or the
 section's.
@@ -185,6 +186,9 @@ _VIEWS = _object({}, {"version": _number(low=1, integer=True), "kernel_total_us"
                       "kernels": _list(_VIEW_KERNEL), "modules": _list(_VIEW_SCOPE), "ranges": _list(_VIEW_SCOPE)},
                  nullable=True)
 
+# the critical path (1.5, docs/critical-path.md): parts of the mean step, each a duration
+_CRITICAL_PART = _object({"kind": _text(), "name": _text(), "us": _US}, {})
+_CRITICAL_PATH = _object({"length_us": _US, "parts": _list(_CRITICAL_PART)}, {}, nullable=True)
 
 def _row(*cells: Check) -> Check:
     """A list of exactly these cells (a timeline's event row or critical segment)."""
@@ -223,6 +227,7 @@ _TRACE = _object(
      "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS,
      "data_loading_share": _SHARE_OR_NULL, "mfu": _MFU, "comm_wait_us": _US_OR_NULL,
      "comm_wait_source": _text(nullable=True), "gpu_working_utilization": _SHARE_OR_NULL,
+     "critical_path": _CRITICAL_PATH,
      "timeline": _TIMELINE},
 )
 
@@ -236,7 +241,8 @@ _LINK = _object({"kind": _text(), "code": _text()}, {"part": _text(nullable=True
 _FINDING = _object(
     {"code": _text()},
     {"name": _text(), "severity": _one_of("info", "warning", "error"), "message": _text(), "advice": _text(), "evidence": _list(_EVIDENCE), "cost_us_per_step": _US_OR_NULL, "cost_share": _SHARE_OR_NULL,
-     "location": _LOCATION, "origin": _text(), "source": _text(nullable=True), "links": _list(_LINK)},
+     "location": _LOCATION, "origin": _text(), "source": _text(nullable=True), "links": _list(_LINK),
+     "what_if_saving_us": _US_OR_NULL, "what_if_note": _text(nullable=True)},
 )
 
 _REPORT = _object(

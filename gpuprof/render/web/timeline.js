@@ -32,7 +32,7 @@ GP.timeline = (() => {
   function draw(box, tl, findings){
     box.replaceChildren();
     if (!tl || typeof tl !== "object"){
-      box.append(el("p", {class: "muted"}, "No timeline for this trace (a report written before schema 1.4, or a trace without steps)."));
+      box.append(el("p", {class: "muted"}, "No timeline for this trace (a report written before schema 1.5, or a trace without steps)."));
       return;
     }
     const names = arr(tl.names).map(n => String(n)), kinds = arr(tl.kinds).map(k => String(k));

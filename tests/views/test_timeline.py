@@ -264,6 +264,14 @@ def test_real_v100_trace() -> None:
     assert len(tl.steps) == report.traces[0].num_steps
     assert tl.markers and {x.code for x in tl.markers} <= {f.code for f in report.findings}
     assert all(0 <= r[0] <= tl.span_us + 1e3 or r[0] + r[1] >= 0 for ln in tl.lanes for r in ln.events)
+    # the critical path of the median step (gpuprof.trace.critpath), on lanes that hold the step's events
+    from gpuprof.trace.critpath.path import critical_segments
+
+    segs = critical_segments(compute_metrics(load_trace(path)))
+    assert tl.critical and sum(r[5] for r in tl.critical) == len(segs)
+    step = tl.steps[tl.critical_step or 0]
+    assert all(step.start_us - 1 <= r[1] <= r[2] <= step.end_us + 1 for r in tl.critical)
+    assert {r[0] for r in tl.critical} <= {ln.id for ln in tl.lanes if ln.events}
 
 
 SHIM = Path(__file__).parents[1] / "security" / "page_shim.js"

@@ -12,6 +12,7 @@ rules, and never above 100% of it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator, Mapping
 
 from gpuprof.codespec import Option
@@ -162,7 +163,7 @@ class StragglerRank(CrossRankRule):
                   "recorded step late (happened before the recording: not explainable from this trace)"
                   if arr.before_step_ranks else "")
         cost = min(job.others_wait_us, job.step_us) if job.step_us > 0 else job.others_wait_us
-        yield self.finding(
+        found = self.finding(
             job,
             f"straggler: {_ranks(slow)} of {len(job.ranks)}, last to arrive at {lasts} per step; the other ranks "
             f"wait for it {fmt_us(arr.waited_us)} per step (median over steps; in {arr.steps_waited} of "
@@ -186,6 +187,23 @@ class StragglerRank(CrossRankRule):
                       Evidence("before_step_wait_us_per_step", round(arr.before_step_us, 1), unit="us",
                                extra={"ranks": ",".join(map(str, arr.before_step_ranks))})],
         )
+        if arr.what_if_us is None:
+            yield found
+            return
+        # the straggler's delay removed, replayed on the arrivals (gpuprof.distributed.arrivals): each collective
+        # then ends when the latest other rank arrives, which a second late rank can hold back
+        from gpuprof.trace.critpath.whatif import margin_note
+
+        differs = margin_note(found.cost_us_per_step, arr.what_if_us, job.step_us) is not None
+        note = (STRAGGLER_HELD if arr.what_if_us < (found.cost_us_per_step or 0.0) else STRAGGLER_MORE) if differs \
+            else None
+        yield dataclasses.replace(found, what_if_saving_us=round(arr.what_if_us, 1), what_if_note=note)
+
+
+# GP701's what-if note, where the replay and the rule's cost differ beyond the margin (docs/critical-path.md)
+STRAGGLER_HELD = ("another rank arrives late too: with the straggler's delay removed the collectives wait for it, "
+                  "so the saving is the replay's, less than the others' median wait (the rule's cost)")
+STRAGGLER_MORE = "the replay saves more than the rule's cost: the others' waits differ widely; believe the replay"
 
 
 @register

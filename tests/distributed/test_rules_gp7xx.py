@@ -6,6 +6,7 @@ import ast
 import gzip
 import json
 import re
+import statistics
 from pathlib import Path
 
 import msgspec
@@ -77,6 +78,26 @@ def test_gp701_bad_one_rank_loads_data_slowly_and_three_wait(real: RankSummary) 
     assert 0.85 * sum(waits) / real.num_steps <= gp701.cost_us_per_step
     assert gp701.cost_us_per_step <= sum(waits) / real.num_steps + 1
     assert job.arrivals.last_at_per_step >= len(real.inst_type) / real.num_steps - 1  # a tiny broadcast: within noise
+
+
+def test_gp701_what_if_a_second_late_rank_holds_the_collectives(real: RankSummary) -> None:
+    # ranks 0-1 wait 2x each collective's transfer, rank 2 (itself late) only 1x, rank 3 is the straggler: with
+    # rank 3's delay removed each collective waits for rank 2, so it ends 1x the transfer sooner, not the
+    # others' median 2x (the rule's cost)
+    firsts = _first_of_each_step(real)
+    ranks = _ranks(real, 4, inst_dur=[_stretched(real, 3)] * 2 + [_stretched(real, 2), list(real.inst_dur)],
+                   inst_gap=[list(real.inst_gap)] * 3 + [_more_data_loading(real, 20_000.0, firsts)])
+    job, found = cross_rank(ranks)
+    assert job.stragglers == [3]
+    gp701 = next(f for f in found if f.code == "GP701")
+    # independent: per step, the sum of rank 2's waits (1x the transfer) at the collectives; the median over steps
+    per_step: dict[int, float] = {}
+    for d, k in zip(real.inst_dur, real.inst_step):
+        per_step[k] = per_step.get(k, 0.0) + d
+    expected = statistics.median(per_step.values())
+    assert gp701.what_if_saving_us == pytest.approx(expected, rel=0.15)
+    assert gp701.what_if_saving_us < 0.75 * gp701.cost_us_per_step  # about half the others' median wait
+    assert gp701.what_if_note is not None and "another rank arrives late too" in gp701.what_if_note
 
 
 def test_gp701_good_late_only_before_the_recording(real: RankSummary) -> None:

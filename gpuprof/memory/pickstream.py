@@ -101,6 +101,7 @@ class StreamReader:
         self.size = size
         self.sink = sink
         self.read_so_far = 0  # bytes read from fh
+        self.eof = False
         self.streamed = False  # whether a segments list or device_traces was recognised
         self.segments_list: list[Any] | None = None
         self.traces_list: list[Any] | None = None
@@ -108,9 +109,19 @@ class StreamReader:
         self.n_traces = 0  # device lists device_traces held
 
     def _more(self, buf: bytes, pos: int, want: int = _CHUNK) -> bytes:
-        data = self.fh.read(max(want, _CHUNK))
-        self.read_so_far += len(data)
-        return buf[pos:] + data
+        """The unread rest of ``buf`` and at least ``want`` more bytes (fewer only at the end of the file)."""
+        parts = [buf[pos:]]
+        got = 0
+        want = max(want, _CHUNK)
+        while got < want:
+            data = self.fh.read(want - got)
+            if not data:
+                self.eof = True
+                break
+            parts.append(data)
+            got += len(data)
+        self.read_so_far += got
+        return b"".join(parts)
 
     def _take(self, buf: bytes, pos: int, n: int) -> tuple[bytes, bytes, int]:
         """``n`` bytes at ``pos`` (reading on as needed): (the bytes, the buffer, the new position)."""
@@ -288,11 +299,11 @@ class StreamReader:
                     new_container(d)
                     push(d)
                 elif op == 0x5D:  # EMPTY_LIST
-                    if len(buf) - pos < _LOOKAHEAD:
+                    if len(buf) - pos < _LOOKAHEAD and not self.eof:
                         buf = self._more(buf, pos)
                         pos = 0
                     m = _FRAMES_RUN.match(buf, pos)
-                    if m is not None and _plain_list_slot(parent_of_new(False), consumers, top_dict):
+                    if m is not None and (m.end() < len(buf) or self.eof) and _plain_list_slot(parent_of_new(False), consumers, top_dict):
                         run = m.group(2)
                         fr = frames_cache.get(run)
                         if fr is None:
@@ -435,6 +446,8 @@ class StreamReader:
                     raise CorruptPickle(f"invalid load key, {bytes([op])!r}")
         except (IndexError, struct.error):
             raise CorruptPickle("truncated (the file ended inside an opcode)") from None
+        except UnicodeDecodeError as err:
+            raise CorruptPickle(f"a string that is not UTF-8 ({str(err)[:120]})") from None
         except TypeError as err:  # an unhashable key
             raise CorruptPickle(f"TypeError: {str(err)[:200]}") from None
 

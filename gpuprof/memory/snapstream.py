@@ -74,8 +74,10 @@ def stream_snapshot(path: str | os.PathLike[str], internal_patterns: Any = DEFAU
     name = os.fspath(path)
     if opened is None:
         opened = open_input(name, peek=0)
-    if opened.size is None or opened.rewound() is None:
+    start = opened.rewound() if opened.size is not None else None
+    if start is None:
         return opened  # a pipe or a stream that cannot seek: read in whole (it is read once anyway)
+    opened = start
     parser = SnapshotParser(name, internal_patterns, item_budget(opened.size))
     sink = _Sink(parser)
     reader = StreamReader(opened.stream, opened.size, sink)

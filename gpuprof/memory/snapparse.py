@@ -21,7 +21,16 @@ from gpuprof.inputs import MAX_DEVICE_INDEX, SNAPSHOT_ITEMS_PER_BYTE
 from gpuprof.memory.attribution import KindTable
 from gpuprof.memory.devices import bf16_support
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS, SiteTable
-from gpuprof.memory.model import ACTION_NAMES, OOM, Block, DeviceMemory, MemoryData, OomEvent, Segment
+from gpuprof.memory.model import (
+    ACTION_NAMES,
+    OOM,
+    Block,
+    DeviceMemory,
+    MemoryData,
+    OomEvent,
+    Segment,
+    compact_columns,
+)
 
 __all__ = ["SnapshotParser", "check_top"]
 
@@ -140,7 +149,7 @@ class SnapshotParser:
         """Device ``i``, made (with every lower index) when first met; empty ones are dropped at the end."""
         while len(self.devices) <= i:
             n = len(self.devices)
-            self.devices.append(DeviceMemory(device=f"cuda:{n}", index=n, segments=[]))
+            self.devices.append(compact_columns(DeviceMemory(device=f"cuda:{n}", index=n, segments=[])))
             self.seen.append(0)
         return self.devices[i]
 
@@ -271,13 +280,28 @@ class SnapshotParser:
                     addr = _uint(addr)
                     if addr < 0:
                         raise InputError(path, f"malformed snapshot: device_traces[{i}][{k}].addr is {_kind(e.get('addr'))}")
-            t_.append(tm)
-            a_.append(act)
-            ad_.append(addr)
-            sz_.append(size)
-            si_.append(sid)
-            st_.append(stream)
-            k_.append(kind_of(frames))
+            kid = kind_of(frames)
+            try:
+                t_.append(tm)
+                a_.append(act)
+                ad_.append(addr)
+                sz_.append(size)
+                si_.append(sid)
+                st_.append(stream)
+                k_.append(kid)
+            except (OverflowError, TypeError):  # a float time or an out-of-range stream: lists keep it exactly
+                n = len(k_)  # the events before this one (kind is appended last)
+                dev.widen_columns()
+                for col in (dev.time, dev.action, dev.addr, dev.size, dev.site, dev.stream, dev.kind):
+                    del col[n:]
+                t_, a_, ad_, sz_, si_, st_, k_ = dev.time, dev.action, dev.addr, dev.size, dev.site, dev.stream, dev.kind
+                t_.append(tm)
+                a_.append(act)
+                ad_.append(addr)
+                sz_.append(size)
+                si_.append(sid)
+                st_.append(stream)
+                k_.append(kid)
         self.any_time |= any_time
         self.no_time |= no_time
 

@@ -74,19 +74,20 @@ def stream_snapshot(path: str | os.PathLike[str], internal_patterns: Any = DEFAU
     name = os.fspath(path)
     if opened is None:
         opened = open_input(name, peek=0)
-    start = opened.rewound() if opened.size is not None else None
-    if start is None:
+    size = opened.size
+    start = opened.rewound() if size is not None else None
+    if start is None or size is None:
         return opened  # a pipe or a stream that cannot seek: read in whole (it is read once anyway)
     opened = start
-    parser = SnapshotParser(name, internal_patterns, item_budget(opened.size))
+    parser = SnapshotParser(name, internal_patterns, item_budget(size))
     sink = _Sink(parser)
-    reader = StreamReader(opened.stream, opened.size, sink)
+    reader = StreamReader(opened.stream, size, sink)
     try:
         top = reader.read()
         sink.flush()
         if not reader.streamed:  # no segments/device_traces lists in a top dict: it was built in whole
             opened.close()
-            return parse_snapshot(top, name, internal_patterns, max_items=item_budget(opened.size))
+            return parse_snapshot(top, name, internal_patterns, max_items=item_budget(size))
         if reader.segments_list is None or top.get("segments") is not reader.segments_list or (
                 reader.traces_list is not None and top.get("device_traces") is not reader.traces_list):
             raise NotStreamable("the streamed lists were replaced")
@@ -114,7 +115,7 @@ def stream_snapshot(path: str | os.PathLike[str], internal_patterns: Any = DEFAU
         raise InputError.from_os_error(name, err, "read") from None
     except MemoryError:
         opened.close()
-        raise InputError(name, f"the pickle asks for more memory than a {opened.size:,}-byte snapshot can "
+        raise InputError(name, f"the pickle asks for more memory than a {size:,}-byte snapshot can "
                                "describe (or than is free)") from None
     except InputError:
         opened.close()

@@ -198,12 +198,11 @@ def write_snapshot(path: str | os.PathLike[str], entries: int, stacks: int = 200
             w.op(b"}")
             w.put()
             w.op(b"(")
-            for key, val in (("action", action), ("addr", addr), ("size", size), ("stream", 0), ("time_us", t)):
+            w.string("action")
+            w.string(action)
+            for key, val in (("addr", addr), ("size", size), ("stream", 0), ("time_us", t)):
                 w.string(key)
-                if key == "action":
-                    w.string(action)
-                else:
-                    w.op(w.int_(val))
+                w.op(w.int_(val))
             w.string("compile_context")
             w.op(b"\x8c\x03N/A")
             w.put()  # a fresh string per entry, as PyTorch writes it

@@ -42,7 +42,7 @@ from gpuprof.memory.safeload import UnsafePickleError
 
 __all__ = ["StreamReader", "NotStreamable", "CorruptPickle", "MAX_MARK_DEPTH"]
 
-_CHUNK = 1 << 20
+_CHUNK = 256 << 10
 _MARGIN = 16  # bytes every fixed-size opcode with its argument fits in
 _LOOKAHEAD = 8192  # a whole frames list of references (at most 1000 per batch, 5 bytes each) fits in it
 MAX_MARK_DEPTH = 10_000  # open MARKs: real snapshots nest a handful; deeper is read in whole (bounded there)

@@ -29,7 +29,7 @@ from gpuprof.memory.snapparse import SnapshotParser, check_top
 
 __all__ = ["stream_snapshot", "BATCH"]
 
-BATCH = 1024  # history entries handed to the parser at once (and so alive at once)
+BATCH = 256  # history entries handed to the parser at once (and so alive at once)
 
 
 class _Sink:

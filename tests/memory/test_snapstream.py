@@ -187,9 +187,9 @@ def _peak_of(fn: Any) -> int:
 
 @pytest.mark.slow
 def test_streaming_memory_is_a_fraction_of_the_file(tmp_path: Path) -> None:
-    # The Python allocations made while loading and analysing a 16 MB snapshot (tracemalloc: no time measured).
+    # The Python allocations made while loading and analysing an 8 MB snapshot (tracemalloc: no time measured).
     p = tmp_path / "big.pickle"
-    write_snapshot(p, 0, min_bytes=16 << 20)
+    write_snapshot(p, 0, min_bytes=8 << 20)
     size = p.stat().st_size
     peak_stream = _peak_of(lambda: analyze_memory(load_snapshot(p)))
     peak_whole = _peak_of(lambda: whole(p))

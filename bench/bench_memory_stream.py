@@ -12,7 +12,8 @@ then runs, each in a fresh child process, on the same file, in one run:
   before it streamed), on the smaller file.
 
 Each child's CPU seconds (user + system) and peak RSS come from ``os.wait4``; CPU is the figure to compare on
-a shared machine. A baseline whose memory the machine cannot spare (estimated from its ratio on the smaller
+a shared machine. The bench process itself stays small (it imports no torch): Linux starts a child's peak RSS
+from its parent's at fork, so the bench's own RSS (printed) is the floor of every figure. A baseline whose memory the machine cannot spare (estimated from its ratio on the smaller
 file against ``MemAvailable``) is skipped and says so. Prints one JSON line; docs/memory.md quotes it.
 
 Usage: ``python bench/bench_memory_stream.py [--entries 1000000] [--large-bytes 1.1e9] [--no-torch]``.
@@ -21,6 +22,7 @@ Usage: ``python bench/bench_memory_stream.py [--entries 1000000] [--large-bytes 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -115,14 +117,14 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true", help="leave out PyTorch's _memory_viz")
     ap.add_argument("--dir", default=None, help="where to write the snapshots (default: a temporary folder)")
     args = ap.parse_args()
-    torch_ = not args.no_torch
-    if torch_:
-        try:
-            import torch.cuda._memory_viz  # noqa: F401
-        except ImportError:
-            torch_ = False
+    # Found, not imported: a child's peak RSS starts from this process's at fork (Linux keeps the high-water mark
+    # across exec), so this process stays small.
+    torch_ = not args.no_torch and importlib.util.find_spec("torch") is not None
     work = tempfile.mkdtemp(prefix="gpuprof-bench-stream-", dir=args.dir)
-    out: dict[str, Any] = {"bench": "memory_stream", "cpus": os.cpu_count(), "load_average": os.getloadavg()[0]}
+    import resource
+
+    out: dict[str, Any] = {"bench": "memory_stream", "cpus": os.cpu_count(), "load_average": os.getloadavg()[0],
+                           "bench_process_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     try:
         small = os.path.join(work, "small.pickle")
         t = time.process_time()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -12,11 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gpuprof.errors import InputError
 from gpuprof.memory.analysis import analyze_memory
 from gpuprof.memory.html import build_page_data
 from gpuprof.memory.model import MemoryData
-from gpuprof.memory.safeload import load_pickle_file
+from gpuprof.memory.pickstream import StreamReader
+from gpuprof.memory.safeload import UnsafePickleError, load_pickle_file, safe_loads
 from gpuprof.memory.snapshot import item_budget, load_snapshot, parse_snapshot
 from gpuprof.memory.snapstream import stream_snapshot
 from gpuprof.memory.synthpickle import write_snapshot
@@ -197,3 +202,59 @@ def test_streaming_memory_is_a_fraction_of_the_file(tmp_path: Path) -> None:
     # entries and the read buffer: 0.58x measured here, most of it fixed costs that shrink as files grow
     assert peak_stream <= 0.75 * size, (peak_stream, size)
     assert peak_whole >= 3 * size  # the bound above is far from what unpickling in whole takes
+
+
+_plain = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2 ** 80), max_value=2 ** 80)
+    | st.floats(allow_nan=False) | st.text(max_size=300) | st.binary(max_size=300),
+    lambda inner: st.lists(inner, max_size=5) | st.tuples(inner, inner) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                              max_size=5)
+    | st.frozensets(st.integers(), max_size=3) | st.sets(st.text(max_size=4), max_size=3),
+    max_leaves=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(obj=_plain, protocol=st.integers(min_value=2, max_value=5))
+def test_the_stream_reader_builds_what_pickle_builds(obj: Any, protocol: int) -> None:
+    # any plain data, shared references included (the same object thrice), in every binary protocol: what the
+    # restricted unpickler builds, or the same refusal
+    shared = [obj, obj, {"k": obj}]
+    data = pickle.dumps(shared, protocol=protocol)
+
+    class _NoSink:
+        def segment(self, s: Any) -> None:
+            raise AssertionError("nothing is streamed outside a snapshot's lists")
+
+        def entry(self, device: int, e: Any) -> None:
+            raise AssertionError("nothing is streamed outside a snapshot's lists")
+
+    try:
+        want = safe_loads(data)
+    except UnsafePickleError:  # protocols 2-3 write sets and bytes by calling a global: refused by both
+        with pytest.raises(UnsafePickleError, match="refusing to load: the pickle tries to import"):
+            StreamReader(io.BytesIO(data), len(data), _NoSink()).read()
+        return
+    got = StreamReader(io.BytesIO(data), len(data), _NoSink()).read()
+    assert got == want
+    assert repr(got) == repr(want)  # the same types (tuple vs list, bytes vs str, set vs frozenset)
+
+
+@settings(max_examples=60, deadline=None)
+@given(entries=st.lists(st.fixed_dictionaries({"action": st.sampled_from(["alloc", "free_requested", "oom", "x"])},
+                                              optional={"addr": st.integers(-5, 2 ** 65), "size": _plain,
+                                                        "time_us": st.integers(0, 2 ** 70) | st.floats(),
+                                                        "stream": _plain, "frames": _plain}), max_size=20),
+       protocol=st.integers(min_value=2, max_value=5))
+def test_streamed_and_whole_agree_on_odd_entries(tmp_path_factory: pytest.TempPathFactory, entries: list[Any],
+                                                 protocol: int) -> None:
+    p = tmp_path_factory.mktemp("odd") / "s.pickle"
+    p.write_bytes(pickle.dumps({"segments": [], "device_traces": [entries, entries[:3]]}, protocol=protocol))
+    outcomes = []
+    for load in (lambda: stream_snapshot(p), lambda: whole(p)):
+        try:
+            got = load()
+            outcomes.append(columns(got) if isinstance(got, MemoryData) else "whole")
+        except InputError as err:
+            outcomes.append(("error", str(err).split(":")[0]))
+    if outcomes[0] != "whole":  # read in whole: the whole-file loader's answer is the answer
+        assert outcomes[0] == outcomes[1]

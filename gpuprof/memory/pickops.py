@@ -15,7 +15,7 @@ import struct
 from typing import Any, Protocol
 
 __all__ = ["NotStreamable", "CorruptPickle", "Sink", "Readable", "CONSUMED", "UNSAFE", "TEXT", "FRAMES_RUN",
-           "I4", "U4", "U8", "F8", "unsafe_message"]
+           "I4", "U4", "U8", "F8", "unsafe_message", "refs"]
 
 
 class NotStreamable(Exception):
@@ -77,3 +77,20 @@ def unsafe_message(op: int, buf: bytes, pos: int, stack: list[Any]) -> str:
                 "and a memory snapshot holds only plain data")
     return (f"refusing to load: the pickle uses opcode {bytes([op])!r}, which builds or calls objects, "
             "and a memory snapshot holds only plain data")
+
+
+def refs(run: bytes, memo: list[Any]) -> list[Any]:
+    """The memo objects a run of BINGET/LONG_BINGET opcodes refers to."""
+    out = []
+    i = 0
+    while i < len(run):
+        if run[i] == 0x68:
+            o = memo[run[i + 1]]
+            i += 2
+        else:
+            o = memo[U4.unpack_from(run, i + 1)[0]]
+            i += 5
+        if o is CONSUMED:
+            raise NotStreamable("a reference back to a history entry or segment")
+        out.append(o)
+    return out

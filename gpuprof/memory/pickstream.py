@@ -36,6 +36,7 @@ from gpuprof.memory.pickops import (
     NotStreamable,
     Readable,
     Sink,
+    refs,
     unsafe_message,
 )
 from gpuprof.memory.safeload import UnsafePickleError
@@ -240,12 +241,16 @@ class StreamReader:
                 obj = shape.memo_value(obj)
             memo.append(obj)
 
-        def pop_mark() -> list[Any]:
+        def pop_mark(into: bool = False) -> list[Any]:
+            """The items above the last MARK; ``into``: they go into the container below it, which must sit
+            above the MARK before (pickle.load checks the same)."""
             if not marks:
                 raise CorruptPickle("an opcode needs a MARK and there is none")
             k = marks.pop()
             items = stack[k:]
             del stack[k:]
+            if into and (k == 0 or (marks and marks[-1] > k - 1)):
+                raise CorruptPickle("stack underflow (a container below its MARK)")
             return items
 
         while True:
@@ -268,6 +273,8 @@ class StreamReader:
                     raise NotStreamable("a reference back to a history entry or segment")
                 push(o)
             elif op == 0x94:  # MEMOIZE
+                if marks and marks[-1] >= len(stack):
+                    raise CorruptPickle("MEMOIZE with nothing above the MARK")
                 o = stack[-1]
                 t = type(o)
                 if t is str:
@@ -293,7 +300,7 @@ class StreamReader:
                     raise NotStreamable("nested deeper than the streaming reader goes")
                 marks.append(len(stack))
             elif op == 0x75:  # SETITEMS
-                items = pop_mark()
+                items = pop_mark(True)
                 d = stack[-1]
                 if type(d) is not dict:
                     raise NotStreamable("SETITEMS on something other than a dict")
@@ -315,7 +322,7 @@ class StreamReader:
                     run = m.group(2)
                     fr = frames_cache.get(run)
                     if fr is None:
-                        fr = frames_cache.setdefault(run, tuple(_refs(run, memo)))
+                        fr = frames_cache.setdefault(run, tuple(refs(run, memo)))
                     w = m.group(1)
                     memo_put(len(memo) if w[0] == 0x94 else (w[1] if w[0] == 0x71 else U4.unpack_from(w, 1)[0]), fr)
                     push(fr)
@@ -325,7 +332,7 @@ class StreamReader:
                 shape.new(lst, stack, marks)
                 push(lst)
             elif op == 0x65:  # APPENDS
-                items = pop_mark()
+                items = pop_mark(True)
                 shape.extend(stack[-1], items)
             elif op == 0x4A:  # BININT
                 push(I4.unpack_from(buf, pos)[0])
@@ -348,17 +355,22 @@ class StreamReader:
                     raise CorruptPickle("APPEND needs a list and an item")
                 shape.extend(stack[-1], [it])
             elif op == 0x73:  # SETITEM
-                if len(stack) < 3 or type(stack[-3]) is not dict:
+                if len(stack) < 3 or (marks and marks[-1] > len(stack) - 3):
+                    raise CorruptPickle("SETITEM needs a dict, a key and a value")
+                if type(stack[-3]) is not dict:
                     raise NotStreamable("SETITEM on something other than a dict")
                 v = stack.pop()
                 k = stack.pop()
                 stack[-1][k] = v
-            elif op == 0x71:  # BINPUT
-                memo_put(buf[pos], stack[-1])
-                pos += 1
-            elif op == 0x72:  # LONG_BINPUT
-                memo_put(U4.unpack_from(buf, pos)[0], stack[-1])
-                pos += 4
+            elif op == 0x71 or op == 0x72:  # BINPUT, LONG_BINPUT
+                if marks and marks[-1] >= len(stack):
+                    raise CorruptPickle("PUT with nothing above the MARK")
+                if op == 0x71:
+                    memo_put(buf[pos], stack[-1])
+                    pos += 1
+                else:
+                    memo_put(U4.unpack_from(buf, pos)[0], stack[-1])
+                    pos += 4
             elif op == 0x58 or op == 0x8D:  # BINUNICODE, BINUNICODE8
                 n = U4.unpack_from(buf, pos)[0] if op == 0x58 else U8.unpack_from(buf, pos)[0]
                 raw, buf, pos = self._take(buf, pos + (4 if op == 0x58 else 8), n)
@@ -402,7 +414,7 @@ class StreamReader:
             elif op == 0x8F:  # EMPTY_SET
                 push(set())
             elif op == 0x90:  # ADDITEMS
-                items = pop_mark()
+                items = pop_mark(True)
                 if type(stack[-1]) is not set:
                     raise NotStreamable("ADDITEMS on something other than a set")
                 stack[-1].update(items)
@@ -423,8 +435,10 @@ class StreamReader:
                 for o in pop_mark():
                     shape.pending.discard(id(o))
             elif op == 0x2E:  # STOP
-                if len(stack) != 1 or marks:
-                    raise CorruptPickle("STOP with an unfinished stack")
+                if not stack or (marks and marks[-1] >= len(stack)):
+                    raise CorruptPickle("STOP with nothing to return")
+                if len(stack) != 1 or marks:  # pickle.load returns the top and ignores the rest: do as it does
+                    raise NotStreamable("STOP with items left on the stack")
                 if self.streamed and stack[0] is not shape.top:
                     raise NotStreamable("the streamed lists are not in the top dict")
                 return stack[0]
@@ -437,19 +451,3 @@ class StreamReader:
             else:
                 raise CorruptPickle(f"invalid load key, {bytes([op])!r}")
 
-
-def _refs(run: bytes, memo: list[Any]) -> list[Any]:
-    """The memo objects a run of BINGET/LONG_BINGET opcodes refers to."""
-    out = []
-    i = 0
-    while i < len(run):
-        if run[i] == 0x68:
-            o = memo[run[i + 1]]
-            i += 2
-        else:
-            o = memo[U4.unpack_from(run, i + 1)[0]]
-            i += 5
-        if o is CONSUMED:
-            raise NotStreamable("a reference back to a history entry or segment")
-        out.append(o)
-    return out

@@ -231,6 +231,8 @@ class StreamReader:
         buf = self._more(b"", 0)
         blen = len(buf)
         pos = 0
+        lim = -1  # past it, the slow path: read on, and check the frame's end
+        frame_end = -1  # where the current FRAME ends (file offset; -1: none)
 
         def memo_put(idx: int, obj: Any) -> None:
             if idx != len(memo):
@@ -254,10 +256,16 @@ class StreamReader:
             return items
 
         while True:
-            if pos > blen - _MARGIN and not self.eof:
-                buf = self._more(buf, pos)
-                blen = len(buf)
-                pos = 0
+            if pos > lim:
+                if frame_end >= 0 and pos + self.read_so_far - blen >= frame_end:
+                    if pos + self.read_so_far - blen > frame_end:  # pickle.load's readers disagree then: read in whole
+                        raise NotStreamable("an opcode runs past the end of its frame")
+                    frame_end = -1
+                if pos > blen - _MARGIN and not self.eof:
+                    buf = self._more(buf, pos)
+                    blen = len(buf)
+                    pos = 0
+                lim = blen - _MARGIN if frame_end < 0 else min(blen - _MARGIN, frame_end - (self.read_so_far - blen) - 1)
             op = buf[pos]
             pos += 1
             if op == 0x68:  # BINGET
@@ -290,7 +298,7 @@ class StreamReader:
                     pos = end
                 else:
                     raw, buf, pos = self._take(buf, pos + 1, n)
-                    blen = len(buf)
+                    blen, lim = len(buf), -1
                 push(raw.decode("utf-8", "surrogatepass") if op == 0x8C else int.from_bytes(raw, "little", signed=True))
             elif op == 0x4B:  # BININT1
                 push(buf[pos])
@@ -315,8 +323,7 @@ class StreamReader:
             elif op == 0x5D:  # EMPTY_LIST
                 if blen - pos < _LOOKAHEAD and not self.eof:
                     buf = self._more(buf, pos)
-                    blen = len(buf)
-                    pos = 0
+                    blen, pos, lim = len(buf), 0, -1
                 m = FRAMES_RUN.match(buf, pos)
                 if m is not None and (m.end() < blen or self.eof) and shape.plain_list_slot(stack, marks):
                     run = m.group(2)
@@ -374,7 +381,7 @@ class StreamReader:
             elif op == 0x58 or op == 0x8D:  # BINUNICODE, BINUNICODE8
                 n = U4.unpack_from(buf, pos)[0] if op == 0x58 else U8.unpack_from(buf, pos)[0]
                 raw, buf, pos = self._take(buf, pos + (4 if op == 0x58 else 8), n)
-                blen = len(buf)
+                blen, lim = len(buf), -1
                 push(raw.decode("utf-8", "surrogatepass"))
             elif op == 0x43 or op == 0x42 or op == 0x8E or op == 0x96:  # (SHORT_)BINBYTES(8), BYTEARRAY8
                 if op == 0x43:
@@ -384,14 +391,14 @@ class StreamReader:
                 else:
                     n, pos = U8.unpack_from(buf, pos)[0], pos + 8
                 raw, buf, pos = self._take(buf, pos, n)
-                blen = len(buf)
+                blen, lim = len(buf), -1
                 push(bytearray(raw) if op == 0x96 else raw)
             elif op == 0x8B:  # LONG4
                 n = I4.unpack_from(buf, pos)[0]
                 if n < 0:
                     raise CorruptPickle("LONG4 with a negative length")
                 raw, buf, pos = self._take(buf, pos + 4, n)
-                blen = len(buf)
+                blen, lim = len(buf), -1
                 push(int.from_bytes(raw, "little", signed=True))
             elif op == 0x29:  # EMPTY_TUPLE
                 push(())
@@ -420,8 +427,15 @@ class StreamReader:
                 stack[-1].update(items)
             elif op == 0x91:  # FROZENSET
                 push(frozenset(pop_mark()))
-            elif op == 0x95:  # FRAME: a hint for buffering, nothing to build
+            elif op == 0x95:  # FRAME: its length, checked as pickle.load checks it
+                if frame_end >= 0:
+                    raise NotStreamable("a frame begins inside another")
+                n = U8.unpack_from(buf, pos)[0]
                 pos += 8
+                frame_end = self.read_so_far - blen + pos + n
+                if frame_end > self.size:
+                    raise CorruptPickle("truncated (a frame runs past the end of the file)")
+                lim = -1
             elif op == 0x80:  # PROTO
                 if buf[pos] > 5:
                     raise CorruptPickle(f"unsupported pickle protocol {buf[pos]}")

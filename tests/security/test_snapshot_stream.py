@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuprof.errors import InputError
 from gpuprof.memory.model import MemoryData
@@ -160,3 +162,41 @@ def test_memo_slots_written_out_of_order_are_read_in_whole(tmp_path: Path) -> No
     proc = subprocess.run([sys.executable, "-m", "gpuprof", "memory", str(p)], capture_output=True, text=True)
     assert proc.returncode in (0, 1, 2), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _small_snapshot() -> bytes:
+    b = SnapshotBuilder()
+    st_ = b.stack(("/home/u/train.py", 3, "main"))
+    for _ in range(4):
+        b.free(b.alloc(3 * MiB, st_))
+    return pickle.dumps(b.snapshot(), protocol=4)
+
+
+_SMALL = _small_snapshot()
+
+
+@settings(max_examples=300, deadline=None)
+@given(edits=st.lists(st.tuples(st.integers(0, len(_SMALL) - 1), st.integers(0, 255)), min_size=1, max_size=4))
+def test_bytes_changed_anywhere_stream_to_what_pickle_load_gives_or_one_line(
+        tmp_path_factory: pytest.TempPathFactory, edits: list[tuple[int, int]]) -> None:
+    data = bytearray(_SMALL)
+    for at, byte in edits:
+        data[at] = byte
+    p = tmp_path_factory.mktemp("fuzz") / "s.pickle"
+    p.write_bytes(bytes(data))
+    try:
+        got = stream_snapshot(p)
+    except InputError as err:
+        assert "\n" not in str(err)
+        return
+    if not isinstance(got, MemoryData):  # read in whole: the whole-file loader's answer
+        got.close()
+        return
+    # the stream accepted it: pickle.load (restricted) builds the same snapshot
+    from gpuprof.memory.safeload import load_pickle_file
+    from gpuprof.memory.snapshot import item_budget, parse_snapshot
+
+    want = parse_snapshot(load_pickle_file(p), str(p), max_items=item_budget(len(data)))
+    assert [(list(d.time), list(d.addr), list(d.size), list(d.site)) for d in got.devices] == \
+        [(list(d.time), list(d.addr), list(d.size), list(d.site)) for d in want.devices]
+    assert [s.label for s in got.sites.sites] == [s.label for s in want.sites.sites]

@@ -38,7 +38,8 @@ _WHOLE = """
 import sys
 from gpuprof.memory.analysis import analyze_memory
 from gpuprof.memory.safeload import load_pickle_input
-from gpuprof.memory.snapshot import item_budget, parse_snapshot
+from gpuprof.memory.snapparse import item_budget
+from gpuprof.memory.snapshot import parse_snapshot
 obj, n = load_pickle_input(sys.argv[1])
 data = parse_snapshot(obj, sys.argv[1], max_items=item_budget(n))
 del obj

@@ -7,8 +7,9 @@ receives it; nothing keeps it afterwards (its memo slot holds a marker). It buil
 :mod:`gpuprof.memory.safeload`, and refuses the same opcodes (:mod:`gpuprof.memory.pickops`).
 
 Besides: a frames list made only of references to frame dicts already seen (PyTorch writes one such list per
-entry, the frame dicts shared) is interned by the bytes of those references into one tuple, so a million
-entries with a thousand distinct stacks keep a thousand tuples and the site/kind caches (keyed by the list
+entry, the frame dicts shared) is interned by the bytes of those references into one list (never changed
+afterwards: a change is read in whole), so a million entries with a thousand distinct stacks keep a thousand
+lists and the site/kind caches (keyed by the list
 object) hit; memoized strings are interned by value; declared lengths are checked against what is left of
 the file before anything is read.
 
@@ -39,6 +40,7 @@ from gpuprof.memory.pickops import (
     refs,
     unsafe_message,
 )
+from gpuprof.memory.pickshape import Shape
 from gpuprof.memory.safeload import UnsafePickleError
 
 __all__ = ["StreamReader", "NotStreamable", "CorruptPickle", "MAX_MARK_DEPTH"]
@@ -47,111 +49,6 @@ _CHUNK = 256 << 10
 _MARGIN = 16  # bytes every fixed-size opcode with its argument fits in
 _LOOKAHEAD = 8192  # a whole frames list of references (at most 1000 per batch, 5 bytes each) fits in it
 MAX_MARK_DEPTH = 10_000  # open MARKs: real snapshots nest a handful; deeper is read in whole (bounded there)
-_SEGMENTS = -1  # roles of the streamed lists; a device's history list has its device index
-_TRACES = -2
-
-
-class _Shape:
-    """Where each new container goes: which lists are streamed, which dicts are their items.
-
-    The pickler appends a single item with APPEND (the list is then the top of the stack) and batches with
-    MARK ... APPENDS/SETITEMS (the container sits just below the MARK); a top-level dict's ``segments`` and
-    ``device_traces`` values, each device's list in ``device_traces`` and the dicts in those lists are
-    recognised as they are made. An item of a streamed list is handed to the sink when the list receives it.
-    """
-
-    def __init__(self, sink: Sink) -> None:
-        self.sink = sink
-        self.top: Any = None  # the top-level dict
-        self.roles: dict[int, int] = {}  # id(streamed list) -> role
-        self.lists: list[list[Any]] = []  # the streamed lists, kept alive (their ids are keys)
-        self.pending: set[int] = set()  # ids of dicts made as items of a streamed list (memo: a marker)
-        self.keys: set[str] = set()
-        self.segments: list[Any] | None = None
-        self.traces: list[Any] | None = None
-        self.n_traces = 0  # device lists appended to device_traces
-
-    def parent(self, stack: list[Any], marks: list[int], is_dict: bool) -> tuple[Any, int] | None:
-        """The container an object made now goes into, and the items above its MARK (None: unknown)."""
-        if stack:
-            role = self.roles.get(id(stack[-1]))
-            if role is not None and (role == _TRACES) != is_dict:
-                return stack[-1], 0
-        if marks and 0 < marks[-1] <= len(stack):
-            return stack[marks[-1] - 1], len(stack) - marks[-1]
-        return None
-
-    def new(self, obj: Any, stack: list[Any], marks: list[int]) -> None:
-        """Note where the new dict or list ``obj`` (not yet pushed) goes."""
-        is_dict = type(obj) is dict
-        if not stack and not marks:
-            if self.top is None and is_dict:
-                self.top = obj
-            return
-        par = self.parent(stack, marks, is_dict)
-        if par is None:
-            return
-        parent, above = par
-        role = self.roles.get(id(parent))
-        if role is not None:
-            if role == _TRACES and not is_dict:
-                self._stream(obj, self.n_traces + above)
-            elif role != _TRACES and is_dict:
-                self.pending.add(id(obj))
-            return
-        if parent is self.top and not is_dict and above % 2 == 1 and stack[-1] in ("segments", "device_traces"):
-            key = stack[-1]
-            if key in self.keys:
-                raise NotStreamable(f"a second {key!r} key")
-            self.keys.add(key)
-            if key == "segments":
-                self.segments = obj
-                self._stream(obj, _SEGMENTS)
-            else:
-                if self.segments is None:  # parsed in file order: segments must come first
-                    raise NotStreamable("device_traces before segments")
-                self.traces = obj
-                self._stream(obj, _TRACES)
-
-    def _stream(self, lst: list[Any], role: int) -> None:
-        self.roles[id(lst)] = role
-        self.lists.append(lst)
-
-    def plain_list_slot(self, stack: list[Any], marks: list[int]) -> bool:
-        """Whether a list made now may be a frames list (not one of the streamed lists)."""
-        par = self.parent(stack, marks, False)
-        return par is None or (id(par[0]) not in self.roles and par[0] is not self.top)
-
-    def memo_value(self, o: Any) -> Any:
-        """What the memo keeps for the container ``o``: a marker for the streamed ones."""
-        return CONSUMED if id(o) in self.pending or id(o) in self.roles else o
-
-    def extend(self, target: Any, items: list[Any]) -> None:
-        """APPEND(S) ``items`` to ``target``: handed to the sink when ``target`` is streamed."""
-        role = self.roles.get(id(target)) if type(target) is list else None
-        if role is None:
-            if type(target) is not list:
-                raise NotStreamable("APPENDS to something other than a list")
-            target.extend(items)
-            return
-        if role == _TRACES:
-            for it in items:
-                if type(it) is not list or self.roles.get(id(it)) != self.n_traces:
-                    raise NotStreamable("device_traces holds something other than its own lists")
-                self.n_traces += 1
-            return
-        pending = self.pending
-        for it in items:
-            if type(it) is dict:
-                if id(it) not in pending:
-                    raise NotStreamable("a history entry or segment made elsewhere")
-                pending.discard(id(it))
-            if role == _SEGMENTS:
-                self.sink.segment(it)
-            else:
-                self.sink.entry(role, it)
-
-
 class StreamReader:
     """One pass over a pickle from ``fh`` (``size`` bytes: declared lengths are checked against it).
 
@@ -163,7 +60,7 @@ class StreamReader:
     def __init__(self, fh: Readable, size: int, sink: Sink) -> None:
         self.fh = fh
         self.size = size
-        self.shape = _Shape(sink)
+        self.shape = Shape(sink)
         self.read_so_far = 0  # bytes read from fh
         self.eof = False
 
@@ -225,7 +122,8 @@ class StreamReader:
         marks: list[int] = []
         memo: list[Any] = []
         strings: dict[str, str] = {}
-        frames_cache: dict[bytes, tuple[Any, ...]] = {}
+        frames_cache: dict[bytes, list[Any]] = {}
+        interned = shape.interned
         push = stack.append
         memoize = memo.append
         buf = self._more(b"", 0)
@@ -329,7 +227,8 @@ class StreamReader:
                     run = m.group(2)
                     fr = frames_cache.get(run)
                     if fr is None:
-                        fr = frames_cache.setdefault(run, tuple(refs(run, memo)))
+                        fr = frames_cache[run] = refs(run, memo)
+                        interned.add(id(fr))
                     w = m.group(1)
                     memo_put(len(memo) if w[0] == 0x94 else (w[1] if w[0] == 0x71 else U4.unpack_from(w, 1)[0]), fr)
                     push(fr)

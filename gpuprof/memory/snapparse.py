@@ -32,7 +32,7 @@ from gpuprof.memory.model import (
     compact_columns,
 )
 
-__all__ = ["SnapshotParser", "check_top"]
+__all__ = ["SnapshotParser", "check_top", "item_budget"]
 
 _U64 = 1 << 64  # sizes, addresses and streams are 64-bit values in PyTorch
 
@@ -109,6 +109,11 @@ def _block_frames(b: dict[str, Any]) -> Any:
     return fr
 
 
+
+
+def item_budget(nbytes: int) -> int:
+    """Items a snapshot of ``nbytes`` may describe (see ``SNAPSHOT_ITEMS_PER_BYTE``), with a floor for tiny files."""
+    return max(nbytes, 4096) * SNAPSHOT_ITEMS_PER_BYTE.value()
 
 
 def check_top(obj: Any, path: str) -> tuple[list[Any], list[Any] | None]:

@@ -35,11 +35,11 @@ from typing import Any
 
 from gpuprof.atomic import atomic_path
 from gpuprof.errors import InputError
-from gpuprof.inputs import SNAPSHOT_ITEMS_PER_BYTE, Opened
+from gpuprof.inputs import Opened
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
 from gpuprof.memory.model import MemoryData
 from gpuprof.memory.safeload import load_pickle_input
-from gpuprof.memory.snapparse import SnapshotParser, check_top
+from gpuprof.memory.snapparse import SnapshotParser, check_top, item_budget
 
 __all__ = ["SNAPSHOT_PICKLE_PROTOCOL", "parse_snapshot", "load_snapshot", "dump_snapshot"]
 
@@ -62,18 +62,16 @@ def load_snapshot(
     A regular file is streamed (:mod:`gpuprof.memory.snapstream`: memory bounded by what the analysis keeps, not
     by the file); a pipe, or a pickle laid out in a way the stream reader does not take, is unpickled in whole.
     """
-    from gpuprof.memory.snapstream import stream_snapshot
+    from gpuprof.memory.snapstream import BuiltWhole, stream_snapshot
 
     data = stream_snapshot(path, internal_patterns, opened)
     if isinstance(data, MemoryData):
         return data
-    obj, nbytes = load_pickle_input(path, data)
+    if isinstance(data, BuiltWhole):  # no lists to stream in it: the stream reader built the object whole
+        obj, nbytes = data.obj, data.nbytes
+    else:
+        obj, nbytes = load_pickle_input(path, data)
     return parse_snapshot(obj, os.fspath(path), internal_patterns, max_items=item_budget(nbytes))
-
-
-def item_budget(nbytes: int) -> int:
-    """Items a snapshot of ``nbytes`` may describe (see ``SNAPSHOT_ITEMS_PER_BYTE``), with a floor for tiny files."""
-    return max(nbytes, 4096) * SNAPSHOT_ITEMS_PER_BYTE.value()
 
 
 def parse_snapshot(

@@ -17,19 +17,30 @@ either way, only the memory differs.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from gpuprof.errors import InputError
 from gpuprof.inputs import Opened
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
 from gpuprof.memory.model import MemoryData
-from gpuprof.memory.pickstream import CorruptPickle, NotStreamable, StreamReader
+from gpuprof.memory.pickops import CorruptPickle, NotStreamable
+from gpuprof.memory.pickstream import StreamReader
 from gpuprof.memory.safeload import UnsafePickleError
-from gpuprof.memory.snapparse import SnapshotParser, check_top
+from gpuprof.memory.snapparse import SnapshotParser, check_top, item_budget
 
-__all__ = ["stream_snapshot", "BATCH"]
+__all__ = ["stream_snapshot", "BuiltWhole", "BATCH"]
 
 BATCH = 256  # history entries handed to the parser at once (and so alive at once)
+
+
+@dataclass
+class BuiltWhole:
+    """A pickle with no snapshot lists to stream (a bare list, a dict without ``segments``): the stream reader
+    built it whole, for :func:`~gpuprof.memory.snapshot.parse_snapshot` (which says what it is not)."""
+
+    obj: Any
+    nbytes: int
 
 
 class _Sink:
@@ -62,14 +73,14 @@ class _Sink:
 
 
 def stream_snapshot(path: str | os.PathLike[str], internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS,
-                    opened: Opened | None = None) -> MemoryData | Opened:
+                    opened: Opened | None = None) -> MemoryData | Opened | BuiltWhole:
     """Parse the snapshot at ``path`` (or the ``opened`` input) as it is read.
 
-    Returns the :class:`MemoryData`, or the input (rewound, or as given when nothing of it was read) for
-    the caller to unpickle in whole when it cannot be streamed. Errors are one-line :class:`InputError`.
+    Returns the :class:`MemoryData`; or the input (rewound, or as given when nothing of it was read) for
+    the caller to unpickle in whole when it cannot be streamed; or, when the pickle holds no snapshot lists,
+    the object the stream built (:class:`BuiltWhole`). Errors are one-line :class:`InputError`.
     """
     from gpuprof.inputs import open_input
-    from gpuprof.memory.snapshot import item_budget, parse_snapshot
 
     name = os.fspath(path)
     if opened is None:
@@ -87,7 +98,7 @@ def stream_snapshot(path: str | os.PathLike[str], internal_patterns: Any = DEFAU
         sink.flush()
         if not reader.streamed:  # no segments/device_traces lists in a top dict: it was built in whole
             opened.close()
-            return parse_snapshot(top, name, internal_patterns, max_items=item_budget(size))
+            return BuiltWhole(top, size)
         if reader.segments_list is None or top.get("segments") is not reader.segments_list or (
                 reader.traces_list is not None and top.get("device_traces") is not reader.traces_list):
             raise NotStreamable("the streamed lists were replaced")

@@ -17,13 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuprof.errors import InputError
+from gpuprof.inputs import Opened
 from gpuprof.memory.analysis import analyze_memory
 from gpuprof.memory.html import build_page_data
 from gpuprof.memory.model import MemoryData
 from gpuprof.memory.pickstream import StreamReader
 from gpuprof.memory.safeload import UnsafePickleError, load_pickle_file, safe_loads
-from gpuprof.memory.snapshot import item_budget, load_snapshot, parse_snapshot
-from gpuprof.memory.snapstream import stream_snapshot
+from gpuprof.memory.snapparse import item_budget
+from gpuprof.memory.snapshot import load_snapshot, parse_snapshot
+from gpuprof.memory.snapstream import BuiltWhole, stream_snapshot
 from gpuprof.memory.synthpickle import write_snapshot
 from gpuprof.memory.testing import GiB, MiB, SnapshotBuilder
 from gpuprof.testing.realtraces import shared_snapshot
@@ -160,9 +162,9 @@ def test_layouts_the_stream_does_not_take_are_read_in_whole(tmp_path: Path, layo
     p.write_bytes(pickle.dumps(data, protocol=0 if layout == "text_protocol" else 4))
     got = stream_snapshot(p)
     if layout == "bare_list":  # no lists to stream: built whole by the stream reader, parsed as before
-        assert isinstance(got, MemoryData)
+        assert isinstance(got, BuiltWhole) and got.obj == snap["segments"]
     else:
-        assert not isinstance(got, MemoryData)
+        assert isinstance(got, Opened)  # handed back, rewound, for the whole-file loader
         got.close()
     assert columns(load_snapshot(p)) == columns(whole(p))
 
@@ -253,6 +255,8 @@ def test_streamed_and_whole_agree_on_odd_entries(tmp_path_factory: pytest.TempPa
     for load in (lambda: stream_snapshot(p), lambda: whole(p)):
         try:
             got = load()
+            if isinstance(got, Opened):
+                got.close()
             outcomes.append(columns(got) if isinstance(got, MemoryData) else "whole")
         except InputError as err:
             outcomes.append(("error", str(err).split(":")[0]))

@@ -24,13 +24,15 @@ from gpuprof.summarize import trace_summary
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
-from gpuprof.trace.phase import trace_phase
+from gpuprof.trace.phase import compile_time, trace_phase
 from gpuprof.trace.source import find_traces
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.cluster import Scheduler
 
 __all__ = ["analyze", "analyze_trace", "run_rules"]
+
+COMPILE_NOTE_US = 1000.0  # compilation in a trace without step markers said in its notes from this much (GP811's default)
 
 ProgressFactory = Callable[[TraceFile], "Callable[[int, int], None] | None"]
 
@@ -91,10 +93,15 @@ def analyze_trace(
     if metrics is None:
         metrics = compute_metrics(trace)
     summary = trace_summary(metrics)
-    if rank_summaries is not None:
+    if rank_summaries is not None or summary.breakdown_us.get("communication", 0.0) > 0:
         from gpuprof.distributed.summary import summarize
+        from gpuprof.distributed.waiting import apply_waits, trace_waits
 
-        rank_summaries.append(summarize(metrics))
+        rank = summarize(metrics)
+        if rank_summaries is not None:
+            rank_summaries.append(rank)
+        if rank.inst_dur:  # collectives: the one-rank estimate of their waiting (the cross-rank merge refines it)
+            apply_waits(summary, rank, trace_waits(rank), "trace")
     failed: list[RuleFailure] = []
     findings = run_rules(trace, metrics, options, select, ignore, failed)
     if failed:
@@ -111,6 +118,12 @@ def analyze_trace(
             "kernels are recorded into a graph, not run, so its GPU utilisation, syncs and graph instantiation are not "
             "those of the steps that replay the graph (profile replayed steps for those); GP101, GP203 and GP205 are "
             "left out")
+    compiling = compile_time(metrics)
+    if compiling >= COMPILE_NOTE_US and not metrics.has_step_markers:  # with markers, GP811 says where
+        summary.notes.append(
+            f"this trace records torch.compile compiling ({compiling / 1000:.3g} ms of Dynamo/Inductor phases and "
+            "CUDA-graph recording): "
+            "a warm-up trace, not steady-state steps (GP811)")
     if not metrics.has_step_markers and metrics.steps:
         note = "no ProfilerStep# markers: the whole trace is treated as one step"
         if metrics.lead_in_us:
@@ -281,6 +294,7 @@ def _cross_rank(
                 f"no cross-rank comparison: the {len(job)} rank summaries all hold rank {job[0].rank} (the same "
                 "rank analysed twice, or node reports of one rank); merge the reports of different ranks")
         return
+    _rank_waits(report, job)
     failed: list[RuleFailure] | None = None if failures is None else []
     section, found = cross_rank(job, options, select, ignore, failed)
     report.sections.insert(len(report.sections) - 1, section)
@@ -332,3 +346,14 @@ def default_analyze_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def _rank_waits(report: Report, job: list[Any]) -> None:
+    """Each rank trace's waiting in collectives by the cross-rank estimate (gpuprof.distributed.waiting)."""
+    from gpuprof.distributed.waiting import apply_waits, rank_waits
+
+    by_path = {t.path: t for t in report.traces}
+    for s, waits in zip(job, rank_waits(job), strict=True):
+        t = by_path.get(scrub(s.path))
+        if t is not None and s.inst_dur:
+            apply_waits(t, s, waits, "ranks")

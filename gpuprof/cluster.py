@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import os
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from gpuprof.errors import InputError, describe_error
+from gpuprof.limits import env_seconds
 from gpuprof.remote import TraceFile
 
 if TYPE_CHECKING:
@@ -58,16 +57,7 @@ class RankFailure:
 
 def connect_timeout() -> float:
     """Seconds a scheduler has to answer: ``GPUPROF_DASK_TIMEOUT_S`` or :data:`CONNECT_TIMEOUT_S`."""
-    raw = os.environ.get(TIMEOUT_ENV)
-    if raw is None or not raw.strip():
-        return CONNECT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise InputError(TIMEOUT_ENV, f"must be a positive number of seconds, not {raw!r}")
-    return value
+    return env_seconds(TIMEOUT_ENV, CONNECT_TIMEOUT_S)
 
 
 def connect(scheduler: Scheduler) -> tuple[Any, bool]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["Limit"]
+__all__ = ["Limit", "env_seconds"]
 
 
 @dataclass(frozen=True)
@@ -38,3 +38,22 @@ class Limit:
     def exceeded(self, got: str) -> str:
         """The end of a one-line error: what was found and how to raise the limit."""
         return f"{got}, beyond {self.what} gpuprof accepts ({self.value():,}; set {self.env} to raise it)"
+
+
+def env_seconds(env: str, default: float) -> float:
+    """Seconds from the environment variable ``env`` (unset or blank: ``default``); anything but a positive finite
+    number is the usual one-line :class:`~gpuprof.errors.InputError` naming the variable (exit 2), not a guess."""
+    import math
+
+    from gpuprof.errors import InputError
+
+    raw = os.environ.get(env)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(env, f"must be a positive number of seconds, not {raw!r}")
+    return value

@@ -60,7 +60,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from gpuprof.errors import GpuprofError, InputError
+from gpuprof.errors import GpuprofError
+from gpuprof.limits import env_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from multiprocessing.context import BaseContext
@@ -207,16 +208,7 @@ class WorkerStalled(GpuprofError):
 def stall_timeout() -> float:
     """Seconds the pool waits while no worker uses CPU and no trace completes: ``GPUPROF_WORKER_STALL_S`` or
     :data:`STALL_S`."""
-    raw = os.environ.get(STALL_ENV)
-    if raw is None or not raw.strip():
-        return STALL_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not (value > 0 and value != float("inf")):
-        raise InputError(STALL_ENV, f"must be a positive number of seconds, not {raw!r}")
-    return value
+    return env_seconds(STALL_ENV, STALL_S)
 
 
 def _wait_watching(pool: Any, futures: list[Any], items: Sequence[Any], timeout: float) -> None:

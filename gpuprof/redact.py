@@ -30,7 +30,7 @@ import re
 import threading
 from urllib.parse import unquote
 
-__all__ = ["MASK", "SECRET_PARAMS", "redact", "scrub", "has_credentials"]
+__all__ = ["MASK", "SECRET_PARAMS", "redact", "scrub", "has_credentials", "remember_secret"]
 
 MASK = "***"
 
@@ -106,6 +106,13 @@ def scrub(text: str) -> str:
         if s in text:
             text = text.replace(s, MASK)
     return text
+
+
+def remember_secret(secret: str) -> None:
+    """Mask ``secret`` (an API key or token read from the environment) in everything :func:`scrub` cleans."""
+    if len(secret) >= _MIN_SECRET:
+        with _seen_lock:
+            _seen.update({secret, unquote(secret)} - {MASK})
 
 
 def _remember(userinfo: str) -> None:

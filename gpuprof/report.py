@@ -19,7 +19,7 @@ from gpuprof.notebookhook import report_html
 from gpuprof.redact import scrub
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
 from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
-from gpuprof.trace.viewrows import TraceViews  # defined with the code that fills them (docs/views.md)
+from gpuprof.trace.viewrows import Mfu, TraceViews  # defined with the code that fills them (docs/views.md)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -38,7 +38,7 @@ __all__ = [
     "Report",
 ]
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 
 @dataclass
@@ -68,6 +68,14 @@ class TraceSummary:
     notes: list[str] = field(default_factory=list)
     step_times_us: list[float] = field(default_factory=list)  # each analysed step's time, in step order (1.2)
     views: TraceViews | None = None  # operators, kernels, modules, ranges (1.2; docs/views.md)
+    # time waiting in DataLoader.__next__ / step time, the one definition (gpuprof.trace.dataloading; 1.4)
+    data_loading_share: float | None = None
+    mfu: Mfu | None = None  # model FLOPs utilisation of the steps and per module (docs/views.md, "MFU")
+    # inside collective kernels waiting for other ranks, no compute beside: part of gpu_busy_us and of
+    # breakdown_us["communication"] (gpuprof.distributed.waiting); None without collectives
+    comm_wait_us: float | None = None
+    comm_wait_source: str | None = None  # "ranks" (several ranks given) or "trace" (one rank's estimate)
+    gpu_working_utilization: float | None = None  # (gpu_busy_us - comm_wait_us) / step_time_mean_us
 
     def __post_init__(self) -> None:
         self.path = scrub(os.fspath(self.path))  # a URL's credentials never reach a view (gpuprof.redact)

@@ -171,7 +171,14 @@ _VIEW_KERNEL = _object({"name": _text()}, {
     "mfu": _number(low=0.0, nullable=True),  # against a peak table: an estimate, not bounded by 1
     "grid": _DIMS, "block": _DIMS, "registers_per_thread": _number(low=0, integer=True, nullable=True),
     "occupancy": _SHARE_OR_NULL})
-_VIEW_SCOPE = _object({"name": _text()}, {"calls": _COUNT, "cpu_total_us": _US, "gpu_self_us": _US, "gpu_total_us": _US})
+_MFU_FIELDS = {"mfu": _number(low=0.0, nullable=True), "known_flops_share": _SHARE_OR_NULL}
+_VIEW_SCOPE = _object({"name": _text()}, {"calls": _COUNT, "cpu_total_us": _US, "gpu_self_us": _US, "gpu_total_us": _US,
+                                          **_MFU_FIELDS})
+_MFU = _object({}, {"value": _number(low=0.0, nullable=True), "known_flops_share": _SHARE_OR_NULL,
+                    "no_peak_share": _SHARE_OR_NULL, "peak_source": _text(nullable=True),
+                    "flops_per_step": _number(low=0.0, nullable=True), "flops_by_precision": _map(_number(low=0.0)),
+                    "per_module": _list(_object({"name": _text()}, {"gpu_total_us": _US, **_MFU_FIELDS}))},
+               nullable=True)
 _VIEWS = _object({}, {"version": _number(low=1, integer=True), "kernel_total_us": _US, "unattributed_gpu_us": _US,
                       "peak_device": _text(nullable=True), "operators": _list(_VIEW_OPERATOR),
                       "kernels": _list(_VIEW_KERNEL), "modules": _list(_VIEW_SCOPE), "ranges": _list(_VIEW_SCOPE)},
@@ -185,7 +192,9 @@ _TRACE = _object(
      "lead_in_us": _US_OR_NULL, "top_kernels": _list(_TOP_KERNEL), "top_ops": _list(_TOP_OP), "copies": _list(_COPY),
      "syncs": _list(_SYNC), "rank": _number(low=0, integer=True, nullable=True),
      "world_size": _number(low=1, integer=True, nullable=True), "num_events": _COUNT,
-     "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS},
+     "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS,
+     "data_loading_share": _SHARE_OR_NULL, "mfu": _MFU, "comm_wait_us": _US_OR_NULL,
+     "comm_wait_source": _text(nullable=True), "gpu_working_utilization": _SHARE_OR_NULL},
 )
 
 _LOCATION = _object({"file": _text()}, {"line": _number(integer=True, nullable=True), "function": _text(nullable=True)},

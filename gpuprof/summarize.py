@@ -7,9 +7,13 @@ in :mod:`gpuprof.trace.metrics`; this only picks and averages them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuprof.report import TraceSummary
+from gpuprof.rules.flopwork import step_mfu
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.stats import copy_stats, sync_stats
+from gpuprof.trace.viewrows import Mfu, ModuleMfu, TraceViews
 from gpuprof.views.build import trace_views
 
 __all__ = ["trace_summary"]
@@ -18,6 +22,7 @@ __all__ = ["trace_summary"]
 def trace_summary(m: TraceMetrics) -> TraceSummary:
     """The :class:`~gpuprof.report.TraceSummary` of one trace (per-step figures are means over its steps)."""
     t = m.trace
+    views = trace_views(m)
     return TraceSummary(
         path=t.path,
         devices=list(t.devices),
@@ -40,5 +45,18 @@ def trace_summary(m: TraceMetrics) -> TraceSummary:
         num_events=t.num_events,
         file_bytes=t.file_bytes,
         step_times_us=m.step_times,
-        views=trace_views(m),
+        views=views,
+        data_loading_share=m.data_loading_share if m.num_steps else None,
+        mfu=_mfu(m, views),
     )
+
+
+PER_MODULE = 20  # modules listed in traces[].mfu.per_module
+
+
+def _mfu(m: TraceMetrics, views: TraceViews) -> Mfu | None:
+    """The steps' MFU with the modules view's figures of the modules with the most GPU time (None: no GPU)."""
+    if m.main_device is None:
+        return None
+    rows = sorted((r for r in views.modules if r.gpu_total_us > 0), key=lambda r: -r.gpu_total_us)[:PER_MODULE]
+    return replace(step_mfu(m), per_module=[ModuleMfu(r.name, r.gpu_total_us, r.mfu, r.known_flops_share) for r in rows])

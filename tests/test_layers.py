@@ -151,10 +151,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("trace",),  # load -> trace model and metrics
     ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "reportfile"),  # rules -> report
     ("render", "summarize"),  # report -> renderers
-    ("memory", "distributed", "codes", "flow", "diff", "htmlpage", "export", "history"),  # whole features
+    ("memory", "distributed", "codes", "flow", "diff", "htmlpage", "export", "history", "trackers"),  # whole features
     ("analysis",),  # gpuprof analyze, as a library call
     ("tbplugin", "capture", "run"),  # the TensorBoard tab; capture (analyses its own traces when a run ends)
-    ("integrations",),  # framework callbacks over capture
+    ("integrations", "pytest_plugin"),  # framework callbacks and the pytest plugin, over capture, run and diff
     ("cli",),
     ("__main__", "__init__", "testing", "data"),
 )

@@ -13,23 +13,32 @@ PyTorch tells these once, in a warning easily lost in a training log:
 While the capture runs, :class:`AmpWarningWatcher` sees every warning shown
 (it wraps ``warnings.showwarning`` and passes every warning on unchanged: the
 user still sees it) and keeps those, attributed to the user's source line.
-A warning the user's filters ignore, or shown before the capture started,
-is not seen.
+A warning shown before the capture started (a ``GradScaler`` built before
+it, the usual place) is found where Python's ``warnings`` recorded it: each
+module's ``__warningregistry__`` holds ``(text, category, line)`` for every
+warning shown once per location (the default action), so the watcher reads
+the loaded modules' registries when it installs (:func:`shown_before`) and
+reports those warnings as if they had been shown inside, at the same line;
+what an earlier capture of the process already saw is not reported again
+(:func:`mark_shown`), so a line fixed since is not. A warning the user's
+filters ignore, or shown under the ``always`` action before the capture (no
+registry entry), is not seen.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
 from gpuprof.findings import Evidence, Finding, SourceLocation
-from gpuprof.frames import user_frame
+from gpuprof.frames import is_user_file, user_frame
 from gpuprof.runtimecodes import runtime_check
 
-__all__ = ["AmpWarningWatcher", "AmpEvent", "classify_amp_warning"]
+__all__ = ["AmpWarningWatcher", "AmpEvent", "classify_amp_warning", "mark_shown", "shown_before"]
 
 _DEPRECATED = re.compile(r"`(torch\.(?:cuda|cpu)\.amp\.(?:autocast|GradScaler))\(args\.\.\.\)` is deprecated\. "
                          r"Please use `([^`]+)` instead")
@@ -49,6 +58,7 @@ class AmpEvent:
     what: str  # torch.cuda.amp.autocast, autocast, GradScaler
     detail: str  # the replacement spelling, or the missing device
     location: SourceLocation | None
+    before: bool = False  # shown before the capture started (read from a warning registry)
 
 
 def classify_amp_warning(text: str) -> tuple[str, str, str] | None:
@@ -61,6 +71,59 @@ def classify_amp_warning(text: str) -> tuple[str, str, str] | None:
         if m:
             return ("disabled", what, device or m.group(1))
     return None
+
+
+# Registry entries (module name, key) already accounted for: seen when an earlier capture of this process
+# ended (it reported them, or they predate it). A registry keeps an entry for the life of the process, so
+# without this a warning fixed since (a notebook cell run again) would be reported by every later capture.
+_KNOWN: set[tuple[str, tuple[object, ...]]] = set()
+_MAX_KNOWN = 10_000
+
+
+def _amp_entries(modules: Mapping[str, object]) -> list[tuple[str, tuple[str, object, int], str | None]]:
+    """(module name, registry key, module file) of every mixed-precision warning in the modules' registries."""
+    out = []
+    for name, mod in list(modules.items()):
+        registry = getattr(mod, "__dict__", {}).get("__warningregistry__")
+        if not isinstance(registry, dict):
+            continue
+        file = getattr(mod, "__file__", None)
+        for key in list(registry):
+            # ("version") and the keys of other actions are not (text, category, line)
+            if (isinstance(key, tuple) and len(key) == 3 and isinstance(key[0], str) and isinstance(key[2], int)
+                    and ("amp" in key[0] or "autocast" in key[0] or "GradScaler" in key[0])
+                    and classify_amp_warning(key[0]) is not None):
+                out.append((name, key, file if isinstance(file, str) else None))
+    return out
+
+
+def shown_before(modules: Mapping[str, object] | None = None) -> list[AmpEvent]:
+    """The mixed-precision warnings shown in this process since the last capture ended (or ever, before the
+    first), from the ``__warningregistry__`` of each loaded module (``modules``: ``sys.modules``), located
+    at the user's line.
+
+    A warning whose recorded line is in a library (``torch.cuda.amp.GradScaler`` calls its parent's
+    ``__init__``, whose "Disabling" warning names torch's own line) is placed at the user's line of a
+    deprecated-spelling warning of the same construction (``torch.cuda.amp.GradScaler(...)``, recorded
+    in the user's module), else left out: nothing ties it to this run's code.
+    """
+    found: list[tuple[tuple[str, str, str], SourceLocation | None]] = []
+    for name, key, file in _amp_entries(sys.modules if modules is None else modules):
+        if (name, key) in _KNOWN:
+            continue
+        kind = classify_amp_warning(key[0])
+        if kind is not None:
+            found.append((kind, SourceLocation(file, key[2], None) if file and is_user_file(file) else None))
+    deprecated_at = {what.rsplit(".", 1)[-1]: loc for (kind, what, _), loc in found if kind == "deprecated" and loc}
+    out = [AmpEvent(*kind, loc if loc is not None else deprecated_at.get(kind[1]), before=True) for kind, loc in found]
+    return [ev for ev in out if ev.location is not None]
+
+
+def mark_shown(modules: Mapping[str, object] | None = None) -> None:
+    """Remember every mixed-precision warning recorded so far: a later capture reports only newer ones."""
+    for name, key, _ in _amp_entries(sys.modules if modules is None else modules):
+        if len(_KNOWN) < _MAX_KNOWN:
+            _KNOWN.add((name, key))
 
 
 def _user_location() -> SourceLocation | None:
@@ -84,11 +147,22 @@ class AmpWarningWatcher:
         self._prev_show = warnings.showwarning
         warnings.showwarning = self._show
         self.installed = True
+        try:  # a scaler built (or autocast entered) before the capture warned before it: as if inside
+            for ev in shown_before():
+                loc = ev.location
+                self.events.setdefault((ev.kind, ev.what, ev.detail, loc.file if loc else None,
+                                        loc.line if loc else None), ev)
+        except Exception as err:  # noqa: BLE001 - one part's failure, reported as such
+            self.errors.append(f"{type(err).__name__}: {err}")
 
     def uninstall(self) -> None:
         if not self.installed:
             return
         self.installed = False
+        try:
+            mark_shown()
+        except Exception as err:  # noqa: BLE001 - one part's failure, reported as such
+            self.errors.append(f"{type(err).__name__}: {err}")
         if warnings.showwarning is self._show:  # the user may have replaced it meanwhile
             warnings.showwarning = self._prev_show
 
@@ -109,6 +183,8 @@ class AmpWarningWatcher:
         out: list[Finding] = []
         for ev in self.events.values():
             where = f" at {ev.location.file}:{ev.location.line}" if ev.location else ""
+            if ev.before:
+                where += " (warned before the capture started)"
             if ev.kind == "deprecated":
                 check = runtime_check("GP850")
                 out.append(Finding(

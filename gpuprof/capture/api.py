@@ -48,6 +48,7 @@ def profile(
     hang_timeout: float | None = None,
     max_auto_windows: int = 2,
     trigger: bool = True,
+    to: Sequence[str] | str = (),
 ) -> Profiler:
     """Profile a training loop: ``with gpuprof.profile(logdir) as prof:`` and ``prof.step()`` per iteration.
 
@@ -68,6 +69,8 @@ def profile(
     ``max_auto_windows``) and on ``gpuprof trigger PID`` (``trigger``); a hang
     watchdog writes ``hang.md`` after ``hang_timeout`` seconds without a step
     (None: max(300 s, 20 x the median step); 0: off). See docs/run.md.
+    ``to`` sends the end-of-run report to experiment trackers (``("wandb",)``, ``("mlflow",)``, both):
+    the findings table, the figures per step window and the files (docs/trackers.md).
     A failure inside gpuprof is one warning; training goes on.
     """
     config = CaptureConfig(
@@ -81,6 +84,7 @@ def profile(
         # a mapping is parsed into CheckOptions by CaptureConfig.__post_init__ (an error there is a ValueError)
         options=cast(CheckOptions, options or CheckOptions()),
         hang_timeout=hang_timeout, max_auto_windows=max_auto_windows, trigger=trigger,
+        to=(to,) if isinstance(to, str) else tuple(to),
     )
     return Profiler(config)
 

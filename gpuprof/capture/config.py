@@ -154,6 +154,9 @@ class CaptureConfig:
       state breaks (GP650), at most this many per job; ``0`` = none.
     * ``trigger``: register the capture for ``gpuprof trigger PID`` (and
       ``SIGUSR2`` where it has its default action).
+    * ``to``: experiment trackers the end-of-run report is sent to (``("wandb", "mlflow")``, or
+      ``"wandb,mlflow"``; docs/trackers.md), from rank 0 only; an unknown name is a ValueError here.
+      ``tracker_runs`` remembers the MLflow run active when the capture is made, for the end of the run.
     """
 
     logdir: str = DEFAULT_LOGDIR
@@ -185,9 +188,17 @@ class CaptureConfig:
     hang_timeout: float | None = None
     max_auto_windows: int = 2  # gpuprof.run.windows.DEFAULT_MAX_AUTO_WINDOWS
     trigger: bool = True
+    to: Sequence[str] = ()
+    # tracker -> the id of its run active when the capture was made (gpuprof.trackers.active_runs)
+    tracker_runs: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.logdir = os.fspath(self.logdir)
+        from gpuprof.trackers import active_runs, parse_targets
+
+        self.to = parse_targets(self.to)
+        if self.to and not self.tracker_runs:
+            self.tracker_runs = active_runs(self.to)
         if isinstance(self.options, Mapping):
             from gpuprof.codes import get_spec, parse_options
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Callable
 
+from gpuprof.capture import loaderplace, samplerepoch
 from gpuprof.capture.config import CheckOptions
 from gpuprof.codespec import INFO_BELOW_SHARE, severity_for_cost
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
@@ -62,6 +63,11 @@ class LoaderRecord:
     iterable: bool = False  # an IterableDataset: shards itself, has no sampler to check
     # GP712: a shuffling DistributedSampler's ``epoch`` at each epoch start (the first MAX_EPOCHS_KEPT)
     sampler_epochs: list[int] = field(default_factory=list)
+    # with each: set_epoch() calls made on that sampler so far (:mod:`gpuprof.capture.samplerepoch`)
+    set_epoch_calls: list[int] = field(default_factory=list)
+    set_epoch_values: list[int] = field(default_factory=list)  # the values it was given (a few, distinct)
+    set_epoch_location: SourceLocation | None = None  # the user's line of the first set_epoch() call
+    framework: str | None = None  # the library that iterates it: transformers, lightning, accelerate (loaderplace)
     signatures: list[Signature | None] = field(default_factory=list)
     _awaiting_first: bool = False
 
@@ -78,7 +84,9 @@ class LoaderMonitor:
 
     # Called from the wrapped DataLoader.__iter__ (user's frame is ``caller``).
     def on_iter(self, loader: Any, iterator: Any, caller: Any) -> None:
-        rec = self._record(loader, _location(caller))
+        place, framework = loaderplace.iterated_from(caller)  # past accelerate's/Lightning's own frames
+        rec = self._record(loader, place)
+        rec.framework = rec.framework or framework
         rec.epochs += 1
         note_sampler_epoch(rec, loader)
         rec._awaiting_first = True
@@ -130,6 +138,7 @@ class LoaderMonitor:
         loader = origin[0]() if origin is not None else None
         if origin is not None and loader is not None:  # loader is only set with origin
             rec = self._record(loader, origin[1])
+            rec.framework = rec.framework or origin[2]
         else:
             sampler = getattr(iterator, "_index_sampler", None)
             loader = _IteratorAsLoader(iterator, getattr(sampler, "batch_size", None))
@@ -210,6 +219,10 @@ def note_sampler_epoch(rec: LoaderRecord, loader: Any) -> None:
         epoch = getattr(sampler, "epoch", None)
         if isinstance(epoch, int):
             rec.sampler_epochs.append(epoch)
+            calls = samplerepoch.calls_of(sampler)
+            rec.set_epoch_calls.append(calls.count if calls else 0)
+            if calls is not None:
+                rec.set_epoch_values, rec.set_epoch_location = list(calls.values), calls.location
 
 
 def _is_iterable(dataset: Any) -> bool:
@@ -277,7 +290,7 @@ def _patch() -> None:
                     _INSTALLED[-1].on_iter(self, it, sys._getframe(1))
                 else:  # no capture yet: remember the loader for the one that starts later
                     it._gpuprof_origin = (  # type: ignore[attr-defined]  # gpuprof's own marker on the iterator
-                        weakref.ref(self), _location(sys._getframe(1)))
+                        weakref.ref(self), *loaderplace.iterated_from(sys._getframe(1)))
             except Exception as err:  # noqa: BLE001 - never break the user's loop
                 _warn_once(err)
             return it
@@ -298,6 +311,7 @@ def _patch() -> None:
         __next__.__wrapped__ = orig_next  # type: ignore[attr-defined]
         loader_cls.__iter__ = __iter__  # type: ignore[method-assign]
         iter_cls.__next__ = __next__  # type: ignore[method-assign]
+        samplerepoch.patch()
 
 
 def uninstall(monitor: LoaderMonitor) -> None:
@@ -308,6 +322,7 @@ def uninstall(monitor: LoaderMonitor) -> None:
     if not _INSTALLED and _ORIGINAL:
         dl.DataLoader.__iter__ = _ORIGINAL.pop("iter")  # type: ignore[method-assign]
         dl._BaseDataLoaderIter.__next__ = _ORIGINAL.pop("next")  # type: ignore[method-assign]
+        samplerepoch.unpatch()
 
 
 _WARNED: list[bool] = []
@@ -385,13 +400,13 @@ def dataloader_findings(
             out.append(_finding(
                 "GP601",
                 f"{rec.label} loads batches in the training process (num_workers=0): "
-                f"{share:.0%} of step time is spent waiting for data ({per_step_us / 1000:.2f} ms/step)",
-                "Set num_workers>0 (start with min(8, CPU cores per GPU)) so batches are prepared in "
-                "background processes while the model trains; add persistent_workers=True and, on CUDA, "
-                "pin_memory=True.",
+                f"{share:.0%} of step time over the run's {steps} step{'s' if steps != 1 else ''} is spent waiting "
+                f"for data ({per_step_us / 1000:.2f} ms/step)",
+                loaderplace.num_workers_advice(rec.framework),
                 rec,
                 (Evidence("data_loading_share", round(share, 4), options.dataloader_share_warning, "fraction",
-                          extra={"num_workers": 0, "batches": rec.batches, "fetch_s": round(rec.fetch_s, 6)}),),
+                          extra={"num_workers": 0, "batches": rec.batches, "fetch_s": round(rec.fetch_s, 6),
+                                 "steps": num_steps}),),
                 severity=sev,
                 cost_us=per_step_us,
                 cost_share=share,

@@ -74,26 +74,45 @@ def distributed_findings(records: list[LoaderRecord], world_size: int, backend: 
 
 
 def sampler_epoch_findings(records: list[LoaderRecord]) -> list[Finding]:
-    """GP712 for each loader whose shuffling DistributedSampler kept its epoch from one epoch to the next."""
+    """GP712 for each loader whose shuffling DistributedSampler kept its epoch from one epoch to the next.
+
+    Told apart by the ``set_epoch()`` calls between two epoch starts: none (never called, or not before
+    every epoch: add the call), or calls that passed the same value each time (``set_epoch(0)`` in the
+    loop: pass the epoch number; the finding points at that call)."""
     out: list[Finding] = []
     for rec in records:
         epochs = rec.sampler_epochs
-        repeats = sum(1 for a, b in zip(epochs, epochs[1:]) if a == b)
+        repeats = [i for i, (a, b) in enumerate(zip(epochs, epochs[1:])) if a == b]
         if not repeats:
             continue
+        calls = rec.set_epoch_calls if len(rec.set_epoch_calls) == len(epochs) else [0] * len(epochs)
+        called = [i for i in repeats if calls[i + 1] > calls[i]]  # set_epoch() ran, and kept the value
         never = len(set(epochs)) == 1
-        what = (f"kept epoch={epochs[0]} at all {len(epochs)} epoch starts" if never
-                else f"kept the previous epoch's value at {repeats} of {len(epochs) - 1} epoch changes")
+        extra: dict[str, object] = {"sampler_epochs": epochs[:16], "epoch_starts": len(epochs)}
+        location = rec.location
+        if called and len(called) == len(repeats):
+            value = epochs[repeats[0] + 1]
+            what = (f"kept epoch={value} at all {len(epochs)} epoch starts" if never
+                    else f"kept the previous epoch's value at {len(repeats)} of {len(epochs) - 1} epoch changes")
+            message = (f"{rec.label}'s DistributedSampler (shuffle=True) {what}: set_epoch({value}) is called "
+                       f"before every epoch with the same value, so those epochs shuffle the samples in the same "
+                       "order (the same seed + epoch)")
+            advice = ("Pass the loop's epoch number, not a constant: for epoch in range(n): "
+                      "sampler.set_epoch(epoch) (with a resumed run, the epoch it resumes at).")
+            extra.update(set_epoch_calls=calls[-1], set_epoch_values=rec.set_epoch_values)
+            location = rec.set_epoch_location or rec.location
+        else:
+            what = (f"kept epoch={epochs[0]} at all {len(epochs)} epoch starts" if never
+                    else f"kept the previous epoch's value at {len(repeats)} of {len(epochs) - 1} epoch changes")
+            message = (f"{rec.label}'s DistributedSampler (shuffle=True) {what}: set_epoch() was "
+                       + ("never called" if never and not called else "not called before every epoch")
+                       + ", so those epochs shuffle the samples in the same order (the same seed + epoch)")
+            advice = ("Call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
+                      "(for epoch in range(n): loader.sampler.set_epoch(epoch); for batch in loader: ...).")
         out.append(_finding(
-            "GP712",
-            f"{rec.label}'s DistributedSampler (shuffle=True) {what}: set_epoch() was "
-            + ("never called" if never else "not called before every epoch")
-            + ", so those epochs shuffle the samples in the same order (the same seed + epoch)",
-            "Call sampler.set_epoch(epoch) at the start of every epoch, before iterating the DataLoader "
-            "(for epoch in range(n): loader.sampler.set_epoch(epoch); for batch in loader: ...).",
-            (Evidence("repeated_epochs", repeats, 0, "epochs",
-                      extra={"sampler_epochs": epochs[:16], "epoch_starts": len(epochs)}),),
-            rec.location, rec.label,
+            "GP712", message, advice,
+            (Evidence("repeated_epochs", len(repeats), 0, "epochs", extra=extra),),
+            location, rec.label,
         ))
     return out
 

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import os
 import time
+from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpuprof.capture.config import CheckOptions
 from gpuprof.findings import Evidence, Finding, SourceLocation
@@ -52,11 +53,13 @@ class MemorySampler:
 
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda
-        self.allocated: list[int] = []
-        self.reserved: list[int] = []
-        self.peak: list[int] = []
-        self.rss: list[int] = []
-        self.rss_steps: list[int] = []
+        # one machine integer per sample, not a Python int and a list slot (36 bytes): the whole-job watch
+        # keeps them for every step of a run that may last days
+        self.allocated: array[int] = array("q")
+        self.reserved: array[int] = array("q")
+        self.peak: array[int] = array("q")
+        self.rss: array[int] = array("q")
+        self.rss_steps: array[int] = array("q")
         self._steps = 0
         self._next_rss = 0.0
         self.available = True
@@ -79,7 +82,7 @@ class MemorySampler:
     def kind(self) -> str:
         return "cuda" if self.cuda else "host_rss"
 
-    def series(self) -> list[int]:
+    def series(self) -> array[int]:
         """The series the leak detector reads."""
         return self.allocated if self.cuda else self.rss
 
@@ -121,7 +124,7 @@ def _noop() -> None:
     return None
 
 
-def growth_finding(series: list[int], kind: str, options: CheckOptions,
+def growth_finding(series: Sequence[int], kind: str, options: CheckOptions,
                    location: SourceLocation | None = None) -> Finding | None:
     """GP640 when ``series`` (one sample per step) rises steadily (see the module docstring).
 
@@ -130,7 +133,7 @@ def growth_finding(series: list[int], kind: str, options: CheckOptions,
     allocating line once the traces have told it (:func:`leak_site`).
     """
     if kind == "cpu_trace":
-        samples = list(series)
+        samples: Sequence[int] = list(series)
         min_steps = options.leak_trace_min_steps
         min_total = options.leak_min_bytes_per_step * max(len(samples) - 1, 1)
     else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from gpuprof.capture.guard import Guard
@@ -48,7 +48,7 @@ class EventWriter(Protocol):
 class StepRows:
     """The per-step scalars of steps ``[0, len(step_s))``, read from the session's growing lists."""
 
-    def __init__(self, step_s: list[float], fetch_s: list[float], loaders_seen: bool,
+    def __init__(self, step_s: Sequence[float], fetch_s: Sequence[float], loaders_seen: bool,
                  memory: MemorySampler | None, samples: Callable[[], JobSamples] | None = None) -> None:
         self.step_s = step_s
         self.fetch_s = fetch_s
@@ -102,7 +102,7 @@ def sampled_by_step(s: JobSamples) -> dict[int, dict[str, float]]:
     return out
 
 
-def step_rows(step_s: list[float], fetch_s: list[float], loaders_seen: bool,
+def step_rows(step_s: Sequence[float], fetch_s: Sequence[float], loaders_seen: bool,
               memory: MemorySampler | None, samples: Callable[[], JobSamples] | None = None) -> StepRows:
     return StepRows(step_s, fetch_s, loaders_seen, memory, samples)
 

@@ -37,8 +37,8 @@ class SessionState:
 
     @property
     def step_s(self) -> list[float]:
-        """Each step's time, in seconds."""
-        return self.live.step_s
+        """Each step's time, in seconds (a copy: the session keeps them as machine doubles)."""
+        return self.live.step_s.tolist()
 
     @property
     def step_signatures(self) -> list[object]:

@@ -267,6 +267,13 @@ class TraceWindow:
         snap = paths.snapshot_file(span)
 
         def export() -> None:
+            if live.config.print_report:  # the step that closes a window waits for torch's export: say so first
+                last_step = live.step_num - 1 if live.step_num > first else first
+                try:  # a closed or broken stream costs the line, never the trace
+                    print(f"gpuprof: recorded steps {first}-{last_step}; torch is writing their trace to {path.name} "
+                          "(this step waits until it is written)", file=live.stream, flush=True)
+                except (OSError, ValueError):
+                    pass
             # torch gzips by the suffix, so the temporary name keeps it
             with atomic_path(path, suffix=".pt.trace.json.gz") as tmp:
                 tp.export_chrome_trace(str(tmp))

@@ -129,6 +129,7 @@ _COMMANDS = {
     "explain": ("gpuprof.cli.rules", "explain_cmd"),
     "export": ("gpuprof.cli.export", "export_cmd"),
     "history": ("gpuprof.cli.history", "history_cmd"),
+    "mcp": ("gpuprof.cli.mcp", "mcp_cmd"),
     "memory": ("gpuprof.cli.memory", "memory_cmd"),
     "rules": ("gpuprof.cli.rules", "rules_cmd"),
     "run": ("gpuprof.cli.run", "run_cmd"),

@@ -6,16 +6,20 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import click
 
 from gpuprof.atomic import refuse_input_as_output
 from gpuprof.cli.common import emit_report, input_files, report_options, split_codes
+from gpuprof.cli.trackers import check_targets, send_report, to_option
 from gpuprof.errors import InputError
 from gpuprof.remote import TraceFile, Url, is_url
 
-__all__ = ["analyze_cmd"]
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.report import Report
+
+__all__ = ["analyze_cmd", "analysis_report"]
 
 # Files at least this big get a progress bar when stderr is a terminal.
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
@@ -47,6 +51,7 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 @click.option("--dask", "dask", metavar="SCHEDULER", default=None,
               help="Analyse each trace on a Dask cluster's workers (e.g. tcp://host:8786); they read the traces "
               "themselves (URLs or a shared file system). See docs/distributed.md.")
+@to_option
 def analyze_cmd(
     paths: tuple[str, ...],
     fmt: str,
@@ -60,6 +65,7 @@ def analyze_cmd(
     progress: bool | None,
     jobs: int | None,
     dask: str | None,
+    to: tuple[str, ...],
 ) -> None:
     """Diagnose a trace file (.json/.json.gz), a directory of traces, or several of them.
 
@@ -68,36 +74,10 @@ def analyze_cmd(
     When the traces are of more than one rank of a distributed job, a
     cross-rank section compares them (stragglers, waits, collectives).
     """
-    from gpuprof.analysis import analyze
-    from gpuprof.codes import parse_option_overrides
-
-    try:
-        options = parse_option_overrides(rule_options)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--option") from None
-
-    if len(paths) == 1 and _is_saved_report(paths[0]):
-        # a saved JSON report: rendered again, read-only (no trace is read, no rule runs)
-        if annotate:
-            raise InputError(paths[0], "--annotate needs the traces; a saved report.json has only their summaries")
-        from gpuprof.reportfile import read_report_dict, report_from_dict
-
-        report = report_from_dict(read_report_dict(paths[0]), paths[0])
-        if fmt != "json":  # other sections' renderers draw their own objects, which a saved report no longer has
-            from gpuprof.reportfile import unshown_sections
-
-            report.sections = unshown_sections(report.sections)
-        if output:
-            refuse_input_as_output(output, [paths[0]])
-        # the one boundary (gpuprof.flow.finish), as for a live analysis: --select/--ignore, overlaps, order
-        from gpuprof.flow import finish
-        from gpuprof.runner import Selection
-
-        report.findings = finish(report.findings, Selection.of(split_codes(select), split_codes(ignore)))
-        if html_out:
-            _html(report, html_out, [paths[0]])
-        sys.exit(emit_report(report, fmt, output, fail_on))
-    path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
+    targets = check_targets(to)  # a tracker's missing package: exit 2 before any work
+    saved = len(paths) == 1 and _is_saved_report(paths[0])
+    if saved and annotate:
+        raise InputError(paths[0], "--annotate needs the traces; a saved report.json has only their summaries")
     for p in paths if annotate else ():
         if p == "-" or is_url(p) or not (os.path.isfile(p) or os.path.isdir(p)):
             # the annotator reads the trace a second time, which a pipe cannot give
@@ -105,18 +85,58 @@ def analyze_cmd(
                              "not a pipe, standard input or a URL")
     show_progress = progress if progress is not None else sys.stderr.isatty()
     with ExitStack() as stack:
-        factory = _progress_factory(stack) if show_progress else None
-        report = analyze(path, select=split_codes(select), ignore=split_codes(ignore), options=options, progress=factory,
-                         jobs=jobs, dask=dask,  # jobs None: gpuprof.pool decides by size and free CPUs
-                         on_rank_done=_rank_counter() if show_progress and dask else None)
-    if output:  # checked before --annotate writes anything
-        refuse_input_as_output(output, input_files(report))
+        factory = _progress_factory(stack) if show_progress and not saved else None
+        report = analysis_report(paths, select, ignore, rule_options, all_sections=fmt == "json", jobs=jobs,
+                                 dask=dask, progress=factory,
+                                 on_rank_done=_rank_counter() if show_progress and dask else None)
+    sources = [paths[0]] if saved else input_files(report)
+    if output:  # checked before --annotate or --html writes anything
+        refuse_input_as_output(output, sources)
     if annotate:
         _annotate(report, annotate)
     if html_out:
-        _html(report, html_out, input_files(report))
+        _html(report, html_out, sources)
     code = emit_report(report, fmt, output, fail_on)
+    send_report(report, targets, html_out, [paths[0]] if saved else list(paths))
     sys.exit(code)
+
+
+def analysis_report(paths: Sequence[str], select: Sequence[str], ignore: Sequence[str], rule_options: Sequence[str],
+                    *, all_sections: bool = True, jobs: int | None = None, dask: str | None = None,
+                    progress: Callable[[TraceFile], Any] | None = None,
+                    on_rank_done: Callable[[int, int], None] | None = None) -> Report:
+    """What ``gpuprof analyze PATHS`` reports, before rendering: the command line's and the MCP server's one path.
+
+    A single saved report.json is read back (no trace is read, no rule runs); anything else is analysed.
+    ``all_sections``: keep a saved report's sections whose renderers need the live objects (the JSON view).
+    ``--option`` values and select/ignore words are checked here (a bad one: a click usage error).
+    """
+    from gpuprof.codes import parse_option_overrides
+
+    try:
+        options = parse_option_overrides(rule_options)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--option") from None
+    if len(paths) == 1 and _is_saved_report(paths[0]):
+        from gpuprof.reportfile import read_report_dict, report_from_dict
+
+        report = report_from_dict(read_report_dict(paths[0]), paths[0])
+        if not all_sections:  # other sections' renderers draw their own objects, which a saved report no longer has
+            from gpuprof.reportfile import unshown_sections
+
+            report.sections = unshown_sections(report.sections)
+        # the one boundary (gpuprof.flow.finish), as for a live analysis: --select/--ignore, overlaps, order
+        from gpuprof.flow import finish
+        from gpuprof.runner import Selection
+
+        report.findings = finish(report.findings, Selection.of(split_codes(list(select)), split_codes(list(ignore))))
+        return report
+    from gpuprof.analysis import analyze
+
+    path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
+    return analyze(path, select=split_codes(list(select)), ignore=split_codes(list(ignore)), options=options,
+                   progress=progress, jobs=jobs, dask=dask,  # jobs None: gpuprof.pool decides by size and free CPUs
+                   on_rank_done=on_rank_done)
 
 
 def _rank_counter() -> Callable[[int, int], None]:

@@ -120,6 +120,22 @@ def emit_report(
     return EXIT_FINDINGS if report.count_at_or_above(bar) else EXIT_OK
 
 
+def emit_text(text: str, output: str | None, what: str, sources: list[str],
+              html_out: str | None = None, page: Callable[[], str] | None = None) -> None:
+    """Write a command's ``text`` to ``output`` (atomically; never over one of its ``sources``) or stdout, and its
+    HTML ``page`` to ``html_out``; each written file named in one line on stderr (``what``: "the diff")."""
+    if html_out and page is not None:
+        refuse_input_as_output(html_out, sources, "--html")
+        write_output(html_out, page(), "the HTML page")
+        click.echo(f"gpuprof: HTML page written to {visible(html_out)}", err=True)
+    if output:
+        refuse_input_as_output(output, sources)
+        write_output(output, text, what)
+        click.echo(f"gpuprof: {what.removeprefix('the ')} written to {visible(output)}", err=True)
+    else:
+        sys.stdout.write(text)
+
+
 def selection(select: tuple[str, ...], ignore: tuple[str, ...]) -> Selection:
     """The command line's ``--select``/``--ignore`` as one :class:`gpuprof.flow.Selection`."""
     return Selection.of(split_codes(select), split_codes(ignore))

@@ -11,7 +11,7 @@ import click
 
 from gpuprof.errors import EXIT_FINDINGS, EXIT_OK, InputError
 
-__all__ = ["diff_cmd", "load_side"]
+__all__ = ["diff_cmd", "load_side", "compare", "diff_json"]
 
 EPILOG = """\b
 Exit codes:
@@ -67,11 +67,39 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
     findings fixed, new and changed, with each fixed finding's predicted
     saving against the measured change.
     """
+    from gpuprof.cli.common import emit_text
+
+    diff, sources = compare(before, after, threshold, metric, jobs)
+    if fmt == "json":
+        text = diff_json(diff)
+    elif fmt == "markdown":
+        from gpuprof.diff.render import render_diff_markdown
+
+        text = render_diff_markdown(diff)
+    else:
+        from gpuprof.diff.render import render_diff_terminal
+
+        text = render_diff_terminal(diff, color=None if output is None and sys.stdout.isatty() else False)
+    def page() -> str:
+        from gpuprof.htmlpage.page import diff_page
+
+        return diff_page(diff)
+
+    emit_text(text, output, "the diff", sources, html_out, page)
+    reg = diff["regression"]
+    sys.exit(EXIT_FINDINGS if reg is not None and reg["regressed"] else EXIT_OK)
+
+
+def compare(before: str, after: str, threshold: str | None, metric: str,
+            jobs: int | None) -> tuple[dict[str, Any], list[str]]:
+    """``gpuprof diff BEFORE AFTER``'s comparison, before rendering, and every file it read (for -o checks).
+
+    The command line's and the MCP server's one path: a bad threshold or metric is a click usage error, raised
+    before any trace is read; a gate that cannot judge is an InputError.
+    """
     from gpuprof.analysis import default_analyze_jobs
-    from gpuprof.atomic import refuse_input_as_output, write_output
     from gpuprof.diff.compare import diff_reports
     from gpuprof.diff.gate import judge, parse_threshold
-    from gpuprof.render.safe import visible
 
     limit = None
     if threshold is not None:
@@ -91,33 +119,14 @@ def diff_cmd(before: str, after: str, fmt: str, output: str | None, threshold: s
     if limit is not None:
         diff["regression"] = judge(diff, metric, limit)
         _refuse_unjudged(diff["regression"], before, after)
-    sources = [before, after] + [t for d in (b, a) for t in _trace_paths(d)]
-    if fmt == "json":
-        from gpuprof.render.jsonout import json_safe
+    return diff, [before, after] + [t for d in (b, a) for t in _trace_paths(d)]
 
-        text = json.dumps(json_safe(diff), indent=2, allow_nan=False) + "\n"
-    elif fmt == "markdown":
-        from gpuprof.diff.render import render_diff_markdown
 
-        text = render_diff_markdown(diff)
-    else:
-        from gpuprof.diff.render import render_diff_terminal
+def diff_json(diff: dict[str, Any]) -> str:
+    """The diff as ``--format json`` prints it (docs/diff.md)."""
+    from gpuprof.render.jsonout import json_safe
 
-        text = render_diff_terminal(diff, color=None if output is None and sys.stdout.isatty() else False)
-    if html_out:
-        from gpuprof.htmlpage.page import diff_page
-
-        refuse_input_as_output(html_out, sources, "--html")
-        write_output(html_out, diff_page(diff), "the HTML page")
-        click.echo(f"gpuprof: HTML page written to {visible(html_out)}", err=True)
-    if output:
-        refuse_input_as_output(output, sources)
-        write_output(output, text, "the diff")
-        click.echo(f"gpuprof: diff written to {visible(output)}", err=True)
-    else:
-        sys.stdout.write(text)
-    reg = diff["regression"]
-    sys.exit(EXIT_FINDINGS if reg is not None and reg["regressed"] else EXIT_OK)
+    return json.dumps(json_safe(diff), indent=2, allow_nan=False) + "\n"
 
 
 def _refuse_unjudged(verdict: dict[str, Any], before: str, after: str) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-__all__ = ["export_cmd"]
+__all__ = ["export_cmd", "export_tables"]
 
 EPILOG = """\b
 Exit codes:
@@ -28,12 +30,21 @@ def export_cmd(source: str, fmt: str, out_dir: str, jobs: int | None) -> None:
     ranges and findings, with a trace and rank column where a run has several
     traces. Columns, types and units: docs/export.md.
     """
+    from gpuprof.render.safe import visible
+
+    written, counts = export_tables(source, fmt, out_dir, jobs)
+    rows = ", ".join(f"{name} {n}" for name, n in counts.items())
+    click.echo(f"gpuprof: {len(written)} {fmt} tables written to {visible(out_dir)} (rows: {rows})", err=True)
+
+
+def export_tables(source: str, fmt: str, out_dir: str, jobs: int | None) -> tuple[list[Path], dict[str, int]]:
+    """``gpuprof export``'s work (the command line's and the MCP server's one path): the files written and
+    each table's row count. A format that needs pyarrow without it is a click usage error, before any trace is read."""
     from gpuprof.analysis import default_analyze_jobs
     from gpuprof.cli.diff import load_side
     from gpuprof.errors import InputError
     from gpuprof.export.tables import TableError, build_tables
     from gpuprof.export.write import PYARROW_HINT, have_pyarrow, prepare_dir, write_tables
-    from gpuprof.render.safe import visible
 
     if fmt != "csv" and not have_pyarrow():  # before any trace is read
         raise click.UsageError(f"--format {fmt} {PYARROW_HINT}")
@@ -45,5 +56,4 @@ def export_cmd(source: str, fmt: str, out_dir: str, jobs: int | None) -> None:
     directory = prepare_dir(out_dir)
     inputs = [source] + [str(t.get("path")) for t in doc.get("traces", []) if isinstance(t, dict)]
     written = write_tables(directory, fmt, tables, inputs)
-    counts = ", ".join(f"{name} {len(rows)}" for name, rows in tables.items())
-    click.echo(f"gpuprof: {len(written)} {fmt} tables written to {visible(out_dir)} (rows: {counts})", err=True)
+    return list(written), {name: len(rows) for name, rows in tables.items()}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 __all__ = ["history_cmd"]
@@ -31,23 +29,16 @@ def history_cmd(logdir: str, fmt: str, output: str | None, html_out: str | None)
     by more than 4 times the runs' noise (pooled MAD), and each finding code
     is named at the run where it appeared or disappeared.
     """
-    from gpuprof.atomic import refuse_input_as_output, write_output
+    from gpuprof.cli.common import emit_text
     from gpuprof.history.render import history_dict, history_json, history_terminal
     from gpuprof.history.runs import read_history
-    from gpuprof.render.safe import visible
 
     hist = read_history(logdir)
     text = history_json(hist) if fmt == "json" else history_terminal(hist)
     read = [rep for r in hist.runs for rep in r.reports]
-    if html_out:
+    def page() -> str:
         from gpuprof.history.html import history_page
 
-        refuse_input_as_output(html_out, read, "--html")
-        write_output(html_out, history_page(history_dict(hist)), "the HTML page")
-        click.echo(f"gpuprof: HTML page written to {visible(html_out)}", err=True)
-    if output:
-        refuse_input_as_output(output, read)
-        write_output(output, text, "the history")
-        click.echo(f"gpuprof: history written to {visible(output)}", err=True)
-    else:
-        sys.stdout.write(text)
+        return history_page(history_dict(hist))
+
+    emit_text(text, output, "the history", read, html_out, page)

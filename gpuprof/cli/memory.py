@@ -9,14 +9,17 @@ both spellings work without ``gpuprof memory show FILE``.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import click
 
 from gpuprof.atomic import refuse_input_as_output
 from gpuprof.cli.common import emit_report, option_settings, parse_option_settings, report_options, selection
 
-__all__ = ["memory_cmd"]
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.report import Report
+
+__all__ = ["memory_cmd", "memory_report", "memory_diff_report"]
 
 
 class _DefaultGroup(click.Group):
@@ -102,26 +105,12 @@ def show_cmd(file: str, fmt: str, output: str | None, select: tuple[str, ...], i
              capacity_threshold: str | None, fragmentation_ratio: str | None, fragmentation_min: str | None,
              pending_share: str | None, top: int, skip_frames: tuple[str, ...]) -> None:
     """Analyse one snapshot or trace FILE."""
-    from gpuprof.flow import finish
-    from gpuprof.memory.analysis import MemoryOptions, analyze_memory
-    from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
-    from gpuprof.memory.load import load_memory
-    from gpuprof.report import Report
-
     settings = _settings(_SHOW_ALIASES, {"capacity_threshold": capacity_threshold,
                                          "fragmentation_ratio": fragmentation_ratio,
                                          "fragmentation_min": fragmentation_min, "pending_share": pending_share},
                          code_options)
-    opts = MemoryOptions(top=top, internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)
-                         ).with_options(settings)
-    data = load_memory(file, opts.internal_patterns)
-    if device_memory:
-        for dm in data.devices:
-            if dm.device.startswith("cuda"):
-                dm.total_memory = device_memory
-    section, findings, analyses = analyze_memory(data, opts)
-    findings = finish(findings, selection(select, ignore))  # the one boundary (gpuprof.flow), --html included
-    report = Report(command="memory", inputs=[file], sections=[section], findings=findings)
+    report, data, analyses = memory_report(file, select, ignore, settings, device_memory, top, skip_frames)
+    findings = report.findings
     if output:  # checked before --html writes anything
         refuse_input_as_output(output, [file])
     if html_out:
@@ -132,6 +121,29 @@ def show_cmd(file: str, fmt: str, output: str | None, select: tuple[str, ...], i
         write_html(data, analyses, findings, html_out)
         click.echo(f"gpuprof: memory timeline written to {visible(html_out)}", err=True)
     sys.exit(emit_report(report, fmt, output, fail_on))
+
+
+def memory_report(file: str, select: Sequence[str], ignore: Sequence[str], settings: dict[str, Any],
+                  device_memory: int | None = None, top: int = 10,
+                  skip_frames: Sequence[str] = ()) -> tuple[Report, Any, Any]:
+    """What ``gpuprof memory FILE`` reports, before rendering (the command line's and the MCP server's one path),
+    with the loaded data and the per-device analyses the HTML timeline draws."""
+    from gpuprof.flow import finish
+    from gpuprof.memory.analysis import MemoryOptions, analyze_memory
+    from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
+    from gpuprof.memory.load import load_memory
+    from gpuprof.report import Report
+
+    opts = MemoryOptions(top=top, internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)
+                         ).with_options(settings)
+    data = load_memory(file, opts.internal_patterns)
+    if device_memory:
+        for dm in data.devices:
+            if dm.device.startswith("cuda"):
+                dm.total_memory = device_memory
+    section, findings, analyses = analyze_memory(data, opts)
+    findings = finish(findings, selection(tuple(select), tuple(ignore)))  # the one boundary (gpuprof.flow), --html included
+    return Report(command="memory", inputs=[file], sections=[section], findings=findings), data, analyses
 
 
 @memory_cmd.command("diff")
@@ -151,13 +163,21 @@ def diff_cmd(before: str, after: str | None, fmt: str, output: str | None, selec
     With one trace and no AFTER, compares the end of its first and last
     profiler steps.
     """
+    settings = _settings(_DIFF_ALIASES, {"min_growth": min_growth}, code_options)
+    report = memory_diff_report(before, after, select, ignore, settings, top, skip_frames)
+    sys.exit(emit_report(report, fmt, output, fail_on))
+
+
+def memory_diff_report(before: str, after: str | None, select: Sequence[str], ignore: Sequence[str],
+                       settings: dict[str, Any], top: int = 15, skip_frames: Sequence[str] = ()) -> Report:
+    """What ``gpuprof memory diff BEFORE [AFTER]`` reports, before rendering (the command line's and the MCP
+    server's one path)."""
     from gpuprof.flow import finish
     from gpuprof.memory.analysis import MemoryOptions
     from gpuprof.memory.diff import DiffOptions, diff_report
     from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
 
-    settings = _settings(_DIFF_ALIASES, {"min_growth": min_growth}, code_options)
     mem_opts = MemoryOptions(internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)).with_options(settings)
     report = diff_report(before, after, DiffOptions(top=top).with_options(settings), mem_opts)
-    report.findings = finish(report.findings, selection(select, ignore))  # the one boundary (gpuprof.flow)
-    sys.exit(emit_report(report, fmt, output, fail_on))
+    report.findings = finish(report.findings, selection(tuple(select), tuple(ignore)))  # the one boundary (gpuprof.flow)
+    return report

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuprof.errors import EXIT_BAD_INPUT
+from gpuprof.errors import EXIT_BAD_INPUT, GpuprofError
 
-__all__ = ["rules_cmd", "explain_cmd"]
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.codespec import CodeSpec
+
+__all__ = ["rules_cmd", "explain_cmd", "explained"]
 
 
 @click.command("rules")
@@ -54,26 +57,35 @@ def _by(reported_by: str) -> str:
 @click.argument("code")
 def explain_cmd(code: str) -> None:
     """Explain a finding code (or a name): what it detects, why it matters, its options and examples."""
-    from gpuprof.codes import catalogue, lookup
+    try:
+        spec, note = explained(code)
+    except GpuprofError as err:
+        click.echo(f"gpuprof: error: {err}", err=True)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+    click.echo(_fit(spec))
+    if note:
+        click.echo(f"gpuprof: note: {note}", err=True)
 
-    def lookup_aliases(key: str) -> list[Any]:
-        return [c for c in catalogue() if key.strip().lower() in c.aliases]
+
+def explained(code: str) -> tuple[CodeSpec, str | None]:
+    """The code ``gpuprof explain CODE`` explains, and a note when the word is also another code's former name.
+
+    The command line's and the MCP server's one lookup; an unknown or ambiguous word is a GpuprofError (exit 2).
+    """
+    from gpuprof.codes import catalogue, lookup
 
     found = lookup(code)
     if not found:
-        click.echo(f"gpuprof: error: unknown code {code!r} (see `gpuprof rules`)", err=True)
-        raise SystemExit(EXIT_BAD_INPUT)
+        raise GpuprofError(f"unknown code {code!r} (see `gpuprof rules`)")
     if len(found) > 1:
         which = ", ".join(f"{c.code} ({_by(c.reported_by)})" for c in found)
-        click.echo(f"gpuprof: error: the former name {code!r} belongs to {which}; explain one by its code",
-                   err=True)
-        raise SystemExit(EXIT_BAD_INPUT)
-    click.echo(_fit(found[0]))
-    also = [c for c in lookup_aliases(code) if c.code != found[0].code]
-    if also:  # a current name that is also another code's former name: say so
-        which = ", ".join(f"{c.code} ({c.name})" for c in also)
-        click.echo(f"gpuprof: note: {code.strip().lower()!r} is also the former name of {which}", err=True)
-
+        raise GpuprofError(f"the former name {code!r} belongs to {which}; explain one by its code")
+    also = [c for c in catalogue() if code.strip().lower() in c.aliases and c.code != found[0].code]
+    if not also:
+        return found[0], None
+    # a current name that is also another code's former name: say so
+    which = ", ".join(f"{c.code} ({c.name})" for c in also)
+    return found[0], f"{code.strip().lower()!r} is also the former name of {which}"
 
 def _fit(spec: Any) -> str:
     """:func:`gpuprof.codes.explain_text` fitted to the terminal's width (``COLUMNS`` when piped):

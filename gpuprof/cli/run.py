@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuprof.cli.trackers import check_targets, to_option
+
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.run.options import Scalar
 
@@ -34,7 +36,8 @@ Forms:
 \b
 Exit code: the command's own (a command killed by a signal: the same
 signal, 128+N in a shell); 2 when the command cannot be started (no
-such script, a program named without --, no command).
+such script, a program named without --, no command, a --to tracker
+whose package is not installed).
 """
 
 
@@ -94,9 +97,11 @@ def _split(cmd: click.Command, args: list[str]) -> tuple[list[str], str, list[st
               help="Record at most N automatic windows when the steady state breaks (default: the capture's).")
 @click.option("--no-trigger", is_flag=True, help="Do not record a window on demand (gpuprof trigger PID).")
 @click.option("--no-watch", is_flag=True, help="No per-step watch over the whole job.")
+@to_option
 @click.pass_context
 def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function: str | None,
-            hang_timeout: float | None, max_auto_windows: int | None, no_trigger: bool, no_watch: bool) -> None:
+            hang_timeout: float | None, max_auto_windows: int | None, no_trigger: bool, no_watch: bool,
+            to: tuple[str, ...]) -> None:
     """Run a training script or launcher job, unchanged, with gpuprof in every process.
 
     Every Python process the command starts is profiled once it trains (its
@@ -125,8 +130,11 @@ def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function
             raise RunUsageError(f"{err}") from None
     if run_name is not None and run_name.strip() in ("", ".", ".."):
         raise RunUsageError(f"--run-name {run_name!r} names no directory under the logdir")
+    targets = check_targets(to)  # a tracker's missing package: exit 2 before the job starts
     command: Command = resolve(kind, rest)
     capture: dict[str, Scalar] = {"watch": not no_watch, "trigger": not no_trigger}
+    if targets:  # the end-of-run report of rank 0 goes to them (gpuprof.capture.end.trackers)
+        capture["to"] = ",".join(targets)
     if hang_timeout is not None:
         capture["hang_timeout"] = hang_timeout
     if max_auto_windows is not None:

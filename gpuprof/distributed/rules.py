@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator, Mapping
 
 from gpuprof.codespec import Option
-from gpuprof.findings import Evidence, Finding
+from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import RuleSpec, add_rule, find_rule
 from gpuprof.runner import RuleFailure, RuleUnit, Selection, run_rules
 from gpuprof.units import fmt_bytes, fmt_us
@@ -378,4 +378,64 @@ class FindUnusedParameters(CrossRankRule):
             cost_us=job.unused_search_us,
             cost_label="the unused-parameter search",
             evidence=[Evidence("unused_parameter_searches_per_step", round(job.unused_searches_per_step, 2))],
+        )
+
+
+@register
+class LateRanks(CrossRankRule):
+    """Ranks that held up the collectives of too few recorded steps to call them stragglers.
+
+    GP701 names a straggler only when the others wait for it step after step: one or two recorded steps
+    cannot tell a consistent straggler from a one-off (a rank that hit a page fault, a checkpoint, a
+    late start). The arrival analysis still shows who the others waited for in those steps (the cross-rank
+    table's "last to arrive" column); this finding names those ranks, as info, with the one-step caveat:
+    each rank the others waited for above GP701's floor inside the recorded steps, how long, and at how
+    many collectives it arrived last. No cost: one step is no per-step cost to plan on. Silent when GP701
+    has named a straggler, and on jobs recorded for more than ``max_steps`` steps.
+    """
+
+    code = "GP706"
+    name = "late-ranks"
+    title = "Ranks the others waited for in the few recorded steps (too few steps to call a straggler)"
+    severity = Severity.INFO
+    options = (Option("max_steps", 2, "report when the ranks share at most this many recorded steps "
+                                      "(GP701 needs more to tell a straggler from a one-off)"),)
+    bad_example = """\
+        prof = torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=1))
+        # one recorded step: rank 3 arrives late at the all-reduce; is it always late?
+    """
+    good_example = """\
+        prof = torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=5))
+        # five recorded steps: GP701 tells a consistent straggler from a one-off
+    """
+
+    def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterator[Finding]:
+        arr = job.arrivals
+        if job.stragglers or arr.steps < 1 or arr.steps > opts["max_steps"]:
+            return
+        late = sorted(((r, w) for r, w in arr.in_step_us.items() if w >= arr.floor_us), key=lambda rw: -rw[1])
+        if not late:
+            return
+        last_at = {r: sum(1 for row in arr.rows if r in row.last) for r, _ in late}
+        steps = "the one recorded step" if arr.steps == 1 else f"the {arr.steps} recorded steps"
+        named = "; ".join(f"rank {r}: the others waited {fmt_us(w)} per step for it, last to arrive at "
+                          f"{last_at[r]} of {len(arr.rows)} collective positions" for r, w in late[:8])
+        before = (f"; besides, {fmt_us(arr.before_step_us)} per step of waiting for ranks that entered the step late "
+                  "(before the recording)" if arr.before_step_ranks else "")
+        yield Finding(
+            code=self.code, name=self.name, severity=self.severity,
+            message=f"in {steps}, the other ranks waited inside collectives for {_ranks([r for r, _ in late])} "
+                    f"({named}){before}. With {arr.steps} step{'s' if arr.steps > 1 else ''} this may be a one-off, "
+                    "not a straggler: record more steps to tell (GP701)",
+            advice=" ".join("""
+                Record at least 3-5 steps on every rank (torch.profiler.schedule(..., active=5)) so a rank
+                that is late every step (GP701, with its cause) is told from a one-off delay; meanwhile,
+                compare the named rank's trace with another's before the collectives it arrived last at.
+                """.split()),
+            evidence=(Evidence("late_ranks", ",".join(str(r) for r, _ in late)),
+                      Evidence("others_wait_us_per_step", round(late[0][1], 1), round(arr.floor_us, 1), "us",
+                               extra={"per_rank_us": {str(r): round(w, 1) for r, w in late},
+                                      "last_at": {str(r): n for r, n in last_at.items()},
+                                      "steps": arr.steps, "max_steps": opts["max_steps"]}),),
+            origin="trace", source="cross-rank",
         )

@@ -48,6 +48,8 @@ _RANGE = (
     Column("cpu_total_us", "float", "us"),
     Column("gpu_self_us", "float", "us"),
     Column("gpu_total_us", "float", "us"),
+    Column("mfu", "float", "fraction"),
+    Column("known_flops_share", "float", "fraction"),
 )
 
 

@@ -22,7 +22,9 @@ from typing import Any
 
 from gpuprof.memory.htmlsafe import fill_template, page_head, script_json, text_for_html
 from gpuprof.render import web
-from gpuprof.render.web.model import TraceFigures, drawn_finding, headline
+from gpuprof.render.format import fmt_comm_wait, fmt_mfu
+from gpuprof.render.groups import trace_labels
+from gpuprof.render.web.model import TraceFigures, drawn_findings, headline
 from gpuprof.report import Report
 
 __all__ = ["report_page_data", "diff_page_data", "render_page", "report_page", "diff_page"]
@@ -53,13 +55,17 @@ def report_page_data(report: Report) -> dict[str, Any]:
             "step_times_us": t.get("step_times_us", []),
             "views": t.get("views"),
         })
-    findings = [drawn_finding(f) for f in report.findings]
+    # one card per distinct finding, labelled with the traces it applies to (as the terminal and markdown show it)
+    findings = drawn_findings(report.sorted_findings(), trace_labels(report))
     title = "gpuprof report: " + ", ".join(_title_name(p) for p in report.inputs)
     # the summary cards: the same figures as the TensorBoard tab's run headline (gpuprof.render.web.model)
     head = headline([TraceFigures.of(t, t["devices"]) for t in traces],
                     [x for t in traces for x in t["step_times_us"]], sum(t["num_steps"] for t in traces))
+    if len(report.traces) == 1:  # one trace's MFU and waiting in collectives, worded as every renderer words them
+        head["mfu_text"] = fmt_mfu(report.traces[0])
+        head["comm_wait_text"] = fmt_comm_wait(report.traces[0])
     return {"kind": "report", "title": title, "inputs": d["inputs"], "headline": head, "traces": traces,
-            "findings": findings, "notes": d["notes"], "version": d["tool"]["version"], "job": d.get("job")}
+            "findings": findings, "findings_total": len(report.findings), "notes": d["notes"], "version": d["tool"]["version"], "job": d.get("job")}
 
 
 def diff_page_data(diff: dict[str, Any]) -> dict[str, Any]:

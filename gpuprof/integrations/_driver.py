@@ -19,7 +19,9 @@ them unchanged.
 from __future__ import annotations
 
 import inspect
+import linecache
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
@@ -31,7 +33,7 @@ from gpuprof.capture.guard import safe_text, user_stacklevel
 from gpuprof.findings import SourceLocation
 from gpuprof.frames import is_user_file, user_frame
 
-__all__ = ["CaptureDriver", "JobPlace", "LoaderInfo", "method_location", "unwrap_loader"]
+__all__ = ["CaptureDriver", "JobPlace", "LoaderInfo", "built_at", "method_location", "unwrap_loader"]
 
 T = TypeVar("T")
 
@@ -87,6 +89,35 @@ def caller_location() -> SourceLocation | None:
     """The innermost user frame now (``trainer.fit(...)`` / ``trainer.train()`` from inside a hook)."""
     f = user_frame(2)
     return SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name) if f is not None else None
+
+
+_MAX_LINES_BACK = 400  # lines above the call looked at for the loader's construction
+
+
+def built_at(loaders: Sequence[Any], marker: str = "DataLoader(") -> list[SourceLocation | None]:
+    """Where each of ``loaders`` was built, when the user handed them to the framework's call in the
+    innermost user frame now (``trainer.fit(model, train_dataloaders=loader)``): the line above the call,
+    in the same function, that assigns the variable holding that loader from a ``DataLoader(`` call
+    (``loader = DataLoader(...)``), or the call's own line when it builds one inline; else the call's
+    line. The frame's variables tell which name holds which loader (by identity)."""
+    f = user_frame(2)
+    if f is None:
+        return [None] * len(loaders)
+    here = SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+    lines = linecache.getlines(f.f_code.co_filename, f.f_globals)
+    first = max(f.f_code.co_firstlineno, f.f_lineno - _MAX_LINES_BACK)
+    call_text = lines[f.f_lineno - 1] if 0 < f.f_lineno <= len(lines) else ""
+    out: list[SourceLocation | None] = []
+    for loader in loaders:
+        names = [n for n, v in list(f.f_locals.items()) if v is loader]
+        found = None
+        for ln in range(f.f_lineno - 1, first - 1, -1):  # the nearest assignment above the call
+            text = lines[ln - 1] if 0 < ln <= len(lines) else ""
+            if marker in text and any(re.match(rf"\s*{re.escape(n)}\s*(?::[^=]+)?=[^=]", text) for n in names):
+                found = SourceLocation(here.file, ln, here.function)
+                break
+        out.append(found or here if marker not in call_text else here)
+    return out
 
 
 class CaptureDriver:

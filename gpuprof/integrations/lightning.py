@@ -45,7 +45,7 @@ from gpuprof.capture.config import DEFAULT_LOGDIR
 from gpuprof.capture.paths import RankInfo, default_run_name
 from gpuprof.capture.result import CaptureResult
 from gpuprof.findings import SourceLocation
-from gpuprof.integrations._driver import CaptureDriver, JobPlace, LoaderInfo, caller_location, method_location
+from gpuprof.integrations._driver import CaptureDriver, JobPlace, LoaderInfo, built_at, method_location
 
 __all__ = ["GpuprofCallback"]
 
@@ -194,9 +194,10 @@ def _loaders(trainer: _Trainer, pl_module: Any, stage: str = "train") -> list[Lo
         where = method_location(datamodule, hook)
     if where is None:
         where = method_location(pl_module, hook)
-    if where is None:
-        where = caller_location()  # the loaders were passed to trainer.fit(...)
-    return [LoaderInfo(dl, where) for dl in _flatten(built)]
+    loaders = list(_flatten(built))
+    if where is None:  # the loaders were passed to trainer.fit(...): each at its DataLoader( line above it
+        return [LoaderInfo(dl, at) for dl, at in zip(loaders, built_at(loaders))]
+    return [LoaderInfo(dl, where) for dl in loaders]
 
 
 def _flatten(obj: Any, depth: int = 0) -> Iterable[Any]:

@@ -47,11 +47,13 @@ __all__ = [
 # Row labels of the step-time and GPU-idle breakdowns; the keys and their order
 # come from the metrics module that defines them. A key without a label still
 # renders, under its own name.
+COMM_WAIT = "communication_wait"  # a sub-row of the breakdown's communication (breakdown_rows), not a part of it
 BREAKDOWN_LABELS: dict[str, str] = {
     "kernel": "Kernels",
     "memcpy": "Memcpy",
     "memset": "Memset",
     "communication": "Communication",
+    COMM_WAIT: "  of which waiting for other ranks",
     "runtime": "CUDA runtime",
     "data_loading": "Data loading",
     "cpu_exec": "CPU exec",
@@ -236,6 +238,29 @@ def fmt_lead_in(us: float) -> str:
     return f"{fmt_us(us)} before the first GPU work, not counted in the step time or the utilisation"
 
 
+def fmt_comm_wait(t: TraceSummary) -> str | None:
+    """What the busy time holds of waiting in collectives for other ranks (gpuprof.distributed.waiting);
+    None without collectives or without such waiting."""
+    if not t.comm_wait_us or t.gpu_working_utilization is None:
+        return None
+    basis = "across the ranks given" if t.comm_wait_source == "ranks" else "one-rank estimate"
+    return (f"{fmt_pct(t.gpu_working_utilization)} working: {fmt_us(t.comm_wait_us)} per step of it waits inside "
+            f"collectives for other ranks ({basis})")
+
+
+def fmt_mfu(t: TraceSummary) -> str | None:
+    """The MFU row (docs/views.md, "MFU"): the figure, the peak it is taken against and the share of the
+    steps' kernel time whose FLOPs are unknown; None when the trace has no GPU work to measure."""
+    m = t.mfu
+    if m is None or m.known_flops_share is None:
+        return None
+    unknown = f"FLOPs unknown for {fmt_pct(1.0 - m.known_flops_share)} of the steps' kernel time"
+    if m.value is None:
+        why = "no peak for this GPU" if m.peak_source is None else "no kernel with known FLOPs and a peak"
+        return f"n/a ({why}); {unknown}"
+    return f"{fmt_pct(m.value)} of the {m.peak_source} peak (a lower bound: {unknown})"
+
+
 def step_basis_us(t: TraceSummary) -> float:
     """The step time the breakdown percentages are taken of.
 
@@ -244,6 +269,16 @@ def step_basis_us(t: TraceSummary) -> float:
     is unknown.
     """
     return t.step_time_mean_us or t.step_time_us
+
+
+def breakdown_rows(t: TraceSummary, order: Sequence[str]) -> tuple[dict[str, float], list[str]]:
+    """The step breakdown with, under communication, the part of it waiting for other ranks (a sub-row the
+    label says is "of which": the parts still add up without it)."""
+    if not t.comm_wait_us or "communication" not in order:
+        return t.breakdown_us, list(order)
+    keys = list(order)
+    keys.insert(keys.index("communication") + 1, COMM_WAIT)
+    return {**t.breakdown_us, COMM_WAIT: t.comm_wait_us}, keys
 
 
 def ordered_items(d: dict[str, float], order: Sequence[str]) -> list[tuple[str, float]]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
+from gpuprof.render.groups import applies_to, group_cost, group_findings, groups_head, trace_labels
 from gpuprof.render.safe import clip, one_line, shorten, visible
 from gpuprof.render.sections import markdown_renderer
 from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
@@ -153,6 +154,8 @@ def _trace(t: TraceSummary) -> list[str]:
         util = "n/a (no GPU activity in this trace)"
     else:
         util = f"**{U.fmt_pct(t.gpu_utilization)}** (GPU busy {U.fmt_ms(t.gpu_busy_us)} ms per step)"
+        if (wait := F.fmt_comm_wait(t)) is not None:
+            util += f"; {wait}"
     size = f"{U.fmt_count(t.num_events)} events"
     if t.file_bytes:
         size += f", {U.fmt_bytes(t.file_bytes)} on disk"
@@ -163,13 +166,14 @@ def _trace(t: TraceSummary) -> list[str]:
         f"- **Step time:** {U.fmt_ms(t.step_time_us)} ms median, {U.fmt_ms(t.step_time_mean_us)} ms mean",
         *([f"- **Lead-in:** {F.fmt_lead_in(t.lead_in_us)}"] if t.lead_in_us is not None else []),
         f"- **GPU utilisation:** {util}",
+        *([f"- **MFU:** {md_escape(mfu)}"] if (mfu := F.fmt_mfu(t)) is not None else []),
         f"- **Trace:** {size}",
         "",
     ]
     basis = F.step_basis_us(t)
     if t.breakdown_us:
         out += ["### Step time breakdown", ""]
-        out.append(_breakdown(t.breakdown_us, BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
+        out.append(_breakdown(*F.breakdown_rows(t, BREAKDOWN_KEYS), F.BREAKDOWN_LABELS, basis))
         out.append("")
     if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
         out += ["### While the GPU was idle, the host was in", ""]
@@ -224,24 +228,36 @@ def _findings(report: Report) -> list[str]:
     findings = report.sorted_findings()
     if not findings:
         return []
-    out = ["## Findings (most expensive first)", ""]
+    # over several traces the same finding is shown once with the traces it applies to (gpuprof.render.groups),
+    # as the terminal and the HTML page show it
+    groups = group_findings(findings) if len(report.traces) > 1 else [[f] for f in findings]
+    labels = trace_labels(report)
+    head = "## Findings (most expensive first)"
+    if len(groups) < len(findings):
+        head += ": " + groups_head(len(findings), len(report.traces), len(groups))
+    out = [head, ""]
+    if len(report.traces) > 1:
+        out += [md_table(["#", "Trace"], [(labels[t.path], md_code(t.path, cell=True)) for t in report.traces], "rl"), ""]
     summary = [
-        (str(i), SEVERITY_MARK[f.severity], md_code(f.code, cell=True), md_escape(f.name), F.fmt_cost(f))
-        for i, f in enumerate(findings, 1)
+        (str(i), SEVERITY_MARK[g[0].severity], md_code(g[0].code, cell=True), md_escape(g[0].name),
+         group_cost(g, labels) if len(g) > 1 else F.fmt_cost(g[0]))
+        for i, g in enumerate(groups, 1)
     ]
     out += [md_table(["#", "Severity", "Code", "Finding", "Cost"], summary, "rlllr"), ""]
-    for i, f in enumerate(findings, 1):
-        out.extend(_finding(i, f))
+    for i, g in enumerate(groups, 1):
+        out.extend(_finding(i, g[0], g if len(g) > 1 else (), labels))
     return out
 
 
-def _finding(index: int, f: Finding) -> list[str]:
+def _finding(index: int, f: Finding, group: Sequence[Finding] = (), labels: dict[str, str] | None = None) -> list[str]:
     out = [f"### {index}. {md_code(f.code)} {md_escape(f.name)} ({f.severity.value})", "", md_escape(F.linked_message(f)), ""]
-    out.append(f"- **Cost:** {F.fmt_cost(f)}")
+    out.append(f"- **Cost:** {group_cost(group, labels or {}) if group else F.fmt_cost(f)}")
     loc = F.fmt_location(f)
     if loc:
         out.append(f"- **Where:** {md_code(loc)}")
-    if f.source:
+    if group:
+        out.append(f"- **Traces:** {md_escape(applies_to(group, labels or {}))}")
+    elif f.source:
         out.append(f"- **Input:** {md_code(f.source)}")
     if f.origin == "runtime":
         out.append(f"- **From:** {F.RUNTIME_ORIGIN}")

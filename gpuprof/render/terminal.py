@@ -26,6 +26,7 @@ from rich.text import Text
 from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
+from gpuprof.render.groups import applies_to, group_cost, group_findings, groups_head, trace_labels
 from gpuprof.render.layout import GAP, emit_table, wrap_text
 from gpuprof.render.safe import clip, one_line, shorten, visible
 from gpuprof.render.sections import terminal_renderer
@@ -113,7 +114,7 @@ def _t(text: object, style: str = "") -> Text:
 
 
 def _render(console: Console, report: Report) -> None:
-    labels = _trace_labels(report)
+    labels = trace_labels(report)
     if len(report.traces) > 1:
         _render_traces(console, report.traces, labels)
     else:
@@ -193,7 +194,11 @@ def _summary_rows(t: TraceSummary) -> list[tuple[str, str | Text]]:
     else:
         util = Text(U.fmt_pct(t.gpu_utilization), style=_util_style(t.gpu_utilization))
         util.append(f"  (GPU busy {U.fmt_ms(t.gpu_busy_us)} ms per step)", style="default")
+        if (wait := F.fmt_comm_wait(t)) is not None:
+            util.append(f"; {wait}", style="default")
     rows.append(("GPU utilisation", util))
+    if (mfu := F.fmt_mfu(t)) is not None:
+        rows.append(("MFU", mfu))
     size = f"{U.fmt_count(t.num_events)} events"
     if t.file_bytes:
         size += f", {U.fmt_bytes(t.file_bytes)} on disk"
@@ -261,7 +266,7 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
     parts: list[RenderableType] = [_kv_grid([("File", t.path), *_summary_rows(t)], console.width - 4)]
     tables: list[Table] = []
     if t.breakdown_us:
-        tables.append(_breakdown_table("Step time", t.breakdown_us, BREAKDOWN_KEYS, F.BREAKDOWN_LABELS, basis))
+        tables.append(_breakdown_table("Step time", *F.breakdown_rows(t, BREAKDOWN_KEYS), F.BREAKDOWN_LABELS, basis))
     if t.idle_breakdown_us and t.gpu_utilization is not None:  # no GPU activity: "idle" means nothing
         tables.append(_breakdown_table("GPU idle: host was in", t.idle_breakdown_us, IDLE_KEYS, F.IDLE_LABELS, basis))
     if tables:
@@ -297,28 +302,6 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
 
 
 # --------------------------------------------------------------------------- several traces
-
-
-def _trace_labels(report: Report) -> dict[str, str]:
-    """``#1``, ``#2``, ... for the traces of a report, in report order."""
-    return {t.path: f"#{i}" for i, t in enumerate(report.traces, 1)}
-
-
-def _label(source: str | None, labels: dict[str, str]) -> str:
-    if source is None:
-        return "-"
-    return labels.get(source) or shorten(visible(source), 60)
-
-
-def _applies_to(group: Sequence[Finding], labels: dict[str, str]) -> str:
-    """``#1 32.8 ms/step, #3 33.0 ms/step`` in trace order."""
-    order = {path: i for i, path in enumerate(labels)}
-    items = sorted(group, key=lambda f: (order.get(f.source or "", len(order)), f.source or ""))
-    parts = []
-    for f in items:
-        cost = f" {U.fmt_us(f.cost_us_per_step)}/step" if f.cost_us_per_step is not None else ""
-        parts.append(f"{_label(f.source, labels)}{cost}")
-    return ", ".join(parts)
 
 
 def _chunks(n: int, lead: int, col: int, width: int) -> list[range]:
@@ -464,26 +447,10 @@ def _render_findings(console: Console, report: Report, labels: dict[str, str]) -
             console.print(_finding_panel(i, f, console.width))
         return
     groups = group_findings(findings)
-    head = f"Findings (most expensive first): {len(findings)} in {len(report.traces)} traces, {len(groups)} distinct, each shown once with the traces it applies to"
+    head = f"Findings (most expensive first): {groups_head(len(findings), len(report.traces), len(groups))}"
     console.print(Text(head, style="bold underline"))
     for i, group in enumerate(groups, 1):
         console.print(_finding_panel(i, group[0], console.width, group, labels))
-
-
-def group_findings(findings: Sequence[Finding]) -> list[list[Finding]]:
-    """Findings of several traces grouped by rule code and source location, most expensive first.
-
-    The message is not part of the key: it holds each trace's own numbers
-    (``12.3 ms per step``), so the same problem at the same line of the
-    training script reads differently in every worker or step file. Findings
-    without a location group by their code alone (a whole-trace problem, like
-    low utilisation, seen in several traces). Each group's first finding is
-    its most expensive; ``findings`` must come sorted (``Report.sorted_findings``).
-    """
-    groups: dict[tuple[str, str | None], list[Finding]] = {}
-    for f in findings:
-        groups.setdefault((f.code, F.fmt_location(f)), []).append(f)
-    return list(groups.values())
 
 
 def _finding_panel(index: int, f: Finding, console_width: int, group: Sequence[Finding] = (), labels: dict[str, str] | None = None) -> Panel:
@@ -495,15 +462,13 @@ def _finding_panel(index: int, f: Finding, console_width: int, group: Sequence[F
     title.append(f" {clip(f.code)} ", style="bold")
     title.append(clip(f.name))
     labels = labels or {}
-    cost = F.fmt_cost(f)
-    if len(group) > 1:
-        cost += f" in {_label(f.source, labels)}, the most expensive of {len(group)}"
+    cost = group_cost(group, labels) if group else F.fmt_cost(f)
     rows: list[tuple[str, str | Text]] = [("Cost", cost)]
     loc = F.fmt_location(f)
     if loc:
         rows.append(("Where", loc))
     if group:
-        rows.append(("Traces", _applies_to(group, labels)))
+        rows.append(("Traces", applies_to(group, labels)))
     elif f.source:
         rows.append(("Input", f.source))
     if f.origin == "runtime":

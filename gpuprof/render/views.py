@@ -68,9 +68,14 @@ def view_tables(v: TraceViews | None, top: int = TOP) -> list[ViewTable]:
              for k in v.kernels[:top]]))
     for rows, title, head in ((v.modules, "Modules (nn.Module paths)", "Module"), (v.ranges, "User ranges (record_function)", "Range")):
         if rows:
+            # MFU columns only when a shown row has kernels with known FLOPs (docs/views.md, "MFU")
+            mfu = any(r.known_flops_share for r in rows[:top])
             out.append(ViewTable(
                 title,
-                [(head, "name"), ("Calls", "right"), ("CPU total", "right"), ("GPU self", "right"), ("GPU total", "right")],
+                [(head, "name"), ("Calls", "right"), ("CPU total", "right"), ("GPU self", "right"), ("GPU total", "right")]
+                + [(f"Kernel MFU ({v.peak_device})" if v.peak_device else "Kernel MFU", "right"), ("FLOPs known", "right")] * mfu,
                 [[r.name, fmt_count(r.calls), fmt_us(r.cpu_total_us), fmt_us(r.gpu_self_us), fmt_us(r.gpu_total_us)]
+                 + ["-" if r.mfu is None else fmt_pct(r.mfu),
+                    "-" if r.known_flops_share is None else fmt_pct(r.known_flops_share)] * mfu
                  for r in rows[:top]]))
     return out

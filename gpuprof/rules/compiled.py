@@ -11,22 +11,22 @@ Dynamo's timed phases (``entire_frame_compile``, ``... (dynamo_timed)``).
 
 from __future__ import annotations
 
-import functools
 import re
 from collections import Counter
 from statistics import median
 from typing import Iterable
 
 from gpuprof.codespec import Option
-from gpuprof.findings import Evidence, Finding, SourceLocation
+from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import host_step_of
 from gpuprof.trace.columns import named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
+from gpuprof.trace.phase import compile_phase_ops, compile_time, inductor_recording, trace_phase
 
-__all__ = ["CompiledRegions", "CompileInSteps", "compiled_region", "is_compile_phase", "compile_phase_ops"]
+__all__ = ["CompiledRegions", "CompileInSteps", "compiled_region"]
 
 _REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)$")
 _RESUME = re.compile(r"^(.*)\((\d+)\): torch_dynamo_resume_in_(.+)_at_(\d+)$")
@@ -34,29 +34,12 @@ _RESUME = re.compile(r"^(.*)\((\d+)\): torch_dynamo_resume_in_(.+)_at_(\d+)$")
 
 def _is_resume_frame(name: str) -> bool:
     return "torch_dynamo_resume_in_" in name
-_PHASES = ("entire_frame_compile", "backend_compile", "compile_fx_inner", "_compile.compile_inner")
 
 
 def compiled_region(name: str) -> tuple[int, int] | None:
     """(frame, version) of a ``Torch-Compiled Region: F/V`` operator, else None."""
     m = _REGION.match(name)
     return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-@functools.lru_cache(maxsize=8192)
-def is_compile_phase(name: str) -> bool:
-    """A Dynamo/Inductor compilation phase (not running compiled code): ``... (dynamo_timed)`` and the like."""
-    return name.endswith(" (dynamo_timed)") or name.startswith(_PHASES) or name.startswith("compile_attempt_")
-
-
-def compile_phase_ops(m: TraceMetrics) -> list[Event]:
-    """The operators of the trace that are torch.compile phases (:func:`is_compile_phase`), found once
-    per trace: GP811 and GP903 both ask."""
-    return m.memo(_compile_phase_ops)
-
-
-def _compile_phase_ops(m: TraceMetrics) -> list[Event]:
-    return [op for op in m.trace.ops if is_compile_phase(op.name)]
 
 
 def _regions_by_step(m: TraceMetrics) -> dict[int, list[Event]]:
@@ -144,6 +127,18 @@ class CompiledRegions(Rule):
         )
 
 
+_COMPILE_ADVICE = """
+    Compiling inside the profiled window means the code recompiled (shapes or Python values that
+    Dynamo guards on changed) or took a new path late. Capture with gpuprof.profile to get the guard
+    that failed (GP802); keep shapes stable (drop_last=True, padding), mark dynamic dimensions
+    (torch._dynamo.mark_dynamic or dynamic=True), and start recording after compilation settles.
+"""
+_RECORD_ADVICE = """
+    Recording CUDA graphs on the first calls of each shape is what mode="reduce-overhead" needs: keep
+    it, and start the profile after those calls (a new shape records again: keep shapes stable).
+"""
+
+
 @register
 class CompileInSteps(Rule):
     """torch.compile compiling inside the recorded steps (recompilations, or warm-up traced).
@@ -154,6 +149,14 @@ class CompileInSteps(Rule):
     ``Torch-Compiled Region: F/V`` with V > 0 names the recompiled version) or
     code paths first taken late. The time is the union of those phases inside
     the steps; the cost per step is that time divided by the steps.
+
+    A trace without ``ProfilerStep#`` markers (a bare ``torch.profiler.profile()``
+    around the first calls, or a serving engine's capture pass) has no steps to
+    be inside: there the phases are looked for in the whole trace, lead-in
+    included, and reported as info: the trace records warm-up, compilation is a
+    one-off (no per-step cost), and the advice is to record steady-state calls,
+    never to remove the compilation or the CUDA/HIP graph recording that
+    ``mode="reduce-overhead"`` and serving engines need.
     """
 
     code = "GP811"
@@ -176,7 +179,12 @@ class CompileInSteps(Rule):
         m = ctx.metrics
         if not m.steps:
             return
-        phases = [op for op in compile_phase_ops(m) if host_step_of(m, op.ts) is not None]
+        if not m.has_step_markers:
+            yield from self._warmup_trace(ctx)
+            return
+        compiling = [op for op in compile_phase_ops(m) if host_step_of(m, op.ts) is not None]
+        recording = [e for e in inductor_recording(m) if host_step_of(m, e.ts) is not None]
+        phases = compiling + recording
         if not phases:
             return
         spent = Intervals.from_pairs([(op.ts, op.end) for op in phases]).total()
@@ -187,19 +195,57 @@ class CompileInSteps(Rule):
         versions = sorted({op.name.split(": ", 1)[1] for op in m.trace.ops
                            if (r := compiled_region(op.name)) is not None and r[1] > 0})
         ids = ", ".join(str(m.steps[i].id) for i in steps_hit[:8] if i is not None)
-        msg = f"Dynamo compiled inside {len(steps_hit)} of {m.num_steps} recorded steps (ProfilerStep# {ids})"
+        what = "Dynamo compiled" if compiling else "Inductor recorded CUDA graphs"
+        msg = f"{what} inside {len(steps_hit)} of {m.num_steps} recorded steps (ProfilerStep# {ids})"
+        if compiling and recording:
+            msg += f"; Inductor also recorded CUDA graphs ({_ms(recording)} ms)"
         if versions:
             msg += f"; recompiled regions run: {', '.join(versions[:6])}"
+        advice = " ".join((_COMPILE_ADVICE * bool(compiling) + _RECORD_ADVICE * bool(recording)).split())
         yield self.finding(
-            ctx, msg,
-            """
-            Compiling inside the profiled window means the code recompiled (shapes or Python values that
-            Dynamo guards on changed) or took a new path late. Capture with gpuprof.profile to get the guard
-            that failed (GP802); keep shapes stable (drop_last=True, padding), mark dynamic dimensions
-            (torch._dynamo.mark_dynamic or dynamic=True), and start recording after compilation settles.
-            """,
+            ctx, msg, advice,
             evidence=(Evidence("compile_us_per_step", round(per_step, 1), ctx.opt("min_us_per_step"), "us",
                                events=event_refs(phases), extra={"steps": [m.steps[i].id for i in steps_hit if i is not None],
                                                                  "recompiled_versions": versions[:20]}),),
             cost_us_per_step=per_step, cost_label="host time compiling inside the steps",
         )
+
+    def _warmup_trace(self, ctx: RuleContext) -> Iterable[Finding]:
+        """A trace without step markers: compilation anywhere in it (class docstring)."""
+        m = ctx.metrics
+        compiling, recording = compile_phase_ops(m), inductor_recording(m)
+        phases = [*compiling, *recording]
+        spent = compile_time(m)
+        if not phases or spent < ctx.opt("min_us_per_step"):
+            return
+        start = m.lead_in[0] if m.lead_in is not None else m.steps[0].start
+        span = m.steps[-1].end - start
+        share = min(spent / span, 1.0) if span > 0 else None
+        capture = trace_phase(m)
+        parts = [f"compiling {_ms(compiling)} ms"] * bool(compiling) + \
+            [f"Inductor recording CUDA graphs {_ms(recording)} ms"] * bool(recording)
+        msg = (f"no ProfilerStep# markers, and the trace records torch.compile's warm-up: {spent / 1000:.3g} ms"
+               + (f" ({share:.0%} of the trace)" if share is not None else "") + f" ({', '.join(parts)})"
+               + (f", beside a CUDA/HIP graph capture pass ({capture.marker})" if capture is not None else "")
+               + ": a warm-up trace, whose step figures are not those of steady-state steps")
+        yield self.finding(
+            ctx, msg,
+            """
+            Compilation (and the CUDA/HIP graph recording that mode="reduce-overhead" and serving engines do on
+            their first calls) is a one-off warm-up cost: keep it, and record steady-state calls instead. Call the
+            compiled model a few times before profiling, or profile with
+            torch.profiler.schedule(wait=1, warmup=2, active=3) and prof.step() once per iteration (which also
+            writes the ProfilerStep# markers that per-step figures need).
+            """,
+            evidence=(Evidence("compile_us", round(spent, 1), ctx.opt("min_us_per_step"), "us",
+                               events=event_refs(phases),
+                               extra={"trace_share": round(share, 4) if share is not None else None,
+                                      "step_markers": False,
+                                      "graph_capture": capture.marker if capture is not None else None}),),
+            severity=Severity.INFO,
+        )
+
+
+def _ms(events: list[Event]) -> str:
+    """The time ``events`` cover (their union), in ms, 3 significant digits."""
+    return f"{Intervals.from_pairs([(e.ts, e.ts + e.dur) for e in events]).total() / 1000:.3g}"

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections import Counter
 from itertools import compress
 from operator import attrgetter
-from typing import Callable, Iterable
+from typing import Iterable
 
 import numpy as np
 
 from gpuprof.codespec import Option
-from gpuprof.findings import Evidence, Finding, SourceLocation
+from gpuprof.findings import Evidence, Finding
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import ThreadSpans, count_of, host_step_of, host_steps_at
+from gpuprof.rules.where import caller_location, in_module_ranges, model_call_location
 from gpuprof.trace.columns import columns, named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -89,7 +89,7 @@ class ZeroGradFills(Rule):
                                events=event_refs(fills), extra={"host_us_per_step": round(us_per_step, 1),
                                                                 "optimizer": optimizer}),),
             cost_us_per_step=us_per_step, cost_label="host time filling gradients with zeros",
-            location=_caller(m, ranges),
+            location=caller_location(m, ranges),
         )
 
 
@@ -168,16 +168,6 @@ def _syncs_inside(m: TraceMetrics, calls: list[Event]) -> list[Event]:
     return out
 
 
-def _caller(m: TraceMetrics, calls: list[Event]) -> SourceLocation | None:
-    """The user function that made most of the calls (innermost user frame around each call)."""
-    where: Counter[SourceLocation] = Counter()
-    for c in calls[:200]:
-        loc = m.stacks.location(c.pid, c.tid, c.ts)
-        if loc is not None:
-            where[loc] += 1
-    return where.most_common(1)[0][0] if where else None
-
-
 _LOGGING_ADVICE = (
     "Log every N steps (if step % 50 == 0), keeping running values on the device (total += loss.detach()) "
     "and reading them only then; for logging handlers that format or write slowly, a "
@@ -187,6 +177,8 @@ _GC_ADVICE = ("Do it every N steps or at epoch ends; for the collector, call gc.
               "(or gc.disable() with an occasional gc.collect() between epochs).")
 _SAVE_ADVICE = ("Checkpoint every N steps or per epoch, and asynchronously for large models "
                 "(torch.distributed.checkpoint.async_save, or copy the state to CPU and write it from a thread).")
+_SAVE_RANKS_ADVICE = (" In this multi-rank run, save on rank 0 only (if dist.get_rank() == 0: torch.save(...)): "
+                      "the replicas are identical (GP845 names the other ranks that save).")
 
 
 @register
@@ -205,8 +197,9 @@ class StepChores(Rule):
     time per step (union of the calls). When a logged value is a CUDA tensor
     the call also waits for the GPU: that wait is GP203's cost (its finding
     names the logging call), so it is taken out of this cost while GP203 runs.
-    The finding points at the user function that makes the calls (trace
-    frames give the function's first line).
+    The finding points at the line of the call in the user function that
+    makes them, when the user's source file can be read where the trace is
+    analysed (else at the function's line the trace records).
     """
 
     code = "GP841"
@@ -277,8 +270,10 @@ class StepChores(Rule):
                 evidence.append(Evidence("cost_counted_in", "GP203", None, "",
                                          extra={"syncs_per_step": round(len(syncs) / n, 3)}))
             advice = _GC_ADVICE if what.startswith("gc") else _SAVE_ADVICE if is_chore else _LOGGING_ADVICE
+            if what == "torch.save(...)" and (m.trace.world_size or 0) > 1:
+                advice += _SAVE_RANKS_ADVICE
             yield self.finding(
-                ctx, message, advice, evidence=evidence, location=_caller(m, evs),
+                ctx, message, advice, evidence=evidence, location=caller_location(m, evs),
                 cost_us_per_step=us_per_step, cost_label=label,
             )
 
@@ -414,7 +409,7 @@ class EvalWithAutograd(Rule):
         if not steps:
             return
         least, least_in_module = ctx.opt("min_ops_per_step"), ctx.opt("min_module_ops_per_step")
-        in_model = _in_module_ranges(m)
+        in_model = in_module_ranges(m)
 
         def is_hit(evs: list[Event]) -> bool:
             return len(evs) >= least or (in_model is not None and sum(map(in_model, evs)) >= least_in_module)
@@ -441,38 +436,5 @@ class EvalWithAutograd(Rule):
                                events=event_refs(recording[hit[0]]),
                                extra={"steps_hit": len(hit), "steps": steps,
                                       "recording_ops_per_step": round(per_step, 1)}),),
-            location=_caller_of_model(m, first),
+            location=model_call_location(m, first),
         )
-
-
-_MODULE = "nn.Module: "
-
-
-def _is_module_range(name: str) -> bool:
-    return name.startswith(_MODULE)
-
-
-def _in_module_ranges(m: TraceMetrics) -> Callable[[Event], bool] | None:
-    """A test "is this event inside an ``nn.Module`` range on its thread", or None when the trace has none."""
-    modules = ThreadSpans(named(m.trace.python, _is_module_range, m.trace))
-    if not modules:
-        return None
-    return lambda e: modules.covering(e) is not None
-
-
-def _caller_of_model(m: TraceMetrics, op: Event) -> SourceLocation | None:
-    """Where the user calls the model that ran ``op``: the innermost user frame at the start of the
-    outermost ``nn.Module`` range around it (torch's Python tracer writes them with with_stack=True),
-    else the op's own innermost user frame (its ``Call stack`` in 2021 traces); None without stacks."""
-    outer = None
-    for p in named(m.trace.python, _is_module_range, m.trace):  # the loop below skips every other frame
-        if p.ts > op.ts:
-            break  # sorted by start: nothing later encloses the op
-        if p.name.startswith(_MODULE) and p.pid == op.pid and p.tid == op.tid and p.end >= op.ts:
-            outer = p  # the earliest-starting enclosing module range is the outermost
-            break
-    if outer is not None:
-        loc = m.stacks.location(outer.pid, outer.tid, outer.ts)
-        if loc is not None:
-            return loc
-    return m.stacks.location(op.pid, op.tid, op.ts, op=op)

@@ -11,12 +11,12 @@ import numpy as np
 from gpuprof.codespec import Option
 from gpuprof.findings import EventRef, Evidence, Finding, Severity
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
-from gpuprof.rules.compiled import compile_phase_ops
 from gpuprof.trace.breakdown import BREAKDOWN_KEYS
 from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import op_dtypes
+from gpuprof.trace.phase import compile_phase_ops
 from gpuprof.trace.steps import Step
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 from gpuprof.units import fmt_bytes, fmt_us

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +57,7 @@ MAX_FRAMES = 200  # frames kept per thread (a runaway recursion stays bounded)
 Frame = tuple[str, int, str]  # file, line, function
 
 
-def effective_timeout(configured: float | None, step_s: list[float]) -> float | None:
+def effective_timeout(configured: float | None, step_s: Sequence[float]) -> float | None:
     """The timeout in seconds: ``configured`` when set (0: off, None), else the default from the steps so far."""
     if configured is not None:
         return configured if configured > 0 else None
@@ -321,7 +321,7 @@ class Watchdog:
     """
 
     def __init__(self, configured: float | None, steps: Callable[[], int], last_end: Callable[[], float],
-                 busy: Callable[[], bool], step_s: list[float], driver: int | None, run_dir: Path, out_dir: Path,
+                 busy: Callable[[], bool], step_s: Sequence[float], driver: int | None, run_dir: Path, out_dir: Path,
                  worker: str, rank: int | None, stream: Callable[[], TextIO],
                  add_finding: Callable[[Finding, Finding | None], None]) -> None:
         self.configured = configured

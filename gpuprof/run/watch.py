@@ -25,7 +25,7 @@ them into the job's phases and compact series (:mod:`gpuprof.run.phases`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -75,7 +75,7 @@ class WatchCheck(MonitorBase):
         if (not self.eval_steps or self.eval_steps[-1] != live.step_num) and len(self.eval_steps) < MAX_EVAL_STEPS:
             self.eval_steps.append(live.step_num)
 
-    def data(self, live: Live, memory: tuple[list[int], list[int], list[int]] | None,
+    def data(self, live: Live, memory: tuple[Sequence[int], Sequence[int], Sequence[int]] | None,
              loaders_seen: bool, recorded: tuple[int, ...] = ()) -> WatchData:
         """A copy of the job's numbers (driving thread); ``memory``: CUDA allocated/reserved/peak per step."""
         n = len(live.step_s)

@@ -72,7 +72,11 @@ def analyse_trace_file(path: Path, logdir: Path | None = None) -> dict[str, Any]
               "breakdown_us": {k: bd.get(k, 0.0) for k in BREAKDOWN_KEYS},
               "idle_us": {k: idle.get(k, 0.0) for k in IDLE_KEYS}}
              for s, bd, idle in zip(metrics.steps, metrics.breakdown_per_step, metrics.idle_per_step)]
+    from gpuprof.render.format import fmt_comm_wait, fmt_mfu
+
     return {"summary": summary.to_dict(), "steps": steps,
+            # worded as every renderer words them: the headline's cards for a one-trace run
+            "mfu_text": fmt_mfu(summary), "comm_wait_text": fmt_comm_wait(summary),
             "findings": [f.to_dict() for f in findings],
             "failed_rules": sorted({code for code, _ in failures}),
             # the cross-rank merge's input (msgspec builtins: cached and merged later without the trace)
@@ -246,8 +250,10 @@ def _headline(analysed: list[dict[str, Any]]) -> dict[str, Any]:
     steps = [s for t in analysed for s in t["steps"]]
     figures = [TraceFigures.of(t["summary"], (d.get("name", "") for d in t["summary"].get("devices", [])))
                for t in analysed]
+    one = analysed[0] if len(analysed) == 1 else {}
     return {
         **headline(figures, [s["time_us"] for s in steps], len(steps)),  # the standalone page's cards too
+        "mfu_text": one.get("mfu_text"), "comm_wait_text": one.get("comm_wait_text"),
         "breakdown_us": _mean_of(steps, "breakdown_us", BREAKDOWN_KEYS),
         "idle_us": _mean_of(steps, "idle_us", IDLE_KEYS),
     }

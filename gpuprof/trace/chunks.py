@@ -169,9 +169,21 @@ def as_json_list(buf: bytearray, lo: int, hi: int) -> Iterator[memoryview]:
     saved_lo, saved_hi = buf[lo - 1], buf[hi]
     buf[lo - 1] = 0x5B  # [
     buf[hi] = 0x5D  # ]
+    whole = memoryview(buf)
+    view = whole[lo - 1 : hi + 1]
     try:
-        with memoryview(buf) as whole, whole[lo - 1 : hi + 1] as view:
-            yield view
+        yield view
+    except BaseException:
+        # Raised while values decoded from the view are still held (Ctrl-C or SIGTERM in the middle of ingesting a
+        # chunk): releasing the view would raise BufferError and replace the caller's exception with it (a Ctrl-C
+        # read as "internal error"). The views go with those values; the exception goes on as it is.
+        with contextlib.suppress(BufferError):
+            view.release()
+            whole.release()
+        raise
+    else:
+        view.release()
+        whole.release()
     finally:
         buf[lo - 1] = saved_lo
         buf[hi] = saved_hi

@@ -17,6 +17,7 @@ near capacity in its traces is that cache, by design.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,8 +25,10 @@ from dataclasses import dataclass
 from gpuprof.trace.columns import named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
+from gpuprof.trace.model import Event
 
-__all__ = ["TracePhase", "trace_phase", "serving_engine", "CAPTURE_SHARE"]
+__all__ = ["TracePhase", "trace_phase", "serving_engine", "CAPTURE_SHARE", "is_compile_phase", "compile_phase_ops",
+           "inductor_recording", "compile_time"]
 
 CAPTURE_SHARE = 0.30
 
@@ -36,6 +39,9 @@ _CAPTURE = re.compile(
 )
 _INSTANTIATE = re.compile(r"GraphInstantiate|StreamBeginCapture|StreamEndCapture")
 _ENGINES = (("vllm/", "vLLM"), ("sglang/", "SGLang"))
+# Inductor's CUDA-graph trees recording a graph (torch.compile(mode="reduce-overhead") on its first calls per shape)
+_INDUCTOR_RECORD = re.compile(r"cudagraph_trees\.py\(\d+\): (?:record|_record)\b|CUDAGraphNode\.record")
+_PHASES = ("entire_frame_compile", "backend_compile", "compile_fx_inner", "_compile.compile_inner")
 
 
 @dataclass(frozen=True)
@@ -79,3 +85,37 @@ def serving_engine(m: TraceMetrics) -> str | None:
 
 def _contains(part: str) -> Callable[[str], bool]:
     return lambda name: part in name
+
+
+@functools.lru_cache(maxsize=8192)
+def is_compile_phase(name: str) -> bool:
+    """A Dynamo/Inductor compilation phase (not running compiled code): ``... (dynamo_timed)`` and the like."""
+    return name.endswith(" (dynamo_timed)") or name.startswith(_PHASES) or name.startswith("compile_attempt_")
+
+
+def compile_phase_ops(m: TraceMetrics) -> list[Event]:
+    """The operators of the trace that are torch.compile phases (:func:`is_compile_phase`), found once
+    per trace: GP811, GP903 and the summary's warm-up note ask."""
+    return m.memo(_compile_phase_ops)
+
+
+def _compile_phase_ops(m: TraceMetrics) -> list[Event]:
+    return [op for op in m.trace.ops if is_compile_phase(op.name)]
+
+
+def inductor_recording(m: TraceMetrics) -> list[Event]:
+    """Python frames and ranges of Inductor recording a CUDA graph (``CUDAGraphNode.record``, cudagraph_trees'
+    ``record``): torch.compile's warm-up with mode="reduce-overhead", found once per trace."""
+    return m.memo(_inductor_recording)
+
+
+def _inductor_recording(m: TraceMetrics) -> list[Event]:
+    t = m.trace
+    return [*named(t.python, _INDUCTOR_RECORD.search, t), *named(t.annotations, _INDUCTOR_RECORD.search, t)]
+
+
+def compile_time(m: TraceMetrics) -> float:
+    """µs the trace spends in torch.compile's warm-up, anywhere in it: the union of its compilation phases and
+    of Inductor's CUDA-graph recording."""
+    spans = [(e.ts, e.ts + e.dur) for e in (*compile_phase_ops(m), *inductor_recording(m))]
+    return Intervals.from_pairs(spans).total()

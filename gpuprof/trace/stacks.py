@@ -20,6 +20,7 @@ import numpy as np
 
 from gpuprof.findings import SourceLocation
 from gpuprof.frames import is_user_file
+from gpuprof.trace.callsite import call_line
 from gpuprof.trace.model import Event, Trace, op_call_stack
 from gpuprof.trace.table import EventTable
 from gpuprof.trace.vocab import Kind
@@ -71,6 +72,7 @@ class StackIndex:
         # so that one scan (_table_location) serves both
         self._frames: dict[tuple[object, object], EventTable] = {
             k: v for k, v in EventTable.of(trace.python, int(Kind.PYTHON_FUNCTION)).by_thread().items()}
+        self._ends: dict[int, np.ndarray] = {}  # per thread table (by id): each frame's end, made on first use
 
     def frames_on(self, keys: frozenset[tuple[object, object]]) -> list[EventTable]:
         """The frames of each thread among ``keys`` (a :func:`~gpuprof.trace.threads.thread_keys` set)
@@ -99,6 +101,59 @@ class StackIndex:
         if op is not None:
             return call_stack_location(op)
         return None
+
+    def call_location(self, pid: object, tid: object, t: float, op: Event | None = None) -> SourceLocation | None:
+        """As :meth:`location`, at the line of the call the user frame was making at ``t`` when the
+        user's source tells it (:mod:`gpuprof.trace.callsite`), else the function's first line."""
+        frames = self._frames.get((pid, tid))
+        if frames is None and isinstance(tid, str) and tid.isdigit():
+            frames = self._frames.get((pid, int(tid)))
+        if not frames:
+            return self.location(pid, tid, t, op)
+        found = _table_user_frame(frames, t, self.MAX_SCAN)
+        if found is None:
+            return self.location(pid, tid, t, op)
+        j, loc = found
+        if loc.function is None or loc.line is None:
+            return loc
+        key = id(frames)
+        end = self._ends.get(key)
+        if end is None:
+            end = self._ends[key] = frames.ts + frames.dur
+        line = call_line(loc.file, loc.line, loc.function, frames.names, frames.name_code, frames.ts, end, j, t)
+        return loc if line is None else SourceLocation(loc.file, line, loc.function)
+
+
+    def parent_name(self, frame: Event) -> str | None:
+        """The name of the frame that directly encloses ``frame`` (a Python frame of this trace) on its
+        thread: who called it; None at the top or without frames."""
+        frames = self._frames.get((frame.pid, frame.tid))
+        if not frames:
+            return None
+        i = int(np.searchsorted(frames.ts, frame.ts, side="right")) - 1
+        names, code = frames.names, frames.name_code
+        for j in range(i, max(-1, i - self.MAX_SCAN), -1):
+            start, end = float(frames.ts[j]), float(frames.ts[j] + frames.dur[j])
+            if start == frame.ts and end == frame.end and names[code[j]] == frame.name:
+                continue  # the frame itself
+            if start <= frame.ts and end >= frame.end:
+                return str(names[code[j]])
+        return None
+
+
+def _table_user_frame(frames: EventTable, t: float, max_scan: int) -> tuple[int, SourceLocation] | None:
+    """(index, location) of the innermost user frame open at ``t`` (as :func:`_table_location`)."""
+    i = int(np.searchsorted(frames.ts, t, side="right")) - 1
+    if i < 0:
+        return None
+    lo = max(0, i - max_scan + 1)
+    open_at_t = frames.ts[lo:i + 1] + frames.dur[lo:i + 1] >= t
+    names, code = frames.names, frames.name_code
+    for j in (np.flatnonzero(open_at_t)[::-1] + lo).tolist():
+        loc = user_location(names[code[j]])
+        if loc is not None:
+            return j, loc
+    return None
 
 
 def _table_location(frames: EventTable, t: float, max_scan: int) -> SourceLocation | None:

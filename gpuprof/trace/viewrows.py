@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["VIEWS_VERSION", "OperatorRow", "KernelRow", "RangeRow", "TraceViews", "MAX_ROWS"]
+__all__ = ["VIEWS_VERSION", "OperatorRow", "KernelRow", "RangeRow", "ModuleMfu", "Mfu", "TraceViews", "MAX_ROWS"]
 
 VIEWS_VERSION = 1
 MAX_ROWS = 500  # rows kept per view in the report, most GPU (then CPU) time first; the rest are summed in `rest`
@@ -67,6 +67,38 @@ class RangeRow:
     cpu_total_us: float
     gpu_self_us: float  # kernels launched inside it and no nested range
     gpu_total_us: float  # kernels launched anywhere inside it
+    # MFU over its kernels' own time: their FLOPs at the device's peak for each kernel's precision / gpu_total_us
+    # (docs/views.md, "MFU"); None without a peak or FLOPs
+    mfu: float | None = None
+    known_flops_share: float | None = None  # share of gpu_total_us in kernels whose FLOPs are known
+
+
+@dataclass(frozen=True)
+class ModuleMfu:
+    """One module's MFU (``traces[].mfu.per_module``): the figures of its modules-view row."""
+
+    name: str
+    gpu_total_us: float
+    mfu: float | None
+    known_flops_share: float | None
+
+
+@dataclass
+class Mfu:
+    """Model FLOPs utilisation of the recorded steps (``traces[].mfu``; docs/views.md, "MFU").
+
+    ``value``: the time the steps' compute kernels with known FLOPs would take at the device's peak for each
+    kernel's own precision, over the steps' wall time (for one precision: achieved FLOP/s / peak). A lower
+    bound: kernels whose FLOPs are unknown add none, hence ``known_flops_share``.
+    """
+
+    value: float | None  # None: unknown peak (device not in the table) or no kernel with known FLOPs
+    known_flops_share: float | None  # share of the steps' compute-kernel time whose FLOPs are known
+    no_peak_share: float | None  # the part of it with no peak for its precision (counted in no MFU)
+    peak_source: str | None  # the peak table's row (views.peak_device); None: unknown device, no MFU
+    flops_per_step: float | None  # FLOPs of the kernels with known FLOPs, per step
+    flops_by_precision: dict[str, float] = field(default_factory=dict)  # precision -> FLOPs per step
+    per_module: list[ModuleMfu] = field(default_factory=list)  # modules with GPU time, most first (at most 20)
 
 
 @dataclass

@@ -21,7 +21,6 @@ user range or per kept row, never per kernel.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import replace
 from operator import attrgetter
@@ -29,18 +28,12 @@ from typing import NamedTuple, Sequence, TypedDict
 
 import numpy as np
 
-from gpuprof.rules.precision import is_eligible_kernel, uses_tensor_cores
+from gpuprof.rules.flopwork import OpFlops, dtype_name, kernel_work, op_flops_of, peak_device
 from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.attribution import OpAttribution, _inclusive, _Nesting
 from gpuprof.trace.columns import Columns, columns, named
-from gpuprof.trace.flops import ESTIMATED_OPS, estimate_flops
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import (
-    DTYPE_BF16,
-    DTYPE_DOUBLE,
-    DTYPE_FLOAT,
-    DTYPE_FP16,
-    DTYPE_HALF,
     Event,
     KernelConfig,
     Trace,
@@ -48,17 +41,13 @@ from gpuprof.trace.model import (
     kernel_config,
     name_of,
     op_call_stack,
-    op_concrete_inputs,
-    op_dtypes,
-    op_flops,
     op_shape_key,
     ts_of,
 )
+from gpuprof.trace.peaks import peak_for
 from gpuprof.trace.stacks import call_stack_location, user_location
 from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.trace.vocab import step_number
-from gpuprof.views.peaks import device_row, peak_for
-from gpuprof.views.precision import kernel_precision
 
 __all__ = ["trace_views"]
 
@@ -87,25 +76,36 @@ def trace_views(m: TraceMetrics) -> TraceViews:
         return views
     k_op = att.gpu_op[:nk]  # gpu_events() yields the kernels first
     views.unattributed_gpu_us = float(k_dur[k_op < 0].sum())
-    views.peak_device = _peak_device(m)
-    group, keys, fl = _group_ops(att.ops, _op_fields(att)[1])
-    views.operators = _operators(m, k_op, k_dur, views, group, keys, fl)
+    views.peak_device = peak_device(m)
+    group, keys = _group_ops(att.ops, _op_fields(att)[1])
+    views.operators = _operators(m, k_op, k_dur, views, group, keys, op_flops_of(m))
     _count_zero_length_calls(trace, views)
-    views.kernels = _kernels(m, k_op, k_dur, views, fl)
+    views.kernels = _kernels(m, k_dur, views)
     launch_ts, launch_thread = _launches(m, kernels)
+    w = kernel_work(m)
+    priced = (w.flops > 0) & np.isfinite(w.peak_us)  # the kernels that count towards an MFU
+    work = _KernelWork(k_dur, np.where(priced, w.peak_us, 0.0), np.where(w.flops > 0, k_dur, 0.0))
     views.ranges = _ranges(
-        [a for a in trace.annotations if step_number(a.name) is None], launch_ts, launch_thread, k_dur, views, "ranges", False
+        [a for a in trace.annotations if step_number(a.name) is None], launch_ts, launch_thread, work, views, "ranges", False
     )
     views.modules = _ranges(
-        named(trace.python, _is_module_range, trace), launch_ts, launch_thread, k_dur, views, "modules", True
+        named(trace.python, _is_module_range, trace), launch_ts, launch_thread, work, views, "modules", True
     )
     return views
+
+
+class _KernelWork(NamedTuple):
+    """Per kernel: its time, its time at the device's peak (0: no FLOPs or no peak), its time if its FLOPs are known."""
+
+    dur: np.ndarray
+    peak_us: np.ndarray
+    known_us: np.ndarray
 
 
 # --------------------------------------------------------------------------- operators
 def _operators(
     m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews,
-    group: np.ndarray, keys: list[tuple[str, str | None]], fl: _OpFlops,
+    group: np.ndarray, keys: list[tuple[str, str | None]], fl: OpFlops,
 ) -> list[OperatorRow]:
     att = m.attribution
     assert att is not None
@@ -222,13 +222,6 @@ def _depth(parent: np.ndarray) -> np.ndarray:
         anc = np.where(up, parent[np.maximum(anc, 0)], -1)
 
 
-class _OpFlops(NamedTuple):
-    """Per operator call: its FLOPs (NaN: none) and whether the trace recorded them (else estimated)."""
-
-    flops: np.ndarray
-    recorded: np.ndarray
-
-
 def _op_fields(att: OpAttribution) -> tuple[np.ndarray, np.ndarray]:
     """``dur`` and a name code of the ops of ``att``, in ``att.ops`` order (kept by :func:`attribute`)."""
     if len(att.op_dur) == len(att.ops) and len(att.op_name_code) == len(att.ops):
@@ -237,40 +230,27 @@ def _op_fields(att: OpAttribution) -> tuple[np.ndarray, np.ndarray]:
     return c.dur, c.name_code
 
 
-def _group_ops(ops: list[Event], name_code: np.ndarray) -> tuple[np.ndarray, list[tuple[str, str | None]], _OpFlops]:
-    """Each op's group index, the (name, input shapes) of each group, and each op's FLOPs.
+def _group_ops(ops: list[Event], name_code: np.ndarray) -> tuple[np.ndarray, list[tuple[str, str | None]]]:
+    """Each op's group index and the (name, input shapes) of each group.
 
     The loader shares one string per distinct name and one payload object per
     distinct (dtype flags, stack, shapes, recorded FLOPs, Concrete Inputs), so
     object identities group the ops in numpy; the Python loop runs once per
-    distinct (name, payload). An op's FLOPs: the trace's ``kernel_flop`` when
-    above 0 (torch's trace augmenter writes 0 where it has no figure), else
-    the estimate from its inputs (:mod:`gpuprof.trace.flops`).
+    distinct (name, payload).
     """
     n = len(ops)
     if n == 0:
-        return np.zeros(0, np.int64), [], _OpFlops(np.zeros(0), np.zeros(0, bool))
+        return np.zeros(0, np.int64), []
     _, by_name = np.unique(name_code, return_inverse=True)  # names by value (codes of the shared columns)
     extras, by_extra = np.unique(np.fromiter(map(id, map(_extra_of, ops)), np.int64, n), return_inverse=True)
     # one exact int64 key per (name, payload) pair: name index * payloads + payload index
     uniq, first, inv = np.unique(by_name.reshape(-1) * len(extras) + by_extra.reshape(-1), return_index=True, return_inverse=True)
     index: dict[tuple[str, str | None], int] = {}
     to_group = np.empty(len(uniq), np.int64)
-    u_flops = np.full(len(uniq), np.nan)
-    u_recorded = np.zeros(len(uniq), bool)
     for j in np.argsort(first, kind="stable").tolist():  # groups numbered in order of first call: ties sort the same every run
         o = ops[int(first[j])]
-        shapes = op_shape_key(o)
-        to_group[j] = index.setdefault((o.name, shapes), len(index))
-        rec = op_flops(o)
-        if rec is not None and rec > 0:
-            u_flops[j], u_recorded[j] = rec, True
-        elif o.name in ESTIMATED_OPS:
-            est = estimate_flops(o.name, shapes, op_concrete_inputs(o))
-            if est is not None:
-                u_flops[j] = est
-    inv = inv.reshape(-1)
-    return to_group[inv], list(index), _OpFlops(u_flops[inv], u_recorded[inv])
+        to_group[j] = index.setdefault((o.name, op_shape_key(o)), len(index))
+    return to_group[inv.reshape(-1)], list(index)
 
 
 _extra_of = attrgetter("extra")
@@ -340,44 +320,20 @@ def _user_lines(m: TraceMetrics, ops: list[Event]) -> dict[int, str]:
 
 
 # --------------------------------------------------------------------------- kernels
-def _peak_device(m: TraceMetrics) -> str | None:
-    dev = next((d for d in m.trace.devices if d.id == m.main_device), m.trace.devices[0] if m.trace.devices else None)
-    if dev is None:
-        return None
-    return device_row(dev.name, dev.compute_capability)
-
-
-def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceViews, fl: _OpFlops) -> list[KernelRow]:
-    att = m.attribution
-    assert att is not None
+def _kernels(m: TraceMetrics, k_dur: np.ndarray, views: TraceViews) -> list[KernelRow]:
     kernels = m.trace.kernels
     nk = len(kernels)
     if nk == 0:
         return []
-    group, names = _group_by_name(kernels)
+    w = kernel_work(m)
+    group, names = w.group, w.names
     g = len(names)
     calls = np.bincount(group, minlength=g)
     total = np.bincount(group, weights=k_dur, minlength=g)
     longest = np.zeros(g)
     np.maximum.at(longest, group, k_dur)
-    # the launching operators' dtype flags, read once per operator that launched a kernel
-    launched = sorted_unique(k_op[k_op >= 0])
-    n_ops = max(len(att.ops), 1)  # one spare slot: index 0 stands for "no operator" below, even with none
-    flags_of = np.zeros(n_ops, np.int64)
-    if len(launched):  # the flags are the payload's: read once per distinct payload object (shared by the loader)
-        l_ops = list(map(att.ops.__getitem__, launched.tolist()))
-        _, first, inv = np.unique(np.fromiter(map(id, map(_extra_of, l_ops)), np.int64, len(l_ops)),
-                                  return_index=True, return_inverse=True)
-        flags_of[launched] = np.fromiter(map(op_dtypes, map(l_ops.__getitem__, first.tolist())), np.int64,
-                                         len(first))[inv.reshape(-1)]
-    has = k_op >= 0
-    k_flags = np.where(has, flags_of[np.maximum(k_op, 0)], 0)
-    flags = np.zeros(g, np.int64)
-    np.bitwise_or.at(flags, group, k_flags)
-    gemm_name = np.fromiter(map(_does_matmul, names), bool, g)
-    k_flops, k_recorded = _kernel_flops(att.parent, k_op, k_dur, has & gemm_name[group], fl)
-    flops = np.bincount(group, weights=k_flops, minlength=g)
-    recorded = np.bincount(group, weights=k_recorded, minlength=g) > 0
+    flops = np.bincount(group, weights=w.flops, minlength=g)
+    recorded = np.bincount(group, weights=w.recorded, minlength=g) > 0
     # the launch configuration of each name's longest launch
     by_len = np.lexsort((k_dur, group))
     last = by_len[np.r_[np.flatnonzero(group[by_len][1:] != group[by_len][:-1]), nk - 1]] if nk else by_len
@@ -390,80 +346,19 @@ def _kernels(m: TraceMetrics, k_op: np.ndarray, k_dur: np.ndarray, views: TraceV
     rows = []
     for j in keep.tolist():
         name = names[j]
-        tc = uses_tensor_cores(name)
-        dtype = _dtype_name(int(flags[j]))
-        precision = kernel_precision(name, dtype, tc)
+        precision = w.precision[j]
         kf = float(flops[j]) if flops[j] > 0 else None
         t = float(total[j])
         tflops = kf / t / 1e6 if kf is not None and t > 0 else None  # FLOP/µs -> TFLOP/s
         peak = peak_for(views.peak_device, precision)
         rows.append(KernelRow(
             name=name, calls=int(calls[j]), total_us=t, mean_us=t / int(calls[j]), max_us=float(longest[j]),
-            tensor_cores=tc, op_dtype=dtype, precision=precision, flops=kf,
+            tensor_cores=w.tensor_cores[j], op_dtype=dtype_name(int(w.flags[j])), precision=precision, flops=kf,
             flops_source=None if kf is None else "recorded" if recorded[j] else "estimate", tflops=tflops,
             mfu=tflops / peak if tflops is not None and peak else None,
             **_config(kernel_config(kernels[int(longest_of[j])])),
         ))
     return rows
-
-
-def _kernel_flops(
-    parent: np.ndarray, k_op: np.ndarray, k_dur: np.ndarray, gemm: np.ndarray, fl: _OpFlops
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per kernel: its share of an operator's FLOPs, and whether that figure was recorded (docs/views.md).
-
-    A kernel's FLOPs come from the nearest operator around its launch (its
-    launching operator or an enclosing one) whose FLOPs the trace records;
-    failing one, from the nearest with an estimate. Only GEMM, GEMV and
-    convolution kernels (``gemm``) take a share, not an operator's bias, copy
-    or layout kernels; but recorded FLOPs of an operator that launched no
-    such kernel (an Inductor-generated Triton kernel) go to the kernels it
-    launched. An operator's FLOPs are shared among the kernels that take
-    them by their time.
-    """
-    nk = len(k_op)
-    n = len(fl.flops)
-    if n == 0:  # kernels, but no operator: nothing to take FLOPs from
-        return np.zeros(nk), np.zeros(nk, bool)
-    rec = fl.recorded
-    owner = _nearest(k_op, rec, parent)
-    by_rec = owner >= 0
-    owner = np.where(by_rec, owner, _nearest(np.where(by_rec, -1, k_op), ~np.isnan(fl.flops) & ~rec, parent))
-    o = np.maximum(owner, 0)
-    matmul = (owner >= 0) & gemm
-    owner_has_matmul = np.bincount(owner[matmul], minlength=n) > 0
-    takes = matmul | ((owner >= 0) & by_rec & ~owner_has_matmul[o])
-    if not takes.any():
-        return np.zeros(nk), np.zeros(nk, bool)
-    time = np.bincount(owner[takes], weights=k_dur[takes], minlength=n)
-    share = np.where(takes & (time[o] > 0), k_dur / np.where(time[o] > 0, time[o], 1.0), 0.0)
-    return np.where(takes, np.nan_to_num(fl.flops[o]), 0.0) * share, takes & by_rec
-
-
-def _does_matmul(name: str) -> bool:
-    """A kernel that takes a share of its operator's estimated FLOPs: a GEMM, GEMV or convolution kernel by
-    name, not the operator's bias, copy, layout-shuffle or elementwise kernels."""
-    return is_eligible_kernel(name) or _GEMM_NAME.search(name[:300].lower()) is not None
-
-
-_GEMM_NAME = re.compile(r"gemm|gemv")
-
-
-def _nearest(start: np.ndarray, wanted: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """For each start op (-1: none), the nearest of itself and its ancestors with ``wanted`` set (-1: none).
-
-    One numpy pass per nesting level, over the starts still climbing.
-    """
-    found = np.full(len(start), -1, np.int64)
-    cur = start.astype(np.int64, copy=True)
-    while True:
-        live = (cur >= 0) & (found < 0)
-        if not live.any():
-            return found
-        c = np.maximum(cur, 0)
-        hit = live & wanted[c]
-        found[hit] = cur[hit]
-        cur = np.where(live & ~hit, parent[c], -1)
 
 
 class _Config(TypedDict, total=False):
@@ -495,24 +390,6 @@ def _group_by_name(events: Sequence[Event]) -> tuple[np.ndarray, list[str]]:
     return to_group[inv.reshape(-1)], list(index)
 
 
-def _dtype_name(flags: int) -> str | None:
-    """The input dtype of a kernel's launching operators from their DTYPE_* flags ("mixed" for several)."""
-    found = []
-    if flags & DTYPE_DOUBLE:
-        found.append("fp64")
-    if flags & DTYPE_FLOAT:
-        found.append("fp32")
-    if flags & DTYPE_BF16:
-        found.append("bf16")
-    if flags & DTYPE_FP16:
-        found.append("fp16")
-    if flags & DTYPE_HALF and not flags & (DTYPE_BF16 | DTYPE_FP16):
-        found.append("fp8")
-    if not found:
-        return None
-    return found[0] if len(found) == 1 else "mixed"
-
-
 # --------------------------------------------------------------------------- ranges and modules
 def _launches(m: TraceMetrics, kernels: Sequence[Event]) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel: the start of its launching runtime call (NaN unknown) and a hash of that call's (pid, tid)."""
@@ -541,7 +418,7 @@ def _ranges(
     events: list[Event],
     launch_ts: np.ndarray,
     launch_thread: np.ndarray,
-    k_dur: np.ndarray,
+    work: _KernelWork,
     views: TraceViews,
     view: str,
     as_paths: bool,
@@ -554,7 +431,7 @@ def _ranges(
             by_thread.setdefault((e.pid, e.tid), []).append(e)
     ranges: list[Event] = []
     parent_parts, depth_parts = [], []
-    k_range = np.full(len(k_dur), -1, np.int64)
+    k_range = np.full(len(work.dur), -1, np.int64)
     for key, evs in by_thread.items():
         evs.sort(key=lambda e: (e.ts, -e.dur))
         lo = len(ranges)
@@ -572,8 +449,9 @@ def _ranges(
     parent = np.concatenate(parent_parts)
     depth = _depth(parent)
     has = k_range >= 0
-    g_self = np.bincount(k_range[has], weights=k_dur[has], minlength=n).astype(np.float64)
-    g_total = _inclusive(g_self, parent, depth)
+    g_self, g_total = _range_sums(work.dur, k_range, has, parent, depth, n)
+    _, g_peak = _range_sums(work.peak_us, k_range, has, parent, depth, n)
+    _, g_known = _range_sums(work.known_us, k_range, has, parent, depth, n)
     names = list(map(name_of, ranges))
     if as_paths:  # a module's path: its enclosing modules' names; parents come before their children
         paths: list[str] = []
@@ -594,6 +472,9 @@ def _ranges(
     cpu = np.bincount(group, weights=np.where(outer, dur, 0.0), minlength=g)
     gself = np.bincount(group, weights=g_self, minlength=g)
     gtotal = np.bincount(group, weights=np.where(outer, g_total, 0.0), minlength=g)
+    gpeak = np.bincount(group, weights=np.where(outer, g_peak, 0.0), minlength=g)
+    gknown = np.bincount(group, weights=np.where(outer, g_known, 0.0), minlength=g)
+    with_peak = views.peak_device is not None
     order = np.lexsort((-cpu, -gtotal))
     keep, rest = order[:MAX_ROWS], order[MAX_ROWS:]
     if len(rest):
@@ -601,6 +482,15 @@ def _ranges(
     keys = list(index)
     return [
         RangeRow(name=keys[j], calls=int(calls[j]), cpu_total_us=float(cpu[j]), gpu_self_us=float(gself[j]),
-                 gpu_total_us=float(gtotal[j]))
+                 gpu_total_us=float(gtotal[j]),
+                 mfu=float(gpeak[j] / gtotal[j]) if with_peak and gpeak[j] > 0 else None,
+                 known_flops_share=float(gknown[j] / gtotal[j]) if gtotal[j] > 0 else None)
         for j in keep.tolist()
     ]
+
+
+def _range_sums(weight: np.ndarray, k_range: np.ndarray, has: np.ndarray, parent: np.ndarray, depth: np.ndarray,
+                n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per range: the kernels' ``weight`` launched directly inside it (self) and anywhere inside it (total)."""
+    g_self = np.bincount(k_range[has], weights=weight[has], minlength=n).astype(np.float64)
+    return g_self, _inclusive(g_self, parent, depth)

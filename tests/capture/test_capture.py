@@ -185,6 +185,10 @@ def test_printed_report_names_files_and_commands(tmp_path: Path, capsys: pytest.
     assert f"tensorboard --logdir {tmp_path}" in err
     assert "Perfetto" in err and str(traces(tmp_path)[0]) in err
     assert "report.md" in err
+    # the window-closing step waits for torch's export: a line says so before it (not seconds of silence)
+    written = traces(tmp_path)[0].name
+    assert f"torch is writing their trace to {written} (this step waits until it is written)" in err
+    assert err.index("torch is writing") < err.index("gpuprof: 8 steps")
 
 
 def test_rank_aware_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

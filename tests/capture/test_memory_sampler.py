@@ -26,5 +26,5 @@ def test_rss_sampled_at_most_every_interval(monkeypatch):
     every = M.MemorySampler(cuda=False)
     for _ in range(50):
         every.sample()
-    assert every.rss_steps == list(range(50)) and all(v > 0 for v in every.rss)
+    assert list(every.rss_steps) == list(range(50)) and all(v > 0 for v in every.rss)
     every.close()

@@ -60,7 +60,10 @@ def test_in_a_notebook_the_summary_is_printed_once(tmp_path: Path, monkeypatch: 
     with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False) as prof:
         _train(prof, 10, seen)
         assert prof.wait_for_report(120)
-        assert capsys.readouterr().err == ""  # the window's report is written, not printed
+        # the window's report is written, not printed; only the line the closing step prints (on the training
+        # thread, so in the running cell) says torch is writing the trace
+        early = capsys.readouterr().err
+        assert [ln for ln in early.splitlines() if "torch is writing their trace" not in ln] == [], early
     err = capsys.readouterr().err
     assert err.count("gpuprof: 10 steps") == 1 and "findings as printed" not in err
     assert "gpuprof: 5 steps" not in err

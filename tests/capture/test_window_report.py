@@ -240,7 +240,7 @@ def test_summary_states_a_cost_once() -> None:
     from gpuprof.report import Report
 
     said = Finding(code="GP601", name="dataloader-main-process", severity=Severity.WARNING,
-                   message="55% of step time is spent waiting for data (1992.80 ms/step)", advice="workers",
+                   message="55% of step time over the run's 20 steps is spent waiting for data (1992.80 ms/step)", advice="workers",
                    cost_us_per_step=1_992_800.0, cost_share=0.55)
     unsaid = Finding(code="GP203", name="host-sync", severity=Severity.WARNING, message="host waits",
                      advice="fewer syncs", cost_us_per_step=12_300.0, cost_share=0.18)

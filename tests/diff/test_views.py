@@ -12,8 +12,8 @@ import pytest
 from gpuprof.analysis import analyze
 from gpuprof.testing.realtraces import shared_path, v100_samples
 from gpuprof.trace.flops import estimate_flops
-from gpuprof.views.peaks import device_row, peak_for
-from gpuprof.views.precision import kernel_precision
+from gpuprof.trace.peaks import device_row, peak_for
+from gpuprof.trace.precision import kernel_precision
 
 
 def test_real_gpu_trace_views_add_up_to_the_kernel_total() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import gzip
+import json
 import re
 from pathlib import Path
 
@@ -10,12 +12,14 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 
+from gpuprof.analysis import analyze
 from gpuprof.cli import cli
 from gpuprof.codes import lookup, parse_option_overrides
 from gpuprof.distributed.analysis import cross_rank
 from gpuprof.distributed.rules import CrossRankRule, all_cross_rank_rules
 from gpuprof.distributed.summary import RankSummary, summarize
 from gpuprof.errors import RuleError
+from gpuprof.report import Report
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
@@ -263,3 +267,69 @@ def test_gp701_bad_eight_ranks_two_late_at_the_last_collectives_one_late_before_
     assert "entered the recorded step late" in gp701.message or any("entered the recorded step late" in n
                                                                      for n in job.notes)
     assert gp701.cost_share is not None and gp701.cost_share <= 1
+
+
+# --------------------------------------------------------------------------- GP706 late-ranks
+HTA = ("hta", "HolisticTraceAnalysis", "tests", "data")
+PAIR = [("timeline_analysis", "sampled_rank-0.json.gz"), ("trace_filter", "sampled_rank-1.json.gz")]
+
+
+def _section(report: Report):  # type: ignore[no-untyped-def]
+    return next(s for s in report.sections if getattr(s, "kind", "") == "cross_rank")
+
+
+def _one_step(tmp_path: Path) -> list[str]:
+    """The real pair cut to its first recorded step: every event before each rank's second ProfilerStep."""
+    out = []
+    for folder, name in PAIR:
+        with gzip.open(shared_path(*HTA, folder, name), "rt") as fh:
+            doc = json.load(fh)
+        starts = sorted(e["ts"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if "ts" not in e or e["ts"] < starts[1]]
+        path = tmp_path / name.replace(".gz", "")
+        path.write_text(json.dumps(doc))
+        out.append(str(path))
+    return out
+
+
+def test_gp706_bad_real_pair_two_recorded_steps() -> None:
+    report = analyze([str(shared_path(*HTA, f, n)) for f, n in PAIR])
+    arr = _section(report).arrivals
+    (f,) = [f for f in report.findings if f.code == "GP706"]
+    assert "GP701" not in {x.code for x in report.findings}
+    assert f.severity.value == "info" and f.cost_us_per_step is None
+    # one answer: the ranks and waits are the cross-rank table's, most waited-for first
+    late = sorted((r for r, w in arr.in_step_us.items() if w >= arr.floor_us), key=lambda r: -arr.in_step_us[r])
+    assert late == [1, 0] and f.evidence[0].value == "1,0"
+    assert f.evidence[1].extra["per_rank_us"] == {str(r): round(arr.in_step_us[r], 1) for r in late}
+    assert "the 2 recorded steps" in f.message and "may be a one-off" in f.message and "GP701" in f.message
+    assert "active=5" in f.advice
+
+
+def test_gp706_bad_real_pair_cut_to_one_step(tmp_path: Path) -> None:
+    report = analyze(_one_step(tmp_path))
+    assert [t.num_steps for t in report.traces] == [1, 1]
+    (f,) = [f for f in report.findings if f.code == "GP706"]
+    arr = _section(report).arrivals
+    assert arr.steps == 1 and "the one recorded step" in f.message and "With 1 step " in f.message
+    named = [int(r) for r in str(f.evidence[0].value).split(",")]
+    assert named and all(arr.in_step_us[r] >= arr.floor_us for r in named)
+
+
+def test_gp706_good_more_steps_than_max_steps() -> None:
+    report = analyze([str(shared_path(*HTA, f, n)) for f, n in PAIR], options={"GP706": {"max_steps": 1}})
+    assert "GP706" not in {f.code for f in report.findings}
+
+
+def test_gp706_good_a_straggler_gp701_names_is_not_repeated(real: RankSummary) -> None:
+    # ranks 0-2 wait 2x every collective of every step for rank 3: GP701's straggler, GP706 silent
+    ranks = [msgspec.structs.replace(real, rank=r, path=f"rank{r}", world_size=4,
+                                     inst_dur=[d * (3 if r < 3 else 1) for d in real.inst_dur]) for r in range(4)]
+    job, found = cross_rank(ranks, {"GP706": {"max_steps": 10}})
+    assert job.stragglers == [3] and "GP701" in {f.code for f in found} and "GP706" not in {f.code for f in found}
+
+
+def test_gp706_good_identical_ranks(real: RankSummary) -> None:
+    ranks = [msgspec.structs.replace(real, rank=r, path=f"rank{r}", world_size=2) for r in range(2)]
+    _, found = cross_rank(ranks, {"GP706": {"max_steps": 10}})
+    assert "GP706" not in {f.code for f in found}

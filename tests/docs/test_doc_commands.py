@@ -41,7 +41,8 @@ RUN = "bash doctest"
 SHELLS = {"bash", "sh", "shell", "console", "zsh"}
 # what a block's working directory holds: a copy, so what a command writes never touches the checkout
 COPIED = ("README.md", "pyproject.toml", "LICENSE", "CHANGELOG.md", "docs", "examples", "gpuprof")
-SLOW = re.compile(r"\btorchrun\b|\bpython3? examples/|\bgpuprof run\b")  # a capture in a training example: ~10-30 s
+# a capture in a training example (~10-30 s): a script, a launcher, or a test suite under the pytest plugin
+SLOW = re.compile(r"\btorchrun\b|\bpython3? examples/|\bgpuprof run\b|\bpython3? -m pytest\b.* examples/")
 EXIT = re.compile(r"\s#\s*exit\s+(\d+)\b")
 TIMEOUT_S = 180
 

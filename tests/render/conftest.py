@@ -24,7 +24,7 @@ from gpuprof.report import (
     TraceSummary,
 )
 from gpuprof.testing.realtraces import shared_path
-from gpuprof.trace.viewrows import KernelRow, OperatorRow, RangeRow, TraceViews
+from gpuprof.trace.viewrows import KernelRow, Mfu, ModuleMfu, OperatorRow, RangeRow, TraceViews
 
 
 def shared_trace(rel: str) -> Path:
@@ -100,10 +100,13 @@ def make_trace_summary(path: str = "run/worker0.pt.trace.json.gz") -> TraceSumma
             operators=[OperatorRow("aten::mm", "[[64, 32], [32, 16]]", 2, 40.0, 30.0, 100.0, 100.0, ["train.py:12 (step)"])],
             kernels=[KernelRow("sm90_xmma_gemm_bf16", 2, 100.0, 50.0, 60.0, True, "bf16", "bf16", 65536.0, "estimate",
                                0.000655, 6.6e-7, [1, 1, 1], [128, 1, 1], 96, 0.5)],
-            modules=[RangeRow("Model_0/Linear_1", 2, 80.0, 100.0, 100.0)],
-            ranges=[RangeRow("forward", 2, 90.0, 100.0, 100.0)],
+            modules=[RangeRow("Model_0/Linear_1", 2, 80.0, 100.0, 100.0, 0.25, 0.6)],
+            ranges=[RangeRow("forward", 2, 90.0, 100.0, 100.0, 0.25, 0.6)],
             rest={"operators": {"rows": 1.0, "calls": 3.0}},
         ),
+        mfu=Mfu(value=0.125, known_flops_share=0.6, no_peak_share=0.0, peak_source="h100", flops_per_step=1.2e12,
+                flops_by_precision={"bf16": 1.2e12}, per_module=[ModuleMfu("Model_0/Linear_1", 100.0, 0.25, 0.6)]),
+        comm_wait_us=1_500.0, comm_wait_source="ranks", gpu_working_utilization=0.5,
     )
 
 

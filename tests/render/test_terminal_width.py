@@ -14,8 +14,9 @@ import pytest
 from gpuprof import units as U
 from gpuprof.analysis import analyze
 from gpuprof.render import format as F
+from gpuprof.render.groups import group_findings
 from gpuprof.render.safe import is_inert, shorten_distinct, visible
-from gpuprof.render.terminal import DEFAULT_WIDTH, TOP_N, group_findings, render_terminal, terminal_width
+from gpuprof.render.terminal import DEFAULT_WIDTH, TOP_N, render_terminal, terminal_width
 from gpuprof.report import KernelStat, Report, TraceSummary
 from gpuprof.testing.tracegen import TraceBuilder
 

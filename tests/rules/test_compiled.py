@@ -8,9 +8,13 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import pytest
+
 from gpuprof.analysis import analyze
-from gpuprof.rules.compiled import compiled_region, is_compile_phase
+from gpuprof.rules.compiled import compiled_region
+from gpuprof.testing.realtraces import shared_path
 from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof.trace.phase import is_compile_phase
 
 
 def _codes(path: Path, code: str, **options: object) -> list:
@@ -78,3 +82,105 @@ def test_gp811_bad(tmp_path: Path) -> None:
 
 def test_gp811_good(tmp_path: Path) -> None:
     assert _codes(_compiled_loop(tmp_path, "steady", broken=False), "GP811") == []
+
+
+# --------------------------------------------------------------------------- GP811 without ProfilerStep# markers
+def _warmup_trace(tmp_path: Path, compile_us: float) -> Path:
+    """A bare profile() around a compiled model's first calls: Dynamo compiles before any GPU work (the lead-in),
+    then the compiled region runs; no ProfilerStep# markers."""
+    tb = TraceBuilder()
+    with tb.op("_compile.compile_inner (dynamo_timed)", us=compile_us):
+        with tb.op("entire_frame_compile", us=compile_us * 0.9):
+            pass
+    for _ in range(3):
+        with tb.op("Torch-Compiled Region: 0/0", us=200):
+            tb.gemm(us=100)
+    return tb.write(tmp_path / "warmup.json")
+
+
+def test_gp811_bad_compile_in_a_trace_without_step_markers(tmp_path: Path) -> None:
+    path = _warmup_trace(tmp_path, 40_000)
+    report = analyze(path)
+    (f,) = [f for f in report.findings if f.code == "GP811"]
+    assert f.severity.value == "info" and f.cost_us_per_step is None  # a one-off warm-up, no per-step cost
+    assert f.evidence[0].value == 40_000.0 and f.evidence[0].extra["step_markers"] is False
+    assert "no ProfilerStep# markers" in f.message and "40 ms" in f.message
+    assert "keep it" in f.advice and "schedule(" in f.advice  # never "remove the compilation / recording"
+    t = report.traces[0]
+    assert t.lead_in_us is not None and t.lead_in_us >= 40_000  # compiled before the first GPU work: the lead-in
+    assert any("records torch.compile compiling (40 ms" in n for n in t.notes)
+
+
+def test_gp811_good_short_compile_without_step_markers(tmp_path: Path) -> None:
+    report = analyze(_warmup_trace(tmp_path, 500))
+    assert [f for f in report.findings if f.code == "GP811"] == []
+    assert not any("torch.compile compiling" in n for n in report.traces[0].notes)
+
+
+@pytest.mark.parametrize("parts", [
+    ("hta", "TraceLens", "tests", "traces", "b200", "eager_trace.json.gz"),
+    ("hta", "TraceLens", "tests", "traces", "inference", "vllm_decode_full", "capture_traces",
+     "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz"),
+    ("hta", "TraceLens", "tests", "traces", "inference", "vllm_prefilldecode_piecewise", "graph_execution.json.gz"),
+    pytest.param(("hta", "TraceLens", "tests", "traces", "inference", "xdit_sd_3.5", "profile_trace_rank_0.json.gz"),
+                 marks=pytest.mark.slow),  # 62 MB
+])
+def test_gp811_good_real_traces_running_compiled_code_are_not_compiling(parts: tuple[str, ...]) -> None:
+    """Real traces whose Python frames run Dynamo/Inductor code (eval_frame, output_code, the compile worker
+    pool's reader thread) without compiling: no GP811 and no warm-up note, steps or not."""
+    report = analyze(str(shared_path(*parts)))
+    assert [f for f in report.findings if f.code == "GP811"] == []
+    assert not any("torch.compile compiling" in n for n in report.traces[0].notes)
+
+
+@pytest.mark.slow
+def test_gp811_bad_real_cpu_capture_of_a_first_compiled_call(tmp_path: Path) -> None:
+    """A real torch.profiler capture (no schedule, so no ProfilerStep#) around a compiled model's first calls."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    model = torch.compile(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)),
+                          backend="aot_eager")  # no C++ toolchain needed
+    x = torch.randn(4, 16)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            model(x).sum().backward()
+    path = tmp_path / "first_calls.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    report = analyze(path)
+    (f,) = [f for f in report.findings if f.code == "GP811"]
+    assert f.severity.value == "info" and "no ProfilerStep# markers" in f.message
+    assert f.evidence[0].value > 1000  # compiling takes far more than 1 ms
+    assert any("torch.compile compiling" in n for n in report.traces[0].notes)
+
+
+def _recording_trace(tmp_path: Path, markers: bool) -> Path:
+    """torch.compile(mode="reduce-overhead")'s first call: Inductor's cudagraph trees record a graph (30 ms),
+    then the graph replays; with or without ProfilerStep# markers."""
+    tb = TraceBuilder()
+    for i in range(4):
+        with tb.step() if markers else contextlib.nullcontext():
+            with tb.op("Torch-Compiled Region: 0/0", us=200):
+                if i == 0:
+                    with tb.python("torch/_inductor/cudagraph_trees.py", 2048, "record"):
+                        with tb.python("torch/_inductor/cudagraph_trees.py", 1014, "CUDAGraphNode.record"):
+                            tb.cpu(us=30_000, name="aten::mm")
+                tb.gemm(us=100)
+            tb.optimizer(ms=0.2)
+    return tb.write(tmp_path / f"record_{markers}.json")
+
+
+def test_gp811_bad_inductor_cuda_graph_recording_without_step_markers(tmp_path: Path) -> None:
+    report = analyze(_recording_trace(tmp_path, markers=False))
+    (f,) = [f for f in report.findings if f.code == "GP811"]
+    assert f.severity.value == "info" and "Inductor recording CUDA graphs 30 ms" in f.message
+    assert f.evidence[0].value == pytest.approx(30_000.0, abs=50)
+    assert "keep it" in f.advice and "remove" not in f.advice.lower()
+
+
+def test_gp811_bad_inductor_cuda_graph_recording_inside_steps(tmp_path: Path) -> None:
+    (f,) = _codes(_recording_trace(tmp_path, markers=True), "GP811")
+    assert "Inductor recorded CUDA graphs inside 1 of 4 recorded steps" in f.message
+    advice = " ".join(f.advice.split())
+    assert 'mode="reduce-overhead" needs: keep it' in advice and f.evidence[0].extra["steps"] == [0]
+    assert "recompiled" not in advice  # recording alone is no recompilation

@@ -101,6 +101,47 @@ def test_gp844_good(tmp_path: Path) -> None:
     assert _found(_eval_capture(tmp_path, train_mode=True, dropout=False), "GP844") == []  # no dropout at all
 
 
+def _eval_in_training_step(tmp_path: Path, *, eval_mode: bool = False, frozen: bool = False) -> Path:
+    """Training steps that also evaluate (forward + backward, then a no_grad forward) in one step."""
+    torch = pytest.importorskip("torch")
+    import gpuprof
+    from gpuprof.capture import Schedule
+
+    torch.manual_seed(0)
+    first = torch.nn.Linear(16, 16)
+    first.requires_grad_(not frozen)
+    model = torch.nn.Sequential(first, torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01)
+    run = f"s{eval_mode:d}{frozen:d}"
+    with gpuprof.profile(tmp_path, run=run, schedule=Schedule(wait=0, warmup=1, active=3), print_report=False,
+                         tensorboard=False, analyze=False, with_stack=True) as prof:
+        for _ in range(4):
+            model(torch.randn(8, 16)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            if not frozen:
+                model.train(not eval_mode)
+                with torch.no_grad():
+                    model(torch.randn(8, 16))  # EVAL-IN-STEP: the evaluation's call of the model
+                model.train()
+            prof.step()
+    return prof.traces[0].path
+
+
+def test_gp844_bad_evaluation_inside_a_training_step(tmp_path: Path) -> None:
+    (f,) = _found(_eval_in_training_step(tmp_path), "GP844")
+    ev = f.evidence[0]
+    assert ev.extra["training_steps_hit"] == ev.extra["training_steps_evaluating"] == 3
+    assert "without autograd" in f.message and "train() mode" in f.message and "model.eval()" in f.advice
+    assert f.location is not None and f.location.file.endswith("test_pitfalls.py")
+
+
+def test_gp844_good_evaluation_inside_a_training_step_in_eval_mode(tmp_path: Path) -> None:
+    assert _found(_eval_in_training_step(tmp_path, eval_mode=True), "GP844") == []  # eval(): nothing drawn
+    # a frozen first layer: the training forward's dropout records no autograd, the model call does (the head)
+    assert _found(_eval_in_training_step(tmp_path, frozen=True), "GP844") == []
+
+
 # ---------------------------------------------------------------------- GP852 (real CPU captures)
 
 
@@ -176,3 +217,46 @@ def test_pitfalls_on_real_traces() -> None:
         assert f.code == "GP844" and "(4 dropouts per such step)" in f.message
         native = [o for o in load_trace(path).ops if o.name == "aten::native_dropout"]
         assert len(native) == 4  # the independent count: every masked dropout of the trace
+
+
+# ---------------------------------------------------------------------- GP845 (torch.save on every DDP rank)
+
+
+def _saving_rank(tmp_path: Path, *, rank: int, world_size: int = 2, caller: tuple[str, int, str] = ("train.py", 30, "train"),
+                 every: int = 2, steps: int = 6) -> Path:
+    """A rank's trace whose loop saves a checkpoint every ``every`` steps (``caller``: the frame that calls
+    torch.save: the user's, or a library's that saves per rank on purpose)."""
+    tb = TraceBuilder(rank=rank, world_size=world_size)
+    for i in range(steps):
+        with tb.step():
+            with tb.frames(("train.py", 10, "main")):
+                tb.gemm(us=500)
+                if i % every == 0:
+                    with tb.frames(caller, ("torch/serialization.py", 944, "save")):
+                        tb.cpu(us=700)
+    return tb.write(tmp_path / f"rank{rank}_{world_size}_{caller[0].replace('/', '_')}.json")
+
+
+def test_gp845_bad_every_rank_saves_the_checkpoint(tmp_path: Path) -> None:
+    (f,) = _found(_saving_rank(tmp_path, rank=1), "GP845")
+    assert "rank 1 of 2" in f.message and "torch.save" in f.message and "3 calls" in f.message
+    assert "rank 0" in f.advice and "dist.get_rank() == 0" in f.advice
+    # independent: 3 saves of 700 µs over 6 steps
+    assert f.cost_us_per_step is not None and abs(f.cost_us_per_step - 3 * 700 / 6) < 5
+    assert f.location is not None and (f.location.file, f.location.function) == ("train.py", "train")
+    assert f.evidence[0].value == 3
+
+
+def test_gp845_good_rank_zero_and_single_process_and_per_rank_library_saves(tmp_path: Path) -> None:
+    assert _found(_saving_rank(tmp_path, rank=0), "GP845") == []  # rank 0 is where a checkpoint is written
+    assert _found(_saving_rank(tmp_path, rank=0, world_size=1), "GP845") == []  # not a multi-rank run
+    # torch.distributed.checkpoint / accelerate's save_state write each rank's own part on purpose
+    for lib in (("torch/distributed/checkpoint/filesystem.py", 300, "_write_item"),
+                ("accelerate/checkpointing.py", 120, "save_accelerator_state")):
+        assert _found(_saving_rank(tmp_path, rank=1, caller=lib), "GP845") == []
+
+
+def test_gp841_torch_save_advice_names_rank_zero_in_a_multi_rank_run(tmp_path: Path) -> None:
+    f = next(f for f in analyze(_saving_rank(tmp_path, rank=1, every=1), select=["GP841"]).findings
+             if f.evidence[0].extra["call"] == "torch.save(...)")
+    assert "rank 0" in f.advice

@@ -189,3 +189,19 @@ def test_gp903_names_compilation_inside_the_steps(tmp_path):
     plain = simple_training(TraceBuilder(), steps=4).write(tmp_path / "plain.json")
     (g,) = _found(plain, "GP903", max_events=load_trace(plain).num_events // 2)
     assert g.evidence[0].extra["share_in_compilation"] == 0 and "torch.compile" not in g.advice
+
+
+def test_gp901_warmup_in_gpuprofs_own_window_names_gpuprofs_schedule(tmp_path):
+    # A capture chose the recorded steps (its default Schedule): the user wrote no torch.profiler schedule, so the
+    # fix is gpuprof's schedule= (a later window), not torch.profiler.schedule's warm-up.
+    from gpuprof.capture.config import Schedule
+    from gpuprof.capture.end.analyse import own_schedule_advice
+
+    path = simple_training(TraceBuilder(), steps=6, warmup_steps=1, warmup_factor=4.0).write(tmp_path / "w.json")
+    (f,) = _found(path, "GP901")
+    (g,) = own_schedule_advice([f], Schedule())
+    assert "torch.profiler.schedule" not in g.advice and "gpuprof's recording window (steps 7-11 recorded" in g.advice
+    assert "Schedule(wait=8, warmup=2, active=5)" in g.advice  # one warm-up step seen: start 3 steps later
+    assert (g.code, g.message, g.cost_us_per_step, g.evidence) == (f.code, f.message, f.cost_us_per_step, f.evidence)
+    # the user's own torch.profiler.schedule callable: the rule's advice is theirs to follow
+    assert own_schedule_advice([f], lambda step: None) == [f]

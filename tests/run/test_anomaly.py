@@ -48,6 +48,7 @@ def slowed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc: dict[str, Any] = json.loads((logdir / "job" / "report.json").read_text())
+    doc["_path"] = str(logdir / "job" / "report.json")
     return doc
 
 
@@ -88,3 +89,31 @@ def test_the_verdict_names_the_slowdown_its_onset_and_the_data_wait(slowed: dict
     assert parts["data_loading"] == pytest.approx(load_a - load_b, rel=0.05)
     assert parts["data_loading"] >= 0.9 * SLOW_US  # the planted 40 ms (a sleep lasts at least that long)
     assert f["cost_us_per_step"] > 0.9 * SLOW_US
+
+
+@pytest.mark.browser
+def test_the_page_marks_both_windows_on_the_job_chart(slowed: dict[str, Any], browser: Any, tmp_path: Path) -> None:
+    import shutil
+
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("needs Debian's chromium")
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+
+    page = tmp_path / "job.html"
+    r = CliRunner().invoke(cli, ["analyze", slowed["_path"], "--html", str(page), "--format", "json", "--fail-on", "never"])
+    assert r.exit_code == 0, r.output
+    ctx = browser.new_context(offline=True)
+    try:
+        pg = ctx.new_page()
+        pg.goto(page.as_uri())
+        pg.wait_for_selector("body[data-rendered='1']")
+        marks = pg.evaluate("() => [...document.querySelectorAll('rect.job-window')].map(r => [r.dataset.reason, +r.getAttribute('x')])")
+        assert [m[0] for m in marks] == [w["reason"] for w in slowed["job"]["windows"]] == ["default", "anomaly"]
+        assert marks[0][1] < marks[1][1]  # the anomaly window is drawn later in the job than the default one
+        rows = pg.evaluate("() => [...document.querySelectorAll('#job-windows tr')].slice(1).map(r => [...r.cells].map(c => c.textContent))")
+        assert [(row[0], int(row[1].replace(',', ''))) for row in rows] == [
+            (w["reason"], w["start_step"]) for w in slowed["job"]["windows"]]
+    finally:
+        ctx.close()

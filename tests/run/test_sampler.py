@@ -83,12 +83,16 @@ def test_samples_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_thread_is_joined_and_reports_its_failure() -> None:
+    checked = threading.Event()
+
     def boom() -> int:
+        checked.wait(10)  # fail only once the test has seen the thread run (a busy machine ran it first)
         raise RuntimeError("step counter failed")
 
     s = S.Sampler(boom, interval_s=0.01)
     s.start()
     assert s.running
+    checked.set()
     err = s.stop()
     assert not s.running and isinstance(err, RuntimeError)
     assert not [t for t in threading.enumerate() if t.name == "gpuprof-watch"]

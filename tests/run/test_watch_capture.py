@@ -84,7 +84,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def _job(run_dir: Path) -> dict[str, Any]:
     doc = json.loads((run_dir / "report.json").read_text())
-    assert doc["schema_version"] == "1.3"
+    assert doc["schema_version"] == "1.4"
     job = doc["job"]
     assert isinstance(job, dict)
     return job

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .test_limits_inputs import assert_refused, gpuprof
 
 NOTE = "with unescaped quotes (a torch 2.13 export bug) repaired"
@@ -36,6 +38,7 @@ def _loaded(rc: int, out: str, err: str) -> dict:
     return json.loads(out)["traces"][0]  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow  # a long hostile input (32 MiB in a child process): out of the README's fast command
 def test_a_huge_name_of_quotes_is_repaired_in_linear_time_and_bounded_memory(tmp_path: Path) -> None:
     # 32 MiB of '"' as one name: the repaired text is twice that, all of it one JSON string
     p = _trace(tmp_path / "quotes.json", _event(b'"' * (32 << 20), 1), _event(b"b", 2))
@@ -46,6 +49,7 @@ def test_a_huge_name_of_quotes_is_repaired_in_linear_time_and_bounded_memory(tmp
     assert cpu < 20
 
 
+@pytest.mark.slow  # a long hostile input (32 MiB in a child process): out of the README's fast command
 def test_a_huge_name_of_quotes_with_another_error_is_refused(tmp_path: Path) -> None:
     # The huge event is repaired in its own chunk; the stray byte after it is the file's error.
     # With the stray byte inside the huge event, the repair does not decode: the original

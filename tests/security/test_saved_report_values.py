@@ -177,3 +177,21 @@ def test_analyze_names_a_missing_finding_field(saved: dict[str, Any], tmp_path: 
     res = CliRunner().invoke(cli, ["analyze", str(path)])
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
     assert str(path) in res.output and f"findings[0].{field} is missing" in res.output
+
+
+@pytest.mark.parametrize("field, value", [
+    ("mfu", "high"), ("mfu.value", -0.1), ("mfu.known_flops_share", 1.5), ("mfu.peak_source", 7),
+    ("mfu.flops_by_precision", {"bf16": -1.0}), ("mfu.per_module", [{"name": 3}]),
+    ("comm_wait_us", -5.0), ("comm_wait_source", 1), ("gpu_working_utilization", 2.0),
+])
+def test_the_mfu_and_waiting_fields_are_checked(saved: dict[str, Any], tmp_path: Path, field: str, value: Any) -> None:
+    """The figures issue 37 added (traces[].mfu, comm_wait_us, gpu_working_utilization): a wrong one is refused."""
+    bad = copy.deepcopy(saved)
+    target = bad["traces"][0]
+    *parents, last = field.split(".")
+    for k in parents:
+        if not isinstance(target.get(k), dict):
+            target[k] = {}
+        target = target[k]
+    target[last] = value
+    _refused_everywhere(tmp_path, saved, bad, "traces[0]." + field)

@@ -112,6 +112,8 @@ def _hostile_report(tmp_path: Path) -> Path:
     kinds = HTML_HOSTILE + TEXT_HOSTILE
     job["phases"] = [dict(JOB["phases"][0], kind=k, start_step=i, end_step=i, steps=1) for i, k in enumerate(kinds)]
     job["steps"] = len(kinds)
+    # recorded windows with hostile reasons: drawn as marks along the job chart and a table, as text
+    job["windows"] = [{"start_step": i, "steps": 1, "reason": k} for i, k in enumerate(kinds)]
     path = tmp_path / "report.json"
     path.write_text(json.dumps(_report(job)))
     return path
@@ -171,5 +173,13 @@ def test_job_chart_draws_hostile_kinds_as_text(tmp_path: Path, browser: Any) -> 
         page.locator("#job-phases tr").nth(3).hover()
         assert page.evaluate("window.__gpuprof_pwned") is None and not dialogs
         assert page.locator("rect.phase").count() == len(HTML_HOSTILE + TEXT_HOSTILE)
+        # the recorded windows: one mark each along the top of the chart and one row each, reasons as text
+        assert page.locator("rect.job-window").count() == len(HTML_HOSTILE + TEXT_HOSTILE)
+        rows = page.locator("#job-windows tr")
+        assert rows.count() == len(HTML_HOSTILE + TEXT_HOSTILE) + 1
+        rows.nth(2).hover()
+        assert page.evaluate("window.__gpuprof_pwned") is None and not dialogs
+        reasons = page.evaluate("() => [...document.querySelectorAll('#job-windows tr')].slice(1).map(r => r.cells[0].textContent)")
+        assert len(reasons) == len(HTML_HOSTILE + TEXT_HOSTILE) and all(r for r in reasons)
     finally:
         ctx.close()

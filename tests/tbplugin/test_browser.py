@@ -272,6 +272,10 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         fixed = fr.locator("#compare-findings-removed").text_content()
         assert "GP601" in fixed and "GP102" not in fixed  # GP102 folded into it
         assert "predicted" in fixed and "measured (step)" in fixed
+        # a saving is never drawn "+x" (green) beside a change column that reads "-x" for the same time
+        cells = fr.evaluate("() => [...document.querySelectorAll('#compare-findings-removed tr')].slice(1)"
+                            ".map(r => [...r.cells].map(c => c.textContent))")
+        assert cells and not any(c.startswith("+") for row in cells for c in row), cells
         rows = fr.evaluate("() => [...document.querySelectorAll('#compare-metrics tr')].map(r => [...r.cells].map(c => [c.textContent, c.className]))")
         loading = next(r for r in rows if r[0][0] == "step: data_loading")  # the loader's time fell: drawn as better
         assert loading[3][1] == "better" and loading[3][0].startswith("-") and len(rows) >= 4

@@ -144,7 +144,8 @@ def test_per_rank_table_and_cross_rank_view_from_two_real_ranks(tmp_path: Path) 
     assert [c["type"] for c in x["collectives"]] == ["all_reduce", "all_gather", "all_to_all"] and x["stragglers"] == []
     assert all(r["exposed_comm_us"] > 0 for r in x["ranks"])
     cross = [f for f in v["findings"] if f.get("scope") == "cross-rank"]
-    assert [f["code"] for f in cross] == [f.code for f in report.findings if f.code.startswith("GP7")] == ["GP702"]
+    # GP706: 2 recorded steps, too few for a straggler, the ranks the others waited for named as info
+    assert [f["code"] for f in cross] == [f.code for f in report.findings if f.code.startswith("GP7")] == ["GP702", "GP706"]
     assert cross[0]["trace"] is None
     # one rank alone is no job: no cross-rank view
     (run / src1.name).unlink()
@@ -337,3 +338,18 @@ def test_run_view_carries_the_watched_job(tmp_path: Path) -> None:
     views = _views(tmp_path)
     assert views["run"]["job"] == job
     assert views["plain"]["job"] is None  # traces alone: no job section
+
+
+def test_one_trace_run_headline_has_the_mfu_and_waiting_cards(tmp_path: Path) -> None:
+    """The tab's cards word the MFU and the waiting in collectives as the terminal does (issue 37)."""
+    from gpuprof.analysis import analyze
+    from gpuprof.render.format import fmt_comm_wait, fmt_mfu
+
+    run = tmp_path / "one"
+    run.mkdir()
+    src = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "nccl_parser_config", "nccl_data.json.gz")
+    shutil.copy(src, run / src.name)
+    head = _views(tmp_path)["one"]["headline"]
+    t = analyze(str(src)).traces[0]
+    assert head["mfu_text"] == fmt_mfu(t) and head["comm_wait_text"] == fmt_comm_wait(t)
+    assert head["comm_wait_text"] is not None and "waits inside collectives" in head["comm_wait_text"]

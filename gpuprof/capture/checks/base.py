@@ -24,6 +24,7 @@ points it needs. Adding a check: one module in this package and one line in
 from __future__ import annotations
 
 import sys
+from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar
 
@@ -102,8 +103,9 @@ class Live:
     stream: TextIO = field(default_factory=lambda: sys.stderr)  # where notices are printed
     step_num: int = 0  # steps completed so far
     recorded_steps: int = 0  # steps the torch profiler recorded
-    step_s: list[float] = field(default_factory=list)  # per step: its time
-    fetch_s: list[float] = field(default_factory=list)  # per step: time waiting for DataLoaders
+    # per step, as machine doubles (8 bytes, not a float object and a list slot): kept for every step of the job
+    step_s: array[float] = field(default_factory=lambda: array("d"))  # per step: its time
+    fetch_s: array[float] = field(default_factory=lambda: array("d"))  # per step: time waiting for DataLoaders
     step_signatures: list[object] = field(default_factory=list)  # the first steps' argument shapes
     findings: list[Finding] = field(default_factory=list)  # found outside the monitors (device errors, OOM)
     monitors: list[Monitor] = field(default_factory=list)

@@ -31,7 +31,10 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.trace.metrics import TraceMetrics
     from gpuprof.trace.model import Trace
 
-__all__ = ["TraceResults", "assemble", "preload", "trace_results"]
+__all__ = ["TraceResults", "assemble", "loading_basis_notes", "own_schedule_advice", "preload", "trace_results"]
+
+# a breakdown share and GP601's share this far apart (absolute) get a note saying they cover different steps
+LOADING_BASIS_GAP = 0.05
 
 
 @dataclass
@@ -168,6 +171,8 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard, *, memory: bool = Fal
             report.findings += mem[1]
     # the one boundary (gpuprof.flow): select=/ignore=, the overlap policy (GP102 under GP601), links, order
     report.findings = finish_findings(report.findings, Selection.of(cfg.select, cfg.ignore))
+    report.notes += loading_basis_notes(report)
+    report.findings = own_schedule_advice(report.findings, cfg.schedule)
     section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures
     report.sections.append(section)
     report.notes = list(facts.notes) + report.notes
@@ -271,4 +276,59 @@ def _gpu_utilization_per_step(m: TraceMetrics) -> dict[int, float]:
     for st, b in zip(m.steps, busy):
         if st.dur > 0:
             out[st.id] = min(b / st.dur, 1.0)
+    return out
+
+
+def loading_basis_notes(report: Report) -> list[str]:
+    """Why the step breakdown's data-loading share and GP601's differ, when they do: they measure different steps.
+
+    The breakdown is the trace's: only the recorded window's steps (after the schedule's warm-up). GP601 is the
+    loader monitor's: every step of the run, its first batches (worker start-up, cold caches) included. A new
+    user saw "data loading 12%" above "GP601: 35% of step time" with nothing saying why.
+    """
+    gp601 = [f for f in report.findings if f.code == "GP601" and f.evidence]
+    if not gp601 or not report.traces:
+        return []
+    run_share = gp601[0].evidence[0].value
+    run_steps = gp601[0].evidence[0].extra.get("steps")
+    if not isinstance(run_share, (int, float)):
+        return []
+    rec_us = sum(t.breakdown_us.get("data_loading", 0.0) * t.num_steps for t in report.traces)
+    step_us = sum(t.step_time_mean_us * t.num_steps for t in report.traces)
+    n_rec = sum(t.num_steps for t in report.traces)
+    if step_us <= 0 or abs(rec_us / step_us - run_share) < LOADING_BASIS_GAP:
+        return []
+    steps = f"all {run_steps} steps of the run" if isinstance(run_steps, int) else "every step of the run"
+    return [f"data loading: the step breakdown's {rec_us / step_us:.0%} covers the {n_rec} recorded "
+            f"step{'s' if n_rec != 1 else ''} only (the trace); GP601's {run_share:.0%} covers {steps}, "
+            "measured by the DataLoader monitor (warm-up and the first batches of each epoch included)"]
+
+
+def own_schedule_advice(findings: list[Finding], schedule: object) -> list[Finding]:
+    """GP901's warm-up advice, re-aimed at gpuprof's own schedule when the capture chose the recorded steps.
+
+    The rule reads any trace and tells its author to lengthen ``torch.profiler.schedule``'s warm-up; in a capture
+    with gpuprof's :class:`~gpuprof.capture.config.Schedule` the user wrote no profiler schedule, so the fix is
+    gpuprof's ``schedule=`` (a later window). A user's own ``torch.profiler.schedule`` callable keeps the advice.
+    """
+    from dataclasses import replace
+
+    from gpuprof.capture.config import Schedule
+
+    if not isinstance(schedule, Schedule):
+        return findings
+    out = []
+    for f in findings:
+        ev = f.evidence[0] if f.code == "GP901" and f.evidence else None
+        if ev is None or ev.metric != "warmup_step_ratio":
+            out.append(f)
+            continue
+        n_warm = len(ev.extra.get("step_ids") or ()) or 1
+        later = Schedule(wait=schedule.wait + n_warm + 2, warmup=schedule.warmup, active=schedule.active,
+                         repeat=schedule.repeat, skip_first=schedule.skip_first)
+        out.append(replace(f, advice=(
+            f"These steps are gpuprof's recording window ({schedule.describe()}, its default schedule unless you "
+            "passed one): the job was still warming up when it began. Record later with "
+            f"gpuprof.profile(..., schedule=gpuprof.capture.Schedule(wait={later.wait}, warmup={later.warmup}, "
+            f"active={later.active})) ({later.describe()}); this report's figures are skewed by those steps.")))
     return out

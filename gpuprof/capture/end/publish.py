@@ -120,6 +120,11 @@ def publish(facts: RunFacts, out: Outputs, report: Report, g: Guard, *, final: b
             text = short_report(report, facts, _width_of(out.stream))
         out.printed = (section.steps, now)
         print(text, file=out.stream, flush=True)
+    if final and facts.config.to:
+        from gpuprof.capture.end.trackers import send_to_trackers
+
+        g.run("experiment trackers", "the run's results are not in the trackers", send_to_trackers, facts,
+              report, doc, g, out.stream)
 
 
 def _width_of(stream: TextIO) -> int:

@@ -21,7 +21,7 @@ from gpuprof.render.sections import register_section
 from gpuprof.report import Report
 from gpuprof.units import fmt_us
 
-__all__ = ["capture_section", "final_line", "findings_markdown", "no_steps_text", "short_report"]
+__all__ = ["capture_section", "final_line", "finding_lines", "findings_markdown", "no_steps_text", "short_report"]
 
 
 class SummaryFacts(Protocol):
@@ -111,11 +111,7 @@ def short_report(report: Report, facts: SummaryFacts, width: int | None = None) 
                  key=lambda kv: -kv[0].rank) if n]
         lines.append(f"gpuprof: {len(findings)} finding{'s' if len(findings) != 1 else ''} ({', '.join(parts)})")
         for f in findings:  # all of them, whole: the summary is the report most users read
-            where = f" [{_short_loc(f)}]" if f.location else ""
-            cost = _cost_suffix(f)
-            lines += _wrapped(f"  {f.severity.value} {visible(f.code)} {one_line(linked_message(f))}{cost}{where}", width, 4)
-            if f.advice:
-                lines += _wrapped(f"    Fix: {one_line(f.advice)}", width, 9)
+            lines += finding_lines(f, width)
     elif not report.failed_rules:
         lines.append("gpuprof: no findings")
     if report.failed_rules:
@@ -136,6 +132,17 @@ def short_report(report: Report, facts: SummaryFacts, width: int | None = None) 
         if os.path.exists(facts.report_md):
             lines.append(f"  report       {visible(facts.report_md)} (and report.json)")
     return "\n".join(lines)
+
+
+def finding_lines(f: Finding, width: int | None = None) -> list[str]:
+    """One finding as the summary shows it: severity, code, message, cost and place, then its fix (also the
+    pytest plugin's failure message, so a finding reads the same there)."""
+    where = f" [{_short_loc(f)}]" if f.location else ""
+    lines = _wrapped(f"  {f.severity.value} {visible(f.code)} {one_line(linked_message(f))}{_cost_suffix(f)}{where}",
+                     width, 4)
+    if f.advice:
+        lines += _wrapped(f"    Fix: {one_line(f.advice)}", width, 9)
+    return lines
 
 
 def final_line(report: Report, facts: SummaryFacts, out_dir: str | None, at_step: int) -> str:

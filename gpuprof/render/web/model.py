@@ -17,8 +17,9 @@ from typing import Any
 
 from gpuprof.findings import Finding
 from gpuprof.render.format import fmt_cost, linked_message
+from gpuprof.render.groups import applies_to, group_cost, group_findings, trace_label
 
-__all__ = ["TraceFigures", "headline", "drawn_finding"]
+__all__ = ["TraceFigures", "headline", "drawn_finding", "drawn_findings"]
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,18 @@ def drawn_finding(f: Finding, where: dict[str, Any] | None = None) -> dict[str, 
     """A finding as the pages draw it: its JSON form, where it came from (``where``: the tab's ``trace``,
     ``report``, ``scope``), and its message and cost as every renderer states them (:mod:`gpuprof.render.format`)."""
     return {**f.to_dict(), **(where or {}), "display_message": linked_message(f), "display_cost": fmt_cost(f)}
+
+
+def drawn_findings(findings: Sequence[Finding], labels: dict[str, str]) -> list[dict[str, Any]]:
+    """A report's findings as the page draws them, most expensive first: over several traces (``labels``, the
+    traces' ``#1``, ``#2``), the same finding in several traces is one card (:mod:`gpuprof.render.groups`, as the
+    terminal and markdown show it) carrying ``trace_label``, ``applies_to`` (each trace with its cost) and
+    ``group_size``; over one trace, one card per finding."""
+    if len(labels) <= 1:
+        return [drawn_finding(f) for f in findings]
+    out = []
+    for group in group_findings(findings):
+        f = group[0]
+        out.append({**drawn_finding(f), "display_cost": group_cost(group, labels), "group_size": len(group),
+                    "trace_label": trace_label(f.source, labels), "applies_to": applies_to(group, labels)})
+    return out

@@ -7,8 +7,10 @@ const COLORS = GP.PALETTE;
 
 function renderReport(){
   const s = section("Summary");
-  s.append(el("div", {class: "cards"}, ...GP.cards(D.headline, D.findings.length)));
-  if (D.traces.length > 1) s.append(table([{head: "trace", name: true, get: t => t.path},
+  const total = D.findings_total === undefined ? D.findings.length : D.findings_total;
+  s.append(el("div", {class: "cards"}, ...GP.cards(D.headline, total)));
+  if (D.traces.length > 1) s.append(table([{head: "#", get: t => D.traces.indexOf(t), show: t => "#" + (D.traces.indexOf(t) + 1)},
+    {head: "trace", name: true, get: t => t.path},
     {head: "device", name: true, get: t => t.devices.join(", ") || "-"}, {head: "steps", get: t => t.num_steps, show: t => String(t.num_steps)},
     {head: "step median", get: t => t.step_time_us, show: t => fmtUs(t.step_time_us)},
     {head: "step mean", get: t => t.step_time_mean_us, show: t => fmtUs(t.step_time_mean_us)},
@@ -21,7 +23,9 @@ function renderReport(){
     t.step_times_us.forEach((v, j) => bars.push({id: t.step_ids[j] === undefined ? j : t.step_ids[j], parts: {[k]: v}})); });
   if (D.job) GP.jobChart(section("Job: " + D.job.steps + " steps watched").appendChild(el("div", {id: "job-chart"})), D.job);
   GP.stepChart(section("Step time").appendChild(el("div", {id: "steps-chart"})), bars, colors, "step time per step", labels);
-  section("Findings (" + D.findings.length + ")").append(...GP.findings(D.findings));
+  // over several traces one card per distinct finding, labelled with its traces (the terminal's grouping)
+  section("Findings (" + (total > D.findings.length ? D.findings.length + " distinct of " + total + " in " + D.traces.length + " traces"
+    : D.findings.length) + ")").append(...GP.findings(D.findings));
   D.traces.forEach((t, i) => { const sec = section("Views" + (D.traces.length > 1 ? " of #" + (i + 1) + " " + short(t.path) : ""));
     GP.views(sec.appendChild(el("div", {class: "views"})), t.views, i ? "-" + (i + 1) : ""); });
 }

@@ -153,6 +153,8 @@ const GP = (() => {
     return [card("devices", h.devices.length ? h.devices.map(d => short(d)).join(", ") : "no GPU in the trace"),
       card("steps analysed", String(h.steps)), card("median step", fmtUs(h.step_time_us)), card("mean step", fmtUs(h.step_time_mean_us)),
       card("GPU utilisation", h.gpu_utilization === null || h.gpu_utilization === undefined ? "n/a (no GPU activity)" : fmtPct(h.gpu_utilization)),
+      ...(h.comm_wait_text ? [card("waiting in collectives", h.comm_wait_text)] : []),
+      ...(h.mfu_text ? [card("MFU", h.mfu_text)] : []),
       card("traces", String(h.traces)), card("findings", String(nFindings))];
   }
   function fmtEvidence(unit, x){ return unit === "us" ? fmtUs(x) : unit === "fraction" ? fmtPct(x) : unit === "bytes" ? fmtB(x) :
@@ -175,6 +177,8 @@ const GP = (() => {
         el("div", {class: "head"}, short(f.code, 40) + " " + short(f.name || ""), el("span", {class: "tag"}, sev(f.severity)), el("span", {class: "tag"}, from)),
         el("div", {class: "msg"}, short(f.display_message || f.message, LONG)),
         el("div", {class: "meta"}, "cost " + short(f.display_cost || "not estimated") + (loc ? " \u00b7 at " + loc : "")),
+        // a report over several traces: the traces this finding applies to, each with its cost (gpuprof.render.groups)
+        f.applies_to ? el("div", {class: "meta traces"}, "traces: " + short(f.applies_to, LONG)) : null,
         f.advice ? el("div", {class: "fix"}, "Fix: " + short(f.advice, LONG)) : null,
         ev.length ? el("table", {}, ...ev) : null);
     });
@@ -209,6 +213,7 @@ const GP = (() => {
 
   // --- the whole job (report.json's job, docs/run.md): the step-time series over its phases, then the phases --
   const PHASE_COLORS = {warmup: "#fde9c8", steady: "#e6f4ea", slowdown: "#fce8e6", eval: "#e8f0fe", recorded: "#f1e6fd"};
+  const WINDOW_COLORS = {default: "#8430ce", anomaly: "#d93025", trigger: "#e37400"};
   function jobChart(box, job){
     const s = job && job.series || {}, xs = Array.isArray(s.first_step) ? s.first_step : [], ys = Array.isArray(s.step_time_us) ? s.step_time_us : [];
     const hi = Array.isArray(s.step_time_max_us) ? s.step_time_max_us : ys, steps = num(job.steps) ? job.steps : xs.length;
@@ -227,6 +232,14 @@ const GP = (() => {
     const bucket = num(s.bucket) && s.bucket > 0 ? s.bucket : 1;
     const line = (vals, color, cls) => { const pts = []; vals.forEach((v, i) => { if (num(v) && num(xs[i])) pts.push(X(xs[i] + bucket / 2).toFixed(1) + "," + Y(v).toFixed(1)); });
       if (pts.length) g.append(svg("polyline", {class: cls, points: pts.join(" "), fill: "none", stroke: color, "stroke-width": 1.2})); };
+    // the recorded windows (job.windows: the default one, anomaly and trigger windows) as marks along the top, so a
+    // reader sees which steps have a detailed trace (gpuprof analyze DIR reads them)
+    const wins = (Array.isArray(job.windows) ? job.windows : []).filter(w => num(w.start_step) && num(w.steps));
+    for (const w of wins){
+      const r = svg("rect", {class: "job-window", x: X(w.start_step), y: M.t, width: Math.max(2, X(w.start_step + w.steps) - X(w.start_step)),
+        height: 8, fill: WINDOW_COLORS[w.reason] || "#5f6368", "data-reason": short(w.reason, 24)});
+      r.append(svg("title", {}, short(w.reason, 24) + " window: steps " + w.start_step + "-" + (w.start_step + w.steps - 1) + " recorded"));
+      g.append(r); }
     if (hi !== ys) line(hi, "#f4b4ae", "job-max");
     line(ys, "#1a73e8", "job-median");
     for (let k = 0; k <= 4; k++){ const v = Math.round(n * k / 4); g.append(svg("text", {x: X(v), y: H - M.b + 14, "text-anchor": "middle"}, String(v))); }
@@ -236,7 +249,10 @@ const GP = (() => {
     box.replaceChildren(legend(kinds, PHASE_COLORS), el("div", {class: "chart"}, g),
       table([{head: "phase", name: true, get: r => r.k}, {head: "first step", get: r => r.a, show: r => fmtNum(r.a)}, {head: "last step", get: r => r.b, show: r => fmtNum(r.b)},
         {head: "steps", get: r => r.n, show: r => fmtNum(r.n)}, {head: "median step", get: r => r.m, show: r => fmtUs(r.m)},
-        {head: "p90", get: r => r.p90, show: r => fmtUs(r.p90)}, {head: "data wait", get: r => r.w, show: r => fmtPct(r.w)}], rows, {id: "job-phases"}));
+        {head: "p90", get: r => r.p90, show: r => fmtUs(r.p90)}, {head: "data wait", get: r => r.w, show: r => fmtPct(r.w)}], rows, {id: "job-phases"}),
+      ...(wins.length ? [table([{head: "recorded window", name: true, get: w => w.reason}, {head: "first step", get: w => w.start_step, show: w => fmtNum(w.start_step)},
+        {head: "last step", get: w => w.start_step + w.steps - 1, show: w => fmtNum(w.start_step + w.steps - 1)},
+        {head: "steps", get: w => w.steps, show: w => fmtNum(w.steps)}], wins, {id: "job-windows"})] : []));
     document.body.dataset.jobPoints = String(ys.length);
   }
 
@@ -245,6 +261,9 @@ const GP = (() => {
   // Tables get the ids <prefix>metrics, <prefix>steps-chart, <prefix>findings-<removed|added|changed|unchanged>,
   // <prefix><operators|kernels>-<slower|faster|added|removed>; every row the document holds is drawn.
   function signed(x, f){ return num(x) ? (x > 0 ? "+" : x < 0 ? "-" : "") + f(Math.abs(x)) : "-"; }
+  // a time saved per step: unsigned when saved, with a minus when the step got longer (the terminal's convention,
+  // gpuprof.diff.render._saving), so a saving never reads "+" beside a change column that reads "-" for the same time
+  function saving(x, f){ return num(x) ? (x < 0 ? "-" : "") + f(Math.abs(x)) : "-"; }
   // better/worse for a change of `delta` in a metric where lower is better (or not); within 0.5% of `base`: neither
   function judge(delta, lowerIsBetter, base){
     if (!num(delta) || delta === 0 || (num(base) && base !== 0 && Math.abs(delta / base) <= 0.005)) return "";
@@ -302,10 +321,10 @@ const GP = (() => {
     const fixed = f.removed.filter(r => r.fixed !== false), gone = f.removed.filter(r => r.fixed === false);
     out.push(sub("Findings fixed (" + fixed.length + "): predicted vs measured saving per step", fixed.length ? table([...findingCols(),
       {head: "predicted", get: r => r.predicted_saving_us_per_step, show: r => fmtUs(r.predicted_saving_us_per_step)},
-      {head: "measured (step)", get: r => r.measured_saving_us_per_step, show: r => signed(r.measured_saving_us_per_step, fmtUs),
+      {head: "measured (step)", get: r => r.measured_saving_us_per_step, show: r => saving(r.measured_saving_us_per_step, fmtUs),
        cls: r => judge(-r.measured_saving_us_per_step, true)},
       {head: "measured (its part)", get: r => r.measured_part_saving_us_per_step,
-       show: r => r.measured_part ? signed(r.measured_part_saving_us_per_step, fmtUs) + " " + short(r.measured_part, 80) : "-",
+       show: r => r.measured_part ? saving(r.measured_part_saving_us_per_step, fmtUs) + " " + short(r.measured_part, 80) : "-",
        cls: r => judge(-r.measured_part_saving_us_per_step, true)}, msgCol("before")], fixed, {id: prefix + "findings-removed"})
       : el("p", {class: "muted"}, "none")));
     if (gone.length) out.push(sub("Findings gone but not confirmed fixed (" + gone.length + ")", table([...findingCols(),

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from gpuprof.errors import InputError
 from gpuprof.inputs import Opened
 from gpuprof.memory.analysis import analyze_memory
-from gpuprof.memory.html import build_page_data
+from gpuprof.memory.html import build_page_data, render_html
 from gpuprof.memory.model import MemoryData
 from gpuprof.memory.pickstream import StreamReader
 from gpuprof.memory.safeload import UnsafePickleError, load_pickle_file, safe_loads
@@ -130,6 +130,22 @@ def test_pytorch_layout_written_entry_by_entry(tmp_path: Path) -> None:
     entry = obj["device_traces"][0][0]
     assert set(entry) == {"action", "addr", "size", "stream", "time_us", "compile_context", "user_metadata", "frames"}
     assert_same(p)
+
+
+def test_the_page_stays_small_whatever_the_history(tmp_path: Path) -> None:
+    # 20,000 events: the timeline is decimated to at most 1500 buckets (docs/memory.md), tables capped at --top
+    p = tmp_path / "synth.pickle"
+    n = write_snapshot(p, 20_000)
+    d = streamed(p)
+    section, findings, analyses = analyze_memory(d)
+    page = build_page_data(d, analyses, findings)
+    dev = page["devices"][0]
+    assert dev["events"] == n > 1500
+    assert 1000 < len(dev["t"]) <= 1500 and len(dev["series"]) == len(dev["allocated"]) == len(dev["t"])
+    assert len(dev["top"]) <= 10 and len(dev["slots"]) <= 12 + 2
+    # the bucket maxima keep the peak: the highest point drawn is the peak the analysis reports
+    assert max(dev["allocated"]) == dev["peak_allocated"]
+    assert len(render_html(page)) < 400_000
 
 
 def test_old_format_and_missing_times(tmp_path: Path) -> None:

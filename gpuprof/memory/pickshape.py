@@ -117,5 +117,5 @@ class Shape:
                 pending.discard(id(it))
             if role == _SEGMENTS:
                 self.sink.segment(it)
-            else:
-                self.sink.entry(role, it)
+        if role != _SEGMENTS:
+            self.sink.entries(role, items)  # one APPENDS batch (the pickler writes 1000 a batch)

@@ -6,7 +6,7 @@ each history entry to a :class:`~gpuprof.memory.snapparse.SnapshotParser`
 as soon as the pickle has built it; the parser keeps one row of columns per
 entry and interned sites and kinds. Peak memory is then about the columns
 (tens of bytes per entry, against the 100-250 bytes each takes in the file)
-plus one batch of entries, where ``pickle.load`` needs 10-30x the file.
+plus one batch of entries (the pickler writes them 1000 at a time), where ``pickle.load`` needs 10-30x the file.
 
 Anything the stream reader does not take (a pipe, a remote stream, a pickle
 laid out otherwise than PyTorch's pickler writes it) is handed back to the
@@ -29,10 +29,7 @@ from gpuprof.memory.pickstream import StreamReader
 from gpuprof.memory.safeload import UnsafePickleError
 from gpuprof.memory.snapparse import SnapshotParser, check_top, item_budget
 
-__all__ = ["stream_snapshot", "BuiltWhole", "BATCH"]
-
-BATCH = 256  # history entries handed to the parser at once (and so alive at once)
-
+__all__ = ["stream_snapshot", "BuiltWhole"]
 
 @dataclass
 class BuiltWhole:
@@ -44,32 +41,18 @@ class BuiltWhole:
 
 
 class _Sink:
-    """Batches a device's entries for :meth:`SnapshotParser.entries` (its loop is the fast part)."""
+    """Hands the streamed parts to the parser as the reader meets them."""
 
     def __init__(self, parser: SnapshotParser) -> None:
         self.parser = parser
-        self.device = -1
-        self.batch: list[Any] = []
-        self.segments_done = False
 
     def segment(self, s: Any) -> None:
-        self.flush()
         self.parser.segment(s)
 
-    def entry(self, device: int, e: Any) -> None:
-        if device != self.device:
-            self.flush()
-            if device > self.parser.max_device:
-                self.parser.check_device_count(device + 1)
-            self.device = device
-        self.batch.append(e)
-        if len(self.batch) >= BATCH:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.batch:
-            batch, self.batch = self.batch, []
-            self.parser.entries(self.device, batch)
+    def entries(self, device: int, items: list[Any]) -> None:
+        if device > self.parser.max_device:
+            self.parser.check_device_count(device + 1)
+        self.parser.entries(device, items)
 
 
 def stream_snapshot(path: str | os.PathLike[str], internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS,
@@ -95,7 +78,6 @@ def stream_snapshot(path: str | os.PathLike[str], internal_patterns: Any = DEFAU
     reader = StreamReader(opened.stream, size, sink)
     try:
         top = reader.read()
-        sink.flush()
         if not reader.streamed:  # no segments/device_traces lists in a top dict: it was built in whole
             opened.close()
             return BuiltWhole(top, size)

@@ -243,7 +243,7 @@ def test_the_stream_reader_builds_what_pickle_builds(obj: Any, protocol: int) ->
         def segment(self, s: Any) -> None:
             raise AssertionError("nothing is streamed outside a snapshot's lists")
 
-        def entry(self, device: int, e: Any) -> None:
+        def entries(self, device: int, items: list[Any]) -> None:
             raise AssertionError("nothing is streamed outside a snapshot's lists")
 
     try:

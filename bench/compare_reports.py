@@ -8,7 +8,10 @@ each in a fresh process, and compares the two JSON documents field by field
 one line per file and command (``same`` or the first differing fields) and
 exits 1 when any differ.
 
-    python bench/compare_reports.py --before /tmp/gpuprof-before [--traces DIR] [--jobs 1]
+    python bench/compare_reports.py --before /tmp/gpuprof-before [--traces DIR] [--jobs 1] [--ignore KEY ...]
+
+``--ignore KEY``: object keys left out of the comparison at any depth (fields a change adds on
+purpose, e.g. ``--ignore critical_path --ignore what_if_saving_us``), so every other field is held.
 
 ``--before``: a directory holding an older ``gpuprof/`` package (e.g.
 ``git archive <commit> | tar -x -C DIR``).
@@ -44,22 +47,23 @@ def run(root: Path, command: str, trace: Path, out: Path, jobs: int) -> tuple[in
     return proc.returncode, doc, err
 
 
-def diff(a: Any, b: Any, path: str = "$") -> list[str]:
-    """Paths where two JSON values differ (NaN equals NaN)."""
+def diff(a: Any, b: Any, path: str = "$", ignore: frozenset[str] = frozenset()) -> list[str]:
+    """Paths where two JSON values differ (NaN equals NaN), object keys in ``ignore`` left out."""
     if type(a) is not type(b):
         return [f"{path}: {type(a).__name__} != {type(b).__name__}"]
     if isinstance(a, dict):
-        out = [f"{path}.{k}: only in {'before' if k in a else 'after'}" for k in sorted(set(a) ^ set(b))]
+        out = [f"{path}.{k}: only in {'before' if k in a else 'after'}" for k in sorted(set(a) ^ set(b))
+               if k not in ignore]
         for k in a:
-            if k in b:
-                out += diff(a[k], b[k], f"{path}.{k}")
+            if k in b and k not in ignore:
+                out += diff(a[k], b[k], f"{path}.{k}", ignore)
         return out
     if isinstance(a, list):
         if len(a) != len(b):
             return [f"{path}: {len(a)} items != {len(b)}"]
         out = []
         for i, (x, y) in enumerate(zip(a, b)):
-            out += diff(x, y, f"{path}[{i}]")
+            out += diff(x, y, f"{path}[{i}]", ignore)
         return out
     if a != b and not (isinstance(a, float) and a != a and b != b):
         return [f"{path}: {a!r} != {b!r}"]
@@ -78,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", required=True, type=Path)
     ap.add_argument("--traces", type=Path, default=_shared_traces())
     ap.add_argument("--jobs", type=int, default=1, help="GPUPROF_JOBS for both sides")
+    ap.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                    help="an object key left out of the comparison at any depth (repeatable)")
     args = ap.parse_args(argv)
     files = sorted(p for p in args.traces.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
     differing = 0
@@ -91,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                     problems.append(f"exit {before[0]} != {after[0]}")
                 if before[2] != after[2]:
                     problems.append(f"stderr {before[2]!r} != {after[2]!r}")
-                problems += diff(before[1], after[1])
+                problems += diff(before[1], after[1], ignore=frozenset(args.ignore))
                 differing += bool(problems)
                 status = "same" if not problems else "DIFFERENT: " + "; ".join(problems[:5])
                 print(f"{command:8} exit {after[0]}  {f.relative_to(args.traces)}: {status}", flush=True)

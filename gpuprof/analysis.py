@@ -21,6 +21,7 @@ from gpuprof.rules.base import Rule, RuleContext, all_rules
 from gpuprof.runner import STRICT_ENV, RuleFailure, RuleUnit, Selection, strict_rules
 from gpuprof.runner import run_rules as run_units
 from gpuprof.summarize import trace_summary
+from gpuprof.trace.critpath.whatif import cross_rank_not_replayed, with_what_if
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace
@@ -103,7 +104,7 @@ def analyze_trace(
         if rank.inst_dur:  # collectives: the one-rank estimate of their waiting (the cross-rank merge refines it)
             apply_waits(summary, rank, trace_waits(rank), "trace")
     failed: list[RuleFailure] = []
-    findings = run_rules(trace, metrics, options, select, ignore, failed)
+    findings = with_what_if(metrics, run_rules(trace, metrics, options, select, ignore, failed))
     if failed:
         if failures is None:
             raise RuleError(trace.path, failed) from failed[0][1]
@@ -298,7 +299,7 @@ def _cross_rank(
     failed: list[RuleFailure] | None = None if failures is None else []
     section, found = cross_rank(job, options, select, ignore, failed)
     report.sections.insert(len(report.sections) - 1, section)
-    report.findings.extend(found)
+    report.findings.extend(cross_rank_not_replayed(found))
     if failed:
         assert failures is not None
         failures.extend(failed)

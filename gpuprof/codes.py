@@ -249,8 +249,22 @@ def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None
         w = kept[i]  # a supersedes record made before (a report read back) is replaced, not repeated
         evidence = tuple(e for e in w.evidence if not (e.metric == "supersedes" and e.value == code)) + (ev,)
         links = tuple(k for k in w.links if not (k.kind == "supersedes" and k.code == code))
-        kept[i] = dataclasses.replace(w, evidence=evidence, links=links + (Link("supersedes", code, count=len(lost)),))
+        kept[i] = _with_what_if_of(dataclasses.replace(w, evidence=evidence, links=links + (Link("supersedes", code,
+                                                                                             count=len(lost)),)), lost)
     return kept
+
+
+def _with_what_if_of(w: Finding, lost: list[Finding]) -> Finding:
+    """``w`` with the what-if of the first finding it absorbed that has one, when it has none itself: one problem,
+    seen twice, replayed once (GP601 measured at runtime absorbs GP102, which the trace replayed)."""
+    carried = next((x for x in lost if x.what_if_saving_us is not None), None)
+    if w.what_if_saving_us is not None or carried is None or carried.what_if_saving_us is None:
+        return w
+    from gpuprof.trace.critpath.whatif import margin_note, step_of
+
+    step = step_of(w) or step_of(carried)
+    note = margin_note(w.cost_us_per_step, carried.what_if_saving_us, step) if step else carried.what_if_note
+    return dataclasses.replace(w, what_if_saving_us=carried.what_if_saving_us, what_if_note=note)
 
 
 # ---------------------------------------------------------------------------- explain

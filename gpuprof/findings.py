@@ -183,6 +183,10 @@ class Finding:
     origin: str = "trace"
     source: str | None = None
     links: tuple[Link, ...] = ()
+    # the what-if replay (docs/critical-path.md): the step time saved per step with the cause removed on the
+    # step graph (None: not replayed), and a short note when it and the rule's cost disagree or it cannot be replayed
+    what_if_saving_us: float | None = None
+    what_if_note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _builtins(self)
@@ -203,6 +207,8 @@ class Finding:
             origin=d.get("origin", "trace"),
             source=d.get("source"),
             links=tuple(Link.from_dict(x) for x in d.get("links", ())),
+            what_if_saving_us=d.get("what_if_saving_us"),
+            what_if_note=d.get("what_if_note"),
         )
 
 

@@ -17,6 +17,7 @@ import msgspec
 from gpuprof.findings import Finding, Severity, sort_findings
 from gpuprof.notebookhook import report_html
 from gpuprof.redact import scrub
+from gpuprof.trace.critpath.path import CriticalPart, CriticalPath  # defined with the code that fills them
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
 from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
 from gpuprof.trace.viewrows import Mfu, TraceViews  # defined with the code that fills them (docs/views.md)
@@ -29,6 +30,8 @@ __all__ = [
     "CopyStat",
     "SyncStat",
     "TraceSummary",
+    "CriticalPath",
+    "CriticalPart",
     "Section",
     "JobPhase",
     "JobSeries",
@@ -38,7 +41,7 @@ __all__ = [
     "Report",
 ]
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 
 
 @dataclass
@@ -76,6 +79,7 @@ class TraceSummary:
     comm_wait_us: float | None = None
     comm_wait_source: str | None = None  # "ranks" (several ranks given) or "trace" (one rank's estimate)
     gpu_working_utilization: float | None = None  # (gpu_busy_us - comm_wait_us) / step_time_mean_us
+    critical_path: CriticalPath | None = None  # mean per step (1.5; docs/critical-path.md)
 
     def __post_init__(self) -> None:
         self.path = scrub(os.fspath(self.path))  # a URL's credentials never reach a view (gpuprof.redact)

@@ -19,7 +19,7 @@ counts not negative, shares (``gpu_utilization``, ``share_of_gpu``,
 ``cost_share``) between 0 and 1, a rank 0 or more, a world size 1 or more;
 each finding has a code, and a name, message and severity (a known one) of
 the right type where present, a cost that is a number of 0 or more. Fields absent from older 1.x reports (``step_times_us``,
-``views``) may be missing; the ones every 1.x report has may not. Open maps
+``views``, ``critical_path``, a finding's ``what_if_*``) may be missing; the ones every 1.x report has may not. Open maps
 (a finding's ``evidence[].extra``, sections other than the trace summaries)
 are checked for non-finite numbers only: their shape is the rule's or the
 section's.
@@ -184,6 +184,10 @@ _VIEWS = _object({}, {"version": _number(low=1, integer=True), "kernel_total_us"
                       "kernels": _list(_VIEW_KERNEL), "modules": _list(_VIEW_SCOPE), "ranges": _list(_VIEW_SCOPE)},
                  nullable=True)
 
+# the critical path (1.5, docs/critical-path.md): parts of the mean step, each a duration
+_CRITICAL_PART = _object({"kind": _text(), "name": _text(), "us": _US}, {})
+_CRITICAL_PATH = _object({"length_us": _US, "parts": _list(_CRITICAL_PART)}, {}, nullable=True)
+
 # the fields of a trace summary that `gpuprof diff` computes with; every 1.x report has these
 _TRACE = _object(
     {"path": _text(), "num_steps": _COUNT, "step_time_us": _US, "step_time_mean_us": _US, "gpu_busy_us": _US,
@@ -194,7 +198,8 @@ _TRACE = _object(
      "world_size": _number(low=1, integer=True, nullable=True), "num_events": _COUNT,
      "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS,
      "data_loading_share": _SHARE_OR_NULL, "mfu": _MFU, "comm_wait_us": _US_OR_NULL,
-     "comm_wait_source": _text(nullable=True), "gpu_working_utilization": _SHARE_OR_NULL},
+     "comm_wait_source": _text(nullable=True), "gpu_working_utilization": _SHARE_OR_NULL,
+     "critical_path": _CRITICAL_PATH},
 )
 
 _LOCATION = _object({"file": _text()}, {"line": _number(integer=True, nullable=True), "function": _text(nullable=True)},
@@ -207,7 +212,8 @@ _LINK = _object({"kind": _text(), "code": _text()}, {"part": _text(nullable=True
 _FINDING = _object(
     {"code": _text()},
     {"name": _text(), "severity": _one_of("info", "warning", "error"), "message": _text(), "advice": _text(), "evidence": _list(_EVIDENCE), "cost_us_per_step": _US_OR_NULL, "cost_share": _SHARE_OR_NULL,
-     "location": _LOCATION, "origin": _text(), "source": _text(nullable=True), "links": _list(_LINK)},
+     "location": _LOCATION, "origin": _text(), "source": _text(nullable=True), "links": _list(_LINK),
+     "what_if_saving_us": _US_OR_NULL, "what_if_note": _text(nullable=True)},
 )
 
 _REPORT = _object(

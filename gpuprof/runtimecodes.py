@@ -197,7 +197,7 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         good="dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')"),
     runtime_spec(
         "GP712", "sampler-epoch-not-set", _W,
-        "A shuffling DistributedSampler's set_epoch() is not called, or always with the same value: every epoch has the same order",
+        "DistributedSampler.set_epoch() not called, or always with the same value: every epoch has the same order",
         "distcheck",
         bad="sampler = DistributedSampler(ds)\nfor epoch in range(n):\n    for batch in DataLoader(ds, sampler=sampler): ...",
         good="sampler = DistributedSampler(ds)\nfor epoch in range(n):\n    sampler.set_epoch(epoch)        # the epoch, "

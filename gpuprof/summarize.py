@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from gpuprof.report import TraceSummary
 from gpuprof.rules.flopwork import step_mfu
+from gpuprof.trace.critpath.path import critical_path
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.stats import copy_stats, sync_stats
 from gpuprof.trace.viewrows import Mfu, ModuleMfu, TraceViews
@@ -48,6 +49,7 @@ def trace_summary(m: TraceMetrics) -> TraceSummary:
         views=views,
         data_loading_share=m.data_loading_share if m.num_steps else None,
         mfu=_mfu(m, views),
+        critical_path=critical_path(m),
     )
 
 

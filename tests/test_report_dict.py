@@ -49,6 +49,8 @@ def _ref_finding(f: Finding) -> dict[str, Any]:
         "origin": f.origin,
         "source": f.source,
         "links": [{"kind": k.kind, "code": k.code, "part": k.part, "count": k.count} for k in f.links],
+        "what_if_saving_us": f.what_if_saving_us,
+        "what_if_note": f.what_if_note,
     }
 
 

@@ -34,6 +34,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from gpuprof.diff.whatif import what_if_gap
+
 __all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "mean_noise_us", "rank_test_p", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE", "METRICS"]
 
 DIFF_SCHEMA_VERSION = "1.0"
@@ -177,7 +179,8 @@ def _add_findings(side: Side, findings: Iterable[Any], steps_of: Mapping[str, in
         if got is None:
             got = side.findings[key] = {"code": str(f["code"]), "name": str(f.get("name", "")), "location": key[1] or None,
                                         "severity": f.get("severity"), "message": str(f.get("message", "")),
-                                        "cost_us_per_step": None, "count": 0}
+                                        "cost_us_per_step": None, "what_if_us_per_step": None, "what_if_note": None,
+                                        "count": 0}
         got["count"] += 1
         if _rank_of_severity(f.get("severity")) > _rank_of_severity(got["severity"]):
             got["severity"] = f.get("severity")
@@ -187,6 +190,13 @@ def _add_findings(side: Side, findings: Iterable[Any], steps_of: Mapping[str, in
             n = steps_of.get(str(f.get("source")), 0) or (total_steps if len(steps_of) <= 1 else 0)
             weight = n / total_steps if total_steps and n else 1.0
             got["cost_us_per_step"] = (got["cost_us_per_step"] or 0.0) + float(cost) * weight
+        what_if = f.get("what_if_saving_us")  # the replayed saving (docs/critical-path.md), weighted the same way
+        if isinstance(what_if, (int, float)) and math.isfinite(what_if):
+            n = steps_of.get(str(f.get("source")), 0) or (total_steps if len(steps_of) <= 1 else 0)
+            weight = n / total_steps if total_steps and n else 1.0
+            got["what_if_us_per_step"] = (got["what_if_us_per_step"] or 0.0) + float(what_if) * weight
+        if isinstance(f.get("what_if_note"), str) and got["what_if_note"] is None:
+            got["what_if_note"] = f["what_if_note"]
 
 
 def _rank_of_severity(s: Any) -> int:
@@ -382,6 +392,8 @@ def _findings(b: Side, a: Side, metrics: list[dict[str, Any]] | None = None,
             part = PART_OF_CODE.get(base["code"])
             pb, pa = (b.metrics.get(part), a.metrics.get(part)) if part else (None, None)
             row["predicted_saving_us_per_step"] = x["cost_us_per_step"] if x else None
+            row["what_if_saving_us_per_step"] = x.get("what_if_us_per_step") if x else None
+            row["what_if_note"] = x.get("what_if_note") if x else None
             row["measured_saving_us_per_step"] = step_change
             row["measured_part"] = part
             row["measured_part_saving_us_per_step"] = (pb - pa) if pb is not None and pa is not None else None
@@ -397,6 +409,7 @@ def _findings(b: Side, a: Side, metrics: list[dict[str, Any]] | None = None,
         reason = _not_fixed_because(row, by_name, vendors, row_noise)
         row["fixed"] = reason is None
         row["not_fixed_reason"] = reason
+        row["what_if_gap"] = what_if_gap(row, row_noise)
     return out
 
 

@@ -72,12 +72,18 @@ def diff_tables(diff: dict[str, Any]) -> list[Table]:
             [str(r["rank"]), _val(r["before_step_us"], "us"), _val(r["after_step_us"], "us"), _change(r["change"])]
             for r in diff["ranks"]], names=()))
     f = diff["findings"]
-    tables.append(Table("Findings fixed (predicted saving = the finding's cost before; measured = the step's change)",
-                        ["code", "where", "predicted", "measured (step)", "measured (part)"], [
+    tables.append(Table("Findings fixed (predicted saving = the finding's cost before; what-if = replayed on the "
+                        "step graph; measured = the step's change)",
+                        ["code", "where", "predicted", "what-if", "measured (step)", "measured (part)"], [
         [r["code"] + " " + r["name"], r["location"] or "-", _val(r["predicted_saving_us_per_step"], "us"),
+         _val(r.get("what_if_saving_us_per_step"), "us"),
          _saving(r["measured_saving_us_per_step"]),
          (f"{_saving(r['measured_part_saving_us_per_step'])} {_label(r['measured_part'])}" if r["measured_part"] else "-")]
         for r in f["removed"] if r.get("fixed", True)], names=(0, 1)))
+    gaps = [r for r in f["removed"] if r.get("fixed", True) and r.get("what_if_gap")]
+    if gaps:  # the what-if against the measured change, where they differ beyond ±15% (docs/critical-path.md)
+        tables.append(Table("Findings fixed: what-if against measured", ["code", "where", "why they differ"], [
+            [r["code"] + " " + r["name"], r["location"] or "-", str(r["what_if_gap"])] for r in gaps], names=(0, 1)))
     gone = [r for r in f["removed"] if not r.get("fixed", True)]
     if gone:
         tables.append(Table("Findings gone but not confirmed fixed", ["code", "where", "why not"], [

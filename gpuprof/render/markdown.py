@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
+from gpuprof.render.critpath import critical_rows, fmt_what_if
 from gpuprof.render.groups import applies_to, group_cost, group_findings, groups_head, trace_labels
 from gpuprof.render.safe import clip, one_line, shorten, visible
 from gpuprof.render.sections import markdown_renderer
@@ -179,6 +180,10 @@ def _trace(t: TraceSummary) -> list[str]:
         out += ["### While the GPU was idle, the host was in", ""]
         out.append(_breakdown(t.idle_breakdown_us, IDLE_KEYS, F.IDLE_LABELS, basis))
         out.append("")
+    path_rows = critical_rows(t)
+    if path_rows:  # what set the step's length (docs/critical-path.md)
+        path_md = [(md_escape(kind), md_name(name, NAME_WIDTH) if name else "", us, share) for kind, name, us, share in path_rows]
+        out += ["### Critical path", "", md_table(["Kind", "Name", "Time per step", "% of path"], path_md, "llrr"), ""]
     if t.top_kernels:
         out += ["### Top kernels", ""]
         rows: list[tuple[str, ...]] = [
@@ -252,6 +257,9 @@ def _findings(report: Report) -> list[str]:
 def _finding(index: int, f: Finding, group: Sequence[Finding] = (), labels: dict[str, str] | None = None) -> list[str]:
     out = [f"### {index}. {md_code(f.code)} {md_escape(f.name)} ({f.severity.value})", "", md_escape(F.linked_message(f)), ""]
     out.append(f"- **Cost:** {group_cost(group, labels or {}) if group else F.fmt_cost(f)}")
+    what_if = fmt_what_if(f)
+    if what_if:
+        out.append(f"- **What-if:** {md_escape(what_if)}")
     loc = F.fmt_location(f)
     if loc:
         out.append(f"- **Where:** {md_code(loc)}")

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpuprof.findings import Finding, sort_findings
 from gpuprof.render import format as F
+from gpuprof.render.critpath import fmt_what_if
 from gpuprof.render.markdown import md_code, md_escape
 from gpuprof.report import Report
 
@@ -48,6 +49,9 @@ def _finding(i: int, f: Finding) -> list[str]:
         head += f" · {md_code(str(f.location))}"
     # Python-Markdown continues a list item only with 4 spaces of indent
     out = [head, "", f"    {md_escape(F.linked_message(f))}"]
+    what_if = fmt_what_if(f)
+    if what_if:
+        out += ["", f"    **What-if:** {md_escape(what_if)}"]
     if f.advice:
         out += ["", f"    **Fix:** {md_escape(f.advice)}"]
     return out + [""]

@@ -26,6 +26,7 @@ from rich.text import Text
 from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
+from gpuprof.render.critpath import critical_rows, fmt_what_if
 from gpuprof.render.groups import applies_to, group_cost, group_findings, groups_head, trace_labels
 from gpuprof.render.layout import GAP, emit_table, wrap_text
 from gpuprof.render.safe import clip, one_line, shorten, visible
@@ -272,6 +273,12 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
     if tables:
         parts.append(Text(""))
         parts.extend(_side_by_side(console, tables, console.width - 4))  # 4: the panel's border and padding
+    path_rows = critical_rows(t)
+    if path_rows:  # beside the breakdown: what set the step's length (docs/critical-path.md)
+        table = _table("", [("Critical path", "left"), ("", "left"), ("ms/step", "right"), ("% of path", "right")])
+        for kind, name, us, share in path_rows:
+            table.add_row(_t(kind), _t(clip(name, 70)), us, share)
+        parts += [Text(""), table]
     console.print(Panel(Group(*parts), title=Text("Trace", style="bold"), title_align="left", box=box.ROUNDED, expand=True))
 
     if t.top_kernels:
@@ -464,6 +471,9 @@ def _finding_panel(index: int, f: Finding, console_width: int, group: Sequence[F
     labels = labels or {}
     cost = group_cost(group, labels) if group else F.fmt_cost(f)
     rows: list[tuple[str, str | Text]] = [("Cost", cost)]
+    what_if = fmt_what_if(f)
+    if what_if:
+        rows.append(("What-if", what_if))
     loc = F.fmt_location(f)
     if loc:
         rows.append(("Where", loc))

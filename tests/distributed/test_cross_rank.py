@@ -87,6 +87,8 @@ def test_real_ddp_straggler_is_named_with_its_cause_and_the_others_wait(ddp_runs
     assert ar["mean_bytes"] > 0 and ar["bus_gbps"] is not None  # sizes from gloo's Input Dims
     codes = {f["code"]: f for f in report["findings"]}
     assert "straggler: rank 1 of 2" in codes["GP701"]["message"]
+    # not replayed on a step graph: the ranks' graphs are not joined (docs/critical-path.md), and it says so
+    assert codes["GP701"]["what_if_saving_us"] is None and "cross-rank" in codes["GP701"]["what_if_note"]
     # the cost is rank 0's wait at the collectives rank 1 arrived last at: more than the difference of their
     # waits (rank 1 waits a little for rank 0 elsewhere), never more than all of rank 0's wait
     cost = codes["GP701"]["cost_us_per_step"]

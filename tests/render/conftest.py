@@ -11,6 +11,8 @@ import pytest
 from gpuprof.findings import EventRef, Evidence, Finding, Link, Severity, SourceLocation
 from gpuprof.report import (
     CopyStat,
+    CriticalPart,
+    CriticalPath,
     DeviceInfo,
     JobPhase,
     JobSamples,
@@ -107,6 +109,9 @@ def make_trace_summary(path: str = "run/worker0.pt.trace.json.gz") -> TraceSumma
         mfu=Mfu(value=0.125, known_flops_share=0.6, no_peak_share=0.0, peak_source="h100", flops_per_step=1.2e12,
                 flops_by_precision={"bf16": 1.2e12}, per_module=[ModuleMfu("Model_0/Linear_1", 100.0, 0.25, 0.6)]),
         comm_wait_us=1_500.0, comm_wait_source="ranks", gpu_working_utilization=0.5,
+        critical_path=CriticalPath(85_001.0, [CriticalPart("kernel", "sm90_xmma_gemm_bf16", 52_000.0),
+                                              CriticalPart("sync_wait", "cudaStreamSynchronize", 20_001.0),
+                                              CriticalPart("operator", "<img src=x onerror=alert(1)>", 13_000.0)]),
     )
 
 

@@ -52,6 +52,7 @@ def test_tables_are_well_formed(report):
     n_views = 0 if views is None else sum(bool(x) for x in (views.operators, views.kernels, views.modules, views.ranges))
     expected = 2 + sum(bool(x) for x in (t.top_kernels, t.top_ops, t.copies, t.syncs)) + n_views + 1  # + findings table
     expected += report.job is not None  # the job's phases
+    expected += t.critical_path is not None  # the critical path (docs/critical-path.md)
     assert n_tables == expected
 
 

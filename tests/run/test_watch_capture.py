@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gpuprof  # noqa: E402
+from gpuprof.report import SCHEMA_VERSION  # noqa: E402
 from gpuprof.run import sampler as sampler_mod  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -84,7 +85,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def _job(run_dir: Path) -> dict[str, Any]:
     doc = json.loads((run_dir / "report.json").read_text())
-    assert doc["schema_version"] == "1.4"
+    assert doc["schema_version"] == SCHEMA_VERSION
     job = doc["job"]
     assert isinstance(job, dict)
     return job

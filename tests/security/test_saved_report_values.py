@@ -179,6 +179,20 @@ def test_analyze_names_a_missing_finding_field(saved: dict[str, Any], tmp_path: 
     assert str(path) in res.output and f"findings[0].{field} is missing" in res.output
 
 
+@pytest.mark.parametrize("keys, value", [
+    (("traces", 0, "critical_path", "length_us"), -1.0),
+    (("traces", 0, "critical_path", "parts", 0, "us"), float("nan")),
+    (("traces", 0, "critical_path", "parts", 0, "kind"), 3),
+    (("findings", 0, "what_if_saving_us"), -5.0),
+    (("findings", 0, "what_if_note"), 7),
+])
+def test_a_bad_critical_path_or_what_if_is_refused(saved: dict[str, Any], tmp_path: Path, keys: tuple[Any, ...],
+                                                    value: Any) -> None:
+    assert saved["traces"][0]["critical_path"]["parts"]  # the real report has them to get wrong
+    field = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
+    _refused_everywhere(tmp_path, saved, _set(saved, keys, value), field)
+
+
 @pytest.mark.parametrize("field, value", [
     ("mfu", "high"), ("mfu.value", -0.1), ("mfu.known_flops_share", 1.5), ("mfu.peak_source", 7),
     ("mfu.flops_by_precision", {"bf16": -1.0}), ("mfu.per_module", [{"name": 3}]),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprof.findings import Finding
+from gpuprof.render.critpath import fmt_what_if
 from gpuprof.render.format import fmt_cost, linked_message
 from gpuprof.render.groups import applies_to, group_cost, group_findings, trace_label
 
@@ -59,8 +60,10 @@ def headline(traces: Sequence[TraceFigures], step_times_us: Sequence[float], ste
 
 def drawn_finding(f: Finding, where: dict[str, Any] | None = None) -> dict[str, Any]:
     """A finding as the pages draw it: its JSON form, where it came from (``where``: the tab's ``trace``,
-    ``report``, ``scope``), and its message and cost as every renderer states them (:mod:`gpuprof.render.format`)."""
-    return {**f.to_dict(), **(where or {}), "display_message": linked_message(f), "display_cost": fmt_cost(f)}
+    ``report``, ``scope``), and its message, cost and what-if as every renderer states them (:mod:`gpuprof.render.format`,
+    :mod:`gpuprof.render.critpath`)."""
+    return {**f.to_dict(), **(where or {}), "display_message": linked_message(f), "display_cost": fmt_cost(f),
+            "display_what_if": fmt_what_if(f)}
 
 
 def drawn_findings(findings: Sequence[Finding], labels: dict[str, str]) -> list[dict[str, Any]]:

@@ -177,6 +177,7 @@ const GP = (() => {
         el("div", {class: "head"}, short(f.code, 40) + " " + short(f.name || ""), el("span", {class: "tag"}, sev(f.severity)), el("span", {class: "tag"}, from)),
         el("div", {class: "msg"}, short(f.display_message || f.message, LONG)),
         el("div", {class: "meta"}, "cost " + short(f.display_cost || "not estimated") + (loc ? " \u00b7 at " + loc : "")),
+        f.display_what_if ? el("div", {class: "meta"}, "what-if " + short(f.display_what_if, LONG)) : null,
         // a report over several traces: the traces this finding applies to, each with its cost (gpuprof.render.groups)
         f.applies_to ? el("div", {class: "meta traces"}, "traces: " + short(f.applies_to, LONG)) : null,
         f.advice ? el("div", {class: "fix"}, "Fix: " + short(f.advice, LONG)) : null,

@@ -1,0 +1,135 @@
+"""Each finding's what-if: the step time its fix would save, replayed on the step graph.
+
+One table (:data:`ACTIONS`) says, per rule code, what removing the finding's
+cause means on the graph; :func:`with_what_if` replays it
+(:mod:`gpuprof.trace.critpath.replay`) and sets the finding's
+``what_if_saving_us``. Where the rule's own cost and the replay differ by more
+than :data:`MARGIN_SHARE` of the larger (and by more than
+:data:`MARGIN_STEP_SHARE` of the mean step), ``what_if_note`` says which to
+believe and why; a finding with a cost whose cause is not on the graph says it
+cannot be replayed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from gpuprof.findings import Finding
+from gpuprof.trace.critpath.graph import WAIT_DATA, StepGraph, build_graph
+from gpuprof.trace.critpath.replay import Removal, Replayer, replay_saving
+from gpuprof.trace.metrics import TraceMetrics
+
+__all__ = ["ACTIONS", "MARGIN_SHARE", "MARGIN_STEP_SHARE", "with_what_if", "NOTE_HIDDEN", "NOTE_STARVES",
+           "NOTE_NOT_REPLAYED", "NOTE_CROSS_RANK", "margin_note", "step_of", "cross_rank_not_replayed"]
+
+MARGIN_SHARE = 0.25
+MARGIN_STEP_SHARE = 0.01
+
+NOTE_HIDDEN = ("hidden behind GPU work already queued: the replay saves less than the rule's cost; "
+               "believe the what-if")
+NOTE_STARVES = ("starves the GPU: removing it saves more than its own time (the GPU work it held back "
+                "runs earlier); believe the what-if")
+NOTE_NOT_REPLAYED = "not replayed: its cause is not a node of the step graph; the rule's cost is its own estimate"
+NOTE_CROSS_RANK = "not replayed: a cross-rank cause (the ranks' graphs are not joined); the rule's cost stands"
+
+_Pick = Callable[[StepGraph, Replayer, Finding, TraceMetrics], Removal]
+
+
+def _data(g: StepGraph, r: Replayer, f: Finding, m: TraceMetrics) -> Removal:
+    return Removal(drop=frozenset(int(w) for w in r.waits if g.w_kind[w] == WAIT_DATA))
+
+
+def _copies(direction: str | None, make_async: bool) -> _Pick:
+    def pick(g: StepGraph, r: Replayer, f: Finding, m: TraceMetrics) -> Removal:
+        ws = frozenset(int(w) for w in r.waits if g.w_kind[w] != WAIT_DATA and g.w_tag[w]
+                       and (direction is None or g.w_tag[w] == direction))
+        return Removal(make_async=ws) if make_async else Removal(drop=ws)
+    return pick
+
+
+def _syncs(g: StepGraph, r: Replayer, f: Finding, m: TraceMetrics) -> Removal:
+    """The waits of the finding's site (its source line; without one, the sync points without one): each sync
+    point's outermost operator (``.item()`` is a device→host copy *and* a stream sync: both go), less the waits
+    of host→device copies (GP202's)."""
+    spans = sorted((s.ops[0].ts, s.ops[0].end) if s.ops else (s.runtime.ts, s.runtime.end)
+                   for s in m.syncs if s.location == f.location)
+    if not spans:
+        return Removal()
+    lo = np.array([a for a, _ in spans])
+    hi = np.maximum.accumulate(np.array([b for _, b in spans]))
+    out = []
+    for w in r.waits.tolist():
+        if g.w_kind[w] == WAIT_DATA or g.w_tag[w] == "HtoD":
+            continue
+        i = int(np.searchsorted(lo, g.w_ts[w], side="right")) - 1
+        if i >= 0 and g.w_end[w] <= hi[i] + 1e-6:
+            out.append(int(w))
+    return Removal(drop=frozenset(out))
+
+
+def _launches(g: StepGraph, r: Replayer, f: Finding, m: TraceMetrics) -> Removal:
+    return Removal(close_launch_gaps=True)
+
+
+# rule code -> (what removing the cause means, how to pick it on the graph); docs/critical-path.md lists it
+ACTIONS: dict[str, tuple[str, _Pick]] = {
+    "GP102": ("data wait gone (loading overlapped by DataLoader workers)", _data),
+    "GP103": ("data wait gone", _data),
+    "GP201": ("copies made asynchronous (pinned memory, non_blocking=True)", _copies(None, True)),
+    "GP202": ("host→device copies made asynchronous", _copies("HtoD", True)),
+    "GP203": ("the site's syncs gone", _syncs),
+    "GP204": ("the small device→host copies' waits gone", _copies("DtoH", False)),
+    "GP301": ("launch gaps closed, as one CUDA graph launch per stretch", _launches),
+}
+CROSS_RANK = ("GP7",)
+
+
+def with_what_if(m: TraceMetrics, findings: Iterable[Finding]) -> list[Finding]:
+    """``findings`` (of ``m``'s trace) with their what-if set (see the module docstring)."""
+    out = []
+    replayer: Replayer | None = None
+    for f in findings:
+        action = ACTIONS.get(f.code)
+        if f.origin != "trace" or f.cost_us_per_step is None and action is None:
+            out.append(f)
+            continue
+        if action is None or not m.steps:
+            note = NOTE_CROSS_RANK if f.code.startswith(CROSS_RANK) else NOTE_NOT_REPLAYED
+            out.append(dataclasses.replace(f, what_if_note=note))
+            continue
+        g = m.memo(build_graph)
+        if replayer is None:
+            replayer = Replayer(g)
+        saving = replay_saving(replayer, action[1](g, replayer, f, m))
+        out.append(dataclasses.replace(f, what_if_saving_us=round(saving, 1),
+                                       what_if_note=margin_note(f.cost_us_per_step, saving, m.mean_step_time)))
+    return out
+
+
+def step_of(f: Finding) -> float | None:
+    """The mean step a finding's cost share is of (None without both)."""
+    if f.cost_us_per_step is None or not f.cost_share:
+        return None
+    return f.cost_us_per_step / f.cost_share
+
+
+def margin_note(cost: float | None, saving: float, step: float) -> str | None:
+    """Which figure to believe when the rule's cost and the replay disagree beyond the margin (None: they agree)."""
+    if cost is None:
+        return None
+    gap = abs(saving - cost)
+    if gap <= MARGIN_SHARE * max(cost, saving) or gap <= MARGIN_STEP_SHARE * step:
+        return None
+    return NOTE_HIDDEN if saving < cost else NOTE_STARVES
+
+
+def cross_rank_not_replayed(findings: Iterable[Finding]) -> list[Finding]:
+    """The cross-rank findings (GP7xx, made from the ranks' summaries, not from one trace's graph), each with a
+    cost saying it is not replayed: the ranks' graphs are not joined (docs/critical-path.md)."""
+    return [dataclasses.replace(f, what_if_note=NOTE_CROSS_RANK)
+            if f.cost_us_per_step is not None and f.what_if_saving_us is None and f.what_if_note is None else f
+            for f in findings]
+

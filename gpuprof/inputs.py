@@ -126,6 +126,18 @@ class Opened:
     def close(self) -> None:
         self.stream.close()
 
+    def rewound(self) -> "Opened | None":
+        """The same open file from its first byte again (a second pass without opening the name again, which
+        may by then name another file); None when it cannot seek (a pipe, a remote stream)."""
+        raw = self.stream._raw
+        try:
+            if self.size is None or not raw.seekable():
+                return None
+            raw.seek(0)
+        except (OSError, ValueError, AttributeError):
+            return None
+        return Opened(self.name, Prefixed(b"", raw), self.head, self.size)
+
 
 def open_input(path: str | os.PathLike[str], peek: int = 64) -> Opened:
     """Open ``path`` (``-``: standard input; a URL: through fsspec, see :mod:`gpuprof.remote`) and read

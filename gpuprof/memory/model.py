@@ -10,8 +10,9 @@ let the analysis run as flat loops.
 from __future__ import annotations
 
 import os
+from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, MutableSequence, cast
 
 from gpuprof.memory.attribution import KindTable
 from gpuprof.memory.frames import SiteTable
@@ -31,6 +32,7 @@ __all__ = [
     "OomEvent",
     "DeviceMemory",
     "MemoryData",
+    "compact_columns",
 ]
 
 # Event kinds (PyTorch's TraceEntry actions). segment_map/segment_unmap
@@ -112,13 +114,14 @@ class DeviceMemory:
 
     device: str  # "cuda:0", "cpu"
     index: int
-    time: list[float] = field(default_factory=list)
-    action: list[int] = field(default_factory=list)
-    addr: list[int] = field(default_factory=list)
-    size: list[int] = field(default_factory=list)
-    site: list[int] = field(default_factory=list)
-    stream: list[int] = field(default_factory=list)
-    kind: list[int] = field(default_factory=list)  # KindTable id per event (empty: inputs without stacks)
+    # Lists, or compact arrays for snapshots (see compact_columns); both index, iterate and append alike.
+    time: MutableSequence[float] = field(default_factory=list)
+    action: MutableSequence[int] = field(default_factory=list)
+    addr: MutableSequence[int] = field(default_factory=list)
+    size: MutableSequence[int] = field(default_factory=list)
+    site: MutableSequence[int] = field(default_factory=list)
+    stream: MutableSequence[int] = field(default_factory=list)
+    kind: MutableSequence[int] = field(default_factory=list)  # KindTable id per event (empty: inputs without stacks)
     allocated: list[int] | None = None
     reserved: list[int] | None = None
     has_time: bool = True
@@ -133,6 +136,26 @@ class DeviceMemory:
 
     def __len__(self) -> int:
         return len(self.action)
+
+    def widen_columns(self) -> None:
+        """Turn compact columns back into lists (a value that does not fit a machine integer: kept exactly)."""
+        self.time, self.action, self.addr, self.size = list(self.time), list(self.action), list(self.addr), list(self.size)
+        self.site, self.stream, self.kind = list(self.site), list(self.stream), list(self.kind)
+
+
+def compact_columns(dm: DeviceMemory) -> DeviceMemory:
+    """Give ``dm`` empty machine-integer columns: 41 bytes an event instead of about 180 as lists of ints (a
+    snapshot's history is millions of events). ``time`` holds the integer µs snapshots record; a float time, or
+    a value out of range, widens the columns to lists (:meth:`DeviceMemory.widen_columns`) before it is added."""
+    # array("q") holds the ints a snapshot's time_us are; typed as the float column the model reads
+    dm.time = cast("MutableSequence[float]", array("q"))
+    dm.action = array("B")
+    dm.addr = array("Q")
+    dm.size = array("Q")
+    dm.site = array("i")
+    dm.stream = array("q")
+    dm.kind = array("i")
+    return dm
 
 
 @dataclass

@@ -22,7 +22,9 @@ history").
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
+from typing import MutableSequence, Sequence
 
 from gpuprof.memory.frames import SiteTable
 from gpuprof.memory.model import (
@@ -72,6 +74,31 @@ def _final_state(dm: DeviceMemory) -> tuple[int | None, int | None]:
     return alloc, reserved
 
 
+def _running_sums(act: Sequence[int], size: Sequence[int], n: int, compact: bool
+                  ) -> tuple[MutableSequence[int], MutableSequence[int], int, int, int]:
+    """Allocated and reserved after each event, relative to the start, and their ends and allocated's minimum.
+    ``compact``: in 64-bit arrays (8 bytes an event, not 40 as a list of ints; OverflowError beyond)."""
+    rel_a: MutableSequence[int] = array("q", bytes(8 * n)) if compact else [0] * n
+    rel_r: MutableSequence[int] = array("q", bytes(8 * n)) if compact else [0] * n
+    ca = cr = 0
+    mina = 0
+    for i in range(n):
+        a = act[i]
+        if a == ALLOC:
+            ca += size[i]
+        elif a == FREE_REQUESTED:
+            ca -= size[i]
+            if ca < mina:
+                mina = ca
+        elif a == SEGMENT_ALLOC:
+            cr += size[i]
+        elif a == SEGMENT_FREE:
+            cr -= size[i]
+        rel_a[i] = ca
+        rel_r[i] = cr
+    return rel_a, rel_r, ca, cr, mina
+
+
 def replay_totals(dm: DeviceMemory, buckets: int = 400, mark: tuple[int, ...] = ()) -> Totals:
     """Running allocated/reserved totals, peaks, and a ``buckets``-point max-preserving timeline.
 
@@ -91,24 +118,10 @@ def replay_totals(dm: DeviceMemory, buckets: int = 400, mark: tuple[int, ...] = 
         rel_a = rel_r = None
     else:
         # Relative running sums; the absolute level is fixed from the final state below.
-        rel_a = [0] * n
-        rel_r = [0] * n
-        ca = cr = 0
-        mina = 0
-        for i in range(n):
-            a = act[i]
-            if a == ALLOC:
-                ca += size[i]
-            elif a == FREE_REQUESTED:
-                ca -= size[i]
-                if ca < mina:
-                    mina = ca
-            elif a == SEGMENT_ALLOC:
-                cr += size[i]
-            elif a == SEGMENT_FREE:
-                cr -= size[i]
-            rel_a[i] = ca
-            rel_r[i] = cr
+        try:
+            rel_a, rel_r, ca, cr, mina = _running_sums(act, size, n, True)
+        except OverflowError:  # sums beyond 64 bits (a hostile file): exact Python ints
+            rel_a, rel_r, ca, cr, mina = _running_sums(act, size, n, False)
         if final_a is not None:
             init_a = final_a - ca
             if init_a + mina < 0:

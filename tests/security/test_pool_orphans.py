@@ -110,8 +110,9 @@ while time.monotonic() < deadline and parent.poll() is None:
     if len(workers) >= 2:
         break
     time.sleep(0.05)
+seen = set(descendants(parent.pid))  # what ran when the workers were found (a loaded host may end some later)
 time.sleep(0.5)  # the workers are in their open() of the FIFO, or half a second into their analysis, now
-tree = descendants(parent.pid)
+tree = sorted(seen | set(descendants(parent.pid)))  # every process of the run seen: each must be gone after
 sems = sem_names([parent.pid, *tree])
 sems_existed = [n for n in sems if os.path.exists(n)]
 running = parent.poll() is None

@@ -104,7 +104,21 @@ def emit_report(
     """Render and write ``report`` (its findings finished already: gpuprof.flow.finish); return its exit code."""
     from gpuprof.render import render
 
-    if output:
+    if fmt == "json":
+        # written as the encoder's UTF-8 bytes: decoding a report of hostile 48 MiB names into a str (4 bytes a
+        # character once one name holds a non-Latin-1 character, such as a cut name's "…") would double its memory
+        from gpuprof.render.jsonout import report_json_bytes
+
+        data = report_json_bytes(report) + b"\n"
+        if output:
+            refuse_input_as_output(output, input_files(report))
+            write_output(output, data, "the report")
+            click.echo(f"gpuprof: report written to {visible(os.fspath(output))}", err=True)
+        else:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+    elif output:
         refuse_input_as_output(output, input_files(report))
         text = render(report, fmt, color=False)
         write_output(output, text, "the report")  # atomic: a full disk leaves the previous report intact

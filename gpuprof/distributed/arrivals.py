@@ -95,7 +95,7 @@ class Arrivals:
     floor_us: float = 0.0
     collectives_per_step: float = 0.0  # matched on every rank
     last_at_per_step: float = 0.0  # of those, the ones the stragglers arrived last at while the others waited
-    # the what-if: per step (median over steps), how much sooner the job's collectives end when the stragglers
+    # the what-if: per step (mean over steps, as GP701's cost), how much sooner the job's collectives end when the stragglers
     # arrive with the latest other rank (each collective then ends when that rank arrives); None: no straggler
     what_if_us: float | None = None
 
@@ -215,14 +215,14 @@ def _without_stragglers(replay: list[tuple[int, list[int], np.ndarray, float]], 
     at, they arrive with the latest other rank instead, so the collective ends when that rank arrives: sooner by
     the *smallest* wait of the other ranks (not their median, the rule's cost: a second late rank still holds
     the collective), less the part of the wait from before the recorded step (not the straggler's doing in the
-    trace, as in the rule's cost). Per step, summed over its collectives; the median over steps (µs)."""
+    trace, as in the rule's cost). Per step, summed over its collectives; the mean over steps, as the rule's cost (µs)."""
     rest = np.array([k for k in range(n) if k not in set(slow)], dtype=np.int64)
     saved = np.zeros(steps)
     for step, last, fresh, pre in replay:
         if not set(last) & set(slow) or not len(rest):
             continue
         saved[step] += max(0.0, float(fresh[rest].min()) - pre)
-    return float(np.median(saved))
+    return float(saved.mean())
 
 
 def _consistent(in_step: np.ndarray, median: np.ndarray, floor: float, steps: int) -> list[int]:

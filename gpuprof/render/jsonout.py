@@ -32,6 +32,7 @@ def json_safe(obj: Any) -> Any:
 
 
 _TOKEN = re.compile(rb'"gpuprof-timeline-[0-9a-f]{32}"')
+SPLICE_MAX_BYTES = 32 << 20  # reports above this are not spliced (a second copy of them in memory)
 
 
 def report_json_bytes(report: Report) -> bytes:
@@ -43,14 +44,25 @@ def report_json_bytes(report: Report) -> bytes:
     """
     doc = report.to_dict()
     compact: dict[bytes, bytes] = {}
+    kept: list[tuple[dict[str, Any], Any]] = []
     for t in doc.get("traces", []):
         if isinstance(t, dict) and t.get("timeline") is not None:
             token = f"gpuprof-timeline-{secrets.token_hex(16)}"
             compact[f'"{token}"'.encode()] = msgspec.json.encode(t["timeline"])
+            kept.append((t, t["timeline"]))
             t["timeline"] = token
     # msgspec writes NaN and infinities as null, as json_safe would: no scrubbing pass needed
     out = msgspec.json.format(msgspec.json.encode(doc), indent=2)
-    return _TOKEN.sub(lambda m: compact.get(m.group(), m.group()), out) if compact else out
+    if not compact:
+        return out
+    if len(out) > SPLICE_MAX_BYTES:
+        # a huge report (hostile names of tens of MB): splicing would hold a second copy of it; the timelines
+        # (bounded, a few hundred kB) are written indented instead, the text encoded once more after freeing it
+        del out
+        for t, timeline in kept:
+            t["timeline"] = timeline
+        return msgspec.json.format(msgspec.json.encode(doc), indent=2)
+    return _TOKEN.sub(lambda m: compact.get(m.group(), m.group()), out)
 
 
 def render_json(report: Report) -> str:

@@ -34,6 +34,9 @@ __all__ = ["CriticalPart", "CriticalPath", "Segment", "critical_path", "critical
 
 PATH_KINDS = ("operator", "kernel", "copy", "sync_wait", "data_wait", "launch_gap", "idle")
 MAX_PARTS = 16  # parts listed by name; the rest of each kind is one part named "(other)"
+# characters of a part's name kept (a longer one ends in "…"): a part is a label, and a hostile 48 MiB operator
+# name must not be copied once more into every report (the operators view keeps it whole)
+MAX_PART_NAME = 1000
 NOTHING = "nothing recorded on the main thread"
 UNRESOLVED = "(path not resolved)"
 
@@ -208,10 +211,14 @@ def critical_path(m: TraceMetrics) -> CriticalPath | None:
     return CriticalPath(length_us=length, parts=_top_parts(total, n))
 
 
+def _label(name: str) -> str:
+    return name if len(name) <= MAX_PART_NAME else name[:MAX_PART_NAME] + "\u2026"
+
+
 def _top_parts(total: dict[tuple[str, str], float], n: int) -> list[CriticalPart]:
     """The parts, largest first: the ``MAX_PARTS`` largest by name, the rest of each kind as ``(other)``."""
     ranked = sorted(((us / n, kind, name) for (kind, name), us in total.items() if us > 0), reverse=True)
-    parts = [CriticalPart(kind, name, us) for us, kind, name in ranked[:MAX_PARTS]]
+    parts = [CriticalPart(kind, _label(name), us) for us, kind, name in ranked[:MAX_PARTS]]
     rest: dict[str, float] = defaultdict(float)
     for us, kind, _name in ranked[MAX_PARTS:]:
         rest[kind] += us

@@ -105,7 +105,7 @@ def emit_report(
     from gpuprof.render import render
 
     if fmt == "json":
-        # written as the encoder's UTF-8 bytes: decoding a report of hostile 48 MiB names into a str (4 bytes a
+        # written as the encoder's UTF-8 bytes: decoding a report of hostile 48 MiB names into a str (2 or 4 bytes a
         # character once one name holds a non-Latin-1 character, such as a cut name's "…") would double its memory
         from gpuprof.render.jsonout import report_json_bytes
 

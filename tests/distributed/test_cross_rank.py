@@ -253,6 +253,7 @@ def test_node_reports_of_one_rank_are_refused_naming_both(tmp_path: Path) -> Non
     assert "node0.json" in res.output and "node1.json" in res.output
 
 
+@pytest.mark.slow  # its ddp_runs fixture trains the real 2-rank DDP job
 def test_jobs_1_and_2_give_the_same_report(ddp_runs: dict[str, Path]) -> None:
     one = _cli_json(ddp_runs["bad"], "--jobs", "1")
     two = _cli_json(ddp_runs["bad"], "--jobs", "2")

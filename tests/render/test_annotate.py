@@ -122,6 +122,7 @@ def test_round_trip_on_real_traces(rel, suffix, tmp_path):
     assert marker["ts"] == first_x
 
 
+@pytest.mark.slow  # annotates two real traces in small blocks (seconds each)
 @pytest.mark.parametrize("rel", REAL[1:3])
 def test_small_blocks_cut_at_event_boundaries(rel, tmp_path, monkeypatch):
     # many blocks per file: exercises the validated cuts and the tail search across block ends

@@ -114,6 +114,7 @@ def test_page_script_renders_names_as_text(pages: dict[str, Path], kind: str) ->
         assert dict(got["searched"]) == want and 0 < want["view-kernels"] < len(views["kernels"])
 
 
+@pytest.mark.browser  # headless Chromium
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package (apt-get install -y chromium)")
 @pytest.mark.parametrize("bypass_csp", [False, True], ids=["csp", "csp-bypassed"])
 @pytest.mark.parametrize("kind", ["report", "diff"])

@@ -283,7 +283,9 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         rows = fr.evaluate("() => [...document.querySelectorAll('#compare-metrics tr')].map(r => [...r.cells].map(c => [c.textContent, c.className]))")
         loading = next(r for r in rows if r[0][0] == "step: data_loading")  # the loader's time fell: drawn as better
         assert loading[3][1] == "better" and loading[3][0].startswith("-") and len(rows) >= 4
-        assert fr.locator("#compare-body input[type=search]").count() >= 1  # changed operators: searchable tables
+        # changed operators: searchable tables (drawn after the comparison's fetch: wait for them on a loaded host)
+        fr.wait_for_function("() => document.querySelectorAll('#compare-body input[type=search]').length >= 1",
+                             timeout=60_000)
         if server["job"]:  # two ranks of a real NCCL trace: the cross-rank view of gpuprof.distributed
             fr.select_option("#run", "job")
             fr.wait_for_function("() => !document.getElementById('crossrank').hidden", timeout=60_000)

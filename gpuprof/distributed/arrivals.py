@@ -48,7 +48,7 @@ import numpy as np
 from gpuprof.distributed.summary import PHASE_KEYS, RankSummary
 from gpuprof.trace.collectives import COLLECTIVE_TYPES
 
-__all__ = ["Arrivals", "ArrivalRow", "arrivals", "NOISE_US", "FLOOR_US", "CPU_FLOOR_US", "MIN_STEP_SHARE", "MIN_DOMINANCE"]
+__all__ = ["Arrivals", "ArrivalRow", "arrivals", "instances_by_type", "NOISE_US", "FLOOR_US", "CPU_FLOOR_US", "MIN_STEP_SHARE", "MIN_DOMINANCE"]
 
 NOISE_US = 20.0  # arrivals this close count as together: launch jitter, clock granularity
 NOISE_SHARE = 0.05  # ... or this share of the transfer, when larger
@@ -129,12 +129,7 @@ def arrivals(ranks: Sequence[int], sums: Sequence[RankSummary], step_us: float, 
     if n < 2 or steps == 0:
         return out
     has_gaps = all(len(s.inst_gap) == len(s.inst_type) for s in sums)
-    index: list[dict[int, list[int]]] = []
-    for s in sums:
-        by_type: dict[int, list[int]] = {}
-        for i, t in enumerate(s.inst_type):
-            by_type.setdefault(t, []).append(i)
-        index.append(by_type)
+    index = instances_by_type(sums)
     in_step = np.zeros((n, steps))
     before = np.zeros((n, steps))
     phase = np.zeros((n, len(PHASE_KEYS)))
@@ -223,6 +218,17 @@ def _without_stragglers(replay: list[tuple[int, list[int], np.ndarray, float]], 
             continue
         saved[step] += max(0.0, float(fresh[rest].min()) - pre)
     return float(saved.mean())
+
+
+def instances_by_type(sums: Sequence[RankSummary]) -> list[dict[int, list[int]]]:
+    """Per summary, each collective type's instances in order: the *j*-th of a type matches across ranks."""
+    index: list[dict[int, list[int]]] = []
+    for s in sums:
+        by_type: dict[int, list[int]] = {}
+        for i, t in enumerate(s.inst_type):
+            by_type.setdefault(t, []).append(i)
+        index.append(by_type)
+    return index
 
 
 def _consistent(in_step: np.ndarray, median: np.ndarray, floor: float, steps: int) -> list[int]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuprof.distributed.arrivals import instances_by_type
 from gpuprof.distributed.summary import RankSummary
 from gpuprof.report import TraceSummary
 
@@ -49,12 +50,7 @@ def rank_waits(sums: Sequence[RankSummary]) -> list[list[float | None]]:
     out = [trace_waits(s) for s in sums]
     if len(sums) < 2:
         return out
-    index: list[dict[int, list[int]]] = []
-    for s in sums:
-        by_type: dict[int, list[int]] = {}
-        for i, t in enumerate(s.inst_type):
-            by_type.setdefault(t, []).append(i)
-        index.append(by_type)
+    index = instances_by_type(sums)
     for t in set.intersection(*(set(ix) for ix in index)):
         for j in range(min(len(ix[t]) for ix in index)):
             at = [ix[t][j] for ix in index]

@@ -160,17 +160,8 @@ def _table_location(frames: EventTable, t: float, max_scan: int) -> SourceLocati
     """StackIndex.location's scan over one thread's frames (in time order): back from the last one
     started at or before ``t``, at most ``max_scan`` of them, the first open at ``t`` whose name is a
     user frame."""
-    i = int(np.searchsorted(frames.ts, t, side="right")) - 1
-    if i < 0:
-        return None
-    lo = max(0, i - max_scan + 1)
-    open_at_t = frames.ts[lo:i + 1] + frames.dur[lo:i + 1] >= t
-    names, code = frames.names, frames.name_code
-    for j in (np.flatnonzero(open_at_t)[::-1] + lo).tolist():
-        loc = user_location(names[code[j]])
-        if loc is not None:
-            return loc
-    return None
+    found = _table_user_frame(frames, t, max_scan)
+    return found[1] if found is not None else None
 
 
 def call_stack_location(op: Event) -> SourceLocation | None:

@@ -45,7 +45,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gpuprof.distributed.summary import PHASE_KEYS, RankSummary
+from gpuprof.distributed.summary import PHASE_KEYS, RankSummary, instances_by_type
 from gpuprof.trace.collectives import COLLECTIVE_TYPES
 
 __all__ = ["Arrivals", "ArrivalRow", "arrivals", "instances_by_type", "NOISE_US", "FLOOR_US", "CPU_FLOOR_US", "MIN_STEP_SHARE", "MIN_DOMINANCE"]
@@ -218,17 +218,6 @@ def _without_stragglers(replay: list[tuple[int, list[int], np.ndarray, float]], 
             continue
         saved[step] += max(0.0, float(fresh[rest].min()) - pre)
     return float(saved.mean())
-
-
-def instances_by_type(sums: Sequence[RankSummary]) -> list[dict[int, list[int]]]:
-    """Per summary, each collective type's instances in order: the *j*-th of a type matches across ranks."""
-    index: list[dict[int, list[int]]] = []
-    for s in sums:
-        by_type: dict[int, list[int]] = {}
-        for i, t in enumerate(s.inst_type):
-            by_type.setdefault(t, []).append(i)
-        index.append(by_type)
-    return index
 
 
 def _consistent(in_step: np.ndarray, median: np.ndarray, floor: float, steps: int) -> list[int]:

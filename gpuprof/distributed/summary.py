@@ -77,7 +77,7 @@ from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import CommArgs, Event, Trace
 from gpuprof.trace.vocab import Kind
 
-__all__ = ["RankSummary", "CollectiveStat", "summarize", "rank_from_path", "SUMMARY_VERSION", "CAUSE_KEYS",
+__all__ = ["RankSummary", "instances_by_type", "CollectiveStat", "summarize", "rank_from_path", "SUMMARY_VERSION", "CAUSE_KEYS",
            "PHASE_KEYS"]
 
 SUMMARY_VERSION = 1
@@ -424,3 +424,13 @@ def _backend(t: Trace) -> str:
     names = {e.name.split(":", 1)[0].lower() for e in t.comm_events if ":" in e.name[:8]}
     return next((b for b in ("nccl", "rccl", "gloo") if b in names), "")
 
+
+def instances_by_type(sums: Sequence[RankSummary]) -> list[dict[int, list[int]]]:
+    """Per summary, each collective type's instances in order: the *j*-th of a type matches across ranks."""
+    index: list[dict[int, list[int]]] = []
+    for s in sums:
+        by_type: dict[int, list[int]] = {}
+        for i, t in enumerate(s.inst_type):
+            by_type.setdefault(t, []).append(i)
+        index.append(by_type)
+    return index

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuprof.distributed.arrivals import instances_by_type
-from gpuprof.distributed.summary import RankSummary
+from gpuprof.distributed.summary import RankSummary, instances_by_type
 from gpuprof.report import TraceSummary
 
 __all__ = ["trace_waits", "rank_waits", "apply_waits"]

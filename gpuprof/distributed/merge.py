@@ -44,13 +44,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from gpuprof.distributed.arrivals import Arrivals, arrivals
+from gpuprof.distributed.jobpath import JobPath, job_path
 from gpuprof.distributed.summary import RankSummary
 from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.collectives import COLLECTIVE_TYPES, bus_factor
 
 __all__ = ["CrossRank", "RankRow", "CollectiveRow", "merge", "CROSS_RANK_VERSION"]
 
-CROSS_RANK_VERSION = "1.1"
+CROSS_RANK_VERSION = "1.2"
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class CrossRank:
     unused_searches_per_step: float = 0.0
     exposed_transfer_us: float = 0.0  # median over ranks, per step: exposed collective time, waiting excluded
     arrivals: Arrivals = field(default_factory=Arrivals)
+    critical_path: JobPath | None = None  # the ranks' paths joined at their collectives (1.2)
     notes: list[str] = field(default_factory=list)
     summaries: list[RankSummary] = field(default_factory=list, repr=False)
 
@@ -149,6 +151,7 @@ class CrossRank:
             "unused_parameter_searches_per_step": self.unused_searches_per_step,
             "exposed_transfer_us": self.exposed_transfer_us,
             "arrivals": self.arrivals.to_dict(),
+            "critical_path": self.critical_path.to_dict() if self.critical_path is not None else None,
             "notes": list(self.notes),
         }
 
@@ -217,6 +220,10 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
     out.arrivals = arrivals(ranks, sums, out.step_us, straggler_min_share)
     _stragglers(out)
     out.exposed_transfer_us = _exposed_transfer(sums, min_durs, out.step_us)
+    out.critical_path = job_path(ranks, sums)
+    if out.critical_path is None and any(s.num_steps and not s.path_seg_end for s in sums):
+        out.notes.append("no job critical path: some rank summaries carry no critical-path segments (written by an "
+                         "older gpuprof); analyse those ranks' traces again")
     if out.arrivals.before_step_ranks:
         late = ", ".join(map(str, out.arrivals.before_step_ranks))
         out.notes.append(

@@ -11,7 +11,7 @@ from typing import Any
 from gpuprof.render.markdown import md_escape
 from gpuprof.render.safe import clip
 from gpuprof.render.sections import register_section
-from gpuprof.units import fmt_bytes, fmt_gbps, fmt_us
+from gpuprof.units import fmt_bytes, fmt_gbps, fmt_pct, fmt_us
 
 __all__ = ["cross_rank_terminal", "cross_rank_markdown"]
 
@@ -47,6 +47,34 @@ def _arrival_rows(d: dict[str, Any]) -> list[list[str]]:
              f"{r['last_share']:.0%}", fmt_us(r["others_wait_us"]), fmt_us(r["before_step_us"])] for r in rows]
 
 
+_PATH_HEAD = ["kind", "name", "rank", "per step", "of the step"]
+_PATH_TOP = 8  # the largest parts of the job's path, then the rest summed (as the per-trace table)
+
+
+def _path_rows(d: dict[str, Any]) -> list[list[str]]:
+    """The job's critical path (docs/critical-path.md): its largest parts, then one row for the rest."""
+    from gpuprof.render.critpath import PATH_LABELS
+
+    cp = d.get("critical_path")
+    if not cp or cp["length_us"] <= 0 or not cp["parts"]:
+        return []
+    length = cp["length_us"]
+    labels = {**PATH_LABELS, "rank_wait": "rank wait"}
+    rows = [[labels.get(p["kind"], p["kind"]), p["name"], "-" if p["rank"] is None else str(p["rank"]), fmt_us(p["us"]),
+             fmt_pct(p["us"] / length)] for p in cp["parts"][:_PATH_TOP]]
+    rest = sum(p["us"] for p in cp["parts"][_PATH_TOP:])
+    if len(cp["parts"]) > _PATH_TOP and rest > 0:
+        rows.append(["", f"{len(cp['parts']) - _PATH_TOP} more parts", "", fmt_us(rest), fmt_pct(rest / length)])
+    return rows
+
+
+def _path_title(d: dict[str, Any]) -> str:
+    cp = d["critical_path"]
+    ranks = ", ".join(f"{r['rank']} {fmt_us(r['us'])}" for r in cp["ranks"][:4])
+    return (f"job critical path: {fmt_us(cp['length_us'])} per step over {cp['steps']} steps, across ranks "
+            "(the ranks' paths joined at their collectives); time on it by rank: " + ranks)
+
+
 def _headline(d: dict[str, Any]) -> str:
     world = f" of {d['world_size']}" if d["world_size"] else ""
     text = (f"{len(d['ranks'])} ranks{world}, backend {d['backend'] or 'unknown'}, "
@@ -78,6 +106,8 @@ def cross_rank_terminal(console: Any, section: Any) -> None:
         table("collectives (time: fastest rank of each)", _COLL_HEAD, _coll_rows(d))
     if _arrival_rows(d):
         table("arrival order: who the others waited for, by collective in the step", _ARR_HEAD, _arrival_rows(d))
+    if _path_rows(d):
+        table(clip(_path_title(d)), _PATH_HEAD, [[clip(c) for c in r] for r in _path_rows(d)])
     for n in d["notes"]:
         for line in wrap_text("note: " + clip(n), console.width):
             console.print(Text(line, style="dim"), no_wrap=True, crop=False)
@@ -98,6 +128,9 @@ def cross_rank_markdown(section: Any) -> str:
     if _arrival_rows(d):
         parts += ["**Arrival order** (who the others waited for, by collective in the step)",
                   _md_table(_ARR_HEAD, _arrival_rows(d))]
+    if _path_rows(d):
+        parts += [f"**Job critical path** ({md_escape(_path_title(d).split(': ', 1)[1])})",
+                  _md_table(_PATH_HEAD, _path_rows(d))]
     parts += [f"_note: {md_escape(clip(n))}_" for n in d["notes"]]
     return "\n\n".join(parts) + "\n"
 

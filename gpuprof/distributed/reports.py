@@ -169,8 +169,8 @@ def _one_rank(p: Path, i: int, raw: msgspec.Raw) -> RankSummary:
 
 
 # fields that may be negative: a start time is on the rank's own clock; -1 is "unknown" for sizes and groups
-_ANY_SIGN = {"inst_start"}
-_UNKNOWN_ALLOWED = {"inst_bytes", "inst_group"}
+_ANY_SIGN = {"inst_start", "path_step_start", "path_step_end", "path_seg_end"}  # path_seg_end: path_problem
+_UNKNOWN_ALLOWED = {"inst_bytes", "inst_group", "inst_path_name"}
 
 
 def problem_in(s: RankSummary) -> str | None:
@@ -215,6 +215,11 @@ def problem_in(s: RankSummary) -> str | None:
             return f"field 'inst_type' holds {arr.max():g}, not a collective type (0..{len(COLLECTIVE_TYPES) - 1})"
         if name == "inst_step" and s.num_steps and arr.max() >= s.num_steps:
             return f"field 'inst_step' names step {arr.max():g} of a trace of {s.num_steps} steps"
+    from gpuprof.distributed.jobpath import path_problem
+
+    problem = path_problem(s)
+    if problem is not None:
+        return problem
     for c in s.collectives:
         for name in c.__struct_fields__:
             x = getattr(c, name)

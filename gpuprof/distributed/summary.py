@@ -71,6 +71,7 @@ from typing import Sequence
 import msgspec
 
 from gpuprof.trace.collectives import COLLECTIVE_TYPES, collective_type, message_bytes
+from gpuprof.trace.critpath.hops import collective_hops
 from gpuprof.trace.gpuwork import is_communication_kernel, union_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -141,6 +142,19 @@ class RankSummary(msgspec.Struct, frozen=True):
     inst_gap: list[list[float]] = msgspec.field(default_factory=list)
     inst_from_step: list[bool] = msgspec.field(default_factory=list)
     inst_exposed: list[float] = msgspec.field(default_factory=list)
+    # the critical path cut at the collectives, for the job's path (gpuprof.trace.critpath.hops, the same names
+    # without "path_"/"path_piece_"; empty in older summaries): the kernel name of each instance, the steps'
+    # bounds on this rank's clock, the segments and their pieces
+    inst_path_name: list[int] = msgspec.field(default_factory=list)
+    path_names: list[str] = msgspec.field(default_factory=list)
+    path_step_start: list[float] = msgspec.field(default_factory=list)
+    path_step_end: list[float] = msgspec.field(default_factory=list)
+    path_seg_end: list[int] = msgspec.field(default_factory=list)
+    path_seg_off: list[int] = msgspec.field(default_factory=list)
+    path_seg_early: list[int] = msgspec.field(default_factory=list)
+    path_piece_kind: list[int] = msgspec.field(default_factory=list)
+    path_piece_name: list[int] = msgspec.field(default_factory=list)
+    path_piece_us: list[float] = msgspec.field(default_factory=list)
 
 
 _RANK_RE = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)  # not "cranky5"
@@ -222,6 +236,8 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
                                  else metrics.host_intervals["cpu_ops"].union(dl))
     fwd, rounds = _ddp_rounds(metrics, instances)
     searches = [o for o in t.ops if o.name == UNUSED_SEARCH and _in_steps(metrics, o.ts)]
+    inst_step = [metrics.step_of(i[1]) or 0 for i in instances]
+    hops = collective_hops(metrics, [(i[1], k) for i, k in zip(instances, inst_step)])
     return RankSummary(
         version=SUMMARY_VERSION,
         path=t.path,
@@ -245,7 +261,7 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         inst_dur=[i[2] for i in instances],
         inst_bytes=[i[3] for i in instances],
         inst_group=[i[4] for i in instances],
-        inst_step=[metrics.step_of(i[1]) or 0 for i in instances],
+        inst_step=inst_step,
         inst_start=[i[1] for i in instances],
         ddp_forwards=fwd,
         ddp_sync_rounds=rounds,
@@ -255,6 +271,10 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         inst_gap=gaps,
         inst_from_step=from_step,
         inst_exposed=exposed_each,
+        inst_path_name=hops.inst_name, path_names=hops.names, path_step_start=hops.step_start,
+        path_step_end=hops.step_end, path_seg_end=hops.seg_end, path_seg_off=hops.seg_off if hops.seg_end else [],
+        path_seg_early=hops.seg_early, path_piece_kind=hops.piece_kind, path_piece_name=hops.piece_name,
+        path_piece_us=hops.piece_us,
     )
 
 

@@ -70,10 +70,22 @@ class _Walk:
     pieces: list[Segment] = field(default_factory=list)
 
 
-def _walk(g: StepGraph, a: float, b: float, host_end: float, out: _Walk) -> None:
-    """Walk step ``[a, b]`` back from its end, adding what it crosses to ``out`` (see the module docstring)."""
+def _walk(g: StepGraph, a: float, b: float, host_end: float, out: _Walk, stop: np.ndarray | None = None,
+          start: int = -1) -> int:
+    """Walk step ``[a, b]`` back from its end, adding what it crosses to ``out`` (see the module docstring).
+
+    With ``stop`` (a flag per GPU event), the walk ends at the first flagged event it reaches, whose index it
+    returns (-1: it reached the step's start): the critical path cut at collectives
+    (:mod:`gpuprof.trace.critpath.hops`). With ``start`` (a GPU event), it walks back from that event's start
+    instead of the step's end: what held the event back."""
     t, loc = b, -1  # loc: -1 the host, else a GPU event
-    if b > host_end + 1.0 and g.n_gpu:
+    if start >= 0:
+        t = float(g.g_ts[start])
+        if g.g_run[start] < start:  # queued behind the previous event of its stream
+            loc = start - 1
+        else:
+            t, loc = _handoff(g, start, t, a, out)
+    elif b > host_end + 1.0 and g.n_gpu:
         j = _last_ending(g, b)
         if j >= 0 and g.g_end[j] > host_end:
             t, loc = min(float(g.g_end[j]), b), j
@@ -86,7 +98,7 @@ def _walk(g: StepGraph, a: float, b: float, host_end: float, out: _Walk) -> None
             k = int(np.searchsorted(g.w_ts, t, side="left")) - 1
             if k < 0 or g.w_end[k] <= a:
                 out.host.append((a, t))
-                return
+                return -1
             if g.w_end[k] < t:
                 out.host.append((float(g.w_end[k]), t))
                 t = float(g.w_end[k])
@@ -104,27 +116,41 @@ def _walk(g: StepGraph, a: float, b: float, host_end: float, out: _Walk) -> None
         j = loc
         r = int(g.g_run[j])
         lo = max(r, r + int(np.searchsorted(g.g_ts[r:j + 1], a, side="right")) - 1)
+        if stop is not None:
+            hit = np.flatnonzero(stop[lo:j + 1])
+            if len(hit):  # a collective: the walk ends there (what ran after it on its stream is the path's)
+                k = lo + int(hit[-1])
+                if k < j:
+                    out.runs.append((k + 1, j, t, a))
+                return k
         out.runs.append((lo, j, t, a))
         if g.g_ts[lo] <= a:
-            return
+            return -1
         t = min(float(g.g_ts[r]), t)  # (a wait's 1 µs tolerance can hand over a time before the event's start)
-        dep, launch, prev = int(g.g_dep[r]), float(g.g_launch[r]), int(g.g_prev[r])
-        if dep >= 0:
-            e = min(float(g.g_end[dep]), t)
-            out.pieces.append((_lane(g, r), max(e, a), t, "idle", "wait for another stream"))
-            t, loc = e, dep
-        elif launch == launch and launch <= t:  # not NaN
-            code = int(g.g_launch_code[r])
-            out.pieces.append((_lane(g, r), max(launch, a), t, "launch_gap", g.launch_names[code] if code >= 0 else "launch"))
-            t, loc = launch, -1
-        elif prev >= 0 and g.g_end[prev] > a:
-            e = min(float(g.g_end[prev]), t)
-            out.pieces.append((_lane(g, r), max(e, a), t, "idle", "GPU idle, cause not recorded"))
-            t, loc = e, prev
-        else:
-            loc = -1
+        t, loc = _handoff(g, r, t, a, out)
     if t > a:
         out.pieces.append((g.host_lane, a, t, "idle", UNRESOLVED))
+    return -1
+
+
+def _handoff(g: StepGraph, r: int, t: float, a: float, out: _Walk) -> tuple[float, int]:
+    """Where the path goes from the first event ``r`` of a run of queued GPU events, at time ``t``: to another
+    stream's event it waited for, else its launch call on the host, else the previous event of its stream
+    (``(t, loc)``; loc -1: the host)."""
+    dep, launch, prev = int(g.g_dep[r]), float(g.g_launch[r]), int(g.g_prev[r])
+    if dep >= 0:
+        e = min(float(g.g_end[dep]), t)
+        out.pieces.append((_lane(g, r), max(e, a), t, "idle", "wait for another stream"))
+        return e, dep
+    if launch == launch and launch <= t:  # not NaN
+        code = int(g.g_launch_code[r])
+        out.pieces.append((_lane(g, r), max(launch, a), t, "launch_gap", g.launch_names[code] if code >= 0 else "launch"))
+        return launch, -1
+    if prev >= 0 and g.g_end[prev] > a:
+        e = min(float(g.g_end[prev]), t)
+        out.pieces.append((_lane(g, r), max(e, a), t, "idle", "GPU idle, cause not recorded"))
+        return e, prev
+    return t, -1
 
 
 def _lane(g: StepGraph, i: int) -> str:

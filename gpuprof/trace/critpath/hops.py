@@ -1,0 +1,212 @@
+"""One rank's critical path cut at its collectives: the pieces a cross-rank merge joins into the job's path.
+
+When several ranks are given, the path that sets the job's step runs on several ranks: a rank that
+arrives early at a collective waits there for the last one, so the job's path goes on from the last
+rank's arrival (docs/critical-path.md, *The job's critical path*; the merge is
+:mod:`gpuprof.distributed.jobpath`). Each rank contributes, from its own step graph:
+
+* per step, its **end segment**: the path walked back from the step's end (as the per-trace walk,
+  :mod:`gpuprof.trace.critpath.path`) to the first collective it reaches, or to the step's start;
+* per collective, its **arrival segment**: the path walked back from the collective's start (what held
+  it back: the work queued before it on its stream, another stream's event it waited for, its launch)
+  to the previous collective it reaches, or to its step's start.
+
+A collective here is one of the rank summary's instances: a communication kernel of the main device
+(CPU-only traces have none in their graph: their end segments run to the step's start and they have no
+arrival segments). A segment is its *pieces* ``(kind, name, µs)``: the earliest :data:`EARLY` in time
+order (the merge clips a path that starts before the job's step from its earliest end), then the rest
+by kind and name, the :data:`NAMED` largest, the rest of each kind as ``(other)``: bounded, so a
+thousand ranks stay cheap to merge.
+
+Cost: one walk per step and per collective, each crossing a few graph hops; the GPU events and host
+pieces the walks cross are counted, and once they pass :data:`BUDGET_FACTOR` times the graph's size
+(walks from collectives that share a long stretch of the step cross it again each) the collectives left
+get no segment (``-2``: the merge says so) rather than slow ``analyze``. The end segments, and the
+collectives they reach first, are walked before the others.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from gpuprof.trace.critpath.graph import GPU_COMM, GPU_COPY, StepGraph, build_graph
+from gpuprof.trace.critpath.path import PATH_KINDS, _host_split, _label, _run_spans, _Walk, _walk
+from gpuprof.trace.intervals import Intervals
+from gpuprof.trace.metrics import TraceMetrics
+
+__all__ = ["Hops", "collective_hops", "EARLY", "NAMED", "NOT_WALKED", "BUDGET_FACTOR"]
+
+EARLY = 4  # pieces of a segment kept in time order, from its start
+NAMED = 8  # pieces kept by name after those; the rest of each kind is one "(other)" piece
+NOT_WALKED = -2  # a segment's end when the walk was left out (the cost budget)
+BUDGET_FACTOR = 8  # GPU events and host pieces the walks may cross, per event of the graph
+
+
+@dataclass
+class Hops:
+    """The segments of one rank, flat (the rank summary's ``path_*`` fields; see the module docstring).
+
+    Segments ``0..steps-1`` are the steps' end segments, then one arrival segment per collective instance.
+    ``seg_end``: the instance a segment reaches (-1: its step's start; -2: not walked); segment ``k``'s
+    pieces are ``seg_off[k]:seg_off[k+1]``, the first ``seg_early[k]`` of them in time order."""
+
+    names: list[str] = field(default_factory=list)
+    inst_name: list[int] = field(default_factory=list)  # per instance, its kernel's name (-1: not in the graph)
+    seg_end: list[int] = field(default_factory=list)
+    seg_off: list[int] = field(default_factory=lambda: [0])
+    seg_early: list[int] = field(default_factory=list)
+    piece_kind: list[int] = field(default_factory=list)  # into PATH_KINDS
+    piece_name: list[int] = field(default_factory=list)
+    piece_us: list[float] = field(default_factory=list)
+    step_start: list[float] = field(default_factory=list)  # per step, the rank's own clock
+    step_end: list[float] = field(default_factory=list)
+
+
+def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, int]]) -> Hops:
+    """The segments of ``m``'s steps, cut at ``instances`` (``(start µs, step index)`` of each collective)."""
+    out = Hops()
+    if not m.steps:
+        return out
+    g = m.memo(build_graph)
+    out.step_start = [a for a, _b, _h in g.steps]
+    out.step_end = [b for _a, b, _h in g.steps]
+    node = _instance_nodes(g, [ts for ts, _s in instances])
+    out.inst_name = [int(g.g_name[i]) if i >= 0 else -1 for i in node.tolist()]
+    stop = np.zeros(g.n_gpu, bool)
+    stop[node[node >= 0]] = True
+    owner = np.full(g.n_gpu, -1, np.int64)
+    owner[node[node >= 0]] = np.flatnonzero(node >= 0)
+    n_steps, n_inst = len(g.steps), len(instances)
+    walks: list[_Walk | None] = [None] * (n_steps + n_inst)
+    ends = [NOT_WALKED] * (n_steps + n_inst)
+    budget = BUDGET_FACTOR * (g.n_gpu + len(g.w_ts)) + 10_000
+    spent = 0
+    todo: deque[int] = deque(range(n_steps))
+    queued = set(todo)
+    rest = iter(range(n_steps, n_steps + n_inst))
+    while spent <= budget:
+        if not todo:
+            nxt = next((k for k in rest if k not in queued), None)
+            if nxt is None:
+                break
+            todo.append(nxt)
+            queued.add(nxt)
+        k = todo.popleft()
+        w = _Walk()
+        if k < n_steps:
+            a, b, host_end = g.steps[k]
+            hit = _walk(g, a, b, host_end, w, stop)
+        elif node[k - n_steps] >= 0:
+            step = min(max(instances[k - n_steps][1], 0), n_steps - 1)
+            hit = _walk(g, g.steps[step][0], g.steps[step][1], g.steps[step][2], w, stop, start=int(node[k - n_steps]))
+        else:
+            continue  # a collective the graph does not hold (gloo's): no arrival segment
+        walks[k] = w
+        ends[k] = int(owner[hit]) if hit >= 0 else -1
+        spent += sum(hi - lo + 1 for lo, hi, _t, _a in w.runs) + len(w.host) + len(w.pieces)
+        if ends[k] >= 0 and n_steps + ends[k] not in queued:  # the collective it reaches: walked next
+            todo.append(n_steps + ends[k])
+            queued.add(n_steps + ends[k])
+    _fill(out, g, walks, ends)
+    return out
+
+
+def _instance_nodes(g: StepGraph, starts: Sequence[float]) -> np.ndarray:
+    """Per instance (by start), the graph's communication kernel that starts then (-1: none)."""
+    comm = np.flatnonzero(g.g_kind == GPU_COMM)
+    at: dict[float, int] = {}
+    for i, ts in zip(comm.tolist(), g.g_ts[comm].tolist()):
+        at.setdefault(ts, i)
+    return np.array([at.get(float(ts), -1) for ts in starts], np.int64)
+
+
+def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int]) -> None:
+    """Each walk's pieces, labelled and bounded, into ``out``."""
+    host_all = [iv for w in walks if w is not None for iv in w.host]
+    labels = _host_labels(g, Intervals.from_pairs(host_all)) if host_all else None
+    code: dict[str, int] = {}
+
+    def name_code(name: str) -> int:
+        c = code.get(name)
+        if c is None:
+            c = code[name] = len(out.names)
+            out.names.append(_label(name))
+        return c
+
+    out.inst_name = [name_code(g.names[i]) if i >= 0 else -1 for i in out.inst_name]
+    for w, end in zip(walks, ends):
+        out.seg_end.append(end)
+        pieces: list[tuple[float, float, str, str]] = []  # (start, µs, kind, name)
+        if w is not None:
+            pieces += [(s, e - s, kind, name) for _lane, s, e, kind, name in w.pieces if e > s]
+            idx, s, e = _run_spans(g, w.runs)
+            for i, lo, hi in zip(idx.tolist(), s.tolist(), e.tolist()):
+                if hi > lo:
+                    pieces.append((lo, hi - lo, "copy" if g.g_kind[i] == GPU_COPY else "kernel", g.names[int(g.g_name[i])]))
+            if labels is not None:
+                pieces += _labelled(labels, w.host)
+        early, named = _bounded(pieces)
+        for kind, name, us in early + named:
+            out.piece_kind.append(PATH_KINDS.index(kind))
+            out.piece_name.append(name_code(name))
+            out.piece_us.append(round(us, 3))
+        out.seg_early.append(len(early))
+        out.seg_off.append(len(out.piece_us))
+
+
+_Labels = tuple[np.ndarray, np.ndarray, list[tuple[str, str]], np.ndarray]
+
+
+def _host_labels(g: StepGraph, host: Intervals) -> _Labels:
+    """The host time of all walks split by what ran (once: splitting each walk alone would scan every runtime
+    call per walk), as disjoint intervals by start: starts, ends, labels, label per interval."""
+    starts, ends, lab = [], [], []
+    labels: list[tuple[str, str]] = []
+    for kind, name, ivs in _host_split(g, host):
+        starts.append(ivs.starts)
+        ends.append(ivs.ends)
+        lab.append(np.full(len(ivs.starts), len(labels), np.int64))
+        labels.append((kind, name))
+    s, e, c = np.concatenate(starts), np.concatenate(ends), np.concatenate(lab)
+    order = np.argsort(s, kind="stable")
+    return s[order], e[order], labels, c[order]
+
+
+def _labelled(labels: _Labels, host: list[tuple[float, float]]) -> list[tuple[float, float, str, str]]:
+    """The labelled pieces of one walk's host intervals."""
+    starts, ends, names, lab = labels
+    out: list[tuple[float, float, str, str]] = []
+    reach = np.maximum.accumulate(ends) if len(ends) else ends
+    for a, b in host:
+        i0 = int(np.searchsorted(reach, a, side="right"))
+        i1 = int(np.searchsorted(starts, b, side="left"))
+        for i in range(i0, i1):
+            lo, hi = max(a, float(starts[i])), min(b, float(ends[i]))
+            if hi > lo:
+                kind, name = names[int(lab[i])]
+                out.append((lo, hi - lo, kind, name))
+    return out
+
+
+def _bounded(pieces: list[tuple[float, float, str, str]]) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, float]]]:
+    """A segment's pieces: the first :data:`EARLY` runs (one kind and name) in time order, then the rest by name,
+    the :data:`NAMED` largest, the rest of each kind as ``(other)``."""
+    runs: list[tuple[str, str, float]] = []
+    for _s, us, kind, name in sorted(pieces):
+        if runs and runs[-1][0] == kind and runs[-1][1] == name:
+            runs[-1] = (kind, name, runs[-1][2] + us)
+        else:
+            runs.append((kind, name, us))
+    total: dict[tuple[str, str], float] = defaultdict(float)
+    for kind, name, us in runs[EARLY:]:
+        total[(kind, name)] += us
+    ranked = sorted(total.items(), key=lambda kv: -kv[1])
+    named = [(k, n, u) for (k, n), u in ranked[:NAMED]]
+    other: dict[str, float] = defaultdict(float)
+    for (k, _n), u in ranked[NAMED:]:
+        other[k] += u
+    return runs[:EARLY], named + [(k, "(other)", u) for k, u in other.items()]

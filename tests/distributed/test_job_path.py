@@ -1,0 +1,258 @@
+"""The job's critical path across ranks (gpuprof.distributed.jobpath; docs/critical-path.md, *The job's path*).
+
+Synthetic jobs are built rank by rank in lock step: every all-reduce ends at one moment on all ranks (the
+last arrival's start plus the transfer), as NCCL's do, each rank on its own clock (the ranks' clocks are
+offset by seconds, so nothing can compare them). The expected figures are computed from the events the
+builders returned, not from gpuprof's graph.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuprof.analysis import analyze
+from gpuprof.distributed.jobpath import JOB_KINDS, JobPath
+from gpuprof.distributed.merge import CrossRank
+from gpuprof.report import Report
+from gpuprof.testing.realtraces import shared_path
+from gpuprof.testing.tracegen import TraceBuilder, nccl_kernel
+
+TRANSFER_US = 1_000.0
+GEMM_US = 5_000.0
+NOTHING = "nothing recorded on the main thread"
+AR = nccl_kernel("AllReduce", "float")
+
+
+@dataclass
+class Rank:
+    """What one rank does each step: compute, a sleep before its all-reduce, a host tail after it."""
+
+    sleep_us: float = 0.0  # unrecorded host time before the all-reduce (a planted late rank)
+    before_step_us: float = 0.0  # unrecorded host time before each step begins (enters the step late)
+    tail_us: float = 0.0  # an operator after the all-reduce's sync (ends the step later)
+    events: list[dict[str, Any]] = field(default_factory=list)  # per step: marker, all-reduce
+
+
+def _step(tb: TraceBuilder, r: Rank, ar_us: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    if r.before_step_us:
+        tb.idle(us=r.before_step_us)
+    with tb.step():
+        tb.gemm(us=GEMM_US)
+        if r.sleep_us:
+            tb.idle(us=r.sleep_us)
+        ar = tb.nccl(us=ar_us, wait_for_compute=True)
+        tb.device_synchronize()
+        if r.tail_us:
+            tb.cpu(us=r.tail_us, name="aten::tail_op")
+    marker = next(e for e in reversed(tb.events) if e["name"].startswith("ProfilerStep#"))
+    return marker, ar
+
+
+def _job(tmp_path: Path, ranks: list[Rank], steps: int = 3) -> list[Path]:
+    """The ranks' traces: per step, each rank's all-reduce ends at the latest arrival plus the transfer."""
+    tbs = [TraceBuilder(rank=k, world_size=len(ranks), start_us=5e9 + 7_654_321.0 * k) for k in range(len(ranks))]
+    for _ in range(steps):
+        arrivals = []
+        for tb, r in zip(tbs, ranks):  # a dry run tells each rank's arrival: its start does not depend on its length
+            probe = copy.deepcopy(tb)
+            _m, ar = _step(probe, r, TRANSFER_US)
+            arrivals.append(ar["ts"] - tb.start_us)
+        end = max(arrivals) + TRANSFER_US
+        for tb, r, arr in zip(tbs, ranks, arrivals):
+            marker, ar = _step(tb, r, end - arr)
+            assert ar["ts"] - tb.start_us == pytest.approx(arr)
+            r.events.append({"marker": marker, "ar": ar, "clock": tb.start_us})
+    return [tb.write(tmp_path / f"rank{k}" / "t.pt.trace.json") for k, tb in enumerate(tbs)]
+
+
+def _windows(r: Rank) -> list[tuple[float, float]]:
+    """The rank's step windows (docs/architecture.md): each step to the next one's start, the last to its marker's
+    end (its GPU work ends inside it, at the sync)."""
+    marks = [(e["marker"]["ts"], e["marker"]["ts"] + e["marker"]["dur"]) for e in r.events]
+    return [(a, marks[i + 1][0] if i + 1 < len(marks) else b) for i, (a, b) in enumerate(marks)]
+
+
+def _tail(r: Rank) -> float:
+    """Mean per step: from the all-reduce's end to the step's end."""
+    return _mean([b - e["ar"]["ts"] - e["ar"]["dur"] for (_a, b), e in zip(_windows(r), r.events)])
+
+
+def _before(r: Rank) -> float:
+    """Mean per step: from the step's start to the all-reduce's start (the arrival)."""
+    return _mean([e["ar"]["ts"] - a for (a, _b), e in zip(_windows(r), r.events)])
+
+
+def _step_mean(r: Rank) -> float:
+    return _mean([b - a for a, b in _windows(r)])
+
+
+def _path(report: Report) -> JobPath:
+    (sec,) = [s for s in report.sections if isinstance(s, CrossRank)]
+    assert sec.critical_path is not None, sec.notes
+    return sec.critical_path
+
+
+def _on(cp: JobPath, kind: str, name: str, rank: int) -> float:
+    return sum(p.us for p in cp.parts if (p.kind, p.name, p.rank) == (kind, name, rank))
+
+
+def _sums(cp: JobPath) -> None:
+    assert sum(p.us for p in cp.parts) == pytest.approx(cp.length_us, abs=1e-6)
+    assert {p.kind for p in cp.parts} <= set(JOB_KINDS)
+    assert all(p.us > 0 for p in cp.parts)
+    assert sum(cp.ranks.values()) == pytest.approx(cp.length_us, abs=1e-6)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def test_job_path_bad_a_late_rank_puts_its_sleep_on_the_job_path(tmp_path: Path) -> None:
+    """Rank 1 sleeps 8 ms before its all-reduce (longer than its 5 ms gemm, so the sleep holds the collective);
+    rank 0 waits inside its all-reduce. The job's path: rank 0's tail after the all-reduce, rank 1's transfer,
+    rank 1's step up to its arrival, sleep included; rank 0's gemm and its wait are not on it."""
+    ranks = [Rank(), Rank(sleep_us=8_000.0)]
+    cp = _path(analyze([str(p) for p in _job(tmp_path, ranks)]))
+    _sums(cp)
+    r0, r1 = ranks
+    # by hand, per step: rank 0 from the all-reduce's end to its step's end, rank 1 from its step's start to its
+    # all-reduce's start, the transfer between
+    tail0, before1, step0 = _tail(r0), _before(r1), _step_mean(r0)
+    assert cp.length_us == pytest.approx(step0)
+    assert cp.ranks[0] == pytest.approx(tail0, abs=0.01)
+    assert cp.ranks[1] == pytest.approx(before1 + TRANSFER_US, abs=0.01)
+    assert cp.length_us == pytest.approx(tail0 + TRANSFER_US + before1, abs=0.01)  # nothing unexplained
+    assert _on(cp, "kernel", AR, 1) == pytest.approx(TRANSFER_US)  # the last arrival's collective: the transfer
+    assert _on(cp, "kernel", AR, 0) == 0.0  # rank 0's 9 ms all-reduce (its wait) is not on the path
+    assert 8_000.0 <= _on(cp, "idle", NOTHING, 1) <= 8_000.0 + 20.0  # the sleep, with the builder's call gaps
+    assert not [p for p in cp.parts if "sgemm" in p.name or p.kind == "rank_wait"]  # both gemms hidden
+    assert cp.last_ranks == {0: 3}
+
+
+def test_job_path_bad_three_ranks_the_last_to_end_and_the_last_to_arrive(tmp_path: Path) -> None:
+    """Rank 1 runs a 300 µs operator after the sync (it ends every step last: the path starts there); rank 2
+    sleeps 7 ms before its all-reduce (the others wait for it: the path goes on there)."""
+    ranks = [Rank(), Rank(tail_us=300.0), Rank(sleep_us=7_000.0)]
+    cp = _path(analyze([str(p) for p in _job(tmp_path, ranks)]))
+    _sums(cp)
+    assert cp.last_ranks == {1: 3}
+    assert _on(cp, "operator", "aten::tail_op", 1) == pytest.approx(300.0)
+    r1, r2 = ranks[1], ranks[2]
+    # the job's step is rank 1's window; rank 2 began its steps after the first 300 µs earlier than rank 1 (it
+    # ended the previous one sooner): of its time before its arrival, what lies inside rank 1's window
+    w1, w2 = _windows(r1), _windows(r2)
+    inside = [min(e2["ar"]["ts"] - a2, e1["ar"]["ts"] + e1["ar"]["dur"] - a1 - TRANSFER_US)
+              for (a1, _b1), (a2, _b2), e1, e2 in zip(w1, w2, r1.events, r2.events)]
+    befores = [e["ar"]["ts"] - a for (a, _b), e in zip(w2, r2.events)]
+    assert inside[0] == pytest.approx(befores[0])  # the first step: both began together
+    assert all(x == pytest.approx(b - 300.0, abs=1.0) for x, b in zip(inside[1:], befores[1:]))
+    assert cp.ranks[2] == pytest.approx(_mean(inside) + TRANSFER_US, abs=0.01)
+    assert cp.ranks[1] == pytest.approx(_tail(r1), abs=0.01)
+    assert 0 not in cp.ranks  # rank 0 neither ended last nor arrived last
+    assert cp.length_us == pytest.approx(_step_mean(r1))
+    assert not [p for p in cp.parts if p.kind == "rank_wait"]
+
+
+def test_job_path_bad_a_rank_that_enters_the_step_late_is_a_rank_wait(tmp_path: Path) -> None:
+    """Rank 1 idles 6 ms before each of its steps begins: inside the step nothing explains the others' wait, so
+    the job's path says that rank 1 entered the step late, for the time its own path does not cover."""
+    ranks = [Rank(), Rank(before_step_us=6_000.0)]
+    cp = _path(analyze([str(p) for p in _job(tmp_path, ranks)]))
+    _sums(cp)
+    r0, r1 = ranks
+    step0, before1, tail0 = _step_mean(r0), _before(r1), _tail(r0)
+    late = _on(cp, "rank_wait", "rank 1 entered the step late", 1)
+    assert late == pytest.approx(step0 - tail0 - TRANSFER_US - before1, abs=0.01)
+    assert late == pytest.approx(6_000.0, abs=20.0)
+
+
+def test_job_path_good_identical_ranks_follow_the_first_rank_own_path(tmp_path: Path) -> None:
+    """With no late rank the path never leaves the rank that ends the step: the per-trace path, on rank 0."""
+    report = analyze([str(p) for p in _job(tmp_path, [Rank(), Rank()])])
+    cp = _path(report)
+    _sums(cp)
+    own = next(t for t in report.traces if t.rank == 0).critical_path
+    assert own is not None
+    assert cp.length_us == pytest.approx(own.length_us)
+    assert {(p.kind, p.name): p.us for p in cp.parts} == pytest.approx({(p.kind, p.name): p.us for p in own.parts})
+    assert set(cp.ranks) == {0}
+
+
+def test_job_path_good_summaries_without_segments_leave_it_out_with_a_note(tmp_path: Path) -> None:
+    """Summaries of an older gpuprof (no path fields) still merge; the job's path is left out and said."""
+    import msgspec
+
+    from gpuprof.distributed.analysis import cross_rank
+    from gpuprof.distributed.summary import summarize
+    from gpuprof.trace.load import load_trace
+    from gpuprof.trace.metrics import compute_metrics
+
+    sums = [summarize(compute_metrics(load_trace(str(p)))) for p in _job(tmp_path, [Rank(), Rank(sleep_us=8_000.0)])]
+    old = [msgspec.structs.replace(s, path_seg_end=[], path_seg_off=[], path_seg_early=[], path_piece_kind=[],
+                                   path_piece_name=[], path_piece_us=[], inst_path_name=[], path_names=[],
+                                   path_step_start=[], path_step_end=[]) for s in sums]
+    job, _found = cross_rank(old)
+    assert job.critical_path is None and job.to_dict()["critical_path"] is None
+    assert any("no job critical path" in n for n in job.notes)
+    assert cross_rank(sums)[0].critical_path is not None
+
+
+def test_job_path_in_json_terminal_and_markdown(tmp_path: Path) -> None:
+    from gpuprof.render import render
+
+    report = analyze([str(p) for p in _job(tmp_path, [Rank(), Rank(sleep_us=8_000.0)])])
+    import json
+
+    doc = json.loads(render(report, "json"))
+    (sec,) = [s for s in doc["sections"] if s["kind"] == "cross_rank"]
+    assert sec["version"] == "1.2"
+    cp = sec["critical_path"]
+    assert sum(p["us"] for p in cp["parts"]) == pytest.approx(cp["length_us"], abs=1e-6)
+    assert {tuple(p) for p in cp["parts"]} == {("kind", "name", "rank", "us")}
+    assert [r["rank"] for r in cp["ranks"]] == [1, 0]  # most time on the path first
+    for fmt in ("terminal", "markdown"):
+        out = render(report, fmt)
+        assert "job critical path" in out.lower() and "rank wait" not in out
+        assert AR[:20] in out
+
+
+def test_job_path_survives_a_node_report_round_trip(tmp_path: Path) -> None:
+    """Node reports carry the segments: merging them later gives the same job path as the traces."""
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+
+    paths = _job(tmp_path, [Rank(), Rank(sleep_us=8_000.0)])
+    for k, p in enumerate(paths):
+        res = CliRunner().invoke(cli, ["analyze", str(p), "--format", "json", "-o", str(tmp_path / f"node{k}.json")])
+        assert res.exit_code in (0, 1), res.output
+    merged = analyze([str(tmp_path / "node0.json"), str(tmp_path / "node1.json")])
+    direct = analyze([str(p) for p in paths])
+    a, b = _path(merged), _path(direct)
+    assert a.length_us == pytest.approx(b.length_us) and a.last_ranks == b.last_ranks
+    assert [(p.kind, p.name, p.rank) for p in a.parts] == [(p.kind, p.name, p.rank) for p in b.parts]
+    assert [p.us for p in a.parts] == pytest.approx([p.us for p in b.parts], abs=0.01)  # (pieces kept to 1 ns)
+
+
+HTA = ("hta", "HolisticTraceAnalysis", "tests", "data")
+PAIR = [("timeline_analysis", "sampled_rank-0.json.gz"), ("trace_filter", "sampled_rank-1.json.gz")]
+
+
+def test_job_path_real_sampled_ranks_of_a_128_rank_job_sum_to_the_job_step() -> None:
+    """Two real ranks of a 128-rank NCCL job: the job's path tiles the job's step, whose mean is the mean step of
+    the rank that ended each step last, and lies within the ranks' mean steps."""
+    report = analyze([str(shared_path(*HTA, f, n)) for f, n in PAIR])
+    cp = _path(report)
+    _sums(cp)
+    means = {t.rank: t.step_time_mean_us for t in report.traces}
+    assert cp.steps >= 1 and set(cp.last_ranks) <= set(means)
+    if len(cp.last_ranks) == 1:
+        (last,) = cp.last_ranks
+        assert cp.length_us == pytest.approx(means[last])
+    assert min(means.values()) - 1.0 <= cp.length_us <= max(means.values()) + 1.0
+    assert set(cp.ranks) <= set(means)

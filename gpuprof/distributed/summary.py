@@ -237,7 +237,7 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
     fwd, rounds = _ddp_rounds(metrics, instances)
     searches = [o for o in t.ops if o.name == UNUSED_SEARCH and _in_steps(metrics, o.ts)]
     inst_step = [metrics.step_of(i[1]) or 0 for i in instances]
-    hops = collective_hops(metrics, [(i[1], k) for i, k in zip(instances, inst_step)])
+    hops = collective_hops(metrics, [(i[1], i[2], k) for i, k in zip(instances, inst_step)])
     return RankSummary(
         version=SUMMARY_VERSION,
         path=t.path,
@@ -447,10 +447,12 @@ def _backend(t: Trace) -> str:
 
 def instances_by_type(sums: Sequence[RankSummary]) -> list[dict[int, list[int]]]:
     """Per summary, each collective type's instances in order: the *j*-th of a type matches across ranks."""
+    import numpy as np  # (a sort per rank: a thousand ranks of thousands of collectives each stay cheap)
+
     index: list[dict[int, list[int]]] = []
     for s in sums:
-        by_type: dict[int, list[int]] = {}
-        for i, t in enumerate(s.inst_type):
-            by_type.setdefault(t, []).append(i)
-        index.append(by_type)
+        types = np.asarray(s.inst_type, dtype=np.int64)
+        order = np.argsort(types, kind="stable")
+        cuts = np.flatnonzero(np.diff(types[order])) + 1
+        index.append({int(types[part[0]]): part.tolist() for part in np.split(order, cuts) if len(part)})
     return index

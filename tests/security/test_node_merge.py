@@ -9,6 +9,7 @@ real ranks of HTA's sample job, then edited the way the attacks did.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -173,6 +174,15 @@ def test_loading_a_node_report_costs_a_bounded_multiple_of_its_size(nodes: tuple
         rep = max(1, 400_000 // max(len(r["inst_type"]), 1))
         for k in [k for k in r if k.startswith("inst_") and r[k]]:  # every per-collective list, of any version
             r[k] = r[k] * rep
+        if r.get("path_seg_end"):  # the collectives' path segments too (docs/critical-path.md), with their pieces
+            steps, off = r["num_steps"], r["path_seg_off"]
+            segs = list(range(steps)) + list(range(steps, len(r["path_seg_end"]))) * rep
+            pieces = [list(range(off[k], off[k + 1])) for k in segs]
+            for k in ("path_piece_kind", "path_piece_name", "path_piece_us"):
+                r[k] = [r[k][i] for p in pieces for i in p]
+            r["path_seg_end"] = [r["path_seg_end"][k] for k in segs]
+            r["path_seg_early"] = [r["path_seg_early"][k] for k in segs]
+            r["path_seg_off"] = [0] + list(itertools.accumulate(len(p) for p in pieces))
     path = _edit(nodes[0], tmp_path / "big.json", big)
     size_mb = path.stat().st_size / 2**20
     assert size_mb > 10

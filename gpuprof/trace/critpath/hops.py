@@ -41,9 +41,9 @@ from gpuprof.trace.metrics import TraceMetrics
 __all__ = ["Hops", "collective_hops", "EARLY", "NAMED", "NOT_WALKED", "BUDGET_FACTOR"]
 
 EARLY = 4  # pieces of a segment kept in time order, from its start
-NAMED = 8  # pieces kept by name after those; the rest of each kind is one "(other)" piece
+NAMED = 6  # pieces kept by name after those; the rest of each kind is one "(other)" piece
 NOT_WALKED = -2  # a segment's end when the walk was left out (the cost budget)
-BUDGET_FACTOR = 8  # GPU events and host pieces the walks may cross, per event of the graph
+BUDGET_FACTOR = 4  # GPU events and host operators the walks may cross, per event and operator of the graph
 
 
 @dataclass
@@ -66,15 +66,16 @@ class Hops:
     step_end: list[float] = field(default_factory=list)
 
 
-def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, int]]) -> Hops:
-    """The segments of ``m``'s steps, cut at ``instances`` (``(start µs, step index)`` of each collective)."""
+def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, float, int]]) -> Hops:
+    """The segments of ``m``'s steps, cut at ``instances`` (``(start µs, duration µs, step index)`` of each
+    collective)."""
     out = Hops()
     if not m.steps:
         return out
     g = m.memo(build_graph)
     out.step_start = [a for a, _b, _h in g.steps]
     out.step_end = [b for _a, b, _h in g.steps]
-    node = _instance_nodes(g, [ts for ts, _s in instances])
+    node = _instance_nodes(g, [ts for ts, _d, _s in instances])
     out.inst_name = [int(g.g_name[i]) if i >= 0 else -1 for i in node.tolist()]
     stop = np.zeros(g.n_gpu, bool)
     stop[node[node >= 0]] = True
@@ -83,11 +84,13 @@ def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, int]]) -> 
     n_steps, n_inst = len(g.steps), len(instances)
     walks: list[_Walk | None] = [None] * (n_steps + n_inst)
     ends = [NOT_WALKED] * (n_steps + n_inst)
-    budget = BUDGET_FACTOR * (g.n_gpu + len(g.w_ts)) + 10_000
+    budget = BUDGET_FACTOR * (g.n_gpu + len(g.w_ts) + sum(len(x[0]) for x in (g.top_ops, g.other_ops))) + 10_000
     spent = 0
     todo: deque[int] = deque(range(n_steps))
     queued = set(todo)
-    rest = iter(range(n_steps, n_steps + n_inst))
+    # after the collectives the end segments reach, the shortest first: a rank's shortest collectives are
+    # those it arrived last at, where the merge goes on along its path
+    rest = iter(n_steps + i for i in sorted(range(n_inst), key=lambda i: (instances[i][1], i)))
     while spent <= budget:
         if not todo:
             nxt = next((k for k in rest if k not in queued), None)
@@ -101,18 +104,24 @@ def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, int]]) -> 
             a, b, host_end = g.steps[k]
             hit = _walk(g, a, b, host_end, w, stop)
         elif node[k - n_steps] >= 0:
-            step = min(max(instances[k - n_steps][1], 0), n_steps - 1)
+            step = min(max(instances[k - n_steps][2], 0), n_steps - 1)
             hit = _walk(g, g.steps[step][0], g.steps[step][1], g.steps[step][2], w, stop, start=int(node[k - n_steps]))
         else:
             continue  # a collective the graph does not hold (gloo's): no arrival segment
         walks[k] = w
         ends[k] = int(owner[hit]) if hit >= 0 else -1
-        spent += sum(hi - lo + 1 for lo, hi, _t, _a in w.runs) + len(w.host) + len(w.pieces)
+        spent += sum(hi - lo + 1 for lo, hi, _t, _a in w.runs) + len(w.pieces) + _host_ops(g, w)
         if ends[k] >= 0 and n_steps + ends[k] not in queued:  # the collective it reaches: walked next
             todo.append(n_steps + ends[k])
             queued.add(n_steps + ends[k])
-    _fill(out, g, walks, ends)
+    _fill(out, g, walks, ends, _Labels(g, walks))
     return out
+
+
+def _host_ops(g: StepGraph, w: _Walk) -> int:
+    """About how many operators a walk's host time crosses (what labelling it costs)."""
+    starts = g.top_ops[0]
+    return sum(int(np.searchsorted(starts, b) - np.searchsorted(starts, a)) + 1 for a, b in w.host)
 
 
 def _instance_nodes(g: StepGraph, starts: Sequence[float]) -> np.ndarray:
@@ -124,10 +133,8 @@ def _instance_nodes(g: StepGraph, starts: Sequence[float]) -> np.ndarray:
     return np.array([at.get(float(ts), -1) for ts in starts], np.int64)
 
 
-def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int]) -> None:
+def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int], labels: "_Labels") -> None:
     """Each walk's pieces, labelled and bounded, into ``out``."""
-    host_all = [iv for w in walks if w is not None for iv in w.host]
-    labels = _host_labels(g, Intervals.from_pairs(host_all)) if host_all else None
     code: dict[str, int] = {}
 
     def name_code(name: str) -> int:
@@ -140,16 +147,10 @@ def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int]) -
     out.inst_name = [name_code(g.names[i]) if i >= 0 else -1 for i in out.inst_name]
     for w, end in zip(walks, ends):
         out.seg_end.append(end)
-        pieces: list[tuple[float, float, str, str]] = []  # (start, µs, kind, name)
+        early: list[tuple[str, str, float]] = []
+        named: list[tuple[str, str, float]] = []
         if w is not None:
-            pieces += [(s, e - s, kind, name) for _lane, s, e, kind, name in w.pieces if e > s]
-            idx, s, e = _run_spans(g, w.runs)
-            for i, lo, hi in zip(idx.tolist(), s.tolist(), e.tolist()):
-                if hi > lo:
-                    pieces.append((lo, hi - lo, "copy" if g.g_kind[i] == GPU_COPY else "kernel", g.names[int(g.g_name[i])]))
-            if labels is not None:
-                pieces += _labelled(labels, w.host)
-        early, named = _bounded(pieces)
+            early, named = _bounded(*labels.pieces(g, w), labels)
         for kind, name, us in early + named:
             out.piece_kind.append(PATH_KINDS.index(kind))
             out.piece_name.append(name_code(name))
@@ -158,55 +159,70 @@ def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int]) -
         out.seg_off.append(len(out.piece_us))
 
 
-_Labels = tuple[np.ndarray, np.ndarray, list[tuple[str, str]], np.ndarray]
+class _Labels:
+    """What each piece of a walk ran, as one label number per piece: GPU events ``2 * name + copy``, then the
+    host's labels (its time split once for all walks by what ran: splitting each walk's alone would scan every
+    runtime call per walk), then the named pieces of the walks (waits, launches, idle)."""
+
+    def __init__(self, g: StepGraph, walks: list[_Walk | None]) -> None:
+        self.names: list[tuple[str, str]] = [(kind, n) for n in g.names for kind in ("kernel", "copy")]
+        host = [iv for w in walks if w is not None for iv in w.host]
+        starts, ends, lab = [np.zeros(0)], [np.zeros(0)], [np.zeros(0, np.int64)]
+        for kind, name, ivs in _host_split(g, Intervals.from_pairs(host)) if host else []:
+            starts.append(ivs.starts)
+            ends.append(ivs.ends)
+            lab.append(np.full(len(ivs.starts), len(self.names), np.int64))
+            self.names.append((kind, name))
+        s, e, c = np.concatenate(starts), np.concatenate(ends), np.concatenate(lab)
+        order = np.argsort(s, kind="stable")  # disjoint: their ends are in the same order
+        self.h_start, self.h_end, self.h_lab = s[order], e[order], c[order]
+        self._code = {kn: i for i, kn in enumerate(self.names)}
+
+    def code(self, kind: str, name: str) -> int:
+        c = self._code.get((kind, name))
+        if c is None:
+            c = self._code[(kind, name)] = len(self.names)
+            self.names.append((kind, name))
+        return c
+
+    def pieces(self, g: StepGraph, w: _Walk) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A walk's pieces as arrays: start, µs, label."""
+        idx, s, e = _run_spans(g, w.runs)
+        starts, us, lab = [s], [e - s], [g.g_name[idx] * 2 + (g.g_kind[idx] == GPU_COPY)]
+        for a, b in w.host:
+            i0 = int(np.searchsorted(self.h_end, a, side="right"))
+            i1 = int(np.searchsorted(self.h_start, b, side="left"))
+            lo, hi = np.maximum(self.h_start[i0:i1], a), np.minimum(self.h_end[i0:i1], b)
+            starts.append(lo)
+            us.append(hi - lo)
+            lab.append(self.h_lab[i0:i1])
+        if w.pieces:
+            starts.append(np.array([p[1] for p in w.pieces]))
+            us.append(np.array([p[2] - p[1] for p in w.pieces]))
+            lab.append(np.array([self.code(p[3], p[4]) for p in w.pieces], np.int64))
+        return np.concatenate(starts), np.concatenate(us), np.concatenate(lab).astype(np.int64)
 
 
-def _host_labels(g: StepGraph, host: Intervals) -> _Labels:
-    """The host time of all walks split by what ran (once: splitting each walk alone would scan every runtime
-    call per walk), as disjoint intervals by start: starts, ends, labels, label per interval."""
-    starts, ends, lab = [], [], []
-    labels: list[tuple[str, str]] = []
-    for kind, name, ivs in _host_split(g, host):
-        starts.append(ivs.starts)
-        ends.append(ivs.ends)
-        lab.append(np.full(len(ivs.starts), len(labels), np.int64))
-        labels.append((kind, name))
-    s, e, c = np.concatenate(starts), np.concatenate(ends), np.concatenate(lab)
-    order = np.argsort(s, kind="stable")
-    return s[order], e[order], labels, c[order]
-
-
-def _labelled(labels: _Labels, host: list[tuple[float, float]]) -> list[tuple[float, float, str, str]]:
-    """The labelled pieces of one walk's host intervals."""
-    starts, ends, names, lab = labels
-    out: list[tuple[float, float, str, str]] = []
-    reach = np.maximum.accumulate(ends) if len(ends) else ends
-    for a, b in host:
-        i0 = int(np.searchsorted(reach, a, side="right"))
-        i1 = int(np.searchsorted(starts, b, side="left"))
-        for i in range(i0, i1):
-            lo, hi = max(a, float(starts[i])), min(b, float(ends[i]))
-            if hi > lo:
-                kind, name = names[int(lab[i])]
-                out.append((lo, hi - lo, kind, name))
-    return out
-
-
-def _bounded(pieces: list[tuple[float, float, str, str]]) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, float]]]:
+def _bounded(start: np.ndarray, us: np.ndarray, lab: np.ndarray,
+             labels: _Labels) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, float]]]:
     """A segment's pieces: the first :data:`EARLY` runs (one kind and name) in time order, then the rest by name,
     the :data:`NAMED` largest, the rest of each kind as ``(other)``."""
-    runs: list[tuple[str, str, float]] = []
-    for _s, us, kind, name in sorted(pieces):
-        if runs and runs[-1][0] == kind and runs[-1][1] == name:
-            runs[-1] = (kind, name, runs[-1][2] + us)
-        else:
-            runs.append((kind, name, us))
-    total: dict[tuple[str, str], float] = defaultdict(float)
-    for kind, name, us in runs[EARLY:]:
-        total[(kind, name)] += us
-    ranked = sorted(total.items(), key=lambda kv: -kv[1])
-    named = [(k, n, u) for (k, n), u in ranked[:NAMED]]
+    keep = us > 0
+    order = np.argsort(start[keep], kind="stable")
+    us, lab = us[keep][order], lab[keep][order]
+    if not len(us):
+        return [], []
+    firsts = np.flatnonzero(np.concatenate(([True], lab[1:] != lab[:-1])))  # where each run of one label starts
+    sums = np.add.reduceat(us, firsts)
+    early = [(*labels.names[int(lab[i])], float(u)) for i, u in zip(firsts[:EARLY].tolist(), sums[:EARLY].tolist())]
+    if len(firsts) <= EARLY:
+        return early, []
+    rest_lab, rest_us = lab[firsts[EARLY]:], us[firsts[EARLY]:]
+    uniq, inv = np.unique(rest_lab, return_inverse=True)
+    total = np.bincount(inv, weights=rest_us)
+    ranked = np.argsort(-total, kind="stable")
+    named = [(*labels.names[int(uniq[i])], float(total[i])) for i in ranked[:NAMED].tolist()]
     other: dict[str, float] = defaultdict(float)
-    for (k, _n), u in ranked[NAMED:]:
-        other[k] += u
-    return runs[:EARLY], named + [(k, "(other)", u) for k, u in other.items()]
+    for i in ranked[NAMED:].tolist():
+        other[labels.names[int(uniq[i])][0]] += float(total[i])
+    return early, named + [(k, "(other)", u) for k, u in other.items()]

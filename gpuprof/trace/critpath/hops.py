@@ -21,8 +21,9 @@ thousand ranks stay cheap to merge.
 Cost: one walk per step and per collective, each crossing a few graph hops; the GPU events and host
 pieces the walks cross are counted, and once they pass :data:`BUDGET_FACTOR` times the graph's size
 (walks from collectives that share a long stretch of the step cross it again each) the collectives left
-get no segment (``-2``: the merge says so) rather than slow ``analyze``. The end segments, and the
-collectives they reach first, are walked before the others.
+get no segment (``-2``: the merge says so) rather than slow ``analyze``. The end segments are always
+walked (one walk per step, as the per-trace path); the collectives they reach are walked first, then the
+others, the shortest first.
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ from gpuprof.trace.critpath.path import PATH_KINDS, _host_split, _label, _run_sp
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 
-__all__ = ["Hops", "collective_hops", "EARLY", "NAMED", "NOT_WALKED", "BUDGET_FACTOR"]
+__all__ = ["Hops", "collective_hops", "EARLY", "NAMED", "NOT_WALKED", "BUDGET_FACTOR", "BUDGET_MIN"]
 
 EARLY = 4  # pieces of a segment kept in time order, from its start
 NAMED = 6  # pieces kept by name after those; the rest of each kind is one "(other)" piece
 NOT_WALKED = -2  # a segment's end when the walk was left out (the cost budget)
 BUDGET_FACTOR = 4  # GPU events and host operators the walks may cross, per event and operator of the graph
+BUDGET_MIN = 10_000  # ... and at least this many
 
 
 @dataclass
@@ -84,14 +86,16 @@ def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, float, int
     n_steps, n_inst = len(g.steps), len(instances)
     walks: list[_Walk | None] = [None] * (n_steps + n_inst)
     ends = [NOT_WALKED] * (n_steps + n_inst)
-    budget = BUDGET_FACTOR * (g.n_gpu + len(g.w_ts) + sum(len(x[0]) for x in (g.top_ops, g.other_ops))) + 10_000
+    budget = BUDGET_FACTOR * (g.n_gpu + len(g.w_ts) + sum(len(x[0]) for x in (g.top_ops, g.other_ops))) + BUDGET_MIN
     spent = 0
     todo: deque[int] = deque(range(n_steps))
     queued = set(todo)
     # after the collectives the end segments reach, the shortest first: a rank's shortest collectives are
     # those it arrived last at, where the merge goes on along its path
     rest = iter(n_steps + i for i in sorted(range(n_inst), key=lambda i: (instances[i][1], i)))
-    while spent <= budget:
+    while todo or spent <= budget:  # (every end segment: one walk per step, as the per-trace path)
+        if todo and todo[0] >= n_steps and spent > budget:
+            break
         if not todo:
             nxt = next((k for k in rest if k not in queued), None)
             if nxt is None:

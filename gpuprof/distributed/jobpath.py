@@ -154,6 +154,7 @@ def _walk(step: int, last: int, span: float, ranks: Sequence[int], sums: Sequenc
     cur, seg = last, step
     chain: list[list[_Piece]] = []  # per hop, its pieces with the earliest first; the path runs back in time
     guard = sum(len(s.inst_type) for s in sums) + 2
+    unresolved = True  # until the walk reaches a step's start
     while guard > 0:
         guard -= 1
         s = sums[cur]
@@ -161,8 +162,7 @@ def _walk(step: int, last: int, span: float, ranks: Sequence[int], sums: Sequenc
         chain.append([(k, nm, ranks[cur], us) for k, nm, us in early + named])
         end = s.path_seg_end[seg]
         if end < 0:
-            if end == NOT_WALKED:
-                chain.append([("idle", UNRESOLVED, ranks[cur], 0.0)])
+            unresolved = end == NOT_WALKED
             break
         t, j = s.inst_type[end], int(pos[cur][end])
         d = dur.get(t)
@@ -183,10 +183,18 @@ def _walk(step: int, last: int, span: float, ranks: Sequence[int], sums: Sequenc
         cur, seg = nxt, sums[nxt].num_steps + i
     pieces = [p for hop in reversed(chain) for p in hop]  # the earliest first
     gap = span - sum(p[3] for p in pieces)
-    if gap > max(NOISE_US, 1e-6 * span) and ranks[cur] != ranks[last]:
+    if pieces and abs(gap) <= 5e-4 * len(pieces):  # the pieces' rounding (to 1 ns each): on the largest
+        top = max(range(len(pieces)), key=lambda i: pieces[i][3])
+        kind, name, rank, us = pieces[top]
+        pieces[top] = (kind, name, rank, us + gap)
+        return pieces
+    jumped = any(p[2] != ranks[last] for p in pieces)
+    if gap > 0 and (unresolved or (cur == last and gap > NOISE_US) or not jumped):
+        pieces.insert(0, ("idle", UNRESOLVED, ranks[cur], gap))  # a segment left out, the guard: said, never hidden
+    elif gap > NOISE_US and cur != last:
         pieces.insert(0, ("rank_wait", f"rank {ranks[cur]} entered the step late", ranks[cur], gap))
     elif gap > 0:
-        pieces.insert(0, ("idle", _BETWEEN if cur != last else UNRESOLVED, ranks[cur], gap))
+        pieces.insert(0, ("idle", _BETWEEN, ranks[cur], gap))
     else:
         pieces = _clip(pieces, -gap)
     return pieces

@@ -105,6 +105,22 @@ def test_real_ddp_straggler_is_named_with_its_cause_and_the_others_wait(ddp_runs
     assert "GP705" in codes and "4.0 times per step" in codes["GP705"]["message"]  # find_unused_parameters=True
 
 
+@pytest.mark.slow  # trains the real 2-rank DDP job (the ddp_runs fixture), as its neighbours
+def test_real_ddp_job_critical_path_sums_to_the_job_step(ddp_runs: dict[str, Path]) -> None:
+    """gloo's collectives run on its own threads, outside the step graph: the ranks' paths are not cut at them,
+    and the job's path is the own path of the rank that ended each step last (docs/critical-path.md)."""
+    report = _cli_json(ddp_runs["bad"])
+    sec = _section(report)
+    cp = sec["critical_path"]
+    assert cp is not None and cp["steps"] >= 3
+    assert sum(p["us"] for p in cp["parts"]) == pytest.approx(cp["length_us"], abs=1e-3)
+    means = [t["step_time_mean_us"] for t in report["traces"]]
+    assert min(means) - 1.0 <= cp["length_us"] <= max(means) + 1.0
+    assert sum(e["steps"] for e in cp["ended_last"]) == cp["steps"]
+    assert all(p["kind"] != "rank_wait" for p in cp["parts"])  # nothing to join, nothing unexplained
+    assert len({p["rank"] for p in cp["parts"] if p["rank"] is not None}) == len(cp["ended_last"])
+
+
 @pytest.mark.slow
 def test_real_ddp_per_trace_communication_is_the_cross_rank_exposed_communication(ddp_runs: dict[str, Path]) -> None:
     # one source of numbers: the per-trace summary's Communication (a CPU gloo run) is the cross-rank table's

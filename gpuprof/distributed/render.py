@@ -70,9 +70,10 @@ def _path_rows(d: dict[str, Any]) -> list[list[str]]:
 
 def _path_title(d: dict[str, Any]) -> str:
     cp = d["critical_path"]
-    ranks = ", ".join(f"{r['rank']} {fmt_us(r['us'])}" for r in cp["ranks"][:4])
-    return (f"job critical path: {fmt_us(cp['length_us'])} per step over {cp['steps']} steps, across ranks "
-            "(the ranks' paths joined at their collectives); time on it by rank: " + ranks)
+    ranks = ", ".join(f"rank {r['rank']} {fmt_us(r['us'])}" for r in cp["ranks"][:4])
+    more = f", {len(cp['ranks']) - 4} more ranks" if len(cp["ranks"]) > 4 else ""
+    return (f"{fmt_us(cp['length_us'])} per step over {cp['steps']} steps (the ranks' paths joined at their "
+            f"collectives); time on it: {ranks}{more}")
 
 
 def _headline(d: dict[str, Any]) -> str:
@@ -107,7 +108,7 @@ def cross_rank_terminal(console: Any, section: Any) -> None:
     if _arrival_rows(d):
         table("arrival order: who the others waited for, by collective in the step", _ARR_HEAD, _arrival_rows(d))
     if _path_rows(d):
-        table(clip(_path_title(d)), _PATH_HEAD, [[clip(c) for c in r] for r in _path_rows(d)])
+        table("job critical path: " + _path_title(d), _PATH_HEAD, _path_rows(d))
     for n in d["notes"]:
         for line in wrap_text("note: " + clip(n), console.width):
             console.print(Text(line, style="dim"), no_wrap=True, crop=False)
@@ -129,7 +130,7 @@ def cross_rank_markdown(section: Any) -> str:
         parts += ["**Arrival order** (who the others waited for, by collective in the step)",
                   _md_table(_ARR_HEAD, _arrival_rows(d))]
     if _path_rows(d):
-        parts += [f"**Job critical path** ({md_escape(_path_title(d).split(': ', 1)[1])})",
+        parts += [f"**Job critical path**: {md_escape(_path_title(d))}",
                   _md_table(_PATH_HEAD, _path_rows(d))]
     parts += [f"_note: {md_escape(clip(n))}_" for n in d["notes"]]
     return "\n\n".join(parts) + "\n"

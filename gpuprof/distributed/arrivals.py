@@ -118,8 +118,10 @@ class Arrivals:
         }
 
 
-def arrivals(ranks: Sequence[int], sums: Sequence[RankSummary], step_us: float, min_wait_share: float) -> Arrivals:
-    """The arrival analysis of the matched collectives of a job's ranks (``sums`` in the order of ``ranks``)."""
+def arrivals(ranks: Sequence[int], sums: Sequence[RankSummary], step_us: float, min_wait_share: float,
+             index: list[dict[int, list[int]]] | None = None) -> Arrivals:
+    """The arrival analysis of the matched collectives of a job's ranks (``sums`` in the order of ``ranks``;
+    ``index``: their :func:`instances_by_type`, when the caller has it)."""
     out = Arrivals()
     n = len(sums)
     steps = min((s.num_steps for s in sums), default=0)
@@ -129,7 +131,7 @@ def arrivals(ranks: Sequence[int], sums: Sequence[RankSummary], step_us: float, 
     if n < 2 or steps == 0:
         return out
     has_gaps = all(len(s.inst_gap) == len(s.inst_type) for s in sums)
-    index = instances_by_type(sums)
+    index = instances_by_type(sums) if index is None else index
     in_step = np.zeros((n, steps))
     before = np.zeros((n, steps))
     phase = np.zeros((n, len(PHASE_KEYS)))

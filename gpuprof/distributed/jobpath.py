@@ -85,24 +85,22 @@ def _has_path(s: RankSummary) -> bool:
     return s.num_steps > 0 and len(s.path_seg_end) == s.num_steps + len(s.inst_type) and len(s.path_step_end) == s.num_steps
 
 
-def job_path(ranks: Sequence[int], sums: Sequence[RankSummary]) -> JobPath | None:
-    """The job's critical path of the ranks' summaries (``sums`` in the order of ``ranks``); None when a
-    summary carries no segments (an older gpuprof's) or a rank has no step."""
+def job_path(ranks: Sequence[int], sums: Sequence[RankSummary],
+             index: list[dict[int, list[int]]] | None = None) -> JobPath | None:
+    """The job's critical path of the ranks' summaries (``sums`` in the order of ``ranks``; ``index``: their
+    :func:`instances_by_type`, when the caller has it); None when a summary carries no segments (an older
+    gpuprof's) or a rank has no step."""
     n = len(sums)
     if n < 2 or not all(_has_path(s) for s in sums):
         return None
     steps = min(s.num_steps for s in sums)
-    index = instances_by_type(sums)
+    index = instances_by_type(sums) if index is None else index
     matched = {t: min(len(ix.get(t, ())) for ix in index) for t in {t for ix in index for t in ix}}
     # per type, ranks x matched instances: the instance index and its duration on each rank
     idx = {t: np.array([ix[t][:m] for ix in index], np.int64) for t, m in matched.items() if m}
     dur = {t: np.vstack([np.asarray(s.inst_dur, np.float64)[i] for s, i in zip(sums, idx[t])]) for t in idx}
-    pos = []  # per rank, each instance's position among its type's
-    for ix, s in zip(index, sums):
-        p = np.zeros(len(s.inst_type), np.int64)
-        for lst in ix.values():
-            p[lst] = np.arange(len(lst))
-        pos.append(p)
+    pos = _Positions(index, sums)
+    guard = max(len(s.inst_type) for s in sums) + 2  # a hop per collective, each earlier than the last
     total: dict[tuple[str, str, int], float] = defaultdict(float)
     out = JobPath(steps=steps)
     length = 0.0
@@ -111,13 +109,29 @@ def job_path(ranks: Sequence[int], sums: Sequence[RankSummary]) -> JobPath | Non
         out.last_ranks[ranks[last]] = out.last_ranks.get(ranks[last], 0) + 1
         span = sums[last].path_step_end[step] - sums[last].path_step_start[step]
         length += span
-        for kind, name, k, us in _walk(step, last, span, ranks, sums, idx, dur, pos):
+        for kind, name, k, us in _walk(step, last, span, ranks, sums, idx, dur, pos, guard):
             total[(kind, name, k)] += us
     out.length_us = length / steps
     for (_kind, _name, k), us in total.items():
         out.ranks[k] = out.ranks.get(k, 0.0) + us / steps
     out.parts = _top(total, steps)
     return out
+
+
+class _Positions:
+    """Each instance's position among its type's on its rank, made for a rank when the path first reaches it."""
+
+    def __init__(self, index: list[dict[int, list[int]]], sums: Sequence[RankSummary]) -> None:
+        self._index, self._sums = index, sums
+        self._pos: dict[int, np.ndarray] = {}
+
+    def of(self, rank: int, i: int) -> int:
+        p = self._pos.get(rank)
+        if p is None:
+            p = self._pos[rank] = np.zeros(len(self._sums[rank].inst_type), np.int64)
+            for lst in self._index[rank].values():
+                p[lst] = np.arange(len(lst))
+        return int(p[i])
 
 
 def _ends_last(step: int, sums: Sequence[RankSummary], index: list[dict[int, list[int]]],
@@ -149,11 +163,10 @@ def _segment(s: RankSummary, seg: int) -> tuple[list[tuple[str, str, float]], li
 
 
 def _walk(step: int, last: int, span: float, ranks: Sequence[int], sums: Sequence[RankSummary],
-          idx: dict[int, np.ndarray], dur: dict[int, np.ndarray], pos: list[np.ndarray]) -> list[_Piece]:
+          idx: dict[int, np.ndarray], dur: dict[int, np.ndarray], pos: "_Positions", guard: int) -> list[_Piece]:
     """The pieces of one step's job path (see the module docstring), adding up to ``span``."""
     cur, seg = last, step
     chain: list[list[_Piece]] = []  # per hop, its pieces with the earliest first; the path runs back in time
-    guard = sum(len(s.inst_type) for s in sums) + 2
     unresolved = True  # until the walk reaches a step's start
     while guard > 0:
         guard -= 1
@@ -164,7 +177,7 @@ def _walk(step: int, last: int, span: float, ranks: Sequence[int], sums: Sequenc
         if end < 0:
             unresolved = end == NOT_WALKED
             break
-        t, j = s.inst_type[end], int(pos[cur][end])
+        t, j = s.inst_type[end], pos.of(cur, end)
         d = dur.get(t)
         if d is None or j >= d.shape[1]:  # not matched on every rank: the rank's own collective, and on along it
             chain.append([("kernel", _name(s, end), ranks[cur], s.inst_dur[end])])

@@ -45,7 +45,7 @@ import numpy as np
 
 from gpuprof.distributed.arrivals import Arrivals, arrivals
 from gpuprof.distributed.jobpath import JobPath, job_path
-from gpuprof.distributed.summary import RankSummary
+from gpuprof.distributed.summary import RankSummary, instances_by_type
 from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.collectives import COLLECTIVE_TYPES, bus_factor
 
@@ -217,10 +217,11 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
     out = CrossRank(world_size=world, backend="/".join(backends), ranks=rows,
                     collectives=_collective_rows(sums, min_durs, small_bytes, world or len(sums)), matched=matched,
                     notes=notes, summaries=list(sums))
-    out.arrivals = arrivals(ranks, sums, out.step_us, straggler_min_share)
+    index = instances_by_type(sums)  # (once: the arrivals and the job's critical path both match by it)
+    out.arrivals = arrivals(ranks, sums, out.step_us, straggler_min_share, index)
     _stragglers(out)
     out.exposed_transfer_us = _exposed_transfer(sums, min_durs, out.step_us)
-    out.critical_path = job_path(ranks, sums)
+    out.critical_path = job_path(ranks, sums, index)
     if out.critical_path is None and any(s.num_steps and not s.path_seg_end for s in sums):
         out.notes.append("no job critical path: some rank summaries carry no critical-path segments (written by an "
                          "older gpuprof); analyse those ranks' traces again")

@@ -447,10 +447,16 @@ def _backend(t: Trace) -> str:
 
 def instances_by_type(sums: Sequence[RankSummary]) -> list[dict[int, list[int]]]:
     """Per summary, each collective type's instances in order: the *j*-th of a type matches across ranks."""
-    import numpy as np  # (a sort per rank: a thousand ranks of thousands of collectives each stay cheap)
+    import numpy as np  # a sort per rank with many collectives (a Python loop over millions costs seconds)
 
     index: list[dict[int, list[int]]] = []
     for s in sums:
+        if len(s.inst_type) < 256:  # (numpy's calls cost more than the loop on a few)
+            by_type: dict[int, list[int]] = {}
+            for i, t in enumerate(s.inst_type):
+                by_type.setdefault(t, []).append(i)
+            index.append(by_type)
+            continue
         types = np.asarray(s.inst_type, dtype=np.int64)
         order = np.argsort(types, kind="stable")
         cuts = np.flatnonzero(np.diff(types[order])) + 1

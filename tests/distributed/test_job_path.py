@@ -256,3 +256,30 @@ def test_job_path_real_sampled_ranks_of_a_128_rank_job_sum_to_the_job_step() -> 
         assert cp.length_us == pytest.approx(means[last])
     assert min(means.values()) - 1.0 <= cp.length_us <= max(means.values()) + 1.0
     assert set(cp.ranks) <= set(means)
+
+
+def test_job_path_real_trace_copies_on_skewed_clocks_follow_the_trace_own_path(tmp_path: Path) -> None:
+    """The real 2-rank A100 NCCL trace as two identical ranks, the second on a clock 1,000 s ahead: no rank waits
+    for the other, so the job's path is the trace's own path, whatever the clocks say."""
+    import gzip
+    import json
+
+    src = shared_path(*HTA, "nccl_parser_config", "nccl_data.json.gz")
+    paths = []
+    for rank, shift in ((0, 0.0), (1, 1e9)):
+        d = json.loads(gzip.open(src).read())
+        d["distributedInfo"] = {**d.get("distributedInfo", {}), "rank": rank, "world_size": 2}
+        for e in d["traceEvents"]:
+            if isinstance(e.get("ts"), (int, float)):
+                e["ts"] += shift
+        paths.append(tmp_path / f"rank{rank}.json")
+        paths[-1].write_text(json.dumps(d))
+    report = analyze([str(p) for p in paths])
+    cp = _path(report)
+    _sums(cp)
+    own = next(t for t in report.traces if t.rank == 0).critical_path
+    assert own is not None and cp.length_us == pytest.approx(own.length_us)
+    assert set(cp.ranks) == {0} and cp.last_ranks == {0: cp.steps}  # ties go to the first rank
+    mine = {(p.kind, p.name): p.us for p in cp.parts}
+    for p in own.parts[:8]:  # the largest: named in every step's segment, whole
+        assert mine[(p.kind, p.name)] == pytest.approx(p.us, abs=0.01)

@@ -111,7 +111,8 @@ def test_many_distinct_names_keep_the_summary_and_the_path_bounded(tmp_path: Pat
     for s in sec.summaries:  # per segment at most the early pieces, the named ones and one "(other)" per kind
         segs = len(s.path_seg_end)
         assert segs == s.num_steps + len(s.inst_type)
-        assert len(s.path_piece_us) <= segs * (hops.EARLY + hops.NAMED + len(PATH_KINDS))
+        assert len(s.path_piece_us) <= (s.num_steps * (hops.EARLY + MAX_PARTS + len(PATH_KINDS))
+                                        + len(s.inst_type) * (hops.EARLY + hops.NAMED + len(PATH_KINDS)))
         assert len(s.path_names) <= len(s.path_piece_us) + len(s.inst_type)
 
 

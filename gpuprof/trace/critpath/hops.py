@@ -35,14 +35,14 @@ from typing import Sequence
 import numpy as np
 
 from gpuprof.trace.critpath.graph import GPU_COMM, GPU_COPY, StepGraph, build_graph
-from gpuprof.trace.critpath.path import PATH_KINDS, _host_split, _label, _run_spans, _Walk, _walk
+from gpuprof.trace.critpath.path import MAX_PARTS, PATH_KINDS, _host_split, _label, _run_spans, _Walk, _walk
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 
 __all__ = ["Hops", "collective_hops", "EARLY", "NAMED", "NOT_WALKED", "BUDGET_FACTOR", "BUDGET_MIN"]
 
 EARLY = 4  # pieces of a segment kept in time order, from its start
-NAMED = 6  # pieces kept by name after those; the rest of each kind is one "(other)" piece
+NAMED = 6  # pieces kept by name after those (an end segment: MAX_PARTS); the rest of each kind is one "(other)"
 NOT_WALKED = -2  # a segment's end when the walk was left out (the cost budget)
 BUDGET_FACTOR = 4  # GPU events and host operators the walks may cross, per event and operator of the graph
 BUDGET_MIN = 10_000  # ... and at least this many
@@ -149,12 +149,14 @@ def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int], l
         return c
 
     out.inst_name = [name_code(g.names[i]) if i >= 0 else -1 for i in out.inst_name]
-    for w, end in zip(walks, ends):
+    for k, (w, end) in enumerate(zip(walks, ends)):
         out.seg_end.append(end)
         early: list[tuple[str, str, float]] = []
         named: list[tuple[str, str, float]] = []
         if w is not None:
-            early, named = _bounded(*labels.pieces(g, w), labels)
+            # an end segment is often the whole step's path (nothing reached a collective): named as the
+            # per-trace path (its largest MAX_PARTS); a step has one, so that costs little
+            early, named = _bounded(*labels.pieces(g, w), labels, MAX_PARTS if k < len(out.step_end) else NAMED)
         for kind, name, us in early + named:
             out.piece_kind.append(PATH_KINDS.index(kind))
             out.piece_name.append(name_code(name))
@@ -207,10 +209,10 @@ class _Labels:
         return np.concatenate(starts), np.concatenate(us), np.concatenate(lab).astype(np.int64)
 
 
-def _bounded(start: np.ndarray, us: np.ndarray, lab: np.ndarray,
-             labels: _Labels) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, float]]]:
+def _bounded(start: np.ndarray, us: np.ndarray, lab: np.ndarray, labels: _Labels,
+             top: int) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, float]]]:
     """A segment's pieces: the first :data:`EARLY` runs (one kind and name) in time order, then the rest by name,
-    the :data:`NAMED` largest, the rest of each kind as ``(other)``."""
+    the ``top`` largest, the rest of each kind as ``(other)``."""
     keep = us > 0
     order = np.argsort(start[keep], kind="stable")
     us, lab = us[keep][order], lab[keep][order]
@@ -225,8 +227,8 @@ def _bounded(start: np.ndarray, us: np.ndarray, lab: np.ndarray,
     uniq, inv = np.unique(rest_lab, return_inverse=True)
     total = np.bincount(inv, weights=rest_us)
     ranked = np.argsort(-total, kind="stable")
-    named = [(*labels.names[int(uniq[i])], float(total[i])) for i in ranked[:NAMED].tolist()]
+    named = [(*labels.names[int(uniq[i])], float(total[i])) for i in ranked[:top].tolist()]
     other: dict[str, float] = defaultdict(float)
-    for i in ranked[NAMED:].tolist():
+    for i in ranked[top:].tolist():
         other[labels.names[int(uniq[i])][0]] += float(total[i])
     return early, named + [(k, "(other)", u) for k, u in other.items()]

@@ -141,7 +141,7 @@ def _ends_last(step: int, sums: Sequence[RankSummary], index: list[dict[int, lis
     s0 = sums[0]
     best: tuple[float, int, int] | None = None  # (end, type, j) on the first rank
     for t, m in matched.items():
-        for j, i in enumerate(index[0][t][:m]):
+        for j, i in enumerate(index[0].get(t, [])[:m]):  # (a type some rank lacks is matched 0 times)
             if s0.inst_step[i] == step:
                 end = s0.inst_start[i] + s0.inst_dur[i]
                 if best is None or end > best[0]:

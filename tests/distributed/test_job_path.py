@@ -35,6 +35,7 @@ class Rank:
     sleep_us: float = 0.0  # unrecorded host time before the all-reduce (a planted late rank)
     before_step_us: float = 0.0  # unrecorded host time before each step begins (enters the step late)
     tail_us: float = 0.0  # an operator after the all-reduce's sync (ends the step later)
+    broadcast_us: float = 0.0  # a broadcast after the all-reduce that no other rank runs (matched on no rank)
     events: list[dict[str, Any]] = field(default_factory=list)  # per step: marker, all-reduce
 
 
@@ -46,6 +47,8 @@ def _step(tb: TraceBuilder, r: Rank, ar_us: float) -> tuple[dict[str, Any], dict
         if r.sleep_us:
             tb.idle(us=r.sleep_us)
         ar = tb.nccl(us=ar_us, wait_for_compute=True)
+        if r.broadcast_us:
+            tb.nccl("Broadcast", us=r.broadcast_us, wait_for_compute=False)
         tb.device_synchronize()
         if r.tail_us:
             tb.cpu(us=r.tail_us, name="aten::tail_op")
@@ -155,6 +158,20 @@ def test_job_path_bad_three_ranks_the_last_to_end_and_the_last_to_arrive(tmp_pat
     assert cp.ranks[1] == pytest.approx(_tail(r1), abs=0.01)
     assert 0 not in cp.ranks  # rank 0 neither ended last nor arrived last
     assert cp.length_us == pytest.approx(_step_mean(r1))
+    assert not [p for p in cp.parts if p.kind == "rank_wait"]
+
+
+def test_job_path_bad_an_unmatched_collective_stays_on_its_rank(tmp_path: Path) -> None:
+    """Rank 1 broadcasts 500 µs after the all-reduce, alone (no other rank has a broadcast to match): it ends the
+    steps last, the broadcast is its own time on the path, and the path goes on from the all-reduce it queued
+    behind, to rank 2, the last to arrive there."""
+    ranks = [Rank(), Rank(broadcast_us=500.0), Rank(sleep_us=7_000.0)]
+    cp = _path(analyze([str(p) for p in _job(tmp_path, ranks)]))
+    _sums(cp)
+    assert cp.last_ranks == {1: 3}
+    assert _on(cp, "kernel", nccl_kernel("Broadcast", "float"), 1) == pytest.approx(500.0)
+    assert _on(cp, "kernel", AR, 2) == pytest.approx(TRANSFER_US)
+    assert cp.ranks[1] == pytest.approx(_tail(ranks[1]), abs=0.01)  # the broadcast and the sync after it
     assert not [p for p in cp.parts if p.kind == "rank_wait"]
 
 

@@ -196,9 +196,9 @@ def _walk(step: int, last: int, span: float, ranks: Sequence[int], sums: Sequenc
         cur, seg = nxt, sums[nxt].num_steps + i
     pieces = [p for hop in reversed(chain) for p in hop]  # the earliest first
     gap = span - sum(p[3] for p in pieces)
-    if pieces and abs(gap) <= 5e-4 * len(pieces):  # the pieces' rounding (to 1 ns each): on the largest
-        top = max(range(len(pieces)), key=lambda i: pieces[i][3])
-        kind, name, rank, us = pieces[top]
+    top = max(range(len(pieces)), key=lambda i: pieces[i][3], default=-1)
+    if top >= 0 and abs(gap) <= 5e-4 * len(pieces) and pieces[top][3] + gap > 0:  # the pieces' rounding (to 1 ns
+        kind, name, rank, us = pieces[top]  # each): on the largest
         pieces[top] = (kind, name, rank, us + gap)
         return pieces
     jumped = any(p[2] != ranks[last] for p in pieces)
@@ -232,7 +232,7 @@ def _clip(pieces: list[_Piece], extra: float) -> list[_Piece]:
 def _top(total: dict[tuple[str, str, int], float], steps: int) -> list[JobPart]:
     """The parts, largest first: the ``MAX_PARTS`` largest by kind, name and rank, the rest of each kind as
     ``(other)`` (as the per-trace path)."""
-    ranked = sorted(((us / steps, kind, name, rank) for (kind, name, rank), us in total.items() if us > 0),
+    ranked = sorted(((us / steps, kind, name, rank) for (kind, name, rank), us in total.items() if us / steps > 0),
                     key=lambda x: (-x[0], x[1], x[2], x[3]))
     parts = [JobPart(kind, name, rank, us) for us, kind, name, rank in ranked[:MAX_PARTS]]
     rest: dict[str, float] = defaultdict(float)

@@ -21,6 +21,7 @@ from gpuprof.distributed.merge import CrossRank
 from gpuprof.report import Report
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.testing.tracegen import TraceBuilder, nccl_kernel
+from gpuprof.trace.critpath.path import PATH_KINDS
 
 TRANSFER_US = 1_000.0
 GEMM_US = 5_000.0
@@ -300,3 +301,68 @@ def test_job_path_real_trace_copies_on_skewed_clocks_follow_the_trace_own_path(t
     mine = {(p.kind, p.name): p.us for p in cp.parts}
     for p in own.parts[:8]:  # the largest: named in every step's segment, whole
         assert mine[(p.kind, p.name)] == pytest.approx(p.us, abs=0.01)
+
+
+def _random_job(data: Any, n_ranks: int, steps: int, per_step: int) -> list[Any]:
+    """Rank summaries with arbitrary (valid) path segments and collective durations."""
+    import hypothesis.strategies as st
+
+    from gpuprof.distributed.jobpath import path_problem
+    from gpuprof.distributed.summary import RankSummary
+
+    us = st.floats(0.0, 5_000.0, allow_nan=False)
+    out = []
+    for k in range(n_ranks):
+        n = steps * per_step
+        starts = [s * 100_000.0 + 1e9 * k for s in range(steps)]
+        ends = [a + data.draw(st.floats(1_000.0, 90_000.0)) for a in starts]
+        inst_start = [starts[i // per_step] + 10.0 * (i % per_step) for i in range(n)]
+        seg_end, off, kinds, names, pieces, early = [], [0], [], [], [], []
+        for seg in range(steps + n):
+            # a segment reaches an earlier collective of its step, its step's start, or was not walked
+            step = seg if seg < steps else (seg - steps) // per_step
+            first = step * per_step
+            limit = per_step if seg < steps else (seg - steps) - first
+            choices = [-1, -2] + [first + j for j in range(max(limit, 0))]
+            seg_end.append(data.draw(st.sampled_from(choices)))
+            m = data.draw(st.integers(0, 5))
+            kinds += data.draw(st.lists(st.integers(0, len(PATH_KINDS) - 1), min_size=m, max_size=m))
+            names += [0] * m
+            pieces += data.draw(st.lists(us, min_size=m, max_size=m))
+            early.append(data.draw(st.integers(0, m)))
+            off.append(off[-1] + m)
+        s = RankSummary(
+            version=1, path=f"rank{k}", rank=k, world_size=n_ranks, backend="nccl", device="GPU", num_steps=steps,
+            step_us=1.0, step_mean_us=1.0, compute_us=0.0, comm_us=0.0, exposed_comm_us=0.0, data_loading_us=0.0,
+            host_us=0.0, sync_us=0.0, unrecorded_us=0.0, collectives=[], inst_type=[0] * n,
+            inst_dur=data.draw(st.lists(us, min_size=n, max_size=n)), inst_bytes=[-1] * n, inst_group=[-1] * n,
+            inst_step=[i // per_step for i in range(n)], inst_start=inst_start, ddp_forwards=0, ddp_sync_rounds=0,
+            optimizer_steps=0, inst_path_name=[0] * n, path_names=["x"], path_step_start=starts, path_step_end=ends,
+            path_seg_end=seg_end, path_seg_off=off, path_seg_early=early, path_piece_kind=kinds,
+            path_piece_name=names, path_piece_us=pieces)
+        assert path_problem(s) is None
+        out.append(s)
+    return out
+
+
+def test_job_path_any_valid_segments_add_up_and_never_crash() -> None:
+    """Property: whatever the segments and durations (valid per path_problem), the parts of the job's path add up
+    to its length, none negative, every kind known, and every rank on it is one of the job's."""
+    import hypothesis.strategies as st
+    from hypothesis import HealthCheck, given, settings
+
+    from gpuprof.distributed.jobpath import job_path
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data(), st.integers(2, 5), st.integers(1, 3), st.integers(0, 4))
+    def check(data: Any, n_ranks: int, steps: int, per_step: int) -> None:
+        sums = _random_job(data, n_ranks, steps, per_step)
+        cp = job_path(list(range(n_ranks)), sums)
+        assert cp is not None
+        assert sum(p.us for p in cp.parts) == pytest.approx(cp.length_us, rel=1e-9, abs=1e-6)
+        assert all(p.us > 0 for p in cp.parts) and {p.kind for p in cp.parts} <= set(JOB_KINDS)
+        assert set(cp.ranks) <= set(range(n_ranks))
+        spans = [[s.path_step_end[i] - s.path_step_start[i] for s in sums] for i in range(steps)]
+        assert min(map(min, spans)) - 1e-6 <= cp.length_us <= max(map(max, spans)) + 1e-6
+
+    check()

@@ -154,8 +154,8 @@ def with_what_if(m: TraceMetrics, findings: Iterable[Finding]) -> list[Finding]:
             out.append(f)
             continue
         if action is None or not m.steps:
-            note = NOTE_CROSS_RANK if f.code.startswith(CROSS_RANK) else NOTE_NOT_REPLAYED
-            out.append(dataclasses.replace(f, what_if_note=note))
+            out.append(dataclasses.replace(
+                f, what_if_note=NOTE_CROSS_RANK if f.code.startswith(CROSS_RANK) else NOTE_NOT_REPLAYED))
             continue
         g = m.memo(build_graph)
         if replayer is None:
@@ -166,7 +166,8 @@ def with_what_if(m: TraceMetrics, findings: Iterable[Finding]) -> list[Finding]:
             rm = dataclasses.replace(rm, cut_host=rm.cut_host.subtract(startup))
         saving = replay_saving(replayer, rm)
         note = margin_note(f.cost_us_per_step, saving, m.mean_step_time)
-        if note == NOTE_HIDDEN and rm.cut_host and _elsewhere_us(g, f, m) > MARGIN_STEP_SHARE * m.mean_step_time:
+        if note == NOTE_HIDDEN and action[1] is _runtime_calls \
+                and _elsewhere_us(g, f, m) > MARGIN_STEP_SHARE * m.mean_step_time:
             note = NOTE_OTHER_THREADS  # the gap is (partly) calls the main thread's time line does not hold
         out.append(dataclasses.replace(f, what_if_saving_us=round(saving, 1), what_if_note=note))
     return out

@@ -64,6 +64,24 @@ def test_gp205_bad_host_bound_calls_save_their_own_time(tmp_path: Path) -> None:
     assert churn.what_if_note is None and slow.what_if_note is None  # the rules' costs agree
 
 
+def test_gp205_start_up_calls_gp206_reports_are_not_cut(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    churn = []
+    for i in range(4):
+        with b.step():
+            if i == 0:
+                b.cuda_malloc(us=20_000)  # the first cudaMalloc, 25x the others: GP206's start-up work
+            churn.append(b.cuda_malloc(us=800))
+            b.kernel("k", us=300)
+            b.device_synchronize()
+    report = analyze(str(b.write(tmp_path / "t.pt.trace.json")))
+    assert any(f.code == "GP206" for f in report.findings)
+    f = _gp205(report.findings, "Allocator calls")
+    # host-bound: the per-step calls' time, without the one-off 20 ms call (GP205 leaves it out of its cost too)
+    assert f.what_if_saving_us == pytest.approx(sum(float(e["dur"]) for e in churn) / 4, abs=0.5)
+    assert f.what_if_note is None
+
+
 def test_gp205_bad_a_cudafree_that_waits_for_the_gpu_starves_it(tmp_path: Path) -> None:
     b = TraceBuilder()
     marks = []

@@ -64,6 +64,33 @@ def test_gp205_bad_host_bound_calls_save_their_own_time(tmp_path: Path) -> None:
     assert churn.what_if_note is None and slow.what_if_note is None  # the rules' costs agree
 
 
+def test_gp205_a_fixed_churn_measures_what_the_replay_said(tmp_path: Path) -> None:
+    # before: cudaMalloc/cudaFree every step (the cache emptied); after: the allocator stays warm
+    from gpuprof.diff.compare import diff_reports
+    from gpuprof.render import render
+
+    def run(churn: bool, name: str) -> dict[str, Any]:
+        b = TraceBuilder()
+        for _ in range(6):
+            with b.step():
+                if churn:
+                    b.cuda_malloc(us=700)
+                b.kernel("k", us=400)
+                b.cpu(us=300)
+                if churn:
+                    b.cuda_free(us=300)
+                b.kernel("k2", us=400)
+                b.device_synchronize()
+        doc: dict[str, Any] = json.loads(render(analyze(str(b.write(tmp_path / f"{name}.pt.trace.json"))), "json"))
+        return doc
+
+    d = diff_reports(run(True, "before"), run(False, "after"))
+    row = next(r for r in d["findings"]["removed"] if r["code"] == "GP205")
+    what_if, measured = row["what_if_saving_us_per_step"], row["measured_saving_us_per_step"]
+    assert what_if is not None and measured is not None
+    assert what_if == pytest.approx(measured, rel=0.15) and row["what_if_gap"] is None
+
+
 def test_gp205_start_up_calls_gp206_reports_are_not_cut(tmp_path: Path) -> None:
     b = TraceBuilder()
     churn = []

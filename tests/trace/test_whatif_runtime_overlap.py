@@ -184,7 +184,7 @@ def test_cut_host_time_inside_a_data_wait_shortens_it(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- GP702: collectives overlapped
 
 
-def _ddp(tmp_path: Path, rank: int, comm_us: float, after_us: float) -> Path:
+def _ddp(tmp_path: Path, rank: int, comm_us: float, after_us: float, one_stream: bool = False) -> Path:
     """Forward (two short kernels the host outpaces: their launch latency is the trace's), backward (1 ms), then
     an all-reduce on the NCCL stream, then ``after_us`` of compute that waits for it."""
     b = TraceBuilder(rank=rank, world_size=2)
@@ -194,8 +194,12 @@ def _ddp(tmp_path: Path, rank: int, comm_us: float, after_us: float) -> Path:
                 b.kernel("fwd", us=100, stream=7)
                 b.cpu(us=200)
             b.kernel("bwd", us=1000, stream=7)
-            nccl = b.nccl(us=comm_us)
-            b.kernel("opt", us=after_us, stream=7, wait_for=[int(nccl["tid"])])
+            if one_stream:  # the collective on the compute stream: what follows is queued behind it
+                b.nccl(us=comm_us, stream=7, wait_for_compute=False)
+                b.kernel("opt", us=after_us, stream=7)
+            else:
+                nccl = b.nccl(us=comm_us)
+                b.kernel("opt", us=after_us, stream=7, wait_for=[int(nccl["tid"])])
             b.device_synchronize()
     return b.write(tmp_path / f"rank{rank}.pt.trace.json")
 
@@ -227,6 +231,16 @@ def test_gp702_bad_overlap_replayed_on_each_rank(tmp_path: Path, comm_us: float,
     assert f.what_if_saving_us == pytest.approx(expected, abs=0.5)
     # short compute after it: the step still waits for the all-reduce, the replay saves less than its cost
     assert f.what_if_note == (OVERLAP_LESS if after_us < comm_us else None)
+
+
+def test_gp702_bad_a_collective_on_the_compute_stream_leaves_it(tmp_path: Path) -> None:
+    path = _ddp(tmp_path, 0, 2000.0, 500.0, one_stream=True)
+    m = compute_metrics(load_trace(str(path)))
+    g = m.memo(build_graph)
+    assert len(set(g.g_stream.tolist())) == 1  # one stream: the compute was queued behind the all-reduce
+    expected = _hand_overlap(path)
+    assert expected == pytest.approx(500.0, abs=1.0)
+    assert overlap_saving(m) == pytest.approx(expected, abs=0.5)
 
 
 def test_gp702_overlapped_graph_keeps_the_collectives_and_frees_what_waited(tmp_path: Path) -> None:

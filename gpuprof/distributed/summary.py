@@ -52,10 +52,8 @@ at its step's start and says so (``inst_from_step``), since what happened
 before the recording is unknown. **Exposed** per instance: its time with no
 compute running (the merge keeps at most the transfer part of it).
 
-**Overlap what-if** (GP702's): the step time per step this rank's graph
-saves when its collectives no longer block the compute that follows them
-(:mod:`gpuprof.trace.critpath.overlap`); None where the rank has none on a
-GPU.
+**Overlap what-if**: GP702's replay on this rank's graph
+(:func:`gpuprof.trace.critpath.overlap.overlap_saving`).
 
 **Unused-parameter search**: ``torch.distributed.ddp.reducer::search_unused_parameters``
 operators (DDP with ``find_unused_parameters=True``): their count and time.
@@ -76,6 +74,7 @@ from typing import Sequence
 import msgspec
 
 from gpuprof.trace.collectives import COLLECTIVE_TYPES, collective_type, message_bytes
+from gpuprof.trace.critpath.overlap import overlap_saving
 from gpuprof.trace.gpuwork import is_communication_kernel, union_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -146,8 +145,7 @@ class RankSummary(msgspec.Struct, frozen=True):
     inst_gap: list[list[float]] = msgspec.field(default_factory=list)
     inst_from_step: list[bool] = msgspec.field(default_factory=list)
     inst_exposed: list[float] = msgspec.field(default_factory=list)
-    # GP702's what-if on this rank's step graph: µs per step (mean over steps) saved with its collectives
-    # overlapped (gpuprof.trace.critpath.overlap); None: not replayed (no collective on a GPU graph, older summary)
+    # GP702's what-if: µs per step saved with the collectives overlapped; None: not replayed (or older gpuprof)
     overlap_what_if_us: float | None = None
 
 
@@ -263,16 +261,8 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         inst_gap=gaps,
         inst_from_step=from_step,
         inst_exposed=exposed_each,
-        overlap_what_if_us=_overlap_what_if(metrics),
+        overlap_what_if_us=overlap_saving(metrics, digits=3),
     )
-
-
-def _overlap_what_if(metrics: TraceMetrics) -> float | None:
-    """This rank's GP702 what-if (see the field), rounded as the summaries' other figures."""
-    from gpuprof.trace.critpath.overlap import overlap_saving  # the step graph only where collectives are
-
-    saving = overlap_saving(metrics) if metrics.main_device is not None else None
-    return None if saving is None else round(saving, 3)
 
 
 def _arrival_gaps(metrics: TraceMetrics, instances: list[Instance],

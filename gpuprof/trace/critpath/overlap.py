@@ -69,15 +69,14 @@ def overlapped(g: StepGraph) -> StepGraph | None:
         g_ready=ready[order], g_dep=new_dep, w_gpu=w_gpu)
 
 
-def overlap_saving(m: TraceMetrics) -> float | None:
-    """The step time the rank saves per step (mean over its steps, µs) with its collectives overlapped; None
-    where its graph has no collective (a CPU-only trace, gloo: not replayed)."""
-    if not m.steps:
+def overlap_saving(m: TraceMetrics, digits: int | None = None) -> float | None:
+    """The step time the rank saves per step (mean over its steps, µs; rounded to ``digits``) with its
+    collectives overlapped; None where its graph has no collective (no main device, gloo: not replayed)."""
+    if not m.steps or m.main_device is None:
         return None
     g = m.memo(build_graph)
     g2 = overlapped(g)
     if g2 is None:
         return None
-    before = Replayer(g).end()
-    after = Replayer(g2).end()
-    return max(before - after, 0.0) / max(len(g.steps), 1)
+    saving = max(Replayer(g).end() - Replayer(g2).end(), 0.0) / max(len(g.steps), 1)
+    return saving if digits is None else round(saving, digits)

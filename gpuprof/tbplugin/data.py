@@ -5,7 +5,9 @@ Per trace file: :func:`analyse_trace_file` runs the same pipeline as
 the summary and findings of the report schema (docs/report-schema.md), the
 per-step numbers the charts need (``TraceMetrics.breakdown_per_step`` /
 ``idle_per_step``: the same step-time and GPU-idle breakdowns the report
-gives as means, one row per step).
+gives as means, one row per step). The summary's timeline is kept beside it,
+not in it: the run view carries a ``timeline_ref`` per trace and the page
+fetches the timeline itself when it is opened (:mod:`gpuprof.tbplugin.timelines`).
 
 Per run: :func:`run_view` joins the trace analyses with the run's
 ``report.json`` files (a capture run: the runtime checks' findings, the

@@ -406,6 +406,15 @@ def test_hostile_run_and_kernel_names_stay_text(browser: Any, server: dict[str, 
         assert {k["name"] for k in views["kernels"]} == set(server["names"])
         check_views(fr, views, "onfocus")
         assert fr.evaluate("() => window.__gpuprof_pwned") is None and tab.dialogs == [] and tab.errors == []
+        # the timeline of the hostile names, fetched on opening: drawn as pixels, hovered names as text
+        fr.click("#timeline-open summary")
+        _drawn(fr, "timeline")
+        hovered = set()
+        for dx in range(5, 1000, 20):  # along the main thread's top row: the operators named by the corpus
+            fr.locator("#timeline canvas").hover(position={"x": dx, "y": 30})
+            hovered.add(fr.locator("#timeline .gp-tl-info").text_content() or "")
+        assert any(name in text for text in hovered for name in HTML_HOSTILE), hovered
+        assert fr.evaluate("() => window.__gpuprof_pwned") is None and tab.dialogs == [] and tab.errors == []
         assert HOSTILE_DIR in fr.locator("#run").text_content()
         assert fr.evaluate("() => document.querySelectorAll('img,script:not([src]) ~ script,object,embed,form,base').length") == 0
         assert fr.evaluate("""() => [...document.querySelectorAll('*')].filter(e =>

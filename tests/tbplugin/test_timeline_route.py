@@ -127,6 +127,9 @@ def test_bad_run_and_trace_names_get_the_other_routes_answers(tmp_path: Path) ->
     (tmp_path / "run").mkdir()
     shutil.copy(SAMPLE, tmp_path / "run" / SAMPLE.name)
     c = _client(tmp_path)
+    # the first request queues the analysis and returns at once, as the run route does: the page polls
+    first = c.get("/timeline?" + _query(run="run", trace="run/" + SAMPLE.name))
+    assert (first.status_code, json.loads(first.get_data())) == (200, {"status": "pending"})
     missing_run = c.get("/run?run=nope")
     for url in ("/timeline?run=nope&trace=run/" + SAMPLE.name, "/timeline?trace=x", "/timeline_ranks?run=nope",
                 "/timeline_ranks"):

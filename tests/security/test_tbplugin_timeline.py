@@ -168,14 +168,14 @@ def test_answer_is_bounded_for_a_trace_with_many_events(tmp_path: Path) -> None:
     b = TraceBuilder()
     for _ in range(2):
         with b.step():
-            for i in range(6000):  # 24,000 events (ops and kernels), distinct names
+            for i in range(4000):  # 16,000 events (ops and kernels), distinct names: over MAX_EVENTS
                 with b.op(f"aten::op_{i}_" + "y" * 100):
                     b.kernel(f"kernel_{i}_" + "z" * 100, us=5)
     b.write(tmp_path / "run" / "w.pt.trace.json")
     c, _ = _client(tmp_path)
     code, body = _until_done(c, "timeline", run="run", trace="run/w.pt.trace.json", within=120)
     tl = json.loads(body)["timeline"]
-    assert tl["events_total"] >= 24_000 and tl["events_kept"] <= MAX_EVENTS
+    assert tl["events_total"] >= 16_000 > MAX_EVENTS >= tl["events_kept"]
     assert sum(len(ln["events"]) for ln in tl["lanes"]) == tl["events_kept"]
     # the name table holds only the names the kept rows use, each at most MAX_NAME characters
     assert len(tl["names"]) <= tl["events_kept"] and len(body) < 4 << 20

@@ -10,18 +10,18 @@ the TensorBoard server.
 
 Routes (all GET, all answers JSON unless said):
 
-==========================  ===============================================
-``index.js``                 the ES module TensorBoard imports
-``index.html``               the dashboard (HTML; script and style inline, allowed by hash)
-``runs``                     ``{"runs": [...], "notes": [...]}``
-``run?run=NAME``             ``{"status": "pending", "done": k, "total": n}`` or ``{"status": "ready", "view": ...}``
-``compare?a=NAME&b=NAME``    the same with ``"compare"`` (see :func:`gpuprof.tbplugin.data.compare_views`)
-``timeline?run=NAME&trace=F`` ``{"status": "ready", "timeline": ...}``: trace F's timeline (F as the run answer names it)
-``timeline_ranks?run=NAME``  ``{"status": "ready", "timelines": [...]}``: each trace's collective lanes
-``memory?run=NAME&i=K``      status of the K-th memory snapshot's viewer page
-``memory.html?run=NAME&i=K`` that page (gpuprof's memory viewer, :mod:`gpuprof.memory.html`)
-``history.html``             ``gpuprof history LOGDIR --html``'s page (no script), for the tab's History frame
-==========================  ===============================================
+==============================  ===============================================
+``index.js``                    the ES module TensorBoard imports
+``index.html``                  the dashboard (HTML; script and style inline, allowed by hash)
+``runs``                        ``{"runs": [...], "notes": [...]}``
+``run?run=NAME``                ``{"status": "pending", "done": k, "total": n}`` or ``{"status": "ready", "view": ...}``
+``compare?a=NAME&b=NAME``       the same with ``"compare"`` (see :func:`gpuprof.tbplugin.data.compare_views`)
+``timeline?run=NAME&trace=F``   ``{"status": "ready", "timeline": ...}``: trace F's timeline (F as the run answer names it)
+``timeline_ranks?run=NAME``     ``{"status": "ready", "timelines": [...]}``: each trace's collective lanes
+``memory?run=NAME&i=K``         status of the K-th memory snapshot's viewer page
+``memory.html?run=NAME&i=K``    that page (gpuprof's memory viewer, :mod:`gpuprof.memory.html`)
+``history.html``                ``gpuprof history LOGDIR --html``'s page (no script), for the tab's History frame
+==============================  ===============================================
 
 The run answer carries no timeline, only each trace's ``timeline_ref``
 (:mod:`gpuprof.tbplugin.timelines`): the page fetches one trace's timeline

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import itertools
 import shutil
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import pytest
 
 from gpuprof.runner import STRICT_ENV
 from gpuprof.testing.realtraces import v100_samples as _v100_samples
+from gpuprof.testing.trackerruns import TRACKER_ENV, is_local_address, offline_env, reset_trackers
 
 
 @pytest.fixture(autouse=True)
@@ -126,3 +128,37 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if not markers & SLOW_MARKERS:
         return None
     return True if not can_select(markexpr, markers | {"slow"}) else None
+
+
+# Trackers in their offline modes (tests/trackers, tests/security): W&B with WANDB_MODE=offline, MLflow with a
+# file store, both in tmp_path (gpuprof.testing.trackerruns.offline_env says why a file store and not sqlite).
+# ``no_network`` refuses and records every connection the test process opens to another machine (W&B's client
+# talks to its own service process over a local socket, which is allowed).
+
+@pytest.fixture
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Both trackers offline, everything they write under ``tmp_path/trackers``; yields that folder."""
+    reset_trackers()
+    for name in TRACKER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    root = tmp_path / "trackers"
+    for name, value in offline_env(root).items():
+        monkeypatch.setenv(name, value)
+    yield root
+    reset_trackers()
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[object]]:
+    """Connections to anything but this machine, refused and recorded: the test asserts the list stays empty."""
+    outside: list[object] = []
+    real = socket.socket.connect
+
+    def connect(self: socket.socket, address: object) -> None:
+        if not is_local_address(self.family, address):
+            outside.append(address)
+            raise OSError("tests: no network")
+        real(self, address)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    yield outside

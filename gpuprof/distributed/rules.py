@@ -12,10 +12,10 @@ rules, and never above 100% of it.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator, Mapping
 
 from gpuprof.codespec import Option
+from gpuprof.distributed.whatif import overlap_what_if, straggler_what_if
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import RuleSpec, add_rule, find_rule
 from gpuprof.runner import RuleFailure, RuleUnit, Selection, run_rules
@@ -187,23 +187,7 @@ class StragglerRank(CrossRankRule):
                       Evidence("before_step_wait_us_per_step", round(arr.before_step_us, 1), unit="us",
                                extra={"ranks": ",".join(map(str, arr.before_step_ranks))})],
         )
-        if arr.what_if_us is None:
-            yield found
-            return
-        # the straggler's delay removed, replayed on the arrivals (gpuprof.distributed.arrivals): each collective
-        # then ends when the latest other rank arrives, which a second late rank can hold back
-        from gpuprof.trace.critpath.whatif import margin_note
-
-        differs = margin_note(found.cost_us_per_step, arr.what_if_us, job.step_us) is not None
-        note = (STRAGGLER_HELD if arr.what_if_us < (found.cost_us_per_step or 0.0) else STRAGGLER_MORE) if differs \
-            else None
-        yield dataclasses.replace(found, what_if_saving_us=round(arr.what_if_us, 1), what_if_note=note)
-
-
-# GP701's what-if note, where the replay and the rule's cost differ beyond the margin (docs/critical-path.md)
-STRAGGLER_HELD = ("another rank arrives late too: with the straggler's delay removed the collectives wait for it, "
-                  "so the saving is the replay's, less than the others' median wait (the rule's cost)")
-STRAGGLER_MORE = "the replay saves more than the rule's cost: the others' waits differ widely; believe the replay"
+        yield found if arr.what_if_us is None else straggler_what_if(found, arr.what_if_us, job.step_us)
 
 
 @register
@@ -240,7 +224,7 @@ class ExposedCommunication(CrossRankRule):
         own = min(job.exposed_transfer_us, job.step_us)
         if job.step_us <= 0 or own < opts["min_share"] * job.step_us:
             return
-        yield self.finding(
+        found = self.finding(
             job,
             f"collective transfers take {fmt_us(own)} per step with no compute beside them (median over ranks; "
             f"communication spans {fmt_us(comm)} per step, {fmt_us(exposed)} of it with no compute beside it, "
@@ -258,6 +242,8 @@ class ExposedCommunication(CrossRankRule):
                       Evidence("exposed_comm_us_per_step", round(exposed, 1), unit="us"),
                       Evidence("comm_us_per_step", round(comm, 1), unit="us")],
         )
+        yield overlap_what_if(found, job.summaries, job.step_us)
+
 
 
 @register

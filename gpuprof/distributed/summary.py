@@ -52,6 +52,9 @@ at its step's start and says so (``inst_from_step``), since what happened
 before the recording is unknown. **Exposed** per instance: its time with no
 compute running (the merge keeps at most the transfer part of it).
 
+**Overlap what-if**: GP702's replay on this rank's graph
+(:func:`gpuprof.trace.critpath.overlap.overlap_saving`).
+
 **Unused-parameter search**: ``torch.distributed.ddp.reducer::search_unused_parameters``
 operators (DDP with ``find_unused_parameters=True``): their count and time.
 
@@ -72,6 +75,7 @@ import msgspec
 
 from gpuprof.trace.collectives import COLLECTIVE_TYPES, collective_type, message_bytes
 from gpuprof.trace.critpath.hops import collective_hops
+from gpuprof.trace.critpath.overlap import overlap_saving
 from gpuprof.trace.gpuwork import is_communication_kernel, union_of
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -142,9 +146,7 @@ class RankSummary(msgspec.Struct, frozen=True):
     inst_gap: list[list[float]] = msgspec.field(default_factory=list)
     inst_from_step: list[bool] = msgspec.field(default_factory=list)
     inst_exposed: list[float] = msgspec.field(default_factory=list)
-    # the critical path cut at the collectives, for the job's path (gpuprof.trace.critpath.hops, the same names
-    # without "path_"/"path_piece_"; empty in older summaries): the kernel name of each instance, the steps'
-    # bounds on this rank's clock, the segments and their pieces
+    # the critical path cut at the collectives (the job's path): gpuprof.trace.critpath.hops.Hops; empty in older summaries
     inst_path_name: list[int] = msgspec.field(default_factory=list)
     path_names: list[str] = msgspec.field(default_factory=list)
     path_step_start: list[float] = msgspec.field(default_factory=list)
@@ -155,6 +157,8 @@ class RankSummary(msgspec.Struct, frozen=True):
     path_piece_kind: list[int] = msgspec.field(default_factory=list)
     path_piece_name: list[int] = msgspec.field(default_factory=list)
     path_piece_us: list[float] = msgspec.field(default_factory=list)
+    # GP702's what-if: µs per step saved with the collectives overlapped; None: not replayed (or older gpuprof)
+    overlap_what_if_us: float | None = None
 
 
 _RANK_RE = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)  # not "cranky5"
@@ -271,10 +275,10 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         inst_gap=gaps,
         inst_from_step=from_step,
         inst_exposed=exposed_each,
-        inst_path_name=hops.inst_name, path_names=hops.names, path_step_start=hops.step_start,
-        path_step_end=hops.step_end, path_seg_end=hops.seg_end, path_seg_off=hops.seg_off if hops.seg_end else [],
-        path_seg_early=hops.seg_early, path_piece_kind=hops.piece_kind, path_piece_name=hops.piece_name,
-        path_piece_us=hops.piece_us,
+        inst_path_name=hops.inst_name, path_names=hops.names, path_step_start=hops.step_start, path_step_end=hops.step_end,
+        path_seg_end=hops.seg_end, path_seg_off=hops.seg_off if hops.seg_end else [], path_seg_early=hops.seg_early,
+        path_piece_kind=hops.piece_kind, path_piece_name=hops.piece_name, path_piece_us=hops.piece_us,
+        overlap_what_if_us=overlap_saving(metrics, digits=3),
     )
 
 

@@ -14,6 +14,7 @@ the pickle's objects nor the file need be held in whole. Both give the same
 from __future__ import annotations
 
 import math
+from collections.abc import MutableSequence
 from typing import Any, Sequence
 
 from gpuprof.errors import InputError
@@ -297,16 +298,11 @@ class SnapshotParser:
             except (OverflowError, TypeError):  # a float time or an out-of-range stream: lists keep it exactly
                 n = len(k_)  # the events before this one (kind is appended last)
                 dev.widen_columns()
-                for col in (dev.time, dev.action, dev.addr, dev.size, dev.site, dev.stream, dev.kind):
+                cols: tuple[MutableSequence[Any], ...] = (dev.time, dev.action, dev.addr, dev.size, dev.site, dev.stream, dev.kind)
+                for col, value in zip(cols, (tm, act, addr, size, sid, stream, kid)):  # rare: a loop is cheap here
                     del col[n:]
-                t_, a_, ad_, sz_, si_, st_, k_ = dev.time, dev.action, dev.addr, dev.size, dev.site, dev.stream, dev.kind
-                t_.append(tm)
-                a_.append(act)
-                ad_.append(addr)
-                sz_.append(size)
-                si_.append(sid)
-                st_.append(stream)
-                k_.append(kid)
+                    col.append(value)
+                t_, a_, ad_, sz_, si_, st_, k_ = cols
         self.any_time |= any_time
         self.no_time |= no_time
 

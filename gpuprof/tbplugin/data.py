@@ -5,7 +5,9 @@ Per trace file: :func:`analyse_trace_file` runs the same pipeline as
 the summary and findings of the report schema (docs/report-schema.md), the
 per-step numbers the charts need (``TraceMetrics.breakdown_per_step`` /
 ``idle_per_step``: the same step-time and GPU-idle breakdowns the report
-gives as means, one row per step).
+gives as means, one row per step). The summary's timeline is kept beside it,
+not in it: the run view carries a ``timeline_ref`` per trace and the page
+fetches the timeline itself when it is opened (:mod:`gpuprof.tbplugin.timelines`).
 
 Per run: :func:`run_view` joins the trace analyses with the run's
 ``report.json`` files (a capture run: the runtime checks' findings, the
@@ -35,11 +37,14 @@ import msgspec
 from gpuprof.errors import GpuprofError, InputError
 from gpuprof.tbplugin.errortext import client_error
 from gpuprof.tbplugin.runs import Run, rank_of_report
+from gpuprof.tbplugin.timelines import collective_lanes, timeline_ref
 from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
 
-__all__ = ["analyse_trace_file", "run_view", "compare_views", "read_report", "MAX_REPORT_BYTES"]
+__all__ = ["analyse_trace_file", "run_view", "compare_views", "read_report", "rel_name", "MAX_REPORT_BYTES"]
 
 MAX_REPORT_BYTES = 64 << 20  # a report.json is a few kB; a huge one is not ours
+# the parts of a trace's analysis the page fetches on their own (the `timeline` and `timeline_ranks` routes)
+_FETCHED = ("timeline", "rank_timeline")
 
 
 def analyse_trace_file(path: Path, logdir: Path | None = None) -> dict[str, Any]:
@@ -74,7 +79,11 @@ def analyse_trace_file(path: Path, logdir: Path | None = None) -> dict[str, Any]
              for s, bd, idle in zip(metrics.steps, metrics.breakdown_per_step, metrics.idle_per_step)]
     from gpuprof.render.format import fmt_comm_wait, fmt_mfu
 
-    return {"summary": summary.to_dict(), "steps": steps,
+    summary_d = summary.to_dict()
+    # the timeline is not part of the run answer (~300 kB a trace): kept here, cached with the analysis, and
+    # answered by the `timeline` route when the page asks for it (gpuprof.tbplugin.timelines)
+    timeline = summary_d.pop("timeline", None)
+    return {"summary": summary_d, "steps": steps, "timeline": timeline, "rank_timeline": collective_lanes(timeline),
             # worded as every renderer words them: the headline's cards for a one-trace run
             "mfu_text": fmt_mfu(summary), "comm_wait_text": fmt_comm_wait(summary),
             "findings": [f.to_dict() for f in findings],
@@ -129,13 +138,14 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
     analysed = []
     for p in run.traces:
         res = traces.get(p)
-        rel = _rel(p, logdir)
+        rel = rel_name(p, logdir)
         if isinstance(res, str):
             errors.append(client_error(res, logdir))
             continue
         if res is None:
             continue
-        analysed.append({"file": rel, **res})
+        analysed.append({"file": rel, **{k: v for k, v in res.items() if k not in _FETCHED},
+                         "timeline_ref": timeline_ref(rel, res.get("timeline"), res.get("rank_timeline"))})
     reports = []
     for p in run.reports:
         try:
@@ -150,7 +160,7 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
             job = doc["job"]
         for f in doc.get("findings", []):
             if isinstance(f, dict) and f.get("origin") != "trace":
-                findings.append(dict(f, trace=None, report=_rel(p, logdir)))
+                findings.append(dict(f, trace=None, report=rel_name(p, logdir)))
         for s in doc.get("sections", []):
             if isinstance(s, dict) and s.get("kind") == "capture" and capture is None:
                 capture = s
@@ -174,7 +184,7 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
         "cross_rank": cross,
         "capture": capture,
         "job": job,
-        "snapshots": [_rel(p, logdir) for p in run.snapshots],
+        "snapshots": [rel_name(p, logdir) for p in run.snapshots],
         "notes": notes,
         "errors": errors,
     }
@@ -207,11 +217,12 @@ def _cross_rank(analysed: list[dict[str, Any]], logdir: Path
     failed = [(code, " ".join(f"{type(err).__name__}: {err}".split())[:200]) for code, err in failures]
     d = section.to_dict()
     for row in d["ranks"]:  # paths relative to the logdir, as everywhere else on the page
-        row["path"] = _rel(Path(row["path"]), logdir)
+        row["path"] = rel_name(Path(row["path"]), logdir)
     return d, [f.to_dict() for f in found], failed
 
 
-def _rel(p: Path, logdir: Path) -> str:
+def rel_name(p: Path, logdir: Path) -> str:
+    """A file's name on the page and in requests: its path relative to the logdir, with ``/``."""
     return os.path.relpath(p, logdir).replace(os.sep, "/")
 
 
@@ -297,7 +308,7 @@ def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, A
             continue
         row = rows.setdefault(r, {"rank": r, "traces": 0, "steps": 0, "step_times": [], "busy": 0.0, "time": 0.0,
                                   "findings": 0, "report": None, "world_size": None})
-        row["report"] = _rel(p, logdir)
+        row["report"] = rel_name(p, logdir)
         row["findings"] += sum(1 for f in doc.get("findings", []) if isinstance(f, dict) and f.get("origin") != "trace")
         cap = next((s for s in doc.get("sections", []) if isinstance(s, dict) and s.get("kind") == "capture"), None)
         if cap and not row["step_times"] and isinstance(cap.get("step_time_median_ms"), (int, float)):

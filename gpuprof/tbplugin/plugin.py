@@ -10,18 +10,25 @@ the TensorBoard server.
 
 Routes (all GET, all answers JSON unless said):
 
-==========================  ===============================================
-``index.js``                 the ES module TensorBoard imports
-``index.html``               the dashboard (HTML; script and style inline, allowed by hash)
-``runs``                     ``{"runs": [...], "notes": [...]}``
-``run?run=NAME``             ``{"status": "pending", "done": k, "total": n}`` or ``{"status": "ready", "view": ...}``
-``compare?a=NAME&b=NAME``    the same with ``"compare"`` (see :func:`gpuprof.tbplugin.data.compare_views`)
-``memory?run=NAME&i=K``      status of the K-th memory snapshot's viewer page
-``memory.html?run=NAME&i=K`` that page (gpuprof's memory viewer, :mod:`gpuprof.memory.html`)
-``history.html``             ``gpuprof history LOGDIR --html``'s page (no script), for the tab's History frame
-==========================  ===============================================
+==============================  ===============================================
+``index.js``                    the ES module TensorBoard imports
+``index.html``                  the dashboard (HTML; script and style inline, allowed by hash)
+``runs``                        ``{"runs": [...], "notes": [...]}``
+``run?run=NAME``                ``{"status": "pending", "done": k, "total": n}`` or ``{"status": "ready", "view": ...}``
+``compare?a=NAME&b=NAME``       the same with ``"compare"`` (see :func:`gpuprof.tbplugin.data.compare_views`)
+``timeline?run=NAME&trace=F``   ``{"status": "ready", "timeline": ...}``: trace F's timeline (F as the run answer names it)
+``timeline_ranks?run=NAME``     ``{"status": "ready", "timelines": [...]}``: each trace's collective lanes
+``memory?run=NAME&i=K``         status of the K-th memory snapshot's viewer page
+``memory.html?run=NAME&i=K``    that page (gpuprof's memory viewer, :mod:`gpuprof.memory.html`)
+``history.html``                ``gpuprof history LOGDIR --html``'s page (no script), for the tab's History frame
+==============================  ===============================================
 
-Run names and snapshot indices are looked up among the runs found under
+The run answer carries no timeline, only each trace's ``timeline_ref``
+(:mod:`gpuprof.tbplugin.timelines`): the page fetches one trace's timeline
+when the user opens it, from the analysis the run answer came from (cached
+once per file by the store).
+
+Run names, trace names and snapshot indices are looked up among the runs found under
 the logdir; a request never names a file path, so it cannot reach a file
 outside the logdir. Nor can a file swapped after the run list was made: every
 file is opened inside the logdir without following links, and only a regular
@@ -44,10 +51,10 @@ from werkzeug import wrappers
 
 from gpuprof.memory.htmlsafe import script_json
 from gpuprof.tbplugin import page
-from gpuprof.tbplugin.data import analyse_trace_file, compare_views, run_view
+from gpuprof.tbplugin.data import analyse_trace_file, compare_views, rel_name, run_view
 from gpuprof.tbplugin.errortext import client_error
 from gpuprof.tbplugin.runs import Run, RunIndex, file_sig
-from gpuprof.tbplugin.store import Store
+from gpuprof.tbplugin.store import Result, Store
 
 __all__ = ["GpuprofPlugin"]
 
@@ -61,6 +68,10 @@ _Response = wrappers.Response
 _route = cast(Callable[[Callable[[Any, _Request], _Response]], Callable[..., Any]], _Request.application)
 # tensorboard ships no type hints: Respond builds a werkzeug Response.
 _respond = cast(Callable[..., _Response], http_util.Respond)
+
+
+_NO_RUN = {"status": "missing", "error": "no such run under the logdir"}
+_GONE = object()  # a listed trace that vanished since the walk
 
 
 def _bare_hash(expr: str) -> str:
@@ -87,6 +98,8 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
             "/runs": self._serve_runs,
             "/run": self._serve_run,
             "/compare": self._serve_compare,
+            "/timeline": self._serve_timeline,
+            "/timeline_ranks": self._serve_timeline_ranks,
             "/memory": self._serve_memory_status,
             "/memory.html": self._serve_memory_page,
             "/history.html": self._serve_history_page,
@@ -125,20 +138,53 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
     def _serve_run(self, request: _Request) -> _Response:
         run = self._run(request.args.get("run", ""))
         if run is None:
-            return self._json(request, {"status": "missing", "error": "no such run under the logdir"}, code=404)
+            return self._json(request, _NO_RUN, code=404)
         return self._json(request, self._view(run))
 
     @_route
     def _serve_compare(self, request: _Request) -> _Response:
         a, b = self._run(request.args.get("a", "")), self._run(request.args.get("b", ""))
         if a is None or b is None:
-            return self._json(request, {"status": "missing", "error": "no such run under the logdir"}, code=404)
+            return self._json(request, _NO_RUN, code=404)
         va, vb = self._view(a), self._view(b)
         if va["status"] != "ready" or vb["status"] != "ready":
             done = va.get("done", 0) + vb.get("done", 0)
             total = va.get("total", 0) + vb.get("total", 0)
             return self._json(request, {"status": "pending", "done": done, "total": total})
         return self._json(request, {"status": "ready", "compare": compare_views(va["view"], vb["view"])})
+
+    @_route
+    def _serve_timeline(self, request: _Request) -> _Response:
+        """One trace's timeline (the report's ``traces[].timeline``), asked for when the page opens it."""
+        run = self._run(request.args.get("run", ""))
+        if run is None:
+            return self._json(request, _NO_RUN, code=404)
+        assert self._logdir is not None
+        name = request.args.get("trace", "")
+        # looked up among the run's listed traces by the name the run answer gives: never opened by it
+        path = next((p for p in run.traces if rel_name(p, self._logdir) == name), None)
+        found = self._analysis(path) if path is not None else _GONE
+        if found is _GONE:
+            return self._json(request, {"status": "missing", "error": "no such trace in the run"}, code=404)
+        if not isinstance(found, Result):
+            return self._json(request, {"status": "pending"})
+        if found.error:
+            return self._json(request, {"status": "error", "error": client_error(found.error, self._logdir)})
+        return self._json(request, {"status": "ready", "timeline": found.value.get("timeline")})
+
+    @_route
+    def _serve_timeline_ranks(self, request: _Request) -> _Response:
+        """The collective lanes of each trace of the run (those that have some), for "Collectives per rank"."""
+        run = self._run(request.args.get("run", ""))
+        if run is None:
+            return self._json(request, _NO_RUN, code=404)
+        found = [self._analysis(p) for p in run.traces]
+        if any(r is None for r in found):
+            done = sum(1 for r in found if r is not None)
+            return self._json(request, {"status": "pending", "done": done, "total": len(found)})
+        # a trace that failed or vanished is said in the run answer's errors; here it has no lanes
+        timelines = [r.value.get("rank_timeline") for r in found if isinstance(r, Result) and r.error is None]
+        return self._json(request, {"status": "ready", "timelines": [t for t in timelines if t is not None]})
 
     @_route
     def _serve_memory_status(self, request: _Request) -> _Response:
@@ -201,16 +247,24 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
         """The run's view when every trace is analysed, else how far the worker is."""
         results: dict[Path, dict[str, Any] | str] = {}
         for p in run.traces:
-            sig = file_sig(p)
-            if sig is None:
+            res = self._analysis(p)
+            if res is _GONE:
                 continue  # vanished since the walk
-            res = self._store.get(("trace", os.fspath(p)), sig, functools.partial(analyse_trace_file, p, self._logdir))
-            if res is not None:
+            if isinstance(res, Result):
                 results[p] = res.value if res.error is None else client_error(res.error, self._logdir)
         if len(results) < len(run.traces):
             return {"status": "pending", "done": len(results), "total": len(run.traces)}
         assert self._logdir is not None
         return {"status": "ready", "view": run_view(run, self._logdir, results)}
+
+    def _analysis(self, path: Path) -> Result | object | None:
+        """The trace's analysis (the store's one per file and signature), ``None`` while it runs, ``_GONE`` when
+        the file vanished since the walk. The run answer and the timeline routes read the same entry."""
+        sig = file_sig(path)
+        if sig is None:
+            return _GONE
+        job = functools.partial(analyse_trace_file, path, self._logdir)
+        return self._store.get(("trace", os.fspath(path)), sig, job)
 
     def _snapshot(self, request: _Request) -> Path | None:
         run = self._run(request.args.get("run", ""))

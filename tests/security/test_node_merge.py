@@ -109,6 +109,8 @@ def test_one_report_holding_a_rank_twice_is_refused(nodes: tuple[Path, Path], tm
     (lambda d: _rank(d).update(inst_dur=[-2.0] * len(_rank(d)["inst_type"])), "field 'inst_dur' holds -2"),
     (lambda d: _rank(d).update(step_us="fast"), "Expected `float`, got `str`"),
     (lambda d: _rank(d).update(step_us=1e400), "step_us"),
+    (lambda d: _rank(d).update(overlap_what_if_us=-5.0), "field 'overlap_what_if_us' holds -5"),
+    (lambda d: _rank(d).update(overlap_what_if_us="all of it"), "Expected `float | null`, got `str`"),
 ])
 def test_unknown_versions_and_bad_fields_are_exit_2_naming_file_and_what(
         nodes: tuple[Path, Path], tmp_path: Path, change: Callable[[dict[str, Any]], None], words: str) -> None:

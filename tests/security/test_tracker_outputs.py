@@ -18,11 +18,8 @@ from click.testing import CliRunner
 from gpuprof.cli import cli
 from gpuprof.testing import TraceBuilder, simple_training
 from gpuprof.testing.trackerruns import (
-    TRACKER_ENV,
-    is_local_address,
     offline_env,
     read_mlflow_runs,
-    reset_trackers,
     wandb_offline_runs,
 )
 from gpuprof.trackers.mlflow import MlflowTracker
@@ -35,27 +32,12 @@ from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 PASSWORD = "s3cr3t-Passw0rd+x/y="
 
 
-@pytest.fixture
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    reset_trackers()
-    for name in TRACKER_ENV:
-        monkeypatch.delenv(name, raising=False)
-    root = tmp_path / "trackers"
-    for name, value in offline_env(root).items():
-        monkeypatch.setenv(name, value)
-    outside: list[object] = []
-    real = socket.socket.connect
-
-    def connect(self: socket.socket, address: Any) -> None:
-        if not is_local_address(self.family, address):
-            outside.append(address)
-            raise OSError("tests: no network")
-        real(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    yield root
-    reset_trackers()
-    assert outside == [], f"connections off the machine: {outside}"
+@pytest.fixture(autouse=True)
+def _stays_on_this_machine(no_network: list[object]) -> Iterator[None]:
+    """Every test here: a connection off the machine is refused, recorded, and fails the test (the ``offline``
+    and ``no_network`` fixtures are the trackers' own, in tests/conftest.py)."""
+    yield
+    assert no_network == [], f"connections off the machine: {no_network}"
 
 
 def _trace(path: Path) -> Path:

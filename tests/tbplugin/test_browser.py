@@ -250,10 +250,8 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         # the report's views of the trace, whole: a CPU run has operators (no kernels)
         assert fr.locator("#view-operators tr").count() > fr.locator("#ops tr").count()
         assert fr.locator("[data-view=kernels]").text_content().endswith("no kernels in this trace")
-        # the selected trace's timeline (GP.timeline, the --html page's code): lanes drawn beside their labels
-        fr.wait_for_function("() => +(document.getElementById('timeline').getAttribute('data-drawn') || 0) > 0")
-        assert (fr.locator("#timeline .gp-tl-lane").first.text_content() or "").startswith("main thread")
-        assert fr.locator("#timeline canvas").count() == 1
+        # the timeline is fetched only when its section is opened (test_timeline_is_fetched_when_opened_and_drawn)
+        assert fr.locator("#timeline canvas").count() == 0
         # comparison: this run (after) against "before"
         fr.select_option("#run", "after")
         fr.wait_for_function("() => document.querySelector('#cards') && document.querySelector('#run').value === 'after'")
@@ -308,6 +306,78 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         tab.close()
 
 
+def _route_json(server: dict[str, Any], route: str, **params: str) -> Any:
+    import json
+    from urllib.parse import urlencode
+
+    url = f"{server['base']}data/plugin/gpuprof/{route}?{urlencode(params)}"
+    for _ in range(600):
+        j = json.loads(urllib.request.urlopen(url, timeout=10).read())
+        if j["status"] != "pending":
+            return j
+        time.sleep(0.1)
+    raise AssertionError(f"{url} still pending")
+
+
+def _shown(label: str, n: int = 80) -> str:
+    """A lane's label as the drawing shows it (GP.short)."""
+    return label if len(label) <= n else label[:n] + f"\u2026 ({len(label) - n} more characters)"
+
+
+def _drawn(fr: Any, box: str, more_than: int = 0) -> int:
+    fr.wait_for_function(f"() => +(document.getElementById('{box}').getAttribute('data-drawn') || 0) > {more_than}",
+                         timeout=60_000)
+    return int(fr.locator("#" + box).get_attribute("data-drawn") or 0)
+
+
+def test_timeline_is_fetched_when_opened_and_drawn(browser: Any, server: dict[str, Any]) -> None:
+    """The run answer has no timeline: opening the section fetches the selected trace's, and GP.timeline draws its lanes."""
+    run = "job" if server["job"] else "before"
+    tab = Tab(browser, server)
+    try:
+        fr = tab.frame
+        fr.select_option("#run", run)
+        fr.wait_for_function(f"() => document.getElementById('run').value === {run!r} && "
+                             "!document.getElementById('content').hidden && "
+                             "document.getElementById('timeline-size').textContent.includes('lanes')", timeout=60_000)
+        view = _route_json(server, "run", run=run)["view"]
+        assert all("timeline" not in t["summary"] and t["timeline_ref"] for t in view["traces"])
+        assert fr.locator("#timeline canvas").count() == 0  # closed: nothing asked for, nothing drawn
+        assert not any("/gpuprof/timeline" in u for u in tab.requests)
+        fr.click("#timeline-open summary")
+        _drawn(fr, "timeline")
+        fetched = [u for u in tab.requests if "/data/plugin/gpuprof/timeline?" in u]
+        assert fetched and "trace=" in fetched[-1]
+        ref = view["traces"][0]["timeline_ref"]
+        want = _route_json(server, "timeline", run=run, trace=ref["trace"])["timeline"]
+        # the lanes of the trace's timeline, drawn beside their labels, by the --html page's code
+        assert fr.locator("#timeline .gp-tl-lane").all_text_contents() == [_shown(ln["label"] or ln["id"]) for ln in want["lanes"]]
+        assert fr.locator("#timeline canvas").count() == 1 and ref["lanes"] == len(want["lanes"])
+        if len(view["traces"]) > 1:  # another trace: its own timeline fetched and drawn; back again from the page's copy
+            fr.select_option("#trace", "1")
+            want1 = _route_json(server, "timeline", run=run, trace=view["traces"][1]["timeline_ref"]["trace"])["timeline"]
+            fr.wait_for_function(f"() => document.querySelectorAll('#timeline .gp-tl-lane').length === {len(want1['lanes'])} "
+                                 "&& +(document.getElementById('timeline').getAttribute('data-drawn') || 0) > 0", timeout=60_000)
+            assert len([u for u in tab.requests if "/gpuprof/timeline?" in u]) == len(fetched) + 1
+            fr.select_option("#trace", "0")
+            fr.wait_for_function(f"() => document.querySelectorAll('#timeline .gp-tl-lane').length === {len(want['lanes'])}")
+            assert len([u for u in tab.requests if "/gpuprof/timeline?" in u]) == len(fetched) + 1
+        if server["job"]:  # two ranks: their collectives one above the other, from their collective lanes only
+            assert fr.locator("#timeline-ranks-section").is_visible()
+            fr.click("#timeline-ranks-open summary")
+            _drawn(fr, "timeline-ranks")
+            assert any("/gpuprof/timeline_ranks?" in u for u in tab.requests)
+            labels = fr.locator("#timeline-ranks .gp-tl-lane").all_text_contents()
+            assert len(labels) == 2 and all(lb.startswith("collectives") for lb in labels)
+        if os.environ.get("GPUPROF_TB_SCREENSHOT"):
+            fr.locator("#timeline-section").screenshot(path=os.environ["GPUPROF_TB_SCREENSHOT"] + ".timeline.png")
+        fr.click("#timeline-open summary")  # closed again: the drawing goes
+        fr.wait_for_function("() => document.querySelectorAll('#timeline canvas').length === 0")
+        assert tab.errors == [] and tab.dialogs == [] and tab.foreign == []
+    finally:
+        tab.close()
+
+
 def test_hostile_run_and_kernel_names_stay_text(browser: Any, server: dict[str, Any]) -> None:
     tab = Tab(browser, server)
     try:
@@ -335,6 +405,15 @@ def test_hostile_run_and_kernel_names_stay_text(browser: Any, server: dict[str, 
         views = view["traces"][0]["summary"]["views"]
         assert {k["name"] for k in views["kernels"]} == set(server["names"])
         check_views(fr, views, "onfocus")
+        assert fr.evaluate("() => window.__gpuprof_pwned") is None and tab.dialogs == [] and tab.errors == []
+        # the timeline of the hostile names, fetched on opening: drawn as pixels, hovered names as text
+        fr.click("#timeline-open summary")
+        _drawn(fr, "timeline")
+        hovered = set()
+        for dx in range(5, 1000, 20):  # along the main thread's top row: the operators named by the corpus
+            fr.locator("#timeline canvas").hover(position={"x": dx, "y": 30})
+            hovered.add(fr.locator("#timeline .gp-tl-info").text_content() or "")
+        assert any(name in text for text in hovered for name in HTML_HOSTILE), hovered
         assert fr.evaluate("() => window.__gpuprof_pwned") is None and tab.dialogs == [] and tab.errors == []
         assert HOSTILE_DIR in fr.locator("#run").text_content()
         assert fr.evaluate("() => document.querySelectorAll('img,script:not([src]) ~ script,object,embed,form,base').length") == 0

@@ -1,6 +1,6 @@
 """MLflow with a file store in tmp_path: ``gpuprof analyze --to mlflow`` on a real trace, and a run the user
 started; read back with MLflow's client and compared with the report. MLflow 3 takes a file store only with
-MLFLOW_ALLOW_FILE_STORE=true, and mlflow-skinny has no sqlite store (tests/trackers/conftest.py)."""
+MLFLOW_ALLOW_FILE_STORE=true, and mlflow-skinny has no sqlite store (the ``offline`` fixture, tests/conftest.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ const BD_COLORS = {kernel: "#1a73e8", communication: "#9334e6", memcpy: "#e8710a
   data_loading: "#188038", cpu_exec: "#80868b", other: "#dadce0"};
 const IDLE_COLORS = {sync: "#d93025", blocking_copy: "#e8710a", runtime: "#f9ab00", data_loading: "#188038",
   optimizer: "#9334e6", cpu_other: "#80868b"};
-const state = {runs: [], run: null, view: null, trace: 0, compare: "", seq: 0, memSeq: 0};
+const state = {runs: [], run: null, view: null, trace: 0, compare: "", seq: 0, memSeq: 0, tlSeq: 0, rankSeq: 0};
 
 function $(id){ return document.getElementById(id); }
 function setStatus(text, isError){ const s = $("status"); s.textContent = text; s.setAttribute("class", isError ? "err" : "muted"); }
@@ -48,7 +48,7 @@ function showTrace(v){
   sel.parentElement.hidden = v.traces.length < 2;
   state.trace = Math.min(state.trace, Math.max(v.traces.length - 1, 0)); sel.value = String(state.trace);
   const t = v.traces[state.trace];
-  if (!t){ for (const id of ["steps-chart", "idle-chart", "views"]) $(id).replaceChildren(el("p", {class: "muted"}, "No trace analysed in this run.")); return; }
+  if (!t){ for (const id of ["steps-chart", "idle-chart", "views"]) $(id).replaceChildren(el("p", {class: "muted"}, "No trace analysed in this run.")); showTimeline(); return; }
   const s = t.summary;
   GP.stepChart($("steps-chart"), t.steps.map(x => ({id: x.id, parts: x.breakdown_us})), BD_COLORS, "step time per step");
   if (s.has_gpu_activity) GP.stepChart($("idle-chart"), t.steps.map(x => ({id: x.id, parts: x.idle_us})), IDLE_COLORS, "GPU idle time per step");
@@ -60,12 +60,58 @@ function showTrace(v){
   $("no-gpu-tables").hidden = s.top_kernels.length + s.copies.length + s.syncs.length > 0;
   // the report's views of this trace, whole (every row the report keeps), sortable and searchable
   GP.views($("views"), s.views);
-  // its recorded steps as lanes (GP.timeline): markers for this trace's findings, linked to their cards
-  GP.timeline($("timeline"), s.timeline, v.findings.filter(f => !f.trace || f.trace === t.file));
-  // several ranks: their collectives one above the other
-  const ranks = GP.timeline.ranks(v.traces.map(x => x.summary.timeline));
-  $("timeline-ranks-section").hidden = !ranks;
-  if (ranks) GP.timeline($("timeline-ranks"), ranks, []); else $("timeline-ranks").replaceChildren();
+  showTimeline();
+}
+
+// The timelines are not in the run answer (a few hundred kB each; gpuprof/tbplugin/timelines.py): each trace has a
+// timeline_ref, and its timeline is fetched when its section is open, polled like the run while the analysis runs.
+// The ones fetched for the view on screen are kept (a few), so going back to a trace draws it at once.
+const tlCache = new Map();
+async function poll(url, stale){
+  for (;;){
+    const j = await getJSON(url);
+    if (stale()) return null;
+    if (j.status !== "pending") return j;
+    await new Promise(r => setTimeout(r, 500));
+  }
+}
+async function fetched(url, seqKey, status){
+  const seq = ++state[seqKey], run = state.seq;
+  status.textContent = "loading\u2026";
+  let j; try { j = await poll(url, () => seq !== state[seqKey] || run !== state.seq); }
+  catch (e) { if (seq === state[seqKey]) status.textContent = "could not load the timeline: " + e.message; return null; }
+  if (!j) return null;
+  status.textContent = j.status === "ready" ? "" : short(j.error || j.status, LONG);
+  return j.status === "ready" ? j : null;
+}
+
+// The selected trace's recorded steps as lanes (GP.timeline, the --html page's code): markers for its findings
+async function showTimeline(){
+  const v = state.view, t = v && v.traces[state.trace], box = $("timeline"), ref = t && t.timeline_ref;
+  $("timeline-size").textContent = ref ? "(" + ref.lanes + " lanes, " + ref.events_kept + " boxes)" : "";
+  if (!$("timeline-open").open){ state.tlSeq++; box.replaceChildren(); $("timeline-status").textContent = ""; return; }
+  const findings = t ? v.findings.filter(f => !f.trace || f.trace === t.file) : [];
+  const key = ref ? ref.trace : null;
+  if (!ref || tlCache.has(key)){ state.tlSeq++; $("timeline-status").textContent = ""; GP.timeline(box, ref ? tlCache.get(key) : null, findings); bump(); return; }
+  box.replaceChildren();
+  const j = await fetched(q("timeline", {run: state.run, trace: ref.trace}), "tlSeq", $("timeline-status"));
+  if (!j) return;
+  tlCache.set(key, j.timeline); if (tlCache.size > 8) tlCache.delete(tlCache.keys().next().value);
+  GP.timeline(box, j.timeline, findings); bump();
+}
+
+// Several ranks: their collectives one above the other (GP.timeline.ranks), from each trace's collective lanes only
+async function showRankTimelines(){
+  const v = state.view, box = $("timeline-ranks");
+  const n = v ? v.traces.filter(x => x.timeline_ref && x.timeline_ref.collectives).length : 0;
+  $("timeline-ranks-section").hidden = n < 2;
+  if (n < 2 || !$("timeline-ranks-open").open){ state.rankSeq++; box.replaceChildren(); $("timeline-ranks-status").textContent = ""; return; }
+  box.replaceChildren();
+  const j = await fetched(q("timeline_ranks", {run: state.run}), "rankSeq", $("timeline-ranks-status"));
+  if (!j) return;
+  const ranks = GP.timeline.ranks(j.timelines);
+  if (ranks) GP.timeline(box, ranks, []); else $("timeline-ranks-status").textContent = "fewer than two ranks with collectives";
+  bump();
 }
 
 // With a cross-rank section the rows carry its numbers (gpuprof.tbplugin.data._ranks): the wait in collectives
@@ -125,7 +171,9 @@ function showNotes(v){ $("notes").replaceChildren(...v.notes.map(n => el("li", {
 
 function render(v){
   state.view = v;
+  tlCache.clear();  // a new answer: the traces may have been analysed again
   showSummary(v); showJob(v); showFindings(v); showTrace(v); showRanks(v); showCrossRank(v); showMemory(v); showNotes(v);
+  showRankTimelines();
   $("content").hidden = false; bump();
 }
 
@@ -167,6 +215,8 @@ async function init(){
   cmp.addEventListener("change", () => { state.compare = cmp.value; loadCompare(); });
   $("trace").addEventListener("change", () => { state.trace = +$("trace").value; showTrace(state.view); bump(); });
   $("snapopen").addEventListener("click", openMemory);
+  $("timeline-open").addEventListener("toggle", showTimeline);
+  $("timeline-ranks-open").addEventListener("toggle", showRankTimelines);
   loadRun(j.runs[0].name);
 }
 init();

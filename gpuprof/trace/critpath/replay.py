@@ -8,7 +8,10 @@ ends its recorded overhead after the GPU work it waited for is done. Removing a
 cause changes waits (a data wait or a sync gone, a copy made asynchronous) or
 the GPU's readiness (launch gaps closed as one CUDA graph launch would: the
 stream runs each stretch between two waits back to back, and the host no longer
-spends the time of its launch calls); the
+spends the time of its launch calls), or takes host time away (runtime calls
+made cheap: the main thread's time in them is cut out of its time line, so
+what it ran after them, and the GPU work it launched, moves earlier by the
+time cut before it); the
 host's later work moves earlier by what a wait no longer holds it, and the GPU
 work it launches moves with it.
 
@@ -21,7 +24,7 @@ as arrays. The replay of the unchanged graph gives back the recorded times
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,12 +38,14 @@ __all__ = ["Removal", "Replayer", "replay_saving"]
 @dataclass(frozen=True)
 class Removal:
     """What a what-if takes away: waits dropped (no wait at all), waits made asynchronous (their own call
-    time stays, the wait for the GPU goes), and launch gaps closed (each stretch of kernels a stream runs
-    between two waits is ready at once, as one graph launch)."""
+    time stays, the wait for the GPU goes), launch gaps closed (each stretch of kernels a stream runs
+    between two waits is ready at once, as one graph launch), and host time cut (the main thread's time
+    in these spans is gone: runtime calls made cheap or hoisted out of the steps)."""
 
     drop: frozenset[int] = frozenset()
     make_async: frozenset[int] = frozenset()
     close_launch_gaps: bool = False
+    cut_host: Intervals = field(default_factory=Intervals.empty)
 
 
 class Replayer:
@@ -73,6 +78,7 @@ class Replayer:
             at = np.flatnonzero(g.g_stream == s)
             chunk[at] = np.maximum.accumulate(chunk[at])
         self.chunk = chunk
+        self.when = when
         # per chunk, its runs of one stream: (stream, first, last), events in order
         key_change = np.ones(n, bool)
         if n > 1:
@@ -89,6 +95,7 @@ class Replayer:
         # which one graph launch would no longer spend
         seg_hi = bounds
         seg_lo = np.append(lo, g.w_end[self.waits])
+        self.bounds, self.seg_lo = bounds, seg_lo  # per host stretch (before each wait, then to the end)
         launches = Intervals.empty()
         for name, calls in g.host_runtime:
             if classify_runtime(name) is RuntimeClass.LAUNCH:
@@ -100,21 +107,23 @@ class Replayer:
         before it (the recorded steps' end, for the unchanged graph)."""
         g, C, u = self.g, self.C, self.u
         dur = g.g_end - g.g_ts
+        cut_seg, cut_wait, cut_ev = self._cuts(rm.cut_host)
         shift = 0.0  # how much earlier than recorded the host now runs
         best: dict[int, float] = {}  # per stream: max(u - shift) over its events so far
         last: dict[int, int] = {}
         for k in range(len(self.waits) + 1):
             for s, a, b in self.blocks.get(k, ()):
                 if rm.close_launch_gaps and self.kernel[a:b + 1].all():
-                    top = float(u[a])  # one launch readies the stretch: the stream runs it back to back
+                    top = float(u[a] - cut_ev[a])  # one launch readies the stretch: the stream runs it back to back
                 else:
-                    top = float(u[a:b + 1].max())
+                    top = float((u[a:b + 1] - cut_ev[a:b + 1]).max())
                 best[s] = max(best.get(s, -np.inf), top - shift)
                 last[s] = b
             if k == len(self.waits):
                 break
             if rm.close_launch_gaps:
                 shift += self.launch_us[k]
+            shift += cut_seg[k]
             w = int(self.waits[k])
             w_ts, w_end = float(g.w_ts[w]), float(g.w_end[w])
             start = w_ts - shift
@@ -128,13 +137,28 @@ class Replayer:
                     if (only is None or s == only) and g.g_end[i] <= w_end + 1.0:
                         rec = max(rec, float(g.g_end[i]))
                         new = max(new, float(C[i] + dur[i]) + best[s])
-            over = w_end - max(w_ts, rec)
+            over = max(w_end - max(w_ts, rec) - cut_wait[k], 0.0)  # a call cut inside a data wait shortens it
             done = start + over if w in rm.make_async or rec == -np.inf else max(start, new) + over
             shift = w_end - done
         if rm.close_launch_gaps:
             shift += self.launch_us[-1]
+        shift += cut_seg[-1]
         gpu = max((float(C[i] + dur[i]) + best[s] for s, i in last.items()), default=-np.inf)
         return max(self.host_end - shift, gpu)
+
+    def _cuts(self, cut: Intervals) -> tuple[list[float], list[float], np.ndarray]:
+        """The host time ``cut`` takes away: per host stretch (before each wait, then to the end), inside each
+        wait, and per GPU event, before its launch in its own stretch (the launch moves earlier by it)."""
+        n_seg = len(self.seg_lo)
+        if not cut:
+            return [0.0] * n_seg, [0.0] * (n_seg - 1), np.zeros(self.g.n_gpu)
+        lo, hi = self.seg_lo, self.bounds
+        per_seg = cut.per_segment(lo, np.maximum(hi, lo)).tolist()
+        w = self.waits
+        per_wait = cut.per_segment(self.g.w_ts[w], self.g.w_end[w]).tolist()
+        ev_lo = lo[np.minimum(self.chunk, n_seg - 1)]
+        per_ev = cut.per_segment(ev_lo, np.maximum(self.when, ev_lo))
+        return per_seg, per_wait, per_ev
 
 
 def replay_saving(r: Replayer, rm: Removal) -> float:

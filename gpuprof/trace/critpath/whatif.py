@@ -18,12 +18,16 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from gpuprof.findings import Finding
+from gpuprof.trace.columns import columns
 from gpuprof.trace.critpath.graph import WAIT_DATA, StepGraph, build_graph
 from gpuprof.trace.critpath.replay import Removal, Replayer, replay_saving
+from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
+from gpuprof.trace.threads import thread_keys
 
 __all__ = ["ACTIONS", "MARGIN_SHARE", "MARGIN_STEP_SHARE", "with_what_if", "NOTE_HIDDEN", "NOTE_STARVES",
-           "NOTE_NOT_REPLAYED", "NOTE_CROSS_RANK", "margin_note", "step_of", "cross_rank_not_replayed"]
+           "NOTE_NOT_REPLAYED", "NOTE_CROSS_RANK", "NOTE_OTHER_THREADS", "margin_note", "step_of", "cross_rank_not_replayed",
+           "call_names"]
 
 MARGIN_SHARE = 0.25
 MARGIN_STEP_SHARE = 0.01
@@ -34,6 +38,9 @@ NOTE_STARVES = ("starves the GPU: removing it saves more than its own time (the 
                 "runs earlier); believe the what-if")
 NOTE_NOT_REPLAYED = "not replayed: its cause is not a node of the step graph; the rule's cost is its own estimate"
 NOTE_CROSS_RANK = "not replayed: a cross-rank cause (the ranks' graphs are not joined); the rule's cost stands"
+NOTE_OTHER_THREADS = ("part of these calls ran on other host threads (the autograd or a pin-memory thread): the "
+                      "replay cuts only the main thread's time, as the trace does not record what the main thread "
+                      "waited for on another; take the what-if as the lower bound and the rule's cost as the upper")
 
 _Pick = Callable[[StepGraph, Replayer, Finding, TraceMetrics], Removal]
 
@@ -74,6 +81,52 @@ def _launches(g: StepGraph, r: Replayer, f: Finding, m: TraceMetrics) -> Removal
     return Removal(close_launch_gaps=True)
 
 
+def _runtime_calls(g: StepGraph, r: Replayer, f: Finding, m: TraceMetrics) -> Removal:
+    """The main thread's time in the calls the finding names (its evidence: the allocator calls of a churn
+    finding, the one slow call of a long-call finding), cut out of its time line: the fix makes them cheap
+    (a warm caching allocator) or moves them out of the step (created once at start-up)."""
+    names = call_names(f)
+    cut = Intervals.empty()
+    for name, calls in g.host_runtime:
+        if name in names:
+            cut = cut.union(calls)
+    return Removal(cut_host=cut)
+
+
+def call_names(f: Finding) -> set[str]:
+    """The runtime calls a GP205 finding's evidence names (``call``; the keys of ``calls_per_step``/``calls``)."""
+    out: set[str] = set()
+    for ev in f.evidence:
+        one = ev.extra.get("call")
+        if isinstance(one, str):
+            out.add(one)
+        for key in ("calls_per_step", "calls"):
+            many = ev.extra.get(key)
+            if isinstance(many, dict):
+                out.update(k for k in many if isinstance(k, str))
+    return out
+
+
+def _elsewhere_us(g: StepGraph, f: Finding, m: TraceMetrics) -> float:
+    """Per step, the time of the finding's calls inside the steps on host threads other than the main one."""
+    names = call_names(f)
+    if not g.steps or not names or not m.trace.runtime:
+        return 0.0
+    rc = columns(m.trace, m.trace.runtime)
+    named = np.fromiter((n in names for n in rc.names), bool, len(rc.names))[rc.name_code]
+    keys = thread_keys(m.main_thread)
+    other = np.fromiter((t not in keys for t in rc.threads), bool, len(rc.threads))[rc.thread_code]
+    lo, hi = g.steps[0][0], max(s[2] for s in g.steps)
+    at = named & other & (rc.ts >= lo) & (rc.ts <= hi)
+    return float(rc.dur[at].sum()) / len(g.steps)
+
+
+def _startup_spans(findings: list[Finding]) -> Intervals:
+    """The calls GP206 reports as one-off start-up work: never a per-step cost to cut (GP205 leaves them out)."""
+    refs = [e for f in findings if f.code == "GP206" for ev in f.evidence for e in ev.events]
+    return Intervals.from_pairs((e.ts, e.ts + e.dur) for e in refs) if refs else Intervals.empty()
+
+
 # rule code -> (what removing the cause means, how to pick it on the graph); docs/critical-path.md lists it
 ACTIONS: dict[str, tuple[str, _Pick]] = {
     "GP102": ("data wait gone (loading overlapped by DataLoader workers)", _data),
@@ -82,6 +135,8 @@ ACTIONS: dict[str, tuple[str, _Pick]] = {
     "GP202": ("host→device copies made asynchronous", _copies("HtoD", True)),
     "GP203": ("the site's syncs gone", _syncs),
     "GP204": ("the small device→host copies' waits gone", _copies("DtoH", False)),
+    "GP205": ("the named runtime calls' host time cut (allocator warm, calls hoisted out of the step)",
+              _runtime_calls),
     "GP301": ("launch gaps closed, as one CUDA graph launch per stretch", _launches),
 }
 CROSS_RANK = ("GP7",)
@@ -91,21 +146,30 @@ def with_what_if(m: TraceMetrics, findings: Iterable[Finding]) -> list[Finding]:
     """``findings`` (of ``m``'s trace) with their what-if set (see the module docstring)."""
     out = []
     replayer: Replayer | None = None
+    findings = list(findings)
+    startup: Intervals | None = None
     for f in findings:
         action = ACTIONS.get(f.code)
         if f.origin != "trace" or f.cost_us_per_step is None and action is None:
             out.append(f)
             continue
         if action is None or not m.steps:
-            note = NOTE_CROSS_RANK if f.code.startswith(CROSS_RANK) else NOTE_NOT_REPLAYED
-            out.append(dataclasses.replace(f, what_if_note=note))
+            out.append(dataclasses.replace(
+                f, what_if_note=NOTE_CROSS_RANK if f.code.startswith(CROSS_RANK) else NOTE_NOT_REPLAYED))
             continue
         g = m.memo(build_graph)
         if replayer is None:
             replayer = Replayer(g)
-        saving = replay_saving(replayer, action[1](g, replayer, f, m))
-        out.append(dataclasses.replace(f, what_if_saving_us=round(saving, 1),
-                                       what_if_note=margin_note(f.cost_us_per_step, saving, m.mean_step_time)))
+        rm = action[1](g, replayer, f, m)
+        if rm.cut_host:
+            startup = _startup_spans(findings) if startup is None else startup
+            rm = dataclasses.replace(rm, cut_host=rm.cut_host.subtract(startup))
+        saving = replay_saving(replayer, rm)
+        note = margin_note(f.cost_us_per_step, saving, m.mean_step_time)
+        if note == NOTE_HIDDEN and action[1] is _runtime_calls \
+                and _elsewhere_us(g, f, m) > MARGIN_STEP_SHARE * m.mean_step_time:
+            note = NOTE_OTHER_THREADS  # the gap is (partly) calls the main thread's time line does not hold
+        out.append(dataclasses.replace(f, what_if_saving_us=round(saving, 1), what_if_note=note))
     return out
 
 

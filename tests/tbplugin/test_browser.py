@@ -294,6 +294,8 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
             colls = fr.locator("#xcolls").text_content()  # typed from the host records: no send_recv catch-all
             assert "all_to_all" in colls and "all_reduce" in colls and "send_recv" not in colls
             assert "2 ranks of 2, backend nccl" in fr.locator("#xhead").text_content()
+            # the job's critical path across the ranks (docs/critical-path.md), as the CLI's table
+            assert fr.locator("#xpath tr").count() >= 2 and "per step over" in fr.locator("#xpathhead").text_content()
             gp701 = fr.locator("[data-code=GP701]").first
             assert "cross-rank analysis" in gp701.text_content() and "rank 0" in gp701.text_content()
         assert tab.errors == [] and tab.dialogs == []

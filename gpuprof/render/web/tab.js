@@ -145,6 +145,12 @@ function showCrossRank(v){
   table("xcolls", ["collective", "per step", "mean time", "mean size", "bytes / step", "bus bandwidth"],
     x.collectives.map(c => [short(c.type, 40), [c.per_step, num(c.per_step) ? c.per_step.toFixed(1) : "-"], U(c.mean_us), B(c.mean_bytes),
                             B(c.bytes_per_step), [c.bus_gbps, num(c.bus_gbps) ? c.bus_gbps.toFixed(1) + " GB/s" : "-"]]));
+  // the job's critical path (docs/critical-path.md): its parts, each on the rank it ran on
+  const cp = x.critical_path;
+  $("xpathhead").textContent = cp ? fmtUs(cp.length_us) + " per step over " + cp.steps + " steps; time on it: " +
+    cp.ranks.slice(0, 4).map(r => "rank " + r.rank + " " + fmtUs(r.us)).join(", ") : "";
+  table("xpath", ["kind", "name", "rank", "per step", "of the step"], cp ? cp.parts.map(p => [short(p.kind, 20), short(p.name),
+    [p.rank === null ? -1 : p.rank, p.rank === null ? "-" : String(p.rank)], U(p.us), P(cp.length_us > 0 ? p.us / cp.length_us : null)]) : []);
   $("xnotes").replaceChildren(...x.notes.map(n => el("li", {}, short(n, LONG))));
 }
 

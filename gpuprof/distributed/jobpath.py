@@ -190,7 +190,8 @@ def _walk(step: int, last: int, span: float, ranks: Sequence[int], sums: Sequenc
         i = int(idx[t][nxt, j])
         hop: list[_Piece] = [("kernel", _name(sums[nxt], i), ranks[nxt], float(col[nxt]))]
         if nxt != cur and sums[nxt].path_seg_end[sums[nxt].num_steps + i] == NOT_WALKED:
-            hop.append(("rank_wait", f"waiting for rank {ranks[nxt]}", ranks[cur], float(col[cur] - col[nxt])))
+            # (the wait came before the transfer: first in the hop, whose pieces run earliest first)
+            hop.insert(0, ("rank_wait", f"waiting for rank {ranks[nxt]}", ranks[cur], float(col[cur] - col[nxt])))
             nxt, i = cur, end  # its arrival is not known: the path stays on this rank
         chain.append(hop)
         cur, seg = nxt, sums[nxt].num_steps + i

@@ -37,6 +37,7 @@ class Rank:
     before_step_us: float = 0.0  # unrecorded host time before each step begins (enters the step late)
     tail_us: float = 0.0  # an operator after the all-reduce's sync (ends the step later)
     broadcast_us: float = 0.0  # a broadcast after the all-reduce that no other rank runs (matched on no rank)
+    second_us: float = 0.0  # a second all-reduce, queued right behind the first on the NCCL stream
     events: list[dict[str, Any]] = field(default_factory=list)  # per step: marker, all-reduce
 
 
@@ -48,6 +49,8 @@ def _step(tb: TraceBuilder, r: Rank, ar_us: float) -> tuple[dict[str, Any], dict
         if r.sleep_us:
             tb.idle(us=r.sleep_us)
         ar = tb.nccl(us=ar_us, wait_for_compute=True)
+        if r.second_us:
+            tb.nccl(us=r.second_us, wait_for_compute=False)
         if r.broadcast_us:
             tb.nccl("Broadcast", us=r.broadcast_us, wait_for_compute=False)
         tb.device_synchronize()
@@ -159,6 +162,23 @@ def test_job_path_bad_three_ranks_the_last_to_end_and_the_last_to_arrive(tmp_pat
     assert cp.ranks[1] == pytest.approx(_tail(r1), abs=0.01)
     assert 0 not in cp.ranks  # rank 0 neither ended last nor arrived last
     assert cp.length_us == pytest.approx(_step_mean(r1))
+    assert not [p for p in cp.parts if p.kind == "rank_wait"]
+
+
+def test_job_path_bad_a_queued_collective_hands_the_path_to_the_one_before_it(tmp_path: Path) -> None:
+    """Two all-reduces back to back on the NCCL stream; rank 1 sleeps before the first. The second starts on every
+    rank when the first ends (queued behind it: no one waits there), so the path crosses it on rank 0, goes on to
+    the first, and there to rank 1, the last to arrive."""
+    ranks = [Rank(second_us=500.0), Rank(sleep_us=8_000.0, second_us=500.0)]
+    cp = _path(analyze([str(p) for p in _job(tmp_path, ranks)]))
+    _sums(cp)
+    r0, r1 = ranks
+    tail0 = _mean([b - e["ar"]["ts"] - e["ar"]["dur"] for (_a, b), e in zip(_windows(r0), r0.events)]) - 500.0
+    assert _on(cp, "kernel", AR, 0) == pytest.approx(500.0)  # the second all-reduce, on the rank the path began on
+    assert _on(cp, "kernel", AR, 1) == pytest.approx(TRANSFER_US)  # the first: the transfer, on the last arrival
+    assert cp.ranks[0] == pytest.approx(tail0 + 500.0, abs=0.01)
+    assert cp.ranks[1] == pytest.approx(_before(r1) + TRANSFER_US, abs=0.01)
+    assert 8_000.0 <= _on(cp, "idle", NOTHING, 1) <= 8_000.0 + 20.0
     assert not [p for p in cp.parts if p.kind == "rank_wait"]
 
 

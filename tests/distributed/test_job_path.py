@@ -38,6 +38,7 @@ class Rank:
     tail_us: float = 0.0  # an operator after the all-reduce's sync (ends the step later)
     broadcast_us: float = 0.0  # a broadcast after the all-reduce that no other rank runs (matched on no rank)
     second_us: float = 0.0  # a second all-reduce, queued right behind the first on the NCCL stream
+    gemm_us: float = GEMM_US  # the compute before the all-reduce (a slower GPU: longer)
     events: list[dict[str, Any]] = field(default_factory=list)  # per step: marker, all-reduce
 
 
@@ -45,7 +46,7 @@ def _step(tb: TraceBuilder, r: Rank, ar_us: float) -> tuple[dict[str, Any], dict
     if r.before_step_us:
         tb.idle(us=r.before_step_us)
     with tb.step():
-        tb.gemm(us=GEMM_US)
+        tb.gemm(us=r.gemm_us)
         if r.sleep_us:
             tb.idle(us=r.sleep_us)
         ar = tb.nccl(us=ar_us, wait_for_compute=True)
@@ -163,6 +164,19 @@ def test_job_path_bad_three_ranks_the_last_to_end_and_the_last_to_arrive(tmp_pat
     assert 0 not in cp.ranks  # rank 0 neither ended last nor arrived last
     assert cp.length_us == pytest.approx(_step_mean(r1))
     assert not [p for p in cp.parts if p.kind == "rank_wait"]
+
+
+def test_job_path_bad_a_slower_gpu_puts_its_compute_on_the_job_path(tmp_path: Path) -> None:
+    """Rank 1's gemm takes 9 ms against rank 0's 5 ms; its all-reduce waits for it on the GPU (the NCCL stream
+    waits for the compute stream's event). The job's path: rank 1's gemm, whole, then the transfer."""
+    ranks = [Rank(), Rank(gemm_us=9_000.0)]
+    cp = _path(analyze([str(p) for p in _job(tmp_path, ranks)]))
+    _sums(cp)
+    sgemm = [p for p in cp.parts if p.kind == "kernel" and "sgemm" in p.name]
+    assert [(p.rank, p.us) for p in sgemm] == [(1, pytest.approx(9_000.0))]  # rank 0's gemm is not on it
+    assert _on(cp, "kernel", AR, 1) == pytest.approx(TRANSFER_US)
+    assert cp.ranks[1] == pytest.approx(_before(ranks[1]) + TRANSFER_US, abs=0.01)
+    assert _on(cp, "idle", "wait for another stream", 1) == pytest.approx(0.0, abs=1.0)  # the NCCL stream's wait
 
 
 def test_job_path_bad_a_queued_collective_hands_the_path_to_the_one_before_it(tmp_path: Path) -> None:

@@ -15,8 +15,9 @@ A collective here is one of the rank summary's instances: a communication kernel
 (CPU-only traces have none in their graph: their end segments run to the step's start and they have no
 arrival segments). A segment is its *pieces* ``(kind, name, µs)``: the earliest :data:`EARLY` in time
 order (the merge clips a path that starts before the job's step from its earliest end), then the rest
-by kind and name, the :data:`NAMED` largest, the rest of each kind as ``(other)``: bounded, so a
-thousand ranks stay cheap to merge.
+by kind and name, the :data:`NAMED` largest (an end segment, often the whole step's path: the per-trace
+path's ``MAX_PARTS``), the rest of each kind as ``(other)``: bounded, so a thousand ranks stay cheap to
+merge.
 
 Cost: one walk per step and per collective, each crossing a few graph hops; the GPU events and host
 pieces the walks cross are counted, and once they pass :data:`BUDGET_FACTOR` times the graph's size
@@ -78,7 +79,6 @@ def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, float, int
     out.step_start = [a for a, _b, _h in g.steps]
     out.step_end = [b for _a, b, _h in g.steps]
     node = _instance_nodes(g, [ts for ts, _d, _s in instances])
-    out.inst_name = [int(g.g_name[i]) if i >= 0 else -1 for i in node.tolist()]
     stop = np.zeros(g.n_gpu, bool)
     stop[node[node >= 0]] = True
     owner = np.full(g.n_gpu, -1, np.int64)
@@ -118,7 +118,7 @@ def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, float, int
         if ends[k] >= 0 and n_steps + ends[k] not in queued:  # the collective it reaches: walked next
             todo.append(n_steps + ends[k])
             queued.add(n_steps + ends[k])
-    _fill(out, g, walks, ends, _Labels(g, walks))
+    _fill(out, g, walks, ends, _Labels(g, walks), node)
     return out
 
 
@@ -137,8 +137,10 @@ def _instance_nodes(g: StepGraph, starts: Sequence[float]) -> np.ndarray:
     return np.array([at.get(float(ts), -1) for ts in starts], np.int64)
 
 
-def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int], labels: "_Labels") -> None:
-    """Each walk's pieces, labelled and bounded, into ``out``."""
+def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int], labels: "_Labels",
+          node: np.ndarray) -> None:
+    """Each walk's pieces, labelled and bounded, into ``out``, and each instance's kernel name (``node``: its
+    graph event, -1 none)."""
     code: dict[str, int] = {}
 
     def name_code(name: str) -> int:
@@ -148,7 +150,7 @@ def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int], l
             out.names.append(_label(name))
         return c
 
-    out.inst_name = [name_code(g.names[i]) if i >= 0 else -1 for i in out.inst_name]
+    out.inst_name = [name_code(g.names[int(g.g_name[i])]) if i >= 0 else -1 for i in node.tolist()]
     for k, (w, end) in enumerate(zip(walks, ends)):
         out.seg_end.append(end)
         early: list[tuple[str, str, float]] = []

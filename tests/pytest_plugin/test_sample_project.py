@@ -85,7 +85,7 @@ from train_sample import train
 
 
 @pytest.mark.gpuprof(max_step_ms=1000, fail_on="warning", baseline="perf/baseline.json", max_regression="200%",
-                     steps=5, ignore=["GP901"])
+                     steps=5, ignore=["GP901", "GP606"])
 def test_train():
     train(log=os.path.join(os.path.dirname(__file__), "steps.json"))
 
@@ -100,6 +100,10 @@ def test_train_lenient():
 # the fixed part is large beside it, and the thresholds are wide, so the clean project passes under load)
 # A batch takes 100 ms to make: 2 workers keep far ahead of a 200 ms step; in the training process (planted
 # num_workers=0) it is 17-33% of the step (a loaded machine stretches the rest), over GP601's 10% for a warning.
+# GP606 is ignored in the clean project: its "decode" is a sleep, so whenever a loaded host makes the loop wait
+# at all (12% of a step once in CI, beside two other test runs), the workers read as idle while the loop waits,
+# which is GP606's (true) finding; the planted regressions this file checks are GP601, the step limit and the
+# baseline.
 CLEAN = {"workers": 2, "decode_s": 0.025, "compute_s": 0.2, "sync_s": 0}
 
 
@@ -180,7 +184,7 @@ def test_xdist_workers_profile_their_own_tests(pytester: pytest.Pytester) -> Non
 
 
         @pytest.mark.parametrize("workers", [2, 0])
-        @pytest.mark.gpuprof(fail_on="warning", steps=5, ignore=["GP901"])
+        @pytest.mark.gpuprof(fail_on="warning", steps=5, ignore=["GP901", "GP606"])
         def test_loader(workers):
             train(workers=workers)
 

@@ -293,6 +293,7 @@ def _rank_reports(run: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(run.glob("rank*/report.json"))]
 
 
+@pytest.mark.slow  # its ddp_runs fixture trains the real 2-rank DDP job (about 10 s, two processes)
 def test_gp710_bad_real_ddp_without_distributed_sampler(ddp_runs: dict[str, Path]) -> None:
     reports = _rank_reports(ddp_runs["bad"])
     assert len(reports) == 2

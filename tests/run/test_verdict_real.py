@@ -67,6 +67,7 @@ def _raw(path: Path) -> tuple[list[int], float, float]:
     return ids, statistics.median(float(e["dur"]) for e in steps), (_length(loads) - _length(covered)) / len(steps)
 
 
+@pytest.mark.slow  # analyzes the real V100 traces end to end (about 3 s)
 def test_the_verdict_on_real_traces_names_the_data_wait_with_the_raw_figures() -> None:
     files = v100_samples()
     steady_p = next(p for p in files if "num_workers_4" in str(p))

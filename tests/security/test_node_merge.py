@@ -161,6 +161,7 @@ def _peak_rss_mb(code: str) -> float:
     return run(code) - base
 
 
+@pytest.mark.slow  # builds large node reports and loads them in fresh processes (about 7 s)
 def test_loading_a_node_report_costs_a_bounded_multiple_of_its_size(nodes: tuple[Path, Path], tmp_path: Path) -> None:
     """A node report of ~20 MB (the real rank's collectives repeated): the load stays under 6x the file.
 

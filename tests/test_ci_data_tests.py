@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -44,6 +46,7 @@ def test_it_picks_the_tests_that_reach_the_data_and_no_others(tmp_path: Path) ->
     ]
 
 
+@pytest.mark.slow  # parses the whole suite (about 4 s)
 def test_on_this_suite_it_picks_the_known_data_tests() -> None:
     got = _select(REPO / "tests")
     files = {g.split("::")[0] for g in got}

@@ -83,6 +83,7 @@ def test_terminal_and_markdown_name_the_fix(saved: tuple[str, str]) -> None:
     assert md.exit_code == 0 and "## Findings fixed" in md.output and "`GP102 dataloader-single-process`" in md.output
 
 
+@pytest.mark.slow  # runs `gpuprof diff` on the real V100 runs several times (about 3 s)
 def test_regression_gate_exit_codes(dirs: tuple[str, str], saved: tuple[str, str]) -> None:
     res = run("diff", dirs[1], dirs[0], "--fail-on-regression", "5%", "-j", "1")  # 4 workers -> 0, from the traces
     # the gate's figure is the headline's step-time change ("step time B ms → A ms: +P%"), over the threshold

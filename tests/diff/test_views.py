@@ -158,6 +158,7 @@ def test_nested_same_name_operators_count_their_gpu_time_once(tmp_path: Path) ->
     assert sum(r["gpu_total_us"] for r in lin) <= v["kernel_total_us"] + 1e-6
 
 
+@pytest.mark.slow  # counts every call of a real V100 trace twice over (about 2 s each)
 @pytest.mark.parametrize("folder", ["resnet50_num_workers_0", "resnet50_num_workers_4"])
 def test_every_operator_call_is_counted_zero_length_ones_included(folder: str) -> None:
     import gzip

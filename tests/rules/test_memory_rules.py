@@ -102,6 +102,7 @@ def _raw_memory_peaks(path) -> tuple[dict[int, int], dict[int, int]]:
     return peaks, {p["id"]: p["totalGlobalMem"] for p in doc["deviceProperties"]}
 
 
+@pytest.mark.slow  # analyzes a real trace with its memory events (about 2.5 s)
 def test_gp501_real_df_index_resolver():
     path = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "df_index_resolver", "df_index_resolver.json.gz")
     assert _gp501(path) == []  # the V100 job used ~12 GB of 32 GB

@@ -146,6 +146,7 @@ def test_gp402_good_cpu_only_training(tmp_path):
     assert _run(real, "GP402") == []
 
 
+@pytest.mark.slow  # analyzes several real GPU traces (about 2 s)
 def test_gp402_real_gpu_traces_run_their_matmuls_on_the_gpu(v100_samples):
     paths = list(v100_samples) + [
         shared_path("hta", "TraceLens", "tests", "traces", "h100", "gaunernst_bert-small-uncased__1016001.json.gz"),

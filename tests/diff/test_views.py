@@ -41,6 +41,7 @@ def test_real_gpu_trace_views_add_up_to_the_kernel_total() -> None:
     assert all("elementwise" not in n for n in with_flops)  # the bias kernel of addmm does no matmul FLOPs
 
 
+@pytest.mark.slow  # reads a real V100 trace whole (about 2 s)
 def test_launch_configuration_is_that_of_the_longest_launch() -> None:
     import gzip
 

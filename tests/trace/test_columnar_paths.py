@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,7 @@ def _sorted_arrays(spans: list[tuple[float, float]]) -> tuple[np.ndarray, np.nda
     return ts[order], dur[order]
 
 
+@pytest.mark.slow  # walks every stack of real traces twice (about 2 s)
 @settings(max_examples=120, deadline=None)
 @given(spans=_threads(), prefer_every=st.integers(1, 4), seed=st.integers(0, 3))
 def test_innermost_pieces_equal_the_stack_walk(spans: list[tuple[float, float]], prefer_every: int, seed: int) -> None:

@@ -363,6 +363,7 @@ def test_corrupt_and_truncated_gzip(tmp_path: Path) -> None:
         _expect_input_error(p)
 
 
+@pytest.mark.slow  # writes and loads several large broken files (about 2 s)
 def test_errors_mid_file_are_reported_at_once_with_their_position(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     data = _raw(shared_path(*SAMPLE_NW0))

@@ -6,6 +6,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from gpuprof.capture.settings import trace_op_facts
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
@@ -31,6 +33,7 @@ def _raw_events(path: object) -> list[dict]:
         return json.load(f)["traceEvents"]
 
 
+@pytest.mark.slow  # analyzes real traces with and without stacks (about 2 s)
 def test_fp32_matmuls_count_ops_with_a_call_stack_too() -> None:
     # The settings check read an op's dtype flags only when the payload was a
     # bare int, so every 2021-era op that also carried a "Call stack" counted as

@@ -137,7 +137,9 @@ class Progress:
     def __init__(self, notify: Callable[[JsonObj], None], token: str | int, every_s: float = 0.25) -> None:
         self.notify, self.token, self.every_s = notify, token, every_s
         self.last_value = -1.0
-        self.last_sent = 0.0
+        # -inf, not 0: time.monotonic() may start near 0 (it counts from boot on Linux), and the first
+        # notification must never be held back
+        self.last_sent = float("-inf")
 
     def __call__(self, progress: float, total: float | None, message: str) -> None:
         import time

@@ -9,6 +9,7 @@ count bytes and events from the start of the file, not of the chunk.
 
 from __future__ import annotations
 
+import codecs
 import re
 from typing import Literal, Protocol
 
@@ -76,6 +77,9 @@ def chunk_decoder(path: TraceFile, sink: EventSink, list_format: bool) -> TryCut
             problem = _explain_validation(path, chunk, msgspec.ValidationError(msg), list_format, sink.events_seen)
             raise InputError(path, problem) from None
         except msgspec.DecodeError as err:
+            bad_text = _invalid_utf8(err, view)
+            if bad_text is not None:  # bytes of a string are never changed by a cut
+                raise InputError(path, bad_text) from None
             if not syntax_error_before(err, end - lo + 1):
                 return None
             # malformed JSON before the cut: no earlier or later cut can fix it, unless it
@@ -134,6 +138,9 @@ def decode_whole(
     except msgspec.ValidationError as err:
         raise InputError(path, _explain_validation(path, text, err, list_format, event_offset)) from None
     except msgspec.DecodeError as err:
+        bad_text = _invalid_utf8(err, text)
+        if bad_text is not None:
+            raise InputError(path, bad_text) from None
         fixed = _decode_repaired(text, list_format)
         if fixed is None or fixed == "cut":
             raise InputError(path, _explain_decode(err, byte_offset)) from None
@@ -193,6 +200,23 @@ def _explain_decode(err: Exception, byte_offset: int = 0) -> str:
 
 def _explain_unicode(err: UnicodeDecodeError) -> str:
     return f"not valid UTF-8 text in a JSON string ({err.reason}: byte 0x{err.object[err.start]:02x})"
+
+
+def _invalid_utf8(err: Exception, text: bytes | bytearray | memoryview) -> str | None:
+    """The UTF-8 explanation for a DecodeError that is one (msgspec 0.23 raises DecodeError("Invalid UTF-8 encoded
+    string") where earlier versions raised UnicodeDecodeError); None for any other error. The bad byte is found
+    by decoding the text 1 MiB at a time (an error path: bounded memory, never a str of the whole text)."""
+    if "Invalid UTF-8" not in str(err):
+        return None
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(text)
+    step = 1 << 20
+    try:
+        for at in range(0, len(view), step):
+            decoder.decode(view[at : at + step], final=at + step >= len(view))
+    except UnicodeDecodeError as bad:
+        return _explain_unicode(bad)
+    return "not valid UTF-8 text in a JSON string"
 
 
 def syntax_error_before(err: Exception, last: int) -> bool:

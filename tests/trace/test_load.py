@@ -262,6 +262,21 @@ def test_synthetic_2021_and_gzip_chunked(tmp_path: Path, monkeypatch: pytest.Mon
     assert _load_with_block(p, 1000, monkeypatch) == ref
 
 
+@pytest.mark.parametrize("where", [0.1, 0.5, 0.95])
+def test_invalid_utf8_inside_a_chunk_is_one_line_naming_the_byte(tmp_path: Path, where: float,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # msgspec 0.23 reports invalid UTF-8 as a DecodeError without a position: the loader must still say what it is
+    # (not try every earlier cut, not call it malformed JSON), wherever the chunk boundaries fall
+    text = simple_training(TraceBuilder(), steps=10).write(tmp_path / "ok.json").read_bytes()
+    at = text.index(b'"name": "', int(len(text) * where)) + len(b'"name": "')
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(text[:at] + b"\xff" + text[at:])
+    monkeypatch.setattr(C, "BLOCK", 4096)
+    with pytest.raises(InputError) as err:
+        load_trace(bad)
+    assert "not valid UTF-8" in str(err.value) and "0xff" in str(err.value)
+
+
 def test_progress_reports_reach_the_file_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = simple_training(TraceBuilder(), steps=10).write(tmp_path / "p.json")
     monkeypatch.setattr(C, "BLOCK", 4096)

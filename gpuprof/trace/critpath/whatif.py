@@ -32,8 +32,12 @@ __all__ = ["ACTIONS", "MARGIN_SHARE", "MARGIN_STEP_SHARE", "with_what_if", "NOTE
 MARGIN_SHARE = 0.25
 MARGIN_STEP_SHARE = 0.01
 
-NOTE_HIDDEN = ("hidden behind GPU work already queued: the replay saves less than the rule's cost; "
-               "believe the what-if")
+# The step still waits for something else: GPU work already queued (a data wait while the GPU runs the previous
+# step), the transfer itself (a blocking copy made asynchronous: the kernels still need its data), work launched
+# later or the host's own launching (a sync in a host-bound step). Worded to hold in each case, as the finding
+# does not say which one it was.
+NOTE_HIDDEN = ("the step still waits for what else sets it (GPU work already queued, the transfer itself, or the "
+               "host's own work): the replay saves less than the rule's cost; believe the what-if")
 NOTE_STARVES = ("starves the GPU: removing it saves more than its own time (the GPU work it held back "
                 "runs earlier); believe the what-if")
 NOTE_NOT_REPLAYED = "not replayed: its cause is not a node of the step graph; the rule's cost is its own estimate"

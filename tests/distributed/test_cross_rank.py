@@ -114,8 +114,14 @@ def test_real_ddp_job_critical_path_sums_to_the_job_step(ddp_runs: dict[str, Pat
     cp = sec["critical_path"]
     assert cp is not None and cp["steps"] >= 3
     assert sum(p["us"] for p in cp["parts"]) == pytest.approx(cp["length_us"], abs=1e-3)
-    means = [t["step_time_mean_us"] for t in report["traces"]]
-    assert min(means) - 1.0 <= cp["length_us"] <= max(means) + 1.0
+    # each step's job step is the step of the rank that ended it last, so the mean lies between the means of the
+    # ranks' shortest and longest step of each step (not between the ranks' means: the rank that ends a step last
+    # may have entered it later, with a shorter step; seen in CI)
+    per_rank = [t["step_times_us"] for t in report["traces"]]
+    assert all(len(s) == cp["steps"] for s in per_rank)
+    lo = sum(min(s) for s in zip(*per_rank)) / cp["steps"]
+    hi = sum(max(s) for s in zip(*per_rank)) / cp["steps"]
+    assert lo - 1.0 <= cp["length_us"] <= hi + 1.0
     assert sum(e["steps"] for e in cp["ended_last"]) == cp["steps"]
     assert all(p["kind"] != "rank_wait" for p in cp["parts"])  # nothing to join, nothing unexplained
     assert len({p["rank"] for p in cp["parts"] if p["rank"] is not None}) == len(cp["ended_last"])

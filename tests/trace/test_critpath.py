@@ -108,6 +108,44 @@ def test_segments_of_the_median_step_tile_it(tmp_path: Path) -> None:
     assert len(k) == 1 and k[0][2] - k[0][1] == pytest.approx(1000.0)
 
 
+def test_segments_named_by_another_threads_operator_lie_on_that_thread(tmp_path: Path) -> None:
+    # the main thread waits in backward() while the autograd thread runs the backward operators: the path's host
+    # time there is named by them and drawn on their thread's lane, where the user sees them run
+    b = TraceBuilder()
+    autograd = b.main_tid + 11
+    for _ in range(3):
+        with b.step():
+            b.cpu(us=300, name="aten::forward_op")
+            with b.thread(autograd, join=True):
+                b.cpu(us=700, name="AddmmBackward0")
+            b.cpu(us=200, name="aten::step_op")
+    m = _metrics(b, tmp_path)
+    segs = critical_segments(m)
+    main, other = f"host:{b.pid}:{b.main_tid}", f"host:{b.pid}:{autograd}"
+    back = [x for x in segs if x[4] == "AddmmBackward0"]
+    assert back and {x[0] for x in back} == {other}
+    assert sum(x[2] - x[1] for x in back) == pytest.approx(700.0)
+    assert {x[0] for x in segs if x[4] in ("aten::forward_op", "aten::step_op")} == {main}
+    # the per-step parts are unchanged by where the segments are drawn
+    cp = critical_path(m)
+    assert cp is not None and _by_name(cp, "operator")["AddmmBackward0"] == pytest.approx(700.0)
+
+
+def test_real_v100_backward_thread_segments_are_on_its_lane() -> None:
+    from gpuprof.testing.realtraces import shared_path
+
+    m = compute_metrics(load_trace(str(shared_path("tbplugin", "samples", "resnet50_num_workers_0",
+                                                   "worker0.1623143566756.pt.trace.json.gz"))))
+    segs = critical_segments(m)
+    # an independent look at the raw thread of each backward operator: which thread ran the Backward ops
+    threads = {(str(e.pid), str(e.tid)) for ops in m.threads.ops.values() for e in ops if "Backward" in e.name}
+    assert len(threads) == 1
+    pid, tid = threads.pop()
+    back = [x for x in segs if x[3] == "operator" and "Backward" in x[4]]
+    assert back and {x[0] for x in back} == {f"host:{pid}:{tid}"}
+    assert f"host:{pid}:{tid}" != f"host:{m.main_thread[0]}:{m.main_thread[1]}"  # type: ignore[index]
+
+
 def test_replay_of_the_unchanged_graph_is_the_recording(tmp_path: Path) -> None:
     b = TraceBuilder()
     for _ in range(3):

@@ -94,6 +94,8 @@ class StepGraph:
     host_runtime: list[tuple[str, Intervals]]  # the main thread's other runtime calls, by name
     top_ops: tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]  # starts, ends, name codes, names
     other_ops: tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]  # the same, of the other host threads
+    other_lane: np.ndarray  # per operator of other_ops: its thread, an index into other_lane_ids
+    other_lane_ids: list[str]  # ``host:<pid>:<tid>``, the timeline's lane of each other thread
     latency_us: float
 
     @property
@@ -146,14 +148,16 @@ def build_graph(m: TraceMetrics) -> StepGraph:
     w_gpu = _wait_targets(waits, sel, ts, end, launch, gc, nk, nc)
     runtime_by_name = _host_runtime(m, keys, {id(w[4]) for w in waits if w[4] is not None})
     pid, tid = m.main_thread if m.main_thread is not None else ("", "")
+    others = [k for k in m.threads.ops if k not in keys]
+    other = _top_ops(m, [m.threads.ops[k] for k in others])
     return StepGraph(
         device=dev, host_lane=f"host:{pid}:{tid}", g_ts=ts, g_end=end, g_stream=stream, g_kind=kind,
         g_name=name, names=names, g_prev=prev, g_run=run, g_launch=launch, g_launch_code=lcode, launch_names=lnames,
         g_ready=ready, g_dep=dep, w_ts=w_ts, w_end=w_end, w_kind=np.array([w[2] for w in waits], np.int8),
         w_gpu=w_gpu, w_tag=[w[3] for w in waits], w_name=[w[5] for w in waits], w_call=[w[4] for w in waits],
         steps=[(s.start, s.end, s.cpu_end) for s in m.steps], host_runtime=runtime_by_name,
-        top_ops=_top_ops(m, [ops for k, ops in m.threads.ops.items() if k in keys]),
-        other_ops=_top_ops(m, [ops for k, ops in m.threads.ops.items() if k not in keys]),
+        top_ops=_top_ops(m, [ops for k, ops in m.threads.ops.items() if k in keys])[0],
+        other_ops=other[0], other_lane=other[1], other_lane_ids=[f"host:{k[0]}:{k[1]}" for k in others],
         latency_us=latency)
 
 
@@ -293,14 +297,16 @@ def _host_runtime(m: TraceMetrics, keys: frozenset[HostThread], waits: set[int])
             for c, t, d in zip(np.split(code, cuts), np.split(ts, cuts), np.split(dur, cuts)) if len(c)]
 
 
-def _top_ops(m: TraceMetrics, groups: list[list[Event]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+def _top_ops(m: TraceMetrics, groups: list[list[Event]]
+             ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, list[str]], np.ndarray]:
     """The outermost operators of each thread's list in ``groups`` (those directly under a step marker count as
-    outermost), by start: starts, ends, name codes into the names that follow."""
+    outermost), by start: (starts, ends, name codes into the names that follow), and each one's group index."""
     starts: list[np.ndarray] = []  # per thread, from its shared columns
     ends: list[np.ndarray] = []
     codes: list[np.ndarray] = []
+    group: list[np.ndarray] = []
     names: list[str] = []
-    for ops in groups:
+    for gi, ops in enumerate(groups):
         if not ops:
             continue
         oc = columns(m.trace, ops)
@@ -310,9 +316,10 @@ def _top_ops(m: TraceMetrics, groups: list[list[Event]]) -> tuple[np.ndarray, np
         starts.append(oc.ts[top])
         ends.append(oc.end[top])
         codes.append(oc.name_code[top] + len(names))
+        group.append(np.full(int(top.sum()), gi, np.int64))
         names += oc.names
     if not starts:
-        return np.zeros(0), np.zeros(0), np.zeros(0, np.int64), []
+        return (np.zeros(0), np.zeros(0), np.zeros(0, np.int64), []), np.zeros(0, np.int64)
     s, e, c = np.concatenate(starts), np.concatenate(ends), np.concatenate(codes)
     order = np.lexsort((-(e - s), s))  # by start, the longest first (a thread's op before another's inside it)
-    return s[order], e[order], c[order], names
+    return (s[order], e[order], c[order], names), np.concatenate(group)[order]

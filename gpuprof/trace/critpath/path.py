@@ -177,7 +177,13 @@ def _run_spans(g: StepGraph, runs: list[tuple[int, int, float, float]]) -> tuple
 
 def _host_split(g: StepGraph, host: Intervals) -> list[tuple[str, str, Intervals]]:
     """The host time of the path by what ran: runtime calls by name, outermost operators by name, else idle."""
-    out: list[tuple[str, str, Intervals]] = []
+    return [(kind, name, ivs) for kind, name, ivs, _ in _host_split_lanes(g, host)]
+
+
+def _host_split_lanes(g: StepGraph, host: Intervals) -> list[tuple[str, str, Intervals, str]]:
+    """:func:`_host_split` with each piece's lane: the main thread's, or the other thread whose operator names it
+    (the backward thread's ``CudnnConvolutionBackward`` is drawn on that thread, where the user sees it run)."""
+    out: list[tuple[str, str, Intervals, str]] = []
     rest = host
     for name, calls in g.host_runtime:
         if not rest:
@@ -185,9 +191,11 @@ def _host_split(g: StepGraph, host: Intervals) -> list[tuple[str, str, Intervals
         got = calls.intersect(rest)
         if got:
             kind = "launch_gap" if classify_runtime(name) is RuntimeClass.LAUNCH else "operator"
-            out.append((kind, name, got))
+            out.append((kind, name, got, g.host_lane))
             rest = rest.subtract(got)
-    for starts, ends, codes, names in (g.top_ops, g.other_ops):  # the main thread's, then the others'
+    # the main thread's operators, then the others' (each on its own lane)
+    for (starts, ends, codes, names), lane, lane_ids in ((g.top_ops, None, [g.host_lane]),
+                                                         (g.other_ops, g.other_lane, g.other_lane_ids)):
         if not rest or not len(starts):
             continue
         under = Intervals.from_arrays(starts, ends, is_sorted=True).intersect(rest)
@@ -197,12 +205,15 @@ def _host_split(g: StepGraph, host: Intervals) -> list[tuple[str, str, Intervals
             first = np.maximum.accumulate(np.where(np.concatenate(([True], starts[1:] >= reach[:-1])),
                                                    np.arange(len(starts)), 0))
             code = codes[first[at]]
-            for c in np.flatnonzero(np.bincount(code, minlength=len(names))).tolist():
-                keep = code == c
-                out.append(("operator", names[c], Intervals(under.starts[keep], under.ends[keep])))
+            where = lane[first[at]] if lane is not None else np.zeros(len(code), np.int64)
+            key = code * len(lane_ids) + where
+            for k in np.flatnonzero(np.bincount(key, minlength=len(names) * len(lane_ids))).tolist():
+                keep = key == k
+                out.append(("operator", names[k // len(lane_ids)], Intervals(under.starts[keep], under.ends[keep]),
+                            lane_ids[k % len(lane_ids)]))
             rest = rest.subtract(under)
     if rest:
-        out.append(("idle", NOTHING, rest))
+        out.append(("idle", NOTHING, rest, g.host_lane))
     return out
 
 
@@ -267,8 +278,8 @@ def critical_segments(m: TraceMetrics) -> list[Segment]:
     w = _Walk()
     _walk(g, a, b, host_end, w)
     out: list[Segment] = list(w.pieces)
-    for kind, name, ivs in _host_split(g, Intervals.from_pairs(w.host)):
-        out.extend((g.host_lane, float(s), float(e), kind, name) for s, e in ivs)
+    for kind, name, ivs, lane in _host_split_lanes(g, Intervals.from_pairs(w.host)):
+        out.extend((lane, float(s), float(e), kind, name) for s, e in ivs)
     idx, s, e = _run_spans(g, w.runs)
     for i, lo, hi in zip(idx.tolist(), s.tolist(), e.tolist()):
         kind = "copy" if g.g_kind[i] == GPU_COPY else "kernel"

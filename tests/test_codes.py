@@ -102,6 +102,7 @@ def test_option_parsing_is_one_shape_and_checks_the_origin() -> None:
         parse_options(["GP640.nope=1"])
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_analyze_option_applies_to_a_real_trace() -> None:
     path = str(shared_path(*NW0))
     base = next(f for f in analyze(path).findings if f.code == "GP102")

@@ -120,6 +120,7 @@ def test_a_cost_is_never_above_the_step_it_is_a_share_of(tmp_path: Path) -> None
     assert g.cost_share is None  # no step to be a share of: no share, never a made-up one
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_real_traces_severity_follows_cost_and_no_share_above_one() -> None:
     paths = [*v100_samples(), shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "critical_path",
                                           "alexnet", "benchmark_result_2869224_1695835535_trace.json.gz")]

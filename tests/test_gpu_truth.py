@@ -59,6 +59,7 @@ def _env() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- recorder, no GPU
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_without_cuda_says_so_in_one_line_and_exits_0(tmp_path: Path) -> None:
     if _cuda():
         pytest.skip("CUDA is available: the recorder would record")

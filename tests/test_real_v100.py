@@ -50,6 +50,7 @@ def _independent_utilization(path: Path) -> float:
     return busy / (hi - lo)
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_num_workers_0_flagged_for_main_process_loading(v100_samples):
     for path in v100_samples:
         report = analyze(path)
@@ -80,6 +81,7 @@ def test_gpu_utilization_matches_independent_computation(v100_samples):
         assert f"{printed * 100:.0f}%" in term.stdout or f"{printed * 100:.1f}%" in term.stdout
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_all_four_flagged_for_pageable_blocking_h2d_and_fp32(v100_samples):
     for path in v100_samples:
         report = analyze(path)

@@ -259,6 +259,7 @@ def test_settings_checks() -> None:
     assert anomaly_finding(0, 5) is None and anomaly_finding(2, 5).code == "GP622"
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_anomaly_detection_flagged(tmp_path: Path) -> None:
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

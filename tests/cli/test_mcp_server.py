@@ -80,6 +80,7 @@ def test_analyze_answers_the_findings_the_command_line_prints_synthetic(tmp_path
     assert f"{len(expected['findings'])} findings" in summary and "GP101" in summary
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_analyze_answers_the_findings_the_command_line_prints_real(tmp_path: Path) -> None:
     trace = shared_path(*NW0)
     expected = cli_json("analyze", str(trace))

@@ -44,6 +44,7 @@ def saved(reports: tuple[dict[str, Any], dict[str, Any]], tmp_path_factory: pyte
     return paths[0], paths[1]
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_names_gp102_fixed_with_predicted_and_measured_savings(dirs: tuple[str, str]) -> None:
     res = run("diff", *dirs, "--format", "json", "-j", "1")
     assert res.exit_code == 0, res.output
@@ -74,6 +75,7 @@ def test_names_gp102_fixed_with_predicted_and_measured_savings(dirs: tuple[str, 
     assert d["kernels"]["within_noise"] and not d["kernels"]["slower"] and not d["kernels"]["faster"]
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_terminal_and_markdown_name_the_fix(saved: tuple[str, str]) -> None:
     res = run("diff", *saved)
     assert res.exit_code == 0
@@ -153,6 +155,7 @@ def test_an_ambiguous_or_bad_threshold_is_refused(text: str) -> None:
         parse_threshold(text)
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_fail_on_regression_5_means_five_per_cent_and_0_05_is_exit_2(dirs: tuple[str, str]) -> None:
     # num_workers=4 -> 0 is far more than 5 % slower: exit 1 with "5", as with "5%" (it meant 500 % before)
     assert run("diff", dirs[1], dirs[0], "--fail-on-regression", "5").exit_code == 1
@@ -160,6 +163,7 @@ def test_fail_on_regression_5_means_five_per_cent_and_0_05_is_exit_2(dirs: tuple
     assert r.exit_code == 2 and "ambiguous" in r.output and "Traceback" not in r.output
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_tensorboard_comparison_is_the_same_diff(dirs: tuple[str, str], reports: tuple[dict[str, Any], dict[str, Any]]) -> None:
     from gpuprof.tbplugin.data import analyse_trace_file, compare_views, run_view
     from gpuprof.tbplugin.runs import find_runs

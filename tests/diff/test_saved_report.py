@@ -26,6 +26,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     return trace, out
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.parametrize("fmt", ["terminal", "markdown", "json"])
 def test_rerender_matches_the_live_analysis(saved: tuple[str, Path], fmt: str) -> None:
     trace, report = saved

@@ -213,6 +213,7 @@ def _shifted_copy(src: Path, dest: Path, rank: int, world: int, shift_us: float,
     dest.write_text(json.dumps(d))  # uncompressed: faster to write and read back
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_time_shifted_copies_of_a_real_trace_merge_as_one_job(tmp_path: Path) -> None:
     src = shared_path(*HTA, "nccl_parser_config", "nccl_data.json.gz")
     for r in range(3):
@@ -308,6 +309,7 @@ def test_gp710_bad_real_ddp_without_distributed_sampler(ddp_runs: dict[str, Path
         assert gp710 and "SequentialSampler in a 2-rank run" in gp710[0]["message"]
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_gp710_good_real_ddp_with_distributed_sampler(ddp_runs: dict[str, Path]) -> None:
     reports = _rank_reports(ddp_runs["good"])
     assert len(reports) == 2
@@ -331,6 +333,7 @@ def test_gp711_good_matching_backends_and_one_rank() -> None:
     assert distributed_findings([], 1, "gloo", on_cuda=True) == []
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_capture_rank0_writes_the_cross_rank_report_from_the_store(ddp_runs: dict[str, Path]) -> None:
     rep = json.loads((ddp_runs["bad"] / "report.cross_rank.json").read_text())
     sec = _section(rep)

@@ -310,6 +310,7 @@ def test_job_path_real_sampled_ranks_of_a_128_rank_job_sum_to_the_job_step() -> 
     assert set(cp.ranks) <= set(means)
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_job_path_real_trace_copies_on_skewed_clocks_follow_the_trace_own_path(tmp_path: Path) -> None:
     """The real 2-rank A100 NCCL trace as two identical ranks, the second on a clock 1,000 s ahead: no rank waits
     for the other, so the job's path is the trace's own path, whatever the clocks say."""
@@ -379,6 +380,7 @@ def _random_job(data: Any, n_ranks: int, steps: int, per_step: int) -> list[Any]
     return out
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_job_path_any_valid_segments_add_up_and_never_crash() -> None:
     """Property: whatever the segments and durations (valid per path_problem), the parts of the job's path add up
     to its length, none negative, every kind known, and every rank on it is one of the job's."""

@@ -138,6 +138,7 @@ def expected_state(raw: dict[str, Any]) -> dict[int, dict[str, Any]]:
 # ----------------------------------------------------------------------------- the checks
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.parametrize("name", ALL)
 def test_categories_match_an_independent_count_and_add_up_to_reserved(name: str) -> None:
     path = shared_snapshot(name)

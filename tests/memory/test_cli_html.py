@@ -101,6 +101,7 @@ def test_html_cli_writes_file(oom_snapshot: Path, tmp_path: Path) -> None:
     assert r.exit_code == 1 and out.stat().st_size > 10_000
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package (apt-get install -y chromium)")
 def test_html_renders_in_headless_chromium_offline(oom_snapshot: Path, tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpuprof.findings import Severity
 from gpuprof.memory.analysis import analyze_memory, memory_report
 from gpuprof.memory.diff import DiffOptions, diff_report
@@ -50,6 +52,7 @@ def test_trace_memory_with_totals_matches_the_file() -> None:
     assert report.count_at_or_above(Severity.WARNING) == 0
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_real_v100_trace_with_totals() -> None:
     p = real_trace(V100_TOTALS)
     trace = load_trace(p)

@@ -69,6 +69,7 @@ def assert_same(path: Path) -> None:
     assert analysis(a) == analysis(b)
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.parametrize("name", REAL)
 def test_real_snapshots_stream_to_the_same_analysis(name: str) -> None:
     assert_same(shared_snapshot(name))
@@ -231,6 +232,7 @@ _plain = st.recursive(
     max_leaves=30)
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @settings(max_examples=150, deadline=None)
 @given(obj=_plain, protocol=st.integers(min_value=2, max_value=5))
 def test_the_stream_reader_builds_what_pickle_builds(obj: Any, protocol: int) -> None:
@@ -263,6 +265,7 @@ def test_the_stream_reader_builds_what_pickle_builds(obj: Any, protocol: int) ->
                                                         "time_us": st.integers(0, 2 ** 70) | st.floats(),
                                                         "stream": _plain, "frames": _plain}), max_size=20),
        protocol=st.integers(min_value=2, max_value=5))
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_streamed_and_whole_agree_on_odd_entries(tmp_path_factory: pytest.TempPathFactory, entries: list[Any],
                                                  protocol: int) -> None:
     p = tmp_path_factory.mktemp("odd") / "s.pickle"

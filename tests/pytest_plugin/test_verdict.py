@@ -143,6 +143,7 @@ def test_a_baseline_trace_or_run_directory_is_analysed(tmp_path: Path, gz: bool)
     assert load_baseline(tmp_path)["traces"][0]["num_steps"] == 6  # the directory holding it
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_on_real_traces_the_gate_says_what_gpuprof_diff_says(tmp_path: Path) -> None:
     """A real regression (ResNet-50, 4 DataLoader workers -> 0): the marker's verdict is the CLI gate's."""
     from click.testing import CliRunner

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuprof.render import render
 from gpuprof.report import SCHEMA_VERSION
 
@@ -85,6 +87,7 @@ def test_doc_paths_are_unique():
     assert len(seen) == len(set(seen)), [p for p in seen if seen.count(p) > 1]
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_real_analysis_output_is_documented(v100_samples):
     # the analysis may leave lists empty, but every key it writes must be in the doc
     from gpuprof.analysis import analyze

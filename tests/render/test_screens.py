@@ -164,6 +164,7 @@ def test_explain_screen_rewraps_without_losing_a_word(columns: int) -> None:
 # --------------------------------------------------------------------------- analyze
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_analyze_v100_screen(columns: int) -> None:
     path = str(_nw0())

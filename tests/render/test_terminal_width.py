@@ -171,6 +171,7 @@ def _panels(out: str) -> list[tuple[str, str]]:
     return panels
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.parametrize("rel", ["tbplugin/samples/resnet50_num_workers_0", "tbplugin/samples"])
 @pytest.mark.parametrize("columns", [80, 60])
 def test_directory_summary_once_and_each_finding_once(rel: str, columns: int) -> None:

@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuprof.analysis import analyze
 from gpuprof.capture.end.text import findings_markdown, short_report, states_cost
 from gpuprof.capture.run import RunFacts
@@ -153,6 +155,7 @@ def _check(report: Report, logdir: Path) -> set[Row]:
     return want
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_every_view_shows_the_findings_of_a_real_trace(tmp_path: Path) -> None:
     src = v100_samples()[0]  # num_workers=0: GP101 with linked idle parts, GP102, and more
     logdir = tmp_path / "logs"
@@ -250,6 +253,7 @@ def _route_views(logdir: Path) -> dict[str, Any]:
     return dict(t["summary"]["views"])
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_views_agree_in_json_tensorboard_route_and_html_page(tmp_path: Path) -> None:
     import subprocess
 

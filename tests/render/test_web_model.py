@@ -41,6 +41,7 @@ def _tab_view(traces: list[Path]) -> dict[str, Any]:
     return run_view(run, root, {p: analyse_trace_file(p) for p in run.traces})
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_the_page_and_the_tab_draw_the_same_cards_for_the_same_run(run_traces: list[Path]) -> None:
     page = report_page_data(analyze([str(p) for p in run_traces]))["headline"]
     tab = _tab_view(run_traces)["headline"]
@@ -49,6 +50,7 @@ def test_the_page_and_the_tab_draw_the_same_cards_for_the_same_run(run_traces: l
     assert page["traces"] == 2 and page["steps"] > 2  # the run is what the test means (two spans, steps)
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_the_cards_are_the_figures_of_the_traces_own_steps(run_traces: list[Path]) -> None:
     """Independently: every step's time and the main GPU's busy time, from the loaded traces' metrics."""
     steps: list[float] = []
@@ -71,6 +73,7 @@ def test_the_cards_are_the_figures_of_the_traces_own_steps(run_traces: list[Path
     assert head["devices"] == devices
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_the_page_and_the_tab_state_a_finding_the_same_way(run_traces: list[Path]) -> None:
     report = analyze([str(run_traces[0])])
     page = {f["code"]: f for f in report_page_data(report)["findings"]}

@@ -111,6 +111,7 @@ def test_gp842_good(tmp_path: Path) -> None:
     assert "GP842" not in _codes(_gpu_loop(tmp_path, per_param=100, multi=1))
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_gp842_real_traces() -> None:
     """HTA samples: an SGD loop of 404 add_ per step is reported; apex FusedAdam (multi_tensor_apply
     kernels launched from no aten operator, one add_ per parameter for its step counter) is not."""

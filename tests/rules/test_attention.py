@@ -80,6 +80,7 @@ def test_gp304_bad_real_timesformer_eager_attention_with_an_independent_share() 
 @pytest.mark.parametrize("parts", [("h100", "gaunernst_bert-small-uncased__1016001.json.gz"),
                                    ("h100", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"),
                                    ("inference", "xdit_sd_3.5", "profile_trace_rank_0.json.gz")])
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_gp304_good_fused_attention_traces_have_none(parts: tuple[str, ...]) -> None:
     path = shared_path("hta", "TraceLens", "tests", "traces", *parts)
     assert _gp304(path) == []

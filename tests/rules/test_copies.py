@@ -227,6 +227,7 @@ def test_gp201_gp202_real_v100_samples(v100_samples):
         assert gp202.evidence[0].extra["followed_by_sync"] == 12  # cudaStreamSynchronize after each
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_gp204_does_not_fire_on_v100_samples(v100_samples):
     for path in v100_samples:
         assert not _findings(path, "GP204")

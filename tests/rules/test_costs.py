@@ -80,6 +80,7 @@ def _independent_loading_per_step(path):
     return total / len(steps)
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_gp102_bad_message_labels_loading_and_cost_on_real_trace():
     # Before: "69.3 ms per step (39% of the step) spent building batches" while the Cost said 59.3 ms (33.4%).
     path = shared_path(*GP102_SAMPLE)

@@ -361,6 +361,7 @@ def test_gp843_real_capture(tmp_path: Path, mode: str) -> None:
     assert f.location.function == "evaluate_batch"
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_gp843_real_traces() -> None:
     # ResNet-50 training on a V100 (2021: sequence numbers on zero_/copy_ and the forward, backward as
     # CudnnConvolutionBackward... without engine ranges): training, not reported

@@ -203,6 +203,7 @@ def test_gp852_synthetic_without_stacks(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- real shared traces
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_pitfalls_on_real_traces() -> None:
     """On every shared trace (checked once by hand: 54 files) only PARAM's AlexNet forward benchmarks fire,
     GP844: a forward pass timed with grad mode on and the model in train() mode, dropout drawing masks on

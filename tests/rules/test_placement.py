@@ -83,6 +83,7 @@ def test_gp401_good(tmp_path):
     assert _run(path, "GP401") == []
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_gp401_good_real_ddp_traces():
     # Real DistributedDataParallel traces (HTA test data) must not be mistaken for DataParallel.
     for parts in (("nccl_parser_config", "nccl_data.json.gz"),

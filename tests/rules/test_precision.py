@@ -142,6 +142,7 @@ def test_not_eligible_kernel_names(name):
     assert not is_eligible_kernel(name)
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_gp302_real_v100_samples_fire():
     for path in v100_samples():
         f = _gp302(path)

@@ -159,6 +159,7 @@ def test_gp903_good(tmp_path):
     assert _found(path, "GP903") == []
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_gp903_real_v100_sample_schedule_suggestion():
     path = shared_path("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143089861.pt.trace.json.gz")
     assert _found(path, "GP903") == []  # 35 MB: fine for Perfetto

@@ -112,6 +112,7 @@ def test_job_summary_counts_every_step() -> None:
     ("tbplugin", "historical_2021-01", "resnet50_profiler_api_num_workers_0"),
     ("tbplugin", "historical_2020-12_list_format", "resnet50_num_workers_4"),
 ])
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_real_trace_step_times(rel: tuple[str, ...]) -> None:
     """A real job's step times (its ProfilerStep#N ranges, read from the raw JSON): the phases cover them all and
     the steady median is theirs."""

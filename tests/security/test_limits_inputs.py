@@ -305,6 +305,7 @@ def test_plain_json_through_a_pipe_with_a_bad_tail_names_stdin() -> None:
 # --------------------------------------------------------------------------- real traces pass
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_real_traces_are_within_the_default_limits() -> None:
     from gpuprof.inputs import MAX_EVENT_BYTES, MAX_GZIP_RATIO
 

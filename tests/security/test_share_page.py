@@ -150,6 +150,7 @@ def test_offline_in_chromium(pages: dict[str, Path], kind: str, bypass_csp: bool
             b.close()
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package (apt-get install -y chromium)")
 def test_views_whole_sortable_and_searchable_in_chromium(pages: dict[str, Path]) -> None:
     """The report page's views: every row, hostile names as text, sorting by a header, the search box."""

@@ -162,6 +162,7 @@ def test_hostile_event_names_arrive_as_inert_exact_json(tmp_path: Path) -> None:
     assert len(body) < 200_000  # the 200,000-character name is cut: the answer stays small
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_answer_is_bounded_for_a_trace_with_many_events(tmp_path: Path) -> None:
     from gpuprof.trace.timelinerows import MAX_EVENTS
 

@@ -152,6 +152,7 @@ def test_per_rank_table_and_cross_rank_view_from_two_real_ranks(tmp_path: Path) 
     assert _views(tmp_path)["job"]["cross_rank"] is None
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_comparison_of_the_real_v100_runs_num_workers_0_then_4(tmp_path: Path) -> None:
     files = v100_samples()
     root = files[0].parent.parent

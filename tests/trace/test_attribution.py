@@ -135,6 +135,7 @@ REAL = [
 ]
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.parametrize("parts", REAL, ids=lambda p: p[-1][:40])
 def test_real_trace_matches_independent_attribution(parts):
     path = shared_path(*parts)

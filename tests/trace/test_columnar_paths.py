@@ -101,6 +101,7 @@ _SCALE = 0.7071067811865476  # 1/sqrt(2): few sums of scaled times are exact
 @settings(max_examples=80, deadline=None)
 @given(spans=_threads(), gaps=st.lists(st.tuples(st.floats(0, 100), st.floats(0, 60)), min_size=1, max_size=6),
        block=st.integers(2, 9))
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_add_innermost_in_blocks_sums_as_one_bincount(spans: list[tuple[float, float]],
                                                       gaps: list[tuple[float, float]], block: int) -> None:
     """The pieces looked up a few at a time and added as they come (np.add.at) give the sums of one

@@ -193,6 +193,7 @@ def _load_with_block(path: Path, block: int, monkeypatch: pytest.MonkeyPatch) ->
 CHUNK_FILES = [SAMPLE_NW0, LIST_FORMAT, NS_FLOAT, TIMESFORMER, AMD_MI250, CPU_ONLY, LIBKINETO]
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.parametrize("parts", CHUNK_FILES, ids=lambda p: p[-1])
 @pytest.mark.parametrize("block", [4096, 1000])
 def test_tiny_blocks_load_exactly_the_same_events(parts: tuple, block: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -344,6 +345,7 @@ def test_bad_content(tmp_path: Path, content: bytes, fragment: str) -> None:
     _expect_input_error(g, fragment)
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_truncated_real_trace_at_many_offsets(tmp_path: Path) -> None:
     data = _raw(shared_path(*SAMPLE_NW0))
     for off in (1, 2, 50, 3000, 70_000, len(data) // 3, len(data) // 2 + 7, len(data) - 2):

@@ -211,6 +211,7 @@ def test_well_formed_names_are_never_touched() -> None:
     assert msgspec.json.decode(fixed[0])[0]["name"] == 'a"b'
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.parametrize("parts", [TORCH_213_CPU, SAMPLE_NW0, LIST_FORMAT, CPU_ONLY, LIBKINETO], ids=lambda p: p[-1])
 def test_valid_files_never_run_the_repair(parts: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
     p = shared_path(*parts)

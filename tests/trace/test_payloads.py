@@ -73,6 +73,7 @@ def test_accessors_give_defaults_for_other_kinds() -> None:
     assert not any(op_dtypes(o) & DTYPE_HALF for o in t.ops)  # an FP32 run
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_autograd_flag_matches_the_file_and_leaves_dtypes_alone() -> None:
     # 2021 dialect: "Operator" events, most of them with a "Call stack" (tuple payload)
     p = shared_path(*V100_2021)

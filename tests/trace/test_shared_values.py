@@ -54,6 +54,7 @@ def test_shared_ids_keep_the_file_values_and_types(tmp_path: Path) -> None:
     assert ops[0].tid is ops[2].tid
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_input_type_flags_match_the_file_in_a_real_trace() -> None:
     p = shared_path(*V100_2021)
     with gzip.open(p, "rb") as f:

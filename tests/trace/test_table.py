@@ -83,6 +83,7 @@ def _fields(e: Event) -> tuple[object, ...]:
     return (e.name, e.ts, e.dur, e.pid, e.tid)
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.parametrize("parts", REAL, ids=lambda p: p[-1][:30])
 def test_table_holds_the_files_frames(parts: tuple[str, ...]) -> None:
     path = _real(parts)
@@ -111,6 +112,7 @@ def test_table_holds_the_files_frames(parts: tuple[str, ...]) -> None:
         table.ts[0] = 0.0  # shared: read-only
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 @pytest.mark.parametrize("parts", REAL[:2], ids=lambda p: p[-1][:30])
 def test_grouping_and_selection_equal_the_list_forms(parts: tuple[str, ...]) -> None:
     trace = load_trace(_real(parts))

@@ -56,6 +56,7 @@ def nw0() -> tuple[dict, list[dict]]:
     return _doc(path), events
 
 
+@pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_window_figures_match_the_raw_events(nw0: tuple[dict, list[dict]]) -> None:
     doc, events = nw0
     steps = [e for e in events if re.fullmatch(r"ProfilerStep#\d+", e.get("name", ""))]

@@ -94,7 +94,7 @@ class StepGraph:
     host_runtime: list[tuple[str, Intervals]]  # the main thread's other runtime calls, by name
     top_ops: tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]  # starts, ends, name codes, names
     other_ops: tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]  # the same, of the other host threads
-    other_lane: np.ndarray  # per operator of other_ops: its thread, an index into other_lane_ids
+    other_lane: np.ndarray  # per name code of other_ops: its thread (each thread has its own codes), into the ids
     other_lane_ids: list[str]  # ``host:<pid>:<tid>``, the timeline's lane of each other thread
     latency_us: float
 
@@ -300,11 +300,12 @@ def _host_runtime(m: TraceMetrics, keys: frozenset[HostThread], waits: set[int])
 def _top_ops(m: TraceMetrics, groups: list[list[Event]]
              ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, list[str]], np.ndarray]:
     """The outermost operators of each thread's list in ``groups`` (those directly under a step marker count as
-    outermost), by start: (starts, ends, name codes into the names that follow), and each one's group index."""
+    outermost), by start: (starts, ends, name codes into the names that follow), and the group of each name code
+    (each group's names get codes of their own, so a code tells the thread)."""
     starts: list[np.ndarray] = []  # per thread, from its shared columns
     ends: list[np.ndarray] = []
     codes: list[np.ndarray] = []
-    group: list[np.ndarray] = []
+    group: list[np.ndarray] = []  # per thread: its index, once per name of its own block of name codes
     names: list[str] = []
     for gi, ops in enumerate(groups):
         if not ops:
@@ -316,10 +317,10 @@ def _top_ops(m: TraceMetrics, groups: list[list[Event]]
         starts.append(oc.ts[top])
         ends.append(oc.end[top])
         codes.append(oc.name_code[top] + len(names))
-        group.append(np.full(int(top.sum()), gi, np.int64))
+        group.append(np.full(len(oc.names), gi, np.int64))
         names += oc.names
     if not starts:
         return (np.zeros(0), np.zeros(0), np.zeros(0, np.int64), []), np.zeros(0, np.int64)
     s, e, c = np.concatenate(starts), np.concatenate(ends), np.concatenate(codes)
     order = np.lexsort((-(e - s), s))  # by start, the longest first (a thread's op before another's inside it)
-    return (s[order], e[order], c[order], names), np.concatenate(group)[order]
+    return (s[order], e[order], c[order], names), np.concatenate(group)

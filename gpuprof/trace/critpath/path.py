@@ -205,12 +205,10 @@ def _host_split_lanes(g: StepGraph, host: Intervals) -> list[tuple[str, str, Int
             first = np.maximum.accumulate(np.where(np.concatenate(([True], starts[1:] >= reach[:-1])),
                                                    np.arange(len(starts)), 0))
             code = codes[first[at]]
-            where = lane[first[at]] if lane is not None else np.zeros(len(code), np.int64)
-            key = code * len(lane_ids) + where
-            for k in np.flatnonzero(np.bincount(key, minlength=len(names) * len(lane_ids))).tolist():
-                keep = key == k
-                out.append(("operator", names[k // len(lane_ids)], Intervals(under.starts[keep], under.ends[keep]),
-                            lane_ids[k % len(lane_ids)]))
+            for c in np.flatnonzero(np.bincount(code, minlength=len(names))).tolist():
+                keep = code == c
+                out.append(("operator", names[c], Intervals(under.starts[keep], under.ends[keep]),
+                            lane_ids[int(lane[c])] if lane is not None else lane_ids[0]))
             rest = rest.subtract(under)
     if rest:
         out.append(("idle", NOTHING, rest, g.host_lane))

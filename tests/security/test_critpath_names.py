@@ -77,6 +77,48 @@ def test_many_distinct_names_make_a_bounded_path(tmp_path: Path) -> None:
     assert len(json.dumps([p.name for p in cp.parts])) < 10_000
 
 
+def test_a_hostile_thread_on_the_path_is_drawn_on_its_own_lane_as_data(tmp_path: Path) -> None:
+    # another thread's operator on the path is drawn on that thread's lane, whose id is made from the trace's tid:
+    # a stranger's string tid full of markup stays data (the lane is the timeline's own, no second lane made from
+    # it) and the page carries it escaped
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+
+    from .html_pages import page_data
+
+    tid = "</script><script>window.__gpuprof_pwned=1</script>\u202e"
+    op = HTML_HOSTILE[0]
+    b = TraceBuilder()
+    side = b.main_tid + 77
+    for _ in range(3):
+        with b.step():
+            b.cpu(us=200)
+            with b.thread(side, join=True):
+                b.cpu(us=1500, name=op)  # the main thread waits for it: on the path
+            b.kernel("k", us=100)
+    doc = b.to_dict()
+    for e in doc["traceEvents"]:
+        if e.get("tid") == side:
+            e["tid"] = tid
+    trace = tmp_path / "t.pt.trace.json"
+    trace.write_text(json.dumps(doc), encoding="utf-8")
+    page = tmp_path / "report.html"
+    r = CliRunner().invoke(cli, ["analyze", str(trace), "--html", str(page), "--format", "json",
+                                 "-o", str(tmp_path / "report.json")])
+    assert r.exit_code in (0, 1), r.output[-2000:]
+    tl = page_data(page)["traces"][0]["timeline"]
+    lane = f"host:{b.pid}:{tid}"
+    lanes = [ln["id"] for ln in tl["lanes"]]
+    assert lanes.count(lane) == 1
+    rows = [c for c in tl["critical"] if c[0] == lane]
+    assert rows and all(c[4] == op for c in rows)
+    raw = page.read_text(encoding="utf-8")
+    data = raw.split('<script id="data" type="application/json">', 1)[1].split("</script>", 1)[0]
+    assert not set("<>&") & set(data) and data.isascii()
+    assert "__gpuprof_pwned" not in raw.replace(data, "")
+
+
 def test_notes_are_fixed_text() -> None:
     # a note is one of gpuprof's own sentences, never built from trace text
     for note in (NOTE_HIDDEN, NOTE_STARVES, NOTE_NOT_REPLAYED):

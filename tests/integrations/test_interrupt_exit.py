@@ -90,9 +90,12 @@ def _run(script: str, tmp_path: Path, mode: str) -> subprocess.CompletedProcess[
     path.write_text(textwrap.dedent(script))
     logdir = tmp_path / mode
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    # the timeout is a hang guard only, not a measured time
+    # the timeout is a hang guard only, not a measured time. SIGINT back to its default in the child, as a terminal
+    # has it: a suite started in the background of a shell without job control inherits SIGINT ignored, and Python
+    # then installs no KeyboardInterrupt handler (the plain run itself would train on through its own Ctrl-C)
     return subprocess.run([sys.executable, str(path), mode, str(logdir)], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=tmp_path)
+                          timeout=300, env=env, cwd=tmp_path,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 @pytest.mark.slow

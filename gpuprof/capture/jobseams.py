@@ -16,9 +16,9 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.checks import Live
     from gpuprof.capture.config import CaptureConfig
     from gpuprof.capture.guard import Guard
+    from gpuprof.capture.job.hang import Watchdog
+    from gpuprof.capture.job.job import JobWindows
     from gpuprof.capture.window import TraceWindow
-    from gpuprof.run.hang import Watchdog
-    from gpuprof.run.job import JobWindows
 
 __all__ = ["JobSeams"]
 
@@ -57,9 +57,9 @@ class JobSeams:
         return job.request(steps, reason, "request_window()")
 
     def _plan_windows(self) -> None:
-        """The schedule becomes a plan that also records the windows asked for later (gpuprof.run.windows)."""
-        from gpuprof.run.job import JobWindows, window_steps_of
-        from gpuprof.run.windows import GrowthDetector, SlowdownDetector, WindowPlan
+        """The schedule becomes a plan that also records the windows asked for later (gpuprof.capture.job.windows)."""
+        from gpuprof.capture.job.job import JobWindows, window_steps_of
+        from gpuprof.capture.job.windows import GrowthDetector, SlowdownDetector, WindowPlan
 
         cfg, window = self.config, self.window
         plan = WindowPlan(window.schedule)
@@ -72,13 +72,13 @@ class JobSeams:
                                lambda: bool(window.traces), slow, growth, self.guard.warn_once)
 
     def _register(self) -> None:
-        from gpuprof.run.trigger import TriggerChannel
+        from gpuprof.capture.job.trigger import TriggerChannel
 
         assert self.live.paths is not None and self._job is not None
         self._job.channel = TriggerChannel(str(self.live.paths.run_dir), self.live.ranks.rank)
 
     def _start_watchdog(self) -> None:
-        from gpuprof.run.hang import Watchdog
+        from gpuprof.capture.job.hang import Watchdog
 
         paths, live = self.live.paths, self.live
         assert paths is not None

@@ -64,9 +64,9 @@ from gpuprof.torchdep import import_torch
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.dataloader import LoaderMonitor
+    from gpuprof.capture.job.hang import Watchdog
+    from gpuprof.capture.job.job import JobWindows
     from gpuprof.capture.placement import PlacementMonitor
-    from gpuprof.run.hang import Watchdog
-    from gpuprof.run.job import JobWindows
 
 __all__ = ["Profiler"]
 
@@ -102,8 +102,8 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
         self._fetch_acc = 0.0
         self._t_last = 0.0
         self._first_step_pending = True
-        self._job: JobWindows | None = None  # windows after the default one (gpuprof.run.job)
-        self._watchdog: Watchdog | None = None  # the hang watchdog (gpuprof.run.hang)
+        self._job: JobWindows | None = None  # windows after the default one (gpuprof.capture.job.job)
+        self._watchdog: Watchdog | None = None  # the hang watchdog (gpuprof.capture.job.hang)
         self._own_work = False  # step() is starting a profiler or exporting a trace (not the job's time)
         self.stream = sys.stderr  # where the summary and the OOM notice are printed
 
@@ -443,7 +443,7 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
 
     def _flush_scalars(self) -> None:
         """Hand the steps since the last flush to the TensorBoard thread."""
-        from gpuprof.run.watch import samples_of
+        from gpuprof.capture.checks.watch import samples_of
 
         w, live = self.scalars, self.live
         if w is not None:

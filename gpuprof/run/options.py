@@ -16,6 +16,7 @@ while the capture grows.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Annotated
@@ -63,9 +64,9 @@ class CaptureOptions(msgspec.Struct, frozen=True, omit_defaults=True):
 
     watch: bool | None = None
     trigger: bool | None = None
+    to: str | None = None  # tracker names, comma-separated (gpuprof.capture.end.trackers)
     hang_timeout: Annotated[float, msgspec.Meta(ge=0)] | None = None
     max_auto_windows: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    to: str | None = None  # tracker names, comma-separated (gpuprof.capture.end.trackers)
 
     def given(self) -> dict[str, Scalar]:
         """The options given, by CaptureConfig field name."""
@@ -81,7 +82,8 @@ class RunOptions(msgspec.Struct, frozen=True):
     capture: CaptureOptions = msgspec.field(default_factory=CaptureOptions)
 
     def to_env(self) -> str:
-        return msgspec.json.encode(self).decode()
+        """ASCII JSON (json's escapes): a name with bytes that are not UTF-8 (``surrogateescape``) goes through."""
+        return json.dumps(msgspec.to_builtins(self))
 
     @classmethod
     def from_env(cls, text: str) -> RunOptions:
@@ -89,6 +91,6 @@ class RunOptions(msgspec.Struct, frozen=True):
         if len(text) > MAX_ENV_BYTES:
             raise ValueError(f"{ENV} is longer than {MAX_ENV_BYTES} bytes")
         try:
-            return msgspec.json.decode(text, type=cls)
-        except msgspec.DecodeError as err:  # ValidationError too: a field of the wrong type or out of its range
+            return msgspec.convert(json.loads(text), type=cls)  # json: lone surrogates' escapes, as to_env writes
+        except (ValueError, msgspec.ValidationError) as err:  # not JSON; a field of the wrong type or out of range
             raise ValueError(f"{ENV}: {err}") from None

@@ -52,7 +52,7 @@ def test_child_env_puts_the_bootstrap_first_once_and_carries_the_options(tmp_pat
 
 
 @pytest.mark.parametrize(("bad", "said"), [
-    ("", "truncated"), ("{x", "malformed"), ("[]", "Expected `object`, got `array`"), ("{}", "missing required field `logdir`"),
+    ("", "Expecting value"), ("{x", "Expecting property name"), ("[]", "Expected `object`, got `array`"), ("{}", "missing required field `logdir`"),
     ('{"logdir": 3}', "at `$.logdir`"), ('{"logdir": ""}', "at `$.logdir`"),
     ('{"logdir": "x", "run": 1}', "at `$.run`"),
     ('{"logdir": "x", "step_function": "no colon"}', "at `$.step_function`"),
@@ -80,6 +80,12 @@ def test_options_a_newer_gpuprof_writes_are_ignored_not_refused() -> None:
     assert got == RunOptions(logdir="x", capture=CaptureOptions(watch=False))
     assert got.capture.given() == {"watch": False}
     assert RunOptions.from_env('{"logdir": "x", "step_function": " m:f "}').step_function == " m:f "
+
+
+def test_options_carry_a_logdir_that_is_not_utf8() -> None:
+    """A name from bytes that are not UTF-8 (``surrogateescape``, as Python reads argv) reaches the child unchanged."""
+    opts = RunOptions(logdir="logs-\udcff-\u00e9", run="r\udc80")
+    assert RunOptions.from_env(opts.to_env()) == opts and opts.to_env().isascii()
 
 
 def test_step_function_spec() -> None:

@@ -52,7 +52,7 @@ def _size_for(step_ms: float) -> int:
 def _run(watch: bool, steps: int, n: int, logdir: str) -> tuple[float, float, float]:
     """(CPU seconds per step, wall seconds per step, the sampler thread's own CPU seconds per step) of one
     capture of ``steps`` steps."""
-    from gpuprof.run.watch import WatchCheck
+    from gpuprof.capture.checks.watch import WatchCheck
 
     a = torch.randn(n, n)
     c0, w0 = time.process_time(), time.perf_counter()

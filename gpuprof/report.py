@@ -93,7 +93,7 @@ class TraceSummary:
 
 @dataclass
 class JobPhase:
-    """One phase of a watched job (``gpuprof/run/phases.py`` finds them): a run of steps alike in step time.
+    """One phase of a watched job (``gpuprof/capture/job/phases.py`` finds them): a run of steps alike in step time.
 
     ``kind``: ``warmup``, ``steady``, ``slowdown`` or ``eval``. Steps are the loop's step indices
     (0 = the first step), ``end_step`` inclusive; the statistics are over the phase's steps.
@@ -173,7 +173,7 @@ class JobSummary:
     samples: JobSamples | None = None
     cores: int | None = None  # CPU cores the trainer may run on
     h2d_copy_us: float | None = None  # host-to-device copy time per step: not measured per step (docs/run.md)
-    windows: list[JobWindow] = field(default_factory=list)  # the recorded windows (gpuprof.run.verdict)
+    windows: list[JobWindow] = field(default_factory=list)  # the recorded windows (gpuprof.capture.job.verdict)
 
 
 class Section(Protocol):

@@ -170,7 +170,7 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         "runtime", bad_example="for i, (x, y) in enumerate(loader):    # from step 150 each batch is read from "
         "a slow disk\n    train_step(x, y)",
         good_example="loader = DataLoader(ds, num_workers=8, prefetch_factor=4)   # the wait hidden behind the step",
-        docs_page="capture.md", module="gpuprof.run.verdict",
+        docs_page="capture.md", module="gpuprof.capture.job.verdict",
         options=(Option("anomaly_factor", 1.5, "a step slower than this many times the rolling median of the "
                         "normal steps is slow"),
                  Option("anomaly_steps", 5, "slow steps in a row that break the steady state"),
@@ -182,7 +182,7 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         "runtime", bad_example="if rank == 1:\n    load_checkpoint()     # never returns\ndist.barrier()        "
         "# rank 0 waits here for ever",
         good_example="dist.init_process_group('gloo', timeout=timedelta(minutes=5))   # a collective fails "
-        "instead of hanging", docs_page="capture.md", module="gpuprof.run.hang"),
+        "instead of hanging", docs_page="capture.md", module="gpuprof.capture.job.hang"),
     runtime_spec(
         "GP710", "missing-distributed-sampler", _W,
         "A DataLoader in a multi-rank run without DistributedSampler: every rank reads the same samples",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from types import FrameType
+
 import pytest
 
 from gpuprof.capture.guard import user_stacklevel
-from gpuprof.capture.session import _caller_location
-from gpuprof.frames import is_user_file
+from gpuprof.frames import is_user_file, user_frame
 from gpuprof.memory.frames import SiteTable
 from gpuprof.trace.stacks import is_user_frame
 
@@ -64,15 +65,13 @@ def _through_a_library(fn: object) -> object:
 
 
 def test_capture_skips_an_installed_library_too() -> None:
-    loc = _through_a_library(_caller_location)
-    assert loc is not None and loc.file == __file__ and loc.function == "_through_a_library"
+    f = _through_a_library(user_frame)  # what Profiler.start() records as the user's loop (live.location)
+    assert isinstance(f, FrameType) and f.f_code.co_filename == __file__ and f.f_code.co_name == "_through_a_library"
     # the warnings' stacklevel: level 1 is the library's frame (it "calls warnings.warn"), 2 is this file's
     assert _through_a_library(user_stacklevel) == 2
 
 
 def test_user_frame_skips_library_frames_to_the_users_line() -> None:
-    from gpuprof.frames import user_frame
-
     # a function whose code says it lives in an installed library, calling user_frame from there
     ns: dict[str, object] = {"user_frame": user_frame}
     exec(compile("def lib_call():\n    return user_frame(1)\n", "/usr/lib/python3/site-packages/lib/x.py", "exec"), ns)

@@ -66,19 +66,19 @@ def test_nothing_below_the_cli_imports_it() -> None:
     assert users <= CLI_USERS, users
 
 
-# Imports of a higher layer that are intended, each with its reason: module -> units it may import.
-UPWARD: dict[str, tuple[str, ...]] = {
-    # gpuprof run's launcher adds the framework callbacks to Trainers the user built without them
-    # (docs/run.md, "The step clock"), inside a function, once the Trainer exists
-    "gpuprof.run.bootstrap": ("integrations",),
-}
+# Imports of a higher layer that are intended, each with its reason: module -> units it may import. Empty.
+UPWARD: dict[str, tuple[str, ...]] = {}
+
+# gpuprof run's launcher adds the framework callbacks to Trainers the user built without them (docs/run.md,
+# "The step clock"), inside a function, once the Trainer exists: the one user of the integrations
+INTEGRATIONS_USERS = {"gpuprof.run.bootstrap"}
 
 
 def test_nothing_imports_the_framework_integrations() -> None:
     """gpuprof.integrations sits on top of the capture's public API; nothing in gpuprof depends on it, but
-    the launcher's bootstrap (:data:`UPWARD`)."""
+    the launcher's bootstrap (:data:`INTEGRATIONS_USERS`)."""
     users = {a for a, b, _, _ in EDGES if _unit(b) == "integrations" and _unit(a) != "integrations"}
-    assert users <= {m for m, units in UPWARD.items() if "integrations" in units}, users
+    assert users <= INTEGRATIONS_USERS, users
 
 
 # Import circles (module level and inside functions) that are intended, each with its reason. Imports
@@ -143,6 +143,38 @@ def test_no_undocumented_import_circle() -> None:
         " <-> ".join(sorted(c)) for c in found)
 
 
+def _folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Top-level part (``capture``, ``run``, ``report``...) -> the other parts its modules import."""
+    out: dict[str, set[str]] = {}
+    for mod, targets in graph.items():
+        out.setdefault(_unit(mod), set()).update(_unit(t) for t in targets)
+    for unit, targets in out.items():
+        targets.discard(unit)
+    for targets in list(out.values()):
+        for t in targets:
+            out.setdefault(t, set())
+    return out
+
+
+def test_folder_circle_finder_finds_a_planted_circle() -> None:
+    """Two parts importing each other through different modules: no module circle, one folder circle."""
+    graph = {"gpuprof.a.x": {"gpuprof.b.y"}, "gpuprof.b.y": set(), "gpuprof.b.z": {"gpuprof.a.w"},
+             "gpuprof.a.w": set(), "gpuprof.c": {"gpuprof.a.x"}}
+    assert _cycles(graph) == []
+    assert _cycles(_folder_graph(graph)) == [frozenset({"a", "b"})]
+
+
+def test_no_import_circle_between_top_level_parts() -> None:
+    """A part (a top-level module or subpackage) never imports one that imports it back, through any of their
+    modules (``capture`` <-> ``run`` was such a circle, with no module circle in it). Imports under
+    ``if TYPE_CHECKING:`` are left out, as in the module graph."""
+    folders = _folder_graph(_module_graph())
+    assert "capture" in folders["run"]  # the walk saw the launcher use the capture
+    found = _cycles(folders)
+    assert not found, "import circles between parts of gpuprof: " + "; ".join(
+        " <-> ".join(sorted(c)) for c in found)
+
+
 # Lowest first. The package root (gpuprof/__init__.py) is the public facade: it may name anything, lazily.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # plain data and helpers every layer uses
@@ -153,8 +185,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("render", "summarize"),  # report -> renderers
     ("memory", "distributed", "codes", "flow", "diff", "htmlpage", "export", "history", "trackers"),  # whole features
     ("analysis",),  # gpuprof analyze, as a library call
-    ("tbplugin", "capture", "run"),  # the TensorBoard tab; capture (analyses its own traces when a run ends)
-    ("integrations", "pytest_plugin"),  # framework callbacks and the pytest plugin, over capture, run and diff
+    ("tbplugin", "capture"),  # the TensorBoard tab; capture (analyses its own traces when a run ends), the job watch
+    ("integrations",),  # framework callbacks, over the capture
+    ("run",),  # gpuprof run's launcher: starts the capture in the job's processes, adds the framework callbacks
+    ("pytest_plugin",),  # the pytest plugin, over the launcher's step clock, capture and diff
     ("cli",),
     ("__main__", "__init__", "testing", "data"),
 )

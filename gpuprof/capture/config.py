@@ -186,7 +186,7 @@ class CaptureConfig:
     options: CheckOptions = field(default_factory=CheckOptions)
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> {option: value}
     hang_timeout: float | None = None
-    max_auto_windows: int = 2  # gpuprof.run.windows.DEFAULT_MAX_AUTO_WINDOWS
+    max_auto_windows: int = 2  # gpuprof.capture.job.windows.DEFAULT_MAX_AUTO_WINDOWS
     trigger: bool = True
     to: Sequence[str] = ()
     # tracker -> the id of its run active when the capture was made (gpuprof.trackers.active_runs)

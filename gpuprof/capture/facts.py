@@ -20,8 +20,8 @@ from gpuprof.trace.dataloading import data_loading_share
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.end.analyse import TraceResults
+    from gpuprof.capture.job.phases import WatchData
     from gpuprof.capture.leaklines import StatementSite
-    from gpuprof.run.phases import WatchData
 
 __all__ = ["run_facts", "runtime_findings"]
 
@@ -112,7 +112,7 @@ def _section(live: Live, written: Sequence[TraceFile], traces: tuple[TraceFile, 
 
 
 def _watch_data(live: Live, written: Sequence[TraceFile]) -> WatchData | None:
-    from gpuprof.run.watch import WatchCheck
+    from gpuprof.capture.checks.watch import WatchCheck
 
     watch = live.find(WatchCheck)
     if watch is None:

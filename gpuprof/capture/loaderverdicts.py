@@ -2,7 +2,7 @@
 
 The DataLoader monitor (:mod:`gpuprof.capture.dataloader`) measures how long
 the loop waits for each loader's batches; the watch's sampler
-(:mod:`gpuprof.run.sampler`) how much CPU the trainer's child processes (the
+(:mod:`gpuprof.capture.job.sampler`) how much CPU the trainer's child processes (the
 workers) use and want. Together they tell a CPU-bound loader (GP605: no core
 left; GP607: cores unused) from one waiting on storage or the network
 (GP606), with the measured figures as evidence (docs/capture.md).

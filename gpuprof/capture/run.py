@@ -17,10 +17,10 @@ from gpuprof.findings import Finding, SourceLocation
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.config import CaptureConfig
+    from gpuprof.capture.job.phases import WatchData
+    from gpuprof.capture.job.windows import PlannedWindow
     from gpuprof.capture.leaklines import StatementSite
     from gpuprof.capture.settings import TorchSettings
-    from gpuprof.run.phases import WatchData
-    from gpuprof.run.windows import PlannedWindow
 
 __all__ = ["CaptureSection", "RunFacts", "TraceFile"]
 

@@ -58,7 +58,7 @@ class FrameworkSeams:
     def mark_eval(self) -> None:
         """The step in progress (until the next ``step()``) includes an evaluation: the job's timeline
         shows it as an ``eval`` phase rather than a slowdown (Lightning's and Hugging Face's callbacks call it)."""
-        from gpuprof.run.watch import WatchCheck
+        from gpuprof.capture.checks.watch import WatchCheck
 
         watch = self.live.find(WatchCheck)
         if watch is not None:

@@ -38,42 +38,41 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import TYPE_CHECKING, Literal, TextIO, TypeVar
 
 from gpuprof.capture import active
 from gpuprof.capture.checks import Live, LoaderCheck, MemoryCheck, Monitor, PlacementCheck, monitors
+from gpuprof.capture.checks.base import LiveField
 from gpuprof.capture.checks.errors import inspect_error
 from gpuprof.capture.config import CaptureConfig, Schedule
 from gpuprof.capture.end.background import WindowReporter
-from gpuprof.capture.end.publish import Outputs, final_report, make_result
+from gpuprof.capture.end.publish import Outputs, final_report, in_notebook, make_result
 from gpuprof.capture.end.text import no_steps_text
 from gpuprof.capture.facts import run_facts, runtime_findings
 from gpuprof.capture.guard import Guard
-from gpuprof.capture.jobseams import JobSeams
-from gpuprof.capture.paths import RunPaths, rank_info
+from gpuprof.capture.job.control import JobControl
+from gpuprof.capture.paths import RankInfo, RunPaths, rank_info
 from gpuprof.capture.result import CaptureResult
 from gpuprof.capture.run import RunFacts, TraceFile
 from gpuprof.capture.scalars import ScalarWriter, step_rows
 from gpuprof.capture.seams import FrameworkSeams
-from gpuprof.capture.sessionstate import SessionState
 from gpuprof.capture.window import TraceWindow
 from gpuprof.findings import Finding, SourceLocation
+from gpuprof.frames import user_frame
 from gpuprof.report import Report
 from gpuprof.torchdep import import_torch
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.dataloader import LoaderMonitor
     from gpuprof.capture.placement import PlacementMonitor
-    from gpuprof.run.hang import Watchdog
-    from gpuprof.run.job import JobWindows
 
 __all__ = ["Profiler"]
 
 _M = TypeVar("_M")
 
 
-class Profiler(FrameworkSeams, JobSeams, SessionState):
+class Profiler(FrameworkSeams):
     """A capture around a training loop. Use ``with gpuprof.profile(...) as prof:`` and call
     :meth:`step` once per iteration; or :meth:`start`/:meth:`stop` explicitly.
 
@@ -91,6 +90,7 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
         self.live.monitors = monitors(config, self._on_fetch)
         self._per_step: list[Monitor] = [m for m in self.live.monitors if m.per_step]
         self.window = TraceWindow(self.live, self, lambda: self._driver)
+        self.job = JobControl(config, self.live, self.guard, self.window)  # windows, trigger, hang watchdog
         self.outputs = Outputs()
         self._reporter = WindowReporter(self.guard)
         self.report: Report | None = None
@@ -102,8 +102,6 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
         self._fetch_acc = 0.0
         self._t_last = 0.0
         self._first_step_pending = True
-        self._job: JobWindows | None = None  # windows after the default one (gpuprof.run.job)
-        self._watchdog: Watchdog | None = None  # the hang watchdog (gpuprof.run.hang)
         self._own_work = False  # step() is starting a profiler or exporting a trace (not the job's time)
         self.stream = sys.stderr  # where the summary and the OOM notice are printed
 
@@ -118,6 +116,18 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
     def out_dir(self) -> Path | None:
         """Where this rank's TensorBoard events and reports go."""
         return self.paths.out_dir if self.paths else None
+
+    def request_window(self, steps: int = 5, reason: str = "trigger") -> bool:
+        """Record ``steps`` more steps from the next step boundary into a trace of their own (any thread).
+
+        The driving thread opens the window at its next :meth:`step`: one
+        warm-up step, then ``steps`` recorded, after any window already
+        planned; it is analysed with the others and listed in report.json's
+        ``job.windows`` with this ``reason`` (``trigger`` or ``anomaly``).
+        False when the capture is not running or a request is pending already;
+        ValueError for a bad ``steps`` or ``reason``.
+        """
+        return self.job.request_window(steps, reason, self.started and not self.finished)
 
     def watch(self, *modules: object) -> "Profiler":
         """Check these modules' placement now (and name their submodules in findings)."""
@@ -152,7 +162,8 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
             return self
         self.started = True
         self._driver = threading.get_ident()
-        self.live.location = _caller_location()
+        f = user_frame()  # the innermost frame of the user's code that started the capture
+        self.live.location = SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name) if f else None
         why = self.guard.run("capture setup", "gpuprof records nothing in this run", active.claim, self)
         if why is not None or not self.guard.ok("capture setup"):
             self.finished = True  # step() and stop() now do nothing
@@ -193,14 +204,8 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
             except Exception as err:  # noqa: BLE001 - this check stops; the others and the loop go on
                 self._per_step = [p for p in self._per_step if p is not m]
                 self.guard.fail(m.part, m.consequence, err)
-        job = self._job
-        if job is not None:
-            try:
-                job.step(live.step_num, live.step_s[-1], t, window.alive, self._reporter.busy,
-                         self._allocated() if job.growth is not None else None)
-            except Exception as err:  # noqa: BLE001 - no further windows; the loop goes on
-                self._job = None
-                self.guard.fail("recorded windows", "no further windows are recorded", err)
+        if self.job.windows is not None:
+            self.job.step(t, window.alive, self._reporter.busy)
         nxt = window.schedule(live.step_num)
         if window.wants_step(nxt) or self._first_step_pending:
             self._own_work = True  # the hang watchdog does not count this time
@@ -298,6 +303,16 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
 
     # ------------------------------------------------------------------ the session's state, read-only
 
+    ranks = LiveField[RankInfo](lambda live: live.ranks)  # each reads the live state (gpuprof.capture.checks.Live)
+    paths = LiveField[RunPaths | None](lambda live: live.paths)
+    cuda = LiveField[bool](lambda live: live.cuda)
+    step_num = LiveField[int](lambda live: live.step_num, "Steps completed so far.")
+    step_s = LiveField[list[float]](lambda live: live.step_s.tolist(),
+                                    "Each step's time, in seconds (a copy: the session keeps them as machine doubles).")
+    step_signatures = LiveField[list[object]](lambda live: live.step_signatures)
+    findings = LiveField[list[Finding]](lambda live: live.findings,
+                                        "Runtime findings raised outside the checks so far (device mismatch, OOM).")
+
     @property
     def traces(self) -> list[TraceFile]:
         """The traces written so far."""
@@ -373,7 +388,7 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
     def _shut_down(self) -> None:
         """Stop the torch profiler, remove the hooks, give the process claim back: each even if another fails."""
         try:
-            self._stop_job()
+            self.job.stop()
             self.window.close()
         finally:
             try:
@@ -394,7 +409,7 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
         sched = cfg.schedule
         # the torch form of the schedule, which the window plan wraps to record the windows asked for later
         window.schedule = sched.to_torch() if isinstance(sched, Schedule) else sched
-        self.guard.run("recorded windows", "only the schedule's windows are recorded", self._plan_windows)
+        self.guard.run("recorded windows", "only the schedule's windows are recorded", self.job.plan)
         if cfg.activities is not None:
             activities = list(cfg.activities)
         else:
@@ -408,7 +423,7 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
         except OSError as err:
             self.guard.fail("log directory", f"nothing is written to {cfg.logdir} (traces, TensorBoard, report)",
                             f"cannot write to {paths.out_dir}: {err.strerror or err}")
-        self.outputs.print_once = _in_notebook()
+        self.outputs.print_once = in_notebook()
         self._each(lambda m: m.install(live))
         if cfg.tensorboard and live.paths is not None:
             self.guard.run("TensorBoard writer", "no TensorBoard event files (pip install 'tensorboard>=2.21')",
@@ -418,10 +433,11 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
             from gpuprof.capture.end.analyse import preload
 
             self.guard.run("window report", "the report is written when the run ends instead", preload)
-            if cfg.trigger and self._job is not None:
-                self.guard.run("trigger", "gpuprof trigger cannot reach this run", self._register)
+            if cfg.trigger and self.job.windows is not None:
+                self.guard.run("trigger", "gpuprof trigger cannot reach this run", self.job.register)
             if cfg.hang_timeout != 0:
-                self.guard.run("hang watchdog", "no hang report in this run", self._start_watchdog)
+                self.guard.run("hang watchdog", "no hang report in this run", self.job.start_watchdog,
+                               lambda: self._t_last, lambda: self._own_work, self._driver)
         window.begin(window.schedule, activities)
 
     def _open_writer(self) -> None:
@@ -443,27 +459,10 @@ class Profiler(FrameworkSeams, JobSeams, SessionState):
 
     def _flush_scalars(self) -> None:
         """Hand the steps since the last flush to the TensorBoard thread."""
-        from gpuprof.run.watch import samples_of
+        from gpuprof.capture.checks.watch import samples_of
 
         w, live = self.scalars, self.live
         if w is not None:
             w.flush(self.guard, len(live.step_s),
                     step_rows(live.step_s, live.fetch_s, self.loaders.seen, self._check(MemoryCheck).sampler,
                               samples_of(live)))
-
-
-def _in_notebook() -> bool:
-    """The capture runs in a Jupyter kernel (its stderr is the kernel's stream, shown in the cell)."""
-    return "ipykernel" in sys.modules and type(sys.stderr).__module__.startswith("ipykernel")
-
-
-def _caller_location() -> SourceLocation | None:
-    """The innermost user frame (:func:`gpuprof.frames.is_user_file`) of the code that started the capture."""
-    from gpuprof.frames import is_user_file
-
-    f: FrameType | None = sys._getframe(1)
-    while f is not None:
-        if is_user_file(f.f_code.co_filename):
-            return SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
-        f = f.f_back
-    return None

@@ -25,8 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
     from gpuprof.capture.checks.base import Live
+    from gpuprof.capture.job.windows import PlannedWindow
     from gpuprof.capture.leaklines import StatementSite
-    from gpuprof.run.windows import PlannedWindow
 
 __all__ = ["TraceWindow", "LOOKAHEAD_STEPS", "GIVE_WAY_WAIT_S"]
 

@@ -17,7 +17,7 @@ import click
 from gpuprof.cli.trackers import check_targets, to_option
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from gpuprof.run.options import Scalar
+    pass
 
 __all__ = ["run_cmd"]
 
@@ -120,7 +120,7 @@ def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function
         resolve,
         wrote_something,
     )
-    from gpuprof.run.options import RunOptions, parse_step_function
+    from gpuprof.run.options import CaptureOptions, RunOptions, parse_step_function
 
     kind, rest = ctx.meta[_META]
     if step_function is not None:
@@ -132,14 +132,11 @@ def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function
         raise RunUsageError(f"--run-name {run_name!r} names no directory under the logdir")
     targets = check_targets(to)  # a tracker's missing package: exit 2 before the job starts
     command: Command = resolve(kind, rest)
-    capture: dict[str, Scalar] = {"watch": not no_watch, "trigger": not no_trigger}
-    if targets:  # the end-of-run report of rank 0 goes to them (gpuprof.capture.end.trackers)
-        capture["to"] = ",".join(targets)
-    if hang_timeout is not None:
-        capture["hang_timeout"] = hang_timeout
-    if max_auto_windows is not None:
-        capture["max_auto_windows"] = max_auto_windows
-    _say_unsupported(capture)
+    capture = CaptureOptions(watch=not no_watch, trigger=not no_trigger, hang_timeout=hang_timeout,
+                             max_auto_windows=max_auto_windows,
+                             # the end-of-run report of rank 0 goes to them (gpuprof.capture.end.trackers)
+                             to=",".join(targets) if targets else None)
+    _say_unsupported(capture.given())
     opts = RunOptions(logdir=logdir, run=run_name, step_function=step_function, capture=capture)
     before = logdir_state(logdir)
     status = launch(command, opts)

@@ -26,7 +26,7 @@ def trigger_cmd(pid: str, steps: str) -> None:
     PID may be any rank of a torchrun job, or the torchrun launcher: every rank of that run records. The
     window is analysed with the run's others and listed in report.json (job.windows, reason "trigger").
     """
-    from gpuprof.run.trigger import describe, trigger
+    from gpuprof.capture.job.trigger import describe, trigger
 
     n, p = _int(steps, "--steps"), _int(pid, "PID")
     reached = trigger(p, n)  # TriggerError: one line, exit 2

@@ -1,1 +1,1 @@
-"""Running a whole job under gpuprof: the launcher, the watch over every step, windows and hangs (docs/run.md)."""
+"""Launching a whole job under gpuprof: the launcher, its options, the site bootstrap, the step clock (docs/run.md)."""

@@ -68,7 +68,7 @@ def capture_config(opts: RunOptions) -> "CaptureConfig":
     from gpuprof.capture.config import CaptureConfig
 
     known = {f.name for f in dataclasses.fields(CaptureConfig)}
-    extra = {k: v for k, v in opts.capture.items() if k in known and k not in ("logdir", "run")}
+    extra = {k: v for k, v in opts.capture.given().items() if k in known and k not in ("logdir", "run")}
     return CaptureConfig(logdir=opts.logdir, run=opts.run, print_report=_is_lead(), **extra)  # type: ignore[arg-type]
 
 
@@ -79,7 +79,7 @@ def framework_options(opts: RunOptions) -> dict[str, Scalar]:
     from gpuprof.capture.api import profile
 
     params = set(inspect.signature(profile).parameters)
-    return {k: v for k, v in opts.capture.items() if k in params and k not in ("logdir", "run", "print_report")}
+    return {k: v for k, v in opts.capture.given().items() if k in params and k not in ("logdir", "run", "print_report")}
 
 
 class OptimizerClock:

@@ -1,29 +1,39 @@
-"""What ``gpuprof run`` hands to every Python process of the job: one JSON environment variable.
+"""What ``gpuprof run`` hands to every Python process of the job: one typed struct, as JSON in one variable.
 
 The parent (:mod:`gpuprof.run.launch`) writes :data:`ENV`; the bootstrap
 (:mod:`gpuprof.run.bootstrap`) reads it in each process the job starts
 (torchrun's agent and workers, DataLoader workers, ``accelerate launch``'s
-children). ``capture`` holds :class:`~gpuprof.capture.config.CaptureConfig`
-fields by name (``watch``, ``hang_timeout``, ``max_auto_windows``,
-``trigger``); the child keeps only the fields its gpuprof has, so the command
-line stays the same while the capture grows.
+children), decoded by msgspec into :class:`RunOptions`: the types hold what a
+field may be (a non-empty logdir, ``MODULE:FUNCTION``, a timeout >= 0), so a
+payload that is not what :meth:`RunOptions.to_env` writes is refused in one
+line naming the field. :class:`CaptureOptions` are
+:class:`~gpuprof.capture.config.CaptureConfig` fields by name (``watch``,
+``hang_timeout``, ``max_auto_windows``, ``trigger``, ``to``), only those given
+on the command line; the child ignores fields its gpuprof does not know and
+passes on only those its capture has, so the command line stays the same
+while the capture grows.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Annotated
 
-__all__ = ["ENV", "RunOptions", "parse_step_function", "StepFunctionSpec"]
+import msgspec
+
+__all__ = ["ENV", "CaptureOptions", "RunOptions", "parse_step_function", "StepFunctionSpec"]
 
 ENV = "GPUPROF_RUN_CONFIG"
 #: at most this many bytes of JSON are read from :data:`ENV` (it is ours, but the environment is anyone's)
 MAX_ENV_BYTES = 64 * 1024
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_STEP_FN = re.compile(rf"^({_IDENT}(?:\.{_IDENT})*):({_IDENT}(?:\.{_IDENT})*)$")
+_STEP_FN_TEXT = rf"({_IDENT}(?:\.{_IDENT})*):({_IDENT}(?:\.{_IDENT})*)"
+_STEP_FN = re.compile(rf"^{_STEP_FN_TEXT}$")
+#: what the options' ``step_function`` may hold: the same, around spaces (:func:`parse_step_function` strips them)
+_STEP_FN_FIELD = rf"^\s*{_STEP_FN_TEXT}\s*$"
 
 #: the JSON scalar types a capture option may have
 Scalar = bool | int | float | str | None
@@ -49,39 +59,38 @@ def parse_step_function(text: str) -> StepFunctionSpec:
     return StepFunctionSpec(m.group(1), m.group(2))
 
 
-@dataclass(frozen=True)
-class RunOptions:
+class CaptureOptions(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The capture's options given to ``gpuprof run`` (None: not given, the capture's own default)."""
+
+    watch: bool | None = None
+    trigger: bool | None = None
+    to: str | None = None  # tracker names, comma-separated (gpuprof.capture.end.trackers)
+    hang_timeout: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    max_auto_windows: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+    def given(self) -> dict[str, Scalar]:
+        """The options given, by CaptureConfig field name."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+
+class RunOptions(msgspec.Struct, frozen=True):
     """The options of one ``gpuprof run`` (see :mod:`gpuprof.cli.run`)."""
 
-    logdir: str = "gpuprof_logs"
+    logdir: Annotated[str, msgspec.Meta(min_length=1)]
     run: str | None = None
-    step_function: str | None = None
-    capture: Mapping[str, Scalar] = field(default_factory=dict)
+    step_function: Annotated[str, msgspec.Meta(pattern=_STEP_FN_FIELD)] | None = None  # MODULE:FUNCTION
+    capture: CaptureOptions = msgspec.field(default_factory=CaptureOptions)
 
     def to_env(self) -> str:
-        return json.dumps({"logdir": self.logdir, "run": self.run, "step_function": self.step_function,
-                           "capture": dict(self.capture)})
+        """ASCII JSON (json's escapes): a name with bytes that are not UTF-8 (``surrogateescape``) goes through."""
+        return json.dumps(msgspec.to_builtins(self))
 
     @classmethod
-    def from_env(cls, text: str) -> "RunOptions":
-        """Parse :data:`ENV`; ValueError for anything that is not what :meth:`to_env` writes."""
+    def from_env(cls, text: str) -> RunOptions:
+        """Decode :data:`ENV`; ValueError (one line, naming the field) for anything :meth:`to_env` never writes."""
         if len(text) > MAX_ENV_BYTES:
             raise ValueError(f"{ENV} is longer than {MAX_ENV_BYTES} bytes")
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError(f"{ENV} is not a JSON object")
-        logdir, run, fn, capture = data.get("logdir"), data.get("run"), data.get("step_function"), data.get("capture")
-        if not isinstance(logdir, str) or not logdir:
-            raise ValueError(f"{ENV}: logdir must be a non-empty string")
-        if run is not None and not isinstance(run, str):
-            raise ValueError(f"{ENV}: run must be a string")
-        if fn is not None:
-            if not isinstance(fn, str):
-                raise ValueError(f"{ENV}: step_function must be a string")
-            parse_step_function(fn)
-        if capture is None:
-            capture = {}
-        if not isinstance(capture, dict) or not all(
-                isinstance(k, str) and (v is None or isinstance(v, (bool, int, float, str))) for k, v in capture.items()):
-            raise ValueError(f"{ENV}: capture must map names to JSON scalars")
-        return cls(logdir=logdir, run=run, step_function=fn, capture=capture)
+        try:
+            return msgspec.convert(json.loads(text), type=cls)  # json: lone surrogates' escapes, as to_env writes
+        except (ValueError, msgspec.ValidationError) as err:  # not JSON; a field of the wrong type or out of range
+            raise ValueError(f"{ENV}: {err}") from None

@@ -126,7 +126,7 @@ class _Sleep(torch.utils.data.Dataset):  # type: ignore[misc]
 def _run(dataset: Any, logdir: Path, monkeypatch: pytest.MonkeyPatch) -> set[str]:
     import gpuprof
     from gpuprof.capture import dataloader as dl
-    from gpuprof.run import sampler
+    from gpuprof.capture.job import sampler
 
     monkeypatch.setattr(sampler, "INTERVAL_S", 0.1)
     monkeypatch.setattr(dl, "available_cores", lambda: 2)  # one worker + the loop fill the cores: no spare one

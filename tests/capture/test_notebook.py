@@ -55,7 +55,7 @@ def test_in_a_notebook_the_summary_is_printed_once(tmp_path: Path, monkeypatch: 
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """No summary from the window report's thread (a kernel shows it in whatever cell runs then): the whole
     summary once, when the capture stops."""
-    monkeypatch.setattr(session, "_in_notebook", lambda: True)
+    monkeypatch.setattr(session, "in_notebook", lambda: True)
     seen: list[threading.Thread] = []
     with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False) as prof:
         _train(prof, 10, seen)

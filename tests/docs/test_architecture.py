@@ -30,7 +30,7 @@ def _layers_test() -> Any:
 
 
 def test_the_layer_table_is_the_one_the_layer_test_holds() -> None:
-    rows = re.findall(r"^\| (\d) \| (.+?) \|", DOC, re.M)
+    rows = re.findall(r"^\| (\d+) \| (.+?) \|", DOC, re.M)
     documented = {int(n): set(re.findall(r"`(\w+)`", parts)) for n, parts in rows}
     assert documented, "the layer table was not found"
     layers = _layers_test().LAYERS

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpuprof.run.windows import ANOMALY_STEPS, WINDOW_WARMUP
+from gpuprof.capture.job.windows import ANOMALY_STEPS, WINDOW_WARMUP
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).parent / "jobs" / "slowdown_job.py"

@@ -46,7 +46,7 @@ class Opt:
 
 
 def _clock(prof: FakeProfiler) -> OptimizerClock:
-    return OptimizerClock(RunOptions(), make=lambda: prof)  # type: ignore[arg-type,return-value]
+    return OptimizerClock(RunOptions(logdir="gpuprof_logs"), make=lambda: prof)  # type: ignore[arg-type,return-value]
 
 
 @pytest.fixture(autouse=True)

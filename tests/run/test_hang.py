@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof.capture.job.hang import HANG_MIN_S, HANG_STEP_FACTOR, Watchdog, effective_timeout, hang_markdown
 from gpuprof.findings import Finding
-from gpuprof.run.hang import HANG_MIN_S, HANG_STEP_FACTOR, Watchdog, effective_timeout, hang_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).parent / "jobs" / "hang_job.py"
@@ -115,7 +115,7 @@ def test_a_stalled_step_writes_the_stacks_and_the_waiting_line_then_notes_the_re
 
 
 def test_ranks_share_hang_json_each_replacing_its_own_entry(tmp_path: Path) -> None:
-    from gpuprof.run.hang import HangRecord, write_hang_files
+    from gpuprof.capture.job.hang import HangRecord, write_hang_files
 
     for rank in (1, 0, 1):
         write_hang_files(tmp_path, HangRecord(f"rank{rank}", rank, 100 + rank, "host", 7, 4.0, 3.0, 0.0, None, []))

@@ -1,4 +1,4 @@
-"""The job's phases and compact series (gpuprof/run/phases.py): pure numpy, checked against plain computations."""
+"""The job's phases and compact series (gpuprof/capture/job/phases.py): pure numpy, checked against plain computations."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import statistics
 import numpy as np
 import pytest
 
+from gpuprof.capture.job.phases import MAX_POINTS, WatchData, compact_series, detect_phases, job_summary
 from gpuprof.report import JobPhase
-from gpuprof.run.phases import MAX_POINTS, WatchData, compact_series, detect_phases, job_summary
 from gpuprof.testing.realtraces import shared_path
 
 

@@ -17,7 +17,7 @@ import pytest
 from gpuprof.cli.run import _split, run_cmd
 from gpuprof.run import imports
 from gpuprof.run.launch import SITE_DIR, child_env, logdir_state, resolve, wrote_something
-from gpuprof.run.options import ENV, RunOptions, parse_step_function
+from gpuprof.run.options import ENV, CaptureOptions, RunOptions, parse_step_function
 
 from .conftest import gpuprof_run, run_env
 
@@ -43,7 +43,7 @@ def test_resolve_forms(tmp_path: Path) -> None:
 
 
 def test_child_env_puts_the_bootstrap_first_once_and_carries_the_options(tmp_path: Path) -> None:
-    opts = RunOptions(logdir="L", run="r", step_function="m:f", capture={"watch": False, "hang_timeout": 5.0})
+    opts = RunOptions(logdir="L", run="r", step_function="m:f", capture=CaptureOptions(watch=False, hang_timeout=5.0))
     env = child_env(opts, {"PYTHONPATH": os.pathsep.join([str(SITE_DIR), "/a", "", "/b"]), "X": "1"})
     assert env["PYTHONPATH"].split(os.pathsep) == [str(SITE_DIR), "/a", "/b"]
     assert env["X"] == "1"
@@ -51,11 +51,41 @@ def test_child_env_puts_the_bootstrap_first_once_and_carries_the_options(tmp_pat
     assert sorted(p.name for p in SITE_DIR.iterdir() if p.name != "__pycache__") == ["sitecustomize.py"]
 
 
-@pytest.mark.parametrize("bad", ["", "[]", "{}", '{"logdir": 3}', '{"logdir": "x", "capture": {"a": [1]}}',
-                                 '{"logdir": "x", "step_function": "no colon"}', "x" * 70_000])
-def test_options_from_env_reject_what_to_env_never_writes(bad: str) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(("bad", "said"), [
+    ("", "Expecting value"), ("{x", "Expecting property name"), ("[]", "Expected `object`, got `array`"), ("{}", "missing required field `logdir`"),
+    ('{"logdir": 3}', "at `$.logdir`"), ('{"logdir": ""}', "at `$.logdir`"),
+    ('{"logdir": "x", "run": 1}', "at `$.run`"),
+    ('{"logdir": "x", "step_function": "no colon"}', "at `$.step_function`"),
+    ('{"logdir": "x", "step_function": "os:system(1)"}', "at `$.step_function`"),
+    ('{"logdir": "x", "capture": {"watch": [1]}}', "at `$.capture.watch`"),
+    ('{"logdir": "x", "capture": {"trigger": "yes"}}', "at `$.capture.trigger`"),
+    ('{"logdir": "x", "capture": {"hang_timeout": -1}}', "at `$.capture.hang_timeout`"),
+    ('{"logdir": "x", "capture": {"max_auto_windows": 1.5}}', "at `$.capture.max_auto_windows`"),
+    ('{"logdir": "x", "capture": {"max_auto_windows": -1}}', "at `$.capture.max_auto_windows`"),
+    ('{"logdir": "x", "capture": null}', "at `$.capture`"),
+    ("x" * 70_000, "longer than"),
+])
+def test_options_from_env_reject_what_to_env_never_writes(bad: str, said: str) -> None:
+    """The struct's types refuse each, in one line naming the field (fails on the former hand checks, which let a
+    negative count or a string flag through)."""
+    with pytest.raises(ValueError) as err:
         RunOptions.from_env(bad)
+    line = str(err.value)
+    assert said in line and line.startswith(ENV) and "\n" not in line
+
+
+def test_options_a_newer_gpuprof_writes_are_ignored_not_refused() -> None:
+    """A child whose gpuprof lacks a capture option (or a field) ignores it: the command line can grow."""
+    got = RunOptions.from_env('{"logdir": "x", "new": 1, "capture": {"watch": false, "newer_check": [1]}}')
+    assert got == RunOptions(logdir="x", capture=CaptureOptions(watch=False))
+    assert got.capture.given() == {"watch": False}
+    assert RunOptions.from_env('{"logdir": "x", "step_function": " m:f "}').step_function == " m:f "
+
+
+def test_options_carry_a_logdir_that_is_not_utf8() -> None:
+    """A name from bytes that are not UTF-8 (``surrogateescape``, as Python reads argv) reaches the child unchanged."""
+    opts = RunOptions(logdir="logs-\udcff-\u00e9", run="r\udc80")
+    assert RunOptions.from_env(opts.to_env()) == opts and opts.to_env().isascii()
 
 
 def test_step_function_spec() -> None:

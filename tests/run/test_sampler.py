@@ -1,4 +1,4 @@
-"""The watch's sampler (gpuprof/run/sampler.py): CPU of the trainer and its children, bounded samples, NVML."""
+"""The watch's sampler (gpuprof/capture/job/sampler.py): CPU of the trainer and its children, bounded samples, NVML."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpuprof.run import sampler as S
+from gpuprof.capture.job import sampler as S
 
 linux = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 
@@ -180,7 +180,7 @@ def test_python_multiprocessing_helpers_are_not_workers() -> None:
     import subprocess
     import sys
 
-    from gpuprof.run.sampler import child_pids, worker_pids
+    from gpuprof.capture.job.sampler import child_pids, worker_pids
 
     rt.ensure_running()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])

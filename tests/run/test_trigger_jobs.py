@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.run.trigger import registrations
+from gpuprof.capture.job.trigger import registrations
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).parent / "jobs" / "loop_job.py"

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from gpuprof.analysis import analyze
+from gpuprof.capture.job.verdict import job_windows, window_verdicts
+from gpuprof.capture.job.windows import Anomaly, PlannedWindow
 from gpuprof.capture.run import TraceFile
 from gpuprof.report import JobWindow
-from gpuprof.run.verdict import job_windows, window_verdicts
-from gpuprof.run.windows import Anomaly, PlannedWindow
 from gpuprof.testing.realtraces import v100_samples
 
 Span = tuple[float, float]

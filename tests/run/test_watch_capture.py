@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gpuprof  # noqa: E402
+from gpuprof.capture.job import sampler as sampler_mod  # noqa: E402
 from gpuprof.report import SCHEMA_VERSION  # noqa: E402
-from gpuprof.run import sampler as sampler_mod  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ def _planted_run(logdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(32, 16), torch.randn(32, 4)
     # analyze=False: no trace analysis thread competing with the loop on a small CI machine
-    # no anomaly window (gpuprof.run.windows) inside the planted slowdown: the phases are this test's subject
+    # no anomaly window (gpuprof.capture.job.windows) inside the planted slowdown: the phases are this test's subject
     with gpuprof.profile(logdir=str(logdir), run="planted", analyze=False, print_report=False,
                          max_auto_windows=0) as prof:
         for i in range(STEPS):

@@ -1,5 +1,5 @@
 """Windows after the default one: the plan (the torch profiler's schedule), the anomaly detectors, and an
-in-process capture that records a window on request and on a trigger (gpuprof.run.windows, job, trigger)."""
+in-process capture that records a window on request and on a trigger (gpuprof.capture.job.windows, job, trigger)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from torch.profiler import ProfilerAction  # noqa: E402
 
 import gpuprof  # noqa: E402
 from gpuprof.capture import Schedule  # noqa: E402
-from gpuprof.run.trigger import trigger  # noqa: E402
-from gpuprof.run.windows import (  # noqa: E402
+from gpuprof.capture.job.trigger import trigger  # noqa: E402
+from gpuprof.capture.job.windows import (  # noqa: E402
     ANOMALY_FACTOR,
     ANOMALY_STEPS,
     BASELINE_MIN_STEPS,
@@ -190,7 +190,7 @@ def test_trigger_reaches_a_running_capture_within_n_plus_2_steps(
 def test_a_bare_sigusr2_records_the_default_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import signal
 
-    from gpuprof.run.windows import DEFAULT_WINDOW_STEPS
+    from gpuprof.capture.job.windows import DEFAULT_WINDOW_STEPS
 
     monkeypatch.setenv("GPUPROF_RUNTIME_DIR", str(tmp_path / "reg"))
     monkeypatch.setenv("GPUPROF_REPORT_PROCESS", "0")
@@ -210,7 +210,7 @@ def test_a_bare_sigusr2_records_the_default_steps(tmp_path: Path, monkeypatch: p
 
 
 def test_memory_growth_outside_windows_asks_for_an_anomaly_window_once_per_allowance() -> None:
-    from gpuprof.run.job import JobWindows
+    from gpuprof.capture.job.job import JobWindows
 
     plan = WindowPlan(Schedule(wait=1, warmup=1, active=2).to_torch())
     job = JobWindows(plan, 1, 3, lambda: True, SlowdownDetector(),
@@ -247,7 +247,7 @@ def test_the_anomaly_thresholds_are_gp650_options_and_the_new_settings_are_check
 def test_a_schedule_without_free_steps_says_once_that_the_window_has_no_room() -> None:
     import warnings
 
-    from gpuprof.run.job import JobWindows
+    from gpuprof.capture.job.job import JobWindows
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

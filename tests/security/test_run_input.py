@@ -90,14 +90,22 @@ def test_a_fifo_or_a_directory_is_not_a_script_and_nothing_blocks(tmp_path: Path
     assert "without __main__.py" in _one_line_exit_2(gpuprof_run("pkgdir", cwd=tmp_path))
 
 
-def test_a_hostile_options_variable_is_one_line_and_the_script_runs_on(tmp_path: Path) -> None:
-    env = run_env(PYTHONPATH=os.pathsep.join([str(SITE_DIR), run_env()["PYTHONPATH"]]),
-                  GPUPROF_RUN_CONFIG='{"logdir": "x", "step_function": "os:system(\'id\')"}')
+@pytest.mark.parametrize(("payload", "field"), [
+    ('{"logdir": "x", "step_function": "os:system(\'id\')"}', "$.step_function"),
+    # the options struct's types (gpuprof.run.options): a string flag, a negative count, a mistyped tracker list
+    ('{"logdir": "x", "step_function": "m:f", "capture": {"watch": "no"}}', "$.capture.watch"),
+    ('{"logdir": "x", "step_function": "m:f", "capture": {"max_auto_windows": -5}}', "$.capture.max_auto_windows"),
+    ('{"logdir": "x", "step_function": "m:f", "capture": {"to": ["wandb"]}}', "$.capture.to"),
+])
+def test_a_hostile_options_variable_is_one_line_and_the_script_runs_on(tmp_path: Path, payload: str,
+                                                                       field: str) -> None:
+    env = run_env(PYTHONPATH=os.pathsep.join([str(SITE_DIR), run_env()["PYTHONPATH"]]), GPUPROF_RUN_CONFIG=payload)
     proc = subprocess.run([sys.executable, "-c", "print('still here'); raise SystemExit(3)"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3
     assert proc.stdout == "still here\n"
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("gpuprof run: reading the job's options failed")
+    assert f"`{field}`" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.run.hang import HangRecord, write_hang_files
-from gpuprof.run.trigger import (
+from gpuprof.capture.job.hang import HangRecord, write_hang_files
+from gpuprof.capture.job.trigger import (
     MAX_FILE_BYTES,
     Registration,
     RegistryError,

@@ -145,7 +145,7 @@ def test_hostile_phase_kinds_are_inert_in_the_page(tmp_path: Path) -> None:
 
 
 def test_child_stat_with_a_hostile_command_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuprof.run import sampler as S
+    from gpuprof.capture.job import sampler as S
 
     # a worker may name itself anything: spaces, parentheses, fake fields
     line = b"4242 (evil) 0 0 0 0 0 0 0 0 0 0 0 0 999 999) S 1 1 1 0 -1 0 0 0 0 0 150 50 0 0 20 0 1 0\n"

@@ -39,9 +39,9 @@ def monitors(config: CaptureConfig, on_fetch: Callable[[float], None]) -> list[M
 
 
 def _watch(config: CaptureConfig) -> list[Monitor]:
-    """The whole-job watch (:mod:`gpuprof.run.watch`), unless ``watch=False``."""
+    """The whole-job watch (:mod:`gpuprof.capture.checks.watch`), unless ``watch=False``."""
     if not config.watch:
         return []
-    from gpuprof.run.watch import WatchCheck
+    from gpuprof.capture.checks.watch import WatchCheck
 
     return [WatchCheck()]

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar
+from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TextIO, TypeVar, overload
 
 from gpuprof.findings import Finding, SourceLocation
 
@@ -113,6 +114,36 @@ class Live:
     def find(self, kind: type[M]) -> M | None:
         """The session's monitor of this class, if it runs one."""
         return next((m for m in self.monitors if isinstance(m, kind)), None)
+
+
+V = TypeVar("V")
+
+
+class _HoldsLive(Protocol):
+    live: Live
+
+
+class LiveField(Generic[V]):
+    """A read-only attribute of the session that reads its :class:`Live` (``Profiler.step_num``)."""
+
+    def __init__(self, read: Callable[[Live], V], doc: str | None = None) -> None:
+        self.read = read
+        self.name = ""
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> LiveField[V]: ...
+    @overload
+    def __get__(self, obj: _HoldsLive, owner: type | None = None) -> V: ...
+
+    def __get__(self, obj: _HoldsLive | None, owner: type | None = None) -> LiveField[V] | V:
+        return self if obj is None else self.read(obj.live)
+
+    def __set__(self, obj: _HoldsLive, value: NoReturn) -> None:  # mypy refuses an assignment too
+        raise AttributeError(f"{self.name} is read-only (the session's live state)")
 
 
 def cuda_used() -> bool:

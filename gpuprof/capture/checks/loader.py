@@ -30,7 +30,7 @@ class LoaderCheck(MonitorBase):
             records, total_step_s=total, num_steps=steps, on_cuda=live.cuda and cuda_used(), cores=cores,
             local_world_size=lws, options=live.config.options)
         # GP605-GP607 read the watch's CPU samples (none with watch=False)
-        from gpuprof.run.watch import WatchCheck
+        from gpuprof.capture.checks.watch import WatchCheck
 
         watch = live.find(WatchCheck)
         sampler = watch.sampler if watch is not None else None

@@ -158,7 +158,7 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard, *, memory: bool = Fal
         report.sections += list(analysed.sections)
     else:
         report.findings = runtime
-    if facts.traces:  # the recorded windows, and what changed in each anomaly window (gpuprof.run.verdict)
+    if facts.traces:  # the recorded windows, and what changed in each anomaly window (gpuprof.capture.job.verdict)
         g.run("window verdict", "no verdict on the anomaly windows", _job_windows, facts, report)
     # the memory by category / stage / module of the run's snapshots (CUDA): the last window's and the OOM dump's
     snaps = [str(t.snapshot) for t in facts.traces if t.snapshot is not None]
@@ -177,17 +177,17 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard, *, memory: bool = Fal
     report.sections.append(section)
     report.notes = list(facts.notes) + report.notes
     if facts.watch is not None:
-        from gpuprof.run.phases import job_summary
+        from gpuprof.capture.job.phases import job_summary
 
         report.job = g.run("job timeline", "no job timeline in the report", job_summary, facts.watch)
-    if facts.traces:  # the recorded windows (gpuprof.run.verdict), with the watch on or off
+    if facts.traces:  # the recorded windows (gpuprof.capture.job.verdict), with the watch on or off
         g.run("window verdict", "no job.windows in report.json", _attach_windows, facts, report)
     section.failures = g.all_failed()
     return report
 
 
 def _job_windows(facts: RunFacts, report: Report) -> None:
-    from gpuprof.run.verdict import job_windows, trigger_notes, window_verdicts
+    from gpuprof.capture.job.verdict import job_windows, trigger_notes, window_verdicts
 
     wins = job_windows(facts.traces)
     if len(wins) > 1:  # every view shows the notes: say which windows the traces are
@@ -198,7 +198,7 @@ def _job_windows(facts: RunFacts, report: Report) -> None:
 
 
 def _attach_windows(facts: RunFacts, report: Report) -> None:
-    from gpuprof.run.verdict import job_windows
+    from gpuprof.capture.job.verdict import job_windows
 
     if report.job is not None:  # the watch off (or failed): no job, so no job.windows (the notes name them)
         report.job.windows = job_windows(facts.traces)

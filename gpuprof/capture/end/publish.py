@@ -28,9 +28,14 @@ from gpuprof.capture.scalars import ScalarWriter
 from gpuprof.report import Report
 from gpuprof.runner import Selection
 
-__all__ = ["Outputs", "final_report", "make_result", "publish", "window_report"]
+__all__ = ["Outputs", "final_report", "in_notebook", "make_result", "publish", "window_report"]
 
 FindingsKey = list[tuple[str, str, str]]
+
+
+def in_notebook() -> bool:
+    """The capture runs in a Jupyter kernel (its stderr is the kernel's stream, shown in the cell)."""
+    return "ipykernel" in sys.modules and type(sys.stderr).__module__.startswith("ipykernel")
 
 
 @dataclass

@@ -7,7 +7,7 @@ batches (``live.fetch_s``, the DataLoader monitor's) and the CUDA allocator's
 counters (the memory monitor's per-step sample) are measured already; the
 watch adds
 
-* a :class:`~gpuprof.run.sampler.Sampler` thread that reads the CPU use of
+* a :class:`~gpuprof.capture.job.sampler.Sampler` thread that reads the CPU use of
   the trainer and of its DataLoader workers, and on a GPU NVML's figures,
   about once a second, off the training thread (joined when the capture stops);
 * the steps a framework marked as evaluation (:meth:`WatchCheck.mark_eval`).
@@ -20,7 +20,7 @@ time; report.json's ``job.h2d_copy_us`` is null (docs/run.md).
 
 At the end of a window or of the run, :meth:`WatchCheck.data` copies the
 numbers (numpy arrays, on the driving thread); the report's thread turns
-them into the job's phases and compact series (:mod:`gpuprof.run.phases`).
+them into the job's phases and compact series (:mod:`gpuprof.capture.job.phases`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from gpuprof.capture.checks.base import Live, MonitorBase
+from gpuprof.capture.job.phases import WatchData
+from gpuprof.capture.job.sampler import Nvml, Sampler, open_nvml
 from gpuprof.report import JobSamples
-from gpuprof.run.phases import WatchData
-from gpuprof.run.sampler import Nvml, Sampler, open_nvml
 
 __all__ = ["WatchCheck", "MAX_EVAL_STEPS", "samples_of"]
 
@@ -45,7 +45,7 @@ class WatchCheck(MonitorBase):
     per_step = False  # nothing on the training thread per step: the sampler runs on its own thread
 
     def __init__(self, interval_s: float | None = None) -> None:
-        from gpuprof.run import sampler
+        from gpuprof.capture.job import sampler
 
         self.interval_s = interval_s if interval_s is not None else sampler.INTERVAL_S
         self.sampler: Sampler | None = None

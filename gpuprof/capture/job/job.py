@@ -1,6 +1,6 @@
 """The session's side of the job's windows, triggers and hangs: one object the capture steps.
 
-:class:`JobWindows` owns the :class:`~gpuprof.run.windows.WindowPlan` (the
+:class:`JobWindows` owns the :class:`~gpuprof.capture.job.windows.WindowPlan` (the
 torch profiler's schedule), the anomaly detectors, the trigger channel and
 the hang watchdog. The session calls :meth:`JobWindows.step` once per step on
 the driving thread (a few attribute reads when nothing happens) and
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from gpuprof.run.windows import (
+from gpuprof.capture.job.windows import (
     DEFAULT_WINDOW_STEPS,
     MAX_WINDOW_STEPS,
     Anomaly,
@@ -33,7 +33,7 @@ QUIET_STEPS = 2  # steps after a recorded window (or a report) not looked at by 
 
 
 class TriggerSource(Protocol):
-    """Where on-demand requests come from (:class:`gpuprof.run.trigger.TriggerChannel`)."""
+    """Where on-demand requests come from (:class:`gpuprof.capture.job.trigger.TriggerChannel`)."""
 
     signalled: bool
 
@@ -48,7 +48,7 @@ class JobWindows:
     def __init__(self, plan: WindowPlan, max_auto: int, window_steps: int, defaults_done: Callable[[], bool],
                  slow: SlowdownDetector, growth: GrowthDetector | None = None,
                  warn: Callable[[str, str], None] | None = None) -> None:
-        from gpuprof.run.trigger import POLL_S
+        from gpuprof.capture.job.trigger import POLL_S
 
         self.plan = plan
         self.auto_left = max_auto

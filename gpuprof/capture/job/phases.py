@@ -1,7 +1,7 @@
 """The phases of a watched job, found from its step-time series (pure Python and numpy: no torch).
 
 ``gpuprof analyze`` reads the result back from report.json; the capture's
-report computes it from the numbers the watch (:mod:`gpuprof.run.watch`)
+report computes it from the numbers the watch (:mod:`gpuprof.capture.checks.watch`)
 copied at the end of a window or of the run. The method, documented in
 docs/run.md ("The watch"), is meant to be robust to the noise of real
 training loops (a garbage-collection pause, a checkpoint save, a slow batch):

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from gpuprof.capture.job.windows import DEFAULT_WINDOW_STEPS, MAX_WINDOW_STEPS
 from gpuprof.errors import GpuprofError
-from gpuprof.run.windows import DEFAULT_WINDOW_STEPS, MAX_WINDOW_STEPS
 
 __all__ = ["POLL_S", "TRIGGER_SIGNAL", "Registration", "RegistryError", "TriggerChannel", "TriggerError",
            "registry_dirs", "trigger"]

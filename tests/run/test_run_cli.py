@@ -297,3 +297,31 @@ def test_the_run_commands_default_logdir_is_the_captures() -> None:
     from gpuprof.cli import run as cli_run
 
     assert cli_run.DEFAULT_LOGDIR == DEFAULT_LOGDIR
+
+
+def test_a_command_that_fails_before_training_is_named_with_its_exit_code(tmp_path: Path) -> None:
+    # as an Accelerate usage error does: the launcher exits 2 before any process trains
+    proc = gpuprof_run("--logdir", str(tmp_path / "logs"), "--", sys.executable, "-c",
+                       "import sys; sys.exit('accelerate launch: error: unrecognized arguments: --oops')",
+                       cwd=tmp_path)
+    assert proc.returncode == 1
+    note = proc.stderr.splitlines()[-1]
+    assert note == ("gpuprof run: the command failed (exit code 1) before training: nothing was profiled "
+                    "(its own output above says why)")
+    assert "saw no optimizer step" not in proc.stderr and "--step-function" not in proc.stderr
+
+
+def test_the_python_flags_that_skip_the_bootstrap_are_recognised() -> None:
+    from gpuprof.run.launch import bootstrap_skipping_flag
+
+    py = sys.executable
+    assert bootstrap_skipping_flag((py, "-I", "t.py")) == "-I"
+    assert bootstrap_skipping_flag(("python3.11", "-u", "-sE", "t.py")) == "-E"
+    assert bootstrap_skipping_flag(("env", "A=1", "python", "-X", "dev", "-S", "t.py")) == "-S"
+    assert bootstrap_skipping_flag(("python", "-XI", "t.py")) is None  # -X's value
+    assert bootstrap_skipping_flag(("python", "-W", "I", "t.py")) is None
+    assert bootstrap_skipping_flag(("python", "t.py", "-I")) is None  # the script's own argument
+    assert bootstrap_skipping_flag(("python", "-c", "pass", "-I")) is None
+    assert bootstrap_skipping_flag(("python", "-mpkg", "-I")) is None
+    assert bootstrap_skipping_flag(("torchrun", "-I", "t.py")) is None
+    assert bootstrap_skipping_flag(()) is None

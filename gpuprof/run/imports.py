@@ -16,7 +16,8 @@ this kind, found in ``sys.meta_path`` by its mark (``GPUPROF_POST_IMPORT``)
 whichever copy of this module asks. Looking for the module's spec, the finder
 asks the other finders in order, skipping every finder of its own kind (two of
 them, from two loads of a ``sitecustomize`` or two copies of gpuprof, would
-otherwise each defer to the other without end), and a look-up of a name it is
+otherwise each defer to the other without end; the hooks a skipped one holds
+run with the asking one's), and a look-up of a name it is
 already looking up on this thread gets None (a finder that asks the meta path
 again, as this one does, cannot send it round in a circle).
 
@@ -85,6 +86,10 @@ class _Finder:
             # importlib.util.find_spec, gets a spec that is never executed: the hooks wait for the real one)
             for cb in self.hooks.pop(fullname, []):
                 cb(module)
+            for other in list(sys.meta_path):  # another finder of our kind was skipped: its hooks run here, once
+                hooks = getattr(other, "hooks", None) if other is not self and _ours(other) else None
+                for cb in hooks.pop(fullname, []) if isinstance(hooks, dict) else []:
+                    cb(module)
 
         try:
             loader.exec_module = exec_then_call  # type: ignore[method-assign]  # this loader instance only

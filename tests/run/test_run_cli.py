@@ -325,3 +325,35 @@ def test_the_python_flags_that_skip_the_bootstrap_are_recognised() -> None:
     assert bootstrap_skipping_flag(("python", "-mpkg", "-I")) is None
     assert bootstrap_skipping_flag(("torchrun", "-I", "t.py")) is None
     assert bootstrap_skipping_flag(()) is None
+
+
+def test_two_finders_of_the_post_import_kind_never_ask_each_other(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two copies of the hook (as two loads of gpuprof's sitecustomize, or two gpuprofs, would make): each
+    skips the other when looking for the spec, so an import ends (it once recursed until RecursionError)."""
+    import importlib.util
+
+    (tmp_path / "gp_watched_twice.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.spec_from_file_location("_gp_imports_copy", imports.__file__)
+    assert spec is not None and spec.loader is not None
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    seen: list[str] = []
+    try:
+        other = copy._Finder()  # another copy's finder, first on the path: imports.when_imported reuses it
+        sys.meta_path.insert(0, other)
+        imports.when_imported("gp_watched_twice", lambda m: seen.append(f"ours {m.VALUE}"))
+        assert imports.finder() is other and len(other.hooks["gp_watched_twice"]) == 1
+        mine = imports._Finder()  # and one of this copy's, in front of it, holding a hook of its own
+        mine.add("gp_watched_twice", lambda m: seen.append(f"mine {m.VALUE}"))
+        sys.meta_path.insert(0, mine)
+        import gp_watched_twice  # noqa: F401
+
+        assert seen == ["mine 7", "ours 7"]  # neither asked the other; the skipped one's hook ran too, once
+        importlib.reload(gp_watched_twice)
+        assert seen == ["mine 7", "ours 7"]
+    finally:
+        imports.uninstall()
+        sys.modules.pop("gp_watched_twice", None)
+    assert not any(getattr(f, imports.MARK, False) for f in sys.meta_path)

@@ -236,6 +236,7 @@ def write_output(path: PathLike, data: str | bytes, what: str) -> None:
 
     ``what`` names the output in the message (``"the report"``).
     """
+    refuse_directory_name(path, what)
     try:
         atomic_write(path, data, streams=True)
     except IsADirectoryError:
@@ -243,6 +244,18 @@ def write_output(path: PathLike, data: str | bytes, what: str) -> None:
     except OSError as err:
         kept = " (the previous file is unchanged)" if os.path.isfile(path) else ""
         raise InputError(path, f"cannot write {what}: {err.strerror or err}{kept}") from None
+
+
+def names_a_directory(path: PathLike) -> bool:
+    """``out/``: a name that ends in a separator names a directory (a file written there would lose the slash)."""
+    text = os.fspath(path)
+    return text.endswith(os.sep) or bool(os.altsep and text.endswith(os.altsep))
+
+
+def refuse_directory_name(path: PathLike, what: str) -> None:
+    """Raise :class:`InputError` when an output that is one file is named as a directory (``-o out/``)."""
+    if names_a_directory(path):
+        raise InputError(path, f"cannot write {what}: the name ends in {os.sep}, a directory; name a file")
 
 
 def same_file(a: PathLike, b: PathLike) -> bool:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from gpuprof.atomic import atomic_write
 from gpuprof.findings import Evidence, Finding
 from gpuprof.memory.snapshot import dump_snapshot
+from gpuprof.render.safe import visible
 from gpuprof.runtimecodes import runtime_check
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
@@ -152,7 +153,7 @@ class OOMObserver:
             self.dump(extra={"device": device, "requested_bytes": alloc,
                              "device_allocated_bytes": device_allocated, "device_free_bytes": device_free})
         except Exception as err:  # noqa: BLE001 - the OOM itself must still propagate
-            print(f"gpuprof: could not dump the out-of-memory snapshot: {type(err).__name__}: {err}",
+            print(visible(f"gpuprof: could not dump the out-of-memory snapshot: {type(err).__name__}: {err}"),
                   file=self._stream or sys.stderr)
 
     def dump(self, extra: dict[str, Any] | None = None) -> tuple[Path, Path]:
@@ -196,8 +197,8 @@ class OOMObserver:
                        **extra}
         atomic_write(verdict_path, json.dumps(verdict, indent=1, default=str))
         atomic_write(verdict_path.with_suffix(".md"), verdict_markdown(verdict))
-        print(f"gpuprof: CUDA out of memory: snapshot {snap_path}, verdict {verdict_path} and "
-              f"{verdict_path.with_suffix('.md').name} (inspect with: gpuprof memory {snap_path})",
+        print(visible(f"gpuprof: CUDA out of memory: snapshot {snap_path}, verdict {verdict_path} and "
+                      f"{verdict_path.with_suffix('.md').name} (inspect with: gpuprof memory {snap_path})"),
               file=self._stream or sys.stderr)
         return snap_path, verdict_path
 

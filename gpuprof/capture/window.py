@@ -268,9 +268,11 @@ class TraceWindow:
 
         def export() -> None:
             if live.config.print_report:  # the step that closes a window waits for torch's export: say so first
+                from gpuprof.render.safe import visible
+
                 last_step = live.step_num - 1 if live.step_num > first else first
                 try:  # a closed or broken stream costs the line, never the trace
-                    print(f"gpuprof: recorded steps {first}-{last_step}; torch is writing their trace to {path.name} "
+                    print(f"gpuprof: recorded steps {first}-{last_step}; torch is writing their trace to {visible(path.name)} "
                           "(this step waits until it is written)", file=live.stream, flush=True)
                 except (OSError, ValueError):
                     pass

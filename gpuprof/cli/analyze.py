@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import click
 
-from gpuprof.atomic import refuse_input_as_output
+from gpuprof.atomic import names_a_directory, refuse_directory_name, refuse_input_as_output
 from gpuprof.cli.common import emit_report, input_files, report_options, split_codes
 from gpuprof.cli.trackers import check_targets, send_report, to_option
 from gpuprof.errors import InputError
@@ -40,7 +40,8 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
     type=click.Path(dir_okay=True, path_type=str),
     metavar="OUT.pt.trace.json.gz",
     help="Write the trace back with each finding on its own track (open in Perfetto). "
-    "For a directory of traces or several paths, OUT is a directory: one annotated file per trace.",
+    "For a directory of traces or several paths, or an OUT ending in /, OUT is a directory: one annotated "
+    "file per trace.",
 )
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=str), metavar="REPORT.html",
               help="Also write the report as one standalone, offline HTML page (summary, step-time chart, findings, views).")
@@ -75,6 +76,9 @@ def analyze_cmd(
     cross-rank section compares them (stragglers, waits, collectives).
     """
     targets = check_targets(to)  # a tracker's missing package: exit 2 before any work
+    for name, what in ((output, "the report"), (html_out, "the HTML page")):
+        if name:  # `-o out/`: one line, before any work (never a file named `out`)
+            refuse_directory_name(name, what)
     saved = len(paths) == 1 and _is_saved_report(paths[0])
     if saved and annotate:
         raise InputError(paths[0], "--annotate needs the traces; a saved report.json has only their summaries")
@@ -214,7 +218,8 @@ def _annotate(report: Any, out: str) -> None:
 
     traces = [t.path for t in report.traces]
     sources = input_files(report)
-    if len(traces) == 1 and not os.path.isdir(out) and len(report.inputs) == 1:
+    as_dir = os.path.isdir(out) or names_a_directory(out)  # `annotated/`: into the directory, made if need be
+    if len(traces) == 1 and not as_dir and len(report.inputs) == 1:
         refuse_input_as_output(out, sources, "--annotate")
         annotate_trace(traces[0], findings_of_trace(report.findings, traces[0], traces), out)
         click.echo(f"gpuprof: annotated trace written to {visible(out)}", err=True)
@@ -228,7 +233,8 @@ def _annotate(report: Any, out: str) -> None:
         refuse_input_as_output(dest, sources, "--annotate")
     for t, dest in dests:
         annotate_trace(t, findings_of_trace(report.findings, t, traces), dest)
-    click.echo(f"gpuprof: {len(traces)} annotated traces written to {visible(out)}", err=True)
+    click.echo(f"gpuprof: {len(traces)} annotated trace{'s' if len(traces) != 1 else ''} written to {visible(out)}",
+               err=True)
 
 
 def _unique_stems(traces: list[str]) -> list[str]:

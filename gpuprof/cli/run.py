@@ -141,7 +141,7 @@ def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function
     before = logdir_state(logdir)
     status = launch(command, opts)
     if status >= 0 and status != 130 and not wrote_something(before, logdir_state(logdir)):
-        click.echo(no_step_note(opts), err=True)
+        click.echo(no_step_note(opts, command.argv, status), err=True)
     ctx.exit(exit_like(status))
 
 

@@ -49,9 +49,12 @@ NO_STEP_NOTE = "gpuprof run saw no optimizer step: use --step-function module:fu
 
 
 def say(text: str) -> None:
-    """One line on stderr (never raises: a closed stderr is not the user's problem)."""
+    """One line on stderr (never raises: a closed stderr is not the user's problem), inert: a name in it (an
+    error's text, a function's) shows its control characters and line breaks as escapes, as the findings do."""
     with contextlib.suppress(Exception):  # nowhere left to say it
-        sys.stderr.write(f"gpuprof run: {text}\n")
+        from gpuprof.render.safe import visible
+
+        sys.stderr.write(f"gpuprof run: {visible(text)}\n")
         sys.stderr.flush()
 
 

@@ -30,6 +30,7 @@ SIGKILL, so the job is never left running on its own.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -275,10 +276,53 @@ def wrote_something(before: Mapping[str, int], after: Mapping[str, int]) -> bool
     return any(before.get(name) != mtime for name, mtime in after.items())
 
 
-def no_step_note(opts: RunOptions) -> str:
-    """What to say when no process of the job made a step gpuprof could see."""
+def no_step_note(opts: RunOptions, argv: tuple[str, ...] = (), status: int = 0) -> str:
+    """What to say when no process of the job made a step gpuprof could see (``status``: the command's exit
+    code): a command that failed before training says so first; a Python started with a flag that skips the
+    bootstrap is named; else what to do about the step clock."""
+    if status > 0:
+        return (f"gpuprof run: the command failed (exit code {status}) before training: nothing was profiled "
+                "(its own output above says why)")
+    flag = bootstrap_skipping_flag(argv)
+    if flag is not None:
+        why = "does not import site" if flag == "-S" else "ignores PYTHONPATH"
+        return (f"gpuprof run: nothing was profiled: the command's Python was started with {flag}, which {why}, "
+                "so gpuprof's bootstrap never loaded (docs/run.md, \"Other launchers\")")
     if opts.step_function is not None:
         return (f"gpuprof run: nothing was profiled: no process of the job called --step-function "
                 f"{opts.step_function} (is it a module-level function of that module, called once per step?)")
     return ("gpuprof run: nothing was profiled: gpuprof run saw no optimizer step: use --step-function "
             "module:function to name the function that runs one step (docs/run.md, \"The step clock\")")
+
+
+#: interpreter options whose value is the next word
+_PYTHON_OPTS_WITH_VALUE = frozenset("WX")
+
+
+def bootstrap_skipping_flag(argv: tuple[str, ...]) -> str | None:
+    """``-I``, ``-E`` or ``-S`` when ``argv`` starts a Python interpreter with it (through ``env NAME=VALUE``
+    too): such a process never loads ``sitecustomize`` from PYTHONPATH. None for anything else."""
+    args = list(argv)
+    if args and os.path.basename(args[0]) == "env":
+        args = args[1:]
+        while args and "=" in args[0] and not args[0].startswith("-"):
+            args = args[1:]
+    if not args or not re.fullmatch(r"python[0-9.]*", os.path.basename(args[0])):
+        return None
+    i = 1
+    while i < len(args):
+        a = args[i]
+        if a == "-" or not a.startswith("-") or a == "--" or a.startswith("--"):
+            return None
+        letters = a[1:]
+        for j, letter in enumerate(letters):
+            if letter in "IES":
+                return f"-{letter}"
+            if letter in "cm":
+                return None  # the rest is the command or module and its arguments
+            if letter in _PYTHON_OPTS_WITH_VALUE:
+                if j == len(letters) - 1:
+                    i += 1  # its value is the next word
+                break
+        i += 1
+    return None

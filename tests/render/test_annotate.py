@@ -289,3 +289,24 @@ def test_cli_annotates_each_of_several_paths_into_a_directory(tmp_path):
     # a pipe among the paths: the one-line refusal, nothing written
     res = CliRunner().invoke(cli, ["analyze", str(a), "-", "--annotate", str(tmp_path / "x")])
     assert res.exit_code == 2 and "not a pipe" in res.output and not (tmp_path / "x").exists()
+
+
+def test_cli_annotate_to_a_name_ending_in_a_slash_writes_into_that_directory(tmp_path):
+    """`--annotate annotated/` with one trace: the directory is made and the trace written into it (it once
+    wrote a file named `annotated`); `-o out/` and `--html page/` name no file: one line, exit 2, nothing written."""
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+    from gpuprof.testing.tracegen import TraceBuilder, simple_training
+
+    src = simple_training(TraceBuilder(), steps=3).write(tmp_path / "in" / "t.pt.trace.json")
+    res = CliRunner().invoke(cli, ["analyze", str(src), "--annotate", f"{tmp_path / 'annotated'}/"])
+    assert res.exit_code in (0, 1), res.output
+    assert (tmp_path / "annotated").is_dir()
+    assert [p.name for p in (tmp_path / "annotated").iterdir()] == ["t.pt.trace.gpuprof.json.gz"]
+    assert _events(_read_json(tmp_path / "annotated" / "t.pt.trace.gpuprof.json.gz"))[:3] == _events(_read_json(src))[:3]
+    assert "1 annotated trace written to" in res.output
+    for option in ("-o", "--html"):
+        res = CliRunner().invoke(cli, ["analyze", str(src), option, f"{tmp_path / 'out'}/"])
+        assert res.exit_code == 2 and "the name ends in /" in res.output, res.output
+        assert not (tmp_path / "out").exists()

@@ -39,3 +39,26 @@ def test_two_trace_page_fits_1280px_and_labels_its_cards(browser: Any, tmp_path:
         assert f"{distinct} distinct of {len(report.findings)} in 2 traces" in head
     finally:
         ctx.close()
+
+
+def test_the_diff_page_of_two_real_runs_fits_1280px(browser: Any, tmp_path: Path) -> None:
+    """`gpuprof diff --html` of two real runs (num_workers 0 -> 4): the comparison, drawn by the same code as the
+    TensorBoard tab's "Compare with" section, never widens the page (its findings tables were 1,685 px wide)."""
+    from click.testing import CliRunner
+
+    from gpuprof.cli import cli
+
+    before = next(p for p in v100_samples() if "num_workers_0" in str(p))
+    after = next(p for p in v100_samples() if "num_workers_4" in str(p))
+    page = tmp_path / "diff.html"
+    res = CliRunner().invoke(cli, ["diff", str(before), str(after), "--html", str(page)])
+    assert res.exit_code in (0, 1), res.output[-2000:]
+    ctx = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+    try:
+        pg = ctx.new_page()
+        pg.goto(page.as_uri())
+        pg.wait_for_function("() => document.body.dataset.rendered === '1'", timeout=30_000)
+        assert pg.locator("#diff table").count() >= 3 and pg.locator("#findings-removed").count() == 1
+        assert pg.evaluate("document.documentElement.scrollWidth") <= 1280
+    finally:
+        ctx.close()

@@ -327,3 +327,63 @@ def test_the_run_commands_default_logdir_is_the_captures() -> None:
     from gpuprof.cli import run as cli_run
 
     assert cli_run.DEFAULT_LOGDIR == DEFAULT_LOGDIR
+
+
+def test_a_command_that_fails_before_training_is_named_with_its_exit_code(tmp_path: Path) -> None:
+    # as an Accelerate usage error does: the launcher exits 2 before any process trains
+    proc = gpuprof_run("--logdir", str(tmp_path / "logs"), "--", sys.executable, "-c",
+                       "import sys; sys.exit('accelerate launch: error: unrecognized arguments: --oops')",
+                       cwd=tmp_path)
+    assert proc.returncode == 1
+    note = proc.stderr.splitlines()[-1]
+    assert note == ("gpuprof run: the command failed (exit code 1) before training: nothing was profiled "
+                    "(its own output above says why)")
+    assert "saw no optimizer step" not in proc.stderr and "--step-function" not in proc.stderr
+
+
+def test_the_python_flags_that_skip_the_bootstrap_are_recognised() -> None:
+    from gpuprof.run.launch import bootstrap_skipping_flag
+
+    py = sys.executable
+    assert bootstrap_skipping_flag((py, "-I", "t.py")) == "-I"
+    assert bootstrap_skipping_flag(("python3.11", "-u", "-sE", "t.py")) == "-E"
+    assert bootstrap_skipping_flag(("env", "A=1", "python", "-X", "dev", "-S", "t.py")) == "-S"
+    assert bootstrap_skipping_flag(("python", "-XI", "t.py")) is None  # -X's value
+    assert bootstrap_skipping_flag(("python", "-W", "I", "t.py")) is None
+    assert bootstrap_skipping_flag(("python", "t.py", "-I")) is None  # the script's own argument
+    assert bootstrap_skipping_flag(("python", "-c", "pass", "-I")) is None
+    assert bootstrap_skipping_flag(("python", "-mpkg", "-I")) is None
+    assert bootstrap_skipping_flag(("torchrun", "-I", "t.py")) is None
+    assert bootstrap_skipping_flag(()) is None
+
+
+def test_two_finders_of_the_post_import_kind_never_ask_each_other(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two copies of the hook (as two loads of gpuprof's sitecustomize, or two gpuprofs, would make): each
+    skips the other when looking for the spec, so an import ends (it once recursed until RecursionError)."""
+    import importlib.util
+
+    (tmp_path / "gp_watched_twice.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.spec_from_file_location("_gp_imports_copy", imports.__file__)
+    assert spec is not None and spec.loader is not None
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    seen: list[str] = []
+    try:
+        other = copy._Finder()  # another copy's finder, first on the path: imports.when_imported reuses it
+        sys.meta_path.insert(0, other)
+        imports.when_imported("gp_watched_twice", lambda m: seen.append(f"ours {m.VALUE}"))
+        assert imports.finder() is other and len(other.hooks["gp_watched_twice"]) == 1
+        mine = imports._Finder()  # and one of this copy's, in front of it, holding a hook of its own
+        mine.add("gp_watched_twice", lambda m: seen.append(f"mine {m.VALUE}"))
+        sys.meta_path.insert(0, mine)
+        import gp_watched_twice  # noqa: F401
+
+        assert seen == ["mine 7", "ours 7"]  # neither asked the other; the skipped one's hook ran too, once
+        importlib.reload(gp_watched_twice)
+        assert seen == ["mine 7", "ours 7"]
+    finally:
+        imports.uninstall()
+        sys.modules.pop("gp_watched_twice", None)
+    assert not any(getattr(f, imports.MARK, False) for f in sys.meta_path)

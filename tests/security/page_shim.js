@@ -44,6 +44,9 @@ const searched = els.filter(e => e.tagName === "TABLE" && e.attributes.id).map(t
 const lanes = els.filter(e => /\bgp-tl-lane\b/.test(e.attributes.class || "")).map(e => e.textContent);
 const marks = els.filter(e => /\bgp-tl-mark\b/.test(e.attributes.class || "")).map(e => e.textContent);
 const canvas = els.filter(e => e.tagName === "CANVAS").map(e => (e.ops || []).filter(o => o === "fillRect").length);
-console.log(JSON.stringify({lanes, marks, canvas, rendered: body.dataset.rendered, bars: body.dataset.bars, title: byId.title.textContent,
+// text nodes a value that was not text became ("null", "undefined", "NaN", "[object Object]"): never on a page
+const texts = n => n instanceof Text_ ? [n.t] : n.children.flatMap(texts);
+const strays = texts(body).filter(t => ["null", "undefined", "NaN", "[object Object]"].includes(t.trim()));
+console.log(JSON.stringify({strays, lanes, marks, canvas, rendered: body.dataset.rendered, bars: body.dataset.bars, title: byId.title.textContent,
   h2: els.filter(e => e.tagName === "H2").map(e => e.textContent), h3: els.filter(e => e.tagName === "H3").map(e => e.textContent), cells, rects: bars, drawn, searched, li: els.filter(e => e.tagName === "LI").map(e => e.textContent),
   tags: [...new Set(els.map(e => e.tagName))].sort()}));

@@ -284,6 +284,11 @@ def test_tab_lists_runs_draws_charts_shows_gp102_and_compares(browser: Any, serv
         # changed operators: searchable tables (drawn after the comparison's fetch: wait for them on a loaded host)
         fr.wait_for_function("() => document.querySelectorAll('#compare-body input[type=search]').length >= 1",
                              timeout=60_000)
+        # the whole comparison fits the 1,280 px window: no horizontal scroll of the tab or of TensorBoard's page
+        # (it was 1,685 px wide); a table too wide scrolls inside its own box
+        fits = "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        for widths in (fr.evaluate(fits), tab.page.evaluate(fits)):
+            assert widths[0] <= widths[1] <= 1280, widths
         if server["job"]:  # two ranks of a real NCCL trace: the cross-rank view of gpuprof.distributed
             fr.select_option("#run", "job")
             fr.wait_for_function("() => !document.getElementById('crossrank').hidden", timeout=60_000)

@@ -359,3 +359,21 @@ def test_a_thread_with_nothing_in_the_steps_gets_no_lane(tmp_path: Path) -> None
     tl = build_timeline(m)
     assert tl is not None
     assert f"host:{PID}:7777" not in {ln.id for ln in tl.lanes} and all(ln.total > 0 for ln in tl.lanes)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node to run the page's script")
+@pytest.mark.parametrize("select", ["GP101", None], ids=["no-markers", "markers"])
+def test_the_page_shows_no_stray_null_under_the_timeline(tmp_path: Path, select: str | None) -> None:
+    """A timeline without finding markers once put the text `null` under it (an absent row appended as text)."""
+    tb = _busy_trace()
+    path = tb.write(tmp_path / "t.pt.trace.json")
+    page = tmp_path / "p.html"
+    r = CliRunner().invoke(cli, ["analyze", str(path), "--html", str(page), "--fail-on", "never",
+                                 *(["--select", select] if select else [])])
+    assert r.exit_code == 0, r.output[-2000:]
+    run = subprocess.run(["node", str(SHIM), str(page)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout)
+    assert "Timeline" in got["h2"] and got["canvas"]
+    assert bool(got["marks"]) == (select is None)
+    assert got["strays"] == []

@@ -192,6 +192,16 @@ def _where(loc: SourceLocation | None) -> str:
     return f"{loc.file}:{loc.line}" + (f" ({loc.function})" if loc.function else "")
 
 
+def _where_shown(loc: SourceLocation | None) -> str:
+    """:func:`_where` for the terminal: the file and function names inert (control characters, bidi
+    overrides and line breaks as visible escapes, as the findings show them) and bounded."""
+    from gpuprof.render.safe import clip
+
+    if loc is None:
+        return _where(loc)
+    return f"{clip(loc.file, 300)}:{loc.line}" + (f" ({clip(loc.function, 200)})" if loc.function else "")
+
+
 def hang_finding(rec: HangRecord, report: str) -> Finding:
     """GP651 for one rank's stall (``report``: where hang.md is)."""
     from gpuprof.runtimecodes import runtime_check
@@ -273,28 +283,42 @@ def _fence(text: str) -> str:
 
 
 def hang_markdown(doc: dict[str, object]) -> str:
-    """``hang.md`` from the merged ``hang.json`` document."""
+    """``hang.md`` from the merged ``hang.json`` document.
+
+    Every name in it (files, functions, threads, the worker, host and run directory) came from the process
+    or the file system and is escaped as the findings' markdown is (:func:`gpuprof.render.markdown.md_escape`
+    for prose and table cells, ``md_code`` for paths): a newline cannot break the table, markup stays text.
+    In the stacks' code blocks each name is :func:`gpuprof.render.safe.clip`-ped: control characters and
+    line breaks shown as escapes, one frame per line.
+    """
+    from gpuprof.render.markdown import md_code, md_escape
+    from gpuprof.render.safe import clip, visible
+
     listed = doc.get("ranks")
     ranks = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
-    lines = ["# gpuprof: hang report", "", f"Run directory: `{doc.get('run_dir')}`. The job was left running.", "",
-             "| rank | worker | steps done | no step for | waits at | resumed |", "|---|---|---|---|---|---|"]
+    lines = ["# gpuprof: hang report", "", f"Run directory: {md_code(str(doc.get('run_dir')))}. The job was left running.",
+             "", "| rank | worker | steps done | no step for | waits at | resumed |", "|---|---|---|---|---|---|"]
 
-    def where(r: dict[str, object]) -> str:
+    def where(r: dict[str, object], cell: bool = False) -> str:
         w = r.get("waiting_at")
         if not isinstance(w, dict):
             return "(no user line; see the stacks)"
-        return f"`{w.get('file')}:{w.get('line')}` ({w.get('function')})"
+        place = f"{w.get('file')}:{w.get('line')}"
+        return f"{md_code(place, cell=cell)} ({md_escape(str(w.get('function')))})"
+
+    def text(value: object) -> str:
+        return md_escape(str(value))
 
     for r in ranks:
         resumed = (f"after {r.get('resumed_after_s')} s, at step {r.get('resumed_at_step')}"
                    if r.get("resumed_after_s") is not None else "no")
-        lines.append(f"| {r.get('rank') if r.get('rank') is not None else '-'} | {r.get('worker')} | {r.get('step')} "
-                     f"| {r.get('stalled_s')} s | {where(r)} | {resumed} |")
+        lines.append(f"| {text(r.get('rank') if r.get('rank') is not None else '-')} | {text(r.get('worker'))} "
+                     f"| {text(r.get('step'))} | {text(r.get('stalled_s'))} s | {where(r, cell=True)} | {text(resumed)} |")
     for r in ranks:
-        lines += ["", f"## {r.get('worker')} (PID {r.get('pid')} on {r.get('host')})", "",
-                  f"Waits at {where(r)} after step {r.get('step')}; hang timeout {r.get('timeout_s')} s. "
-                  f"{r.get('flight_recorder_note') or ''}"
-                  + (f": `{r.get('flight_recorder')}`." if r.get("flight_recorder") else "."),
+        lines += ["", f"## {text(r.get('worker'))} (PID {text(r.get('pid'))} on {text(r.get('host'))})", "",
+                  f"Waits at {where(r)} after step {text(r.get('step'))}; hang timeout {text(r.get('timeout_s'))} s. "
+                  f"{text(r.get('flight_recorder_note') or '')}"
+                  + (f": {md_code(str(r.get('flight_recorder')))}." if r.get("flight_recorder") else "."),
                   ""]
         threads = r.get("threads")
         for t in threads if isinstance(threads, list) else []:
@@ -303,11 +327,12 @@ def hang_markdown(doc: dict[str, object]) -> str:
             role = " (drives the capture)" if t.get("driver") else (" (daemon)" if t.get("daemon") else "")
             fl = t.get("frames")
             frames = [f for f in fl if isinstance(f, dict)] if isinstance(fl, list) else []
-            text = "\n".join(f'  File "{f.get("file")}", line {f.get("line")}, in {f.get("function")}' for f in frames)
-            lines += [f"### thread {t.get('name')}{role}", "", _fence(text or "(no Python frames)")]
+            stack = "\n".join(f'  File "{clip(f.get("file"))}", line {clip(f.get("line"))}, in {clip(f.get("function"))}'
+                              for f in frames)
+            lines += [f"### thread {text(t.get('name'))}{role}", "", _fence(stack or "(no Python frames)")]
         if r.get("faulthandler"):
             lines += ["### faulthandler (every thread, as the interpreter sees them)", "",
-                      _fence(str(r.get("faulthandler")))]
+                      _fence("\n".join(visible(line) for line in str(r.get("faulthandler")).splitlines()))]
     return "\n".join(lines) + "\n"
 
 
@@ -398,7 +423,7 @@ class Watchdog:
         self._publish(rec, None)
         who = f"rank {self.rank}" if self.rank is not None else "the process"
         self._say(f"gpuprof: no step finished for {stalled:.1f} s after step {step} (hang timeout {timeout:g} s); "
-                  f"{who} waits at {_where(rec.waiting_at)}. Every thread's stack is in {self.run_dir / 'hang.md'}. "
+                  f"{who} waits at {_where_shown(rec.waiting_at)}. Every thread's stack is in {self.run_dir / 'hang.md'}. "
                   "The job is left running.")
         return True
 
@@ -421,7 +446,9 @@ class Watchdog:
             self._say(f"gpuprof: the hang report could not be written in {self.run_dir}: {err}. Watching goes on.")
 
     def _say(self, line: str) -> None:
-        try:
-            print(line, file=self.stream(), flush=True)
+        from gpuprof.render.safe import visible
+
+        try:  # one line, inert: a name in it (the run directory, an error) cannot act on the terminal
+            print(visible(line), file=self.stream(), flush=True)
         except (OSError, ValueError):  # a closed or broken stream: the files hold it all
             return

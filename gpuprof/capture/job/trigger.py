@@ -383,5 +383,7 @@ def describe(reg: Registration) -> str:
     """One line for the trigger's output."""
     who = f"rank {reg.rank}" if reg.rank is not None else "process"
     how = "signalled" if reg.listens else f"request file (read within {POLL_S:g} s)"
-    return f"{who} PID {reg.pid} ({how}); run directory {reg.run_dir}"
+    from gpuprof.render.safe import clip
+
+    return f"{who} PID {reg.pid} ({how}); run directory {clip(reg.run_dir)}"  # the run's name, inert
 

@@ -76,7 +76,8 @@ GP.timeline = (() => {
     const legend = GP.legend([...kinds.filter(k => k in KIND_COLORS), "critical"], {...KIND_COLORS, critical: CRIT},
       {critical: "critical path (median step)"});
     box.append(el("div", {class: "gp-tl-tools"}, ...tools, " ", el("span", {class: "muted"}, summary)), info,
-      el("div", {class: "gp-tl-frame"}, labels, plot), marks.length ? el("div", {class: "gp-tl-marks"}, "Findings here: ", ...marks) : null, legend);
+      el("div", {class: "gp-tl-frame"}, labels, plot), ...(marks.length ? [el("div", {class: "gp-tl-marks"}, "Findings here: ", ...marks)] : []),
+      legend);
 
     // --- the view: [t0, t1] µs of the relative clock, drawn at W css pixels ---------------------------------------
     let t0 = 0, t1 = span, W = 1000;

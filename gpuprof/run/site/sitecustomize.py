@@ -18,6 +18,13 @@ exit) clears the record and the process would exit 1. So the exception is
 noted in ``sys.excepthook`` (after the traceback is printed, unchanged) and
 the last exit handler ends the process by SIGINT itself.
 
+Another tool's ``sitecustomize`` may chain as ddtrace-run's does (drop its own
+folder from ``sys.path`` and ``sys.modules["sitecustomize"]``, import
+``sitecustomize`` again), which loads this file a second time in the same
+process: that load only goes on along the chain (to a file not yet run), and
+the bootstrap, its hooks and its one import finder (gpuprof/run/imports.py,
+loaded by its path) are set up by the first load alone.
+
 Nothing here may raise: a process that cannot import gpuprof (another
 interpreter, a broken install) runs unprofiled, silently.
 """
@@ -30,19 +37,42 @@ import json
 import os
 import sys
 import threading
+import types
 from typing import Any
 
 _ENV = "GPUPROF_RUN_CONFIG"
 _UNCAUGHT: "list[BaseException]" = []  # the exception ending the process, as sys.excepthook saw it
+#: in ``sys.modules`` once any copy of this file has loaded in this process: a second load (another tool's
+#: ``sitecustomize`` that chains by dropping ``sys.modules["sitecustomize"]`` and importing it again, as
+#: ddtrace-run does) only goes on along the chain; the bootstrap is started once
+_STATE = "_gpuprof_run_site"
+#: the post-import hook (gpuprof/run/imports.py), loaded by its path under this name: gpuprof's package is
+#: not imported before torch is
+_IMPORTS = "_gpuprof_run_imports"
 
 
-def _chain() -> None:
-    """Run the next ``sitecustomize`` on the path, the one this file shadows."""
+def _state() -> "tuple[Any, bool]":
+    """(this process's state, whether this is the first load of gpuprof's ``sitecustomize`` in it)."""
+    state = sys.modules.get(_STATE)
+    if state is not None:
+        return state, False
+    made: Any = types.ModuleType(_STATE, "gpuprof run's bootstrap has loaded in this process (docs/run.md)")
+    made.chained = set()  # the real paths of the sitecustomize files run by the chain
+    sys.modules[_STATE] = made
+    return made, True
+
+
+def _chain(state: Any) -> None:
+    """Run the next ``sitecustomize`` on the path, the one this file shadows (once per file and process)."""
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is None or spec.loader is None or spec.origin == os.path.abspath(__file__):
+    if spec is None or spec.loader is None or spec.origin is None:
         return
+    origin = os.path.realpath(spec.origin)
+    if origin == os.path.realpath(__file__) or origin in state.chained:
+        return
+    state.chained.add(origin)
     module = importlib.util.module_from_spec(spec)
     sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
@@ -64,48 +94,29 @@ _WATCHED = ("torch", "lightning.pytorch.trainer.trainer", "pytorch_lightning.tra
             "transformers.trainer")
 
 
-class _WhenImported:
-    """A meta-path finder that starts the bootstrap once a watched module's code has run.
+def _imports() -> Any:
+    """gpuprof/run/imports.py (standard library only), loaded once per process by its path."""
+    loaded = sys.modules.get(_IMPORTS)
+    if loaded is not None:
+        return loaded
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "imports.py")
+    spec = importlib.util.spec_from_file_location(_IMPORTS, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(path)
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[_IMPORTS] = loaded
+    try:
+        spec.loader.exec_module(loaded)
+    except BaseException:
+        del sys.modules[_IMPORTS]
+        raise
+    return loaded
 
-    A look-up alone (``importlib.util.find_spec("torch")``, as libraries do
-    to test for torch) gets a spec whose module is never executed: the
-    finder stays until the module's code actually runs, once per name.
-    """
 
-    def __init__(self) -> None:
-        self.done: "set[str]" = set()
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in _WATCHED or fullname in self.done:
-            return None
-        spec = None
-        for finder in sys.meta_path:  # the first other finder that knows it, as the import would ask them
-            find = getattr(finder, "find_spec", None) if finder is not self else None
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        loader: Any = getattr(spec, "loader", None)
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-
-        def exec_then_start(module: Any) -> None:
-            try:
-                exec_module(module)
-            finally:
-                with contextlib.suppress(AttributeError):
-                    del loader.exec_module
-            if fullname in self.done:
-                return
-            self.done.add(fullname)
-            if fullname == "torch":
-                _bootstrap()
-            else:
-                _bootstrap(fullname, module)
-
-        with contextlib.suppress(AttributeError, TypeError):  # a loader with slots: no bootstrap, import as usual
-            loader.exec_module = exec_then_start
-        return spec
+def _on_import(name: str) -> Any:
+    if name == "torch":
+        return lambda module: _bootstrap()
+    return lambda module: _bootstrap(name, module)
 
 
 def _excepthook_keeping_ctrl_c(previous: Any) -> Any:
@@ -145,14 +156,18 @@ def _start() -> None:
         now = json.loads(text).get("step_function") is not None
     except Exception:  # noqa: BLE001 - not ours to judge here: the bootstrap says what is wrong, in one line
         now = True
-    if now or "torch" in sys.modules:
+    if now:
         _bootstrap()
-    sys.meta_path.insert(0, _WhenImported())
+    hook = _imports()
+    for name in _WATCHED:  # now, where one is imported already (by an earlier sitecustomize)
+        hook.when_imported(name, _on_import(name))
 
 
+_STATE_NOW, _FIRST = _state()
 try:
-    _chain()
+    _chain(_STATE_NOW)
 except Exception as _err:  # noqa: BLE001 - the environment's own sitecustomize failed: say so as Python would
     sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(_err).__name__}: {_err}\n")
-with contextlib.suppress(Exception):  # never break the user's process
-    _start()
+if _FIRST:
+    with contextlib.suppress(Exception):  # never break the user's process
+        _start()

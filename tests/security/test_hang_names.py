@@ -23,7 +23,7 @@ from typing import Any, Callable
 import pytest
 
 from gpuprof.render.safe import UNSAFE_CODEPOINTS, clip, is_inert
-from gpuprof.run.hang import Watchdog
+from gpuprof.capture.job.hang import Watchdog
 
 from .conftest import HTML_HOSTILE, PWNED
 
@@ -147,7 +147,7 @@ def test_gpuprof_run_lines_are_inert(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_gpuprof_trigger_names_the_run_directory_inertly() -> None:
-    from gpuprof.run.trigger import Registration, describe
+    from gpuprof.capture.job.trigger import Registration, describe
 
     for name in NAMES:
         line = describe(Registration(123, 1, None, f"/logs/{name}", 0, True))
@@ -160,7 +160,7 @@ def test_the_gp651_finding_is_inert_in_the_end_of_run_card_and_report_md(tmp_pat
     from gpuprof.capture.end.text import finding_lines
     from gpuprof.findings import SourceLocation
     from gpuprof.render.markdown import _finding
-    from gpuprof.run.hang import HangRecord, hang_finding
+    from gpuprof.capture.job.hang import HangRecord, hang_finding
 
     rec = HangRecord("rank0", 0, 1, "host", 5, 12.5, 10.0, 0.0, SourceLocation(f"/srv/{name}.py", 2, name), [])
     f = hang_finding(rec, f"/logs/{name}/hang.md")

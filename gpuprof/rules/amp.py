@@ -315,10 +315,14 @@ class HalfParameters(Rule):
         if share < ctx.opt("min_half_share") or per_step < ctx.opt("min_ops_per_step"):
             return
         dtype = "float16" if any(op_dtypes(o) & DTYPE_FP16 for o in half) else "bfloat16"
+        _, cc, _ = device_capability(m)
+        autocast = ("under torch.autocast(device_type=..., dtype=torch.bfloat16), or float16 with torch.amp.GradScaler"
+                    if cc is None or cc[0] >= 8 else  # Volta/Turing (V100, T4): no bfloat16 tensor cores
+                    f'under torch.autocast(device_type="cuda", dtype=torch.float16) with torch.amp.GradScaler (this '
+                    f"GPU, compute capability {cc[0]}.{cc[1]}, has no bfloat16 tensor cores)")
         advice = ("Keep the parameters in float32 (drop model.half()/.to(torch.bfloat16)) and run the forward "
-                  "under torch.autocast(device_type=..., dtype=torch.bfloat16), or float16 with torch.amp.GradScaler. "
-                  "If 16-bit weights are intended (memory), use an optimizer that keeps float32 master weights or "
-                  "stochastic rounding.")
+                  f"{autocast}. If 16-bit weights are intended (memory), use an optimizer that keeps float32 master "
+                  "weights or stochastic rounding.")
         yield self.finding(
             ctx,
             f"{opt.optimizer}.step() updates {dtype} parameters: {per_step:.3g} optimizer operators per step "

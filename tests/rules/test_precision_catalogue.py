@@ -270,3 +270,23 @@ def test_real_reference_mfu_is_the_same_flops_against_the_dense_16_bit_peak(fold
     assert mfu["reference_value"] == pytest.approx(mfu["value"] * at_ref / at_own, rel=1e-9)
     assert mfu["reference_value"] < mfu["value"] / 2  # FP32/TF32 work: far below the BF16/FP16 figure's peak
     assert mfu["peak_precision"] == "+".join(sorted(by, key=lambda p: -by[p]))
+
+
+@pytest.mark.parametrize(("device", "first"), [(T4, "dtype=torch.float16"), (A100, "dtype=torch.bfloat16")])
+def test_gp861_advice_fits_the_gpu(tmp_path: Path, device: dict[str, object], first: str) -> None:
+    # model.half() training: the autocast it advises is float16 with a GradScaler on a T4, bfloat16 on an A100
+    tb = TraceBuilder(**device)  # type: ignore[arg-type]
+    for _ in range(3):
+        with tb.step():
+            with tb.op("aten::addmm", input_types=["c10::Half"] * 3 + ["Scalar", "Scalar"], us=30):
+                tb.kernel("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", us=20)
+            with tb.op("autograd::engine::evaluate_function: AddmmBackward0", us=80):
+                pass
+            with tb.annotate("Optimizer.step#SGD.step"):
+                for _ in range(4):
+                    with tb.op("aten::add_", input_types=["c10::Half", "c10::Half", "Scalar"], us=5):
+                        pass
+    f = analyze(tb.write(tmp_path / "half.json"), select=["GP861"]).findings
+    assert len(f) == 1 and first in f[0].advice
+    if device is T4:
+        assert "dtype=torch.bfloat16" not in f[0].advice and "GradScaler" in f[0].advice

@@ -62,6 +62,8 @@ _SIMT = re.compile(r"simt|sgemm|scudnn|gemmsn|dgemm|cgemm|zgemm|gemv")
 _FP32 = re.compile(r"<float|_s_b_|_sb_")
 # Names that say the kernel computes in FP64 (or complex FP64): float64 tensors, whose fix is .float(), not AMP.
 _FP64 = re.compile(r"dgemm|zgemm|<double|double>|double,|f64f64|fp64|dmma")
+# Formats no FP32 kernel computes in: a GEMM named in one is never GP302's FP32 time.
+_NEVER_FP32 = frozenset({"fp8", "fp4", "int8"})
 # Kernel-name prefixes that reveal the architecture when the trace has no deviceProperties.
 _ARCH_PREFIX = {"volta_": (7, 0), "turing_": (7, 5), "ampere_": (8, 0), "hopper_": (9, 0)}
 _SM_PREFIX = re.compile(r"(?:^|[^a-z])sm_?(\d{2,3})_")
@@ -175,7 +177,9 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
         if (eligible or tc is False) and _FP64.search(name[:_NAME_CHARS].lower()):
             verdict[name] = "fp64"
         elif eligible or tc is True:
-            narrow = tc is None and name_precision(name) in NARROW_FORMATS  # the catalogue: never FP32 work
+            fmt = name_precision(name)  # the catalogue: a GEMM named in a narrower format is never FP32 work (an
+            # FP8/FP4/INT8 one not even when its name also carries an FP32 hint, a ``<float>`` scale or accumulator)
+            narrow = fmt in NARROW_FORMATS and (tc is None or fmt in _NEVER_FP32)
             verdict[name] = "tc" if narrow else None if tc is None else ("tc" if tc else "fp32")
         elif _NOT_ELIGIBLE.search(name[:_NAME_CHARS].lower()):
             verdict[name] = "no"  # not GEMM/conv work, whatever launched it

@@ -92,6 +92,21 @@ def test_fp8_gemm_trace_is_fp8_in_every_view_and_not_in_gp302(tmp_path: Path) ->
         assert rows[name]["precision"] == "fp8" and rows[name]["tensor_cores"] is True
 
 
+def test_int8_gemm_with_a_float_template_argument_is_never_fp32_in_gp302(tmp_path: Path) -> None:
+    # an INT8 GEMM whose name carries a float scale type: the <float hint said "FP32 path" before the catalogue
+    name = "void gemm_int8_kernel<float, 128, 128>(signed char const*, signed char const*, float*, float const*)"
+    tb = TraceBuilder(**A100)
+    for _ in range(3):
+        with tb.step():
+            for _ in range(4):
+                with tb.op("aten::_int_mm", input_types=["signed char", "signed char"]):
+                    tb.kernel(name, us=300)
+                with tb.op("aten::add_", input_types=["float", "float", "Scalar"]):
+                    tb.kernel(KERNELS["elementwise"], us=50)
+    assert name_precision(name) == "int8" and uses_tensor_cores(name) is False  # the name shows no MMA
+    assert analyze(tb.write(tmp_path / "int8.json"), select=["GP302"]).findings == []
+
+
 def test_fp8_gemm_names_are_tensor_core_time_in_gp302_stats(tmp_path: Path) -> None:
     from gpuprof.rules.precision import precision_stats
     from gpuprof.trace.load import load_trace

@@ -42,7 +42,7 @@ __all__ = [
     "Report",
 ]
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 
 
 @dataclass

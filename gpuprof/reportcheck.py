@@ -172,17 +172,21 @@ _VIEW_KERNEL = _object({"name": _text()}, {
     "op_dtype": _text(nullable=True), "precision": _text(nullable=True), **_FLOPS,
     "mfu": _number(low=0.0, nullable=True),  # against a peak table: an estimate, not bounded by 1
     "grid": _DIMS, "block": _DIMS, "registers_per_thread": _number(low=0, integer=True, nullable=True),
-    "occupancy": _SHARE_OR_NULL})
-_MFU_FIELDS = {"mfu": _number(low=0.0, nullable=True), "known_flops_share": _SHARE_OR_NULL}
+    "occupancy": _SHARE_OR_NULL, "reference_mfu": _number(low=0.0, nullable=True)})
+_MFU_FIELDS = {"mfu": _number(low=0.0, nullable=True), "known_flops_share": _SHARE_OR_NULL,
+               "peak_precision": _text(nullable=True), "reference_mfu": _number(low=0.0, nullable=True)}
 _VIEW_SCOPE = _object({"name": _text()}, {"calls": _COUNT, "cpu_total_us": _US, "gpu_self_us": _US, "gpu_total_us": _US,
                                           **_MFU_FIELDS})
 _MFU = _object({}, {"value": _number(low=0.0, nullable=True), "known_flops_share": _SHARE_OR_NULL,
                     "no_peak_share": _SHARE_OR_NULL, "peak_source": _text(nullable=True),
                     "flops_per_step": _number(low=0.0, nullable=True), "flops_by_precision": _map(_number(low=0.0)),
-                    "per_module": _list(_object({"name": _text()}, {"gpu_total_us": _US, **_MFU_FIELDS}))},
+                    "per_module": _list(_object({"name": _text()}, {"gpu_total_us": _US, **_MFU_FIELDS})),
+                    "peak_precision": _text(nullable=True), "reference_value": _number(low=0.0, nullable=True),
+                    "reference_precision": _text(nullable=True)},
                nullable=True)
 _VIEWS = _object({}, {"version": _number(low=1, integer=True), "kernel_total_us": _US, "unattributed_gpu_us": _US,
-                      "peak_device": _text(nullable=True), "operators": _list(_VIEW_OPERATOR),
+                      "peak_device": _text(nullable=True), "reference_precision": _text(nullable=True),
+                      "operators": _list(_VIEW_OPERATOR),
                       "kernels": _list(_VIEW_KERNEL), "modules": _list(_VIEW_SCOPE), "ranges": _list(_VIEW_SCOPE)},
                  nullable=True)
 

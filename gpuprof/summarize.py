@@ -61,4 +61,5 @@ def _mfu(m: TraceMetrics, views: TraceViews) -> Mfu | None:
     if m.main_device is None:
         return None
     rows = sorted((r for r in views.modules if r.gpu_total_us > 0), key=lambda r: -r.gpu_total_us)[:PER_MODULE]
-    return replace(step_mfu(m), per_module=[ModuleMfu(r.name, r.gpu_total_us, r.mfu, r.known_flops_share) for r in rows])
+    return replace(step_mfu(m), per_module=[ModuleMfu(r.name, r.gpu_total_us, r.mfu, r.known_flops_share,
+                                                          r.peak_precision, r.reference_mfu) for r in rows])

@@ -50,6 +50,8 @@ _RANGE = (
     Column("gpu_total_us", "float", "us"),
     Column("mfu", "float", "fraction"),
     Column("known_flops_share", "float", "fraction"),
+    Column("peak_precision", "string"),
+    Column("reference_mfu", "float", "fraction"),
 )
 
 
@@ -118,7 +120,7 @@ TABLES: tuple[Table, ...] = (
         Column("op_dtype", "string"), Column("precision", "string"), Column("flops", "float", "flop"),
         Column("flops_source", "string"), Column("tflops", "float", "TFLOP/s"), Column("mfu", "float", "fraction"),
         Column("grid", "json"), Column("block", "json"), Column("registers_per_thread", "int"),
-        Column("occupancy", "float", "fraction"),
+        Column("occupancy", "float", "fraction"), Column("reference_mfu", "float", "fraction"),
     ), _view_rows("kernels")),
     Table("modules", (*_WHERE, *_RANGE), _view_rows("modules")),
     Table("ranges", (*_WHERE, *_RANGE), _view_rows("ranges")),

@@ -22,6 +22,7 @@ RUNTIME_ORIGIN = "the capture's runtime checks (measured while the run trained)"
 
 __all__ = [
     "RUNTIME_ORIGIN",
+    "mfu_against",
     "fmt_lead_in",
     "BREAKDOWN_LABELS",
     "IDLE_LABELS",
@@ -258,7 +259,26 @@ def fmt_mfu(t: TraceSummary) -> str | None:
     if m.value is None:
         why = "no peak for this GPU" if m.peak_source is None else "no kernel with known FLOPs and a peak"
         return f"n/a ({why}); {unknown}"
-    return f"{fmt_pct(m.value)} of the {m.peak_source} peak (a lower bound: {unknown})"
+    return f"{mfu_against(m.value, m.peak_source, m.peak_precision, m.reference_value, m.reference_precision)} " \
+           f"(a lower bound: {unknown})"
+
+
+def mfu_against(value: float, device: str | None, precision: str | None, reference: float | None,
+                reference_precision: str | None) -> str:
+    """An MFU figure with the precision of its peak, and beside it the figure against the device's dense BF16 (FP16)
+    tensor-core peak when that is another peak: ``34.2% of the a100 FP32 peak, 2.1% of its dense BF16 peak``."""
+    ref = (reference_precision or "").upper()
+    if precision is None:
+        text = f"{fmt_pct(value)} of the {device} peak"
+    elif "+" in precision:
+        text = f"{fmt_pct(value)} of the {device} peaks of its kernels' precisions ({precision.upper()})"
+    elif precision.upper() == ref:
+        return f"{fmt_pct(value)} of the {device} dense {ref} peak"
+    else:
+        text = f"{fmt_pct(value)} of the {device} {precision.upper()} peak"
+    if reference is None or not ref:
+        return text
+    return f"{text}, {fmt_pct(reference)} of its dense {ref} tensor-core peak"
 
 
 def step_basis_us(t: TraceSummary) -> float:

@@ -57,25 +57,31 @@ def view_tables(v: TraceViews | None, top: int = TOP) -> list[ViewTable]:
              + [_flop_count(o.flops)] * flops + [_tflops(o.tflops)] * rate
              for o in ops]))
     if v.kernels:
-        mfu_head = f"MFU ({v.peak_device})" if v.peak_device else "MFU"
+        mfu_head = f"MFU ({v.peak_device}, its precision)" if v.peak_device else "MFU"
+        # beside each MFU, the same FLOPs against the device's dense BF16 (FP16) tensor-core peak
+        ref_head = [(f"MFU vs {v.reference_precision.upper()}", "right")] if v.reference_precision else []
         out.append(ViewTable(
             "Kernels: precision and throughput",
             [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Precision", "left"), ("Tensor cores", "left"),
-             ("TFLOP/s", "right"), (mfu_head, "right")],
+             ("TFLOP/s", "right"), (mfu_head, "right")] + ref_head,
             [[k.name, fmt_count(k.calls), fmt_us(k.total_us), k.precision or "-",
               "-" if k.tensor_cores is None else ("yes" if k.tensor_cores else "no"), _tflops(k.tflops),
-              "-" if k.mfu is None else fmt_pct(k.mfu)]
+              "-" if k.mfu is None else fmt_pct(k.mfu)] + ["-" if k.reference_mfu is None else fmt_pct(k.reference_mfu)] * len(ref_head)
              for k in v.kernels[:top]]))
     for rows, title, head in ((v.modules, "Modules (nn.Module paths)", "Module"), (v.ranges, "User ranges (record_function)", "Range")):
         if rows:
             # MFU columns only when a shown row has kernels with known FLOPs (docs/views.md, "MFU")
             mfu = any(r.known_flops_share for r in rows[:top])
+            ref = bool(mfu and v.reference_precision)
             out.append(ViewTable(
                 title,
                 [(head, "name"), ("Calls", "right"), ("CPU total", "right"), ("GPU self", "right"), ("GPU total", "right")]
-                + [(f"Kernel MFU ({v.peak_device})" if v.peak_device else "Kernel MFU", "right"), ("FLOPs known", "right")] * mfu,
+                + [(f"Kernel MFU ({v.peak_device})" if v.peak_device else "Kernel MFU", "right"), ("Peak", "left"),
+                   ("FLOPs known", "right")] * mfu
+                + [(f"MFU vs {(v.reference_precision or '').upper()}", "right")] * ref,
                 [[r.name, fmt_count(r.calls), fmt_us(r.cpu_total_us), fmt_us(r.gpu_self_us), fmt_us(r.gpu_total_us)]
-                 + ["-" if r.mfu is None else fmt_pct(r.mfu),
+                 + ["-" if r.mfu is None else fmt_pct(r.mfu), (r.peak_precision or "-").upper(),
                     "-" if r.known_flops_share is None else fmt_pct(r.known_flops_share)] * mfu
+                 + ["-" if r.reference_mfu is None else fmt_pct(r.reference_mfu)] * ref
                  for r in rows[:top]]))
     return out

@@ -17,12 +17,13 @@ from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import host_step_of
 from gpuprof.rules.precision import TC_OPS, device_capability
+from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import DTYPE_BF16, DTYPE_FLOAT, DTYPE_FP16, DTYPE_HALF, Event, op_dtypes
 
 __all__ = ["OptimizerOps", "optimizer_ops", "PerParameterOptimizer", "Fp16WithoutGradScaler", "HalfParameters",
-           "Bf16Unused"]
+           "Bf16Unused", "gradscaler_evidence"]
 
 _STEP = "Optimizer.step#"
 _MULTI_TENSOR = ("aten::_foreach_", "aten::_fused_")
@@ -33,6 +34,21 @@ _SCALER_OPS = frozenset({
     "aten::_amp_update_scale_",
 })
 _BACKWARD = "autograd::engine::evaluate_function:"
+# a range or Python frame of GradScaler's own code (with_stack: torch/amp/grad_scaler.py(...): unscale_)
+_SCALER_FRAMES = ("gradscaler", "grad_scaler.py")
+
+
+def gradscaler_evidence(m: TraceMetrics) -> str | None:
+    """The first sign of a ``torch.amp.GradScaler`` in the trace (an operator of its own, or a range or Python frame
+    of its code), None when there is none."""
+    for o in m.trace.ops:
+        if o.name in _SCALER_OPS:
+            return o.name
+    for kind in (m.trace.annotations, m.trace.python):
+        for name in columns(m.trace, kind).names:
+            if any(marker in name.lower() for marker in _SCALER_FRAMES):
+                return str(name)
+    return None
 
 
 @dataclass
@@ -299,10 +315,14 @@ class HalfParameters(Rule):
         if share < ctx.opt("min_half_share") or per_step < ctx.opt("min_ops_per_step"):
             return
         dtype = "float16" if any(op_dtypes(o) & DTYPE_FP16 for o in half) else "bfloat16"
+        _, cc, _ = device_capability(m)
+        autocast = ("under torch.autocast(device_type=..., dtype=torch.bfloat16), or float16 with torch.amp.GradScaler"
+                    if cc is None or cc[0] >= 8 else  # Volta/Turing (V100, T4): no bfloat16 tensor cores
+                    f'under torch.autocast(device_type="cuda", dtype=torch.float16) with torch.amp.GradScaler (this '
+                    f"GPU, compute capability {cc[0]}.{cc[1]}, has no bfloat16 tensor cores)")
         advice = ("Keep the parameters in float32 (drop model.half()/.to(torch.bfloat16)) and run the forward "
-                  "under torch.autocast(device_type=..., dtype=torch.bfloat16), or float16 with torch.amp.GradScaler. "
-                  "If 16-bit weights are intended (memory), use an optimizer that keeps float32 master weights or "
-                  "stochastic rounding.")
+                  f"{autocast}. If 16-bit weights are intended (memory), use an optimizer that keeps float32 master "
+                  "weights or stochastic rounding.")
         yield self.finding(
             ctx,
             f"{opt.optimizer}.step() updates {dtype} parameters: {per_step:.3g} optimizer operators per step "
@@ -326,9 +346,12 @@ class Bf16Unused(Rule):
     trace: a bfloat16-capable device (``deviceProperties``, else kernel
     names; see GP302), matmul/convolution operators with float16 inputs in the
     steps and no operator with bfloat16 inputs anywhere. Needs
-    ``record_shapes=True``. Float32 matmuls on such a GPU are GP302's. The
-    cost is the host time of GradScaler's operators per step, what switching
-    saves for sure; without a GradScaler there is none (GP860 reports that).
+    ``record_shapes=True``. Float32 matmuls on such a GPU are GP302's. Said
+    only where the trace shows a GradScaler (:func:`gradscaler_evidence`: its
+    operators, or a range or Python frame of ``GradScaler``): the advice is to
+    drop it, and an inference trace or float16 training without one (GP860)
+    has none. The cost is the host time of GradScaler's operators per step,
+    what switching saves for sure.
     """
 
     code = "GP862"
@@ -364,6 +387,9 @@ class Bf16Unused(Rule):
             return
         if any(op_dtypes(o) & DTYPE_BF16 for o in m.trace.ops):
             return
+        evidence = gradscaler_evidence(m)
+        if evidence is None:
+            return  # no GradScaler to drop: inference, or float16 training without one (GP860's)
         scaler = [o for o in m.trace.ops if o.name in _SCALER_OPS and host_step_of(m, o.ts) is not None]
         scaler_us = Intervals.from_pairs([(o.ts, o.end) for o in scaler]).total() / m.num_steps if scaler else None
         yield self.finding(
@@ -379,7 +405,8 @@ class Bf16Unused(Rule):
                                "operators", events=event_refs(gemms),
                                extra={"compute_capability": f"{cc[0]}.{cc[1]}",
                                       "device": dev.name if dev is not None else None,
-                                      "gradscaler_ops_per_step": round(len(scaler) / m.num_steps, 2)}),),
+                                      "gradscaler_ops_per_step": round(len(scaler) / m.num_steps, 2),
+                                      "gradscaler_evidence": evidence[:120]}),),
             cost_us_per_step=scaler_us,
             cost_label="host time in GradScaler operators (not needed with bfloat16)" if scaler else None,
         )

@@ -12,6 +12,9 @@ kernels view, per-module MFU and the trace's step MFU) read alike, computed once
   (:mod:`gpuprof.trace.precision`); its *peak time* is its FLOPs over the device's peak at that
   precision (:mod:`gpuprof.trace.peaks`), in µs. A kernel with FLOPs but no peak (unknown device,
   unknown precision, or a path the part does not have) has a NaN peak time: it counts towards no MFU.
+* Beside it, every kernel's *reference time*: its FLOPs over the device's dense BF16 tensor-core peak (FP16 on
+  parts without BF16; :func:`gpuprof.trace.peaks.reference_precision`), the peak the field quotes MFU against,
+  so an FP32 job measured against its own FP32 peak is also read against the one a BF16 job would be.
 """
 
 from __future__ import annotations
@@ -38,11 +41,12 @@ from gpuprof.trace.model import (
     op_flops,
     op_shape_key,
 )
-from gpuprof.trace.peaks import device_row, peak_for
+from gpuprof.trace.peaks import device_row, peak_for, reference_precision
 from gpuprof.trace.precision import kernel_precision
 from gpuprof.trace.viewrows import Mfu
 
-__all__ = ["OpFlops", "KernelWork", "op_flops_of", "kernel_work", "peak_device", "dtype_name", "step_mfu"]
+__all__ = ["OpFlops", "KernelWork", "op_flops_of", "kernel_work", "peak_device", "dtype_name", "step_mfu",
+           "precision_label"]
 
 _extra_of = attrgetter("extra")
 _GEMM_NAME = re.compile(r"gemm|gemv")
@@ -67,6 +71,8 @@ class KernelWork(NamedTuple):
     recorded: np.ndarray  # per kernel: that share comes from a recorded figure
     peak_us: np.ndarray  # per kernel: flops at the device's peak for its precision, µs (0 no FLOPs, NaN no peak)
     peak_device: str | None
+    ref_us: np.ndarray  # per kernel: flops at the device's dense BF16/FP16 tensor-core peak, µs (0 no FLOPs, NaN no peak)
+    reference_precision: str | None  # the precision of that peak: "bf16", "fp16" (no BF16 on the part), None
 
 
 def peak_device(m: TraceMetrics) -> str | None:
@@ -124,10 +130,11 @@ def _kernel_work(m: TraceMetrics) -> KernelWork:
     g = len(names)
     att = m.attribution
     row = peak_device(m)
+    ref = reference_precision(row)
     if att is None or nk == 0:
         empty = np.zeros(nk)
         return KernelWork(group, names, np.zeros(g, np.int64), [None] * g, [None] * g, empty, np.zeros(nk, bool),
-                          empty.copy(), row)
+                          empty.copy(), row, empty.copy(), ref)
     k_op = att.gpu_op[:nk]  # gpu_events() yields the kernels first
     # the launching operators' dtype flags, read once per distinct payload object (shared by the loader)
     launched = sorted_unique(k_op[k_op >= 0])
@@ -146,9 +153,11 @@ def _kernel_work(m: TraceMetrics) -> KernelWork:
     gemm = np.fromiter(map(_does_matmul, names), bool, g)
     k_flops, k_recorded = kernel_flops(att.parent, k_op, kc.dur, has & gemm[group], op_flops_of(m))
     peak = np.array([peak_for(row, p) or np.nan for p in precision]) if g else np.zeros(0)
+    ref_peak = peak_for(row, ref) or np.nan
     with np.errstate(invalid="ignore"):
         peak_us = np.where(k_flops > 0, k_flops / (peak[group] * 1e6), 0.0)  # FLOP / (TFLOP/s * 1e6 FLOP/µs)
-    return KernelWork(group, names, flags, precision, tc, k_flops, k_recorded, peak_us, row)
+        ref_us = np.where(k_flops > 0, k_flops / (ref_peak * 1e6), 0.0)
+    return KernelWork(group, names, flags, precision, tc, k_flops, k_recorded, peak_us, row, ref_us, ref)
 
 
 def kernel_flops(
@@ -241,15 +250,34 @@ def _step_mfu(m: TraceMetrics) -> Mfu:
     priced = has & np.isfinite(peak_us)
     wall = m.total_time
     by_prec: dict[str, float] = {}
+    priced_prec: dict[str, float] = {}
     if has.any():
-        prec = np.array([p or "unknown" for p in w.precision], dtype=object)[w.group[at][has]]
-        for p in sorted(set(prec.tolist())):
-            by_prec[str(p)] = float(flops[has][prec == p].sum()) / n
+        prec = np.array([p or "unknown" for p in w.precision], dtype=object)[w.group[at]]
+        for p in sorted(set(prec[has].tolist())):
+            by_prec[str(p)] = float(flops[has & (prec == p)].sum()) / n
+            priced_prec[str(p)] = float(flops[priced & (prec == p)].sum())
+    ref_us = w.ref_us[at]
     return Mfu(
         value=float(peak_us[priced].sum()) / wall if w.peak_device and priced.any() and wall > 0 else None,
+        peak_precision=precision_label(priced_prec) if w.peak_device and priced.any() and wall > 0 else None,
+        reference_value=(float(ref_us[has].sum()) / wall if w.reference_precision and has.any() and wall > 0
+                         else None),
+        reference_precision=w.reference_precision,
         known_flops_share=float(dur[has].sum()) / total if total > 0 else None,
         no_peak_share=float(dur[has & ~priced].sum()) / total if total > 0 else None,
         peak_source=w.peak_device,
         flops_per_step=float(flops[has].sum()) / n if has.any() else None,
         flops_by_precision=by_prec,
     )
+
+
+_LABEL_MIN_SHARE = 0.01  # a precision with less of the FLOPs cannot move the figure: left out of its label
+
+
+def precision_label(flops_by_precision: dict[str, float]) -> str | None:
+    """The precision of the peak an MFU figure is taken against: the kernels' one precision (``fp32``), or theirs
+    joined by ``+``, most FLOPs first (``bf16+fp32``: each kernel against its own precision's peak), leaving out
+    those with under 1% of the FLOPs; None without FLOPs."""
+    total = sum(f for f in flops_by_precision.values() if f > 0)
+    named = sorted((-f, p) for p, f in flops_by_precision.items() if f > 0 and f >= _LABEL_MIN_SHARE * total)
+    return "+".join(p for _, p in named) or None

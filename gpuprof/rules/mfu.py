@@ -26,7 +26,10 @@ class LowMfu(Rule):
     bound, and it is said only when kernels with known FLOPs take at least ``min_known_share`` of the steps'
     kernel time; on an unknown GPU (no peak) nothing is said. The finding splits the figure in two: the share
     of the step the GPU is busy (GP101 covers idle time) and the MFU of the GEMMs/convolutions themselves while
-    they run, so it says which of the two to work on. Info: a low MFU is a measure, not one defect.
+    they run, so it says which of the two to work on. Info: a low MFU is a measure, not one defect. The figure
+    names the precision of its peak and, when that is not the device's dense BF16 (FP16) tensor-core peak, gives
+    the figure against that peak too (the one the field quotes: an FP32 job reads 2%, not 34%); the threshold is
+    judged on the figure at the kernels' own precision, the FP32 time being GP302's.
     """
 
     code = "GP307"
@@ -63,9 +66,14 @@ class LowMfu(Rule):
         busy = float(dur[priced].sum())
         kernel_mfu = float(w.peak_us[at][priced].sum()) / busy if busy > 0 else None
         util = m.gpu_utilization
-        precisions = ", ".join(sorted(mfu.flops_by_precision))
-        parts = [f"the steps reach {mfu.value:.1%} of the {mfu.peak_source} peak ({precisions} FLOPs against that "
-                 f"precision's peak; FLOPs known for {mfu.known_flops_share:.0%} of the steps' kernel time)"]
+        prec = (mfu.peak_precision or "").upper()
+        ref = (mfu.reference_precision or "").upper()
+        against = (f"the {mfu.peak_source} peaks of its kernels' precisions ({prec})" if "+" in prec
+                   else f"the {mfu.peak_source} {prec} peak")
+        if mfu.reference_value is not None and ref and prec != ref:
+            against += f"; {mfu.reference_value:.1%} of its dense {ref} tensor-core peak"
+        parts = [f"the steps reach {mfu.value:.1%} of {against} (FLOPs known for {mfu.known_flops_share:.0%} of the "
+                 "steps' kernel time)"]
         if util is not None:
             parts.append(f"the GPU is busy {util:.0%} of the step")
         if kernel_mfu is not None:
@@ -90,6 +98,10 @@ class LowMfu(Rule):
                                extra={"known_flops_share": round(mfu.known_flops_share, 4),
                                       "min_known_share": ctx.opt("min_known_share"),
                                       "peak_source": mfu.peak_source,
+                                      "peak_precision": mfu.peak_precision,
+                                      "reference_mfu": (round(mfu.reference_value, 5)
+                                                        if mfu.reference_value is not None else None),
+                                      "reference_precision": mfu.reference_precision,
                                       "kernel_mfu": round(kernel_mfu, 5) if kernel_mfu is not None else None,
                                       "gpu_utilization": round(util, 4) if util is not None else None,
                                       "flops_per_step": mfu.flops_per_step}),),

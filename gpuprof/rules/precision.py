@@ -13,6 +13,7 @@ from gpuprof.report import DeviceInfo
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, dur_of, name_of, op_dtypes
+from gpuprof.trace.precision import NARROW_FORMATS, TENSOR_CORE_FORMATS, name_precision
 from gpuprof.units import fmt_us
 
 __all__ = [
@@ -61,6 +62,8 @@ _SIMT = re.compile(r"simt|sgemm|scudnn|gemmsn|dgemm|cgemm|zgemm|gemv")
 _FP32 = re.compile(r"<float|_s_b_|_sb_")
 # Names that say the kernel computes in FP64 (or complex FP64): float64 tensors, whose fix is .float(), not AMP.
 _FP64 = re.compile(r"dgemm|zgemm|<double|double>|double,|f64f64|fp64|dmma")
+# Formats no FP32 kernel computes in: a GEMM named in one is never GP302's FP32 time.
+_NEVER_FP32 = frozenset({"fp8", "fp4", "int8"})
 # Kernel-name prefixes that reveal the architecture when the trace has no deviceProperties.
 _ARCH_PREFIX = {"volta_": (7, 0), "turing_": (7, 5), "ampere_": (8, 0), "hopper_": (9, 0)}
 _SM_PREFIX = re.compile(r"(?:^|[^a-z])sm_?(\d{2,3})_")
@@ -97,7 +100,8 @@ def uses_tensor_cores(name: str) -> bool | None:
     tensor-core-only library family, or a TF32/FP8/FP4 element type (``tfloat32_t``, ``e4m3``: formats only tensor
     cores compute); None
     ("unknown") for a GEMM, convolution or attention kernel whose name does not tell (a Triton template or matmul,
-    a generic ``gemm_kernel``). A 16-bit dtype in a name never decides.
+    a generic ``gemm_kernel``). A 16-bit dtype in a name never decides. The formats come from the precision
+    catalogue (:mod:`gpuprof.trace.precision`).
     """
     low = name[:_NAME_CHARS].lower()
     if _SIMT.search(low):
@@ -106,8 +110,8 @@ def uses_tensor_cores(name: str) -> bool | None:
         return False
     if _XMMA.search(low) and _FP32_ONLY_XMMA.search(low) and "tf32" not in low:
         return False
-    if _TENSOR_CORE.search(low) or _XMMA.search(low):
-        return True
+    if _TENSOR_CORE.search(low) or _XMMA.search(low) or name_precision(name) in TENSOR_CORE_FORMATS:
+        return True  # a format only tensor cores compute (the precision catalogue): DeepGEMM's ``fp8_gemm_kernel``
     if _FP32.search(low):
         return False
     return None
@@ -127,9 +131,14 @@ class PrecisionStats:
     * ``kernel_us``: all compute kernels (not collectives).
     * ``eligible_us``: GEMM/convolution kernels (by name, or launched by a
       matmul/convolution operator), the work tensor cores could run.
-    * ``tensor_core_us``: eligible kernels that ran on tensor cores: the name
-      says so, or the name is ambiguous and the launching operator took
-      FP16/BF16/FP8 inputs.
+    * ``tensor_core_us``: eligible kernels that ran on tensor cores or in a
+      format narrower than FP32: the name says so (a tensor-core marker, or a
+      format of the precision catalogue: FP8, FP4, INT8, BF16, FP16, TF32),
+      or the name is ambiguous and the launching operator took FP16/BF16/FP8
+      inputs.
+    * ``unknown_us``: eligible kernels whose name does not tell and whose
+      launching operator recorded no input dtype (a trace without
+      ``record_shapes``): neither FP32 nor tensor cores, never a verdict.
     * ``fp64_us``: eligible kernels computing in FP64: the name says so
       (``dgemm``, ``<double>``), or the name is ambiguous and the launching
       operator took float64 inputs only. Never counted as FP32: its fix is
@@ -144,6 +153,7 @@ class PrecisionStats:
     tensor_core_us: float = 0.0
     fp32_us: float = 0.0
     fp64_us: float = 0.0
+    unknown_us: float = 0.0
     fp64_kernels: list[Event] = field(default_factory=list)
     fp32_kernels: list[Event] = field(default_factory=list)
     fp32_by_name: dict[str, float] = field(default_factory=dict)
@@ -167,7 +177,10 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
         if (eligible or tc is False) and _FP64.search(name[:_NAME_CHARS].lower()):
             verdict[name] = "fp64"
         elif eligible or tc is True:
-            verdict[name] = None if tc is None else ("tc" if tc else "fp32")
+            fmt = name_precision(name)  # the catalogue: a GEMM named in a narrower format is never FP32 work (an
+            # FP8/FP4/INT8 one not even when its name also carries an FP32 hint, a ``<float>`` scale or accumulator)
+            narrow = fmt in NARROW_FORMATS and (tc is None or fmt in _NEVER_FP32)
+            verdict[name] = "tc" if narrow else None if tc is None else ("tc" if tc else "fp32")
         elif _NOT_ELIGIBLE.search(name[:_NAME_CHARS].lower()):
             verdict[name] = "no"  # not GEMM/conv work, whatever launched it
         else:
@@ -185,6 +198,10 @@ def precision_stats(m: TraceMetrics) -> PrecisionStats | None:
             if not (is_eligible_kernel(k.name) or tc is True or (op is not None and op.name in TC_OPS)):
                 continue
             flags = _op_flags(op)
+            if tc is None and not flags:  # neither the name nor a recorded input dtype tells: no verdict
+                st.eligible_us += dur
+                st.unknown_us += dur
+                continue
             if tc is None:
                 tc = bool(flags & DTYPE_HALF)
             v = "tc" if tc else "fp64" if flags & DTYPE_DOUBLE and not flags & (DTYPE_FLOAT | DTYPE_HALF) else "fp32"
@@ -324,18 +341,20 @@ class NoTensorCores(Rule):
         ops = ""
         if st.ops_float or st.ops_half:
             ops = f"; {st.ops_float} of {st.ops_float + st.ops_half} matmul/conv ops take FP32 inputs"
-        ampere = cc[0] >= 8
-        advice = (
-            'Run the forward pass under torch.autocast(device_type="cuda", dtype=torch.bfloat16) '
-            "(with float16 instead, add torch.amp.GradScaler('cuda') around backward/step)"
-        )
-        if ampere:
-            advice += (
-                "; at the very least enable TF32 for the FP32 matmuls and convolutions: "
+        if cc[0] >= 8:  # NVIDIA Ampere and later, AMD CDNA: BF16 and TF32 tensor (matrix) cores
+            advice = (
+                'Run the forward pass under torch.autocast(device_type="cuda", dtype=torch.bfloat16) '
+                "(with float16 instead, add torch.amp.GradScaler('cuda') around backward/step); "
+                "at the very least enable TF32 for the FP32 matmuls and convolutions: "
                 'torch.set_float32_matmul_precision("high") and torch.backends.cudnn.allow_tf32 = True'
             )
-        else:
-            advice += " (compute capability < 8.0 has no BF16/TF32 tensor cores: use dtype=torch.float16 with GradScaler)"
+        else:  # Volta and Turing (V100, T4): FP16 tensor cores only, no BF16 or TF32 ones
+            advice = (
+                'Run the forward pass under torch.autocast(device_type="cuda", dtype=torch.float16), and when '
+                "training scale the loss with torch.amp.GradScaler('cuda') (scaler.scale(loss).backward(); "
+                f"scaler.step(opt); scaler.update()): this GPU (compute capability {cc[0]}.{cc[1]}) has float16 tensor "
+                "cores but none for bfloat16 or TF32"
+            )
         advice += ". Keep channel counts and matrix dimensions multiples of 8 so the tensor-core kernels apply."
         yield self.finding(
             ctx,
@@ -356,6 +375,7 @@ class NoTensorCores(Rule):
                         "tensor_core_share": round(tc_share, 4),
                         "eligible_share": round(eligible_share, 4),
                         "fp32_us_per_step": round(st.fp32_us / n, 1),
+                        "unknown_share": round(st.unknown_us / st.kernel_us, 4),
                         "ops_fp32_inputs": st.ops_float,
                         "ops_half_inputs": st.ops_half,
                         "top_fp32_kernels": {k[:120]: round(v / n, 1) for k, v in top},

@@ -2,13 +2,18 @@
 
 Figures are the vendors' published dense peaks (no structured sparsity), in
 TFLOP/s, for the SXM/OAM part unless the name says PCIe. FP32 is the
-non-tensor-core SIMT rate; TF32, BF16, FP16 and FP8 are tensor-core rates;
+non-tensor-core SIMT rate; TF32, BF16, FP16, FP8, FP4 and INT8 (TOP/s) are tensor-core
+rates;
 FP64 is the best FP64 rate (tensor core where the part has one); the
 Ampere and Ada parts outside the datacenter line (A10, A10G, L4, L40, L40S)
 run FP64 at 1/64 of their FP32 rate (their architecture whitepapers; the
 datasheets leave it out), so a float64 GEMM there shows a tiny peak, not
-none. ``None``: the part has no such path (a V100 has no BF16, TF32 or FP8
-tensor cores).
+none. ``None``: the part has no such path (a V100 has no BF16, TF32, FP8 or INT8
+tensor cores; only Blackwell computes FP4). The A10G's INT8 rate is twice its FP16
+one, as on every Ampere part (AWS publishes none).
+
+:func:`reference_precision` names the column the field quotes MFU against: the
+part's dense BF16 tensor-core peak, FP16 on parts without BF16 (V100, T4).
 
 A device is found by its name (``deviceProperties.name``), longest pattern
 first; failing that, by compute capability, using the datacenter part of that
@@ -17,32 +22,34 @@ generation (a guess, reported as such in ``peak_device``).
 
 from __future__ import annotations
 
-__all__ = ["PEAKS", "PRECISIONS", "peak_for", "device_row"]
+__all__ = ["PEAKS", "PRECISIONS", "peak_for", "device_row", "reference_precision"]
 
-PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 
-# name pattern (lower case) -> (fp64, fp32, tf32, bf16, fp16, fp8) TFLOP/s
-PEAKS: dict[str, tuple[float | None, float | None, float | None, float | None, float | None, float | None]] = {
-    "b200": (40.0, 80.0, 1100.0, 2250.0, 2250.0, 4500.0),
-    "h200": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
-    "h100 pcie": (51.2, 51.2, 378.0, 756.0, 756.0, 1513.0),
-    "h100": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
-    "h800": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
-    "h20": (1.0, 44.0, 74.0, 148.0, 148.0, 296.0),
-    "gh200": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9),
-    "a100": (19.5, 19.5, 156.0, 312.0, 312.0, None),
-    "a800": (19.5, 19.5, 156.0, 312.0, 312.0, None),
-    "a10g": (0.49, 31.2, 35.0, 70.0, 70.0, None),
-    "a10": (0.49, 31.2, 62.5, 125.0, 125.0, None),
-    "l40s": (1.43, 91.6, 183.0, 362.1, 362.1, 733.0),
-    "l40": (1.41, 90.5, 90.5, 181.0, 181.0, 362.0),
-    "l4": (0.47, 30.3, 60.0, 121.0, 121.0, 242.5),
-    "v100 pcie": (7.0, 14.0, None, None, 112.0, None),
-    "v100": (7.8, 15.7, None, None, 125.0, None),
-    "t4": (0.25, 8.1, None, None, 65.0, None),
-    "mi325x": (163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9),
-    "mi300x": (163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9),
-    "mi250x": (95.7, 47.9, None, 383.0, 383.0, None),
+_Row = tuple[float | None, float | None, float | None, float | None, float | None, float | None, float | None,
+             float | None]
+# name pattern (lower case) -> (fp64, fp32, tf32, bf16, fp16, fp8, fp4, int8) TFLOP/s (INT8: TOP/s)
+PEAKS: dict[str, _Row] = {
+    "b200": (40.0, 80.0, 1100.0, 2250.0, 2250.0, 4500.0, 9000.0, 4500.0),
+    "h200": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9, None, 1978.9),
+    "h100 pcie": (51.2, 51.2, 378.0, 756.0, 756.0, 1513.0, None, 1513.0),
+    "h100": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9, None, 1978.9),
+    "h800": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9, None, 1978.9),
+    "h20": (1.0, 44.0, 74.0, 148.0, 148.0, 296.0, None, 296.0),
+    "gh200": (67.0, 67.0, 494.7, 989.4, 989.4, 1978.9, None, 1978.9),
+    "a100": (19.5, 19.5, 156.0, 312.0, 312.0, None, None, 624.0),
+    "a800": (19.5, 19.5, 156.0, 312.0, 312.0, None, None, 624.0),
+    "a10g": (0.49, 31.2, 35.0, 70.0, 70.0, None, None, 140.0),
+    "a10": (0.49, 31.2, 62.5, 125.0, 125.0, None, None, 250.0),
+    "l40s": (1.43, 91.6, 183.0, 362.1, 362.1, 733.0, None, 733.0),
+    "l40": (1.41, 90.5, 90.5, 181.0, 181.0, 362.0, None, 362.0),
+    "l4": (0.47, 30.3, 60.0, 121.0, 121.0, 242.5, None, 242.5),
+    "v100 pcie": (7.0, 14.0, None, None, 112.0, None, None, None),
+    "v100": (7.8, 15.7, None, None, 125.0, None, None, None),
+    "t4": (0.25, 8.1, None, None, 65.0, None, None, 130.0),
+    "mi325x": (163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9, None, 2614.9),
+    "mi300x": (163.4, 163.4, 653.7, 1307.4, 1307.4, 2614.9, None, 2614.9),
+    "mi250x": (95.7, 47.9, None, 383.0, 383.0, None, None, 383.0),
 }
 
 # compute capability -> the datacenter part of that generation (a guess when the name is unknown)
@@ -70,3 +77,15 @@ def peak_for(row: str | None, precision: str | None) -> float | None:
     if row is None or precision not in PRECISIONS:
         return None
     return PEAKS[row][PRECISIONS.index(precision)]
+
+
+def reference_precision(row: str | None) -> str | None:
+    """The precision of the peak the field quotes MFU against: dense BF16 tensor cores, FP16 where the part has no
+    BF16 (V100, T4); None for an unknown device."""
+    if row is None:
+        return None
+    peaks = PEAKS[row]
+    for precision in ("bf16", "fp16"):
+        if peaks[PRECISIONS.index(precision)] is not None:
+            return precision
+    return None

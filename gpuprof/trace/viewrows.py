@@ -56,6 +56,8 @@ class KernelRow:
     block: list[int] | None = None
     registers_per_thread: int | None = None
     occupancy: float | None = None  # estimated achieved occupancy, fraction
+    # tflops / the device's dense BF16 (FP16 without BF16) tensor-core peak (TraceViews.reference_precision), fraction
+    reference_mfu: float | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,9 @@ class RangeRow:
     # (docs/views.md, "MFU"); None without a peak or FLOPs
     mfu: float | None = None
     known_flops_share: float | None = None  # share of gpu_total_us in kernels whose FLOPs are known
+    # the precision(s) of the peaks `mfu` is taken against: "fp32", or "bf16+fp32" (most FLOPs first)
+    peak_precision: str | None = None
+    reference_mfu: float | None = None  # the same FLOPs against the dense BF16/FP16 tensor-core peak, fraction
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,8 @@ class ModuleMfu:
     gpu_total_us: float
     mfu: float | None
     known_flops_share: float | None
+    peak_precision: str | None = None
+    reference_mfu: float | None = None
 
 
 @dataclass
@@ -99,6 +106,12 @@ class Mfu:
     flops_per_step: float | None  # FLOPs of the kernels with known FLOPs, per step
     flops_by_precision: dict[str, float] = field(default_factory=dict)  # precision -> FLOPs per step
     per_module: list[ModuleMfu] = field(default_factory=list)  # modules with GPU time, most first (at most 20)
+    # the precision(s) of the peaks `value` is taken against: "fp32", or "bf16+fp32" (most FLOPs first)
+    peak_precision: str | None = None
+    # the steps' known FLOPs against the device's dense BF16 (FP16 without BF16) tensor-core peak: the figure the
+    # field quotes, so an FP32 job reads against the peak a BF16 one would
+    reference_value: float | None = None
+    reference_precision: str | None = None  # that peak's precision: "bf16", "fp16"; None: unknown device
 
 
 @dataclass
@@ -109,6 +122,7 @@ class TraceViews:
     kernel_total_us: float = 0.0  # all kernel time in the trace: what every view's GPU time adds up to
     unattributed_gpu_us: float = 0.0  # kernel time whose launching operator is unknown
     peak_device: str | None = None  # the device row of the peak table MFU used (None: no MFU)
+    reference_precision: str | None = None  # the precision of the reference peak of every reference_mfu (bf16, fp16)
     operators: list[OperatorRow] = field(default_factory=list)
     kernels: list[KernelRow] = field(default_factory=list)
     modules: list[RangeRow] = field(default_factory=list)

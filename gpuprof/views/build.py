@@ -28,7 +28,7 @@ from typing import NamedTuple, Sequence, TypedDict
 
 import numpy as np
 
-from gpuprof.rules.flopwork import OpFlops, dtype_name, kernel_work, op_flops_of, peak_device
+from gpuprof.rules.flopwork import OpFlops, dtype_name, kernel_work, op_flops_of, peak_device, precision_label
 from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.attribution import OpAttribution, _inclusive, _Nesting
 from gpuprof.trace.columns import Columns, columns, named
@@ -44,7 +44,7 @@ from gpuprof.trace.model import (
     op_shape_key,
     ts_of,
 )
-from gpuprof.trace.peaks import peak_for
+from gpuprof.trace.peaks import peak_for, reference_precision
 from gpuprof.trace.stacks import call_stack_location, user_location
 from gpuprof.trace.viewrows import MAX_ROWS, KernelRow, OperatorRow, RangeRow, TraceViews
 from gpuprof.trace.vocab import step_number
@@ -77,6 +77,7 @@ def trace_views(m: TraceMetrics) -> TraceViews:
     k_op = att.gpu_op[:nk]  # gpu_events() yields the kernels first
     views.unattributed_gpu_us = float(k_dur[k_op < 0].sum())
     views.peak_device = peak_device(m)
+    views.reference_precision = reference_precision(views.peak_device)
     group, keys = _group_ops(att.ops, _op_fields(att)[1])
     views.operators = _operators(m, k_op, k_dur, views, group, keys, op_flops_of(m))
     _count_zero_length_calls(trace, views)
@@ -84,7 +85,10 @@ def trace_views(m: TraceMetrics) -> TraceViews:
     launch_ts, launch_thread = _launches(m, kernels)
     w = kernel_work(m)
     priced = (w.flops > 0) & np.isfinite(w.peak_us)  # the kernels that count towards an MFU
-    work = _KernelWork(k_dur, np.where(priced, w.peak_us, 0.0), np.where(w.flops > 0, k_dur, 0.0))
+    prec = np.array([p or "unknown" for p in w.precision] + ["unknown"], dtype=object)[w.group]
+    work = _KernelWork(k_dur, np.where(priced, w.peak_us, 0.0), np.where(w.flops > 0, k_dur, 0.0),
+                       np.nan_to_num(w.ref_us), {str(p): np.where(priced & (prec == p), w.flops, 0.0)
+                                                 for p in set(prec[priced].tolist())})
     views.ranges = _ranges(
         [a for a in trace.annotations if step_number(a.name) is None], launch_ts, launch_thread, work, views, "ranges", False
     )
@@ -100,6 +104,8 @@ class _KernelWork(NamedTuple):
     dur: np.ndarray
     peak_us: np.ndarray
     known_us: np.ndarray
+    ref_us: np.ndarray  # its FLOPs at the dense BF16/FP16 tensor-core peak (0: no FLOPs or no such peak)
+    flops_by_precision: dict[str, np.ndarray]  # precision -> the FLOPs of the kernels with a peak at it (0 others)
 
 
 # --------------------------------------------------------------------------- operators
@@ -351,12 +357,14 @@ def _kernels(m: TraceMetrics, k_dur: np.ndarray, views: TraceViews) -> list[Kern
         t = float(total[j])
         tflops = kf / t / 1e6 if kf is not None and t > 0 else None  # FLOP/µs -> TFLOP/s
         peak = peak_for(views.peak_device, precision)
+        ref_peak = peak_for(views.peak_device, views.reference_precision)
         rows.append(KernelRow(
             name=name, calls=int(calls[j]), total_us=t, mean_us=t / int(calls[j]), max_us=float(longest[j]),
             tensor_cores=w.tensor_cores[j], op_dtype=dtype_name(int(w.flags[j])), precision=precision, flops=kf,
             flops_source=None if kf is None else "recorded" if recorded[j] else "estimate", tflops=tflops,
             mfu=tflops / peak if tflops is not None and peak else None,
             **_config(kernel_config(kernels[int(longest_of[j])])),
+            reference_mfu=tflops / ref_peak if tflops is not None and ref_peak else None,
         ))
     return rows
 
@@ -452,6 +460,8 @@ def _ranges(
     g_self, g_total = _range_sums(work.dur, k_range, has, parent, depth, n)
     _, g_peak = _range_sums(work.peak_us, k_range, has, parent, depth, n)
     _, g_known = _range_sums(work.known_us, k_range, has, parent, depth, n)
+    _, g_ref = _range_sums(work.ref_us, k_range, has, parent, depth, n)
+    g_prec = {p: _range_sums(f, k_range, has, parent, depth, n)[1] for p, f in work.flops_by_precision.items()}
     names = list(map(name_of, ranges))
     if as_paths:  # a module's path: its enclosing modules' names; parents come before their children
         paths: list[str] = []
@@ -474,6 +484,9 @@ def _ranges(
     gtotal = np.bincount(group, weights=np.where(outer, g_total, 0.0), minlength=g)
     gpeak = np.bincount(group, weights=np.where(outer, g_peak, 0.0), minlength=g)
     gknown = np.bincount(group, weights=np.where(outer, g_known, 0.0), minlength=g)
+    gref = np.bincount(group, weights=np.where(outer, g_ref, 0.0), minlength=g)
+    gprec = {p: np.bincount(group, weights=np.where(outer, f, 0.0), minlength=g) for p, f in g_prec.items()}
+    with_ref = views.reference_precision is not None
     with_peak = views.peak_device is not None
     order = np.lexsort((-cpu, -gtotal))
     keep, rest = order[:MAX_ROWS], order[MAX_ROWS:]
@@ -484,7 +497,10 @@ def _ranges(
         RangeRow(name=keys[j], calls=int(calls[j]), cpu_total_us=float(cpu[j]), gpu_self_us=float(gself[j]),
                  gpu_total_us=float(gtotal[j]),
                  mfu=float(gpeak[j] / gtotal[j]) if with_peak and gpeak[j] > 0 else None,
-                 known_flops_share=float(gknown[j] / gtotal[j]) if gtotal[j] > 0 else None)
+                 known_flops_share=float(gknown[j] / gtotal[j]) if gtotal[j] > 0 else None,
+                 peak_precision=(precision_label({p: float(f[j]) for p, f in gprec.items()})
+                                 if with_peak and gpeak[j] > 0 else None),
+                 reference_mfu=float(gref[j] / gtotal[j]) if with_ref and gref[j] > 0 else None)
         for j in keep.tolist()
     ]
 

@@ -257,7 +257,7 @@ def test_real_trace_recorded_flops_equal_the_estimates(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- peaks and precision
 def test_peak_table_names_every_precision_and_fp64_is_its_own_column() -> None:
-    assert PRECISIONS == ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+    assert PRECISIONS == ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
     for row, peaks in PEAKS.items():
         assert len(peaks) == len(PRECISIONS), row
         assert peaks[PRECISIONS.index("fp32")] is not None, row
@@ -271,7 +271,8 @@ def test_peak_table_names_every_precision_and_fp64_is_its_own_column() -> None:
     assert peak_for("v100", "fp64") == 7.8 and peak_for("v100", "fp32") == 15.7
     assert peak_for("v100", "tf32") is None and peak_for("t4", "bf16") is None and peak_for("a100", "fp8") is None
     assert peak_for("h100", "fp8") == pytest.approx(1978.9) and peak_for("h100", "bf16") == pytest.approx(989.4)
-    assert peak_for("h100", "fp64") == 67.0 and peak_for(None, "fp32") is None and peak_for("h100", "int8") is None
+    assert peak_for("h100", "fp64") == 67.0 and peak_for(None, "fp32") is None and peak_for("h100", "fp4") is None
+    assert peak_for("h100", "int8") == pytest.approx(1978.9) and peak_for("h100", "nf4") is None
 
 
 @pytest.mark.parametrize(("name", "cc", "row"), [

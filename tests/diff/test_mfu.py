@@ -150,7 +150,7 @@ def test_terminal_and_markdown_say_the_mfu_and_the_unknown_share(fmt: str) -> No
     t = report.traces[0]
     assert t.mfu is not None and t.mfu.value is not None and t.mfu.known_flops_share is not None
     out = render(report, fmt)
-    assert f"{t.mfu.value:.1%} of the h100 peak" in out
+    assert f"{t.mfu.value:.1%} of the h100 dense BF16 peak" in out  # a bf16 model: its peak is the reference one
     assert f"FLOPs unknown for {1 - t.mfu.known_flops_share:.1%}" in out
     assert "Kernel MFU (h100)" in out and "FLOPs known" in out  # the modules view's columns
     report.traces[0] = replace(t, mfu=replace(t.mfu, value=None, peak_source=None))
@@ -163,7 +163,7 @@ def test_html_page_cards_word_the_mfu_as_the_terminal_does() -> None:
 
     report = analyze(str(shared_path(*H100, "Falconsai_nsfw_image_detection__1016002.json.gz")))
     head = report_page_data(report)["headline"]
-    assert head["mfu_text"] == fmt_mfu(report.traces[0]) and "of the h100 peak" in head["mfu_text"]
+    assert head["mfu_text"] == fmt_mfu(report.traces[0]) and "of the h100 dense BF16 peak" in head["mfu_text"]
     assert head["comm_wait_text"] is None  # no collectives
     # the modules view carries the per-module figures the page's table draws (as percentages)
     mods = report_page_data(report)["traces"][0]["views"]["modules"]

@@ -78,7 +78,8 @@ const GP = (() => {
     cpu_self_us: ["CPU self", "us"], cpu_total_us: ["CPU total", "us"], gpu_self_us: ["GPU self", "us"], gpu_total_us: ["GPU total", "us"],
     total_us: ["total", "us"], mean_us: ["mean", "us"], max_us: ["longest", "us"], tensor_cores: ["tensor cores", "bool"],
     op_dtype: ["input dtype", "text"], precision: ["precision", "text"], flops: ["FLOPs", "si"], flops_source: ["FLOPs from", "text"],
-    tflops: ["TFLOP/s", "fixed"], mfu: ["MFU", "pct"], grid: ["grid", "dims"], block: ["block", "dims"],
+    tflops: ["TFLOP/s", "fixed"], mfu: ["MFU", "pct"], peak_precision: ["MFU peak", "text"],
+    reference_mfu: ["MFU vs dense BF16/FP16", "pct"], grid: ["grid", "dims"], block: ["block", "dims"],
     registers_per_thread: ["registers", "count"], occupancy: ["occupancy", "pct"], stacks: ["called from", "lines"],
   };
   const VIEW_NAMES = {operators: "operator", kernels: "kernel", modules: "module", ranges: "range"};

@@ -67,6 +67,7 @@ ONE_TIME_CAUSES: dict[str, str] = {
     "parameters": "parameters or buffers, loaded or moved to the device",
     "autocast": "tensors made under autocast (cast copies and lower-precision outputs), present once autocast is on",
     "cache": "a pre-allocated cache (such as a KV cache), filled once",
+    "library_workspaces": "a cuBLAS/cuDNN workspace, allocated once per handle and stream and kept",
     "first_step": "grew at one step and then stayed flat: a first-step allocation, not a per-step leak",
 }
 ONE_TIME_SHARE = 0.9  # a growth is one-time when its one-time causes explain at least this share of it
@@ -74,7 +75,7 @@ ONE_TIME_SHARE = 0.9  # a growth is one-time when its one-time causes explain at
 
 def _cause(kinds: KindTable, kid: int, t: float = -1.0, backward_end: float | None = None) -> str:
     k = kinds.kinds[kid] if 0 <= kid < len(kinds.kinds) else kinds.kinds[0]
-    if k.category in ("optimizer_state", "gradients", "parameters"):
+    if k.category in ("optimizer_state", "gradients", "parameters", "library_workspaces"):
         return k.category
     if k.category == "temporaries" and k.stage == "backward" and backward_end is not None and 0 <= t < backward_end:
         return "gradients"  # made by a backward pass that has ended: .grad (gpuprof.memory.breakdown.breakdown)

@@ -86,6 +86,7 @@ def _summary_rows(dev: dict[str, Any]) -> list[tuple[str, str]]:
 
 _CAT_LABEL = {"parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state",
               "activations": "activations", "temporaries": "temporaries",
+              "library_workspaces": "library workspaces (cuBLAS, cuDNN)",
               "allocator_cache": "allocator cache (reserved, free)", "non_pytorch": "not PyTorch's (NCCL, cuBLAS...)",
               "unattributed": "unattributed (no stack says)"}
 

@@ -253,6 +253,8 @@ def _growth_kind(r: dict[str, Any]) -> str:
     kind = r.get("growth_kind")
     if kind == "one_time":
         return "one-time: " + ", ".join(str(c).replace("_", " ") for c in r.get("one_time") or ())
+    if kind == "different_programs":
+        return "different programs"
     return "steady" if kind == "steady" else ""
 
 

@@ -292,7 +292,7 @@ _RANK_HEAD = ["rank (file, device)", "peak allocated", "peak reserved", "allocat
 
 
 def _rank_rows(d: dict[str, Any]) -> list[list[str]]:
-    return [[f"{r['rank']}: {r['file']} {r['device']}", fmt_bytes(r["peak_allocated"]), _b(r["peak_reserved"]),
+    return [[_site(f"{r['rank']}: {r['file']} {r['device']}"), fmt_bytes(r["peak_allocated"]), _b(r["peak_reserved"]),
              f"{fmt_bytes(r['allocated_at_moment'])} ({'OOM' if r['moment'] == 'oom' else 'peak'})",
              _b(r["oom_requested"])] for r in d["ranks"]]
 
@@ -302,7 +302,7 @@ def ranks_terminal(console: Any, section: Any) -> None:
     console.print()
     emit_table(console, "Across ranks", [(c, "wrap" if i == 0 else "right") for i, c in enumerate(_RANK_HEAD)],
                _rank_rows(d))
-    _print_wrapped(console, _note(d["summary"]), style="bold", indent=0)
+    _print_wrapped(console, _note(visible(d["summary"])), style="bold", indent=0)
 
 
 def ranks_markdown(section: Any) -> str:

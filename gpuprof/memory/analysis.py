@@ -605,8 +605,10 @@ def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, so
         if free is not None:
             parts.append(f"{fmt_bytes(free)} on the device")
         advice_kinds.append("exceeds_free")
+        short = (f"; it needed {fmt_bytes(req - free)} more free on the device (or a free block that large)"
+                 if free is not None and req > free else "")
         advice.append(f"The {fmt_bytes(req)} request exceeds what was free: " + " and ".join(parts)
-                      + ": not fragmentation.")
+                      + f": not fragmentation{short}.")
     if pending and pending >= min(req, opts.pending_min_bytes):
         advice_kinds.append("record_stream")
         advice.append(f"{fmt_bytes(pending)} of freed blocks were still waiting on other streams (record_stream): "

@@ -49,6 +49,7 @@ def test_request_larger_than_free_is_not_fragmentation() -> None:
     assert "would fit" not in oom.advice
     assert "exceeds what was free: 38.00 MiB in the allocator's large pool (largest free block 14.00 MiB) and " \
            "176.00 MiB on the device" in oom.advice
+    assert "it needed 24.00 MiB more free on the device" in oom.advice
     assert "Ranked by the bytes each saves here" in oom.advice
     fixes = section.devices[0]["fixes"]
     assert fixes and [f["saves_bytes"] for f in fixes] == sorted((f["saves_bytes"] for f in fixes), reverse=True)

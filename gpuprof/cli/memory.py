@@ -19,7 +19,7 @@ from gpuprof.cli.common import emit_report, option_settings, parse_option_settin
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.report import Report
 
-__all__ = ["memory_cmd", "memory_report", "memory_diff_report"]
+__all__ = ["memory_cmd", "memory_report", "memory_ranks_report", "memory_diff_report"]
 
 
 class _DefaultGroup(click.Group):
@@ -33,7 +33,7 @@ class _DefaultGroup(click.Group):
         return super().parse_args(ctx, args)
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage(ctx.command_path, "FILE [OPTIONS] | diff A [B] [OPTIONS]")
+        formatter.write_usage(ctx.command_path, "FILE [FILE...] [OPTIONS] | diff A [B] [OPTIONS]")
 
 
 def _size(_ctx: Any, _param: Any, value: str | None) -> int | None:
@@ -59,6 +59,7 @@ def memory_cmd() -> None:
     \b
       gpuprof memory snapshot.pickle
       gpuprof memory snapshot.pickle --html memory.html
+      gpuprof memory rank0.pickle rank1.pickle  (one cross-rank view)
       gpuprof memory diff before.pickle after.pickle
       gpuprof memory diff trace.json.gz        (first vs last profiler step)
     """
@@ -86,7 +87,7 @@ def _settings(aliases: dict[str, str], given: dict[str, str | None], items: tupl
 
 
 @memory_cmd.command("show")
-@click.argument("file", type=click.Path(path_type=str))
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str), metavar="FILE [FILE...]")
 @report_options
 @option_settings
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=str), metavar="OUT.html",
@@ -100,15 +101,23 @@ def _settings(aliases: dict[str, str], given: dict[str, str | None], items: tupl
 @click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Rows in holder tables.")
 @click.option("--skip-frames", multiple=True, metavar="REGEX",
               help="More filename patterns to skip when looking for the first user frame.")
-def show_cmd(file: str, fmt: str, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
+def show_cmd(files: tuple[str, ...], fmt: str, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
              fail_on: str, code_options: tuple[str, ...], html_out: str | None, device_memory: int | None,
              capacity_threshold: str | None, fragmentation_ratio: str | None, fragmentation_min: str | None,
              pending_share: str | None, top: int, skip_frames: tuple[str, ...]) -> None:
-    """Analyse one snapshot or trace FILE."""
+    """Analyse one snapshot or trace FILE; several FILEs (one per rank: S0 S1 S2 S3) also get one cross-rank view."""
     settings = _settings(_SHOW_ALIASES, {"capacity_threshold": capacity_threshold,
                                          "fragmentation_ratio": fragmentation_ratio,
                                          "fragmentation_min": fragmentation_min, "pending_share": pending_share},
                          code_options)
+    if len(files) > 1:
+        if html_out:
+            raise click.UsageError("--html draws one file; give one FILE with it")
+        if output:
+            refuse_input_as_output(output, list(files))
+        report = memory_ranks_report(files, select, ignore, settings, device_memory, top, skip_frames)
+        sys.exit(emit_report(report, fmt, output, fail_on))
+    file = files[0]
     report, data, analyses = memory_report(file, select, ignore, settings, device_memory, top, skip_frames)
     findings = report.findings
     if output:  # checked before --html writes anything
@@ -144,6 +153,37 @@ def memory_report(file: str, select: Sequence[str], ignore: Sequence[str], setti
     section, findings, analyses = analyze_memory(data, opts)
     findings = finish(findings, selection(tuple(select), tuple(ignore)))  # the one boundary (gpuprof.flow), --html included
     return Report(command="memory", inputs=[file], sections=[section], findings=findings), data, analyses
+
+
+def memory_ranks_report(files: Sequence[str], select: Sequence[str], ignore: Sequence[str], settings: dict[str, Any],
+                        device_memory: int | None = None, top: int = 10, skip_frames: Sequence[str] = ()) -> Report:
+    """``gpuprof memory S0 S1 ...``: each file's section and findings (each finding names its file), then the
+    cross-rank view (:mod:`gpuprof.memory.ranks`): identical within its tolerance, or which rank holds more and
+    where."""
+    from dataclasses import replace
+
+    from gpuprof.memory.ranks import ranks_view
+    from gpuprof.report import Report
+
+    sections: list[Any] = []
+    findings: list[Any] = []
+    seen: dict[tuple[str, str], list[int]] = {}  # (code, message) -> [index in findings, ranks that gave it]
+    for f in files:
+        rep, _data, _analyses = memory_report(f, select, ignore, settings, device_memory, top, skip_frames)
+        sections.extend(rep.sections)
+        for x in rep.findings:  # a finding every rank gives alike is listed once, saying on how many ranks
+            key = (x.code, x.message)
+            if key in seen:
+                seen[key][1] += 1
+                continue
+            seen[key] = [len(findings), 1]
+            findings.append(x)
+    for i, n in seen.values():
+        if n > 1:
+            findings[i] = replace(findings[i], message=f"{findings[i].message} (the same on {n} of the "
+                                                       f"{len(files)} ranks)")
+    view = ranks_view([(f, sec.to_dict()) for f, sec in zip(files, sections)])
+    return Report(command="memory", inputs=list(files), sections=[*sections, view], findings=findings)
 
 
 @memory_cmd.command("diff")

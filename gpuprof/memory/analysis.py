@@ -302,6 +302,7 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions, kind
         ooms.append({
             "time": o.time,
             "requested": o.size,
+            "stream": o.stream,
             "device_free": o.device_free,
             "allocated": alloc_at,
             "reserved": res_at,
@@ -498,6 +499,32 @@ def observer_dump(dm: DeviceMemory, path: str, name_counts: bool = True) -> bool
     return named or tail >= 1
 
 
+SMALL_REQUEST = 1 << 20  # the allocator's kSmallSize: requests up to 1 MiB come from the small pool (2 MiB segments)
+
+
+def _pool_free(dm: DeviceMemory, req: int, stream: int | None) -> dict[str, Any] | None:
+    """Free bytes and the largest free block where the allocator looks for a ``req``-byte block at snapshot time: the
+    pool of its size (small: <= 1 MiB, else large) on the request's stream (each stream has its own blocks; a
+    stream no segment has, e.g. an OOM recorded by an observer, searches all). None without segments."""
+    if dm.segments is None:
+        return None
+    pool = "small" if req <= SMALL_REQUEST else "large"
+    segs = [g for g in dm.segments if (g.segment_type or "large") == pool]
+    on_stream = [g for g in segs if g.stream == stream]
+    if on_stream or stream is None:
+        segs = on_stream
+    total = largest = n = 0
+    for g in segs:
+        for b in g.blocks:
+            if b.state == BlockState.INACTIVE:
+                total += b.size
+                n += 1
+                if b.size > largest:
+                    largest = b.size
+    where = f" on stream {stream}" if on_stream and len({g.stream for g in dm.segments}) > 1 else ""
+    return {"pool": pool, "free": total, "largest_free_block": largest, "free_blocks": n, "where": where}
+
+
 def _fixes_text(fixes: list[dict[str, Any]]) -> str:
     if not fixes:
         return ""
@@ -543,27 +570,45 @@ def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, so
     advice_kinds: list[str] = []
     advice: list[str] = []
 
-    fits_in_total = cached is not None and free is not None and req <= cached + free
-    fragmented = (fits_in_total and (free is None or req > free)
-                  and (largest is None or req > largest))
+    pool = _pool_free(da.dm, req, o.get("stream"))
+    pool_free, pool_largest = (pool["free"], pool["largest_free_block"]) if pool else (None, largest)
+    # Fragmentation: the pool the allocator searched held more free bytes than the request, in no piece big enough.
+    # A request larger than all the free bytes is not fragmentation, whatever the largest piece.
+    fragmented = pool is not None and pool_largest is not None and pool_largest < req <= pool["free"]
+    o["pool"] = {k: v for k, v in pool.items() if k != "where"} if pool else None
     if fragmented:
+        assert pool is not None
         advice_kinds.append("expandable_segments")
         advice.append(
-            f"The {fmt_bytes(req)} request would fit in the {fmt_bytes(cached)} reserved but free memory, "
-            f"yet the largest free block is {fmt_bytes(largest)}: set "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb) to stop fragmentation."
+            f"{fmt_bytes(pool['free'])} was free in the allocator's {pool['pool']} pool{pool['where']}, more than the "
+            f"{fmt_bytes(req)} requested, but in {pool['free_blocks']} pieces, the largest "
+            f"{fmt_bytes(pool['largest_free_block'])}: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or "
+            "max_split_size_mb) so free pieces can be reused for other sizes."
         )
-        evidence = [Evidence("request_vs_largest_free_block", req, largest, "bytes", extra={
-            "requested": req, "largest_free_block": largest, "unallocated_reserved": cached,
+        evidence = [Evidence("request_vs_largest_free_block", req, pool["largest_free_block"], "bytes", extra={
+            "requested": req, "largest_free_block": pool["largest_free_block"], "free_in_pool": pool["free"],
+            "pool": pool["pool"], "unallocated_reserved": cached,
             "inactive_split_blocks": frag.get("inactive_split_blocks"),
             "inactive_split_bytes": frag.get("inactive_split_bytes"), "device_free": free,
         })]
         out.append(_finding(
             "GP511", Severity.WARNING,
-            f"{dev}: out of memory from fragmentation: {fmt_bytes(req)} requested, {fmt_bytes(cached)} reserved but "
-            f"free in {frag.get('inactive_split_blocks', '?')} split blocks, largest free block {fmt_bytes(largest)}",
+            f"{dev}: out of memory from fragmentation: {fmt_bytes(req)} requested, {fmt_bytes(pool['free'])} free in "
+            f"the {pool['pool']} pool in {pool['free_blocks']} pieces, the largest {fmt_bytes(pool['largest_free_block'])}",
             advice[-1], evidence, source,
         ))
+    elif pool is not None or free is not None:
+        parts = []
+        if pool is not None:
+            parts.append(f"{fmt_bytes(pool['free'])} in the allocator's {pool['pool']} pool{pool['where']} (largest "
+                         f"free block {fmt_bytes(pool['largest_free_block'])})")
+        if free is not None:
+            parts.append(f"{fmt_bytes(free)} on the device")
+        advice_kinds.append("exceeds_free")
+        short = (f"; it needed {fmt_bytes(req - free)} more free on the device (or a free block that large)"
+                 if free is not None and req > free else "")
+        advice.append(f"The {fmt_bytes(req)} request exceeds what was free: " + " and ".join(parts)
+                      + f": not fragmentation{short}.")
     if pending and pending >= min(req, opts.pending_min_bytes):
         advice_kinds.append("record_stream")
         advice.append(f"{fmt_bytes(pending)} of freed blocks were still waiting on other streams (record_stream): "
@@ -607,7 +652,8 @@ def _oom_findings(o: dict[str, Any], da: DeviceAnalysis, opts: MemoryOptions, so
         "GP512", Severity.ERROR, msg, " ".join(advice) + _fixes_text(da.fixes),
         [Evidence("requested", req, free, "bytes", extra={
             "device_free": free, "allocated": o["allocated"], "reserved": o["reserved"], "cached_free": cached,
-            "pending_free": pending, "largest_free_block": largest, "advice": advice_kinds,
+            "pending_free": pending, "largest_free_block": pool_largest, "free_in_pool": pool_free,
+            "pool": pool["pool"] if pool else None, "fragmentation": fragmented, "advice": advice_kinds,
             "top_live_sites": [{"site": s["site"], "bytes": s["bytes"]} for s in o["top_live_sites"][:5]],
         })],
         source, loc,

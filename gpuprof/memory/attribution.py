@@ -3,12 +3,17 @@
 Every allocation in a snapshot carries the stack that made it (``frames``,
 innermost first). Some frames say plainly what the tensor is for:
 
+* a cuBLAS or cuDNN workspace (the C++ frame that asks the allocator for it:
+  ``at::cuda::getNewWorkspace``, a ``cudnn`` workspace frame) ->
+  **library_workspaces**, whatever pass asked for it first;
 * a frame in ``torch/optim/`` -> **optimizer_state** (Adam's ``exp_avg``,
   SGD's momentum buffers), stage *optimizer*;
 * the autograd engine's ``AccumulateGrad`` (C++ frames, ``stacks='all'``) ->
   **gradients**; any other frame of the backward pass (the engine, a
   ``*Backward`` node, ``Tensor.backward``, a compiled backward graph) ->
   **temporaries** of stage *backward* (intermediate gradients die inside it);
+* DataParallel's replicated weights (``torch/nn/parallel/replicate.py``,
+  ``comm.broadcast_coalesced``) -> **parameters**, stage *forward*;
 * ``nn.Module.to()/cuda()/_apply()/load_state_dict()``, ``torch.nn.init``,
   an ``nn`` layer's ``__init__``/``reset_parameters``, ``from_pretrained`` ->
   **parameters** (and buffers), stage *setup*;
@@ -51,10 +56,10 @@ __all__ = [
 
 # The keys of every ``categories`` object, in display order. All but non_pytorch add up to PyTorch's reserved bytes.
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_state", "activations", "temporaries",
-                               "allocator_cache", "non_pytorch", "unattributed")
+                               "library_workspaces", "allocator_cache", "non_pytorch", "unattributed")
 # What a live block can be (allocator_cache and non_pytorch are not blocks).
 BLOCK_CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_state", "activations", "temporaries",
-                                     "unattributed")
+                                     "library_workspaces", "unattributed")
 STAGES: tuple[str, ...] = ("setup", "data", "forward", "backward", "optimizer", "evaluation", "other", "unknown")
 
 
@@ -123,6 +128,16 @@ def _is_python(path: str) -> bool:
 _OPTIM, _ACCUM, _BWD, _AOT_BWD, _PARAM, _CALL, _MODULE_PY, _EVAL = 1, 2, 4, 8, 16, 32, 64, 128
 _USER_INIT, _DATA, _PY, _PYTHON, _INDUCTOR_F, _DYNAMO_EVAL, _USER_PY, _AUTOCAST, _CACHE_F = (
     256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+_CUBLAS_WS, _CUDNN_WS, _REPLICA = 131072, 262144, 524288
+
+# A library's workspace, named by the C++ frame that asks the caching allocator for it (stacks='all'): cuBLAS's
+# (at::cuda::getNewWorkspace under getCurrentCUDABlasHandle, the cuBLASLt workspace) and cuDNN's (a cudnn frame
+# that names a workspace). They are allocated once per handle and stream and kept for the process's life.
+_CUBLAS_WS_FNS = ("at::cuda::getNewWorkspace", "getCUDABlasLtWorkspace", "getCurrentCUDABlasLtHandle",
+                  "at::cuda::getCurrentCUDABlasHandle")
+# DataParallel copies the module's parameters and buffers to every device at every forward: torch.nn.parallel's
+# replicate() (replicate.py) through the Broadcast autograd function (comm.broadcast_coalesced); Scatter and Gather
+# (inputs and outputs) go through comm.scatter/gather and stay what their stacks say.
 
 
 def frame_flags(f: dict[str, Any]) -> int:
@@ -169,6 +184,14 @@ def frame_flags(f: dict[str, Any]) -> int:
         fl |= _AUTOCAST
     if _CACHE.search(nm) or _CACHE.search(_base(p)):
         fl |= _CACHE_F
+    if not py and nm.startswith(_CUBLAS_WS_FNS):
+        fl |= _CUBLAS_WS
+    elif not py and "cudnn" in nm.lower() and "workspace" in nm.lower():
+        fl |= _CUDNN_WS
+    if (py and (p.endswith("torch/nn/parallel/replicate.py")
+                or (p.endswith("torch/nn/parallel/comm.py") and nm.startswith("broadcast")))) \
+            or (not py and "broadcast_coalesced" in nm):
+        fl |= _REPLICA
     return fl
 
 
@@ -187,8 +210,23 @@ def _module_of(fr: Sequence[dict[str, Any]], fl: Sequence[int]) -> str:
                     if fl[k] & _USER_PY:
                         return f"compiled graph {graph} ({_base(_path(fr[k]))}:{_line(fr[k])} {_name(fr[k])})"
                 break
+        # The frames right outside the generated one are the user's source lines the graph was traced from,
+        # innermost first (Inductor records them); the outermost of them is in the compiled function itself. A
+        # backward graph is run by the autograd engine, so no user frame calls it: that function names it (a
+        # forward graph is named by the user frame dynamo's wrapper ran, below; this line when there is none).
+        src = -1
+        for j in range(i + 1, n):
+            if fl[j] & _USER_PY:
+                src = j
+            elif fl[j] & _PY:
+                break
         if any(x & _AOT_BWD for x in fl):
-            return f"compiled graph {graph} (backward)"  # run by the autograd engine: no user function calls it
+            # named by the function, not a line: each node of the graph was traced from another line of it
+            if src >= 0:
+                return f"compiled graph {graph} (backward of {_base(_path(fr[src]))} {_name(fr[src])})"
+            return f"compiled graph {graph} (backward)"
+        if src >= 0:
+            return f"compiled graph {graph} ({_base(_path(fr[src]))}:{_line(fr[src])} {_name(fr[src])})"
         return f"compiled graph {graph}"
     py = [i for i in range(n) if fl[i] & _PY]  # C++ frames (stacks='all') sit between Python ones
     for x in range(len(py) - 1):  # the innermost forward called through nn.Module.__call__
@@ -246,6 +284,12 @@ def _first(fr: Sequence[dict[str, Any]], fl: Sequence[int], bit: int) -> dict[st
 
 def _decide(fr: Sequence[dict[str, Any]], fl: Sequence[int], allf: int) -> StackKind:
     module = _module_of(fr, fl) if allf & (_INDUCTOR_F | _CALL) else ""
+    stage = "backward" if allf & (_ACCUM | _BWD) else ("forward" if module or allf & _CALL else "other")
+    if allf & _CUBLAS_WS:  # 0. a library's workspace, whoever's matmul asked for it first
+        return StackKind("library_workspaces", stage, module, "cuBLAS workspace (at::cuda::getNewWorkspace)")
+    if allf & _CUDNN_WS:
+        f = _first(fr, fl, _CUDNN_WS)
+        return StackKind("library_workspaces", stage, module, f"cuDNN workspace ({_name(f)[:80]})")
     if allf & _OPTIM:  # 1. the optimizer
         f = _first(fr, fl, _OPTIM)
         return StackKind("optimizer_state", "optimizer", "", f"torch/optim/{_base(_path(f))} ({_name(f)})")
@@ -256,6 +300,9 @@ def _decide(fr: Sequence[dict[str, Any]], fl: Sequence[int], allf: int) -> Stack
         nm = _name(f)
         why = "the autograd engine (backward)" if "::" in nm else f"{nm} in {_base(_path(f))} (backward)"
         return StackKind("temporaries", "backward", module, why)
+    if allf & _REPLICA:  # 3. DataParallel's copies of the parameters and buffers, made at every forward
+        f = _first(fr, fl, _REPLICA)
+        return StackKind("parameters", "forward", module, f"DataParallel replica ({_base(_path(f))} {_name(f)})")
     if allf & _PARAM:  # 3. parameters and buffers made or moved
         f = _first(fr, fl, _PARAM)
         return StackKind("parameters", "setup", "", f"{_base(_path(f))} ({_name(f)})")

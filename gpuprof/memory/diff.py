@@ -52,10 +52,12 @@ class MemoryDiffSection:
     after: str
     devices: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    programs: dict[str, Any] | None = None  # same_program(A, B); None for the steps of one trace
     kind: str = "memory-diff"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"before": self.before, "after": self.after, "devices": self.devices, "notes": list(self.notes)}
+        return {"before": self.before, "after": self.after, "devices": self.devices, "notes": list(self.notes),
+                "programs": self.programs}
 
 
 # What makes growth at a site one-time, by the cause of its bytes (gpuprof.memory.attribution.StackKind):
@@ -67,14 +69,41 @@ ONE_TIME_CAUSES: dict[str, str] = {
     "parameters": "parameters or buffers, loaded or moved to the device",
     "autocast": "tensors made under autocast (cast copies and lower-precision outputs), present once autocast is on",
     "cache": "a pre-allocated cache (such as a KV cache), filled once",
+    "library_workspaces": "a cuBLAS/cuDNN workspace, allocated once per handle and stream and kept",
     "first_step": "grew at one step and then stayed flat: a first-step allocation, not a per-step leak",
 }
 ONE_TIME_SHARE = 0.9  # a growth is one-time when its one-time causes explain at least this share of it
+# Two files are of different programs when fewer than this share of the user frames of the one with fewer of them
+# appear in the other (see same_program). Measured on the seven shared snapshots: the same program with and without
+# autocast shares 0.94; two runs of one benchmark (eager and compiled, other commits) 0.58-0.59; unrelated ones 0.
+SAME_PROGRAM_SHARE = 0.5
+
+
+def same_program(a: MemoryData, b: MemoryData) -> dict[str, Any]:
+    """Whether A and B come from the same program, from the user frames on their recorded stacks (file's base
+    name, line, function; history and blocks): ``overlap`` = shared frames / frames of the file with fewer, and the
+    scripts their stacks start in (the outermost ``<module>`` frame). ``verdict``: "different" when the overlap is
+    under SAME_PROGRAM_SHARE or the two ran disjoint scripts (``train_ddp.py`` and ``train_fsdp.py`` importing one
+    model share its frames), "same" otherwise, "unknown" when a file records no user frame (no stacks, or a
+    profiler trace without them). Sizes per site mean growth only within one program."""
+    fa, fb = a.sites.user_frames(), b.sites.user_frames()
+    ea, eb = a.sites.entry_scripts(), b.sites.entry_scripts()
+    shared = len(fa & fb)
+    small = min(len(fa), len(fb))
+    overlap = shared / small if small else None
+    other_script = bool(ea and eb and not ea & eb)  # each started from a script the other never ran
+    if overlap is None:
+        verdict = "unknown"
+    else:
+        verdict = "same" if overlap >= SAME_PROGRAM_SHARE and not other_script else "different"
+    return {"verdict": verdict, "overlap": round(overlap, 4) if overlap is not None else None,
+            "shared_frames": shared, "frames_before": len(fa), "frames_after": len(fb),
+            "scripts_before": sorted(ea)[:10], "scripts_after": sorted(eb)[:10], "threshold": SAME_PROGRAM_SHARE}
 
 
 def _cause(kinds: KindTable, kid: int, t: float = -1.0, backward_end: float | None = None) -> str:
     k = kinds.kinds[kid] if 0 <= kid < len(kinds.kinds) else kinds.kinds[0]
-    if k.category in ("optimizer_state", "gradients", "parameters"):
+    if k.category in ("optimizer_state", "gradients", "parameters", "library_workspaces"):
         return k.category
     if k.category == "temporaries" and k.stage == "backward" and backward_end is not None and 0 <= t < backward_end:
         return "gradients"  # made by a backward pass that has ended: .grad (gpuprof.memory.breakdown.breakdown)
@@ -189,6 +218,19 @@ def diff_memory(a: MemoryData, b: MemoryData | None, opts: DiffOptions | None = 
             findings.extend(_steady_growth(dm.device, per_step, opts, a.path))
         return MemoryDiffSection(a.path, a.path, devices, notes), findings
 
+    programs = same_program(a, b)
+    different = programs["verdict"] == "different"
+    if different:
+        why = (f"{programs['shared_frames']} of the {min(programs['frames_before'], programs['frames_after'])} "
+               f"user frames (file, line, function) on the stacks of the one with fewer are in the other "
+               f"({programs['overlap']:.0%}; the same program shares at least {SAME_PROGRAM_SHARE:.0%})")
+        if programs["scripts_before"] and programs["scripts_after"] and not (
+                set(programs["scripts_before"]) & set(programs["scripts_after"])):
+            why += (f", and they ran different scripts ({', '.join(programs['scripts_before'])} vs "
+                    f"{', '.join(programs['scripts_after'])})")
+        notes.append(
+            f"{os.path.basename(a.path)} and {os.path.basename(b.path)} are different programs: {why}. The sites "
+            "are compared by name, but a difference between two programs is not growth: no leak is named")
     names_b = {d.device: d for d in b.devices}
     for da in a.devices:
         db = names_b.get(da.device)
@@ -199,15 +241,20 @@ def diff_memory(a: MemoryData, b: MemoryData | None, opts: DiffOptions | None = 
         rb = replay_holders(db, (-1,))
         rows = _compare(ra.holders[-1], a.sites, a.kinds, rb.holders[-1], b.sites, b.kinds, opts.top,
                         (backward_ended(da, a.kinds, -1), backward_ended(db, b.kinds, -1)))
+        if different:
+            for r in rows:  # a difference between two programs, not a growth of either
+                if r["growth_kind"] != "none":
+                    r["growth_kind"], r["one_time"] = "different_programs", []
         devices.append({"device": da.device, "before": os.path.basename(a.path), "after": os.path.basename(b.path),
                         "allocated_before": ra.holders[-1].total, "allocated_after": rb.holders[-1].total,
                         "sites": rows})
-        findings.extend(_growth_findings(da.device, rows, opts, b.path, os.path.basename(a.path),
-                                         os.path.basename(b.path)))
+        if not different:
+            findings.extend(_growth_findings(da.device, rows, opts, b.path, os.path.basename(a.path),
+                                             os.path.basename(b.path)))
     for dbn in names_b:
         if dbn not in {d.device for d in a.devices}:
             notes.append(f"{dbn} is only in {b.path}")
-    return MemoryDiffSection(a.path, b.path, devices, notes), findings
+    return MemoryDiffSection(a.path, b.path, devices, notes, programs=programs), findings
 
 
 def _growth_findings(dev: str, rows: list[dict[str, Any]], opts: DiffOptions, source: str, before: str,

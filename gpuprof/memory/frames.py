@@ -153,6 +153,42 @@ class SiteTable:
             self._ids[key] = sid
         return sid
 
+    def user_frames(self, limit: int = 512) -> set[tuple[str, int | None, str]]:
+        """The user's frames on every stack this table resolved (history and blocks alike), as (file's base name,
+        line, function): a frame of the user's code by the same policy as the sites. Base names, so the same
+        program run from another directory or machine has the same frames. At most ``limit`` frames per stack."""
+        out: set[tuple[str, int | None, str]] = set()
+        seen: set[int] = set()
+        for frames, _sid in self._by_list.values():
+            for f in frames[:limit]:
+                if id(f) in seen or not isinstance(f, dict):
+                    continue
+                seen.add(id(f))
+                fn, name, line = f.get("filename"), f.get("name"), f.get("line")
+                if not isinstance(fn, str) or not isinstance(name, str) or self.is_internal(fn):
+                    continue
+                path = fn.replace("\\", "/")
+                if not path.endswith(".py") or "torchinductor_" in path:
+                    continue  # Python source only; a compiled graph's generated file is named per compile
+                out.add((path.rsplit("/", 1)[-1], line if isinstance(line, int) else None, name))
+        return out
+
+    def entry_scripts(self, limit: int = 512) -> set[str]:
+        """The scripts the recorded stacks start in: the base name of the outermost ``<module>`` frame of the
+        user's code on each stack (``train.py``). Notebook cells (``ipykernel_*``, ``<ipython-input-*>``) are left
+        out: each cell is a file of its own, the program is the notebook."""
+        out: set[str] = set()
+        for frames, _sid in self._by_list.values():
+            for f in reversed(frames[:limit]):
+                if not isinstance(f, dict) or f.get("name") != "<module>":
+                    continue
+                fn = f.get("filename")
+                if isinstance(fn, str) and not self.is_internal(fn) and fn.endswith(".py") \
+                        and "ipykernel_" not in fn and "<ipython-input" not in fn:
+                    out.add(fn.replace("\\", "/").rsplit("/", 1)[-1])
+                break
+        return out
+
     def knows(self, frames: Any) -> bool:
         """Whether this very frames list was resolved already (then ``site_of`` costs O(1))."""
         cached = self._by_list.get(id(frames))

@@ -86,6 +86,7 @@ def _summary_rows(dev: dict[str, Any]) -> list[tuple[str, str]]:
 
 _CAT_LABEL = {"parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state",
               "activations": "activations", "temporaries": "temporaries",
+              "library_workspaces": "library workspaces (cuBLAS, cuDNN)",
               "allocator_cache": "allocator cache (reserved, free)", "non_pytorch": "not PyTorch's (NCCL, cuBLAS...)",
               "unattributed": "unattributed (no stack says)"}
 
@@ -252,6 +253,8 @@ def _growth_kind(r: dict[str, Any]) -> str:
     kind = r.get("growth_kind")
     if kind == "one_time":
         return "one-time: " + ", ".join(str(c).replace("_", " ") for c in r.get("one_time") or ())
+    if kind == "different_programs":
+        return "different programs"
     return "steady" if kind == "steady" else ""
 
 
@@ -285,5 +288,29 @@ def diff_markdown(section: Any) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+_RANK_HEAD = ["rank (file, device)", "peak allocated", "peak reserved", "allocated at", "OOM request"]
+
+
+def _rank_rows(d: dict[str, Any]) -> list[list[str]]:
+    return [[_site(f"{r['rank']}: {r['file']} {r['device']}"), fmt_bytes(r["peak_allocated"]), _b(r["peak_reserved"]),
+             f"{fmt_bytes(r['allocated_at_moment'])} ({'OOM' if r['moment'] == 'oom' else 'peak'})",
+             _b(r["oom_requested"])] for r in d["ranks"]]
+
+
+def ranks_terminal(console: Any, section: Any) -> None:
+    d = _d(section)
+    console.print()
+    emit_table(console, "Across ranks", [(c, "wrap" if i == 0 else "right") for i, c in enumerate(_RANK_HEAD)],
+               _rank_rows(d))
+    _print_wrapped(console, _note(visible(d["summary"])), style="bold", indent=0)
+
+
+def ranks_markdown(section: Any) -> str:
+    d = _d(section)
+    rows = [[md_code(r[0], cell=True), *(md_escape(c) for c in r[1:])] for r in _rank_rows(d)]
+    return "\n\n".join(["## Across ranks", _md_table(_RANK_HEAD, rows), md_escape(_note(d["summary"]))]) + "\n"
+
+
 register_section("memory", terminal=memory_terminal, markdown=memory_markdown)
+register_section("memory-ranks", terminal=ranks_terminal, markdown=ranks_markdown)
 register_section("memory-diff", terminal=diff_terminal, markdown=diff_markdown)

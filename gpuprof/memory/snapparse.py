@@ -32,6 +32,7 @@ from gpuprof.memory.model import (
     Segment,
     compact_columns,
 )
+from gpuprof.memory.replay import align_history_sizes
 
 __all__ = ["SnapshotParser", "check_top", "item_budget"]
 
@@ -360,6 +361,8 @@ class SnapshotParser:
         annotations = _annotations(obj.get("external_annotations"), budget)
         # Drop devices with neither state nor history (a multi-GPU box where only one GPU was used).
         devices = [d for d in devices if len(d) or d.segments]
+        for d in devices:  # the history's sizes are requests; the blocks live at the end count their own size
+            align_history_sizes(d)
         return MemoryData(
             path=self.path,
             source_type="snapshot",

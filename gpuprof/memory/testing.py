@@ -101,8 +101,13 @@ class SnapshotBuilder:
         start_us: int = 1_700_000_000_000_000,
         tick_us: int = 10,
         cpp_frames: bool = False,
+        requested_sizes: bool = False,
     ) -> None:
         self.device_memory = device_memory
+        # PyTorch's history records the size asked for (alloc: the request, free_requested: the block's
+        # requested_size), while a block's size is rounded (and may include an unsplit remainder); False keeps
+        # the rounded size in the history too
+        self.requested_sizes = requested_sizes
         self.max_entries = max_entries
         self.now = start_us
         self.tick = tick_us
@@ -186,7 +191,8 @@ class SnapshotBuilder:
         blk.req = size
         blk.frames = frames
         self._live[device][blk.addr] = blk
-        self._record(device, {"action": "alloc", "addr": blk.addr, "size": rsize, "stream": stream, "frames": frames})
+        self._record(device, {"action": "alloc", "addr": blk.addr, "size": size if self.requested_sizes else rsize,
+                              "stream": stream, "frames": frames})
         return blk.addr
 
     def _best_fit(self, device: int, rsize: int, stream: int, small: bool) -> _Blk | None:
@@ -203,7 +209,8 @@ class SnapshotBuilder:
         """Free the block at ``addr``; ``pending`` models ``record_stream``: completion waits for :meth:`complete_free`."""
         blk = self._live[device].pop(addr)
         stream = blk.seg.stream
-        self._record(device, {"action": "free_requested", "addr": addr, "size": blk.size, "stream": stream,
+        self._record(device, {"action": "free_requested", "addr": addr,
+                              "size": blk.req if self.requested_sizes else blk.size, "stream": stream,
                               "frames": blk.frames})
         if pending:
             blk.state = "active_pending_free"

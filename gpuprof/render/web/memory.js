@@ -137,7 +137,7 @@ function segments(){
   document.body.dataset.rendered = String((+document.body.dataset.rendered || 0) + 1);
   return true;
 }
-const CATS = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "allocator_cache", "non_pytorch", "unattributed"];
+const CATS = ["parameters", "gradients", "optimizer_state", "activations", "temporaries", "library_workspaces", "allocator_cache", "non_pytorch", "unattributed"];
 function kinds(){
   const c = dev.categories || {}, peak = c.peak || {}, now = c.now || {}, rows = [];
   if (c.now){ rows.push(el("tr", {}, el("th", {}, "category"), el("th", {}, "at the peak"), el("th", {}, "at the end")));

@@ -12,7 +12,8 @@ minutes (seven retries with backoff: 254 s against a closed port, more against o
 that would hold ``gpuprof analyze --to mlflow`` or the end of a training run. The calls to the server run on a
 worker thread; past :data:`TIMEOUT_S` seconds (``GPUPROF_MLFLOW_TIMEOUT_S``) gpuprof stops waiting, says so in
 one line (results not sent) and goes on; the worker makes no further call after that (the one in flight ends
-on its own, in the background). The active run is read on the calling thread (MLflow keeps it per thread).
+on its own, in the background). The active run and the tracking URI are read on the calling thread (MLflow
+keeps the active run per thread).
 """
 
 from __future__ import annotations
@@ -79,14 +80,15 @@ class MlflowTracker:
             run_id = os.environ["MLFLOW_RUN_ID"]
         elif pub.run_ids.get("mlflow"):  # the run active when the capture started, ended since by its owner
             run_id = pub.run_ids["mlflow"]
-        where = redact(str(mlflow.get_tracking_uri()))
+        uri = mlflow.get_tracking_uri()  # as this thread sees it (the user's set_tracking_uri)
+        where = redact(str(uri))
         cancelled = threading.Event()
         done: list[str] = []
         failed: list[BaseException] = []
 
         def work() -> None:
             try:
-                client = _Bounded(mlflow.tracking.MlflowClient(), cancelled)
+                client = _Bounded(mlflow.tracking.MlflowClient(tracking_uri=uri), cancelled)
                 done.append(self._send(client, run_id, pub))
             except _Cancelled:
                 pass

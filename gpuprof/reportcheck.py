@@ -182,9 +182,9 @@ def _duration(per_step: bool, nullable: bool = False, signed: bool = False, scal
         base(v, path)
         if v is None:
             return
-        us = abs(v) * scale
-        if us > MAX_TRACE_US:
+        if abs(v) > MAX_TRACE_US / scale:  # compared before any arithmetic: 10**400 (an int) has no float
             raise ReportProblem(path, f"is {_shown(v)}; no recorded time is beyond 2^53 µs (285 years)")
+        us = abs(v) * scale
         if per_step:
             ceiling = max_step_us()
             if us > ceiling:

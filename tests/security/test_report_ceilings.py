@@ -99,6 +99,7 @@ STEP = ("traces", 0, "step_time_us")
     ([(("traces", 0, "top_ops", 0, "count"), 10**7)], "traces[0].top_ops[0].count", "more than the 4,248 events"),
     ([(("traces", 0, "num_steps"), 10**6)], "traces[0].num_steps", "events of the trace"),
     ([(("traces", 0, "num_events"), 10**400)], "traces[0].num_events", "2^53"),  # no OverflowError on the way
+    ([(("traces", 0, "top_ops", 0, "total_us"), 10**400)], "traces[0].top_ops[0].total_us", "2^53"),  # an int
     ([(("traces", 0, "step_times_us"), [20_000.0] * 9)], "traces[0].step_times_us", "9 step times for 5 steps"),
     ([(("findings", 0, "cost_us_per_step"), 5 * DAY_US)], "findings[0].cost_us_per_step", "no step lasts"),
     ([(("sections",), [{"kind": "capture", "step_time_median_ms": 1e300}])], "sections[0].step_time_median_ms",

@@ -13,7 +13,7 @@ Exit 0 when both pass, 1 when either fails.
 The environment is the user's, less what only a developer has: ``PYTHONPATH`` and every ``GPUPROF_*``
 variable (``GPUPROF_SHARED_TRACES`` would show the clone the real data) are removed. pip's configuration,
 index and cache are kept (``HOME``, ``PIP_*``): the venv installs torch's local CPU wheel and the extras
-from the cache, so the step costs minutes, most of them the fast suite's second run.
+from them, not from the network; most of the step is the fast suite's second run.
 
 Usage: ``python3 .ci/fresh_clone.py`` (from anywhere in the checkout; ``--print`` only prints the commands).
 """

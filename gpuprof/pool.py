@@ -214,9 +214,11 @@ def stall_timeout() -> float:
 def _wait_watching(pool: Any, futures: list[Any], items: Sequence[Any], timeout: float) -> None:
     """Wait for ``futures``; :class:`WorkerStalled` when for ``timeout`` s no trace completed and no worker used CPU.
 
-    A worker analysing a trace always uses CPU; one that uses none for that
-    long is stopped (SIGSTOP, a debugger) or blocked (a read that never
-    returns), and waiting on it would hang the command. Progress is read from
+    A worker analysing a trace always uses CPU or is runnable (state ``R``: on
+    a loaded machine it may wait for a core for longer than the limit); one
+    that does neither for that long is stopped (SIGSTOP, a debugger) or
+    blocked (a read that never returns), and waiting on it would hang the
+    command. Progress is read from
     ``/proc/PID/stat`` (CPU ticks and state), so where there is no ``/proc``
     nothing is judged. A pause of this process itself (Ctrl-Z, then ``fg``:
     the whole job stopped together) starts the wait again.
@@ -231,8 +233,10 @@ def _wait_watching(pool: Any, futures: list[Any], items: Sequence[Any], timeout:
         done, pending = cf.wait(pending, timeout=poll, return_when=cf.FIRST_COMPLETED)
         now = time.monotonic()
         ticks = {p.pid: _cpu_ticks(p.pid) for p in _workers(pool) if p.pid is not None}
-        if done or now - last_poll > max(5.0, 5 * poll) or ticks != seen or None in ticks.values():
-            # a trace done, this process paused, a worker that ran, or no /proc to tell: not a stall
+        if done or now - last_poll > max(5.0, 5 * poll) or ticks != seen or None in ticks.values() \
+                or any(_state(pid) == "R" for pid in ticks):
+            # a trace done, this process paused, a worker that ran or is runnable (at work, waiting for a core
+            # on a busy machine: its CPU time does not move, but it is no stall), or no /proc to tell
             last_progress, seen = now, ticks
         last_poll = now
         if pending and now - last_progress >= timeout:

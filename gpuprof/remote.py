@@ -157,6 +157,9 @@ def _package_for(protocol: str, err: ImportError) -> str:
 
 def _store_error(url: str, err: BaseException, doing: str) -> InputError:
     """One line for a store that refused or failed (the URL and any quoted secret masked by InputError)."""
+    unreachable = None if isinstance(err, FileNotFoundError) else _unreachable(err)
+    if unreachable is not None:  # a refused connection says so, whatever the store's library wrapped it in
+        return InputError(url, unreachable)
     if isinstance(err, OSError):
         return InputError.from_os_error(url, err, doing)
     import ftplib
@@ -211,7 +214,7 @@ def find_remote(url: str, wanted: Callable[[str], bool]) -> list[Url]:
             if not found:
                 raise InputError(url, "the pattern matches no file")
             return [url_of(p) for p in sorted(found)]
-        info = _info(fs, inner)
+        info = _info(fs, inner, url)
         if info is None:
             raise InputError(url, "no such file or directory")
         if info.get("type") == "directory":
@@ -226,13 +229,52 @@ def find_remote(url: str, wanted: Callable[[str], bool]) -> list[Url]:
     return [Url(url)]
 
 
-def _info(fs: Any, inner: str) -> dict[str, Any] | None:
-    """``fs.info(inner)``, None when there is nothing there; one metadata request."""
+def _info(fs: Any, inner: str, url: str) -> dict[str, Any] | None:
+    """``fs.info(inner)``, None when there is nothing there; one metadata request.
+
+    fsspec's HTTP store says FileNotFoundError for every failure of its HEAD and GET, a refused connection
+    included: the cause it chains says which, and a store that could not be reached is an InputError saying
+    so (``connection refused``), never "no such file".
+    """
     try:
         info = fs.info(inner)
-    except FileNotFoundError:
+    except FileNotFoundError as err:
+        problem = _unreachable(err.__cause__ or err.__context__)
+        if problem is not None:
+            raise InputError(url, problem) from None
         return None
     return info if isinstance(info, dict) else {}
+
+
+def _unreachable(err: BaseException | None) -> str | None:
+    """What kept the store from answering, from ``err`` and the exceptions chained to it: None when it answered
+    (an HTTP 404 is a file that is not there) or nothing says."""
+    import errno
+    import socket
+
+    seen: set[int] = set()
+    cause = err
+    while cause is not None and id(cause) not in seen and len(seen) < 16:
+        seen.add(id(cause))
+        status = getattr(cause, "status", None)
+        if isinstance(status, int) and 400 <= status < 600:  # the server answered (aiohttp's ClientResponseError)
+            if status == 404 or status == 410:
+                return None
+            if status in (401, 403):
+                return f"the server refused access (HTTP {status})"
+            return f"the server answered HTTP {status}"
+        if isinstance(cause, ConnectionRefusedError) or getattr(cause, "errno", None) == errno.ECONNREFUSED:
+            return "connection refused"
+        if isinstance(cause, ConnectionResetError):
+            return "the connection was reset by the server"
+        if isinstance(cause, socket.gaierror):
+            return f"cannot resolve the host name ({' '.join(str(cause).split())})"
+        if isinstance(cause, TimeoutError) or type(cause).__name__ in ("ServerTimeoutError", "ConnectionTimeoutError"):
+            return "the server did not answer in time"
+        if isinstance(cause, OSError) and not isinstance(cause, FileNotFoundError) and cause.errno is not None:
+            return f"cannot connect: {cause.strerror or describe_error(cause)}"
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def open_remote(url: str, peek: int) -> tuple[str, BinaryIO, bytes, int | None]:
@@ -241,7 +283,7 @@ def open_remote(url: str, peek: int) -> tuple[str, BinaryIO, bytes, int | None]:
     fs, inner = _filesystem(url)
     name = redact(url)
     try:
-        info = _info(fs, inner)
+        info = _info(fs, inner, url)
         if info is None:
             raise InputError(url, "no such file")
         if info.get("type") == "directory":

@@ -25,6 +25,15 @@ missing; the ones every 1.x report has may not. Open maps
 (a finding's ``evidence[].extra``, sections other than the trace summaries)
 are checked for non-finite numbers only: their shape is the rule's or the
 section's.
+
+Values beyond physical sense are refused too, against documented ceilings (docs/limits.md): a duration of
+one step (a step time, a part of its breakdown, a finding's cost per step, the critical path) of more than
+:data:`MAX_STEP_S` (one day; ``GPUPROF_MAX_STEP_S`` raises it), any other duration or time (totals over a
+trace, timestamps) beyond 2^53 µs (285 years, the trace loader's own ceiling), an integer beyond 2^53, and
+a count of a trace's events (launches, calls, copies, steps, a timeline's events) above the trace's
+``num_events``. Such a value is no measurement, and the arithmetic of a diff or a history would overflow
+it to infinity or NaN: ``1e308`` as a step time would turn a ``--fail-on-regression`` gate into "within
+the noise".
 """
 
 from __future__ import annotations
@@ -32,7 +41,13 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping
 
-__all__ = ["ReportProblem", "check_report", "check_finding", "first_non_finite"]
+__all__ = ["ReportProblem", "check_report", "check_finding", "first_non_finite", "MAX_STEP_S", "MAX_STEP_ENV",
+           "MAX_TRACE_US", "MAX_INTEGER", "max_step_us"]
+
+MAX_STEP_S = 86_400.0  # one day: the longest step a saved report may hold (docs/limits.md)
+MAX_STEP_ENV = "GPUPROF_MAX_STEP_S"
+MAX_TRACE_US = float(2**53)  # 285 years: no clock reads more; the trace loader leaves such events out too
+MAX_INTEGER = 2**53  # beyond it an integer is no count of anything recorded (and loses precision as a float)
 
 # A rounding margin for shares computed as a quotient (busy / step time of the same events): a share of
 # 1 + 1e-9 is arithmetic, 1.01 is not a share.
@@ -74,6 +89,8 @@ def _number(low: float | None = None, high: float | None = None, integer: bool =
             raise ReportProblem(path, f"is {_shown(v)}, not {what}" + (" or null" if nullable else ""))
         if isinstance(v, float) and not math.isfinite(v):
             raise ReportProblem(path, f"is {v}, not a finite number")
+        if integer and abs(v) > MAX_INTEGER:
+            raise ReportProblem(path, f"is {_shown(v)}; no count or index of a recorded trace is above 2^53")
         if low is not None and v < low:
             raise ReportProblem(path, f"is {_shown(v)}; it cannot be less than {low:g}")
         if high is not None and v > high + (_SHARE_SLACK if high == 1 else 0):
@@ -143,8 +160,44 @@ def _object(required: Mapping[str, Check], optional: Mapping[str, Check] | None 
     return check
 
 
-_US = _number(low=0.0)  # a duration in µs
-_US_OR_NULL = _number(low=0.0, nullable=True)
+def max_step_us() -> float:
+    """The ceiling on one step's duration in µs: ``GPUPROF_MAX_STEP_S`` seconds, else :data:`MAX_STEP_S` (an
+    InputError naming the variable when it is not a positive number)."""
+    from gpuprof.limits import env_seconds
+
+    return env_seconds(MAX_STEP_ENV, MAX_STEP_S) * 1e6
+
+
+def _seconds(us: float) -> str:
+    s = us / 1e6
+    return f"{s:,.0f} s" if s < 1e6 else f"{s:.3g} s"
+
+
+def _duration(per_step: bool, nullable: bool = False, signed: bool = False, scale: float = 1.0) -> Check:
+    """A duration (µs; ``scale`` 1000 for ms) not negative (unless ``signed``: a time from an origin), not
+    beyond its ceiling: one step's (``per_step``), or 2^53 µs for anything else (module docstring)."""
+    base = _number(low=None if signed else 0.0, nullable=nullable)
+
+    def check(v: Any, path: str) -> None:
+        base(v, path)
+        if v is None:
+            return
+        if abs(v) > MAX_TRACE_US / scale:  # compared before any arithmetic: 10**400 (an int) has no float
+            raise ReportProblem(path, f"is {_shown(v)}; no recorded time is beyond 2^53 µs (285 years)")
+        us = abs(v) * scale
+        if per_step:
+            ceiling = max_step_us()
+            if us > ceiling:
+                raise ReportProblem(path, f"is {_shown(v)} ({_seconds(us)}): no step lasts longer than "
+                                          f"{_seconds(ceiling)} ({MAX_STEP_ENV} raises the ceiling)")
+
+    return check
+
+
+_US = _duration(per_step=False)  # a duration in µs, over a trace (a total)
+_US_OR_NULL = _duration(per_step=False, nullable=True)
+_STEP_US = _duration(per_step=True)  # a duration in µs within one step (a step, a part of one, a cost per step)
+_STEP_US_OR_NULL = _duration(per_step=True, nullable=True)
 _COUNT = _number(low=0, integer=True)
 _SHARE = _number(low=0.0, high=1.0)
 _SHARE_OR_NULL = _number(low=0.0, high=1.0, nullable=True)
@@ -191,8 +244,8 @@ _VIEWS = _object({}, {"version": _number(low=1, integer=True), "kernel_total_us"
                  nullable=True)
 
 # the critical path (1.5, docs/critical-path.md): parts of the mean step, each a duration
-_CRITICAL_PART = _object({"kind": _text(), "name": _text(), "us": _US}, {})
-_CRITICAL_PATH = _object({"length_us": _US, "parts": _list(_CRITICAL_PART)}, {}, nullable=True)
+_CRITICAL_PART = _object({"kind": _text(), "name": _text(), "us": _STEP_US}, {})
+_CRITICAL_PATH = _object({"length_us": _STEP_US, "parts": _list(_CRITICAL_PART)}, {}, nullable=True)
 
 def _row(*cells: Check) -> Check:
     """A list of exactly these cells (a timeline's event row or critical segment)."""
@@ -207,7 +260,7 @@ def _row(*cells: Check) -> Check:
 
 
 _INDEX = _number(low=0, integer=True)
-_TIME = _number()  # relative to the timeline's origin: an event that began before the first step is negative
+_TIME = _duration(per_step=False, signed=True)  # from the timeline's origin: an event that began before the first step is negative
 _TIMELINE = _object({}, {
     "version": _number(low=1, integer=True), "origin_us": _TIME, "span_us": _US, "resolution_us": _US, "step_resolution_us": _US,
     "events_total": _COUNT, "events_kept": _COUNT, "left_out": _map(_COUNT), "kinds": _TEXTS, "names": _TEXTS,
@@ -222,14 +275,15 @@ _TIMELINE = _object({}, {
 
 # the fields of a trace summary that `gpuprof diff` computes with; every 1.x report has these
 _TRACE = _object(
-    {"path": _text(), "num_steps": _COUNT, "step_time_us": _US, "step_time_mean_us": _US, "gpu_busy_us": _US,
-     "gpu_utilization": _SHARE_OR_NULL, "breakdown_us": _map(_US), "idle_breakdown_us": _map(_US)},
+    {"path": _text(), "num_steps": _COUNT, "step_time_us": _STEP_US, "step_time_mean_us": _STEP_US,
+     "gpu_busy_us": _STEP_US, "gpu_utilization": _SHARE_OR_NULL, "breakdown_us": _map(_STEP_US),
+     "idle_breakdown_us": _map(_STEP_US)},
     {"devices": _list(_DEVICE), "has_gpu_activity": lambda v, p: _bool(v, p), "step_ids": _list(_number(integer=True)),
      "lead_in_us": _US_OR_NULL, "top_kernels": _list(_TOP_KERNEL), "top_ops": _list(_TOP_OP), "copies": _list(_COPY),
      "syncs": _list(_SYNC), "rank": _number(low=0, integer=True, nullable=True),
      "world_size": _number(low=1, integer=True, nullable=True), "num_events": _COUNT,
-     "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_US), "views": _VIEWS,
-     "data_loading_share": _SHARE_OR_NULL, "mfu": _MFU, "comm_wait_us": _US_OR_NULL,
+     "file_bytes": _number(low=0, integer=True), "notes": _TEXTS, "step_times_us": _list(_STEP_US), "views": _VIEWS,
+     "data_loading_share": _SHARE_OR_NULL, "mfu": _MFU, "comm_wait_us": _STEP_US_OR_NULL,
      "comm_wait_source": _text(nullable=True), "gpu_working_utilization": _SHARE_OR_NULL,
      "critical_path": _CRITICAL_PATH,
      "timeline": _TIMELINE},
@@ -237,21 +291,30 @@ _TRACE = _object(
 
 _LOCATION = _object({"file": _text()}, {"line": _number(integer=True, nullable=True), "function": _text(nullable=True)},
                     nullable=True)
-_EVENT = _object({"name": _text(), "ts": _number()}, {"dur": _US})
+_EVENT = _object({"name": _text(), "ts": _duration(per_step=False, signed=True)}, {"dur": _US})
 _EVIDENCE = _object({"metric": _text()}, {"threshold": _number(nullable=True), "unit": _text(), "events": _list(_EVENT),
                                           "extra": _map(lambda v, p: None)})
 _LINK = _object({"kind": _text(), "code": _text()}, {"part": _text(nullable=True),
                                                       "count": _number(low=0, integer=True, nullable=True)})
 _FINDING = _object(
     {"code": _text()},
-    {"name": _text(), "severity": _one_of("info", "warning", "error"), "message": _text(), "advice": _text(), "evidence": _list(_EVIDENCE), "cost_us_per_step": _US_OR_NULL, "cost_share": _SHARE_OR_NULL,
+    {"name": _text(), "severity": _one_of("info", "warning", "error"), "message": _text(), "advice": _text(), "evidence": _list(_EVIDENCE), "cost_us_per_step": _STEP_US_OR_NULL, "cost_share": _SHARE_OR_NULL,
      "location": _LOCATION, "origin": _text(), "source": _text(nullable=True), "links": _list(_LINK),
-     "what_if_saving_us": _US_OR_NULL, "what_if_note": _text(nullable=True)},
+     "what_if_saving_us": _STEP_US_OR_NULL, "what_if_note": _text(nullable=True)},
 )
+
+# a capture's job (1.3): the step times it measured, each one step's (its other fields: the typed reader's)
+_STEP_FIGURES = {k: _STEP_US for k in ("step_time_median_us", "step_time_min_us", "step_time_p90_us",
+                                        "step_time_max_us")}
+_JOB = _object({}, {
+    "phases": _list(_object({}, _STEP_FIGURES)),
+    "series": _object({}, {k: _list(_STEP_US) for k in ("step_time_us", "step_time_min_us", "step_time_max_us")},
+                      nullable=True),
+}, nullable=True)
 
 _REPORT = _object(
     {"schema_version": _text()},
-    {"command": _text(), "inputs": _TEXTS, "traces": _list(_TRACE), "findings": _list(_FINDING),
+    {"command": _text(), "inputs": _TEXTS, "traces": _list(_TRACE), "findings": _list(_FINDING), "job": _JOB,
      "sections": _list(lambda v, p: _section(v, p)), "notes": _TEXTS, "failed_rules": _TEXTS, "failed_ranks": _TEXTS},
 )
 
@@ -262,6 +325,8 @@ _RANKED_SECTIONS = ("cross_rank", "rank_summaries")
 
 def _section(v: Any, path: str) -> None:
     _object({"kind": _text()})(v, path)
+    if v["kind"] == "capture":  # its median step (ms) stands for the run's in `gpuprof history` without traces
+        _object({}, {"step_time_median_ms": _duration(per_step=True, nullable=True, scale=1000.0)})(v, path)
     if v["kind"] in _RANKED_SECTIONS:
         ranks = v.get("ranks")
         if not isinstance(ranks, list):
@@ -293,12 +358,49 @@ def first_non_finite(doc: Any, root: str = "") -> str | None:
     return None
 
 
+def _counts_of(t: Mapping[str, Any], path: str) -> list[tuple[str, Any]]:
+    """(field, value) of every count of the trace summary ``t`` that counts some of its events."""
+    out: list[tuple[str, Any]] = [(_join(path, "num_steps"), t.get("num_steps"))]
+    for key in ("top_kernels", "top_ops", "copies", "syncs"):
+        out += [(f"{path}.{key}[{i}].count", x.get("count")) for i, x in enumerate(t.get(key) or [])]
+    views = t.get("views") or {}
+    for key in ("operators", "kernels", "modules", "ranges"):
+        out += [(f"{path}.views.{key}[{i}].calls", x.get("calls")) for i, x in enumerate(views.get(key) or [])]
+    timeline = t.get("timeline") or {}
+    out.append((f"{path}.timeline.events_total", timeline.get("events_total")))
+    out += [(f"{path}.timeline.lanes[{i}].total", x.get("total")) for i, x in enumerate(timeline.get("lanes") or [])]
+    return out
+
+
+def _check_counts(doc: Mapping[str, Any]) -> None:
+    """No count of a trace's events above the trace's ``num_events`` (where the summary gives it); no more step
+    times than steps; a timeline keeps no more events than it had (the types were checked before)."""
+    for i, t in enumerate(doc.get("traces") or []):
+        path = f"traces[{i}]"
+        events = t.get("num_events")
+        if isinstance(events, int):
+            for field, n in _counts_of(t, path):
+                if isinstance(n, int) and n > max(events, 1):  # a trace without events is one step
+                    raise ReportProblem(field, f"is {n:,}, more than the {events:,} events of the trace "
+                                               f"({path}.num_events)")
+        times = t.get("step_times_us")
+        if isinstance(times, list) and len(times) > max(t["num_steps"], 1):
+            raise ReportProblem(_join(path, "step_times_us"), f"holds {len(times):,} step times for "
+                                                              f"{t['num_steps']:,} steps ({path}.num_steps)")
+        timeline = t.get("timeline") or {}
+        kept, total = timeline.get("events_kept"), timeline.get("events_total")
+        if isinstance(kept, int) and isinstance(total, int) and kept > total:
+            raise ReportProblem(f"{path}.timeline.events_kept", f"is {kept:,}, more than the {total:,} events "
+                                                                 f"it kept them from ({path}.timeline.events_total)")
+
+
 def check_report(doc: Mapping[str, Any]) -> None:
     """Raise :class:`ReportProblem` for the first value of ``doc`` (a parsed report) that does not fit the schema."""
     bad = first_non_finite(doc)
     if bad is not None:
         raise ReportProblem(bad, "is NaN or infinite, not a finite number")
     _REPORT(doc, "")
+    _check_counts(doc)
 
 
 def check_finding(d: Any, path: str = "finding") -> None:

@@ -5,6 +5,7 @@ slow halves of the suite are what the README and .ci/run say (between them, ever
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -52,8 +53,31 @@ def test_ci_runs_the_data_tests_again_with_the_real_data_hidden() -> None:
     second = ci[ci.index("-m pytest") + 1:]
     assert 'GPUPROF_SHARED_TRACES="$hidden" python3 -m pytest' in second and "mktemp -d" in ci
     assert "tests/rules/test_registry.py" in second and "tests/docs" in second
-    # any pass failing fails CI: the fast suite, the slow tests, the hidden-data pass
-    assert ci.count("|| status=1") == 3 and ci.rstrip().endswith('exit "$status"')
+    # any pass failing fails CI: the fast suite, the slow tests, the hidden-data pass, the fresh clone's commands
+    assert ci.count("|| status=1") == 4 and ci.rstrip().endswith('exit "$status"')
+
+
+def test_ci_runs_the_readmes_two_commands_in_a_fresh_clone_and_venv() -> None:
+    """.ci/run's last pass: .ci/fresh_clone.py, which reads the README's two set-up commands at run time."""
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    steps = [ln.strip() for ln in ci.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert "python3 .ci/fresh_clone.py || status=1" in steps
+    assert ci.index('GPUPROF_SHARED_TRACES="$hidden"') < ci.index("python3 .ci/fresh_clone.py")
+    spec = importlib.util.spec_from_file_location("fresh_clone", REPO / ".ci" / "fresh_clone.py")
+    assert spec and spec.loader
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    (one, one_exit), (two, two_exit) = fresh.readme_commands(readme)
+    # command 1 as the README's block writes it, its documented exit code with it
+    assert one == "python3 -m pip install -e . && gpuprof analyze examples/sample_trace" and one_exit == 1
+    # command 2: the same pip install as CI's, the linters, then the fast suite, exiting 0
+    pip = PIP.search(two)
+    assert pip and pip.group(0) == PIP.search(ci).group(0) and two_exit == 0  # type: ignore[union-attr]
+    assert two.endswith(FAST) and all(step in two for step in STEPS)
+    # what a developer has and a new user does not is not passed on; the clone has nothing beside it
+    src = (REPO / ".ci" / "fresh_clone.py").read_text(encoding="utf-8")
+    assert '"PYTHONPATH"' in src and 'startswith("GPUPROF_")' in src and "mkdtemp" in src and "-m\", \"venv\"" in src
 
 
 def test_readme_runs_the_fast_suite_and_ci_the_fast_then_the_slow() -> None:

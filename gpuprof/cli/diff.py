@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -138,6 +139,14 @@ def _refuse_unjudged(verdict: dict[str, Any], before: str, after: str) -> None:
         side = before if verdict["before"] is None else after
         raise InputError(side, f"--fail-on-regression: {metric} is not measured in this run (no analysed step "
                                "or no GPU activity), so the gate can neither pass nor fail")
+    for side, what, value in ((before, metric, verdict["before"]), (after, metric, verdict["after"]),
+                              (after, f"{metric}'s noise", verdict["noise"])):
+        if value is not None and not math.isfinite(value):
+            raise InputError(side, f"--fail-on-regression: {what} is {value!r} here, not a finite number, so the "
+                                   "gate can neither pass nor fail")
+    if verdict["before"] != 0:
+        raise InputError(before, f"--fail-on-regression: {metric}'s change relative to {verdict['before']!r} here "
+                                 "is not a finite number, so the gate can neither pass nor fail")
     raise InputError(before, f"--fail-on-regression: {metric} is 0 here, so a change relative to it is undefined")
 
 

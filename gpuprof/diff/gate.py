@@ -5,11 +5,13 @@ A metric *regressed* when it got worse (higher, or lower for
 its before value, **and** the worsening is larger than the noise band (the
 step-time noise of :mod:`gpuprof.diff.compare`, in the metric's unit). With
 fewer than 2 steps on a side the noise is unknown and the threshold alone
-decides (the verdict says so).
+decides (the verdict says so). A metric, noise or change that is not a finite number is not judged
+(``worse_by`` null): the command line fails such a gate (exit 2), it never passes.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 __all__ = ["parse_threshold", "judge", "metric_names"]
@@ -52,8 +54,15 @@ def judge(diff: dict[str, Any], metric: str, threshold: float) -> dict[str, Any]
     if before is None or after is None or before == 0:
         verdict["reason"] = f"{metric} is not measured on both sides: not judged"
         return verdict
+    if not all(math.isfinite(x) for x in (before, after, 0.0 if noise is None else noise)):
+        # NaN or infinity compares false with everything: it would pass any threshold
+        verdict["reason"] = f"{metric} is not a finite number on both sides: not judged"
+        return verdict
     worse_abs = (after - before) if m["lower_is_better"] else (before - after)
     worse = worse_abs / abs(before)
+    if not math.isfinite(worse):  # a before of 1e-320 (denormal): the relative change overflows
+        verdict["reason"] = f"{metric}'s change relative to {before!r} is not a finite number: not judged"
+        return verdict
     verdict["worse_by"] = worse
     if worse <= threshold:
         verdict["reason"] = f"{metric} {_dir(worse)} {_pct(abs(worse))}: within the {_pct(threshold)} threshold"

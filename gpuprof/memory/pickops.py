@@ -79,17 +79,21 @@ def unsafe_message(op: int, buf: bytes, pos: int, stack: list[Any]) -> str:
             "and a memory snapshot holds only plain data")
 
 
-def refs(run: bytes, memo: list[Any]) -> list[Any]:
-    """The memo objects a run of BINGET/LONG_BINGET opcodes refers to."""
+def refs(run: bytes, memo: list[Any], writing: int = -1) -> list[Any]:
+    """The memo objects a run of BINGET/LONG_BINGET opcodes refers to; NotStreamable for a reference to the
+    slot ``writing`` (the list these references fill: a list that contains itself)."""
     out = []
     i = 0
     while i < len(run):
         if run[i] == 0x68:
-            o = memo[run[i + 1]]
+            k = run[i + 1]
             i += 2
         else:
-            o = memo[U4.unpack_from(run, i + 1)[0]]
+            k = U4.unpack_from(run, i + 1)[0]
             i += 5
+        if k == writing:
+            raise NotStreamable("a list that contains itself")
+        o = memo[k]
         if o is CONSUMED:
             raise NotStreamable("a reference back to a history entry or segment")
         out.append(o)

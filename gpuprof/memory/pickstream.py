@@ -15,7 +15,7 @@ the file before anything is read.
 
 The reader takes the layout PyTorch's pickler writes. Whatever it cannot stream and still reproduce what
 ``pickle.load`` builds (a reference back to an entry handed on, a memo slot written out of order, text-protocol
-opcodes, a second ``segments`` key...) raises :class:`~gpuprof.memory.pickops.NotStreamable`; the caller then
+opcodes, a second ``segments`` key, a frames list that contains itself...) raises :class:`~gpuprof.memory.pickops.NotStreamable`; the caller then
 reads the file in whole, as before.
 """
 
@@ -224,13 +224,18 @@ class StreamReader:
                     blen, pos, lim = len(buf), 0, -1
                 m = FRAMES_RUN.match(buf, pos)
                 if m is not None and (m.end() < blen or self.eof) and shape.plain_list_slot(stack, marks):
+                    w = m.group(1)
+                    slot = len(memo) if w[0] == 0x94 else (w[1] if w[0] == 0x71 else U4.unpack_from(w, 1)[0])
+                    if slot != len(memo):
+                        raise NotStreamable("a memo slot written out of order")
                     run = m.group(2)
                     fr = frames_cache.get(run)
                     if fr is None:
-                        fr = frames_cache[run] = refs(run, memo)
+                        # a reference to `slot` is to this very list (it contains itself): pickle.load makes that
+                        # cycle; one list interned for equal references cannot (read in whole)
+                        fr = frames_cache[run] = refs(run, memo, writing=slot)
                         interned.add(id(fr))
-                    w = m.group(1)
-                    memo_put(len(memo) if w[0] == 0x94 else (w[1] if w[0] == 0x71 else U4.unpack_from(w, 1)[0]), fr)
+                    memo_put(slot, fr)
                     push(fr)
                     pos = m.end()
                     continue

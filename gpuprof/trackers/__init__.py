@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterable, Protocol
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.trackers.payload import Publication
 
-__all__ = ["TRACKERS", "Tracker", "TrackerUnavailable", "active_runs", "load_tracker", "missing_package",
+__all__ = ["TRACKERS", "Tracker", "TrackerUnavailable", "TrackerTimeout", "active_runs", "load_tracker", "missing_package",
            "parse_targets"]
 
 # name given to --to / to= -> (the Python package it needs, the name shown, the gpuprof module that speaks to it)
@@ -29,6 +29,10 @@ TRACKERS: dict[str, tuple[str, str, str]] = {
 
 class TrackerUnavailable(RuntimeError):
     """The tracker's package is not installed (one line saying what to install)."""
+
+
+class TrackerTimeout(RuntimeError):
+    """The tracker's server did not answer within gpuprof's bound (one line saying which and how long)."""
 
 
 class Tracker(Protocol):

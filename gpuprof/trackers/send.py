@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from gpuprof.redact import redact, remember_secret, scrub
-from gpuprof.trackers import TRACKERS, TrackerUnavailable, load_tracker
+from gpuprof.trackers import TRACKERS, TrackerTimeout, TrackerUnavailable, load_tracker
 from gpuprof.trackers.payload import Artefact, Publication, publication
 
 __all__ = ["Sent", "send", "protect_secrets"]
@@ -64,8 +64,8 @@ def _send_one(name: str, pub: Publication) -> Sent:
     label = TRACKERS[name][1]
     try:
         where = load_tracker(name).publish(pub)
-    except TrackerUnavailable as err:
-        return Sent(name, False, f"results not sent to {label}: {err}")
+    except (TrackerUnavailable, TrackerTimeout) as err:
+        return Sent(name, False, _one_line(f"results not sent to {label}: {err}"))
     except Exception as err:  # noqa: BLE001 - a tracker's failure is one line; the analysis or training goes on
         text = _one_line(f"{type(err).__name__}: {_text(err)}")
         return Sent(name, False, f"results not sent to {label}: {text}")

@@ -68,11 +68,45 @@ def _busy(x: int) -> int:
 
 
 def test_workers_that_use_cpu_are_never_a_stall(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each task takes longer than the stall limit, but in CPU: the pool waits for all of them."""
+    """Each task takes longer than the stall limit, but in CPU: the pool waits for all of them.
+
+    Whatever the machine's load: a worker at work is running (its CPU time moves) or runnable, waiting for a
+    core (state R), and neither is a stall (the next test holds the runnable case without depending on load).
+    """
     from gpuprof.pool import run_pool
 
     monkeypatch.setenv("GPUPROF_WORKER_STALL_S", "0.2")
     assert run_pool(_busy, [1, 2, 3], 2) == [1, 2, 3]
+
+
+def _wait_for_file(item: tuple[int, str]) -> int:
+    x, flag = item
+    while not Path(flag).exists():  # sleeps: no CPU time, as a worker that waits for a core on a loaded machine
+        time.sleep(0.01)
+    return x
+
+
+def test_a_runnable_worker_waiting_for_a_core_is_no_stall(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy machine a worker at work may get no core for longer than the limit: its CPU time stands still
+    but its state is R (runnable). That is no stall. /proc is read as such a worker shows it (CPU time
+    frozen, state R) while the workers wait, well past the limit, for a flag the test sets only once the pool
+    has watched them for several limits; the former judgement (CPU time alone) gave up on them."""
+    import gpuprof.pool as pool
+
+    flag = tmp_path / "go"
+    polls: list[int] = []
+
+    def frozen_ticks(pid: int) -> int:
+        polls.append(pid)
+        if len(polls) >= 40:  # the pool has polled ~20 times (limit 0.2 s, a poll each 0.05 s): let them finish
+            flag.touch()
+        return 7
+
+    monkeypatch.setenv("GPUPROF_WORKER_STALL_S", "0.2")
+    monkeypatch.setattr(pool, "_cpu_ticks", frozen_ticks)
+    monkeypatch.setattr(pool, "_state", lambda pid: "R")
+    assert pool.run_pool(_wait_for_file, [(1, str(flag)), (2, str(flag))], 2) == [1, 2]
+    assert len(polls) >= 40
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "nan", "inf", "soon"])

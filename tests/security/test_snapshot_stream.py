@@ -202,3 +202,81 @@ def test_bytes_changed_anywhere_stream_to_what_pickle_load_gives_or_one_line(
     assert [(list(d.time), list(d.addr), list(d.size), list(d.site)) for d in got.devices] == \
         [(list(d.time), list(d.addr), list(d.size), list(d.site)) for d in want.devices]
     assert [s.label for s in got.sites.sites] == [s.label for s in want.sites.sites]
+
+
+def _shared_frames_snapshot(n: int) -> dict[str, Any]:
+    """A snapshot as PyTorch writes one: a frames list per entry, the frame dicts shared between entries."""
+    b = SnapshotBuilder()
+    stacks = [b.stack(("/home/u/train.py", 3, "main")), b.stack(("/home/u/model.py", 7, "forward"),
+                                                                 ("/home/u/train.py", 4, "main"))]
+    for i in range(n):
+        b.free(b.alloc((i + 1) * MiB, stacks[i % 2]))
+    snap = b.snapshot()
+    for e in snap["device_traces"][0]:
+        if isinstance(e.get("frames"), list):
+            e["frames"] = list(e["frames"])
+    return snap
+
+
+def _same(got: MemoryData, want: MemoryData) -> None:
+    assert [(list(d.time), list(d.addr), list(d.size), list(d.site)) for d in got.devices] == \
+        [(list(d.time), list(d.addr), list(d.size), list(d.site)) for d in want.devices]
+    assert [s.label for s in got.sites.sites] == [s.label for s in want.sites.sites]
+
+
+def _streamed_and_whole(p: Path) -> tuple[MemoryData, MemoryData]:
+    """What `gpuprof memory` reads (streamed, or in whole where the stream cannot), and pickle.load's own."""
+    got = load_snapshot(p)
+    want = parse_snapshot(load_pickle_file(p), str(p), max_items=item_budget(p.stat().st_size))
+    return got, want
+
+
+def test_a_frames_list_that_contains_itself_is_read_as_pickle_load_reads_it(tmp_path: Path) -> None:
+    """The reproduction: an entry's frames list (references to frame dicts already written) holds itself. The
+    stream refused it as "corrupt or truncated" (its reference is to the slot being written); it is valid, and
+    is now read in whole, as pickle.load reads it."""
+    snap = _shared_frames_snapshot(4)
+    frames = snap["device_traces"][0][3]["frames"]
+    frames.append(frames)
+    p = tmp_path / "self.pickle"
+    p.write_bytes(pickle.dumps(snap, protocol=4))
+    data = p.read_bytes()
+    assert b"]\x94(h" in data  # the fast path's shape: a new list, MEMOIZE, then references only
+    streamed = stream_snapshot(p)
+    assert isinstance(streamed, Opened)  # handed back to be read in whole, not refused
+    streamed.close()
+    got, want = _streamed_and_whole(p)
+    _same(got, want)
+    assert len(got.devices[0]) >= 8  # the 4 allocations and frees, as pickle.load reads them
+
+
+_TARGETS = ("self", "frames", "frame", "entry", "top", "segments")
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2, 6), refs=st.lists(st.tuples(st.integers(0, 11), st.sampled_from(_TARGETS),
+                                                  st.integers(0, 11), st.booleans()), min_size=1, max_size=4))
+def test_self_and_cross_references_read_the_same_streamed_and_whole(
+        tmp_path_factory: pytest.TempPathFactory, n: int, refs: list[tuple[int, str, int, bool]]) -> None:
+    """Frames lists that hold themselves, another entry's frames list, another entry's frame dict, an entry, the
+    top dict or the segments list (memo references backwards, to the slot being written, and to containers
+    still open): `gpuprof memory`'s reader (streamed, falling back to the whole read) gives exactly what
+    pickle.load gives, and the stream never calls a valid pickle corrupt."""
+    snap = _shared_frames_snapshot(n)
+    entries = snap["device_traces"][0]
+    for at, kind, other, first in refs:
+        frames = entries[at % len(entries)]["frames"]
+        o = entries[other % len(entries)]
+        target = {"self": frames, "frames": o["frames"], "frame": (o["frames"] or [None])[0], "entry": o,
+                  "top": snap, "segments": snap["segments"]}[kind]
+        if first:
+            frames.insert(0, target)
+        else:
+            frames.append(target)
+    p = tmp_path_factory.mktemp("refs") / "s.pickle"
+    p.write_bytes(pickle.dumps(snap, protocol=4))
+    streamed = stream_snapshot(p)  # never an InputError: the pickle is valid
+    if isinstance(streamed, Opened):
+        streamed.close()
+    got, want = _streamed_and_whole(p)
+    _same(got, want)

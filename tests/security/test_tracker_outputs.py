@@ -75,6 +75,9 @@ def test_the_line_naming_where_results_went_masks_the_tracking_uri() -> None:
     logged: list[tuple[str, float, int]] = []
 
     class Client:
+        def __init__(self, tracking_uri: str | None = None) -> None:  # the URI as the calling thread sees it
+            assert tracking_uri == f"https://bob:{PASSWORD}@mlflow.example/?token=t0ken-abcdef"
+
         def get_experiment_by_name(self, name: str) -> None:
             return None
 

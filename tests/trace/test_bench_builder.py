@@ -54,15 +54,33 @@ def test_repeated_trace_shifts_times_steps_and_ids(tmp_path: Path, parts: tuple[
         [e for e in one.annotations + one.ops if step_number(e.name) is not None])
 
 
-def test_memory_is_summed_over_the_process_tree():
-    """The bench counts a helper process's memory: a parent and a child each holding 80 MB read as >= 160 MB."""
+def test_memory_is_summed_over_the_process_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench counts a helper process's memory: a parent and a child each holding 80 MB read as >= 160 MB.
+
+    Both hold their 80 MB until the bench has sampled the tree once after both said they hold it (a file
+    each), so the overlap does not depend on how fast a loaded machine starts the child.
+    """
     import sys
 
     bench = _bench_module()
-    hold = "b = bytearray(80 << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(0.6)"
-    parent = f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {hold!r}]); {hold}; p.wait()"
-    r = bench.measure([sys.executable, "-c", parent], interval=0.01)
-    assert r["exit"] == 0
+    release = tmp_path / "release"
+    hold = ("import sys, time, pathlib; b = bytearray(80 << 20); b[::4096] = b'x' * len(b[::4096]); "
+            "pathlib.Path(sys.argv[1] + '.' + sys.argv[2]).touch(); end = time.monotonic() + 120\n"
+            "while not pathlib.Path(sys.argv[1]).exists() and time.monotonic() < end: time.sleep(0.01)")
+    parent = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {hold!r}, sys.argv[1], 'child']); "
+              f"sys.argv[2:] = ['parent']; exec({hold!r}); p.wait()")
+    real_tree_rss = bench._tree_rss
+
+    def tree_rss(pid: int) -> int:
+        both = all((tmp_path / f"release.{who}").exists() for who in ("child", "parent"))
+        rss = real_tree_rss(pid)
+        if both:  # this sample was taken with both holding their memory: let them go
+            release.touch()
+        return rss
+
+    monkeypatch.setattr(bench, "_tree_rss", tree_rss)
+    r = bench.measure([sys.executable, "-c", parent, str(release)], interval=0.01)
+    assert r["exit"] == 0 and release.exists()  # released by a sample, not by the processes' guard
     assert r["own_peak_rss"] >= 80 << 20  # the child alone
     assert r["tree_peak_rss"] >= 160 << 20  # both at once
     assert r["peak_rss"] == max(r["own_peak_rss"], r["tree_peak_rss"])

@@ -247,6 +247,7 @@ class TraceBuilder:
         hip: bool = False,
         base_time_ns: int = 1_700_000_000_000_000_000,
         max_queue: int = 1024,
+        stream_gaps_us: Sequence[float] = (),
     ) -> None:
         if dialect not in ("modern", "2021"):
             raise ValueError(f"dialect must be 'modern' or '2021', not {dialect!r}")
@@ -279,6 +280,9 @@ class TraceBuilder:
         self._stream_free: dict[tuple[int, int], float] = {}
         self._pending: dict[tuple[int, int], collections.deque[float]] = {}
         self.max_queue = max_queue
+        # queued GPU work starts this long after the previous work of its stream ends (cycled; real GPUs: 1-9 µs)
+        self.stream_gaps_us = tuple(float(x) for x in stream_gaps_us)
+        self._gap_i = 0
         self._default_stream = DEFAULT_STREAM
         self._default_device = 0
         self._ext = 0
@@ -932,7 +936,11 @@ class TraceBuilder:
     def _gpu(self, cat: str, name: str, dur: float, dev: int, stream: int, corr: int, rt: dict[str, Any],
              not_before: float, extra: dict[str, Any]) -> dict[str, Any]:
         key = (dev, stream)
-        start = max(not_before, self._stream_free.get(key, self.start_us))
+        free = self._stream_free.get(key, self.start_us)
+        if self.stream_gaps_us and free > not_before:  # queued behind the stream's work
+            free += self.stream_gaps_us[self._gap_i % len(self.stream_gaps_us)]
+            self._gap_i += 1
+        start = max(not_before, free)
         dur = max(float(dur), 0.0)
         self._stream_free[key] = start + dur
         self._pending.setdefault(key, collections.deque()).append(start + dur)

@@ -128,3 +128,25 @@ def test_launch_blocked_by_a_full_queue_waits_for_the_gpu(tmp_path: Path) -> Non
     assert kinds["kernel"] > 0.7 * cp.length_us
     launch_host = sum(p.us for p in cp.parts if p.name == "cudaLaunchKernel")
     assert launch_host < 0.2 * cp.length_us
+
+
+def test_launch_blocked_on_the_autograd_thread_waits_for_the_gpu(tmp_path: Path) -> None:
+    # backward(): the main thread records nothing while autograd's thread launches the backward kernels; with the
+    # launch queue full, those launches block until a kernel ends: the main thread's step waits for the GPU there
+    b = TraceBuilder(stream_gaps_us=GAPS, max_queue=8)
+    autograd = b.main_tid + 11
+    for _ in range(4):
+        with b.step():
+            for _ in range(10):
+                b.kernel("forward_k", us=300.0)
+            with b.thread(autograd, join=True):
+                with b.op("autograd::engine::evaluate_function: AddmmBackward0"):
+                    for _ in range(20):
+                        b.kernel("backward_k", us=300.0)
+    m = _metrics(b, tmp_path)
+    cp = critical_path(m)
+    assert cp is not None
+    kinds = _kinds(cp)
+    assert kinds["kernel"] > 0.7 * cp.length_us
+    backward_host = sum(p.us for p in cp.parts if p.name.startswith("autograd::engine"))
+    assert backward_host < 0.2 * cp.length_us

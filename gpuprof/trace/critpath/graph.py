@@ -167,7 +167,8 @@ def build_graph(m: TraceMetrics) -> StepGraph:
     ready = np.where(bound, ready_at, ts)
 
     keys = thread_keys(m.main_thread)
-    waits = _waits(m, keys, ts, end)
+    main_ops = _top_ops(m, [ops for k, ops in m.threads.ops.items() if k in keys])[0]
+    waits = _waits(m, keys, ts, end, main_ops[0], main_ops[1])
     w_ts = np.array([w[0] for w in waits], np.float64)
     w_end = np.array([w[1] for w in waits], np.float64)
     w_gpu = _wait_targets(waits, sel, ts, end, launch, gc, nk, nc)
@@ -181,7 +182,7 @@ def build_graph(m: TraceMetrics) -> StepGraph:
         g_ready=ready, g_dep=dep, w_ts=w_ts, w_end=w_end, w_kind=np.array([w[2] for w in waits], np.int8),
         w_gpu=w_gpu, w_tag=[w[3] for w in waits], w_name=[w[5] for w in waits], w_call=[w[4] for w in waits],
         steps=[(s.start, s.end, s.cpu_end) for s in m.steps], host_runtime=runtime_by_name,
-        top_ops=_top_ops(m, [ops for k, ops in m.threads.ops.items() if k in keys])[0],
+        top_ops=main_ops,
         other_ops=other[0], other_lane=other[1], other_lane_ids=[f"host:{k[0]}:{k[1]}" for k in others],
         latency_us=latency)
 
@@ -232,9 +233,12 @@ def _cross_stream(ts: np.ndarray, end: np.ndarray, stream: np.ndarray, free: np.
 _Wait = tuple[float, float, int, str, "Event | None", str]
 
 
-def _waits(m: TraceMetrics, keys: frozenset[HostThread], g_ts: np.ndarray, g_end: np.ndarray) -> list[_Wait]:
+def _waits(m: TraceMetrics, keys: frozenset[HostThread], g_ts: np.ndarray, g_end: np.ndarray, op_ts: np.ndarray,
+           op_end: np.ndarray) -> list[_Wait]:
     """The main thread's waits in time order; a wait inside an earlier one is left out (the outer one holds it).
-    ``g_ts``/``g_end``: the main device's GPU work (for the launches that blocked on it)."""
+    ``g_ts``/``g_end``: the main device's GPU work (for the launches that blocked on it); ``op_ts``/``op_end``: the
+    main thread's outermost operators (a launch another thread made while the main thread ran none of its own, as
+    in ``backward()``, whose operators run on autograd's thread, is the main thread's wait when it blocked)."""
     out: list[_Wait] = []
     if not m.steps:
         return out
@@ -258,6 +262,13 @@ def _waits(m: TraceMetrics, keys: frozenset[HostThread], g_ts: np.ndarray, g_end
             r = calls[i]
             out.append((r.ts, r.end, WAIT_SYNC, sync_after.get(id(r), ""), r, r.name))
         out += _blocked_launches(calls, rc, lo, hi, g_ts, g_end)
+    other = m.threads.runtime_on(frozenset(k for k in m.threads.runtime if k not in keys))
+    if other:
+        reach = np.maximum.accumulate(op_end) if len(op_end) else op_end
+        for w in _blocked_launches(other, columns(m.trace, other), lo, hi, g_ts, g_end):
+            j = int(np.searchsorted(op_ts, w[1], side="left")) - 1  # the main thread's operators before its end
+            if j < 0 or reach[j] <= w[0]:
+                out.append(w)
     data = m.host_intervals.get("data_loading", Intervals.empty())
     for a, b in data.clip(lo, hi):
         out.append((a, b, WAIT_DATA, "", None, "data loading"))

@@ -154,9 +154,10 @@ def build_graph(m: TraceMetrics) -> StepGraph:
     # a CUDA/HIP graph launch is one call for all its kernels (one correlation id): inside it, each kernel
     # follows the previous one of its stream, whatever the gap, never the launch call
     member = ~first & (at >= 0) & (at == np.concatenate(([-2], at[:-1]))) if len(sel) else first
-    # queued: its start was set by the stream (its launch returned, or it was ready, before the stream was free)
+    # queued: its start was set by the stream: its launch returned before the stream was free, or it was ready by
+    # then and started soon after (a call that ran long, loading a module, enqueues its work only as it returns)
     queued = ~first & ((ts <= prev_end + STREAM_GAP_US) | (launch_end <= prev_end)
-                       | (ready_at <= prev_end + STREAM_GAP_US)) | member
+                       | (ready_at <= prev_end + STREAM_GAP_US) & (ts <= prev_end + QUEUE_GAP_US)) | member
     free_at = np.where(np.isnan(launch), prev_end, np.fmax(ready_at, prev_end))  # its stream free and it ready
     dep = _cross_stream(ts, end, stream, free_at)
     # in its stream's run: queued, and started within QUEUE_GAP_US of when it could (later: a cause not recorded)
@@ -168,7 +169,8 @@ def build_graph(m: TraceMetrics) -> StepGraph:
 
     keys = thread_keys(m.main_thread)
     main_ops = _top_ops(m, [ops for k, ops in m.threads.ops.items() if k in keys])[0]
-    waits = _waits(m, keys, ts, end, main_ops[0], main_ops[1])
+    gpu = (ts, end, launch, gc.corr[sel] if len(sel) else np.zeros(0, np.int64), queued)
+    waits = _waits(m, keys, gpu, main_ops[0], main_ops[1])
     w_ts = np.array([w[0] for w in waits], np.float64)
     w_end = np.array([w[1] for w in waits], np.float64)
     w_gpu = _wait_targets(waits, sel, ts, end, launch, gc, nk, nc)
@@ -229,14 +231,16 @@ def _cross_stream(ts: np.ndarray, end: np.ndarray, stream: np.ndarray, free: np.
     return dep
 
 
+# the main device's GPU work, for the calls that blocked on it: start, end, launch, correlation id, queued
+_Gpu = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 # a wait: (start, end, kind, copy direction, the runtime call or None, name)
 _Wait = tuple[float, float, int, str, "Event | None", str]
 
 
-def _waits(m: TraceMetrics, keys: frozenset[HostThread], g_ts: np.ndarray, g_end: np.ndarray, op_ts: np.ndarray,
-           op_end: np.ndarray) -> list[_Wait]:
+def _waits(m: TraceMetrics, keys: frozenset[HostThread], gpu: _Gpu, op_ts: np.ndarray, op_end: np.ndarray
+           ) -> list[_Wait]:
     """The main thread's waits in time order; a wait inside an earlier one is left out (the outer one holds it).
-    ``g_ts``/``g_end``: the main device's GPU work (for the launches that blocked on it); ``op_ts``/``op_end``: the
+    ``gpu``: the main device's GPU work (for the launches that blocked on it); ``op_ts``/``op_end``: the
     main thread's outermost operators (a launch another thread made while the main thread ran none of its own, as
     in ``backward()``, whose operators run on autograd's thread, is the main thread's wait when it blocked)."""
     out: list[_Wait] = []
@@ -261,11 +265,11 @@ def _waits(m: TraceMetrics, keys: frozenset[HostThread], g_ts: np.ndarray, g_end
         for i in np.flatnonzero(is_sync[rc.name_code] & (rc.end >= lo) & (rc.ts <= hi)).tolist():
             r = calls[i]
             out.append((r.ts, r.end, WAIT_SYNC, sync_after.get(id(r), ""), r, r.name))
-        out += _blocked_launches(calls, rc, lo, hi, g_ts, g_end)
+        out += _blocked_launches(calls, rc, lo, hi, gpu)
     other = m.threads.runtime_on(frozenset(k for k in m.threads.runtime if k not in keys))
     if other:
         reach = np.maximum.accumulate(op_end) if len(op_end) else op_end
-        for w in _blocked_launches(other, columns(m.trace, other), lo, hi, g_ts, g_end):
+        for w in _blocked_launches(other, columns(m.trace, other), lo, hi, gpu):
             j = int(np.searchsorted(op_ts, w[1], side="left")) - 1  # the main thread's operators before its end
             if j < 0 or reach[j] <= w[0]:
                 out.append(w)
@@ -281,11 +285,14 @@ def _waits(m: TraceMetrics, keys: frozenset[HostThread], g_ts: np.ndarray, g_end
     return kept
 
 
-def _blocked_launches(calls: list[Event], rc: Columns, lo: float, hi: float, g_ts: np.ndarray,
-                      g_end: np.ndarray) -> list[_Wait]:
+def _blocked_launches(calls: list[Event], rc: Columns, lo: float, hi: float, gpu: _Gpu) -> list[_Wait]:
     """The launch and copy calls that waited for the GPU: longer than ``BLOCKED_US``, made while the main device
-    was busy, and returning within ``CROSS_GAP_US`` after a GPU event of it ended (a full launch queue frees a slot
-    when a kernel ends; an asynchronous copy from pageable memory returns once its stream reached it)."""
+    was busy, returning within ``CROSS_GAP_US`` after a GPU event of it ended, and either with GPU work launched
+    before them still not done when they returned (a full launch queue frees a slot when a kernel ends, and is
+    still nearly full then) or as their own queued work, started while they ran, ended (an asynchronous copy
+    from pageable memory returns once its stream reached it and the copy is done). A long call that returned
+    when the GPU had drained (a module loaded on first launch) stays host time."""
+    g_ts, g_end, g_launch, g_corr, g_queued = gpu
     if not len(g_ts):
         return []
     cls = [classify_runtime(n) for n in rc.names]
@@ -294,16 +301,29 @@ def _blocked_launches(calls: list[Event], rc: Columns, lo: float, hi: float, g_t
     cand = np.flatnonzero(kind & (rc.dur > BLOCKED_US) & (rc.end >= lo) & (rc.ts <= hi))
     if not len(cand):
         return []
+    c_ts, c_end = rc.ts[cand], rc.end[cand]
     ends = np.sort(g_end)
-    j = np.searchsorted(ends, rc.end[cand] + 1.0, side="right") - 1
-    freed = (j >= 0) & (ends[np.maximum(j, 0)] >= rc.end[cand] - CROSS_GAP_US)
+    j = np.searchsorted(ends, c_end + 1.0, side="right") - 1
+    freed = (j >= 0) & (ends[np.maximum(j, 0)] >= c_end - CROSS_GAP_US)
     # busy when the call began: some GPU work launched before it was still running (started before, ended after)
     by_start = np.argsort(g_ts, kind="stable")
     reach = np.maximum.accumulate(g_end[by_start])
-    k = np.searchsorted(g_ts[by_start], rc.ts[cand], side="right") - 1
-    busy = (k >= 0) & (reach[np.maximum(k, 0)] > rc.ts[cand])
+    k = np.searchsorted(g_ts[by_start], c_ts, side="right") - 1
+    busy = (k >= 0) & (reach[np.maximum(k, 0)] > c_ts)
+    # work launched before the call still not done when it returned: the queue it waited in was not drained
+    has = np.flatnonzero(~np.isnan(g_launch))
+    by_launch = has[np.argsort(g_launch[has], kind="stable")]
+    late = np.maximum.accumulate(g_end[by_launch]) if len(by_launch) else np.zeros(0)
+    n = np.searchsorted(g_launch[by_launch], c_ts, side="left")
+    pending = (n > 0) & (late[np.maximum(n - 1, 0)] > c_end + 1.0) if len(late) else np.zeros(len(cand), bool)
+    # its own work, queued, ran while it waited and ended as it returned
+    own = dict(zip(g_corr.tolist(), range(len(g_corr))))
+    mine = np.array([own.get(int(c), -1) for c in rc.corr[cand].tolist()], np.int64)
+    at = np.maximum(mine, 0)
+    reached = (mine >= 0) & g_queued[at] & (g_ts[at] >= c_ts) & (g_end[at] >= c_end - CROSS_GAP_US) \
+        & (g_end[at] <= c_end + 1.0)
     return [(calls[i].ts, calls[i].end, WAIT_SYNC, "", calls[i], calls[i].name)
-            for i in cand[freed & busy].tolist()]
+            for i in cand[freed & busy & (pending | reached)].tolist()]
 
 
 def _wait_targets(waits: list[_Wait], sel: np.ndarray, ts: np.ndarray, end: np.ndarray, launch: np.ndarray,

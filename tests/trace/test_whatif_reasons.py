@@ -156,3 +156,30 @@ def test_loader_what_if_without_gpu_shares_the_trainers_cores(tmp_path: Path) ->
     assert f2.what_if_saving_us == pytest.approx(wait / 2, abs=1.0)
     assert "GPU" not in (f2.what_if_note or "").replace("no GPU in this trace", "")
     assert loader_saving(1000.0, 8) == pytest.approx(875.0) and loader_saving(1000.0, 1) == 0.0
+
+
+def test_gp601_absorbing_a_cpu_loader_finding_models_the_runs_cores(tmp_path: Path) -> None:
+    from gpuprof.codes import apply_overlaps
+    from gpuprof.findings import Evidence
+
+    b = TraceBuilder(device=None)
+    for _ in range(4):
+        with b.step():
+            b.dataloader(ms=3.0)
+            b.cpu(us=2000, name="aten::addmm")
+    m = _metrics(b, tmp_path)
+    gp102 = _one(m, "GP102", 3000.0)
+    wait = next(e.value for e in gp102.evidence if e.metric == "loader_wait_us")
+    assert isinstance(wait, float) and wait > 2900.0
+
+    def gp601(extra: dict[str, Any]) -> Finding:
+        return Finding("GP601", "dataloader-main-process", Severity.WARNING, "m", "a", cost_us_per_step=3000.0,
+                       cost_share=0.6, origin="runtime",
+                       evidence=(Evidence("data_loading_share", 0.6, 0.3, "fraction", extra=extra),))
+
+    # the run measured 4 cores: the workers keep a quarter of the loading in the step
+    (w,) = [f for f in apply_overlaps([gp102, gp601({"num_workers": 0, "cores": 4})]) if f.code == "GP601"]
+    assert w.what_if_saving_us == pytest.approx(wait * 0.75, abs=0.5)
+    # cores not known: no figure, the loader note carried
+    (w,) = [f for f in apply_overlaps([gp102, gp601({"num_workers": 0})]) if f.code == "GP601"]
+    assert w.what_if_saving_us is None and (w.what_if_note or "").startswith(NOTE_LOADER_CPU)

@@ -150,3 +150,26 @@ def test_launch_blocked_on_the_autograd_thread_waits_for_the_gpu(tmp_path: Path)
     assert kinds["kernel"] > 0.7 * cp.length_us
     backward_host = sum(p.us for p in cp.parts if p.name.startswith("autograd::engine"))
     assert backward_host < 0.2 * cp.length_us
+
+
+def test_markdown_says_how_far_the_host_ran_ahead(tmp_path: Path) -> None:
+    from gpuprof.analysis import analyze
+    from gpuprof.render import render
+
+    b = TraceBuilder(stream_gaps_us=GAPS)
+    for _ in range(3):
+        with b.step():
+            for _ in range(40):
+                b.kernel("k", us=200.0)
+            b.device_synchronize()
+    report = analyze(str(b.write(tmp_path / "gpu" / "t.pt.trace.json")))
+    cp = report.traces[0].critical_path
+    assert cp is not None and cp.host_ahead_us > 3000.0
+    text = render(report, "markdown")
+    assert "The host ran " in text and "ahead of the GPU on the path" in text
+    b = TraceBuilder()
+    for _ in range(3):
+        with b.step():
+            b.cpu(us=500, name="aten::host_a")
+    assert "ahead of the GPU on the path" not in render(analyze(str(b.write(tmp_path / "cpu" / "t.pt.trace.json"))),
+                                                        "markdown")

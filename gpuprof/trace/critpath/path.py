@@ -11,7 +11,8 @@ pieces it crosses tile the step, so their times add up to the step time.
 **Kinds** of the path's time: ``kernel`` (a kernel ran, with the small gap
 before the next queued one), ``copy`` (a copy or memset ran), ``operator``
 (the host ran an operator, or a runtime call other than a launch), ``launch_gap``
-(the host was launching: a launch call, and the latency from it to the kernel),
+(the host was launching while the stream was empty: a launch call, and the latency
+from it to the start of work that was not queued),
 ``sync_wait`` (the host was in a synchronising call or a blocking copy after the
 GPU work it waited for was done, or waited for nothing), ``data_wait`` (the
 main thread was loading data), ``idle`` (nothing recorded on the main thread, or

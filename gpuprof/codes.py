@@ -257,13 +257,18 @@ def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None
 def _with_what_if_of(w: Finding, lost: list[Finding]) -> Finding:
     """``w`` with the what-if of the first finding it absorbed that has one, when it has none itself: one problem,
     seen twice, replayed once (GP601 measured at runtime absorbs GP102, which the trace replayed)."""
+    from gpuprof.trace.critpath.whatif import carry_note, loader_without_gpu, step_of
+
+    if w.what_if_saving_us is None and w.what_if_note is None:
+        cpu = next((x for x in lost if x.what_if_saving_us is None and loader_without_gpu(x) is not None), None)
+        if cpu is not None:  # a loader fix on a run without GPU work: modelled with the cores the run measured
+            return loader_without_gpu(cpu, w) or w
     carried = next((x for x in lost if x.what_if_saving_us is not None), None)
     if w.what_if_saving_us is not None or carried is None or carried.what_if_saving_us is None:
         return w
-    from gpuprof.trace.critpath.whatif import margin_note, step_of
-
     step = step_of(w) or step_of(carried)
-    note = margin_note(w.cost_us_per_step, carried.what_if_saving_us, step) if step else carried.what_if_note
+    note = carry_note(w.cost_us_per_step, carried.what_if_saving_us, step, carried.what_if_note) if step \
+        else carried.what_if_note
     return dataclasses.replace(w, what_if_saving_us=carried.what_if_saving_us, what_if_note=note)
 
 

@@ -245,7 +245,7 @@ _VIEWS = _object({}, {"version": _number(low=1, integer=True), "kernel_total_us"
 
 # the critical path (1.5, docs/critical-path.md): parts of the mean step, each a duration
 _CRITICAL_PART = _object({"kind": _text(), "name": _text(), "us": _STEP_US}, {})
-_CRITICAL_PATH = _object({"length_us": _STEP_US, "parts": _list(_CRITICAL_PART)}, {}, nullable=True)
+_CRITICAL_PATH = _object({"length_us": _STEP_US, "parts": _list(_CRITICAL_PART)}, {"host_ahead_us": _STEP_US}, nullable=True)
 
 def _row(*cells: Check) -> Check:
     """A list of exactly these cells (a timeline's event row or critical segment)."""

@@ -406,7 +406,7 @@ def dataloader_findings(
                 rec,
                 (Evidence("data_loading_share", round(share, 4), options.dataloader_share_warning, "fraction",
                           extra={"num_workers": 0, "batches": rec.batches, "fetch_s": round(rec.fetch_s, 6),
-                                 "steps": num_steps}),),
+                                 "steps": num_steps, "cores": cores, "on_cuda": on_cuda}),),
                 severity=sev,
                 cost_us=per_step_us,
                 cost_share=share,

@@ -10,7 +10,7 @@ from gpuprof.findings import Finding
 from gpuprof.report import TraceSummary
 from gpuprof.units import fmt_pct, fmt_us
 
-__all__ = ["PATH_LABELS", "TOP_PARTS", "critical_rows", "fmt_what_if"]
+__all__ = ["PATH_LABELS", "TOP_PARTS", "critical_rows", "fmt_what_if", "host_ahead_line"]
 
 TOP_PARTS = 6  # the section is short: the largest parts, the rest summed
 
@@ -35,6 +35,16 @@ def critical_rows(t: TraceSummary, top: int = TOP_PARTS) -> list[tuple[str, str,
     if len(cp.parts) > top and rest > 0:
         rows.append(("", f"{len(cp.parts) - top} more parts", fmt_us(rest), fmt_pct(rest / cp.length_us)))
     return rows
+
+
+def host_ahead_line(t: TraceSummary) -> str | None:
+    """``The host ran 12.3 ms ahead of the GPU ...`` under the critical path (its ``host_ahead_us``, the launch
+    queue's depth on the path); None where the path crosses no GPU work launched ahead."""
+    cp = t.critical_path
+    if cp is None or cp.host_ahead_us <= 0 or cp.length_us <= 0:
+        return None
+    return (f"The host ran {fmt_us(cp.host_ahead_us)} ahead of the GPU on the path (the launch queue's depth: "
+            "from each launch to its work's start, mean over the path's GPU time)")
 
 
 def fmt_what_if(f: Finding) -> str | None:

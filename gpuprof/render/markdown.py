@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
-from gpuprof.render.critpath import critical_rows, fmt_what_if
+from gpuprof.render.critpath import critical_rows, fmt_what_if, host_ahead_line
 from gpuprof.render.groups import applies_to, group_cost, group_findings, groups_head, trace_labels
 from gpuprof.render.safe import clip, one_line, shorten, visible
 from gpuprof.render.sections import markdown_renderer
@@ -184,6 +184,9 @@ def _trace(t: TraceSummary) -> list[str]:
     if path_rows:  # what set the step's length (docs/critical-path.md)
         path_md = [(md_escape(kind), md_name(name, NAME_WIDTH) if name else "", us, share) for kind, name, us, share in path_rows]
         out += ["### Critical path", "", md_table(["Kind", "Name", "Time per step", "% of path"], path_md, "llrr"), ""]
+        ahead = host_ahead_line(t)
+        if ahead:
+            out += [ahead + ".", ""]
     if t.top_kernels:
         out += ["### Top kernels", ""]
         rows: list[tuple[str, ...]] = [

@@ -26,7 +26,7 @@ from rich.text import Text
 from gpuprof import units as U
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
-from gpuprof.render.critpath import critical_rows, fmt_what_if
+from gpuprof.render.critpath import critical_rows, fmt_what_if, host_ahead_line
 from gpuprof.render.groups import applies_to, group_cost, group_findings, groups_head, trace_labels
 from gpuprof.render.layout import GAP, emit_table, wrap_text
 from gpuprof.render.safe import clip, one_line, shorten, visible
@@ -279,6 +279,9 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
         for kind, name, us, share in path_rows:
             table.add_row(_t(kind), _t(clip(name, 70)), us, share)
         parts += [Text(""), table]
+        ahead = host_ahead_line(t)
+        if ahead:
+            parts.append(Text(ahead, style="dim"))
     console.print(Panel(Group(*parts), title=Text("Trace", style="bold"), title_align="left", box=box.ROUNDED, expand=True))
 
     if t.top_kernels:

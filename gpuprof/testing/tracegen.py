@@ -247,6 +247,7 @@ class TraceBuilder:
         hip: bool = False,
         base_time_ns: int = 1_700_000_000_000_000_000,
         max_queue: int = 1024,
+        stream_gaps_us: Sequence[float] = (),
     ) -> None:
         if dialect not in ("modern", "2021"):
             raise ValueError(f"dialect must be 'modern' or '2021', not {dialect!r}")
@@ -279,6 +280,9 @@ class TraceBuilder:
         self._stream_free: dict[tuple[int, int], float] = {}
         self._pending: dict[tuple[int, int], collections.deque[float]] = {}
         self.max_queue = max_queue
+        # queued GPU work starts this long after the previous work of its stream ends (cycled; real GPUs: 1-9 µs)
+        self.stream_gaps_us = tuple(float(x) for x in stream_gaps_us)
+        self._gap_i = 0
         self._default_stream = DEFAULT_STREAM
         self._default_device = 0
         self._ext = 0
@@ -476,8 +480,9 @@ class TraceBuilder:
             self.runtime("cudaStreamWaitEvent", us=2.0)
         rt, corr = self._runtime(launch, self._queue_wait(dev, st) + (self.launch_us if launch_us is None else launch_us))
         not_before = rt["ts"] + rt["dur"]
-        for other in wait_for:
-            not_before = max(not_before, self._stream_free.get((dev, other), self.start_us))
+        waited = max((self._stream_free.get((dev, other), self.start_us) for other in wait_for), default=not_before)
+        if waited > not_before:  # held by another stream: starts after its work (and a queued start's gap)
+            not_before = waited + self._next_gap()
         blocks = 1
         for g in grid:
             blocks *= int(g)
@@ -917,6 +922,13 @@ class TraceBuilder:
         self.now += dur
         return ev, corr
 
+    def _next_gap(self) -> float:
+        """How long after the work it was queued behind the next queued GPU event starts (``stream_gaps_us``)."""
+        if not self.stream_gaps_us:
+            return 0.0
+        self._gap_i += 1
+        return self.stream_gaps_us[(self._gap_i - 1) % len(self.stream_gaps_us)]
+
     def _queue_wait(self, dev: int, stream: int) -> float:
         """How long a launch at ``now`` blocks because the stream's queue is full."""
         q = self._pending.get((dev, stream))
@@ -932,7 +944,10 @@ class TraceBuilder:
     def _gpu(self, cat: str, name: str, dur: float, dev: int, stream: int, corr: int, rt: dict[str, Any],
              not_before: float, extra: dict[str, Any]) -> dict[str, Any]:
         key = (dev, stream)
-        start = max(not_before, self._stream_free.get(key, self.start_us))
+        free = self._stream_free.get(key, self.start_us)
+        if free > not_before:  # queued behind the stream's work
+            free += self._next_gap()
+        start = max(not_before, free)
         dur = max(float(dur), 0.0)
         self._stream_free[key] = start + dur
         self._pending.setdefault(key, collections.deque()).append(start + dur)

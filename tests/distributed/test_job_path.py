@@ -39,6 +39,7 @@ class Rank:
     broadcast_us: float = 0.0  # a broadcast after the all-reduce that no other rank runs (matched on no rank)
     second_us: float = 0.0  # a second all-reduce, queued right behind the first on the NCCL stream
     gemm_us: float = GEMM_US  # the compute before the all-reduce (a slower GPU: longer)
+    after_us: float = 0.0  # a kernel after the all-reduce on the compute stream that waits for it (its output)
     events: list[dict[str, Any]] = field(default_factory=list)  # per step: marker, all-reduce
 
 
@@ -50,6 +51,8 @@ def _step(tb: TraceBuilder, r: Rank, ar_us: float) -> tuple[dict[str, Any], dict
         if r.sleep_us:
             tb.idle(us=r.sleep_us)
         ar = tb.nccl(us=ar_us, wait_for_compute=True)
+        if r.after_us:
+            tb.kernel("after_collective", us=r.after_us, wait_for=(ar["args"]["stream"],))
         if r.second_us:
             tb.nccl(us=r.second_us, wait_for_compute=False)
         if r.broadcast_us:
@@ -61,9 +64,11 @@ def _step(tb: TraceBuilder, r: Rank, ar_us: float) -> tuple[dict[str, Any], dict
     return marker, ar
 
 
-def _job(tmp_path: Path, ranks: list[Rank], steps: int = 3) -> list[Path]:
-    """The ranks' traces: per step, each rank's all-reduce ends at the latest arrival plus the transfer."""
-    tbs = [TraceBuilder(rank=k, world_size=len(ranks), start_us=5e9 + 7_654_321.0 * k) for k in range(len(ranks))]
+def _job(tmp_path: Path, ranks: list[Rank], steps: int = 3, gaps: tuple[float, ...] = ()) -> list[Path]:
+    """The ranks' traces: per step, each rank's all-reduce ends at the latest arrival plus the transfer (``gaps``:
+    queued GPU work starts that long after what it waited for, cycled, as real GPUs do)."""
+    tbs = [TraceBuilder(rank=k, world_size=len(ranks), start_us=5e9 + 7_654_321.0 * k, stream_gaps_us=gaps)
+           for k in range(len(ranks))]
     for _ in range(steps):
         arrivals = []
         for tb, r in zip(tbs, ranks):  # a dry run tells each rank's arrival: its start does not depend on its length
@@ -140,6 +145,28 @@ def test_job_path_bad_a_late_rank_puts_its_sleep_on_the_job_path(tmp_path: Path)
     assert 8_000.0 <= _on(cp, "idle", NOTHING, 1) <= 8_000.0 + 20.0  # the sleep, with the builder's call gaps
     assert not [p for p in cp.parts if "sgemm" in p.name or p.kind == "rank_wait"]  # both gemms hidden
     assert cp.last_ranks == {0: 3}
+
+
+def test_job_path_bad_a_wait_inside_a_collective_crosses_to_the_late_rank(tmp_path: Path) -> None:
+    """Rank 1 sleeps 8 ms before its all-reduce; rank 0 waits inside it. On both, the compute after the
+    all-reduce waits for it (launched long before, started 4-9 µs after the all-reduce ended, as GPUs start queued
+    work). Rank 0's wait is not a launch gap of its own: the path crosses the all-reduce to rank 1, the late rank."""
+    gaps = (4.0, 6.0, 9.0, 5.0, 7.0, 8.0)
+    ranks = [Rank(after_us=300.0), Rank(sleep_us=8_000.0, after_us=300.0)]
+    cp = _path(analyze([str(p) for p in _job(tmp_path, ranks, gaps=gaps)]))
+    _sums(cp)
+    r0, r1 = ranks
+    before1 = _before(r1)
+    assert _on(cp, "kernel", AR, 1) == pytest.approx(TRANSFER_US)  # the late rank's collective: the transfer
+    assert 8_000.0 <= _on(cp, "idle", NOTHING, 1) <= 8_000.0 + 20.0
+    # per step: the tail of the rank that ended it last (the ranks' tails differ by the GPU's few-µs gaps), the
+    # transfer, rank 1's step up to its arrival, sleep included
+    assert cp.ranks[1] >= before1 + TRANSFER_US - 0.01
+    assert cp.length_us == pytest.approx(_tail(r0) + TRANSFER_US + before1, abs=10.0)
+    assert _on(cp, "kernel", "after_collective", 0) + _on(cp, "kernel", "after_collective", 1) == pytest.approx(300.0)
+    # the waiting rank's part is at most its tail after the all-reduce: its wait is no launch gap, no rank_wait
+    assert cp.ranks.get(0, 0.0) <= _tail(r0) + 0.01
+    assert not [p for p in cp.parts if p.kind in ("launch_gap", "rank_wait") and p.us > 50.0]
 
 
 def test_job_path_bad_three_ranks_the_last_to_end_and_the_last_to_arrive(tmp_path: Path) -> None:

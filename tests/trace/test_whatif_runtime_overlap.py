@@ -131,7 +131,7 @@ def test_gp205_bad_a_cudafree_that_waits_for_the_gpu_starves_it(tmp_path: Path) 
     assert f.what_if_saving_us == pytest.approx(saved / 3, abs=1.0)
     # the rule counts the call's 200 µs with no kernel running; the replay also frees the host work it serialised
     assert f.cost_us_per_step == pytest.approx(200.0, abs=5.0)
-    assert f.what_if_saving_us > 700.0 and f.what_if_note == NOTE_STARVES
+    assert f.what_if_saving_us > 700.0 and (f.what_if_note or "").startswith(NOTE_STARVES)
 
 
 def test_gp205_good_calls_under_a_long_kernel_save_nothing(tmp_path: Path) -> None:
@@ -326,8 +326,11 @@ def _check_gp205(m: TraceMetrics, findings: list[Finding], p: Path) -> int:
         assert f.what_if_saving_us is not None, p
         assert 0.0 <= f.what_if_saving_us <= m.mean_step_time + 0.1, p
         want = margin_note(f.cost_us_per_step, f.what_if_saving_us, m.mean_step_time)
-        ok = {NOTE_HIDDEN: (NOTE_HIDDEN, NOTE_OTHER_THREADS)}.get(want, (want,)) if want else (None,)
-        assert f.what_if_note in ok, (p, f.what_if_note)
+        note = f.what_if_note
+        assert (note is None) == (want is None), (p, note)
+        if want is not None and note is not None:  # the same direction (its reason is the graph's)
+            assert note == NOTE_OTHER_THREADS and want.startswith(NOTE_HIDDEN) \
+                or note.startswith(NOTE_HIDDEN) == want.startswith(NOTE_HIDDEN), (p, note)
     return seen
 
 

@@ -65,7 +65,7 @@ def overlapped(g: StepGraph) -> StepGraph | None:
     w_gpu = np.where(g.w_gpu >= 0, inv[np.maximum(g.w_gpu, 0)], -1) if n else g.w_gpu
     return dataclasses.replace(
         g, g_ts=g.g_ts[order], g_end=g.g_end[order], g_stream=stream, g_kind=g.g_kind[order], g_name=g.g_name[order],
-        g_prev=new_prev, g_run=run, g_launch=g.g_launch[order], g_launch_code=g.g_launch_code[order],
+        g_prev=new_prev, g_run=run, g_queued=g.g_queued[order] & same, g_launch=g.g_launch[order], g_launch_code=g.g_launch_code[order],
         g_ready=ready[order], g_dep=new_dep, w_gpu=w_gpu)
 
 

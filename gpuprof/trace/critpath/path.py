@@ -11,7 +11,8 @@ pieces it crosses tile the step, so their times add up to the step time.
 **Kinds** of the path's time: ``kernel`` (a kernel ran, with the small gap
 before the next queued one), ``copy`` (a copy or memset ran), ``operator``
 (the host ran an operator, or a runtime call other than a launch), ``launch_gap``
-(the host was launching: a launch call, and the latency from it to the kernel),
+(the host was launching while the stream was empty: a launch call, and the latency
+from it to the start of work that was not queued),
 ``sync_wait`` (the host was in a synchronising call or a blocking copy after the
 GPU work it waited for was done, or waited for nothing), ``data_wait`` (the
 main thread was loading data), ``idle`` (nothing recorded on the main thread, or
@@ -59,6 +60,9 @@ class CriticalPath:
 
     length_us: float = 0.0
     parts: list[CriticalPart] = field(default_factory=list)
+    # how long the host ran ahead of the GPU on the path: the mean, over the path's GPU time, of the time from each
+    # event's launch call to its start (the launch queue's depth; 0 without GPU work on the path)
+    host_ahead_us: float = 0.0
 
 
 @dataclass
@@ -142,6 +146,10 @@ def _handoff(g: StepGraph, r: int, t: float, a: float, out: _Walk) -> tuple[floa
         e = min(float(g.g_end[dep]), t)
         out.pieces.append((_lane(g, r), max(e, a), t, "idle", "wait for another stream"))
         return e, dep
+    if g.g_queued[r] and prev >= 0 and g.g_end[prev] > a:  # queued, started long after it could: not recorded why
+        e = min(float(g.g_end[prev]), t)
+        out.pieces.append((_lane(g, r), max(e, a), t, "idle", "GPU idle, cause not recorded"))
+        return e, prev
     if launch == launch and launch <= t:  # not NaN
         code = int(g.g_launch_code[r])
         out.pieces.append((_lane(g, r), max(launch, a), t, "launch_gap", g.launch_names[code] if code >= 0 else "launch"))
@@ -230,7 +238,12 @@ def critical_path(m: TraceMetrics) -> CriticalPath | None:
     for piece in w.pieces:
         total[(piece[3], piece[4])] += max(piece[2] - piece[1], 0.0)
     idx, s, e = _run_spans(g, w.runs)
+    ahead = 0.0
     if len(idx):
+        lag = g.g_ts[idx] - g.g_launch[idx]
+        ok = ~np.isnan(lag) & (e > s)
+        if ok.any():
+            ahead = float(np.dot(np.maximum(lag[ok], 0.0), (e - s)[ok]) / (e - s)[ok].sum())
         per = np.bincount(g.g_name[idx] * 2 + (g.g_kind[idx] == GPU_COPY), weights=e - s, minlength=2 * len(g.names))
         for code in np.flatnonzero(per > 0).tolist():
             total[("copy" if code % 2 else "kernel", g.names[code // 2])] += float(per[code])
@@ -243,7 +256,7 @@ def critical_path(m: TraceMetrics) -> CriticalPath | None:
         # part, so that the parts still add up to the step and none is negative
         top = max(total, key=lambda k: total[k])
         total[top] -= (covered - length) * n
-    return CriticalPath(length_us=length, parts=_top_parts(total, n))
+    return CriticalPath(length_us=length, parts=_top_parts(total, n), host_ahead_us=ahead)
 
 
 def _label(name: str) -> str:

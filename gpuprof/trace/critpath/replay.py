@@ -101,14 +101,29 @@ class Replayer:
             if classify_runtime(name) is RuntimeClass.LAUNCH:
                 launches = launches.union(calls)
         self.launch_us = launches.per_segment(seg_lo, np.maximum(seg_hi, seg_lo)).tolist()
+        self._recorded: tuple[float, float] | None = None
+        self.last_held = False  # after a replay: its host's last wait ended when the GPU's work it waited for did
+
+    @property
+    def recorded(self) -> tuple[float, float]:
+        """:meth:`ends` of the unchanged graph (replayed once)."""
+        if self._recorded is None:
+            self._recorded = self.ends()
+        return self._recorded
 
     def end(self, rm: Removal = Removal()) -> float:
         """When the replayed steps end: the later of the host's last step end and the GPU work launched
         before it (the recorded steps' end, for the unchanged graph)."""
+        return max(self.ends(rm))
+
+    def ends(self, rm: Removal = Removal()) -> tuple[float, float]:
+        """The replayed host's last step end and the end of the GPU work launched before it (-inf: none); sets
+        :attr:`last_held`."""
         g, C, u = self.g, self.C, self.u
         dur = g.g_end - g.g_ts
         cut_seg, cut_wait, cut_ev = self._cuts(rm.cut_host)
         shift = 0.0  # how much earlier than recorded the host now runs
+        held = False  # the host's last wait waited for the GPU's work
         best: dict[int, float] = {}  # per stream: max(u - shift) over its events so far
         last: dict[int, int] = {}
         for k in range(len(self.waits) + 1):
@@ -139,12 +154,42 @@ class Replayer:
                         new = max(new, float(C[i] + dur[i]) + best[s])
             over = max(w_end - max(w_ts, rec) - cut_wait[k], 0.0)  # a call cut inside a data wait shortens it
             done = start + over if w in rm.make_async or rec == -np.inf else max(start, new) + over
+            held = not (w in rm.make_async or rec == -np.inf) and new > start  # the GPU released the host
             shift = w_end - done
         if rm.close_launch_gaps:
             shift += self.launch_us[-1]
         shift += cut_seg[-1]
         gpu = max((float(C[i] + dur[i]) + best[s] for s, i in last.items()), default=-np.inf)
-        return max(self.host_end - shift, gpu)
+        self.last_held = held
+        return self.host_end - shift, gpu
+
+    def bound(self, rm: Removal) -> float:
+        """An upper bound of what removing ``rm`` can save over the recorded steps, from the recording alone
+        (µs in all): the host ends earlier by at most the time removed from it (the waits, the time cut, the
+        launch calls), and each stream's GPU work ends earlier by at most its idle time after the first thing
+        removed (kernels keep their length; work launched before that keeps its place)."""
+        g = self.g
+        ws = sorted(rm.drop | rm.make_async)
+        spans = [(float(g.w_ts[w]), float(g.w_end[w])) for w in ws]
+        host_gain = sum(b - a for a, b in spans) + rm.cut_host.total()
+        t0 = min([a for a, _ in spans] + ([float(rm.cut_host.starts[0])] if rm.cut_host else []), default=np.inf)
+        if rm.close_launch_gaps:
+            host_gain += float(sum(self.launch_us))
+            t0 = g.steps[0][0] if g.steps else -np.inf
+        if t0 == np.inf:
+            return 0.0
+        host_end, gpu_end = self.recorded
+        floor = -np.inf
+        inside = self.when <= self.host_end
+        for s in set(g.g_stream[inside].tolist()):
+            at = np.flatnonzero(inside & (g.g_stream == s))
+            end_s = float(g.g_end[at].max())
+            if end_s <= t0:
+                floor = max(floor, end_s)
+                continue
+            busy = Intervals.from_arrays(g.g_ts[at], g.g_end[at]).intersect(Intervals.from_pairs([(t0, end_s)]))
+            floor = max(floor, t0 + busy.total())  # the stream's end with every idle stretch after t0 closed
+        return max(max(host_end, gpu_end) - max(host_end - host_gain, floor), 0.0)
 
     def _cuts(self, cut: Intervals) -> tuple[list[float], list[float], np.ndarray]:
         """The host time ``cut`` takes away: per host stretch (before each wait, then to the end), inside each
@@ -162,6 +207,7 @@ class Replayer:
 
 
 def replay_saving(r: Replayer, rm: Removal) -> float:
-    """How much shorter the recorded steps are, per step, with ``rm`` removed (µs; never negative)."""
+    """How much shorter the recorded steps are, per step, with ``rm`` removed (µs; never negative, never above
+    :meth:`Replayer.bound`)."""
     n = max(len(r.g.steps), 1)
-    return max(r.end() - r.end(rm), 0.0) / n
+    return min(max(max(r.recorded) - r.end(rm), 0.0), r.bound(rm)) / n

@@ -17,34 +17,46 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from gpuprof.findings import Finding
+from gpuprof.findings import Evidence, Finding
 from gpuprof.trace.columns import columns
 from gpuprof.trace.critpath.graph import WAIT_DATA, StepGraph, build_graph
 from gpuprof.trace.critpath.replay import Removal, Replayer, replay_saving
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.threads import thread_keys
+from gpuprof.units import fmt_us
 
-__all__ = ["ACTIONS", "MARGIN_SHARE", "MARGIN_STEP_SHARE", "with_what_if", "NOTE_HIDDEN", "NOTE_STARVES",
+__all__ = ["ACTIONS", "MARGIN_SHARE", "MARGIN_STEP_SHARE", "with_what_if", "NOTE_HIDDEN", "NOTE_STARVES", "NOTE_MORE",
+           "NOTE_LOADER_CPU", "WHY_GPU", "WHY_TRANSFER", "WHY_HOST", "WHY_STARVES", "WHY_PART", "LOADER_CODES",
+           "loader_saving", "carry_note", "loader_without_gpu",
            "NOTE_NOT_REPLAYED", "NOTE_CROSS_RANK", "NOTE_OTHER_THREADS", "margin_note", "step_of", "cross_rank_not_replayed",
            "call_names"]
 
 MARGIN_SHARE = 0.25
 MARGIN_STEP_SHARE = 0.01
 
-# The step still waits for something else: GPU work already queued (a data wait while the GPU runs the previous
-# step), the transfer itself (a blocking copy made asynchronous: the kernels still need its data), work launched
-# later or the host's own launching (a sync in a host-bound step). Worded to hold in each case, as the finding
-# does not say which one it was.
-NOTE_HIDDEN = ("the step still waits for what else sets it (GPU work already queued, the transfer itself, or the "
-               "host's own work): the replay saves less than the rule's cost; believe the what-if")
-NOTE_STARVES = ("starves the GPU: removing it saves more than its own time (the GPU work it held back "
-                "runs earlier); believe the what-if")
+# The notes' openings (a note goes on with the reason the graph gives: which edge kept the step, what the GPU did)
+NOTE_HIDDEN = "the step still waits for what else sets it"
+NOTE_STARVES = "starves the GPU"
+NOTE_MORE = "saves more than the rule's cost"
+NOTE_LOADER_CPU = "not replayed as a saving: no GPU in this trace"
+# the reasons (derived from the replay: see _reason)
+WHY_GPU = ("the GPU's queued work: the replayed step ends with the GPU, which ran work through {busy:.0%} of these "
+           "waits")
+WHY_TRANSFER = ("the transfers themselves and the GPU work queued with them: the replayed step ends with the GPU, "
+                "which ran work through {busy:.0%} of these waits")
+WHY_HOST = "the host's own work: the replayed step ends with the main thread, which ran on between these waits"
+WHY_STARVES = ("the GPU work it held back (the host work that launches it waited) ends {idle} per step earlier in "
+               "the replay, more than the cause's own cost")
+WHY_PART = ("the rule's cost counts only part of the time removed ({waits} per step on the main thread), and the host "
+            "work after it runs earlier")
 NOTE_NOT_REPLAYED = "not replayed: its cause is not a node of the step graph; the rule's cost is its own estimate"
 NOTE_CROSS_RANK = "not replayed: a cross-rank cause (the ranks' graphs are not joined); the rule's cost stands"
 NOTE_OTHER_THREADS = ("part of these calls ran on other host threads (the autograd or a pin-memory thread): the "
                       "replay cuts only the main thread's time, as the trace does not record what the main thread "
                       "waited for on another; take the what-if as the lower bound and the rule's cost as the upper")
+
+LOADER_CODES = ("GP102", "GP103")  # a loader fix: the data waits go to DataLoader workers
 
 _Pick = Callable[[StepGraph, Replayer, Finding, TraceMetrics], Removal]
 
@@ -146,8 +158,10 @@ ACTIONS: dict[str, tuple[str, _Pick]] = {
 CROSS_RANK = ("GP7",)
 
 
-def with_what_if(m: TraceMetrics, findings: Iterable[Finding]) -> list[Finding]:
-    """``findings`` (of ``m``'s trace) with their what-if set (see the module docstring)."""
+def with_what_if(m: TraceMetrics, findings: Iterable[Finding], cores: int | None = None) -> list[Finding]:
+    """``findings`` (of ``m``'s trace) with their what-if set (see the module docstring). ``cores``: the CPU cores
+    the trainer may run on, where known (a trace does not record them): a loader fix on a trace without GPU work is
+    then modelled with the workers sharing them (:func:`loader_saving`)."""
     out = []
     replayer: Replayer | None = None
     findings = list(findings)
@@ -169,12 +183,94 @@ def with_what_if(m: TraceMetrics, findings: Iterable[Finding]) -> list[Finding]:
             startup = _startup_spans(findings) if startup is None else startup
             rm = dataclasses.replace(rm, cut_host=rm.cut_host.subtract(startup))
         saving = replay_saving(replayer, rm)
+        if f.code in LOADER_CODES and not g.n_gpu:
+            out.append(_loader_without_gpu(f, saving, cores, m.mean_step_time))
+            continue
         note = margin_note(f.cost_us_per_step, saving, m.mean_step_time)
-        if note == NOTE_HIDDEN and action[1] is _runtime_calls \
+        if note is not None:  # why, from the graph (one more replay, only where the figures differ)
+            note = margin_note(f.cost_us_per_step, saving, m.mean_step_time, _reason(g, replayer, rm, f.cost_us_per_step))
+        if note is not None and note.startswith(NOTE_HIDDEN) and action[1] is _runtime_calls \
                 and _elsewhere_us(g, f, m) > MARGIN_STEP_SHARE * m.mean_step_time:
             note = NOTE_OTHER_THREADS  # the gap is (partly) calls the main thread's time line does not hold
         out.append(dataclasses.replace(f, what_if_saving_us=round(saving, 1), what_if_note=note))
     return out
+
+
+def loader_saving(wait_us: float, cores: int) -> float:
+    """What a loader fix saves per step on a run without GPU work, ``wait_us`` of data loading per step moved to
+    DataLoader workers on a machine of ``cores`` cores (docs/critical-path.md): the trainer's compute keeps every
+    core busy (PyTorch's intra-op threads, one per core), so the workers' loading takes its CPU time from it, spread
+    over the cores: the step keeps ``wait_us / cores`` of it. Worker start-up and batch transfer are not counted
+    (they can make the fix cost more than it saves)."""
+    return max(wait_us, 0.0) * (1.0 - 1.0 / max(cores, 1))
+
+
+def _loader_without_gpu(f: Finding, replayed: float, cores: int | None, step: float) -> Finding:
+    """A loader fix's what-if on a trace without GPU work: the workers share the trainer's cores."""
+    evidence = f.evidence + (Evidence("loader_wait_us", round(replayed, 1), None, "us",
+                                      extra={"replayed": "data waits removed, no GPU work in the trace"}),)
+    if cores is not None:
+        saving = loader_saving(replayed, cores)
+        why = (f"no GPU in this trace: DataLoader workers would load on the {cores} cores the trainer computes on, "
+               f"keeping 1/{cores} of the {fmt_us(replayed)} per step of loading in the step")
+        note = margin_note(f.cost_us_per_step, saving, step, (why, f"{NOTE_MORE}: {why}"))
+        return dataclasses.replace(f, what_if_saving_us=round(saving, 1), what_if_note=note, evidence=evidence)
+    return dataclasses.replace(f, evidence=evidence, what_if_note=(
+        f"{NOTE_LOADER_CPU}: DataLoader workers would load on the cores the trainer computes on (PyTorch's own "
+        f"threads use every core), so of the {fmt_us(replayed)} per step of loading the step saves at most "
+        f"(1 - 1/N) of it on N cores, less the workers' start-up and batch transfer; the trace does not record N"))
+
+
+def loader_without_gpu(lost: Finding, w: Finding | None = None) -> Finding | None:
+    """For a loader finding whose trace had no GPU work (its ``loader_wait_us`` evidence): with ``w`` (the runtime
+    finding that absorbs it, GP601, whose evidence may give the run's ``cores``), ``w`` with the loader what-if
+    modelled on those cores, or with ``lost``'s note where the cores are not known; without ``w``, ``lost`` itself
+    when it is such a finding (None: it is not)."""
+    wait = next((e.value for e in lost.evidence if e.metric == "loader_wait_us"), None)
+    if not isinstance(wait, (int, float)):
+        return None
+    if w is None:
+        return lost
+    cores = next((e.extra.get("cores") for e in w.evidence if isinstance(e.extra.get("cores"), int)), None)
+    if cores is None:
+        return dataclasses.replace(w, what_if_note=lost.what_if_note)
+    step = step_of(w) or step_of(lost) or 0.0
+    return _loader_without_gpu(w, float(wait), cores, step)
+
+
+def _reason(g: StepGraph, r: Replayer, rm: Removal, cost: float | None) -> tuple[str, str]:
+    """Why the replay and the rule's cost differ, from the replay (which edge ends the replayed steps, what the GPU
+    did during the waits removed): ``(reason if it saves less, reason if it saves more)``."""
+    n = max(len(g.steps), 1)
+    ws = sorted(rm.drop | rm.make_async)
+    spans = Intervals.from_pairs((float(g.w_ts[w]), float(g.w_end[w])) for w in ws)
+    waits = spans.total() + rm.cut_host.total()
+    gpu_iv = Intervals.from_arrays(g.g_ts, g.g_end) if g.n_gpu else Intervals.empty()
+    busy = gpu_iv.intersect(spans).total() / spans.total() if spans.total() > 0 else 0.0
+    host, gpu = r.ends(rm)
+    if g.n_gpu and (gpu >= host or r.last_held):  # the GPU ends the replayed steps, or released their last wait
+        less = (WHY_TRANSFER if rm.make_async else WHY_GPU).format(busy=busy)
+    else:
+        less = WHY_HOST
+    _h0, gpu0 = r.recorded
+    if g.n_gpu and (gpu0 - gpu) / n > (cost or 0.0):
+        # GPU work the cause held back: in the replay it ends earlier, by more than the cause's own cost
+        more = f"{NOTE_STARVES}: " + WHY_STARVES.format(idle=fmt_us((gpu0 - gpu) / n))
+    else:
+        more = f"{NOTE_MORE}: " + WHY_PART.format(waits=fmt_us(waits / n))
+    return less, more
+
+
+def carry_note(cost: float | None, saving: float, step: float, note: str | None) -> str | None:
+    """:func:`margin_note` for a what-if carried to another finding of the same problem (GP601 absorbing GP102):
+    the carried ``note``'s reason where the figures still differ the same way, else the note without a reason."""
+    new = margin_note(cost, saving, step)
+    if new is None or note is None:
+        return new
+    if new.startswith(NOTE_HIDDEN) == note.startswith(NOTE_HIDDEN) and note.startswith(
+            (NOTE_HIDDEN, NOTE_STARVES, NOTE_MORE)):
+        return note
+    return new
 
 
 def step_of(f: Finding) -> float | None:
@@ -184,14 +280,20 @@ def step_of(f: Finding) -> float | None:
     return f.cost_us_per_step / f.cost_share
 
 
-def margin_note(cost: float | None, saving: float, step: float) -> str | None:
-    """Which figure to believe when the rule's cost and the replay disagree beyond the margin (None: they agree)."""
+def margin_note(cost: float | None, saving: float, step: float,
+                reasons: tuple[str, str] | None = None) -> str | None:
+    """Which figure to believe when the rule's cost and the replay disagree beyond the margin (None: they agree).
+    ``reasons``: why, if the replay saves less and if it saves more (:func:`_reason`, from the graph); without them,
+    the note says only which figure to believe."""
     if cost is None:
         return None
     gap = abs(saving - cost)
     if gap <= MARGIN_SHARE * max(cost, saving) or gap <= MARGIN_STEP_SHARE * step:
         return None
-    return NOTE_HIDDEN if saving < cost else NOTE_STARVES
+    if saving < cost:
+        why = f": {reasons[0]}" if reasons else ""
+        return f"{NOTE_HIDDEN}{why}; the replay saves less than the rule's cost; believe the what-if"
+    return f"{reasons[1] if reasons else NOTE_MORE}; believe the what-if"
 
 
 def cross_rank_not_replayed(findings: Iterable[Finding]) -> list[Finding]:

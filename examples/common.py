@@ -63,4 +63,47 @@ def note_facts(**facts: object) -> None:
             json.dump(facts, fh)
 
 
+_GPUPROF = gpuprof  # the real package, whatever ``gpuprof`` below becomes
+
+
+class _NoCapture:
+    """``gpuprof.profile(...)`` doing nothing (``GPUPROF_EXAMPLE_PLAIN=1``)."""
+
+    def __enter__(self) -> "_NoCapture":
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+    def step(self) -> None:
+        pass
+
+    def watch(self, *modules: object) -> "_NoCapture":
+        return self
+
+
+class _Plain:
+    """The examples' own gpuprof lines turned off (``GPUPROF_EXAMPLE_PLAIN=1``): each example is then the plain
+    script a user without gpuprof would write, for ``gpuprof run`` to profile with no code (the parity test,
+    tests/run/test_examples_parity.py). Everything else is gpuprof's own."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(_GPUPROF, name)
+
+    @staticmethod
+    def profile(*args: object, **kwargs: object) -> _NoCapture:
+        return _NoCapture()
+
+    @staticmethod
+    def profile_step(*args: object, **kwargs: object):  # noqa: ANN205 - returns a decorator
+        def plain(fn):  # noqa: ANN001, ANN202 - the function itself, with the decorator's finish()
+            fn.finish = lambda: None
+            return fn
+
+        return plain
+
+
+if os.environ.get("GPUPROF_EXAMPLE_PLAIN") == "1":
+    gpuprof = _Plain()  # type: ignore[assignment]  # noqa: F811 - the same names, doing nothing
+
 __all__ = ["parse_args", "pick_device", "mlp", "schedule", "note_facts", "gpuprof"]

@@ -71,10 +71,16 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
                         "samples about once a second)"))),
     runtime_spec(
         "GP606", "dataloader-workers-idle", _W,
-        "The loop waits for batches while the DataLoader workers are mostly idle: storage- or network-bound",
+        "The loop waits for batches while the DataLoader workers are mostly idle",
         "loaderverdicts",
         bad="ds = RemoteImages('s3://bucket/train')       # each __getitem__ waits for one object",
-        good="ds = LocalShards(cache_dir='/local/nvme')    # or more workers/prefetch_factor to overlap the waits"),
+        good="ds = LocalShards(cache_dir='/local/nvme')    # or more workers/prefetch_factor to overlap the waits",
+        options=(Option("loader_read_kib_per_sample", 1.0, "idle workers reading at least this many KiB per "
+                        "sample (/proc/<pid>/io rchar) wait on storage or the network"),
+                 Option("loader_io_wait_pct", 10.0, "idle workers blocked on block I/O at least this % of the "
+                        "time each (delay accounting) wait on storage"),
+                 Option("loader_blocked_wakeups_per_sample", 0.5, "idle workers without reads that wake up at "
+                        "least this often per sample block inside __getitem__ (a socket, a lock, a sleep)"))),
     runtime_spec(
         "GP607", "dataloader-too-few-workers", _W,
         "The loop waits for batches, each DataLoader worker is CPU-bound and CPU cores are left unused",

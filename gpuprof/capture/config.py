@@ -89,6 +89,9 @@ class CheckOptions:
     worker_busy_pct: float = _d("worker_busy_pct")  # GP605, GP607
     worker_idle_pct: float = _d("worker_idle_pct")  # GP606
     loader_min_samples: int = _d("loader_min_samples")  # GP605-GP607
+    loader_read_kib_per_sample: float = _d("loader_read_kib_per_sample")  # GP606
+    loader_io_wait_pct: float = _d("loader_io_wait_pct")  # GP606
+    loader_blocked_wakeups_per_sample: float = _d("loader_blocked_wakeups_per_sample")  # GP606
     placement_max_modules: int = _d("placement_max_modules")  # GP610, GP612
     stable_shape_batches: int = _d("stable_shape_batches")  # GP620
     sync_min_per_step: float = _d("sync_min_per_step")  # GP630

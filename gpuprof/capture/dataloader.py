@@ -402,7 +402,7 @@ def dataloader_findings(
                 f"{rec.label} loads batches in the training process (num_workers=0): "
                 f"{share:.0%} of step time over the run's {steps} step{'s' if steps != 1 else ''} is spent waiting "
                 f"for data ({per_step_us / 1000:.2f} ms/step)",
-                loaderplace.num_workers_advice(rec.framework),
+                loaderplace.num_workers_advice(rec.framework, on_cuda),
                 rec,
                 (Evidence("data_loading_share", round(share, 4), options.dataloader_share_warning, "fraction",
                           extra={"num_workers": 0, "batches": rec.batches, "fetch_s": round(rec.fetch_s, 6),

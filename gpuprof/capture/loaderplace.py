@@ -45,19 +45,24 @@ def iterated_from(frame: FrameType | None) -> tuple[SourceLocation | None, str |
 _WORKERS = "start with min(8, CPU cores per GPU)"
 
 
-def num_workers_advice(framework: str | None) -> str:
-    """GP601's advice for a loader iterated by ``framework`` (None: the user's own loop)."""
+def num_workers_advice(framework: str | None, on_cuda: bool = True) -> str:
+    """GP601's advice for a loader iterated by ``framework`` (None: the user's own loop); pinned memory only
+    where the run uses CUDA (a CPU-only run is never told about a GPU)."""
     if framework == "transformers":
-        return (f"Set TrainingArguments(dataloader_num_workers=N, dataloader_persistent_workers=True) ({_WORKERS}), "
-                "and dataloader_pin_memory=True on CUDA: the Trainer builds its DataLoader from these, so "
-                "batches are prepared in background processes while the model trains.")
+        pin = ", and dataloader_pin_memory=True on CUDA" if on_cuda else ""
+        return (f"Set TrainingArguments(dataloader_num_workers=N, dataloader_persistent_workers=True) ({_WORKERS})"
+                f"{pin}: the Trainer builds its DataLoader from these, so batches are prepared in background "
+                "processes while the model trains.")
     if framework == "lightning":
+        pin = " (pin_memory=True on CUDA)" if on_cuda else ""
         return (f"Pass num_workers=N ({_WORKERS}) and persistent_workers=True to the DataLoader(...) your "
-                "train_dataloader() returns or you give to trainer.fit (pin_memory=True on CUDA), so batches are "
-                "prepared in background processes while the model trains.")
+                f"train_dataloader() returns or you give to trainer.fit{pin}, so batches are prepared in background "
+                "processes while the model trains.")
     if framework == "accelerate":
+        pin = " and, on CUDA, pin_memory=True" if on_cuda else ""
         return (f"Set num_workers>0 ({_WORKERS}) in the DataLoader(...) you pass to accelerator.prepare(...) "
-                "(accelerate keeps its settings), with persistent_workers=True and, on CUDA, pin_memory=True, so "
-                "batches are prepared in background processes while the model trains.")
+                f"(accelerate keeps its settings), with persistent_workers=True{pin}, so batches are prepared in "
+                "background processes while the model trains.")
+    pin = " and, on CUDA, pin_memory=True" if on_cuda else ""
     return (f"Set num_workers>0 ({_WORKERS}) so batches are prepared in background processes while the model "
-            "trains; add persistent_workers=True and, on CUDA, pin_memory=True.")
+            f"trains; add persistent_workers=True{pin}.")

@@ -3,9 +3,17 @@
 The DataLoader monitor (:mod:`gpuprof.capture.dataloader`) measures how long
 the loop waits for each loader's batches; the watch's sampler
 (:mod:`gpuprof.capture.job.sampler`) how much CPU the trainer's child processes (the
-workers) use and want. Together they tell a CPU-bound loader (GP605: no core
-left; GP607: cores unused) from one waiting on storage or the network
-(GP606), with the measured figures as evidence (docs/capture.md).
+workers) use and want, and what they read and how often they wake up
+(:mod:`gpuprof.capture.workerio`). Together they tell a CPU-bound loader
+(GP605: no core left; GP607: cores unused) from one whose workers are idle
+while the loop waits (GP606). GP606 names storage or the network only with
+I/O evidence (the workers read per sample, or block on block I/O); idle
+workers without reads that block once per sample wait on something ``/proc``
+does not count (a socket read with ``recv()``, a lock, a sleep); idle workers
+that neither read nor block per sample make their batches cheaply, and the
+loop waits on the hand-off of each batch between the processes. With too few
+figures to tell, the finding says what was measured and names no cause.
+Advice never speaks of a GPU on a run without CUDA.
 """
 
 from __future__ import annotations
@@ -16,13 +24,14 @@ from typing import TYPE_CHECKING
 
 from gpuprof.capture.config import CheckOptions
 from gpuprof.capture.dataloader import LoaderRecord, _finding
+from gpuprof.capture.workerio import WorkerIoSamples
 from gpuprof.findings import Evidence, Finding
 from gpuprof.trace.dataloading import data_loading_share
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.report import JobSamples
 
-__all__ = ["WorkerCpu", "worker_cpu", "loader_verdicts"]
+__all__ = ["WorkerCpu", "WorkerIoFigures", "worker_cpu", "worker_io", "loader_verdicts"]
 
 
 @dataclass(frozen=True)
@@ -67,8 +76,93 @@ def worker_cpu(samples: JobSamples | None, num_workers: int) -> WorkerCpu | None
                      per_worker_demand_pct=statistics.median(wants) if len(wants) == len(rows) else None)
 
 
+@dataclass(frozen=True)
+class WorkerIoFigures:
+    """The workers' I/O per sample (dataset item) the loop received, from the watch's medians (None: not measured).
+
+    Per second figures are medians over the samples with workers alive; they become per item at the rate the
+    loop took items (``batches x batch_size`` over the steps' time).
+    """
+
+    read_kib_per_item: float | None  # rchar: read() from files, page cache, network file systems, pipes
+    disk_read_kib_per_item: float | None  # read_bytes: fetched from storage
+    io_wait_pct_per_worker: float | None  # blocked on block I/O, % of one core (None: delay accounting off)
+    wakeups_per_item: float | None  # times a worker was put on a core, per item
+
+
+def _median(values: list[float | None], alive: list[bool]) -> float | None:
+    got = [v for v, a in zip(values, alive) if a and v is not None]
+    return statistics.median(got) if got else None
+
+
+def worker_io(samples: JobSamples | None, io: WorkerIoSamples | None, *, items_per_s: float,
+              num_workers: int) -> WorkerIoFigures | None:
+    """:class:`WorkerIoFigures` over the samples with workers alive; None without I/O samples."""
+    if samples is None or io is None or items_per_s <= 0 or num_workers <= 0:
+        return None
+    n = min(len(samples.workers), len(io.read_kib_s))
+    alive = [bool(w) for w in samples.workers[:n]]
+    if not any(alive):
+        return None
+
+    def per_item(col: list[float | None]) -> float | None:
+        m = _median(col[:n], alive)
+        return m / items_per_s if m is not None else None
+
+    wait = _median(io.io_wait_pct[:n], alive)
+    return WorkerIoFigures(read_kib_per_item=per_item(io.read_kib_s), disk_read_kib_per_item=per_item(io.disk_read_kib_s),
+                           io_wait_pct_per_worker=wait / num_workers if wait is not None else None,
+                           wakeups_per_item=per_item(io.wakeups_s))
+
+
+def _idle_verdict(rec: LoaderRecord, measured: str, io: WorkerIoFigures | None,
+                  options: CheckOptions) -> tuple[str, str]:
+    """GP606's message and advice: the cause the I/O figures support, or none (module docstring)."""
+    reads = io.read_kib_per_item if io is not None else None
+    wait = io.io_wait_pct_per_worker if io is not None else None
+    wakeups = io.wakeups_per_item if io is not None else None
+    reads_text = ""
+    if reads is not None:
+        disk = io.disk_read_kib_per_item if io is not None else None
+        reads_text = f"they read {_kib(reads)} per sample" + (f" ({_kib(disk)} from storage)" if disk else "")
+    wait_text = f"blocked on I/O {wait:.0f}% of the time each" if wait is not None else ""
+    if (reads is not None and reads >= options.loader_read_kib_per_sample) or (
+            wait is not None and wait >= options.loader_io_wait_pct):
+        said = " and ".join(t for t in (reads_text, f"are {wait_text}" if wait_text else "") if t)
+        return (f"{rec.label}: {measured}: the workers are mostly idle while the loop waits, and {said}: they "
+                "wait on storage or the network",
+                "Read faster: copy or cache the data on local disk (NVMe) or in memory, read bigger sequential "
+                "shards (WebDataset, TFRecord-style) instead of one small file per sample; to overlap the waits, "
+                "raise num_workers or prefetch_factor (idle workers cost little CPU).")
+    find = ("Find where the workers wait (py-spy dump --pid <worker pid> shows each worker's stack); to overlap the "
+            "waits meanwhile, raise num_workers or prefetch_factor (idle workers cost little CPU).")
+    idle = f"{rec.label}: {measured}: the workers are mostly idle while the loop waits"
+    if reads is None and wait is None:  # nothing about I/O was measured (no /proc): no cause named
+        return f"{idle}; what they wait on was not measured (no I/O counters on this system)", find
+    no_io = "; ".join(t for t in (reads_text, wait_text) if t) + ", so not storage"
+    if wakeups is not None and wakeups >= options.loader_blocked_wakeups_per_sample:
+        return (f"{idle}; {no_io}, yet each worker wakes {wakeups:.1f} times per sample: __getitem__ blocks on "
+                "something that is neither CPU nor a read /proc counts (a socket read with recv(), an HTTP or "
+                "object-store client, a lock, a sleep)", find)
+    if wakeups is not None:
+        return (f"{idle}; {no_io}, and each worker wakes {wakeups:.2f} times per sample (nothing blocks per "
+                "sample): the batches are cheap to make, and the loop waits on each batch's hand-off from the "
+                "worker processes (queue, shared memory), which costs more than making it",
+                "With an in-memory dataset of cheap samples, try num_workers=0 (no hand-off), or fetch a whole "
+                "batch per __getitem__ (sampler=BatchSampler(...), batch_size=None) or larger batches, so fewer "
+                "batches cross between processes; compare the step time before and after.")
+    return f"{idle}; {no_io}; what else they wait on was not measured", find
+
+
+def _kib(kib: float | None) -> str:
+    if kib is None:
+        return "n/a"
+    return f"{kib / 1024:.1f} MiB" if kib >= 1024 else f"{kib:.1f} KiB"
+
+
 def loader_verdicts(records: list[LoaderRecord], samples: JobSamples | None, *, total_step_s: float, num_steps: int,
-                    cores: int, local_world_size: int, options: CheckOptions) -> list[Finding]:
+                    cores: int, local_world_size: int, options: CheckOptions, io: WorkerIoSamples | None = None,
+                    on_cuda: bool = False) -> list[Finding]:
     """GP605-GP607: why the loop waits for a loader that has workers, from the workers' measured CPU use.
 
     One verdict per run, for the loader with workers that the loop waited for
@@ -115,18 +209,26 @@ def loader_verdicts(records: list[LoaderRecord], samples: JobSamples | None, *, 
         code = "GP605"
         message = f"{rec.label}: {measured}, with no core left: the workers are CPU-bound"
         advice = ("Make each sample cheaper to produce: decode smaller or pre-resized images, cache preprocessed "
-                  "samples, move decoding and augmentation to the GPU (torchvision.io.decode_jpeg(device='cuda'), "
-                  "DALI); or give the job more CPU cores and raise num_workers with them.")
+                  "samples" + (", move decoding and augmentation to the GPU (torchvision.io.decode_jpeg("
+                               "device='cuda'), DALI)" if on_cuda else "")
+                  + "; or give the job more CPU cores and raise num_workers with them.")
         ev = Evidence(metric, round(load, 1), options.worker_busy_pct, "%", extra=extra)
     elif load <= options.worker_idle_pct:
         code = "GP606"
-        message = (f"{rec.label}: {measured}: the workers are mostly idle while the loop waits, so they wait "
-                   "themselves, on storage or the network")
-        advice = ("Read faster: copy or cache the data on local disk (NVMe) or in memory, read bigger sequential "
-                  "shards (WebDataset, TFRecord-style) instead of one small file per sample; to overlap the waits, "
-                  "raise num_workers or prefetch_factor (idle workers cost little CPU).")
+        items = rec.batches * max(rec.batch_size or 1, 1)
+        figures = worker_io(samples, io, items_per_s=items / total_step_s, num_workers=rec.num_workers)
+        message, advice = _idle_verdict(rec, measured, figures, options)
+        if figures is not None:
+            extra.update({"read_kib_per_sample": _round(figures.read_kib_per_item),
+                          "disk_read_kib_per_sample": _round(figures.disk_read_kib_per_item),
+                          "io_wait_pct_per_worker": _round(figures.io_wait_pct_per_worker),
+                          "wakeups_per_sample": _round(figures.wakeups_per_item)})
         ev = Evidence(metric, round(load, 1), options.worker_idle_pct, "%", extra=extra)
     else:
         return []
     return [_finding(code, message, advice, rec, (ev,), cost_us=per_step_us, cost_share=share,
                      info_below_share=options.dataloader_share_warning)]
+
+
+def _round(v: float | None) -> float | None:
+    return round(v, 3) if v is not None else None

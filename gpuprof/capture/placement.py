@@ -30,6 +30,7 @@ __all__ = [
     "module_findings",
     "is_device_error",
     "enrich_device_error",
+    "placement_from_traceback",
 ]
 
 # How PyTorch words a device mismatch, across versions and ops.
@@ -160,6 +161,11 @@ class PlacementMonitor:
     def _pre_hook(self, module: Any, args: tuple[Any, ...]) -> None:
         if self._compile_callback is None and "torch._dynamo" in sys.modules:
             self._watch_compiles()  # torch._dynamo was imported during the step (torch.compile, an optimizer)
+        self.check_call(module, args, None)
+
+    def check_call(self, module: Any, args: tuple[Any, ...], location: SourceLocation | None) -> None:
+        """One call of ``module`` with ``args``: remember the module; an input on another device than its own
+        tensors is a mismatch, placed at ``location`` (None: the user's line now)."""
         key = id(module)
         if key not in self.called:
             if len(self.called) >= self.max_modules:
@@ -182,8 +188,20 @@ class PlacementMonitor:
                 self.mismatches.append(InputMismatch(
                     module=weakref.ref(module), module_type=type(module).__name__, arg=f"input {i}",
                     arg_shape=_shape(a), arg_device=str(a.device), param_kind=kind, param_name=pname,
-                    param_shape=_shape(ptensor), param_device=str(ptensor.device), location=_user_location(),
+                    param_shape=_shape(ptensor), param_device=str(ptensor.device),
+                    location=location if location is not None else _user_location(),
                 ))
+
+    def adopt(self, other: "PlacementMonitor") -> None:
+        """Take what ``other`` saw (its modules and mismatches) as this monitor's own: ``gpuprof run`` watches
+        the modules before the first optimizer step, then hands them to the capture an early error starts."""
+        self.called.update(other.called)
+        self.watched.update(other.watched)
+        for mm in other.mismatches:
+            pair = (id(mm.module()), mm.arg_device)
+            if pair not in self._seen_pairs:
+                self._seen_pairs.add(pair)
+                self.mismatches.append(mm)
 
     def roots(self) -> list[Any]:
         """Modules not contained in another known module: the user's models."""
@@ -303,6 +321,37 @@ def is_device_error(err: BaseException) -> bool:
 
 def _frames(tb: TracebackType | None) -> list[Any]:
     return [f for f, _ in traceback.walk_tb(tb)]
+
+
+def placement_from_traceback(err: BaseException, max_modules: int = 4096) -> PlacementMonitor:
+    """What the step-0 placement check would have seen of the modules an error's traceback passes through.
+
+    ``gpuprof run`` has no hook before the first optimizer step (the user's tracebacks stay as Python prints
+    them); when an error ends the script there, each module frame of the traceback (outermost first) is given
+    to the same check as the forward pre-hook, with the tensors its ``forward`` holds (its inputs, unless the
+    forward rebound them) and the user's line of the traceback as the place. The monitor's roots are the
+    outermost modules, so the findings name ``Net.encoder.0`` as the decorator's do.
+    """
+    monitor = PlacementMonitor(max_modules)
+    Module = _module_type()
+    Tensor = _tensor_type()
+    frames = _frames(err.__traceback__)
+    user = [f for f in frames if is_user_file(f.f_code.co_filename)]
+    loc = SourceLocation(user[-1].f_code.co_filename, user[-1].f_lineno, user[-1].f_code.co_name) if user else None
+    for f in frames:  # torch's call wrappers hold the call's ``args`` tuple, forward its named inputs
+        module = f.f_locals.get("self")
+        if not isinstance(module, Module):
+            continue
+        args: list[Any] = []
+        for name, v in f.f_locals.items():
+            if name == "self":
+                continue
+            if isinstance(v, Tensor):
+                args.append(v)
+            elif isinstance(v, (tuple, list)):
+                args += [x for x in v[:8] if isinstance(x, Tensor)]
+        monitor.check_call(module, tuple(args), loc)  # each (module, device) pair once
+    return monitor
 
 
 def enrich_device_error(err: RuntimeError, known_roots: list[Any]) -> tuple[DeviceMismatchError, Finding]:

@@ -10,6 +10,7 @@ script's ``--logdir``), as with ``python -m``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -90,7 +91,8 @@ def _split(cmd: click.Command, args: list[str]) -> tuple[list[str], str, list[st
               help="The run directory's name (default: a timestamp; under torchrun, the job's run id).")
 @click.option("--step-function", default=None, metavar="MODULE:FUNCTION",
               help="Each call of this function is one step (for a script with no optimizer, or to choose "
-                   "the step); __main__ or the script's name for a function of the script itself.")
+                   "the step); __main__, the script's name or its path (train.py:step) for a function of the "
+                   "script itself, outer.inner for a function defined in a function.")
 @click.option("--hang-timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Write a hang report when no step ends for this long (0: off; default: the capture's).")
 @click.option("--max-auto-windows", type=click.IntRange(min=0), default=None, metavar="N",
@@ -125,9 +127,14 @@ def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function
     kind, rest = ctx.meta[_META]
     if step_function is not None:
         try:
-            parse_step_function(step_function)
+            spec = parse_step_function(step_function)
         except ValueError as err:
             raise RunUsageError(f"{err}") from None
+        if spec.path is not None and not os.path.isfile(spec.path):  # a FIFO or a directory is refused too
+            from gpuprof.render.safe import visible
+
+            what = "not a regular file" if os.path.exists(spec.path) else "no such file"
+            raise RunUsageError(f"--step-function {visible(spec.path)}: {what}")
     if run_name is not None and run_name.strip() in ("", ".", ".."):
         raise RunUsageError(f"--run-name {run_name!r} names no directory under the logdir")
     targets = check_targets(to)  # a tracker's missing package: exit 2 before the job starts

@@ -138,6 +138,11 @@ class TestCapture:
         return self.clock.steps if self.clock is not None else 0
 
     @property
+    def clock_running(self) -> bool:
+        """The clock counted every optimizer step of the body (it neither stood down nor failed)."""
+        return self.clock is not None and self.clock.off is None
+
+    @property
     def stood_down(self) -> str | None:
         """Why the clock recorded nothing on purpose (the test runs its own gpuprof capture), else None."""
         clock = self.clock

@@ -20,9 +20,9 @@ def failure(plan: "TestCapture", update_baseline: bool = False) -> str | None:
     result = plan.result
     run_dir = str(plan.run_dir) if plan.run_dir.is_dir() else None
     unmeasured = _unmeasured(plan)
-    if unmeasured is not None:
-        return "\n".join([f"gpuprof: nothing was measured, so the test's limits ({limits.describe()}) are not "
-                          "kept:", f"  {unmeasured}"] + ([f"gpuprof: files in {run_dir}"] if run_dir else []))
+    if unmeasured is not None:  # one line: pytest's short summary shows the reason, not a header
+        where = f"; files in {run_dir}" if run_dir else ""
+        return f"gpuprof: limits not checked ({limits.describe()}): {unmeasured}{where}"
     assert result is not None  # _unmeasured says so otherwise
     baseline = None
     label = "baseline"
@@ -45,20 +45,23 @@ def failure(plan: "TestCapture", update_baseline: bool = False) -> str | None:
 
 
 def _unmeasured(plan: "TestCapture") -> str | None:
-    """Why no figure can be checked, or None."""
+    """Why the limits could not be checked, or None (docs/pytest.md, "Steps": such a test fails)."""
     if plan.stood_down is not None:
         return f"gpuprof's step clock stood down: {plan.stood_down}; drop the marker or that capture"
     result = plan.result
     need = needed_steps(plan.limits)
+    took = plan.optimizer_steps
+    advice = "(train longer in the test, or lower steps=)"
     if result is None or result.steps == 0:
-        return (f"the test body took {plan.optimizer_steps} optimizer step(s); the marker counts one step per "
-                f"optimizer step and needs at least {need} for steps={plan.limits.steps} "
-                "(train longer in the test, or lower steps=)")
+        return (f"the test body took {took} optimizer step(s); the marker counts one step per optimizer step and "
+                f"needs at least {need} for steps={plan.limits.steps} {advice}")
     if result.inactive is not None:
         return f"the capture recorded nothing: {result.inactive}"
-    if not result.traces:
-        return (f"the test body took {plan.optimizer_steps} optimizer steps, too few for the recorded window: "
-                f"steps={plan.limits.steps} needs at least {need} (train longer in the test, or lower steps=)")
+    # a body that ends inside the window leaves a partial trace (its last steps, flushed at the end): too few
+    # steps all the same, never judged as if the window had been recorded (a clock that failed said so itself)
+    if not result.traces or (plan.clock_running and took < need):
+        return (f"the test body took {took} optimizer steps, too few for the recorded window: "
+                f"steps={plan.limits.steps} needs at least {need} {advice}")
     if result.report is None:
         return "the capture wrote no report (see the warnings above)"
     return None

@@ -166,11 +166,45 @@ def _attach(framework: str, trainer: Any) -> None:
 
 
 def _wrap_step_function(spec: StepFunctionSpec, opts: RunOptions) -> None:
-    """Wrap ``spec`` where it is defined: at import of its module, or as the script (``__main__``) defines it."""
+    """Wrap ``spec`` where it is defined: at import of its module, or as the script (``__main__``) defines it.
+
+    The file form (``path/to/train.py:fn``) names the script when the path is the script's, else the module
+    imported from that file (under any name sys.path gives it)."""
+    if spec.path is not None:
+        target = os.path.realpath(spec.path)
+        for name in _module_names(target):
+            imports.when_imported(name, functools.partial(_wrap_module_from, target, spec, opts))
+        _watch_main(spec, opts, main_file=target)
+        return
     imports.when_imported(spec.module, lambda module: _guarded(
         f"wrapping --step-function {spec}", _wrap_in, module.__dict__, spec, opts))
     if spec.module == "__main__" or spec.module == _main_module_name():
         _watch_main(spec, opts)
+
+
+def _wrap_module_from(target: str, spec: StepFunctionSpec, opts: RunOptions, module: ModuleType) -> None:
+    file = getattr(module, "__file__", None)
+    if isinstance(file, str) and os.path.realpath(file) == target:
+        _guarded(f"wrapping --step-function {spec}", _wrap_in, module.__dict__, spec, opts)
+
+
+def _module_names(path: str) -> list[str]:
+    """The dotted names a module imported from ``path`` can have: relative to each sys.path entry, to the
+    script's directory and to the working directory, and its bare file name."""
+    roots = [os.path.realpath(p or os.curdir) for p in sys.path]
+    argv = [str(a) for a in getattr(sys, "orig_argv", [])]
+    script = next((a for a in argv[1:] if a.endswith(".py")), None)
+    if script is not None:
+        roots.append(os.path.dirname(os.path.realpath(script)))
+    roots.append(os.path.realpath(os.curdir))
+    names = {os.path.basename(path)[:-3]}
+    for root in roots:
+        if path.startswith(root.rstrip(os.sep) + os.sep):
+            rel = path[len(root.rstrip(os.sep)) + 1:-3].replace(os.sep, ".")
+            rel = rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+            if all(part.isidentifier() for part in rel.split(".")):
+                names.add(rel)
+    return sorted(n for n in names if n and all(part.isidentifier() for part in n.split(".")))
 
 
 def _main_module_name() -> str | None:
@@ -231,58 +265,85 @@ def _wrap_in(namespace: dict[str, Any], spec: StepFunctionSpec, opts: RunOptions
     return True
 
 
-def _watch_main(spec: StepFunctionSpec, opts: RunOptions) -> None:
-    """Wrap the function as soon as the script's module code has defined it.
+def _watch_main(spec: StepFunctionSpec, opts: RunOptions, main_file: str | None = None) -> None:
+    """Wrap the function as soon as the script has defined it (:mod:`gpuprof.run.stepfn` reads where).
 
-    A trace function follows only the script's top-level frame, line by line,
-    until the name exists; then tracing stops (before the training loop). When
-    the script starts calling its own functions first (``main()``) and the
-    name is still undefined, the watch gives up and says so: the function is
-    not a module-level one.
+    A trace function follows the script's top-level frame, line by line, until a module-level name exists
+    (class bodies, decorators and helper calls before it are not traced into); a function defined in a
+    function of the script is wrapped in that function's frame, on its first call, once its ``def`` ran.
+    Then tracing stops (before the training loop). ``main_file``: the file form's path; a script that is
+    another file stops the watch at once (the function is then wrapped when its module is imported).
     """
-    main_file: list[str] = []
+    from gpuprof.run.stepfn import Located, locate_in_file
 
-    def on_line(frame: FrameType, event: str, arg: Any) -> Any:
+    state: dict[str, Any] = {}
+
+    def stop(frame: FrameType | None) -> None:
+        sys.settrace(None)
+        if frame is not None:
+            frame.f_trace = None
+
+    def fail(err: Exception) -> None:
+        stop(None)
+        say(f"wrapping --step-function {spec} failed ({type(err).__name__}: {err}); nothing is profiled.")
+
+    def on_module_line(frame: FrameType, event: str, arg: Any) -> Any:
         try:
             if _wrap_in(frame.f_globals, spec, opts):
-                _stop(frame)
+                stop(frame)
                 return None
         except Exception as err:  # noqa: BLE001 - one line; stop tracing, the script runs on
-            _stop(frame)
-            say(f"wrapping --step-function {spec} failed ({type(err).__name__}: {err}); nothing is profiled.")
+            stop(frame)
+            fail(err)
             return None
-        return on_line
+        return on_module_line
+
+    def on_nested_line(frame: FrameType, event: str, arg: Any) -> Any:
+        place: Located = state["place"]
+        try:
+            local = frame.f_locals  # read once: a trace function's writes to this dict reach the frame
+            current = local.get(place.inner)
+            if current is None or not callable(current):
+                return on_nested_line
+            if not getattr(current, "_gpuprof_step_wrapped", False):
+                wrapped = step_function_wrapper(current, opts)
+                wrapped._gpuprof_step_wrapped = True
+                local[place.inner] = wrapped
+        except Exception as err:  # noqa: BLE001 - one line; stop tracing, the script runs on
+            stop(frame)
+            fail(err)
+            return None
+        stop(frame)
+        return None
 
     def on_call(frame: FrameType, event: str, arg: Any) -> Any:
         if event != "call":
             return None
-        g = frame.f_globals
-        if g.get("__name__") != "__main__":
-            return None
         code = frame.f_code
-        if code.co_name == "<module>" and not main_file:
-            main_file.append(code.co_filename)
-            return on_line
-        if main_file and code.co_filename == main_file[0] and not _wrap_in(g, spec, opts):
-            _stop(None)
-            say(f"--step-function {spec}: the script called its own functions before defining "
-                f"{spec.attr!r} at module level; name a module-level function (or Class.method). "
-                "Nothing is profiled.")
-        elif main_file:
-            _stop(None)
-        return None
-
-    def _stop(frame: FrameType | None) -> None:
-        sys.settrace(None)
-        if frame is not None:
-            frame.f_trace = None
+        if "place" not in state:
+            if code.co_name != "<module>" or frame.f_globals.get("__name__") != "__main__":
+                return None
+            if main_file is not None and os.path.realpath(code.co_filename) != main_file:
+                stop(None)  # the file form names another file: its module is wrapped when imported
+                return None
+            place = state["place"] = locate_in_file(code.co_filename, spec.attr)
+            state["file"] = code.co_filename
+            if place.kind == "missing":
+                stop(None)
+                say(f"--step-function {spec}: {place.problem}; nothing is profiled.")
+                return None
+            return on_module_line if place.kind == "module" else None
+        place = state["place"]
+        if (place.kind == "nested" and code.co_filename == state["file"] and code.co_name == place.outer
+                and code.co_firstlineno == place.outer_line):
+            return on_nested_line
+        return None  # a class body, a helper, a library: not traced into
 
     def guarded_call(frame: FrameType, event: str, arg: Any) -> Any:
         try:
             return on_call(frame, event, arg)
         except Exception as err:  # noqa: BLE001 - one line; stop tracing, the script runs on
-            sys.settrace(None)
-            say(f"wrapping --step-function {spec} failed ({type(err).__name__}: {err}); nothing is profiled.")
+            fail(err)
             return None
 
     sys.settrace(guarded_call)

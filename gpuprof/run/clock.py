@@ -157,12 +157,48 @@ class OptimizerClock:
         return self.result
 
     def handle_error(self, exc: BaseException) -> None:
-        """An uncaught exception is ending the process: record what it tells (device mismatch...). Never raises."""
+        """An uncaught exception is ending the process: record what it tells (device mismatch...). Never raises.
+
+        Before the first optimizer step no capture runs yet: when the error is one the capture explains (a
+        device or dtype mismatch; the modules in its traceback split across devices), a capture is started
+        now, as ``gpuprof.profile_step`` has one in its step 0, given the modules and inputs the traceback holds
+        (what the step-0 placement check would have seen: no hook runs before the first step, so the user's
+        traceback is the one Python prints without gpuprof), told the error and ended: its report and summary
+        (after the user's traceback) carry the decorator's codes (GP610-GP614).
+        """
         prof = self.profiler
-        if prof is None or self._finished:
+        if prof is None:
+            if not self._finished and self.off is None and self.steps == 0:
+                try:
+                    self._explain_early(exc)
+                except Exception as err:  # noqa: BLE001 - one line; the user's exception and exit code stand
+                    say(f"explaining the error failed ({type(err).__name__}: {_text(err)})")
+            return
+        if self._finished:
             return
         with contextlib.suppress(Exception):  # Profiler.handle_error never raises an Exception; belt and braces
             prof.handle_error(exc)
+
+    def _explain_early(self, exc: BaseException) -> None:
+        from gpuprof.capture import active
+        from gpuprof.capture.dtypes import is_dtype_error
+        from gpuprof.capture.placement import is_device_error, placement_from_traceback
+
+        if active.owner() is not None:
+            return  # the user's own capture owns the process (it explains what it saw)
+        seen = placement_from_traceback(exc)
+        if not (is_device_error(exc) or is_dtype_error(exc) or seen.mismatches or seen.findings()):
+            return  # nothing the capture would say: no run directory for an error gpuprof cannot explain
+        with self._lock:
+            if self.profiler is not None or self._finished:
+                return
+            prof = self.profiler = self._make()
+        prof.start()
+        prof.placement.adopt(seen)
+        prof.note("gpuprof run: the script raised before its first optimizer step; the modules in its traceback "
+                  "were checked as gpuprof.profile_step checks step 0")
+        prof.handle_error(exc)  # GP613/GP614 recorded; the user's exception was raised and printed unchanged
+        self.finish()
 
     def _stop_quietly(self) -> None:
         prof, self.profiler = self.profiler, None

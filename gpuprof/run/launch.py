@@ -290,7 +290,7 @@ def no_step_note(opts: RunOptions, argv: tuple[str, ...] = (), status: int = 0) 
                 "so gpuprof's bootstrap never loaded (docs/run.md, \"Other launchers\")")
     if opts.step_function is not None:
         return (f"gpuprof run: nothing was profiled: no process of the job called --step-function "
-                f"{opts.step_function} (is it a module-level function of that module, called once per step?)")
+                f"{opts.step_function} (is it a function of that module or script, called once per step?)")
     return ("gpuprof run: nothing was profiled: gpuprof run saw no optimizer step: use --step-function "
             "module:function to name the function that runs one step (docs/run.md, \"The step clock\")")
 

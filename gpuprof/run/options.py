@@ -30,10 +30,15 @@ ENV = "GPUPROF_RUN_CONFIG"
 MAX_ENV_BYTES = 64 * 1024
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_STEP_FN_TEXT = rf"({_IDENT}(?:\.{_IDENT})*):({_IDENT}(?:\.{_IDENT})*)"
-_STEP_FN = re.compile(rf"^{_STEP_FN_TEXT}$")
-#: what the options' ``step_function`` may hold: the same, around spaces (:func:`parse_step_function` strips them)
-_STEP_FN_FIELD = rf"^\s*{_STEP_FN_TEXT}\s*$"
+# a function: dotted names (Class.method), where ``<locals>`` may stand between an enclosing function and the
+# function defined in it (Python's own __qualname__: main.<locals>.train_step)
+_ATTR = rf"{_IDENT}(?:\.(?:<locals>\.)?{_IDENT})*"
+_STEP_FN = re.compile(rf"^({_IDENT}(?:\.{_IDENT})*):({_ATTR})$")
+# the file form: a path ending in .py (no NUL, no newline), then the function
+_STEP_FILE = re.compile(rf"^([^\x00\n:]*\.py):({_ATTR})$")
+MAX_SPEC = 4096  # characters of --step-function read (a path and a name)
+#: what the options' ``step_function`` may hold: either form, around spaces (:func:`parse_step_function` strips them)
+_STEP_FN_FIELD = rf"^\s*(?:{_IDENT}(?:\.{_IDENT})*|[^\x00\n:]*\.py):{_ATTR}\s*$"
 
 #: the JSON scalar types a capture option may have
 Scalar = bool | int | float | str | None
@@ -41,22 +46,33 @@ Scalar = bool | int | float | str | None
 
 @dataclass(frozen=True)
 class StepFunctionSpec:
-    """``module:function`` (``function`` may be ``Class.method``) of ``--step-function``."""
+    """``module:function`` or ``path/to/file.py:function`` of ``--step-function`` (``function`` may be
+    ``Class.method``, or ``outer.inner`` / ``outer.<locals>.inner`` for a function defined in a function)."""
 
-    module: str
-    attr: str
+    module: str  # the module's dotted name; for the file form, the file's name without .py
+    attr: str  # as given, ``<locals>`` dropped: outer.inner
+    path: str | None = None  # the file form's path, as given
 
     def __str__(self) -> str:
-        return f"{self.module}:{self.attr}"
+        return f"{self.path if self.path is not None else self.module}:{self.attr}"
 
 
 def parse_step_function(text: str) -> StepFunctionSpec:
-    """``module:function`` -> spec; ValueError (one line) when it is not that form."""
-    m = _STEP_FN.match(text.strip())
-    if m is None:
-        raise ValueError(f"--step-function {text!r} is not MODULE:FUNCTION (e.g. train:train_step, "
-                         "mypkg.loop:Trainer.step)")
-    return StepFunctionSpec(m.group(1), m.group(2))
+    """``module:function`` or ``file.py:function`` -> spec; ValueError (one line) when it is neither form."""
+    raw = text.strip()
+    # a name ending in .py is a file (train.py:step), never a module ``train`` holding a submodule ``py``
+    f = _STEP_FILE.match(raw) if len(raw) <= MAX_SPEC else None
+    m = _STEP_FN.match(raw) if f is None and len(raw) <= MAX_SPEC else None
+    if m is None and f is None:
+        shown = raw if len(raw) <= 200 else raw[:200] + "..."
+        raise ValueError(f"--step-function {shown!r} is not MODULE:FUNCTION or FILE.py:FUNCTION (e.g. "
+                         "train:train_step, __main__:Trainer.step, src/train.py:main.train_step)")
+    if m is not None:
+        return StepFunctionSpec(m.group(1), m.group(2).replace("<locals>.", ""))
+    assert f is not None
+    path = f.group(1)
+    name = path.replace("\\", "/").rsplit("/", 1)[-1][:-3]
+    return StepFunctionSpec(name, f.group(2).replace("<locals>.", ""), path)
 
 
 class CaptureOptions(msgspec.Struct, frozen=True, omit_defaults=True):

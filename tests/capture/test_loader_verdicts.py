@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from gpuprof.capture.config import CheckOptions
-from gpuprof.capture.dataloader import LoaderRecord
+from gpuprof.capture.dataloader import LoaderRecord, dataloader_findings
 from gpuprof.capture.loaderverdicts import loader_verdicts, worker_cpu
+from gpuprof.capture.workerio import WorkerIoSamples
 from gpuprof.codes import get_spec
 from gpuprof.report import JobSamples
 
@@ -34,9 +35,16 @@ def _samples(per_worker_used: list[float], per_worker_want: list[float] | None, 
                       workers=[workers] * n)
 
 
-def _one(samples: JobSamples | None, cores: int, rec: LoaderRecord | None = None, lws: int = 1) -> Any:
+def _io(n: int, read_kib_s: float | None, wakeups_s: float | None, io_wait_pct: float | None = None,
+        disk_kib_s: float | None = 0.0) -> WorkerIoSamples:
+    return WorkerIoSamples(read_kib_s=[read_kib_s] * n, disk_read_kib_s=[disk_kib_s] * n,
+                           io_wait_pct=[io_wait_pct] * n, wakeups_s=[wakeups_s] * n)
+
+
+def _one(samples: JobSamples | None, cores: int, rec: LoaderRecord | None = None, lws: int = 1,
+         io: WorkerIoSamples | None = None, on_cuda: bool = False) -> Any:
     out = loader_verdicts([rec or _rec()], samples, total_step_s=10.0, num_steps=100, cores=cores,
-                          local_world_size=lws, options=CheckOptions())
+                          local_world_size=lws, options=CheckOptions(), io=io, on_cuda=on_cuda)
     assert len(out) <= 1
     return out[0] if out else None
 
@@ -61,10 +69,62 @@ def test_busy_workers_with_spare_cores_are_too_few() -> None:
     assert two_ranks.code == "GP607" and "10 of them unused" in two_ranks.message and "per rank" in two_ranks.advice
 
 
-def test_idle_workers_wait_on_storage() -> None:
-    f = _one(_samples([2.0, 3.0, 1.0], [4.0, 5.0, 3.0]), cores=16)
-    assert f.code == "GP606" and "storage or the network" in f.message
+# _rec(): 100 batches of 32 samples over 10 s of steps: the loop takes 320 samples a second
+IDLE = ([2.0, 3.0, 1.0], [4.0, 5.0, 3.0])
+
+
+def test_idle_workers_that_read_wait_on_storage_or_the_network() -> None:
+    # 640 KiB/s read by the workers at 320 samples/s: 2 KiB per sample, over loader_read_kib_per_sample (1 KiB)
+    f = _one(_samples(*IDLE), cores=16, io=_io(3, read_kib_s=640.0, wakeups_s=400.0, disk_kib_s=320.0))
+    assert f.code == "GP606" and "wait on storage or the network" in f.message
+    assert "they read 2.0 KiB per sample (1.0 KiB from storage)" in f.message
     assert f.evidence[0].value == pytest.approx(4.0) and f.evidence[0].threshold == 30.0
+    assert f.evidence[0].extra["read_kib_per_sample"] == pytest.approx(2.0)
+    assert "Read faster" in f.advice
+    # blocked on block I/O (delay accounting on) is evidence too, without reads read() counts (mmap)
+    waits = _one(_samples(*IDLE), cores=16, io=_io(3, read_kib_s=0.0, wakeups_s=10.0, io_wait_pct=40.0))
+    assert "blocked on I/O 20% of the time each" in waits.message and "storage or the network" in waits.message
+
+
+def test_idle_workers_without_reads_are_never_storage() -> None:
+    """The in-memory dataset that used to read as "storage or the network": no reads, few wake-ups."""
+    handoff = _one(_samples(*IDLE), cores=16, io=_io(3, read_kib_s=1.0, wakeups_s=10.0))
+    assert handoff.code == "GP606"
+    for word in ("storage or the network", "GPU", "CUDA", "cuda"):
+        assert word not in handoff.message and word not in handoff.advice
+    assert "so not storage" in handoff.message and "wakes 0.03 times per sample" in handoff.message
+    assert "hand-off from the worker processes" in handoff.message and "num_workers=0" in handoff.advice
+    assert handoff.evidence[0].extra["wakeups_per_sample"] == pytest.approx(10 / 320, abs=1e-3)
+    # no reads, but a wake-up per sample: __getitem__ blocks on what /proc does not count (recv, a lock, a sleep)
+    blocked = _one(_samples(*IDLE), cores=16, io=_io(3, read_kib_s=1.0, wakeups_s=640.0))
+    assert "wakes 2.0 times per sample: __getitem__ blocks" in blocked.message
+    assert "storage or the network" not in blocked.message and "py-spy dump" in blocked.advice
+    # wake-ups not read: no reads, so not storage, and no other cause named
+    unknown = _one(_samples(*IDLE), cores=16, io=_io(3, read_kib_s=0.0, wakeups_s=None))
+    assert unknown.message.endswith("so not storage; what else they wait on was not measured")
+    # no I/O counters at all (no /proc; an older caller): the wait is measured, its cause is not named
+    bare = _one(_samples(*IDLE), cores=16)
+    assert bare.code == "GP606" and bare.message.endswith("what they wait on was not measured (no I/O counters on "
+                                                          "this system)")
+
+
+def test_cpu_bound_advice_speaks_of_a_gpu_only_with_cuda() -> None:
+    busy = _samples([45.0, 50.0, 40.0], [95.0, 99.0, 97.0])
+    cpu_only = _one(busy, cores=3)
+    assert cpu_only.code == "GP605" and not any(w in cpu_only.advice for w in ("GPU", "cuda", "DALI"))
+    assert "decode_jpeg(device='cuda')" in _one(busy, cores=3, on_cuda=True).advice
+
+
+def test_gp601_advice_names_pinned_memory_only_with_cuda() -> None:
+    from gpuprof.capture.loaderplace import num_workers_advice
+
+    for framework in (None, "transformers", "lightning", "accelerate"):
+        assert "CUDA" not in num_workers_advice(framework, on_cuda=False)
+        assert "CUDA" in num_workers_advice(framework, on_cuda=True)
+    rec = _rec(num_workers=0)
+    (f,) = [f for f in dataloader_findings([rec], total_step_s=10.0, num_steps=100, on_cuda=False, cores=4,
+                                           local_world_size=1, options=CheckOptions()) if f.code == "GP601"]
+    assert "CUDA" not in f.advice and "pin_memory" not in f.advice
 
 
 def test_without_demand_the_cpu_used_decides() -> None:
@@ -123,7 +183,27 @@ class _Sleep(torch.utils.data.Dataset):  # type: ignore[misc]
         return torch.ones(4)
 
 
+class _Read(torch.utils.data.Dataset):  # type: ignore[misc]
+    """A __getitem__ that reads its sample from a file: 64 KiB read(), then 15 ms asleep (the storage's latency)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int) -> Any:
+        with open(self.path, "rb") as fh:
+            data = fh.read()
+        time.sleep(0.015)
+        return torch.tensor([len(data)])
+
+
 def _run(dataset: Any, logdir: Path, monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    return {f.code for f in _findings(dataset, logdir, monkeypatch)}
+
+
+def _findings(dataset: Any, logdir: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     import gpuprof
     from gpuprof.capture import dataloader as dl
     from gpuprof.capture.job import sampler
@@ -138,7 +218,7 @@ def _run(dataset: Any, logdir: Path, monkeypatch: pytest.MonkeyPatch) -> set[str
                 break
             prof.step()
     assert prof.result is not None
-    return {f.code for f in prof.result.runtime_findings}
+    return list(prof.result.runtime_findings)
 
 
 @pytest.mark.slow
@@ -150,6 +230,26 @@ def test_real_cpu_bound_loader_is_gp605(tmp_path: Path, monkeypatch: pytest.Monk
 
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="worker CPU is read from /proc")
-def test_real_sleeping_loader_is_gp606(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    codes = _run(_Sleep(), tmp_path, monkeypatch)
-    assert "GP606" in codes and not codes & {"GP605", "GP607"}
+def test_real_sleeping_loader_is_gp606_and_never_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle workers that read nothing: GP606 without "storage or the network" (the finding used to say it);
+    each sample's sleep wakes the worker once, so the verdict is a wait inside __getitem__ that /proc does not
+    count."""
+    (f,) = [f for f in _findings(_Sleep(), tmp_path, monkeypatch) if f.code in ("GP605", "GP606", "GP607")]
+    assert f.code == "GP606" and "storage or the network" not in f.message, f.message
+    assert "so not storage" in f.message and "__getitem__ blocks" in f.message, f.message
+    assert f.evidence[0].extra["read_kib_per_sample"] < 1.0
+    assert f.evidence[0].extra["wakeups_per_sample"] >= 0.5  # one sleep per sample: at least one wake-up each
+    assert "GPU" not in f.advice and "cuda" not in f.advice.lower()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="worker I/O is read from /proc")
+def test_real_reading_loader_is_gp606_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same waits, but each sample is read from a file (64 KiB): the workers' reads are the evidence."""
+    sample = tmp_path / "sample.bin"
+    sample.write_bytes(b"x" * 65536)
+    (f,) = [f for f in _findings(_Read(sample), tmp_path / "logs", monkeypatch)
+            if f.code in ("GP605", "GP606", "GP607")]
+    assert f.code == "GP606" and "wait on storage or the network" in f.message, f.message
+    # 64 KiB per sample read by the worker: rchar counts them (page cache or not); bounded below by the file
+    assert f.evidence[0].extra["read_kib_per_sample"] >= 32.0

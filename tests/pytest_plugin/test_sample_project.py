@@ -228,3 +228,43 @@ def test_xdist_workers_profile_their_own_tests(pytester: pytest.Pytester) -> Non
     props = {(case.get("name"), p.get("value")) for case in ET.parse(pytester.path / "junit.xml").iter("testcase")
              for p in case.iter("property") if p.get("name") == "gpuprof_run_dir"}
     assert props == {(nodeid.split("::")[1], str(d)) for nodeid, (_, d) in runs.items()}
+
+
+def test_a_test_with_too_few_optimizer_steps_fails_in_one_line(pytester: pytest.Pytester) -> None:
+    """docs/pytest.md, "Steps": 4 optimizer steps cannot fill the default window (9 needed); the test used to
+    pass on the partial trace the capture flushed when the body ended."""
+    pytester.makepyfile(test_few='''
+        import pytest
+        import torch
+        from torch import nn
+
+
+        def train(n):
+            model = nn.Linear(8, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(n):
+                loss = model(torch.randn(4, 8)).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+
+        @pytest.mark.gpuprof(max_step_ms=1000)
+        def test_four():
+            train(4)
+
+
+        @pytest.mark.gpuprof(max_step_ms=1000, steps=2)
+        def test_enough_for_two():
+            train(6)
+    ''')
+    r = pytester.runpytest_subprocess(*PLUGIN, "-rf")
+    r.assert_outcomes(passed=1, failed=1)
+    out = r.stdout.str()
+    line = ("gpuprof: limits not checked (max_step_ms=1000, fail_on='warning'): the test body took 4 optimizer "
+            "steps, too few for the recorded window: steps=5 needs at least 9 (train longer in the test, or lower "
+            "steps=); files in ")
+    assert _failure(out, "test_four").strip().startswith(line)
+    assert len(_failure(out, "test_four").strip().splitlines()) == 1
+    assert {k: v[0] for k, v in _summary(out).items()} == {"test_few.py::test_four": "FAILED",
+                                                           "test_few.py::test_enough_for_two": "PASSED"}

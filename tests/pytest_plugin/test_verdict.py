@@ -126,9 +126,40 @@ def test_nothing_measured_fails_naming_the_steps_needed(tmp_path: Path) -> None:
     plan._done = True
     text = failure(plan)
     assert text is not None and "needs at least 7 for steps=3" in text
+    assert "\n" not in text and text.startswith("gpuprof: limits not checked (fail_on='warning'): ")
     plan.result = CaptureResult(steps=4, step_time_median_ms=5.0)  # steps, but the window never closed
     text = failure(plan)
     assert text is not None and "too few for the recorded window: steps=3 needs at least 7" in text
+
+
+def _clocked(tmp_path: Path, optimizer_steps: int, off: str | None = None) -> TestCapture:
+    """A finished plan whose body took ``optimizer_steps`` and whose capture flushed a partial window."""
+    from gpuprof.run.clock import OptimizerClock
+    from gpuprof.run.options import RunOptions
+
+    plan = TestCapture(tmp_path, "t", parse_limits((), {"max_step_ms": 1000}, tmp_path))
+    plan.clock = OptimizerClock(RunOptions(logdir=str(tmp_path), run="t"))
+    plan.clock.steps, plan.clock.off = optimizer_steps, off
+    # what a body of 4 optimizer steps leaves: the capture stopped inside its window and wrote the one step it
+    # had (a trace and a report with no finding), which the limits alone would pass
+    plan.result = CaptureResult(run_dir="run", out_dir="run", steps=optimizer_steps - 1, step_time_median_ms=5.0,
+                                traces=(RecordedTrace(path="t.json", first_step=3, last_step=3),),
+                                reports=(WindowReport(at_step=3, final=True, report={"findings": []}),))
+    plan._done = True
+    return plan
+
+
+def test_a_partial_window_from_too_few_steps_fails_in_one_line(tmp_path: Path) -> None:
+    """docs/pytest.md: a body of fewer than steps + 4 optimizer steps fails; 4 steps used to pass on the
+    partial trace the capture flushed at the end."""
+    text = failure(_clocked(tmp_path, 4))
+    assert text == ("gpuprof: limits not checked (max_step_ms=1000, fail_on='warning'): the test body took 4 "
+                    "optimizer steps, too few for the recorded window: steps=5 needs at least 9 (train longer in "
+                    "the test, or lower steps=)")
+    assert failure(_clocked(tmp_path, 9)) is None  # enough steps: the same figures keep the limits
+    # a clock that failed stopped counting (its own warning said so): its partial figures are judged, not
+    # read as too few steps
+    assert failure(_clocked(tmp_path, 4, off="failed")) is None
 
 
 @pytest.mark.parametrize("gz", [False, True])

@@ -1,4 +1,5 @@
-"""DataLoaders (GP601-GP604): every batch timed, each loader's settings read at its first iteration."""
+"""DataLoaders (GP601-GP607): every batch timed, each loader's settings read at its first iteration; the loader
+verdicts (GP605-GP607) from the watch's samples of the workers' CPU and I/O."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ class LoaderCheck(MonitorBase):
         records = list(self.monitor.records.values())
         total, steps = sum(live.step_s), len(live.step_s)
         cores, lws = dlmod.available_cores(), live.ranks.local_world_size or 1
+        on_cuda = live.cuda and cuda_used()
         out = dlmod.dataloader_findings(
-            records, total_step_s=total, num_steps=steps, on_cuda=live.cuda and cuda_used(), cores=cores,
+            records, total_step_s=total, num_steps=steps, on_cuda=on_cuda, cores=cores,
             local_world_size=lws, options=live.config.options)
         # GP605-GP607 read the watch's CPU samples (none with watch=False)
         from gpuprof.capture.checks.watch import WatchCheck
@@ -38,5 +40,6 @@ class LoaderCheck(MonitorBase):
             from gpuprof.capture.loaderverdicts import loader_verdicts
 
             out += loader_verdicts(records, sampler.snapshot(), total_step_s=total, num_steps=steps,
-                                   cores=cores, local_world_size=lws, options=live.config.options)
+                                   cores=cores, local_world_size=lws, options=live.config.options,
+                                   io=sampler.io.snapshot(), on_cuda=on_cuda)
         return out

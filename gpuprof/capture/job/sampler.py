@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuprof.capture.workerio import WorkerIo
 from gpuprof.report import JobSamples
 
 __all__ = ["Sampler", "CpuReader", "Nvml", "open_nvml", "INTERVAL_S", "MAX_SAMPLES", "child_pids", "worker_pids"]
@@ -123,8 +124,10 @@ class CpuReader:
         self._last_children: dict[int, float] = {}
         self._last_demand: dict[int, float] = {}
         self._last_t = time.monotonic()
+        self.pids: list[int] = []  # the workers read at the last read (their I/O is read too: capture.workerio)
         if self.proc:
             for c in worker_pids(self.pid):
+                self.pids.append(c)
                 s = self._child_s(c)
                 if s is not None:
                     self._last_children[c] = s
@@ -180,6 +183,7 @@ class CpuReader:
                 demand[c] = d
                 want += d - self._last_demand.get(c, 0.0)
         self._last_children, self._last_demand = seen, demand
+        self.pids = list(seen)
         want_pct = 100.0 * max(want, 0.0) / wall if demand or not seen else None
         return proc_pct, 100.0 * max(busy, 0.0) / wall, want_pct, len(seen)
 
@@ -267,6 +271,7 @@ class Sampler:
         self._nvml_open = nvml
         self._nvml: Nvml | None = None
         self._cols = _Columns()
+        self.io = WorkerIo()  # the workers' reads, I/O wait and wake-ups (GP606's evidence)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -300,6 +305,7 @@ class Sampler:
     def _run(self) -> None:
         try:
             cpu = CpuReader()
+            self.io.prime(cpu.pids)
             while not self._stop.wait(self.interval_s):
                 self._open_nvml()
                 self._sample(cpu)
@@ -320,6 +326,7 @@ class Sampler:
 
     def _sample(self, cpu: CpuReader) -> None:
         proc, workers_pct, demand_pct, workers = cpu.read()
+        self.io.sample(cpu.pids)
         gpu = self._nvml.read() if self._nvml is not None else (None, None, None, None, None)
         with self._lock:
             c = self._cols
@@ -332,6 +339,7 @@ class Sampler:
             if len(c.step) > MAX_SAMPLES:  # keep the memory bounded: every other sample, twice the period
                 self._cols = _Columns(c.step[::2], c.proc[::2], c.workers_pct[::2], c.demand_pct[::2], c.workers[::2],
                                       c.gpu[::2])
+                self.io.halve()
                 self.interval_s *= 2
 
     def snapshot(self) -> JobSamples:

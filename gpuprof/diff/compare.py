@@ -452,8 +452,11 @@ def _verdict(row: dict[str, Any], judged: Any, metrics: Mapping[str, dict[str, A
     if judged is not None:  # the rule's own cause figure decides, against its own per-step spread
         if judged.improved:
             return "fixed", None
+        if judged.improved is None and judged.improvement > 0:  # no spread with < 2 steps a side: the step decides
+            reason = _not_fixed_because(row, metrics, vendors, row_noise)
+            return ("fixed", None) if reason is None else ("not_confirmed", reason)
         if judged.improved is None:
-            return "not_confirmed", f"its cause cannot be judged with fewer than 2 steps a side: {judged.text()}"
+            return "still_there", f"still there: its cause is not better (fewer than 2 steps a side): {judged.text()}"
         return "still_there", f"still there: its cause did not improve beyond its noise: {judged.text()}"
     reason = _not_fixed_because(row, metrics, vendors, row_noise)
     return ("fixed", None) if reason is None else ("not_confirmed", reason)

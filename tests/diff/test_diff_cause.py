@@ -192,3 +192,13 @@ def test_real_two_ranks_of_one_job_are_ranks() -> None:
     d = diff_reports(r0, r1)
     assert d["relation"] == "ranks" and "of 128" in d["relation_reason"]
     assert not any(r["fixed"] for r in d["findings"]["removed"])
+
+
+def test_one_step_a_side_falls_back_to_the_step_when_the_cause_got_better() -> None:
+    # a trace without step markers is one step: no spread of the figure; better goes to the step's rules
+    b = _doc([300_000.0], {"GP102": [268_000.0]}, ("GP102",), breakdown_us={"data_loading": 268_000.0})
+    a = _doc([40_000.0], {"GP102": [7_400.0]}, breakdown_us={"data_loading": 7_400.0})
+    row = _removed(diff_reports(b, a), "GP102")
+    assert row["verdict"] == "fixed" and row["cause"]["improved"] is None
+    worse = _doc([300_000.0], {"GP102": [270_000.0]}, breakdown_us={"data_loading": 270_000.0})
+    assert _removed(diff_reports(b, worse), "GP102")["verdict"] == "still_there"

@@ -82,6 +82,8 @@ class TraceSummary:
     gpu_working_utilization: float | None = None  # (gpu_busy_us - comm_wait_us) / step_time_mean_us
     critical_path: CriticalPath | None = None  # mean per step (1.5; docs/critical-path.md)
     timeline: Timeline | None = None  # the recorded steps as lanes (1.5; docs/views.md, "Timeline")
+    # per rule code, its declared cause figure for each step (gpuprof.rules.cause; 1.6; docs/diff.md, "Fixed")
+    cause_per_step: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.path = scrub(os.fspath(self.path))  # a URL's credentials never reach a view (gpuprof.redact)

@@ -286,7 +286,7 @@ _TRACE = _object(
      "data_loading_share": _SHARE_OR_NULL, "mfu": _MFU, "comm_wait_us": _STEP_US_OR_NULL,
      "comm_wait_source": _text(nullable=True), "gpu_working_utilization": _SHARE_OR_NULL,
      "critical_path": _CRITICAL_PATH,
-     "timeline": _TIMELINE},
+     "timeline": _TIMELINE, "cause_per_step": _map(_list(_number(low=0.0)))},
 )
 
 _LOCATION = _object({"file": _text()}, {"line": _number(integer=True, nullable=True), "function": _text(nullable=True)},

@@ -50,7 +50,22 @@ def trace_summary(m: TraceMetrics) -> TraceSummary:
         data_loading_share=m.data_loading_share if m.num_steps else None,
         mfu=_mfu(m, views),
         critical_path=critical_path(m),
+        cause_per_step=cause_per_step(m),
     )
+
+
+def cause_per_step(m: TraceMetrics) -> dict[str, list[float]]:
+    """Every trace rule's declared cause figure (``Rule.cause``) for each step, by code, where the trace measures
+    it: computed whether or not the rule fired, since `gpuprof diff` needs it most in the run without the finding."""
+    from gpuprof.rules.base import all_rules
+
+    out: dict[str, list[float]] = {}
+    for rule in all_rules():
+        if rule.cause is not None:
+            got = rule.cause.values(m)
+            if got is not None:
+                out[rule.code] = [round(x, 6 if rule.cause.unit == "fraction" else 3) for x in got]
+    return out
 
 
 PER_MODULE = 20  # modules listed in traces[].mfu.per_module

@@ -34,11 +34,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from gpuprof.diff.cause import cause_of, judge_cause, relation
 from gpuprof.diff.whatif import what_if_gap
 
 __all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "mean_noise_us", "rank_test_p", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE", "METRICS"]
 
-DIFF_SCHEMA_VERSION = "1.0"
+DIFF_SCHEMA_VERSION = "1.1"
 
 BREAKDOWN = ("kernel", "communication", "memcpy", "memset", "runtime", "data_loading", "cpu_exec", "other")
 IDLE = ("sync", "blocking_copy", "runtime", "data_loading", "optimizer", "cpu_other")
@@ -77,6 +78,7 @@ class Side:
     operators: dict[tuple[str, str | None], dict[str, float]] = field(default_factory=dict)  # per step
     kernels: dict[str, dict[str, float]] = field(default_factory=dict)  # per step
     findings: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    causes: dict[str, list[float]] = field(default_factory=dict)  # rule code -> its cause figure per step, pooled
 
 
 def _num(x: Any) -> float:
@@ -115,6 +117,10 @@ def side_from_report(doc: Mapping[str, Any], label: str) -> Side:
             if name and name not in side.devices:
                 side.devices.append(str(name))
         _add_rows(side, t)
+        causes = t.get("cause_per_step")
+        for code, values in (causes.items() if isinstance(causes, dict) else ()):
+            if isinstance(values, list):
+                side.causes.setdefault(str(code), []).extend(_num(v) for v in values)
     n = max(total_steps, 1)
     side.ranks = sorted(by_rank)
     side.per_rank_step = {r: statistics.median(v) for r, v in by_rank.items() if v}
@@ -294,20 +300,31 @@ def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any], labels: tu
         })
     row_noise = mean_noise_us(b.step_times, a.step_times)
     vendors = (_vendor(b.devices), _vendor(a.devices))
+    rel, rel_reason = relation(before, after, _op_time(b), _op_time(a))
     return {
         "diff_schema_version": DIFF_SCHEMA_VERSION,
         "tool": {"name": "gpuprof", "version": __version__},
         "before": _side_info(b, before),
         "after": _side_info(a, after),
+        "relation": rel,
+        "relation_reason": rel_reason,
         "metrics": metrics,
         "ranks": _ranks(b, a),
         "row_noise_us": row_noise,
         "operators": _rows(b.operators, a.operators, mean_b, ("gpu_self_us", "cpu_self_us"), True, row_noise),
         "kernels": _rows({(k, None): v for k, v in b.kernels.items()}, {(k, None): v for k, v in a.kernels.items()},
                          mean_b, ("total_us",), False, row_noise),
-        "findings": _findings(b, a, metrics, vendors, row_noise),
+        "findings": _findings(b, a, metrics, vendors, row_noise, (rel, rel_reason)),
         "regression": None,
     }
+
+
+def _op_time(s: Side) -> dict[str, float]:
+    """Operator name -> its self time per step (CPU and GPU), shapes pooled: what :func:`relation` compares."""
+    out: dict[str, float] = defaultdict(float)
+    for (name, _), row in s.operators.items():
+        out[name] += row.get("cpu_self_us", 0.0) + row.get("gpu_self_us", 0.0)
+    return dict(out)
 
 
 def _side_info(s: Side, doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -372,7 +389,8 @@ def _rows(before: Mapping[tuple[str, str | None], Mapping[str, float]], after: M
 
 def _findings(b: Side, a: Side, metrics: list[dict[str, Any]] | None = None,
               vendors: tuple[str | None, str | None] = (None, None),
-              row_noise: float | None = None) -> dict[str, list[dict[str, Any]]]:
+              row_noise: float | None = None,
+              rel: tuple[str, str | None] = ("before_after", None)) -> dict[str, list[dict[str, Any]]]:
     step_change = None
     mb, ma = b.metrics.get("step_time_mean"), a.metrics.get("step_time_mean")
     if mb is not None and ma is not None:
@@ -406,11 +424,42 @@ def _findings(b: Side, a: Side, metrics: list[dict[str, Any]] | None = None,
             out["unchanged"].append(row)
     _pair_moved(out)
     for row in out["removed"]:
-        reason = _not_fixed_because(row, by_name, vendors, row_noise)
+        figure = cause_of(row["code"])
+        judged = judge_cause(figure, b.causes.get(row["code"], []), a.causes.get(row["code"], []), rank_test_p) if figure else None
+        row["cause"] = judged.as_row() if judged else None
+        verdict, reason = _verdict(row, judged, by_name, vendors, row_noise, rel)
         row["fixed"] = reason is None
+        row["verdict"] = verdict
         row["not_fixed_reason"] = reason
         row["what_if_gap"] = what_if_gap(row, row_noise)
+    for kind in ("changed", "unchanged"):  # the finding fires on both sides: its cause is there after
+        for row in out[kind]:
+            row["verdict"] = "still_there" if rel[0] == "before_after" else rel[0]
+    for row in out["added"]:
+        row["verdict"] = "new" if rel[0] == "before_after" else rel[0]
     return out
+
+
+def _verdict(row: dict[str, Any], judged: Any, metrics: Mapping[str, dict[str, Any]],
+             vendors: tuple[str | None, str | None], row_noise: float | None,
+             rel: tuple[str, str | None]) -> tuple[str, str | None]:
+    """(verdict, why not fixed) of a finding found before and not after (docs/diff.md, "Fixed"): ``fixed`` (why:
+    None), ``still_there``, ``not_confirmed``, or the sides' relation (``ranks``, ``different_programs``)."""
+    if rel[0] != "before_after":
+        return rel[0], rel[1]
+    if vendors[0] and vendors[1] and vendors[0] != vendors[1]:
+        return "not_confirmed", _not_fixed_because(row, metrics, vendors, row_noise)
+    if judged is not None:  # the rule's own cause figure decides, against its own per-step spread
+        if judged.improved:
+            return "fixed", None
+        if judged.improved is None and judged.improvement > 0:  # no spread with < 2 steps a side: the step decides
+            reason = _not_fixed_because(row, metrics, vendors, row_noise)
+            return ("fixed", None) if reason is None else ("not_confirmed", reason)
+        if judged.improved is None:
+            return "still_there", f"still there: its cause is not better (fewer than 2 steps a side): {judged.text()}"
+        return "still_there", f"still there: its cause did not improve beyond its noise: {judged.text()}"
+    reason = _not_fixed_because(row, metrics, vendors, row_noise)
+    return ("fixed", None) if reason is None else ("not_confirmed", reason)
 
 
 def _pair_moved(out: dict[str, list[dict[str, Any]]]) -> None:

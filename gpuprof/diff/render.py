@@ -80,6 +80,10 @@ def diff_tables(diff: dict[str, Any]) -> list[Table]:
          _saving(r["measured_saving_us_per_step"]),
          (f"{_saving(r['measured_part_saving_us_per_step'])} {_label(r['measured_part'])}" if r["measured_part"] else "-")]
         for r in f["removed"] if r.get("fixed", True)], names=(0, 1)))
+    judged = [r for r in f["removed"] if r.get("fixed", True) and r.get("cause")]
+    if judged:  # the figure that is each fixed finding's cause, against its own per-step noise (docs/diff.md)
+        tables.append(Table("Findings fixed: their cause, per step", ["code", "where", "cause before → after"], [
+            [r["code"] + " " + r["name"], r["location"] or "-", _cause(r["cause"])] for r in judged], names=(0, 1)))
     gaps = [r for r in f["removed"] if r.get("fixed", True) and r.get("what_if_gap")]
     if gaps:  # the what-if against the measured change, where they differ beyond ±15% (docs/critical-path.md)
         tables.append(Table("Findings fixed: what-if against measured", ["code", "where", "why they differ"], [
@@ -118,6 +122,17 @@ def diff_tables(diff: dict[str, Any]) -> list[Table]:
     return tables
 
 
+def _cause(c: dict[str, Any]) -> str:
+    """A cause figure's row (docs/diff.md, "Fixed") in one line: its median (or mean) per step on each side."""
+    frac = c["unit"] == "fraction"
+
+    def v(x: float | None) -> str:
+        return "-" if x is None else (f"{x:.3%}" if frac else fmt_us(x))
+
+    noise = "" if c.get("noise") is None else f" (noise ±{v(c['noise'])})"
+    return f"{c['figure']}: {v(c['before'])} → {v(c['after'])}{noise}"
+
+
 def _saving(us: float | None) -> str:
     """A time saved per step; a negative saving (the step got longer) is shown with a minus."""
     if us is None:
@@ -135,6 +150,8 @@ def _headline(diff: dict[str, Any]) -> list[str]:
     b, a = diff["before"], diff["after"]
     lines = [f"before: {', '.join(b['inputs']) or b['label']} ({b['traces']} traces, {b['steps']} steps)",
              f"after:  {', '.join(a['inputs']) or a['label']} ({a['traces']} traces, {a['steps']} steps)"]
+    if diff.get("relation") not in (None, "before_after"):  # ranks of one job, or two programs: not a before/after
+        lines.append(f"{str(diff['relation']).replace('_', ' ')}: {diff.get('relation_reason')}")
     st = next((m for m in diff["metrics"] if m["name"] == "step_time"), None)
     if st and st["before"] and st["after"] is not None:
         noise = "" if st["noise"] is None else f" (noise ±{fmt_us(st['noise'])})"

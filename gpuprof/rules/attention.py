@@ -10,6 +10,7 @@ import numpy as np
 from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.cause import CauseFigure, kernels_per_step
 from gpuprof.rules.precision import is_eligible_kernel
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
@@ -70,6 +71,37 @@ def attention_blocks(m: TraceMetrics) -> list[AttentionBlock]:
     return out
 
 
+def eager_attention(m: TraceMetrics) -> tuple[list[Event], list[AttentionBlock]]:
+    """The kernels each eager attention block of the steps launched (each once), and the blocks; once per trace."""
+    return m.memo(_eager_attention)
+
+
+def _eager_attention(m: TraceMetrics) -> tuple[list[Event], list[AttentionBlock]]:
+    kernels = m.step_kernels
+    blocks = [b for b in attention_blocks(m) if m.step_of(b.softmax.ts) is not None]
+    if not kernels or not blocks:
+        return [], blocks
+    # the kernels each block's thread launched inside the block
+    launches: dict[tuple[object, object], list[tuple[float, Event]]] = defaultdict(list)
+    for k in kernels:
+        launch = m.launch_by_corr.get(k.corr)
+        if launch is not None:
+            launches[(launch.pid, launch.tid)].append((launch.ts, k))
+    inside: list[Event] = []
+    for key, got in launches.items():
+        got.sort(key=lambda x: x[0])
+        ts = np.array([t for t, _ in got])
+        for b in (b for b in blocks if (b.pid, b.tid) == key):
+            lo, hi = np.searchsorted(ts, b.start, side="left"), np.searchsorted(ts, b.end, side="right")
+            inside.extend(k for _, k in got[lo:hi])
+    return list({id(k): k for k in inside}.values()), blocks  # nested blocks never count a kernel twice
+
+
+def eager_attention_per_step(m: TraceMetrics) -> list[float] | None:
+    """GP304's cause per step: the GPU time of the kernels eager attention launched, by step."""
+    return kernels_per_step(m, eager_attention(m)[0]) if m.main_device is not None else None
+
+
 @register
 class UnfusedAttention(Rule):
     """Attention computed eagerly: ``softmax(q @ k.T) @ v`` as separate kernels.
@@ -89,6 +121,7 @@ class UnfusedAttention(Rule):
     code = "GP304"
     name = "unfused-attention"
     title = "Attention computed eagerly (softmax over bmm), not by a fused attention kernel"
+    cause = CauseFigure("GPU time of eager attention's kernels", eager_attention_per_step)
     options = (
         Option("min_share", 0.10, "report when eager attention's kernels take this share of the step's kernel time"),
     )
@@ -110,25 +143,9 @@ class UnfusedAttention(Rule):
         total = sum(k.dur for k in kernels)
         if not kernels or total <= 0:
             return
-        blocks = [b for b in attention_blocks(m) if m.step_of(b.softmax.ts) is not None]
-        if not blocks:
+        unique, blocks = eager_attention(m)
+        if not unique:
             return
-        # the kernels each block's thread launched inside the block
-        launches: dict[tuple[object, object], list[tuple[float, Event]]] = defaultdict(list)
-        for k in kernels:
-            launch = m.launch_by_corr.get(k.corr)
-            if launch is not None:
-                launches[(launch.pid, launch.tid)].append((launch.ts, k))
-        inside: list[Event] = []
-        for key, got in launches.items():
-            got.sort(key=lambda x: x[0])
-            ts = np.array([t for t, _ in got])
-            for b in (b for b in blocks if (b.pid, b.tid) == key):
-                lo, hi = np.searchsorted(ts, b.start, side="left"), np.searchsorted(ts, b.end, side="right")
-                inside.extend(k for _, k in got[lo:hi])
-        if not inside:
-            return
-        unique = list({id(k): k for k in inside}.values())  # nested blocks never count a kernel twice
         attn_us = sum(k.dur for k in unique)
         extra = [k for k in unique if not is_eligible_kernel(k.name)]
         extra_us = sum(k.dur for k in extra)

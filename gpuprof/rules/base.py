@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping, TypeVar
 
 from gpuprof.codespec import INFO_BELOW_SHARE, CodeSpec, Option
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
+from gpuprof.rules.cause import CauseFigure
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, Trace
 
@@ -127,6 +128,10 @@ class RuleSpec:
 
 class Rule(RuleSpec):
     """Base class of all trace rules. See the module docstring."""
+
+    # the figure that is the rule's cause, per step (gpuprof.rules.cause): `gpuprof diff` calls a gone finding
+    # fixed only when it improved beyond its own per-step spread; None: the rule declares none
+    cause: ClassVar[CauseFigure | None] = None
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:  # pragma: no cover - abstract
         raise NotImplementedError

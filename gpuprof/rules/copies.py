@@ -8,6 +8,7 @@ from typing import Iterable
 from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.cause import CauseFigure, idle_part_per_step
 from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -120,6 +121,7 @@ class PageableCopy(Rule):
     code = "GP201"
     name = "pageable-copy"
     title = "Copies from/to pageable host memory"
+    cause = CauseFigure("GPU idle in blocking copies", idle_part_per_step("blocking_copy"))
     severity = Severity.WARNING
     options = (
         Option("min_bytes_per_step", 1 << 20, "report a direction when its pageable copies move at least this many bytes per step"),
@@ -208,6 +210,7 @@ class BlockingCopy(Rule):
     code = "GP202"
     name = "blocking-copy"
     title = "Blocking host→device copies"
+    cause = CauseFigure("GPU idle in blocking copies", idle_part_per_step("blocking_copy"))
     severity = Severity.WARNING
     options = (
         Option("min_blocked_us_per_step", 100.0, "report when the host waits at least this long per step (µs)"),

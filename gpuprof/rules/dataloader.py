@@ -7,6 +7,7 @@ from typing import Iterable
 from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.cause import CauseFigure, data_wait_per_step
 from gpuprof.rules.common import of_step
 from gpuprof.units import fmt_us
 
@@ -40,6 +41,7 @@ class DataLoaderMainProcess(Rule):
     aliases = ("dataloader-main-process",)
     superseded_by = ("GP601",)  # capture measures the same loader's share over every step
     title = "DataLoader runs in the main process (num_workers=0)"
+    cause = CauseFigure("time waiting for the batch", data_wait_per_step)
     severity = Severity.WARNING
     options = (Option("min_share", 0.02, "report only when data loading takes at least this share of the step"),)
     bad_example = """
@@ -98,6 +100,7 @@ class DataLoadingShare(Rule):
     # the capture's watch measures why the workers cannot keep up (their CPU use), over every step
     superseded_by = ("GP605", "GP606", "GP607")
     title = "Data loading takes a large share of the step"
+    cause = CauseFigure("time waiting for the batch", data_wait_per_step)
     severity = Severity.WARNING
     options = (
         Option("max_share", 0.10, "data-loading share above this is reported"),

@@ -12,6 +12,7 @@ import numpy as np
 from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.cause import CauseFigure, idle_part_per_step
 from gpuprof.trace.arrays import median
 from gpuprof.trace.columns import columns, gpu_columns
 from gpuprof.trace.intervals import Intervals
@@ -175,6 +176,7 @@ class LaunchBound(Rule):
     code = "GP301"
     name = "launch-bound"
     title = "Launch-bound: many tiny kernels, GPU waiting on launches"
+    cause = CauseFigure("GPU idle in runtime (launch) calls", idle_part_per_step("runtime"))
     severity = Severity.WARNING
     options = (
         Option("tiny_us", 10.0, "kernels shorter than this many µs count as tiny"),

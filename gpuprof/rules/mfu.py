@@ -9,11 +9,27 @@ import numpy as np
 from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Rule, RuleContext, register
+from gpuprof.rules.cause import CauseFigure
 from gpuprof.rules.flopwork import kernel_work, step_mfu
 from gpuprof.trace.columns import columns
+from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.phase import serving_engine
 
 __all__ = ["LowMfu"]
+
+
+def mfu_per_step(m: TraceMetrics) -> list[float] | None:
+    """GP307's cause per step: each step's MFU (its priced kernels' time at the peak over the step's time)."""
+    w = kernel_work(m)
+    at = m.step_kernel_at
+    if not w.peak_device or not m.steps:
+        return None
+    ts = columns(m.trace, m.trace.kernels).ts[at]
+    step = np.searchsorted(np.array(m.step_starts), ts, side="right") - 1
+    peak_us = w.peak_us[at]
+    priced = (w.flops[at] > 0) & np.isfinite(peak_us)
+    per = np.bincount(step[priced], weights=peak_us[priced], minlength=m.num_steps)[:m.num_steps]
+    return [float(x) / t if t > 0 else 0.0 for x, t in zip(per, m.step_times)]
 
 
 @register
@@ -35,6 +51,7 @@ class LowMfu(Rule):
     code = "GP307"
     name = "low-mfu"
     title = "Low model FLOPs utilisation: the steps reach a small fraction of the GPU's peak"
+    cause = CauseFigure("MFU of the step", mfu_per_step, unit="fraction", higher_is_better=True)
     severity = Severity.INFO
     options = (
         Option("max_mfu", 0.20, "report when the steps' MFU is below this fraction of the peak"),

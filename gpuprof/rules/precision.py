@@ -11,6 +11,7 @@ from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.report import DeviceInfo
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.cause import CauseFigure, kernels_per_step
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, dur_of, name_of, op_dtypes
 from gpuprof.trace.precision import NARROW_FORMATS, TENSOR_CORE_FORMATS, name_precision
@@ -273,6 +274,12 @@ def device_capability(m: TraceMetrics) -> tuple[DeviceInfo | None, tuple[int, in
     return dev, None, "unknown GPU"
 
 
+def off_tensor_core_per_step(m: TraceMetrics) -> list[float] | None:
+    """GP302's cause per step: the GEMM/conv kernels' time off the tensor cores (FP32 and FP64), by step."""
+    st = m.memo(precision_stats)
+    return None if st is None else kernels_per_step(m, st.fp32_kernels + st.fp64_kernels)
+
+
 @register
 class NoTensorCores(Rule):
     """Matrix multiplies and convolutions run in FP32 on a GPU with tensor cores.
@@ -297,6 +304,7 @@ class NoTensorCores(Rule):
     code = "GP302"
     name = "no-tensor-cores"
     title = "FP32 GEMM/convolution time on a tensor-core GPU"
+    cause = CauseFigure("GEMM/conv kernel time off tensor cores (FP32, FP64)", off_tensor_core_per_step)
     severity = Severity.WARNING
     options = (
         Option("min_fp32_share", 0.15, "report when FP32 GEMM/conv kernels take at least this share of kernel time"),

@@ -11,6 +11,7 @@ import numpy as np
 from gpuprof.codespec import Option
 from gpuprof.findings import EventRef, Evidence, Finding, Severity
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.cause import CauseFigure, step_time_per_step
 from gpuprof.trace.breakdown import BREAKDOWN_KEYS
 from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Intervals
@@ -80,6 +81,7 @@ class StepOutliers(Rule):
     code = "GP901"
     name = "step-outliers"
     title = "Step-time outliers or warm-up inside the profiled window"
+    cause = CauseFigure("step time (its mean: outlier steps weigh in it)", step_time_per_step, statistic="mean")
     severity = Severity.WARNING
     options = (
         Option("min_steps", 3, "need at least this many steps to judge"),

@@ -9,6 +9,7 @@ from typing import Iterable
 from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
+from gpuprof.rules.cause import CauseFigure, idle_part_per_step
 from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy
 from gpuprof.rules.copies import pageable_copies
 from gpuprof.trace.columns import columns, named
@@ -143,6 +144,7 @@ class HostSync(Rule):
     code = "GP203"
     name = "host-sync"
     title = "Host waits for the GPU inside the step"
+    cause = CauseFigure("GPU idle while the host synchronises", idle_part_per_step("sync"))
     severity = Severity.WARNING
     options = (
         Option("min_cost_us_per_step", 50.0, "report a sync site costing at least this much per step (µs)"),

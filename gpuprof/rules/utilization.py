@@ -7,6 +7,7 @@ from typing import Iterable
 from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Rule, RuleContext, register
+from gpuprof.rules.cause import CauseFigure, gpu_idle_per_step
 from gpuprof.trace.breakdown import IDLE_KEYS
 from gpuprof.trace.idleparts import IdlePart, idle_parts
 from gpuprof.trace.phase import trace_phase
@@ -42,6 +43,7 @@ class LowGpuUtilization(Rule):
     code = "GP101"
     name = "low-gpu-utilization"
     title = "GPU idle for a large part of each step"
+    cause = CauseFigure("GPU idle time", gpu_idle_per_step)
     severity = Severity.WARNING
     options = (
         Option("min_utilization", 0.80, "utilisation below this fraction is reported"),

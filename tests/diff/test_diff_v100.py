@@ -49,7 +49,7 @@ def test_names_gp102_fixed_with_predicted_and_measured_savings(dirs: tuple[str, 
     res = run("diff", *dirs, "--format", "json", "-j", "1")
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
-    assert d["diff_schema_version"] == "1.0"
+    assert d["diff_schema_version"] == "1.1"
     fixed = {r["code"]: r for r in d["findings"]["removed"]}
     gp102 = fixed["GP102"]
     # predicted: GP102's cost before (59.3 and 35.5 ms per step in the two 6-step traces); measured: what changed

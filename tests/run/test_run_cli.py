@@ -199,7 +199,7 @@ def test_the_job_gets_no_bootstrap_options_it_did_not_ask_for(tmp_path: Path) ->
                        sys.executable, "-c", code, cwd=tmp_path)
     got = json.loads(proc.stdout)
     assert got == {"logdir": "L", "run": "r", "step_function": None,
-                   "capture": {"watch": False, "trigger": True, "max_auto_windows": 3}}
+                   "capture": {"watch": False, "trigger": True, "max_auto_windows": 3}, "verbose": False}
 
 
 _SLEEPER = "import time; print('ready', flush=True); time.sleep(60)"

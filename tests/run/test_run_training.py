@@ -145,7 +145,10 @@ def test_torchrun_two_ranks_each_report_and_the_cross_rank_one(tmp_path: Path) -
     job = json.loads((run_dir / "report.cross_rank.json").read_text())
     section = next(s for s in job["sections"] if s.get("kind") == "cross_rank")
     assert sorted(r["rank"] for r in section["ranks"]) == [0, 1]
-    assert proc.stderr.count("gpuprof: files in") == 1  # rank 0 prints the summary; rank 1 does not
+    assert proc.stderr.count("end of run:") == 1  # one card for the job, from gpuprof run once it ended
+    assert "gpuprof: files in" not in proc.stderr  # no rank's own summary among the job's lines
+    assert f"cross-rank   {Path('logs') / 'ddp' / 'report.cross_rank.md'}" in proc.stderr
+    assert (run_dir / "rank0" / "gpuprof.log").is_file() and (run_dir / "rank1" / "gpuprof.log").is_file()
 
 
 def test_no_optimizer_gets_the_note_and_step_function_the_steps(tmp_path: Path) -> None:
@@ -210,3 +213,29 @@ def test_trainers_get_the_callback_whichever_is_imported_first(tmp_path: Path) -
     proc = gpuprof_run("--logdir", "logs", "--", sys.executable, "-c", code, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "True"]
+
+
+def test_one_card_after_the_scripts_last_line_naming_files_that_exist(tmp_path: Path) -> None:
+    """stdout and stderr in one stream, as a terminal shows them: the script's lines, then gpuprof's card, once;
+    nothing of gpuprof's between the script's lines (the window's summary went to gpuprof.log)."""
+    proc = subprocess.run([sys.executable, "-m", "gpuprof", "run", "--logdir", "logs", "--run-name", "card", PLAIN,
+                           "--steps", "14"], cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    last_loss = max(i for i, line in enumerate(lines) if line.startswith("loss"))
+    first_ours = min(i for i, line in enumerate(lines) if "gpuprof" in line)
+    assert first_ours > last_loss, proc.stdout  # nothing of gpuprof's before the script's last line
+    assert proc.stdout.count("end of run:") == 1
+    run_dir = Path("logs") / "card"
+    for name in ("report.md", "report.html", "gpuprof.log"):
+        assert str(run_dir / name) in proc.stdout
+        assert (tmp_path / run_dir / name).is_file()
+    assert "recorded steps" in (tmp_path / run_dir / "gpuprof.log").read_text()  # the window's notice, kept
+
+
+def test_verbose_prints_the_summaries_as_they_come_and_no_card(tmp_path: Path) -> None:
+    proc = gpuprof_run("--verbose", "--logdir", "logs", "--run-name", "v", PLAIN, "--steps", "14", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "gpuprof: files in" in proc.stderr and "end of run:" not in proc.stderr
+    assert not (tmp_path / "logs" / "v" / "gpuprof.log").exists()

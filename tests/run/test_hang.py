@@ -289,3 +289,33 @@ def test_a_capture_reports_a_stalled_step_and_its_resumption_in_report_json(
     assert hang["ranks"][0]["resumed_after_s"] >= 1.5  # the planted sleep, measured between the step ends
     err = capsys.readouterr().err
     assert "no step finished" in err and "resumed" in err
+
+
+def test_a_shorter_process_group_timeout_makes_the_watchdog_fire_first() -> None:
+    from gpuprof.capture.job.hang import watch_timeout
+
+    assert watch_timeout(300.0, 60.0, [0.1] * 50) == (48.0, True)  # 80% of the group's 60 s, before it aborts
+    assert watch_timeout(300.0, 1800.0, [0.1] * 50) == (300.0, False)  # the group's is longer: ours stands
+    assert watch_timeout(300.0, None, []) == (300.0, False) and watch_timeout(None, 60.0, []) == (None, False)
+    assert watch_timeout(300.0, 60.0, [25.0] * 10) == (300.0, False)  # 3 steps outlast the group's: no claim
+    assert watch_timeout(300.0, 60.0, [17.0] * 10) == (51.0, True)  # at least 3 median steps
+
+
+@pytest.mark.slow
+def test_the_process_group_timeout_is_read_from_a_real_gloo_group(tmp_path: Path) -> None:
+    code = ("import datetime, os; os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=os.environ['PORT'])\n"
+            "import torch.distributed as dist\n"
+            "from gpuprof.capture.job.hang import process_group_timeout_s\n"
+            "assert process_group_timeout_s() is None\n"
+            "dist.init_process_group('gloo', rank=0, world_size=1, timeout=datetime.timedelta(seconds=42))\n"
+            "print(process_group_timeout_s())\n"
+            "dist.destroy_process_group()\n")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PORT": port}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "42.0"

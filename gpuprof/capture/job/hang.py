@@ -66,6 +66,39 @@ def effective_timeout(configured: float | None, step_s: Sequence[float]) -> floa
     return max(HANG_MIN_S, HANG_STEP_FACTOR * med)
 
 
+def process_group_timeout_s() -> float | None:
+    """The default process group's own timeout in seconds (its backend's options), None without one or when
+    this torch does not say; never imports torch."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not (dist.is_available() and dist.is_initialized()):
+            return None
+        import torch
+        from torch.distributed import distributed_c10d
+
+        group = distributed_c10d._get_default_group()
+        found = []
+        for device in ("cuda", "cpu"):
+            try:
+                found.append(group._get_backend(torch.device(device)).options._timeout.total_seconds())
+            except Exception:  # noqa: BLE001 - no backend for that device
+                continue
+        return min(found) if found else None
+    except Exception:  # noqa: BLE001 - an older torch, a group in a strange state: as without one
+        return None
+
+
+def watch_timeout(timeout: float | None, pg_timeout: float | None, step_s: Sequence[float]) -> tuple[float | None, bool]:
+    """The watchdog's wait when the process group's own timeout is shorter than ``timeout``: 80% of it (at
+    least 3 median steps), so the watchdog writes where every rank waits before the process group aborts the
+    job; (the wait, True) then, else (``timeout``, False)."""
+    if timeout is None or pg_timeout is None or pg_timeout <= 0 or pg_timeout > timeout:
+        return timeout, False
+    recent = step_s[-200:]
+    early = max(0.8 * pg_timeout, 3 * statistics.median(recent) if recent else 0.0)
+    return (early, True) if early < pg_timeout else (timeout, False)
+
+
 def _frames(f: FrameType | None) -> list[Frame]:
     """Outermost first (as a traceback reads)."""
     out: list[Frame] = []
@@ -172,6 +205,7 @@ class HangRecord:
     resumed_at_step: int | None = None
     resumed_after_s: float | None = None
     finding: Finding | None = field(default=None, repr=False)
+    pg_timeout_s: float | None = None  # the process group's own timeout, when shorter than the hang timeout
 
     def to_dict(self) -> dict[str, object]:
         loc = self.waiting_at
@@ -183,6 +217,7 @@ class HangRecord:
             "flight_recorder": self.flight_recorder, "flight_recorder_note": self.flight_recorder_note,
             "resumed_at_step": self.resumed_at_step, "resumed_after_s": self.resumed_after_s,
             "finding": self.finding.to_dict() if self.finding is not None else None,
+            "process_group_timeout_s": self.pg_timeout_s,
         }
 
 
@@ -214,7 +249,10 @@ def hang_finding(rec: HangRecord, report: str, said: str | None = None) -> Findi
         code=spec.code, name=spec.name, severity=spec.severity,
         message=(f"no step finished for {rec.stalled_s:.1f} s after step {rec.step} (hang timeout "
                  f"{rec.timeout_s:g} s): {who} waits at {_where(rec.waiting_at)}{resumed}. "
-                 + (f"{said}. " if said else "") + f"Every thread's stack is in {report}."),
+                 + (f"{said}. " if said else "")
+                 + (f"The process group's own timeout ({rec.pg_timeout_s:g} s) is shorter than the hang timeout: "
+                    "the watchdog fired first, before the process group aborts the job. " if rec.pg_timeout_s else "")
+                 + f"Every thread's stack is in {report}."),
         advice=("Look at the line each rank waits at: a rank that never reaches a collective (a barrier, an "
                 "all-reduce) stalls every other rank inside that collective. Give the process group a timeout "
                 "(init_process_group(timeout=...)) so a lost rank fails instead of hanging, and set "
@@ -477,7 +515,8 @@ class Watchdog:
                     self.failure = err
 
     def check_interval(self) -> float:
-        timeout = effective_timeout(self.configured, self._step_s)
+        timeout, _ = watch_timeout(effective_timeout(self.configured, self._step_s), process_group_timeout_s(),
+                                   self._step_s)
         return 5.0 if timeout is None else max(0.05, min(5.0, timeout / 10))
 
     def _run(self) -> None:
@@ -492,17 +531,18 @@ class Watchdog:
                     if rec is not None and rec.resumed_at_step is None:
                         self._resumed(self._steps(), end - seen)
                     seen = end
-                timeout = effective_timeout(self.configured, self._step_s)
+                timeout, early = watch_timeout(effective_timeout(self.configured, self._step_s),
+                                               process_group_timeout_s(), self._step_s)
                 rec = self.record
                 if rec is not None and rec.resumed_at_step is None and not self._culprit_known:
                     self._late_culprit(rec)
                 if timeout is not None and now - end >= timeout and (rec is None or rec.resumed_at_step is not None):
                     self._stall_end = end
-                    self._hung(self._steps(), now - end, timeout)
+                    self._hung(self._steps(), now - end, timeout, process_group_timeout_s() if early else None)
         except Exception as err:  # noqa: BLE001 - kept; the session says it once and the job goes on
             self.failure = err
 
-    def _hung(self, step: int, stalled: float, timeout: float) -> bool:
+    def _hung(self, step: int, stalled: float, timeout: float, pg_timeout: float | None = None) -> bool:
         """Report the stall (True); False when the driving thread is not in the user's code at all (it ended,
         or idles between a notebook's cells): the loop is not running, so it is not hung."""
         stacks = thread_stacks(self._driver, skip=threading.get_ident())
@@ -515,12 +555,15 @@ class Watchdog:
             fh = f"(faulthandler failed: {type(err).__name__}: {err})"
         fr, note = _flight_recorder(self.out_dir, self.worker)
         rec = HangRecord(self.worker, self.rank, os.getpid(), socket.gethostname(), step, stalled, timeout,
-                         time.time(), waiting_at(driver), stacks, fh, fr, note)
+                         time.time(), waiting_at(driver), stacks, fh, fr, note, pg_timeout_s=pg_timeout)
         said = self._publish(rec, None)
         who = f"rank {self.rank}" if self.rank is not None else "the process"
         from gpuprof.render.safe import clip
 
         why = f" {clip(said, 600)}." if said else ""
+        if pg_timeout is not None:
+            why += (f" The process group's own timeout ({pg_timeout:g} s) is shorter than the hang timeout: the "
+                    f"watchdog fired at {timeout:g} s, before the process group aborts the job.")
         self._say(f"gpuprof: no step finished for {stalled:.1f} s after step {step} (hang timeout {timeout:g} s); "
                   f"{who} waits at {_where_shown(rec.waiting_at)}.{why} Every thread's stack is in "
                   f"{self.run_dir / 'hang.md'}. The job is left running.")

@@ -53,12 +53,32 @@ def _env_int(name: str) -> int | None:
 
 
 def rank_info() -> RankInfo:
-    """``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``LOCAL_WORLD_SIZE`` as set by ``torchrun``."""
+    """``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``LOCAL_WORLD_SIZE`` as set by ``torchrun``; without them, the
+    rank and world size of the initialised default process group (ranks started by
+    ``torch.multiprocessing.spawn`` or ``multiprocessing``, which set no variable), so they join one run."""
     rank = _env_int("RANK")
     local = _env_int("LOCAL_RANK")
     if rank is None and local is not None:
         rank = local
-    return RankInfo(rank, local, _env_int("WORLD_SIZE"), _env_int("LOCAL_WORLD_SIZE"))
+    world = _env_int("WORLD_SIZE")
+    if rank is None:
+        rank, world = _process_group(world)
+    return RankInfo(rank, local, world, _env_int("LOCAL_WORLD_SIZE"))
+
+
+def _process_group(world: int | None) -> tuple[int | None, int | None]:
+    """(rank, world size) of the initialised default process group of a job of 2 or more ranks, else
+    (None, ``world``); never imports torch (a process that did not import it has no process group)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not (dist.is_available() and dist.is_initialized()):
+            return None, world
+        size = int(dist.get_world_size())
+        return (int(dist.get_rank()), size) if size >= 2 else (None, world)
+    except Exception:  # noqa: BLE001 - a process group in a strange state: as without one
+        return None, world
 
 
 def default_run_name(ranks: RankInfo) -> str:

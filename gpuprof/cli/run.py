@@ -99,11 +99,15 @@ def _split(cmd: click.Command, args: list[str]) -> tuple[list[str], str, list[st
               help="Record at most N automatic windows when the steady state breaks (default: the capture's).")
 @click.option("--no-trigger", is_flag=True, help="Do not record a window on demand (gpuprof trigger PID).")
 @click.option("--no-watch", is_flag=True, help="No per-step watch over the whole job.")
+@click.option("--verbose", is_flag=True,
+              help="Print gpuprof's messages during the run (window summaries) on stderr, as they come; by "
+                   "default they go to gpuprof.log in each run directory and one card is printed at the end.")
+@click.option("--no-html", is_flag=True, help="Do not write report.html in the run directory at the end.")
 @to_option
 @click.pass_context
 def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function: str | None,
             hang_timeout: float | None, max_auto_windows: int | None, no_trigger: bool, no_watch: bool,
-            to: tuple[str, ...]) -> None:
+            verbose: bool, no_html: bool, to: tuple[str, ...]) -> None:
     """Run a training script or launcher job, unchanged, with gpuprof in every process.
 
     Every Python process the command starts is profiled once it trains (its
@@ -144,15 +148,37 @@ def run_cmd(ctx: click.Context, logdir: str, run_name: str | None, step_function
                              # the end-of-run report of rank 0 goes to them (gpuprof.capture.end.trackers)
                              to=",".join(targets) if targets else None)
     _say_unsupported(capture.given())
-    opts = RunOptions(logdir=logdir, run=run_name, step_function=step_function, capture=capture)
+    opts = RunOptions(logdir=logdir, run=run_name, step_function=step_function, capture=capture, verbose=verbose)
     before = logdir_state(logdir)
     status = launch(command, opts)
-    if status >= 0 and status != 130 and not wrote_something(before, logdir_state(logdir)):
+    after = logdir_state(logdir)
+    if status >= 0 and status != 130 and not wrote_something(before, after):
         click.echo(no_step_note(opts, command.argv, status), err=True)
+    elif not verbose:
+        _print_card(logdir, before, after, html=not no_html)
     ctx.exit(exit_like(status))
 
 
 _DEFAULTS = {"watch": True, "trigger": True}
+
+
+def _print_card(logdir: str, before: dict[str, int], after: dict[str, int], *, html: bool) -> None:
+    """The end-of-run card (gpuprof.run.card), once, after the job's last line; a failure of ours is one line."""
+    import sys
+
+    from gpuprof.render.terminal import terminal_width
+    from gpuprof.run.card import end_card
+
+    try:
+        card = end_card(logdir, before, after, html=html, width=terminal_width(sys.stderr.isatty()))
+    except Exception as err:  # noqa: BLE001 - the job's exit code is what matters; say it once
+        from gpuprof.render.safe import one_line
+
+        click.echo(f"gpuprof run: the end-of-run card failed ({type(err).__name__}: {one_line(str(err))}); "
+                   f"the reports are in {logdir}", err=True)
+        return
+    if card is not None:
+        click.echo(card, err=True)
 
 
 def _say_unsupported(capture: dict[str, Any]) -> None:

@@ -220,6 +220,12 @@ def problem_in(s: RankSummary) -> str | None:
     problem = path_problem(s)
     if problem is not None:
         return problem
+    if s.series is not None:
+        from gpuprof.distributed.series import series_problem
+
+        problem = series_problem(s.series)
+        if problem is not None:
+            return problem
     for c in s.collectives:
         for name in c.__struct_fields__:
             x = getattr(c, name)

@@ -152,6 +152,9 @@ class StragglerRank(CrossRankRule):
         arr = job.arrivals
         if not job.stragglers or job.others_wait_us < opts["min_wait_share"] * job.step_us:
             return
+        whole = _series_verdict(job, opts["min_wait_share"])
+        if whole is not None and whole.rank in job.stragglers:
+            return  # GP707 names it from every step, with this window's arrival order as its cause
         slow = job.stragglers
         others = [r for r in job.ranks if r.rank not in slow]
         waits = ", ".join(f"rank {r.rank} {fmt_us(r.wait_us)}" for r in others[:8])
@@ -188,6 +191,94 @@ class StragglerRank(CrossRankRule):
                                extra={"ranks": ",".join(map(str, arr.before_step_ranks))})],
         )
         yield found if arr.what_if_us is None else straggler_what_if(found, arr.what_if_us, job.step_us)
+
+
+def _series_verdict(job: CrossRank, min_wait_share: float) -> Any:
+    from gpuprof.distributed.series import series_straggler
+
+    return series_straggler(job.summaries, min_wait_share)
+
+
+@register
+class StragglerOverTheJob(CrossRankRule):
+    """A rank the others wait for in most steps of the whole job, from every rank's per-step series.
+
+    The watch times every step of every rank; the ranks' series travel to rank 0 with their summaries
+    (gpuprof.distributed.series). In a job whose ranks meet in collectives every step, their step times are
+    alike, so the rank that waits longest for its own data, every step, is the one the others wait for. The
+    finding names that rank, the share of the common steps it is last in, what it costs the others per step
+    (its median data-wait excess over the median other rank), its own split (data wait; the rest: host and
+    compute), its recurrence over the job (each quarter's share), and, where a window was recorded, the
+    window's arrival order at the collectives (GP701 then stays silent: one answer). A rank slow in host or
+    compute work is not seen here (the watch does not time collectives): GP701 reads it from the window.
+    """
+
+    code = "GP707"
+    name = "straggler-over-the-job"
+    title = "A rank waits for its data in most steps of the job, and the others wait for it"
+    options = (Option("min_wait_share", 0.05, "the others must wait at least this share of the median step"),
+               Option("min_last_share", 0.5, "the rank must be last in at least this share of the common steps"))
+    bad_example = """\
+        # rank 1's DataLoader is slower (a slower disk, fewer workers, heavier samples): every step,
+        # the other ranks wait for it in the gradient all-reduce
+        loader = DataLoader(ds, num_workers=0 if rank == 1 else 4)
+    """
+    good_example = """\
+        # the same input pipeline on every rank, fast enough to keep ahead of the step
+        loader = DataLoader(ds, num_workers=4, pin_memory=True, persistent_workers=True)
+    """
+
+    def check(self, job: CrossRank, opts: Mapping[str, Any]) -> Iterator[Finding]:
+        from gpuprof.distributed.series import series_straggler
+
+        v = series_straggler(job.summaries, opts["min_wait_share"], opts["min_last_share"])
+        if v is None:
+            return
+        quarters = ", ".join(f"steps {a}-{b} {share:.0%}" for a, b, share in v.quarters)
+        every = all(share >= opts["min_last_share"] for _, _, share in v.quarters)
+        recur = ("in every quarter of the job" if every else "not throughout the job") + f" ({quarters})"
+        arr = job.arrivals
+        if job.stragglers and v.rank in job.stragglers:
+            window = (f"; the recorded window agrees: rank {v.rank} arrives last at {arr.last_at_per_step:.1f} of "
+                      f"{arr.collectives_per_step:.1f} collectives per step, the others waiting "
+                      f"{fmt_us(arr.waited_us)} per step for it there")
+        elif job.stragglers:
+            window = (f"; in the recorded window's few steps {_ranks(job.stragglers)} arrived last instead "
+                      "(a one-off there, or a second slow rank: compare their traces)")
+        else:
+            window = ""
+        share = v.excess_us / v.step_us if v.step_us > 0 else None
+        cost = min(v.excess_us, v.step_us) if v.step_us > 0 else v.excess_us
+        message = (
+            f"straggler over the whole job: rank {v.rank} of {v.ranks} waits longest for its data in "
+            f"{v.last_points} of {v.points} common {'steps' if v.bucket == 1 else f'buckets of {v.bucket} steps'} "
+            f"({v.last_share:.0%}), {fmt_us(v.excess_us)} per step more than the median other rank, so the "
+            f"others wait about that long for it in their collectives every step; its own split per step: "
+            f"data wait {fmt_us(v.data_wait_us)} (others {fmt_us(v.others_data_wait_us)}), the rest (host and "
+            f"compute, its collectives included) {fmt_us(v.rest_us)}; {recur}{window}; cost: other ranks "
+            f"waiting for rank {v.rank}'s data, {fmt_us(cost)} per step"
+            + (f" ({share:.1%} of the median step)" if share is not None else ""))
+        yield Finding(
+            code=self.code, name=self.name, severity=self.severity, message=message,
+            advice=" ".join(f"""
+                Make rank {v.rank}'s input pipeline as fast as the others': more DataLoader workers on it
+                (num_workers, persistent_workers=True, prefetch_factor), the same sampler shard sizes, no extra
+                per-rank decoding or I/O on it; check its disk or network. Then the others stop waiting for it
+                in every all-reduce.""".split()),
+            evidence=(Evidence("straggler_rank", str(v.rank)),
+                      Evidence("others_wait_us_per_step", round(v.excess_us, 1),
+                               round(opts["min_wait_share"] * v.step_us, 1), "us",
+                               extra={"last_points": v.last_points, "points": v.points, "bucket": v.bucket,
+                                      "steps": v.steps, "step_us": round(v.step_us, 1)}),
+                      Evidence("split_us_per_step", round(v.data_wait_us, 1), unit="us",
+                               extra={"data_wait_us": round(v.data_wait_us, 1),
+                                      "others_data_wait_us": round(v.others_data_wait_us, 1),
+                                      "rest_us": round(v.rest_us, 1)}),
+                      Evidence("last_share_by_quarter", round(min(s for _, _, s in v.quarters), 3),
+                               extra={f"{a}-{b}": round(s, 3) for a, b, s in v.quarters})),
+            cost_us_per_step=cost, cost_share=min(share, 1.0) if share is not None else None,
+            origin="trace", source="cross-rank",
+        )
 
 
 @register

@@ -82,7 +82,7 @@ from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import CommArgs, Event, Trace
 from gpuprof.trace.vocab import Kind
 
-__all__ = ["RankSummary", "instances_by_type", "CollectiveStat", "summarize", "rank_from_path", "SUMMARY_VERSION", "CAUSE_KEYS",
+__all__ = ["RankSummary", "RankSeries", "instances_by_type", "CollectiveStat", "summarize", "rank_from_path", "SUMMARY_VERSION", "CAUSE_KEYS",
            "PHASE_KEYS"]
 
 SUMMARY_VERSION = 1
@@ -107,6 +107,18 @@ class CollectiveStat(msgspec.Struct, frozen=True):
     total_us: float
     bytes: int  # summed over the instances whose size is known
     sized: int  # instances whose size is known
+
+
+class RankSeries(msgspec.Struct, frozen=True):
+    """One rank's per-step series from the watch (every step of the job, in buckets of ``bucket`` steps, each
+    point the bucket's median), gathered with the summary so the straggler verdict reads every common step
+    (:mod:`gpuprof.distributed.series`). Empty lists: not measured on that rank (no DataLoader, no CUDA)."""
+
+    bucket: int
+    first_step: list[int]
+    step_us: list[float]
+    data_wait_us: list[float] = msgspec.field(default_factory=list)
+    memory_mib: list[float] = msgspec.field(default_factory=list)  # CUDA allocated where measured
 
 
 class RankSummary(msgspec.Struct, frozen=True):
@@ -159,6 +171,7 @@ class RankSummary(msgspec.Struct, frozen=True):
     path_piece_us: list[float] = msgspec.field(default_factory=list)
     # GP702's what-if: µs per step saved with the collectives overlapped; None: not replayed (or older gpuprof)
     overlap_what_if_us: float | None = None
+    series: RankSeries | None = None  # the watch's whole-job series, added at the gather (None: not watched)
 
 
 _RANK_RE = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.IGNORECASE)  # not "cranky5"

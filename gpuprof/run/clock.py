@@ -72,7 +72,10 @@ def capture_config(opts: RunOptions) -> "CaptureConfig":
 
     known = {f.name for f in dataclasses.fields(CaptureConfig)}
     extra = {k: v for k, v in opts.capture.given().items() if k in known and k not in ("logdir", "run")}
-    return CaptureConfig(logdir=opts.logdir, run=opts.run, print_report=_is_lead(), **extra)  # type: ignore[arg-type]
+    # without --verbose every process writes its summary to its own gpuprof.log (gpuprof.run.runlog); with it,
+    # rank 0 (or the single process) prints it on stderr
+    prints = _is_lead() if opts.verbose else True
+    return CaptureConfig(logdir=opts.logdir, run=opts.run, print_report=prints, **extra)  # type: ignore[arg-type]
 
 
 def framework_options(opts: RunOptions) -> dict[str, Scalar]:
@@ -211,7 +214,14 @@ class OptimizerClock:
 def _new_profiler(opts: RunOptions) -> "Profiler":
     from gpuprof.capture.session import Profiler
 
-    return Profiler(capture_config(opts))
+    prof = Profiler(capture_config(opts))
+    if not opts.verbose:  # the capture's messages go to <out dir>/gpuprof.log, not between the job's lines
+        from typing import TextIO, cast
+
+        from gpuprof.run.runlog import RunLog
+
+        prof.stream = cast(TextIO, RunLog(lambda: prof.out_dir))
+    return prof
 
 
 def _text(err: BaseException) -> str:

@@ -47,6 +47,9 @@ from gpuprof.run.options import ENV, RunOptions
 __all__ = ["Command", "resolve", "child_env", "launch", "exit_like", "SITE_DIR", "RunUsageError"]
 
 SITE_DIR = Path(__file__).resolve().parent / "site"
+#: torch's Flight Recorder buffer size, by its current and its former name (torch reads one or the other)
+FLIGHT_RECORDER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+FLIGHT_RECORDER_ENTRIES = "2000"  # the last collectives kept per process group
 Kind = Literal["script", "module", "command"]
 
 
@@ -99,6 +102,11 @@ def child_env(opts: RunOptions, base: Mapping[str, str] | None = None) -> dict[s
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != SITE_DIR]
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), *parts])
     env[ENV] = opts.to_env()
+    if not any(env.get(name, "").strip() for name in FLIGHT_RECORDER_VARS):
+        # the Flight Recorder on, so a hang's report holds the process group's last collectives (docs/run.md);
+        # only where the user set neither variable: a value of theirs (0 included) is kept
+        for name in FLIGHT_RECORDER_VARS:
+            env[name] = FLIGHT_RECORDER_ENTRIES
     return env
 
 

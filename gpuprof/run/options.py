@@ -96,6 +96,7 @@ class RunOptions(msgspec.Struct, frozen=True):
     run: str | None = None
     step_function: Annotated[str, msgspec.Meta(pattern=_STEP_FN_FIELD)] | None = None  # MODULE:FUNCTION
     capture: CaptureOptions = msgspec.field(default_factory=CaptureOptions)
+    verbose: bool = False  # gpuprof's messages during the run on stderr (else in each process's gpuprof.log)
 
     def to_env(self) -> str:
         """ASCII JSON (json's escapes): a name with bytes that are not UTF-8 (``surrogateescape``) goes through."""

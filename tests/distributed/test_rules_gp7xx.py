@@ -202,6 +202,24 @@ def test_gp705_good_flag_off(real: RankSummary) -> None:
     assert "GP705" not in _codes(_ranks(real, 2))  # the real job: no search recorded
 
 
+def _watched(base: RankSummary, data_ms: list[float], n: int = 50) -> list[RankSummary]:
+    from gpuprof.distributed.summary import RankSeries
+
+    series = [RankSeries(bucket=1, first_step=list(range(n)), step_us=[100_000.0 + (i % 3) * 900 for i in range(n)],
+                         data_wait_us=[d * 1000 + (i % 5) * 100 for i in range(n)]) for d in data_ms]
+    return [msgspec.structs.replace(s, series=series[r]) for r, s in enumerate(_ranks(base, len(data_ms)))]
+
+
+def test_gp707_bad_rank_2_waits_15ms_more_for_data_every_step(real: RankSummary) -> None:
+    found = _codes(_watched(real, [1.0, 1.0, 16.0, 1.0]))
+    assert "GP707" in found and "rank 2 of 4" in found["GP707"] and "50 of 50 common steps" in found["GP707"]
+
+
+def test_gp707_good_the_same_data_wait_on_every_rank(real: RankSummary) -> None:
+    assert "GP707" not in _codes(_watched(real, [6.0, 6.0, 6.0, 6.0]))
+    assert "GP707" not in _codes(_ranks(real, 2))  # no series (not watched, or an older gpuprof): silent
+
+
 # ------------------------------------------------------------------------------ registry
 
 

@@ -124,6 +124,53 @@ def test_ranks_share_hang_json_each_replacing_its_own_entry(tmp_path: Path) -> N
     assert "| 0 | rank0 |" in hang_markdown(doc) and "| 1 | rank1 |" in (tmp_path / "hang.md").read_text()
 
 
+def _gp651(report: Path) -> str:
+    """The GP651 message in a rank's report.json ("" when none yet)."""
+    try:
+        doc = json.loads(report.read_text())
+    except (OSError, ValueError):
+        return ""
+    return next((f["message"] for f in doc.get("findings", []) if f.get("code") == "GP651"), "")
+
+
+def test_the_culprit_in_words_from_the_ranks_stacks() -> None:
+    from gpuprof.capture.job.hang import culprit
+
+    def rank(r: int, line: int, frames: list[tuple[str, str]]) -> dict[str, object]:
+        return {"rank": r, "waiting_at": {"file": "/x/train.py", "line": line, "function": "<module>"},
+                "resumed_at_step": None,
+                "threads": [{"driver": True, "frames": [{"file": f, "line": 1, "function": fn} for f, fn in frames]}]}
+
+    user = ("/x/train.py", "<module>")
+    waits = rank(0, 15, [user, ("/p/torch/distributed/c10d_logger.py", "wrapper"),
+                         ("/p/torch/distributed/distributed_c10d.py", "all_reduce")])
+    sleeps = rank(1, 14, [user])
+    assert culprit([waits, sleeps]) == ("rank 1 never reached the all_reduce that rank 0 waits in at train.py:15; "
+                                        "rank 1 is at train.py:14")
+    also_waits = rank(1, 15, [user, ("/p/torch/distributed/distributed_c10d.py", "all_reduce")])
+    assert culprit([waits, also_waits]) is None  # both wait in it: no culprit named
+    assert culprit([sleeps]) is None and culprit([waits]) is None
+    assert culprit([waits, {**sleeps, "resumed_at_step": 30}]) is None  # it came back: not the culprit
+
+
+def test_the_hang_goes_into_report_json_when_detected(tmp_path: Path) -> None:
+    from gpuprof.capture.job.hang import HangRecord, hang_finding, hang_into_report
+    from gpuprof.capturerun import capture_findings
+    from gpuprof.findings import SourceLocation
+
+    rec = HangRecord("rank1", 1, 7, "host", 20, 4.0, 3.0, 0.0, SourceLocation("/x/t.py", 14, "f"), [])
+    f = hang_finding(rec, str(tmp_path / "hang.md"), "rank 1 never reached the barrier that rank 0 waits in at t.py:15")
+    hang_into_report(tmp_path / "report.json", f)  # no report yet: one holding the hang
+    got = capture_findings(tmp_path)
+    assert [x.code for x in got.findings] == ["GP651"] and "never reached the barrier" in got.findings[0].message
+    doc = json.loads((tmp_path / "report.json").read_text())
+    doc["notes"] = ["the window's"]
+    (tmp_path / "report.json").write_text(json.dumps(doc))
+    hang_into_report(tmp_path / "report.json", f)  # replaced, not doubled; the window report's notes kept
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert [x["code"] for x in doc["findings"]] == ["GP651"] and doc["notes"][0] == "the window's"
+
+
 def _line_of(marker: str) -> int:
     return next(i for i, line in enumerate(JOB.read_text().splitlines(), 1) if marker in line)
 
@@ -151,6 +198,10 @@ def test_a_rank_that_never_reaches_the_barrier_is_named_with_each_ranks_line(tmp
             time.sleep(0.2)
         assert len(ranks) == 2, ranks
         assert proc.poll() is None  # the job is left running (no kill)
+        # rank 0 wrote first: its watchdog reads rank 1's entry on its next check and says the culprit too
+        report0 = tmp_path / "job" / "rank0" / "report.json"
+        while time.monotonic() < deadline and "never reached" not in _gp651(report0):
+            time.sleep(0.2)
     finally:
         proc.send_signal(signal.SIGTERM)  # torchrun stops its ranks (each in a session of its own)
         try:
@@ -181,6 +232,20 @@ def test_a_rank_that_never_reaches_the_barrier_is_named_with_each_ranks_line(tmp
     assert f"`{JOB}:{want[0]}`" in md and f"`{JOB}:{want[1]}`" in md
     assert "done" not in out  # neither rank got past the barrier: the job's own behaviour
     assert "no step finished" in err  # one line per rank (their stderr interleave under torchrun)
+    said = (f"rank 1 never reached the barrier that rank 0 waits in at {JOB.name}:{want[0]}; "
+            f"rank 1 is at {JOB.name}:{want[1]}")
+    assert json.loads(hang_json.read_text())["culprit"] == said
+    assert f"**Culprit:** {said}" in md.replace("\\", "")
+    assert said in err  # the rank that wrote second says it on stderr
+    # killed by SIGTERM afterwards (no end-of-run report): the hang stays in each rank's report.json...
+    for rank in (0, 1):
+        assert f"rank {rank} waits at" in _gp651(tmp_path / "job" / f"rank{rank}" / "report.json")
+    assert said in _gp651(tmp_path / "job" / "rank0" / "report.json")
+    # ...and `gpuprof analyze RUN` shows it
+    shown = subprocess.run([sys.executable, "-m", "gpuprof", "analyze", str(tmp_path / "job"), "--fail-on", "never"],
+                           env=env, capture_output=True, text=True, timeout=240)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "GP651" in shown.stdout and "never reached the barrier" in " ".join(shown.stdout.split())
 
 
 def test_no_hang_is_reported_while_the_driving_thread_is_outside_the_users_code(tmp_path: Path) -> None:
@@ -224,3 +289,33 @@ def test_a_capture_reports_a_stalled_step_and_its_resumption_in_report_json(
     assert hang["ranks"][0]["resumed_after_s"] >= 1.5  # the planted sleep, measured between the step ends
     err = capsys.readouterr().err
     assert "no step finished" in err and "resumed" in err
+
+
+def test_a_shorter_process_group_timeout_makes_the_watchdog_fire_first() -> None:
+    from gpuprof.capture.job.hang import watch_timeout
+
+    assert watch_timeout(300.0, 60.0, [0.1] * 50) == (48.0, True)  # 80% of the group's 60 s, before it aborts
+    assert watch_timeout(300.0, 1800.0, [0.1] * 50) == (300.0, False)  # the group's is longer: ours stands
+    assert watch_timeout(300.0, None, []) == (300.0, False) and watch_timeout(None, 60.0, []) == (None, False)
+    assert watch_timeout(300.0, 60.0, [25.0] * 10) == (300.0, False)  # 3 steps outlast the group's: no claim
+    assert watch_timeout(300.0, 60.0, [17.0] * 10) == (51.0, True)  # at least 3 median steps
+
+
+@pytest.mark.slow
+def test_the_process_group_timeout_is_read_from_a_real_gloo_group(tmp_path: Path) -> None:
+    code = ("import datetime, os; os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=os.environ['PORT'])\n"
+            "import torch.distributed as dist\n"
+            "from gpuprof.capture.job.hang import process_group_timeout_s\n"
+            "assert process_group_timeout_s() is None\n"
+            "dist.init_process_group('gloo', rank=0, world_size=1, timeout=datetime.timedelta(seconds=42))\n"
+            "print(process_group_timeout_s())\n"
+            "dist.destroy_process_group()\n")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PORT": port}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "42.0"

@@ -51,6 +51,15 @@ def test_child_env_puts_the_bootstrap_first_once_and_carries_the_options(tmp_pat
     assert sorted(p.name for p in SITE_DIR.iterdir() if p.name != "__pycache__") == ["sitecustomize.py"]
 
 
+def test_the_flight_recorder_is_on_unless_the_user_set_it() -> None:
+    opts = RunOptions(logdir="L")
+    env = child_env(opts, {})
+    assert env["TORCH_FR_BUFFER_SIZE"] == env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        mine = child_env(opts, {name: "0"})  # the user's value, even "off", is theirs
+        assert mine[name] == "0" and len([k for k in mine if "BUFFER_SIZE" in k]) == 1
+
+
 @pytest.mark.parametrize(("bad", "said"), [
     ("", "Expecting value"), ("{x", "Expecting property name"), ("[]", "Expected `object`, got `array`"), ("{}", "missing required field `logdir`"),
     ('{"logdir": 3}', "at `$.logdir`"), ('{"logdir": ""}', "at `$.logdir`"),
@@ -199,7 +208,7 @@ def test_the_job_gets_no_bootstrap_options_it_did_not_ask_for(tmp_path: Path) ->
                        sys.executable, "-c", code, cwd=tmp_path)
     got = json.loads(proc.stdout)
     assert got == {"logdir": "L", "run": "r", "step_function": None,
-                   "capture": {"watch": False, "trigger": True, "max_auto_windows": 3}}
+                   "capture": {"watch": False, "trigger": True, "max_auto_windows": 3}, "verbose": False}
 
 
 _SLEEPER = "import time; print('ready', flush=True); time.sleep(60)"

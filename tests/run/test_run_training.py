@@ -145,7 +145,10 @@ def test_torchrun_two_ranks_each_report_and_the_cross_rank_one(tmp_path: Path) -
     job = json.loads((run_dir / "report.cross_rank.json").read_text())
     section = next(s for s in job["sections"] if s.get("kind") == "cross_rank")
     assert sorted(r["rank"] for r in section["ranks"]) == [0, 1]
-    assert proc.stderr.count("gpuprof: files in") == 1  # rank 0 prints the summary; rank 1 does not
+    assert proc.stderr.count("end of run:") == 1  # one card for the job, from gpuprof run once it ended
+    assert "gpuprof: files in" not in proc.stderr  # no rank's own summary among the job's lines
+    assert f"cross-rank   {Path('logs') / 'ddp' / 'report.cross_rank.md'}" in proc.stderr
+    assert (run_dir / "rank0" / "gpuprof.log").is_file() and (run_dir / "rank1" / "gpuprof.log").is_file()
 
 
 def test_no_optimizer_gets_the_note_and_step_function_the_steps(tmp_path: Path) -> None:
@@ -210,3 +213,62 @@ def test_trainers_get_the_callback_whichever_is_imported_first(tmp_path: Path) -
     proc = gpuprof_run("--logdir", "logs", "--", sys.executable, "-c", code, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "True"]
+
+
+def test_one_card_after_the_scripts_last_line_naming_files_that_exist(tmp_path: Path) -> None:
+    """stdout and stderr in one stream, as a terminal shows them: the script's lines, then gpuprof's card, once;
+    nothing of gpuprof's between the script's lines (the window's summary went to gpuprof.log)."""
+    proc = subprocess.run([sys.executable, "-m", "gpuprof", "run", "--logdir", "logs", "--run-name", "card", PLAIN,
+                           "--steps", "14"], cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    last_loss = max(i for i, line in enumerate(lines) if line.startswith("loss"))
+    first_ours = min(i for i, line in enumerate(lines) if "gpuprof" in line)
+    assert first_ours > last_loss, proc.stdout  # nothing of gpuprof's before the script's last line
+    assert proc.stdout.count("end of run:") == 1
+    run_dir = Path("logs") / "card"
+    for name in ("report.md", "report.html", "gpuprof.log"):
+        assert str(run_dir / name) in proc.stdout
+        assert (tmp_path / run_dir / name).is_file()
+    assert "recorded steps" in (tmp_path / run_dir / "gpuprof.log").read_text()  # the window's notice, kept
+
+
+def test_verbose_prints_the_summaries_as_they_come_and_no_card(tmp_path: Path) -> None:
+    proc = gpuprof_run("--verbose", "--logdir", "logs", "--run-name", "v", PLAIN, "--steps", "14", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "gpuprof: files in" in proc.stderr and "end of run:" not in proc.stderr
+    assert not (tmp_path / "logs" / "v" / "gpuprof.log").exists()
+
+
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def test_mp_spawn_ranks_join_one_run_and_the_straggler_is_named_from_every_step(tmp_path: Path) -> None:
+    """torch.multiprocessing.spawn sets no RANK: the ranks are found from the process group, write one run
+    directory and one cross-rank report; rank 1's DataLoader, 20 ms slower every step, is named by GP707 from
+    all the steps (not the window's five) with data wait as its split."""
+    import json
+
+    proc = gpuprof_run("--logdir", "logs", "--run-name", "sp", str(SCRIPTS / "spawn_straggler.py"), "60",
+                       _free_port(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 0 done" in proc.stdout and "rank 1 done" in proc.stdout
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == ["sp"]  # one run directory for the job
+    run_dir = tmp_path / "logs" / "sp"
+    assert (run_dir / "rank0" / "report.json").is_file() and (run_dir / "rank1" / "report.json").is_file()
+    cross = json.loads((run_dir / "report.cross_rank.json").read_text())
+    gp707 = next(f for f in cross["findings"] if f["code"] == "GP707")
+    ev = {e["metric"]: e for e in gp707["evidence"]}
+    assert ev["straggler_rank"]["value"] == "1"
+    assert "rank 1 of 2" in gp707["message"] and "data wait" in gp707["message"]
+    split = ev["split_us_per_step"]["extra"]
+    assert split["data_wait_us"] > split["others_data_wait_us"]  # its split: the data wait is where it differs
+    assert ev["others_wait_us_per_step"]["extra"]["points"] >= 50  # from every common step, not five
+    assert "GP707" in proc.stderr and proc.stderr.count("end of run:") == 1
+    assert str(Path("logs") / "sp" / "report.cross_rank.md") in proc.stderr

@@ -149,3 +149,28 @@ def test_sigkill_to_the_job_mid_window_leaves_nothing_behind(tmp_path: Path) -> 
     assert sorted(p.name for p in SITE_DIR.iterdir()) == site_before  # nothing written beside the bootstrap
     assert not list((tmp_path / "logs").rglob("*.tmp*"))  # no half-written file under a temporary name
     assert "Traceback" not in err
+
+
+def test_the_end_card_shows_hostile_names_inert_and_reads_hostile_reports_in_one_line(tmp_path: Path) -> None:
+    """The card reads what the job left in the logdir: a run directory named with escapes and a bidi override, a
+    finding whose message carries them, a report.json that is a FIFO: all shown inert, nothing blocks."""
+    from gpuprof.capture.run import CaptureSection
+    from gpuprof.findings import Finding, Severity
+    from gpuprof.render.jsonout import render_json
+    from gpuprof.report import Report
+    from gpuprof.run.card import end_card
+
+    logdir = tmp_path / "logs"
+    run = logdir / "x\x1b[31mred\u202e"
+    run.mkdir(parents=True)
+    bad = Finding(code="GP601", name="x", severity=Severity.WARNING, message="evil \x1b]0;title\x07 text\nnext",
+                  advice="\x1b[2J clear", cost_us_per_step=10.0)
+    sec = CaptureSection(run_dir=str(run), out_dir=str(run), steps=3)
+    (run / "report.json").write_text(render_json(Report(command="capture", sections=[sec], findings=[bad])))
+    fifo_run = logdir / "fifo"
+    fifo_run.mkdir()
+    os.mkfifo(fifo_run / "report.json")
+    card = end_card(str(logdir), {}, {"x\x1b[31mred\u202e": 1, "fifo": 1})
+    assert card is not None
+    assert "\x1b" not in card and "\u202e" not in card and "\x07" not in card
+    assert "GP601" in card and "not a regular file" in card

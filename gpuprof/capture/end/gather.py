@@ -103,6 +103,7 @@ def _gather(report: Report, run_dir: Path, run: str, wait_s: float | None, windo
     store, rank, world = ctx
     if not mine:
         return None, "this rank had no summary at the end of the run" if rank == 0 else ""
+    mine = [_with_series(mine[0], report)]
     wait_s = _wait_s() if wait_s is None else wait_s
     if world < 2:
         return None, ""
@@ -122,6 +123,15 @@ def _gather(report: Report, run_dir: Path, run: str, wait_s: float | None, windo
             break
         time.sleep(_POLL_S)
     return _write(run_dir, got, world, wait_s, window, bad, selection, options), ""
+
+
+def _with_series(summary: RankSummary, report: Report) -> RankSummary:
+    """The summary with the watch's whole-job series of this rank (every step so far), for the straggler verdict
+    from every step (gpuprof.distributed.series); as it was when the report has no watched job."""
+    from gpuprof.distributed.series import series_of_job
+
+    series = series_of_job(report.job) if report.job is not None else None
+    return summary if series is None else msgspec.structs.replace(summary, series=series)
 
 
 def _decode(rank: int, raw: bytes, got: dict[int, RankSummary], bad: dict[int, str]) -> None:

@@ -46,7 +46,7 @@ from gpuprof.atomic import atomic_write
 from gpuprof.findings import Evidence, Finding, SourceLocation
 
 __all__ = ["HANG_MIN_S", "HANG_STEP_FACTOR", "HANG_SCHEMA_VERSION", "HangRecord", "Watchdog", "effective_timeout",
-           "hang_finding", "thread_stacks", "waiting_at"]
+           "hang_finding", "thread_stacks", "waiting_at", "culprit"]
 
 HANG_MIN_S = 300.0  # the default timeout is at least this...
 HANG_STEP_FACTOR = 20.0  # ...and at least this many median steps
@@ -64,6 +64,39 @@ def effective_timeout(configured: float | None, step_s: Sequence[float]) -> floa
     recent = step_s[-200:]
     med = statistics.median(recent) if recent else 0.0
     return max(HANG_MIN_S, HANG_STEP_FACTOR * med)
+
+
+def process_group_timeout_s() -> float | None:
+    """The default process group's own timeout in seconds (its backend's options), None without one or when
+    this torch does not say; never imports torch."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not (dist.is_available() and dist.is_initialized()):
+            return None
+        import torch
+        from torch.distributed import distributed_c10d
+
+        group = distributed_c10d._get_default_group()
+        found = []
+        for device in ("cuda", "cpu"):
+            try:
+                found.append(group._get_backend(torch.device(device)).options._timeout.total_seconds())
+            except Exception:  # noqa: BLE001 - no backend for that device
+                continue
+        return min(found) if found else None
+    except Exception:  # noqa: BLE001 - an older torch, a group in a strange state: as without one
+        return None
+
+
+def watch_timeout(timeout: float | None, pg_timeout: float | None, step_s: Sequence[float]) -> tuple[float | None, bool]:
+    """The watchdog's wait when the process group's own timeout is shorter than ``timeout``: 80% of it (at
+    least 3 median steps), so the watchdog writes where every rank waits before the process group aborts the
+    job; (the wait, True) then, else (``timeout``, False)."""
+    if timeout is None or pg_timeout is None or pg_timeout <= 0 or pg_timeout > timeout:
+        return timeout, False
+    recent = step_s[-200:]
+    early = max(0.8 * pg_timeout, 3 * statistics.median(recent) if recent else 0.0)
+    return (early, True) if early < pg_timeout else (timeout, False)
 
 
 def _frames(f: FrameType | None) -> list[Frame]:
@@ -172,6 +205,7 @@ class HangRecord:
     resumed_at_step: int | None = None
     resumed_after_s: float | None = None
     finding: Finding | None = field(default=None, repr=False)
+    pg_timeout_s: float | None = None  # the process group's own timeout, when shorter than the hang timeout
 
     def to_dict(self) -> dict[str, object]:
         loc = self.waiting_at
@@ -183,6 +217,7 @@ class HangRecord:
             "flight_recorder": self.flight_recorder, "flight_recorder_note": self.flight_recorder_note,
             "resumed_at_step": self.resumed_at_step, "resumed_after_s": self.resumed_after_s,
             "finding": self.finding.to_dict() if self.finding is not None else None,
+            "process_group_timeout_s": self.pg_timeout_s,
         }
 
 
@@ -202,8 +237,8 @@ def _where_shown(loc: SourceLocation | None) -> str:
     return f"{clip(loc.file, 300)}:{loc.line}" + (f" ({clip(loc.function, 200)})" if loc.function else "")
 
 
-def hang_finding(rec: HangRecord, report: str) -> Finding:
-    """GP651 for one rank's stall (``report``: where hang.md is)."""
+def hang_finding(rec: HangRecord, report: str, said: str | None = None) -> Finding:
+    """GP651 for one rank's stall (``report``: where hang.md is; ``said``: the culprit, :func:`culprit`)."""
     from gpuprof.runtimecodes import runtime_check
 
     spec = runtime_check("GP651")
@@ -213,8 +248,11 @@ def hang_finding(rec: HangRecord, report: str) -> Finding:
     return Finding(
         code=spec.code, name=spec.name, severity=spec.severity,
         message=(f"no step finished for {rec.stalled_s:.1f} s after step {rec.step} (hang timeout "
-                 f"{rec.timeout_s:g} s): {who} waits at {_where(rec.waiting_at)}{resumed}. Every thread's stack "
-                 f"is in {report}."),
+                 f"{rec.timeout_s:g} s): {who} waits at {_where(rec.waiting_at)}{resumed}. "
+                 + (f"{said}. " if said else "")
+                 + (f"The process group's own timeout ({rec.pg_timeout_s:g} s) is shorter than the hang timeout: "
+                    "the watchdog fired first, before the process group aborts the job. " if rec.pg_timeout_s else "")
+                 + f"Every thread's stack is in {report}."),
         advice=("Look at the line each rank waits at: a rank that never reaches a collective (a barrier, an "
                 "all-reduce) stalls every other rank inside that collective. Give the process group a timeout "
                 "(init_process_group(timeout=...)) so a lost rank fails instead of hanging, and set "
@@ -272,10 +310,100 @@ def write_hang_files(run_dir: Path, rec: HangRecord) -> tuple[Path, Path]:
         ranks.append(rec.to_dict())
         ranks.sort(key=lambda r: (r.get("rank") if isinstance(r.get("rank"), int) else -1, str(r.get("worker"))))
         doc: dict[str, object] = {"hang_schema_version": HANG_SCHEMA_VERSION, "run_dir": str(run_dir),
-                                  "ranks": ranks}
+                                  "culprit": culprit(ranks), "ranks": ranks}
         atomic_write(jpath, json.dumps(doc, indent=2) + "\n")
         atomic_write(mpath, hang_markdown(doc))
     return jpath, mpath
+
+
+#: torch.distributed's Python functions that wait for the other ranks (a rank inside one waits for them)
+COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all", "all_to_all_single",
+    "barrier", "monitored_barrier", "broadcast", "broadcast_object_list", "reduce", "reduce_scatter",
+    "reduce_scatter_tensor", "gather", "gather_object", "scatter", "scatter_object_list", "recv", "send",
+    "wait", "_all_gather_base", "_reduce_scatter_base"})
+
+
+def _in_collective(rank: dict[str, object]) -> str | None:
+    """The collective the rank's driving thread waits in (its innermost ``torch/distributed`` frame that is
+    one, :data:`COLLECTIVES`), or None."""
+    threads = rank.get("threads")
+    for t in threads if isinstance(threads, list) else []:
+        if not isinstance(t, dict) or not t.get("driver"):
+            continue
+        frames = t.get("frames")
+        for f in reversed(frames if isinstance(frames, list) else []):
+            if not isinstance(f, dict):
+                continue
+            file, fn = str(f.get("file") or "").replace(os.sep, "/"), str(f.get("function") or "")
+            if "/torch/distributed/" in file and fn in COLLECTIVES:
+                return fn
+    return None
+
+
+def _at(rank: dict[str, object]) -> str:
+    w = rank.get("waiting_at")
+    if not isinstance(w, dict):
+        return "no line of the user's code"
+    return f"{os.path.basename(str(w.get('file')))}:{w.get('line')}"
+
+
+def culprit(ranks: Sequence[dict[str, object]]) -> str | None:
+    """The culprit in words, from the ranks' entries of ``hang.json``: the ranks not inside a collective while
+    others wait in one never reached it ("rank 1 never reached the all_reduce that rank 0 waits in at
+    train.py:15; rank 1 is at train.py:14"); None when every rank (or none) waits in a collective, or fewer
+    than two ranks reported. Names are raw: the caller escapes them for its medium."""
+    known = [r for r in ranks if isinstance(r.get("rank"), int) and r.get("resumed_at_step") is None]
+    waiting = [(r, c) for r in known if (c := _in_collective(r)) is not None]
+    elsewhere = [r for r in known if _in_collective(r) is None]
+    if not waiting or not elsewhere:
+        return None
+    colls = sorted({c for _, c in waiting})
+    w_ranks = [int(str(r["rank"])) for r, _ in waiting]
+    places = sorted({_at(r) for r, _ in waiting})
+    late = ", ".join(f"rank {r['rank']} is at {_at(r)}" for r in elsewhere[:8])
+    who = ("rank " if len(elsewhere) == 1 else "ranks ") + ", ".join(str(r["rank"]) for r in elsewhere[:8])
+    them = ("rank " if len(w_ranks) == 1 else "ranks ") + ", ".join(map(str, w_ranks[:8]))
+    verb = "waits" if len(w_ranks) == 1 else "wait"
+    return (f"{who} never reached the {'/'.join(colls)} that {them} {verb} in at {', '.join(places[:4])}; {late}")
+
+
+def hang_into_report(path: Path, found: Finding) -> None:
+    """Put GP651 ``found`` into the capture report at ``path``: the report written when the window closed, its
+    earlier GP651 replaced; a report holding only the hang when there is none yet. Written atomically."""
+    from gpuprof.report import Report
+
+    doc: dict[str, object] | None = None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        fd = -1
+    if fd >= 0:
+        import stat
+
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                with os.fdopen(os.dup(fd), "rb") as fh:
+                    raw = json.loads(fh.read(256 << 20))
+                doc = raw if isinstance(raw, dict) and raw.get("command") == "capture" else None
+        finally:
+            os.close(fd)
+    found_list = doc.get("findings") if doc is not None else None
+    if doc is None or not isinstance(found_list, list):
+        from gpuprof.render.jsonout import render_json
+
+        rep = Report(command="capture", findings=[found],
+                     notes=["written when the hang was detected; the end-of-run report replaces it"])
+        atomic_write(path, render_json(rep))
+        return
+    old: list[object] = list(found_list)
+    kept = [f for f in old if not (isinstance(f, dict) and f.get("code") == found.code)]
+    doc["findings"] = [*kept, json.loads(json.dumps(found.to_dict()))]
+    raw_notes = doc.get("notes")
+    notes: list[object] = list(raw_notes) if isinstance(raw_notes, list) else []
+    note = "the hang (GP651) was added when it was detected; the end-of-run report rewrites this file"
+    doc["notes"] = [*(n for n in notes if n != note), note]
+    atomic_write(path, json.dumps(doc, indent=2) + "\n")
 
 
 def _fence(text: str) -> str:
@@ -298,6 +426,9 @@ def hang_markdown(doc: dict[str, object]) -> str:
     ranks = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
     lines = ["# gpuprof: hang report", "", f"Run directory: {md_code(str(doc.get('run_dir')))}. The job was left running.",
              "", "| rank | worker | steps done | no step for | waits at | resumed |", "|---|---|---|---|---|---|"]
+    said = culprit(ranks)
+    if said is not None:
+        lines[2:2] = [f"**Culprit:** {md_escape(said)}.", ""]
 
     def where(r: dict[str, object], cell: bool = False) -> str:
         w = r.get("waiting_at")
@@ -362,6 +493,7 @@ class Watchdog:
         self.record: HangRecord | None = None  # the current (or last) stall
         self.failure: BaseException | None = None  # the thread's own failure (said once by the session)
         self._stall_end = 0.0  # last_end() when the current stall was reported
+        self._culprit_known = False  # the current stall's finding names the culprit
         self._thread = threading.Thread(target=self._run, name="gpuprof-hang-watchdog", daemon=True)
 
     def start(self) -> "Watchdog":
@@ -383,7 +515,8 @@ class Watchdog:
                     self.failure = err
 
     def check_interval(self) -> float:
-        timeout = effective_timeout(self.configured, self._step_s)
+        timeout, _ = watch_timeout(effective_timeout(self.configured, self._step_s), process_group_timeout_s(),
+                                   self._step_s)
         return 5.0 if timeout is None else max(0.05, min(5.0, timeout / 10))
 
     def _run(self) -> None:
@@ -398,15 +531,18 @@ class Watchdog:
                     if rec is not None and rec.resumed_at_step is None:
                         self._resumed(self._steps(), end - seen)
                     seen = end
-                timeout = effective_timeout(self.configured, self._step_s)
+                timeout, early = watch_timeout(effective_timeout(self.configured, self._step_s),
+                                               process_group_timeout_s(), self._step_s)
                 rec = self.record
+                if rec is not None and rec.resumed_at_step is None and not self._culprit_known:
+                    self._late_culprit(rec)
                 if timeout is not None and now - end >= timeout and (rec is None or rec.resumed_at_step is not None):
                     self._stall_end = end
-                    self._hung(self._steps(), now - end, timeout)
+                    self._hung(self._steps(), now - end, timeout, process_group_timeout_s() if early else None)
         except Exception as err:  # noqa: BLE001 - kept; the session says it once and the job goes on
             self.failure = err
 
-    def _hung(self, step: int, stalled: float, timeout: float) -> bool:
+    def _hung(self, step: int, stalled: float, timeout: float, pg_timeout: float | None = None) -> bool:
         """Report the stall (True); False when the driving thread is not in the user's code at all (it ended,
         or idles between a notebook's cells): the loop is not running, so it is not hung."""
         stacks = thread_stacks(self._driver, skip=threading.get_ident())
@@ -419,13 +555,31 @@ class Watchdog:
             fh = f"(faulthandler failed: {type(err).__name__}: {err})"
         fr, note = _flight_recorder(self.out_dir, self.worker)
         rec = HangRecord(self.worker, self.rank, os.getpid(), socket.gethostname(), step, stalled, timeout,
-                         time.time(), waiting_at(driver), stacks, fh, fr, note)
-        self._publish(rec, None)
+                         time.time(), waiting_at(driver), stacks, fh, fr, note, pg_timeout_s=pg_timeout)
+        said = self._publish(rec, None)
         who = f"rank {self.rank}" if self.rank is not None else "the process"
+        from gpuprof.render.safe import clip
+
+        why = f" {clip(said, 600)}." if said else ""
+        if pg_timeout is not None:
+            why += (f" The process group's own timeout ({pg_timeout:g} s) is shorter than the hang timeout: the "
+                    f"watchdog fired at {timeout:g} s, before the process group aborts the job.")
         self._say(f"gpuprof: no step finished for {stalled:.1f} s after step {step} (hang timeout {timeout:g} s); "
-                  f"{who} waits at {_where_shown(rec.waiting_at)}. Every thread's stack is in {self.run_dir / 'hang.md'}. "
-                  "The job is left running.")
+                  f"{who} waits at {_where_shown(rec.waiting_at)}.{why} Every thread's stack is in "
+                  f"{self.run_dir / 'hang.md'}. The job is left running.")
         return True
+
+    def _late_culprit(self, rec: HangRecord) -> None:
+        """While the stall lasts: another rank's entry written after ours may name the culprit; then this
+        rank's finding says it too (the rank waiting in the collective usually writes first)."""
+        said = culprit(_read_ranks(self.run_dir / "hang.json"))
+        if said is None:
+            return
+        self._culprit_known = True
+        old = rec.finding
+        rec.finding = hang_finding(rec, str(self.run_dir / "hang.md"), said)
+        self._add_finding(rec.finding, old)
+        self._into_report(rec.finding)
 
     def _resumed(self, step: int, after: float) -> None:
         rec = self.record
@@ -436,14 +590,32 @@ class Watchdog:
         who = f"rank {self.rank}" if self.rank is not None else "the process"
         self._say(f"gpuprof: {who} resumed: a step finished {after:.1f} s after the last one (now at step {step}).")
 
-    def _publish(self, rec: HangRecord, replaced: Finding | None) -> None:
+    def _publish(self, rec: HangRecord, replaced: Finding | None) -> str | None:
+        """Write the stall (hang.json/hang.md, the finding); the culprit in words when the ranks' entries
+        name one (the rank that writes second sees both)."""
         rec.finding = hang_finding(rec, str(self.run_dir / "hang.md"))
-        self.record = rec
-        self._add_finding(rec.finding, replaced)
+        said = None
         try:
-            write_hang_files(self.run_dir, rec)
+            jpath, _ = write_hang_files(self.run_dir, rec)
+            said = culprit(_read_ranks(jpath))
         except OSError as err:  # a planted link or FIFO, a full disk: the finding still reaches the report
             self._say(f"gpuprof: the hang report could not be written in {self.run_dir}: {err}. Watching goes on.")
+        if said is not None:
+            rec.finding = hang_finding(rec, str(self.run_dir / "hang.md"), said)
+        self._culprit_known = said is not None
+        self.record = rec
+        self._add_finding(rec.finding, replaced)
+        self._into_report(rec.finding)
+        return said
+
+    def _into_report(self, found: Finding) -> None:
+        """The stall into this rank's report.json now (a SIGTERM or kill later keeps it; ``gpuprof analyze RUN``
+        shows it); the end-of-run report rewrites the file with everything."""
+        try:
+            hang_into_report(self.out_dir / "report.json", found)
+        except (OSError, ValueError) as err:
+            self._say(f"gpuprof: the hang could not be added to {self.out_dir / 'report.json'}: {err}. "
+                      "hang.md holds it.")
 
     def _say(self, line: str) -> None:
         from gpuprof.render.safe import visible

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuprof.capture.checks.base import Live, MonitorBase
 from gpuprof.capture.guard import safe_text
+from gpuprof.capture.hostleak import CHECK_EVERY, Census, CensusResult, host_growth, host_growth_finding
 from gpuprof.capture.memory import MemorySampler, growth_finding
 from gpuprof.capture.oom import (
     HistoryRecorder,
@@ -16,6 +17,7 @@ from gpuprof.capture.oom import (
 from gpuprof.capture.owners import OwnerRegistry
 from gpuprof.findings import Finding
 
+CENSUS = "host memory census"  # the guard's name for the census of live tensors when the host memory grows
 SAMPLING = "memory sampling"  # the guard's name for the per-step samples (the history and OOM parts have theirs)
 
 
@@ -30,6 +32,10 @@ class MemoryCheck(MonitorBase):
         self.oom: OOMObserver | None = None
         self.forensics = False  # the OOM-forensics history ring is on (ours to turn off)
         self.owners: OwnerRegistry | None = None  # parameters/gradients/optimizer state, named in OOM dumps
+        # host growth (gpuprof.capture.hostleak): the live check's next look, the census it started and its result
+        self._next_check = 0
+        self.census: Census | None = None
+        self.census_result: CensusResult | None = None
 
     def install(self, live: Live) -> None:
         g, cfg = live.guard, live.config
@@ -40,7 +46,8 @@ class MemoryCheck(MonitorBase):
             self.sampler = None
         if not live.cuda:
             g.note("no CUDA: memory history snapshots, the out-of-memory observer and the host-sync "
-                   "locator are off; memory growth is checked on the recorded steps only")
+                   "locator are off; memory growth is checked on the host's resident memory of every step "
+                   "and the recorded steps' allocations")
             return
         paths = live.paths
         resume = None
@@ -71,6 +78,20 @@ class MemoryCheck(MonitorBase):
             except Exception as err:  # noqa: BLE001 - no further samples; the history and OOM parts go on
                 self.sampler = None
                 live.guard.fail(SAMPLING, "no per-step memory numbers", err)
+                return
+            s = self.sampler
+            if self.census is not None and self.census.due(live.step_num):
+                c, self.census = self.census, None
+                self.census_result = live.guard.run(CENSUS, "the host-growth finding names no holder", c.finish,
+                                                    live.step_num)
+            elif (len(s.rss) >= self._next_check and self.census_result is None and self.census is None
+                  and live.config.checks):
+                self._next_check = len(s.rss) + max(CHECK_EVERY, len(s.rss) // 8)  # every ~1 s, sparser in long jobs
+                if host_growth(s.rss_steps, s.rss, live.config.options) is not None:
+                    self.census = live.guard.run(CENSUS, "the host-growth finding names no holder", Census,
+                                                 live.step_num)
+                    if self.census is None:
+                        self._next_check = 1 << 62  # failed once: not again
 
     def recording(self, live: Live, on: bool, span: int | None) -> None:
         h = self.history
@@ -97,10 +118,17 @@ class MemoryCheck(MonitorBase):
 
     def findings(self, live: Live) -> list[Finding]:
         s = self.sampler
-        if s is None or not s.cuda:
+        if s is None:
             return []
-        g = growth_finding(s.allocated, "cuda", live.config.options, live.location)
-        return [g] if g else []
+        out = []
+        if s.cuda:
+            g = growth_finding(s.allocated, "cuda", live.config.options, live.location)
+            if g is not None:
+                out.append(g)
+        host = host_growth(s.rss_steps, s.rss, live.config.options)
+        if host is not None:
+            out.append(host_growth_finding(host, self.census_result, live.location))
+        return out
 
     def on_oom(self, live: Live, exc: BaseException) -> Finding:
         """The run hit CUDA out-of-memory: dump a snapshot now (unless the observer did) and say where."""

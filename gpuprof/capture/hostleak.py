@@ -197,6 +197,7 @@ class Census:
         before, self._count, self.truncated = _tensors()
         # only sizes and weak identities are kept: the census never keeps a tensor alive between the two
         self._sizes = {i: size for i, (_, size) in before.items()}
+        self._largest = max(self._sizes.values(), default=0)
         del before
 
     def due(self, step: int) -> bool:
@@ -210,6 +211,10 @@ class Census:
                 grew = size - self._sizes.get(i, size)
                 if i in self._sizes and grew > 0 and (best is None or grew > best[0]):
                     best = (grew, t, size)
+            if best is None and after:  # `total = total + loss`: a new tensor each step, its graph the largest
+                t, size = max(after.values(), key=lambda ts: ts[1])
+                if size - self._largest > 0:
+                    best = (size - self._largest, t, size)
             steps = step - self.start_step
             holder = loc = pattern = None
             grew_nodes = nodes = 0

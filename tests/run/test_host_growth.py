@@ -100,6 +100,28 @@ def test_census_names_a_loss_kept_with_its_graph_and_its_line() -> None:
     assert "loss.item()" in f.advice
 
 
+def _train_rebind(steps: int) -> object:
+    import torch
+
+    model = torch.nn.Linear(4, 1)
+    x = torch.randn(8, 4)
+    total = torch.zeros(())
+    census = None
+    for step in range(steps):
+        total = total + model(x).pow(2).mean()  # a new tensor each step, every step's graph behind it
+        if step == 4:
+            census = Census(step)
+    assert census is not None
+    return census.finish(steps - 1)
+
+
+def test_census_names_a_sum_rebound_each_step() -> None:
+    r = _train_rebind(10)
+    assert r.pattern == "graph_kept" and r.holder == "total"  # type: ignore[attr-defined]
+    loc = r.location  # type: ignore[attr-defined]
+    assert Path(loc.file).read_text().splitlines()[loc.line - 1].strip().startswith("total = total + model(x)")
+
+
 def test_census_names_outputs_kept_in_a_list() -> None:
     r = _train(10, "list")
     assert r.pattern == "outputs_kept" and r.holder == "losses"  # type: ignore[attr-defined]

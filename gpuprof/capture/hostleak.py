@@ -64,6 +64,7 @@ ONSET_MARGIN = 3.0  # the onset: RSS above the first samples' level by this many
 CENSUS_STEPS = 3  # steps between the two censuses
 MAX_OBJECTS = 2_000_000  # objects the census looks at, at most
 MAX_NODES = 200_000  # autograd nodes the census walks, at most (all tensors together)
+MAX_SOURCE_BYTES = 4 * 1024 * 1024  # a source file larger than this is not parsed for the holder's line
 MAX_FRAMES = 64  # frames of the training thread looked at for the holder's name
 CHECK_EVERY = 20  # the live check runs once per this many new RSS samples (about a second)
 
@@ -249,12 +250,13 @@ def _holder(t: Any, ops: tuple[str, ...]) -> tuple[str | None, SourceLocation | 
         code = frame.f_code
         if _user_file(code.co_filename):
             for name, val in list(frame.f_locals.items()):
-                if val is t:
+                if val is t and isinstance(name, str) and name.isidentifier():
                     return name, _statement(code.co_filename, code.co_firstlineno, name, False, ops)
         frame, depth = frame.f_back, depth + 1
     for ref in gc.get_referrers(t):
         if isinstance(ref, dict):
-            key = next((k for k, v in ref.items() if v is t and isinstance(k, str)), None)
+            # an identifier only: a key set through setattr() or a dict may hold any text (escapes, newlines)
+            key = next((k for k, v in ref.items() if v is t and isinstance(k, str) and k.isidentifier()), None)
             if key is None:
                 continue
             name = str(key)
@@ -289,10 +291,12 @@ def _statement(path: str | None, first_line: int, name: str, attribute: bool,
     if not path or not _user_file(path):
         return None
     try:
+        if os.path.getsize(path) > MAX_SOURCE_BYTES:
+            return None
         src = "".join(linecache.getlines(path)) or open(path, encoding="utf-8").read()  # noqa: SIM115
         tree = ast.parse(src)
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        return None
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError):
+        return None  # a source we cannot read: the finding names the holder without its line
 
     def named(node: ast.AST) -> bool:
         if attribute:

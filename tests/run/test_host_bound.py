@@ -54,3 +54,49 @@ def test_tiny_operators_and_an_item_every_step_are_host_bound(tmp_path: Path) ->
 def test_large_matmuls_are_not_host_bound(tmp_path: Path) -> None:
     out = _run("matmul", tmp_path)
     assert not [f for f in out["report"]["findings"] if f["code"] == "GP308"]  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_framework_share_of_a_real_cpu_trace_from_its_raw_events() -> None:
+    import gzip
+    import statistics
+
+    from gpuprof.rules.dispatch import dispatch_stats
+    from gpuprof.testing.realtraces import shared_path
+    from gpuprof.trace.load import load_trace
+    from gpuprof.trace.metrics import compute_metrics
+
+    path = next(shared_path("tbplugin", "generated_cpu_torch2.13", "tiny_cpu_nw0").glob("*.pt.trace.json.gz"))
+    st = dispatch_stats(compute_metrics(load_trace(path)), 10.0)
+    assert st is not None
+    # independently, from the raw JSON: the ProfilerStep spans, the cpu_op events inside them, per thread
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    lo, hi = spans[0][0], spans[-1][1]
+    ops: dict[object, list[tuple[float, float, str]]] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "cpu_op" and lo <= e["ts"] < hi:
+            ops.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["dur"], e["name"]))
+    top = 0.0
+    selfs: dict[str, list[float]] = {}
+    for evs in ops.values():
+        evs.sort(key=lambda x: (x[0], -x[1]))
+        for i, (ts, dur, name) in enumerate(evs):
+            children = 0.0
+            j, end = i + 1, ts + dur
+            while j < len(evs) and evs[j][0] < end:  # direct children: inside, not inside an earlier child
+                children += evs[j][1]
+                cend = evs[j][0] + evs[j][1]
+                j += 1
+                while j < len(evs) and evs[j][0] < cend:
+                    j += 1
+            selfs.setdefault(name, []).append(max(dur - children, 0.0))
+            if not any(p[0] <= ts < p[0] + p[1] for p in evs[max(0, i - 50):i]):
+                top += dur
+    compute = sum(sum(v) for v in selfs.values() if statistics.median_low(v) >= 10.0)
+    steps = len(spans)
+    step_us = sum(b - a for a, b in spans) / steps
+    assert st.share(st.compute_us) == pytest.approx(compute / steps / step_us, abs=0.01)
+    assert st.share(st.framework_us) == pytest.approx(max(top - compute, 0.0) / steps / step_us, abs=0.01)
+    assert st.share(st.framework_us) < 0.3  # a small job, but most of its step is outside operators: no GP308

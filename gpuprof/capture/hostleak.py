@@ -174,9 +174,14 @@ def _tensors() -> tuple[dict[int, tuple[Any, int]], int, bool]:
     budget = [MAX_NODES]
     objs = gc.get_objects()
     truncated = len(objs) > MAX_OBJECTS
+    kinds: dict[type, bool] = {}  # per type: a tensor type? (type(), not isinstance: no lazy proxy is asked)
     try:
         for o in objs[:MAX_OBJECTS]:
-            if issubclass(type(o), torch.Tensor):  # type(), not isinstance: no __class__ of a lazy proxy is asked
+            tp = type(o)
+            is_tensor = kinds.get(tp)
+            if is_tensor is None:
+                is_tensor = kinds[tp] = issubclass(tp, torch.Tensor)
+            if is_tensor:
                 try:
                     fn = o.grad_fn
                 except RuntimeError:

@@ -59,6 +59,7 @@ __all__ = ["HostGrowth", "host_growth", "theil_sen", "Census", "CensusResult", "
            "CENSUS_STEPS", "MAX_FIT", "MAX_NODES", "MAX_OBJECTS"]
 
 MiB = 1024 * 1024
+HOST_MIN_SPAN = 30  # steps the readings must span, at least
 MAX_FIT = 200  # samples the Theil-Sen fit uses at most (evenly spaced): 19,900 pairs
 ONSET_MARGIN = 3.0  # the onset: RSS above the first samples' level by this many steps of growth (2 MiB at least)
 CENSUS_STEPS = 3  # steps between the two censuses
@@ -69,16 +70,20 @@ MAX_FRAMES = 64  # frames of the training thread looked at for the holder's name
 CHECK_EVERY = 20  # the live check runs once per this many new RSS samples (about a second)
 
 
-def theil_sen(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
-    """The median of the pairwise slopes of ``y`` against ``x`` (on at most ``MAX_FIT`` evenly spaced points)."""
+def theil_sen(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray,
+              part: Sequence[int] | np.ndarray | None = None) -> float:
+    """The median of the pairwise slopes of ``y`` against ``x`` (on at most ``MAX_FIT`` evenly spaced points);
+    ``part``: only pairs of points in the same part (a recorded window between two parts: its memory is
+    gpuprof's)."""
     xa = np.asarray(x, dtype=np.float64)
     ya = np.asarray(y, dtype=np.float64)
+    pa = np.zeros(len(xa), dtype=np.int64) if part is None else np.asarray(part, dtype=np.int64)
     if len(xa) > MAX_FIT:
         pick = np.linspace(0, len(xa) - 1, MAX_FIT).round().astype(np.int64)
-        xa, ya = xa[pick], ya[pick]
+        xa, ya, pa = xa[pick], ya[pick], pa[pick]
     i, j = np.triu_indices(len(xa), 1)
     dx = xa[j] - xa[i]
-    ok = dx > 0
+    ok = (dx > 0) & (pa[i] == pa[j])
     if not ok.any():
         return 0.0
     return float(np.median((ya[j] - ya[i])[ok] / dx[ok]))
@@ -98,20 +103,27 @@ class HostGrowth:
     late_bytes_per_step: float  # the rate over the last half of the samples
 
 
-def host_growth(steps: Sequence[int], rss: Sequence[int], options: CheckOptions) -> HostGrowth | None:
-    """Steady RSS growth in the samples ``(steps[i], rss[i])`` (module docstring), else None."""
+def host_growth(steps: Sequence[int], rss: Sequence[int], options: CheckOptions,
+                windows: Sequence[tuple[int, int]] = ()) -> HostGrowth | None:
+    """Steady RSS growth in the samples ``(steps[i], rss[i])`` (module docstring), else None. ``windows``:
+    ``[start, end)`` steps gpuprof recorded (and the steps after, while it wrote the trace): their samples are
+    left out, and no slope is taken across one (the profiler's buffers are gpuprof's memory, not the job's)."""
     s = np.asarray(steps, dtype=np.float64)
     v = np.asarray(rss, dtype=np.float64)
     keep = s >= options.leak_skip_steps
-    s, v = s[keep], v[keep]
+    part = np.zeros(len(s), dtype=np.int64)
+    for a, b in windows:
+        keep &= ~((s >= a) & (s < b))
+        part += s >= b
+    s, v, part = s[keep], v[keep], part[keep]
     n = len(s)
-    if n < max(options.leak_min_steps, 4) or s[-1] - s[0] < options.leak_min_steps:
+    if n < max(options.leak_min_steps, 4) or s[-1] - s[0] < max(options.leak_min_steps, HOST_MIN_SPAN):
         return None
-    rate = theil_sen(s, v)
+    rate = theil_sen(s, v, part)
     if rate < options.leak_min_bytes_per_step or rate * (s[-1] - s[0]) < options.leak_min_total_bytes:
         return None
     half = n // 2
-    late = theil_sen(s[half:], v[half:])
+    late = theil_sen(s[half:], v[half:], part[half:])
     if late < 0.5 * rate:
         return None
     margin = max(ONSET_MARGIN * rate, 2 * MiB)

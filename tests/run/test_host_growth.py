@@ -47,6 +47,17 @@ def test_one_time_growth_then_flat_is_no_leak() -> None:
     assert host_growth(steps, rss, OPTS) is None
 
 
+def test_gpuprofs_window_is_not_the_jobs_growth() -> None:
+    # the profiler's buffers raise the RSS during a recorded window late in the job (steps 80-95)
+    steps, rss = _series(120, 2, lambda s: 300 * MiB + min(max(s - 80, 0), 15) * 4 * MiB)
+    assert host_growth(steps, rss, OPTS) is not None  # read blindly: "growth"
+    assert host_growth(steps, rss, OPTS, [(78, 98)]) is None  # the window and the steps after it left out
+    # a leak is still one with a window in it
+    steps, rss = _series(120, 2, lambda s: 300 * MiB + s * MiB + (30 * MiB if s >= 25 else 0))
+    g = host_growth(steps, rss, OPTS, [(18, 38)])
+    assert g is not None and g.bytes_per_step == pytest.approx(MiB, rel=0.05)
+
+
 def test_flat_noise_and_slow_drift_are_no_leak() -> None:
     rng = np.random.default_rng(2)
     steps, rss = _series(400, 2, lambda s: 300 * MiB + rng.normal(0, 2 * MiB))

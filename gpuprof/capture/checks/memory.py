@@ -18,7 +18,9 @@ from gpuprof.capture.owners import OwnerRegistry
 from gpuprof.findings import Finding
 
 CENSUS = "host memory census"  # the guard's name for the census of live tensors when the host memory grows
-SAMPLING = "memory sampling"  # the guard's name for the per-step samples (the history and OOM parts have theirs)
+SAMPLING = "memory sampling"
+WINDOW_BEFORE_STEPS = 2  # steps before a recorded window left out too (the profiler starts in its warm-up)
+WINDOW_AFTER_STEPS = 3  # steps after a recorded window left out of the host growth check (its trace written)  # the guard's name for the per-step samples (the history and OOM parts have theirs)
 
 
 class MemoryCheck(MonitorBase):
@@ -36,6 +38,7 @@ class MemoryCheck(MonitorBase):
         self._next_check = 0
         self.census: Census | None = None
         self.census_result: CensusResult | None = None
+        self.windows: list[tuple[int, int]] = []  # [start, end) steps recorded (+ QUIET after): not the job's RSS
 
     def install(self, live: Live) -> None:
         g, cfg = live.guard, live.config
@@ -87,13 +90,17 @@ class MemoryCheck(MonitorBase):
             elif (len(s.rss) >= self._next_check and self.census_result is None and self.census is None
                   and live.config.checks):
                 self._next_check = len(s.rss) + max(CHECK_EVERY, len(s.rss) // 8)  # every ~1 s, sparser in long jobs
-                if host_growth(s.rss_steps, s.rss, live.config.options) is not None:
+                if host_growth(s.rss_steps, s.rss, live.config.options, self.windows) is not None:
                     self.census = live.guard.run(CENSUS, "the host-growth finding names no holder", Census,
                                                  live.step_num)
                     if self.census is None:
                         self._next_check = 1 << 62  # failed once: not again
 
     def recording(self, live: Live, on: bool, span: int | None) -> None:
+        if on:
+            self.windows.append((max(live.step_num - WINDOW_BEFORE_STEPS, 0), 1 << 62))  # the profiler's warm-up
+        elif self.windows:  # the steps after a window, while its trace is written, are gpuprof's too
+            self.windows[-1] = (self.windows[-1][0], live.step_num + WINDOW_AFTER_STEPS)
         h = self.history
         if h is None:
             return
@@ -125,7 +132,7 @@ class MemoryCheck(MonitorBase):
             g = growth_finding(s.allocated, "cuda", live.config.options, live.location)
             if g is not None:
                 out.append(g)
-        host = host_growth(s.rss_steps, s.rss, live.config.options)
+        host = host_growth(s.rss_steps, s.rss, live.config.options, self.windows)
         if host is not None:
             out.append(host_growth_finding(host, self.census_result, live.location))
         return out

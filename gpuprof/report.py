@@ -130,6 +130,7 @@ class JobSeries:
     cuda_allocated_mib: list[float] | None = None
     cuda_reserved_mib: list[float] | None = None
     cuda_peak_mib: list[float] | None = None
+    host_rss_mib: list[float] | None = None  # the process's resident memory at the step (the last sample before)
 
 
 @dataclass

@@ -84,7 +84,8 @@ def _ref_job(j: Any) -> dict[str, Any] | None:
         "series": {"bucket": s.bucket, "first_step": s.first_step, "step_time_us": s.step_time_us,
                    "step_time_min_us": s.step_time_min_us, "step_time_max_us": s.step_time_max_us,
                    "data_wait_us": s.data_wait_us, "cuda_allocated_mib": s.cuda_allocated_mib,
-                   "cuda_reserved_mib": s.cuda_reserved_mib, "cuda_peak_mib": s.cuda_peak_mib},
+                   "cuda_reserved_mib": s.cuda_reserved_mib, "cuda_peak_mib": s.cuda_peak_mib,
+                   "host_rss_mib": s.host_rss_mib},
         "samples": None if m is None else {
             "interval_s": m.interval_s, "step": m.step, "process_cpu_pct": m.process_cpu_pct,
             "workers_cpu_pct": m.workers_cpu_pct, "workers_demand_pct": m.workers_demand_pct, "workers": m.workers,

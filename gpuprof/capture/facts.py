@@ -122,7 +122,8 @@ def _watch_data(live: Live, written: Sequence[TraceFile]) -> WatchData | None:
     loaders = live.find(LoaderCheck)
     return watch.data(live, (s.allocated, s.reserved, s.peak) if s is not None and s.cuda else None,
                       loaders is not None and loaders.monitor.seen,
-                      tuple(i for t in written for i in range(t.first_step, t.last_step + 1)))
+                      tuple(i for t in written for i in range(t.first_step, t.last_step + 1)),
+                      (s.rss_steps, s.rss) if s is not None and len(s.rss) else None)
 
 
 def _no_trace_note(live: Live) -> str:

@@ -7,8 +7,9 @@ current device (peak since the process started; gpuprof never resets the
 user's peak counters). Without CUDA, the process's resident set size (RSS)
 from ``/proc/self/statm``, at most every ``RSS_INTERVAL_S`` (reading statm
 costs ~4 µs in a process with torch loaded: every step, 0.7% of a 0.6 ms
-step). The RSS only feeds TensorBoard and the report's first/last figures;
-the CPU leak check reads the trace (below).
+step); on CUDA runs too, beside the allocator's counters. The RSS feeds
+TensorBoard, the watch's per-step series (``job.series.host_rss_mib``) and the
+host growth check over the whole job (:mod:`gpuprof.capture.hostleak`).
 
 **Memory growth** (GP640): over the samples after ``leak_skip_steps``, the
 least-squares slope of memory against step number, in bytes per step. It is
@@ -64,19 +65,21 @@ class MemorySampler:
         self._next_rss = 0.0
         self.available = True
         self._fd: int | None = None
+        try:  # the host RSS on CPU and CUDA runs alike (gpuprof.capture.hostleak: host growth over the job)
+            self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+            self._page = os.sysconf("SC_PAGE_SIZE")
+        except (OSError, AttributeError, ValueError):
+            self._fd = None
         if cuda:
             import torch
 
             self._stats = torch.cuda.memory_stats_as_nested_dict  # no flattening: cheap per step
             self.sample: Callable[[], None] = self._sample_cuda
+        elif self._fd is not None:
+            self.sample = self._sample_rss
         else:
-            try:
-                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
-                self._page = os.sysconf("SC_PAGE_SIZE")
-                self.sample = self._sample_rss
-            except (OSError, AttributeError, ValueError):
-                self.available = False
-                self.sample = _noop
+            self.available = False
+            self.sample = _noop
 
     @property
     def kind(self) -> str:
@@ -87,6 +90,8 @@ class MemorySampler:
         return self.allocated if self.cuda else self.rss
 
     def _sample_cuda(self) -> None:
+        if self._fd is not None:
+            self._sample_rss()
         s = self._stats()
         if not s:  # CUDA not initialised yet: nothing allocated
             self.allocated.append(0)

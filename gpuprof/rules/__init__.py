@@ -9,7 +9,7 @@ GP9xx trace quality.
 
 import importlib
 
-_MODULES = ("utilization", "dataloader", "copies", "syncs", "runtime", "kernels", "precision", "placement", "memory", "compiled", "layout", "attention", "alignment", "outside", "mfu", "habits", "amp", "pitfalls", "quality")
+_MODULES = ("utilization", "dataloader", "copies", "syncs", "runtime", "kernels", "precision", "placement", "memory", "compiled", "layout", "attention", "alignment", "outside", "mfu", "dispatch", "habits", "amp", "pitfalls", "quality")
 
 for _name in _MODULES:
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuprof.capture.checks.base import Live, MonitorBase
 from gpuprof.capture.guard import safe_text
+from gpuprof.capture.hostleak import CHECK_EVERY, Census, CensusResult, host_growth, host_growth_finding
 from gpuprof.capture.memory import MemorySampler, growth_finding
 from gpuprof.capture.oom import (
     HistoryRecorder,
@@ -16,7 +17,10 @@ from gpuprof.capture.oom import (
 from gpuprof.capture.owners import OwnerRegistry
 from gpuprof.findings import Finding
 
-SAMPLING = "memory sampling"  # the guard's name for the per-step samples (the history and OOM parts have theirs)
+CENSUS = "host memory census"  # the guard's name for the census of live tensors when the host memory grows
+SAMPLING = "memory sampling"
+WINDOW_BEFORE_STEPS = 2  # steps before a recorded window left out too (the profiler starts in its warm-up)
+WINDOW_AFTER_STEPS = 3  # steps after a recorded window left out of the host growth check (its trace written)  # the guard's name for the per-step samples (the history and OOM parts have theirs)
 
 
 class MemoryCheck(MonitorBase):
@@ -30,6 +34,11 @@ class MemoryCheck(MonitorBase):
         self.oom: OOMObserver | None = None
         self.forensics = False  # the OOM-forensics history ring is on (ours to turn off)
         self.owners: OwnerRegistry | None = None  # parameters/gradients/optimizer state, named in OOM dumps
+        # host growth (gpuprof.capture.hostleak): the live check's next look, the census it started and its result
+        self._next_check = 0
+        self.census: Census | None = None
+        self.census_result: CensusResult | None = None
+        self.windows: list[tuple[int, int]] = []  # [start, end) steps recorded (+ QUIET after): not the job's RSS
 
     def install(self, live: Live) -> None:
         g, cfg = live.guard, live.config
@@ -40,7 +49,8 @@ class MemoryCheck(MonitorBase):
             self.sampler = None
         if not live.cuda:
             g.note("no CUDA: memory history snapshots, the out-of-memory observer and the host-sync "
-                   "locator are off; memory growth is checked on the recorded steps only")
+                   "locator are off; memory growth is checked on the host's resident memory of every step "
+                   "and the recorded steps' allocations")
             return
         paths = live.paths
         resume = None
@@ -71,8 +81,26 @@ class MemoryCheck(MonitorBase):
             except Exception as err:  # noqa: BLE001 - no further samples; the history and OOM parts go on
                 self.sampler = None
                 live.guard.fail(SAMPLING, "no per-step memory numbers", err)
+                return
+            s = self.sampler
+            if self.census is not None and self.census.due(live.step_num):
+                c, self.census = self.census, None
+                self.census_result = live.guard.run(CENSUS, "the host-growth finding names no holder", c.finish,
+                                                    live.step_num)
+            elif (len(s.rss) >= self._next_check and self.census_result is None and self.census is None
+                  and live.config.checks):
+                self._next_check = len(s.rss) + max(CHECK_EVERY, len(s.rss) // 8)  # every ~1 s, sparser in long jobs
+                if host_growth(s.rss_steps, s.rss, live.config.options, self.windows) is not None:
+                    self.census = live.guard.run(CENSUS, "the host-growth finding names no holder", Census,
+                                                 live.step_num)
+                    if self.census is None:
+                        self._next_check = 1 << 62  # failed once: not again
 
     def recording(self, live: Live, on: bool, span: int | None) -> None:
+        if on:
+            self.windows.append((max(live.step_num - WINDOW_BEFORE_STEPS, 0), 1 << 62))  # the profiler's warm-up
+        elif self.windows:  # the steps after a window, while its trace is written, are gpuprof's too
+            self.windows[-1] = (self.windows[-1][0], live.step_num + WINDOW_AFTER_STEPS)
         h = self.history
         if h is None:
             return
@@ -97,10 +125,17 @@ class MemoryCheck(MonitorBase):
 
     def findings(self, live: Live) -> list[Finding]:
         s = self.sampler
-        if s is None or not s.cuda:
+        if s is None:
             return []
-        g = growth_finding(s.allocated, "cuda", live.config.options, live.location)
-        return [g] if g else []
+        out = []
+        if s.cuda:
+            g = growth_finding(s.allocated, "cuda", live.config.options, live.location)
+            if g is not None:
+                out.append(g)
+        host = host_growth(s.rss_steps, s.rss, live.config.options, self.windows)
+        if host is not None:
+            out.append(host_growth_finding(host, self.census_result, live.location))
+        return out
 
     def on_oom(self, live: Live, exc: BaseException) -> Finding:
         """The run hit CUDA out-of-memory: dump a snapshot now (unless the observer did) and say where."""

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from gpuprof.capture.checks.base import Live, MonitorBase
-from gpuprof.capture.job.phases import WatchData
+from gpuprof.capture.job.phases import WatchData, per_step_rss
 from gpuprof.capture.job.sampler import Nvml, Sampler, open_nvml
 from gpuprof.report import JobSamples
 
@@ -76,8 +76,10 @@ class WatchCheck(MonitorBase):
             self.eval_steps.append(live.step_num)
 
     def data(self, live: Live, memory: tuple[Sequence[int], Sequence[int], Sequence[int]] | None,
-             loaders_seen: bool, recorded: tuple[int, ...] = ()) -> WatchData:
-        """A copy of the job's numbers (driving thread); ``memory``: CUDA allocated/reserved/peak per step."""
+             loaders_seen: bool, recorded: tuple[int, ...] = (),
+             rss: tuple[Sequence[int], Sequence[int]] | None = None) -> WatchData:
+        """A copy of the job's numbers (driving thread); ``memory``: CUDA allocated/reserved/peak per step;
+        ``rss``: the host RSS samples (their steps, their bytes)."""
         n = len(live.step_s)
         step_s = np.array(live.step_s[:n], dtype=np.float64)
         fetch = np.array(live.fetch_s[:n], dtype=np.float64) if loaders_seen else None
@@ -90,7 +92,8 @@ class WatchCheck(MonitorBase):
                          recorded_steps=recorded,
                          cuda_allocated=alloc, cuda_reserved=res, cuda_peak=peak,
                          samples=self.sampler.snapshot() if self.sampler is not None else None,
-                         cores=available_cores())
+                         cores=available_cores(),
+                         host_rss=per_step_rss(rss[0], rss[1], n) if rss is not None else None)
 
 
 def samples_of(live: Live) -> Callable[[], JobSamples] | None:

@@ -122,6 +122,10 @@ def _is_cuda_growth(f: Finding) -> bool:
     return f.code == "GP640" and bool(f.evidence) and f.evidence[0].extra.get("series") == "cuda"
 
 
+def _is_host_growth(f: Finding) -> bool:
+    return f.code == "GP640" and bool(f.evidence) and f.evidence[0].extra.get("series") == "host_rss"
+
+
 def _load(path: Path) -> tuple[Trace, TraceMetrics]:
     from gpuprof.trace.load import load_trace
     from gpuprof.trace.metrics import compute_metrics
@@ -145,8 +149,14 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard, *, memory: bool = Fal
     if cfg.checks:
         runtime += g.run("settings checks", "no settings findings", _settings_findings, facts, res) or []
         cpu_site = res.cpu_leak_site
-        runtime += [with_leak_site(f, at_statement(cpu_site, facts.statements, "cpu")) if cpu_site is not None
-                    else f for f in res.cpu_growth]
+        host = [f for f in runtime if _is_host_growth(f)]
+        if host and res.cpu_growth:  # one finding for the host's growth: the whole job's, with the traces' site
+            if cpu_site is not None and host[0].location == facts.location:  # the census named no line
+                site = at_statement(cpu_site, facts.statements, "cpu")
+                runtime = [with_leak_site(f, site) if f is host[0] else f for f in runtime]
+        else:
+            runtime += [with_leak_site(f, at_statement(cpu_site, facts.statements, "cpu")) if cpu_site is not None
+                        else f for f in res.cpu_growth]
     for code, err in res.rule_failures:  # one warning per rule (a rule failing on two traces warns once)
         g.fail(f"rule {code}", "its findings are missing and the report says the analysis is incomplete", err)
     analysed = res.analysed

@@ -44,7 +44,7 @@ import numpy.typing as npt
 
 from gpuprof.report import JobPhase, JobSamples, JobSeries, JobSummary
 
-__all__ = ["WatchData", "detect_phases", "compact_series", "job_summary", "Segment",
+__all__ = ["WatchData", "detect_phases", "compact_series", "job_summary", "Segment", "per_step_rss",
            "SMOOTH", "MIN_LEN", "PENALTY", "MIN_CHANGE", "SLOW_RATIO", "MAX_POINTS"]
 
 Floats = npt.NDArray[np.float64]
@@ -74,6 +74,7 @@ class WatchData:
     cuda_peak: Floats | None = None
     samples: JobSamples | None = None
     cores: int | None = None
+    host_rss: Floats | None = None  # bytes, per step (the last RSS sample taken at or before the step)
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,18 @@ def _col(x: Floats | None, n: int, bucket: int, scale: float) -> list[float] | N
     return [round(v, 3) for v in (np.nanmedian(_buckets(x[:n], bucket), axis=1) * scale).tolist()]
 
 
+def per_step_rss(steps: Sequence[int], rss: Sequence[int], n: int) -> Floats | None:
+    """One RSS value per step ``0..n-1`` from samples ``(steps[i], rss[i])`` taken every few steps: each step
+    holds the last sample taken at or before it (the steps before the first sample: the first sample)."""
+    if n == 0 or not len(steps):
+        return None
+    s = np.asarray(steps, dtype=np.int64)
+    v = np.asarray(rss, dtype=np.float64)
+    at = np.searchsorted(s, np.arange(n), side="right") - 1
+    out: Floats = v[np.maximum(at, 0)]
+    return out
+
+
 def compact_series(data: WatchData, max_points: int = MAX_POINTS) -> JobSeries:
     """The per-step columns, one point per step up to ``max_points`` steps, else per bucket of steps.
 
@@ -247,6 +260,7 @@ def compact_series(data: WatchData, max_points: int = MAX_POINTS) -> JobSeries:
         cuda_allocated_mib=_col(data.cuda_allocated, n, bucket, 1 / 2**20),
         cuda_reserved_mib=_col(data.cuda_reserved, n, bucket, 1 / 2**20),
         cuda_peak_mib=_col(data.cuda_peak, n, bucket, 1 / 2**20),
+        host_rss_mib=_col(data.host_rss, n, bucket, 1 / 2**20),
     )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -81,7 +80,9 @@ def try_cmd(ctx: click.Context, steps: int, warmup: int, max_time: float, baseli
     end-of-training work does not run); the baseline runs at least twice so the noise is measured.
     Writes try.json and try.md into the try run directory and prints the ranked table.
     """
+    from gpuprof.render.safe import visible
     from gpuprof.run.launch import RunUsageError, resolve
+    from gpuprof.run.options import TrialSettings
     from gpuprof.trials import measure, render
     from gpuprof.trials.runner import Outcome, run_trial
     from gpuprof.trials.variants import TryUsageError, Variant, catalogue, free_cores, parse_set, plan_trials
@@ -96,50 +97,42 @@ def try_cmd(ctx: click.Context, steps: int, warmup: int, max_time: float, baseli
         raise TryUsageError(f"--run-name {name!r}: use letters, digits, '.', '_', '+' or '-'")
     mine = [parse_set(s) for s in sets]
     cores = free_cores()
-    cuda = _cuda() if which != "none" else False
-    known = catalogue(cuda, cores)
-    if which == "auto":
-        chosen = known
-    elif which == "none":
-        chosen = []
-    else:
-        names = [n.strip() for n in which.split(",") if n.strip()]
-        every = {v.name: v for v in catalogue(True, cores)}
-        bad = [n for n in names if n not in every]
-        if bad:
-            raise TryUsageError(f"--variants: unknown variant {bad[0]!r} (the catalogue: {', '.join(every)})")
-        chosen = [every[n] for n in names]
-    variants: list[Variant] = chosen + [v for v in mine if v.name not in {c.name for c in chosen}]
-    if not variants:
+    every = {v.name: v for v in catalogue(True, cores)}
+    names = [n.strip() for n in which.split(",") if n.strip()] if which not in ("auto", "none") else []
+    bad = [n for n in names if n not in every]
+    if bad or (which not in ("auto", "none") and not names):
+        raise TryUsageError(f"--variants: unknown variant {(bad or [which])[0]!r} (auto, none, or names from the "
+                            f"catalogue: {', '.join(every)})")
+    if which == "none" and not mine:
         raise TryUsageError("no variant to try (--variants none without --set)")
     root = Path(logdir) / name
     if root.exists():
         raise TryUsageError(f"{root}: the try run directory exists already (choose another --run-name)")
+    # torch only now (CUDA or not decides what auto tries): a usage error above costs no torch import
+    cuda = _cuda()
+    chosen = catalogue(cuda, cores) if which == "auto" else [every[n] for n in names]
+    variants: list[Variant] = chosen + [v for v in mine if v.name not in {c.name for c in chosen}]
     root.mkdir(parents=True)
 
     plan = plan_trials(variants, baseline_runs)
-
-    from gpuprof.run.options import TrialSettings
-
     base: list[Outcome] = []
     done: list[tuple[Variant, Outcome]] = []
     interrupted = False
     total = len(plan)
-    for i, (label, step) in enumerate(plan, 1):
-        folder = root / "trials" / f"{i:02d}-{re.sub(r'[^A-Za-z0-9_.=+-]', '_', label)[:80]}"
-        click.echo(f"gpuprof try: trial {i}/{total}: {label} ...", err=True, nl=False)
-        try:
+    try:
+        for i, (label, step) in enumerate(plan, 1):
+            folder = root / "trials" / f"{i:02d}-{re.sub(r'[^A-Za-z0-9_.=+-]', '_', label)[:80]}"
+            click.echo(f"gpuprof try: trial {i}/{total}: {visible(label)} ...", err=True, nl=False)
             out = run_trial(command, folder, step.settings if step is not None else TrialSettings(), warmup, steps,
                             max_time)
-        except KeyboardInterrupt:
-            click.echo(" interrupted", err=True)
-            interrupted = True
-            break
-        click.echo(f" {out.wall_s:.1f} s" + (f": failed: {out.error}" if out.error else ""), err=True)
-        if step is None:
-            base.append(out)
-        else:
-            done.append((step, out))
+            click.echo(f" {out.wall_s:.1f} s" + (f": failed: {visible(out.error)}" if out.error else ""), err=True)
+            if step is None:
+                base.append(out)
+            else:
+                done.append((step, out))
+    except KeyboardInterrupt:  # Ctrl-C: the trial running was stopped (run_trial); say what was measured
+        click.echo(" interrupted", err=True)
+        interrupted = True
     doc: dict[str, Any] = measure.build(list(command.argv), base, done, warmup, steps, cores, cuda, interrupted)
     from gpuprof.atomic import atomic_write
 
@@ -154,5 +147,3 @@ def try_cmd(ctx: click.Context, steps: int, warmup: int, max_time: float, baseli
         ctx.exit(2)
     ctx.exit(0 if any(v["verdict"] == "faster" for v in doc["variants"]) else 1)
 
-
-_ = sys  # the module's imports stay light: torch only when CUDA is asked about

@@ -116,7 +116,10 @@ class RunOptions(msgspec.Struct, frozen=True):
 
     def to_env(self) -> str:
         """ASCII JSON (json's escapes): a name with bytes that are not UTF-8 (``surrogateescape``) goes through."""
-        return json.dumps(msgspec.to_builtins(self))
+        doc = msgspec.to_builtins(self)
+        if doc.get("trial") is None:  # only gpuprof try's trials carry one
+            doc.pop("trial", None)
+        return json.dumps(doc)
 
     @classmethod
     def from_env(cls, text: str) -> RunOptions:

@@ -169,8 +169,8 @@ class _Trial:
             return
         self._done = True
         rank = os.environ.get("RANK")
-        if rank not in (None, "", "0"):
-            return
+        if rank not in (None, "", "0") or self.optimizer_steps == 0:
+            return  # another rank's; or a process that never stepped (a spawned DataLoader worker at its exit)
         import resource
 
         losses: list[float | None] = []

@@ -121,3 +121,15 @@ def test_ctrl_c_stops_the_trial_and_writes_what_was_measured(tmp_path: Path) -> 
     assert doc["variants"] == []  # the interrupted trial is not reported as measured
     assert "interrupted" in out
     assert not (user / "checkpoint.txt").exists()
+
+
+def test_a_job_shorter_than_the_trial_keeps_what_it_measured(tmp_path: Path) -> None:
+    user = _user_dir(tmp_path)
+    proc = _try("--logdir", "L", "--run-name", "s", "--steps", "5", "--warmup", "1", "--variants", "none",
+                "--set", "zero_grad_set_to_none=true", "planted_loader.py", "--steps", "4", "--item-ms", "0", cwd=user)
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads((user / "L" / "s" / "try.json").read_text())
+    (v,) = doc["variants"]
+    assert v["steps"] == 3 and "before --steps" in v["note"]
+    assert [r["steps"] for r in doc["baseline"]["runs"]] == [3, 3]
+    assert (user / "checkpoint.txt").exists()  # the job ended on its own: its own end ran, in its own directory

@@ -27,7 +27,7 @@ import os
 import sys
 import time
 import weakref
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from gpuprof.run.options import TrialOptions
@@ -62,6 +62,7 @@ class _Trial:
         self._done = False
         self._torch: ModuleType | None = None
         self.applied: dict[str, Any] = {}
+        self.sites: set[str] = set()  # file:line of the user's code that built a DataLoader the settings changed
 
     # ------------------------------------------------------------------------------------------ settings
     def install(self, torch: ModuleType) -> None:
@@ -95,6 +96,7 @@ class _Trial:
         given = {k: v for k, v in s.given().items()
                  if k in ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor")}
         trial = self
+        torch_dir = os.path.dirname(os.path.abspath(str(torch.__file__))) + os.sep
 
         if given:
             @functools.wraps(original)
@@ -110,6 +112,12 @@ class _Trial:
                     a.pop("persistent_workers", None)
                     a.pop("prefetch_factor", None)
                 trial.applied.update({k: a[k] for k in given if k in a})
+                with contextlib.suppress(Exception):  # where the user's code built it, for the line to change
+                    f: FrameType | None = sys._getframe(1)
+                    while f is not None and f.f_code.co_filename.startswith(torch_dir):
+                        f = f.f_back
+                    if f is not None and len(trial.sites) < 20:
+                        trial.sites.add(f"{f.f_code.co_filename}:{f.f_lineno}")
                 return original(*bound.args, **bound.kwargs)
 
             cls.__init__ = __init__  # type: ignore[method-assign]
@@ -198,6 +206,7 @@ class _Trial:
             "host_rss_peak_bytes": int(rss) * (1 if sys.platform == "darwin" else 1024),
             "cuda_peak_bytes": cuda_peak,
             "applied": {k: v for k, v in self.applied.items() if isinstance(v, (bool, int, float, str))},
+            "dataloader_sites": sorted(self.sites),
         }
         path = self.opts.result
         tmp = f"{path}.{os.getpid()}.tmp"

@@ -115,7 +115,7 @@ def _variant(v: Variant, o: Outcome, base: list[float], base_median: float | Non
         "throughput_steps_per_s": 1e6 / med if med else None,
         "memory_peak_bytes": _memory(o), "cuda_memory_peak_bytes": (o.result or {}).get("cuda_peak_bytes"),
         "loss_max_abs_diff": None, "loss_max_rel_diff": None, "verdict": "failed", "error": o.error,
-        "note": None,
+        "note": None, "code_change": None,
         # the data wait the baseline measured per step: what hiding the loading behind the step could save at
         # most (the cost the DataLoader findings give); no prediction for the other variants
         "predicted_saving_us": wait if any(k in DATALOADER for k in v.settings.given()) else None,
@@ -148,8 +148,28 @@ def _variant(v: Variant, o: Outcome, base: list[float], base_median: float | Non
                            + ("" if v.numeric else " (this setting should not change them)"))
     elif reproducible is False:
         row["note"] = "the baseline's own runs gave different losses: the numerics are not compared"
+    if row["verdict"] == "faster":
+        row["code_change"] = code_change(v, (o.result or {}).get("dataloader_sites"))
     if not applied:
         extra = "no DataLoader (with workers) took this setting" if v.settings.given().keys() & DATALOADER \
             else "the setting was not applied"
         row["note"] = f"{row['note']}; {extra}" if row["note"] else extra
     return row
+
+
+def code_change(v: Variant, sites: Any) -> str:
+    """The lines to change in the user's code to keep a variant: what to write, and where the DataLoaders were
+    built (file:line, as the trial saw them)."""
+    given = v.settings.given()
+    parts = []
+    loader = [f"{k}={v!r}" for k, v in given.items() if k in DATALOADER]
+    if loader:
+        where = [str(s) for s in sites or [] if isinstance(s, str)][:5]
+        parts.append(f"DataLoader(..., {', '.join(loader)})" + (f" at {', '.join(where)}" if where else ""))
+    if "matmul_precision" in given:
+        parts.append(f"torch.set_float32_matmul_precision({given['matmul_precision']!r}) after importing torch")
+    if "cudnn_benchmark" in given:
+        parts.append(f"torch.backends.cudnn.benchmark = {given['cudnn_benchmark']!r}")
+    if "zero_grad_set_to_none" in given:
+        parts.append(f"optimizer.zero_grad(set_to_none={given['zero_grad_set_to_none']!r})")
+    return "; ".join(parts)

@@ -50,6 +50,9 @@ def table(doc: dict[str, Any]) -> str:
             f"{doc['cores']} cores, {'CUDA' if doc['cuda'] else 'no CUDA'}")
     notes = [f"  {visible(v['name'])}: {visible(v['note'])}" for v in doc["variants"] if v.get("note")]
     out = [head, *lines]
+    keep = [f"  {visible(v['name'])}: {visible(v['code_change'])}" for v in doc["variants"] if v.get("code_change")]
+    if keep:
+        out += ["to keep a faster variant, change:", *keep]
     if notes:
         out += ["notes:", *notes]
     if doc.get("interrupted"):
@@ -70,6 +73,9 @@ def markdown(doc: dict[str, Any]) -> str:
            "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     for r in _rows(doc):
         out.append("| " + " | ".join(_md(c) for c in r) + " |")
+    keep = [f"- {_md(v['name'])}: {_md(v['code_change'])}" for v in doc["variants"] if v.get("code_change")]
+    if keep:
+        out += ["", "To keep a faster variant, change:", "", *keep]
     notes = [f"- {_md(v['name'])}: {_md(v['note'])}" for v in doc["variants"] if v.get("note")]
     if notes:
         out += ["", "Notes:", "", *notes]

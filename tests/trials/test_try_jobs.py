@@ -71,6 +71,10 @@ def test_try_measures_the_workers_variant_and_keeps_the_losses_and_the_users_fil
     assert v["predicted_saving_us"] == base["data_wait_median_us"]
     assert v["measured_saving_us"] == pytest.approx(base["step_time_median_us"] - v["step_time_median_us"])
     assert proc.returncode == (0 if v["verdict"] == "faster" else 1)
+    assert (v["code_change"] is not None) == (v["verdict"] == "faster")
+    site = json.loads(next((user / "L" / "t" / "trials").glob("*num_workers=2/result.json")).read_text())
+    line = next(n for n, text in enumerate(JOB.read_text().splitlines(), 1) if "loader = DataLoader(" in text)
+    assert site["dataloader_sites"] == [f"{user / 'planted_loader.py'}:{line}"]  # the line to change
     for trial in sorted((user / "L" / "t" / "trials").iterdir()):
         result = json.loads((trial / "result.json").read_text())
         assert result["complete"] is True and result["optimizer_steps"] == 8

@@ -102,7 +102,8 @@ def test_verdicts_follow_the_rank_test_and_the_noise() -> None:
     assert by["num_workers=2"]["speedup"] > 1.5
     assert by["num_workers=2"]["measured_saving_us"] == pytest.approx(4000, abs=10)
     assert by["num_workers=2"]["predicted_saving_us"] == 6000.0  # the baseline's data wait per step
-    assert by["zero_grad_set_to_none"]["verdict"] == "same"
+    assert by["num_workers=2"]["code_change"] == "DataLoader(..., num_workers=2)"
+    assert by["zero_grad_set_to_none"]["verdict"] == "same" and by["zero_grad_set_to_none"]["code_change"] is None
     assert by["zero_grad_set_to_none"]["predicted_saving_us"] is None
     assert by["prefetch_factor=4"]["verdict"] == "slower"
     assert by["num_workers=1"]["verdict"] == "failed" and by["num_workers=1"]["error"] == "the job failed: boom"
@@ -167,3 +168,10 @@ def test_rendering_shows_names_inert() -> None:
     row = next(line for line in md.splitlines() if "num_workers=2" in line)
     assert "\\|" in row and "\\`x\\`" in row
     assert "faster" in text and "baseline" in text
+
+
+def test_the_code_change_names_the_loaders_lines_and_the_settings() -> None:
+    v = Variant("x", TrialSettings(num_workers=2, persistent_workers=True, matmul_precision="high"))
+    text = measure.code_change(v, ["/u/train.py:51", 3])
+    assert text == ("DataLoader(..., num_workers=2, persistent_workers=True) at /u/train.py:51; "
+                    "torch.set_float32_matmul_precision('high') after importing torch")

@@ -188,7 +188,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tbplugin", "capture"),  # the TensorBoard tab; capture (analyses its own traces when a run ends), the job watch
     ("integrations",),  # framework callbacks, over the capture
     ("run",),  # gpuprof run's launcher: starts the capture in the job's processes, adds the framework callbacks
-    ("pytest_plugin",),  # the pytest plugin, over the launcher's step clock, capture and diff
+    # the pytest plugin, over the launcher's step clock, capture and diff; gpuprof try's trials (launcher, diff's noise)
+    ("pytest_plugin", "trials"),
     ("cli",),
     ("__main__", "__init__", "testing", "data"),
 )

@@ -134,6 +134,7 @@ _COMMANDS = {
     "rules": ("gpuprof.cli.rules", "rules_cmd"),
     "run": ("gpuprof.cli.run", "run_cmd"),
     "trigger": ("gpuprof.cli.trigger", "trigger_cmd"),
+    "try": ("gpuprof.cli.trycmd", "try_cmd"),
 }
 
 

@@ -79,6 +79,11 @@ def _start(text: str) -> None:
 def _on_torch(torch: ModuleType) -> None:
     global CLOCK
     assert _OPTS is not None
+    if _OPTS.trial is not None:  # gpuprof try: the trial's settings and timing, no capture
+        from gpuprof.run import trial
+
+        trial.start(torch, _OPTS.trial)
+        return
     from gpuprof.capture import dataloader
 
     dataloader.prepare()  # loaders iterated before the first step are known to the capture that starts later
@@ -144,8 +149,8 @@ def _patch_trainer(framework: str, module: ModuleType) -> None:
 def _attach(framework: str, trainer: Any) -> None:
     """Add gpuprof's callback to a Trainer just built, unless the user did; the optimizer clock stands down."""
     assert _OPTS is not None
-    if _OPTS.step_function is not None:
-        return  # the user named the step: the function clock only
+    if _OPTS.step_function is not None or _OPTS.trial is not None:
+        return  # the user named the step: the function clock only; a trial of gpuprof try: no capture
     kwargs: dict[str, Any] = {"run": _OPTS.run, **framework_options(_OPTS)}
     if framework == "Lightning":
         from gpuprof.integrations.lightning import GpuprofCallback as LightningCallback

@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
-__all__ = ["ENV", "CaptureOptions", "RunOptions", "parse_step_function", "StepFunctionSpec"]
+__all__ = ["ENV", "CaptureOptions", "RunOptions", "TrialOptions", "TrialSettings", "parse_step_function",
+           "StepFunctionSpec"]
 
 ENV = "GPUPROF_RUN_CONFIG"
 #: at most this many bytes of JSON are read from :data:`ENV` (it is ours, but the environment is anyone's)
@@ -89,6 +90,37 @@ class CaptureOptions(msgspec.Struct, frozen=True, omit_defaults=True):
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
 
 
+class TrialSettings(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The settings one ``gpuprof try`` trial applies to the job without editing it (None: the script's own).
+
+    The DataLoader fields replace the arguments of every ``DataLoader`` the job builds (``persistent_workers``
+    and ``prefetch_factor`` only where the loader has workers, as torch requires); ``matmul_precision`` is
+    ``torch.set_float32_matmul_precision``; ``cudnn_benchmark`` is ``torch.backends.cudnn.benchmark``;
+    ``zero_grad_set_to_none`` forces that argument of ``Optimizer.zero_grad`` and ``Module.zero_grad``."""
+
+    num_workers: Annotated[int, msgspec.Meta(ge=0, le=1024)] | None = None
+    persistent_workers: bool | None = None
+    pin_memory: bool | None = None
+    prefetch_factor: Annotated[int, msgspec.Meta(ge=1, le=1024)] | None = None
+    matmul_precision: Literal["highest", "high", "medium"] | None = None
+    cudnn_benchmark: bool | None = None
+    zero_grad_set_to_none: bool | None = None
+
+    def given(self) -> dict[str, Scalar]:
+        """The settings given, by field name."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+
+class TrialOptions(msgspec.Struct, frozen=True):
+    """One trial of ``gpuprof try``: apply ``settings``, time ``steps`` optimizer steps after ``warmup``, write
+    the result to ``result`` (a file of the try run directory), then end the process (exit code 0)."""
+
+    result: Annotated[str, msgspec.Meta(min_length=1)]
+    warmup: Annotated[int, msgspec.Meta(ge=1)] = 3
+    steps: Annotated[int, msgspec.Meta(ge=1)] = 20
+    settings: TrialSettings = msgspec.field(default_factory=TrialSettings)
+
+
 class RunOptions(msgspec.Struct, frozen=True):
     """The options of one ``gpuprof run`` (see :mod:`gpuprof.cli.run`)."""
 
@@ -97,10 +129,14 @@ class RunOptions(msgspec.Struct, frozen=True):
     step_function: Annotated[str, msgspec.Meta(pattern=_STEP_FN_FIELD)] | None = None  # MODULE:FUNCTION
     capture: CaptureOptions = msgspec.field(default_factory=CaptureOptions)
     verbose: bool = False  # gpuprof's messages during the run on stderr (else in each process's gpuprof.log)
+    trial: TrialOptions | None = None  # gpuprof try: no capture; the trial's settings, timing and stop
 
     def to_env(self) -> str:
         """ASCII JSON (json's escapes): a name with bytes that are not UTF-8 (``surrogateescape``) goes through."""
-        return json.dumps(msgspec.to_builtins(self))
+        doc = msgspec.to_builtins(self)
+        if doc.get("trial") is None:  # only gpuprof try's trials carry one
+            doc.pop("trial", None)
+        return json.dumps(doc)
 
     @classmethod
     def from_env(cls, text: str) -> RunOptions:

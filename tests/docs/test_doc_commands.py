@@ -48,6 +48,10 @@ TIMEOUT_S = 180
 
 # Shell blocks CI does not run, keyed by (page, first command line), each with the reason.
 NOT_RUN: dict[tuple[str, str], str] = {
+    ("docs/try.md", "gpuprof try --steps 20 --warmup 3 examples/plain_train.py --device cpu --steps 200"):
+        "seven trials of a training job (a few minutes on 2 cores), and its exit code (0: a variant faster, 1: none) "
+        "depends on the machine: tests/trials/test_try_jobs.py runs gpuprof try on a planted job and checks what it "
+        "writes",
     ("README.md", 'python3 -m pip install -q torch==2.13.0 -e ".[test,lint,tensorboard,frameworks,dask]" && python3 -m ruff check gpuprof tests bench && python3 -m mypy gpuprof && python3 -m pytest -q -p no:cacheprovider -m "not slow"'):
         "the fast test suite, of which this test is a part: .ci/run runs it (tests/test_lint_config.py keeps the two the same)",
     ("README.md", 'pip install "gpuprof[capture] @ git+https://github.com/OWNER/gpuprof"'):

@@ -13,6 +13,10 @@ exits 1 when any differ.
 ``--ignore KEY``: object keys left out of the comparison at any depth (fields a change adds on
 purpose, e.g. ``--ignore critical_path --ignore what_if_saving_us``), so every other field is held.
 
+``--after-arg ARG``: an argument given to this checkout's ``gpuprof analyze`` only (repeatable), for a flag the
+older checkout does not know: ``--after-arg=--timeline`` keeps the timeline that ``gpuprof analyze`` builds only
+on request since issue 44, so the reports compare whole against a checkout that always built it.
+
 ``--before``: a directory holding an older ``gpuprof/`` package (e.g.
 ``git archive <commit> | tar -x -C DIR``).
 """
@@ -32,10 +36,10 @@ HERE = Path(__file__).resolve().parents[1]
 COMMANDS = ("analyze", "memory")
 
 
-def run(root: Path, command: str, trace: Path, out: Path, jobs: int) -> tuple[int, Any, str]:
+def run(root: Path, command: str, trace: Path, out: Path, jobs: int, extra: tuple[str, ...] = ()) -> tuple[int, Any, str]:
     env = dict(os.environ, PYTHONPATH=str(root), GPUPROF_JOBS=str(jobs))
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuprof", command, str(trace), "--format", "json", "-o", str(out)],
+        [sys.executable, "-m", "gpuprof", command, str(trace), "--format", "json", "-o", str(out), *extra],
         env=env, capture_output=True, text=True, timeout=600,
         cwd=out.parent,  # not a checkout: `python -m` puts the working directory first on sys.path
     )
@@ -84,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="GPUPROF_JOBS for both sides")
     ap.add_argument("--ignore", action="append", default=[], metavar="KEY",
                     help="an object key left out of the comparison at any depth (repeatable)")
+    ap.add_argument("--after-arg", action="append", default=[], metavar="ARG",
+                    help="an argument for this checkout's `gpuprof analyze` only, e.g. --after-arg=--timeline")
     args = ap.parse_args(argv)
     files = sorted(p for p in args.traces.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
     differing = 0
@@ -91,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         for f in files:
             for command in COMMANDS:
                 before = run(args.before, command, f, Path(tmp, "before.json"), args.jobs)
-                after = run(HERE, command, f, Path(tmp, "after.json"), args.jobs)
+                extra = tuple(args.after_arg) if command == "analyze" else ()
+                after = run(HERE, command, f, Path(tmp, "after.json"), args.jobs, extra)
                 problems = []
                 if before[0] != after[0]:
                     problems.append(f"exit {before[0]} != {after[0]}")

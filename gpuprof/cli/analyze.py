@@ -45,6 +45,10 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 )
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=str), metavar="REPORT.html",
               help="Also write the report as one standalone, offline HTML page (summary, step-time chart, findings, views).")
+@click.option("--timeline", "with_timeline", is_flag=True, default=False,
+              help="Keep each trace's timeline (traces[].timeline, the lanes the --html page draws) in the report "
+                   "(--format json, -o): for a saved report.json that --html renders later. Built anyway for --html "
+                   "and --to; left out otherwise (it costs ~0.15 s and ~40 MB per 200 MB of trace).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar for big files (default: on a terminal).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Traces analysed at once, each in its own process (default: one per free CPU and per 16 MiB "
@@ -63,6 +67,7 @@ def analyze_cmd(
     rule_options: tuple[str, ...],
     annotate: str | None,
     html_out: str | None,
+    with_timeline: bool,
     progress: bool | None,
     jobs: int | None,
     dask: str | None,
@@ -91,7 +96,7 @@ def analyze_cmd(
     with ExitStack() as stack:
         factory = _progress_factory(stack) if show_progress and not saved else None
         report = analysis_report(paths, select, ignore, rule_options, all_sections=fmt == "json", jobs=jobs,
-                                 dask=dask, progress=factory,
+                                 dask=dask, progress=factory, timeline=with_timeline or bool(html_out) or bool(targets),
                                  on_rank_done=_rank_counter() if show_progress and dask else None)
     sources = [paths[0]] if saved else input_files(report)
     if output:  # checked before --annotate or --html writes anything
@@ -108,12 +113,14 @@ def analyze_cmd(
 def analysis_report(paths: Sequence[str], select: Sequence[str], ignore: Sequence[str], rule_options: Sequence[str],
                     *, all_sections: bool = True, jobs: int | None = None, dask: str | None = None,
                     progress: Callable[[TraceFile], Any] | None = None,
-                    on_rank_done: Callable[[int, int], None] | None = None) -> Report:
+                    on_rank_done: Callable[[int, int], None] | None = None, timeline: bool = False) -> Report:
     """What ``gpuprof analyze PATHS`` reports, before rendering: the command line's and the MCP server's one path.
 
     A single saved report.json is read back (no trace is read, no rule runs); anything else is analysed.
     ``all_sections``: keep a saved report's sections whose renderers need the live objects (the JSON view).
     ``--option`` values and select/ignore words are checked here (a bad one: a click usage error).
+    ``timeline``: each analysed trace's timeline in the report (``--timeline``, ``--html``, ``--to``); a saved
+    report keeps the timeline it holds.
     """
     from gpuprof.codes import parse_option_overrides
 
@@ -140,7 +147,7 @@ def analysis_report(paths: Sequence[str], select: Sequence[str], ignore: Sequenc
     path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
     return analyze(path, select=split_codes(list(select)), ignore=split_codes(list(ignore)), options=options,
                    progress=progress, jobs=jobs, dask=dask,  # jobs None: gpuprof.pool decides by size and free CPUs
-                   on_rank_done=on_rank_done)
+                   on_rank_done=on_rank_done, timeline=timeline)
 
 
 def _rank_counter() -> Callable[[int, int], None]:

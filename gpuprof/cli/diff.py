@@ -32,7 +32,7 @@ def load_side(path: str, jobs: int) -> dict[str, Any]:
     if is_url(path):
         from gpuprof.analysis import analyze
 
-        return analyze(path, jobs=jobs).to_dict()
+        return analyze(path, jobs=jobs, timeline=False).to_dict()  # a diff draws no timeline
     if is_saved_report(path):
         return read_report_dict(path)
     if not (os.path.isfile(path) or os.path.isdir(path)):
@@ -41,7 +41,7 @@ def load_side(path: str, jobs: int) -> dict[str, Any]:
         raise InputError(path, "not a trace file, run directory or report.json")
     from gpuprof.analysis import analyze
 
-    return analyze(path, jobs=jobs).to_dict()
+    return analyze(path, jobs=jobs, timeline=False).to_dict()  # a diff draws no timeline
 
 
 @click.command("diff", epilog=EPILOG)

@@ -155,7 +155,8 @@ def _analyze(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> 
 
     paths = [box.roots.input(p) for p in _names(a["paths"])]
     report = analysis_report(paths, a.get("select", []), a.get("ignore", []), a.get("options", []),
-                             progress=_reading(progress) if progress is not None else None)
+                             progress=_reading(progress) if progress is not None else None,
+                             timeline=a.get("timeline") is True and a.get("views") is not False)
     doc = _doc(render(report, "json", color=False))
     if a.get("views") is False:  # the per-trace tables and timeline (most of a real report's bytes): on request
         for t in doc.get("traces", []):
@@ -299,7 +300,9 @@ TOOLS = (
          {"paths": _PATHS, "select": _CODES, "ignore": _CODES, "options": _OPTIONS,
           "views": {"type": "boolean", "description": "false: leave out each trace's operator, kernel, module and "
                     "range tables and its timeline (most of a real report's size; the export tool writes the tables "
-                    "as files)."}},
+                    "as files)."},
+          "timeline": {"type": "boolean", "description": "true: keep each trace's timeline (the lanes the --html "
+                       "page draws), as `gpuprof analyze --timeline` does; left out by default."}},
          ("paths",), _analyze),
     Tool("diff", "Compare two runs",
          "What `gpuprof diff BEFORE AFTER --format json` prints: step time and its parts before and after, the "

@@ -30,6 +30,8 @@ def to_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def check_targets(to: tuple[str, ...]) -> tuple[str, ...]:
     """The trackers asked for, each once; a usage error (exit 2) when one's package is not installed."""
+    if not to:  # before any import: `analyze` without --to loads nothing of gpuprof.trackers
+        return ()
     from gpuprof.trackers import missing_package, parse_targets
 
     targets = parse_targets(to)

@@ -74,6 +74,7 @@ from typing import Sequence
 import msgspec
 
 from gpuprof.trace.collectives import COLLECTIVE_TYPES, collective_type, message_bytes
+from gpuprof.trace.columns import named
 from gpuprof.trace.critpath.hops import collective_hops
 from gpuprof.trace.critpath.overlap import overlap_saving
 from gpuprof.trace.gpuwork import is_communication_kernel, union_of
@@ -252,7 +253,7 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
     exposed_each = _exposed_each(instances, compute if metrics.main_device is not None
                                  else metrics.host_intervals["cpu_ops"].union(dl))
     fwd, rounds = _ddp_rounds(metrics, instances)
-    searches = [o for o in t.ops if o.name == UNUSED_SEARCH and _in_steps(metrics, o.ts)]
+    searches = [o for o in named(t.ops, UNUSED_SEARCH.__eq__, t) if _in_steps(metrics, o.ts)]  # name asked once each
     inst_step = [metrics.step_of(i[1]) or 0 for i in instances]
     hops = collective_hops(metrics, [(i[1], i[2], k) for i, k in zip(instances, inst_step)])
     return RankSummary(

@@ -71,7 +71,7 @@ def load_baseline(path: Path) -> dict[str, Any]:
         raise InputError(p, "not a trace file, run directory or report.json")
     from gpuprof.analysis import analyze
 
-    return analyze(p).to_dict()
+    return analyze(p, timeline=False).to_dict()  # the verdict reads no timeline
 
 
 def judge(result: "CaptureResult", limits: Limits, baseline: dict[str, Any] | None,

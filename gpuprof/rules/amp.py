@@ -17,7 +17,7 @@ from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import host_step_of
 from gpuprof.rules.precision import TC_OPS, device_capability
-from gpuprof.trace.columns import columns
+from gpuprof.trace.columns import columns, named
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import DTYPE_BF16, DTYPE_FLOAT, DTYPE_FP16, DTYPE_HALF, Event, op_dtypes
@@ -191,8 +191,8 @@ def _half_ops(opt: OptimizerOps) -> tuple[list[Event], list[Event]]:
 
 
 def _fp16_gemms(m: TraceMetrics) -> list[Event]:
-    return [o for o in m.trace.ops if o.name in TC_OPS and op_dtypes(o) & DTYPE_FP16
-            and host_step_of(m, o.ts) is not None]
+    return [o for o in named(m.trace.ops, TC_OPS.__contains__, m.trace) if op_dtypes(o) & DTYPE_FP16
+            and host_step_of(m, o.ts) is not None]  # the name test once per distinct name
 
 
 @register

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
+import numpy as np
+
 from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
-from gpuprof.trace.model import Event
+from gpuprof.trace.columns import columns
 
 __all__ = ["OutsideOperators"]
 
@@ -50,23 +52,22 @@ class OutsideOperators(Rule):
             return
         at = m.step_kernel_at
         kernels = m.trace.kernels
-        total = sum(kernels[i].dur for i in at.tolist())
+        kc = columns(m.trace, kernels)
+        # sums in kernel order (cumsum adds left to right, as sum() over the events did: the same float)
+        total = _sum(kc.dur[at])
         if total <= 0:
             return
-        by: Counter[str] = Counter()
-        outside: list[Event] = []
-        for i in at.tolist():
-            if att.gpu_op[i] >= 0:
-                continue
-            k = kernels[i]
-            outside.append(k)
-            launch = m.launch_by_corr.get(k.corr)
-            if launch is None:
-                by["no launch recorded"] += k.dur
-            elif launch.name in _GRAPH:
-                by["graph replay"] += k.dur
-            else:
-                by[f"direct {launch.name}"] += k.dur
+        out_at = at[att.gpu_op[at] < 0]  # the step's kernels no operator launched, in order
+        kinds: list[str] = []
+        for corr in kc.corr[out_at].tolist():  # only those kernels: a dict look-up each
+            launch = m.launch_by_corr.get(corr)
+            kinds.append("no launch recorded" if launch is None else "graph replay" if launch.name in _GRAPH
+                         else f"direct {launch.name}")
+        by: Counter[str] = Counter()  # of float µs (Counter for most_common and its missing keys' 0)
+        dur = kc.dur[out_at]
+        kind_of = np.array(kinds, dtype=object)
+        for kind in dict.fromkeys(kinds):  # first-seen order, as the loop over the events filled the counter
+            by[kind] = _sum(dur[kind_of == kind])  # type: ignore[assignment]  # Counter's values typed int
         share = sum(by.values()) / total
         if share < ctx.opt("min_share"):
             return
@@ -89,9 +90,14 @@ class OutsideOperators(Rule):
             f"launched outside any operator: {parts}; the operators and modules views cannot attribute it",
             ". ".join(advice) + ".",
             evidence=(Evidence("outside_operator_share", round(share, 4), ctx.opt("min_share"), "fraction",
-                               events=event_refs(sorted(outside, key=lambda k: -k.dur)),
+                               events=event_refs(sorted((kernels[i] for i in out_at.tolist()), key=lambda k: -k.dur)),
                                extra={k.replace(" ", "_"): round(v / total, 4) for k, v in by.items()}),),
         )
+
+
+def _sum(values: np.ndarray) -> float:
+    """The sum of ``values`` added left to right (as Python's ``sum`` over the events): 0.0 when empty."""
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
 def _words(kind: str) -> str:

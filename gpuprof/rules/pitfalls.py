@@ -377,10 +377,10 @@ class ClipBeforeUnscale(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         m = ctx.metrics
-        unscales = [o for o in m.trace.ops if o.name == _UNSCALE]
+        unscales = named(m.trace.ops, _UNSCALE.__eq__, m.trace)  # the name test once per distinct name
         if not unscales:
             return
-        clips = [o for o in m.trace.ops if o.name in _CLIP_OPS]
+        clips = named(m.trace.ops, _CLIP_OPS.__contains__, m.trace)
         clips += named(m.trace.python, _CLIP_FRAME.search, m.trace)
         if not clips:
             return

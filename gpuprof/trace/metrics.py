@@ -100,6 +100,11 @@ class TraceMetrics:
             self._memo[key] = fn(self, *args)
         return cast(_T, self._memo[key])
 
+    def forget(self, fn: Callable[..., object], *args: Hashable) -> None:
+        """Drop what :meth:`memo` kept of ``fn(self, *args)`` (a big figure its readers are done with, such as the
+        step graph); a later ``memo`` computes it again."""
+        self._memo.pop((fn, *args), None)
+
     # -- derived numbers -------------------------------------------------------
     @property
     def lead_in_us(self) -> float | None:

@@ -83,14 +83,17 @@ def test_analyze_answers_the_findings_the_command_line_prints_synthetic(tmp_path
 @pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM
 def test_analyze_answers_the_findings_the_command_line_prints_real(tmp_path: Path) -> None:
     trace = shared_path(*NW0)
-    expected = cli_json("analyze", str(trace))
+    expected = cli_json("analyze", str(trace), "--timeline")
     assert expected["findings"]
     server = server_for(trace.parent)
-    got = tool(server, "analyze", {"paths": [trace.name]})
+    got = tool(server, "analyze", {"paths": [trace.name], "timeline": True})
     assert not got.is_error, got.content[0].text
     assert got.structured_content["findings"] == expected["findings"]
     assert got.structured_content["traces"][0]["step_time_us"] == expected["traces"][0]["step_time_us"]
     assert got.structured_content["traces"][0]["views"] == expected["traces"][0]["views"]
+    assert got.structured_content["traces"][0]["timeline"] == expected["traces"][0]["timeline"]  # asked for: kept
+    plain = tool(server, "analyze", {"paths": [trace.name]}).structured_content  # as the command line, by default
+    assert plain["traces"][0]["timeline"] is None and plain["findings"] == expected["findings"]
     brief = tool(server, "analyze", {"paths": trace.name, "views": False}).structured_content
     assert "views" not in brief["traces"][0] and brief["findings"] == expected["findings"]
     assert "timeline" not in brief["traces"][0] and expected["traces"][0]["timeline"]["lanes"]

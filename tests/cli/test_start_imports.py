@@ -110,3 +110,22 @@ def test_help_lists_every_command_and_imports_none_it_does_not_run(tmp_path: Pat
         assert f"  {cmd} " in listed, cmd
     mods = _modules_after(tmp_path, "rules")
     assert "gpuprof.cli.rules" in mods and not _loaded(mods, "gpuprof.cli.diff") and not _loaded(mods, "torch")
+
+
+# the timeline's code (issue 44): built only for a view that draws it (--html, --to, --timeline, the tab)
+TIMELINE_CODE = ["gpuprof.views.timeline", "gpuprof.views.timelinelanes", "gpuprof.views.timelinepath",
+                 "gpuprof.views.decimate"]
+
+
+def test_analyze_json_imports_no_timeline_code_and_no_tracker_without_asking(tmp_path: Path) -> None:
+    mods = _modules_after(tmp_path, "analyze", str(SAMPLE), "--format", "json", "-o", str(tmp_path / "r.json"))
+    assert "gpuprof.analysis" in mods and "gpuprof.trace.critpath.path" in mods  # it ran, the critical path too
+    assert [m for m in TIMELINE_CODE if m in mods] == []
+    assert not _loaded(mods, "gpuprof.trackers")  # no --to: the trackers' registry is not read
+
+
+def test_the_timeline_code_is_still_imported_where_it_is_drawn(tmp_path: Path) -> None:
+    for args in (["--timeline"], ["--html", str(tmp_path / "r.html")]):
+        mods = _modules_after(tmp_path, "analyze", str(SAMPLE), "--format", "json", "-o", str(tmp_path / "r.json"),
+                              *args)
+        assert [m for m in TIMELINE_CODE if m not in mods] == [], args

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.cli.mcptools import TOOL_NAMES
-from gpuprof.cli.mcpwire import PROTOCOL_VERSIONS, TooLong, read_lines
+from gpuprof.mcp.tools import TOOL_NAMES
+from gpuprof.mcp.wire import PROTOCOL_VERSIONS, TooLong, read_lines
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.testing.tracegen import TraceBuilder, simple_training
 
@@ -122,7 +122,7 @@ def test_progress_reaches_a_client_that_asks_for_it(tmp_path: Path) -> None:
 
 
 def test_progress_is_throttled_increasing_and_ends_with_the_total() -> None:
-    from gpuprof.cli.mcpwire import Progress
+    from gpuprof.mcp.wire import Progress
 
     sent: list[dict[str, Any]] = []
     p = Progress(sent.append, "tok", every_s=3600)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpuprof.cli.mcproots import Roots
+from gpuprof.mcp.roots import Roots
 from gpuprof.errors import InputError
 from gpuprof.testing.tracegen import TraceBuilder, simple_training
 

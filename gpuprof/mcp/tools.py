@@ -1,7 +1,7 @@
 """The tools ``gpuprof mcp`` serves: the commands' own library paths, their JSON, and their error lines.
 
 Each tool takes the arguments its command takes (names as in the JSON schema it declares), passes every
-file name through the server's roots (:mod:`gpuprof.cli.mcproots`), calls the function the command line
+file name through the server's roots (:mod:`gpuprof.mcp.roots`), calls the function the command line
 calls (``analysis_report``, ``compare``, ``memory_report``, ``read_history``, ``export_tables``,
 ``explained``) with the same limits, and answers with what ``--format json`` prints, as text and as
 structured content, after a short summary. A refusal or a bad input is a tool result with ``isError``
@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import click
 
-from gpuprof.cli.mcproots import Roots
-from gpuprof.cli.mcpwire import INVALID_PARAMS, JsonObj, ProgressSink, ProtocolError, check_stop
+from gpuprof.mcp.roots import Roots
+from gpuprof.mcp.wire import INVALID_PARAMS, JsonObj, ProgressSink, ProtocolError, check_stop
 from gpuprof.errors import GpuprofError
 from gpuprof.redact import scrub
 from gpuprof.render.safe import visible
@@ -346,7 +346,7 @@ TOOL_NAMES = tuple(t.name for t in TOOLS)
 
 @dataclass(frozen=True)
 class Toolbox:
-    """The tools over one set of roots (gpuprof.cli.mcpwire.Tools)."""
+    """The tools over one set of roots (gpuprof.mcp.wire.Tools)."""
 
     roots: Roots
 

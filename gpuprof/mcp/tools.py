@@ -15,9 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gpuprof.errors import GpuprofError, UsageError
 from gpuprof.mcp.roots import Roots
 from gpuprof.mcp.wire import INVALID_PARAMS, JsonObj, ProgressSink, ProtocolError, check_stop
-from gpuprof.errors import GpuprofError, UsageError
 from gpuprof.redact import scrub
 from gpuprof.render.safe import visible
 
@@ -266,8 +266,8 @@ def _export(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> t
 
 
 def _explain(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
-    from gpuprof.commands.explain import explained
     from gpuprof.codes import explain_text
+    from gpuprof.commands.explain import explained
 
     spec, note = explained(a["code"])
     text = explain_text(spec)

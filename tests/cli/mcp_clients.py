@@ -34,10 +34,11 @@ def server_for(*roots: str | Path) -> Any:
 @asynccontextmanager
 async def sdk_session(server: Any) -> AsyncIterator[Any]:
     import anyio
-    from mcp import types
     from mcp.client.session import ClientSession
     from mcp.shared.memory import create_client_server_memory_streams
     from mcp.shared.message import SessionMessage
+
+    from mcp import types
 
     async with create_client_server_memory_streams() as ((c_read, c_write), (s_read, s_write)):
         def notify(obj: dict[str, Any]) -> None:  # from the worker thread running the tool: progress notifications

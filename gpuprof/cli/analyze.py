@@ -94,13 +94,13 @@ def analyze_cmd(
                                  dask=dask, progress=factory,
                                  on_rank_done=_rank_counter() if show_progress and dask else None)
     sources = [paths[0]] if saved else input_files(report)
-    if output:  # checked before --annotate or --html writes anything
-        refuse_input_as_output(output, sources)
+    if output:  # checked before --annotate or --html writes anything (a saved report's traces too), and only here
+        refuse_input_as_output(output, [*sources, *input_files(report)] if saved else sources)
     if annotate:
         _annotate(report, annotate)
     if html_out:
         _html(report, html_out, sources)
-    code = emit_report(report, fmt, output, fail_on)
+    code = emit_report(report, fmt, output, fail_on, output_checked=True)
     send_report(report, targets, html_out, [paths[0]] if saved else list(paths))
     sys.exit(code)
 

@@ -89,8 +89,13 @@ def emit_report(
     fmt: str,
     output: str | None,
     fail_on: str,
+    *,
+    output_checked: bool = False,
 ) -> int:
-    """Render and write ``report`` (its findings finished already: gpuprof.flow.finish); return its exit code."""
+    """Render and write ``report`` (its findings finished already: gpuprof.flow.finish); return its exit code.
+
+    ``output_checked``: the command refused an ``output`` that is one of the report's inputs already, before
+    any work or other file (:func:`gpuprof.atomic.refuse_input_as_output`), so it is not checked again."""
     from gpuprof.render import render
 
     if fmt == "json":
@@ -100,7 +105,8 @@ def emit_report(
 
         data = report_json_bytes(report) + b"\n"
         if output:
-            refuse_input_as_output(output, input_files(report))
+            if not output_checked:
+                refuse_input_as_output(output, input_files(report))
             write_output(output, data, "the report")
             click.echo(f"gpuprof: report written to {visible(os.fspath(output))}", err=True)
         else:
@@ -108,7 +114,8 @@ def emit_report(
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
     elif output:
-        refuse_input_as_output(output, input_files(report))
+        if not output_checked:
+            refuse_input_as_output(output, input_files(report))
         text = render(report, fmt, color=False)
         write_output(output, text, "the report")  # atomic: a full disk leaves the previous report intact
         click.echo(f"gpuprof: report written to {visible(os.fspath(output))}", err=True)

@@ -115,10 +115,10 @@ def show_cmd(files: tuple[str, ...], fmt: str, output: str | None, select: tuple
     if len(files) > 1:
         if html_out:
             raise click.UsageError("--html draws one file; give one FILE with it")
-        if output:
+        if output:  # before any work, and only here
             refuse_input_as_output(output, list(files))
         report = memory_ranks_report(files, select, ignore, settings, device_memory, top, skip_frames)
-        sys.exit(emit_report(report, fmt, output, fail_on))
+        sys.exit(emit_report(report, fmt, output, fail_on, output_checked=True))
     file = files[0]
     report, data, analyses = memory_report(file, select, ignore, settings, device_memory, top, skip_frames)
     findings = report.findings
@@ -131,7 +131,7 @@ def show_cmd(files: tuple[str, ...], fmt: str, output: str | None, select: tuple
         refuse_input_as_output(html_out, [file], "--html")
         write_html(data, analyses, findings, html_out)
         click.echo(f"gpuprof: memory timeline written to {visible(html_out)}", err=True)
-    sys.exit(emit_report(report, fmt, output, fail_on))
+    sys.exit(emit_report(report, fmt, output, fail_on, output_checked=True))
 
 
 @memory_cmd.command("diff")

@@ -18,7 +18,7 @@ from typing import Sequence
 from gpuprof.redact import redact, scrub
 
 __all__ = ["EXIT_OK", "EXIT_FINDINGS", "EXIT_BAD_INPUT", "EXIT_INTERNAL", "GpuprofError", "InputError", "RuleError",
-           "describe_error"]
+           "UsageError", "describe_error"]
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -60,6 +60,20 @@ class InputError(GpuprofError):
         if isinstance(err, PermissionError):
             return cls(path, "permission denied")
         return cls(path, f"cannot {doing}: {err.strerror or err}")
+
+
+class UsageError(GpuprofError):
+    """A bad option value or argument (exit 2), raised by the commands' library paths (:mod:`gpuprof.commands`).
+
+    ``param_hint`` names the option (``--option``); ``str(err)`` is then the line click writes for a bad value
+    (``Invalid value for --option: ...``). The command line turns it into click's usage error (which adds
+    ``(see 'gpuprof CMD --help')``); the MCP server answers ``str(err)``.
+    """
+
+    def __init__(self, message: str, param_hint: str | None = None) -> None:
+        self.message = message
+        self.param_hint = param_hint
+        super().__init__(f"Invalid value for {param_hint}: {message}" if param_hint else message)
 
 
 class RuleError(GpuprofError):

@@ -184,8 +184,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "reportfile"),  # rules -> report
     ("render", "summarize"),  # report -> renderers
     ("memory", "distributed", "codes", "flow", "diff", "htmlpage", "export", "history", "trackers"),  # whole features
-    ("analysis",),  # gpuprof analyze, as a library call
-    ("tbplugin", "capture"),  # the TensorBoard tab; capture (analyses its own traces when a run ends), the job watch
+    ("analysis", "commands"),  # gpuprof analyze, as a library call; the commands' library paths (no click)
+    ("tbplugin", "capture", "mcp"),  # the TensorBoard tab; capture (analyses its own traces when a run ends), the job
+    # watch; the MCP server over the commands' library paths (no click)
     ("integrations",),  # framework callbacks, over the capture
     ("run",),  # gpuprof run's launcher: starts the capture in the job's processes, adds the framework callbacks
     # the pytest plugin, over the launcher's step clock, capture and diff; gpuprof try's trials (launcher, diff's noise)
@@ -301,6 +302,22 @@ def test_the_analysis_side_never_reaches_capture_or_the_cli(lower: str) -> None:
     """Spelled out for the layers the architecture names: ``analyze`` must work without capture (and torch)."""
     bad = [f"{a}:{line} -> {b}" for a, b, _, line in EDGES
            if _unit(a) == lower and _unit(b) in ("capture", "cli", "integrations", "tbplugin")]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("part", ["mcp", "commands"])
+def test_the_mcp_server_and_the_commands_import_no_click_nor_the_cli(part: str) -> None:
+    """The commands' library paths raise gpuprof's own errors and the MCP server calls them: click is the command
+    line's alone, at module level or inside a function alike."""
+    files = sorted((PKG / part).rglob("*.py"))
+    assert files, part
+    bad = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{path.relative_to(PKG)}:{node.lineno} imports {n}" for n in names
+                    if n.split(".")[0] == "click" or n == "gpuprof.cli" or n.startswith("gpuprof.cli.")]
     assert not bad, bad
 
 

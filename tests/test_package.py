@@ -79,6 +79,8 @@ def test_the_commands_help_loads_no_heavy_dependency() -> None:
     assert not third_party, third_party  # a package --help loads beyond click: an install-time dependency at least
     ours = [n for n in names if n.startswith("gpuprof.")]
     assert "gpuprof.trace" not in ours and "gpuprof.report" not in ours and "gpuprof.analysis" not in ours, ours
+    # the commands' library paths and the MCP server load with a command, not for its help
+    assert not [n for n in ours if n.split(".")[1] in ("commands", "mcp")], ours
 
 
 def test_dir_lists_the_public_api_and_every_name_resolves() -> None:

@@ -6,20 +6,17 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable
 
 import click
 
 from gpuprof.atomic import names_a_directory, refuse_directory_name, refuse_input_as_output
-from gpuprof.cli.common import emit_report, input_files, report_options, split_codes
+from gpuprof.cli.common import emit_report, input_files, report_options, usage_errors
 from gpuprof.cli.trackers import check_targets, send_report, to_option
 from gpuprof.errors import InputError
 from gpuprof.remote import TraceFile, Url, is_url
 
-if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from gpuprof.report import Report
-
-__all__ = ["analyze_cmd", "analysis_report"]
+__all__ = ["analyze_cmd"]
 
 # Files at least this big get a progress bar when stderr is a terminal.
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
@@ -57,6 +54,7 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
               help="Analyse each trace on a Dask cluster's workers (e.g. tcp://host:8786); they read the traces "
               "themselves (URLs or a shared file system). See docs/distributed.md.")
 @to_option
+@usage_errors
 def analyze_cmd(
     paths: tuple[str, ...],
     fmt: str,
@@ -80,11 +78,13 @@ def analyze_cmd(
     When the traces are of more than one rank of a distributed job, a
     cross-rank section compares them (stragglers, waits, collectives).
     """
+    from gpuprof.commands.analyze import analysis_report, is_saved_report
+
     targets = check_targets(to)  # a tracker's missing package: exit 2 before any work
     for name, what in ((output, "the report"), (html_out, "the HTML page")):
         if name:  # `-o out/`: one line, before any work (never a file named `out`)
             refuse_directory_name(name, what)
-    saved = len(paths) == 1 and _is_saved_report(paths[0])
+    saved = len(paths) == 1 and is_saved_report(paths[0])
     if saved and annotate:
         raise InputError(paths[0], "--annotate needs the traces; a saved report.json has only their summaries")
     for p in paths if annotate else ():
@@ -99,55 +99,15 @@ def analyze_cmd(
                                  dask=dask, progress=factory, timeline=with_timeline or bool(html_out) or bool(targets),
                                  on_rank_done=_rank_counter() if show_progress and dask else None)
     sources = [paths[0]] if saved else input_files(report)
-    if output:  # checked before --annotate or --html writes anything
-        refuse_input_as_output(output, sources)
+    if output:  # checked before --annotate or --html writes anything (a saved report's traces too), and only here
+        refuse_input_as_output(output, [*sources, *input_files(report)] if saved else sources)
     if annotate:
         _annotate(report, annotate)
     if html_out:
         _html(report, html_out, sources)
-    code = emit_report(report, fmt, output, fail_on)
+    code = emit_report(report, fmt, output, fail_on, output_checked=True)
     send_report(report, targets, html_out, [paths[0]] if saved else list(paths))
     sys.exit(code)
-
-
-def analysis_report(paths: Sequence[str], select: Sequence[str], ignore: Sequence[str], rule_options: Sequence[str],
-                    *, all_sections: bool = True, jobs: int | None = None, dask: str | None = None,
-                    progress: Callable[[TraceFile], Any] | None = None,
-                    on_rank_done: Callable[[int, int], None] | None = None, timeline: bool = False) -> Report:
-    """What ``gpuprof analyze PATHS`` reports, before rendering: the command line's and the MCP server's one path.
-
-    A single saved report.json is read back (no trace is read, no rule runs); anything else is analysed.
-    ``all_sections``: keep a saved report's sections whose renderers need the live objects (the JSON view).
-    ``--option`` values and select/ignore words are checked here (a bad one: a click usage error).
-    ``timeline``: each analysed trace's timeline in the report (``--timeline``, ``--html``, ``--to``); a saved
-    report keeps the timeline it holds.
-    """
-    from gpuprof.codes import parse_option_overrides
-
-    try:
-        options = parse_option_overrides(rule_options)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--option") from None
-    if len(paths) == 1 and _is_saved_report(paths[0]):
-        from gpuprof.reportfile import read_report_dict, report_from_dict
-
-        report = report_from_dict(read_report_dict(paths[0]), paths[0])
-        if not all_sections:  # other sections' renderers draw their own objects, which a saved report no longer has
-            from gpuprof.reportfile import unshown_sections
-
-            report.sections = unshown_sections(report.sections)
-        # the one boundary (gpuprof.flow.finish), as for a live analysis: --select/--ignore, overlaps, order
-        from gpuprof.flow import finish
-        from gpuprof.runner import Selection
-
-        report.findings = finish(report.findings, Selection.of(split_codes(list(select)), split_codes(list(ignore))))
-        return report
-    from gpuprof.analysis import analyze
-
-    path: str | list[str] = paths[0] if len(paths) == 1 else list(paths)
-    return analyze(path, select=split_codes(list(select)), ignore=split_codes(list(ignore)), options=options,
-                   progress=progress, jobs=jobs, dask=dask,  # jobs None: gpuprof.pool decides by size and free CPUs
-                   on_rank_done=on_rank_done, timeline=timeline)
 
 
 def _rank_counter() -> Callable[[int, int], None]:
@@ -168,12 +128,6 @@ def _html(report: Any, out: str, sources: list[str]) -> None:
     refuse_input_as_output(out, sources, "--html")
     write_output(out, report_page(report), "the HTML page")
     click.echo(f"gpuprof: HTML page written to {visible(out)}", err=True)
-
-
-def _is_saved_report(path: str) -> bool:
-    from gpuprof.inputs import is_report_file  # the reader (gpuprof.reportfile) only for a saved report
-
-    return is_report_file(path)
 
 
 def _progress_factory(stack: ExitStack) -> Callable[[TraceFile], Any]:

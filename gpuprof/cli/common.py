@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable
@@ -9,34 +10,32 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from gpuprof.atomic import refuse_input_as_output, write_output
-from gpuprof.errors import EXIT_FINDINGS, EXIT_OK
+from gpuprof.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from gpuprof.findings import Severity
 from gpuprof.render.safe import visible
-from gpuprof.runner import Selection
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only: the report model (numpy) loads with a command, not for --help
     from gpuprof.report import Report
 
-__all__ = ["report_options", "emit_report", "split_codes", "input_files", "option_settings", "parse_option_settings"]
+__all__ = ["report_options", "emit_report", "input_files", "option_settings", "usage_errors"]
 
 FORMATS = ("terminal", "json", "markdown")
 
 
-def split_codes(values: tuple[str, ...] | list[str]) -> list[str]:
-    """``--select GP101,GP2 --select host-sync`` -> ``["GP101", "GP2", "GP203"]``.
+def usage_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A command's callback whose library path's :class:`gpuprof.errors.UsageError` becomes click's usage error
+    (one line with ``(see 'gpuprof CMD --help')``, exit 2), raised inside the command so click names it."""
 
-    Names and former names become their codes (:func:`gpuprof.codes.resolve_selectors`);
-    an unknown word is a usage error (exit 2) rather than a filter that silently matches nothing.
-    """
-    from gpuprof.codes import resolve_selectors
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UsageError as err:
+            if err.param_hint:
+                raise click.BadParameter(err.message, param_hint=err.param_hint) from None
+            raise click.UsageError(err.message) from None
 
-    out: list[str] = []
-    for v in values:
-        out.extend(p.strip() for p in v.split(",") if p.strip())
-    try:
-        return resolve_selectors(out)
-    except ValueError as err:
-        raise click.UsageError(f"--select/--ignore: {err}") from None
+    return wrapper
 
 
 def option_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,16 +47,6 @@ def option_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
         metavar="CODE.NAME=VALUE",
         help="Set a threshold of a code, e.g. GP510.capacity_threshold=0.8 (see `gpuprof explain CODE`).",
     )(fn)
-
-
-def parse_option_settings(items: tuple[str, ...], origins: tuple[str, ...], where: str) -> dict[str, dict[str, Any]]:
-    """``--option`` values checked against the registry; a bad one is a usage error naming it (exit 2)."""
-    from gpuprof.codes import parse_options
-
-    try:
-        return parse_options(items, origins=origins, where=where)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--option") from None
 
 
 NEVER = "never"  # --fail-on value: report only, never exit 1 for findings
@@ -100,8 +89,13 @@ def emit_report(
     fmt: str,
     output: str | None,
     fail_on: str,
+    *,
+    output_checked: bool = False,
 ) -> int:
-    """Render and write ``report`` (its findings finished already: gpuprof.flow.finish); return its exit code."""
+    """Render and write ``report`` (its findings finished already: gpuprof.flow.finish); return its exit code.
+
+    ``output_checked``: the command refused an ``output`` that is one of the report's inputs already, before
+    any work or other file (:func:`gpuprof.atomic.refuse_input_as_output`), so it is not checked again."""
     from gpuprof.render import render
 
     if fmt == "json":
@@ -111,7 +105,8 @@ def emit_report(
 
         data = report_json_bytes(report) + b"\n"
         if output:
-            refuse_input_as_output(output, input_files(report))
+            if not output_checked:
+                refuse_input_as_output(output, input_files(report))
             write_output(output, data, "the report")
             click.echo(f"gpuprof: report written to {visible(os.fspath(output))}", err=True)
         else:
@@ -119,7 +114,8 @@ def emit_report(
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
     elif output:
-        refuse_input_as_output(output, input_files(report))
+        if not output_checked:
+            refuse_input_as_output(output, input_files(report))
         text = render(report, fmt, color=False)
         write_output(output, text, "the report")  # atomic: a full disk leaves the previous report intact
         click.echo(f"gpuprof: report written to {visible(os.fspath(output))}", err=True)
@@ -148,8 +144,3 @@ def emit_text(text: str, output: str | None, what: str, sources: list[str],
         click.echo(f"gpuprof: {what.removeprefix('the ')} written to {visible(output)}", err=True)
     else:
         sys.stdout.write(text)
-
-
-def selection(select: tuple[str, ...], ignore: tuple[str, ...]) -> Selection:
-    """The command line's ``--select``/``--ignore`` as one :class:`gpuprof.flow.Selection`."""
-    return Selection.of(split_codes(select), split_codes(ignore))

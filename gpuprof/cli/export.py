@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-__all__ = ["export_cmd", "export_tables"]
+from gpuprof.cli.common import usage_errors
+
+__all__ = ["export_cmd"]
 
 EPILOG = """\b
 Exit codes:
@@ -23,6 +23,7 @@ Exit codes:
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=str), metavar="DIR",
               help="Directory for steps, operators, kernels, modules, ranges and findings files (created if absent).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Traces analysed at once.")
+@usage_errors
 def export_cmd(source: str, fmt: str, out_dir: str, jobs: int | None) -> None:
     """Write a run's tables, one file per table, from a trace file, a run directory or a saved report.json.
 
@@ -30,30 +31,9 @@ def export_cmd(source: str, fmt: str, out_dir: str, jobs: int | None) -> None:
     ranges and findings, with a trace and rank column where a run has several
     traces. Columns, types and units: docs/export.md.
     """
+    from gpuprof.commands.export import export_tables
     from gpuprof.render.safe import visible
 
     written, counts = export_tables(source, fmt, out_dir, jobs)
     rows = ", ".join(f"{name} {n}" for name, n in counts.items())
     click.echo(f"gpuprof: {len(written)} {fmt} tables written to {visible(out_dir)} (rows: {rows})", err=True)
-
-
-def export_tables(source: str, fmt: str, out_dir: str, jobs: int | None) -> tuple[list[Path], dict[str, int]]:
-    """``gpuprof export``'s work (the command line's and the MCP server's one path): the files written and
-    each table's row count. A format that needs pyarrow without it is a click usage error, before any trace is read."""
-    from gpuprof.analysis import default_analyze_jobs
-    from gpuprof.cli.diff import load_side
-    from gpuprof.errors import InputError
-    from gpuprof.export.tables import TableError, build_tables
-    from gpuprof.export.write import PYARROW_HINT, have_pyarrow, prepare_dir, write_tables
-
-    if fmt != "csv" and not have_pyarrow():  # before any trace is read
-        raise click.UsageError(f"--format {fmt} {PYARROW_HINT}")
-    doc = load_side(source, jobs or default_analyze_jobs())
-    try:
-        tables = build_tables(doc)
-    except TableError as err:
-        raise InputError(source, f"malformed report: {err}") from None
-    directory = prepare_dir(out_dir)
-    inputs = [source] + [str(t.get("path")) for t in doc.get("traces", []) if isinstance(t, dict)]
-    written = write_tables(directory, fmt, tables, inputs)
-    return list(written), {name: len(rows) for name, rows in tables.items()}

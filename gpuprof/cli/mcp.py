@@ -1,8 +1,8 @@
 """``gpuprof mcp --root DIR_OR_URL``: gpuprof's commands for coding agents, over the Model Context Protocol (stdio).
 
-The server (:mod:`gpuprof.cli.mcpwire`) reads JSON-RPC messages on standard input and answers on standard
-output until its input ends; its tools (:mod:`gpuprof.cli.mcptools`) are the commands' own library paths,
-reading only under the roots (:mod:`gpuprof.cli.mcproots`). See docs/mcp.md.
+The server (:mod:`gpuprof.mcp.wire`) reads JSON-RPC messages on standard input and answers on standard
+output until its input ends; its tools (:mod:`gpuprof.mcp.tools`) are the commands' own library paths,
+reading only under the roots (:mod:`gpuprof.mcp.roots`). See docs/mcp.md.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ def mcp_cmd(roots: tuple[str, ...]) -> None:
     import signal
     import sys
 
-    from gpuprof.cli.mcproots import Roots
-    from gpuprof.cli.mcptools import Toolbox
-    from gpuprof.cli.mcpwire import Server, serve
+    from gpuprof.mcp.roots import Roots
+    from gpuprof.mcp.tools import Toolbox
+    from gpuprof.mcp.wire import Server, serve
     from gpuprof.render.safe import visible
     from gpuprof.version import __version__
 
@@ -56,7 +56,7 @@ def mcp_cmd(roots: tuple[str, ...]) -> None:
 
 
 def _stop(signum: int, _frame: object) -> None:
-    from gpuprof.cli.mcpwire import request_stop
+    from gpuprof.mcp.wire import request_stop
 
     request_stop(128 + signum)  # also seen after the request, should a cleanup on the way turn this exit into an error
     raise SystemExit(128 + signum)

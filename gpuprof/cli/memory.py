@@ -9,17 +9,14 @@ both spellings work without ``gpuprof memory show FILE``.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable
 
 import click
 
 from gpuprof.atomic import refuse_input_as_output
-from gpuprof.cli.common import emit_report, option_settings, parse_option_settings, report_options, selection
+from gpuprof.cli.common import emit_report, option_settings, report_options, usage_errors
 
-if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from gpuprof.report import Report
-
-__all__ = ["memory_cmd", "memory_report", "memory_ranks_report", "memory_diff_report"]
+__all__ = ["memory_cmd"]
 
 
 class _DefaultGroup(click.Group):
@@ -82,6 +79,8 @@ def _alias(flag: str, target: str) -> Callable[[Callable[..., Any]], Callable[..
 
 def _settings(aliases: dict[str, str], given: dict[str, str | None], items: tuple[str, ...]) -> dict[str, Any]:
     """The --option settings, alias flags first (an explicit --option for the same threshold wins)."""
+    from gpuprof.commands.options import parse_option_settings
+
     written = [f"{aliases[k]}={v}" for k, v in given.items() if v is not None]
     return parse_option_settings(tuple(written) + tuple(items), ("memory",), "gpuprof memory")
 
@@ -101,11 +100,14 @@ def _settings(aliases: dict[str, str], given: dict[str, str | None], items: tupl
 @click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Rows in holder tables.")
 @click.option("--skip-frames", multiple=True, metavar="REGEX",
               help="More filename patterns to skip when looking for the first user frame.")
+@usage_errors
 def show_cmd(files: tuple[str, ...], fmt: str, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
              fail_on: str, code_options: tuple[str, ...], html_out: str | None, device_memory: int | None,
              capacity_threshold: str | None, fragmentation_ratio: str | None, fragmentation_min: str | None,
              pending_share: str | None, top: int, skip_frames: tuple[str, ...]) -> None:
     """Analyse one snapshot or trace FILE; several FILEs (one per rank: S0 S1 S2 S3) also get one cross-rank view."""
+    from gpuprof.commands.memory import memory_ranks_report, memory_report
+
     settings = _settings(_SHOW_ALIASES, {"capacity_threshold": capacity_threshold,
                                          "fragmentation_ratio": fragmentation_ratio,
                                          "fragmentation_min": fragmentation_min, "pending_share": pending_share},
@@ -113,10 +115,10 @@ def show_cmd(files: tuple[str, ...], fmt: str, output: str | None, select: tuple
     if len(files) > 1:
         if html_out:
             raise click.UsageError("--html draws one file; give one FILE with it")
-        if output:
+        if output:  # before any work, and only here
             refuse_input_as_output(output, list(files))
         report = memory_ranks_report(files, select, ignore, settings, device_memory, top, skip_frames)
-        sys.exit(emit_report(report, fmt, output, fail_on))
+        sys.exit(emit_report(report, fmt, output, fail_on, output_checked=True))
     file = files[0]
     report, data, analyses = memory_report(file, select, ignore, settings, device_memory, top, skip_frames)
     findings = report.findings
@@ -129,61 +131,7 @@ def show_cmd(files: tuple[str, ...], fmt: str, output: str | None, select: tuple
         refuse_input_as_output(html_out, [file], "--html")
         write_html(data, analyses, findings, html_out)
         click.echo(f"gpuprof: memory timeline written to {visible(html_out)}", err=True)
-    sys.exit(emit_report(report, fmt, output, fail_on))
-
-
-def memory_report(file: str, select: Sequence[str], ignore: Sequence[str], settings: dict[str, Any],
-                  device_memory: int | None = None, top: int = 10,
-                  skip_frames: Sequence[str] = ()) -> tuple[Report, Any, Any]:
-    """What ``gpuprof memory FILE`` reports, before rendering (the command line's and the MCP server's one path),
-    with the loaded data and the per-device analyses the HTML timeline draws."""
-    from gpuprof.flow import finish
-    from gpuprof.memory.analysis import MemoryOptions, analyze_memory
-    from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
-    from gpuprof.memory.load import load_memory
-    from gpuprof.report import Report
-
-    opts = MemoryOptions(top=top, internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)
-                         ).with_options(settings)
-    data = load_memory(file, opts.internal_patterns)
-    if device_memory:
-        for dm in data.devices:
-            if dm.device.startswith("cuda"):
-                dm.total_memory = device_memory
-    section, findings, analyses = analyze_memory(data, opts)
-    findings = finish(findings, selection(tuple(select), tuple(ignore)))  # the one boundary (gpuprof.flow), --html included
-    return Report(command="memory", inputs=[file], sections=[section], findings=findings), data, analyses
-
-
-def memory_ranks_report(files: Sequence[str], select: Sequence[str], ignore: Sequence[str], settings: dict[str, Any],
-                        device_memory: int | None = None, top: int = 10, skip_frames: Sequence[str] = ()) -> Report:
-    """``gpuprof memory S0 S1 ...``: each file's section and findings (each finding names its file), then the
-    cross-rank view (:mod:`gpuprof.memory.ranks`): identical within its tolerance, or which rank holds more and
-    where."""
-    from dataclasses import replace
-
-    from gpuprof.memory.ranks import ranks_view
-    from gpuprof.report import Report
-
-    sections: list[Any] = []
-    findings: list[Any] = []
-    seen: dict[tuple[str, str], list[int]] = {}  # (code, message) -> [index in findings, ranks that gave it]
-    for f in files:
-        rep, _data, _analyses = memory_report(f, select, ignore, settings, device_memory, top, skip_frames)
-        sections.extend(rep.sections)
-        for x in rep.findings:  # a finding every rank gives alike is listed once, saying on how many ranks
-            key = (x.code, x.message)
-            if key in seen:
-                seen[key][1] += 1
-                continue
-            seen[key] = [len(findings), 1]
-            findings.append(x)
-    for i, n in seen.values():
-        if n > 1:
-            findings[i] = replace(findings[i], message=f"{findings[i].message} (the same on {n} of the "
-                                                       f"{len(files)} ranks)")
-    view = ranks_view([(f, sec.to_dict()) for f, sec in zip(files, sections)])
-    return Report(command="memory", inputs=list(files), sections=[*sections, view], findings=findings)
+    sys.exit(emit_report(report, fmt, output, fail_on, output_checked=True))
 
 
 @memory_cmd.command("diff")
@@ -195,6 +143,7 @@ def memory_ranks_report(files: Sequence[str], select: Sequence[str], ignore: Seq
 @click.option("--top", type=click.IntRange(1, 1000), default=15, show_default=True, help="Rows in the growth table.")
 @click.option("--skip-frames", multiple=True, metavar="REGEX",
               help="More filename patterns to skip when looking for the first user frame.")
+@usage_errors
 def diff_cmd(before: str, after: str | None, fmt: str, output: str | None, select: tuple[str, ...],
              ignore: tuple[str, ...], fail_on: str, code_options: tuple[str, ...], min_growth: str | None, top: int,
              skip_frames: tuple[str, ...]) -> None:
@@ -203,21 +152,8 @@ def diff_cmd(before: str, after: str | None, fmt: str, output: str | None, selec
     With one trace and no AFTER, compares the end of its first and last
     profiler steps.
     """
+    from gpuprof.commands.memory import memory_diff_report
+
     settings = _settings(_DIFF_ALIASES, {"min_growth": min_growth}, code_options)
     report = memory_diff_report(before, after, select, ignore, settings, top, skip_frames)
     sys.exit(emit_report(report, fmt, output, fail_on))
-
-
-def memory_diff_report(before: str, after: str | None, select: Sequence[str], ignore: Sequence[str],
-                       settings: dict[str, Any], top: int = 15, skip_frames: Sequence[str] = ()) -> Report:
-    """What ``gpuprof memory diff BEFORE [AFTER]`` reports, before rendering (the command line's and the MCP
-    server's one path)."""
-    from gpuprof.flow import finish
-    from gpuprof.memory.analysis import MemoryOptions
-    from gpuprof.memory.diff import DiffOptions, diff_report
-    from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
-
-    mem_opts = MemoryOptions(internal_patterns=DEFAULT_INTERNAL_PATTERNS + tuple(skip_frames)).with_options(settings)
-    report = diff_report(before, after, DiffOptions(top=top).with_options(settings), mem_opts)
-    report.findings = finish(report.findings, selection(tuple(select), tuple(ignore)))  # the one boundary (gpuprof.flow)
-    return report

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from gpuprof.errors import EXIT_BAD_INPUT, GpuprofError
 
-if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from gpuprof.codespec import CodeSpec
-
-__all__ = ["rules_cmd", "explain_cmd", "explained"]
+__all__ = ["rules_cmd", "explain_cmd"]
 
 
 @click.command("rules")
@@ -19,11 +16,12 @@ __all__ = ["rules_cmd", "explain_cmd", "explained"]
 def rules_cmd(fmt: str) -> None:
     """List every finding code: trace rules, memory findings and capture's runtime checks."""
     from gpuprof.codes import catalogue
+    from gpuprof.commands.explain import reported_by_short
 
     codes = catalogue()
     if fmt == "markdown":
         lines = ["| code | name | severity | reported by | what it finds |", "|---|---|---|---|---|"]
-        lines += [f"| {c.code} | {c.name} | {c.severity_text} | {_by(c.reported_by)} | {c.title} |" for c in codes]
+        lines += [f"| {c.code} | {c.name} | {c.severity_text} | {reported_by_short(c.reported_by)} | {c.title} |" for c in codes]
         click.echo("\n".join(lines))
         return
     from rich.console import Console
@@ -37,7 +35,7 @@ def rules_cmd(fmt: str) -> None:
     # line of its own with its description wrapped below it
     width = terminal_width()
     console = Console(width=width, highlight=False, emoji=False, soft_wrap=False)
-    rows = [(c.code, c.name, c.severity_text, _by(c.reported_by), c.title) for c in codes]
+    rows = [(c.code, c.name, c.severity_text, reported_by_short(c.reported_by), c.title) for c in codes]
     out, stacked = table_lines([("code", "left"), ("name", "left"), ("severity", "left"), ("by", "left"),
                                   ("what it finds", "wrap")], rows, width)
     if stacked:
@@ -49,14 +47,12 @@ def rules_cmd(fmt: str) -> None:
         console.print(line, no_wrap=True, overflow="ignore", crop=False)
 
 
-def _by(reported_by: str) -> str:
-    return reported_by.split(" (")[0].removeprefix("gpuprof ")
-
-
 @click.command("explain")
 @click.argument("code")
 def explain_cmd(code: str) -> None:
     """Explain a finding code (or a name): what it detects, why it matters, its options and examples."""
+    from gpuprof.commands.explain import explained
+
     try:
         spec, note = explained(code)
     except GpuprofError as err:
@@ -66,26 +62,6 @@ def explain_cmd(code: str) -> None:
     if note:
         click.echo(f"gpuprof: note: {note}", err=True)
 
-
-def explained(code: str) -> tuple[CodeSpec, str | None]:
-    """The code ``gpuprof explain CODE`` explains, and a note when the word is also another code's former name.
-
-    The command line's and the MCP server's one lookup; an unknown or ambiguous word is a GpuprofError (exit 2).
-    """
-    from gpuprof.codes import catalogue, lookup
-
-    found = lookup(code)
-    if not found:
-        raise GpuprofError(f"unknown code {code!r} (see `gpuprof rules`)")
-    if len(found) > 1:
-        which = ", ".join(f"{c.code} ({_by(c.reported_by)})" for c in found)
-        raise GpuprofError(f"the former name {code!r} belongs to {which}; explain one by its code")
-    also = [c for c in catalogue() if code.strip().lower() in c.aliases and c.code != found[0].code]
-    if not also:
-        return found[0], None
-    # a current name that is also another code's former name: say so
-    which = ", ".join(f"{c.code} ({c.name})" for c in also)
-    return found[0], f"{code.strip().lower()!r} is also the former name of {which}"
 
 def _fit(spec: Any) -> str:
     """:func:`gpuprof.codes.explain_text` fitted to the terminal's width (``COLUMNS`` when piped):

@@ -19,7 +19,7 @@ from typing import Any
 from gpuprof.memory.units import fmt_bytes
 from gpuprof.render.layout import emit_table, wrap_text
 from gpuprof.render.markdown import md_code, md_escape
-from gpuprof.render.safe import clip, one_line, shorten, visible
+from gpuprof.render.safe import one_line, shorten, visible
 from gpuprof.render.sections import register_section
 
 __all__ = ["memory_terminal", "memory_markdown", "diff_terminal", "diff_markdown"]
@@ -115,14 +115,6 @@ def category_rows(dev: dict[str, Any]) -> list[tuple[str, str, str]]:
 def table_rows(rows: list[dict[str, Any]], key: str) -> list[tuple[str, str, str]]:
     return [(_site(r[key]), fmt_bytes(r["bytes"]), f"{r['share']:.0%}" if r.get("share") is not None else "-")
             for r in rows]
-
-
-def _esc(text: Any) -> str:
-    # Site labels, paths and notes may hold "[...]" (e.g. "[memory]"), which rich would read as markup,
-    # and control characters, which the terminal would obey.
-    from rich.markup import escape
-
-    return escape(clip(text))
 
 
 def _site(site: Any) -> str:

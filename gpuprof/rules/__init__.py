@@ -12,8 +12,4 @@ import importlib
 _MODULES = ("utilization", "dataloader", "copies", "syncs", "runtime", "kernels", "precision", "placement", "memory", "compiled", "layout", "attention", "alignment", "outside", "mfu", "dispatch", "habits", "amp", "pitfalls", "quality")
 
 for _name in _MODULES:
-    try:
-        importlib.import_module(f"gpuprof.rules.{_name}")
-    except ModuleNotFoundError as _err:  # a theme module not written yet
-        if _err.name != f"gpuprof.rules.{_name}":
-            raise
+    importlib.import_module(f"gpuprof.rules.{_name}")

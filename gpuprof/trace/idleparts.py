@@ -273,21 +273,6 @@ def _charged(parent: np.ndarray, levels: list[np.ndarray], name_ids: np.ndarray,
     return charged
 
 
-def _innermost_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
-                      pref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The pieces of the time line under an event and the name each is charged to, in numpy (None: not
-    settled): :func:`_innermost_stack`, all pieces at once."""
-    stack = _innermost_stack(ts, dur, name_ids, pref)
-    if stack is None:
-        return None
-    cuts, when, top_after, charged = stack
-    lo, hi = cuts[:-1], cuts[1:]
-    k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
-    top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
-    has = top >= 0
-    return lo[has], hi[has], charged[top[has]]
-
-
 def _innermost_stack(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray, pref: np.ndarray) -> _Stack | None:
     """The stack of open events along the time line, in numpy (None: not settled).
 
@@ -386,7 +371,7 @@ def _stack_tops(s: np.ndarray, e: np.ndarray, parent: np.ndarray) -> tuple[np.nd
 
 def _stack_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
                   pref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_innermost_pieces` for events that overlap without nesting: the stack walk, a child
+    """:func:`_innermost_stack`'s pieces for events that overlap without nesting: the stack walk, a child
     clipped to its parent's end (clock rounding)."""
     segs_lo: list[float] = []
     segs_hi: list[float] = []

@@ -1,7 +1,7 @@
 """Two clients of ``gpuprof mcp`` for the tests: the MCP SDK's own client in-process, and a raw stdio one.
 
 * :func:`sdk_call`: the ``mcp`` SDK's ``ClientSession`` (the client agents' hosts are built on), connected
-  over its in-memory streams to a :class:`gpuprof.cli.mcpwire.Server`: each message the SDK sends is
+  over its in-memory streams to a :class:`gpuprof.mcp.wire.Server`: each message the SDK sends is
   serialised as on the wire, handed to ``Server.handle_line`` and the answer parsed back by the SDK, so
   the SDK checks the server's side of the protocol (handshake, schemas, results) in-process.
 * :class:`StdioServer`: ``python -m gpuprof mcp`` as a child process, spoken to in raw lines, for what only
@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def server_for(*roots: str | Path) -> Any:
-    from gpuprof.cli.mcproots import Roots
-    from gpuprof.cli.mcptools import Toolbox
-    from gpuprof.cli.mcpwire import Server
+    from gpuprof.mcp.roots import Roots
+    from gpuprof.mcp.tools import Toolbox
+    from gpuprof.mcp.wire import Server
 
     return Server(Toolbox(Roots.of([str(r) for r in roots])), version="test")
 
@@ -34,10 +34,11 @@ def server_for(*roots: str | Path) -> Any:
 @asynccontextmanager
 async def sdk_session(server: Any) -> AsyncIterator[Any]:
     import anyio
-    from mcp import types
     from mcp.client.session import ClientSession
     from mcp.shared.memory import create_client_server_memory_streams
     from mcp.shared.message import SessionMessage
+
+    from mcp import types
 
     async with create_client_server_memory_streams() as ((c_read, c_write), (s_read, s_write)):
         def notify(obj: dict[str, Any]) -> None:  # from the worker thread running the tool: progress notifications

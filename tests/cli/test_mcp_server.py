@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.cli.mcptools import TOOL_NAMES
-from gpuprof.cli.mcpwire import PROTOCOL_VERSIONS, TooLong, read_lines
+from gpuprof.mcp.tools import TOOL_NAMES
+from gpuprof.mcp.wire import PROTOCOL_VERSIONS, TooLong, read_lines
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.testing.tracegen import TraceBuilder, simple_training
 
@@ -125,7 +125,7 @@ def test_progress_reaches_a_client_that_asks_for_it(tmp_path: Path) -> None:
 
 
 def test_progress_is_throttled_increasing_and_ends_with_the_total() -> None:
-    from gpuprof.cli.mcpwire import Progress
+    from gpuprof.mcp.wire import Progress
 
     sent: list[dict[str, Any]] = []
     p = Progress(sent.append, "tok", every_s=3600)
@@ -381,7 +381,7 @@ def test_the_sdks_stdio_client_drives_the_real_command(tmp_path: Path) -> None:
 
 def test_a_gpuprof_bug_is_an_internal_error_line_and_its_traceback_under_debug(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from gpuprof.cli import analyze as analyze_module
+    from gpuprof.commands import analyze as analyze_module
 
     def broken(*_args: Any, **_kw: Any) -> Any:
         raise ZeroDivisionError("planted")
@@ -398,3 +398,71 @@ def test_a_gpuprof_bug_is_an_internal_error_line_and_its_traceback_under_debug(
     monkeypatch.setenv("GPUPROF_DEBUG", "1")
     assert server.handle(request)["result"]["isError"] is True
     assert "ZeroDivisionError: planted" in capsys.readouterr().err  # the traceback, on standard error
+
+
+def test_a_bad_option_value_is_the_command_lines_line_from_gpuprofs_own_error(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The library paths raise gpuprof's UsageError: the command line still prints click's line (with its help
+    hint, exit 2) and the tool answers the same line without the hint."""
+    slow_loader_trace(tmp_path / "a" / "t.pt.trace.json")
+    simple_training(TraceBuilder(profile_memory=True), steps=4).write(tmp_path / "m.json")
+    server = server_for(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    cases = [("analyze", {"paths": "a", "options": ["GP101.nope=1"]}, ["analyze", "a", "--option", "GP101.nope=1"]),
+             ("analyze", {"paths": "a", "select": ["no-such-rule"]}, ["analyze", "a", "--select", "no-such-rule"]),
+             ("diff", {"before": "a", "after": "a", "metric": "speed"}, ["diff", "a", "a", "--metric", "speed"]),
+             ("diff", {"before": "a", "after": "a", "fail_on_regression": "0.05"},
+              ["diff", "a", "a", "--fail-on-regression", "0.05"]),
+             ("memory", {"file": "m.json", "options": ["GP510.nope=1"]}, ["memory", "m.json", "--option", "GP510.nope=1"])]
+    for name, args, argv in cases:
+        got = tool(server, name, args)
+        res = CliRunner().invoke(cli, argv, prog_name="gpuprof")
+        assert res.exit_code == 2, (argv, res.output)
+        line = res.stderr.strip()
+        hint = f" (see 'gpuprof {argv[0]}{' show' if argv[0] == 'memory' else ''} --help')"
+        assert line.startswith("gpuprof: error: ") and line.endswith(hint), line
+        assert got.is_error and got.content[0].text == line.removesuffix(hint), (got.content[0].text, line)
+    assert "Invalid value for --option: " in tool(server, "analyze", cases[0][1]).content[0].text
+
+
+NO_CLICK = r'''
+import json, sys
+from gpuprof.mcp.roots import Roots
+from gpuprof.mcp.tools import TOOL_NAMES, Toolbox
+from gpuprof.mcp.wire import Server
+box = Toolbox(Roots.of([sys.argv[1]]))
+calls = {"analyze": {"paths": "a"}, "diff": {"before": "a", "after": "b", "fail_on_regression": "5%"},
+         "memory": {"file": "m.json"}, "history": {"logdir": "logs"}, "export": {"source": "a", "output": "out"},
+         "explain": {"code": "GP101"}, "rules": {}}
+assert set(calls) == set(TOOL_NAMES), TOOL_NAMES
+errors = {n: box.call(n, a, structured=False)["isError"] for n, a in calls.items()}
+bad = box.call("analyze", {"paths": "a", "options": ["GP101.nope=1"]}, structured=False)
+print(json.dumps({"errors": errors, "bad": bad["content"][0]["text"], "server": Server.__name__,
+                  "loaded": sorted(m for m in sys.modules if m == "click" or m.startswith(("click.", "gpuprof.cli")))}))
+'''
+
+
+@pytest.mark.slow  # a fresh interpreter running every tool
+def test_the_mcp_package_and_its_tools_load_no_click(tmp_path: Path) -> None:
+    """Importing gpuprof.mcp and running every tool (a usage error too) loads neither click nor gpuprof.cli."""
+    import os
+    import subprocess
+    import sys
+
+    from .mcp_clients import REPO
+
+    slow_loader_trace(tmp_path / "a" / "t.pt.trace.json", data_ms=30.0)
+    slow_loader_trace(tmp_path / "b" / "t.pt.trace.json", data_ms=1.0)
+    simple_training(TraceBuilder(profile_memory=True), steps=4).write(tmp_path / "m.json")
+    (tmp_path / "logs" / "a").mkdir(parents=True)
+    assert CliRunner().invoke(cli, ["analyze", str(tmp_path / "a"), "--format", "json", "--fail-on", "never",
+                                    "-o", str(tmp_path / "logs" / "a" / "report.json")]).exit_code == 0
+    proc = subprocess.run([sys.executable, "-c", NO_CLICK, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["errors"] == {"analyze": False, "diff": False, "memory": False, "history": False, "export": False,
+                             "explain": False, "rules": False}  # every tool ran its library path
+    assert got["bad"].startswith("gpuprof: error: Invalid value for --option: ")
+    assert got["loaded"] == []
+    assert sorted(p.name for p in (tmp_path / "out").iterdir())  # the export wrote its tables under the root

@@ -33,7 +33,8 @@ main(sys.argv[2:])
 NEVER = ["torch", "fsspec", "dask", "distributed", "tensorboard", "torch_tb_profiler", "lightning",
          "pytorch_lightning", "transformers", "accelerate", "pandas", "pyarrow", "matplotlib", "IPython"]
 # gpuprof's own code of other commands and of capture (its code registry modules excepted)
-OTHER_COMMANDS = ["gpuprof.cli.diff", "gpuprof.cli.memory", "gpuprof.cli.rules", "gpuprof.diff",
+OTHER_COMMANDS = ["gpuprof.cli.diff", "gpuprof.cli.memory", "gpuprof.cli.rules", "gpuprof.diff", "gpuprof.commands.diff",
+                  "gpuprof.commands.memory", "gpuprof.commands.export", "gpuprof.commands.explain", "gpuprof.mcp",
                   "gpuprof.cli.export", "gpuprof.cli.history", "gpuprof.export", "gpuprof.history",
                   "gpuprof.capture.api", "gpuprof.capture.session", "gpuprof.capture.checks",
                   "gpuprof.memory.analysis", "gpuprof.memory.replay", "gpuprof.memory.load",

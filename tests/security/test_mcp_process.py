@@ -145,7 +145,7 @@ def test_ctrl_c_ends_an_idle_server_with_130(root: Path) -> None:
 
 STRAY = r'''
 import os, subprocess, sys
-from gpuprof.cli.mcpwire import Server, serve
+from gpuprof.mcp.wire import Server, serve
 
 class Noisy:
     def describe(self):
@@ -188,7 +188,7 @@ def test_standard_output_carries_the_protocol_alone(stderr_closed: bool) -> None
 
 
 NAN = r'''
-from gpuprof.cli.mcpwire import Server, serve
+from gpuprof.mcp.wire import Server, serve
 
 class Tools:
     def describe(self):

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from gpuprof.cli.mcproots import Roots
 from gpuprof.errors import InputError
+from gpuprof.mcp.roots import Roots
 from gpuprof.testing.tracegen import TraceBuilder, simple_training
 
 from ..cli.mcp_clients import server_for

@@ -213,3 +213,36 @@ def test_commands_still_write_beside_the_input(tmp_path: Path) -> None:
     assert res.exit_code in (0, 1), res.output
     assert (tmp_path / "r.json").read_text().startswith("{")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt.trace.json.gz", "r.json", "t.pt.trace.json"]
+
+
+def test_each_command_checks_its_output_against_its_inputs_once(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-o`` is refused over an input once per command, before any work (not again when the report is written),
+    and a saved report's own traces are still among the inputs it may not replace."""
+    import gpuprof.cli.analyze as analyze_cli
+    import gpuprof.cli.common as common
+    import gpuprof.cli.memory as memory_cli
+
+    calls: list[str] = []
+
+    def counted(output: object, inputs: object, what: str = "output") -> None:
+        calls.append(what)
+        refuse_input_as_output(output, inputs, what)  # type: ignore[arg-type]
+
+    for module in (analyze_cli, common, memory_cli):
+        monkeypatch.setattr(module, "refuse_input_as_output", counted)
+    trace = _trace(tmp_path / "t.pt.trace.json")
+    snap = _snapshot(tmp_path / "s.pickle")
+    for argv in (["analyze", str(trace), "--format", "json", "-o", str(tmp_path / "r.json")],
+                 ["analyze", str(trace), "-o", str(tmp_path / "r.md"), "--format", "markdown"],
+                 ["memory", str(snap), "-o", str(tmp_path / "m.json"), "--format", "json"],
+                 ["memory", str(snap), str(snap), "-o", str(tmp_path / "m2.json"), "--format", "json"]):
+        calls.clear()
+        res = CliRunner().invoke(cli, argv)
+        assert res.exit_code in (0, 1), res.output
+        assert calls == ["output"], (argv, calls)
+    # the report read back from r.json names t.pt.trace.json: -o onto it is refused, and nothing is written
+    before = trace.read_bytes()
+    res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "r.json"), "-o", str(trace)])
+    assert res.exit_code == 2 and "is the input" in res.stderr, res.output
+    assert trace.read_bytes() == before

@@ -1,6 +1,6 @@
 """The numpy paths of the hot metrics agree with the plain loops they replaced, to the last bit.
 
-* idle parts: :func:`gpuprof.trace.idleparts._innermost_pieces` (rounds of
+* idle parts: the pieces of :func:`gpuprof.trace.idleparts._innermost_stack` (rounds of
   clipping in numpy) against :func:`_stack_pieces` (the stack walk), on
   random threads of nested events, with overruns (a child ending after its
   parent, as clock rounding makes them), zero-length events and ties;
@@ -55,6 +55,21 @@ def _sorted_arrays(spans: list[tuple[float, float]]) -> tuple[np.ndarray, np.nda
     return ts[order], dur[order]
 
 
+def _innermost_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
+                      pref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The pieces of the time line under an event and the name each is charged to, from
+    :func:`idleparts._innermost_stack` (None: not settled), all pieces at once."""
+    stack = idleparts._innermost_stack(ts, dur, name_ids, pref)
+    if stack is None:
+        return None
+    cuts, when, top_after, charged = stack
+    lo, hi = cuts[:-1], cuts[1:]
+    k = np.searchsorted(when, lo, side="right") - 1  # the last open/close at or before the piece's start
+    top = np.where(k >= 0, top_after[np.maximum(k, 0)], -1)
+    has = top >= 0
+    return lo[has], hi[has], charged[top[has]]
+
+
 @pytest.mark.slow  # walks every stack of real traces twice (about 2 s)
 @settings(max_examples=120, deadline=None)
 @given(spans=_threads(), prefer_every=st.integers(1, 4), seed=st.integers(0, 3))
@@ -62,7 +77,7 @@ def test_innermost_pieces_equal_the_stack_walk(spans: list[tuple[float, float]],
     ts, dur = _sorted_arrays(spans)
     names = (np.arange(len(ts)) * 7 + seed) % 5
     pref = names % prefer_every == 0
-    got = idleparts._innermost_pieces(ts, dur, names, pref)
+    got = _innermost_pieces(ts, dur, names, pref)
     want = idleparts._stack_pieces(ts, dur, names, pref)
     assert got is not None  # these few overruns settle within the rounds
     for a, b in zip(got, want):

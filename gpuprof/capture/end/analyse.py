@@ -62,14 +62,10 @@ def preload() -> None:
     import gpuprof.capture.memory  # noqa: F401
     import gpuprof.capture.settings  # noqa: F401
     import gpuprof.distributed.analysis  # noqa: F401
+    import gpuprof.render  # noqa: F401 - the markdown report
     import gpuprof.render.jsonout  # noqa: F401
     import gpuprof.trace.load  # noqa: F401
     import gpuprof.trace.metrics  # noqa: F401
-
-    try:
-        import gpuprof.render  # noqa: F401
-    except ModuleNotFoundError:  # the markdown renderer ships separately; the report writer falls back
-        return
 
 
 def trace_results(facts: RunFacts, g: Guard) -> TraceResults:

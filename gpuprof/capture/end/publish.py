@@ -207,10 +207,6 @@ def _write_reports(facts: RunFacts, report: Report) -> None:
 
     assert facts.report_json is not None and facts.report_md is not None
     atomic_write(Path(facts.report_json), render_json(report))
-    try:
-        from gpuprof.render import render
+    from gpuprof.render import render
 
-        md = render(report, "markdown")
-    except ModuleNotFoundError:  # the markdown renderer ships separately; use the compact one
-        md = "# gpuprof capture report\n\n" + findings_markdown(report)
-    atomic_write(Path(facts.report_md), md)
+    atomic_write(Path(facts.report_md), render(report, "markdown"))

@@ -67,7 +67,7 @@ ProgressSink = Callable[[float, "float | None", str], None]
 
 
 class Tools(Protocol):
-    """What the server serves (gpuprof.cli.mcptools.Toolbox): the tool list and a call of one."""
+    """What the server serves (gpuprof.mcp.tools.Toolbox): the tool list and a call of one."""
 
     def describe(self) -> list[JsonObj]: ...
 

@@ -1,8 +1,8 @@
 """The tools ``gpuprof mcp`` serves: the commands' own library paths, their JSON, and their error lines.
 
 Each tool takes the arguments its command takes (names as in the JSON schema it declares), passes every
-file name through the server's roots (:mod:`gpuprof.cli.mcproots`), calls the function the command line
-calls (``analysis_report``, ``compare``, ``memory_report``, ``read_history``, ``export_tables``,
+file name through the server's roots (:mod:`gpuprof.mcp.roots`), calls the function the command line
+calls (:mod:`gpuprof.commands`: ``analysis_report``, ``compare``, ``memory_report``, ``read_history``, ``export_tables``,
 ``explained``) with the same limits, and answers with what ``--format json`` prints, as text and as
 structured content, after a short summary. A refusal or a bad input is a tool result with ``isError``
 and the line the command line prints (``gpuprof: error: PATH: problem``), so the agent can correct
@@ -15,11 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import click
-
-from gpuprof.cli.mcproots import Roots
-from gpuprof.cli.mcpwire import INVALID_PARAMS, JsonObj, ProgressSink, ProtocolError, check_stop
-from gpuprof.errors import GpuprofError
+from gpuprof.errors import GpuprofError, UsageError
+from gpuprof.mcp.roots import Roots
+from gpuprof.mcp.wire import INVALID_PARAMS, JsonObj, ProgressSink, ProtocolError, check_stop
 from gpuprof.redact import scrub
 from gpuprof.render.safe import visible
 
@@ -150,7 +148,7 @@ def _report_summary(command: str, doc: dict[str, Any]) -> str:
 
 
 def _analyze(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
-    from gpuprof.cli.analyze import analysis_report
+    from gpuprof.commands.analyze import analysis_report
     from gpuprof.render import render
 
     paths = [box.roots.input(p) for p in _names(a["paths"])]
@@ -186,7 +184,7 @@ def _reading(progress: ProgressSink) -> Callable[[Any], Callable[[int, int], Non
 
 
 def _diff(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
-    from gpuprof.cli.diff import compare, diff_json
+    from gpuprof.commands.diff import compare, diff_json
 
     before, after = box.roots.input(a["before"]), box.roots.input(a["after"])
     diff, _ = compare(before, after, a.get("fail_on_regression"), a.get("metric", "step_time"), None)
@@ -209,8 +207,8 @@ def _diff(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tup
 
 
 def _memory(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
-    from gpuprof.cli.common import parse_option_settings
-    from gpuprof.cli.memory import memory_diff_report, memory_report
+    from gpuprof.commands.memory import memory_diff_report, memory_report
+    from gpuprof.commands.options import parse_option_settings
     from gpuprof.render import render
     from gpuprof.units import parse_bytes
 
@@ -249,7 +247,7 @@ def _history(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> 
 def _export(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
     import shutil
 
-    from gpuprof.cli.export import export_tables
+    from gpuprof.commands.export import export_tables
 
     source = box.roots.input(a["source"])
     fmt = a.get("format", "csv")
@@ -269,8 +267,8 @@ def _export(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> t
 
 
 def _explain(box: Toolbox, a: dict[str, Any], progress: ProgressSink | None) -> tuple[str, dict[str, Any]]:
-    from gpuprof.cli.rules import explained
     from gpuprof.codes import explain_text
+    from gpuprof.commands.explain import explained
 
     spec, note = explained(a["code"])
     text = explain_text(spec)
@@ -349,7 +347,7 @@ TOOL_NAMES = tuple(t.name for t in TOOLS)
 
 @dataclass(frozen=True)
 class Toolbox:
-    """The tools over one set of roots (gpuprof.cli.mcpwire.Tools)."""
+    """The tools over one set of roots (gpuprof.mcp.wire.Tools)."""
 
     roots: Roots
 
@@ -367,11 +365,11 @@ class Toolbox:
             raise ProtocolError(INVALID_PARAMS, f"unknown tool: {name[:100]} (tools: {', '.join(TOOL_NAMES)})")
         try:
             summary, doc = tool.run(self, tool.check(arguments), progress)
+        except UsageError as err:  # a bad option value, as the command line says it
+            return _failed(f"gpuprof: error: {visible(scrub(str(err)))}")
         except GpuprofError as err:
             _debug(err)
             return _failed(f"gpuprof: error: {visible(scrub(str(err)))}")
-        except click.ClickException as err:  # a bad option value, as the command line says it
-            return _failed(f"gpuprof: error: {visible(scrub(err.format_message()))}")
         except MemoryError:
             return _failed("gpuprof: error: out of memory while analysing the input")
         except Exception as err:  # noqa: BLE001 - one line, the server reads on (the command line's exit 3)

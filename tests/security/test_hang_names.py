@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 import pytest
 
-from gpuprof.render.safe import UNSAFE_CODEPOINTS, clip, is_inert
 from gpuprof.capture.job.hang import Watchdog
+from gpuprof.render.safe import UNSAFE_CODEPOINTS, clip, is_inert
 
 from .conftest import HTML_HOSTILE, PWNED
 
@@ -158,9 +158,9 @@ def test_gpuprof_trigger_names_the_run_directory_inertly() -> None:
 @pytest.mark.parametrize("name", [NEWLINES, OSC8, MARKUP], ids=["newlines", "osc8", "markup"])
 def test_the_gp651_finding_is_inert_in_the_end_of_run_card_and_report_md(tmp_path: Path, name: str) -> None:
     from gpuprof.capture.end.text import finding_lines
+    from gpuprof.capture.job.hang import HangRecord, hang_finding
     from gpuprof.findings import SourceLocation
     from gpuprof.render.markdown import _finding
-    from gpuprof.capture.job.hang import HangRecord, hang_finding
 
     rec = HangRecord("rank0", 0, 1, "host", 5, 12.5, 10.0, 0.0, SourceLocation(f"/srv/{name}.py", 2, name), [])
     f = hang_finding(rec, f"/logs/{name}/hang.md")

@@ -105,6 +105,13 @@ class JobControl:
             job = self.windows
             if job is not None:
                 self.guard.run("trigger", "none", job.close)
+                if job.contention:
+                    from gpuprof.capture.job.verdict import contention_finding
+
+                    found = self.guard.run("host contention", "no host-contention note", contention_finding,
+                                           job.contention, self.live.location)
+                    if found is not None:
+                        self.live.findings.append(found)
 
     def _hang_finding(self, new: Finding, old: Finding | None) -> None:
         """The watchdog's GP651 (from its thread): kept for the report; a resumed stall replaces its first one."""

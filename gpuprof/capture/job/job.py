@@ -30,6 +30,7 @@ __all__ = ["JobWindows", "REASONS"]
 
 REASONS = ("anomaly", "trigger")  # the reasons a window after the default one is recorded for
 QUIET_STEPS = 2  # steps after a recorded window (or a report) not looked at by the detectors
+MAX_CONTENTION = 1000  # host-contention episodes kept (bounded)
 
 
 class TriggerSource(Protocol):
@@ -57,6 +58,7 @@ class JobWindows:
         self.slow = slow
         self.growth = growth
         self.anomalies: list[Anomaly] = []
+        self.contention: list[Anomaly] = []  # slow streaks the run-queue wait explains: other processes' load
         self._warn = warn  # (key, message): said once per key (the session's guard)
         self.channel: TriggerSource | None = None  # set by the session when the capture registers
         self._poll_s = POLL_S
@@ -87,7 +89,10 @@ class JobWindows:
             found = self.slow.observe(step_num - 1, seconds)
             if found is None and self.growth is not None and allocated is not None:
                 found = self.growth.observe(step_num - 1, allocated)
-            if found is not None and self.plan.request(self.window_steps, "anomaly", found.detail, found):
+            if found is not None and found.kind == "host_contention":
+                if len(self.contention) < MAX_CONTENTION:
+                    self.contention.append(found)  # no window: the job did not change, the machine's load did
+            elif found is not None and self.plan.request(self.window_steps, "anomaly", found.detail, found):
                 self.auto_left -= 1
                 self.anomalies.append(found)
         if self.plan.pending and self.plan.place_pending(step_num) is None and self._warn is not None:

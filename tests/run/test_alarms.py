@@ -10,10 +10,12 @@ import pytest
 pytest.importorskip("torch")
 
 from gpuprof.capture.config import Schedule  # noqa: E402
+from gpuprof.capture.end.analyse import within_run_spread  # noqa: E402
 from gpuprof.capture.job.job import JobWindows  # noqa: E402
+from gpuprof.capture.job.phases import WatchData  # noqa: E402
 from gpuprof.capture.job.verdict import contention_finding  # noqa: E402
 from gpuprof.capture.job.windows import CAUSE_SHARE, SlowdownDetector, WindowPlan  # noqa: E402
-from gpuprof.findings import Severity  # noqa: E402
+from gpuprof.findings import Evidence, Finding, Severity  # noqa: E402
 
 
 class _Wait:
@@ -98,3 +100,23 @@ def test_a_slowdown_the_wait_does_not_explain_stays_the_jobs() -> None:
     job = _job(SlowdownDetector(wait=wait, load=None))
     _feed(job, t, wait, waited)
     assert [a.kind for a in job.anomalies] == ["slowdown"] and job.contention == []
+
+
+def _gp901(ratio: float) -> Finding:
+    return Finding(code="GP901", name="step-outliers", severity=Severity.WARNING, message="slow steps", advice="",
+                   evidence=(Evidence("slow_step_ratio", ratio, 1.5, "x median"),))
+
+
+def test_gp901_within_the_jobs_own_spread_is_left_out_with_a_note() -> None:
+    """A window's 'outlier' at 1.8x its median, in a job where a third of the steps take 2x (a busy machine): the
+    job's own spread, no GP901. The same window in a quiet job keeps its GP901."""
+    rng = np.random.default_rng(0)
+    busy = _steady(500, 0)
+    busy[rng.random(500) < 0.35] *= 2.0
+    other = Finding(code="GP101", name="x", severity=Severity.WARNING, message="kept", advice="")
+    kept, notes = within_run_spread([_gp901(1.8), other], WatchData(step_s=busy, recorded_steps=tuple(range(10, 15))))
+    assert [f.code for f in kept] == ["GP101"] and len(notes) == 1 and "1.8x" in notes[0]
+    kept, notes = within_run_spread([_gp901(1.8), other], WatchData(step_s=_steady(500, 1)))
+    assert [f.code for f in kept] == ["GP901", "GP101"] and notes == []
+    kept, _ = within_run_spread([_gp901(3.5)], WatchData(step_s=busy))  # beyond the spread: the window's own
+    assert [f.code for f in kept] == ["GP901"]

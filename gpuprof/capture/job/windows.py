@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
 __all__ = [
     "ANOMALY_FACTOR", "ANOMALY_MIN_S", "ANOMALY_STEPS", "DEFAULT_MAX_AUTO_WINDOWS", "DEFAULT_WINDOW_STEPS", "GROWTH_STEPS",
     "WINDOW_WARMUP", "PlannedWindow", "WindowPlan", "SlowdownDetector", "GrowthDetector", "Anomaly", "CAUSE_SHARE",
-    "SPREAD_QUANTILE", "thread_wait_s", "host_load",
+    "SPREAD_MARGIN", "SPREAD_QUANTILE", "thread_wait_s", "host_load",
 ]
 
 ANOMALY_FACTOR = 1.5  # a step slower than this x the rolling median is "slow"

@@ -14,6 +14,7 @@ before the default window has been written.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -24,6 +25,7 @@ from gpuprof.capture.job.windows import (
     GrowthDetector,
     SlowdownDetector,
     WindowPlan,
+    thread_wait_s,
 )
 
 __all__ = ["JobWindows", "REASONS"]
@@ -59,6 +61,7 @@ class JobWindows:
         self.growth = growth
         self.anomalies: list[Anomaly] = []
         self.contention: list[Anomaly] = []  # slow streaks the run-queue wait explains: other processes' load
+        self._wait_from = (time.perf_counter(), thread_wait_s())  # the driving thread's run-queue wait so far
         self._warn = warn  # (key, message): said once per key (the session's guard)
         self.channel: TriggerSource | None = None  # set by the session when the capture registers
         self._poll_s = POLL_S
@@ -98,6 +101,16 @@ class JobWindows:
         if self.plan.pending and self.plan.place_pending(step_num) is None and self._warn is not None:
             self._warn("window unplaced", "gpuprof: a window asked for could not be placed: the schedule records "
                                           "continuously, leaving no free steps for it. Training continues.")
+
+    def wait_share(self) -> float | None:
+        """On the driving thread: the share of the time since the capture began that it spent runnable but
+        waiting for a core (None without /proc/thread-self/schedstat)."""
+        t0, w0 = self._wait_from
+        w1 = thread_wait_s()
+        wall = time.perf_counter() - t0
+        if w0 is None or w1 is None or wall <= 0:
+            return None
+        return min(max(w1 - w0, 0.0) / wall, 1.0)
 
     def close(self) -> None:
         ch, self.channel = self.channel, None

@@ -174,31 +174,44 @@ def _finding(diff: Mapping[str, Any], steady: TraceFile, tf: TraceFile, location
         location=location, origin="runtime", source=str(tf.path))
 
 
-def contention_finding(episodes: Sequence[Anomaly], location: SourceLocation | None) -> Finding:
-    """GP656 (info): the job's steps slowed while its training thread waited for a core (other processes' load),
-    one finding for the run with each episode's measured wait share."""
-    from gpuprof.capture.job.windows import CAUSE_SHARE
+def contention_finding(episodes: Sequence[Anomaly], location: SourceLocation | None,
+                       run_share: float | None = None) -> Finding:
+    """GP656 (info): the job's training thread waited for a core (other processes' load): the slow streaks that
+    wait explains (``episodes``, each with its measured wait share) and the share of the whole run it waited
+    (``run_share``), one finding for the run."""
+    from gpuprof.capture.job.windows import CAUSE_SHARE, host_load
     from gpuprof.runtimecodes import runtime_check
 
     spec = runtime_check("GP656")
-    first = episodes[0]
     shares = [a.wait_share for a in episodes if a.wait_share is not None]
-    share = max(shares) if shares else 0.0
     loads = [a.load for a in episodes if a.load is not None]
+    if not loads:
+        now = host_load()
+        loads = [now] if now is not None else []
     load = (f"; load average {loads[0][0]:.1f} on {loads[0][1]} core{'s' if loads[0][1] != 1 else ''}"
             if loads else "")
-    when = ", ".join(f"from step {a.onset}" for a in episodes[:5]) + (" and more" if len(episodes) > 5 else "")
-    text = (f"Steps slowed {len(episodes)} time{'s' if len(episodes) != 1 else ''} ({when}) while the training "
-            f"thread waited for a core up to {share:.0%} of their time (run-queue wait, /proc schedstat){load}: "
-            f"other processes had the CPU, the job did not change (that wait explains at least {CAUSE_SHARE:.0%} "
-            f"of the added time). First: {first.detail}.")
+    parts = []
+    if run_share is not None:
+        parts.append(f"The training thread waited for a core {run_share:.0%} of the run (run-queue wait, "
+                     f"/proc schedstat){load}: other processes had the CPU.")
+    if episodes:
+        first = episodes[0]
+        when = ", ".join(f"from step {a.onset}" for a in episodes[:5]) + (" and more" if len(episodes) > 5 else "")
+        parts.append(f"Steps slowed {len(episodes)} time{'s' if len(episodes) != 1 else ''} ({when}) while it "
+                     f"waited up to {max(shares, default=0.0):.0%} of their time"
+                     f"{load if run_share is None else ''}: that wait explains at least {CAUSE_SHARE:.0%} of "
+                     f"the added time, so the job did not change. First: {first.detail}.")
+    share = max([*shares, run_share or 0.0])
+    first_ep = episodes[0] if episodes else None
     return Finding(
-        code=spec.code, name=spec.name, severity=spec.severity, message=text,
-        advice="Not the job's problem: measure on a quieter machine, or give the job its own cores "
-               "(taskset, a CPU quota for the other processes); no recorded window was spent on it.",
+        code=spec.code, name=spec.name, severity=spec.severity, message=" ".join(parts),
+        advice="Not the job's problem: its steps are slower because other processes share its cores. Measure on "
+               "a quieter machine, or give the job cores of its own (taskset, a CPU quota for the other work); "
+               "no recorded window was spent on it.",
         evidence=(Evidence("run_queue_wait_share", round(share, 3), extra={
-            "episodes": [[a.onset, a.detected] for a in episodes[:50]],
-            "step_time_before_us": round(first.before_s * 1e6, 1) if first.before_s is not None else None,
-            "step_time_after_us": round(first.after_s * 1e6, 1) if first.after_s is not None else None,
+            "run_wait_share": round(run_share, 3) if run_share is not None else None,
+            "episodes": [[a.onset, a.detected, a.wait_share] for a in episodes[:50]],
+            "step_time_before_us": round(first_ep.before_s * 1e6, 1) if first_ep and first_ep.before_s else None,
+            "step_time_after_us": round(first_ep.after_s * 1e6, 1) if first_ep and first_ep.after_s else None,
             "load_average": loads[0][0] if loads else None, "cores": loads[0][1] if loads else None}),),
         location=location, origin="runtime")

@@ -120,3 +120,16 @@ def test_gp901_within_the_jobs_own_spread_is_left_out_with_a_note() -> None:
     assert [f.code for f in kept] == ["GP901", "GP101"] and notes == []
     kept, _ = within_run_spread([_gp901(3.5)], WatchData(step_s=busy))  # beyond the spread: the window's own
     assert [f.code for f in kept] == ["GP901"]
+
+
+def test_a_busy_machines_steady_wait_is_not_taken_for_the_cause_of_a_real_slowdown() -> None:
+    """Beside a hog every step waits 40 ms for a core; from step 200 the job itself sleeps 50 ms more per step
+    and waits no more than before: the job's slowdown (the wait is measured above the normal steps')."""
+    t = _steady(400, 3) + 0.04
+    t[200:] += 0.05
+    waited = np.full(400, 0.04)
+    wait = _Wait()
+    job = _job(SlowdownDetector(wait=wait, load=None))
+    _feed(job, t, wait, waited)
+    assert [a.kind for a in job.anomalies] == ["slowdown"] and job.contention == []
+    assert abs(job.anomalies[0].onset - 200) <= 2

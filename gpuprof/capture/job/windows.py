@@ -209,6 +209,9 @@ class SlowdownDetector:
         self._slow: list[float] = []
         self._onset = 0
         self._wait0: float | None = None
+        self._base_wait: tuple[float, int] | None = None  # (wait read, normal steps seen) at the last baseline
+        self._normal_wait = 0.0  # run-queue wait per normal step (s), measured between baselines
+        self._normal_seen = 0
 
     def reset(self) -> None:
         """Start afresh (after a recorded window or a report, whose cost is not the job's)."""
@@ -217,6 +220,7 @@ class SlowdownDetector:
         self._spread = 0.0
         self._since = 0
         self._slow = []
+        self._base_wait = None  # the next normal-wait figure is measured over normal steps only
 
     def observe(self, step: int, seconds: float) -> Anomaly | None:
         """Step ``step`` (global index) took ``seconds``; an :class:`Anomaly` when the steady state broke."""
@@ -247,23 +251,37 @@ class SlowdownDetector:
         self._slow = []
         self._normal.append(seconds)
         self._since += 1
+        self._normal_seen += 1
         if len(self._normal) >= BASELINE_MIN_STEPS and (med is None or self._since >= BASELINE_EVERY):
             ordered = sorted(self._normal)
             self._median = statistics.median(ordered)
             self._spread = SPREAD_MARGIN * ordered[min(len(ordered) - 1, int(SPREAD_QUANTILE * len(ordered)))]
             self._since = 0
+            self._note_normal_wait()
         return None
 
+    def _note_normal_wait(self) -> None:
+        """The run-queue wait per normal step since the last baseline (one read every ``BASELINE_EVERY`` steps):
+        the wait a busy machine costs every step, which a slow streak's own wait is measured above."""
+        w = self._wait() if self._wait is not None else None
+        if w is None:
+            return
+        prev = self._base_wait
+        if prev is not None and self._normal_seen > prev[1]:
+            self._normal_wait = max(w - prev[0], 0.0) / (self._normal_seen - prev[1])
+        self._base_wait = (w, self._normal_seen)
+
     def _wait_share(self, med: float) -> float | None:
-        """The streak's run-queue wait as a share of its steps' time, when that wait explains at least
-        ``CAUSE_SHARE`` of the time they added over ``med`` (else None: no contention named)."""
+        """The streak's run-queue wait above the normal steps' as a share of its steps' time, when that added
+        wait explains at least ``CAUSE_SHARE`` of the time they added over ``med`` (else None: no contention
+        named)."""
         w0 = self._wait0
         w1 = self._wait() if self._wait is not None and w0 is not None else None
         if w0 is None or w1 is None:
             return None
         timed = self._slow[1:]  # the first slow step ended before the first read
         added = sum(timed) - med * len(timed)
-        waited = max(w1 - w0, 0.0)
+        waited = max(w1 - w0 - self._normal_wait * len(timed), 0.0)  # the wait above the normal steps'
         if not timed or added <= 0 or waited < CAUSE_SHARE * added:
             return None
         return min(waited / sum(timed), 1.0)

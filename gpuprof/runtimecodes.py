@@ -189,6 +189,12 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         "# rank 0 waits here for ever",
         good_example="dist.init_process_group('gloo', timeout=timedelta(minutes=5))   # a collective fails "
         "instead of hanging", docs_page="capture.md", module="gpuprof.capture.job.hang"),
+    CodeSpec(
+        "GP656", "host-contention", Severity.INFO,
+        "Steps slowed while the training thread waited for a core: other processes' load, not the job",
+        "runtime", bad_example="# 4 busy processes beside the job on a 2-core machine\nfor x, y in loader:\n"
+        "    train_step(x, y)", good_example="# the job on cores of its own (taskset -c 0-1 python train.py), the "
+        "other work elsewhere", docs_page="capture.md", module="gpuprof.capture.job.verdict"),
     runtime_spec(
         "GP710", "missing-distributed-sampler", _W,
         "A DataLoader in a multi-rank run without DistributedSampler: every rank reads the same samples",

@@ -71,6 +71,23 @@ __all__ = ["Profiler"]
 
 _M = TypeVar("_M")
 
+OWN_AFTER_STEPS = 2  # steps after a window (or its report) still marked as gpuprof's own work
+WINDOW_REPORT_ENV = "GPUPROF_WINDOW_REPORT"  # "end": a window's report waits for the end of the run; "window": not
+
+
+def _defer_window_report() -> bool:
+    """Under ``gpuprof run`` (or with ``GPUPROF_WINDOW_REPORT=end``) a window's analysis waits for the end of the
+    job: on the training's thread it would compete for the GIL, and a child process costs an interpreter's
+    start (2-2.5 s of CPU) and still competes for the cores; at the end it is done once, with the final report,
+    and slows no step (docs/run.md, "The watch"). ``GPUPROF_WINDOW_REPORT=window`` keeps the report at the
+    window's end."""
+    import os
+
+    how = os.environ.get(WINDOW_REPORT_ENV, "").strip().lower()
+    if how in ("end", "window"):
+        return how == "end"
+    return bool(os.environ.get("GPUPROF_RUN_CONFIG"))  # gpuprof.run.options.ENV (run sits above capture)
+
 
 class Profiler(FrameworkSeams):
     """A capture around a training loop. Use ``with gpuprof.profile(...) as prof:`` and call
@@ -103,6 +120,9 @@ class Profiler(FrameworkSeams):
         self._t_last = 0.0
         self._first_step_pending = True
         self._own_work = False  # step() is starting a profiler or exporting a trace (not the job's time)
+        self._own_until = -1  # the steps up to this one are marked as gpuprof's own work (live.own_steps)
+        # under `gpuprof run` a window's report waits for the end of the job (docs/run.md, "The watch")
+        self._defer_window_report = _defer_window_report()
         self.stream = sys.stderr  # where the summary and the OOM notice are printed
 
     # ------------------------------------------------------------------ public API
@@ -198,6 +218,10 @@ class Profiler(FrameworkSeams):
         live.fetch_s.append(self._fetch_acc)
         self._fetch_acc = 0.0
         live.step_num += 1
+        if window.alive or self._reporter.busy:
+            self._own_until = live.step_num + OWN_AFTER_STEPS
+        if live.step_num <= self._own_until:
+            live.own_steps.append(live.step_num - 1)
         for m in self._per_step:
             try:
                 m.step(live)
@@ -453,7 +477,7 @@ class Profiler(FrameworkSeams):
             return
         traces = self.window.traces
         again = bool(traces) and traces[-1].window is not None  # a window after the default one: report it too
-        if self._reporter.started and not again:
+        if (self._reporter.started and not again) or self._defer_window_report:
             return
         self._reporter.start(self.facts(), self.outputs, again=again)
 

@@ -9,7 +9,15 @@ import statistics
 import numpy as np
 import pytest
 
-from gpuprof.capture.job.phases import MAX_POINTS, WatchData, compact_series, detect_phases, job_summary
+from gpuprof.capture.job.phases import (
+    MAX_POINTS,
+    MIN_PHASE,
+    SLOW_RATIO,
+    WatchData,
+    compact_series,
+    detect_phases,
+    job_summary,
+)
 from gpuprof.report import JobPhase
 from gpuprof.testing.realtraces import shared_path
 
@@ -138,3 +146,40 @@ def test_a_slow_first_segment_is_warmup() -> None:
     phases = detect_phases(t)
     _covers(phases, 300)
     assert _kinds(phases) == [("warmup", 0, 19), ("steady", 20, 299)]
+
+
+def test_own_work_steps_make_no_phase_of_the_job() -> None:
+    """The steps gpuprof slowed (a window's report analysed beside the training) are ``own_work``, never a
+    slowdown or a warm-up (issue 41: "slowdown 12-21, 2.41x steady" was gpuprof's own analysis)."""
+    t = _noisy(200, 0.005, 0.05, 2)
+    t[10:15] *= 1.5  # the default window
+    t[15:25] *= 2.4  # the steps after it, while its report was analysed
+    phases = detect_phases(t, recorded_steps=range(10, 15), own_steps=range(10, 25))
+    _covers(phases, 200)
+    assert ("own_work", 15, 24) in _kinds(phases) and ("recorded", 10, 14) in _kinds(phases)
+    assert [p.kind for p in phases if p.kind not in ("own_work", "recorded")] == ["steady", "steady"], _kinds(phases)
+
+
+@pytest.mark.parametrize("seed", range(120, 180))
+def test_phases_keep_their_labels_word(seed: int) -> None:
+    """A slowdown is slower than the (first) steady phase by SLOW_RATIO and at least MIN_PHASE training steps
+    long, counted across the set-aside steps that split it (issue 41: "slowdown 44-44, 0.85x steady")."""
+    rng = np.random.default_rng(seed)
+    t = 0.005 * (1 + 0.1 * rng.standard_normal(300)).clip(0.3)
+    for _ in range(4):  # bursts of every length and height
+        a, n = int(rng.integers(20, 280)), int(rng.integers(2, 25))
+        t[a:a + n] *= float(rng.uniform(1.1, 2.5))
+    w = int(rng.integers(5, 280))
+    phases = detect_phases(t, recorded_steps=range(w, w + 5))
+    _covers(phases, 300)
+    steady = next(p for p in phases if p.kind == "steady")
+    stretch = 0
+    for p in phases + [JobPhase("end", 0, 0, 0.0)]:
+        if p.kind == "slowdown":
+            assert p.step_time_median_us >= steady.step_time_median_us * (1 + SLOW_RATIO), _kinds(phases)
+            stretch += p.steps
+        elif p.kind not in ("recorded", "eval", "own_work"):
+            assert stretch == 0 or stretch >= MIN_PHASE, _kinds(phases)
+            stretch = 0
+        if p.kind == "warmup":
+            assert p.step_time_median_us > steady.step_time_median_us, _kinds(phases)

@@ -107,6 +107,8 @@ class Live:
     # per step, as machine doubles (8 bytes, not a float object and a list slot): kept for every step of the job
     step_s: array[float] = field(default_factory=lambda: array("d"))  # per step: its time
     fetch_s: array[float] = field(default_factory=lambda: array("d"))  # per step: time waiting for DataLoaders
+    # steps gpuprof slowed (a profiler alive, a window's report being made, the steps just after): not the job's
+    own_steps: array[int] = field(default_factory=lambda: array("l"))
     step_signatures: list[object] = field(default_factory=list)  # the first steps' argument shapes
     findings: list[Finding] = field(default_factory=list)  # found outside the monitors (device errors, OOM)
     monitors: list[Monitor] = field(default_factory=list)

@@ -89,7 +89,7 @@ class WatchCheck(MonitorBase):
         from gpuprof.capture.dataloader import available_cores
 
         return WatchData(step_s=step_s, fetch_s=fetch, eval_steps=tuple(i for i in self.eval_steps if i < n),
-                         recorded_steps=recorded,
+                         recorded_steps=recorded, own_steps=tuple(i for i in live.own_steps if i < n),
                          cuda_allocated=alloc, cuda_reserved=res, cuda_peak=peak,
                          samples=self.sampler.snapshot() if self.sampler is not None else None,
                          cores=available_cores(),

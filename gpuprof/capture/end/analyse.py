@@ -26,12 +26,14 @@ from gpuprof.runner import Selection
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.config import CaptureConfig
+    from gpuprof.capture.job.phases import WatchData
     from gpuprof.capture.memory import LeakSite
     from gpuprof.runner import RuleFailure
     from gpuprof.trace.metrics import TraceMetrics
     from gpuprof.trace.model import Trace
 
-__all__ = ["TraceResults", "assemble", "loading_basis_notes", "own_schedule_advice", "preload", "trace_results"]
+__all__ = ["TraceResults", "assemble", "loading_basis_notes", "own_schedule_advice", "preload", "trace_results",
+           "within_run_spread"]
 
 # a breakdown share and GP601's share this far apart (absolute) get a note saying they cover different steps
 LOADING_BASIS_GAP = 0.05
@@ -179,6 +181,8 @@ def assemble(facts: RunFacts, res: TraceResults, g: Guard, *, memory: bool = Fal
     report.findings = finish_findings(report.findings, Selection.of(cfg.select, cfg.ignore))
     report.notes += loading_basis_notes(report)
     report.findings = own_schedule_advice(report.findings, cfg.schedule)
+    report.findings, spread_notes = within_run_spread(report.findings, facts.watch)
+    report.notes += spread_notes
     section = CaptureSection(**facts.section.__dict__)  # a copy: each report has its own failures
     report.sections.append(section)
     report.notes = list(facts.notes) + report.notes
@@ -338,3 +342,35 @@ def own_schedule_advice(findings: list[Finding], schedule: object) -> list[Findi
             f"gpuprof.profile(..., schedule=gpuprof.capture.Schedule(wait={later.wait}, warmup={later.warmup}, "
             f"active={later.active})) ({later.describe()}); this report's figures are skewed by those steps.")))
     return out
+
+
+def within_run_spread(findings: list[Finding], watch: WatchData | None) -> tuple[list[Finding], list[str]]:
+    """GP901 (slow or warm-up steps inside a recorded window) judged against the whole job's own spread.
+
+    The rule sees the window's few steps only; the watch saw every step. A window's slow steps whose ratio to
+    the window's median stays within the job's spread (``SPREAD_MARGIN`` x the ``SPREAD_QUANTILE`` of the job's
+    steps, gpuprof's own and the recorded ones left out, over their median: the anomaly detector's rule) are
+    the machine's noise every step of the run shows, not outliers: the finding is dropped, with a note. Ratios
+    are compared, not times, as the recorded steps carry the profiler's cost.
+    """
+    from gpuprof.capture.job.windows import SPREAD_MARGIN, SPREAD_QUANTILE
+
+    if watch is None or not any(f.code == "GP901" for f in findings):
+        return findings, []
+    aside = set(watch.recorded_steps) | set(watch.own_steps) | set(watch.eval_steps)
+    times = [float(t) for i, t in enumerate(watch.step_s) if i not in aside and t > 0]
+    if len(times) < 20:  # too few steps to know the job's spread
+        return findings, []
+    times.sort()
+    median = times[len(times) // 2]
+    spread = SPREAD_MARGIN * times[min(len(times) - 1, int(SPREAD_QUANTILE * len(times)))] / median
+    out, notes = [], []
+    for f in findings:
+        ev = f.evidence[0] if f.code == "GP901" and f.evidence else None
+        ratio = ev.value if ev is not None and ev.metric in ("slow_step_ratio", "warmup_step_ratio") else None
+        if isinstance(ratio, (int, float)) and ratio <= spread:
+            notes.append(f"GP901 left out: the recorded window's slowest step ({ratio:g}x its median) is within the "
+                         f"whole job's own spread ({spread:.2f}x the median step over {len(times)} steps)")
+            continue
+        out.append(f)
+    return out, notes

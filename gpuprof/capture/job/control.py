@@ -23,7 +23,10 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.job.job import JobWindows
     from gpuprof.capture.window import TraceWindow
 
-__all__ = ["JobControl"]
+__all__ = ["JobControl", "CONTENTION_SHARE"]
+
+# the driving thread waited for a core this share of the run (or more): GP656 even without a slow streak
+CONTENTION_SHARE = 0.2
 
 
 class JobControl:
@@ -105,6 +108,14 @@ class JobControl:
             job = self.windows
             if job is not None:
                 self.guard.run("trigger", "none", job.close)
+                share = job.wait_share() if self.live.step_num else None
+                if job.contention or (share is not None and share >= CONTENTION_SHARE):
+                    from gpuprof.capture.job.verdict import contention_finding
+
+                    found = self.guard.run("host contention", "no host-contention note", contention_finding,
+                                           job.contention, self.live.location, share)
+                    if found is not None:
+                        self.live.findings.append(found)
 
     def _hang_finding(self, new: Finding, old: Finding | None) -> None:
         """The watchdog's GP651 (from its thread): kept for the report; a resumed stall replaces its first one."""

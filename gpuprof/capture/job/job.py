@@ -14,6 +14,7 @@ before the default window has been written.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -24,12 +25,14 @@ from gpuprof.capture.job.windows import (
     GrowthDetector,
     SlowdownDetector,
     WindowPlan,
+    thread_wait_s,
 )
 
 __all__ = ["JobWindows", "REASONS"]
 
 REASONS = ("anomaly", "trigger")  # the reasons a window after the default one is recorded for
 QUIET_STEPS = 2  # steps after a recorded window (or a report) not looked at by the detectors
+MAX_CONTENTION = 1000  # host-contention episodes kept (bounded)
 
 
 class TriggerSource(Protocol):
@@ -57,6 +60,8 @@ class JobWindows:
         self.slow = slow
         self.growth = growth
         self.anomalies: list[Anomaly] = []
+        self.contention: list[Anomaly] = []  # slow streaks the run-queue wait explains: other processes' load
+        self._wait_from = (time.perf_counter(), thread_wait_s())  # the driving thread's run-queue wait so far
         self._warn = warn  # (key, message): said once per key (the session's guard)
         self.channel: TriggerSource | None = None  # set by the session when the capture registers
         self._poll_s = POLL_S
@@ -87,12 +92,25 @@ class JobWindows:
             found = self.slow.observe(step_num - 1, seconds)
             if found is None and self.growth is not None and allocated is not None:
                 found = self.growth.observe(step_num - 1, allocated)
-            if found is not None and self.plan.request(self.window_steps, "anomaly", found.detail, found):
+            if found is not None and found.kind == "host_contention":
+                if len(self.contention) < MAX_CONTENTION:
+                    self.contention.append(found)  # no window: the job did not change, the machine's load did
+            elif found is not None and self.plan.request(self.window_steps, "anomaly", found.detail, found):
                 self.auto_left -= 1
                 self.anomalies.append(found)
         if self.plan.pending and self.plan.place_pending(step_num) is None and self._warn is not None:
             self._warn("window unplaced", "gpuprof: a window asked for could not be placed: the schedule records "
                                           "continuously, leaving no free steps for it. Training continues.")
+
+    def wait_share(self) -> float | None:
+        """On the driving thread: the share of the time since the capture began that it spent runnable but
+        waiting for a core (None without /proc/thread-self/schedstat)."""
+        t0, w0 = self._wait_from
+        w1 = thread_wait_s()
+        wall = time.perf_counter() - t0
+        if w0 is None or w1 is None or wall <= 0:
+            return None
+        return min(max(w1 - w0, 0.0) / wall, 1.0)
 
     def close(self) -> None:
         ch, self.channel = self.channel, None

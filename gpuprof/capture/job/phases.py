@@ -45,7 +45,7 @@ import numpy.typing as npt
 from gpuprof.report import JobPhase, JobSamples, JobSeries, JobSummary
 
 __all__ = ["WatchData", "detect_phases", "compact_series", "job_summary", "Segment", "per_step_rss",
-           "SMOOTH", "MIN_LEN", "PENALTY", "MIN_CHANGE", "SLOW_RATIO", "MAX_POINTS"]
+           "SMOOTH", "MIN_LEN", "MIN_PHASE", "PENALTY", "MIN_CHANGE", "SLOW_RATIO", "MAX_POINTS", "SET_ASIDE"]
 
 Floats = npt.NDArray[np.float64]
 
@@ -59,6 +59,7 @@ SLOW_RATIO = 0.20  # a segment this much slower than the reference is a slowdown
 WARMUP_MAX_STEPS = 50
 WARMUP_MAX_SHARE = 0.10
 MAX_POINTS = 2000  # points of the compact series in report.json, at most
+SET_ASIDE = ("eval", "recorded", "own_work")  # labels of steps kept out of the training series
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class WatchData:
     fetch_s: Floats | None = None  # each step's time waiting for DataLoader batches (None: no loader seen)
     eval_steps: tuple[int, ...] = ()  # steps whose time includes an evaluation
     recorded_steps: tuple[int, ...] = ()  # steps the torch profiler recorded (a window)
+    own_steps: tuple[int, ...] = ()  # steps gpuprof slowed (a profiler alive, a window's report, just after)
     cuda_allocated: Floats | None = None  # bytes, per step (CUDA only)
     cuda_reserved: Floats | None = None
     cuda_peak: Floats | None = None
@@ -151,14 +153,15 @@ def _merge_close(times: Floats, segs: list[Segment], min_change: float) -> list[
 
 def detect_phases(step_s: Sequence[float] | Floats, eval_steps: Sequence[int] = (),
                   fetch_s: Sequence[float] | Floats | None = None,
-                  recorded_steps: Sequence[int] = ()) -> list[JobPhase]:
+                  recorded_steps: Sequence[int] = (), own_steps: Sequence[int] = ()) -> list[JobPhase]:
     """The job's phases, in step order, covering every step (module docstring)."""
     times = np.asarray(step_s, dtype=np.float64)
     n = len(times)
     if n == 0:
         return []
     labels = np.full(n, "", dtype=object)
-    for kind, marks in (("recorded", recorded_steps), ("eval", eval_steps)):  # eval wins over recorded
+    # eval wins over recorded, recorded over own_work (a recorded step is gpuprof's own work too)
+    for kind, marks in (("own_work", own_steps), ("recorded", recorded_steps), ("eval", eval_steps)):
         labels[[i for i in marks if 0 <= i < n]] = kind
     idx = np.flatnonzero(labels == "")  # positions of the training steps
     if len(idx):
@@ -187,6 +190,7 @@ def detect_phases(step_s: Sequence[float] | Floats, eval_steps: Sequence[int] = 
             lead += 1
         if lead and lead < segs[first].end:
             labels[idx[:lead]] = "warmup"
+        _keep_word(labels, times, ref)
     fetch = np.asarray(fetch_s, dtype=np.float64) if fetch_s is not None else None
     phases: list[JobPhase] = []
     start = 0
@@ -195,6 +199,49 @@ def detect_phases(step_s: Sequence[float] | Floats, eval_steps: Sequence[int] = 
             phases.append(_phase(str(labels[start]), start, i, times, fetch))
             start = i
     return phases
+
+
+def _runs(labels: npt.NDArray[np.object_]) -> list[tuple[str, int, int]]:
+    """``(label, start, end)`` per run of equal labels (``end`` exclusive)."""
+    out: list[tuple[str, int, int]] = []
+    start = 0
+    for i in range(1, len(labels) + 1):
+        if i == len(labels) or labels[i] != labels[start]:
+            out.append((str(labels[start]), start, i))
+            start = i
+    return out
+
+
+def _keep_word(labels: npt.NDArray[np.object_], times: Floats, ref: float) -> None:
+    """Phases keep their labels' word: a ``slowdown`` is at least ``SLOW_RATIO`` slower than the steady reference
+    (the first steady phase's median, as the reports say "x steady") and ``MIN_PHASE`` training steps long (a
+    slowdown broken only by steps set aside counts as one); one that is not becomes ``steady``. Runs of a
+    training label split only by set-aside steps (a window, gpuprof's own work) are judged on their steps."""
+    for _ in range(2):  # the reference can move when a slowdown becomes steady; the second pass settles it
+        runs = _runs(labels)
+        steady = next(((a, b) for k, a, b in runs if k == "steady"), None)
+        if steady is not None:
+            ref = float(np.median(times[steady[0]:steady[1]]))
+        # stretches of slowdown runs, joined across set-aside runs
+        stretches: list[list[tuple[int, int]]] = []
+        open_stretch = False
+        for k, a, b in runs:
+            if k == "slowdown":
+                if not open_stretch:
+                    stretches.append([])
+                stretches[-1].append((a, b))
+                open_stretch = True
+            elif k not in SET_ASIDE:
+                open_stretch = False
+        for stretch in stretches:
+            steps = np.concatenate([times[a:b] for a, b in stretch])
+            too_short = len(steps) < MIN_PHASE
+            for a, b in stretch:
+                if too_short or float(np.median(times[a:b])) < ref * (1 + SLOW_RATIO):
+                    labels[a:b] = "steady"
+        for k, a, b in runs:  # a warm-up is slower than the steady reference, or it is steady
+            if k == "warmup" and float(np.median(times[a:b])) < ref * (1 + MIN_CHANGE):
+                labels[a:b] = "steady"
 
 
 def _phase(kind: str, a: int, b: int, times: Floats, fetch: Floats | None) -> JobPhase:
@@ -267,5 +314,5 @@ def compact_series(data: WatchData, max_points: int = MAX_POINTS) -> JobSeries:
 def job_summary(data: WatchData) -> JobSummary:
     """report.json's ``job``: the step count, the phases, the compact series and the sampler's samples."""
     return JobSummary(steps=len(data.step_s), phases=detect_phases(data.step_s, data.eval_steps, data.fetch_s,
-                                                                   data.recorded_steps),
+                                                                   data.recorded_steps, data.own_steps),
                       series=compact_series(data), samples=data.samples, cores=data.cores)

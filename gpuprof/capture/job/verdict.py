@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 from gpuprof.findings import Evidence, Finding, SourceLocation
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.capture.job.windows import Anomaly
     from gpuprof.capture.run import TraceFile
     from gpuprof.report import JobWindow, Report
 
-__all__ = ["PART_WORDS", "job_windows", "trigger_notes", "window_verdicts"]
+__all__ = ["PART_WORDS", "contention_finding", "job_windows", "trigger_notes", "window_verdicts"]
 
 # the diff's breakdown parts, as a verdict names them
 PART_WORDS = {
@@ -151,7 +152,16 @@ def _finding(diff: Mapping[str, Any], steady: TraceFile, tf: TraceFile, location
     if ops:
         text += "; most changed operators: " + ", ".join(f"{r['name']} {_ms(r['change_us'])}" for r in ops)
     mean_change = mean.get("change_us")
-    advice = _ADVICE.get(top or "", "Compare the two windows operator by operator with gpuprof diff.")
+    from gpuprof.capture.job.windows import CAUSE_SHARE
+
+    if top is not None and change > 0 and dict(parts)[top] < CAUSE_SHARE * change:
+        # no measured part explains most of the added time: say what was measured, name no cause
+        top = None
+        text += (f"; no measured part explains at least {CAUSE_SHARE:.0%} of the added time")
+        advice = "No part of the step measured in the two windows explains most of the change; compare them " \
+                 "operator by operator with gpuprof diff."
+    else:
+        advice = _ADVICE.get(top or "", "Compare the two windows operator by operator with gpuprof diff.")
     advice += f" Both traces: gpuprof diff {steady.path} {tf.path}"
     return Finding(
         code=spec.code, name=spec.name, severity=spec.severity, message=text + ".", advice=advice,
@@ -162,3 +172,46 @@ def _finding(diff: Mapping[str, Any], steady: TraceFile, tf: TraceFile, location
             "parts_change_us": {k: round(c, 1) for k, c in parts}, "noise_us": step.get("noise")}),),
         cost_us_per_step=float(mean_change) if isinstance(mean_change, (int, float)) and mean_change > 0 else None,
         location=location, origin="runtime", source=str(tf.path))
+
+
+def contention_finding(episodes: Sequence[Anomaly], location: SourceLocation | None,
+                       run_share: float | None = None) -> Finding:
+    """GP656 (info): the job's training thread waited for a core (other processes' load): the slow streaks that
+    wait explains (``episodes``, each with its measured wait share) and the share of the whole run it waited
+    (``run_share``), one finding for the run."""
+    from gpuprof.capture.job.windows import CAUSE_SHARE, host_load
+    from gpuprof.runtimecodes import runtime_check
+
+    spec = runtime_check("GP656")
+    shares = [a.wait_share for a in episodes if a.wait_share is not None]
+    loads = [a.load for a in episodes if a.load is not None]
+    if not loads:
+        now = host_load()
+        loads = [now] if now is not None else []
+    load = (f"; load average {loads[0][0]:.1f} on {loads[0][1]} core{'s' if loads[0][1] != 1 else ''}"
+            if loads else "")
+    parts = []
+    if run_share is not None:
+        parts.append(f"The training thread waited for a core {run_share:.0%} of the run (run-queue wait, "
+                     f"/proc schedstat){load}: other processes had the CPU.")
+    if episodes:
+        first = episodes[0]
+        when = ", ".join(f"from step {a.onset}" for a in episodes[:5]) + (" and more" if len(episodes) > 5 else "")
+        parts.append(f"Steps slowed {len(episodes)} time{'s' if len(episodes) != 1 else ''} ({when}) while it "
+                     f"waited up to {max(shares, default=0.0):.0%} of their time"
+                     f"{load if run_share is None else ''}: that wait explains at least {CAUSE_SHARE:.0%} of "
+                     f"the added time, so the job did not change. First: {first.detail}.")
+    share = max([*shares, run_share or 0.0])
+    first_ep = episodes[0] if episodes else None
+    return Finding(
+        code=spec.code, name=spec.name, severity=spec.severity, message=" ".join(parts),
+        advice="Not the job's problem: its steps are slower because other processes share its cores. Measure on "
+               "a quieter machine, or give the job cores of its own (taskset, a CPU quota for the other work); "
+               "no recorded window was spent on it.",
+        evidence=(Evidence("run_queue_wait_share", round(share, 3), extra={
+            "run_wait_share": round(run_share, 3) if run_share is not None else None,
+            "episodes": [[a.onset, a.detected, a.wait_share] for a in episodes[:50]],
+            "step_time_before_us": round(first_ep.before_s * 1e6, 1) if first_ep and first_ep.before_s else None,
+            "step_time_after_us": round(first_ep.after_s * 1e6, 1) if first_ep and first_ep.after_s else None,
+            "load_average": loads[0][0] if loads else None, "cores": loads[0][1] if loads else None}),),
+        location=location, origin="runtime")

@@ -15,6 +15,7 @@ recorded windows, and they say when the steady state broke.
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 from collections import deque
@@ -27,7 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
 
 __all__ = [
     "ANOMALY_FACTOR", "ANOMALY_MIN_S", "ANOMALY_STEPS", "DEFAULT_MAX_AUTO_WINDOWS", "DEFAULT_WINDOW_STEPS", "GROWTH_STEPS",
-    "WINDOW_WARMUP", "PlannedWindow", "WindowPlan", "SlowdownDetector", "GrowthDetector", "Anomaly",
+    "WINDOW_WARMUP", "PlannedWindow", "WindowPlan", "SlowdownDetector", "GrowthDetector", "Anomaly", "CAUSE_SHARE",
+    "SPREAD_MARGIN", "SPREAD_QUANTILE", "thread_wait_s", "host_load",
 ]
 
 ANOMALY_FACTOR = 1.5  # a step slower than this x the rolling median is "slow"
@@ -36,6 +38,9 @@ ANOMALY_MIN_S = 0.001  # ...each also at least this much slower than the median 
 BASELINE_STEPS = 64  # the rolling median is over the last this many normal steps
 BASELINE_MIN_STEPS = 16  # no verdict before this many normal steps (after each window and each anomaly)
 BASELINE_EVERY = 8  # the median is recomputed every this many normal steps (a step stays O(1))
+SPREAD_QUANTILE = 0.95  # a slow step is also above this quantile of the normal steps (the run's own spread)...
+SPREAD_MARGIN = 1.2  # ...times this: noise within the run's spread is no anomaly
+CAUSE_SHARE = 0.5  # a cause is named when it explains at least this share of the added time (docs/run.md)
 GROWTH_STEPS = 16  # CUDA allocated memory rising over this many steps in a row (and by enough bytes)
 DEFAULT_MAX_AUTO_WINDOWS = 2  # automatic (anomaly) windows per job
 DEFAULT_WINDOW_STEPS = 5  # steps a trigger records when not told (an anomaly: the schedule's ``active``)
@@ -54,6 +59,32 @@ class Anomaly:
     detail: str
     before_s: float | None = None
     after_s: float | None = None
+    wait_share: float | None = None  # run-queue wait of the training thread / the slow steps' time ("host_contention")
+    load: tuple[float, int] | None = None  # (the 1-minute load average, the cores) when it was found
+
+
+def thread_wait_s() -> float | None:
+    """Seconds the calling thread has spent runnable but waiting for a core (/proc/thread-self/schedstat, field 2;
+    None without it): CPU starvation by other threads and processes."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def host_load() -> tuple[float, int] | None:
+    """(the 1-minute load average, the cores this process may use), or None without /proc/loadavg."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            load = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return load, cores
 
 
 @dataclass(frozen=True)
@@ -149,54 +180,111 @@ class WindowPlan:
 
 
 class SlowdownDetector:
-    """Step time above ``factor`` x the rolling median of the normal steps for ``consecutive`` steps in a row.
+    """Step time above ``factor`` x the rolling median of the normal steps, and above the run's own spread
+    (``SPREAD_MARGIN`` x their ``SPREAD_QUANTILE``), for ``consecutive`` steps in a row.
 
-    O(1) per step (the median is recomputed every ``BASELINE_EVERY`` normal
+    O(1) per step (the median and the spread are recomputed every ``BASELINE_EVERY`` normal
     steps). After it fires it starts afresh: the new level becomes the
     baseline, so one lasting slowdown is one anomaly, not one per window.
+
+    Host contention: at the first slow step of a streak and when the streak is long enough, the training
+    thread's run-queue wait is read (``wait``, :func:`thread_wait_s`: two small reads per streak, none on a
+    normal step). When that wait explains at least ``CAUSE_SHARE`` of the time the streak's steps (after its
+    first) added over the median, the anomaly is ``host_contention`` (the thread was runnable but other
+    processes had the cores), not a slowdown of the job.
     """
 
     def __init__(self, factor: float = ANOMALY_FACTOR, consecutive: int = ANOMALY_STEPS,
-                 min_added_s: float = ANOMALY_MIN_S) -> None:
+                 min_added_s: float = ANOMALY_MIN_S, wait: Callable[[], float | None] | None = thread_wait_s,
+                 load: Callable[[], tuple[float, int] | None] | None = host_load) -> None:
         self.factor = factor
         self.consecutive = max(1, consecutive)
         self.min_added_s = min_added_s
+        self._wait = wait
+        self._load = load
         self._normal: deque[float] = deque(maxlen=BASELINE_STEPS)
         self._median: float | None = None
+        self._spread = 0.0
         self._since = 0
         self._slow: list[float] = []
         self._onset = 0
+        self._wait0: float | None = None
+        self._base_wait: tuple[float, int] | None = None  # (wait read, normal steps seen) at the last baseline
+        self._normal_wait = 0.0  # run-queue wait per normal step (s), measured between baselines
+        self._normal_seen = 0
 
     def reset(self) -> None:
         """Start afresh (after a recorded window or a report, whose cost is not the job's)."""
         self._normal.clear()
         self._median = None
+        self._spread = 0.0
         self._since = 0
         self._slow = []
+        self._base_wait = None  # the next normal-wait figure is measured over normal steps only
 
     def observe(self, step: int, seconds: float) -> Anomaly | None:
         """Step ``step`` (global index) took ``seconds``; an :class:`Anomaly` when the steady state broke."""
         med = self._median
-        if med is not None and seconds > self.factor * med and seconds - med >= self.min_added_s:
+        if (med is not None and seconds > self.factor * med and seconds > self._spread
+                and seconds - med >= self.min_added_s):
             if not self._slow:
                 self._onset = step
+                self._wait0 = self._wait() if self._wait is not None else None
             self._slow.append(seconds)
             if len(self._slow) < self.consecutive:
                 return None
             after = statistics.median(self._slow)
-            found = Anomaly("slowdown", self._onset, step,
-                            f"step time {after * 1e3:.3g} ms from step {self._onset}, above {self.factor:g}x the "
-                            f"rolling median of {med * 1e3:.3g} ms for {len(self._slow)} steps in a row",
-                            before_s=med, after_s=after)
+            share = self._wait_share(med)
+            if share is not None:
+                found = Anomaly("host_contention", self._onset, step,
+                                f"step time {after * 1e3:.3g} ms from step {self._onset} against a median of "
+                                f"{med * 1e3:.3g} ms while the training thread waited for a core "
+                                f"{share:.0%} of the time", before_s=med, after_s=after, wait_share=share,
+                                load=self._load() if self._load is not None else None)
+            else:
+                found = Anomaly("slowdown", self._onset, step,
+                                f"step time {after * 1e3:.3g} ms from step {self._onset}, above {self.factor:g}x the "
+                                f"rolling median of {med * 1e3:.3g} ms for {len(self._slow)} steps in a row",
+                                before_s=med, after_s=after)
             self.reset()
             return found
         self._slow = []
         self._normal.append(seconds)
         self._since += 1
+        self._normal_seen += 1
         if len(self._normal) >= BASELINE_MIN_STEPS and (med is None or self._since >= BASELINE_EVERY):
-            self._median = statistics.median(self._normal)
+            ordered = sorted(self._normal)
+            self._median = statistics.median(ordered)
+            self._spread = SPREAD_MARGIN * ordered[min(len(ordered) - 1, int(SPREAD_QUANTILE * len(ordered)))]
             self._since = 0
+            self._note_normal_wait()
         return None
+
+    def _note_normal_wait(self) -> None:
+        """The run-queue wait per normal step since the last baseline (one read every ``BASELINE_EVERY`` steps):
+        the wait a busy machine costs every step, which a slow streak's own wait is measured above."""
+        w = self._wait() if self._wait is not None else None
+        if w is None:
+            return
+        prev = self._base_wait
+        if prev is not None and self._normal_seen > prev[1]:
+            self._normal_wait = max(w - prev[0], 0.0) / (self._normal_seen - prev[1])
+        self._base_wait = (w, self._normal_seen)
+
+    def _wait_share(self, med: float) -> float | None:
+        """The streak's run-queue wait above the normal steps' as a share of its steps' time, when that added
+        wait explains at least ``CAUSE_SHARE`` of the time they added over ``med`` (else None: no contention
+        named)."""
+        w0 = self._wait0
+        w1 = self._wait() if self._wait is not None and w0 is not None else None
+        if w0 is None or w1 is None:
+            return None
+        timed = self._slow[1:]  # the first slow step ended before the first read
+        added = sum(timed) - med * len(timed)
+        waited = max(w1 - w0 - self._normal_wait * len(timed), 0.0)  # the wait above the normal steps'
+        if not timed or added <= 0 or waited < CAUSE_SHARE * added:
+            return None
+        return min(waited / sum(timed), 1.0)
 
 
 class GrowthDetector:

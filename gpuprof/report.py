@@ -97,7 +97,7 @@ class TraceSummary:
 class JobPhase:
     """One phase of a watched job (``gpuprof/capture/job/phases.py`` finds them): a run of steps alike in step time.
 
-    ``kind``: ``warmup``, ``steady``, ``slowdown`` or ``eval``. Steps are the loop's step indices
+    ``kind``: ``warmup``, ``steady``, ``slowdown``, ``eval``, ``recorded`` or ``own_work`` (steps gpuprof slowed). Steps are the loop's step indices
     (0 = the first step), ``end_step`` inclusive; the statistics are over the phase's steps.
     """
 

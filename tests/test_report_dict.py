@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import pytest
 
 from gpuprof import __version__
 from gpuprof.analysis import analyze
@@ -112,6 +113,7 @@ def _same(got: Any, want: Any) -> None:
     assert msgspec.json.encode(got) == msgspec.json.encode(want)
 
 
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_real_trace_report_is_the_documented_json() -> None:
     report = analyze(str(shared_path("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143089861.pt.trace.json.gz")))
     assert report.findings, "the V100 num_workers=0 sample has findings (GP102 at least)"

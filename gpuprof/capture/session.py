@@ -51,7 +51,7 @@ from gpuprof.capture.end.publish import Outputs, final_report, in_notebook, make
 from gpuprof.capture.end.text import no_steps_text
 from gpuprof.capture.facts import run_facts, runtime_findings
 from gpuprof.capture.guard import Guard
-from gpuprof.capture.job.control import JobControl
+from gpuprof.capture.job.control import OWN_AFTER_STEPS, JobControl, defer_window_report
 from gpuprof.capture.paths import RankInfo, RunPaths, rank_info
 from gpuprof.capture.result import CaptureResult
 from gpuprof.capture.run import RunFacts, TraceFile
@@ -70,24 +70,6 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
 __all__ = ["Profiler"]
 
 _M = TypeVar("_M")
-
-OWN_AFTER_STEPS = 2  # steps after a window (or its report) still marked as gpuprof's own work
-WINDOW_REPORT_ENV = "GPUPROF_WINDOW_REPORT"  # "end": a window's report waits for the end of the run; "window": not
-
-
-def _defer_window_report() -> bool:
-    """Under ``gpuprof run`` (or with ``GPUPROF_WINDOW_REPORT=end``) a window's analysis waits for the end of the
-    job: on the training's thread it would compete for the GIL, and a child process costs an interpreter's
-    start (2-2.5 s of CPU) and still competes for the cores; at the end it is done once, with the final report,
-    and slows no step (docs/run.md, "The watch"). ``GPUPROF_WINDOW_REPORT=window`` keeps the report at the
-    window's end."""
-    import os
-
-    how = os.environ.get(WINDOW_REPORT_ENV, "").strip().lower()
-    if how in ("end", "window"):
-        return how == "end"
-    return bool(os.environ.get("GPUPROF_RUN_CONFIG"))  # gpuprof.run.options.ENV (run sits above capture)
-
 
 class Profiler(FrameworkSeams):
     """A capture around a training loop. Use ``with gpuprof.profile(...) as prof:`` and call
@@ -122,7 +104,7 @@ class Profiler(FrameworkSeams):
         self._own_work = False  # step() is starting a profiler or exporting a trace (not the job's time)
         self._own_until = -1  # the steps up to this one are marked as gpuprof's own work (live.own_steps)
         # under `gpuprof run` a window's report waits for the end of the job (docs/run.md, "The watch")
-        self._defer_window_report = _defer_window_report()
+        self._defer_window_report = defer_window_report()
         self.stream = sys.stderr  # where the summary and the OOM notice are printed
 
     # ------------------------------------------------------------------ public API
@@ -171,13 +153,9 @@ class Profiler(FrameworkSeams):
         return False  # the user's exception (if any) propagates: the same object
 
     def start(self) -> "Profiler":
-        """Start the session (idempotent).
-
-        When another gpuprof capture or someone else's profiler is running,
-        the session records nothing (one :class:`GpuprofWarning` says why) and
-        :meth:`step`/:meth:`stop` do nothing: a second profiler would corrupt
-        the first one's trace and can crash the process.
-        """
+        """Start the session (idempotent). When another gpuprof capture or someone else's profiler is running,
+        the session records nothing (one :class:`GpuprofWarning` says why) and :meth:`step`/:meth:`stop` do
+        nothing: a second profiler would corrupt the first one's trace and can crash the process."""
         if self.started:
             return self
         self.started = True
@@ -314,10 +292,8 @@ class Profiler(FrameworkSeams):
         return self._reporter.started
 
     def wait_for_report(self, timeout: float | None = None) -> bool:
-        """Wait for the background report of the recorded window; True when none is being written now.
-
-        Its warnings are still said on the driving thread (at its next :meth:`step` or at :meth:`stop`).
-        """
+        """Wait for the background report of the recorded window; True when none is being written now (its
+        warnings are still said on the driving thread, at its next :meth:`step` or at :meth:`stop`)."""
         return self._reporter.wait(timeout)
 
     def note_signature(self, sig: object) -> None:

@@ -73,7 +73,9 @@ def test_in_a_notebook_the_summary_is_printed_once(tmp_path: Path, monkeypatch: 
 
 def test_outside_a_notebook_the_window_summary_comes_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     seen: list[threading.Thread] = []
-    with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False) as prof:
+    # GP656 (host contention) is left out: on a loaded machine it joins the findings at the end, and the end
+    # then prints them all again; what this test holds is where the window's summary goes
+    with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False, ignore=["GP656"]) as prof:
         _train(prof, 10, seen)
         assert prof.wait_for_report(120)
     err = capsys.readouterr().err

@@ -116,7 +116,8 @@ def test_capture_result_is_plain_and_round_trips_through_json(leaky_run: Path) -
     assert [(t.first_step, t.last_step) for t in result.traces] == [(2, 5)]
     assert [r.final for r in result.reports] == [False, True]  # the window's report, then the run's
     assert result.report == json.loads((leaky_run / "report.json").read_text())  # what report.json holds
-    assert [f.code for f in result.runtime_findings] == ["GP640"]
+    # GP656 (host contention, info) is the machine's load, present or not by the load of the moment
+    assert [f.code for f in result.runtime_findings if f.code != "GP656"] == ["GP640"]
     assert result.runtime_findings[0] in result.findings()
     text = result.to_json()
     back = CaptureResult.from_json(text)

@@ -92,7 +92,8 @@ def test_window_report_written_in_the_background_and_reused_at_stop(
     monkeypatch.setenv("GPUPROF_REPORT_PROCESS", "1" if in_child else "0")
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False) as prof:
+    # GP656 (host contention) left out: on a loaded machine it joins the findings at the end (then printed again)
+    with gpuprof.profile(tmp_path, schedule=quick_schedule(), tensorboard=False, ignore=["GP656"]) as prof:
         for i in range(12):
             train_step(model, opt, torch.randn(8, 16), torch.randint(0, 4, (8,)))
             prof.step()

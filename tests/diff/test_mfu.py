@@ -97,6 +97,7 @@ def _independent(path: Path) -> dict[str, Any]:
     (H100, "facebook_timesformer-base-finetuned-k400__1016002.json.gz", "h100"),
     (("hta", "TraceLens", "tests", "traces", "mi300"), "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "mi300x"),
 ])
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_step_mfu_equals_an_independent_count_from_raw_events(folder: tuple[str, ...], name: str, row: str) -> None:
     path = shared_path(*folder, name)
     mine = analyze(str(path)).to_dict()["traces"][0]["mfu"]

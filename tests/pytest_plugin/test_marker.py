@@ -112,6 +112,7 @@ def test_misuse_in_a_suite_is_a_setup_error_with_one_line(pytester: pytest.Pytes
     assert "the body must not run" not in out and "During handling" not in out and "Traceback" not in out
 
 
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_an_unused_plugin_adds_nothing_to_a_session(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="""
         import sys

@@ -21,6 +21,7 @@ def _gp305(path: Path) -> list:
     return [f for f in analyze(str(path)).findings if f.code == "GP305"]
 
 
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_gp305_bad_real_timesformer_sequence_length_3137() -> None:
     path = shared_path(*H100, "facebook_timesformer-base-finetuned-k400__1016002.json.gz")
     (f,) = _gp305(path)

@@ -66,6 +66,7 @@ def _raw_share(path: Path) -> float:
     return attn / sum(k["dur"] for k in kernels)
 
 
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_gp304_bad_real_timesformer_eager_attention_with_an_independent_share() -> None:
     path = shared_path(*H100, "facebook_timesformer-base-finetuned-k400__1016002.json.gz")
     (f,) = _gp304(path)

@@ -298,6 +298,7 @@ def test_gp202_good_async_copy_api_does_not_wait(tmp_path):
     assert _one(tb.write(tmp_path / "async.json"), "GP202") is None
 
 
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_gp202_bad_real_rocm_synchronous_copies_match_the_trace() -> None:
     """SGLang on MI300X: hipMemcpyWithStream host→device calls; GP202's wait within 2x of the trace's own."""
     path = shared_path("hta", "TraceLens", "tests", "traces", "inference", "sglang_prefilldecode",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpuprof.analysis import analyze
 from gpuprof.testing.realtraces import shared_path, v100_samples
 from gpuprof.trace.load import load_trace
@@ -11,6 +13,7 @@ from gpuprof.trace.phase import serving_engine, trace_phase
 VLLM = ("hta", "TraceLens", "tests", "traces", "inference", "vllm_decode_full")
 
 
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_real_vllm_capture_pass_is_said_and_gets_no_steady_state_advice() -> None:
     path = shared_path(*VLLM, "capture_traces", "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz")
     m = compute_metrics(load_trace(path))

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.capture.job.hang import HANG_MIN_S, HANG_STEP_FACTOR, Watchdog, effective_timeout, hang_markdown
+from gpuprof.capture.job.hang import HANG_MIN_S, HANG_STEP_FACTOR, effective_timeout, hang_markdown
+from gpuprof.capture.job.watchdog import Watchdog
 from gpuprof.findings import Finding
 
 REPO = Path(__file__).resolve().parents[2]

@@ -138,6 +138,7 @@ def test_an_empty_address_is_one_line() -> None:
 
 @pytest.mark.parametrize("behaviour", [_garbage, _http_like, _huge_frame, _hang_up],
                          ids=["garbage", "http", "huge-frame", "hang-up"])
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_a_port_that_is_not_a_dask_scheduler_is_one_line(behaviour: Callable[[socket.socket], None]) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with _server(behaviour) as address:
@@ -147,6 +148,7 @@ def test_a_port_that_is_not_a_dask_scheduler_is_one_line(behaviour: Callable[[so
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 * 1024
 
 
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_a_port_that_accepts_and_never_answers_is_one_line_naming_the_timeout() -> None:
     with _server(_silent) as address:
         code, out = _analyze(address)
@@ -154,6 +156,7 @@ def test_a_port_that_accepts_and_never_answers_is_one_line_naming_the_timeout() 
     assert "GPUPROF_DASK_TIMEOUT_S" in out
 
 
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_a_closed_port_is_one_line() -> None:
     address = f"tcp://127.0.0.1:{_free_port()}"
     code, out = _analyze(address)

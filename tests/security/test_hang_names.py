@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import pytest
 
-from gpuprof.capture.job.hang import Watchdog
+from gpuprof.capture.job.watchdog import Watchdog
 from gpuprof.render.safe import UNSAFE_CODEPOINTS, clip, is_inert
 
 from .conftest import HTML_HOSTILE, PWNED

@@ -156,6 +156,7 @@ def test_a_fifo_with_a_reader_gets_the_report(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["out.fifo", "t.pt.trace.json"]
 
 
+@pytest.mark.slow  # a real trace analysed whole / a bounded hostile wait: the slow pass
 def test_a_fifo_without_a_reader_is_one_line_without_hanging(tmp_path: Path) -> None:
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)

@@ -19,13 +19,31 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.checks import Live
     from gpuprof.capture.config import CaptureConfig
     from gpuprof.capture.guard import Guard
-    from gpuprof.capture.job.hang import Watchdog
     from gpuprof.capture.job.job import JobWindows
+    from gpuprof.capture.job.watchdog import Watchdog
     from gpuprof.capture.window import TraceWindow
 
-__all__ = ["JobControl", "CONTENTION_SHARE"]
+__all__ = ["JobControl", "CONTENTION_SHARE", "OWN_AFTER_STEPS", "WINDOW_REPORT_ENV", "defer_window_report"]
 
 # the driving thread waited for a core this share of the run (or more): GP656 even without a slow streak
+OWN_AFTER_STEPS = 2  # steps after a window (or its report) still marked as gpuprof's own work
+WINDOW_REPORT_ENV = "GPUPROF_WINDOW_REPORT"  # "end": a window's report waits for the end of the run; "window": not
+
+
+def defer_window_report() -> bool:
+    """Under ``gpuprof run`` (or with ``GPUPROF_WINDOW_REPORT=end``) a window's analysis waits for the end of the
+    job: on the training's thread it would compete for the GIL, and a child process costs an interpreter's
+    start (2-2.5 s of CPU) and still competes for the cores; at the end it is done once, with the final report,
+    and slows no step (docs/run.md, "The watch"). ``GPUPROF_WINDOW_REPORT=window`` keeps the report at the
+    window's end."""
+    import os
+
+    how = os.environ.get(WINDOW_REPORT_ENV, "").strip().lower()
+    if how in ("end", "window"):
+        return how == "end"
+    return bool(os.environ.get("GPUPROF_RUN_CONFIG"))  # gpuprof.run.options.ENV (run sits above capture)
+
+
 CONTENTION_SHARE = 0.2
 
 
@@ -76,7 +94,7 @@ class JobControl:
                        driver: int | None) -> None:
         """``last_step``: when the last step ended (perf_counter); ``own_work``: gpuprof's own work is running
         on the driving thread (``driver``), which does not count as the job's time."""
-        from gpuprof.capture.job.hang import Watchdog
+        from gpuprof.capture.job.watchdog import Watchdog
 
         paths, live = self.live.paths, self.live
         assert paths is not None

@@ -15,6 +15,7 @@ import torch and train.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -107,6 +108,15 @@ def _job(tmp_path: Path, script: str, *, theirs: str, usercustomize: bool) -> tu
     return tmp_path / "job", env
 
 
+@functools.cache
+def _user_site() -> bool:
+    """This interpreter reads a user site (not a venv's): a usercustomize there runs at start-up."""
+    env = run_env()
+    env.pop("PYTHONNOUSERSITE", None)  # as the jobs' environment (_job)
+    return subprocess.run([sys.executable, "-c", "import site; print(site.ENABLE_USER_SITE)"], env=env,
+                          capture_output=True, text=True, timeout=60, check=True).stdout.strip() == "True"
+
+
 def _argv(flags: tuple[str, ...], job: Path, probe: Path, *, theirs: str, under_gpuprof: bool) -> list[str]:
     """The user's command. Their launcher started inside the job puts its folder first (``before``)."""
     argv = [sys.executable, *flags, str(job / "train.py"), str(probe)]
@@ -157,7 +167,8 @@ def test_a_chaining_sitecustomize_or_a_usercustomize_changes_nothing(
     assert plain.returncode == 0, plain.stderr
     _same_as_plain(plain, run)
     assert plain.stdout.count("their sitecustomize ran") == (theirs != "none")
-    assert plain.stdout.count("user customize ran") == (usercustomize and "-s" not in flags)
+    # a venv has no user site: Python never imports a usercustomize there (plain and under gpuprof run alike)
+    assert plain.stdout.count("user customize ran") == (usercustomize and "-s" not in flags and _user_site())
     assert plain_probe == {"bootstrap": False, "finders": 0}
     # the bootstrap started at the watched import, once, with one finder
     assert run_probe == {"bootstrap": True, "finders": 1}

@@ -35,8 +35,9 @@ def leaky_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(64, 16), torch.randint(0, 4, (64,))
+    # GP656 (host contention, info) left out: present or not by the machine's load of the moment
     with gpuprof.profile(logdir, schedule=Schedule(wait=1, warmup=1, active=4), print_report=False,
-                         tensorboard=False) as prof:
+                         tensorboard=False, ignore=["GP656"]) as prof:
         for _ in range(7):
             loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
@@ -116,8 +117,7 @@ def test_capture_result_is_plain_and_round_trips_through_json(leaky_run: Path) -
     assert [(t.first_step, t.last_step) for t in result.traces] == [(2, 5)]
     assert [r.final for r in result.reports] == [False, True]  # the window's report, then the run's
     assert result.report == json.loads((leaky_run / "report.json").read_text())  # what report.json holds
-    # GP656 (host contention, info) is the machine's load, present or not by the load of the moment
-    assert [f.code for f in result.runtime_findings if f.code != "GP656"] == ["GP640"]
+    assert [f.code for f in result.runtime_findings] == ["GP640"]
     assert result.runtime_findings[0] in result.findings()
     text = result.to_json()
     back = CaptureResult.from_json(text)

@@ -164,7 +164,10 @@ def test_a_loss_kept_with_its_graph_under_gpuprof_run(tmp_path: Path) -> None:
     ev = f["evidence"][0]
     assert ev["extra"]["series"] == "host_rss"
     assert 0.3 * MiB < ev["value"] < 2 * MiB  # about 0.6 MiB a step of saved activations (and allocator slack)
-    assert ev["extra"]["onset_step"] <= 20
+    # RSS shows the growth from step 8, in 14 MiB arena steps; the recorded window's steps (7-11, with their
+    # margins) are left out of the slope, so the onset is read after them: early in the job, not exact (a gap the
+    # docs name: the onset can fall after a window that the growth began before)
+    assert ev["extra"]["onset_step"] <= 40
     assert ev["extra"]["census"]["pattern"] == "graph_kept" and ev["extra"]["census"]["holder"] == "running_loss"
     line = job.read_text().splitlines().index("    running_loss += loss") + 1
     assert f["location"]["line"] == line and Path(f["location"]["file"]).name == job.name

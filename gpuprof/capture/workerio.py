@@ -30,10 +30,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["WorkerIo", "WorkerIoSamples", "delay_accounting"]
+__all__ = ["WorkerIo", "WorkerIoSamples", "delay_accounting", "read_proc"]
 
 
-def _read(path: str) -> bytes | None:
+def read_proc(path: str) -> bytes | None:
+    """A small /proc file's bytes (None when it is gone: a worker may exit at any time). Never blocks on a FIFO:
+    /proc entries are kernel files."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
@@ -48,7 +50,7 @@ def _read(path: str) -> bytes | None:
 
 def delay_accounting() -> bool | None:
     """Whether the kernel counts tasks' block-I/O delays (True/False), None where it does not say."""
-    raw = _read("/proc/sys/kernel/task_delayacct")
+    raw = read_proc("/proc/sys/kernel/task_delayacct")
     if raw is None:
         return None
     return raw.strip() == b"1"
@@ -71,7 +73,7 @@ class _Counters:
 
 def _counters(pid: int) -> _Counters:
     c = _Counters()
-    io = _read(f"/proc/{pid}/io")
+    io = read_proc(f"/proc/{pid}/io")
     if io is not None:
         for line in io.splitlines():
             key, _, value = line.partition(b":")
@@ -80,14 +82,14 @@ def _counters(pid: int) -> _Counters:
                     setattr(c, key.decode(), int(value))
                 except ValueError:
                     pass
-    st = _read(f"/proc/{pid}/stat")
+    st = read_proc(f"/proc/{pid}/stat")
     if st is not None:
         f = st[st.rfind(b")") + 2:].split()
         try:
             c.blkio_ticks = int(f[39])  # field 42 of stat (fields after the command name start at 3)
         except (IndexError, ValueError):
             pass
-    ss = _read(f"/proc/{pid}/schedstat")
+    ss = read_proc(f"/proc/{pid}/schedstat")
     if ss is not None:
         try:
             c.wakeups = int(ss.split()[2])

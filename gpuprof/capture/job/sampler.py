@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuprof.capture.workerio import WorkerIo
+from gpuprof.capture.workerio import read_proc as _read
 from gpuprof.report import JobSamples
 
 __all__ = ["Sampler", "CpuReader", "Nvml", "open_nvml", "INTERVAL_S", "MAX_SAMPLES", "child_pids", "worker_pids"]
@@ -47,21 +48,6 @@ def _ticks_per_s() -> float:
         return float(os.sysconf("SC_CLK_TCK"))
     except (AttributeError, ValueError, OSError):
         return 100.0
-
-
-def _read(path: str) -> bytes | None:
-    """A small /proc file's bytes (None when it is gone: a worker may exit at any time). Never blocks on a FIFO:
-    /proc entries are kernel files."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _stat_fields(raw: bytes) -> list[bytes]:

@@ -90,7 +90,7 @@ class CauseJudgement:
 def judge_cause(figure: CauseFigure, before: list[float], after: list[float],
                 rank_test: Callable[[list[float], list[float]], float | None]) -> CauseJudgement | None:
     """The judgement of ``figure`` from each side's per-step values (``rank_test``: the two-sided p-value of the
-    rank test, :func:`gpuprof.diff.compare.rank_test_p`); None when a side has none."""
+    rank test, :func:`gpuprof.stats.rank_test_p`); None when a side has none."""
     if not before or not after:
         return None
     nb, na = len(before), len(after)

@@ -298,7 +298,7 @@ def _rows(before: Mapping[tuple[str, str | None], Mapping[str, float]], after: M
           step_us: float, fields: tuple[str, ...], with_shapes: bool,
           noise_us: float | None = None) -> dict[str, list[dict[str, Any]]]:
     """Rows that got slower or faster, and those on one side only, biggest change first; a row on both sides whose
-    change per step is within ``noise_us`` (the noise of a per-step mean, :func:`mean_noise_us`) is listed in
+    change per step is within ``noise_us`` (the noise of a per-step mean, :func:`gpuprof.stats.mean_noise`) is listed in
     ``within_noise`` instead of slower or faster."""
     floor = MIN_ROW_SHARE * step_us
     out: dict[str, list[dict[str, Any]]] = {"slower": [], "faster": [], "added": [], "removed": [], "within_noise": []}

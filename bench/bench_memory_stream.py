@@ -1,6 +1,6 @@
 """Benchmark: ``gpuprof memory show`` on snapshots of a million entries and of more than 1 GB, streamed.
 
-Writes PyTorch-layout snapshots (``gpuprof.memory.synthpickle``: the opcodes
+Writes PyTorch-layout snapshots (``gpuprof.testing.synthpickle``: the opcodes
 ``torch.cuda.memory._dump_snapshot`` writes, a new frames list per entry, 17
 frames a stack) to a temporary folder (deleted at the end; never committed),
 then runs, each in a fresh child process, on the same file, in one run:
@@ -32,13 +32,13 @@ import tempfile
 import time
 from typing import Any
 
-from gpuprof.memory.synthpickle import write_snapshot
+from gpuprof.testing.synthpickle import write_snapshot
 
 _WHOLE = """
 import sys
 from gpuprof.memory.analysis import analyze_memory
-from gpuprof.memory.safeload import load_pickle_input
-from gpuprof.memory.snapparse import item_budget
+from gpuprof.memory.snapshot.safeload import load_pickle_input
+from gpuprof.memory.snapshot.parse import item_budget
 from gpuprof.memory.snapshot import parse_snapshot
 obj, n = load_pickle_input(sys.argv[1])
 data = parse_snapshot(obj, sys.argv[1], max_items=item_budget(n))

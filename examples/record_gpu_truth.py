@@ -345,8 +345,8 @@ def keep_snapshot(src: Path, dst: Path, max_bytes: int) -> dict[str, Any] | None
     shutil.copyfile(src, dst)
     if dst.stat().st_size <= max_bytes:
         return None
-    from gpuprof.memory.safeload import load_pickle_file
     from gpuprof.memory.snapshot import dump_snapshot
+    from gpuprof.memory.snapshot.safeload import load_pickle_file
 
     snap = load_pickle_file(src)
     traces = snap.get("device_traces") or []

@@ -120,7 +120,7 @@ def test_analyze_option_applies_to_a_real_trace() -> None:
 
 def test_memory_option_and_its_alias_flag_apply(tmp_path: Path) -> None:
     from gpuprof.memory.snapshot import dump_snapshot
-    from gpuprof.memory.testing import GiB, MiB, SnapshotBuilder
+    from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
 
     b = SnapshotBuilder(device_memory=1 * GiB)
     b.alloc(800 * MiB, b.stack(("/home/u/m.py", 1, "f")))  # 78 % of the device

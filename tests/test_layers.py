@@ -179,7 +179,7 @@ def test_no_import_circle_between_top_level_parts() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     # plain data and helpers every layer uses
     ("version", "errors", "units", "findings", "codespec", "lazyexports", "atomic", "torchdep", "remote",
-     "frames", "inputs", "pool", "runner", "cluster", "limits", "redact", "reportcheck"),
+     "frames", "inputs", "pool", "runner", "cluster", "limits", "redact", "reportcheck", "stats"),
     ("trace",),  # load -> trace model and metrics
     ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "reportfile"),  # rules -> report
     ("render", "summarize"),  # report -> renderers

@@ -146,7 +146,7 @@ def test_credentials_in_a_url_are_never_shown() -> None:
 
 
 def test_memory_command_reads_a_snapshot_by_url(mem: tuple[Any, str], tmp_path: Path) -> None:
-    from gpuprof.memory.testing import SnapshotBuilder
+    from gpuprof.testing.snapshots import SnapshotBuilder
 
     fs, root = mem
     sb = SnapshotBuilder()

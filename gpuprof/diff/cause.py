@@ -23,12 +23,12 @@ of both sides that both run; a fix replaces some operators, by time or by name, 
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from gpuprof.rules.cause import CauseFigure
+from gpuprof.stats import mean_noise, noise_band
 
 __all__ = ["MIN_PROGRAM_OVERLAP", "P_CAUSE", "CauseJudgement", "cause_of", "judge_cause", "relation"]
 
@@ -87,27 +87,18 @@ class CauseJudgement:
         return f"{f.label} ({what} per step) {fmt(self.before)} → {fmt(self.after)}, noise {noise}{p}"
 
 
-def _robust_sigma(xs: list[float]) -> float:
-    med = statistics.median(xs)
-    return 1.4826 * statistics.median(abs(x - med) for x in xs)
-
-
 def judge_cause(figure: CauseFigure, before: list[float], after: list[float],
                 rank_test: Callable[[list[float], list[float]], float | None]) -> CauseJudgement | None:
     """The judgement of ``figure`` from each side's per-step values (``rank_test``: the two-sided p-value of the
-    rank test, :func:`gpuprof.diff.compare.rank_test_p`); None when a side has none."""
+    rank test, :func:`gpuprof.stats.rank_test_p`); None when a side has none."""
     if not before or not after:
         return None
     nb, na = len(before), len(after)
     if figure.statistic == "mean":
         x, y = statistics.fmean(before), statistics.fmean(after)
-        noise = (2.0 * math.sqrt(statistics.variance(before) / nb + statistics.variance(after) / na)
-                 if nb >= 2 and na >= 2 else None)
-        return CauseJudgement(figure, x, y, noise, None, (nb, na))
+        return CauseJudgement(figure, x, y, mean_noise(before, after), None, (nb, na))
     x, y = statistics.median(before), statistics.median(after)
-    noise = (2.0 * math.sqrt(_robust_sigma(before) ** 2 / nb + _robust_sigma(after) ** 2 / na)
-             if nb >= 2 and na >= 2 else None)
-    return CauseJudgement(figure, x, y, noise, rank_test(before, after), (nb, na))
+    return CauseJudgement(figure, x, y, noise_band(before, after), rank_test(before, after), (nb, na))
 
 
 def relation(before: Mapping[str, Any], after: Mapping[str, Any],

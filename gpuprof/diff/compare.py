@@ -36,8 +36,11 @@ from typing import Any, Iterable, Mapping
 
 from gpuprof.diff.cause import cause_of, judge_cause, relation
 from gpuprof.diff.whatif import what_if_gap
+from gpuprof.stats import mean_noise as mean_noise_us
+from gpuprof.stats import noise_band as noise_band_us
+from gpuprof.stats import rank_test_p
 
-__all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "mean_noise_us", "rank_test_p", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE", "METRICS"]
+__all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE", "METRICS"]
 
 DIFF_SCHEMA_VERSION = "1.1"
 
@@ -210,60 +213,8 @@ def _rank_of_severity(s: Any) -> int:
 
 
 # --------------------------------------------------------------------------- the comparison
-def robust_sigma(xs: list[float]) -> float:
-    """1.4826 × the median absolute deviation: the standard deviation of normal data, robust to outliers."""
-    med = statistics.median(xs)
-    return 1.4826 * statistics.median(abs(x - med) for x in xs)
-
-
-def noise_band_us(before: list[float], after: list[float]) -> float | None:
-    """Twice the standard error of the difference of the step times (module docstring); None with < 2 steps a side."""
-    if len(before) < 2 or len(after) < 2:
-        return None
-    return 2.0 * math.sqrt(robust_sigma(before) ** 2 / len(before) + robust_sigma(after) ** 2 / len(after))
-
-
 FIXED_PART_SHARE = 0.25  # a fixed finding's part of the step shrinks by at least this share of its predicted saving
 P_CHANGED = 0.05  # the rank test's level: a larger p leaves the step-time change within the noise
-
-
-def mean_noise_us(before: list[float], after: list[float]) -> float | None:
-    """The noise of a per-step mean (an operator's or kernel's time per step): twice the standard error of the
-    difference of the two sides' mean steps, with the plain standard deviation, which one slow step inflates as
-    it inflates every per-step mean of that run; None with < 2 steps a side."""
-    if len(before) < 2 or len(after) < 2:
-        return None
-    return 2.0 * math.sqrt(statistics.variance(before) / len(before) + statistics.variance(after) / len(after))
-
-
-def rank_test_p(before: list[float], after: list[float]) -> float | None:
-    """Two-sided p-value of the Mann-Whitney U test on the per-step times (normal approximation, ties corrected);
-    None with fewer than 3 steps a side. It asks whether a step of one run tends to be longer than a step of the
-    other, which one outlier step cannot decide."""
-    n1, n2 = len(before), len(after)
-    if n1 < 3 or n2 < 3:
-        return None
-    pooled = sorted([(x, 0) for x in before] + [(x, 1) for x in after])
-    ranks = [0.0] * len(pooled)
-    ties = 0.0
-    i = 0
-    while i < len(pooled):
-        j = i
-        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[k] = (i + j) / 2.0 + 1.0
-        t = j - i + 1
-        ties += t ** 3 - t
-        i = j + 1
-    r1 = sum(r for r, (_, side) in zip(ranks, pooled) if side == 0)
-    u = r1 - n1 * (n1 + 1) / 2.0
-    n = n1 + n2
-    var = n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1)))
-    if var <= 0:
-        return 1.0
-    z = (abs(u - n1 * n2 / 2.0) - 0.5) / math.sqrt(var)  # continuity-corrected
-    return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0)))
 
 
 LOWER_IS_BETTER = {"gpu_utilization": False, "gpu_busy": False}  # everything else is a time: lower is better
@@ -347,7 +298,7 @@ def _rows(before: Mapping[tuple[str, str | None], Mapping[str, float]], after: M
           step_us: float, fields: tuple[str, ...], with_shapes: bool,
           noise_us: float | None = None) -> dict[str, list[dict[str, Any]]]:
     """Rows that got slower or faster, and those on one side only, biggest change first; a row on both sides whose
-    change per step is within ``noise_us`` (the noise of a per-step mean, :func:`mean_noise_us`) is listed in
+    change per step is within ``noise_us`` (the noise of a per-step mean, :func:`gpuprof.stats.mean_noise`) is listed in
     ``within_noise`` instead of slower or faster."""
     floor = MIN_ROW_SHARE * step_us
     out: dict[str, list[dict[str, Any]]] = {"slower": [], "faster": [], "added": [], "removed": [], "within_noise": []}

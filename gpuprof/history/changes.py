@@ -22,16 +22,17 @@ below K times it is noise.
 
 from __future__ import annotations
 
-import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["noise", "K", "MIN_RUNS", "FLOOR", "ChangePoint", "FindingChange", "change_points", "finding_changes"]
+from gpuprof.stats import least_absolute_split, segments, step_noise
+
+__all__ = ["K", "MIN_RUNS", "FLOOR", "ChangePoint", "FindingChange", "change_points", "finding_changes"]
 
 K = 4.0  # a shift must exceed 4 noise widths
 MIN_RUNS = 2  # on each side of a split
 FLOOR = 0.01  # the noise is at least 1 % of the median before
-_MAD_TO_SD = 1.4826
 
 
 @dataclass(frozen=True)
@@ -49,55 +50,29 @@ class FindingChange:
     change: str  # "appeared" or "disappeared"
 
 
-def noise(xs: list[float]) -> float:
-    """The runs' noise as a standard deviation: the MAD of run-to-run differences, 1.4826 / sqrt(2) times.
-
-    A level shift makes one large difference, which the median ignores; the sides' own MADs would
-    count a second change inside a side as noise, and be 0 on sides of two runs.
-    """
-    diffs = [abs(b - a) for a, b in zip(xs, xs[1:])]
-    return statistics.median(diffs) * _MAD_TO_SD / math.sqrt(2) if diffs else 0.0
-
-
-def _best_split(xs: list[float]) -> tuple[int, float] | None:
-    """``(index of the first run after, ratio)`` of the split the test marks, or None.
+def _split(xs: list[float]) -> Callable[[int, int], int | None]:
+    """For :func:`gpuprof.stats.segments`: where ``xs[lo:hi]`` splits, or None.
 
     Where: the split whose sides are closest to their own medians (least total absolute deviation: a
     robust least-squares). Whether: its shift of medians over the pooled noise exceeds K.
     """
-    best: tuple[int, float] | None = None
-    for i in range(MIN_RUNS, len(xs) - MIN_RUNS + 1):
-        a, b = xs[:i], xs[i:]
-        ma, mb = statistics.median(a), statistics.median(b)
-        cost = sum(abs(x - ma) for x in a) + sum(abs(x - mb) for x in b)
-        if best is None or cost < best[1]:
-            best = (i, cost)
-    if best is None:
-        return None
-    i = best[0]
-    a, b = xs[:i], xs[i:]
-    ma, mb = statistics.median(a), statistics.median(b)
-    ratio = abs(mb - ma) / max(noise(xs), FLOOR * abs(ma), 1e-12)
-    return (i, ratio) if ratio > K else None
+    def split(lo: int, hi: int) -> int | None:
+        part = xs[lo:hi]
+        i = least_absolute_split(part, MIN_RUNS)
+        if i is None:
+            return None
+        ma, mb = statistics.median(part[:i]), statistics.median(part[i:])
+        ratio = abs(mb - ma) / max(step_noise(part), FLOOR * abs(ma), 1e-12)
+        return lo + i if ratio > K else None
 
-
-def _segment(xs: list[float], lo: int, hi: int, out: list[int]) -> None:
-    split = _best_split(xs[lo:hi])
-    if split is None:
-        return
-    cut = lo + split[0]
-    out.append(cut)
-    _segment(xs, lo, cut, out)
-    _segment(xs, cut, hi, out)
+    return split
 
 
 def change_points(names: list[str], metric: str, values: list[float | None]) -> list[ChangePoint]:
     """The change points of one metric over the runs (``names`` and ``values`` in time order; None: not measured)."""
     kept = [(n, v) for n, v in zip(names, values) if v is not None]
     xs = [v for _, v in kept]
-    cuts: list[int] = []
-    _segment(xs, 0, len(xs), cuts)
-    cuts.sort()
+    cuts = [a for a, _ in segments(len(xs), _split(xs))[1:]]
     out = []
     for j, cut in enumerate(cuts):
         lo = cuts[j - 1] if j else 0

@@ -1,7 +1,7 @@
 """``gpuprof memory``: where the GPU memory went, from snapshots and profiler traces.
 
 Data flows one way: :mod:`~gpuprof.memory.load` opens a snapshot pickle
-(through the restricted unpickler of :mod:`~gpuprof.memory.safeload`) or a
+(through the restricted unpickler of :mod:`~gpuprof.memory.snapshot.safeload`) or a
 trace, into the :mod:`~gpuprof.memory.model`; :mod:`~gpuprof.memory.replay`
 replays the allocator history; :mod:`~gpuprof.memory.analysis` and
 :mod:`~gpuprof.memory.diff` turn that into report sections and findings;
@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.memory.analysis import MemoryOptions, MemorySection, analyze_memory, memory_report
     from gpuprof.memory.diff import DiffOptions, MemoryDiffSection, diff_memory, diff_report
     from gpuprof.memory.load import load_memory, sniff
-    from gpuprof.memory.safeload import UnsafePickleError, safe_loads
-    from gpuprof.memory.snapshot import SNAPSHOT_PICKLE_PROTOCOL, dump_snapshot, load_snapshot, parse_snapshot
+    from gpuprof.memory.snapshot.read import SNAPSHOT_PICKLE_PROTOCOL, dump_snapshot, load_snapshot, parse_snapshot
+    from gpuprof.memory.snapshot.safeload import UnsafePickleError, safe_loads
 
 __all__ = [
     "MemoryOptions",
@@ -47,9 +47,9 @@ _LAZY = {
     "MemoryOptions": "analysis", "MemorySection": "analysis", "analyze_memory": "analysis", "memory_report": "analysis",
     "DiffOptions": "diff", "MemoryDiffSection": "diff", "diff_memory": "diff", "diff_report": "diff",
     "load_memory": "load", "sniff": "load",
-    "UnsafePickleError": "safeload", "safe_loads": "safeload",
-    "SNAPSHOT_PICKLE_PROTOCOL": "snapshot", "dump_snapshot": "snapshot", "load_snapshot": "snapshot",
-    "parse_snapshot": "snapshot",
+    "UnsafePickleError": "snapshot.safeload", "safe_loads": "snapshot.safeload",
+    "SNAPSHOT_PICKLE_PROTOCOL": "snapshot.read", "dump_snapshot": "snapshot.read", "load_snapshot": "snapshot.read",
+    "parse_snapshot": "snapshot.read",
 }
 
 

@@ -9,7 +9,7 @@ line on standard error, exit 2.
 Why a child: a snapshot is a pickle, and the C unpickler sizes its memo
 table from a 4-byte index before any check runs (a 9-byte file asks for
 gigabytes). ``gpuprof memory`` caps its own address space while it
-unpickles (:mod:`gpuprof.memory.safeload`), which it can do only in a
+unpickles (:mod:`gpuprof.memory.snapshot.safeload`), which it can do only in a
 process whose only thread is its own: TensorBoard's server is not one. Here
 the cap applies, and the plugin kills the child when its time budget ends,
 so a hostile snapshot costs neither TensorBoard's memory nor its worker.

@@ -1,30 +1,16 @@
-"""Test helpers shipped with gpuprof: synthetic trace builders for rule tests.
+"""gpuprof's test helpers, kept in the checkout and out of the wheel (pyproject.toml excludes this package).
 
-Nothing here is imported by ``gpuprof analyze``; it exists so that tests
-(ours and those of people writing their own rules) can describe a training
-loop in a few lines and get a realistic Kineto trace file out.
+Writers of synthetic inputs: Kineto traces (:mod:`~gpuprof.testing.tracegen`, a training loop in a few
+lines), memory snapshots (:mod:`~gpuprof.testing.snapshots`, a model of PyTorch's caching allocator;
+:mod:`~gpuprof.testing.synthpickle`, PyTorch-layout pickles of any size, entry by entry); where the shared
+real data are (:mod:`~gpuprof.testing.realtraces`); the trackers' offline runs read back
+(:mod:`~gpuprof.testing.trackerruns`); the import-cycle search (:mod:`~gpuprof.testing.cycles`). No module of
+the shipped package imports them (``tests/test_package.py``).
 """
 
 from __future__ import annotations
 
-from gpuprof.testing.tracegen import (
-    DEFAULT_STREAM,
-    KERNELS,
-    NCCL_STREAM,
-    TraceBuilder,
-    gemm_kernel,
-    nccl_kernel,
-    simple_training,
-    write_ranks,
-)
+from gpuprof.testing import tracegen as _tracegen
+from gpuprof.testing.tracegen import *  # noqa: F403 - the trace writer's names, as its __all__ lists them
 
-__all__ = [
-    "TraceBuilder",
-    "KERNELS",
-    "gemm_kernel",
-    "nccl_kernel",
-    "simple_training",
-    "write_ranks",
-    "DEFAULT_STREAM",
-    "NCCL_STREAM",
-]
+__all__ = list(_tracegen.__all__)

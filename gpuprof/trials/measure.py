@@ -14,7 +14,8 @@ import math
 import statistics
 from typing import Any
 
-from gpuprof.diff.compare import P_CHANGED, noise_band_us, rank_test_p
+from gpuprof.diff.compare import P_CHANGED
+from gpuprof.stats import noise_band, rank_test_p
 from gpuprof.trials.runner import Outcome
 from gpuprof.trials.variants import DATALOADER, Variant
 
@@ -129,7 +130,7 @@ def _variant(v: Variant, o: Outcome, base: list[float], base_median: float | Non
         row["note"] = f"the job ended after {len(t)} measured steps, before --steps"
     row["speedup"] = base_median / med if med else None
     row["measured_saving_us"] = base_median - med
-    band = noise_band_us(base, t)
+    band = noise_band(base, t)
     noise = max(x for x in (band, between, 0.0) if x is not None)
     row["interval_us"] = noise
     p = rank_test_p(base, t)

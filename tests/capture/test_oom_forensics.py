@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from gpuprof.capture.oom import OOMObserver
 from gpuprof.cli import cli
-from gpuprof.memory.testing import GiB
 from gpuprof.testing.realtraces import shared_snapshot
+from gpuprof.testing.snapshots import GiB
 
 
 class _Plain(pickle.Unpickler):

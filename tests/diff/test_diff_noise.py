@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpuprof.diff.compare import diff_reports, mean_noise_us, rank_test_p
+from gpuprof.diff.compare import diff_reports
 from gpuprof.diff.render import render_diff_markdown, render_diff_terminal
+from gpuprof.stats import mean_noise, rank_test_p
 
 
 def _doc(times: list[float], ops: dict[str, float] | None = None, findings: list[dict[str, Any]] | None = None,
@@ -58,8 +59,8 @@ def test_a_real_slowdown_of_every_step_is_change() -> None:
 def test_mean_noise_is_twice_the_standard_error_of_the_difference_of_means() -> None:
     b, a = [10.0, 12.0, 14.0], [20.0, 20.0, 26.0]
     # by hand: variances 4 and 12, n = 3 a side: 2 * sqrt(4/3 + 12/3)
-    assert mean_noise_us(b, a) == pytest.approx(2 * (16 / 3) ** 0.5)
-    assert mean_noise_us([1.0], a) is None
+    assert mean_noise(b, a) == pytest.approx(2 * (16 / 3) ** 0.5)
+    assert mean_noise([1.0], a) is None
 
 
 def test_rank_test() -> None:

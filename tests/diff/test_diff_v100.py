@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from gpuprof.analysis import analyze
 from gpuprof.cli import cli
-from gpuprof.diff.compare import diff_reports, noise_band_us
+from gpuprof.diff.compare import diff_reports
 from gpuprof.diff.gate import judge, parse_threshold
+from gpuprof.stats import noise_band
 from gpuprof.testing.realtraces import v100_samples
 
 
@@ -129,7 +130,7 @@ def test_noise_decides_within_the_threshold() -> None:
     noisy_before = [100.0, 150.0, 80.0, 130.0, 95.0, 160.0]
     noisy_after = [t * 1.10 for t in noisy_before]  # 10% slower, but the steps spread far more than that
     d = diff_reports(doc(noisy_before), doc(noisy_after))
-    band = noise_band_us(noisy_before, noisy_after)
+    band = noise_band(noisy_before, noisy_after)
     assert band is not None and band > 0.10 * 125
     v = judge(d, "step_time", parse_threshold("5%"))
     assert not v["regressed"] and "within the noise" in v["reason"]

@@ -1,4 +1,4 @@
-"""Fixtures for the memory tests: planted snapshots built with gpuprof.memory.testing, and real traces."""
+"""Fixtures for the memory tests: planted snapshots built with gpuprof.testing.snapshots, and real traces."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.memory.testing import GiB, MiB, SnapshotBuilder
 from gpuprof.testing.realtraces import shared_path
+from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
 
 
 def real_trace(rel: str) -> Path:

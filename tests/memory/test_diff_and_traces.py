@@ -10,7 +10,7 @@ from gpuprof.findings import Severity
 from gpuprof.memory.analysis import analyze_memory, memory_report
 from gpuprof.memory.diff import DiffOptions, diff_report
 from gpuprof.memory.load import load_memory, sniff
-from gpuprof.memory.testing import MiB
+from gpuprof.testing.snapshots import MiB
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import memory_totals
 

@@ -11,8 +11,8 @@ from typing import Any
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.memory.testing import GiB, MiB, SnapshotBuilder
 from gpuprof.testing.realtraces import shared_snapshot
+from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
 
 
 class _Plain(pickle.Unpickler):

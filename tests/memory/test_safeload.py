@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuprof.errors import InputError
-from gpuprof.memory.safeload import UnsafePickleError, load_pickle_file, safe_loads
 from gpuprof.memory.snapshot import SNAPSHOT_PICKLE_PROTOCOL, dump_snapshot, load_snapshot
+from gpuprof.memory.snapshot.safeload import UnsafePickleError, load_pickle_file, safe_loads
 
 
 class _RunsCommand:

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from gpuprof.memory.testing import GiB, MiB, SnapshotBuilder
+from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
 from gpuprof.testing.tracegen import TraceBuilder
 
 #: A file name that is itself hostile (it becomes the page title).

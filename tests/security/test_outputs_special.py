@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from gpuprof.atomic import atomic_path, atomic_write, write_output
 from gpuprof.cli import cli
 from gpuprof.errors import InputError
-from gpuprof.memory.testing import MiB, SnapshotBuilder
+from gpuprof.testing.snapshots import MiB, SnapshotBuilder
 from gpuprof.testing.tracegen import TraceBuilder
 
 

@@ -14,11 +14,11 @@ from gpuprof.capture.end.text import findings_markdown, short_report
 from gpuprof.capture.run import CaptureSection
 from gpuprof.memory.analysis import MemoryOptions, analyze_memory
 from gpuprof.memory.load import load_memory
-from gpuprof.memory.testing import MiB, SnapshotBuilder
 from gpuprof.render.markdown import render_markdown
 from gpuprof.render.safe import MAX_TEXT, UNSAFE_CODEPOINTS, shorten, visible
 from gpuprof.render.terminal import render_terminal
 from gpuprof.report import Report
+from gpuprof.testing.snapshots import MiB, SnapshotBuilder
 from gpuprof.testing.tracegen import TraceBuilder
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE

@@ -1,6 +1,6 @@
 """Hostile snapshots through the streaming reader: nothing runs, every failure is one line, memory stays bounded.
 
-The streaming reader (gpuprof.memory.pickstream) walks a snapshot's pickle opcodes itself. These files aim at
+The streaming reader (gpuprof.memory.snapshot.pickstream) walks a snapshot's pickle opcodes itself. These files aim at
 what such a reader can get wrong: opcodes that import or call (refused before anything is built from them),
 files cut anywhere, nesting far deeper than any snapshot, lengths declared far beyond the file, references to
 memo slots never written, and references back to the entries already handed on (read in whole instead, with
@@ -25,12 +25,12 @@ from hypothesis import strategies as st
 from gpuprof.errors import InputError
 from gpuprof.inputs import Opened
 from gpuprof.memory.model import MemoryData
-from gpuprof.memory.pickops import UNSAFE
-from gpuprof.memory.safeload import load_pickle_file
-from gpuprof.memory.snapparse import item_budget
 from gpuprof.memory.snapshot import load_snapshot, parse_snapshot
-from gpuprof.memory.snapstream import BuiltWhole, stream_snapshot
-from gpuprof.memory.testing import MiB, SnapshotBuilder
+from gpuprof.memory.snapshot.parse import item_budget
+from gpuprof.memory.snapshot.pickops import UNSAFE
+from gpuprof.memory.snapshot.safeload import load_pickle_file
+from gpuprof.memory.snapshot.stream import BuiltWhole, stream_snapshot
+from gpuprof.testing.snapshots import MiB, SnapshotBuilder
 
 # A valid start: PROTO 4, the top dict, "segments": [] and "device_traces": [[ ... the entries follow
 _HEAD = (b"\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x0ddevice_traces\x94]\x94]\x94("

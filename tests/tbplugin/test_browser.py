@@ -138,7 +138,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         _capture(logdir, "after", slow_loader=False)
     finally:
         torch.set_num_threads(threads)
-    from gpuprof.memory.testing import MiB, SnapshotBuilder
+    from gpuprof.testing.snapshots import MiB, SnapshotBuilder
 
     snap = SnapshotBuilder()  # CPU captures write no snapshot: a CUDA-like one beside the "after" capture
     snap.alloc(64 * MiB, snap.stack(("/home/u/train.py", 42, "train_step")))

@@ -239,8 +239,8 @@ def _until_ready(c: Any, url: str) -> dict[str, Any]:
 
 
 def test_routes_list_analyse_compare_and_serve_the_memory_viewer(client: Any, tmp_path: Path) -> None:
-    from gpuprof.memory.testing import MiB, SnapshotBuilder
     from gpuprof.tbplugin import page
+    from gpuprof.testing.snapshots import MiB, SnapshotBuilder
 
     c, plugin = client
     _trace(tmp_path / "before" / "w.pt.trace.json", loader_ms=4.0)

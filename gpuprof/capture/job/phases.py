@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuprof.report import JobPhase, JobSamples, JobSeries, JobSummary
+from gpuprof.stats import least_squares_split, running_median, segments, step_noise
 
 __all__ = ["WatchData", "detect_phases", "compact_series", "job_summary", "Segment", "per_step_rss",
            "SMOOTH", "MIN_LEN", "MIN_PHASE", "PENALTY", "MIN_CHANGE", "SLOW_RATIO", "MAX_POINTS", "SET_ASIDE"]
@@ -87,55 +88,6 @@ class Segment:
     end: int
 
 
-def _running_median(y: Floats, width: int) -> Floats:
-    if len(y) < width or width < 2:
-        same: Floats = y.copy()
-        return same
-    half = width // 2
-    padded = np.concatenate([np.full(half, y[0]), y, np.full(width - 1 - half, y[-1])])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, width)
-    return np.asarray(np.median(windows, axis=1), dtype=np.float64)
-
-
-def _noise(y: Floats) -> float:
-    """The step-to-step noise of ``y`` (a standard deviation), from the median absolute first difference."""
-    if len(y) < 3:
-        return 0.0
-    d = np.abs(np.diff(y))
-    return float(np.median(d)) / 0.6745 / math.sqrt(2.0)
-
-
-def _split(y: Floats, penalty: float, min_len: int) -> list[Segment]:
-    """Binary segmentation of ``y`` (least squares): the segments, in order."""
-    n = len(y)
-    s = np.concatenate([[0.0], np.cumsum(y)])
-    q = np.concatenate([[0.0], np.cumsum(y * y)])
-
-    def cost(a: npt.NDArray[np.int64] | int, b: npt.NDArray[np.int64] | int) -> Floats:
-        m = np.asarray(b) - np.asarray(a)
-        tot = s[b] - s[a]
-        out: Floats = np.asarray(q[b] - q[a] - tot * tot / m, dtype=np.float64)
-        return out
-
-    done: list[Segment] = []
-    todo = [Segment(0, n)]
-    while todo:
-        seg = todo.pop()
-        a, b = seg.start, seg.end
-        if b - a < 2 * min_len or len(done) + len(todo) + 1 >= MAX_SEGMENTS:
-            done.append(seg)
-            continue
-        ks = np.arange(a + min_len, b - min_len + 1)
-        gains = float(cost(a, b)) - cost(a, ks) - cost(ks, b)
-        best = int(np.argmax(gains))
-        if gains[best] > penalty:
-            k = int(ks[best])
-            todo += [Segment(a, k), Segment(k, b)]
-        else:
-            done.append(seg)
-    return sorted(done, key=lambda g: g.start)
-
-
 def _merge_close(times: Floats, segs: list[Segment], min_change: float) -> list[Segment]:
     """Neighbours whose median step times differ by less than ``min_change`` become one segment."""
     out: list[Segment] = []
@@ -167,9 +119,10 @@ def detect_phases(step_s: Sequence[float] | Floats, eval_steps: Sequence[int] = 
     if len(idx):
         t = np.maximum(times[idx], 1e-9)
         y = np.log(t)
-        sigma = max(_noise(y), 1e-3)
+        sigma = max(step_noise(y) if len(y) >= 3 else 0.0, 1e-3)
         penalty = PENALTY * sigma * sigma * math.log(max(len(y), 2))
-        segs = _merge_close(t, _split(_running_median(y, SMOOTH), penalty, MIN_LEN), MIN_CHANGE)
+        split = least_squares_split(running_median(y, SMOOTH), MIN_LEN, penalty)
+        segs = _merge_close(t, [Segment(a, b) for a, b in segments(len(y), split, MAX_SEGMENTS)], MIN_CHANGE)
         meds = [float(np.median(t[g.start:g.end])) for g in segs]
         first = 0
         if (len(segs) > 1 and meds[0] > meds[1] * (1 + MIN_CHANGE)
@@ -192,13 +145,7 @@ def detect_phases(step_s: Sequence[float] | Floats, eval_steps: Sequence[int] = 
             labels[idx[:lead]] = "warmup"
         _keep_word(labels, times, ref)
     fetch = np.asarray(fetch_s, dtype=np.float64) if fetch_s is not None else None
-    phases: list[JobPhase] = []
-    start = 0
-    for i in range(1, n + 1):
-        if i == n or labels[i] != labels[start]:
-            phases.append(_phase(str(labels[start]), start, i, times, fetch))
-            start = i
-    return phases
+    return [_phase(label, start, end, times, fetch) for label, start, end in _runs(labels)]
 
 
 def _runs(labels: npt.NDArray[np.object_]) -> list[tuple[str, int, int]]:

@@ -38,8 +38,8 @@ from gpuprof.errors import InputError
 from gpuprof.inputs import Opened
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
 from gpuprof.memory.model import MemoryData
-from gpuprof.memory.safeload import load_pickle_input
-from gpuprof.memory.snapparse import SnapshotParser, check_top, item_budget
+from gpuprof.memory.snapshot.parse import SnapshotParser, check_top, item_budget
+from gpuprof.memory.snapshot.safeload import load_pickle_input
 
 __all__ = ["SNAPSHOT_PICKLE_PROTOCOL", "parse_snapshot", "load_snapshot", "dump_snapshot"]
 
@@ -59,10 +59,10 @@ def load_snapshot(
 ) -> MemoryData:
     """Safely read and parse the snapshot at ``path`` (``-``: standard input; or the ``opened`` input).
 
-    A regular file is streamed (:mod:`gpuprof.memory.snapstream`: memory bounded by what the analysis keeps, not
+    A regular file is streamed (:mod:`gpuprof.memory.snapshot.stream`: memory bounded by what the analysis keeps, not
     by the file); a pipe, or a pickle laid out in a way the stream reader does not take, is unpickled in whole.
     """
-    from gpuprof.memory.snapstream import BuiltWhole, stream_snapshot
+    from gpuprof.memory.snapshot.stream import BuiltWhole, stream_snapshot
 
     data = stream_snapshot(path, internal_patterns, opened)
     if isinstance(data, MemoryData):
@@ -80,7 +80,7 @@ def parse_snapshot(
     """Turn an unpickled snapshot into :class:`MemoryData` (raises :class:`InputError` if it is not one).
 
     ``max_items``: how many segments, blocks, history entries and frames lists the snapshot may describe (see
-    :class:`~gpuprof.memory.snapparse.SnapshotParser`).
+    :class:`~gpuprof.memory.snapshot.parse.SnapshotParser`).
     """
     if isinstance(obj, list):
         obj = {"segments": obj}

@@ -5,7 +5,7 @@ each segment (:meth:`~SnapshotParser.segment`), each device's history entries
 in batches (:meth:`~SnapshotParser.entries`), then the rest of the top dict
 (:meth:`~SnapshotParser.finish`). :func:`gpuprof.memory.snapshot.parse_snapshot`
 drives it over an unpickled object; the streaming loader
-(:mod:`gpuprof.memory.pickstream`) drives it as the file is read, so neither
+(:mod:`gpuprof.memory.snapshot.pickstream`) drives it as the file is read, so neither
 the pickle's objects nor the file need be held in whole. Both give the same
 :class:`MemoryData`. Every value is checked: a malformed snapshot is one
 :class:`~gpuprof.errors.InputError` naming the field.

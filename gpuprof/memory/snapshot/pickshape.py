@@ -1,4 +1,4 @@
-"""Which parts of a snapshot pickle the streaming reader hands on (:mod:`gpuprof.memory.pickstream`).
+"""Which parts of a snapshot pickle the streaming reader hands on (:mod:`gpuprof.memory.snapshot.pickstream`).
 
 A snapshot is a top-level dict whose ``segments`` list and ``device_traces`` lists (one per device) hold
 almost all of the file. :class:`Shape` recognises those lists as the reader makes them, marks the dicts made
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuprof.memory.pickops import CONSUMED, NotStreamable, Sink
+from gpuprof.memory.snapshot.pickops import CONSUMED, NotStreamable, Sink
 
 __all__ = ["Shape"]
 

@@ -1,9 +1,9 @@
-"""The pickle opcodes the streaming snapshot reader knows, and what it refuses (:mod:`gpuprof.memory.pickstream`).
+"""The pickle opcodes the streaming snapshot reader knows, and what it refuses (:mod:`gpuprof.memory.snapshot.pickstream`).
 
 Only plain data is ever built. Every opcode that names a global, calls,
 builds an object, uses a persistent id, an extension code or an out-of-band
 buffer is refused before anything is built from it, with the same one-line
-:class:`~gpuprof.memory.safeload.UnsafePickleError` the whole-file loader
+:class:`~gpuprof.memory.snapshot.safeload.UnsafePickleError` the whole-file loader
 gives. Protocol 0/1 text opcodes are valid plain data the stream reader does
 not take: the file is then read in whole (:class:`NotStreamable`).
 """

@@ -1,8 +1,8 @@
 """Load a snapshot file by streaming it: memory bounded by what the analysis keeps, not by the file.
 
 :func:`stream_snapshot` reads a regular file with
-:class:`~gpuprof.memory.pickstream.StreamReader`, which hands each segment and
-each history entry to a :class:`~gpuprof.memory.snapparse.SnapshotParser`
+:class:`~gpuprof.memory.snapshot.pickstream.StreamReader`, which hands each segment and
+each history entry to a :class:`~gpuprof.memory.snapshot.parse.SnapshotParser`
 as soon as the pickle has built it; the parser keeps one row of columns per
 entry and interned sites and kinds. Peak memory is then about the columns
 (tens of bytes per entry, against the 100-250 bytes each takes in the file)
@@ -24,10 +24,10 @@ from gpuprof.errors import InputError
 from gpuprof.inputs import Opened
 from gpuprof.memory.frames import DEFAULT_INTERNAL_PATTERNS
 from gpuprof.memory.model import MemoryData
-from gpuprof.memory.pickops import CorruptPickle, NotStreamable
-from gpuprof.memory.pickstream import StreamReader
-from gpuprof.memory.safeload import UnsafePickleError
-from gpuprof.memory.snapparse import SnapshotParser, check_top, item_budget
+from gpuprof.memory.snapshot.parse import SnapshotParser, check_top, item_budget
+from gpuprof.memory.snapshot.pickops import CorruptPickle, NotStreamable
+from gpuprof.memory.snapshot.pickstream import StreamReader
+from gpuprof.memory.snapshot.safeload import UnsafePickleError
 
 __all__ = ["stream_snapshot", "BuiltWhole"]
 

@@ -2,9 +2,9 @@
 
 ``pickle.load`` of a snapshot builds a Python object for every history entry: 10-30x the file, so a 1 GB
 snapshot needs tens of GB. This module walks the pickle's opcodes itself, from the file read in chunks, and
-hands each history entry and each segment to a :class:`~gpuprof.memory.pickops.Sink` as soon as its list
+hands each history entry and each segment to a :class:`~gpuprof.memory.snapshot.pickops.Sink` as soon as its list
 receives it; nothing keeps it afterwards (its memo slot holds a marker). It builds only plain data, like
-:mod:`gpuprof.memory.safeload`, and refuses the same opcodes (:mod:`gpuprof.memory.pickops`).
+:mod:`gpuprof.memory.snapshot.safeload`, and refuses the same opcodes (:mod:`gpuprof.memory.snapshot.pickops`).
 
 Besides: a frames list made only of references to frame dicts already seen (PyTorch writes one such list per
 entry, the frame dicts shared) is interned by the bytes of those references into one list (never changed
@@ -15,7 +15,7 @@ the file before anything is read.
 
 The reader takes the layout PyTorch's pickler writes. Whatever it cannot stream and still reproduce what
 ``pickle.load`` builds (a reference back to an entry handed on, a memo slot written out of order, text-protocol
-opcodes, a second ``segments`` key, a frames list that contains itself...) raises :class:`~gpuprof.memory.pickops.NotStreamable`; the caller then
+opcodes, a second ``segments`` key, a frames list that contains itself...) raises :class:`~gpuprof.memory.snapshot.pickops.NotStreamable`; the caller then
 reads the file in whole, as before.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from struct import error as struct_error
 from typing import Any
 
-from gpuprof.memory.pickops import (
+from gpuprof.memory.snapshot.pickops import (
     CONSUMED,
     F8,
     FRAMES_RUN,
@@ -40,8 +40,8 @@ from gpuprof.memory.pickops import (
     refs,
     unsafe_message,
 )
-from gpuprof.memory.pickshape import Shape
-from gpuprof.memory.safeload import UnsafePickleError
+from gpuprof.memory.snapshot.pickshape import Shape
+from gpuprof.memory.snapshot.safeload import UnsafePickleError
 
 __all__ = ["StreamReader", "NotStreamable", "CorruptPickle", "MAX_MARK_DEPTH"]
 

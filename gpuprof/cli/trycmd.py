@@ -93,7 +93,8 @@ def _from_findings(command: Any, folder: Path, warmup: int, steps: int, max_time
     codes = sorted({f.code for f in findings})
     doc["summary"] = (f"findings {', '.join(codes) or 'none'}: {len(picks)} variant(s) to try"
                       + (f", {len(doc['needs_code_change'])} change(s) only the code can make"
-                         if doc["needs_code_change"] else ""))
+                         if doc["needs_code_change"] else "")
+                      + ("" if picks else " (--variants all tries every variant that applies)"))
     predictions = {p.variant.name: {"codes": list(p.codes), "cost_us": p.cost_us, "what_if_us": p.what_if_us}
                    for p in picks}
     return [p.variant for p in picks], doc, predictions

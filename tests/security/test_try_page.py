@@ -8,6 +8,8 @@ Fast: nothing here imports torch."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,10 @@ from gpuprof.trials.runner import Outcome
 from gpuprof.trials.variants import Variant
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
-from .html_pages import PageParts
+from .html_pages import PageParts, shown
 
 CORPUS = HTML_HOSTILE + TEXT_HOSTILE + [HUGE_NAME]
+SHIM = Path(__file__).with_name("page_shim.js")
 BASE = [10_000.0 + 10 * (i % 5) for i in range(20)]
 
 
@@ -96,3 +99,22 @@ def test_the_table_and_try_md_show_every_name_inert(out: str) -> None:
         rows = [ln for ln in lines if ln.startswith("| ") and "pipe" in ln]
         assert rows and all(ln.replace("\\|", "").count("|") == 9 for ln in rows)
     assert "needs a code change" in text.lower()
+
+
+@pytest.mark.slow  # a Node interpreter runs the page's script
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node to run the page's script")
+def test_the_try_page_script_draws_every_name_as_text(tmp_path: Path) -> None:
+    page = tmp_path / "try.html"
+    page.write_text(render.html(_doc(CORPUS)), encoding="utf-8")
+    run = subprocess.run([str(shutil.which("node")), str(SHIM), str(page)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]  # the shim throws on innerHTML and on*/style/src/href attributes
+    got = json.loads(run.stdout)
+    assert got["rendered"] == "1" and got["strays"] == []
+    assert got["h2"][0] == "Variants, ranked" and any(h.startswith("Needs a code change") for h in got["h2"])
+    cells = set(got["cells"])
+    for i, name in enumerate(HTML_HOSTILE):
+        if "\u2028" not in name:  # the table's cells are the terminal's words: a line separator shown as an escape
+            assert shown(f"{name}-{i}") in cells
+    assert len(got["li"]) == 2 * len(CORPUS)  # a line to change per faster variant, a code-change row per finding
+    assert set(got["tags"]) <= {"B", "BODY", "CODE", "DIV", "H2", "LI", "MAIN", "P", "SECTION", "SPAN", "TABLE", "TD",
+                                "TH", "TR", "UL"}

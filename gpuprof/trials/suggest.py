@@ -11,9 +11,10 @@ from gpuprof.trials.variants import Variant
 __all__ = ["SUGGESTS", "CODE_CHANGE", "Suggestion", "suggest", "code_change_rows"]
 
 #: finding code -> the catalogue's variants it suggests, in order of preference ("num_workers=*": every worker count
-#: of the catalogue). A variant not in this machine's catalogue (a CUDA-only one on a CPU) is left out.
+#: of the catalogue). A variant not in this machine's catalogue (a CUDA-only one on a CPU) is left out. Findings that
+#: name a symptom, not a cause (GP101: the GPU idle, for whatever reason) suggest nothing: their cost would be
+#: claimed for a change that may not touch it.
 SUGGESTS: dict[str, tuple[str, ...]] = {
-    "GP101": ("num_workers=*", "pin_memory"),  # GPU idle: loading or copies in the step
     "GP102": ("num_workers=*",),
     "GP103": ("num_workers=*", "prefetch_factor=4"),
     "GP601": ("num_workers=*",),

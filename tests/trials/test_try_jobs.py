@@ -56,7 +56,7 @@ def test_try_measures_the_workers_variant_and_keeps_the_losses_and_the_users_fil
     assert _tree(user, "L") == before  # nothing of the user's changed, no checkpoint: the job never finished
     assert not (user / "checkpoint.txt").exists()
     doc: dict[str, Any] = json.loads((user / "L" / "t" / "try.json").read_text())
-    assert doc["try_schema_version"] == "1.0" and doc["steps"] == 6 and doc["warmup"] == 2
+    assert doc["try_schema_version"] == "1.1" and doc["steps"] == 6 and doc["warmup"] == 2
     base = doc["baseline"]
     assert [r["steps"] for r in base["runs"]] == [6, 6]
     assert base["step_time_median_us"] > 0 and base["interval_us"] is not None

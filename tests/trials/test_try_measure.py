@@ -268,3 +268,31 @@ def test_auto_suggests_from_the_findings_only_what_applies_and_lists_code_change
     (row,) = code_change_rows(found)
     assert row["code"] == "GP203" and row["location"] == "/u/train.py:7" and row["predicted_saving_us"] == 3000.0
     assert ".item()" in row["change"]
+
+
+@pytest.mark.slow  # a whole real trace analysed
+def test_suggestions_from_a_real_traces_findings() -> None:
+    """The tbplugin's ResNet-50 sample (num_workers=0, FP32 convolutions on a V100-era GPU): its findings suggest
+    the worker counts (GP102) and, with CUDA, pinning and TF32/autocast; each variant's prediction is the largest
+    cost of the findings that suggested it, computed here from the report's findings; the pageable copy in the
+    script is a code change at its line."""
+    import gpuprof
+    from gpuprof.testing.realtraces import shared_path
+    from gpuprof.trials.suggest import SUGGESTS, code_change_rows, suggest
+
+    path = shared_path("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143089861.pt.trace.json.gz")
+    findings = list(gpuprof.analyze(str(path)).findings)
+    codes = {f.code for f in findings}
+    assert "GP102" in codes
+    gpu = suggest(findings, catalogue(cuda=True, cores=4))
+    cpu = suggest(findings, catalogue(cuda=False, cores=4))
+    assert not any(p.variant.cuda_only for p in cpu)
+    assert {"num_workers=1", "num_workers=2", "num_workers=4"} <= {p.variant.name for p in cpu}
+    for p in gpu:
+        assert set(p.codes) <= codes and all(p.variant.name in SUGGESTS[c] or p.variant.settings.num_workers
+                                             for c in p.codes)
+        costs = [f.cost_us_per_step for f in findings if f.code in p.codes and f.cost_us_per_step is not None]
+        assert p.cost_us == (max(costs) if costs else None)
+    rows = code_change_rows(findings)
+    assert any(r["code"] == "GP201" and str(r["location"]).endswith(".py:44") for r in rows)
+    assert {r["code"] for r in rows} <= codes

@@ -199,18 +199,19 @@ def test_set_takes_the_model_and_optimizer_settings() -> None:
 
 
 def test_each_numerics_class_has_its_tolerance() -> None:
-    """The class decides: reordered arithmetic (channels_last, foreach) 1e-3, autocast 5e-2, TF32 1e-2."""
-    cl = Variant("channels_last", TrialSettings(channels_last=True))
+    """The class decides: reordered arithmetic (foreach, fused) 1e-3, autocast 5e-2, TF32 and cuDNN's 1e-2."""
+    cl = Variant("fused", TrialSettings(optimizer_fused=True))
     amp = Variant("autocast=bf16", TrialSettings(autocast="bf16"))
     amp_far = Variant("autocast=bf16 far", TrialSettings(autocast="bf16"))
     fe = Variant("foreach", TrialSettings(optimizer_foreach=True))
-    doc = _doc([(cl, _out(BASE, losses=[1.0, 0.5, 0.2505], applied={"channels_last": True})),
+    doc = _doc([(cl, _out(BASE, losses=[1.0, 0.5, 0.2505], applied={"optimizer_fused": True})),
                 (amp, _out(BASE, losses=[1.0, 0.51, 0.26], applied={"autocast": "bf16"})),
                 (amp_far, _out(BASE, losses=[1.0, 0.6, 0.25], applied={"autocast": "bf16"})),
                 (fe, _out(BASE, losses=[1.0, 0.5, 0.25], applied={"optimizer_foreach": True}))])
     by = {v["name"]: v for v in doc["variants"]}
-    assert (by["channels_last"]["numerics"], by["channels_last"]["loss_rtol"]) == ("reordered", 1e-3)
-    assert by["channels_last"]["verdict"] == "changed-numerics"  # 2e-3 relative: beyond reordered's 1e-3
+    assert (by["fused"]["numerics"], by["fused"]["loss_rtol"]) == ("reordered", 1e-3)
+    assert by["fused"]["verdict"] == "changed-numerics"  # 2e-3 relative: beyond reordered's 1e-3
+    assert Variant("c", TrialSettings(channels_last=True)).numerics == "precision"
     assert (by["autocast=bf16"]["numerics"], by["autocast=bf16"]["verdict"]) == ("reduced-precision", "same")
     assert by["autocast=bf16 far"]["verdict"] == "changed-numerics"  # 20%: beyond autocast's 5e-2
     assert by["foreach"]["verdict"] == "same" and by["foreach"]["loss_max_abs_diff"] == 0.0

@@ -50,3 +50,22 @@ def test_no_combine_leaves_it_out(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "L" / "n" / "try.json").read_text())
     assert len(doc["variants"]) == 3 and not any(v["combined"] for v in doc["variants"])
+
+
+def test_auto_without_an_analysis_report_tries_every_variant_that_applies(tmp_path: Path) -> None:
+    """The stand-in job never imports torch: the analysis trial has no capture and writes no report, so auto
+    falls back to every variant that applies on this machine (none CUDA-only here) and says why."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("GPUPROF_RUN_CONFIG", None)
+    proc = subprocess.run([sys.executable, "-m", "gpuprof", "try", "--logdir", "L", "--run-name", "a", "--steps", "4",
+                           "--warmup", "1", "--no-combine", "--", sys.executable, str(FAKE)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "L" / "a" / "try.json").read_text())
+    assert doc["analysis"]["error"] == "the analysis wrote no report" and doc["analysis"]["report"] is None
+    assert doc["analysis"]["directory"].endswith("01-analysis")
+    names = {v["name"] for v in doc["variants"]}
+    assert {"num_workers=1", "foreach", "fused", "channels_last", "autocast=bf16", "zero_grad_set_to_none"} <= names
+    assert not names & {"pin_memory", "matmul_precision=high", "cudnn_benchmark", "autocast=fp16"}
+    assert all(v["suggested_by"] == [] for v in doc["variants"])
+    assert "every variant that applies is tried" in proc.stdout

@@ -4,7 +4,10 @@ No capture runs in a trial: no profiler, no report, no window. The trial
 
 * applies its settings (:class:`~gpuprof.run.options.TrialSettings`) without editing the script: the
   arguments of every ``DataLoader`` built, ``torch.set_float32_matmul_precision``,
-  ``torch.backends.cudnn.benchmark``, the ``set_to_none`` of ``zero_grad``;
+  ``torch.backends.cudnn.benchmark``, the ``set_to_none`` of ``zero_grad``, ``foreach``/``fused`` of every torch
+  optimizer built, and around the model (each module holding parameters called from outside any module call):
+  ``torch.autocast``, ``channels_last`` (the model and its 4-D inputs), ``Module.compile``; it records the
+  file:line of the user's code where each was built or called, for the lines to change;
 * times the optimizer steps with the step clock's rule (one step per step of the *first* optimizer to step,
   the time between the ends of two such steps, on the host clock), the time spent in DataLoader ``__next__``
   per step, and the loss of each step: the value of the first one-element tensor whose ``.backward()`` is

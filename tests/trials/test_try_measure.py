@@ -297,3 +297,20 @@ def test_suggestions_from_a_real_traces_findings() -> None:
     rows = code_change_rows(findings)
     assert any(r["code"] == "GP201" and str(r["location"]).endswith(".py:44") for r in rows)
     assert {r["code"] for r in rows} <= codes
+
+
+def test_every_field_of_try_json_is_documented() -> None:
+    """docs/try.md's try.json table names every key the document and its rows carry (`key` in the table)."""
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "try.md").read_text()
+    section = text.split("## Output and exit codes", 1)[1].split("\n## ", 1)[0]
+    named = {word for span in re.findall(r"`([^`]+)`", section) for word in re.findall(r"[a-z_]+", span)}
+    analysis = {"summary": "x", "notes": [], "error": None, "report": None, "directory": "d", "wall_s": 1.0,
+                "findings": [], "needs_code_change": []}
+    w2 = Variant("num_workers=2", TrialSettings(num_workers=2))
+    doc = measure.build(["python", "t.py"], [_out(BASE), _out(BASE)], [(w2, _out([x - 4000 for x in BASE]))],
+                        3, 20, 2, False, False, analysis=analysis)
+    keys = set(doc) | set(doc["baseline"]) | set(doc["baseline"]["runs"][0]) | set(doc["variants"][0]) | \
+        set(doc["analysis"])
+    assert keys - named == set()

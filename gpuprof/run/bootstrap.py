@@ -79,7 +79,7 @@ def _start(text: str) -> None:
 def _on_torch(torch: ModuleType) -> None:
     global CLOCK
     assert _OPTS is not None
-    if _OPTS.trial is not None:  # gpuprof try: the trial's settings and timing, no capture
+    if _OPTS.trial is not None and not _OPTS.trial.analyze:  # gpuprof try: the trial's settings and timing, no capture
         from gpuprof.run import trial
 
         trial.start(torch, _OPTS.trial)
@@ -94,6 +94,10 @@ def _on_torch(torch: ModuleType) -> None:
 
     register_optimizer_step_post_hook(clock.on_optimizer_step)
     _wrap_destroy_process_group(torch, clock)
+    if _OPTS.trial is not None:  # gpuprof try's analysis trial: the capture, then the trial's stop (its report first)
+        from gpuprof.run import trial
+
+        trial.start(torch, _OPTS.trial, before_end=clock.finish)
 
 
 def _wrap_destroy_process_group(torch: ModuleType, clock: OptimizerClock) -> None:

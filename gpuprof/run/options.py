@@ -96,7 +96,11 @@ class TrialSettings(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkn
     The DataLoader fields replace the arguments of every ``DataLoader`` the job builds (``persistent_workers``
     and ``prefetch_factor`` only where the loader has workers, as torch requires); ``matmul_precision`` is
     ``torch.set_float32_matmul_precision``; ``cudnn_benchmark`` is ``torch.backends.cudnn.benchmark``;
-    ``zero_grad_set_to_none`` forces that argument of ``Optimizer.zero_grad`` and ``Module.zero_grad``."""
+    ``zero_grad_set_to_none`` forces that argument of ``Optimizer.zero_grad`` and ``Module.zero_grad``;
+    ``autocast`` runs each outermost call of a module holding parameters (the model's forward) under
+    ``torch.autocast`` with that dtype; ``channels_last`` converts that model and its 4-D inputs to
+    ``torch.channels_last``; ``compile`` compiles it in place (``Module.compile``); ``optimizer_foreach`` /
+    ``optimizer_fused`` pass ``foreach=True`` / ``fused=True`` to every torch optimizer built that takes it."""
 
     num_workers: Annotated[int, msgspec.Meta(ge=0, le=1024)] | None = None
     persistent_workers: bool | None = None
@@ -105,6 +109,11 @@ class TrialSettings(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkn
     matmul_precision: Literal["highest", "high", "medium"] | None = None
     cudnn_benchmark: bool | None = None
     zero_grad_set_to_none: bool | None = None
+    autocast: Literal["bf16", "fp16"] | None = None
+    channels_last: bool | None = None
+    compile: bool | None = None
+    optimizer_foreach: bool | None = None
+    optimizer_fused: bool | None = None
 
     def given(self) -> dict[str, Scalar]:
         """The settings given, by field name."""
@@ -119,6 +128,9 @@ class TrialOptions(msgspec.Struct, frozen=True):
     warmup: Annotated[int, msgspec.Meta(ge=1)] = 3
     steps: Annotated[int, msgspec.Meta(ge=1)] = 20
     settings: TrialSettings = msgspec.field(default_factory=TrialSettings)
+    # the analysis trial of ``--variants auto``: ``gpuprof run``'s capture runs too (its report is what the
+    # variants are picked from); the stop ends the capture first, so its report is written
+    analyze: bool = False
 
 
 class RunOptions(msgspec.Struct, frozen=True):

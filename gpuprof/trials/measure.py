@@ -17,13 +17,16 @@ from typing import Any
 from gpuprof.diff.compare import P_CHANGED
 from gpuprof.stats import noise_band, rank_test_p
 from gpuprof.trials.runner import Outcome
-from gpuprof.trials.variants import DATALOADER, Variant
+from gpuprof.trials.variants import DATALOADER, TOLERANCE, Variant
 
-__all__ = ["TRY_SCHEMA_VERSION", "build", "LOSS_RTOL", "VERDICTS"]
+__all__ = ["TRY_SCHEMA_VERSION", "build", "LOSS_RTOL", "VERDICTS", "ANALYSIS_STEPS"]
 
-TRY_SCHEMA_VERSION = "1.0"
-#: a variant that may change the numbers (TF32) keeps each loss within this share of the baseline's
-LOSS_RTOL = 1e-2
+TRY_SCHEMA_VERSION = "1.1"
+#: the analysis trial runs at least this many optimizer steps: the capture's default window (5 steps waited, 2 of
+#: profiler warm-up, 5 recorded) and the step that ends it
+ANALYSIS_STEPS = 13
+#: a precision variant (TF32) keeps each loss within this share of the baseline's; every class's: TOLERANCE
+LOSS_RTOL = TOLERANCE["precision"]
 VERDICTS = ("faster", "same", "slower", "changed-numerics", "failed")
 
 
@@ -52,8 +55,11 @@ def _memory(o: Outcome) -> int | None:
 
 
 def build(command: list[str], baseline: list[Outcome], variants: list[tuple[Variant, Outcome]],
-          warmup: int, steps: int, cores: int, cuda: bool, interrupted: bool) -> dict[str, Any]:
-    """The try document."""
+          warmup: int, steps: int, cores: int, cuda: bool, interrupted: bool,
+          predictions: dict[str, Any] | None = None, analysis: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The try document. ``predictions``: by variant name, the findings that suggested it (``codes``) and their
+    predicted saving (``cost_us``, ``what_if_us``); ``analysis``: the analysis trial's document (``--variants
+    auto``), whose ``needs_code_change`` rows the document lists beside the variants."""
     from gpuprof.version import __version__
 
     runs = []
@@ -86,11 +92,20 @@ def build(command: list[str], baseline: list[Outcome], variants: list[tuple[Vari
             "throughput_steps_per_s": 1e6 / base_median if base_median else None,
         },
         "variants": [],
+        "analysis": {k: val for k, val in analysis.items() if k != "needs_code_change"} if analysis else None,
+        "needs_code_change": list((analysis or {}).get("needs_code_change") or []),
     }
     rows = []
     for v, o in variants:
-        rows.append(_variant(v, o, pooled, base_median, between, base_losses[0] if base_losses else [],
-                             reproducible, wait))
+        row = _variant(v, o, pooled, base_median, between, base_losses[0] if base_losses else [],
+                       reproducible, wait)
+        pred = (predictions or {}).get(v.name) or {}
+        row["suggested_by"] = list(pred.get("codes") or [])
+        if pred.get("cost_us") is not None:  # the suggesting finding's cost per step, and its what-if
+            row["predicted_saving_us"] = pred["cost_us"]
+        row["predicted_what_if_us"] = pred.get("what_if_us")
+        row["combined"] = v.name.startswith("combined: ")
+        rows.append(row)
     order = {name: i for i, name in enumerate(VERDICTS)}
     rows.sort(key=lambda r: (order[r["verdict"]], r["step_time_median_us"] if r["step_time_median_us"] is not None
                              else math.inf))
@@ -112,6 +127,7 @@ def _variant(v: Variant, o: Outcome, base: list[float], base_median: float | Non
     applied = (o.result or {}).get("applied") or {}
     row: dict[str, Any] = {
         "name": v.name, "settings": v.settings.given(), "applied": applied, "numeric": v.numeric,
+        "numerics": v.numerics, "loss_rtol": TOLERANCE[v.numerics],
         "steps": len(t), "step_time_median_us": med, "interval_us": None, "p_value": None, "speedup": None,
         "throughput_steps_per_s": 1e6 / med if med else None,
         "memory_peak_bytes": _memory(o), "cuda_memory_peak_bytes": (o.result or {}).get("cuda_peak_bytes"),
@@ -142,35 +158,74 @@ def _variant(v: Variant, o: Outcome, base: list[float], base_median: float | Non
         row["verdict"] = "same"
     abs_d, rel_d = _loss_diff(base_loss, _losses(o))
     row["loss_max_abs_diff"], row["loss_max_rel_diff"] = abs_d, rel_d
+    rtol = TOLERANCE[v.numerics]
     if reproducible and abs_d is not None and rel_d is not None:
-        if (not v.numeric and abs_d > 0) or (v.numeric and rel_d > LOSS_RTOL):
+        if (rtol == 0 and abs_d > 0) or rel_d > rtol:
             row["verdict"] = "changed-numerics"
-            row["note"] = (f"the losses moved by up to {abs_d:.3g} from the baseline's"
-                           + ("" if v.numeric else " (this setting should not change them)"))
+            row["note"] = (f"the losses moved by up to {abs_d:.3g} ({rel_d:.2g} relative) from the baseline's"
+                           + (" (this setting should not change them)" if rtol == 0
+                              else f", beyond the {rtol:g} of its class ({v.numerics})"))
     elif reproducible is False:
         row["note"] = "the baseline's own runs gave different losses: the numerics are not compared"
     if row["verdict"] == "faster":
-        row["code_change"] = code_change(v, (o.result or {}).get("dataloader_sites"))
-    if not applied:
-        extra = "no DataLoader (with workers) took this setting" if v.settings.given().keys() & DATALOADER \
-            else "the setting was not applied"
+        row["code_change"] = code_change(v, (o.result or {}).get("dataloader_sites"), (o.result or {}).get("sites"))
+    missing = [k for k in v.settings.given() if k not in applied]
+    if not applied or missing:
+        extra = _not_applied(missing or list(v.settings.given()))
         row["note"] = f"{row['note']}; {extra}" if row["note"] else extra
+    trial_notes = [str(n) for n in (o.result or {}).get("notes") or [] if isinstance(n, str)]
+    if trial_notes:
+        row["note"] = "; ".join(([row["note"]] if row["note"] else []) + trial_notes[:3])
     return row
 
 
-def code_change(v: Variant, sites: Any) -> str:
-    """The lines to change in the user's code to keep a variant: what to write, and where the DataLoaders were
-    built (file:line, as the trial saw them)."""
+_NOT_TAKEN = {
+    "num_workers": "no DataLoader took num_workers", "pin_memory": "no DataLoader took pin_memory",
+    "persistent_workers": "no DataLoader with workers took persistent_workers",
+    "prefetch_factor": "no DataLoader with workers took prefetch_factor",
+    "channels_last": "no 4-D parameter or input to convert (channels_last changes nothing here)",
+    "compile": "no model (a module holding parameters) was called", "autocast": "no model was called",
+    "optimizer_foreach": "no optimizer took foreach=True", "optimizer_fused": "no optimizer took fused=True",
+}
+
+
+def _not_applied(keys: list[str]) -> str:
+    return "; ".join(_NOT_TAKEN.get(k, f"{k} was not applied") for k in keys)
+
+
+def _at(sites: Any) -> str:
+    where = [str(s) for s in sites or [] if isinstance(s, str)][:5]
+    return f" at {', '.join(where)}" if where else ""
+
+
+def code_change(v: Variant, sites: Any, other: Any = None) -> str:
+    """The lines to change in the user's code to keep a variant: what to write, and where (file:line of the
+    user's code, as the trial saw it: where each DataLoader and optimizer was built, where the model was called,
+    where zero_grad was called)."""
     given = v.settings.given()
+    more: dict[str, Any] = other if isinstance(other, dict) else {}
     parts = []
     loader = [f"{k}={v!r}" for k, v in given.items() if k in DATALOADER]
     if loader:
-        where = [str(s) for s in sites or [] if isinstance(s, str)][:5]
-        parts.append(f"DataLoader(..., {', '.join(loader)})" + (f" at {', '.join(where)}" if where else ""))
+        parts.append(f"DataLoader(..., {', '.join(loader)})" + _at(sites))
     if "matmul_precision" in given:
         parts.append(f"torch.set_float32_matmul_precision({given['matmul_precision']!r}) after importing torch")
     if "cudnn_benchmark" in given:
         parts.append(f"torch.backends.cudnn.benchmark = {given['cudnn_benchmark']!r}")
     if "zero_grad_set_to_none" in given:
-        parts.append(f"optimizer.zero_grad(set_to_none={given['zero_grad_set_to_none']!r})")
+        parts.append(f"optimizer.zero_grad(set_to_none={given['zero_grad_set_to_none']!r})"
+                     + _at(more.get("zero_grad")))
+    for key, arg in (("optimizer_fused", "fused"), ("optimizer_foreach", "foreach")):
+        if given.get(key):
+            parts.append(f"torch.optim.<Optimizer>(..., {arg}=True)" + _at(more.get("optimizer")))
+    model = _at(more.get("model"))
+    if given.get("channels_last"):
+        parts.append("model = model.to(memory_format=torch.channels_last) once, and "
+                     "x = x.contiguous(memory_format=torch.channels_last) for 4-D inputs, before the call" + model)
+    if given.get("compile"):
+        parts.append("model = torch.compile(model) once, before the call" + model)
+    if "autocast" in given:
+        dtype = "torch.bfloat16" if given["autocast"] == "bf16" else "torch.float16"
+        parts.append(f"with torch.autocast(device_type, dtype={dtype}): around the call" + model
+                     + ("" if given["autocast"] == "bf16" else " (with torch.amp.GradScaler for the backward)"))
     return "; ".join(parts)

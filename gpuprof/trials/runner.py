@@ -56,15 +56,16 @@ def _kill_group(pid: int) -> None:
 
 
 def run_trial(command: Command, directory: Path, settings: TrialSettings, warmup: int, steps: int,
-              max_time: float) -> Outcome:
+              max_time: float, analyze: bool = False) -> Outcome:
     """Run the command once as a trial; never raises for what the job does (KeyboardInterrupt aside: the trial
-    is stopped first, then it propagates with ``interrupted`` set on nothing: the caller records it)."""
+    is stopped first, then it propagates with ``interrupted`` set on nothing: the caller records it).
+    ``analyze``: the analysis trial (``gpuprof run``'s capture too; its run directory is ``directory/capture``)."""
     directory.mkdir(parents=True, exist_ok=True)
     result_path = directory / "result.json"
     log = directory / "output.log"
-    opts = RunOptions(logdir=str(directory), run="trial",
+    opts = RunOptions(logdir=str(directory.resolve()), run="capture",
                       trial=TrialOptions(result=str(result_path.resolve()), warmup=warmup, steps=steps,
-                                         settings=settings))
+                                         settings=settings, analyze=analyze))
     env = child_env(opts)
     env.update(TRACKERS_OFF)
     env["WANDB_DIR"] = str(directory.resolve())

@@ -56,7 +56,7 @@ def test_try_measures_the_workers_variant_and_keeps_the_losses_and_the_users_fil
     assert _tree(user, "L") == before  # nothing of the user's changed, no checkpoint: the job never finished
     assert not (user / "checkpoint.txt").exists()
     doc: dict[str, Any] = json.loads((user / "L" / "t" / "try.json").read_text())
-    assert doc["try_schema_version"] == "1.0" and doc["steps"] == 6 and doc["warmup"] == 2
+    assert doc["try_schema_version"] == "1.1" and doc["steps"] == 6 and doc["warmup"] == 2
     base = doc["baseline"]
     assert [r["steps"] for r in base["runs"]] == [6, 6]
     assert base["step_time_median_us"] > 0 and base["interval_us"] is not None
@@ -137,3 +137,67 @@ def test_a_job_shorter_than_the_trial_keeps_what_it_measured(tmp_path: Path) -> 
     assert v["steps"] == 3 and "before --steps" in v["note"]
     assert [r["steps"] for r in doc["baseline"]["runs"]] == [3, 3]
     assert (user / "checkpoint.txt").exists()  # the job ended on its own: its own end ran, in its own directory
+
+
+CONV = Path(__file__).resolve().parent / "jobs" / "planted_conv.py"
+
+
+def _line(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_model_and_optimizer_variants_apply_without_editing_and_one_that_raises_is_failed(tmp_path: Path) -> None:
+    """channels_last, foreach and fused are applied to the unchanged conv job (the trial says where the model was
+    called and the optimizer built); autocast makes the planted model raise: that variant alone is failed."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "planted_conv.py").write_bytes(CONV.read_bytes())
+    before = _tree(user, "L")
+    proc = _try("--logdir", "L", "--run-name", "m", "--steps", "3", "--warmup", "1", "--no-combine", "--html",
+                "--variants", "channels_last,foreach,fused,autocast=bf16", "planted_conv.py", "--raise-in-forward",
+                cwd=user)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert _tree(user, "L") == before and not (user / "checkpoint.pt").exists()
+    doc = json.loads((user / "L" / "m" / "try.json").read_text())
+    assert doc["try_schema_version"] == "1.1" and doc["analysis"] is None
+    by = {v["name"]: v for v in doc["variants"]}
+    assert by["autocast=bf16"]["verdict"] == "failed"
+    assert "planted: this model breaks under autocast" in by["autocast=bf16"]["error"]
+    for name, key in (("channels_last", "channels_last"), ("foreach", "optimizer_foreach"),
+                      ("fused", "optimizer_fused")):
+        v = by[name]
+        assert v["applied"] == {key: True}, v
+        assert v["steps"] == 3 and v["numerics"] == ("precision" if name == "channels_last" else "reordered")
+        assert v["verdict"] != "failed" and v["loss_max_rel_diff"] is not None
+        assert (v["verdict"] == "changed-numerics") == (v["loss_max_rel_diff"] > v["loss_rtol"])
+    sites = {p.name.split("-", 1)[1]: json.loads((p / "result.json").read_text()).get("sites")
+             for p in (user / "L" / "m" / "trials").iterdir() if (p / "result.json").exists()}
+    job = user / "planted_conv.py"
+    assert sites["channels_last"] == {"model": [f"{job}:{_line(job, 'loss = loss_fn(model(x), y)')}"]}
+    assert sites["fused"] == {"optimizer": [f"{job}:{_line(job, 'torch.optim.Adam(')}"]}
+    page = (user / "L" / "m" / "try.html").read_text()
+    assert "Content-Security-Policy" in page and "autocast=bf16" in page
+
+
+def test_auto_tries_what_the_analysis_findings_suggest(tmp_path: Path) -> None:
+    """The planted job loads in the training process: the analysis trial's report has GP601, which suggests the
+    worker counts; nothing CUDA-only is tried on a CPU; the prediction is the finding's cost per step."""
+    user = _user_dir(tmp_path)
+    proc = _try("--logdir", "L", "--run-name", "a", "--steps", "3", "--warmup", "1", "--no-combine",
+                "planted_loader.py", "--item-ms", "2", cwd=user)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert not (user / "checkpoint.txt").exists()
+    doc = json.loads((user / "L" / "a" / "try.json").read_text())
+    a = doc["analysis"]
+    assert a["error"] is None and (user / a["report"]).is_file()  # relative to the job's directory, as --logdir
+    report = json.loads((user / a["report"]).read_text())
+    gp601 = next(f for f in report["findings"] if f["code"] == "GP601")
+    assert "GP601" in {f["code"] for f in a["findings"]}
+    names = [v["name"] for v in doc["variants"]]
+    assert names and set(names) <= {"num_workers=1", "num_workers=2", "prefetch_factor=4"}
+    assert not any(n in names for n in ("pin_memory", "autocast=fp16", "matmul_precision=high"))
+    for v in doc["variants"]:
+        assert "GP601" in v["suggested_by"] or v["name"] == "prefetch_factor=4"
+        if v["suggested_by"] == ["GP601"]:
+            assert v["predicted_saving_us"] == pytest.approx(gp601["cost_us_per_step"])
+    assert "variants from the baseline's analysis" in proc.stdout

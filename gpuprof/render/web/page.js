@@ -40,7 +40,18 @@ function renderReport(){
 // the diff document, drawn whole by the shared code (GP.diff), as the TensorBoard tab's comparison
 function renderDiff(){ GP.diff(section("Comparison, before \u2192 after").appendChild(el("div", {id: "diff"})), D.diff); }
 
+// gpuprof try's ranked table, the lines to change and what only the code can change (every string as text)
+function renderTry(){
+  const s = section("Variants, ranked");
+  s.append(table(D.head.map((h, i) => ({head: h, name: i === 0 || i === D.head.length - 1, get: r => r[i]})), D.rows));
+  if (D.analysis.length) section("From the baseline's analysis").append(...D.analysis.map(t => el("p", {}, t)));
+  if (D.keep.length) section("To keep a faster variant, change").append(
+    el("ul", {}, ...D.keep.map(k => el("li", {}, el("b", {}, k[0]), ": ", el("code", {}, k[1])))));
+  if (D.code.length) section("Needs a code change (not tried; the saving is the finding's prediction)").append(
+    el("ul", {}, ...D.code.map(c => el("li", {}, c))));
+}
+
 $("title").textContent = D.title;
 $("sub").textContent = "gpuprof " + D.version + " \u00b7 offline page: nothing here loads from the network";
-if (D.kind === "diff") renderDiff(); else renderReport();
+if (D.kind === "diff") renderDiff(); else if (D.kind === "try") renderTry(); else renderReport();
 document.body.dataset.rendered = "1";

@@ -55,7 +55,7 @@ def find_run_dirs(logdir: str, before: Mapping[str, int], after: Mapping[str, in
 
 
 def _read(path: Path, problems: list[str]) -> Report | None:
-    from gpuprof.reportfile import read_report_dict, report_from_dict
+    from gpuprof.saved.read import read_report_dict, report_from_dict
 
     try:
         return report_from_dict(read_report_dict(path), str(path))

@@ -56,6 +56,6 @@ def analysis_report(paths: Sequence[str], select: Sequence[str], ignore: Sequenc
 
 def is_saved_report(path: str) -> bool:
     """``path`` is a saved report.json (read back, not analysed)."""
-    from gpuprof.inputs import is_report_file  # the reader (gpuprof.reportfile) only for a saved report
+    from gpuprof.inputs import is_report_file  # the reader (gpuprof.saved.read) only for a saved report
 
     return is_report_file(path)

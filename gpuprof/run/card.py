@@ -2,7 +2,7 @@
 
 When the command has ended, ``gpuprof run`` (the parent process, which never
 imports torch) reads back what the job wrote under the logdir through the
-saved-report reader (:mod:`gpuprof.reportfile`): each run directory's
+saved-report reader (:mod:`gpuprof.saved.read`): each run directory's
 ``report.json`` (a single process) or ``rank<R>/report.json`` (the ranks of a
 job) and ``report.cross_rank.json``. It writes ``report.html`` in the run
 directory (unless ``--no-html``) and prints the card: the steps and phases of

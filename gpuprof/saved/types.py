@@ -35,11 +35,7 @@ Amount = Annotated[float, Meta(ge=0.0, le=sys.float_info.max)]  # FLOPs, an MFU 
 Severity = Literal["info", "warning", "error"]
 
 
-class _S(Struct, omit_defaults=False):
-    pass
-
-
-class Device(_S):
+class Device(Struct):
     id: Int = 0
     name: str = ""
     total_memory: Count | None = None
@@ -48,7 +44,7 @@ class Device(_S):
     compute_capability: list[Count] | None = None
 
 
-class TopKernel(_S):
+class TopKernel(Struct):
     name: str
     count: Count
     total_us: Us
@@ -56,7 +52,7 @@ class TopKernel(_S):
     share_of_gpu: Share = 0.0
 
 
-class TopOp(_S):
+class TopOp(Struct):
     name: str
     count: Count
     total_us: Us
@@ -65,7 +61,7 @@ class TopOp(_S):
     gpu_total_us: Us = 0.0
 
 
-class Copy(_S):
+class Copy(Struct):
     count: Count
     total_us: Us
     direction: str = ""
@@ -74,7 +70,7 @@ class Copy(_S):
     bandwidth_gbps: Amount | None = None
 
 
-class Sync(_S):
+class Sync(Struct):
     count: Count
     total_us: Us
     cause: str = ""
@@ -82,7 +78,7 @@ class Sync(_S):
     location: str | None = None
 
 
-class ViewRow(_S):
+class ViewRow(Struct):
     """A row of a trace's views (docs/views.md): an operator, kernel, module or range; each kind's fields."""
 
     name: str
@@ -112,7 +108,7 @@ class ViewRow(_S):
     peak_precision: str | None = None
 
 
-class Views(_S):
+class Views(Struct):
     version: Positive = 1
     kernel_total_us: Us = 0.0
     unattributed_gpu_us: Us = 0.0
@@ -124,7 +120,7 @@ class Views(_S):
     ranges: list[ViewRow] = []
 
 
-class MfuModule(_S):
+class MfuModule(Struct):
     name: str
     gpu_total_us: Us = 0.0
     mfu: Amount | None = None
@@ -133,7 +129,7 @@ class MfuModule(_S):
     reference_mfu: Amount | None = None
 
 
-class Mfu(_S):
+class Mfu(Struct):
     value: Amount | None = None
     known_flops_share: Share | None = None
     no_peak_share: Share | None = None
@@ -146,19 +142,19 @@ class Mfu(_S):
     reference_precision: str | None = None
 
 
-class CriticalPart(_S):
+class CriticalPart(Struct):
     kind: str
     name: str
     us: Us
 
 
-class CriticalPath(_S):
+class CriticalPath(Struct):
     length_us: Us
     parts: list[CriticalPart]
     host_ahead_us: Us = 0.0
 
 
-class Lane(_S):
+class Lane(Struct):
     id: str
     kind: str
     label: str
@@ -168,13 +164,13 @@ class Lane(_S):
     depth: Count = 0
 
 
-class TimelineStep(_S):
+class TimelineStep(Struct):
     id: Int
     start_us: Time
     end_us: Time
 
 
-class Marker(_S):
+class Marker(Struct):
     code: str
     lane: str
     start_us: Time
@@ -182,7 +178,7 @@ class Marker(_S):
     where: str = ""
 
 
-class Timeline(_S):
+class Timeline(Struct):
     version: Positive = 1
     origin_us: Time = 0.0
     span_us: Us = 0.0
@@ -200,7 +196,7 @@ class Timeline(_S):
     markers: list[Marker] = []
 
 
-class SavedTrace(_S):
+class SavedTrace(Struct):
     """One trace summary; the first eight fields every 1.x report has (``gpuprof diff`` computes with them)."""
 
     path: str
@@ -240,19 +236,19 @@ class SavedTrace(_S):
         return self.step_time_mean_us * self.num_steps
 
 
-class Location(_S):
+class Location(Struct):
     file: str
     line: Int | None = None
     function: str | None = None
 
 
-class EvidenceEvent(_S):
+class EvidenceEvent(Struct):
     name: str
     ts: Time
     dur: Us = 0.0
 
 
-class Evidence(_S):
+class Evidence(Struct):
     metric: str
     value: float | str | None = None
     threshold: float | None = None
@@ -261,14 +257,14 @@ class Evidence(_S):
     extra: dict[str, Any] = {}  # the rule's own (checked for non-finite numbers only)
 
 
-class Link(_S):
+class Link(Struct):
     kind: str
     code: str
     part: str | None = None
     count: Count | None = None
 
 
-class SavedFinding(_S):
+class SavedFinding(Struct):
     code: str
     name: str = ""
     severity: Severity | UnsetType = UNSET
@@ -292,27 +288,27 @@ class SavedFinding(_S):
         return f"{loc.file}:{loc.line}" if loc.line is not None else loc.file
 
 
-class JobPhase(_S):
+class JobPhase(Struct):
     step_time_median_us: Us = 0.0
     step_time_min_us: Us = 0.0
     step_time_p90_us: Us = 0.0
     step_time_max_us: Us = 0.0
 
 
-class JobSeries(_S):
+class JobSeries(Struct):
     step_time_us: list[Us] = []
     step_time_min_us: list[Us] = []
     step_time_max_us: list[Us] = []
 
 
-class SavedJob(_S):
+class SavedJob(Struct):
     """The job's step figures (its other fields: :class:`gpuprof.report.JobSummary`, read by the same reader)."""
 
     phases: list[JobPhase] = []
     series: JobSeries | None = None
 
 
-class SavedReport(_S):
+class SavedReport(Struct):
     """A saved report, decoded. ``sections`` stay open objects (each kind's layout is its module's)."""
 
     schema_version: str

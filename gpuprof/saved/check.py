@@ -30,8 +30,7 @@ import msgspec
 
 from gpuprof.saved.types import MAX_TRACE_US, SHARE_CEILING, SavedFinding, SavedReport, SavedTrace
 
-__all__ = ["ReportProblem", "saved_report", "check_finding", "first_non_finite", "MAX_STEP_S", "MAX_STEP_ENV",
-           "max_step_us"]
+__all__ = ["ReportProblem", "saved_report", "first_non_finite", "MAX_STEP_S", "MAX_STEP_ENV", "max_step_us"]
 
 MAX_STEP_S = 86_400.0  # one day: the longest step a saved report may hold (docs/limits.md)
 MAX_STEP_ENV = "GPUPROF_MAX_STEP_S"
@@ -264,16 +263,3 @@ def saved_report(doc: Any) -> SavedReport:
     _check_counts(report)
     _check_sections(report)
     return report
-
-
-def check_finding(d: Any, path: str = "finding") -> SavedFinding:
-    """``d`` as a finding, or :class:`ReportProblem` when it is not a finding's JSON form (types and ranges)."""
-    bad = first_non_finite(d, path)
-    if bad is not None:
-        raise ReportProblem(bad, "is NaN or infinite, not a finite number")
-    try:
-        f = msgspec.convert(d, SavedFinding)
-    except msgspec.ValidationError as err:
-        raise _problem(err, d, path, SavedFinding) from None
-    _check_steps(_finding_per_step(f, path))
-    return f

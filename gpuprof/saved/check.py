@@ -95,26 +95,29 @@ def _value_at(doc: Any, path: str) -> Any:
     return doc
 
 
-def _keyed(doc: Any, where: str, text: str, type_: Any) -> str:
-    """``where`` with msgspec's ``[...]`` (a value of a map, unnamed) replaced by the key whose value fails."""
+def _keyed(doc: Any, where: str, error: str, type_: Any) -> str:
+    """``where`` with msgspec's ``[...]`` (a value of a map, unnamed) replaced by the key whose value fails: the
+    map halved until one key is left whose value fails as the whole did (a few conversions for any size)."""
     head, _, tail = where.partition("[...]")
     mapping = _value_at(doc, head)
     if not isinstance(mapping, dict):
         return where
     items = list(mapping.items())
+    left = items
     try:
-        for k, v in items:  # the map with one of its values at a time: the one that fails as the whole did
+        while len(left) > 1:
             mapping.clear()
-            mapping[k] = v
+            mapping.update(left[:len(left) // 2])
             try:
                 msgspec.convert(doc, type_)
+                same = False
             except msgspec.ValidationError as err:
-                if str(err).startswith(text):
-                    return f"{head}.{k}{tail}"
+                same = str(err) == error  # the first failing value is in this half
+            left = left[:len(left) // 2] if same else left[len(left) // 2:]
     finally:
         mapping.clear()
         mapping.update(items)
-    return where
+    return f"{head}.{left[0][0]}{tail}" if left else where
 
 
 def _problem(err: msgspec.ValidationError, doc: Any, root: str, type_: Any) -> ReportProblem:
@@ -124,7 +127,7 @@ def _problem(err: msgspec.ValidationError, doc: Any, root: str, type_: Any) -> R
     where = at.group(1) if at else ""
     text = text[:at.start()] if at else text
     if "[...]" in where:
-        where = _keyed(doc, where, text, type_)
+        where = _keyed(doc, where, str(err), type_)
     field = (root + where).lstrip(".") or "(the whole document)"
     if (m := _MISSING.match(text)) is not None:
         return ReportProblem(f"{field}.{m.group(1)}" if where or root else m.group(1), "is missing")

@@ -121,3 +121,16 @@ def test_the_good_report_reads_everywhere(tmp_path: Path) -> None:
                  ["export", str(good), "-o", str(tmp_path / "out")], ["history", str(tmp_path / "logs")]):
         res = runner.invoke(cli, args)
         assert res.exit_code == 0, (args, res.output[-400:])
+
+
+def test_a_bad_value_among_a_huge_map_is_named_and_the_map_kept() -> None:
+    """msgspec names a map's value ``[...]``; the reader finds its key by halving the map (a few conversions
+    however many keys a hostile file holds), and leaves the document as it was."""
+    from gpuprof.saved import ReportProblem, saved_report
+
+    parts = {**{f"a{i}": 1.0 for i in range(50_000)}, "bad": -1.0, **{f"z{i}": 1.0 for i in range(50_000)}}
+    doc = _bad(("traces", 1, "idle_breakdown_us"), dict(parts))
+    with pytest.raises(ReportProblem) as err:
+        saved_report(doc)
+    assert err.value.field == "traces[1].idle_breakdown_us.bad" and "less than 0" in err.value.problem
+    assert doc["traces"][1]["idle_breakdown_us"] == parts

@@ -87,3 +87,31 @@ def test_the_trackers_and_the_tab_state_the_same_figures(job: Path) -> None:
     analysed = [{"summary": t, "steps": [{"time_us": t["step_time_mean_us"], "breakdown_us": {}, "idle_us": {}}] * t["num_steps"]}
                 for t in json.loads((job / "both.json").read_text())["traces"]]
     assert _headline(analysed)["gpu_utilization"] == pytest.approx(figures.gpu_utilization)
+
+
+@pytest.mark.slow  # two real traces analysed whole
+def test_two_real_ranks_read_one_utilisation_in_history_and_diff(tmp_path: Path) -> None:
+    """HTA's sampled ranks 0 and 1 (../shared): each rank's report under one run, and both ranks in one report.
+    Their utilisations differ (44.5% and 46.8%, with different step times), so the plain mean of the traces
+    (history before issue 45) is off the job's figure in the fifth digit; history and diff now state the same."""
+    from gpuprof.testing.realtraces import shared_path
+
+    ranks = (shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "timeline_analysis", "sampled_rank-0.json.gz"),
+             shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"))
+    runner = CliRunner()
+    for r, trace in enumerate(ranks):
+        out = tmp_path / "logs" / "job" / f"rank{r}" / "report.json"
+        out.parent.mkdir(parents=True)
+        assert runner.invoke(cli, ["analyze", str(trace), "--format", "json", "-o", str(out), "--fail-on", "never"]
+                             ).exit_code == 0
+    both = tmp_path / "both.json"
+    assert runner.invoke(cli, ["analyze", *map(str, ranks), "--format", "json", "-o", str(both), "--fail-on", "never"]
+                         ).exit_code == 0
+    traces = json.loads(both.read_text())["traces"]
+    assert sorted(t["rank"] for t in traces) == [0, 1] and all(t["gpu_utilization"] for t in traces)
+    expected = (sum(t["gpu_busy_us"] * t["num_steps"] for t in traces)
+                / sum(t["step_time_mean_us"] * t["num_steps"] for t in traces))
+    (run,) = json.loads(runner.invoke(cli, ["history", str(tmp_path / "logs"), "--format", "json"]).stdout)["runs"]
+    diff = json.loads(runner.invoke(cli, ["diff", str(both), str(both), "--format", "json"]).stdout)
+    (util,) = [m["before"] for m in diff["metrics"] if m["name"] == "gpu_utilization"]
+    assert run["gpu_utilization"] == pytest.approx(expected, rel=1e-9) and util == pytest.approx(expected, rel=1e-9)

@@ -20,15 +20,15 @@ traces are still analysed), never fatal: it is a by-product, not the input.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
+import msgspec
+
+from gpuprof.errors import InputError
 from gpuprof.findings import Finding
 from gpuprof.report import JobSummary, Report
-from gpuprof.reportcheck import ReportProblem, check_finding
 
 __all__ = ["CaptureFindings", "capture_findings", "capture_findings_of",
            "REPORT_NAME", "MAX_REPORT_BYTES"]
@@ -95,77 +95,33 @@ def capture_findings(path: str | os.PathLike[str]) -> CaptureFindings:
     return out
 
 
-def _job(data: dict[str, Any]) -> JobSummary | None:
-    raw = data.get("job")
-    if raw is None:
-        return None
-    import msgspec
-
-    try:
-        return msgspec.convert(raw, JobSummary)
-    except msgspec.ValidationError as err:
-        raise ValueError(f"a malformed job ({err})") from None
-
-
 def _read(rep: Path) -> tuple[list[Finding], JobSummary | None] | None:
+    """The runtime findings and job of a capture's report (None: not a capture's); ValueError when it is
+    unreadable or malformed (the typed reader's checks, :mod:`gpuprof.saved`)."""
+    from gpuprof.saved.read import job_from_dict, loaded
+
     try:
         with open(rep, "rb") as fh:
             if os.fstat(fh.fileno()).st_size > MAX_REPORT_BYTES:
                 raise ValueError(f"larger than {MAX_REPORT_BYTES:,} bytes, not a capture report")
-            data = json.loads(fh.read())
+            raw = fh.read()
     except OSError as err:
         raise ValueError(f"cannot read it ({err.strerror or err})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"not JSON ({err})") from None
-    if not isinstance(data, dict) or data.get("command") != "capture":
-        return None
-    raw = data.get("findings")
-    if not isinstance(raw, list):
-        raise ValueError("a capture report without a findings list")
-    found = []
-    for i, d in enumerate(raw):
-        if not isinstance(d, dict) or not isinstance(d.get("code"), str):
-            raise ValueError("a finding that is not an object with a code")
-        if d.get("origin") != "runtime" or d["code"] not in _runtime_codes():
-            continue  # trace findings are recomputed from the traces themselves
-        try:
-            f = Finding.from_dict(d)
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise ValueError(f"a malformed {d['code']} finding ({type(err).__name__})") from None
-        if not _well_typed(f):  # a stranger's file: the renderers expect text where text belongs
-            raise ValueError(f"a malformed {d['code']} finding (a field of the wrong type)")
-        try:
-            check_finding(d, f"findings[{i}]")  # types and ranges: no NaN or negative cost reaches a renderer
-        except ReportProblem as err:
-            raise ValueError(f"a malformed {d['code']} finding ({err.field} {err.problem})") from None
-        found.append(_as_from_capture(f, rep))
-    return found, _job(data)
-
-
-def _well_typed(f: Any) -> bool:
-    # Any on purpose: Finding.from_dict does not check field types, so the annotated ones may lie here
-    texts = (f.code, f.name, f.message, f.advice)
-    if not all(isinstance(t, str) for t in texts):
-        return False
-    for num in (f.cost_us_per_step, f.cost_share):
-        if num is not None and (isinstance(num, bool) or not isinstance(num, (int, float))):
-            return False
-    loc = f.location
-    if loc is not None and (not isinstance(loc.file, str) or not isinstance(loc.line, (int, type(None)))
-                            or not isinstance(loc.function, (str, type(None)))):
-        return False
-    for k in f.links:
-        if not isinstance(k.code, str) or not isinstance(k.part, (str, type(None))) or \
-                isinstance(k.count, bool) or not isinstance(k.count, (int, type(None))):
-            return False
-    for e in f.evidence:
-        if not isinstance(e.metric, str) or not isinstance(e.unit, str) or not isinstance(e.extra, dict):
-            return False
-        if isinstance(e.value, bool) or not isinstance(e.value, (int, float, str, type(None))):
-            return False
-        if isinstance(e.threshold, bool) or not isinstance(e.threshold, (int, float, type(None))):
-            return False
-    return True
+    try:
+        doc, saved = loaded(raw, str(rep), MAX_REPORT_BYTES)
+        if saved.command != "capture":
+            return None
+        runtime = _runtime_codes()
+        found = [_as_from_capture(Finding.from_dict(d), rep) for d, f in zip(doc.get("findings", []), saved.findings)
+                 if f.origin == "runtime" and f.code in runtime]  # trace findings: recomputed from the traces
+    except InputError as err:
+        raise ValueError(err.problem) from None
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"malformed report ({type(err).__name__}: {err})") from None
+    try:
+        return found, job_from_dict(doc)
+    except msgspec.ValidationError as err:
+        raise ValueError(f"a malformed job ({err})") from None
 
 
 def _runtime_codes() -> frozenset[str]:

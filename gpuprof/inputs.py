@@ -53,7 +53,7 @@ _REPORT_PEEK = 512
 def is_report_file(path: str | os.PathLike[str]) -> bool:
     """True for a JSON report gpuprof wrote (uncompressed, ``schema_version`` near the start), not a trace.
 
-    Here, not with the report reader (:mod:`gpuprof.reportfile`) or the rank summaries
+    Here, not with the report reader (:mod:`gpuprof.saved.read`) or the rank summaries
     (:mod:`gpuprof.distributed.reports`): ``gpuprof analyze`` asks it of every single input, and a
     trace needs neither of those modules.
     """

@@ -26,7 +26,7 @@ ALLOWED = {
     "findings": {"units"},
     "report": {"findings", "notebookhook", "redact", "trace", "units", "version"},
     "rules": {"codes", "codespec", "errors", "findings", "report", "trace", "units"},
-    "render": {"atomic", "errors", "findings", "notebookhook", "remote", "report", "trace", "units"},
+    "render": {"atomic", "errors", "findings", "notebookhook", "remote", "report", "saved", "trace", "units"},
 }
 # nobody below the command line imports it
 CLI_USERS = {"cli", "__main__"}
@@ -179,9 +179,9 @@ def test_no_import_circle_between_top_level_parts() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     # plain data and helpers every layer uses
     ("version", "errors", "units", "findings", "codespec", "lazyexports", "atomic", "torchdep", "remote",
-     "frames", "inputs", "pool", "runner", "cluster", "limits", "redact", "reportcheck", "stats"),
+     "frames", "inputs", "pool", "runner", "cluster", "limits", "redact", "stats"),
     ("trace",),  # load -> trace model and metrics
-    ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "reportfile"),  # rules -> report
+    ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "saved"),  # rules -> report
     ("render", "summarize"),  # report -> renderers
     ("memory", "distributed", "codes", "flow", "diff", "htmlpage", "export", "history", "trackers"),  # whole features
     ("analysis", "commands"),  # gpuprof analyze, as a library call; the commands' library paths (no click)

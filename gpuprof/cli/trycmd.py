@@ -62,8 +62,8 @@ def _from_findings(command: Any, folder: Path, warmup: int, steps: int, max_time
     window), and what its findings suggest: (variants, the analysis document, predictions by variant name).
     Without a report (the job failed, the capture wrote none) every variant that applies is tried."""
     from gpuprof.errors import GpuprofError
-    from gpuprof.reportfile import read_report_dict, report_from_dict
     from gpuprof.run.options import TrialSettings
+    from gpuprof.saved.read import read_report_dict, report_from_dict
     from gpuprof.trials.measure import ANALYSIS_STEPS
     from gpuprof.trials.runner import run_trial
     from gpuprof.trials.suggest import code_change_rows, suggest

@@ -33,11 +33,11 @@ def analysis_report(paths: Sequence[str], select: Sequence[str], ignore: Sequenc
     except ValueError as err:
         raise UsageError(str(err), param_hint="--option") from None
     if len(paths) == 1 and is_saved_report(paths[0]):
-        from gpuprof.reportfile import read_report_dict, report_from_dict
+        from gpuprof.saved.read import read_report_dict, report_from_dict
 
         report = report_from_dict(read_report_dict(paths[0]), paths[0])
         if not all_sections:  # other sections' renderers draw their own objects, which a saved report no longer has
-            from gpuprof.reportfile import unshown_sections
+            from gpuprof.saved.read import unshown_sections
 
             report.sections = unshown_sections(report.sections)
         # the one boundary (gpuprof.flow.finish), as for a live analysis: --select/--ignore, overlaps, order
@@ -56,6 +56,6 @@ def analysis_report(paths: Sequence[str], select: Sequence[str], ignore: Sequenc
 
 def is_saved_report(path: str) -> bool:
     """``path`` is a saved report.json (read back, not analysed)."""
-    from gpuprof.inputs import is_report_file  # the reader (gpuprof.reportfile) only for a saved report
+    from gpuprof.inputs import is_report_file  # the reader (gpuprof.saved.read) only for a saved report
 
     return is_report_file(path)

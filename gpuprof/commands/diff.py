@@ -16,7 +16,7 @@ def load_side(path: str, jobs: int) -> dict[str, Any]:
     """A report in JSON form: a saved report.json read back, or the analysis of traces / a run directory
     (local, or a URL: a trace, a prefix or a glob read through fsspec, see gpuprof.remote)."""
     from gpuprof.remote import is_url
-    from gpuprof.reportfile import is_saved_report, read_report_dict
+    from gpuprof.saved.read import is_saved_report, read_report_dict
 
     if is_url(path):
         from gpuprof.analysis import analyze

@@ -14,16 +14,17 @@ def export_tables(source: str, fmt: str, out_dir: str, jobs: int | None) -> tupl
     each table's row count. A format that needs pyarrow without it is a :class:`UsageError`, before any trace is read."""
     from gpuprof.analysis import default_analyze_jobs
     from gpuprof.commands.diff import load_side
-    from gpuprof.export.tables import TableError, build_tables
+    from gpuprof.export.tables import build_tables
     from gpuprof.export.write import PYARROW_HINT, have_pyarrow, prepare_dir, write_tables
+    from gpuprof.saved.check import ReportProblem
 
     if fmt != "csv" and not have_pyarrow():  # before any trace is read
         raise UsageError(f"--format {fmt} {PYARROW_HINT}")
     doc = load_side(source, jobs or default_analyze_jobs())
     try:
         tables = build_tables(doc)
-    except TableError as err:
-        raise InputError(source, f"malformed report: {err}") from None
+    except ReportProblem as err:
+        raise InputError(source, f"malformed report: {err.field} {err.problem}") from None
     directory = prepare_dir(out_dir)
     inputs = [source] + [str(t.get("path")) for t in doc.get("traces", []) if isinstance(t, dict)]
     written = write_tables(directory, fmt, tables, inputs)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from gpuprof.rules.cause import CauseFigure
+from gpuprof.saved.types import SavedReport
 from gpuprof.stats import mean_noise, noise_band
 
 __all__ = ["MIN_PROGRAM_OVERLAP", "P_CAUSE", "CauseJudgement", "cause_of", "judge_cause", "relation"]
@@ -101,7 +102,7 @@ def judge_cause(figure: CauseFigure, before: list[float], after: list[float],
     return CauseJudgement(figure, x, y, noise_band(before, after), rank_test(before, after), (nb, na))
 
 
-def relation(before: Mapping[str, Any], after: Mapping[str, Any],
+def relation(before: SavedReport, after: SavedReport,
              ops_before: Mapping[str, float], ops_after: Mapping[str, float]) -> tuple[str, str | None]:
     """``("before_after", None)``, or ``("ranks" | "different_programs", why)`` (module docstring). ``before`` and
     ``after`` are the reports; ``ops_*`` map operator names to their self time per step on that side."""
@@ -125,22 +126,14 @@ def relation(before: Mapping[str, Any], after: Mapping[str, Any],
     return "before_after", None
 
 
-def _ranks_of(doc: Mapping[str, Any]) -> tuple[set[int], int, set[int]] | None:
+def _ranks_of(doc: SavedReport) -> tuple[set[int], int, set[int]] | None:
     """(ranks, world size, step ids) of a report whose every trace names its rank and one world size, else None."""
-    ranks: set[int] = set()
-    worlds: set[int] = set()
-    steps: set[int] = set()
-    traces = [t for t in doc.get("traces", []) if isinstance(t, dict)]
-    for t in traces:
-        r, w = t.get("rank"), t.get("world_size")
-        if not isinstance(r, int) or not isinstance(w, int):
-            return None
-        ranks.add(r)
-        worlds.add(w)
-        steps |= {s for s in t.get("step_ids") or [] if isinstance(s, int)}
-    if not traces or len(worlds) != 1:
+    ranks = {t.rank for t in doc.traces}
+    worlds = {t.world_size for t in doc.traces}
+    if not doc.traces or None in ranks or None in worlds or len(worlds) != 1:
         return None
-    return ranks, worlds.pop(), steps
+    return {r for r in ranks if r is not None}, next(w for w in worlds if w is not None), \
+        {s for t in doc.traces for s in t.step_ids}
 
 
 def _list(xs: set[int]) -> str:

@@ -27,15 +27,19 @@ side is taken over all its traces (every rank and every span), per step:
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from msgspec import UNSET
+
 from gpuprof.diff.cause import cause_of, judge_cause, relation
 from gpuprof.diff.whatif import what_if_gap
+from gpuprof.saved.check import saved_report
+from gpuprof.saved.figures import RunFigures, steps_of
+from gpuprof.saved.types import SavedFinding, SavedReport, SavedTrace
 from gpuprof.stats import mean_noise as mean_noise_us
 from gpuprof.stats import noise_band as noise_band_us
 from gpuprof.stats import rank_test_p
@@ -84,54 +88,34 @@ class Side:
     causes: dict[str, list[float]] = field(default_factory=dict)  # rule code -> its cause figure per step, pooled
 
 
-def _num(x: Any) -> float:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else 0.0
-
-
-def side_from_report(doc: Mapping[str, Any], label: str) -> Side:
-    """Reduce a report (its JSON form) to a :class:`Side`."""
-    traces = [t for t in doc.get("traces", []) if isinstance(t, dict)]
-    side = Side(label=label, traces=len(traces))
-    steps_of: dict[str, int] = {}
-    total_steps = 0
-    total_time = 0.0
-    busy = util_time = 0.0
+def side_from_report(doc: Mapping[str, Any] | SavedReport, label: str) -> Side:
+    """Reduce a report (its JSON form, checked and typed by :mod:`gpuprof.saved`, or the typed report) to a
+    :class:`Side`; its step time and GPU utilisation are the run's :class:`~gpuprof.saved.RunFigures`."""
+    report = doc if isinstance(doc, SavedReport) else saved_report(doc)
+    traces = report.traces
+    side = Side(label=label, traces=len(traces), step_times=steps_of(traces))
+    total_steps = sum(t.num_steps for t in traces)
     parts: dict[str, float] = defaultdict(float)
     by_rank: dict[int, list[float]] = defaultdict(list)
     for t in traces:
-        n = int(_num(t.get("num_steps")))
-        steps_of[str(t.get("path"))] = n
-        times = [_num(x) for x in t.get("step_times_us") or []]
-        if not times and n:  # a report from before schema 1.2: the mean stands for each step
-            times = [_num(t.get("step_time_mean_us"))] * n
-        side.step_times += times
-        total_steps += n
-        total_time += _num(t.get("step_time_mean_us")) * n
-        if t.get("gpu_utilization") is not None:
-            busy += _num(t.get("gpu_busy_us")) * n
-            util_time += _num(t.get("step_time_mean_us")) * n
-        for key, prefix in (("breakdown_us", "breakdown."), ("idle_breakdown_us", "idle.")):
-            for k, v in (t.get(key) or {}).items():
-                parts[prefix + str(k)] += _num(v) * n
-        if isinstance(t.get("rank"), int):
-            by_rank[t["rank"]] += times
-        for d in t.get("devices") or []:
-            name = d.get("name") if isinstance(d, dict) else None
-            if name and name not in side.devices:
-                side.devices.append(str(name))
+        for values, prefix in ((t.breakdown_us, "breakdown."), (t.idle_breakdown_us, "idle.")):
+            for k, v in values.items():
+                parts[prefix + k] += v * t.num_steps
+        if t.rank is not None:
+            by_rank[t.rank] += steps_of([t])
+        side.devices += [d.name for d in t.devices if d.name and d.name not in side.devices]
         _add_rows(side, t)
-        causes = t.get("cause_per_step")
-        for code, values in (causes.items() if isinstance(causes, dict) else ()):
-            if isinstance(values, list):
-                side.causes.setdefault(str(code), []).extend(_num(v) for v in values)
+        for code, causes in t.cause_per_step.items():
+            side.causes.setdefault(code, []).extend(causes)
     n = max(total_steps, 1)
     side.ranks = sorted(by_rank)
     side.per_rank_step = {r: statistics.median(v) for r, v in by_rank.items() if v}
+    figures = RunFigures.of_traces(traces)
     m = side.metrics
-    m["step_time"] = statistics.median(side.step_times) if side.step_times else None
-    m["step_time_mean"] = total_time / total_steps if total_steps else None
-    m["gpu_busy"] = busy / n
-    m["gpu_utilization"] = busy / util_time if util_time > 0 else None
+    m["step_time"] = figures.step_time_us
+    m["step_time_mean"] = sum(t.total_us() for t in traces) / total_steps if total_steps else None
+    m["gpu_busy"] = sum(t.gpu_busy_us * t.num_steps for t in traces if t.gpu_utilization is not None) / n
+    m["gpu_utilization"] = figures.gpu_utilization
     for k in BREAKDOWN:
         m["breakdown." + k] = parts["breakdown." + k] / n
     for k in IDLE:
@@ -142,70 +126,54 @@ def side_from_report(doc: Mapping[str, Any], label: str) -> Side:
             for k in row:
                 if k != "calls":
                     row[k] /= n
-    _add_findings(side, doc.get("findings", []), steps_of, total_steps)
+    _add_findings(side, report.findings, {t.path: t.num_steps for t in traces}, total_steps)
     return side
 
 
-def _add_rows(side: Side, t: Mapping[str, Any]) -> None:
-    views = t.get("views") if isinstance(t.get("views"), dict) else None
-    ops = views.get("operators") if views else None
-    if ops is None:  # an older report: the top operators, by name only
-        ops = [{"name": o.get("name"), "input_shapes": None, "calls": o.get("count"), "cpu_self_us": o.get("self_us"),
-                "cpu_total_us": o.get("total_us"), "gpu_self_us": o.get("gpu_us"), "gpu_total_us": o.get("gpu_total_us")}
-               for o in t.get("top_ops") or [] if isinstance(o, dict)]
-    for o in ops:
-        if not isinstance(o, dict):
-            continue
-        key = (str(o.get("name")), o.get("input_shapes") if isinstance(o.get("input_shapes"), str) else None)
+_OP_FIELDS = ("calls", "cpu_self_us", "cpu_total_us", "gpu_self_us", "gpu_total_us")
+
+
+def _add_rows(side: Side, t: SavedTrace) -> None:
+    if t.views is not None:
+        ops = [((o.name, o.input_shapes), (o.calls, o.cpu_self_us, o.cpu_total_us, o.gpu_self_us, o.gpu_total_us))
+               for o in t.views.operators]
+        kernels = [(k.name, k.calls, k.total_us) for k in t.views.kernels]
+    else:  # an older report: the top operators and kernels, by name only
+        ops = [((o.name, None), (o.count, o.self_us, o.total_us, o.gpu_us, o.gpu_total_us)) for o in t.top_ops]
+        kernels = [(k.name, k.count, k.total_us) for k in t.top_kernels]
+    for key, values in ops:
         row = side.operators.setdefault(key, defaultdict(float))
-        for f in ("calls", "cpu_self_us", "cpu_total_us", "gpu_self_us", "gpu_total_us"):
-            row[f] += _num(o.get(f))
-    kernels = views.get("kernels") if views else None
-    if kernels is None:
-        kernels = [{"name": k.get("name"), "calls": k.get("count"), "total_us": k.get("total_us")}
-                   for k in t.get("top_kernels") or [] if isinstance(k, dict)]
-    for k in kernels:
-        if not isinstance(k, dict):
-            continue
-        row = side.kernels.setdefault(str(k.get("name")), defaultdict(float))
-        row["calls"] += _num(k.get("calls"))
-        row["total_us"] += _num(k.get("total_us"))
+        for f, v in zip(_OP_FIELDS, values):
+            row[f] += v
+    for name, calls, total in kernels:
+        krow = side.kernels.setdefault(name, defaultdict(float))
+        krow["calls"] += calls
+        krow["total_us"] += total
 
 
-def _location(f: Mapping[str, Any]) -> str:
-    loc = f.get("location")
-    if not isinstance(loc, dict) or not loc.get("file"):
-        return ""
-    return f"{loc.get('file')}:{loc.get('line')}" if loc.get("line") is not None else str(loc.get("file"))
-
-
-def _add_findings(side: Side, findings: Iterable[Any], steps_of: Mapping[str, int], total_steps: int) -> None:
+def _add_findings(side: Side, findings: Iterable[SavedFinding], steps_of: Mapping[str, int], total_steps: int) -> None:
     for f in findings:
-        if not isinstance(f, dict) or not f.get("code"):
+        if not f.code:
             continue
-        key = (str(f["code"]), _location(f))
+        key = (f.code, f.where() or "")
+        severity = None if f.severity is UNSET else f.severity
         got = side.findings.get(key)
         if got is None:
-            got = side.findings[key] = {"code": str(f["code"]), "name": str(f.get("name", "")), "location": key[1] or None,
-                                        "severity": f.get("severity"), "message": str(f.get("message", "")),
-                                        "cost_us_per_step": None, "what_if_us_per_step": None, "what_if_note": None,
-                                        "count": 0}
+            got = side.findings[key] = {"code": f.code, "name": f.name, "location": key[1] or None,
+                                        "severity": severity, "message": f.message, "cost_us_per_step": None,
+                                        "what_if_us_per_step": None, "what_if_note": None, "count": 0}
         got["count"] += 1
-        if _rank_of_severity(f.get("severity")) > _rank_of_severity(got["severity"]):
-            got["severity"] = f.get("severity")
-        cost = f.get("cost_us_per_step")
-        if isinstance(cost, (int, float)) and math.isfinite(cost):
-            # a trace's cost per step counts for that trace's steps; the side's cost is over all its steps
-            n = steps_of.get(str(f.get("source")), 0) or (total_steps if len(steps_of) <= 1 else 0)
-            weight = n / total_steps if total_steps and n else 1.0
-            got["cost_us_per_step"] = (got["cost_us_per_step"] or 0.0) + float(cost) * weight
-        what_if = f.get("what_if_saving_us")  # the replayed saving (docs/critical-path.md), weighted the same way
-        if isinstance(what_if, (int, float)) and math.isfinite(what_if):
-            n = steps_of.get(str(f.get("source")), 0) or (total_steps if len(steps_of) <= 1 else 0)
-            weight = n / total_steps if total_steps and n else 1.0
-            got["what_if_us_per_step"] = (got["what_if_us_per_step"] or 0.0) + float(what_if) * weight
-        if isinstance(f.get("what_if_note"), str) and got["what_if_note"] is None:
-            got["what_if_note"] = f["what_if_note"]
+        if _rank_of_severity(severity) > _rank_of_severity(got["severity"]):
+            got["severity"] = severity
+        # a trace's cost per step counts for that trace's steps; the side's cost is over all its steps
+        n = steps_of.get(str(f.source), 0) or (total_steps if len(steps_of) <= 1 else 0)
+        weight = n / total_steps if total_steps and n else 1.0
+        if f.cost_us_per_step is not None:
+            got["cost_us_per_step"] = (got["cost_us_per_step"] or 0.0) + f.cost_us_per_step * weight
+        if f.what_if_saving_us is not None:  # the replayed saving (docs/critical-path.md), weighted the same way
+            got["what_if_us_per_step"] = (got["what_if_us_per_step"] or 0.0) + f.what_if_saving_us * weight
+        if f.what_if_note is not None and got["what_if_note"] is None:
+            got["what_if_note"] = f.what_if_note
 
 
 def _rank_of_severity(s: Any) -> int:
@@ -220,10 +188,12 @@ P_CHANGED = 0.05  # the rank test's level: a larger p leaves the step-time chang
 LOWER_IS_BETTER = {"gpu_utilization": False, "gpu_busy": False}  # everything else is a time: lower is better
 
 
-def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any], labels: tuple[str, str] = ("before", "after")) -> dict[str, Any]:
-    """The diff document (docs/diff.md) of two reports in their JSON form."""
+def diff_reports(before: Mapping[str, Any] | SavedReport, after: Mapping[str, Any] | SavedReport,
+                 labels: tuple[str, str] = ("before", "after")) -> dict[str, Any]:
+    """The diff document (docs/diff.md) of two reports (their JSON form, or read back typed)."""
     from gpuprof.version import __version__
 
+    before, after = (d if isinstance(d, SavedReport) else saved_report(d) for d in (before, after))
     b, a = side_from_report(before, labels[0]), side_from_report(after, labels[1])
     band = noise_band_us(b.step_times, a.step_times)
     p_value = rank_test_p(b.step_times, a.step_times)
@@ -278,8 +248,8 @@ def _op_time(s: Side) -> dict[str, float]:
     return dict(out)
 
 
-def _side_info(s: Side, doc: Mapping[str, Any]) -> dict[str, Any]:
-    return {"label": s.label, "inputs": [str(x) for x in doc.get("inputs", [])], "traces": s.traces, "steps": len(s.step_times),
+def _side_info(s: Side, doc: SavedReport) -> dict[str, Any]:
+    return {"label": s.label, "inputs": doc.inputs, "traces": s.traces, "steps": len(s.step_times),
             "step_times_us": s.step_times, "ranks": s.ranks, "devices": s.devices}
 
 

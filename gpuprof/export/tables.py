@@ -1,29 +1,28 @@
 """The exported tables: their columns (name, type, unit) and one row builder per table.
 
-Every builder reads the report's JSON form (``Report.to_dict()``, or a saved
-report.json read back by :mod:`gpuprof.reportfile`), never the trace model:
-a saved report exports the same rows as the analysis that wrote it. A saved
-file is outside data, so every cell is checked against its column's type
-here (:class:`TableError` names the table, row and column), once, for every
-format; the writers only lay the checked cells out.
+Every builder reads the report as the saved-report reader types it (:class:`~gpuprof.saved.SavedReport`, from
+``Report.to_dict()`` or a saved report.json), never the trace model: a saved report exports the same rows as the
+analysis that wrote it. A saved file is outside data: the reader checked every value's type and range (a
+:class:`~gpuprof.saved.ReportProblem` names the field), so the cells are laid out as they are, for every format.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Column", "Table", "TABLES", "TABLE_NAMES", "TableError", "Cell", "build_tables"]
+import msgspec
+from msgspec import UNSET
+
+from gpuprof.saved.check import saved_report
+from gpuprof.saved.types import Location, SavedReport, SavedTrace
+
+__all__ = ["Column", "Table", "TABLES", "TABLE_NAMES", "Cell", "build_tables"]
 
 ColType = Literal["string", "int", "float", "bool", "json"]  # json: a list, written as its JSON text
 Cell = str | int | float | bool | None
-
-
-class TableError(ValueError):
-    """A value of the report that does not fit its column (a malformed saved report)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Column:
 class Table:
     name: str
     columns: tuple[Column, ...]
-    rows: Callable[[dict[str, Any]], Iterable[dict[str, Any]]]  # the report's JSON -> raw rows (keys: column names)
+    rows: Callable[[SavedReport], Iterable[dict[str, Any]]]  # the report -> raw rows (keys: column names)
 
 
 _WHERE = (Column("trace", "string"), Column("rank", "int"))  # which trace a row belongs to: every table but findings
@@ -55,54 +54,32 @@ _RANGE = (
 )
 
 
-def _traces(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    traces = doc.get("traces", [])
-    return [t for t in traces if isinstance(t, dict)]
+def _where(t: SavedTrace) -> dict[str, Any]:
+    return {"trace": t.path, "rank": t.rank}
 
 
-def _where(t: dict[str, Any]) -> dict[str, Any]:
-    return {"trace": t.get("path"), "rank": t.get("rank")}
-
-
-def _step_rows(doc: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    for t in _traces(doc):
-        times = t.get("step_times_us") or []
-        ids = t.get("step_ids") or []
-        if not isinstance(times, list) or not isinstance(ids, list):
-            raise TableError("steps: step_times_us or step_ids is not a list")
-        for i, us in enumerate(times):
+def _step_rows(report: SavedReport) -> Iterable[dict[str, Any]]:
+    for t in report.traces:
+        for i, us in enumerate(t.step_times_us):
             # step_ids has one id per analysed step; a report that lacks them still has the times
-            yield {**_where(t), "step": i, "step_id": ids[i] if i < len(ids) else None, "step_time_us": us}
+            yield {**_where(t), "step": i, "step_id": t.step_ids[i] if i < len(t.step_ids) else None, "step_time_us": us}
 
 
-def _view_rows(view: str) -> Callable[[dict[str, Any]], Iterable[dict[str, Any]]]:
-    def rows(doc: dict[str, Any]) -> Iterable[dict[str, Any]]:
-        for t in _traces(doc):
-            views = t.get("views")
-            if views is None:  # a report of schema 1.0/1.1: no views
-                continue
-            if not isinstance(views, dict) or not isinstance(views.get(view, []), list):
-                raise TableError(f"{view}: traces[].views.{view} is not a list")
-            for r in views.get(view, []):
-                if not isinstance(r, dict):
-                    raise TableError(f"{view}: a row is not an object")
-                yield {**_where(t), **r}
+def _view_rows(view: str) -> Callable[[SavedReport], Iterable[dict[str, Any]]]:
+    def rows(report: SavedReport) -> Iterable[dict[str, Any]]:
+        for t in report.traces:
+            if t.views is not None:  # a report of schema 1.0/1.1 has none
+                yield from ({**_where(t), **msgspec.structs.asdict(r)} for r in getattr(t.views, view))
     return rows
 
 
-def _finding_rows(doc: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    for f in doc.get("findings", []):
-        if not isinstance(f, dict):
-            raise TableError("findings: a finding is not an object")
-        loc = f.get("location")
-        loc = loc if isinstance(loc, dict) else {}
-        yield {
-            "code": f.get("code"), "name": f.get("name"), "severity": f.get("severity"),
-            "message": f.get("message"), "cost_us_per_step": f.get("cost_us_per_step"),
-            "cost_share": f.get("cost_share"), "location_file": loc.get("file"),
-            "location_line": loc.get("line"), "location_function": loc.get("function"),
-            "origin": f.get("origin"), "trace": f.get("source"),
-        }
+def _finding_rows(report: SavedReport) -> Iterable[dict[str, Any]]:
+    for f in report.findings:
+        loc = f.location or Location(file="")
+        yield {"code": f.code, "name": f.name, "severity": None if f.severity is UNSET else f.severity,
+               "message": f.message, "cost_us_per_step": f.cost_us_per_step, "cost_share": f.cost_share,
+               "location_file": loc.file or None, "location_line": loc.line,
+               "location_function": loc.function, "origin": f.origin, "trace": f.source}
 
 
 TABLES: tuple[Table, ...] = (
@@ -135,38 +112,18 @@ TABLES: tuple[Table, ...] = (
 TABLE_NAMES = tuple(t.name for t in TABLES)
 
 
-def _cell(value: Any, col: Column, where: str) -> Cell:
-    """``value`` checked against ``col`` (None stays None: every column may be empty)."""
+def _cell(value: Any, col: Column) -> Cell:
+    """``value`` (of its column's type: the reader checked it) as the writers lay it out."""
     if value is None:
         return None
-    ok: bool
-    if col.type == "string":
-        ok = isinstance(value, str)
-    elif col.type == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif col.type == "float":
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**1023:
-            value = float(value)
-        ok = isinstance(value, float) and math.isfinite(value)
-    elif col.type == "bool":
-        ok = isinstance(value, bool)
-    else:  # json: a list of plain values, kept as its JSON text so every format holds the same cell
-        ok = isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
-                                             for v in value)
-        if ok:
-            return json.dumps(value, ensure_ascii=False, allow_nan=False)
-    if not ok:
-        raise TableError(f"{where}: {col.name} is {type(value).__name__}, not {col.type}")
-    return value  # type: ignore[no-any-return]
+    if col.type == "json":  # a list of plain values, kept as its JSON text so every format holds the same cell
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return float(value) if col.type == "float" else value
 
 
-def build_tables(doc: dict[str, Any]) -> dict[str, list[tuple[Cell, ...]]]:
-    """Every table's rows, in column order, each cell checked (:class:`TableError` for one that does not fit)."""
-    out: dict[str, list[tuple[Cell, ...]]] = {}
-    for table in TABLES:
-        rows: list[tuple[Cell, ...]] = []
-        for i, raw in enumerate(table.rows(doc)):
-            where = f"{table.name} row {i + 1}"
-            rows.append(tuple(_cell(raw.get(c.name), c, where) for c in table.columns))
-        out[table.name] = rows
-    return out
+def build_tables(doc: dict[str, Any] | SavedReport) -> dict[str, list[tuple[Cell, ...]]]:
+    """Every table's rows, in column order (:class:`~gpuprof.saved.ReportProblem` for a value of ``doc`` that does
+    not fit the schema)."""
+    report = doc if isinstance(doc, SavedReport) else saved_report(doc)
+    return {table.name: [tuple(_cell(raw.get(c.name), c) for c in table.columns) for raw in table.rows(report)]
+            for table in TABLES}

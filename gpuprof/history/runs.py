@@ -3,7 +3,7 @@
 A run is a directory holding a ``report.json`` (a capture writes one per
 run, ``<run>/report.json``, or one per rank, ``<run>/rank<R>/report.json``:
 a run's ranks are one run). Each file is read with the checks of
-:mod:`gpuprof.reportfile` (regular file, size bound, schema version); one
+:mod:`gpuprof.saved` (regular file, size bound, schema version); one
 that fails them is skipped with a note, so one bad run does not hide the
 others. The walk follows no symlink and stops at :data:`MAX_REPORTS`.
 
@@ -16,18 +16,19 @@ from __future__ import annotations
 import ftplib
 import os
 import stat
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuprof.errors import InputError, describe_error
+from gpuprof.saved.figures import RunFigures
+from gpuprof.saved.types import SavedReport
 
-__all__ = ["METRICS", "RunFigures", "History", "read_history", "figures_of", "MAX_REPORTS"]
+__all__ = ["METRICS", "HistoryRun", "History", "read_history", "MAX_REPORTS"]
 
 REPORT_NAME = "report.json"
 MAX_REPORTS = 10_000  # far beyond a real log directory; bounds the time and memory a hostile tree costs
-# the figures each run has, in the order shown: name -> (label, unit)
+# the figures each run has (RunFigures), in the order shown: name -> (label, unit)
 METRICS: dict[str, tuple[str, str]] = {
     "step_time_us": ("step time", "us"),
     "gpu_utilization": ("GPU utilisation", "fraction"),
@@ -37,13 +38,13 @@ METRICS: dict[str, tuple[str, str]] = {
 
 
 @dataclass
-class RunFigures:
+class HistoryRun:
     """One run: its name (the directory, relative to the log directory), figures (None: not in its reports), codes."""
 
     name: str
     mtime: float
     reports: list[str]
-    figures: dict[str, float | None]
+    figures: dict[str, float | None]  # RunFigures (gpuprof.saved.figures: the one definition of each)
     findings: list[str]  # distinct finding codes, sorted
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,45 +54,8 @@ class RunFigures:
 @dataclass
 class History:
     root: str
-    runs: list[RunFigures] = field(default_factory=list)
+    runs: list[HistoryRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def figures_of(docs: list[dict[str, Any]]) -> tuple[dict[str, float | None], list[str]]:
-    """The figures of one run from its reports' JSON (one per rank), and its finding codes.
-
-    Step time: the median of the traces' median step times (the capture's own median without traces);
-    GPU utilisation: the traces' mean; data loading: the traces' data-loading time over their mean
-    step time (else the capture's share); memory peak: the highest allocated peak of a memory section.
-    """
-    traces = [t for d in docs for t in d.get("traces", []) if isinstance(t, dict)]
-    captures = [s for d in docs for s in d.get("sections", []) if isinstance(s, dict) and s.get("kind") == "capture"]
-    steps = [v for t in traces if (v := _num(t.get("step_time_us"))) is not None and v > 0]
-    if not steps:
-        steps = [v * 1000.0 for s in captures if (v := _num(s.get("step_time_median_ms"))) is not None]
-    utils = [v for t in traces if (v := _num(t.get("gpu_utilization"))) is not None]
-    loading = [(_num((t.get("breakdown_us") or {}).get("data_loading")) or 0.0, mean)
-               for t in traces if isinstance(t.get("breakdown_us"), dict)
-               and (mean := _num(t.get("step_time_mean_us"))) is not None and mean > 0]
-    share: float | None = sum(a for a, _ in loading) / sum(b for _, b in loading) if loading else None
-    if share is None:
-        shares = [v for s in captures if (v := _num(s.get("data_loading_share"))) is not None]
-        share = statistics.fmean(shares) if shares else None
-    peaks = [v for d in docs for s in d.get("sections", []) if isinstance(s, dict) and s.get("kind") == "memory"
-             for dev in (s.get("devices") or []) if isinstance(dev, dict)
-             if (v := _num((dev.get("allocated") or {}).get("peak"))) is not None]
-    codes = sorted({str(f["code"]) for d in docs for f in d.get("findings", [])
-                    if isinstance(f, dict) and isinstance(f.get("code"), str)})
-    return {
-        "step_time_us": statistics.median(steps) if steps else None,
-        "gpu_utilization": statistics.fmean(utils) if utils else None,
-        "data_loading_share": share,
-        "memory_peak_bytes": max(peaks) if peaks else None,
-    }, codes
 
 
 def _find_reports(root: Path, notes: list[str]) -> list[Path]:
@@ -114,7 +78,7 @@ def _find_reports(root: Path, notes: list[str]) -> list[Path]:
     return found
 
 
-_Found = list[tuple[str, str, dict[str, Any], float]]  # (run name, report, its JSON, modification time)
+_Found = list[tuple[str, str, SavedReport, float]]  # (run name, report, the report read, modification time)
 
 
 def _shown(url: str) -> str:
@@ -133,7 +97,7 @@ def _run_name(parts: list[str]) -> str:
 
 
 def _read_local(root: Path, logdir: str, notes: list[str]) -> _Found:
-    from gpuprof.reportfile import read_report_dict
+    from gpuprof.saved.read import read_saved
 
     try:
         st = os.stat(root)
@@ -144,7 +108,7 @@ def _read_local(root: Path, logdir: str, notes: list[str]) -> _Found:
     out: _Found = []
     for rep in _find_reports(root, notes):
         try:
-            doc = read_report_dict(rep)
+            doc = read_saved(rep)
             mtime = os.stat(rep).st_mtime
         except InputError as err:
             notes.append(f"skipped {err}")
@@ -160,7 +124,7 @@ def _read_remote(url: str, notes: list[str]) -> _Found:
     """Every ``report.json`` under a URL prefix (fsspec), read with the same checks as a local one."""
     from gpuprof.redact import redact
     from gpuprof.remote import find_remote, modified_time, open_remote
-    from gpuprof.reportfile import MAX_REPORT_BYTES, report_dict_of
+    from gpuprof.saved.read import MAX_REPORT_BYTES, loaded
 
     redact(url)  # registers the URL's secrets, which _shown then masks in every listed URL
 
@@ -183,7 +147,7 @@ def _read_remote(url: str, notes: list[str]) -> _Found:
                 raw = stream.read(MAX_REPORT_BYTES + 1)
             finally:
                 stream.close()
-            doc = report_dict_of(raw, name)
+            doc = loaded(raw, name)[1]
         except InputError as err:
             notes.append(f"skipped {err}")
             continue
@@ -212,13 +176,15 @@ def read_history(logdir: str) -> History:
     else:
         found = _read_remote(str(where), hist.notes)
         hist.root = _shown(logdir)
-    by_run: dict[str, list[tuple[str, dict[str, Any], float]]] = {}
+    by_run: dict[str, list[tuple[str, SavedReport, float]]] = {}
     for run_name, rep, doc, mtime in found:
         by_run.setdefault(run_name, []).append((rep, doc, mtime))
     if not by_run:
         raise InputError(hist.root, f"no readable {REPORT_NAME} under it" + (f" ({hist.notes[0]})" if hist.notes else ""))
     for name, items in by_run.items():
-        figures, codes = figures_of([d for _, d, _ in items])
-        hist.runs.append(RunFigures(name, max(m for _, _, m in items), [p for p, _, _ in items], figures, codes))
+        docs = [d for _, d, _ in items]
+        codes = sorted({f.code for d in docs for f in d.findings})
+        hist.runs.append(HistoryRun(name, max(m for _, _, m in items), [p for p, _, _ in items],
+                                    RunFigures.of(docs).to_dict(), codes))
     hist.runs.sort(key=lambda r: (r.mtime, r.name))
     return hist

@@ -132,15 +132,16 @@ def _findings_lines(findings: list[Any], most: int = 10) -> list[str]:
 
 
 def _report_summary(command: str, doc: dict[str, Any]) -> str:
+    from gpuprof.saved import RunFigures, saved_report
     from gpuprof.units import fmt_us
 
-    traces = [t for t in doc.get("traces", []) if isinstance(t, dict)]
+    traces = saved_report(doc).traces  # the report the tool answers with: read as a saved one is
     findings = list(doc.get("findings", []))
     head = f"gpuprof {command}: "
     if traces:
-        steps = sorted(float(t["step_time_us"]) for t in traces if isinstance(t.get("step_time_us"), (int, float)))
+        step = RunFigures.of_traces(traces).step_time_us  # the run's step time, as history and diff state it
         head += f"{len(traces)} trace{'s' if len(traces) != 1 else ''}"
-        head += f", median step time {fmt_us(steps[len(steps) // 2])}; " if steps else "; "
+        head += f", median step time {fmt_us(step)}; " if step is not None else "; "
     return "\n".join([head + _count_line(findings), *_findings_lines(findings)])
 
 

@@ -58,7 +58,7 @@ def load_baseline(path: Path) -> dict[str, Any]:
     Raises :class:`gpuprof.errors.InputError` (one line naming the file) for anything else.
     """
     from gpuprof.errors import InputError
-    from gpuprof.reportfile import is_saved_report, read_report_dict
+    from gpuprof.saved.read import is_saved_report, read_report_dict
 
     p = os.fspath(path)
     if os.path.islink(p):

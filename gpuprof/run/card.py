@@ -2,7 +2,7 @@
 
 When the command has ended, ``gpuprof run`` (the parent process, which never
 imports torch) reads back what the job wrote under the logdir through the
-saved-report reader (:mod:`gpuprof.reportfile`): each run directory's
+saved-report reader (:mod:`gpuprof.saved.read`): each run directory's
 ``report.json`` (a single process) or ``rank<R>/report.json`` (the ranks of a
 job) and ``report.cross_rank.json``. It writes ``report.html`` in the run
 directory (unless ``--no-html``) and prints the card: the steps and phases of
@@ -55,7 +55,7 @@ def find_run_dirs(logdir: str, before: Mapping[str, int], after: Mapping[str, in
 
 
 def _read(path: Path, problems: list[str]) -> Report | None:
-    from gpuprof.reportfile import read_report_dict, report_from_dict
+    from gpuprof.saved.read import read_report_dict, report_from_dict
 
     try:
         return report_from_dict(read_report_dict(path), str(path))

@@ -26,7 +26,6 @@ Everything here is torch-free, like ``gpuprof analyze``.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from pathlib import Path
@@ -35,6 +34,9 @@ from typing import Any
 import msgspec
 
 from gpuprof.errors import GpuprofError, InputError
+from gpuprof.report import SCHEMA_VERSION
+from gpuprof.saved.figures import busy_share
+from gpuprof.saved.types import SavedReport
 from gpuprof.tbplugin.errortext import client_error
 from gpuprof.tbplugin.runs import Run, rank_of_report
 from gpuprof.tbplugin.timelines import collective_lanes, timeline_ref
@@ -93,10 +95,17 @@ def analyse_trace_file(path: Path, logdir: Path | None = None) -> dict[str, Any]
 
 
 def read_report(path: Path, logdir: Path | None = None) -> dict[str, Any]:
-    """A gpuprof ``report.json`` (docs/report-schema.md), checked enough that the page can rely on its shape.
+    """A gpuprof ``report.json`` (docs/report-schema.md), checked by the saved-report reader (:mod:`gpuprof.saved`)
+    as ``gpuprof diff`` checks it: the page relies on its shape.
 
     ``logdir``: read inside it safely (:mod:`gpuprof.tbplugin.safeopen`), as the plugin always does.
     """
+    return _read(path, logdir)[0]
+
+
+def _read(path: Path, logdir: Path | None) -> tuple[dict[str, Any], SavedReport]:
+    """The report's JSON object (what the page draws) and its typed form (what the tab computes from)."""
+    from gpuprof.saved.read import loaded
     from gpuprof.tbplugin.safeopen import read_in_logdir
 
     if logdir is not None:
@@ -107,24 +116,7 @@ def read_report(path: Path, logdir: Path | None = None) -> dict[str, Any]:
                 raw = fh.read(MAX_REPORT_BYTES + 1)
         except OSError as err:
             raise InputError(path, f"cannot read the report: {err.strerror or err}") from err
-    if len(raw) > MAX_REPORT_BYTES:
-        raise InputError(path, f"report larger than {MAX_REPORT_BYTES >> 20} MiB; not a gpuprof report")
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise InputError(path, f"not valid JSON ({err})") from err
-    if not isinstance(doc, dict) or not str(doc.get("schema_version", "")).startswith("1."):
-        raise InputError(path, "not a gpuprof report of schema 1.x (no schema_version 1.x)")
-    for key in ("traces", "findings", "sections", "notes", "failed_rules"):
-        if not isinstance(doc.get(key, []), list):
-            raise InputError(path, f"field {key!r} is not a list")
-    from gpuprof.reportcheck import ReportProblem, check_report
-
-    try:
-        check_report(doc)  # the page computes and draws from these values: each of its type and range
-    except ReportProblem as err:
-        raise InputError(path, f"malformed report: {err.field} {err.problem}") from None
-    return doc
+    return loaded(raw, str(path), MAX_REPORT_BYTES)
 
 
 def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -> dict[str, Any]:
@@ -146,31 +138,28 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
             continue
         analysed.append({"file": rel, **{k: v for k, v in res.items() if k not in _FETCHED},
                          "timeline_ref": timeline_ref(rel, res.get("timeline"), res.get("rank_timeline"))})
-    reports = []
+    reports: list[tuple[Path, dict[str, Any], SavedReport]] = []
     for p in run.reports:
         try:
-            reports.append((p, read_report(p, logdir)))
+            reports.append((p, *_read(p, logdir)))
         except GpuprofError as err:
             errors.append(client_error(err, logdir))
     findings = [dict(f, trace=t["file"]) for t in analysed for f in t["findings"]]
     capture = None
     job = None
-    for p, doc in reports:
-        if job is None and isinstance(doc.get("job"), dict):  # one process's (under torchrun: the first rank's)
+    for p, doc, saved in reports:
+        if job is None and saved.job is not None:  # one process's (under torchrun: the first rank's)
             job = doc["job"]
-        for f in doc.get("findings", []):
-            if isinstance(f, dict) and f.get("origin") != "trace":
-                findings.append(dict(f, trace=None, report=rel_name(p, logdir)))
-        for s in doc.get("sections", []):
-            if isinstance(s, dict) and s.get("kind") == "capture" and capture is None:
-                capture = s
-        notes += [n for n in doc.get("notes", []) if isinstance(n, str)]
+        findings += [dict(d, trace=None, report=rel_name(p, logdir))
+                     for d, f in zip(doc.get("findings", []), saved.findings) if f.origin != "trace"]
+        capture = capture or next(iter(saved.sections_of("capture")), None)
+        notes += saved.notes
     cross, cross_findings, cross_failed = _cross_rank(analysed, logdir)
     findings += [dict(f, trace=None, scope="cross-rank") for f in cross_findings]
     notes += [f"cross-rank: rule {code} failed ({msg}): the cross-rank analysis is incomplete"
               for code, msg in cross_failed]
     failed = sorted({c for t in analysed for c in t["failed_rules"]} | {c for c, _ in cross_failed} |
-                    {c for _, doc in reports for c in doc.get("failed_rules", []) if isinstance(c, str)})
+                    {c for _, _, saved in reports for c in saved.failed_rules})
     for t in analysed:
         notes += [f"{t['file']}: {n}" for n in t["summary"].get("notes", [])]
     return {
@@ -275,7 +264,7 @@ def _mean_of(steps: list[dict[str, Any]], key: str, keys: tuple[str, ...]) -> di
     return {k: sum(s[key].get(k, 0.0) for s in steps) / n for k in keys}
 
 
-def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, Any]]], logdir: Path,
+def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, Any], SavedReport]], logdir: Path,
            cross: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per rank when the run has several: from the traces' ``distributedInfo`` and the per-rank reports.
 
@@ -287,42 +276,42 @@ def _ranks(analysed: list[dict[str, Any]], reports: list[tuple[Path, dict[str, A
     without a cross-rank section.
     """
     rows: dict[int, dict[str, Any]] = {}
+
+    def row_of(r: int, world: int | None = None) -> dict[str, Any]:
+        return rows.setdefault(r, {"rank": r, "traces": 0, "steps": 0, "step_times": [], "timed": [], "findings": 0,
+                                   "report": None, "world_size": world, "idle": []})
+
     for t in analysed:
         s = t["summary"]
-        r = s.get("rank")
-        if r is None:
+        if s.get("rank") is None:
             continue
-        row = rows.setdefault(r, {"rank": r, "traces": 0, "steps": 0, "step_times": [], "busy": 0.0, "time": 0.0,
-                                  "findings": 0, "report": None, "world_size": s.get("world_size")})
+        row = row_of(s["rank"], s.get("world_size"))
         row["traces"] += 1
         row["steps"] += s["num_steps"]
         row["step_times"] += [st["time_us"] for st in t["steps"]]
         if s.get("gpu_utilization") is not None:
-            row["busy"] += s["gpu_busy_us"] * s["num_steps"]
-            row["time"] += s["step_time_mean_us"] * s["num_steps"]
+            row["timed"].append((s["gpu_busy_us"], s["step_time_mean_us"], s["num_steps"]))
         row["findings"] += len(t["findings"])
-        row.setdefault("idle", []).extend(st["idle_us"] for st in t["steps"])
-    for p, doc in reports:
+        row["idle"].extend(st["idle_us"] for st in t["steps"])
+    for p, _, saved in reports:
         r = rank_of_report(p)
         if r is None:
             continue
-        row = rows.setdefault(r, {"rank": r, "traces": 0, "steps": 0, "step_times": [], "busy": 0.0, "time": 0.0,
-                                  "findings": 0, "report": None, "world_size": None})
+        row = row_of(r)
         row["report"] = rel_name(p, logdir)
-        row["findings"] += sum(1 for f in doc.get("findings", []) if isinstance(f, dict) and f.get("origin") != "trace")
-        cap = next((s for s in doc.get("sections", []) if isinstance(s, dict) and s.get("kind") == "capture"), None)
-        if cap and not row["step_times"] and isinstance(cap.get("step_time_median_ms"), (int, float)):
+        row["findings"] += sum(1 for f in saved.findings if f.origin != "trace")
+        cap = next(iter(saved.sections_of("capture")), {})
+        if not row["step_times"] and cap.get("step_time_median_ms") is not None:  # a number: the reader checked it
             row["step_times"] = [cap["step_time_median_ms"] * 1000.0]
     if len(rows) < 2:
         return []
     out = []
     for r in sorted(rows):
         row = rows[r]
-        idle = row.pop("idle", [])
+        idle = row.pop("idle")
         times = row.pop("step_times")
-        busy, time = row.pop("busy"), row.pop("time")
         row["step_time_us"] = statistics.median(times) if times else None
-        row["gpu_utilization"] = busy / time if time > 0 else None
+        row["gpu_utilization"] = busy_share(row.pop("timed"))  # the run's one definition (gpuprof.saved.figures)
         row["idle_us"] = sum(sum(i.values()) for i in idle) / len(idle) if idle else None
         out.append(row)
     times = [r["step_time_us"] for r in out if r["step_time_us"] is not None]
@@ -355,4 +344,5 @@ def compare_views(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _as_report(view: dict[str, Any]) -> dict[str, Any]:
     """A run view in the report's JSON form, as ``gpuprof diff`` reads it."""
-    return {"inputs": [view["name"]], "traces": [t["summary"] for t in view["traces"]], "findings": view["findings"]}
+    return {"schema_version": SCHEMA_VERSION, "inputs": [view["name"]], "traces": [t["summary"] for t in view["traces"]],
+            "findings": view["findings"]}

@@ -7,8 +7,9 @@ The same :class:`Publication` goes to every tracker, so W&B and MLflow hold the 
   step (:data:`METRICS`); a figure the report does not know is left out, never sent as 0;
 * ``artefacts``: files to attach (report.md, report.json, the HTML page, the traces).
 
-It reads the JSON form (what report.json holds), not the live :class:`~gpuprof.report.Report`, so a capture,
-``gpuprof analyze`` and a saved report give the same publication.
+It reads the JSON form (what report.json holds) through the saved-report reader (:mod:`gpuprof.saved`), not the
+live :class:`~gpuprof.report.Report`, so a capture, ``gpuprof analyze`` and a saved report give the same
+publication, with the figures ``gpuprof history`` and ``gpuprof diff`` state (:class:`~gpuprof.saved.RunFigures`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ from __future__ import annotations
 import math
 import os
 import stat
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+from msgspec import UNSET
+
+from gpuprof.saved.check import saved_report
+from gpuprof.saved.figures import RunFigures
+from gpuprof.saved.types import SavedReport, SavedTrace
 
 __all__ = ["FINDING_COLUMNS", "METRICS", "Artefact", "FindingRow", "Publication", "Window", "publication",
            "window_figures"]
@@ -86,12 +92,6 @@ class Publication:
         return {c: [getattr(r, c) for r in self.findings] for c in FINDING_COLUMNS}
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return float(v) if math.isfinite(v) else None
-
-
 def _title(code: str, name: str) -> str:
     from gpuprof.codes import get_spec
 
@@ -102,26 +102,14 @@ def _title(code: str, name: str) -> str:
     return spec.title if spec is not None else name
 
 
-def finding_rows(doc: dict[str, Any]) -> list[FindingRow]:
-    rows = []
-    for f in doc.get("findings") or []:
-        if not isinstance(f, dict):
-            continue
-        code, name = str(f.get("code", "")), str(f.get("name", ""))
-        loc = f.get("location") if isinstance(f.get("location"), dict) else None
-        where = None
-        if loc and isinstance(loc.get("file"), str):
-            line = loc.get("line")
-            where = f"{loc['file']}:{line}" if isinstance(line, int) and not isinstance(line, bool) else loc["file"]
-        cost = _num(f.get("cost_us_per_step"))
-        rows.append(FindingRow(code=code, severity=str(f.get("severity", "")), title=_title(code, name),
-                               cost_ms_per_step=None if cost is None else round(cost / 1000.0, 4),
-                               cost_share=_num(f.get("cost_share")), location=where,
-                               message=str(f.get("message", ""))))
-    return rows
+def finding_rows(report: SavedReport) -> list[FindingRow]:
+    return [FindingRow(code=f.code, severity="" if f.severity is UNSET else f.severity, title=_title(f.code, f.name),
+                       cost_ms_per_step=None if f.cost_us_per_step is None else round(f.cost_us_per_step / 1000.0, 4),
+                       cost_share=f.cost_share, location=f.where(), message=f.message)
+            for f in report.findings]
 
 
-def trace_mfu(trace: dict[str, Any]) -> float | None:
+def trace_mfu(trace: SavedTrace) -> float | None:
     """MFU of one trace: the time its kernels would take at the device's peak (each kernel row's
     ``total_us x mfu``) over the steps' time (``num_steps x step_time_mean_us``).
 
@@ -129,96 +117,66 @@ def trace_mfu(trace: dict[str, Any]) -> float | None:
     those kernels run at least :data:`MFU_MIN_COVERAGE` of the trace's kernel time: a figure over a few
     GEMMs of a convolutional network would read as a near-zero MFU that the run does not have.
     """
-    views = trace.get("views")
-    steps, mean = _num(trace.get("num_steps")), _num(trace.get("step_time_mean_us"))
-    if not isinstance(views, dict) or not steps or not mean:
+    views = trace.views
+    if views is None or not trace.total_us():
         return None
-    known = [(t, m) for k in views.get("kernels") or [] if isinstance(k, dict)
-             if (t := _num(k.get("total_us"))) is not None and (m := _num(k.get("mfu"))) is not None]
-    total = _num(views.get("kernel_total_us"))
+    known = [(k.total_us, k.mfu) for k in views.kernels if k.mfu is not None]
+    total = views.kernel_total_us
     if not known or not total or sum(t for t, _ in known) < MFU_MIN_COVERAGE * total:
         return None
-    return sum(t * m for t, m in known) / (steps * mean)
+    return sum(t * m for t, m in known) / trace.total_us()
 
 
-def window_figures(trace: dict[str, Any]) -> dict[str, float]:
-    """The headline figures of one trace (one recorded window); unknown ones left out."""
-    out: dict[str, float] = {}
-    step = _num(trace.get("step_time_us"))
-    if step is not None and step > 0:
-        out["step_time_ms"] = step / 1000.0
-    util = _num(trace.get("gpu_utilization"))
-    if util is not None:
-        out["gpu_utilization"] = util
-    share = _num(trace.get("data_loading_share"))  # schema 1.4; an older report has no such figure
-    if share is not None:
-        out["data_loading_share"] = share
-    mfu = trace_mfu(trace)
-    if mfu is not None:
-        out["mfu"] = mfu
-    return out
+def window_figures(traces: list[SavedTrace]) -> dict[str, float]:
+    """The headline figures of one recorded window (its traces: one per rank), the run's figures' definitions
+    (:class:`~gpuprof.saved.RunFigures`); unknown ones left out. MFU: the traces' kernel time at peak over
+    their step time."""
+    figures = RunFigures.of_traces(traces)
+    out = {"step_time_ms": None if not figures.step_time_us else figures.step_time_us / 1000.0,
+           "gpu_utilization": figures.gpu_utilization, "data_loading_share": figures.data_loading_share}
+    mfu = [(m, t.total_us()) for t in traces if (m := trace_mfu(t)) is not None]
+    if mfu:
+        out["mfu"] = sum(m * w for m, w in mfu) / sum(w for _, w in mfu)
+    return {k: v for k, v in out.items() if v is not None}
 
 
-def _mean(figures: list[dict[str, float]]) -> dict[str, float]:
-    keys = dict.fromkeys(k for f in figures for k in f)
-    return {k: statistics.fmean(f[k] for f in figures if k in f) for k in keys}
-
-
-def _last_step(trace: dict[str, Any], fallback: int) -> int:
-    ids = [int(s) for s in trace.get("step_ids") or [] if isinstance(s, int) and not isinstance(s, bool)]
-    return max(ids) if ids else fallback
-
-
-def _sections(doc: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    return [s for s in doc.get("sections") or [] if isinstance(s, dict) and s.get("kind") == kind]
-
-
-def _memory_peak(doc: dict[str, Any]) -> float | None:
-    peaks = [v for s in _sections(doc, "memory") for dev in s.get("devices") or [] if isinstance(dev, dict)
-             if isinstance(dev.get("allocated"), dict) and (v := _num(dev["allocated"].get("peak"))) is not None]
-    return max(peaks) / 2**20 if peaks else None
-
-
-def windows(doc: dict[str, Any]) -> list[Window]:
+def windows(doc: dict[str, Any] | SavedReport) -> list[Window]:
     """One :class:`Window` per recorded window, in step order; the run's figures (memory peak, findings counts)
-    at the last. Traces that end at the same step (the ranks of one window) are one window: their figures' mean.
+    at the last. Traces that end at the same step (the ranks of one window) are one window.
 
     A report without traces (a capture that recorded none) gives one window from its capture section.
     """
-    traces = [t for t in doc.get("traces") or [] if isinstance(t, dict)]
-    by_step: dict[int, list[dict[str, float]]] = {}
-    for i, t in enumerate(traces):
-        by_step.setdefault(_last_step(t, i), []).append(window_figures(t))
-    # the ranks of one window (a distributed job's traces end at the same step): one window, their mean
-    out = [Window(step=step, metrics=_mean(figs)) for step, figs in by_step.items()]
+    report = doc if isinstance(doc, SavedReport) else saved_report(doc)
+    by_step: dict[int, list[SavedTrace]] = {}
+    for i, t in enumerate(report.traces):
+        by_step.setdefault(max(t.step_ids, default=i), []).append(t)
+    out = [Window(step=step, metrics=window_figures(traces)) for step, traces in by_step.items()]
+    run = RunFigures.of([report])
     if not out:
-        for sec in _sections(doc, "capture")[:1]:
-            figures = {}
-            if (ms := _num(sec.get("step_time_median_ms"))) is not None:
-                figures["step_time_ms"] = ms
-            if (share := _num(sec.get("data_loading_share"))) is not None:
-                figures["data_loading_share"] = share
-            steps = _num(sec.get("steps"))
-            out.append(Window(step=int(steps) if steps else 0, metrics=figures))
+        for sec in report.sections_of("capture")[:1]:
+            figures = {"step_time_ms": None if run.step_time_us is None else run.step_time_us / 1000.0,
+                       "data_loading_share": run.data_loading_share}
+            steps = sec.get("steps")
+            out.append(Window(step=steps if isinstance(steps, int) and not isinstance(steps, bool) else 0,
+                              metrics={k: v for k, v in figures.items() if v is not None}))
     if not out:
         out.append(Window(step=0, metrics={}))
     out.sort(key=lambda w: w.step)
-    last = out[-1]
     run_wide: dict[str, float] = {}
-    peak = _memory_peak(doc)
-    if peak is not None:
-        run_wide["memory_peak_mib"] = peak
-    findings = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
-    run_wide["findings"] = float(len(findings))
+    if run.memory_peak_bytes is not None:
+        run_wide["memory_peak_mib"] = run.memory_peak_bytes / 2**20
+    run_wide["findings"] = float(len(report.findings))
     # counts, not a summed cost: GP101's cost (GPU idle, all causes) holds the time other findings explain
-    run_wide["findings_at_warning"] = float(sum(f.get("severity") in ("warning", "error") for f in findings))
-    out[-1] = Window(step=last.step, metrics={**last.metrics, **run_wide})
+    run_wide["findings_at_warning"] = float(sum(f.severity in ("warning", "error") for f in report.findings))
+    out[-1] = Window(step=out[-1].step, metrics={**out[-1].metrics, **run_wide})
     return out
 
 
 def publication(doc: dict[str, Any], run_name: str, artefacts: Iterable[Artefact] = ()) -> Publication:
-    """The :class:`Publication` of one report document; artefacts that are not regular files are left out."""
-    pub = Publication(run_name=run_name, findings=finding_rows(doc), windows=windows(doc))
+    """The :class:`Publication` of one report document (read as a saved report is: :class:`ReportProblem` when a
+    value does not fit the schema); artefacts that are not regular files are left out."""
+    report = saved_report(doc)
+    pub = Publication(run_name=run_name, findings=finding_rows(report), windows=windows(report))
     limit = max_artefact_bytes()
     for a in artefacts:
         name = os.path.basename(a.path)

@@ -55,7 +55,13 @@ def send(doc: dict[str, Any], targets: Iterable[str], run_name: str, artefacts: 
     if not targets:
         return []
     protect_secrets()
-    pub = publication(doc, run_name, artefacts)
+    from gpuprof.saved.check import ReportProblem
+
+    try:
+        pub = publication(doc, run_name, artefacts)
+    except ReportProblem as err:  # a value no measurement has (a NaN, a step of days): nothing sent, one line
+        return [Sent(name, False, _one_line(f"results not sent to {TRACKERS[name][1]}: the report's {err.field} "
+                                            f"{err.problem}")) for name in targets]
     pub.run_ids = dict(runs or {})
     return [_send_one(name, pub) for name in targets]
 

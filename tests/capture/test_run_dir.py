@@ -96,9 +96,12 @@ def test_analyze_run_dir_skips_a_broken_report_with_a_note(tmp_path: Path, leaky
     shutil.copytree(leaky_run, copy)
     hostile = {"code": "GP640", "name": "memory-growth", "severity": "warning", "message": {"not": "text"},
                "advice": "", "origin": "runtime"}
-    for content, why in (('{"command": "capture", "findings": [{"code": 7}]}', "not an object with a code"),
-                         (json.dumps({"command": "capture", "findings": [hostile]}), "of the wrong type"),
-                         ("{not json", "not JSON")):
+    # the one saved-report reader's checks, the field named (gpuprof.saved)
+    for content, why in (('{"schema_version": "1.6", "command": "capture", "findings": [{"code": 7}]}',
+                          "findings[0].code is 7, not a string"),
+                         (json.dumps({"schema_version": "1.6", "command": "capture", "findings": [hostile]}),
+                          "findings[0].message is {'not': 'text'}, not a string"),
+                         ("{not json", "not a valid JSON report")):
         (copy / "report.json").write_text(content)
         out = _analyze(copy, "--format", "json")
         assert out.returncode in (0, 1) and not out.stderr, out.stderr  # the traces are still analysed

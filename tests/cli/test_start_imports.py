@@ -78,7 +78,7 @@ def test_one_trace_needs_no_cross_rank_merge(tmp_path: Path) -> None:
 # scheduler (one file, no --dask), the saved-report reader and the node reports (asked only whether the
 # input is a report: gpuprof.inputs.is_report_file), numpy.ma (numpy 2's plain np.unique imports it:
 # gpuprof.trace.intervals.sorted_unique), traceback (the CLI's error path)
-ONE_TRACE_SKIPS = ["gpuprof.pool", "gpuprof.cluster", "gpuprof.reportfile", "gpuprof.distributed.reports",
+ONE_TRACE_SKIPS = ["gpuprof.pool", "gpuprof.cluster", "gpuprof.saved.read", "gpuprof.distributed.reports",
                    "numpy.ma", "traceback"]
 
 
@@ -94,7 +94,7 @@ def test_saved_report_and_two_traces_still_load_what_they_need(tmp_path: Path) -
     saved = tmp_path / "saved.json"
     _modules_after(tmp_path, "analyze", str(SAMPLE), "--format", "json", "-o", str(saved))
     mods = _modules_after(tmp_path, "analyze", str(saved), "--format", "json", "-o", str(tmp_path / "again.json"))
-    assert "gpuprof.reportfile" in mods
+    assert "gpuprof.saved.read" in mods
     trace = next(SAMPLE.glob("*.pt.trace.json.gz"))
     mods = _modules_after(tmp_path, "analyze", str(trace), str(trace), "--jobs", "1", "--format", "json",
                           "-o", str(tmp_path / "two.json"))

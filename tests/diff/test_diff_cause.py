@@ -103,7 +103,9 @@ def _doc(times: list[float], causes: dict[str, list[float]], findings: tuple[str
     n = len(times)
     rows = [{"name": k, "input_shapes": None, "calls": n, "cpu_self_us": 100.0 * n, "cpu_total_us": 100.0 * n,
              "gpu_self_us": 0.0, "gpu_total_us": 0.0} for k in trace.pop("ops", ("aten::mm", "aten::add"))]
-    return {"traces": [{"path": "t", "num_steps": n, "step_times_us": times, "step_time_mean_us": sum(times) / n,
+    return {"schema_version": "1.6", "traces": [{"path": "t",
+                                                 "step_time_us": sorted(times)[n // 2], "gpu_busy_us": 0.0, "gpu_utilization": None, "breakdown_us": {}, "idle_breakdown_us": {},
+                        "num_steps": n, "step_times_us": times, "step_time_mean_us": sum(times) / n,
                         "devices": [{"name": "NVIDIA H100 80GB HBM3"}], "views": {"operators": rows, "kernels": []},
                         "cause_per_step": causes, **trace}],
             "findings": [{"code": c, "name": c.lower(), "severity": "info", "message": "m", "source": "t"} for c in findings]}

@@ -17,7 +17,9 @@ def _doc(times: list[float], ops: dict[str, float] | None = None, findings: list
     n = len(times)
     rows = [{"name": k, "input_shapes": None, "calls": n, "cpu_self_us": v * n, "cpu_total_us": v * n,
              "gpu_self_us": 0.0, "gpu_total_us": 0.0} for k, v in (ops or {}).items()]
-    return {"traces": [{"path": "t", "num_steps": n, "step_times_us": times, "step_time_mean_us": sum(times) / n,
+    return {"schema_version": "1.6", "traces": [{"path": "t",
+                                                 "step_time_us": sorted(times)[n // 2], "gpu_busy_us": 0.0, "gpu_utilization": None, "idle_breakdown_us": {},
+                        "num_steps": n, "step_times_us": times, "step_time_mean_us": sum(times) / n,
                         "devices": [{"name": device}], "breakdown_us": parts or {},
                         "views": {"operators": rows, "kernels": []}}],
             "findings": findings or []}

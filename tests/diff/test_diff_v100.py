@@ -124,7 +124,9 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, saved: tuple[str,
 def test_noise_decides_within_the_threshold() -> None:
     def doc(times: list[float]) -> dict[str, Any]:
         n = len(times)
-        return {"traces": [{"path": "t", "num_steps": n, "step_times_us": times, "step_time_mean_us": sum(times) / n}],
+        return {"schema_version": "1.6", "traces": [{"path": "t",
+                                                     "step_time_us": sorted(times)[n // 2], "gpu_busy_us": 0.0, "gpu_utilization": None, "breakdown_us": {}, "idle_breakdown_us": {},
+                            "num_steps": n, "step_times_us": times, "step_time_mean_us": sum(times) / n}],
                 "findings": []}
 
     noisy_before = [100.0, 150.0, 80.0, 130.0, 95.0, 160.0]

@@ -130,14 +130,14 @@ def test_module_mfu_equals_an_independent_count_from_raw_events() -> None:
 
 
 def test_saved_report_with_mfu_passes_the_report_check_and_reads_back(tmp_path: Path) -> None:
-    from gpuprof.reportcheck import ReportProblem, check_report
+    from gpuprof.saved.check import ReportProblem, saved_report
 
     path = shared_path(*H100, "Falconsai_nsfw_image_detection__1016002.json.gz")
     d = json.loads(json.dumps(analyze(str(path)).to_dict()))  # as saved
-    check_report(d)
+    saved_report(d)
     d["traces"][0]["mfu"]["known_flops_share"] = 1.5  # a share above 1: refused, the field named
     with pytest.raises(ReportProblem, match="known_flops_share"):
-        check_report(d)
+        saved_report(d)
 
 
 @pytest.mark.parametrize("fmt", ["terminal", "markdown"])

@@ -63,7 +63,7 @@ def test_wrong_types_inside_a_report_are_one_line_naming_the_field(tmp_path: Pat
 
 
 def test_report_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpuprof.reportfile as rf
+    import gpuprof.saved.read as rf
 
     monkeypatch.setattr(rf, "MAX_REPORT_BYTES", 100)
     big = _report(tmp_path, "big.json", dict(GOOD, notes=["x" * 200]))

@@ -28,14 +28,14 @@ _BASE = {"code": "GP601", "name": "dataloader-main-process", "severity": "warnin
     [["kind", "supersedes"]],
 ])
 def test_hostile_links_in_a_capture_report_are_refused_with_a_note(tmp_path: Path, links: Any) -> None:
-    (tmp_path / "report.json").write_text(json.dumps({"command": "capture", "findings": [dict(_BASE, links=links)]}))
+    (tmp_path / "report.json").write_text(json.dumps({"schema_version": "1.6", "command": "capture", "findings": [dict(_BASE, links=links)]}))
     found = capture_findings(tmp_path)
     assert found.findings == [] and len(found.notes) == 1 and "malformed" in found.notes[0]
 
 
 def test_a_well_formed_reports_links_are_dropped_and_made_again(tmp_path: Path) -> None:
     good = dict(_BASE, links=[{"kind": "supersedes", "code": "GP102", "part": None, "count": 1}])
-    (tmp_path / "report.json").write_text(json.dumps({"command": "capture", "findings": [good]}))
+    (tmp_path / "report.json").write_text(json.dumps({"schema_version": "1.6", "command": "capture", "findings": [good]}))
     (f,) = capture_findings(tmp_path).findings
     assert f.links == ()  # made again where the report is finished, among its findings
 

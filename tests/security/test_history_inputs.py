@@ -85,4 +85,6 @@ def test_html_page_is_inert_whatever_the_run_names(tmp_path: Path) -> None:
     assert "<script" not in text and "<img" not in text
     assert "&lt;script&gt;alert(1)&lt;script&gt;&quot;&gt;&lt;img" in text
     assert "script-src 'none'" in text and "default-src 'none'" in text
-    assert text.count("<circle") == 3 * 3  # step time, GPU utilisation and data-loading share of three runs; no memory
+    # step time and GPU utilisation of three runs; these 1.2 reports give no data-loading figure (an empty
+    # breakdown is not a measured 0 since RunFigures, issue 45.2) and no memory
+    assert text.count("<circle") == 3 * 2

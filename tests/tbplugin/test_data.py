@@ -107,7 +107,7 @@ def test_broken_report_and_trace_are_one_line_errors_not_crashes(tmp_path: Path)
     assert len(v["traces"]) == 1
     assert any("bad.pt.trace.json" in e for e in v["errors"]) and any("report.json" in e and "schema" in e for e in v["errors"])
     assert all("\n" not in e for e in v["errors"])
-    with pytest.raises(Exception, match="not valid JSON"):
+    with pytest.raises(Exception, match="not a valid JSON report"):
         (tmp_path / "r" / "report.json").write_text("{")
         read_report(tmp_path / "r" / "report.json")
 

@@ -57,7 +57,7 @@ def test_an_unreachable_tracking_server_is_one_line_after_the_bound(
 
     port = request.getfixturevalue(server)
     _bounded(monkeypatch, f"http://127.0.0.1:{port}")
-    (sent,) = send({"findings": [], "traces": []}, ["mlflow"], "run")
+    (sent,) = send({"schema_version": "1.6", "findings": [], "traces": []}, ["mlflow"], "run")
     assert not sent.ok and "\n" not in sent.line
     assert sent.line == (f"results not sent to MLflow: no answer from the MLflow tracking server at "
                          f"http://127.0.0.1:{port} within 0.5 s (GPUPROF_MLFLOW_TIMEOUT_S sets the wait)")
@@ -86,7 +86,7 @@ def test_a_bad_bound_is_one_line_and_nothing_is_sent(offline: Path, no_network: 
 
     _bounded(monkeypatch, f"http://127.0.0.1:{closed_port}")
     monkeypatch.setenv("GPUPROF_MLFLOW_TIMEOUT_S", value)
-    (sent,) = send({"findings": [], "traces": []}, ["mlflow"], "run")
+    (sent,) = send({"schema_version": "1.6", "findings": [], "traces": []}, ["mlflow"], "run")
     assert not sent.ok and "GPUPROF_MLFLOW_TIMEOUT_S: must be a positive number of seconds" in sent.line
 
 
@@ -96,6 +96,6 @@ def test_a_reachable_store_within_the_bound_is_sent(offline: Path, no_network: l
     from gpuprof.trackers.send import send
 
     monkeypatch.setenv("GPUPROF_MLFLOW_TIMEOUT_S", "120")
-    (sent,) = send({"findings": [], "traces": []}, ["mlflow"], "run")
+    (sent,) = send({"schema_version": "1.6", "findings": [], "traces": []}, ["mlflow"], "run")
     assert sent.ok, sent.line
     assert sent.line.startswith("results sent to MLflow run ")

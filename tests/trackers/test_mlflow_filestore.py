@@ -51,7 +51,7 @@ def test_a_run_the_user_started_receives_the_results_and_stays_open(offline: Pat
     mlflow.set_experiment("users-experiment")
     with mlflow.start_run(run_name="my-training") as active:
         mlflow.log_metric("loss", 1.5, step=1)
-        doc = {"traces": [{"step_ids": [3, 4], "num_steps": 2, "step_time_us": 5000.0, "step_time_mean_us": 5000.0,
+        doc = {"schema_version": "1.6", "traces": [{"path": "t.json", "gpu_busy_us": 0.0, "breakdown_us": {}, "idle_breakdown_us": {}, "step_ids": [3, 4], "num_steps": 2, "step_time_us": 5000.0, "step_time_mean_us": 5000.0,
                            "gpu_utilization": None, "data_loading_share": 0.4}], "findings": []}
         (sent,) = send(doc, ["mlflow"], "ignored")
         assert sent.ok, sent.line
@@ -76,8 +76,9 @@ def test_mlflow_run_id_names_the_run_to_log_into(offline: Path, monkeypatch: pyt
     exp = client.create_experiment("loggers-experiment")
     run_id = client.create_run(exp, run_name="lightning-logger").info.run_id  # a run nobody made active
     monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
-    (sent,) = send({"traces": [{"step_ids": [11], "num_steps": 1, "step_time_us": 1000.0}], "findings": []},
-                   ["mlflow"], "ignored")
+    trace = {"path": "t.json", "step_ids": [11], "num_steps": 1, "step_time_us": 1000.0, "step_time_mean_us": 1000.0,
+             "gpu_busy_us": 0.0, "gpu_utilization": None, "breakdown_us": {}, "idle_breakdown_us": {}}
+    (sent,) = send({"schema_version": "1.6", "traces": [trace], "findings": []}, ["mlflow"], "ignored")
     assert sent.ok and run_id in sent.line
     (run,) = read_mlflow_runs((offline / "mlruns").as_uri(), "loggers-experiment")
     assert run.id == run_id and run.status == "RUNNING"  # left open for its owner
@@ -90,7 +91,7 @@ def test_no_pandas_needed_and_mlflow_reads_the_table_back(offline: Path, monkeyp
 
     from gpuprof.trackers.send import send
 
-    doc = {"findings": [{"code": "GP101", "name": "gpu-idle", "severity": "warning", "message": "idle",
+    doc = {"schema_version": "1.6", "findings": [{"code": "GP101", "name": "gpu-idle", "severity": "warning", "message": "idle",
                          "cost_us_per_step": 2500.0, "cost_share": 0.25, "location": {"file": "t.py", "line": 3}}]}
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "pandas", None)  # mlflow-skinny does not bring pandas; log_table would need it

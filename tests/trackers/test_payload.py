@@ -10,9 +10,11 @@ import re
 import statistics
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpuprof.codes import get_spec
+from gpuprof.saved import ReportProblem, SavedTrace, saved_report
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trackers.payload import (
     FINDING_COLUMNS,
@@ -82,7 +84,7 @@ def test_window_figures_match_the_raw_events(nw0: tuple[dict, list[dict]]) -> No
 
 def test_findings_table_rows_follow_the_report(nw0: tuple[dict, list[dict]]) -> None:
     doc, _ = nw0
-    rows = finding_rows(doc)
+    rows = finding_rows(saved_report(doc))
     assert [r.code for r in rows] == [f["code"] for f in doc["findings"]]
     for row, f in zip(rows, doc["findings"]):
         spec = get_spec(f["code"])
@@ -98,48 +100,65 @@ def test_findings_table_rows_follow_the_report(nw0: tuple[dict, list[dict]]) -> 
 
 
 def test_location_is_file_colon_line_and_unknown_codes_keep_their_name() -> None:
-    doc = {"findings": [
+    doc = {"schema_version": "1.6", "findings": [
         {"code": "GP101", "name": "gpu-idle", "severity": "warning", "message": "m", "cost_us_per_step": 2500.0,
          "cost_share": 0.25, "location": {"file": "train.py", "line": 42, "function": "main"}},
         {"code": "GP999", "name": "from-a-newer-gpuprof", "severity": "info", "message": "n",
          "location": {"file": "model.py", "line": None}},
-        "not a finding",
     ]}
-    a, b = finding_rows(doc)
+    a, b = finding_rows(saved_report(doc))
     assert (a.location, a.cost_ms_per_step, a.cost_share) == ("train.py:42", 2.5, 0.25)
     assert (b.location, b.title, b.cost_ms_per_step) == ("model.py", "from-a-newer-gpuprof", None)
 
 
 def _trace(step_ids: list[int], **extra: object) -> dict:
-    return {"step_ids": step_ids, "num_steps": len(step_ids), "step_time_us": 10_000.0,
-            "step_time_mean_us": 12_000.0, "gpu_utilization": None, "data_loading_share": 0.25,
-            **extra}
+    return {"path": "t.json", "step_ids": step_ids, "num_steps": len(step_ids), "step_time_us": 10_000.0,
+            "step_time_mean_us": 12_000.0, "gpu_busy_us": 0.0, "gpu_utilization": None, "data_loading_share": 0.25,
+            "breakdown_us": {}, "idle_breakdown_us": {}, **extra}
 
 
 def test_one_window_per_trace_in_step_order_and_unknown_figures_left_out() -> None:
-    doc = {"traces": [_trace([40, 41]), _trace([7, 8, 9], step_time_us=float("nan"))],
+    doc = {"schema_version": "1.6", "traces": [_trace([40, 41]), _trace([7, 8, 9], step_time_us=0.0)],
            "sections": [{"kind": "memory", "devices": [{"allocated": {"peak": 3 * 2**20}},
                                                        {"allocated": {"peak": 5 * 2**20}}]}],
            "findings": [{"code": "GP101", "severity": "warning", "cost_us_per_step": 1500.0},
                         {"code": "GP640", "severity": "info", "cost_us_per_step": None}]}
     first, last = windows(doc)
     assert (first.step, last.step) == (9, 41)
-    assert "step_time_ms" not in first.metrics and "gpu_utilization" not in first.metrics  # NaN, None: not sent
+    assert "step_time_ms" not in first.metrics and "gpu_utilization" not in first.metrics  # 0, None: not sent
     assert first.metrics["data_loading_share"] == pytest.approx(0.25)
     assert "findings" not in first.metrics  # the run's figures only once, at the last window
     assert last.metrics == pytest.approx({"step_time_ms": 10.0, "data_loading_share": 0.25, "memory_peak_mib": 5.0,
                                           "findings": 2.0, "findings_at_warning": 1.0})
 
 
-def test_the_ranks_of_one_window_are_one_window_with_their_mean() -> None:
-    doc = {"traces": [_trace([7, 8], rank=0), _trace([7, 8], rank=1, step_time_us=14_000.0, data_loading_share=0.75)]}
+def test_the_ranks_of_one_window_are_one_window_with_the_runs_figures() -> None:
+    doc = {"schema_version": "1.6", "traces": [
+        _trace([7, 8], rank=0, gpu_busy_us=9_000.0, gpu_utilization=0.75),
+        _trace([5, 6, 7, 8], rank=1, step_time_us=14_000.0, step_time_mean_us=15_000.0, data_loading_share=0.75,
+               gpu_busy_us=3_000.0, gpu_utilization=0.2)]}
     (w,) = windows(doc)
-    assert w.step == 8 and w.metrics["step_time_ms"] == pytest.approx(12.0)
-    assert w.metrics["data_loading_share"] == pytest.approx(0.5)
+    assert w.step == 8  # the ranks' windows end at the same step: one window
+    # the median of the ranks' steps pooled (each rank's median standing for its steps: no step times listed)
+    assert w.metrics["step_time_ms"] == pytest.approx(statistics.median([10.0] * 2 + [14.0] * 4))
+    # waiting and busy time over step time, summed over the ranks (2 steps of 12 ms, 4 of 15 ms)
+    time = 2 * 12_000.0 + 4 * 15_000.0
+    assert w.metrics["data_loading_share"] == pytest.approx((0.25 * 2 * 12_000.0 + 0.75 * 4 * 15_000.0) / time)
+    assert w.metrics["gpu_utilization"] == pytest.approx((9_000.0 * 2 + 3_000.0 * 4) / time)
+
+
+def test_a_report_with_a_value_no_measurement_has_is_not_sent() -> None:
+    doc = {"schema_version": "1.6", "traces": [_trace([7, 8], step_time_us=float("nan"))]}
+    with pytest.raises(ReportProblem, match=r"traces\[0\]\.step_time_us"):
+        windows(doc)
+    from gpuprof.trackers.send import send
+
+    (sent,) = send(doc, ["mlflow"], "run")
+    assert not sent.ok and "traces[0].step_time_us is NaN" in sent.line and "\n" not in sent.line
 
 
 def test_a_capture_without_traces_gives_one_window_from_its_section() -> None:
-    doc = {"traces": [], "sections": [{"kind": "capture", "steps": 30, "step_time_median_ms": 4.5,
+    doc = {"schema_version": "1.6", "traces": [], "sections": [{"kind": "capture", "steps": 30, "step_time_median_ms": 4.5,
                                        "data_loading_share": 0.1}], "findings": []}
     (w,) = windows(doc)
     assert w.step == 30 and w.metrics == {"step_time_ms": 4.5, "data_loading_share": 0.1, "findings": 0.0,
@@ -149,12 +168,14 @@ def test_a_capture_without_traces_gives_one_window_from_its_section() -> None:
 def test_mfu_is_the_kernels_time_at_peak_over_the_steps_time() -> None:
     views = {"kernel_total_us": 1000.0, "kernels": [
         {"total_us": 600.0, "mfu": 0.5}, {"total_us": 300.0, "mfu": 0.2}, {"total_us": 100.0, "mfu": None}]}
-    t = {"num_steps": 2, "step_time_mean_us": 1000.0, "views": views}
+    for k in views["kernels"]:
+        k["name"] = "k"
+    t = _trace([1, 2], step_time_mean_us=1000.0, views=views)
     # 600 us at 50 % of peak and 300 us at 20 %: 360 us of work at peak, over 2 steps of 1 ms
-    assert trace_mfu(t) == pytest.approx(360.0 / 2000.0)
+    assert trace_mfu(msgspec.convert(t, SavedTrace)) == pytest.approx(360.0 / 2000.0)
     views["kernels"][0]["mfu"] = None  # known FLOPs for 30 % of the kernel time only: not known
-    assert trace_mfu(t) is None
-    assert trace_mfu({"num_steps": 0, "step_time_mean_us": 1.0, "views": views}) is None
+    assert trace_mfu(msgspec.convert(t, SavedTrace)) is None
+    assert trace_mfu(msgspec.convert(_trace([], step_time_mean_us=1.0, views=views), SavedTrace)) is None
 
 
 def test_artefacts_that_are_not_regular_files_or_too_big_are_left_out_with_a_note(
@@ -168,7 +189,7 @@ def test_artefacts_that_are_not_regular_files_or_too_big_are_left_out_with_a_not
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     monkeypatch.setenv("GPUPROF_TRACKER_MAX_MB", "1")
-    pub = publication({}, "r", [Artefact(str(good), "report"), Artefact(str(big), "trace"),
+    pub = publication({"schema_version": "1.6"}, "r", [Artefact(str(good), "report"), Artefact(str(big), "trace"),
                                 Artefact(str(link), "report"), Artefact(str(fifo), "trace"),
                                 Artefact(str(tmp_path / "gone"), "report")])
     assert [a.path for a in pub.artefacts] == [str(good)]

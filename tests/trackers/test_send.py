@@ -45,7 +45,7 @@ def test_a_missing_package_is_one_line_naming_what_to_install(monkeypatch: pytes
     _hide(monkeypatch, "mlflow")
     assert missing_package("mlflow") == ("sending results to MLflow needs the mlflow package: "
                                          "pip install mlflow-skinny")
-    (sent,) = send({"findings": []}, ["mlflow"], "run")
+    (sent,) = send({"schema_version": "1.6", "findings": []}, ["mlflow"], "run")
     assert not sent.ok and sent.line.endswith("pip install mlflow-skinny")
 
 
@@ -101,7 +101,7 @@ def test_a_tracker_error_is_one_line_with_the_secrets_masked(monkeypatch: pytest
     failing = _Failing(RuntimeError("401 for key k3y-0123456789abcdef\nat https://alice:hunter2pass@mlflow.example/ "
                                     "(password hunter2pass)\x1b[2J"))
     monkeypatch.setattr("gpuprof.trackers.send.load_tracker", lambda name: failing)
-    (sent,) = send({"findings": [{"code": "GP101", "severity": "warning", "message": "m"}]}, ["wandb"], "run")
+    (sent,) = send({"schema_version": "1.6", "findings": [{"code": "GP101", "severity": "warning", "message": "m"}]}, ["wandb"], "run")
     assert not sent.ok and failing.seen and failing.seen[0].findings[0].code == "GP101"
     assert sent.line.startswith("results not sent to W&B: RuntimeError: 401 for key ***")
     for secret in ("k3y-0123456789abcdef", "hunter2pass", "\x1b", "\n"):

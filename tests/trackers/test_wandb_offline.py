@@ -57,7 +57,7 @@ def test_a_run_the_user_started_receives_the_results_and_stays_open(offline: Pat
     run = wandb.init(project="users-project", name="my-training", settings=wandb.Settings(silent=True, console="off"))
     try:
         run.log({"loss": 1.5})
-        doc = {"traces": [{"step_ids": [5, 6, 7], "num_steps": 3, "step_time_us": 2000.0, "step_time_mean_us": 2100.0,
+        doc = {"schema_version": "1.6", "traces": [{"path": "t.json", "gpu_busy_us": 0.0, "breakdown_us": {}, "idle_breakdown_us": {}, "step_ids": [5, 6, 7], "num_steps": 3, "step_time_us": 2000.0, "step_time_mean_us": 2100.0,
                            "gpu_utilization": 0.5, "data_loading_share": 0.1}],
                "findings": [{"code": "GP101", "name": "gpu-idle", "severity": "warning", "message": "idle",
                              "cost_us_per_step": 400.0, "location": {"file": "train.py", "line": 9}}]}
@@ -81,6 +81,6 @@ def test_w_and_b_disabled_is_one_line_saying_so(offline: Path, monkeypatch: pyte
     from gpuprof.trackers.send import send
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    (sent,) = send({"findings": []}, ["wandb"], "r")
+    (sent,) = send({"schema_version": "1.6", "findings": []}, ["wandb"], "r")
     assert not sent.ok and sent.line.startswith("results not sent to W&B: RuntimeError: W&B is disabled")
     assert wandb_offline_runs(offline / "wandb") == []

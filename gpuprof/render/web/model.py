@@ -43,18 +43,19 @@ class TraceFigures:
 def headline(traces: Sequence[TraceFigures], step_times_us: Sequence[float], steps: int) -> dict[str, Any]:
     """The summary cards over every step of every trace: ``step_times_us`` every step's time, ``steps`` their count.
 
-    GPU utilisation is busy time over step time, summed over the traces that have GPU activity (the metric's
-    definition, docs/report-schema.md), not a mean of the traces' utilisations.
+    GPU utilisation is busy time over step time, summed over the traces that have GPU activity (the run's one
+    definition, :class:`gpuprof.saved.RunFigures`), not a mean of the traces' utilisations.
     """
-    timed = [t for t in traces if t.gpu_utilization is not None]
-    util_time = sum(t.step_time_mean_us * t.num_steps for t in timed)
+    from gpuprof.saved.figures import busy_share
+
     return {
         "traces": len(traces),
         "devices": list(dict.fromkeys(n for t in traces for n in t.devices if n)),
         "steps": steps,
         "step_time_us": statistics.median(step_times_us) if step_times_us else None,
         "step_time_mean_us": sum(step_times_us) / len(step_times_us) if step_times_us else None,
-        "gpu_utilization": sum(t.gpu_busy_us * t.num_steps for t in timed) / util_time if util_time > 0 else None,
+        "gpu_utilization": busy_share((t.gpu_busy_us, t.step_time_mean_us, t.num_steps) for t in traces
+                                      if t.gpu_utilization is not None),
     }
 
 

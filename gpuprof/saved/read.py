@@ -7,9 +7,13 @@ nothing blocks), at most ``MAX_REPORT_BYTES``, JSON, an object whose
 ``schema_version`` is ``1.x`` (the compatibility policy of
 docs/report-schema.md: a newer minor version only adds fields, which are
 ignored), whose every value has the type and range the schema gives it
-(:mod:`gpuprof.reportcheck`: no NaN, no negative duration, no share over 1).
-Anything else is an :class:`~gpuprof.errors.InputError` naming the file and,
-for a value, its field (exit 2).
+(:mod:`gpuprof.saved.types`, :mod:`gpuprof.saved.check`: no NaN, no negative
+duration, no share over 1). Anything else is an
+:class:`~gpuprof.errors.InputError` naming the file and, for a value, its
+field (exit 2). :func:`read_saved` gives the typed :class:`SavedReport` that
+history, diff, export, the trackers and the TensorBoard tab compute from;
+:func:`read_report_dict` the checked JSON object (re-rendered and written
+back unchanged by ``gpuprof analyze report.json``).
 """
 
 from __future__ import annotations
@@ -25,8 +29,11 @@ import msgspec
 from gpuprof.errors import InputError
 from gpuprof.findings import Finding
 from gpuprof.report import SCHEMA_VERSION, JobSummary, Report, TraceSummary
+from gpuprof.saved.check import ReportProblem, saved_report
+from gpuprof.saved.types import SavedReport
 
-__all__ = ["read_report_dict", "report_dict_of", "report_from_dict", "job_from_dict", "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
+__all__ = ["read_report_dict", "read_saved", "report_dict_of", "loaded", "report_from_dict", "job_from_dict",
+           "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
 
 MAX_REPORT_BYTES = 256 << 20  # a report is kB to a few MB; more is not one gpuprof wrote
 _MAJOR = SCHEMA_VERSION.split(".")[0]
@@ -41,6 +48,15 @@ def is_saved_report(path: str | os.PathLike[str]) -> bool:
 
 def read_report_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The report's JSON object, checked (module docstring)."""
+    return _read(path)[0]
+
+
+def read_saved(path: str | os.PathLike[str]) -> SavedReport:
+    """The report, checked and typed (module docstring)."""
+    return _read(path)[1]
+
+
+def _read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], SavedReport]:
     p = os.fspath(path)
     try:
         st = os.stat(p)
@@ -55,7 +71,7 @@ def read_report_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
             raw = fh.read(MAX_REPORT_BYTES + 1)
     except OSError as err:
         raise InputError.from_os_error(p, err, "read") from None
-    return report_dict_of(raw, p)
+    return loaded(raw, p)
 
 
 def report_dict_of(raw: bytes, name: str) -> dict[str, Any]:
@@ -63,8 +79,15 @@ def report_dict_of(raw: bytes, name: str) -> dict[str, Any]:
 
     For a report read from elsewhere than a local file (a URL); InputError naming ``name``.
     """
-    if len(raw) > MAX_REPORT_BYTES:
-        raise InputError(name, f"report larger than {MAX_REPORT_BYTES >> 20} MiB; not one gpuprof wrote")
+    return loaded(raw, name)[0]
+
+
+def loaded(raw: bytes, name: str, limit: int | None = None) -> tuple[dict[str, Any], SavedReport]:
+    """A saved report's bytes as its checked JSON object and its :class:`SavedReport` (InputError naming ``name``);
+    ``limit``: the most bytes a report may have (:data:`MAX_REPORT_BYTES` unless given)."""
+    limit = MAX_REPORT_BYTES if limit is None else limit
+    if len(raw) > limit:
+        raise InputError(name, f"report larger than {limit >> 20} MiB; not one gpuprof wrote")
     p = name
     try:
         doc = json.loads(raw)
@@ -79,13 +102,10 @@ def report_dict_of(raw: bytes, name: str) -> dict[str, Any]:
     for key in ("traces", "findings", "sections", "notes", "inputs"):
         if not isinstance(doc.get(key, []), list):
             raise InputError(p, f"malformed report: {key!r} is not a list")
-    from gpuprof.reportcheck import ReportProblem, check_report
-
     try:
-        check_report(doc)  # every typed value in its range, before a figure is computed from it
+        return doc, saved_report(doc)  # every typed value in its range, before a figure is computed from it
     except ReportProblem as err:
         raise InputError(p, f"malformed report: {err.field} {err.problem}") from None
-    return doc
 
 
 @dataclass

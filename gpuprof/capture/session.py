@@ -252,7 +252,7 @@ class Profiler(FrameworkSeams):
             if facts is not None:
                 self.guard.run("TensorBoard writer", "no further TensorBoard scalars", self._flush_scalars)
                 self.report = self.guard.run("report", "no report is written", final_report, facts, self.outputs,
-                                             self.guard)
+                                             self.guard, self.window.leak_statements)
         finally:
             if self.scalars is not None:  # no TensorBoard thread outlives the capture
                 self.scalars.finish(self.guard)

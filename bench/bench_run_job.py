@@ -18,8 +18,13 @@ Two jobs of ``--steps`` steps of about ``--step-ms`` of CPU each, neither import
   the window's Python tracer (``with_stack``) records: a 9 MB trace for 5 steps, so the export, the end-of-run
   analysis and the leak walk of the window are large here.
 
-The two measured 1.00x and 1.18-1.21x on the same commit (2026-12-07) because of that: the jobs differ, not the
-method (both were CPU of every process of the job tree).
+Why this bench (1.18-1.21x) and the budget's ``run`` row (0.86-1.00x) disagreed on the same commit (2026-12-07),
+although both took the CPU of every process of the job tree (``RUSAGE_CHILDREN`` here, ``wait4`` there: the
+same accounting): the jobs differed. The budget's MLP step allocates ~130 KB buffers every step, which glibc
+hands back to the kernel and faults in again in the bare job but not under ``gpuprof run`` (whose start moves
+malloc's thresholds: see ``MALLOC``), so the bare side paid ~1 s more of its own CPU per 1,000 steps and hid
+gpuprof's cost; and the busy-loop job's Python calls made its window's trace 100 times larger. Now one function
+measures both jobs, with malloc's thresholds pinned on every side.
 
     python bench/bench_run_job.py [--rounds 3] [--steps 2000] [--step-ms 5] [--job mlp,python]
                                   [--baseline DIR] [--out bench/out/run_job.json]
@@ -103,9 +108,17 @@ print(n)
 """
 
 
+# glibc's malloc, pinned on every side: by default its mmap and trim thresholds move up with the process's first
+# large frees, and a process that made some (gpuprof's start in the job) stops giving the MLP's per-step buffers
+# back to the kernel, so its own steps fault far less than the bare job's (measured, 1,000 steps: 502,000 minor
+# faults and 1.41 s of system CPU bare, 78,000 and 0.43 s under gpuprof run): the job's own CPU then differs by
+# more than gpuprof's whole cost, and the ratio came out under 1 (0.86-0.97x). Pinned, both sides' steps cost the same.
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(256 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
 def _env(gpuprof_root: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["OMP_NUM_THREADS"] = "1"
+    env.update(OMP_NUM_THREADS="1", **MALLOC)
     if gpuprof_root is not None:
         env["PYTHONPATH"] = str(gpuprof_root)
     return env

@@ -8,13 +8,13 @@ times, the files written so far. Everything after it reads the copy.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpuprof.capture.checks import Live, LoaderCheck, MemoryCheck, SettingsCheck
 from gpuprof.capture.config import Schedule
 from gpuprof.capture.end.text import no_steps_text
-from gpuprof.capture.run import CaptureSection, RunFacts, TraceFile
+from gpuprof.capture.run import LEAK_STATEMENTS, CaptureSection, LeakLines, RunFacts, TraceFile
 from gpuprof.findings import Finding
 from gpuprof.trace.dataloading import data_loading_share
 
@@ -24,9 +24,6 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.leaklines import StatementSite
 
 __all__ = ["run_facts", "runtime_findings"]
-
-LeakLines = Callable[[bool], "tuple[StatementSite, ...]"]
-LEAK_STATEMENTS = "leak statements"  # the guard's name for the walk of the last window for GP640's statement
 
 
 def runtime_findings(live: Live) -> list[Finding]:

@@ -22,10 +22,9 @@ from gpuprof.atomic import atomic_write
 from gpuprof.capture.end import worker
 from gpuprof.capture.end.analyse import TraceResults, assemble, trace_results
 from gpuprof.capture.end.text import capture_section, final_line, findings_markdown, short_report
-from gpuprof.capture.facts import LEAK_STATEMENTS, LeakLines
 from gpuprof.capture.guard import Guard
 from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
-from gpuprof.capture.run import RunFacts
+from gpuprof.capture.run import LEAK_STATEMENTS, LeakLines, RunFacts
 from gpuprof.capture.scalars import ScalarWriter
 from gpuprof.report import Report
 from gpuprof.runner import Selection

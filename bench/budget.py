@@ -15,7 +15,8 @@ which a loaded machine disturbs less than wall time; memory is the child's peak 
 | ``memory-html/pickle`` | the same | ``pickle.load`` of the file | <= 3.0x |
 | ``memory-html/rss`` | its peak RSS | the snapshot's size | <= 1.0x |
 | ``help/click`` | ``gpuprof --help`` (10 runs a round) | ``python -c "import click"`` (10 runs) | <= 1.6x (docs/performance.md) |
-| ``run/bare`` | ``gpuprof run --logdir D train.py``: 2,000 steps of ~5 ms CPU | ``python train.py`` | <= 1.05x |
+| ``run/bare`` | ``gpuprof run --logdir D train.py``: 2,000 MLP training steps of ~5 ms CPU (``bench/bench_run_job.py``) | ``python train.py`` | <= 1.05x |
+| ``run/bare-python`` | the same, 2,000 Python-heavy steps of ~5 ms CPU (a large recorded window) | ``python train.py`` | <= 1.05x |
 
 The inputs: ``v100-200``/``small-200`` and ``v100-1000``/``small-1000`` are the shared ``bench/make_big.py``
 inputs (``bench/bench_floor.py`` builds them: a V100 ResNet-50 trace x 6 / x 28, TraceLens's xDiT trace of
@@ -66,38 +67,6 @@ GROUPS = ("analyze", "rss", "hta", "memory", "help", "run")
 SNAP_ENTRIES = 1_000_000
 HELP_REPEAT = 10  # `gpuprof --help` takes ~0.08 s: a round sums 10 runs of each side
 RUN_STEPS, STEP_MS = 2000, 5.0
-
-# A training job that imports nothing of gpuprof: a small MLP sized to ~STEP_MS of CPU per step, SGD.
-TRAIN = """\
-import sys, torch
-torch.set_num_threads(1)
-n, steps = int(sys.argv[1]), int(sys.argv[2])
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(n, n), torch.nn.Tanh(), torch.nn.Linear(n, n))
-opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-x = torch.randn(64, n)
-for _ in range(steps):
-    opt.zero_grad()
-    model(x).square().mean().backward()
-    opt.step()
-"""
-SIZE_FOR = """\
-import sys, time, torch
-torch.set_num_threads(1)
-want, n = float(sys.argv[1]) / 1000, 64
-while n < 8192:
-    model = torch.nn.Sequential(torch.nn.Linear(n, n), torch.nn.Tanh(), torch.nn.Linear(n, n))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(64, n)
-    for i in range(25):
-        if i == 5:
-            t = time.process_time()
-        opt.zero_grad(); model(x).square().mean().backward(); opt.step()
-    if (time.process_time() - t) / 20 >= want:
-        break
-    n = int(n * 1.15)
-print(n)
-"""
 
 
 @dataclass
@@ -235,19 +204,18 @@ def help_group(rounds: int) -> list[Ratio]:
     return [r]
 
 
-def run_group(rounds: int, tmp: Path, steps: int) -> list[Ratio]:
-    script = tmp / "train.py"
-    script.write_text(TRAIN)
-    cmd, env = _plain("-c", SIZE_FOR, str(STEP_MS))
-    n = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=tempfile.gettempdir()).stdout.strip()
-    logdir = tmp / "runs"
-    cmds = {"gpuprof": _gpuprof("run", "--logdir", str(logdir), str(script), n, str(steps)),
-            "bare": _plain(str(script), n, str(steps))}
-    r = Ratio("run/bare", f"gpuprof run / bare, whole job CPU ({steps} steps of ~{STEP_MS:g} ms, width {n})",
-              budget=1.05)
-    for rnd in paired(cmds, rounds):
-        r.values.append(rnd["gpuprof"].cpu_s / rnd["bare"].cpu_s)
-    return [r]
+def run_group(rounds: int, steps: int) -> list[Ratio]:
+    """Both jobs of bench/bench_run_job.py (its job_ratio: CPU of every process of the job tree, os.wait4)."""
+    from bench_run_job import job_ratio
+
+    out = []
+    for job, name, what in (("mlp", "run/bare", "an MLP training step"),
+                            ("python", "run/bare-python", "a Python-heavy step")):
+        res = job_ratio(rounds, steps, STEP_MS, job)
+        r = Ratio(name, f"gpuprof run / bare, whole job CPU ({steps} steps of ~{STEP_MS:g} ms: {what})", budget=1.05)
+        r.values = [row["run_ratio"] for row in res["rounds"]]
+        out.append(r)
+    return out
 
 
 def commit() -> str:
@@ -321,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if "help" in groups:
         steps.append(("help", lambda tmp: help_group(a.rounds)))
     if "run" in groups:
-        steps.append(("run", lambda tmp: run_group(a.rounds, tmp, a.run_steps)))
+        steps.append(("run", lambda tmp: run_group(a.rounds, a.run_steps)))
     try:
         for label, step in steps:
             t0 = time.perf_counter()

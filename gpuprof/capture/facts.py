@@ -8,13 +8,13 @@ times, the files written so far. Everything after it reads the copy.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpuprof.capture.checks import Live, LoaderCheck, MemoryCheck, SettingsCheck
 from gpuprof.capture.config import Schedule
 from gpuprof.capture.end.text import no_steps_text
-from gpuprof.capture.run import CaptureSection, RunFacts, TraceFile
+from gpuprof.capture.run import LEAK_STATEMENTS, CaptureSection, LeakLines, RunFacts, TraceFile
 from gpuprof.findings import Finding
 from gpuprof.trace.dataloading import data_loading_share
 
@@ -24,8 +24,6 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.leaklines import StatementSite
 
 __all__ = ["run_facts", "runtime_findings"]
-
-LeakLines = Callable[[bool], "tuple[StatementSite, ...]"]
 
 
 def runtime_findings(live: Live) -> list[Finding]:
@@ -52,10 +50,11 @@ def run_facts(live: Live, written: Sequence[TraceFile], *, tensorboard: bool, le
     runtime = g.run("runtime checks", "no runtime findings", runtime_findings, live) or []
     statements: tuple[StatementSite, ...] = ()
     if leak_lines is not None:
-        unknown = previous is None or previous.trace_paths != [str(t.path) for t in traces]
-        grows = any(f.code == "GP640" for f in runtime) or unknown or bool(previous and previous.cpu_growth)
-        statements = g.run("leak statements", "a memory-growth finding names the function's first line",
-                           leak_lines, grows) or ()
+        known = previous is not None and previous.trace_paths == [str(t.path) for t in traces]
+        grows = any(f.code == "GP640" for f in runtime) or bool(known and previous and previous.cpu_growth)
+        if grows or known:  # else the end-of-run report walks them once the traces say whether memory grew
+            statements = g.run(LEAK_STATEMENTS, "a memory-growth finding names the function's first line",
+                               leak_lines, grows) or ()
     settings = live.find(SettingsCheck)
     s = settings.settings if settings is not None else None
     conv, stable = False, None

@@ -34,6 +34,9 @@ local variable of a frame, an attribute of an object, a module's global) and
 the line from the source of that frame's function or that object's class: the
 statement that adds to it (``name +=``, ``name = name + ...``) or appends to
 it. Bounded in time: the census stops walking at its limits and says so.
+It runs inside the session's ``step()``, whose time is no step's; the step
+after each of its two passes (run with caches just walked through) is marked
+``own_work``, so it never makes a phase or an anomaly (``at_steps``).
 """
 
 from __future__ import annotations
@@ -154,6 +157,7 @@ class CensusResult:
     location: SourceLocation | None = None  # the statement that adds to it
     pattern: str | None = None  # "graph_kept" (total += loss) or "outputs_kept" (losses.append(loss))
     truncated: bool = False  # a bound stopped the walk
+    at_steps: tuple[int, int] = (0, 0)  # the steps after which the two censuses ran (the next ones are own_work)
 
     @property
     def grad_tensor_growth(self) -> int:
@@ -246,7 +250,8 @@ class Census:
                 pattern = "outputs_kept"
             return CensusResult(steps=steps, grad_tensors_before=self._count, grad_tensors_after=count,
                                 graph_growth_nodes=grew_nodes, graph_nodes=nodes, holder=holder, location=loc,
-                                pattern=pattern, truncated=self.truncated or truncated)
+                                pattern=pattern, truncated=self.truncated or truncated,
+                                at_steps=(self.start_step, step))
         finally:
             after.clear()
 
@@ -361,7 +366,7 @@ def host_growth_finding(g: HostGrowth, census: CensusResult | None, location: So
         extra["census"] = {"steps": census.steps, "grad_tensors_before": census.grad_tensors_before,
                            "grad_tensors_after": census.grad_tensors_after,
                            "graph_growth_nodes": census.graph_growth_nodes, "graph_nodes": census.graph_nodes,
-                           "holder": census.holder, "pattern": census.pattern,
+                           "holder": census.holder, "pattern": census.pattern, "at_steps": list(census.at_steps),
                            "site": str(census.location) if census.location else None,
                            "truncated": census.truncated}
         name = f"`{census.holder}`" if census.holder else "a tensor"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from gpuprof.findings import Finding, SourceLocation
 
@@ -21,6 +21,10 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.job.windows import PlannedWindow
     from gpuprof.capture.leaklines import StatementSite
     from gpuprof.capture.settings import TorchSettings
+
+#: the last window's walk for GP640's statement (``wanted``: a memory growth was found; else nothing is walked)
+LeakLines = Callable[[bool], "tuple[StatementSite, ...]"]
+LEAK_STATEMENTS = "leak statements"  # the guard's name for that walk
 
 __all__ = ["CaptureSection", "RunFacts", "TraceFile"]
 

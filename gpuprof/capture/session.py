@@ -198,7 +198,7 @@ class Profiler(FrameworkSeams):
         live.step_num += 1
         if window.alive or self._reporter.busy:
             self._own_until = live.step_num + OWN_AFTER_STEPS
-        if live.step_num <= self._own_until:
+        if live.step_num <= max(self._own_until, live.monitor_own_until):
             live.own_steps.append(live.step_num - 1)
         for m in self._per_step:
             try:
@@ -207,7 +207,7 @@ class Profiler(FrameworkSeams):
                 self._per_step = [p for p in self._per_step if p is not m]
                 self.guard.fail(m.part, m.consequence, err)
         if self.job.windows is not None:
-            self.job.step(t, window.alive, self._reporter.busy)
+            self.job.step(t, window.alive, self._reporter.busy or live.step_num <= live.monitor_own_until)
         nxt = window.schedule(live.step_num)
         if window.wants_step(nxt) or self._first_step_pending:
             self._own_work = True  # the hang watchdog does not count this time
@@ -252,7 +252,7 @@ class Profiler(FrameworkSeams):
             if facts is not None:
                 self.guard.run("TensorBoard writer", "no further TensorBoard scalars", self._flush_scalars)
                 self.report = self.guard.run("report", "no report is written", final_report, facts, self.outputs,
-                                             self.guard)
+                                             self.guard, self.window.leak_statements)
         finally:
             if self.scalars is not None:  # no TensorBoard thread outlives the capture
                 self.scalars.finish(self.guard)

@@ -24,7 +24,7 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TextIO, TypeVar
 
 from gpuprof.capture import CaptureResult, GpuprofWarning, Profiler
 from gpuprof.capture.api import profile
@@ -137,6 +137,9 @@ class CaptureDriver:
         self.steps = 0  # optimizer steps marked in this run
         self.micro_batches = 0  # batches seen in this run (every micro-batch of every step)
         self._broken = False  # a failure of gpuprof's own in this run: do nothing more until the next
+        # where each run's capture writes its messages (None: stderr, rank 0's only); `gpuprof run` gives a log
+        # file per process (gpuprof.run.runlog), so the summary never lands between the job's lines
+        self.make_stream: Callable[[Profiler], TextIO] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -156,8 +159,11 @@ class CaptureDriver:
 
     def _begin(self, place: JobPlace | None, run: str | None, models: Sequence[Any],
                loaders: Sequence[LoaderInfo], notes: Sequence[str]) -> None:
-        prints = self.print_report and (place is None or place.rank == 0)  # one summary per job: rank 0's
+        # one summary per job on stderr: rank 0's; each process's into its own log when it has one
+        prints = self.print_report and (place is None or place.rank == 0 or self.make_stream is not None)
         prof = profile(self.logdir, run=self.run or run, print_report=prints, **self.options)
+        if self.make_stream is not None:
+            prof.stream = self.make_stream(prof)
         if place is not None:
             prof.place(place.rank, place.world_size, local_rank=place.local_rank,
                        local_world_size=place.local_world_size)

@@ -108,6 +108,11 @@ class GpuprofCallback(_Callback):  # type: ignore[misc]  # Lightning's Callback,
         return self._driver.result
 
     @property
+    def driver(self) -> CaptureDriver:
+        """The capture driver (``gpuprof run`` sets its ``make_stream``: messages to each process's log file)."""
+        return self._driver
+
+    @property
     def micro_batches(self) -> int:
         """Batches seen in the current (or last) run, every micro-batch of every optimizer step."""
         return self._driver.micro_batches

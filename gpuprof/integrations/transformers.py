@@ -89,6 +89,11 @@ class GpuprofCallback(_TrainerCallback):  # type: ignore[misc]  # transformers' 
         return self._driver.result
 
     @property
+    def driver(self) -> CaptureDriver:
+        """The capture driver (``gpuprof run`` sets its ``make_stream``: messages to each process's log file)."""
+        return self._driver
+
+    @property
     def micro_batches(self) -> int:
         """Micro-batches (forward/backward passes) seen in the current or last run."""
         return self._driver.micro_batches

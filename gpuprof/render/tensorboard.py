@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, Mapping
 
 from gpuprof.render.safe import visible
 
-__all__ = ["TAGS", "TEXT_TAG", "TensorBoardWriter"]
+__all__ = ["TAGS", "TEXT_TAG", "TensorBoardWriter", "text_summary"]
 
 TAGS = {
     "step_time_ms": "gpuprof/step_time_ms",
@@ -124,13 +124,27 @@ class _EventFile:
             self._f.close()
 
 
+def text_summary(tag: str, text: str) -> Any:
+    """The ``Summary`` of one text, as ``tensorboard.plugins.text.summary_v2.text_pb`` makes it (the same bytes:
+    tests/render/test_tensorboard_writer.py), from the protobuf messages alone: ``text_pb`` goes through
+    ``tensor_util``, whose import loads TensorBoard's TensorFlow stub (and boto3 where it is installed): about
+    0.3 s of CPU in every training process, for one string."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.compat.proto.tensor_pb2 import TensorProto
+    from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+    from tensorboard.compat.proto.types_pb2 import DT_STRING
+    from tensorboard.plugins.text.metadata import create_summary_metadata
+
+    tensor = TensorProto(dtype=DT_STRING, tensor_shape=TensorShapeProto(), string_val=[text.encode("utf-8")])
+    summary = Summary()
+    summary.value.add(tag=tag, metadata=create_summary_metadata(display_name=None, description=None), tensor=tensor)
+    return summary
+
+
 class TensorBoardWriter:
     """gpuprof's per-step scalars and findings text, in one event file under ``log_dir``."""
 
     def __init__(self, log_dir: str | os.PathLike[str], filename_suffix: str = "") -> None:
-        from tensorboard.plugins.text.summary_v2 import text_pb  # needs the tensorboard package
-
-        self._text_pb = text_pb
         self._log_dir = os.fspath(log_dir)
         os.makedirs(self._log_dir, exist_ok=True)
         self._file = _EventFile(self._log_dir, filename_suffix)
@@ -156,7 +170,7 @@ class TensorBoardWriter:
         The tag is ``<tag>/text_summary``, as ``SummaryWriter.add_text`` names it.
         """
         text = "\n".join(visible(line) for line in markdown.split("\n"))
-        self._file.add_summary(step, self._text_pb(f"{tag}/text_summary", text))
+        self._file.add_summary(step, text_summary(f"{tag}/text_summary", text))
 
     def flush(self) -> None:
         self._file.flush()

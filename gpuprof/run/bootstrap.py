@@ -161,14 +161,29 @@ def _attach(framework: str, trainer: Any) -> None:
 
         callbacks = trainer.callbacks
         if not any(isinstance(c, LightningCallback) for c in callbacks):
-            callbacks.append(LightningCallback(_OPTS.logdir, **kwargs))
+            lit = LightningCallback(_OPTS.logdir, **kwargs)
+            _quiet(lit.driver)
+            callbacks.append(lit)
     else:
         from gpuprof.integrations.transformers import GpuprofCallback as HFCallback
 
         if not any(isinstance(c, HFCallback) for c in trainer.callback_handler.callbacks):
-            trainer.add_callback(HFCallback(_OPTS.logdir, **kwargs))
+            hf = HFCallback(_OPTS.logdir, **kwargs)
+            _quiet(hf.driver)
+            trainer.add_callback(hf)
     if CLOCK is not None:
         CLOCK.stand_down(f"{framework}'s Trainer drives the capture")
+
+
+def _quiet(driver: Any) -> None:
+    """The callback's messages go to each process's gpuprof.log, as the optimizer clock's do (no --verbose):
+    nothing of gpuprof's between the job's lines, one end-of-run card after them (docs/run.md)."""
+    assert _OPTS is not None
+    if _OPTS.verbose:
+        return
+    from gpuprof.run.runlog import RunLog
+
+    driver.make_stream = lambda prof: RunLog(lambda: prof.out_dir)
 
 
 # ---------------------------------------------------------------------------------------------- --step-function

@@ -299,3 +299,25 @@ def test_summary_fits_80_columns_without_cutting_a_word() -> None:
 
     assert fmt_cost(f) in " ".join(wrapped.split()) and "[train_with_a_long_name.py:123]" in wrapped
     assert len(short_report(report, facts).splitlines()) == 4  # head, count, finding, fix: one line each
+
+
+@pytest.mark.slow
+def test_a_windows_trace_is_gzipped_whole_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    # gpuprof compresses torch's plain JSON itself (torch's own .gz export copies it line by line at level 9)
+    import gzip
+    import json
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from gpuprof.capture.window import export_gzipped
+
+    model = torch.nn.Linear(8, 8)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as tp:
+        for _ in range(3):
+            model(torch.randn(4, 8)).sum().backward()
+    out = tmp_path / "w.pt.trace.json.gz"
+    export_gzipped(tp, out)
+    doc = json.loads(gzip.decompress(out.read_bytes()))
+    names = {e.get("name") for e in doc["traceEvents"]}
+    assert {"aten::linear", "aten::sum"} <= names  # the operators run, in a trace any reader opens
+    assert os.listdir(tmp_path) == ["w.pt.trace.json.gz"]  # the plain JSON beside it is gone

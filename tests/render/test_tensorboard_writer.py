@@ -11,12 +11,21 @@ pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tb_crc  # noqa: E402
 
-from gpuprof.render.tensorboard import TensorBoardWriter, masked_crc32c  # noqa: E402
+from gpuprof.render.tensorboard import TensorBoardWriter, masked_crc32c, text_summary  # noqa: E402
 
 
 @pytest.mark.parametrize("data", [b"", b"12345678", bytes(range(256)), b"\xff" * 73])
 def test_crc_matches_tensorboards(data):
     assert masked_crc32c(data) == tb_crc(data)
+
+
+@pytest.mark.parametrize("text", ["", "**2 findings**", "ünï\u202ecode\n| a | b |\n", "x" * 70_000])
+def test_text_summary_is_the_bytes_tensorboards_text_pb_makes(text):
+    # gpuprof builds the text summary from the protobuf messages, without text_pb's TensorFlow stub import
+    from tensorboard.plugins.text.summary_v2 import text_pb
+
+    tag = "gpuprof/findings/text_summary"
+    assert text_summary(tag, text).SerializeToString() == text_pb(tag, text).SerializeToString()
 
 
 def test_scalars_and_text_read_back_exactly(tmp_path):

@@ -169,6 +169,12 @@ def test_a_loss_kept_with_its_graph_under_gpuprof_run(tmp_path: Path) -> None:
     # docs name: the onset can fall after a window that the growth began before)
     assert ev["extra"]["onset_step"] <= 40
     assert ev["extra"]["census"]["pattern"] == "graph_kept" and ev["extra"]["census"]["holder"] == "running_loss"
+    # the step after each of the census's two counts is gpuprof's own work: never a phase of the job's own
+    at = ev["extra"]["census"]["at_steps"]
+    assert len(at) == 2 and at[1] == at[0] + 3
+    for s in (at[0], at[1]):
+        (ph,) = [p for p in rep["job"]["phases"] if p["start_step"] <= s <= p["end_step"]]
+        assert ph["kind"] == "own_work", (s, rep["job"]["phases"])
     line = job.read_text().splitlines().index("    running_loss += loss") + 1
     assert f["location"]["line"] == line and Path(f["location"]["file"]).name == job.name
     assert "GP640" in r.stderr and "running_loss += loss.item()" in r.stderr

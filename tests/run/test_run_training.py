@@ -129,6 +129,28 @@ def test_hf_trainer_gets_the_callback(tmp_path: Path) -> None:
     assert "GP601" in codes(rep) or any("dataloader_num_workers=0" in n for n in rep["notes"])
 
 
+@pytest.mark.frameworks
+@pytest.mark.parametrize(("package", "script", "name"), [("lightning", "lightning_loop.py", "lit"),
+                                                         ("transformers", "hf_loop.py", "hf")])
+def test_framework_callbacks_print_nothing_mid_run_only_the_card(tmp_path: Path, package: str, script: str,
+                                                                 name: str) -> None:
+    """A Trainer's callback under `gpuprof run` is as quiet as the optimizer clock: its window summary and its
+    end-of-run summary go to the process's gpuprof.log; the user's output gets one card, after the job's lines."""
+    pytest.importorskip(package)
+    proc = subprocess.run([sys.executable, "-m", "gpuprof", "run", "--logdir", "logs", "--run-name", name,
+                           str(SCRIPTS / script), "12"], cwd=tmp_path, env=run_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=400, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    card = next(i for i, line in enumerate(lines) if "end of run:" in line)
+    mid_run = [line for line in lines[:card] if line.startswith("gpuprof")]
+    assert not mid_run, mid_run  # no summary, no "recorded steps" notice, no "files in" line before the card
+    assert proc.stdout.count("end of run:") == 1
+    log = tmp_path / "logs" / name / "gpuprof.log"
+    assert "recorded steps" in log.read_text() and "gpuprof: files in" in log.read_text()  # kept, in the log
+    assert f"logs/{name}/gpuprof.log" in proc.stdout
+
+
 def test_torchrun_two_ranks_each_report_and_the_cross_rank_one(tmp_path: Path) -> None:
     proc = gpuprof_run("--logdir", "logs", "--run-name", "ddp", "--", sys.executable, "-m", "torch.distributed.run",
                        "--nproc-per-node", "2", str(SCRIPTS / "ddp_loop.py"), "12", cwd=tmp_path)

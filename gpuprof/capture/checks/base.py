@@ -109,6 +109,7 @@ class Live:
     fetch_s: array[float] = field(default_factory=lambda: array("d"))  # per step: time waiting for DataLoaders
     # steps gpuprof slowed (a profiler alive, a window's report being made, the steps just after): not the job's
     own_steps: array[int] = field(default_factory=lambda: array("l"))
+    monitor_own_until: int = -1  # a monitor's own work (the host-memory census) makes the steps up to this one gpuprof's
     step_signatures: list[object] = field(default_factory=list)  # the first steps' argument shapes
     findings: list[Finding] = field(default_factory=list)  # found outside the monitors (device errors, OOM)
     monitors: list[Monitor] = field(default_factory=list)

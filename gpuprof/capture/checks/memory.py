@@ -85,12 +85,14 @@ class MemoryCheck(MonitorBase):
             s = self.sampler
             if self.census is not None and self.census.due(live.step_num):
                 c, self.census = self.census, None
+                live.monitor_own_until = live.step_num + 1  # the step after it: own_work (module docstring)
                 self.census_result = live.guard.run(CENSUS, "the host-growth finding names no holder", c.finish,
                                                     live.step_num)
             elif (len(s.rss) >= self._next_check and self.census_result is None and self.census is None
                   and live.config.checks):
                 self._next_check = len(s.rss) + max(CHECK_EVERY, len(s.rss) // 8)  # every ~1 s, sparser in long jobs
                 if host_growth(s.rss_steps, s.rss, live.config.options, self.windows) is not None:
+                    live.monitor_own_until = live.step_num + 1
                     self.census = live.guard.run(CENSUS, "the host-growth finding names no holder", Census,
                                                  live.step_num)
                     if self.census is None:

@@ -10,6 +10,7 @@ the frozen :class:`~gpuprof.capture.run.RunFacts` and write to the session's
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -23,7 +24,7 @@ from gpuprof.capture.end.analyse import TraceResults, assemble, trace_results
 from gpuprof.capture.end.text import capture_section, final_line, findings_markdown, short_report
 from gpuprof.capture.guard import Guard
 from gpuprof.capture.result import CaptureResult, RecordedTrace, WindowReport
-from gpuprof.capture.run import RunFacts
+from gpuprof.capture.run import LEAK_STATEMENTS, LeakLines, RunFacts
 from gpuprof.capture.scalars import ScalarWriter
 from gpuprof.report import Report
 from gpuprof.runner import Selection
@@ -70,11 +71,21 @@ def window_report(facts: RunFacts, out: Outputs, g: Guard) -> Report:
     return report
 
 
-def final_report(facts: RunFacts, out: Outputs, g: Guard) -> Report:
-    """The end-of-run report, on the driving thread (traces analysed at the window's end are reused)."""
+def final_report(facts: RunFacts, out: Outputs, g: Guard, leak_lines: LeakLines | None = None) -> Report:
+    """The end-of-run report, on the driving thread (traces analysed at the window's end are reused).
+
+    ``leak_lines``: the last window's walk for GP640's statement, made here only when the traces show a host
+    memory growth and :func:`~gpuprof.capture.facts.run_facts` could not know it (no window report analysed
+    these traces: under ``gpuprof run`` the window's report waits for the end), so a job whose memory does not
+    grow never pays for it (0.4 s of CPU measured on a Python-heavy loop's window)."""
     res = out.trace_results
     if res is None or res.trace_paths != facts.trace_paths:
         res = out.trace_results = trace_results(facts, g)
+    if leak_lines is not None and not facts.statements:
+        found = g.run(LEAK_STATEMENTS, "a memory-growth finding names the function's first line", leak_lines,
+                      bool(res.cpu_growth))
+        if found:
+            facts = dataclasses.replace(facts, statements=found)
     report = assemble(facts, res, g, memory=True)
     publish(facts, out, report, g, final=True)
     return report

@@ -59,7 +59,10 @@ def _side(report: Report, tf: TraceFile) -> dict[str, Any]:
     name = Path(tf.path).name
     traces = [t.to_dict() for t in report.traces if Path(t.path).name == name]
     findings = [f.to_dict() for f in report.findings if f.source and Path(f.source).name == name]
-    return {"inputs": [str(tf.path)], "traces": traces, "findings": findings}
+    from gpuprof.report import SCHEMA_VERSION
+
+    # read back through the typed saved-report reader (gpuprof.saved), as a report.json of this schema would be
+    return {"schema_version": SCHEMA_VERSION, "inputs": [str(tf.path)], "traces": traces, "findings": findings}
 
 
 def _metric(diff: Mapping[str, Any], name: str) -> Mapping[str, Any]:

@@ -14,16 +14,10 @@ from typing import Any
 import pytest
 
 from gpuprof.findings import Finding, Severity
+from gpuprof.rules.loaderfix import NOTE_LOADER_CPU, loader_saving
+from gpuprof.rules.replayed import with_what_if
 from gpuprof.testing.tracegen import TraceBuilder
-from gpuprof.trace.critpath.whatif import (
-    NOTE_HIDDEN,
-    NOTE_LOADER_CPU,
-    NOTE_MORE,
-    NOTE_STARVES,
-    WHY_HOST,
-    loader_saving,
-    with_what_if,
-)
+from gpuprof.trace.critpath.margin import NOTE_HIDDEN, NOTE_MORE, NOTE_STARVES, WHY_HOST
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 

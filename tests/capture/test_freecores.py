@@ -1,0 +1,99 @@
+"""The cores free beside the trainer (gpuprof.capture.freecores): what caps a loader fix's what-if (issue 46)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpuprof.capture import freecores
+from gpuprof.capture.config import CheckOptions
+from gpuprof.capture.dataloader import LoaderRecord, dataloader_findings
+from gpuprof.capture.freecores import CoreUse, FreeCores, idle_seconds
+
+STAT = (b"cpu  100 0 50 1000 20 0 0 0 0 0\n"
+        b"cpu0 50 0 25 400 10 0 0 0 0 0\n"
+        b"cpu1 50 0 25 600 10 0 0 0 0 0\n"
+        b"intr 1 2 3\n")
+
+
+def test_idle_is_read_from_the_cpus_the_process_may_use() -> None:
+    assert idle_seconds(STAT, {0}, 100.0) == pytest.approx(4.1)  # idle + iowait of cpu0, in ticks of 1/100 s
+    assert idle_seconds(STAT, {0, 1}, 100.0) == pytest.approx(10.2)
+    assert idle_seconds(STAT, None, 100.0) == pytest.approx(10.2)  # the "cpu" line: every CPU
+    assert idle_seconds(STAT, {7}, 100.0) is None  # none of ours listed
+    assert idle_seconds(b"cpu0 1 2\n", {0}, 100.0) is None  # too few fields: nothing made up
+    assert idle_seconds(b"", {0}, 100.0) is None
+
+
+def _scripted(monkeypatch: pytest.MonkeyPatch, reads: list[tuple[float, float, int]]) -> None:
+    """Each read of the clock, the process's CPU and /proc/stat gives the next (wall s, CPU s, idle ticks)."""
+    it = iter(reads)
+    now: dict[str, Any] = {}
+
+    def stat() -> bytes:
+        now["t"], now["cpu"], idle = next(it)
+        return f"cpu0 0 0 0 {idle} 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n".encode()
+
+    monkeypatch.setattr(freecores, "_proc_stat", stat)
+    monkeypatch.setattr(freecores, "_cpus", lambda: {0, 1})
+    monkeypatch.setattr(freecores, "_ticks_per_s", lambda: 100.0)
+    monkeypatch.setattr(freecores.time, "monotonic", lambda: now["t"])
+    monkeypatch.setattr(freecores.os, "times", lambda: SimpleNamespace(user=now["cpu"], system=0.0))
+
+
+def test_the_spans_between_start_and_stop_are_summed_and_the_windows_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # steps 0-10 s: 10 CPU s, 5 s idle; a recorded window 10-20 s (not counted: 10 CPU s, no idle); 20-30 s: 12 CPU s,
+    # 3 s idle. Over the 20 s of steps: 1.1 cores of trainer, 0.4 idle
+    _scripted(monkeypatch, [(0.0, 0.0, 0), (10.0, 10.0, 500), (20.0, 20.0, 500), (30.0, 32.0, 800)])
+    f = FreeCores()
+    f.start()
+    f.stop()  # the window opens
+    f.start()  # and closes
+    f.start()  # a second start while a span is open changes nothing
+    got = f.result()
+    assert got == CoreUse(seconds=20.0, trainer_cores=1.1, idle_cores=0.4, cores=2)
+
+
+def test_too_short_or_unreadable_gives_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    _scripted(monkeypatch, [(0.0, 0.0, 0), (0.2, 0.2, 10)])
+    f = FreeCores()
+    f.start()
+    assert f.result() is None  # 0.2 s: a few ticks, not a measurement
+    monkeypatch.setattr(freecores, "_proc_stat", lambda: None)
+    g = FreeCores()
+    g.start()
+    assert g.result() is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux's")
+def test_a_real_reading_is_within_the_cores() -> None:
+    f = FreeCores()
+    f.start()
+    end = time.thread_time() + 0.2  # CPU of this process, however loaded the machine is
+    while time.thread_time() < end:
+        pass
+    time.sleep(0.4)
+    got = f.result()
+    assert got is not None
+    cores = len(os.sched_getaffinity(0))
+    assert got.cores == cores and got.seconds >= 0.6
+    assert 0.0 < got.trainer_cores <= cores + 0.05 and 0.0 <= got.idle_cores <= cores
+
+
+def test_gp601_keeps_the_cores_measured_for_its_what_if() -> None:
+    rec = LoaderRecord(label="DataLoader#0", num_workers=0, pin_memory=False, persistent_workers=False,
+                       batch_size=8, location=None, batches=100, fetch_s=0.5)
+    use = CoreUse(seconds=30.0, trainer_cores=1.9, idle_cores=0.05, cores=2)
+    (f,) = dataloader_findings([rec], total_step_s=1.0, num_steps=100, on_cuda=False, cores=2, local_world_size=1,
+                               options=CheckOptions(), core_use=use)
+    extra = f.evidence[0].extra
+    assert f.code == "GP601"
+    assert (extra["trainer_cpu_cores"], extra["idle_cores"], extra["cores_measured_s"]) == (1.9, 0.05, 30.0)
+    (g,) = dataloader_findings([rec], total_step_s=1.0, num_steps=100, on_cuda=False, cores=2, local_world_size=1,
+                               options=CheckOptions())
+    assert "idle_cores" not in g.evidence[0].extra  # not measured: not said

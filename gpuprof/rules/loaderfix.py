@@ -115,6 +115,10 @@ def measured_of(w: Finding) -> Measured | None:
 
 def _figure(x: object) -> float | None:
     """A measured figure read back from evidence: a finite number at or above 0, else None."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    return float(x)
+    try:
+        v = float(x)
+    except OverflowError:  # an integer beyond a float's range (a hand-edited report)
+        return None
+    return v if math.isfinite(v) and v >= 0 else None

@@ -117,10 +117,16 @@ class FreeCores:
         self._open = None
 
     def result(self) -> CoreUse | None:
-        """The sums so far (an open span is closed first); None with too little measured or nothing readable."""
-        self.stop()
-        if self._broken or self._wall < MIN_SPAN_S:
+        """The sums so far, an open span counted to now and left open (the findings are read at each window's
+        report, and again at the end); None with too little measured or nothing readable."""
+        wall, cpu, idle = self._wall, self._cpu, self._idle
+        if self._open is not None:
+            now = self._read()
+            if now is not None:
+                wall += max(now[0] - self._open[0], 0.0)
+                cpu += max(now[1] - self._open[1], 0.0)
+                idle += max(now[2] - self._open[2], 0.0)
+        if self._broken or wall < MIN_SPAN_S:
             return None
-        idle = min(self._idle / self._wall, float(self._cores))
-        return CoreUse(seconds=round(self._wall, 3), trainer_cores=round(self._cpu / self._wall, 3),
-                       idle_cores=round(idle, 3), cores=self._cores)
+        return CoreUse(seconds=round(wall, 3), trainer_cores=round(cpu / wall, 3),
+                       idle_cores=round(min(idle / wall, float(self._cores)), 3), cores=self._cores)

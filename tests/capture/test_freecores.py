@@ -49,7 +49,8 @@ def _scripted(monkeypatch: pytest.MonkeyPatch, reads: list[tuple[float, float, i
 def test_the_spans_between_start_and_stop_are_summed_and_the_windows_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
     # steps 0-10 s: 10 CPU s, 5 s idle; a recorded window 10-20 s (not counted: 10 CPU s, no idle); 20-30 s: 12 CPU s,
     # 3 s idle. Over the 20 s of steps: 1.1 cores of trainer, 0.4 idle
-    _scripted(monkeypatch, [(0.0, 0.0, 0), (10.0, 10.0, 500), (20.0, 20.0, 500), (30.0, 32.0, 800)])
+    _scripted(monkeypatch, [(0.0, 0.0, 0), (10.0, 10.0, 500), (20.0, 20.0, 500), (30.0, 32.0, 800),
+                            (40.0, 40.0, 2000)])
     f = FreeCores()
     f.start()
     f.stop()  # the window opens
@@ -57,6 +58,10 @@ def test_the_spans_between_start_and_stop_are_summed_and_the_windows_left_out(mo
     f.start()  # a second start while a span is open changes nothing
     got = f.result()
     assert got == CoreUse(seconds=20.0, trainer_cores=1.1, idle_cores=0.4, cores=2)
+    # the span stays open (a window's report reads the findings mid-run): the end's reading counts to the end
+    # (20-40 s: 20 CPU s, 15 s idle)
+    f.stop()
+    assert f.result() == CoreUse(seconds=30.0, trainer_cores=1.0, idle_cores=0.667, cores=2)
 
 
 def test_too_short_or_unreadable_gives_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,3 +102,38 @@ def test_gp601_keeps_the_cores_measured_for_its_what_if() -> None:
     (g,) = dataloader_findings([rec], total_step_s=1.0, num_steps=100, on_cuda=False, cores=2, local_world_size=1,
                                options=CheckOptions())
     assert "idle_cores" not in g.evidence[0].extra  # not measured: not said
+
+
+@pytest.mark.slow
+def test_a_capture_measures_the_cores_beside_the_trainer(tmp_path: Any) -> None:
+    """End to end: a training loop whose loader runs in the process (GP601) under ``gpuprof.profile``: GP601's
+    evidence carries the cores measured over the steps outside the recorded window (their values depend on the
+    machine's load: only their bounds are asserted)."""
+    torch = pytest.importorskip("torch")
+    import gpuprof
+
+    from .conftest import quick_schedule, tiny_model, train_step
+
+    class Sleepy(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 8 * 20
+
+        def __getitem__(self, i: int) -> Any:
+            time.sleep(0.01)  # loading that leaves the core idle (storage)
+            return torch.randn(16), i % 4
+
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gpuprof.profile(tmp_path, schedule=quick_schedule(), analyze=False, print_report=False,
+                         tensorboard=False) as prof:
+        for x, y in torch.utils.data.DataLoader(Sleepy(), batch_size=8):
+            train_step(model, opt, x, y)
+            prof.step()
+    f = next(f for f in prof.report.findings if f.code == "GP601")
+    extra = f.evidence[0].extra
+    cores = extra["cores"]
+    assert isinstance(cores, int) and cores >= 1
+    # 15 steps of at least 80 ms outside the window (steps 1-3 of 20 recorded)
+    assert extra["cores_measured_s"] >= 1.0
+    assert 0.0 < extra["trainer_cpu_cores"] <= cores + 0.05
+    assert 0.0 <= extra["idle_cores"] <= cores

@@ -66,7 +66,7 @@ def _cost(m: TraceMetrics, calls: list[Event]) -> float:
 
 def call_names(f: Finding) -> set[str]:
     """The runtime calls a GP205 finding's evidence names (``call``; the keys of ``calls_per_step``/``calls``: the
-    evidence :class:`RuntimeCalls` writes)."""
+    evidence :class:`ExpensiveRuntimeCalls` writes, read back beside where it is written)."""
     out: set[str] = set()
     for ev in f.evidence:
         one = ev.extra.get("call")

@@ -137,3 +137,29 @@ def test_a_capture_measures_the_cores_beside_the_trainer(tmp_path: Any) -> None:
     assert extra["cores_measured_s"] >= 1.0
     assert 0.0 < extra["trainer_cpu_cores"] <= cores + 0.05
     assert 0.0 <= extra["idle_cores"] <= cores
+
+
+def test_the_measurement_ends_with_the_steps_and_resumes_a_step_after_a_window(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # first step at 0; ticks at 0.3 s (a reading) and 0.4 s (too soon: none); the window opens at 1 s and closes;
+    # the step after it starts the span again at 5 s (the trace written in between is not the job's); the last
+    # tick's reading at 6 s ends it, not the run's end at 9 s (its own export and analysis)
+    clock = {"t": 0.0}
+    _scripted(monkeypatch, [(0.0, 0.0, 0), (0.3, 0.3, 0), (1.0, 1.0, 0), (5.0, 9.0, 0), (6.0, 10.0, 100),
+                            (9.0, 20.0, 100)])
+    f = FreeCores()
+    monkeypatch.setattr(freecores.time, "monotonic", lambda: clock["t"])
+    f.start()
+    clock["t"] = 0.3
+    f.tick()
+    clock["t"] = 0.4
+    f.tick()  # no reading: the script's next one is the window's
+    clock["t"] = 1.0
+    f.stop()  # the window opens (1 s)
+    f.start_next_step()  # and closes: nothing read until the next step ends
+    clock["t"] = 5.0
+    f.tick()  # 5 s: the span opens
+    clock["t"] = 6.0
+    f.tick()  # 6 s: a reading
+    f.stop(at_last_tick=True)  # the end of the run: at the last tick, no new reading
+    assert f.result() == CoreUse(seconds=2.0, trainer_cores=1.0, idle_cores=0.5, cores=2)

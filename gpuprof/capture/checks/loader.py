@@ -21,21 +21,27 @@ class LoaderCheck(MonitorBase):
         self.monitor = dlmod.LoaderMonitor(on_fetch, max_signatures=max_signatures)
         self.free = FreeCores()
 
+    per_step = True  # the cores measurement's clock (gpuprof.capture.freecores: one clock read a step)
+
     def first_step(self, live: Live) -> None:
         self.free.start()
 
+    def step(self, live: Live) -> None:
+        self.free.tick()
+
     def recording(self, live: Live, on: bool, span: int | None) -> None:
-        # a recorded window is gpuprof's own work (the profiler): its steps are left out of the cores measured
+        # a recorded window is gpuprof's own work (the profiler, then the trace's export in the step it ends): its
+        # steps are left out of the cores measured
         if on:
             self.free.stop()
         else:
-            self.free.start()
+            self.free.start_next_step()
 
     def install(self, live: Live) -> None:
         dlmod.install(self.monitor)  # also without checks: the data-loading share is a measurement
 
     def uninstall(self, live: Live) -> None:
-        self.free.stop()
+        self.free.stop(at_last_tick=True)  # the run's end: the measurement ends with the steps
         dlmod.uninstall(self.monitor)
 
     def findings(self, live: Live) -> list[Finding]:

@@ -51,7 +51,8 @@ FUNCTIONS = (
     ("gpuprof.trace.critpath.graph", "build_graph", "critical path"),
     ("gpuprof.trace.critpath.path", "critical_path", "critical path"),
     ("gpuprof.trace.critpath.path", "critical_segments", "critical path"),
-    ("gpuprof.trace.critpath.whatif", "with_what_if", "critical path"),
+    ("gpuprof.trace.critpath.whatif", "with_what_if", "critical path"),  # before issue 45
+    ("gpuprof.rules.replayed", "with_what_if", "critical path"),
     ("gpuprof.views.build", "trace_views", "views"),
     ("gpuprof.views.timeline", "build_timeline", "views"),
     ("gpuprof.summarize", "trace_summary", "report"),

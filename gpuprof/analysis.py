@@ -18,11 +18,11 @@ from gpuprof.redact import scrub
 from gpuprof.remote import TraceFile
 from gpuprof.report import Report, TraceSummary
 from gpuprof.rules.base import Rule, RuleContext, all_rules
+from gpuprof.rules.replayed import cross_rank_not_replayed, with_what_if
 from gpuprof.runner import STRICT_ENV, RuleFailure, RuleUnit, Selection, strict_rules
 from gpuprof.runner import run_rules as run_units
 from gpuprof.summarize import trace_summary
 from gpuprof.trace.critpath.graph import build_graph
-from gpuprof.trace.critpath.whatif import cross_rank_not_replayed, with_what_if
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.model import Trace

@@ -257,7 +257,8 @@ def apply_overlaps(findings: Iterable[Finding], specs: Iterable[CodeSpec] | None
 def _with_what_if_of(w: Finding, lost: list[Finding]) -> Finding:
     """``w`` with the what-if of the first finding it absorbed that has one, when it has none itself: one problem,
     seen twice, replayed once (GP601 measured at runtime absorbs GP102, which the trace replayed)."""
-    from gpuprof.trace.critpath.whatif import carry_note, loader_without_gpu, step_of
+    from gpuprof.rules.loaderfix import loader_without_gpu
+    from gpuprof.trace.critpath.margin import carry_note, step_of
 
     if w.what_if_saving_us is None and w.what_if_note is None:
         cpu = next((x for x in lost if x.what_if_saving_us is None and loader_without_gpu(x) is not None), None)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from gpuprof.capture import loaderplace, samplerepoch
 from gpuprof.capture.config import CheckOptions
+from gpuprof.capture.freecores import CoreUse
 from gpuprof.codespec import INFO_BELOW_SHARE, severity_for_cost
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.runtimecodes import runtime_check
@@ -386,8 +387,13 @@ def dataloader_findings(
     cores: int,
     local_world_size: int,
     options: CheckOptions,
+    core_use: CoreUse | None = None,
 ) -> list[Finding]:
-    """GP601-GP604 for the loaders seen during the run."""
+    """GP601-GP604 for the loaders seen during the run. ``core_use``: the trainer's CPU and its cores' idle time
+    over the steps (:mod:`gpuprof.capture.freecores`), kept in GP601's evidence for its what-if."""
+    measured = {} if core_use is None else {
+        "trainer_cpu_cores": core_use.trainer_cores, "idle_cores": core_use.idle_cores,
+        "cores_measured_s": core_use.seconds}
     out: list[Finding] = []
     steps = max(num_steps, 1)
     for rec in records:
@@ -406,7 +412,7 @@ def dataloader_findings(
                 rec,
                 (Evidence("data_loading_share", round(share, 4), options.dataloader_share_warning, "fraction",
                           extra={"num_workers": 0, "batches": rec.batches, "fetch_s": round(rec.fetch_s, 6),
-                                 "steps": num_steps, "cores": cores, "on_cuda": on_cuda}),),
+                                 "steps": num_steps, "cores": cores, "on_cuda": on_cuda, **measured}),),
                 severity=sev,
                 cost_us=per_step_us,
                 cost_share=share,

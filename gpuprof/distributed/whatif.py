@@ -6,7 +6,7 @@ on each rank's step graph when the rank is summarised
 (:mod:`gpuprof.trace.critpath.overlap`, ``RankSummary.overlap_what_if_us``).
 Here each becomes the finding's ``what_if_saving_us``, and its ``what_if_note``
 where it and the rule's cost differ beyond the margin
-(:func:`gpuprof.trace.critpath.whatif.margin_note`, docs/critical-path.md).
+(:func:`gpuprof.trace.critpath.margin.margin_note`, docs/critical-path.md).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from gpuprof.distributed.summary import RankSummary
 from gpuprof.findings import Finding
-from gpuprof.trace.critpath.whatif import margin_note
+from gpuprof.trace.critpath.margin import margin_note
 
 __all__ = ["straggler_what_if", "overlap_what_if", "STRAGGLER_HELD", "STRAGGLER_MORE", "OVERLAP_LESS",
            "OVERLAP_MORE", "OVERLAP_NOT_REPLAYED"]

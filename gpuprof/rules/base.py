@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping, TypeVar
 from gpuprof.codespec import INFO_BELOW_SHARE, CodeSpec, Option
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.cause import CauseFigure
+from gpuprof.rules.whatif import WhatIf
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, Trace
 
@@ -132,6 +133,9 @@ class Rule(RuleSpec):
     # the figure that is the rule's cause, per step (gpuprof.rules.cause): `gpuprof diff` calls a gone finding
     # fixed only when it improved beyond its own per-step spread; None: the rule declares none
     cause: ClassVar[CauseFigure | None] = None
+    # what removing the rule's cause means on the step graph (gpuprof.rules.whatif), replayed for each finding's
+    # what-if (docs/critical-path.md); None: its cause is not a node of the graph (the finding says so)
+    what_if: ClassVar[WhatIf | None] = None
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:  # pragma: no cover - abstract
         raise NotImplementedError

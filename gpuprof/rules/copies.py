@@ -10,6 +10,7 @@ from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.cause import CauseFigure, idle_part_per_step
 from gpuprof.rules.common import copy_wait_calls, count_of, kernel_idle_within
+from gpuprof.rules.whatif import WhatIf, copy_waits
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.syncs import QUEUED_US, CopyEvent, queued_us
@@ -121,6 +122,7 @@ class PageableCopy(Rule):
     code = "GP201"
     name = "pageable-copy"
     title = "Copies from/to pageable host memory"
+    what_if = WhatIf("copies made asynchronous (pinned memory, non_blocking=True)", copy_waits(None, True))
     cause = CauseFigure("GPU idle in blocking copies", idle_part_per_step("blocking_copy"))
     severity = Severity.WARNING
     options = (
@@ -210,6 +212,7 @@ class BlockingCopy(Rule):
     code = "GP202"
     name = "blocking-copy"
     title = "Blocking host→device copies"
+    what_if = WhatIf("host→device copies made asynchronous", copy_waits("HtoD", True))
     cause = CauseFigure("GPU idle in blocking copies", idle_part_per_step("blocking_copy"))
     severity = Severity.WARNING
     options = (
@@ -321,6 +324,7 @@ class SmallDeviceToHostCopies(Rule):
     code = "GP204"
     name = "small-dtoh-copies"
     title = "Small device→host copies every step"
+    what_if = WhatIf("the small device→host copies' waits gone", copy_waits("DtoH", False))
     severity = Severity.INFO
     options = (
         Option("max_bytes", 64 << 10, "copies smaller than this many bytes count as small"),

@@ -9,6 +9,8 @@ from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.cause import CauseFigure, data_wait_per_step
 from gpuprof.rules.common import of_step
+from gpuprof.rules.loaderfix import loader_fix_without_gpu
+from gpuprof.rules.whatif import WhatIf, data_waits
 from gpuprof.units import fmt_us
 
 __all__ = ["DataLoaderMainProcess", "DataLoadingShare"]
@@ -42,6 +44,8 @@ class DataLoaderMainProcess(Rule):
     superseded_by = ("GP601",)  # capture measures the same loader's share over every step
     title = "DataLoader runs in the main process (num_workers=0)"
     cause = CauseFigure("time waiting for the batch", data_wait_per_step)
+    what_if = WhatIf("data wait gone (loading overlapped by DataLoader workers)", data_waits,
+                     without_gpu=loader_fix_without_gpu)
     severity = Severity.WARNING
     options = (Option("min_share", 0.02, "report only when data loading takes at least this share of the step"),)
     bad_example = """
@@ -101,6 +105,7 @@ class DataLoadingShare(Rule):
     superseded_by = ("GP605", "GP606", "GP607")
     title = "Data loading takes a large share of the step"
     cause = CauseFigure("time waiting for the batch", data_wait_per_step)
+    what_if = WhatIf("data wait gone", data_waits, without_gpu=loader_fix_without_gpu)
     severity = Severity.WARNING
     options = (
         Option("max_share", 0.10, "data-loading share above this is reported"),

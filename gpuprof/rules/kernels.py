@@ -13,8 +13,10 @@ from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.cause import CauseFigure, idle_part_per_step
+from gpuprof.rules.whatif import ReplayContext, WhatIf
 from gpuprof.trace.arrays import median
 from gpuprof.trace.columns import columns, gpu_columns
+from gpuprof.trace.critpath.replay import Removal
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
@@ -141,6 +143,11 @@ def launch_stats(m: TraceMetrics, tiny_us: float, max_launch_us: float = float("
     )
 
 
+def launch_gaps(ctx: ReplayContext, f: Finding) -> Removal:
+    """GP301's what-if: the launch gaps closed, as one CUDA graph launch per stretch would."""
+    return Removal(close_launch_gaps=True)
+
+
 @register
 class LaunchBound(Rule):
     """The GPU runs tiny kernels and waits for the host to launch the next one.
@@ -176,6 +183,7 @@ class LaunchBound(Rule):
     code = "GP301"
     name = "launch-bound"
     title = "Launch-bound: many tiny kernels, GPU waiting on launches"
+    what_if = WhatIf("launch gaps closed, as one CUDA graph launch per stretch", launch_gaps)
     cause = CauseFigure("GPU idle in runtime (launch) calls", idle_part_per_step("runtime"))
     severity = Severity.WARNING
     options = (

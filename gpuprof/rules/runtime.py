@@ -14,10 +14,14 @@ from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.common import host_step_of, host_steps_of, kernel_idle_within, of_step
+from gpuprof.rules.whatif import ReplayContext, WhatIf
 from gpuprof.trace.columns import Columns, columns, named
+from gpuprof.trace.critpath.replay import Removal
+from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event
 from gpuprof.trace.phase import trace_phase
+from gpuprof.trace.threads import thread_keys
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 from gpuprof.units import fmt_us
 
@@ -60,6 +64,59 @@ def _cost(m: TraceMetrics, calls: list[Event]) -> float:
     return kernel_idle_within(m, host) / m.num_steps
 
 
+def call_names(f: Finding) -> set[str]:
+    """The runtime calls a GP205 finding's evidence names (``call``; the keys of ``calls_per_step``/``calls``: the
+    evidence :class:`ExpensiveRuntimeCalls` writes, read back beside where it is written)."""
+    out: set[str] = set()
+    for ev in f.evidence:
+        one = ev.extra.get("call")
+        if isinstance(one, str):
+            out.add(one)
+        for key in ("calls_per_step", "calls"):
+            many = ev.extra.get(key)
+            if isinstance(many, dict):
+                out.update(k for k in many if isinstance(k, str))
+    return out
+
+
+def startup_spans(findings: Iterable[Finding]) -> Intervals:
+    """The calls GP206 reports as one-off start-up work: never a per-step cost to cut (GP205 leaves them out)."""
+    refs = [e for f in findings if f.code == "GP206" for ev in f.evidence for e in ev.events]
+    return Intervals.from_pairs((e.ts, e.ts + e.dur) for e in refs) if refs else Intervals.empty()
+
+
+def runtime_calls(ctx: ReplayContext, f: Finding) -> Removal:
+    """GP205's what-if: the main thread's time in the calls the finding names (its evidence: the allocator calls of
+    a churn finding, the one slow call of a long-call finding), cut out of its time line: the fix makes them cheap
+    (a warm caching allocator) or moves them out of the step (created once at start-up). The calls GP206 reports as
+    start-up work are not cut."""
+    names = call_names(f)
+    cut = Intervals.empty()
+    for name, calls in ctx.graph.host_runtime:
+        if name in names:
+            cut = cut.union(calls)
+    if cut:
+        if "startup" not in ctx.memo:
+            ctx.memo["startup"] = startup_spans(ctx.findings)
+        cut = cut.subtract(ctx.memo["startup"])
+    return Removal(cut_host=cut)
+
+
+def calls_elsewhere_us(ctx: ReplayContext, f: Finding) -> float:
+    """Per step, the time of the finding's calls inside the steps on host threads other than the main one."""
+    g, m = ctx.graph, ctx.metrics
+    names = call_names(f)
+    if not g.steps or not names or not m.trace.runtime:
+        return 0.0
+    rc = columns(m.trace, m.trace.runtime)
+    named_ = np.fromiter((n in names for n in rc.names), bool, len(rc.names))[rc.name_code]
+    keys = thread_keys(m.main_thread)
+    other = np.fromiter((t not in keys for t in rc.threads), bool, len(rc.threads))[rc.thread_code]
+    lo, hi = g.steps[0][0], max(s[2] for s in g.steps)
+    at = named_ & other & (rc.ts >= lo) & (rc.ts <= hi)
+    return float(rc.dur[at].sum()) / len(g.steps)
+
+
 @register
 class ExpensiveRuntimeCalls(Rule):
     """Slow CUDA/HIP runtime calls made on the host inside training steps.
@@ -94,6 +151,8 @@ class ExpensiveRuntimeCalls(Rule):
     code = "GP205"
     name = "expensive-runtime-calls"
     title = "Expensive runtime calls (allocator churn, slow synchronous calls) inside steps"
+    what_if = WhatIf("the named runtime calls' host time cut (allocator warm, calls hoisted out of the step)",
+                     runtime_calls, elsewhere_us=calls_elsewhere_us)
     severity = Severity.WARNING
     options = (
         Option("min_step_fraction", 0.5, "allocator calls in at least this fraction of steps are churn"),

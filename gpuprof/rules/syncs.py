@@ -6,13 +6,18 @@ import re
 from collections import defaultdict
 from typing import Iterable
 
+import numpy as np
+
 from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.cause import CauseFigure, idle_part_per_step
 from gpuprof.rules.common import copy_wait_calls, count_of, host_step_of, kernel_busy
 from gpuprof.rules.copies import pageable_copies
+from gpuprof.rules.whatif import ReplayContext, WhatIf
 from gpuprof.trace.columns import columns, named
+from gpuprof.trace.critpath.graph import WAIT_DATA
+from gpuprof.trace.critpath.replay import Removal
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import op_call_stack
 from gpuprof.trace.phase import trace_phase
@@ -113,6 +118,27 @@ def _is_profiler_own(m: TraceMetrics, s: SyncPoint, last_op_end: float) -> bool:
     return not s.ops and s.location is None and "Device" in s.runtime.name and s.runtime.ts >= last_op_end
 
 
+def site_syncs(ctx: ReplayContext, f: Finding) -> Removal:
+    """GP203's what-if: the waits of the finding's site (its source line; without one, the sync points without one):
+    each sync point's outermost operator (``.item()`` is a device→host copy *and* a stream sync: both go), less the
+    waits of host→device copies (GP202's)."""
+    g = ctx.graph
+    spans = sorted((s.ops[0].ts, s.ops[0].end) if s.ops else (s.runtime.ts, s.runtime.end)
+                   for s in ctx.metrics.syncs if s.location == f.location)
+    if not spans:
+        return Removal()
+    lo = np.array([a for a, _ in spans])
+    hi = np.maximum.accumulate(np.array([b for _, b in spans]))
+    out = []
+    for w in ctx.replayer.waits.tolist():
+        if g.w_kind[w] == WAIT_DATA or g.w_tag[w] == "HtoD":
+            continue
+        i = int(np.searchsorted(lo, g.w_ts[w], side="right")) - 1
+        if i >= 0 and g.w_end[w] <= hi[i] + 1e-6:
+            out.append(int(w))
+    return Removal(drop=frozenset(out))
+
+
 @register
 class HostSync(Rule):
     """The host waits for the GPU in the middle of a step (a host sync point).
@@ -144,6 +170,7 @@ class HostSync(Rule):
     code = "GP203"
     name = "host-sync"
     title = "Host waits for the GPU inside the step"
+    what_if = WhatIf("the site's syncs gone", site_syncs)
     cause = CauseFigure("GPU idle while the host synchronises", idle_part_per_step("sync"))
     severity = Severity.WARNING
     options = (

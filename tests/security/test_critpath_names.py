@@ -19,8 +19,8 @@ from gpuprof.render import render
 from gpuprof.render.safe import MAX_TEXT, UNSAFE_CODEPOINTS, visible
 from gpuprof.render.terminal import render_terminal
 from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof.trace.critpath.margin import NOTE_HIDDEN, NOTE_NOT_REPLAYED, NOTE_STARVES
 from gpuprof.trace.critpath.path import MAX_PART_NAME, MAX_PARTS, PATH_KINDS
-from gpuprof.trace.critpath.whatif import NOTE_HIDDEN, NOTE_NOT_REPLAYED, NOTE_STARVES
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 

@@ -10,18 +10,17 @@ import pytest
 from gpuprof.analysis import analyze
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import render
+from gpuprof.rules.replayed import declared_what_ifs, with_what_if
 from gpuprof.testing.realtraces import TRACES, shared_path
 from gpuprof.testing.tracegen import TraceBuilder
-from gpuprof.trace.critpath.path import critical_path, critical_segments
-from gpuprof.trace.critpath.whatif import (
-    ACTIONS,
+from gpuprof.trace.critpath.margin import (
     NOTE_HIDDEN,
     NOTE_MORE,
     NOTE_NOT_REPLAYED,
     NOTE_STARVES,
     margin_note,
-    with_what_if,
 )
+from gpuprof.trace.critpath.path import critical_path, critical_segments
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
 
@@ -79,7 +78,8 @@ def test_a_finding_whose_cause_is_not_on_the_graph_says_so(tmp_path: Path) -> No
     assert got[0].what_if_saving_us is None and got[0].what_if_note == NOTE_NOT_REPLAYED
     assert got[1].what_if_saving_us is not None
     assert got[2] == memory  # nothing to compare: left as it was
-    assert "GP302" not in ACTIONS and "GP301" in ACTIONS
+    declared = declared_what_ifs()
+    assert "GP302" not in declared and "GP301" in declared
 
 
 def _shared_traces() -> list[Path]:
@@ -216,10 +216,43 @@ def test_launch_bound_finding_is_replayed_as_a_graph(tmp_path: Path) -> None:
 
 
 def test_cross_rank_findings_say_they_are_not_replayed() -> None:
-    from gpuprof.trace.critpath.whatif import NOTE_CROSS_RANK, cross_rank_not_replayed
+    from gpuprof.rules.replayed import cross_rank_not_replayed
+    from gpuprof.trace.critpath.margin import NOTE_CROSS_RANK
 
     costly = Finding("GP701", "straggler-rank", Severity.WARNING, "m", "a", cost_us_per_step=500.0)
     free = Finding("GP704", "small-collectives", Severity.WARNING, "m", "a")
     got = cross_rank_not_replayed([costly, free])
     assert got[0].what_if_note == NOTE_CROSS_RANK and got[0].what_if_saving_us is None
     assert got[1] == free
+
+
+def _code_strings_and_private_imports(path: Path) -> tuple[list[str], list[str]]:
+    """The string literals of a module that name a rule code (docstrings aside), and the private names it imports
+    from gpuprof."""
+    import ast
+    import re
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    codes = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             and id(n) not in docs and re.search(r"\bGP\d", n.value)]
+    private = [f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+               and (n.module or "").startswith("gpuprof") for a in n.names if a.name.startswith("_")]
+    return codes, private
+
+
+def test_the_replay_knows_no_rule_and_the_rules_declare_their_what_if() -> None:
+    """Issue 45: each rule declares its what-if beside its check; the critical-path package keeps the replay
+    primitives, with public names (no rule code in its code, no private name imported across its modules)."""
+    import gpuprof.trace.critpath as critpath
+    from gpuprof.rules.base import all_rules
+
+    for path in sorted(Path(critpath.__file__).parent.glob("*.py")):
+        codes, private = _code_strings_and_private_imports(path)
+        assert not codes, f"{path.name} names rule codes: {codes}"
+        assert not private, f"{path.name} imports private names: {private}"
+    declared = {r.code for r in all_rules() if r.what_if is not None}
+    assert declared == {"GP102", "GP103", "GP201", "GP202", "GP203", "GP204", "GP205", "GP301"}
+    assert all(r.what_if.label for r in all_rules() if r.what_if is not None)

@@ -14,16 +14,10 @@ from typing import Any
 import pytest
 
 from gpuprof.findings import Finding, Severity
+from gpuprof.rules.loaderfix import NOTE_LOADER_CPU, loader_saving
+from gpuprof.rules.replayed import with_what_if
 from gpuprof.testing.tracegen import TraceBuilder
-from gpuprof.trace.critpath.whatif import (
-    NOTE_HIDDEN,
-    NOTE_LOADER_CPU,
-    NOTE_MORE,
-    NOTE_STARVES,
-    WHY_HOST,
-    loader_saving,
-    with_what_if,
-)
+from gpuprof.trace.critpath.margin import NOTE_HIDDEN, NOTE_MORE, NOTE_STARVES, WHY_HOST
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 
@@ -183,3 +177,54 @@ def test_gp601_absorbing_a_cpu_loader_finding_models_the_runs_cores(tmp_path: Pa
     # cores not known: no figure, the loader note carried
     (w,) = [f for f in apply_overlaps([gp102, gp601({"num_workers": 0})]) if f.code == "GP601"]
     assert w.what_if_saving_us is None and (w.what_if_note or "").startswith(NOTE_LOADER_CPU)
+
+
+def _gp102_and_gp601(tmp_path: Path, extra: dict[str, Any]) -> tuple[float, Finding]:
+    """A CPU-only trace's GP102 (3 ms of loading in a 5 ms step), absorbed by a GP601 whose evidence is ``extra``:
+    (the replayed wait, GP601 with the loader fix's what-if)."""
+    from gpuprof.codes import apply_overlaps
+    from gpuprof.findings import Evidence
+
+    b = TraceBuilder(device=None)
+    for _ in range(4):
+        with b.step():
+            b.dataloader(ms=3.0)
+            b.cpu(us=2000, name="aten::addmm")
+    gp102 = _one(_metrics(b, tmp_path), "GP102", 3000.0)
+    wait = next(e.value for e in gp102.evidence if e.metric == "loader_wait_us")
+    assert isinstance(wait, float)
+    gp601 = Finding("GP601", "dataloader-main-process", Severity.WARNING, "m", "a", cost_us_per_step=3000.0,
+                    cost_share=0.6, origin="runtime",
+                    evidence=(Evidence("data_loading_share", 0.6, 0.3, "fraction", extra=extra),))
+    (w,) = [f for f in apply_overlaps([gp102, gp601]) if f.code == "GP601"]
+    return wait, w
+
+
+@pytest.mark.parametrize("trainer", [2.0, 1.4, 0.3])
+def test_no_saving_is_promised_when_no_core_is_free_beside_the_trainer(tmp_path: Path, trainer: float) -> None:
+    """Issue 46 item 7: on 2 cores with none idle over the steps (the trainer's compute on both, or other processes
+    on what it leaves), DataLoader workers can only take their CPU from the trainer: the what-if promises nothing
+    (the old model promised half the loading, whatever the cores did)."""
+    _wait, w = _gp102_and_gp601(tmp_path, {"num_workers": 0, "cores": 2, "trainer_cpu_cores": trainer,
+                                           "idle_cores": 0.0, "cores_measured_s": 30.0})
+    assert w.what_if_saving_us == 0.0
+    note = w.what_if_note or ""
+    assert "no core was free beside the trainer" in note and "GPU work" not in note
+
+
+def test_the_saving_is_capped_by_the_idle_cores_measured(tmp_path: Path) -> None:
+    """The step is at least the job's CPU work spread over the cores the trainer used plus the idle ones: with the
+    trainer on 1 core and 0.25 idle, of a 5 ms step at most 5 x 0.25 / 1.25 = 1 ms can go, not the 1.5 ms of the
+    unmeasured model; with most of a core idle, the saving is the wait itself at most."""
+    wait, w = _gp102_and_gp601(tmp_path, {"num_workers": 0, "cores": 2, "trainer_cpu_cores": 1.0,
+                                          "idle_cores": 0.25, "cores_measured_s": 30.0})
+    assert w.what_if_saving_us == pytest.approx(1000.0, abs=0.5)
+    assert "were idle" in (w.what_if_note or "")
+    # a trainer that sleeps while loading (an I/O-bound loader): cores idle, the whole wait can go
+    wait, w = _gp102_and_gp601(tmp_path, {"num_workers": 0, "cores": 2, "trainer_cpu_cores": 0.4,
+                                          "idle_cores": 1.6, "cores_measured_s": 30.0})
+    assert w.what_if_saving_us == pytest.approx(wait, abs=0.5)
+    # figures that are not numbers (a hand-edited report) are not a measurement: the unmeasured model
+    wait, w = _gp102_and_gp601(tmp_path, {"num_workers": 0, "cores": 2, "trainer_cpu_cores": "2",
+                                          "idle_cores": None, "cores_measured_s": 30.0})
+    assert w.what_if_saving_us == pytest.approx(wait / 2, abs=0.5)

@@ -20,12 +20,13 @@ from gpuprof.distributed.analysis import cross_rank
 from gpuprof.distributed.summary import RankSummary, summarize
 from gpuprof.distributed.whatif import OVERLAP_LESS, OVERLAP_MORE, OVERLAP_NOT_REPLAYED
 from gpuprof.findings import Finding
+from gpuprof.rules.replayed import NOTE_OTHER_THREADS
 from gpuprof.testing.realtraces import TRACES, shared_path
 from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.critpath.graph import GPU_COMM, build_graph
+from gpuprof.trace.critpath.margin import NOTE_HIDDEN, NOTE_STARVES, margin_note
 from gpuprof.trace.critpath.overlap import overlap_saving, overlapped
 from gpuprof.trace.critpath.replay import Removal, Replayer, replay_saving
-from gpuprof.trace.critpath.whatif import NOTE_HIDDEN, NOTE_OTHER_THREADS, NOTE_STARVES, margin_note
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 

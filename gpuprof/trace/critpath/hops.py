@@ -36,7 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from gpuprof.trace.critpath.graph import GPU_COMM, GPU_COPY, StepGraph, build_graph
-from gpuprof.trace.critpath.path import MAX_PARTS, PATH_KINDS, _host_split, _label, _run_spans, _Walk, _walk
+from gpuprof.trace.critpath.path import MAX_PARTS, PATH_KINDS, Walk, host_split, part_label, run_spans, walk
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 
@@ -84,7 +84,7 @@ def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, float, int
     owner = np.full(g.n_gpu, -1, np.int64)
     owner[node[node >= 0]] = np.flatnonzero(node >= 0)
     n_steps, n_inst = len(g.steps), len(instances)
-    walks: list[_Walk | None] = [None] * (n_steps + n_inst)
+    walks: list[Walk | None] = [None] * (n_steps + n_inst)
     ends = [NOT_WALKED] * (n_steps + n_inst)
     budget = BUDGET_FACTOR * (g.n_gpu + len(g.w_ts) + sum(len(x[0]) for x in (g.top_ops, g.other_ops))) + BUDGET_MIN
     spent = 0
@@ -103,13 +103,13 @@ def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, float, int
             todo.append(nxt)
             queued.add(nxt)
         k = todo.popleft()
-        w = _Walk()
+        w = Walk()
         if k < n_steps:
             a, b, host_end = g.steps[k]
-            hit = _walk(g, a, b, host_end, w, stop)
+            hit = walk(g, a, b, host_end, w, stop)
         elif node[k - n_steps] >= 0:
             step = min(max(instances[k - n_steps][2], 0), n_steps - 1)
-            hit = _walk(g, g.steps[step][0], g.steps[step][1], g.steps[step][2], w, stop, start=int(node[k - n_steps]))
+            hit = walk(g, g.steps[step][0], g.steps[step][1], g.steps[step][2], w, stop, start=int(node[k - n_steps]))
         else:
             continue  # a collective the graph does not hold (gloo's): no arrival segment
         walks[k] = w
@@ -122,7 +122,7 @@ def collective_hops(m: TraceMetrics, instances: Sequence[tuple[float, float, int
     return out
 
 
-def _host_ops(g: StepGraph, w: _Walk) -> int:
+def _host_ops(g: StepGraph, w: Walk) -> int:
     """About how many operators a walk's host time crosses (what labelling it costs)."""
     starts = g.top_ops[0]
     return sum(int(np.searchsorted(starts, b) - np.searchsorted(starts, a)) + 1 for a, b in w.host)
@@ -137,7 +137,7 @@ def _instance_nodes(g: StepGraph, starts: Sequence[float]) -> np.ndarray:
     return np.array([at.get(float(ts), -1) for ts in starts], np.int64)
 
 
-def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int], labels: "_Labels",
+def _fill(out: Hops, g: StepGraph, walks: list[Walk | None], ends: list[int], labels: "_Labels",
           node: np.ndarray) -> None:
     """Each walk's pieces, labelled and bounded, into ``out``, and each instance's kernel name (``node``: its
     graph event, -1 none)."""
@@ -147,7 +147,7 @@ def _fill(out: Hops, g: StepGraph, walks: list[_Walk | None], ends: list[int], l
         c = code.get(name)
         if c is None:
             c = code[name] = len(out.names)
-            out.names.append(_label(name))
+            out.names.append(part_label(name))
         return c
 
     out.inst_name = [name_code(g.names[int(g.g_name[i])]) if i >= 0 else -1 for i in node.tolist()]
@@ -172,11 +172,11 @@ class _Labels:
     host's labels (its time split once for all walks by what ran: splitting each walk's alone would scan every
     runtime call per walk), then the named pieces of the walks (waits, launches, idle)."""
 
-    def __init__(self, g: StepGraph, walks: list[_Walk | None]) -> None:
+    def __init__(self, g: StepGraph, walks: list[Walk | None]) -> None:
         self.names: list[tuple[str, str]] = [(kind, n) for n in g.names for kind in ("kernel", "copy")]
         host = [iv for w in walks if w is not None for iv in w.host]
         starts, ends, lab = [np.zeros(0)], [np.zeros(0)], [np.zeros(0, np.int64)]
-        for kind, name, ivs in _host_split(g, Intervals.from_pairs(host)) if host else []:
+        for kind, name, ivs in host_split(g, Intervals.from_pairs(host)) if host else []:
             starts.append(ivs.starts)
             ends.append(ivs.ends)
             lab.append(np.full(len(ivs.starts), len(self.names), np.int64))
@@ -193,9 +193,9 @@ class _Labels:
             self.names.append((kind, name))
         return c
 
-    def pieces(self, g: StepGraph, w: _Walk) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def pieces(self, g: StepGraph, w: Walk) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A walk's pieces as arrays: start, µs, label."""
-        idx, s, e = _run_spans(g, w.runs)
+        idx, s, e = run_spans(g, w.runs)
         starts, us, lab = [s], [e - s], [g.g_name[idx] * 2 + (g.g_kind[idx] == GPU_COPY)]
         for a, b in w.host:
             i0 = int(np.searchsorted(self.h_end, a, side="right"))

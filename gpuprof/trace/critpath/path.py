@@ -31,7 +31,8 @@ from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
 
-__all__ = ["CriticalPart", "CriticalPath", "Segment", "critical_path", "critical_segments", "PATH_KINDS", "MAX_PARTS"]
+__all__ = ["CriticalPart", "CriticalPath", "Segment", "critical_path", "critical_segments", "PATH_KINDS", "MAX_PARTS",
+           "UNRESOLVED", "Walk", "walk", "run_spans", "host_split", "part_label"]
 
 PATH_KINDS = ("operator", "kernel", "copy", "sync_wait", "data_wait", "launch_gap", "idle")
 MAX_PARTS = 16  # parts listed by name; the rest of each kind is one part named "(other)"
@@ -66,7 +67,7 @@ class CriticalPath:
 
 
 @dataclass
-class _Walk:
+class Walk:
     """What a walk crossed: host time (to split by name), runs of GPU events, and named pieces."""
 
     host: list[tuple[float, float]] = field(default_factory=list)
@@ -74,8 +75,8 @@ class _Walk:
     pieces: list[Segment] = field(default_factory=list)
 
 
-def _walk(g: StepGraph, a: float, b: float, host_end: float, out: _Walk, stop: np.ndarray | None = None,
-          start: int = -1) -> int:
+def walk(g: StepGraph, a: float, b: float, host_end: float, out: Walk, stop: np.ndarray | None = None,
+         start: int = -1) -> int:
     """Walk step ``[a, b]`` back from its end, adding what it crosses to ``out`` (see the module docstring).
 
     With ``stop`` (a flag per GPU event), the walk ends at the first flagged event it reaches, whose index it
@@ -137,7 +138,7 @@ def _walk(g: StepGraph, a: float, b: float, host_end: float, out: _Walk, stop: n
     return -1
 
 
-def _handoff(g: StepGraph, r: int, t: float, a: float, out: _Walk) -> tuple[float, int]:
+def _handoff(g: StepGraph, r: int, t: float, a: float, out: Walk) -> tuple[float, int]:
     """Where the path goes from the first event ``r`` of a run of queued GPU events, at time ``t``: to another
     stream's event it waited for, else its launch call on the host, else the previous event of its stream
     (``(t, loc)``; loc -1: the host)."""
@@ -171,7 +172,7 @@ def _last_ending(g: StepGraph, b: float) -> int:
     return int(ok[np.argmax(g.g_end[ok])]) if len(ok) else -1
 
 
-def _run_spans(g: StepGraph, runs: list[tuple[int, int, float, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def run_spans(g: StepGraph, runs: list[tuple[int, int, float, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The GPU events of ``runs`` with the start and end of the path's time on each (an event's span reaches
     to the next queued event's start: the gap between them is the stream's own)."""
     if not runs:
@@ -183,13 +184,13 @@ def _run_spans(g: StepGraph, runs: list[tuple[int, int, float, float]]) -> tuple
     return idx, start, np.maximum(nxt, start)
 
 
-def _host_split(g: StepGraph, host: Intervals) -> list[tuple[str, str, Intervals]]:
+def host_split(g: StepGraph, host: Intervals) -> list[tuple[str, str, Intervals]]:
     """The host time of the path by what ran: runtime calls by name, outermost operators by name, else idle."""
     return [(kind, name, ivs) for kind, name, ivs, _ in _host_split_lanes(g, host)]
 
 
 def _host_split_lanes(g: StepGraph, host: Intervals) -> list[tuple[str, str, Intervals, str]]:
-    """:func:`_host_split` with each piece's lane: the main thread's, or the other thread whose operator names it
+    """:func:`host_split` with each piece's lane: the main thread's, or the other thread whose operator names it
     (the backward thread's ``CudnnConvolutionBackward`` is drawn on that thread, where the user sees it run)."""
     out: list[tuple[str, str, Intervals, str]] = []
     rest = host
@@ -228,16 +229,16 @@ def critical_path(m: TraceMetrics) -> CriticalPath | None:
     if not m.steps:
         return None
     g = m.memo(build_graph)
-    w = _Walk()
+    w = Walk()
     for a, b, host_end in g.steps:
-        _walk(g, a, b, host_end, w)
+        walk(g, a, b, host_end, w)
     n = len(g.steps)
     total: dict[tuple[str, str], float] = defaultdict(float)
-    for kind, name, ivs in _host_split(g, Intervals.from_pairs(w.host)):
+    for kind, name, ivs in host_split(g, Intervals.from_pairs(w.host)):
         total[(kind, name)] += ivs.total()
     for piece in w.pieces:
         total[(piece[3], piece[4])] += max(piece[2] - piece[1], 0.0)
-    idx, s, e = _run_spans(g, w.runs)
+    idx, s, e = run_spans(g, w.runs)
     ahead = 0.0
     if len(idx):
         lag = g.g_ts[idx] - g.g_launch[idx]
@@ -259,14 +260,15 @@ def critical_path(m: TraceMetrics) -> CriticalPath | None:
     return CriticalPath(length_us=length, parts=_top_parts(total, n), host_ahead_us=ahead)
 
 
-def _label(name: str) -> str:
+def part_label(name: str) -> str:
+    """A part's name as the path shows it: cut to ``MAX_PART_NAME`` characters (an ellipsis says so)."""
     return name if len(name) <= MAX_PART_NAME else name[:MAX_PART_NAME] + "\u2026"
 
 
 def _top_parts(total: dict[tuple[str, str], float], n: int) -> list[CriticalPart]:
     """The parts, largest first: the ``MAX_PARTS`` largest by name, the rest of each kind as ``(other)``."""
     ranked = sorted(((us / n, kind, name) for (kind, name), us in total.items() if us > 0), reverse=True)
-    parts = [CriticalPart(kind, _label(name), us) for us, kind, name in ranked[:MAX_PARTS]]
+    parts = [CriticalPart(kind, part_label(name), us) for us, kind, name in ranked[:MAX_PARTS]]
     rest: dict[str, float] = defaultdict(float)
     for us, kind, _name in ranked[MAX_PARTS:]:
         rest[kind] += us
@@ -286,12 +288,12 @@ def critical_segments(m: TraceMetrics) -> list[Segment]:
     g = m.memo(build_graph)
     order = sorted(range(len(g.steps)), key=lambda i: (g.steps[i][1] - g.steps[i][0], i))
     a, b, host_end = g.steps[order[(len(order) - 1) // 2]]
-    w = _Walk()
-    _walk(g, a, b, host_end, w)
+    w = Walk()
+    walk(g, a, b, host_end, w)
     out: list[Segment] = list(w.pieces)
     for kind, name, ivs, lane in _host_split_lanes(g, Intervals.from_pairs(w.host)):
         out.extend((lane, float(s), float(e), kind, name) for s, e in ivs)
-    idx, s, e = _run_spans(g, w.runs)
+    idx, s, e = run_spans(g, w.runs)
     for i, lo, hi in zip(idx.tolist(), s.tolist(), e.tolist()):
         kind = "copy" if g.g_kind[i] == GPU_COPY else "kernel"
         out.append((_lane(g, i), lo, hi, kind, g.names[int(g.g_name[i])]))

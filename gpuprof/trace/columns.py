@@ -21,11 +21,14 @@ trace.ops)`` is built once however many modules ask. It assumes what
 :meth:`Trace.sort`) is done. A list whose length changed since its columns
 were built is read again.
 
-Cost, measured (bench/README.md, "shared event columns"): a field costs about 2 ms per 50k events;
-the thread codes (a tuple and a dict look-up per event, then a sort) cost twice
-:func:`~gpuprof.trace.threads.group_by_thread`, so the hot paths group events with the
-``ThreadIndex`` lists and ask for the columns of each group (``columns(trace, group)``: any list
-the caller keeps alive is cached the same way).
+Cost, measured (bench/README.md, "shared event columns"): a field costs about 2 ms per 50k events.
+The hot paths group events with the ``ThreadIndex`` lists and ask for the columns of each group
+(``columns(trace, group)``: any list the caller keeps alive is cached the same way). Those groups
+are made from their kind's thread codes (:func:`~gpuprof.trace.threads.grouped_by_thread`), and
+their columns are taken from the kind's by position (:func:`subset_columns`): names and threads
+renumbered in order of first appearance in the group, as reading the group would number them.
+The GPU work's columns (:func:`gpu_columns`) are the kinds' columns end to end. So each field of a
+loaded trace is read from the rows once per kind (issue 44: those reads were half the column cost).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import numpy as np
 from gpuprof.trace.model import Event, Trace, name_of
 from gpuprof.trace.table import group_indices, is_table
 
-__all__ = ["Columns", "columns", "gpu_columns", "gpu_launch_positions", "named"]
+__all__ = ["Columns", "columns", "gpu_columns", "gpu_launch_positions", "named", "subset_columns"]
 
 HostThread = tuple[Union[int, str], Union[int, str]]
 
@@ -59,18 +62,51 @@ _thread = attrgetter("pid", "tid")  # the tuple is made in C
 class Columns:
     """Numpy columns of one event list, each built on first use (see the module docstring)."""
 
-    def __init__(self, events: Sequence[Event]) -> None:
+    def __init__(self, events: Sequence[Event], base: Columns | None = None,
+                 at: np.ndarray | tuple[np.ndarray, int] | None = None, parts: list[Columns] | None = None) -> None:
         self.events = events
         self.n = len(events)
+        # where the columns come from instead of the rows: ``base``'s columns at positions ``at`` (a list
+        # that is a subset of base's, in order: subset_columns), given as the positions or as (code, c):
+        # where ``code == c``, found again on each use (nothing held), or the concatenation of ``parts``
+        self._base = base
+        self._where = at
+        self._parts = parts
         if is_table(events):  # loaded as columns (Python frames): nothing to read, the same arrays
             held = dict(ts=events.ts, dur=events.dur, ext=events.ext, corr=events.corr,
                         _name_table=(events.name_code, events.names), _thread_table=(events.thread_code, events.threads))
             self.__dict__.update((k, v) for k, v in held.items() if v is not None)
 
+    def _at(self) -> np.ndarray:
+        where = self._where
+        if isinstance(where, tuple):
+            return np.flatnonzero(where[0] == where[1])
+        assert where is not None
+        return where
+
+    def _derived(self, field: str) -> np.ndarray | None:
+        """Column ``field`` from the base list's or the parts' columns, None to read it from the rows.
+
+        The start and duration of the base or parts are built for it (every analysis reads them of
+        every kind); another field only where it is built already: a column the kind's list would not
+        otherwise have would add to the peak what reading this list's rows costs in time."""
+        base, parts = self._base, self._parts
+        if base is not None and (field in _ALWAYS or field in base.__dict__):
+            return _frozen(getattr(base, field)[self._at()])
+        if parts is not None and (field in _ALWAYS or all(field in p.__dict__ for p in parts)):
+            return _frozen(np.concatenate([getattr(p, field) for p in parts]))
+        return None
+
     def _f8(self, get: attrgetter[float]) -> np.ndarray:
+        got = self._derived(_FIELD[get])
+        if got is not None:
+            return got
         return _frozen(np.fromiter(map(get, self.events), np.float64, self.n))
 
     def _i8(self, get: attrgetter[int]) -> np.ndarray:
+        got = self._derived(_FIELD[get])
+        if got is not None:
+            return got
         if is_table(self.events):
             # a field the table does not hold (device, stream; ext/corr where no event has one) is -1 for
             # every event: made only when asked for (4 such arrays are 32 bytes an event)
@@ -107,6 +143,8 @@ class Columns:
 
     @functools.cached_property
     def _name_table(self) -> tuple[np.ndarray, list[str]]:
+        if self._base is not None:
+            return _sub_table(self._base.name_code, self._base.names, self._at())
         codes: dict[str, int] = {}
         code = np.fromiter(map(codes.setdefault, map(_name, self.events), iter(codes.__len__, -1)), np.int64, self.n)
         return _frozen(code), list(codes)
@@ -121,6 +159,8 @@ class Columns:
 
     @functools.cached_property
     def _thread_table(self) -> tuple[np.ndarray, list[HostThread]]:
+        if self._base is not None:
+            return _sub_table(self._base.thread_code, self._base.threads, self._at())
         codes: dict[HostThread, int] = {}
         code = np.fromiter(map(codes.setdefault, map(_thread, self.events), iter(codes.__len__, -1)), np.int64, self.n)
         return _frozen(code), list(codes)
@@ -137,6 +177,26 @@ class Columns:
     def by_thread(self) -> list[np.ndarray]:
         """Per entry of ``threads``, the indices of its events, in the list's order."""
         return group_indices(self.thread_code, len(self.threads))
+
+
+_ALWAYS = frozenset({"ts", "dur"})
+_FIELD = {_ts: "ts", _dur: "dur", _ext: "ext", _corr: "corr", _device: "device", _stream: "stream"}
+
+
+def _sub_table(code: np.ndarray, values: list, at: np.ndarray) -> tuple[np.ndarray, list]:  # type: ignore[type-arg]
+    """The code column of the events at ``at`` (in order) of a list with codes ``code`` into ``values``,
+    renumbered as the list's own would be: values in order of first appearance among those events.
+
+    The first event of a value among them is the first event of that value's class in the list whose
+    value object it is, so the values are the same objects a walk over the events would keep."""
+    sub = code[at]
+    if not len(sub):
+        return _frozen(np.zeros(0, np.int64)), []
+    seen, first = np.unique(sub, return_index=True)
+    rank = np.argsort(first, kind="stable")
+    new_of_old = np.full(len(values), -1, np.int64)
+    new_of_old[seen[rank]] = np.arange(len(rank), dtype=np.int64)
+    return _frozen(new_of_old[sub]), [values[i] for i in seen[rank].tolist()]
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -157,6 +217,14 @@ def _trace_cache(trace: Trace) -> dict[int, Columns]:
     return got
 
 
+def subset_columns(trace: Trace, events: Sequence[Event], of: Sequence[Event], at: np.ndarray | tuple[np.ndarray, int]) -> None:
+    """Say that ``events`` is ``[of[i] for i in at]`` (``at`` ascending; or ``(code, c)``: the positions
+    where ``code == c``): its columns are then taken from ``of``'s shared columns by position (numpy),
+    not read from the rows again."""
+    base = columns(trace, of)
+    _trace_cache(trace)[id(events)] = Columns(events, base=base, at=at)
+
+
 def columns(trace: Trace, events: Sequence[Event]) -> Columns:
     """The columns of ``events``, one of ``trace``'s lists, built once per trace and list."""
     cache = _trace_cache(trace)
@@ -175,7 +243,8 @@ def gpu_columns(trace: Trace) -> Columns:
     n = len(trace.kernels) + len(trace.memcpys) + len(trace.memsets)
     got = cache.get(_GPU_KEY)
     if got is None or got.n != n:
-        got = cache[_GPU_KEY] = Columns(list(trace.gpu_events()))
+        parts = [columns(trace, p) for p in (trace.kernels, trace.memcpys, trace.memsets)]
+        got = cache[_GPU_KEY] = Columns(list(trace.gpu_events()), parts=parts)
     return got
 
 

@@ -39,6 +39,7 @@ __all__ = ["Builder", "device_info", "shape_text"]
 
 # plain ints for the hot loop
 _CAT_KIND: dict[str, int] = {cat: int(kind) for cat, kind in CATEGORY_KIND.items()}
+_GPU_KINDS = frozenset({int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.GPU_SYNC), int(Kind.GPU_ANNOTATION)})
 
 _DTYPE_FLAGS: dict[str, int] = {
     "float": DTYPE_FLOAT,
@@ -152,6 +153,10 @@ class Builder:
         self._extras2: dict[tuple[int, str], tuple[int, str]] = {}
         self._extras5: dict[tuple[int, str | None, str | None, float | None, str | None], object] = {}
         self._configs: dict[tuple[tuple[int, ...] | None, tuple[int, ...] | None, int, float], KernelConfig] = {}
+        # (grid, block, registers, occupancy as written) -> the shared KernelConfig, for grids and blocks of
+        # three exact ints: registers and occupancy are compared as numbers (38 == 38.0), as
+        # _kernel_config reads them (int() and float() of equal numbers are equal)
+        self._config_keys: dict[tuple[object, ...], KernelConfig] = {}
         self._comm_names: dict[str, bool] = {}  # name -> is it a communication event (asked once per name)
         # Python frames go to columns, not Events: most of a with_stack trace's events (see gpuprof.trace.table)
         self._python = TableBuilder(int(Kind.PYTHON_FUNCTION))
@@ -204,9 +209,6 @@ class Builder:
         K_OP = int(Kind.CPU_OP)
         K_KERNEL = int(Kind.KERNEL)
         K_MEMCPY = int(Kind.MEMCPY)
-        K_MEMSET = int(Kind.MEMSET)
-        K_SYNC = int(Kind.GPU_SYNC)
-        K_GPU_ANN = int(Kind.GPU_ANNOTATION)
         K_MEM = int(Kind.MEMORY)
         K_PY = int(Kind.PYTHON_FUNCTION)
         py_add = self._python.add
@@ -219,6 +221,9 @@ class Builder:
         extras = self._extras
         extras2 = self._extras2
         comm_out = t.comm_events
+        gpu_kinds = _GPU_KINDS
+        configs = self._config_keys
+        max_time, min_time = MAX_TIME_US, -MAX_TIME_US
         for ev in events:
             ph = ev.ph
             if ph == "X":
@@ -251,7 +256,7 @@ class Builder:
             ts = ev.ts
             if ts is None:  # missing: cannot be placed on a timeline
                 continue
-            if not -MAX_TIME_US <= ts <= MAX_TIME_US:  # NaN, inf, 1.7e308: no clock reads that
+            if not min_time <= ts <= max_time:  # NaN, inf, 1.7e308: no clock reads that
                 self._bad_time += 1
                 continue
             dur = ev.dur
@@ -259,7 +264,7 @@ class Builder:
                 if dur is None and ph == "X":
                     self._no_dur += 1
                 dur = 0.0
-            elif dur > MAX_TIME_US:
+            elif dur > max_time:
                 self._bad_time += 1
                 continue
             name = ev.name
@@ -326,7 +331,7 @@ class Builder:
                 if a.kernel_flop or (a.concrete_inputs and name in CONCRETE_INPUT_OPS):
                     extra = self._op_more(extra, a)
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, extra))
-            elif kind == K_KERNEL or kind == K_MEMCPY or kind == K_MEMSET or kind == K_SYNC or kind == K_GPU_ANN:
+            elif kind in gpu_kinds:
                 d = a.device
                 device = d if type(d) is int else _as_int(d)
                 if device < 0:
@@ -340,7 +345,22 @@ class Builder:
                 if kind == K_MEMCPY:
                     extra = parse_copy_name(name)
                 elif kind == K_KERNEL and (a.grid is not None or a.registers is not None):
-                    extra = self._kernel_config(a)
+                    g, bl = a.grid, a.block
+                    if type(g) is list and type(bl) is list and len(g) == 3 and len(bl) == 3:
+                        # what Kineto writes: looked up by its values (exact ints only, so that a
+                        # true or 1.0 is never taken for 1), one call per distinct configuration
+                        g0, g1, g2 = g
+                        b0, b1, b2 = bl
+                        if (type(g0) is int and type(g1) is int and type(g2) is int
+                                and type(b0) is int and type(b1) is int and type(b2) is int):
+                            key8 = (g0, g1, g2, b0, b1, b2, a.registers, a.occupancy)
+                            extra = configs.get(key8)
+                            if extra is None:
+                                extra = configs[key8] = self._kernel_config(a)
+                        else:
+                            extra = self._kernel_config(a)
+                    else:
+                        extra = self._kernel_config(a)
                 else:
                     extra = None
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, device, stream, nbytes, extra))
@@ -348,13 +368,16 @@ class Builder:
                 nb = a.mem_bytes
                 nbytes = int(nb) if nb is not None and nb == nb else 0
                 ta, tr = a.total_allocated, a.total_reserved
+                # an int (what profilers write) inline: no call per event
+                ad, di, dt = a.addr, a.device_id, a.device_type
                 extra = MemoryPayload(
                     int(ta) if ta is not None and ta == ta else None,
                     int(tr) if tr is not None and tr == tr else -1,
-                    _address(a.addr),
+                    ad if type(ad) is int else _address(ad),
                 )
                 out[kind].append(
-                    Event(kind, name, ts, 0.0, pid, tid, ext, corr, _as_int(a.device_id), _as_int(a.device_type), nbytes, extra)
+                    Event(kind, name, ts, 0.0, pid, tid, ext, corr, di if type(di) is int else _as_int(di),
+                          dt if type(dt) is int else _as_int(dt), nbytes, extra)
                 )
             else:
                 out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr))

@@ -362,3 +362,24 @@ def test_a_series_that_cannot_be_read_is_said_once_and_the_hang_report_goes_on(t
     ok = Watchdog(0.5, lambda: 3, lambda: 0.0, lambda: False, [], None, tmp_path, tmp_path, "rank0", 0,
                   lambda: out, lambda new, old: None, lambda: {"bucket": 1})
     assert ok._series_now() == {"bucket": 1}
+
+
+def _entry(rank: int, wait_ms: list[float]) -> dict[str, object]:
+    n = len(wait_ms)
+    return {"rank": rank, "worker": f"rank{rank}", "series": {
+        "bucket": 1, "first_step": list(range(n)), "step_time_us": [50_000.0] * n,
+        "data_wait_us": [w * 1000 for w in wait_ms], "host_rss_mib": None, "cuda_allocated_mib": None}}
+
+
+def test_the_series_up_to_the_hang_name_a_straggler_in_hang_md() -> None:
+    from gpuprof.capture.job.hangseries import series_lines
+
+    # rank 2 waits 21 ms for its data in 12 of 15 steps, ranks 0 and 1 1-1.5 ms
+    slow = [21.0] * 12 + [1.0] * 3
+    lines = series_lines([_entry(0, [1.0] * 15), _entry(1, [1.5] * 15), _entry(2, slow)])
+    (said,) = [ln for ln in lines if ln.startswith("**Before the hang:**")]
+    assert "rank 2 waited for its data longer than every other rank in 12 of the 15 common points" in said
+    assert "19.8 ms a step more than the median other rank" in said  # 21 - median(1.0, 1.5)
+    # alike ranks, or one rank alone: no straggler named
+    assert not [ln for ln in series_lines([_entry(0, [1.0] * 15), _entry(1, [1.2] * 15)]) if "Before the hang" in ln]
+    assert not [ln for ln in series_lines([_entry(2, slow)]) if "Before the hang" in ln]

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.checks.base import Live
+    from gpuprof.distributed.summary import RankSeries
 
-__all__ = ["MAX_HANG_POINTS", "series_now", "series_lines"]
+__all__ = ["MAX_HANG_POINTS", "series_now", "series_lines", "straggler_line"]
 
 MAX_HANG_POINTS = 500  # points of a rank's series in hang.json, at most
 LAST_POINTS = 5  # the last points shown in hang.md
@@ -59,7 +60,47 @@ def _column(series: dict[str, object], name: str, n: int | None = None) -> list[
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000:.1f}"
+    return f"{us / 1000:.1f}" if us >= 1000 else f"{us / 1000:.2f}"
+
+
+def _rank_series(r: dict[str, object]) -> RankSeries | None:
+    """A hang.json entry's series as the cross-rank gather carries it, or None when it is not a valid one."""
+    import msgspec
+
+    from gpuprof.distributed.series import series_problem
+    from gpuprof.distributed.summary import RankSeries
+
+    s = r.get("series")
+    if not isinstance(s, dict):
+        return None
+    steps = _column(s, "step_time_us")
+    n = len(steps) if steps else None
+    try:
+        out = msgspec.convert({"bucket": s.get("bucket"), "first_step": s.get("first_step"), "step_us": steps,
+                               "data_wait_us": _column(s, "data_wait_us", n) or [],
+                               "memory_mib": _column(s, "cuda_allocated_mib", n) or []}, RankSeries)
+    except msgspec.ValidationError:
+        return None
+    return out if series_problem(out) is None else None
+
+
+def straggler_line(ranks: Sequence[dict[str, object]]) -> str | None:
+    """The straggler the ranks' series up to the hang name (:func:`gpuprof.distributed.series.straggler_of`:
+    the rank that waited for its data longer than every other in most common steps), in words; None."""
+    from gpuprof.distributed.series import straggler_of
+
+    by_rank: dict[int, RankSeries] = {}
+    for r in ranks:
+        rank, s = r.get("rank"), _rank_series(r)
+        if isinstance(rank, int) and not isinstance(rank, bool) and s is not None:
+            by_rank[rank] = s
+    v = straggler_of(by_rank)
+    if v is None:
+        return None
+    return (f"**Before the hang:** rank {v.rank} waited for its data longer than every other rank in "
+            f"{v.last_points} of the {v.points} common points ({v.steps} steps), {_ms(v.excess_us)} ms a step "
+            f"more than the median other rank (its median step {_ms(v.step_us)} ms): the others waited that long "
+            f"for it in their collectives. It is a straggler, not the hang's cause by itself.")
 
 
 def series_lines(ranks: Sequence[dict[str, object]]) -> list[str]:
@@ -88,7 +129,8 @@ def series_lines(ranks: Sequence[dict[str, object]]) -> list[str]:
             f"| {f'{rss[0]:.0f} → {rss[-1]:.0f}' if rss else '-'} | {f'{cuda[-1]:.0f}' if cuda else '-'} |")
     if not rows:
         return []
-    return ["", "## Every rank's steps up to the hang", "",
+    verdict = straggler_line(ranks)
+    return ["", "## Every rank's steps up to the hang", "", *([verdict, ""] if verdict else []),
             "From each rank's watch (`series` in its `hang.json` entry: one point per step, or the median of a "
             "bucket of steps in a long job). Times in ms, memory in MiB.", "",
             "| rank | steps | median step | last steps | median data wait | host RSS first → last | CUDA allocated |",

@@ -137,6 +137,8 @@ def test_a_real_cpu_trace_splits_the_same_when_stretched(tmp_path: Path) -> None
     assert b.tiny_us == c.tiny_us == pytest.approx(2 * a.tiny_us)
     for share in ("compute_us", "framework_us"):
         assert b.share(getattr(b, share)) == pytest.approx(a.share(getattr(a, share)), abs=0.01)
-    # 3 preemptions of 1.5-2.5 ms in 3 steps of 2.4 ms: one inside an operator that computes leaves it
-    assert c.share(c.compute_us) == pytest.approx(a.share(a.compute_us), abs=0.02)
-    assert not _gp308(src) and not _gp308(tmp_path / "hog.json")  # the same verdict: none (mostly outside ops)
+    # 3 preemptions of 1.5-2.5 ms in 3 steps of 2.4 ms: inside a computing operator they count as compute, between
+    # operators as the rest; both move the verdict toward silence, and the verdict is the same: none
+    assert c.share(c.compute_us) >= a.share(a.compute_us) - 0.01
+    assert c.share(c.framework_us) <= a.share(a.framework_us) + 0.01
+    assert not _gp308(src) and not _gp308(tmp_path / "hog.json")

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from gpuprof.distributed.summary import RankSeries, RankSummary
 
-__all__ = ["SeriesStraggler", "series_straggler", "series_problem", "MAX_POINTS", "series_of_job"]
+__all__ = ["SeriesStraggler", "series_straggler", "straggler_of", "series_problem", "MAX_POINTS", "series_of_job"]
 
 MAX_POINTS = 20_000  # a series the watch writes is at most a few thousand points
 FLOOR_US = 500.0
@@ -104,8 +104,14 @@ def series_straggler(summaries: Sequence[RankSummary], min_wait_share: float = 0
                      min_last_share: float = 0.5) -> SeriesStraggler | None:
     """The straggler the ranks' series name (module docstring), or None (no series, no data wait, no rank
     last often enough or costly enough)."""
-    series = {s.rank: s.series for s in summaries if s.rank is not None and s.series is not None
-              and s.series.data_wait_us}
+    return straggler_of({s.rank: s.series for s in summaries if s.rank is not None and s.series is not None},
+                        min_wait_share, min_last_share)
+
+
+def straggler_of(by_rank: Mapping[int, RankSeries], min_wait_share: float = 0.05,
+                 min_last_share: float = 0.5) -> SeriesStraggler | None:
+    """:func:`series_straggler` of the ranks' series themselves (the hang report reads them from hang.json)."""
+    series = {r: s for r, s in by_rank.items() if s.data_wait_us}
     if len(series) < 2 or len({s.bucket for s in series.values()}) != 1:
         return None
     ranks = sorted(series)

@@ -125,6 +125,24 @@ def test_ranks_share_hang_json_each_replacing_its_own_entry(tmp_path: Path) -> N
     assert "| 0 | rank0 |" in hang_markdown(doc) and "| 1 | rank1 |" in (tmp_path / "hang.md").read_text()
 
 
+def test_each_ranks_series_up_to_the_hang_is_in_hang_json_and_hang_md(tmp_path: Path) -> None:
+    from gpuprof.capture.job.hang import HangRecord, write_hang_files
+
+    fast = {"bucket": 1, "first_step": [0, 1, 2], "step_time_us": [10_000.0, 12_000.0, 11_000.0],
+            "data_wait_us": [1000.0, 2000.0, 3000.0], "host_rss_mib": [300.0, 310.0, 320.0], "cuda_allocated_mib": None}
+    slow = {"bucket": 2, "first_step": [0, 2], "step_time_us": [40_000.0, 60_000.0], "data_wait_us": None,
+            "host_rss_mib": None, "cuda_allocated_mib": [512.0, 513.0]}
+    for rank, series in ((1, slow), (0, fast)):
+        write_hang_files(tmp_path, HangRecord(f"rank{rank}", rank, 100 + rank, "host", 3, 4.0, 3.0, 0.0, None, [],
+                                              series=series))
+    doc = json.loads((tmp_path / "hang.json").read_text())
+    assert [r["series"] for r in doc["ranks"]] == [fast, slow]  # each rank's own, whichever wrote last
+    md = (tmp_path / "hang.md").read_text()
+    assert "## Every rank's steps up to the hang" in md
+    assert "| 0 | 3 | 11.0 | 10.0, 12.0, 11.0 | 2.0 | 300 → 320 | - |" in md
+    assert "| 1 | 4 | 50.0 | 40.0, 60.0 | - | - | 513 |" in md  # 2 points of 2 steps: steps 0-3
+
+
 def _gp651(report: Path) -> str:
     """The GP651 message in a rank's report.json ("" when none yet)."""
     try:
@@ -231,6 +249,14 @@ def test_a_rank_that_never_reaches_the_barrier_is_named_with_each_ranks_line(tmp
     assert entries and entries[-1]["profiling_name"] == "gloo:barrier" and entries[-1]["state"] != "completed"
     md = (tmp_path / "job" / "hang.md").read_text()
     assert f"`{JOB}:{want[0]}`" in md and f"`{JOB}:{want[1]}`" in md
+    # every rank's watch series up to the hang (issue 41.1): the 20 steps each finished, one point a step
+    for rank in (0, 1):
+        series = by_rank[rank]["series"]
+        assert isinstance(series, dict) and series["first_step"] == list(range(20)), series
+        assert len(series["step_time_us"]) == 20 and all(t > 0 for t in series["step_time_us"])
+        assert len(series["host_rss_mib"]) == 20
+        assert any(line.startswith(f"| {rank} | 20 | ") for line in md.splitlines())
+    assert "## Every rank's steps up to the hang" in md
     assert "done" not in out  # neither rank got past the barrier: the job's own behaviour
     assert "no step finished" in err  # one line per rank (their stderr interleave under torchrun)
     said = (f"rank 1 never reached the barrier that rank 0 waits in at {JOB.name}:{want[0]}; "
@@ -320,3 +346,40 @@ def test_the_process_group_timeout_is_read_from_a_real_gloo_group(tmp_path: Path
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "42.0"
+
+
+def test_a_series_that_cannot_be_read_is_said_once_and_the_hang_report_goes_on(tmp_path: Path) -> None:
+    import io
+
+    def broken() -> dict[str, object] | None:
+        raise RuntimeError("the sampler is gone")
+
+    out = io.StringIO()
+    wd = Watchdog(0.5, lambda: 3, lambda: 0.0, lambda: False, [], None, tmp_path, tmp_path, "rank0", 0,
+                  lambda: out, lambda new, old: None, broken)
+    assert wd._series_now() is None
+    assert out.getvalue().count("\n") == 1 and "RuntimeError: the sampler is gone" in out.getvalue()
+    ok = Watchdog(0.5, lambda: 3, lambda: 0.0, lambda: False, [], None, tmp_path, tmp_path, "rank0", 0,
+                  lambda: out, lambda new, old: None, lambda: {"bucket": 1})
+    assert ok._series_now() == {"bucket": 1}
+
+
+def _entry(rank: int, wait_ms: list[float]) -> dict[str, object]:
+    n = len(wait_ms)
+    return {"rank": rank, "worker": f"rank{rank}", "series": {
+        "bucket": 1, "first_step": list(range(n)), "step_time_us": [50_000.0] * n,
+        "data_wait_us": [w * 1000 for w in wait_ms], "host_rss_mib": None, "cuda_allocated_mib": None}}
+
+
+def test_the_series_up_to_the_hang_name_a_straggler_in_hang_md() -> None:
+    from gpuprof.capture.job.hangseries import series_lines
+
+    # rank 2 waits 21 ms for its data in 12 of 15 steps, ranks 0 and 1 1-1.5 ms
+    slow = [21.0] * 12 + [1.0] * 3
+    lines = series_lines([_entry(0, [1.0] * 15), _entry(1, [1.5] * 15), _entry(2, slow)])
+    (said,) = [ln for ln in lines if ln.startswith("**Before the hang:**")]
+    assert "rank 2 waited for its data longer than every other rank in 12 of the 15 common points" in said
+    assert "19.8 ms a step more than the median other rank" in said  # 21 - median(1.0, 1.5)
+    # alike ranks, or one rank alone: no straggler named
+    assert not [ln for ln in series_lines([_entry(0, [1.0] * 15), _entry(1, [1.2] * 15)]) if "Before the hang" in ln]
+    assert not [ln for ln in series_lines([_entry(2, slow)]) if "Before the hang" in ln]

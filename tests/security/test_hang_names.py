@@ -168,3 +168,16 @@ def test_the_gp651_finding_is_inert_in_the_end_of_run_card_and_report_md(tmp_pat
     assert len(card) == 2 and all(is_inert(line) for line in card)
     md = "\n".join(_finding(1, f))
     assert _raw_controls(md) == [] and "<img" not in _prose(md)
+
+
+@pytest.mark.parametrize("series", [
+    "x", {"bucket": 1, "first_step": [0], "step_time_us": ["1e3"]}, {"bucket": 0, "first_step": [0], "step_time_us": [1.0]},
+    {"bucket": 1, "first_step": [0, 1], "step_time_us": [1.0]}, {"bucket": True, "first_step": [0], "step_time_us": [1.0]},
+    {"bucket": 1, "first_step": [0], "step_time_us": [float("nan")]}, {"bucket": 1, "first_step": [0], "step_time_us": []}])
+def test_a_series_that_is_not_one_is_left_out_of_hang_md(series: object) -> None:
+    from gpuprof.capture.job.hangseries import series_lines
+
+    good = {"rank": 0, "series": {"bucket": 1, "first_step": [0], "step_time_us": [5000.0], "data_wait_us": ["x"]}}
+    lines = series_lines([good, {"rank": 1, "series": series}])
+    assert [ln for ln in lines if ln.startswith("| 0 |")] == ["| 0 | 1 | 5.0 | 5.0 | - | - | - |"]  # bad column: '-'
+    assert not [ln for ln in lines if ln.startswith("| 1 |")]

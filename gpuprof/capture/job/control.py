@@ -94,13 +94,14 @@ class JobControl:
                        driver: int | None) -> None:
         """``last_step``: when the last step ended (perf_counter); ``own_work``: gpuprof's own work is running
         on the driving thread (``driver``), which does not count as the job's time."""
+        from gpuprof.capture.job.hangseries import series_now
         from gpuprof.capture.job.watchdog import Watchdog
 
         paths, live = self.live.paths, self.live
         assert paths is not None
         self.watchdog = Watchdog(self.config.hang_timeout, lambda: live.step_num, last_step, own_work, live.step_s,
                                  driver, paths.run_dir, paths.out_dir, paths.worker, live.ranks.rank,
-                                 lambda: live.stream, self._hang_finding).start()
+                                 lambda: live.stream, self._hang_finding, lambda: series_now(live)).start()
 
     def step(self, now: float, recording: bool, reporting: bool) -> None:
         """After each step (the session's ``live`` has it); a failure stops further windows, not the loop."""

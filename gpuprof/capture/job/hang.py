@@ -203,6 +203,7 @@ class HangRecord:
     resumed_after_s: float | None = None
     finding: Finding | None = field(default=None, repr=False)
     pg_timeout_s: float | None = None  # the process group's own timeout, when shorter than the hang timeout
+    series: dict[str, object] | None = None  # the watch's series up to the stall (capture.job.hangseries)
 
     def to_dict(self) -> dict[str, object]:
         loc = self.waiting_at
@@ -214,7 +215,7 @@ class HangRecord:
             "flight_recorder": self.flight_recorder, "flight_recorder_note": self.flight_recorder_note,
             "resumed_at_step": self.resumed_at_step, "resumed_after_s": self.resumed_after_s,
             "finding": self.finding.to_dict() if self.finding is not None else None,
-            "process_group_timeout_s": self.pg_timeout_s,
+            "process_group_timeout_s": self.pg_timeout_s, "series": self.series,
         }
 
 
@@ -416,6 +417,7 @@ def hang_markdown(doc: dict[str, object]) -> str:
     In the stacks' code blocks each name is :func:`gpuprof.render.safe.clip`-ped: control characters and
     line breaks shown as escapes, one frame per line.
     """
+    from gpuprof.capture.job.hangseries import series_lines
     from gpuprof.render.markdown import md_code, md_escape
     from gpuprof.render.safe import clip, visible
 
@@ -442,6 +444,7 @@ def hang_markdown(doc: dict[str, object]) -> str:
                    if r.get("resumed_after_s") is not None else "no")
         lines.append(f"| {text(r.get('rank') if r.get('rank') is not None else '-')} | {text(r.get('worker'))} "
                      f"| {text(r.get('step'))} | {text(r.get('stalled_s'))} s | {where(r, cell=True)} | {text(resumed)} |")
+    lines += series_lines(ranks)
     for r in ranks:
         lines += ["", f"## {text(r.get('worker'))} (PID {text(r.get('pid'))} on {text(r.get('host'))})", "",
                   f"Waits at {where(r)} after step {text(r.get('step'))}; hang timeout {text(r.get('timeout_s'))} s. "

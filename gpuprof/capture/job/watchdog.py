@@ -43,7 +43,8 @@ class Watchdog:
     def __init__(self, configured: float | None, steps: Callable[[], int], last_end: Callable[[], float],
                  busy: Callable[[], bool], step_s: Sequence[float], driver: int | None, run_dir: Path, out_dir: Path,
                  worker: str, rank: int | None, stream: Callable[[], TextIO],
-                 add_finding: Callable[[Finding, Finding | None], None]) -> None:
+                 add_finding: Callable[[Finding, Finding | None], None],
+                 series: Callable[[], dict[str, object] | None] | None = None) -> None:
         self.configured = configured
         self._steps = steps
         self._last_end = last_end
@@ -53,6 +54,7 @@ class Watchdog:
         self.run_dir, self.out_dir, self.worker, self.rank = run_dir, out_dir, worker, rank
         self.stream = stream
         self._add_finding = add_finding  # (new, replaced or None): the session keeps the finding for the report
+        self._series = series  # this rank's watch series so far, for its hang.json entry (capture.job.hangseries)
         self._stop = threading.Event()
         self.record: HangRecord | None = None  # the current (or last) stall
         self.failure: BaseException | None = None  # the thread's own failure (said once by the session)
@@ -119,7 +121,8 @@ class Watchdog:
             fh = f"(faulthandler failed: {type(err).__name__}: {err})"
         fr, note = _flight_recorder(self.out_dir, self.worker)
         rec = HangRecord(self.worker, self.rank, os.getpid(), socket.gethostname(), step, stalled, timeout,
-                         time.time(), waiting_at(driver), stacks, fh, fr, note, pg_timeout_s=pg_timeout)
+                         time.time(), waiting_at(driver), stacks, fh, fr, note, pg_timeout_s=pg_timeout,
+                         series=self._series_now())
         said = self._publish(rec, None)
         who = f"rank {self.rank}" if self.rank is not None else "the process"
         from gpuprof.render.safe import clip
@@ -132,6 +135,16 @@ class Watchdog:
                   f"{who} waits at {_where_shown(rec.waiting_at)}.{why} Every thread's stack is in "
                   f"{self.run_dir / 'hang.md'}. The job is left running.")
         return True
+
+    def _series_now(self) -> dict[str, object] | None:
+        """This rank's series up to the stall; None without one, or when reading it fails (the stacks matter
+        more: the failure is said once and the hang report is written without it)."""
+        try:
+            return self._series() if self._series is not None else None
+        except Exception as err:  # noqa: BLE001 - the hang report goes on without the series
+            self._say(f"gpuprof: this rank's step series could not be read for the hang report: "
+                      f"{type(err).__name__}: {' '.join(str(err).split())[:200]}")
+            return None
 
     def _late_culprit(self, rec: HangRecord) -> None:
         """While the stall lasts: another rank's entry written after ours may name the culprit; then this

@@ -83,13 +83,11 @@ from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import CommArgs, Event, Trace
 from gpuprof.trace.vocab import Kind
 
-__all__ = ["RankSummary", "RankSeries", "instances_by_type", "CollectiveStat", "summarize", "rank_from_path", "SUMMARY_VERSION", "CAUSE_KEYS",
+__all__ = ["RankSummary", "RankSeries", "instances_by_type", "CollectiveStat", "summarize", "rank_from_path", "SUMMARY_VERSION",
            "PHASE_KEYS"]
 
 SUMMARY_VERSION = 1
 
-# the parts of a step that can make a rank slow, in the order reports list them
-CAUSE_KEYS = ("compute", "data_loading", "host", "sync", "unrecorded")
 # the parts of an arrival gap (see the module docstring), in the order reports list them
 PHASE_KEYS = ("data_loading", "compute", "optimizer", "host", "sync", "unrecorded")
 # a collective starting within this many µs after the previous step's end continues it (no unrecorded time between)

@@ -33,7 +33,7 @@ from gpuprof.capture.guard import safe_text, user_stacklevel
 from gpuprof.findings import SourceLocation
 from gpuprof.frames import is_user_file, user_frame
 
-__all__ = ["CaptureDriver", "JobPlace", "LoaderInfo", "built_at", "method_location", "unwrap_loader"]
+__all__ = ["CaptureDriver", "DriverViews", "JobPlace", "LoaderInfo", "built_at", "method_location", "unwrap_loader"]
 
 T = TypeVar("T")
 
@@ -273,6 +273,27 @@ class CaptureDriver:
                     self.result = prof.stop()
             except Exception as again:  # noqa: BLE001 - already warned above; the training goes on
                 self.result = CaptureResult(warnings=(safe_text(again),))
+
+
+class DriverViews:
+    """What a framework's callback shows of its :class:`CaptureDriver` (one definition for Lightning and transformers)."""
+
+    _driver: CaptureDriver
+
+    @property
+    def result(self) -> CaptureResult | None:
+        """The last training run's :class:`~gpuprof.CaptureResult` (None before one ended)."""
+        return self._driver.result
+
+    @property
+    def driver(self) -> CaptureDriver:
+        """The capture driver (``gpuprof run`` sets its ``make_stream``: messages to each process's log file)."""
+        return self._driver
+
+    @property
+    def micro_batches(self) -> int:
+        """Batches seen in the current (or last) run: every micro-batch (forward/backward) of every optimizer step."""
+        return self._driver.micro_batches
 
 
 def _warn(message: str) -> None:

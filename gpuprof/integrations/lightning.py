@@ -43,9 +43,8 @@ from typing import Any, Protocol
 
 from gpuprof.capture.config import DEFAULT_LOGDIR
 from gpuprof.capture.paths import RankInfo, default_run_name
-from gpuprof.capture.result import CaptureResult
 from gpuprof.findings import SourceLocation
-from gpuprof.integrations._driver import CaptureDriver, JobPlace, LoaderInfo, built_at, method_location
+from gpuprof.integrations._driver import CaptureDriver, DriverViews, JobPlace, LoaderInfo, built_at, method_location
 
 __all__ = ["GpuprofCallback"]
 
@@ -87,7 +86,7 @@ class _Trainer(Protocol):
     accumulate_grad_batches: int
 
 
-class GpuprofCallback(_Callback):  # type: ignore[misc]  # Lightning's Callback, found at import time
+class GpuprofCallback(DriverViews, _Callback):  # type: ignore[misc]  # Lightning's Callback, found at import time
     """Profile a Lightning training run with gpuprof (see the module docstring).
 
     Takes :func:`gpuprof.profile`'s arguments. ``print_report`` prints the
@@ -101,21 +100,6 @@ class GpuprofCallback(_Callback):  # type: ignore[misc]  # Lightning's Callback,
         self._driver = CaptureDriver("Lightning", logdir, run=run, print_report=print_report, **profile_options)
         self._last_global_step = 0
         self._automatic = True
-
-    @property
-    def result(self) -> CaptureResult | None:
-        """The last training run's :class:`~gpuprof.CaptureResult` (None before one ended)."""
-        return self._driver.result
-
-    @property
-    def driver(self) -> CaptureDriver:
-        """The capture driver (``gpuprof run`` sets its ``make_stream``: messages to each process's log file)."""
-        return self._driver
-
-    @property
-    def micro_batches(self) -> int:
-        """Batches seen in the current (or last) run, every micro-batch of every optimizer step."""
-        return self._driver.micro_batches
 
     # ------------------------------------------------------------------ Lightning hooks
 

@@ -44,8 +44,14 @@ from typing import Any, Protocol
 
 from gpuprof.capture.config import DEFAULT_LOGDIR
 from gpuprof.capture.paths import RankInfo, default_run_name
-from gpuprof.capture.result import CaptureResult
-from gpuprof.integrations._driver import CaptureDriver, JobPlace, LoaderInfo, caller_location, unwrap_loader
+from gpuprof.integrations._driver import (
+    CaptureDriver,
+    DriverViews,
+    JobPlace,
+    LoaderInfo,
+    caller_location,
+    unwrap_loader,
+)
 
 __all__ = ["GpuprofCallback"]
 
@@ -72,7 +78,7 @@ class _Args(Protocol):
     dataloader_num_workers: int
 
 
-class GpuprofCallback(_TrainerCallback):  # type: ignore[misc]  # transformers' TrainerCallback, found at import
+class GpuprofCallback(DriverViews, _TrainerCallback):  # type: ignore[misc]  # transformers' TrainerCallback, found at import
     """Profile a ``transformers.Trainer`` run with gpuprof (see the module docstring).
 
     Takes :func:`gpuprof.profile`'s arguments. After ``trainer.train()``,
@@ -82,21 +88,6 @@ class GpuprofCallback(_TrainerCallback):  # type: ignore[misc]  # transformers' 
     def __init__(self, logdir: str | os.PathLike[str] = DEFAULT_LOGDIR, *, run: str | None = None,
                  print_report: bool = True, **profile_options: Any) -> None:
         self._driver = CaptureDriver("transformers", logdir, run=run, print_report=print_report, **profile_options)
-
-    @property
-    def result(self) -> CaptureResult | None:
-        """The last ``train()``'s :class:`~gpuprof.CaptureResult` (None before one ended)."""
-        return self._driver.result
-
-    @property
-    def driver(self) -> CaptureDriver:
-        """The capture driver (``gpuprof run`` sets its ``make_stream``: messages to each process's log file)."""
-        return self._driver
-
-    @property
-    def micro_batches(self) -> int:
-        """Micro-batches (forward/backward passes) seen in the current or last run."""
-        return self._driver.micro_batches
 
     @property
     def optimizer_steps(self) -> int:

@@ -119,10 +119,6 @@ def _is_torch(path: str) -> bool:
     return "/torch/" in path or path.startswith("torch/")
 
 
-def _is_python(path: str) -> bool:
-    return path.endswith(".py") or path.startswith("<")
-
-
 # What one frame says, as bits: computed once per frame dict (PyTorch shares frame dicts among stacks, so a
 # snapshot of 600,000 frames has a few thousand), OR-ed over a stack to decide its kind.
 _OPTIM, _ACCUM, _BWD, _AOT_BWD, _PARAM, _CALL, _MODULE_PY, _EVAL = 1, 2, 4, 8, 16, 32, 64, 128

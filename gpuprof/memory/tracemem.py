@@ -29,7 +29,7 @@ from gpuprof.memory.model import ALLOC, FREE_COMPLETED, FREE_REQUESTED, DeviceMe
 from gpuprof.trace.model import Event, Trace, memory_addr, memory_totals
 from gpuprof.trace.vocab import step_number
 
-__all__ = ["load_trace_memory", "memory_from_trace"]
+__all__ = ["memory_from_trace"]
 
 _PY_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 
@@ -188,10 +188,3 @@ def _site(e: Event, py: _Enclosing | None, ops: _Enclosing, sites: SiteTable, ca
     outer, inner = enclosing[0].name, enclosing[-1].name
     label = outer if outer == inner else f"{outer} › {inner}"
     return sites.add_label(label, stack=[o.name for o in reversed(enclosing)])
-
-
-def load_trace_memory(path: str, internal_patterns: Any = DEFAULT_INTERNAL_PATTERNS) -> MemoryData:
-    """Load a trace file and build its :class:`MemoryData`."""
-    from gpuprof.trace.load import load_trace
-
-    return memory_from_trace(load_trace(path), internal_patterns)

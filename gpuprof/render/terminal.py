@@ -147,7 +147,7 @@ def _render_job(console: Console, job: JobSummary) -> None:
 
     rows, left = phase_rows(job)
     cols = [(h, "left" if i < 2 else "right") for i, h in enumerate(PHASE_HEADERS)]
-    _emit_table(console, f"Job: {job.steps} steps watched", cols, rows)
+    emit_named_table(console, f"Job: {job.steps} steps watched", cols, rows)
     if left:
         console.print(_t(f"  ({left} more phases in report.json's job.phases)", style="dim"))
     cpu = cpu_line(job)
@@ -219,8 +219,8 @@ def _table(title: str, columns: Sequence[tuple[str, str]]) -> Table:
     return table
 
 
-def _emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]]) -> None:
-    """Print a table that fits ``console.width`` without cutting a number or a word.
+def emit_named_table(console: Console, title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]]) -> None:
+    """Print a table that fits ``console.width`` without cutting a number or a word (also for the diff).
 
     ``columns`` are (header, kind): kind ``"name"`` marks a column of names or
     phrases from the data (kernel names, causes, locations), which wrap to the
@@ -229,12 +229,6 @@ def _emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]]
     rows when the names would get too narrow).
     """
     emit_table(console, title, [(h, "wrap" if k == "name" else k) for h, k in columns], rows)
-
-
-def emit_named_table(console: Console, title: str, columns: Sequence[tuple[str, str]],
-                     rows: Sequence[Sequence[object]]) -> None:
-    """:func:`_emit_table` for other renderers (the views, the diff): a ``"name"`` column wraps, numbers stay whole."""
-    _emit_table(console, title, columns, rows)
 
 
 def _breakdown_table(heading: str, values: dict[str, float], order: Sequence[str], labels: dict[str, str], basis_us: float) -> Table:
@@ -286,24 +280,24 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
 
     if t.top_kernels:
         rows: list[tuple[str, ...]] = [(k.name, U.fmt_count(k.count), U.fmt_us(k.total_us), U.fmt_us(k.mean_us), U.fmt_pct(k.share_of_gpu)) for k in t.top_kernels[:TOP_N]]
-        _emit_table(console, "Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")], rows)
+        emit_named_table(console, "Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")], rows)
         console.print()
     if t.top_ops:
         rows = [(o.name, U.fmt_count(o.count), U.fmt_us(o.total_us), U.fmt_us(o.self_us), U.fmt_us(o.gpu_us)) for o in t.top_ops[:TOP_N]]
-        _emit_table(console, "Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU self", "right")], rows)
+        emit_named_table(console, "Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU self", "right")], rows)
         console.print()
     if t.copies:
         rows = [(c.direction, c.memory, U.fmt_count(c.count), U.fmt_bytes(c.bytes), U.fmt_us(c.total_us), U.fmt_gbps(c.bandwidth_gbps)) for c in t.copies[:TOP_N]]
-        _emit_table(console, "Copies", [("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
+        emit_named_table(console, "Copies", [("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
         console.print()
     if t.syncs:
         rows = [(s.cause, s.runtime, U.fmt_count(s.count), U.fmt_us(s.total_us), s.location or "-") for s in t.syncs[:TOP_N]]
-        _emit_table(console, "Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
+        emit_named_table(console, "Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
         console.print()
     from gpuprof.render.views import view_tables  # the operator/kernel/module/range views (docs/views.md)
 
     for vt in view_tables(t.views):
-        _emit_table(console, vt.title, vt.columns, vt.rows)
+        emit_named_table(console, vt.title, vt.columns, vt.rows)
         console.print()
     for note in t.notes:
         console.print(_t(f"note: {note}", style="dim"))
@@ -340,7 +334,7 @@ def _emit_per_trace(console: Console, title: str, lead: tuple[str, str], keys: S
             part += f" ({labels[chunk[0]]}" + (f"-{labels[chunk[-1]]})" if len(chunk) > 1 else ")")
         columns = [lead] + [(labels[i], "right") for i in chunk]
         rows = [[k] + [values[r][i] for i in chunk] for r, k in enumerate(keys)]
-        _emit_table(console, part, columns, rows)
+        emit_named_table(console, part, columns, rows)
         console.print()
 
 
@@ -428,12 +422,12 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
     copies = [(label, c) for label, t in zip(labels, traces) for c in t.copies[:TOP_N]]
     if copies:
         rows: list[tuple[str, ...]] = [(label, c.direction, c.memory, U.fmt_count(c.count), U.fmt_bytes(c.bytes), U.fmt_us(c.total_us), U.fmt_gbps(c.bandwidth_gbps)) for label, c in copies]
-        _emit_table(console, "Copies", [("Trace", "left"), ("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
+        emit_named_table(console, "Copies", [("Trace", "left"), ("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
         console.print()
     syncs = [(label, s) for label, t in zip(labels, traces) for s in t.syncs[:TOP_N]]
     if syncs:
         rows = [(label, s.cause, s.runtime, U.fmt_count(s.count), U.fmt_us(s.total_us), s.location or "-") for label, s in syncs]
-        _emit_table(console, "Host synchronisations", [("Trace", "left"), ("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
+        emit_named_table(console, "Host synchronisations", [("Trace", "left"), ("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
         console.print()
     notes = [(label, note) for label, t in zip(labels, traces) for note in t.notes]
     for label, note in notes:

@@ -45,8 +45,6 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
 
 __all__ = ["OptimizerClock", "say", "capture_config", "framework_options"]
 
-NO_STEP_NOTE = "gpuprof run saw no optimizer step: use --step-function module:function"
-
 
 def say(text: str) -> None:
     """One line on stderr (never raises: a closed stderr is not the user's problem), inert: a name in it (an

@@ -32,7 +32,7 @@ from gpuprof.report import SCHEMA_VERSION, JobSummary, Report, TraceSummary
 from gpuprof.saved.check import ReportProblem, saved_report
 from gpuprof.saved.types import SavedReport
 
-__all__ = ["read_report_dict", "read_saved", "report_dict_of", "loaded", "report_from_dict", "job_from_dict",
+__all__ = ["read_report_dict", "read_saved", "loaded", "report_from_dict", "job_from_dict",
            "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
 
 MAX_REPORT_BYTES = 256 << 20  # a report is kB to a few MB; more is not one gpuprof wrote
@@ -72,14 +72,6 @@ def _read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], SavedReport]:
     except OSError as err:
         raise InputError.from_os_error(p, err, "read") from None
     return loaded(raw, p)
-
-
-def report_dict_of(raw: bytes, name: str) -> dict[str, Any]:
-    """A saved report's bytes (read by the caller, at most ``MAX_REPORT_BYTES``) as its checked JSON object.
-
-    For a report read from elsewhere than a local file (a URL); InputError naming ``name``.
-    """
-    return loaded(raw, name)[0]
 
 
 def loaded(raw: bytes, name: str, limit: int | None = None) -> tuple[dict[str, Any], SavedReport]:

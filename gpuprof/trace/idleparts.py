@@ -411,5 +411,4 @@ def _stack_pieces(ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
     return np.array(segs_lo, np.float64), np.array(segs_hi, np.float64), np.array(names, np.int64)
 
 
-_EMPTY_PIECES = (np.zeros(0, np.float64), np.zeros(0, np.float64), np.zeros(0, np.int64))
 _EMPTY_STACK: _Stack = (np.zeros(0, np.float64), np.zeros(0, np.float64), np.zeros(0, np.int64), np.zeros(0, np.int64))

@@ -20,7 +20,7 @@ from gpuprof.errors import InputError
 from gpuprof.inputs import GZIP_RATIO_FLOOR, MAX_GZIP_RATIO, STDIN, Opened, is_stdin, open_input
 from gpuprof.remote import TraceFile, Url, find_remote, local_or_url
 
-__all__ = ["TRACE_SUFFIXES", "Source", "find_traces", "is_regular", "is_trace_name"]
+__all__ = ["TRACE_SUFFIXES", "Source", "find_traces", "is_trace_name"]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RATIO_CHECK_EVERY = 1024 * 1024  # bytes of text between two gzip-ratio checks
@@ -132,12 +132,3 @@ class Source:
         if self.stream is not self.raw:
             self.stream.close()
         self.raw.close()
-
-
-def is_regular(p: Path) -> bool:
-    if is_stdin(p):
-        return False
-    try:
-        return p.is_file()  # follows links: /dev/stdin redirected from a file is one
-    except OSError:
-        return False

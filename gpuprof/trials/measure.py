@@ -19,14 +19,12 @@ from gpuprof.stats import noise_band, rank_test_p
 from gpuprof.trials.runner import Outcome
 from gpuprof.trials.variants import DATALOADER, TOLERANCE, Variant
 
-__all__ = ["TRY_SCHEMA_VERSION", "build", "LOSS_RTOL", "VERDICTS", "ANALYSIS_STEPS"]
+__all__ = ["TRY_SCHEMA_VERSION", "build", "VERDICTS", "ANALYSIS_STEPS"]
 
 TRY_SCHEMA_VERSION = "1.1"
 #: the analysis trial runs at least this many optimizer steps: the capture's default window (5 steps waited, 2 of
 #: profiler warm-up, 5 recorded) and the step that ends it
 ANALYSIS_STEPS = 13
-#: a precision variant (TF32) keeps each loss within this share of the baseline's; every class's: TOLERANCE
-LOSS_RTOL = TOLERANCE["precision"]
 VERDICTS = ("faster", "same", "slower", "changed-numerics", "failed")
 
 

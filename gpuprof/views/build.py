@@ -386,18 +386,6 @@ def _config(c: KernelConfig | None) -> _Config:
             "occupancy": c.occupancy if c.occupancy > 0 else None}
 
 
-def _group_by_name(events: Sequence[Event]) -> tuple[np.ndarray, list[str]]:
-    """Each event's group index and the names of the groups (the loader shares one string per name: ids group)."""
-    n = len(events)
-    ids = np.fromiter(map(id, map(name_of, events)), np.int64, n)
-    uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
-    index: dict[str, int] = {}
-    to_group = np.empty(len(uniq), np.int64)
-    for j in np.argsort(first, kind="stable").tolist():  # numbered in order of first event, not of memory address
-        to_group[j] = index.setdefault(events[int(first[j])].name, len(index))
-    return to_group[inv.reshape(-1)], list(index)
-
-
 # --------------------------------------------------------------------------- ranges and modules
 def _launches(m: TraceMetrics, kernels: Sequence[Event]) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel: the start of its launching runtime call (NaN unknown) and a hash of that call's (pid, tid)."""

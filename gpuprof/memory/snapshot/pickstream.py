@@ -153,6 +153,117 @@ class StreamReader:
                 raise CorruptPickle("stack underflow (a container below its MARK)")
             return items
 
+        pending = shape.pending
+        roles_get = shape.roles.get
+        i4 = I4.unpack_from
+        u4 = U4.unpack_from
+        f8 = F8.unpack_from
+        match_frames = FRAMES_RUN.match
+
+        def entry(d: dict[Any, Any], p: int) -> int:
+            """Fill the history entry or segment ``d`` (its EMPTY_DICT just read) from ``buf[p:]`` when it has the
+            pickler's common shape: MEMOIZE, MARK, pairs of a memo-string key and a scalar, a memoized string or a
+            frames list of references, SETITEMS, all before ``lim``. Returns the position after it, or -1 with
+            nothing changed (``d`` left empty) for the general loop to read it opcode by opcode, which gives the
+            same result, or refuses it the same way."""
+            if buf[p] != 0x94 or buf[p + 1] != 0x28 or len(marks) >= MAX_MARK_DEPTH:
+                return -1
+            p += 2
+            base = len(memo) + 1  # the dict's own slot comes first
+            adds: list[Any] = []
+            while p <= lim:
+                op = buf[p]
+                if op == 0x6A:
+                    k = u4(buf, p + 1)[0]
+                    p += 5
+                elif op == 0x68:
+                    k = buf[p + 1]
+                    p += 2
+                elif op == 0x75:  # SETITEMS: the entry is whole
+                    memoize(CONSUMED)
+                    memo.extend(adds)
+                    return p + 1
+                else:
+                    break
+                try:
+                    key = memo[k]
+                except IndexError:
+                    break
+                if type(key) is not str or p > lim:
+                    break
+                op = buf[p]
+                if op == 0x6A or op == 0x68:
+                    if op == 0x6A:
+                        k = u4(buf, p + 1)[0]
+                        p += 5
+                    else:
+                        k = buf[p + 1]
+                        p += 2
+                    try:
+                        v = memo[k]
+                    except IndexError:
+                        break
+                    if v is CONSUMED:
+                        break
+                elif op == 0x8A:  # LONG1
+                    n = buf[p + 1]
+                    if n > 8:
+                        break
+                    v = int.from_bytes(buf[p + 2:p + 2 + n], "little", signed=True)
+                    p += 2 + n
+                elif op == 0x4B:  # BININT1
+                    v = buf[p + 1]
+                    p += 2
+                elif op == 0x4A:  # BININT
+                    v = i4(buf, p + 1)[0]
+                    p += 5
+                elif op == 0x4D:  # BININT2
+                    v = buf[p + 1] | buf[p + 2] << 8
+                    p += 3
+                elif op == 0x8C:  # SHORT_BINUNICODE, memoized or not
+                    n = buf[p + 1]
+                    if p + 2 + n > lim:
+                        break
+                    v = buf[p + 2:p + 2 + n].decode("utf-8", "surrogatepass")
+                    p += 2 + n
+                    if buf[p] == 0x94:
+                        v = strings.setdefault(v, v)
+                        adds.append(v)
+                        p += 1
+                elif op == 0x5D:  # EMPTY_LIST: a frames list of references only
+                    m = match_frames(buf, p + 1)
+                    if m is None or m.end() > lim:
+                        break
+                    w = m.group(1)
+                    slot = base + len(adds)
+                    if w[0] != 0x94 and (w[1] if w[0] == 0x71 else u4(w, 1)[0]) != slot:
+                        break
+                    run = m.group(2)
+                    v = frames_cache.get(run)
+                    if v is None:
+                        try:
+                            v = refs(run, memo, writing=slot)
+                        except (NotStreamable, IndexError):
+                            break
+                        frames_cache[run] = v
+                        interned.add(id(v))
+                    adds.append(v)
+                    p = m.end()
+                elif op == 0x4E:
+                    v = None
+                    p += 1
+                elif op == 0x88 or op == 0x89:
+                    v = op == 0x88
+                    p += 1
+                elif op == 0x47:  # BINFLOAT
+                    v = f8(buf, p + 1)[0]
+                    p += 9
+                else:
+                    break
+                d[key] = v
+            d.clear()
+            return -1
+
         while True:
             if pos > lim:
                 if frame_end >= 0 and pos + self.read_so_far - blen >= frame_end:
@@ -216,6 +327,19 @@ class StreamReader:
                     d[items[i]] = items[i + 1]
             elif op == 0x7D:  # EMPTY_DICT
                 d = {}
+                # an item of a device's history list, batched (the list below the MARK; the first item: the
+                # list on top, the MARK above it) or appended alone: what Shape.new finds then, read whole at once
+                role = roles_get(id(stack[-1]), -9) if stack else -9
+                if role == -9 and marks and 0 < marks[-1] <= len(stack):
+                    role = roles_get(id(stack[marks[-1] - 1]), -9)
+                if role >= 0:
+                    pending.add(id(d))
+                    push(d)
+                    if pos + 2 <= lim:
+                        end = entry(d, pos)
+                        if end >= 0:
+                            pos = end
+                    continue
                 shape.new(d, stack, marks)
                 push(d)
             elif op == 0x5D:  # EMPTY_LIST

@@ -91,22 +91,25 @@ def _entry(d: dict[Any, Any], buf: bytes, p: int, lim: int, memo: list[Any], str
             key = memo[k]
         except IndexError:
             break
-        if type(key) is not str or p > lim:
+        if key is CONSUMED or p > lim:
             break
         op = buf[p]
-        if op == 0x6A or op == 0x68:
-            if op == 0x6A:
-                k = _u4(buf, p + 1)[0]
-                p += 5
-            else:
-                k = buf[p + 1]
-                p += 2
+        if op == 0x6A:
             try:
-                v = memo[k]
+                v = memo[_u4(buf, p + 1)[0]]
             except IndexError:
                 break
             if v is CONSUMED:
                 break
+            p += 5
+        elif op == 0x68:
+            try:
+                v = memo[buf[p + 1]]
+            except IndexError:
+                break
+            if v is CONSUMED:
+                break
+            p += 2
         elif op == 0x8A:  # LONG1 of up to 8 bytes (lim leaves _MARGIN bytes to read 8 from)
             n = buf[p + 1]
             if n > 8:
@@ -144,9 +147,12 @@ def _entry(d: dict[Any, Any], buf: bytes, p: int, lim: int, memo: list[Any], str
                     q = p + 3 + len(run)
                     if q + 1 <= lim and buf[q] == 0x65 and buf[q + 1] != 0x28 and buf[q + 1] != 0x61 \
                             and buf.startswith(run, p + 3):
+                        try:
+                            d[key] = v
+                        except TypeError:
+                            break
                         adds.append(v)
                         p = q + 1
-                        d[key] = v
                         continue
             m = _match_frames(buf, p + 1)
             if m is None or m.end() > lim:
@@ -181,7 +187,10 @@ def _entry(d: dict[Any, Any], buf: bytes, p: int, lim: int, memo: list[Any], str
             p += 9
         else:
             break
-        d[key] = v
+        try:
+            d[key] = v
+        except TypeError:  # an unhashable key: the general loop says so
+            break
     d.clear()
     return -1
 

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpuprof.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GpuprofError, RuleError
-from gpuprof.redact import scrub  # every line printed about an error: a URL's credentials masked
-from gpuprof.render.safe import visible
-from gpuprof.torchdep import TORCH_HINT, is_torch_missing
 from gpuprof.version import __version__
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpuprof.errors import GpuprofError
+
+# gpuprof's own error classes and the error lines' helpers (scrub: a URL's credentials masked; visible: control
+# characters shown) are imported where an error is handled or a command runs: `gpuprof --help` needs neither
 
 __all__ = ["main", "cli"]
 
@@ -48,6 +50,9 @@ class _Group(click.Group):
             err.show()
             sys.exit(err.exit_code)
         except click.UsageError as err:
+            from gpuprof.redact import scrub
+            from gpuprof.render.safe import visible
+
             where = err.ctx.command_path if err.ctx is not None else (prog_name or "gpuprof")
             click.echo(f"gpuprof: error: {visible(scrub(err.format_message()))} (see '{visible(where)} --help')", err=True)
             sys.exit(err.exit_code)
@@ -67,11 +72,34 @@ class _Group(click.Group):
         if cmd_name not in self.commands and cmd_name in _COMMANDS:
             import importlib
 
-            module, attr = _COMMANDS[cmd_name]
+            module, attr, _ = _COMMANDS[cmd_name]
             self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
         return self.commands.get(cmd_name)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``gpuprof --help`` from each command's summary in ``_COMMANDS``, without importing
+        the command modules (their options, and through them the analysis' modules, load only for their own
+        help or a run). Click shortens a summary to the row exactly as it shortens the command's own help:
+        each summary is the first paragraph of its command's help (``tests/cli/test_help_summaries.py``)."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            cmd = self.commands.get(name) or click.Command(name, help=_COMMANDS[name][2])
+            if not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context) -> Any:
+        from gpuprof.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GpuprofError
+        from gpuprof.redact import scrub
+        from gpuprof.render.safe import visible
+        from gpuprof.torchdep import TORCH_HINT, is_torch_missing
+
         try:
             return super().invoke(ctx)
         except GpuprofError as err:
@@ -107,6 +135,9 @@ class _Group(click.Group):
 
 def _print_tracebacks(err: GpuprofError) -> None:
     """Under GPUPROF_DEBUG: the traceback of each rule that raised (other errors are the input's, not code's)."""
+    from gpuprof.errors import RuleError
+    from gpuprof.redact import scrub
+
     if isinstance(err, RuleError):
         import traceback
 
@@ -121,20 +152,32 @@ def cli() -> None:
     """Diagnose PyTorch profiler traces and CUDA memory snapshots."""
 
 
-# name -> (module, attribute): a command's module is imported when the command is run or listed (help),
-# so `gpuprof analyze` never imports diff's, memory's or rules' code (docs/performance.md, start-up)
-_COMMANDS = {
-    "analyze": ("gpuprof.cli.analyze", "analyze_cmd"),
-    "diff": ("gpuprof.cli.diff", "diff_cmd"),
-    "explain": ("gpuprof.cli.rules", "explain_cmd"),
-    "export": ("gpuprof.cli.export", "export_cmd"),
-    "history": ("gpuprof.cli.history", "history_cmd"),
-    "mcp": ("gpuprof.cli.mcp", "mcp_cmd"),
-    "memory": ("gpuprof.cli.memory", "memory_cmd"),
-    "rules": ("gpuprof.cli.rules", "rules_cmd"),
-    "run": ("gpuprof.cli.run", "run_cmd"),
-    "trigger": ("gpuprof.cli.trigger", "trigger_cmd"),
-    "try": ("gpuprof.cli.trycmd", "try_cmd"),
+# name -> (module, attribute, summary): a command's module is imported when the command is run or asked for its
+# own help, so `gpuprof analyze` never imports diff's, memory's or rules' code and `gpuprof --help` imports none
+# (docs/performance.md, start-up). The summary is the first paragraph of the command's help, for the list.
+_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "analyze": ("gpuprof.cli.analyze", "analyze_cmd",
+                "Diagnose a trace file (.json/.json.gz), a directory of traces, or several of them."),
+    "diff": ("gpuprof.cli.diff", "diff_cmd",
+             "Compare two runs: BEFORE and AFTER are trace files, run directories or saved report.json files."),
+    "explain": ("gpuprof.cli.rules", "explain_cmd",
+                "Explain a finding code (or a name): what it detects, why it matters, its options and examples."),
+    "export": ("gpuprof.cli.export", "export_cmd",
+               "Write a run's tables, one file per table, from a trace file, a run directory or a saved report.json."),
+    "history": ("gpuprof.cli.history", "history_cmd",
+                "Show every run's saved report.json under LOGDIR (or a URL prefix) over time, marking change points."),
+    "mcp": ("gpuprof.cli.mcp", "mcp_cmd",
+            "Serve analyze, diff, memory, history, export, explain and rules to a coding agent over MCP (stdio)."),
+    "memory": ("gpuprof.cli.memory", "memory_cmd",
+               "Analyse a CUDA memory snapshot or a profiler trace with [memory] events."),
+    "rules": ("gpuprof.cli.rules", "rules_cmd",
+              "List every finding code: trace rules, memory findings and capture's runtime checks."),
+    "run": ("gpuprof.cli.run", "run_cmd",
+            "Run a training script or launcher job, unchanged, with gpuprof in every process."),
+    "trigger": ("gpuprof.cli.trigger", "trigger_cmd",
+                "Record the next N steps of the gpuprof capture running as PID, into a trace of its own."),
+    "try": ("gpuprof.cli.trycmd", "try_cmd",
+            "Run the unchanged job with each suggested setting and measure which one pays, on this machine."),
 }
 
 

@@ -200,7 +200,34 @@ def replay_totals(dm: DeviceMemory, buckets: int = 400, mark: tuple[int, ...] = 
     bmax_a = 0
     bmax_r: int | None = None
     bt = t0
-    for i in range(n):
+    fast = rel_a is not None and rel_r is not None and init_r is not None
+    if rel_a is not None and rel_r is not None and init_r is not None:
+        # the common case (a snapshot's history with its segments): the loop below, a_at/r_at inlined
+        n_alloc = act.count(ALLOC)
+        ir: int = init_r
+        pr, pr_at = ir, -1
+        br = 0
+        i = 0
+        for ra, rr, ti in zip(rel_a, rel_r, t):
+            xa = init_a + ra
+            xr = ir + rr
+            if xa > peak_a:
+                peak_a, peak_a_at = xa, i
+            if xr > pr:
+                pr, pr_at = xr, i
+            b = int((ti - t0) * scale)
+            if b != cur_b:
+                if cur_b >= 0:
+                    tl.append((bt, bmax_a, br))
+                cur_b, bt, bmax_a, br = b, ti, xa, xr
+            else:
+                if xa > bmax_a:
+                    bmax_a = xa
+                if xr > br:
+                    br = xr
+            i += 1
+        peak_r, peak_r_at, bmax_r = pr, pr_at, (br if cur_b >= 0 else None)
+    for i in range(0 if fast else n):
         if act[i] == ALLOC:
             n_alloc += 1
         va = a_at(i)

@@ -281,3 +281,49 @@ def test_streamed_and_whole_agree_on_odd_entries(tmp_path_factory: pytest.TempPa
             outcomes.append(("error", str(err).split(":")[0]))
     if outcomes[0] != "whole":  # read in whole: the whole-file loader's answer is the answer
         assert outcomes[0] == outcomes[1]
+
+
+def test_history_entries_of_every_shape_stream_as_pickle_load_reads_them(tmp_path: Path) -> None:
+    """The stream reader reads an entry of the common shape whole at once and hands any other back to its
+    opcode-by-opcode loop: each shape here (LONG1 of 1-9 bytes, negative and wide ints, floats, booleans,
+    None, an int key, a nested dict, an empty, a shared and a repeated frames list, memo references on
+    both sides of slot 256) must read as pickle.load reads it."""
+    frames = [{"filename": "/work/train.py", "line": 10 + i, "name": f"f{i}"} for i in range(4)]
+    shared = [frames[0], frames[2]]
+    entries: list[dict[Any, Any]] = []
+    for i in range(600):
+        e: dict[Any, Any] = {"action": "alloc", "addr": 0x7F0000000000 + i * 4096, "size": 512 + i, "stream": 0,
+                             "time_us": 1_700_000_000_000_000 + 10 * i, "frames": [frames[i % 4], frames[(i + 1) % 4]],
+                             "compile_context": "N/A"}
+        shape = i % 9
+        if shape == 1:
+            e["frames"] = shared  # one list object for many entries: a memo reference to a list
+        elif shape == 2:
+            e["user_metadata"] = {"step": i}
+        elif shape == 3:
+            e.update(ratio=1.5 * i, flag=i % 2 == 0, note=None, time_us=1.7e15 + 10.25 * i)  # BINFLOAT read
+        elif shape == 4:
+            e.update(size=(1 << 40) + i, addr=(1 << 63) + i, stream=-(1 << 31))  # LONG1 of 6 and 9 bytes
+        elif shape == 5:
+            e.update(size=70_000 + i, stream=-1, extra=300 + i, tiny=-(1 << 20))  # BININT, BININT2
+        elif shape == 6:
+            e["frames"] = []
+        elif shape == 7:
+            e[5] = "an int key"
+        elif shape == 8:
+            e["time_us"] = -(1 << 55) + i  # a negative LONG1 of 7 bytes
+        entries.append(e)
+        if i % 3 == 0:
+            entries.append({"action": "free_requested", "addr": e["addr"], "size": e["size"], "stream": 0,
+                            "time_us": 1_700_000_000_000_000 + 10 * i + 5, "frames": [frames[3]]})
+    snap = {"segments": [{"device": 0, "address": 0x7F0000000000, "total_size": 1 << 30, "stream": 0,
+                          "segment_type": "large", "allocated_size": 0, "active_size": 0, "requested_size": 0,
+                          "is_expandable": False, "blocks": []}],
+            "device_traces": [entries]}
+    for protocol in (4, 5):
+        path = tmp_path / f"shapes{protocol}.pickle"
+        path.write_bytes(pickle.dumps(snap, protocol=protocol))
+        assert_same(path)
+        got = streamed(path)
+        assert len(got.devices[0]) == len(entries)
+        assert sorted(set(got.devices[0].size))[-1] == (1 << 40) + 598

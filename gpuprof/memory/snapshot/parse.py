@@ -85,6 +85,8 @@ def _text(v: Any, default: str) -> str | None:
     return v if isinstance(v, str) else None
 
 
+_FRAMES_SEEN_MAX = 1 << 16
+
 class _Budget:
     """Counts the items a snapshot describes against what its file size allows."""
 
@@ -145,6 +147,9 @@ class SnapshotParser:
         self.budget = _Budget(path, max_items)
         self.sites = SiteTable(internal_patterns)
         self.kinds = KindTable()
+        # id(frames list) -> (the list, its site, its kind): one look-up per history entry where the streamed
+        # reader shares one list among the entries with equal frames; bounded, for a whole load's list per entry
+        self.frames_seen: dict[int, tuple[Any, int, int]] = {}
         self.max_device = MAX_DEVICE_INDEX.value()
         self.devices: list[DeviceMemory] = []
         self.n_segments = 0
@@ -245,6 +250,7 @@ class SnapshotParser:
         knows = self.sites.knows
         take = self.budget.take
         actions = ACTION_NAMES
+        by_list = self.frames_seen
         any_time = no_time = False
         for k, e in enumerate(entries, k0):
             try:
@@ -269,9 +275,15 @@ class SnapshotParser:
                 if size < 0:
                     raise InputError(path, f"malformed snapshot: device_traces[{i}][{k}].size is {_kind(e.get('size'))}")
             frames = e.get("frames")
-            if frames and not knows(frames):
-                take(1)
-            sid = site_of(frames)
+            known = by_list.get(id(frames)) if type(frames) is list else None
+            if known is not None and known[0] is frames:  # this very list, met before: its site and kind
+                sid = known[1]
+                kid = known[2]
+            else:
+                if frames and not knows(frames):
+                    take(1)
+                sid = site_of(frames)
+                kid = -1
             stream = e.get("stream", 0)
             if type(stream) is not int:
                 stream = _int(stream)
@@ -287,7 +299,10 @@ class SnapshotParser:
                     addr = _uint(addr)
                     if addr < 0:
                         raise InputError(path, f"malformed snapshot: device_traces[{i}][{k}].addr is {_kind(e.get('addr'))}")
-            kid = kind_of(frames)
+            if kid < 0:
+                kid = kind_of(frames)
+                if type(frames) is list and len(by_list) < _FRAMES_SEEN_MAX:
+                    by_list[id(frames)] = (frames, sid, kid)
             try:
                 t_.append(tm)
                 a_.append(act)

@@ -49,6 +49,153 @@ _CHUNK = 256 << 10
 _MARGIN = 16  # bytes every fixed-size opcode with its argument fits in
 _LOOKAHEAD = 8192  # a whole frames list of references (at most 1000 per batch, 5 bytes each) fits in it
 MAX_MARK_DEPTH = 10_000  # open MARKs: real snapshots nest a handful; deeper is read in whole (bounded there)
+_i4 = I4.unpack_from
+_u4 = U4.unpack_from
+_f8 = F8.unpack_from
+_u8 = U8.unpack_from
+_HINT = 48  # bytes of a frames run that find it again (see _entry)
+_HINTS_KEPT = 1 << 14
+_LONG1_MASK = [(1 << (8 * n)) - 1 for n in range(9)]
+_LONG1_SIGN = [1 << (8 * n - 1) if n else 1 for n in range(9)]
+_match_frames = FRAMES_RUN.match
+
+
+def _entry(d: dict[Any, Any], buf: bytes, p: int, lim: int, memo: list[Any], strings: dict[str, str],
+           frames_cache: dict[bytes, list[Any]], interned: set[int],
+           runs_seen: dict[bytes, tuple[bytes, list[Any]]]) -> int:
+    """Fill the history entry or segment ``d`` (its EMPTY_DICT just read) from ``buf[p:]`` when it has the
+    pickler's common shape: MEMOIZE, MARK, pairs of a memo-string key and a scalar, a memoized string or a
+    frames list of references, SETITEMS, all before ``lim``. Returns the position after it, or -1 with
+    nothing changed (``d`` left empty) for the general loop to read it opcode by opcode, which gives the
+    same result, or refuses it the same way."""
+    if buf[p] != 0x94 or buf[p + 1] != 0x28:
+        return -1
+    p += 2
+    base = len(memo) + 1  # the dict's own slot comes first
+    adds: list[Any] = []
+    while p <= lim:
+        op = buf[p]
+        if op == 0x6A:
+            k = _u4(buf, p + 1)[0]
+            p += 5
+        elif op == 0x68:
+            k = buf[p + 1]
+            p += 2
+        elif op == 0x75:  # SETITEMS: the entry is whole
+            memo.append(CONSUMED)
+            memo.extend(adds)
+            return p + 1
+        else:
+            break
+        try:
+            key = memo[k]
+        except IndexError:
+            break
+        if key is CONSUMED or p > lim:
+            break
+        op = buf[p]
+        if op == 0x6A:
+            try:
+                v = memo[_u4(buf, p + 1)[0]]
+            except IndexError:
+                break
+            if v is CONSUMED:
+                break
+            p += 5
+        elif op == 0x68:
+            try:
+                v = memo[buf[p + 1]]
+            except IndexError:
+                break
+            if v is CONSUMED:
+                break
+            p += 2
+        elif op == 0x8A:  # LONG1 of up to 8 bytes (lim leaves _MARGIN bytes to read 8 from)
+            n = buf[p + 1]
+            if n > 8:
+                break
+            v = _u8(buf, p + 2)[0] & _LONG1_MASK[n]
+            if v >= _LONG1_SIGN[n]:  # two's complement of n bytes
+                v -= _LONG1_SIGN[n] << 1
+            p += 2 + n
+        elif op == 0x4B:  # BININT1
+            v = buf[p + 1]
+            p += 2
+        elif op == 0x4A:  # BININT
+            v = _i4(buf, p + 1)[0]
+            p += 5
+        elif op == 0x4D:  # BININT2
+            v = buf[p + 1] | buf[p + 2] << 8
+            p += 3
+        elif op == 0x8C:  # SHORT_BINUNICODE, memoized or not
+            n = buf[p + 1]
+            if p + 2 + n > lim:
+                break
+            v = buf[p + 2:p + 2 + n].decode("utf-8", "surrogatepass")
+            p += 2 + n
+            if buf[p] == 0x94:
+                v = strings.setdefault(v, v)
+                adds.append(v)
+                p += 1
+        elif op == 0x5D:  # EMPTY_LIST: a frames list of references only
+            if buf[p + 1] == 0x94 and buf[p + 2] == 0x28:
+                # the run FRAMES_RUN would match, when it is one met before: its bytes, then APPENDS and no
+                # further APPEND(S) (the regex tokenizes the same bytes the same way and stops at the same place)
+                hint = runs_seen.get(buf[p + 3:p + 3 + _HINT])
+                if hint is not None:
+                    run, v = hint
+                    q = p + 3 + len(run)
+                    if q + 1 <= lim and buf[q] == 0x65 and buf[q + 1] != 0x28 and buf[q + 1] != 0x61 \
+                            and buf.startswith(run, p + 3):
+                        try:
+                            d[key] = v
+                        except TypeError:
+                            break
+                        adds.append(v)
+                        p = q + 1
+                        continue
+            m = _match_frames(buf, p + 1)
+            if m is None or m.end() > lim:
+                break
+            w = m.group(1)
+            slot = base + len(adds)
+            if w[0] != 0x94 and (w[1] if w[0] == 0x71 else _u4(w, 1)[0]) != slot:
+                break
+            run = m.group(2)
+            v = frames_cache.get(run)
+            if v is None:
+                try:
+                    v = refs(run, memo, writing=slot)
+                except (NotStreamable, IndexError):
+                    break
+                frames_cache[run] = v
+                interned.add(id(v))
+            if w[0] == 0x94:
+                if len(runs_seen) >= _HINTS_KEPT:
+                    runs_seen.clear()
+                runs_seen[buf[p + 3:p + 3 + _HINT]] = (run, v)
+            adds.append(v)
+            p = m.end()
+        elif op == 0x4E:
+            v = None
+            p += 1
+        elif op == 0x88 or op == 0x89:
+            v = op == 0x88
+            p += 1
+        elif op == 0x47:  # BINFLOAT
+            v = _f8(buf, p + 1)[0]
+            p += 9
+        else:
+            break
+        try:
+            d[key] = v
+        except TypeError:  # an unhashable key: the general loop says so
+            break
+    d.clear()
+    return -1
+
+
+
 class StreamReader:
     """One pass over a pickle from ``fh`` (``size`` bytes: declared lengths are checked against it).
 
@@ -123,6 +270,7 @@ class StreamReader:
         memo: list[Any] = []
         strings: dict[str, str] = {}
         frames_cache: dict[bytes, list[Any]] = {}
+        runs_seen: dict[bytes, tuple[bytes, list[Any]]] = {}  # a frames run's first bytes -> the run, its list
         interned = shape.interned
         push = stack.append
         memoize = memo.append
@@ -153,6 +301,8 @@ class StreamReader:
                 raise CorruptPickle("stack underflow (a container below its MARK)")
             return items
 
+        pending = shape.pending
+        roles_get = shape.roles.get
         while True:
             if pos > lim:
                 if frame_end >= 0 and pos + self.read_so_far - blen >= frame_end:
@@ -216,6 +366,19 @@ class StreamReader:
                     d[items[i]] = items[i + 1]
             elif op == 0x7D:  # EMPTY_DICT
                 d = {}
+                # an item of a device's history list, batched (the list below the MARK; the first item: the
+                # list on top, the MARK above it) or appended alone: what Shape.new finds then, read whole at once
+                role = roles_get(id(stack[-1]), -9) if stack else -9
+                if role == -9 and marks and 0 < marks[-1] <= len(stack):
+                    role = roles_get(id(stack[marks[-1] - 1]), -9)
+                if role >= 0:
+                    pending.add(id(d))
+                    push(d)
+                    if pos + 2 <= lim and len(marks) < MAX_MARK_DEPTH:
+                        end = _entry(d, buf, pos, lim, memo, strings, frames_cache, interned, runs_seen)
+                        if end >= 0:
+                            pos = end
+                    continue
                 shape.new(d, stack, marks)
                 push(d)
             elif op == 0x5D:  # EMPTY_LIST

@@ -56,6 +56,7 @@ def _has_token(lines: list[str], token: str) -> bool:
 
 @pytest.mark.parametrize("columns", [80, 60, 50])
 @pytest.mark.parametrize("rel", REAL, ids=["v100-resnet50", "h100-bert"])
+@pytest.mark.slow  # whole real traces analysed: out of the README's fast command
 def test_real_trace_numbers_are_never_cut(rel: str, columns: int, piped: pytest.MonkeyPatch) -> None:
     report = analyze(str(shared_trace(rel)))
     t = report.traces[0]

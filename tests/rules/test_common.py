@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpuprof.rules.common import host_step_of, host_steps_of
 from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
 
 
+@pytest.mark.slow  # whole real traces analysed: out of the README's fast command
 def test_host_steps_of_matches_host_step_of_on_a_real_trace() -> None:
     m = compute_metrics(load_trace(shared_path("tbplugin", "samples", "resnet50_num_workers_0",
                                                "worker0.1623143089861.pt.trace.json.gz")))

@@ -125,6 +125,7 @@ def test_gp811_good_short_compile_without_step_markers(tmp_path: Path) -> None:
     pytest.param(("hta", "TraceLens", "tests", "traces", "inference", "xdit_sd_3.5", "profile_trace_rank_0.json.gz"),
                  marks=pytest.mark.slow),  # 62 MB
 ])
+@pytest.mark.slow  # whole real traces analysed: out of the README's fast command
 def test_gp811_good_real_traces_running_compiled_code_are_not_compiling(parts: tuple[str, ...]) -> None:
     """Real traces whose Python frames run Dynamo/Inductor code (eval_frame, output_code, the compile worker
     pool's reader thread) without compiling: no GP811 and no warm-up note, steps or not."""

@@ -43,6 +43,7 @@ def _check_costs_in_messages(findings):
 
 
 @pytest.mark.parametrize("parts", REAL, ids=lambda p: p[-1][:30])
+@pytest.mark.slow  # whole real traces analysed: out of the README's fast command
 def test_costs_are_labelled_in_messages_on_real_traces(parts):
     report = analyze(shared_path(*parts))
     assert _check_costs_in_messages(report.findings) >= 1
@@ -124,6 +125,7 @@ def test_severity_follows_cost_cheap_finding_is_info(tmp_path):
     assert f0.severity.value == "warning"
 
 
+@pytest.mark.slow  # whole real traces analysed: out of the README's fast command
 def test_severity_follows_cost_real_traces():
     # GP302 cost 0.006% of a 43 s "step" was a warning; the V100 sample's GP202 cost, all counted in GP201, is 0
     a100 = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "critical_path", "alexnet",

@@ -30,6 +30,7 @@ def test_shape_keys_match_the_raw_input_dims() -> None:
     assert len(want) > 10 and got == want  # the text of every distinct (operator, dims): none altered, none lost
 
 
+@pytest.mark.slow  # whole real traces analysed: out of the README's fast command
 def test_resnet50_v100_steps_have_static_shapes() -> None:
     s = step_shapes(compute_metrics(load_trace(shared_path(*NW0))))
     assert s.static is True and s.ratio == 1.0 and s.steps == 6 and s.distinct >= 40

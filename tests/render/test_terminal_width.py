@@ -152,6 +152,7 @@ def _demo_trace(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("columns", [64, 90])
+@pytest.mark.slow  # a gpuprof interpreter per width: out of the README's fast command
 def test_columns_honoured_when_piped(tmp_path: Path, columns: int) -> None:
     trace = _demo_trace(tmp_path / "demo.pt.trace.json")
     env = dict(os.environ, COLUMNS=str(columns), PYTHONPATH=str(REPO), NO_COLOR="1")

@@ -199,6 +199,7 @@ def test_every_view_shows_the_same_findings_when_one_supersedes_another(tmp_path
     _check(report, logdir)
 
 
+@pytest.mark.slow  # every renderer over a whole analysis: out of the README's fast command
 def test_idle_part_links_are_data_drawn_by_every_renderer(tmp_path: Path) -> None:
     from gpuprof.render.format import linked_message
     from gpuprof.render.markdown import md_escape

@@ -434,6 +434,7 @@ def test_hostile_run_and_kernel_names_stay_text(browser: Any, server: dict[str, 
         tab.close()
 
 
+@pytest.mark.slow  # a TensorBoard server started for it: out of the README's fast command
 def test_plugin_is_listed_by_the_installed_entry_point_or_the_launcher(server: dict[str, Any]) -> None:
     import json
 

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
+from gpuprof.report import SCHEMA_VERSION
 from gpuprof.testing import TraceBuilder, simple_training
 from gpuprof.testing.trackerruns import (
     offline_env,
@@ -111,7 +112,7 @@ def test_the_line_naming_where_results_went_masks_the_tracking_uri() -> None:
 
 def _hostile_doc() -> dict[str, Any]:
     names = HTML_HOSTILE + TEXT_HOSTILE + [HUGE_NAME]
-    return {"traces": [], "findings": [
+    return {"schema_version": SCHEMA_VERSION, "traces": [], "findings": [
         {"code": name[:40], "name": name[:80], "severity": "warning", "message": name, "advice": name,
          "cost_us_per_step": 10.0, "location": {"file": name, "line": 1}} for name in names]}
 

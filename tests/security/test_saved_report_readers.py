@@ -20,6 +20,8 @@ from click.testing import CliRunner
 
 from gpuprof.cli import cli
 
+from .test_saved_report_values import _set
+
 TRACE = {"path": "rank0.pt.trace.json", "rank": 0, "world_size": 2, "num_steps": 3, "step_ids": [4, 5, 6],
          "step_time_us": 1000.0, "step_time_mean_us": 1000.0, "step_times_us": [990.0, 1000.0, 1010.0],
          "gpu_busy_us": 600.0, "gpu_utilization": 0.6, "data_loading_share": 0.1, "num_events": 500,
@@ -34,12 +36,7 @@ GOOD = {"schema_version": "1.6", "command": "capture", "inputs": [], "notes": []
 
 
 def _bad(keys: tuple[Any, ...], value: Any) -> dict[str, Any]:
-    doc = copy.deepcopy(GOOD)
-    target: Any = doc
-    for k in keys[:-1]:
-        target = target[k]
-    target[keys[-1]] = value
-    return doc
+    return _set(GOOD, keys, value)  # a deep copy of GOOD with one value replaced
 
 
 # (what is wrong, the file's bytes, what the one line names)

@@ -188,5 +188,18 @@ def test_the_fast_command_leaves_out_frameworks_and_browsers() -> None:
     tests (they use the fixture, no marker written) go to -m slow; the two halves split the file's tests."""
     fast = _collect("-m", "not slow", "tests/integrations/test_accelerate.py", "tests/tbplugin/test_browser.py")
     slow = _collect("-m", "slow", "tests/tbplugin/test_browser.py")
+    every = _collect("tests/tbplugin/test_browser.py")
     assert not [t for t in fast if "test_accelerate.py" in t], fast
-    assert slow and fast and not set(slow) & set(fast)
+    drives_a_browser = [t for t in every if "(browser" in _signature_of(t)]
+    assert drives_a_browser and set(drives_a_browser) <= set(slow), (drives_a_browser, slow)
+    assert not set(slow) & set(fast) and set(slow) | set(fast) == set(every), (slow, fast, every)
+
+
+def _signature_of(node_id: str) -> str:
+    """The `def` line of a collected test, read from its file (parametrized ids lose their brackets)."""
+    path, name = node_id.split("::", 1)
+    name = name.split("[", 1)[0]
+    for line in (REPO / path).read_text().splitlines():
+        if line.startswith(f"def {name}("):
+            return line[len(f"def {name}"):]
+    return ""

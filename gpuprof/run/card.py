@@ -7,7 +7,7 @@ saved-report reader (:mod:`gpuprof.saved.read`): each run directory's
 job) and ``report.cross_rank.json``. It writes ``report.html`` in the run
 directory (unless ``--no-html``) and prints the card: the steps and phases of
 rank 0 (or the single process), the top findings across ranks with their cost
-(the cross-rank verdicts first among equals: straggler, hang, imbalance), and
+(the cross-rank verdicts first among equals: straggler, imbalance; the job's hang across ranks first of all), and
 the paths of ``report.md``, the cross-rank report, the HTML page and the log
 of gpuprof's messages. A report that cannot be read is one line naming it;
 the card never changes the command's exit code.

@@ -34,6 +34,7 @@ __all__ = ["CaptureFindings", "capture_findings", "capture_findings_of",
            "REPORT_NAME", "MAX_REPORT_BYTES"]
 
 REPORT_NAME = "report.json"
+CROSS_NAME = "report.cross_rank.json"  # the job's cross-rank report (its hang verdict is read back)
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a real capture report is KBs; never read a huge file whole
 
 
@@ -92,12 +93,31 @@ def capture_findings(path: str | os.PathLike[str]) -> CaptureFindings:
         out.findings += found
         if out.job is None:
             out.job = job
+    _cross_hang(root, out)
     return out
 
 
-def _read(rep: Path) -> tuple[list[Finding], JobSummary | None] | None:
-    """The runtime findings and job of a capture's report (None: not a capture's); ValueError when it is
-    unreadable or malformed (the typed reader's checks, :mod:`gpuprof.saved`)."""
+def _cross_hang(root: Path, out: CaptureFindings) -> None:
+    """The job's hang across ranks (GP651 of ``report.cross_rank.json``, written from every rank's hang.json
+    entry when the hang was detected: gpuprof.capture.job.hangcross), first among the run's findings."""
+    rep = root / CROSS_NAME
+    if not _regular(rep):
+        return
+    try:
+        read = _read(rep, command="analyze", codes=frozenset({"GP651"}))
+    except ValueError as err:
+        out.notes.append(f"skipped {rep}: {err}")
+        return
+    if read is not None and read[0]:
+        out.reports.append(str(rep))
+        out.findings[:0] = read[0]
+
+
+def _read(rep: Path, command: str = "capture", codes: frozenset[str] | None = None,
+          ) -> tuple[list[Finding], JobSummary | None] | None:
+    """The runtime findings (of ``codes``, default every runtime check's) and job of a report written by
+    ``command`` (None: another's); ValueError when it is unreadable or malformed (the typed reader's checks,
+    :mod:`gpuprof.saved`)."""
     from gpuprof.saved.read import job_from_dict, loaded
 
     try:
@@ -109,9 +129,9 @@ def _read(rep: Path) -> tuple[list[Finding], JobSummary | None] | None:
         raise ValueError(f"cannot read it ({err.strerror or err})") from None
     try:
         doc, saved = loaded(raw, str(rep), MAX_REPORT_BYTES)
-        if saved.command != "capture":
+        if saved.command != command:
             return None
-        runtime = _runtime_codes()
+        runtime = _runtime_codes() if codes is None else codes
         found = [_as_from_capture(Finding.from_dict(d), rep) for d, f in zip(doc.get("findings", []), saved.findings)
                  if f.origin == "runtime" and f.code in runtime]  # trace findings: recomputed from the traces
     except InputError as err:

@@ -42,7 +42,7 @@ __all__ = [
     "Report",
 ]
 
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 
 
 @dataclass

@@ -7,7 +7,7 @@ saved-report reader (:mod:`gpuprof.saved.read`): each run directory's
 job) and ``report.cross_rank.json``. It writes ``report.html`` in the run
 directory (unless ``--no-html``) and prints the card: the steps and phases of
 rank 0 (or the single process), the top findings across ranks with their cost
-(the cross-rank verdicts first among equals: straggler, hang, imbalance), and
+(the cross-rank verdicts first among equals: straggler, imbalance; the job's hang across ranks first of all), and
 the paths of ``report.md``, the cross-rank report, the HTML page and the log
 of gpuprof's messages. A report that cannot be read is one line naming it;
 the card never changes the command's exit code.
@@ -119,12 +119,17 @@ def top_findings(rd: RunDir, n: int = TOP_FINDINGS) -> tuple[list[tuple[Finding,
     rank's, with how many ranks had it), each with where it was found; and how many distinct findings there are."""
     seen: dict[tuple[str, str], tuple[Finding, str]] = {}
     by_code: dict[str, list[tuple[Finding, int]]] = {}
+    across: set[str] = set()
     if rd.cross is not None:
         for f in rd.cross.findings:
             seen[(f.code, f.message)] = (f, "across ranks")
+        # the job's hang across ranks says what each rank's own hang finding says, and which rank is the cause
+        across = {f.code for f in rd.cross.findings if f.code == "GP651"}
     if rd.ranks:
         for r, rep in sorted(rd.ranks.items()):
             for f in rep.findings:
+                if f.code in across:
+                    continue
                 by_code.setdefault(f.code, []).append((f, r))
         for code, items in by_code.items():
             best, rank = sort_findings_with_rank(items)[0]
@@ -133,7 +138,8 @@ def top_findings(rd: RunDir, n: int = TOP_FINDINGS) -> tuple[list[tuple[Finding,
     elif rd.lead is not None:
         for f in rd.lead.findings:
             seen[(f.code, f.message)] = (f, "")
-    ordered = sort_findings(f for f, _ in seen.values())
+    # a hang first: it has no cost to rank it by (the job did not finish), and it is what the user must fix
+    ordered = sorted(sort_findings(f for f, _ in seen.values()), key=lambda f: f.code != "GP651")
     place = {id(f): w for f, w in seen.values()}
     return [(f, place[id(f)]) for f in ordered[:n]], len(ordered)
 

@@ -190,6 +190,9 @@ def _write(run_dir: Path, got: dict[int, RankSummary], world: int, wait_s: float
         out.sections.append(section)
         out.findings = finish(found, sel)
         out.failed_rules = [c for c, _ in failures]
+    from gpuprof.capture.job.hangcross import add_to_report
+
+    add_to_report(out, run_dir, world)  # a hang the ranks' watchdogs wrote (hang.json) stays in this report
     if window is not None:
         _WINDOW_REPORTS[str(run_dir)] = (window, out)
     else:

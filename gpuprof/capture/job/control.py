@@ -94,14 +94,14 @@ class JobControl:
                        driver: int | None) -> None:
         """``last_step``: when the last step ended (perf_counter); ``own_work``: gpuprof's own work is running
         on the driving thread (``driver``), which does not count as the job's time."""
-        from gpuprof.capture.job.hangseries import series_now
         from gpuprof.capture.job.watchdog import Watchdog
 
         paths, live = self.live.paths, self.live
         assert paths is not None
         self.watchdog = Watchdog(self.config.hang_timeout, lambda: live.step_num, last_step, own_work, live.step_s,
                                  driver, paths.run_dir, paths.out_dir, paths.worker, live.ranks.rank,
-                                 lambda: live.stream, self._hang_finding, lambda: series_now(live)).start()
+                                 lambda: live.stream, self._hang_finding, lambda: _series_now(live),
+                                 world=live.ranks.world_size).start()
 
     def step(self, now: float, recording: bool, reporting: bool) -> None:
         """After each step (the session's ``live`` has it); a failure stops further windows, not the loop."""
@@ -149,3 +149,19 @@ class JobControl:
         check = next((m for m in self.live.monitors if isinstance(m, MemoryCheck)), None)
         sampler = check.sampler if check is not None else None
         return sampler.allocated[-1] if sampler is not None and sampler.cuda and sampler.allocated else None
+
+
+def _series_now(live: Live) -> dict[str, object] | None:
+    """This rank's compact series of every step so far, for its hang.json entry (capture.job.hangseries; from
+    the watchdog's thread: the step lists only grow, and a copy of them is taken), or None without the watch or
+    a finished step. Here, not in hangseries, which the cross-rank report's writers import without the watch."""
+    import dataclasses
+
+    from gpuprof.capture.facts import _watch_data
+    from gpuprof.capture.job.hangseries import MAX_HANG_POINTS
+    from gpuprof.capture.job.phases import compact_series
+
+    data = _watch_data(live, ())
+    if data is None or not len(data.step_s):
+        return None
+    return dataclasses.asdict(compact_series(data, MAX_HANG_POINTS))

@@ -18,32 +18,18 @@ column that is not a list of finite numbers is left out of ``hang.md``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from gpuprof.capture.checks.base import Live
     from gpuprof.distributed.summary import RankSeries
 
-__all__ = ["MAX_HANG_POINTS", "series_now", "series_lines", "straggler_line"]
+__all__ = ["MAX_HANG_POINTS", "series_lines", "straggler_line"]  # the series itself: capture.job.control
 
 MAX_HANG_POINTS = 500  # points of a rank's series in hang.json, at most
 LAST_POINTS = 5  # the last points shown in hang.md
-
-
-def series_now(live: Live) -> dict[str, object] | None:
-    """This rank's compact series of every step so far (from the watchdog's thread: the step lists only grow,
-    and a copy of them is taken), or None without the watch or a finished step."""
-    from gpuprof.capture.facts import _watch_data
-    from gpuprof.capture.job.phases import compact_series
-
-    data = _watch_data(live, ())
-    if data is None or not len(data.step_s):
-        return None
-    return dataclasses.asdict(compact_series(data, MAX_HANG_POINTS))
 
 
 def _column(series: dict[str, object], name: str, n: int | None = None) -> list[float] | None:

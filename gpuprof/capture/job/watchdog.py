@@ -44,7 +44,7 @@ class Watchdog:
                  busy: Callable[[], bool], step_s: Sequence[float], driver: int | None, run_dir: Path, out_dir: Path,
                  worker: str, rank: int | None, stream: Callable[[], TextIO],
                  add_finding: Callable[[Finding, Finding | None], None],
-                 series: Callable[[], dict[str, object] | None] | None = None) -> None:
+                 series: Callable[[], dict[str, object] | None] | None = None, world: int | None = None) -> None:
         self.configured = configured
         self._steps = steps
         self._last_end = last_end
@@ -55,6 +55,7 @@ class Watchdog:
         self.stream = stream
         self._add_finding = add_finding  # (new, replaced or None): the session keeps the finding for the report
         self._series = series  # this rank's watch series so far, for its hang.json entry (capture.job.hangseries)
+        self.world = world  # the job's number of ranks (None: one process, or not known)
         self._stop = threading.Event()
         self.record: HangRecord | None = None  # the current (or last) stall
         self.failure: BaseException | None = None  # the thread's own failure (said once by the session)
@@ -177,6 +178,8 @@ class Watchdog:
             said = culprit(_read_ranks(jpath))
         except OSError as err:  # a planted link or FIFO, a full disk: the finding still reaches the report
             self._say(f"gpuprof: the hang report could not be written in {self.run_dir}: {err}. Watching goes on.")
+        else:
+            self._cross()
         if said is not None:
             rec.finding = hang_finding(rec, str(self.run_dir / "hang.md"), said)
         self._culprit_known = said is not None
@@ -184,6 +187,19 @@ class Watchdog:
         self._add_finding(rec.finding, replaced)
         self._into_report(rec.finding)
         return said
+
+    def _cross(self) -> None:
+        """The job's hang across ranks into the run directory's cross-rank report, from every rank's entry
+        present (gpuprof.capture.job.hangcross); a single process has none."""
+        if self.rank is None:
+            return
+        from gpuprof.capture.job.hangcross import write_cross_hang
+
+        try:
+            write_cross_hang(self.run_dir, self.world)
+        except (OSError, ValueError) as err:
+            self._say(f"gpuprof: the cross-rank hang verdict could not be written in {self.run_dir}: {err}. "
+                      "hang.md holds every rank's entry.")
 
     def _into_report(self, found: Finding) -> None:
         """The stall into this rank's report.json now (a SIGTERM or kill later keeps it; ``gpuprof analyze RUN``

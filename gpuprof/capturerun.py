@@ -24,8 +24,6 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import msgspec
-
 from gpuprof.errors import InputError
 from gpuprof.findings import Finding
 from gpuprof.report import JobSummary, Report
@@ -98,7 +96,7 @@ def capture_findings(path: str | os.PathLike[str]) -> CaptureFindings:
 def _read(rep: Path) -> tuple[list[Finding], JobSummary | None] | None:
     """The runtime findings and job of a capture's report (None: not a capture's); ValueError when it is
     unreadable or malformed (the typed reader's checks, :mod:`gpuprof.saved`)."""
-    from gpuprof.saved.read import job_from_dict, loaded
+    from gpuprof.saved.read import live_findings, loaded
 
     try:
         with open(rep, "rb") as fh:
@@ -108,20 +106,15 @@ def _read(rep: Path) -> tuple[list[Finding], JobSummary | None] | None:
     except OSError as err:
         raise ValueError(f"cannot read it ({err.strerror or err})") from None
     try:
-        doc, saved = loaded(raw, str(rep), MAX_REPORT_BYTES)
+        saved = loaded(raw, str(rep), MAX_REPORT_BYTES)[1]
         if saved.command != "capture":
             return None
         runtime = _runtime_codes()
-        found = [_as_from_capture(Finding.from_dict(d), rep) for d, f in zip(doc.get("findings", []), saved.findings)
-                 if f.origin == "runtime" and f.code in runtime]  # trace findings: recomputed from the traces
+        found = live_findings(saved.findings, str(rep),  # trace findings: recomputed from the traces
+                              keep=lambda f: f.origin == "runtime" and f.code in runtime)
+        return [_as_from_capture(f, rep) for f in found], saved.job
     except InputError as err:
         raise ValueError(err.problem) from None
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"malformed report ({type(err).__name__}: {err})") from None
-    try:
-        return found, job_from_dict(doc)
-    except msgspec.ValidationError as err:
-        raise ValueError(f"a malformed job ({err})") from None
 
 
 def _runtime_codes() -> frozenset[str]:

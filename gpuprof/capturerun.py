@@ -24,8 +24,6 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import msgspec
-
 from gpuprof.errors import InputError
 from gpuprof.findings import Finding
 from gpuprof.report import JobSummary, Report
@@ -118,7 +116,7 @@ def _read(rep: Path, command: str = "capture", codes: frozenset[str] | None = No
     """The runtime findings (of ``codes``, default every runtime check's) and job of a report written by
     ``command`` (None: another's); ValueError when it is unreadable or malformed (the typed reader's checks,
     :mod:`gpuprof.saved`)."""
-    from gpuprof.saved.read import job_from_dict, loaded
+    from gpuprof.saved.read import live_findings, loaded
 
     try:
         with open(rep, "rb") as fh:
@@ -128,20 +126,15 @@ def _read(rep: Path, command: str = "capture", codes: frozenset[str] | None = No
     except OSError as err:
         raise ValueError(f"cannot read it ({err.strerror or err})") from None
     try:
-        doc, saved = loaded(raw, str(rep), MAX_REPORT_BYTES)
+        saved = loaded(raw, str(rep), MAX_REPORT_BYTES)[1]
         if saved.command != command:
             return None
         runtime = _runtime_codes() if codes is None else codes
-        found = [_as_from_capture(Finding.from_dict(d), rep) for d, f in zip(doc.get("findings", []), saved.findings)
-                 if f.origin == "runtime" and f.code in runtime]  # trace findings: recomputed from the traces
+        found = live_findings(saved.findings, str(rep),  # trace findings: recomputed from the traces
+                              keep=lambda f: f.origin == "runtime" and f.code in runtime)
+        return [_as_from_capture(f, rep) for f in found], saved.job
     except InputError as err:
         raise ValueError(err.problem) from None
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"malformed report ({type(err).__name__}: {err})") from None
-    try:
-        return found, job_from_dict(doc)
-    except msgspec.ValidationError as err:
-        raise ValueError(f"a malformed job ({err})") from None
 
 
 def _runtime_codes() -> frozenset[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import msgspec
 
@@ -25,6 +25,8 @@ from gpuprof.trace.viewrows import Mfu, TraceViews  # defined with the code that
 
 __all__ = [
     "SCHEMA_VERSION",
+    "MAX_TRACE_US",
+    "StepUs",
     "DeviceInfo",
     "KernelStat",
     "OpStat",
@@ -43,6 +45,10 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = "1.7"
+MAX_TRACE_US = float(2**53)  # 285 years: no clock reads more; the trace loader leaves such events out too
+# a step's duration as a saved report is read back (gpuprof.saved decodes the job with these types); one step's
+# ceiling is gpuprof.saved.check's
+StepUs = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_TRACE_US)]
 
 
 @dataclass
@@ -104,11 +110,11 @@ class JobPhase:
     kind: str
     start_step: int
     end_step: int
-    step_time_median_us: float
+    step_time_median_us: StepUs
     steps: int = 0
-    step_time_min_us: float = 0.0
-    step_time_p90_us: float = 0.0
-    step_time_max_us: float = 0.0
+    step_time_min_us: StepUs = 0.0
+    step_time_p90_us: StepUs = 0.0
+    step_time_max_us: StepUs = 0.0
     data_wait_share: float | None = None  # time waiting for batches / step time over the phase
 
 
@@ -123,9 +129,9 @@ class JobSeries:
 
     bucket: int = 1
     first_step: list[int] = field(default_factory=list)
-    step_time_us: list[float] = field(default_factory=list)
-    step_time_min_us: list[float] = field(default_factory=list)
-    step_time_max_us: list[float] = field(default_factory=list)
+    step_time_us: list[StepUs] = field(default_factory=list)
+    step_time_min_us: list[StepUs] = field(default_factory=list)
+    step_time_max_us: list[StepUs] = field(default_factory=list)
     data_wait_us: list[float] | None = None
     cuda_allocated_mib: list[float] | None = None
     cuda_reserved_mib: list[float] | None = None

@@ -63,7 +63,7 @@ def _from_findings(command: Any, folder: Path, warmup: int, steps: int, max_time
     Without a report (the job failed, the capture wrote none) every variant that applies is tried."""
     from gpuprof.errors import GpuprofError
     from gpuprof.run.options import TrialSettings
-    from gpuprof.saved.read import read_report_dict, report_from_dict
+    from gpuprof.saved.read import read_report
     from gpuprof.trials.measure import ANALYSIS_STEPS
     from gpuprof.trials.runner import run_trial
     from gpuprof.trials.suggest import code_change_rows, suggest
@@ -76,7 +76,7 @@ def _from_findings(command: Any, folder: Path, warmup: int, steps: int, max_time
     findings: list[Any] = []
     if reports:
         try:
-            report = report_from_dict(read_report_dict(reports[0]), str(reports[0]))
+            report = read_report(reports[0])
             findings = list(report.findings)
             doc["report"] = str(reports[0])
         except GpuprofError as err:

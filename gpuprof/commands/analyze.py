@@ -33,12 +33,10 @@ def analysis_report(paths: Sequence[str], select: Sequence[str], ignore: Sequenc
     except ValueError as err:
         raise UsageError(str(err), param_hint="--option") from None
     if len(paths) == 1 and is_saved_report(paths[0]):
-        from gpuprof.saved.read import read_report_dict, report_from_dict
+        from gpuprof.saved.read import read_report, unshown_sections
 
-        report = report_from_dict(read_report_dict(paths[0]), paths[0])
+        report = read_report(paths[0])
         if not all_sections:  # other sections' renderers draw their own objects, which a saved report no longer has
-            from gpuprof.saved.read import unshown_sections
-
             report.sections = unshown_sections(report.sections)
         # the one boundary (gpuprof.flow.finish), as for a live analysis: --select/--ignore, overlaps, order
         from gpuprof.flow import finish

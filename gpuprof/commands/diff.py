@@ -5,32 +5,32 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuprof.errors import InputError, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from gpuprof.saved.types import SavedReport
 
 __all__ = ["load_side", "compare", "diff_json"]
 
 
-def load_side(path: str, jobs: int) -> dict[str, Any]:
-    """A report in JSON form: a saved report.json read back, or the analysis of traces / a run directory
-    (local, or a URL: a trace, a prefix or a glob read through fsspec, see gpuprof.remote)."""
+def load_side(path: str, jobs: int) -> SavedReport:
+    """A run as a typed report: a saved report.json read back, or the analysis of traces / a run directory
+    (local, or a URL: a trace, a prefix or a glob read through fsspec, see gpuprof.remote), checked as one."""
     from gpuprof.remote import is_url
-    from gpuprof.saved.read import is_saved_report, read_report_dict
+    from gpuprof.saved.read import checked, is_saved_report, read_saved
 
-    if is_url(path):
-        from gpuprof.analysis import analyze
-
-        return analyze(path, jobs=jobs, timeline=False).to_dict()  # a diff draws no timeline
-    if is_saved_report(path):
-        return read_report_dict(path)
-    if not (os.path.isfile(path) or os.path.isdir(path)):
-        if not os.path.exists(path):
-            raise InputError(path, "no such file or directory")
-        raise InputError(path, "not a trace file, run directory or report.json")
+    if not is_url(path):
+        if is_saved_report(path):
+            return read_saved(path)
+        if not (os.path.isfile(path) or os.path.isdir(path)):
+            if not os.path.exists(path):
+                raise InputError(path, "no such file or directory")
+            raise InputError(path, "not a trace file, run directory or report.json")
     from gpuprof.analysis import analyze
 
-    return analyze(path, jobs=jobs, timeline=False).to_dict()  # a diff draws no timeline
+    return checked(analyze(path, jobs=jobs, timeline=False).to_dict(), path)  # a diff draws no timeline
 
 
 def compare(before: str, after: str, threshold: str | None, metric: str,
@@ -92,5 +92,5 @@ def _refuse_unjudged(verdict: dict[str, Any], before: str, after: str) -> None:
     raise InputError(before, f"--fail-on-regression: {metric} is 0 here, so a change relative to it is undefined")
 
 
-def _trace_paths(doc: dict[str, Any]) -> list[str]:
-    return [str(t.get("path")) for t in doc.get("traces", []) if isinstance(t, dict)]
+def _trace_paths(report: SavedReport) -> list[str]:
+    return [t.path for t in report.traces]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuprof.errors import InputError, UsageError
+from gpuprof.errors import UsageError
 
 __all__ = ["export_tables"]
 
@@ -16,16 +16,12 @@ def export_tables(source: str, fmt: str, out_dir: str, jobs: int | None) -> tupl
     from gpuprof.commands.diff import load_side
     from gpuprof.export.tables import build_tables
     from gpuprof.export.write import PYARROW_HINT, have_pyarrow, prepare_dir, write_tables
-    from gpuprof.saved.check import ReportProblem
 
     if fmt != "csv" and not have_pyarrow():  # before any trace is read
         raise UsageError(f"--format {fmt} {PYARROW_HINT}")
-    doc = load_side(source, jobs or default_analyze_jobs())
-    try:
-        tables = build_tables(doc)
-    except ReportProblem as err:
-        raise InputError(source, f"malformed report: {err.field} {err.problem}") from None
+    report = load_side(source, jobs or default_analyze_jobs())
+    tables = build_tables(report)
     directory = prepare_dir(out_dir)
-    inputs = [source] + [str(t.get("path")) for t in doc.get("traces", []) if isinstance(t, dict)]
+    inputs = [source] + [t.path for t in report.traces]
     written = write_tables(directory, fmt, tables, inputs)
     return list(written), {name: len(rows) for name, rows in tables.items()}

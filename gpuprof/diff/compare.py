@@ -39,7 +39,7 @@ from gpuprof.diff.cause import cause_of, judge_cause, relation
 from gpuprof.diff.whatif import what_if_gap
 from gpuprof.saved.check import saved_report
 from gpuprof.saved.figures import RunFigures, steps_of
-from gpuprof.saved.types import SavedFinding, SavedReport, SavedTrace
+from gpuprof.saved.types import SavedFinding, SavedReport, SavedTrace, given
 from gpuprof.stats import mean_noise as mean_noise_us
 from gpuprof.stats import noise_band as noise_band_us
 from gpuprof.stats import rank_test_p
@@ -159,8 +159,8 @@ def _add_findings(side: Side, findings: Iterable[SavedFinding], steps_of: Mappin
         severity = None if f.severity is UNSET else f.severity
         got = side.findings.get(key)
         if got is None:
-            got = side.findings[key] = {"code": f.code, "name": f.name, "location": key[1] or None,
-                                        "severity": severity, "message": f.message, "cost_us_per_step": None,
+            got = side.findings[key] = {"code": f.code, "name": given(f.name), "location": key[1] or None,
+                                        "severity": severity, "message": given(f.message), "cost_us_per_step": None,
                                         "what_if_us_per_step": None, "what_if_note": None, "count": 0}
         got["count"] += 1
         if _rank_of_severity(severity) > _rank_of_severity(got["severity"]):

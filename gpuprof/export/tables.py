@@ -17,7 +17,7 @@ import msgspec
 from msgspec import UNSET
 
 from gpuprof.saved.check import saved_report
-from gpuprof.saved.types import Location, SavedReport, SavedTrace
+from gpuprof.saved.types import Location, SavedReport, SavedTrace, given
 
 __all__ = ["Column", "Table", "TABLES", "TABLE_NAMES", "Cell", "build_tables"]
 
@@ -76,10 +76,10 @@ def _view_rows(view: str) -> Callable[[SavedReport], Iterable[dict[str, Any]]]:
 def _finding_rows(report: SavedReport) -> Iterable[dict[str, Any]]:
     for f in report.findings:
         loc = f.location or Location(file="")
-        yield {"code": f.code, "name": f.name, "severity": None if f.severity is UNSET else f.severity,
-               "message": f.message, "cost_us_per_step": f.cost_us_per_step, "cost_share": f.cost_share,
+        yield {"code": f.code, "name": given(f.name), "severity": None if f.severity is UNSET else f.severity,
+               "message": given(f.message), "cost_us_per_step": f.cost_us_per_step, "cost_share": f.cost_share,
                "location_file": loc.file or None, "location_line": loc.line,
-               "location_function": loc.function, "origin": f.origin, "trace": f.source}
+               "location_function": loc.function, "origin": given(f.origin), "trace": f.source}
 
 
 TABLES: tuple[Table, ...] = (

@@ -28,6 +28,7 @@ from gpuprof.pytest_plugin.marker import Limits
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from gpuprof.capture.result import CaptureResult
+    from gpuprof.saved.types import SavedReport
 
 __all__ = ["Verdict", "judge", "load_baseline"]
 
@@ -52,29 +53,29 @@ class Verdict:
         return "\n".join(lines)
 
 
-def load_baseline(path: Path) -> dict[str, Any]:
-    """The baseline as a report document: a saved report.json, or a run directory or trace analysed now.
+def load_baseline(path: Path) -> SavedReport:
+    """The baseline as a typed report: a saved report.json, or a run directory or trace analysed now.
 
     Raises :class:`gpuprof.errors.InputError` (one line naming the file) for anything else.
     """
     from gpuprof.errors import InputError
-    from gpuprof.saved.read import is_saved_report, read_report_dict
+    from gpuprof.saved.read import checked, is_saved_report, read_saved
 
     p = os.fspath(path)
     if os.path.islink(p):
         raise InputError(p, "the baseline is a symbolic link; name the file it points to")
     if is_saved_report(p):
-        return read_report_dict(p)
+        return read_saved(p)
     if not os.path.exists(p):
         raise InputError(p, "no such baseline (write it with pytest --gpuprof-update-baseline)")
     if not (os.path.isfile(p) or os.path.isdir(p)):
         raise InputError(p, "not a trace file, run directory or report.json")
     from gpuprof.analysis import analyze
 
-    return analyze(p, timeline=False).to_dict()  # the verdict reads no timeline
+    return checked(analyze(p, timeline=False).to_dict(), p)  # the verdict reads no timeline
 
 
-def judge(result: "CaptureResult", limits: Limits, baseline: dict[str, Any] | None,
+def judge(result: "CaptureResult", limits: Limits, baseline: SavedReport | None,
           baseline_label: str = "baseline") -> Verdict:
     """The verdict on one test's capture (see the module docstring)."""
     v = Verdict()
@@ -107,7 +108,7 @@ def _findings(result: "CaptureResult", limits: Limits, v: Verdict) -> None:
         v.broken += finding_lines(f)  # indented by two already: under the line above
 
 
-def _regression(result: "CaptureResult", limits: Limits, baseline: dict[str, Any], label: str, v: Verdict) -> None:
+def _regression(result: "CaptureResult", limits: Limits, baseline: SavedReport, label: str, v: Verdict) -> None:
     from gpuprof.diff.compare import diff_reports
     from gpuprof.diff.gate import judge as gate
 

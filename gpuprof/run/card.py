@@ -55,10 +55,10 @@ def find_run_dirs(logdir: str, before: Mapping[str, int], after: Mapping[str, in
 
 
 def _read(path: Path, problems: list[str]) -> Report | None:
-    from gpuprof.saved.read import read_report_dict, report_from_dict
+    from gpuprof.saved.read import read_report
 
     try:
-        return report_from_dict(read_report_dict(path), str(path))
+        return read_report(path)
     except GpuprofError as err:
         problems.append(one_line(str(err)))
     except (OSError, ValueError, RecursionError) as err:

@@ -28,9 +28,10 @@ from typing import Annotated, Any, Iterator
 
 import msgspec
 
-from gpuprof.saved.types import MAX_TRACE_US, SHARE_CEILING, SavedFinding, SavedReport, SavedTrace
+from gpuprof.report import MAX_TRACE_US
+from gpuprof.saved.types import SHARE_CEILING, SavedFinding, SavedReport, SavedTrace
 
-__all__ = ["ReportProblem", "saved_report", "first_non_finite", "MAX_STEP_S", "MAX_STEP_ENV", "max_step_us"]
+__all__ = ["ReportProblem", "saved_report", "problem_of", "first_non_finite", "MAX_STEP_S", "MAX_STEP_ENV", "max_step_us"]
 
 MAX_STEP_S = 86_400.0  # one day: the longest step a saved report may hold (docs/limits.md)
 MAX_STEP_ENV = "GPUPROF_MAX_STEP_S"
@@ -120,7 +121,7 @@ def _keyed(doc: Any, where: str, error: str, type_: Any) -> str:
     return f"{head}.{left[0][0]}{tail}" if left else where
 
 
-def _problem(err: msgspec.ValidationError, doc: Any, root: str, type_: Any) -> ReportProblem:
+def problem_of(err: msgspec.ValidationError, doc: Any, root: str, type_: Any) -> ReportProblem:
     """msgspec's message (``Expected `float` >= 0.0 - at `$.traces[0].gpu_busy_us```) in the report's words."""
     text = str(err)
     at = _AT.search(text)
@@ -237,7 +238,7 @@ def _check_sections(r: SavedReport) -> None:
             try:
                 ms = msgspec.convert(s, _Capture).step_time_median_ms
             except msgspec.ValidationError as err:
-                raise _problem(err, s, path, _Capture) from None
+                raise problem_of(err, s, path, _Capture) from None
             if ms is not None:
                 _check_steps(iter([(f"{path}.step_time_median_ms", ms)]), 1000.0)
         if kind in _RANKED_SECTIONS:
@@ -261,7 +262,7 @@ def saved_report(doc: Any) -> SavedReport:
     try:
         report = msgspec.convert(doc, SavedReport)
     except msgspec.ValidationError as err:
-        raise _problem(err, doc, "", SavedReport) from None
+        raise problem_of(err, doc, "", SavedReport) from None
     _check_steps(_all_per_step(report))
     _check_counts(report)
     _check_sections(report)

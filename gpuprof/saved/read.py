@@ -12,8 +12,8 @@ duration, no share over 1). Anything else is an
 :class:`~gpuprof.errors.InputError` naming the file and, for a value, its
 field (exit 2). :func:`read_saved` gives the typed :class:`SavedReport` that
 history, diff, export, the trackers and the TensorBoard tab compute from;
-:func:`read_report_dict` the checked JSON object (re-rendered and written
-back unchanged by ``gpuprof analyze report.json``).
+:func:`read_report` the live :class:`~gpuprof.report.Report` built from it (re-rendered, and written back
+unchanged, by ``gpuprof analyze report.json``).
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ import json
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
 from gpuprof.errors import InputError
 from gpuprof.findings import Finding
-from gpuprof.report import SCHEMA_VERSION, JobSummary, Report, TraceSummary
-from gpuprof.saved.check import ReportProblem, saved_report
-from gpuprof.saved.types import SavedReport
+from gpuprof.report import SCHEMA_VERSION, Report, TraceSummary
+from gpuprof.saved.check import ReportProblem, problem_of, saved_report
+from gpuprof.saved.types import SavedFinding, SavedReport
 
-__all__ = ["read_report_dict", "read_saved", "loaded", "report_from_dict", "job_from_dict",
+__all__ = ["read_saved", "read_report", "loaded", "checked", "live_report", "live_findings",
            "SavedSection", "MAX_REPORT_BYTES", "is_saved_report", "unshown_sections"]
 
 MAX_REPORT_BYTES = 256 << 20  # a report is kB to a few MB; more is not one gpuprof wrote
@@ -44,11 +44,6 @@ def is_saved_report(path: str | os.PathLike[str]) -> bool:
     from gpuprof.inputs import is_report_file
 
     return is_report_file(path)
-
-
-def read_report_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The report's JSON object, checked (module docstring)."""
-    return _read(path)[0]
 
 
 def read_saved(path: str | os.PathLike[str]) -> SavedReport:
@@ -94,10 +89,16 @@ def loaded(raw: bytes, name: str, limit: int | None = None) -> tuple[dict[str, A
     for key in ("traces", "findings", "sections", "notes", "inputs"):
         if not isinstance(doc.get(key, []), list):
             raise InputError(p, f"malformed report: {key!r} is not a list")
+    return doc, checked(doc, p)
+
+
+def checked(doc: Any, name: str) -> SavedReport:
+    """A report's parsed JSON (read back, or an analysis's ``to_dict``) as its :class:`SavedReport`, every typed
+    value in its range before a figure is computed from it (an InputError naming ``name`` and the field)."""
     try:
-        return doc, saved_report(doc)  # every typed value in its range, before a figure is computed from it
+        return saved_report(doc)
     except ReportProblem as err:
-        raise InputError(p, f"malformed report: {err.field} {err.problem}") from None
+        raise InputError(name, f"malformed report: {err.field} {err.problem}") from None
 
 
 @dataclass
@@ -111,41 +112,43 @@ class SavedSection:
         return self.data
 
 
-def report_from_dict(doc: dict[str, Any], path: str) -> Report:
-    """The :class:`Report` a saved report describes (InputError naming ``path`` when a part does not fit the schema)."""
+def read_report(path: str | os.PathLike[str]) -> Report:
+    """The report as the live :class:`Report` (re-rendered by ``gpuprof analyze report.json``): the file read,
+    checked and typed once (:func:`read_saved`), then :func:`live_report`."""
+    p = os.fspath(path)
+    return live_report(read_saved(p), p)
+
+
+def live_report(saved: SavedReport, name: str) -> Report:
+    """The :class:`Report` the checked ``saved`` describes, built from its typed values (no second reading of the
+    JSON); an InputError naming ``name`` and the field where a value the live types require is absent.
+
+    ``failed_ranks`` is left out, as ``gpuprof analyze report.json`` has always drawn a saved report (kept so that
+    its output does not change here; carrying it over would be a change of its own).
+    """
+    return Report(command=saved.command, inputs=list(saved.inputs),
+                  traces=_live(saved.traces, list[TraceSummary], "traces", name),
+                  sections=[SavedSection(str(s["kind"]), {k: v for k, v in s.items() if k != "kind"})
+                            for s in saved.sections],
+                  findings=live_findings(saved.findings, name), notes=list(saved.notes),
+                  failed_rules=list(saved.failed_rules), job=saved.job)
+
+
+def live_findings(findings: list[SavedFinding], name: str,
+                  keep: Callable[[SavedFinding], bool] | None = None) -> list[Finding]:
+    """The saved findings (those ``keep`` keeps) as :class:`Finding`; an InputError naming ``name`` and the finding
+    (``findings[3].name is missing``) where one lacks a field the live type requires."""
+    return [_live(f, Finding, f"findings[{i}]", name) for i, f in enumerate(findings) if keep is None or keep(f)]
+
+
+def _live(value: Any, type_: Any, root: str, name: str) -> Any:
+    """``value`` (saved types, checked) as the live ``type_``: what a saved type leaves UNSET is absent there."""
+    plain = msgspec.to_builtins(value)
     try:
-        traces = [msgspec.convert(t, TraceSummary) for t in doc.get("traces", [])]
-        job = job_from_dict(doc)
-    except (msgspec.ValidationError, TypeError, ValueError) as err:
-        raise InputError(path, f"malformed report: {type(err).__name__}: {err}") from None
-    findings = []
-    for i, f in enumerate(doc.get("findings", [])):
-        try:
-            findings.append(Finding.from_dict(f))
-        except KeyError as err:  # a field the schema requires (its type was checked where present)
-            raise InputError(path, f"malformed report: findings[{i}].{err.args[0]} is missing") from None
-        except (TypeError, ValueError, AttributeError) as err:
-            raise InputError(path, f"malformed report: findings[{i}]: {type(err).__name__}: {err}") from None
-    sections: list[Any] = []
-    for s in doc.get("sections", []):
-        if isinstance(s, dict) and isinstance(s.get("kind"), str):
-            sections.append(SavedSection(s["kind"], {k: v for k, v in s.items() if k != "kind"}))
-    return Report(
-        command=str(doc.get("command", "analyze")),
-        inputs=[str(x) for x in doc.get("inputs", [])],
-        traces=traces,
-        sections=sections,
-        findings=findings,
-        notes=[str(n) for n in doc.get("notes", [])],
-        failed_rules=[str(c) for c in doc.get("failed_rules", []) if isinstance(c, str)],
-        job=job,
-    )
-
-
-def job_from_dict(doc: dict[str, Any]) -> JobSummary | None:
-    """The report's ``job`` (schema 1.3; None when absent or null). Raises msgspec.ValidationError when malformed."""
-    raw = doc.get("job")
-    return None if raw is None else msgspec.convert(raw, JobSummary)
+        return msgspec.convert(plain, type_)
+    except msgspec.ValidationError as err:
+        problem = problem_of(err, plain, root, type_)
+        raise InputError(name, f"malformed report: {problem.field} {problem.problem}") from None
 
 
 def unshown_sections(sections: list[Any]) -> list[Any]:

@@ -16,10 +16,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-__all__ = ["SavedReport", "SavedTrace", "SavedFinding", "SavedJob", "ViewRow", "MAX_INTEGER", "MAX_TRACE_US",
-           "SHARE_CEILING"]
+from gpuprof.report import MAX_TRACE_US, JobSummary
 
-MAX_TRACE_US = float(2**53)  # 285 years: no clock reads more; the trace loader leaves such events out too
+__all__ = ["SavedReport", "SavedTrace", "SavedFinding", "ViewRow", "MAX_INTEGER", "SHARE_CEILING", "given"]
+
 MAX_INTEGER = 2**53  # beyond it an integer is no count of anything recorded (and loses precision as a float)
 # a rounding margin for shares computed as a quotient (busy / step time of the same events): 1 + 1e-9 is
 # arithmetic, 1.01 is not a share
@@ -41,7 +41,7 @@ class Device(Struct):
     total_memory: Count | None = None
     num_sms: Count | None = None
     vendor: str = ""
-    compute_capability: list[Count] | None = None
+    compute_capability: tuple[Count, Count] | None = None  # (major, minor)
 
 
 class TopKernel(Struct):
@@ -118,6 +118,7 @@ class Views(Struct):
     kernels: list[ViewRow] = []
     modules: list[ViewRow] = []
     ranges: list[ViewRow] = []
+    rest: dict[str, dict[str, float]] = {}  # view -> summed fields of the rows past the report's limit
 
 
 class MfuModule(Struct):
@@ -161,7 +162,7 @@ class Lane(Struct):
     # (start, duration, name index, kind index, depth, count)
     events: list[tuple[Time, Us, Count, Count, Count, Positive]] = []
     total: Count = 0
-    depth: Count = 0
+    depth: Count = 1
 
 
 class TimelineStep(Struct):
@@ -236,6 +237,11 @@ class SavedTrace(Struct):
         return self.step_time_mean_us * self.num_steps
 
 
+def given(value: str | UnsetType) -> str:
+    """A finding's text field as written, "" where the report leaves it out."""
+    return "" if value is UNSET else value
+
+
 class Location(Struct):
     file: str
     line: Int | None = None
@@ -246,12 +252,14 @@ class EvidenceEvent(Struct):
     name: str
     ts: Time
     dur: Us = 0.0
+    pid: int | str | None = None
+    tid: int | str | None = None
 
 
 class Evidence(Struct):
     metric: str
-    value: float | str | None = None
-    threshold: float | None = None
+    value: int | float | str | None = None  # an integer stays one, as written
+    threshold: int | float | None = None
     unit: str = ""
     events: list[EvidenceEvent] = []
     extra: dict[str, Any] = {}  # the rule's own (checked for non-finite numbers only)
@@ -265,16 +273,19 @@ class Link(Struct):
 
 
 class SavedFinding(Struct):
+    """A finding; ``name``, ``severity``, ``message`` and ``origin`` are UNSET where the report leaves them out (a
+    report gpuprof wrote always has them: :func:`gpuprof.saved.read.live_report` refuses a finding without)."""
+
     code: str
-    name: str = ""
+    name: str | UnsetType = UNSET
     severity: Severity | UnsetType = UNSET
-    message: str = ""
+    message: str | UnsetType = UNSET
     advice: str = ""
     evidence: list[Evidence] = []
     cost_us_per_step: Us | None = None
     cost_share: Share | None = None
     location: Location | None = None
-    origin: str = ""
+    origin: str | UnsetType = UNSET
     source: str | None = None
     links: list[Link] = []
     what_if_saving_us: Us | None = None
@@ -288,26 +299,6 @@ class SavedFinding(Struct):
         return f"{loc.file}:{loc.line}" if loc.line is not None else loc.file
 
 
-class JobPhase(Struct):
-    step_time_median_us: Us = 0.0
-    step_time_min_us: Us = 0.0
-    step_time_p90_us: Us = 0.0
-    step_time_max_us: Us = 0.0
-
-
-class JobSeries(Struct):
-    step_time_us: list[Us] = []
-    step_time_min_us: list[Us] = []
-    step_time_max_us: list[Us] = []
-
-
-class SavedJob(Struct):
-    """The job's step figures (its other fields: :class:`gpuprof.report.JobSummary`, read by the same reader)."""
-
-    phases: list[JobPhase] = []
-    series: JobSeries | None = None
-
-
 class SavedReport(Struct):
     """A saved report, decoded. ``sections`` stay open objects (each kind's layout is its module's)."""
 
@@ -316,7 +307,7 @@ class SavedReport(Struct):
     inputs: list[str] = []
     traces: list[SavedTrace] = []
     findings: list[SavedFinding] = []
-    job: SavedJob | None = None
+    job: JobSummary | None = None  # the live type: its step times carry their ranges
     sections: list[dict[str, Any]] = []
     notes: list[str] = []
     failed_rules: list[str] = []

@@ -24,7 +24,7 @@ from msgspec import UNSET
 
 from gpuprof.saved.check import saved_report
 from gpuprof.saved.figures import RunFigures
-from gpuprof.saved.types import SavedReport, SavedTrace
+from gpuprof.saved.types import SavedReport, SavedTrace, given
 
 __all__ = ["FINDING_COLUMNS", "METRICS", "Artefact", "FindingRow", "Publication", "Window", "publication",
            "window_figures"]
@@ -103,9 +103,9 @@ def _title(code: str, name: str) -> str:
 
 
 def finding_rows(report: SavedReport) -> list[FindingRow]:
-    return [FindingRow(code=f.code, severity="" if f.severity is UNSET else f.severity, title=_title(f.code, f.name),
+    return [FindingRow(code=f.code, severity="" if f.severity is UNSET else f.severity, title=_title(f.code, given(f.name)),
                        cost_ms_per_step=None if f.cost_us_per_step is None else round(f.cost_us_per_step / 1000.0, 4),
-                       cost_share=f.cost_share, location=f.where(), message=f.message)
+                       cost_share=f.cost_share, location=f.where(), message=given(f.message))
             for f in report.findings]
 
 

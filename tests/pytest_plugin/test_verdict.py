@@ -170,8 +170,8 @@ def test_a_baseline_trace_or_run_directory_is_analysed(tmp_path: Path, gz: bool)
     from gpuprof.pytest_plugin.verdict import load_baseline
 
     doc = load_baseline(src)
-    assert doc["traces"][0]["num_steps"] == 6
-    assert load_baseline(tmp_path)["traces"][0]["num_steps"] == 6  # the directory holding it
+    assert doc.traces[0].num_steps == 6
+    assert load_baseline(tmp_path).traces[0].num_steps == 6  # the directory holding it
 
 
 @pytest.mark.slow  # slow pass: a real trace (or job) analysed whole; the README's fast command stays under 300 CPU s on a 2-core VM

@@ -214,3 +214,18 @@ def test_the_mfu_and_waiting_fields_are_checked(saved: dict[str, Any], tmp_path:
         target = target[k]
     target[last] = value
     _refused_everywhere(tmp_path, saved, bad, "traces[0]." + field)
+
+
+@pytest.mark.parametrize("keys, value, field", [
+    # values only the live report's types refused before 45.2 (analyze did; diff and the tab read them): one typed
+    # reader now refuses them everywhere, naming the field
+    (("traces", 0, "devices", 0, "compute_capability"), [8, 0, 1], "traces[0].devices[0].compute_capability"),
+    (("job",), {"steps": 4, "phases": [{"start_step": 0, "end_step": 3, "step_time_median_us": 5.0}]},
+     "job.phases[0].kind is missing"),
+    (("job",), {"steps": 4, "windows": [{"start_step": 0, "steps": "four", "reason": "default"}]},
+     "job.windows[0].steps"),
+])
+def test_what_the_live_report_needs_is_refused_by_every_reader(saved: dict[str, Any], tmp_path: Path,
+                                                                keys: tuple[Any, ...], value: Any, field: str) -> None:
+    assert saved["traces"][0]["devices"]  # the real report has a device to get wrong
+    _refused_everywhere(tmp_path, saved, _set(saved, keys, value), field)

@@ -201,3 +201,14 @@ def test_auto_tries_what_the_analysis_findings_suggest(tmp_path: Path) -> None:
         if v["suggested_by"] == ["GP601"]:
             assert v["predicted_saving_us"] == pytest.approx(gp601["cost_us_per_step"])
     assert "variants from the baseline's analysis" in proc.stdout
+
+
+def test_the_thread_clock_busy_trainer_job_trains_to_its_end(tmp_path: Path) -> None:
+    """The job's other form (docs/try.md, "free core" and "busy trainer"): items timed on the loading thread's own
+    CPU clock, the trainer's matmuls on two intra-op threads; run whole, it reaches its end."""
+    user = _user_dir(tmp_path)
+    proc = subprocess.run([sys.executable, "planted_loader.py", "--clock", "thread", "--threads", "2", "--width", "64",
+                           "--matmuls", "2", "--steps", "3", "--item-ms", "1", "--done", "done.txt"], cwd=user,
+                          env=_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert (user / "done.txt").read_text() == "trained\n" and "WANDB_MODE=online" in proc.stdout

@@ -177,3 +177,17 @@ def render_json_bytes(report: Report) -> bytes:
     from gpuprof.render.jsonout import render_json
 
     return render_json(report).encode()
+
+
+def test_a_saved_report_drawn_again_keeps_every_top_level_field(tmp_path: Any) -> None:
+    """``gpuprof analyze report.json`` rebuilds the report from the one typed read: the ranks whose traces failed
+    (and the notes, failed rules, inputs) survive the round trip into ``--format json``."""
+    from gpuprof.saved.read import read_report
+
+    rep = Report(command="analyze", inputs=["rank0.json", "rank1.json"], notes=["rank 1 unreadable"],
+                 failed_rules=["GP999"], failed_ranks=["rank1.json"])
+    path = tmp_path / "report.json"
+    path.write_text(msgspec.json.encode(rep.to_dict()).decode())
+    again = read_report(path).to_dict()
+    for key in ("command", "inputs", "notes", "failed_rules", "failed_ranks"):
+        assert again[key] == rep.to_dict()[key], key

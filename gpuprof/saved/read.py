@@ -121,17 +121,14 @@ def read_report(path: str | os.PathLike[str]) -> Report:
 
 def live_report(saved: SavedReport, name: str) -> Report:
     """The :class:`Report` the checked ``saved`` describes, built from its typed values (no second reading of the
-    JSON); an InputError naming ``name`` and the field where a value the live types require is absent.
-
-    ``failed_ranks`` is left out, as ``gpuprof analyze report.json`` has always drawn a saved report (kept so that
-    its output does not change here; carrying it over would be a change of its own).
-    """
+    JSON); an InputError naming ``name`` and the field where a value the live types require is absent. Every
+    field is carried over (``failed_ranks`` too: drawn again, a report still says which ranks' traces failed)."""
     return Report(command=saved.command, inputs=list(saved.inputs),
                   traces=_live(saved.traces, list[TraceSummary], "traces", name),
                   sections=[SavedSection(str(s["kind"]), {k: v for k, v in s.items() if k != "kind"})
                             for s in saved.sections],
                   findings=live_findings(saved.findings, name), notes=list(saved.notes),
-                  failed_rules=list(saved.failed_rules), job=saved.job)
+                  failed_rules=list(saved.failed_rules), failed_ranks=list(saved.failed_ranks), job=saved.job)
 
 
 def live_findings(findings: list[SavedFinding], name: str,

@@ -371,14 +371,6 @@ def _analyze_one(f: TraceFile, options: Mapping[str, Mapping[str, Any]], select:
     return summary, findings, got[0], [(code, describe_error(err)) for code, err in failed]
 
 
-def default_analyze_jobs() -> int:
-    """Processes for analysing several traces: the CPUs this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 def _rank_waits(report: Report, job: list[Any]) -> None:
     """Each rank trace's waiting in collectives by the cross-rank estimate (gpuprof.distributed.waiting)."""
     from gpuprof.distributed.waiting import apply_waits, rank_waits

@@ -132,6 +132,7 @@ def try_cmd(ctx: click.Context, steps: int, warmup: int, max_time: float, baseli
     end-of-training work does not run); the baseline runs at least twice so the noise is measured.
     Writes try.json and try.md into the try run directory and prints the ranked table.
     """
+    from gpuprof.pool import affinity_cpus
     from gpuprof.render.safe import visible
     from gpuprof.run.launch import RunUsageError, resolve
     from gpuprof.run.options import TrialSettings
@@ -142,7 +143,6 @@ def try_cmd(ctx: click.Context, steps: int, warmup: int, max_time: float, baseli
         Variant,
         catalogue,
         compile_unavailable,
-        free_cores,
         parse_set,
         plan_trials,
     )
@@ -157,7 +157,7 @@ def try_cmd(ctx: click.Context, steps: int, warmup: int, max_time: float, baseli
     if not re.fullmatch(r"[A-Za-z0-9_.+-]{1,128}", name) or name in (".", ".."):
         raise TryUsageError(f"--run-name {name!r}: use letters, digits, '.', '_', '+' or '-'")
     mine = [parse_set(s) for s in sets]
-    cores = free_cores()
+    cores = affinity_cpus()
     every = {v.name: v for v in catalogue(True, cores)}
     named = which not in ("auto", "all", "none")
     names = [n.strip() for n in which.split(",") if n.strip()] if named else []

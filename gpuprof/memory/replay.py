@@ -319,12 +319,10 @@ class ReplayResult:
 
     holders: dict[int, Holders]  # event index (-1 = snapshot time) -> holders
     pending_max_bytes: int  # most bytes waiting on other streams when an allocation was requested
-    pending_max_at: int
     pending_frees: int  # frees whose completion was deferred
     pending_bytes_total: int
     pending_max_wait: float  # longest deferral (µs, or events without timestamps)
     pending_at: dict[int, int]  # pending bytes at the chosen moments
-    orphan_frees: int  # frees of blocks allocated before the history
 
 
 def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
@@ -337,7 +335,6 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
     pending: dict[int, tuple[int, float]] = {}
     pend_bytes = 0
     pend_max = 0
-    pend_max_at = -1
     deferred = 0
     deferred_bytes = 0
     max_wait = 0.0
@@ -350,7 +347,7 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
         if a == ALLOC:
             live[addr[i]] = (size[i], site[i], t[i], kind[i])
             if pend_bytes > pend_max:
-                pend_max, pend_max_at = pend_bytes, i
+                pend_max = pend_bytes
         elif a == FREE_REQUESTED:
             if live.pop(addr[i], None) is None:
                 orphans.append((i, size[i]))
@@ -402,12 +399,10 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
     return ReplayResult(
         holders=holders,
         pending_max_bytes=pend_max,
-        pending_max_at=pend_max_at,
         pending_frees=deferred,
         pending_bytes_total=deferred_bytes,
         pending_max_wait=max_wait,
         pending_at=pend_at,
-        orphan_frees=len(orphans),
     )
 
 

@@ -86,10 +86,11 @@ def md_name(name: str, width: int = 80, cell: bool = True) -> str:
     return md_code(shorten(visible(name), width), cell=cell)
 
 
-def md_table(headers: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> str:
-    """A GFM table; ``align`` holds one of ``l``/``r`` per column (default left). Cells are already markdown."""
-    align = align.ljust(len(headers), "l")
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" if a == "r" else ":---" for a in align) + "|"]
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[str]], align: str | None = None) -> str:
+    """A GFM table; ``align`` holds one of ``l``/``r`` per column (columns past it: left), None leaves the
+    alignment to the viewer. Cells are already markdown."""
+    seps = ["---"] * len(headers) if align is None else ["---:" if a == "r" else ":---" for a in align.ljust(len(headers), "l")]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(seps) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

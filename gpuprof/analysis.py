@@ -14,6 +14,7 @@ from gpuprof.capturerun import capture_findings_of
 from gpuprof.errors import InputError, RuleError, describe_error
 from gpuprof.findings import Finding, sort_findings
 from gpuprof.flow import finish
+from gpuprof.inputs import is_report_file
 from gpuprof.redact import scrub
 from gpuprof.remote import TraceFile
 from gpuprof.report import Report, TraceSummary
@@ -216,7 +217,7 @@ def _analyze(
     files: list[TraceFile] = []
     taken: dict[int, str] = {}  # rank -> the node report that brought it (a rank twice is refused)
     for p in paths:  # several paths: the ranks of one job; JSON reports bring their rank summaries
-        if len(paths) > 1 and _is_report_file(p):
+        if len(paths) > 1 and is_report_file(p):
             from gpuprof.distributed.reports import summaries_from_report
 
             ranks.extend(summaries_from_report(p, taken))
@@ -295,12 +296,6 @@ def _analyze(
     return report
 
 
-def _is_report_file(path: str) -> bool:
-    from gpuprof.inputs import is_report_file
-
-    return is_report_file(path)
-
-
 def _cross_rank(
     report: Report,
     ranks: list[Any],
@@ -369,14 +364,6 @@ def _analyze_one(f: TraceFile, options: Mapping[str, Mapping[str, Any]], select:
     got: list[Any] = []
     summary, findings = analyze_trace(trace, options, select, ignore, failed, rank_summaries=got, timeline=timeline)
     return summary, findings, got[0], [(code, describe_error(err)) for code, err in failed]
-
-
-def default_analyze_jobs() -> int:
-    """Processes for analysing several traces: the CPUs this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def _rank_waits(report: Report, job: list[Any]) -> None:

@@ -66,7 +66,7 @@ from gpuprof.limits import env_seconds
 if TYPE_CHECKING:  # pragma: no cover
     from multiprocessing.context import BaseContext
 
-__all__ = ["workers_for", "run_pool", "free_cpus", "stall_timeout", "WorkerStalled", "STALL_S", "STALL_ENV", "POOL_MIN_BYTES", "FORKSERVER_MIN_BYTES", "BYTES_PER_WORKER",
+__all__ = ["workers_for", "run_pool", "affinity_cpus", "free_cpus", "stall_timeout", "WorkerStalled", "STALL_S", "STALL_ENV", "POOL_MIN_BYTES", "FORKSERVER_MIN_BYTES", "BYTES_PER_WORKER",
            "GZIP_GUESS"]
 
 POOL_MIN_BYTES = 32 << 20  # JSON text below which fork workers save too little (< ~0.2 s) to be worth it
@@ -79,11 +79,17 @@ STALL_S = 60.0  # seconds with no trace finished and no worker using CPU before 
 STALL_ENV = "GPUPROF_WORKER_STALL_S"
 
 
-def _cpus() -> int:
+def affinity_cpus() -> int:
+    """The CPUs this process may run on (its affinity; the machine's count where there is none), at least 1:
+    the default number of processes for analysing several traces and for ``gpuprof try``'s trials."""
     try:
-        n = max(1, len(os.sched_getaffinity(0)))
+        return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        n = max(1, os.cpu_count() or 1)
+        return max(1, os.cpu_count() or 1)
+
+
+def _cpus() -> int:
+    n = affinity_cpus()
     return min(n, _cgroup_cpus() or n)
 
 
@@ -107,10 +113,7 @@ def free_cpus() -> int:
     busy = _busy_cpus()
     if busy is None:
         return cpus
-    try:
-        host = max(1, len(os.sched_getaffinity(0)))  # the load counts the CPUs we may run on, not a quota
-    except (AttributeError, OSError):
-        host = cpus
+    host = affinity_cpus()  # the load counts the CPUs we may run on, not a quota
     return max(1, min(cpus, host - busy))
 
 

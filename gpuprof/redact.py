@@ -30,7 +30,7 @@ import re
 import threading
 from urllib.parse import unquote
 
-__all__ = ["MASK", "SECRET_PARAMS", "redact", "scrub", "has_credentials", "remember_secret"]
+__all__ = ["MASK", "SECRET_PARAMS", "redact", "scrub", "remember_secret"]
 
 MASK = "***"
 
@@ -69,11 +69,6 @@ def _userinfo_end(url: str, start: int) -> int:
     if "@" in authority or ":" in authority:
         return start + last_at  # see the module docstring: mask up to the last "@" when in doubt
     return -1
-
-
-def has_credentials(url: str) -> bool:
-    """True when :func:`redact` would mask something in ``url``."""
-    return redact(url) != url
 
 
 def redact(url: str) -> str:

@@ -43,7 +43,7 @@ whose package is not installed).
 
 
 class _RunCommand(click.Command):
-    """Splits off the user's command before click parses gpuprof's own options."""
+    """Splits off the user's command before click parses gpuprof's own options (``gpuprof run`` and ``gpuprof try``)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         own, kind, rest = _split(self, list(args))

@@ -14,11 +14,9 @@ from typing import Any
 
 import click
 
-from gpuprof.cli.run import _split
+from gpuprof.cli.run import _META, _RunCommand
 
 __all__ = ["try_cmd"]
-
-_META = "gpuprof.try.command"
 
 EPILOG = """\b
 Forms:
@@ -35,13 +33,6 @@ Exit codes:
   3    internal gpuprof error
   130  interrupted (Ctrl-C): what was measured is printed and written
 """
-
-
-class _TryCommand(click.Command):
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        own, kind, rest = _split(self, list(args))
-        ctx.meta[_META] = (kind, tuple(rest))
-        return super().parse_args(ctx, own)
 
 
 def _cuda() -> tuple[bool, bool]:
@@ -100,7 +91,7 @@ def _from_findings(command: Any, folder: Path, warmup: int, steps: int, max_time
     return [p.variant for p in picks], doc, predictions
 
 
-@click.command("try", cls=_TryCommand, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("try", cls=_RunCommand, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--steps", type=click.IntRange(min=3, max=100000), default=20, show_default=True, metavar="N",
               help="Optimizer steps measured per trial, after the warm-up.")
 @click.option("--warmup", type=click.IntRange(min=1, max=100000), default=3, show_default=True, metavar="K",
@@ -132,6 +123,7 @@ def try_cmd(ctx: click.Context, steps: int, warmup: int, max_time: float, baseli
     end-of-training work does not run); the baseline runs at least twice so the noise is measured.
     Writes try.json and try.md into the try run directory and prints the ranked table.
     """
+    from gpuprof.pool import affinity_cpus
     from gpuprof.render.safe import visible
     from gpuprof.run.launch import RunUsageError, resolve
     from gpuprof.run.options import TrialSettings
@@ -142,7 +134,6 @@ def try_cmd(ctx: click.Context, steps: int, warmup: int, max_time: float, baseli
         Variant,
         catalogue,
         compile_unavailable,
-        free_cores,
         parse_set,
         plan_trials,
     )
@@ -157,7 +148,7 @@ def try_cmd(ctx: click.Context, steps: int, warmup: int, max_time: float, baseli
     if not re.fullmatch(r"[A-Za-z0-9_.+-]{1,128}", name) or name in (".", ".."):
         raise TryUsageError(f"--run-name {name!r}: use letters, digits, '.', '_', '+' or '-'")
     mine = [parse_set(s) for s in sets]
-    cores = free_cores()
+    cores = affinity_cpus()
     every = {v.name: v for v in catalogue(True, cores)}
     named = which not in ("auto", "all", "none")
     names = [n.strip() for n in which.split(",") if n.strip()] if named else []

@@ -40,9 +40,9 @@ def compare(before: str, after: str, threshold: str | None, metric: str,
     The command line's and the MCP server's one path: a bad threshold or metric is a :class:`UsageError`, raised
     before any trace is read; a gate that cannot judge is an InputError.
     """
-    from gpuprof.analysis import default_analyze_jobs
     from gpuprof.diff.compare import diff_reports
     from gpuprof.diff.gate import judge, parse_threshold
+    from gpuprof.pool import affinity_cpus
 
     limit = None
     if threshold is not None:
@@ -54,7 +54,7 @@ def compare(before: str, after: str, threshold: str | None, metric: str,
 
     if metric not in METRICS:  # before any trace is read
         raise UsageError(f"unknown metric {metric!r} (one of: {', '.join(METRICS)})", param_hint="--metric")
-    n = jobs or default_analyze_jobs()
+    n = jobs or affinity_cpus()
     b, a = load_side(before, n), load_side(after, n)
     from gpuprof.redact import scrub
 

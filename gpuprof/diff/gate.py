@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["parse_threshold", "judge", "metric_names"]
+__all__ = ["parse_threshold", "judge"]
 
 
 def parse_threshold(text: str) -> float:
@@ -37,10 +37,6 @@ def parse_threshold(text: str) -> float:
         raise ValueError(f"{text!r} is ambiguous: write {value * 100:g}% for {value * 100:g} per cent, "
                          f"or {value:g}% for {value:g} per cent")
     return value / 100.0
-
-
-def metric_names(diff: dict[str, Any]) -> list[str]:
-    return [m["name"] for m in diff["metrics"]]
 
 
 def judge(diff: dict[str, Any], metric: str, threshold: float) -> dict[str, Any]:

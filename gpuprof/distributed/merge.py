@@ -48,6 +48,7 @@ from gpuprof.distributed.jobpath import JobPath, job_path
 from gpuprof.distributed.summary import RankSummary, instances_by_type
 from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.collectives import COLLECTIVE_TYPES, bus_factor
+from gpuprof.units import fmt_us
 
 __all__ = ["CrossRank", "RankRow", "CollectiveRow", "merge", "CROSS_RANK_VERSION"]
 
@@ -228,7 +229,7 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
     if out.arrivals.before_step_ranks:
         late = ", ".join(map(str, out.arrivals.before_step_ranks))
         out.notes.append(
-            f"the others wait {_fmt(out.arrivals.before_step_us)} per step (mean) for rank(s) {late} at the first "
+            f"the others wait {fmt_us(out.arrivals.before_step_us)} per step (mean) for rank(s) {late} at the first "
             "collective because they entered the recorded step late; what delayed them happened before the "
             "recording began and is not in these traces (record the step before too: a longer warm-up-free "
             "active window, or compare the end of the previous step)")
@@ -310,12 +311,6 @@ def _collective_rows(sums: Sequence[RankSummary], min_durs: dict[int, np.ndarray
             bus_gbps=bus,
         ))
     return rows
-
-
-def _fmt(us: float) -> str:
-    from gpuprof.units import fmt_us
-
-    return fmt_us(us)
 
 
 def _stragglers(out: CrossRank) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuprof.render.markdown import md_escape
+from gpuprof.render.markdown import md_escape, md_table
 from gpuprof.render.safe import clip
 from gpuprof.render.sections import register_section
 from gpuprof.units import fmt_bytes, fmt_gbps, fmt_pct, fmt_us
@@ -115,9 +115,7 @@ def cross_rank_terminal(console: Any, section: Any) -> None:
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
+    return md_table(head, [[md_escape(c) for c in r] for r in rows])
 
 
 def cross_rank_markdown(section: Any) -> str:

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator, Mapping
 from gpuprof.codespec import Option
 from gpuprof.distributed.whatif import overlap_what_if, straggler_what_if
 from gpuprof.findings import Evidence, Finding, Severity
-from gpuprof.rules.base import RuleSpec, add_rule, find_rule
+from gpuprof.rules.base import RuleSpec, add_rule
 from gpuprof.runner import RuleFailure, RuleUnit, Selection, run_rules
 from gpuprof.units import fmt_bytes, fmt_us
 
 if TYPE_CHECKING:  # pragma: no cover - the merge (and its arrival model) only when two ranks are compared
     from gpuprof.distributed.merge import CrossRank
 
-__all__ = ["CrossRankRule", "all_cross_rank_rules", "get_cross_rank_rule", "run_cross_rank_rules", "job_step_us"]
+__all__ = ["CrossRankRule", "all_cross_rank_rules", "run_cross_rank_rules", "job_step_us"]
 
 _PHASE_WORDS = {
     "compute": "compute",
@@ -72,10 +72,6 @@ def register(cls: type[CrossRankRule]) -> type[CrossRankRule]:
 
 def all_cross_rank_rules() -> list[type[CrossRankRule]]:
     return [_REGISTRY[c] for c in sorted(_REGISTRY)]
-
-
-def get_cross_rank_rule(code_or_name: str) -> type[CrossRankRule] | None:
-    return find_rule(all_cross_rank_rules(), code_or_name)
 
 
 def job_step_us(job: CrossRank) -> float:
@@ -334,7 +330,6 @@ class ExposedCommunication(CrossRankRule):
                       Evidence("comm_us_per_step", round(comm, 1), unit="us")],
         )
         yield overlap_what_if(found, job.summaries, job.step_us)
-
 
 
 @register

@@ -265,7 +265,6 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions, kind
     if not dm.has_addresses:
         # Without addresses the replay cannot tell which block a free releases: attribute nothing.
         rep.holders = {m: Holders() for m in moments}
-        rep.orphan_frees = 0
     peak_h = rep.holders[peak_moment]
     # What the replay cannot attribute (traces: blocks from before the first event) is shown as such.
     gap = totals.peak_allocated - peak_h.total

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuprof.memory.attribution import BLOCK_CATEGORIES, CATEGORIES, STAGES, KindTable, annotation_stage
 from gpuprof.memory.frames import SiteTable
+from gpuprof.memory.replay import bucket_peaks
 
 __all__ = ["StageRanges", "backward_ended", "breakdown", "state_by_kind", "stage_timeline"]
 
@@ -180,43 +181,17 @@ def stage_timeline(dm: Any, kinds: KindTable, ranges: StageRanges | None, bucket
     """Live bytes per stage over time: ``{"stages", "t", "bytes"}``, one row per time bucket (the bucket's
     highest moment, so peaks survive), one column per stage in ``stages``. Only what the history allocated:
     blocks older than it are in no stage here (the totals timeline has them)."""
-    from gpuprof.memory.model import ALLOC, FREE_REQUESTED
-
-    n = len(dm)
-    if n == 0 or len(dm.kind) != n or not dm.has_addresses:
+    if not len(dm) or len(dm.kind) != len(dm) or not dm.has_addresses:
         return {"stages": [], "t": [], "bytes": []}
     col = {s: i for i, s in enumerate(STAGES)}
-    ks = kinds.kinds
-    cur = [0] * len(STAGES)
-    live: dict[int, tuple[int, int]] = {}
-    t0, span = dm.time[0], dm.time[-1] - dm.time[0]
-    scale = (buckets - 1) / span if span > 0 else 0.0
-    times: list[float] = []
-    rows: list[list[int]] = []
-    cur_b, bt, best, best_sum = 0, t0, list(cur), -1
-    act, addr, size, kind, tm = dm.action, dm.addr, dm.size, dm.kind, dm.time
-    for i in range(n):
-        b = int((tm[i] - t0) * scale)
-        if b != cur_b:
-            times.append(bt)
-            rows.append(best)
-            cur_b, bt, best_sum = b, tm[i], -1
-        a = act[i]
-        if a == ALLOC:
-            st = ks[kind[i]].stage
-            if st in ("other", "unknown") and ranges:
-                st = ranges.at(tm[i]) or st
-            c = col[st]
-            cur[c] += size[i]
-            live[addr[i]] = (size[i], c)
-        elif a == FREE_REQUESTED:
-            p = live.pop(addr[i], None)
-            if p is not None:
-                cur[p[1]] -= p[0]
-        s = sum(cur)
-        if s > best_sum:
-            best_sum, best = s, list(cur)
-    times.append(bt)
-    rows.append(best)
+    ks, kind, tm = kinds.kinds, dm.kind, dm.time
+
+    def column_of(i: int) -> int:
+        st = ks[kind[i]].stage
+        if st in ("other", "unknown") and ranges:
+            st = ranges.at(tm[i]) or st
+        return col[st]
+
+    times, rows = bucket_peaks(dm, column_of, len(STAGES), buckets)
     used = [i for i in range(len(STAGES)) if any(r[i] for r in rows)]
     return {"stages": [STAGES[i] for i in used], "t": times, "bytes": [[r[i] for i in used] for r in rows]}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from gpuprof.codespec import CodeSpec, Option
 from gpuprof.findings import Severity
 
-__all__ = ["MEMORY_CODES", "memory_spec"]
+__all__ = ["MEMORY_CODES"]
 
 _W, _I, _E = Severity.WARNING, Severity.INFO, Severity.ERROR
 
@@ -141,10 +141,3 @@ MEMORY_CODES: tuple[CodeSpec, ...] = (
        Option("min_steps", 3, "profiler step ends needed to call growth steady"),
        module="gpuprof.memory.diff"),
 )
-
-_BY_CODE = {s.code: s for s in MEMORY_CODES}
-
-
-def memory_spec(code: str) -> CodeSpec:
-    """The spec of memory code ``code`` (KeyError for an unknown code)."""
-    return _BY_CODE[code]

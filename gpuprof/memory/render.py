@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuprof.memory.units import fmt_bytes
 from gpuprof.render.layout import emit_table, wrap_text
-from gpuprof.render.markdown import md_code, md_escape
+from gpuprof.render.markdown import md_code, md_escape, md_table
 from gpuprof.render.safe import one_line, shorten, visible
 from gpuprof.render.sections import register_section
 
@@ -185,13 +185,6 @@ def memory_terminal(console: Any, section: Any) -> None:
         _print_wrapped(console, f"note: {_note(n)}", style="dim")
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> str:
-    """A GFM table of cells that are already markdown (escaped with md_escape or md_code(cell=True))."""
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
-
-
 MD_SITE_WIDTH = 100  # report.md's site cells are cut in the middle beyond this (a table row per site)
 
 
@@ -204,30 +197,30 @@ def memory_markdown(section: Any) -> str:
     parts = [f"## Memory\n\n{md_escape(d['source_type'])}: {md_code(d['source'])}"]
     for dev in d["devices"]:
         parts.append(f"### {md_escape(device_label(dev, d['devices']))}")
-        parts.append(_md_table(["metric", "value"], [[md_escape(k), md_escape(v)] for k, v in _summary_rows(dev)]))
+        parts.append(md_table(["metric", "value"], [[md_escape(k), md_escape(v)] for k, v in _summary_rows(dev)]))
         if dev["top_sites"]:
             parts.append("**Top holders at the peak, by allocation site**")
-            parts.append(_md_table(["site", "bytes", "blocks", "share"], [
+            parts.append(md_table(["site", "bytes", "blocks", "share"], [
                 [_md_site(s["site"]), fmt_bytes(s["bytes"]), str(s["blocks"]),
                  f"{s['share']:.0%}" if s["share"] is not None else "-"] for s in dev["top_sites"]]))
         cats = category_rows(dev)
         if cats:
             parts.append("**Memory by category**")
-            parts.append(_md_table(["category", "at the peak", "at the end"],
+            parts.append(md_table(["category", "at the peak", "at the end"],
                                    [[md_escape(c) for c in r] for r in cats]))
         peak = dev.get("at_peak") or {}
         for key, title in (("stages", "At the peak, by stage"), ("modules", "At the peak, by module or compiled graph")):
             if peak.get(key):
                 parts.append(f"**{title}**")
-                parts.append(_md_table([key[:-1], "bytes", "share"], [
+                parts.append(md_table([key[:-1], "bytes", "share"], [
                     [md_code(r[0], cell=True), md_escape(r[1]), md_escape(r[2])] for r in table_rows(peak[key], key[:-1])]))
         if dev.get("fixes"):
             parts.append("**Fixes ranked by the bytes each saves**")
-            parts.append(_md_table(["fix", "saves"], [[md_escape(_note(f["what"])), fmt_bytes(f["saves_bytes"])]
+            parts.append(md_table(["fix", "saves"], [[md_escape(_note(f["what"])), fmt_bytes(f["saves_bytes"])]
                                                       for f in dev["fixes"]]))
         if dev["size_classes"]:
             parts.append("**At the peak, by size class**")
-            parts.append(_md_table(["size class", "bytes", "blocks"], [
+            parts.append(md_table(["size class", "bytes", "blocks"], [
                 [md_escape(s["class"]), fmt_bytes(s["bytes"]), str(s["blocks"])] for s in dev["size_classes"]]))
         for o in dev["ooms"]:
             parts.append(f"**OOM**: {fmt_bytes(o['requested'])} requested, {fmt_bytes(o['device_free'])} free, "
@@ -275,7 +268,7 @@ def diff_markdown(section: Any) -> str:
     for dev in d["devices"]:
         parts.append(f"### {md_escape(dev['device'])} ({md_escape(dev['before'])} -> {md_escape(dev['after'])})")
         rows = [[md_code(r[0], cell=True), *(md_escape(c) for c in r[1:])] for r in _diff_rows(dev)]
-        parts.append(_md_table(_DIFF_HEAD, rows))
+        parts.append(md_table(_DIFF_HEAD, rows))
     parts += [f"_note: {md_escape(_note(n))}_" for n in d["notes"]]
     return "\n\n".join(parts) + "\n"
 
@@ -300,7 +293,7 @@ def ranks_terminal(console: Any, section: Any) -> None:
 def ranks_markdown(section: Any) -> str:
     d = _d(section)
     rows = [[md_code(r[0], cell=True), *(md_escape(c) for c in r[1:])] for r in _rank_rows(d)]
-    return "\n\n".join(["## Across ranks", _md_table(_RANK_HEAD, rows), md_escape(_note(d["summary"]))]) + "\n"
+    return "\n\n".join(["## Across ranks", md_table(_RANK_HEAD, rows), md_escape(_note(d["summary"]))]) + "\n"
 
 
 register_section("memory", terminal=memory_terminal, markdown=memory_markdown)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import MutableSequence, Sequence
+from typing import Callable, MutableSequence, Sequence
 
 from gpuprof.memory.frames import SiteTable
 from gpuprof.memory.model import (
@@ -37,7 +37,7 @@ from gpuprof.memory.model import (
     DeviceMemory,
 )
 
-__all__ = ["Totals", "Holders", "ReplayResult", "replay_totals", "replay_holders", "site_series", "align_history_sizes"]
+__all__ = ["Totals", "Holders", "ReplayResult", "replay_totals", "replay_holders", "site_series", "bucket_peaks", "align_history_sizes"]
 
 
 @dataclass
@@ -319,12 +319,10 @@ class ReplayResult:
 
     holders: dict[int, Holders]  # event index (-1 = snapshot time) -> holders
     pending_max_bytes: int  # most bytes waiting on other streams when an allocation was requested
-    pending_max_at: int
     pending_frees: int  # frees whose completion was deferred
     pending_bytes_total: int
     pending_max_wait: float  # longest deferral (µs, or events without timestamps)
     pending_at: dict[int, int]  # pending bytes at the chosen moments
-    orphan_frees: int  # frees of blocks allocated before the history
 
 
 def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
@@ -337,7 +335,6 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
     pending: dict[int, tuple[int, float]] = {}
     pend_bytes = 0
     pend_max = 0
-    pend_max_at = -1
     deferred = 0
     deferred_bytes = 0
     max_wait = 0.0
@@ -350,7 +347,7 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
         if a == ALLOC:
             live[addr[i]] = (size[i], site[i], t[i], kind[i])
             if pend_bytes > pend_max:
-                pend_max, pend_max_at = pend_bytes, i
+                pend_max = pend_bytes
         elif a == FREE_REQUESTED:
             if live.pop(addr[i], None) is None:
                 orphans.append((i, size[i]))
@@ -402,12 +399,10 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
     return ReplayResult(
         holders=holders,
         pending_max_bytes=pend_max,
-        pending_max_at=pend_max_at,
         pending_frees=deferred,
         pending_bytes_total=deferred_bytes,
         pending_max_wait=max_wait,
         pending_at=pend_at,
-        orphan_frees=len(orphans),
     )
 
 
@@ -419,24 +414,28 @@ def site_series(dm: DeviceMemory, site_slot: dict[int, int], slots: int, buckets
     allocated before the history are not in any slot: the caller shows them
     as the difference to the allocated total.
     """
+    site = dm.site
+    return bucket_peaks(dm, lambda i: site_slot.get(site[i], slots), slots + 1, buckets)
+
+
+def bucket_peaks(dm: DeviceMemory, column_of: Callable[[int], int], width: int, buckets: int
+                 ) -> tuple[list[float], list[list[int]]]:
+    """Live bytes per column over time: (bucket times, one list of ``width`` values per bucket), each row the
+    bucket's highest moment after an event (so peaks survive aggregation). Allocation event ``i`` counts in
+    column ``column_of(i)`` until its block is freed; without addresses frees cannot be matched, so nothing is
+    counted (the caller shows the total as unattributed)."""
     n = len(dm)
-    act, addr, size, site, t = dm.action, dm.addr, dm.size, dm.site, dm.time
-    if not dm.has_addresses:
-        act = [-1] * n  # frees cannot be matched: attribute nothing, the caller shows the total as unattributed
-    cur = [0] * (slots + 1)
-    other = slots
-    live: dict[int, tuple[int, int]] = {}
     times: list[float] = []
     rows: list[list[int]] = []
     if n == 0:
         return times, rows
+    act, addr, size, t = (dm.action if dm.has_addresses else [-1] * n), dm.addr, dm.size, dm.time
+    cur = [0] * width
+    live: dict[int, tuple[int, int]] = {}
     t0 = t[0]
     span = t[-1] - t0
     scale = (buckets - 1) / span if span > 0 else 0.0
-    cur_b = 0
-    bt = t0
-    peak_row = list(cur)
-    peak_sum = -1
+    cur_b, bt, peak_row, peak_sum = 0, t0, list(cur), -1
     for i in range(n):
         b = int((t[i] - t0) * scale)
         if b != cur_b:
@@ -445,17 +444,16 @@ def site_series(dm: DeviceMemory, site_slot: dict[int, int], slots: int, buckets
             cur_b, bt, peak_sum = b, t[i], -1
         a = act[i]
         if a == ALLOC:
-            s = site_slot.get(site[i], other)
-            cur[s] += size[i]
-            live[addr[i]] = (size[i], s)
+            c = column_of(i)
+            cur[c] += size[i]
+            live[addr[i]] = (size[i], c)
         elif a == FREE_REQUESTED:
             p = live.pop(addr[i], None)
             if p is not None:
                 cur[p[1]] -= p[0]
         tot = sum(cur)
-        if tot > peak_sum:  # keep the bucket's highest moment (after an event), so peaks survive aggregation
-            peak_sum = tot
-            peak_row = list(cur)
+        if tot > peak_sum:
+            peak_sum, peak_row = tot, list(cur)
     times.append(bt)
-    rows.append(peak_row if peak_sum >= 0 else list(cur))
+    rows.append(peak_row)
     return times, rows

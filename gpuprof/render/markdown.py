@@ -86,10 +86,11 @@ def md_name(name: str, width: int = 80, cell: bool = True) -> str:
     return md_code(shorten(visible(name), width), cell=cell)
 
 
-def md_table(headers: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> str:
-    """A GFM table; ``align`` holds one of ``l``/``r`` per column (default left). Cells are already markdown."""
-    align = align.ljust(len(headers), "l")
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" if a == "r" else ":---" for a in align) + "|"]
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[str]], align: str | None = None) -> str:
+    """A GFM table; ``align`` holds one of ``l``/``r`` per column (columns past it: left), None leaves the
+    alignment to the viewer. Cells are already markdown."""
+    seps = ["---"] * len(headers) if align is None else ["---:" if a == "r" else ":---" for a in align.ljust(len(headers), "l")]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(seps) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -187,36 +188,16 @@ def _trace(t: TraceSummary) -> list[str]:
         ahead = host_ahead_line(t)
         if ahead:
             out += [ahead + ".", ""]
-    if t.top_kernels:
-        out += ["### Top kernels", ""]
-        rows: list[tuple[str, ...]] = [
-            (md_name(k.name, NAME_WIDTH), U.fmt_count(k.count), U.fmt_us(k.total_us), U.fmt_us(k.mean_us), U.fmt_pct(k.share_of_gpu))
-            for k in t.top_kernels[:TOP_N]
-        ]
-        out += [md_table(["Kernel", "Calls", "Total", "Mean", "% GPU"], rows, "lrrrr"), ""]
-    if t.top_ops:
-        out += ["### Top operators", ""]
-        rows = [
-            (md_name(o.name, NAME_WIDTH), U.fmt_count(o.count), U.fmt_us(o.total_us), U.fmt_us(o.self_us), U.fmt_us(o.gpu_us))
-            for o in t.top_ops[:TOP_N]
-        ]
-        out += [md_table(["Operator", "Calls", "Total", "Self", "GPU self"], rows, "lrrrr"), ""]
-    if t.copies:
-        out += ["### Copies", ""]
-        rows = [
-            (md_escape(c.direction), md_escape(c.memory), U.fmt_count(c.count), U.fmt_bytes(c.bytes), U.fmt_us(c.total_us), U.fmt_gbps(c.bandwidth_gbps))
-            for c in t.copies[:TOP_N]
-        ]
-        out += [md_table(["Direction", "Host memory", "Count", "Bytes", "Time", "Bandwidth"], rows, "llrrrr"), ""]
+    from gpuprof.render.views import top_tables, view_tables  # the operator/kernel/module/range views: docs/views.md
+
+    out += _views_markdown(top_tables(t, TOP_N))
     if t.syncs:
         out += ["### Host synchronisations", ""]
-        rows = [
+        rows: list[tuple[str, ...]] = [
             (md_name(s.cause, NAME_WIDTH), md_name(s.runtime, NAME_WIDTH), U.fmt_count(s.count), U.fmt_us(s.total_us), md_name(s.location, NAME_WIDTH) if s.location else "-")
             for s in t.syncs[:TOP_N]
         ]
         out += [md_table(["Cause", "Runtime call", "Count", "Total", "Location"], rows, "llrrl"), ""]
-    from gpuprof.render.views import view_tables  # the operator/kernel/module/range views (docs/views.md)
-
     out += _views_markdown(view_tables(t.views))
     if t.notes:
         out += [f"> Note: {md_escape(n)}" for n in t.notes]

@@ -278,24 +278,15 @@ def _render_trace(console: Console, t: TraceSummary) -> None:
             parts.append(Text(ahead, style="dim"))
     console.print(Panel(Group(*parts), title=Text("Trace", style="bold"), title_align="left", box=box.ROUNDED, expand=True))
 
-    if t.top_kernels:
-        rows: list[tuple[str, ...]] = [(k.name, U.fmt_count(k.count), U.fmt_us(k.total_us), U.fmt_us(k.mean_us), U.fmt_pct(k.share_of_gpu)) for k in t.top_kernels[:TOP_N]]
-        emit_named_table(console, "Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")], rows)
-        console.print()
-    if t.top_ops:
-        rows = [(o.name, U.fmt_count(o.count), U.fmt_us(o.total_us), U.fmt_us(o.self_us), U.fmt_us(o.gpu_us)) for o in t.top_ops[:TOP_N]]
-        emit_named_table(console, "Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU self", "right")], rows)
-        console.print()
-    if t.copies:
-        rows = [(c.direction, c.memory, U.fmt_count(c.count), U.fmt_bytes(c.bytes), U.fmt_us(c.total_us), U.fmt_gbps(c.bandwidth_gbps)) for c in t.copies[:TOP_N]]
-        emit_named_table(console, "Copies", [("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")], rows)
+    from gpuprof.render.views import top_tables, view_tables  # the operator/kernel/module/range views: docs/views.md
+
+    for vt in top_tables(t, TOP_N):
+        emit_named_table(console, vt.title, vt.columns, vt.rows)
         console.print()
     if t.syncs:
-        rows = [(s.cause, s.runtime, U.fmt_count(s.count), U.fmt_us(s.total_us), s.location or "-") for s in t.syncs[:TOP_N]]
+        rows: list[tuple[str, ...]] = [(s.cause, s.runtime, U.fmt_count(s.count), U.fmt_us(s.total_us), s.location or "-") for s in t.syncs[:TOP_N]]
         emit_named_table(console, "Host synchronisations", [("Cause", "name"), ("Runtime call", "left"), ("Count", "right"), ("Total", "right"), ("Location", "name")], rows)
         console.print()
-    from gpuprof.render.views import view_tables  # the operator/kernel/module/range views (docs/views.md)
-
     for vt in view_tables(t.views):
         emit_named_table(console, vt.title, vt.columns, vt.rows)
         console.print()

@@ -1,17 +1,21 @@
-"""The top rows of a trace's views, for the terminal and markdown (the JSON has up to 500 rows per view).
+"""The top rows of a trace's tables and views, for the terminal and markdown (the JSON has up to 500 rows per view).
 
-One table model (:func:`view_tables`) feeds both renderers; names from the
+One table model (:func:`top_tables`, :func:`view_tables`) feeds both renderers; names from the
 trace go through the renderers' own inert-text paths.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuprof.trace.viewrows import TraceViews
-from gpuprof.units import fmt_count, fmt_pct, fmt_us
+from gpuprof.units import fmt_bytes, fmt_count, fmt_gbps, fmt_pct, fmt_us
 
-__all__ = ["ViewTable", "view_tables", "TOP"]
+if TYPE_CHECKING:  # pragma: no cover
+    from gpuprof.report import TraceSummary
+
+__all__ = ["ViewTable", "top_tables", "view_tables", "TOP"]
 
 TOP = 10
 
@@ -37,6 +41,21 @@ def _flop_count(x: float | None) -> str:
         if x >= scale:
             return f"{x / scale:.3g}{prefix}"
     return f"{x:.0f}"
+
+
+def top_tables(t: TraceSummary, top: int = TOP) -> list[ViewTable]:
+    """The summary's top kernels, operators and copies (the host synchronisations' cells differ per renderer)."""
+    out = []
+    if t.top_kernels:
+        out.append(ViewTable("Top kernels", [("Kernel", "name"), ("Calls", "right"), ("Total", "right"), ("Mean", "right"), ("% GPU", "right")],
+                             [[k.name, fmt_count(k.count), fmt_us(k.total_us), fmt_us(k.mean_us), fmt_pct(k.share_of_gpu)] for k in t.top_kernels[:top]]))
+    if t.top_ops:
+        out.append(ViewTable("Top operators", [("Operator", "name"), ("Calls", "right"), ("Total", "right"), ("Self", "right"), ("GPU self", "right")],
+                             [[o.name, fmt_count(o.count), fmt_us(o.total_us), fmt_us(o.self_us), fmt_us(o.gpu_us)] for o in t.top_ops[:top]]))
+    if t.copies:
+        out.append(ViewTable("Copies", [("Direction", "left"), ("Host memory", "left"), ("Count", "right"), ("Bytes", "right"), ("Time", "right"), ("Bandwidth", "right")],
+                             [[c.direction, c.memory, fmt_count(c.count), fmt_bytes(c.bytes), fmt_us(c.total_us), fmt_gbps(c.bandwidth_gbps)] for c in t.copies[:top]]))
+    return out
 
 
 def view_tables(v: TraceViews | None, top: int = TOP) -> list[ViewTable]:

@@ -23,7 +23,6 @@ __all__ = [
     "precision_stats",
     "is_eligible_kernel",
     "uses_tensor_cores",
-    "is_fp32_kernel",
     "device_capability",
 ]
 
@@ -116,10 +115,6 @@ def uses_tensor_cores(name: str) -> bool | None:
     if _FP32.search(low):
         return False
     return None
-
-
-def is_fp32_kernel(name: str) -> bool:
-    return uses_tensor_cores(name) is False
 
 
 _op_flags = op_dtypes

@@ -22,9 +22,9 @@ import numpy as np
 from gpuprof.trace.arrays import sorted_unique
 from gpuprof.trace.columns import Columns
 from gpuprof.trace.intervals import Intervals
-from gpuprof.trace.model import Event, dur_of, name_of, ts_of
+from gpuprof.trace.model import Event, dur_of, ts_of
 
-__all__ = ["is_communication_kernel", "communication_names", "union_of", "device_sets", "kernel_sets"]
+__all__ = ["is_communication_kernel", "union_of", "device_sets", "kernel_sets"]
 
 _COMM_MARKERS = ("nccl", "rccl", "gloo", "allreduce", "all_reduce", "allgather", "all_gather", "reducescatter", "reduce_scatter", "alltoall", "c10d::")
 
@@ -34,11 +34,6 @@ def is_communication_kernel(name: str) -> bool:
     """NCCL/RCCL collective kernels (``ncclKernel_AllReduce_...``, ``ncclDevKernel_...``)."""
     low = name[:64].lower()
     return any(m in low for m in _COMM_MARKERS)
-
-
-def communication_names(kernels: list[Event]) -> set[str]:
-    """The distinct names among ``kernels`` that are collectives (each name classified once)."""
-    return {name for name in set(map(name_of, kernels)) if is_communication_kernel(name)}
 
 
 def union_of(events: Sequence[Event]) -> Intervals:

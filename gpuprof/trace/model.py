@@ -32,13 +32,11 @@ __all__ = [
     "ts_of",
     "dur_of",
     "name_of",
-    "device_of",
     "op_dtypes",
     "op_records_autograd",
     "OP_AUTOGRAD",
     "op_call_stack",
     "op_shape_key",
-    "op_input_shapes",
     "op_flops",
     "op_concrete_inputs",
     "CONCRETE_INPUT_OPS",
@@ -76,7 +74,6 @@ CONCRETE_INPUT_OPS = frozenset({
 ts_of = attrgetter("ts")
 dur_of = attrgetter("dur")
 name_of = attrgetter("name")
-device_of = attrgetter("device")
 
 
 @dataclass(frozen=True)
@@ -215,9 +212,6 @@ def op_concrete_inputs(op: Event) -> str | None:
     if type(extra) is tuple and len(extra) == 5:
         return extra[4]  # type: ignore[no-any-return]
     return None
-
-
-op_input_shapes = op_shape_key  # the name the operator view reads it by
 
 
 def op_call_stack(op: Event) -> str | None:

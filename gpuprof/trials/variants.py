@@ -11,7 +11,7 @@ import msgspec
 from gpuprof.errors import GpuprofError
 from gpuprof.run.options import TrialSettings
 
-__all__ = ["Variant", "catalogue", "parse_set", "plan_trials", "free_cores", "TryUsageError", "NUMERIC_SETTINGS",
+__all__ = ["Variant", "catalogue", "parse_set", "plan_trials", "TryUsageError", "NUMERIC_SETTINGS",
            "DATALOADER", "NUMERICS", "TOLERANCE", "numerics_of", "compile_unavailable", "combine"]
 
 
@@ -72,14 +72,6 @@ class Variant:
     @property
     def cuda_only(self) -> bool:
         return any(k in _CUDA_ONLY for k in self.settings.given()) or self.settings.autocast == "fp16"
-
-
-def free_cores() -> int:
-    """The cores this process may run on (its affinity), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def catalogue(cuda: bool, cores: int, compile_ok: bool = True, bf16_ok: bool = True) -> list[Variant]:

@@ -33,10 +33,7 @@ from typing import Any, Iterator
 from gpuprof.errors import InputError
 from gpuprof.inputs import Opened, open_input
 
-__all__ = ["UnsafePickleError", "safe_loads", "load_pickle_file", "PICKLE_MAGIC", "looks_like_pickle", "load_pickle_input"]
-
-# Protocol 2+ pickles start with the PROTO opcode (0x80) and the protocol number.
-PICKLE_MAGIC = b"\x80"
+__all__ = ["UnsafePickleError", "safe_loads", "load_pickle_file", "load_pickle_input"]
 
 # Address space allowed for unpickling, beyond what the process already maps: a
 # snapshot's Python objects take 10-30x its pickle; 64x leaves room, 2 GiB at least.
@@ -112,11 +109,6 @@ def _address_space_budget(nbytes: int) -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
-def looks_like_pickle(head: bytes) -> bool:
-    """True when ``head`` (the first bytes of a file) starts like a protocol-2+ pickle."""
-    return len(head) >= 2 and head[:1] == PICKLE_MAGIC and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL
 
 
 def load_pickle_file(path: str | os.PathLike[str]) -> Any:

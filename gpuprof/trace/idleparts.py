@@ -349,8 +349,13 @@ def _stack_tops(s: np.ndarray, e: np.ndarray, parent: np.ndarray) -> tuple[np.nd
     else:
         when, tok, opened = _tokens_merged(s, e, i4)
     # the depth after each open and close, by token (opens 0..m-1, closes m..2m-1)
+    step = opened.astype(i4)  # +1 an open, -1 a close, summed in place: one array of them at a time
+    step += step
+    step -= 1
+    np.cumsum(step, out=step)
     depth = np.empty(2 * m, i4)
-    depth[tok] = np.cumsum(np.where(opened, i4(1), i4(-1)), dtype=i4)
+    depth[tok] = step
+    del step
     if not np.array_equal(depth[:m], depth[m:] + 1):
         return None
     if not bool((parent[depth[m:] == 0] == -1).all()):

@@ -60,8 +60,12 @@ _ABSENT = msgspec.Raw()
 # distinct "Input type" texts remembered with their flags: a real trace has hundreds; past this many (a
 # generated trace of all-different lists) the rest are decoded each time, so the cache stays bounded
 _TYPE_CACHE_MAX = 1 << 16
-# ids shared (Builder._numbers) before the table is emptied: about 40 MB of table at most, while loading
-_NUMBERS_MAX = 1 << 20
+# values shared (Builder._numbers, _durations) before the table is emptied (checked per chunk): most values that
+# repeat are near each other in the file (an operator, its launch and its kernel; a block's allocation and free),
+# and a small table stays in the CPU's cache. Measured on the 200 MB benchmark traces: a table of 2**20 ids cost
+# 19% more loading time (cache misses) than none on the V100 one; 2**16 costs ~0-7% and keeps most of the memory
+_NUMBERS_MAX = 1 << 16
+_DURATIONS_MAX = 1 << 16
 # distinct pids/tids shared (see Builder): once this many are held, values already there are still
 # shared but no more are added (checked per chunk), so a trace of all-different thread ids pays a
 # bounded table (a few MB), not one entry per event
@@ -153,7 +157,7 @@ class Builder:
         # of the [memory] events: an int past 256 is an object of its own (32 bytes) each time the decoder reads
         # it. With the durations (24 bytes a float; a trace has a few thousand distinct ones) that was 8-9% of
         # `analyze`'s peak memory on the 200 MB benchmark traces (issue 44). Both tables are emptied when
-        # loading is done, and whenever one holds _NUMBERS_MAX values (a bounded table, whatever the trace)
+        # loading is done, and whenever one holds _NUMBERS_MAX / _DURATIONS_MAX values (bounded, whatever the trace)
         self._numbers: dict[int, int] = {}
         self._durations: dict[float, float] = {}
         self._type_flags: dict[bytes, int] = {}  # Input type text -> DTYPE_* flags
@@ -228,7 +232,7 @@ class Builder:
         if len(self._numbers) >= _NUMBERS_MAX:
             self._numbers.clear()
         share = self._numbers.setdefault
-        if len(self._durations) >= _NUMBERS_MAX:
+        if len(self._durations) >= _DURATIONS_MAX:
             self._durations.clear()
         same_dur = self._durations.setdefault
         stacks = self._stacks

@@ -142,6 +142,7 @@ def test_shared_numbers_tables_are_bounded_and_emptied(monkeypatch: pytest.Monke
     # a generated trace of all-different ids and durations: each table is emptied once it holds _NUMBERS_MAX
     # values (checked per chunk), and both are emptied when loading is done; the values stay the file's
     monkeypatch.setattr(N, "_NUMBERS_MAX", 10)
+    monkeypatch.setattr(N, "_DURATIONS_MAX", 10)
     b = N.Builder("generated.json")
     for chunk in range(3):
         evs = [_ev("cuda_runtime", float(i), 1.0 + i / 64, {"External id": 1000 + i, "correlation": 5000 + i})

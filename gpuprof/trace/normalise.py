@@ -60,6 +60,12 @@ _ABSENT = msgspec.Raw()
 # distinct "Input type" texts remembered with their flags: a real trace has hundreds; past this many (a
 # generated trace of all-different lists) the rest are decoded each time, so the cache stays bounded
 _TYPE_CACHE_MAX = 1 << 16
+# values shared (Builder._numbers, _durations) before the table is emptied (checked per chunk): most values that
+# repeat are near each other in the file (an operator, its launch and its kernel; a block's allocation and free),
+# and a small table stays in the CPU's cache. Measured on the 200 MB benchmark traces: a table of 2**20 ids cost
+# 19% more loading time (cache misses) than none on the V100 one; 2**16 costs ~0-7% and keeps most of the memory
+_NUMBERS_MAX = 1 << 16
+_DURATIONS_MAX = 1 << 16
 # distinct pids/tids shared (see Builder): once this many are held, values already there are still
 # shared but no more are added (checked per chunk), so a trace of all-different thread ids pays a
 # bounded table (a few MB), not one entry per event
@@ -143,9 +149,17 @@ class Builder:
         self._names: dict[str, str] = {}  # one string object per distinct name
         # one object per distinct int or str pid/tid: a trace has a few processes and threads, and
         # an unshared pid and tid cost 56-110 bytes per event (a third of a small event's memory).
-        # (Sharing durations too saved 9% more of the small-events trace's memory for 10% more
-        # loading time: hashing floats in a table of ~16,000 and freeing the duplicates.)
+        # (Durations are shared too, in _durations below, but only those of the events kept as rows: hashing
+        # the Python frames' durations, which go to columns, cost 10% more loading time for nothing.)
         self._ids: dict[int | str, int | str] = {}
+        # one object per distinct External id and correlation id of the operators, runtime calls and GPU work
+        # (a launch shares its ids with its operator and its kernel), and per distinct size, total and address
+        # of the [memory] events: an int past 256 is an object of its own (32 bytes) each time the decoder reads
+        # it. With the durations (24 bytes a float; a trace has a few thousand distinct ones) that was 8-9% of
+        # `analyze`'s peak memory on the 200 MB benchmark traces (issue 44). Both tables are emptied when
+        # loading is done, and whenever one holds _NUMBERS_MAX / _DURATIONS_MAX values (bounded, whatever the trace)
+        self._numbers: dict[int, int] = {}
+        self._durations: dict[float, float] = {}
         self._type_flags: dict[bytes, int] = {}  # Input type text -> DTYPE_* flags
         self._stacks: dict[str, str] = {}
         self._shapes: dict[bytes, str] = {}  # Input Dims bytes -> one string object per distinct text
@@ -215,6 +229,12 @@ class Builder:
         type_flags = self._type_flags
         # setdefault adds a value, get only shares one already there (see _INTERN_MAX)
         intern_id = self._ids.setdefault if len(self._ids) < _INTERN_MAX else self._ids.get
+        if len(self._numbers) >= _NUMBERS_MAX:
+            self._numbers.clear()
+        share = self._numbers.setdefault
+        if len(self._durations) >= _DURATIONS_MAX:
+            self._durations.clear()
+        same_dur = self._durations.setdefault
         stacks = self._stacks
         comm_names = self._comm_names
         shapes = self._shapes
@@ -330,7 +350,7 @@ class Builder:
                     extra = extras2.setdefault(key2, key2)  # shared, as the 3-tuples
                 if a.kernel_flop or (a.concrete_inputs and name in CONCRETE_INPUT_OPS):
                     extra = self._op_more(extra, a)
-                out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, -1, -1, 0, extra))
+                out[kind].append(Event(kind, name, ts, same_dur(dur, dur), pid, tid, share(ext, ext), corr, -1, -1, 0, extra))
             elif kind in gpu_kinds:
                 d = a.device
                 device = d if type(d) is int else _as_int(d)
@@ -363,24 +383,28 @@ class Builder:
                         extra = self._kernel_config(a)
                 else:
                     extra = None
-                out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr, device, stream, nbytes, extra))
+                out[kind].append(Event(kind, name, ts, same_dur(dur, dur), pid, tid, share(ext, ext), share(corr, corr), device, stream,
+                                       nbytes, extra))
             elif kind == K_MEM:
                 nb = a.mem_bytes
                 nbytes = int(nb) if nb is not None and nb == nb else 0
                 ta, tr = a.total_allocated, a.total_reserved
                 # an int (what profilers write) inline: no call per event
                 ad, di, dt = a.addr, a.device_id, a.device_type
+                # sizes, totals and addresses repeat (a block's free has its allocation's): shared as the ids
+                allocated = int(ta) if ta is not None and ta == ta else None
+                reserved = int(tr) if tr is not None and tr == tr else -1
                 extra = MemoryPayload(
-                    int(ta) if ta is not None and ta == ta else None,
-                    int(tr) if tr is not None and tr == tr else -1,
-                    ad if type(ad) is int else _address(ad),
+                    None if allocated is None else share(allocated, allocated),
+                    share(reserved, reserved),
+                    share(ad, ad) if type(ad) is int else _address(ad),
                 )
                 out[kind].append(
                     Event(kind, name, ts, 0.0, pid, tid, ext, corr, di if type(di) is int else _as_int(di),
-                          dt if type(dt) is int else _as_int(dt), nbytes, extra)
+                          dt if type(dt) is int else _as_int(dt), share(nbytes, nbytes), extra)
                 )
-            else:
-                out[kind].append(Event(kind, name, ts, dur, pid, tid, ext, corr))
+            else:  # runtime calls, user annotations
+                out[kind].append(Event(kind, name, ts, same_dur(dur, dur), pid, tid, share(ext, ext), share(corr, corr)))
 
     def _op_more(self, extra: object, a: R.RawArgs) -> object:
         """The 5-tuple payload (model.op_flops) of an op with recorded FLOPs or kept Concrete Inputs, shared."""
@@ -442,6 +466,7 @@ class Builder:
             t.load_notes.append(repair_note(self.names_repaired))
         t.num_events = self.events_seen
         t.python = self._python.table()
+        self._numbers, self._durations = {}, {}  # every event is in: the tables only cost memory now
         if t.num_events and not t.kept_events:
             raise InputError(t.path, self._nothing_usable())
         t.devices = [device_info(p, i) for i, p in enumerate(self._device_props)]

@@ -119,23 +119,34 @@ def stack_parents_of(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     if not len(q):
         par[0] = -1
         return par
-    # block_max[k][p]: the latest end among positions p - 2**k + 1 .. p (inf where that reaches before 0)
-    block_max = [e]
-    width = 1
-    while width * 2 <= n:
-        prev = block_max[-1]
-        cur = np.empty_like(prev)
-        cur[:width] = np.inf
-        np.maximum(prev[width:], prev[:-width], out=cur[width:])
-        block_max.append(cur)
-        width *= 2
+    # level k, p: the latest end among positions p - 2**k + 1 .. p (inf where that reaches before 0). Only the
+    # even levels are kept (an odd one is made again from the one below when the walk reaches it): the levels
+    # are one array of n floats each, ~17 for a 100k-op thread, the peak of a whole analysis (issue 44)
+    even = [e]  # levels 0, 2, 4, ...
+    top, level = 0, e
+    while 2 << top <= n:  # 2 ** (top + 1): the next block width
+        level = _block_max_up(level, 1 << top)
+        top += 1
+        if top % 2 == 0:
+            even.append(level)
+    del level
     pos = q.copy()  # op i's search starts at op i - 1 (position i)
     t = starts[q]
-    for k in range(len(block_max) - 1, -1, -1):  # skip every block that ended at or before the start
-        skip = block_max[k][pos] <= t
+    for k in range(top, -1, -1):  # skip every block that ended at or before the start
+        block_max = even[k // 2] if k % 2 == 0 else _block_max_up(even[k // 2], 1 << (k - 1))
+        skip = block_max[pos] <= t
+        del block_max
         pos -= skip.astype(np.int64) << k
     par[q] = pos - 1
     return par
+
+
+def _block_max_up(prev: np.ndarray, width: int) -> np.ndarray:
+    """The next level of :func:`stack_parents_of`'s block maxima: blocks of ``2 * width`` from those of ``width``."""
+    cur = np.empty_like(prev)
+    cur[:width] = np.inf
+    np.maximum(prev[width:], prev[:-width], out=cur[width:])
+    return cur
 
 
 def _stack_walk(starts: list[float], ends: list[float]) -> list[int]:

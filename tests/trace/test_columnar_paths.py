@@ -84,6 +84,22 @@ def test_innermost_pieces_equal_the_stack_walk(spans: list[tuple[float, float]],
         assert np.array_equal(a, b)
 
 
+@settings(max_examples=200, deadline=None)
+@given(spans=st.lists(st.tuples(st.sampled_from([-0.0, 0.0, 1.0, 2.0, 3.5]), st.sampled_from([0.5, 1.0, 2.0, float("inf")])),
+                      min_size=1, max_size=40))
+def test_merged_tokens_are_the_three_key_sort(spans: list[tuple[float, float]]) -> None:
+    # issue 44: _stack_tops merges the opens (in order) in among the sorted closes instead of sorting them all on
+    # (time, close before open, later-opened close first / open in index order): the same order, bit for bit
+    ts, dur = _sorted_arrays(spans)
+    ends = ts + dur
+    for i4 in (np.int32, np.int64):
+        want = idleparts._tokens_sorted(ts, ends, i4)
+        got = idleparts._tokens_merged(ts, ends, i4)
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        assert np.array_equal(np.signbit(got[0]), np.signbit(want[0]))  # -0.0 where the sort puts it
+
+
 def _add_innermost(out: defaultdict[tuple[str, str], float], kind: str, events: list[Event], ts: np.ndarray,
                    dur: np.ndarray, idle: Intervals, prefer: Callable[[str], bool] | None) -> None:
     """One thread's nested ``events`` charged as idle_parts charges them: those overlapping idle time

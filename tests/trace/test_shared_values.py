@@ -101,3 +101,54 @@ def test_input_type_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     b.ingest(EVENTS_DECODER.decode(text))
     assert len(b._type_flags) == 10
     assert [op_dtypes(o) for o in b.finish().ops] == [DTYPE_FLOAT] * 50
+
+
+def _ev(cat: str, ts: float, dur: float, args: dict, name: str = "k") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+
+def test_ids_durations_and_memory_numbers_are_one_object_per_value(tmp_path: Path) -> None:
+    # issue 44: an int past 256 or a float the decoder reads is an object of its own each time; the operator, its
+    # launch and its kernel share their ids, and durations, a [memory] event's size, totals and address repeat
+    ids = {"External id": 70001, "correlation": 90001}
+    mem = {"Bytes": 4096, "Total Allocated": 1 << 30, "Total Reserved": 1 << 31, "Addr": 140000000000000,
+           "Device Id": 0, "Device Type": 1}
+    events = [
+        _ev("cpu_op", 10.0, 12.5, {"External id": 70001}, "aten::mm"),
+        _ev("cuda_runtime", 11.0, 12.5, ids, "cudaLaunchKernel"),
+        _ev("kernel", 30.0, 12.5, {**ids, "device": 0, "stream": 7}),
+        _ev("kernel", 50.0, 12.5, {"External id": 70002, "correlation": 90002, "device": 0, "stream": 7}),
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 12.0, "args": mem},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 13.0, "args": {**mem, "Bytes": -4096}},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 14.0, "args": {**mem, "Bytes": 4096}},
+    ]
+    t = load_trace(_write(tmp_path, events))
+    (op,), (call,), (k1, k2) = t.ops, t.runtime, t.kernels
+    # the values as written, with their types
+    assert [(type(e.ext), e.ext, e.corr, type(e.dur), e.dur) for e in (op, call, k1, k2)] == [
+        (int, 70001, -1, float, 12.5), (int, 70001, 90001, float, 12.5), (int, 70001, 90001, float, 12.5),
+        (int, 70002, 90002, float, 12.5)]
+    assert op.ext is call.ext is k1.ext and call.corr is k1.corr
+    assert op.dur is call.dur is k1.dur is k2.dur
+    m1, m2, m3 = t.memory
+    assert [m.nbytes for m in t.memory] == [4096, -4096, 4096] and m1.nbytes is m3.nbytes
+    for field in ("allocated", "reserved", "addr"):
+        values = [getattr(m.extra, field) for m in t.memory]
+        assert values == [getattr(m1.extra, field)] * 3 and values[0] is values[1] is values[2]
+    assert (m1.extra.allocated, m1.extra.reserved, m1.extra.addr) == (1 << 30, 1 << 31, 140000000000000)
+
+
+def test_shared_numbers_tables_are_bounded_and_emptied(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a generated trace of all-different ids and durations: each table is emptied once it holds _NUMBERS_MAX
+    # values (checked per chunk), and both are emptied when loading is done; the values stay the file's
+    monkeypatch.setattr(N, "_NUMBERS_MAX", 10)
+    monkeypatch.setattr(N, "_DURATIONS_MAX", 10)
+    b = N.Builder("generated.json")
+    for chunk in range(3):
+        evs = [_ev("cuda_runtime", float(i), 1.0 + i / 64, {"External id": 1000 + i, "correlation": 5000 + i})
+               for i in range(chunk * 8, chunk * 8 + 8)]
+        b.ingest(EVENTS_DECODER.decode(json.dumps(evs).encode()))
+        assert len(b._numbers) <= 2 * 8 + 10 and len(b._durations) <= 8 + 10
+    t = b.finish()
+    assert not b._numbers and not b._durations
+    assert [(r.ext, r.corr, r.dur) for r in t.runtime] == [(1000 + i, 5000 + i, 1.0 + i / 64) for i in range(24)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,3 +41,21 @@ def test_long_random_thread() -> None:
     starts = np.sort(rng.integers(0, 10_000, 5000)).astype(np.float64)
     ends = starts + rng.integers(0, 300, 5000)
     assert stack_parents_of(starts, ends).tolist() == _stack_walk(starts.tolist(), ends.tolist())
+
+
+def test_the_block_maxima_held_at_once_are_about_half_the_levels() -> None:
+    # issue 44: the binary lifting's levels (one float per op each, ~17 for a 100k-op thread) were the peak of a
+    # whole analysis; only the even ones are kept (the odd one made again on the way down), so what the call
+    # allocates at its peak is ~12 arrays of n floats, not ~19 (numpy's arrays are traced by tracemalloc)
+    n = 1 << 16
+    rng = np.random.default_rng(3)
+    starts = np.sort(rng.integers(0, 10 * n, n)).astype(np.float64)
+    ends = starts + rng.integers(0, 50, n)
+    tracemalloc.start()
+    try:
+        got = stack_parents_of(starts, ends)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got.tolist() == _stack_walk(starts.tolist(), ends.tolist())
+    assert peak < 14 * 8 * n

@@ -34,7 +34,7 @@ _PLACEMENT_MAX = Option("placement_max_modules", 4096, "modules inspected during
 RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
     runtime_spec(
         "GP601", "dataloader-main-process", _W,
-        "DataLoader with num_workers=0 loads batches in the training process", "dataloader",
+        "DataLoader with num_workers=0 loads batches in the training process", "checks.loader.dataloader",
         bad="loader = DataLoader(ds, batch_size=64)            # num_workers=0",
         good="loader = DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)",
         options=(Option("dataloader_share_warning", 0.10, "warning at or above this data-loading share of the "
@@ -42,24 +42,25 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
                  Option("dataloader_min_share", 0.02, "below this share the finding is not raised"))),
     runtime_spec(
         "GP602", "dataloader-pageable-memory", _W,
-        "DataLoader with pin_memory=False while training on CUDA", "dataloader",
+        "DataLoader with pin_memory=False while training on CUDA", "checks.loader.dataloader",
         bad="loader = DataLoader(ds, batch_size=64, num_workers=4)             # pageable batches",
         good="loader = DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)"),
     runtime_spec(
         "GP603", "dataloader-too-many-workers", _W,
-        "More DataLoader workers than CPU cores available to this process", "dataloader",
+        "More DataLoader workers than CPU cores available to this process", "checks.loader.dataloader",
         bad="loader = DataLoader(ds, num_workers=32)       # on a job given 8 cores",
         good="loader = DataLoader(ds, num_workers=min(8, len(os.sched_getaffinity(0))))"),
     runtime_spec(
         "GP604", "dataloader-workers-restarted", _W,
-        "persistent_workers=False: worker processes restart every epoch", "dataloader",
+        "persistent_workers=False: worker processes restart every epoch", "checks.loader.dataloader",
         bad="loader = DataLoader(ds, num_workers=8)        # workers re-spawned at every epoch",
         good="loader = DataLoader(ds, num_workers=8, persistent_workers=True)",
         options=(Option("persistent_workers_min_epochs", 3, "epochs seen in the run before "
                         "persistent_workers=False is reported"),)),
     runtime_spec(
         "GP605", "dataloader-workers-cpu-bound", _W,
-        "The loop waits for batches while the DataLoader workers use every core they can have", "loaderverdicts",
+        "The loop waits for batches while the DataLoader workers use every core they can have",
+        "checks.loader.loaderverdicts",
         bad="loader = DataLoader(jpeg_ds, num_workers=7)   # 8 cores; each worker decodes full-size JPEGs",
         good="loader = DataLoader(preresized_ds, num_workers=7)   # decode cheaper, or on the GPU (DALI, nvjpeg)",
         options=(Option("loader_wait_share", 0.05, "the loader verdicts (GP605-GP607) need the loop to wait for "
@@ -72,7 +73,7 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
     runtime_spec(
         "GP606", "dataloader-workers-idle", _W,
         "The loop waits for batches while the DataLoader workers are mostly idle",
-        "loaderverdicts",
+        "checks.loader.loaderverdicts",
         bad="ds = RemoteImages('s3://bucket/train')       # each __getitem__ waits for one object",
         good="ds = LocalShards(cache_dir='/local/nvme')    # or more workers/prefetch_factor to overlap the waits",
         options=(Option("loader_read_kib_per_sample", 1.0, "idle workers reading at least this many KiB per "
@@ -84,7 +85,7 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
     runtime_spec(
         "GP607", "dataloader-too-few-workers", _W,
         "The loop waits for batches, each DataLoader worker is CPU-bound and CPU cores are left unused",
-        "loaderverdicts",
+        "checks.loader.loaderverdicts",
         bad="loader = DataLoader(ds, num_workers=2)        # on 16 cores; both workers at 100%",
         good="loader = DataLoader(ds, num_workers=8)        # spare cores put to work"),
     runtime_spec(

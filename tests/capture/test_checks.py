@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import gpuprof  # noqa: E402
 from gpuprof.capture import CheckOptions, DeviceMismatchError, Schedule  # noqa: E402
-from gpuprof.capture.dataloader import LoaderRecord, dataloader_findings  # noqa: E402
+from gpuprof.capture.checks.loader.dataloader import LoaderRecord, dataloader_findings  # noqa: E402
 from gpuprof.capture.memory import growth_finding  # noqa: E402
 from gpuprof.capture.settings import (  # noqa: E402
     TorchSettings,

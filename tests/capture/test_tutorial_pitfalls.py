@@ -169,7 +169,7 @@ def _library(path: str, source: str, ns: dict[str, Any]) -> None:
 
 
 def test_iterated_from_skips_library_frames_and_names_the_closest_framework() -> None:
-    from gpuprof.capture.loaderplace import iterated_from, num_workers_advice
+    from gpuprof.capture.checks.loader.loaderplace import iterated_from, num_workers_advice
 
     ns: dict[str, Any] = {"sys": sys}
     _library("/venv/lib/python3.11/site-packages/accelerate/data_loader.py",

@@ -18,7 +18,7 @@ from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 
 import gpuprof  # noqa: E402
 from gpuprof.capture import Schedule  # noqa: E402
-from gpuprof.capture.amp import mark_shown, shown_before  # noqa: E402
+from gpuprof.capture.checks.amp.amp import mark_shown, shown_before  # noqa: E402
 
 from .conftest import tiny_model  # noqa: E402
 

@@ -34,7 +34,7 @@ _PLACEMENT_MAX = Option("placement_max_modules", 4096, "modules inspected during
 RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
     runtime_spec(
         "GP601", "dataloader-main-process", _W,
-        "DataLoader with num_workers=0 loads batches in the training process", "dataloader",
+        "DataLoader with num_workers=0 loads batches in the training process", "checks.loader.dataloader",
         bad="loader = DataLoader(ds, batch_size=64)            # num_workers=0",
         good="loader = DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)",
         options=(Option("dataloader_share_warning", 0.10, "warning at or above this data-loading share of the "
@@ -42,24 +42,25 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
                  Option("dataloader_min_share", 0.02, "below this share the finding is not raised"))),
     runtime_spec(
         "GP602", "dataloader-pageable-memory", _W,
-        "DataLoader with pin_memory=False while training on CUDA", "dataloader",
+        "DataLoader with pin_memory=False while training on CUDA", "checks.loader.dataloader",
         bad="loader = DataLoader(ds, batch_size=64, num_workers=4)             # pageable batches",
         good="loader = DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True)"),
     runtime_spec(
         "GP603", "dataloader-too-many-workers", _W,
-        "More DataLoader workers than CPU cores available to this process", "dataloader",
+        "More DataLoader workers than CPU cores available to this process", "checks.loader.dataloader",
         bad="loader = DataLoader(ds, num_workers=32)       # on a job given 8 cores",
         good="loader = DataLoader(ds, num_workers=min(8, len(os.sched_getaffinity(0))))"),
     runtime_spec(
         "GP604", "dataloader-workers-restarted", _W,
-        "persistent_workers=False: worker processes restart every epoch", "dataloader",
+        "persistent_workers=False: worker processes restart every epoch", "checks.loader.dataloader",
         bad="loader = DataLoader(ds, num_workers=8)        # workers re-spawned at every epoch",
         good="loader = DataLoader(ds, num_workers=8, persistent_workers=True)",
         options=(Option("persistent_workers_min_epochs", 3, "epochs seen in the run before "
                         "persistent_workers=False is reported"),)),
     runtime_spec(
         "GP605", "dataloader-workers-cpu-bound", _W,
-        "The loop waits for batches while the DataLoader workers use every core they can have", "loaderverdicts",
+        "The loop waits for batches while the DataLoader workers use every core they can have",
+        "checks.loader.loaderverdicts",
         bad="loader = DataLoader(jpeg_ds, num_workers=7)   # 8 cores; each worker decodes full-size JPEGs",
         good="loader = DataLoader(preresized_ds, num_workers=7)   # decode cheaper, or on the GPU (DALI, nvjpeg)",
         options=(Option("loader_wait_share", 0.05, "the loader verdicts (GP605-GP607) need the loop to wait for "
@@ -72,7 +73,7 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
     runtime_spec(
         "GP606", "dataloader-workers-idle", _W,
         "The loop waits for batches while the DataLoader workers are mostly idle",
-        "loaderverdicts",
+        "checks.loader.loaderverdicts",
         bad="ds = RemoteImages('s3://bucket/train')       # each __getitem__ waits for one object",
         good="ds = LocalShards(cache_dir='/local/nvme')    # or more workers/prefetch_factor to overlap the waits",
         options=(Option("loader_read_kib_per_sample", 1.0, "idle workers reading at least this many KiB per "
@@ -84,7 +85,7 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
     runtime_spec(
         "GP607", "dataloader-too-few-workers", _W,
         "The loop waits for batches, each DataLoader worker is CPU-bound and CPU cores are left unused",
-        "loaderverdicts",
+        "checks.loader.loaderverdicts",
         bad="loader = DataLoader(ds, num_workers=2)        # on 16 cores; both workers at 100%",
         good="loader = DataLoader(ds, num_workers=8)        # spare cores put to work"),
     runtime_spec(
@@ -144,7 +145,7 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         good="torch.backends.cudnn.benchmark = True          # reproducibility runs only: deterministic mode"),
     runtime_spec(
         "GP630", "host-sync-site", _W,
-        "A source line synchronises the host with the GPU every step", "syncs",
+        "A source line synchronises the host with the GPU every step", "checks.syncs.syncs",
         bad="for x, y in loader:\n    loss = step(x, y)\n    print(loss.item())        # waits for the GPU every step",
         good="for i, (x, y) in enumerate(loader):\n    loss = step(x, y)\n    if i % 100 == 0:\n"
              "        print(loss.item())",
@@ -198,53 +199,55 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
     runtime_spec(
         "GP710", "missing-distributed-sampler", _W,
         "A DataLoader in a multi-rank run without DistributedSampler: every rank reads the same samples",
-        "distcheck",
+        "checks.distributed.distcheck",
         bad="loader = DataLoader(ds, batch_size=64, shuffle=True)      # under torchrun: same batches on every rank",
         good="sampler = DistributedSampler(ds)\nloader = DataLoader(ds, batch_size=64, sampler=sampler)\n"
              "for epoch in range(n):\n    sampler.set_epoch(epoch)"),
     runtime_spec(
         "GP711", "backend-device-mismatch", _W,
-        "The process group's backend does not suit the device (gloo on CUDA, nccl on CPU)", "distcheck",
+        "The process group's backend does not suit the device (gloo on CUDA, nccl on CPU)",
+        "checks.distributed.distcheck",
         bad="dist.init_process_group('gloo')       # model and gradients on CUDA",
         good="dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')"),
     runtime_spec(
         "GP712", "sampler-epoch-not-set", _W,
         "DistributedSampler.set_epoch() not called, or always with the same value: every epoch has the same order",
-        "distcheck",
+        "checks.distributed.distcheck",
         bad="sampler = DistributedSampler(ds)\nfor epoch in range(n):\n    for batch in DataLoader(ds, sampler=sampler): ...",
         good="sampler = DistributedSampler(ds)\nfor epoch in range(n):\n    sampler.set_epoch(epoch)        # the epoch, "
              "not a constant\n    for batch in DataLoader(ds, sampler=sampler): ..."),
     runtime_spec(
         "GP801", "compile-graph-break", _W,
-        "torch.compile broke the graph at a source line (reason and line named)", "compiled",
+        "torch.compile broke the graph at a source line (reason and line named)", "checks.compile.compiled",
         bad="@torch.compile\ndef forward(x):\n    y = x.relu()\n    print(y.shape)           # graph break: two graphs\n    return y * 2",
         good="@torch.compile\ndef forward(x):\n    y = x.relu()\n    return y * 2             # log outside the compiled function"),
     runtime_spec(
         "GP802", "compile-recompilation", _W,
-        "torch.compile recompiled a function during the capture (the guard that failed named)", "compiled",
+        "torch.compile recompiled a function during the capture (the guard that failed named)",
+        "checks.compile.compiled",
         bad="model = torch.compile(model)\nfor bs in (32, 24, 16):\n    model(torch.randn(bs, 128))   # a new shape: recompiles",
         good="model = torch.compile(model, dynamic=True)   # or pad batches to one shape\n"
              "for bs in (32, 24, 16):\n    model(torch.randn(bs, 128))"),
     runtime_spec(
         "GP803", "compile-time-in-steps", _W,
-        "torch.compile spent time compiling inside steps after the first", "compiled",
+        "torch.compile spent time compiling inside steps after the first", "checks.compile.compiled",
         bad="model = torch.compile(model)\nfor x in batches_of_changing_shape: train_step(x)   # compiles mid-run",
         good="model = torch.compile(model, dynamic=True)\nwarm_up(model)                  # compile before timing",
         options=(Option("compile_min_share", 0.01, "compile time after step 0, as a share of all step time, "
                         "from which it is reported"),)),
     runtime_spec(
         "GP804", "cudagraphs-skipped", _W,
-        "torch.compile(mode=\"reduce-overhead\") did not use CUDA graphs (reason named)", "compiled",
+        "torch.compile(mode=\"reduce-overhead\") did not use CUDA graphs (reason named)", "checks.compile.compiled",
         bad="model = torch.compile(model, mode='reduce-overhead')\nmodel(x_on_cpu_mixed_with_cuda)   # graphs skipped",
         good="model = torch.compile(model, mode='reduce-overhead')\nmodel(x.cuda())                  # every input on the GPU"),
     runtime_spec(
         "GP850", "amp-deprecated-spelling", _W,
-        "Deprecated torch.cuda.amp / torch.cpu.amp autocast or GradScaler spelling", "amp",
+        "Deprecated torch.cuda.amp / torch.cpu.amp autocast or GradScaler spelling", "checks.amp.amp",
         bad="with torch.cuda.amp.autocast():\n    loss = model(x)",
         good="with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n    loss = model(x)"),
     runtime_spec(
         "GP851", "amp-disabled", _W,
-        "autocast or GradScaler asked for a device this machine lacks: silently off", "amp",
+        "autocast or GradScaler asked for a device this machine lacks: silently off", "checks.amp.amp",
         bad="with torch.autocast(device_type='cuda'):     # on a CPU-only machine: autocast is off\n    loss = model(x)",
         good="dev = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
              "with torch.autocast(device_type=dev, dtype=torch.bfloat16):\n    loss = model(x)"),

@@ -3,7 +3,7 @@ back into the live session, small modules, and every runtime check in the one li
 
 Imports are read from the source: module level, inside functions, and under ``if TYPE_CHECKING:``
 too (a module that names another's types for mypy depends on it: the former session <-> summary
-circle was one). ``from gpuprof.capture import dataloader`` is an import of the submodule, not of
+circle was one). ``from gpuprof.capture.checks.loader import dataloader`` is an import of the submodule, not of
 the package's ``__init__``.
 """
 
@@ -87,14 +87,15 @@ def test_modules_stay_small(path: Path) -> None:
 
 
 def test_every_check_module_is_in_the_one_list() -> None:
-    """Adding a check is one module in capture/checks and one line in monitors()."""
+    """Adding a check is one module (or folder) in capture/checks and one line in monitors()."""
     pytest.importorskip("torch")
     from gpuprof.capture.checks import MonitorBase, monitors
     from gpuprof.capture.config import CaptureConfig
 
     listed = {type(m).__module__ for m in monitors(CaptureConfig(), lambda s: None)}  # the watch is one of them
-    modules = {f"gpuprof.capture.checks.{p.stem}" for p in (CAPTURE / "checks").glob("*.py")
-               if p.stem not in ("__init__", "base", "errors")}
+    checks = [p.stem for p in (CAPTURE / "checks").glob("*.py")]  # a check alone, or with its modules in a folder
+    checks += [p.parent.name for p in (CAPTURE / "checks").glob("*/__init__.py")]
+    modules = {f"gpuprof.capture.checks.{c}" for c in checks if c not in ("__init__", "base", "errors")}
     assert listed == modules
     for m in monitors(CaptureConfig(), lambda s: None):
         assert isinstance(m, MonitorBase) and m.part and m.consequence

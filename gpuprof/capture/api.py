@@ -200,7 +200,7 @@ class StepProfiler:
 
 def _prepare_dataloaders() -> None:
     """Patch the DataLoader now: the loop's loader is iterated before the first call starts the capture."""
-    from gpuprof.capture import dataloader as dlmod
+    from gpuprof.capture.checks.loader import dataloader as dlmod
 
     try:
         dlmod.prepare()
@@ -216,7 +216,7 @@ def _name(fn: Callable[..., Any]) -> str:
 
 
 def _args_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    from gpuprof.capture.dataloader import batch_signature
+    from gpuprof.capture.checks.loader.dataloader import batch_signature
 
     return (batch_signature(list(args)), batch_signature(dict(kwargs)))
 

@@ -9,7 +9,7 @@ from ``/proc/self/statm``, at most every ``RSS_INTERVAL_S`` (reading statm
 costs ~4 µs in a process with torch loaded: every step, 0.7% of a 0.6 ms
 step); on CUDA runs too, beside the allocator's counters. The RSS feeds
 TensorBoard, the watch's per-step series (``job.series.host_rss_mib``) and the
-host growth check over the whole job (:mod:`gpuprof.capture.hostleak`).
+host growth check over the whole job (:mod:`gpuprof.capture.checks.memory.hostleak`).
 
 **Memory growth** (GP640): over the samples after ``leak_skip_steps``, the
 least-squares slope of memory against step number, in bytes per step. It is
@@ -65,7 +65,7 @@ class MemorySampler:
         self._next_rss = 0.0
         self.available = True
         self._fd: int | None = None
-        try:  # the host RSS on CPU and CUDA runs alike (gpuprof.capture.hostleak: host growth over the job)
+        try:  # the host RSS on CPU and CUDA runs alike (checks.memory.hostleak: host growth over the job)
             self._fd = os.open("/proc/self/statm", os.O_RDONLY)
             self._page = os.sysconf("SC_PAGE_SIZE")
         except (OSError, AttributeError, ValueError):

@@ -64,7 +64,7 @@ from gpuprof.report import Report
 from gpuprof.torchdep import import_torch
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
-    from gpuprof.capture.dataloader import LoaderMonitor
+    from gpuprof.capture.checks.loader.dataloader import LoaderMonitor
     from gpuprof.capture.placement import PlacementMonitor
 
 __all__ = ["Profiler"]

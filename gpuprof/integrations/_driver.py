@@ -179,8 +179,8 @@ class CaptureDriver:
     def prepare_loaders(self) -> None:
         """Before the framework creates its DataLoader iterators (they may exist before training starts):
         patch the DataLoader class now so each new iterator carries its loader (see
-        ``gpuprof.capture.dataloader.prepare``), and the capture files its batches under that loader."""
-        from gpuprof.capture import dataloader
+        ``gpuprof.capture.checks.loader.dataloader.prepare``), and the capture files its batches under that loader."""
+        from gpuprof.capture.checks.loader import dataloader
 
         self._guarded("DataLoader monitor", dataloader.prepare)
 

@@ -91,7 +91,7 @@ class TestCapture:
         """Hook the optimizer clock in; False (one warning said) when gpuprof cannot."""
         try:
             config = self.config()
-            from gpuprof.capture import dataloader
+            from gpuprof.capture.checks.loader import dataloader
             from gpuprof.capture.session import Profiler
             from gpuprof.run.clock import OptimizerClock
             from gpuprof.run.options import RunOptions

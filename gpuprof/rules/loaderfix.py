@@ -25,8 +25,8 @@ NOTE_LOADER_CPU = "not replayed as a saving: no GPU in this trace"
 @dataclass(frozen=True)
 class Measured:
     """What the run measured about its cores over the steps (GP601's evidence: ``trainer_cpu_cores``,
-    ``idle_cores``, ``cores_measured_s``; gpuprof.capture.freecores): the training process's CPU and the idle
-    time of the cores it may run on, in cores (1.0: one core the whole time)."""
+    ``idle_cores``, ``cores_measured_s``; gpuprof.capture.checks.loader.freecores): the training process's CPU and
+    the idle time of the cores it may run on, in cores (1.0: one core the whole time)."""
 
     trainer_cores: float
     idle_cores: float

@@ -84,7 +84,7 @@ def _on_torch(torch: ModuleType) -> None:
 
         trial.start(torch, _OPTS.trial)
         return
-    from gpuprof.capture import dataloader
+    from gpuprof.capture.checks.loader import dataloader
 
     dataloader.prepare()  # loaders iterated before the first step are known to the capture that starts later
     if _OPTS.step_function is not None:

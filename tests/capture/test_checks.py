@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import gpuprof  # noqa: E402
 from gpuprof.capture import CheckOptions, DeviceMismatchError, Schedule  # noqa: E402
-from gpuprof.capture.dataloader import LoaderRecord, dataloader_findings  # noqa: E402
+from gpuprof.capture.checks.loader.dataloader import LoaderRecord, dataloader_findings  # noqa: E402
+from gpuprof.capture.checks.syncs.syncs import SYNC_WARNING_TEXT, SyncLocator, is_logging_line  # noqa: E402
 from gpuprof.capture.memory import growth_finding  # noqa: E402
 from gpuprof.capture.settings import (  # noqa: E402
     TorchSettings,
@@ -23,7 +24,6 @@ from gpuprof.capture.settings import (  # noqa: E402
     cudnn_benchmark_finding,
     tf32_finding,
 )
-from gpuprof.capture.syncs import SYNC_WARNING_TEXT, SyncLocator, is_logging_line  # noqa: E402
 from gpuprof.findings import Severity  # noqa: E402
 from gpuprof.runtimecodes import RUNTIME_CHECKS  # noqa: E402
 

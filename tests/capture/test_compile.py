@@ -209,7 +209,7 @@ def test_cudagraph_skip_and_compile_time_findings_from_metrics() -> None:
     """GP804 needs CUDA (Inductor never tries CUDA graphs on CPU): fed Dynamo's metrics records directly."""
     from types import SimpleNamespace
 
-    from gpuprof.capture.compiled import CompileMonitor, compile_findings
+    from gpuprof.capture.checks.compile.compiled import CompileMonitor, compile_findings
 
     mon = CompileMonitor(lambda: 0)
     rec = dict(co_name="forward", co_filename="model.py", co_firstlineno=7, recompile_reason=None)

@@ -1,4 +1,5 @@
-"""The cores free beside the trainer (gpuprof.capture.freecores): what caps a loader fix's what-if (issue 46)."""
+"""The cores free beside the trainer (gpuprof.capture.checks.loader.freecores): what caps a loader fix's what-if
+(issue 46)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gpuprof.capture import freecores
+from gpuprof.capture.checks.loader import freecores
+from gpuprof.capture.checks.loader.dataloader import LoaderRecord, dataloader_findings
+from gpuprof.capture.checks.loader.freecores import CoreUse, FreeCores, idle_seconds
 from gpuprof.capture.config import CheckOptions
-from gpuprof.capture.dataloader import LoaderRecord, dataloader_findings
-from gpuprof.capture.freecores import CoreUse, FreeCores, idle_seconds
 
 STAT = (b"cpu  100 0 50 1000 20 0 0 0 0 0\n"
         b"cpu0 50 0 25 400 10 0 0 0 0 0\n"

@@ -71,8 +71,8 @@ def test_iterator_made_before_decoration_is_seen_too(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sharded", [True, False])
 def test_sampler_of_an_iterator_made_before_the_capture_is_known(sharded: bool) -> None:
     """GP710 reads the sampler of a loader whose iterator predates the capture (no DataLoader patch then)."""
-    from gpuprof.capture import dataloader as dlmod
-    from gpuprof.capture.distcheck import distributed_findings
+    from gpuprof.capture.checks.distributed.distcheck import distributed_findings
+    from gpuprof.capture.checks.loader import dataloader as dlmod
 
     data = torch.utils.data.TensorDataset(torch.randn(16, 4))
     for batch_size in (4, None):  # batching (a BatchSampler holds the sampler) and not

@@ -1,7 +1,7 @@
 """GP605-GP607: why the loop waits for a loader with workers, from the watch's CPU samples.
 
-The pure verdict (:func:`gpuprof.capture.loaderverdicts.loader_verdicts`) against figures computed here by hand,
-then real small loaders: a ``__getitem__`` that burns CPU against one that sleeps.
+The pure verdict (:func:`gpuprof.capture.checks.loader.loaderverdicts.loader_verdicts`) against figures computed here
+by hand, then real small loaders: a ``__getitem__`` that burns CPU against one that sleeps.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from gpuprof.capture.checks.loader.dataloader import LoaderRecord, dataloader_findings
+from gpuprof.capture.checks.loader.loaderverdicts import loader_verdicts, worker_cpu
+from gpuprof.capture.checks.loader.workerio import WorkerIoSamples
 from gpuprof.capture.config import CheckOptions
-from gpuprof.capture.dataloader import LoaderRecord, dataloader_findings
-from gpuprof.capture.loaderverdicts import loader_verdicts, worker_cpu
-from gpuprof.capture.workerio import WorkerIoSamples
 from gpuprof.codes import get_spec
 from gpuprof.report import JobSamples
 
@@ -116,7 +116,7 @@ def test_cpu_bound_advice_speaks_of_a_gpu_only_with_cuda() -> None:
 
 
 def test_gp601_advice_names_pinned_memory_only_with_cuda() -> None:
-    from gpuprof.capture.loaderplace import num_workers_advice
+    from gpuprof.capture.checks.loader.loaderplace import num_workers_advice
 
     for framework in (None, "transformers", "lightning", "accelerate"):
         assert "CUDA" not in num_workers_advice(framework, on_cuda=False)
@@ -205,7 +205,7 @@ def _run(dataset: Any, logdir: Path, monkeypatch: pytest.MonkeyPatch) -> set[str
 
 def _findings(dataset: Any, logdir: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     import gpuprof
-    from gpuprof.capture import dataloader as dl
+    from gpuprof.capture.checks.loader import dataloader as dl
     from gpuprof.capture.job import sampler
 
     monkeypatch.setattr(sampler, "INTERVAL_S", 0.1)

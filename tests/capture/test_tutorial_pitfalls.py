@@ -18,7 +18,7 @@ from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 
 import gpuprof  # noqa: E402
 from gpuprof.capture import Schedule  # noqa: E402
-from gpuprof.capture.amp import mark_shown, shown_before  # noqa: E402
+from gpuprof.capture.checks.amp.amp import mark_shown, shown_before  # noqa: E402
 
 from .conftest import tiny_model  # noqa: E402
 
@@ -169,7 +169,7 @@ def _library(path: str, source: str, ns: dict[str, Any]) -> None:
 
 
 def test_iterated_from_skips_library_frames_and_names_the_closest_framework() -> None:
-    from gpuprof.capture.loaderplace import iterated_from, num_workers_advice
+    from gpuprof.capture.checks.loader.loaderplace import iterated_from, num_workers_advice
 
     ns: dict[str, Any] = {"sys": sys}
     _library("/venv/lib/python3.11/site-packages/accelerate/data_loader.py",

@@ -1,5 +1,5 @@
-"""The workers' I/O counters (gpuprof/capture/workerio.py), against a child process whose reads and wake-ups are
-known: it reads a file of a known size a known number of times and sleeps a known number of times."""
+"""The workers' I/O counters (gpuprof/capture/checks/loader/workerio.py), against a child process whose reads and
+wake-ups are known: it reads a file of a known size a known number of times and sleeps a known number of times."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.capture import workerio as W
+from gpuprof.capture.checks.loader import workerio as W
 
 linux = pytest.mark.skipif(not os.path.isfile("/proc/self/io"), reason="needs Linux /proc/<pid>/io")
 

@@ -319,7 +319,7 @@ def test_gp710_good_real_ddp_with_distributed_sampler(ddp_runs: dict[str, Path])
 
 def test_gp711_bad_gloo_on_cuda_and_nccl_on_cpu() -> None:
     pytest.importorskip("torch")
-    from gpuprof.capture.distcheck import distributed_findings
+    from gpuprof.capture.checks.distributed.distcheck import distributed_findings
 
     assert [f.code for f in distributed_findings([], 2, "gloo", on_cuda=True)] == ["GP711"]
     assert [f.code for f in distributed_findings([], 2, "nccl", on_cuda=False)] == ["GP711"]
@@ -327,7 +327,7 @@ def test_gp711_bad_gloo_on_cuda_and_nccl_on_cpu() -> None:
 
 def test_gp711_good_matching_backends_and_one_rank() -> None:
     pytest.importorskip("torch")
-    from gpuprof.capture.distcheck import distributed_findings
+    from gpuprof.capture.checks.distributed.distcheck import distributed_findings
 
     assert distributed_findings([], 2, "nccl", on_cuda=True) == []
     assert distributed_findings([], 2, "gloo", on_cuda=False) == []

@@ -1,5 +1,5 @@
 """Host memory over the whole job (issue 41 item 4): the RSS of every step, steady growth as GP640 with its rate,
-onset and holder (gpuprof.capture.hostleak), and no finding for memory that grew once then stayed flat."""
+onset and holder (gpuprof.capture.checks.memory.hostleak), and no finding for memory that grew once then stayed flat."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpuprof.capture.checks.memory.hostleak import Census, host_growth, host_growth_finding, theil_sen
 from gpuprof.capture.config import CheckOptions
-from gpuprof.capture.hostleak import Census, host_growth, host_growth_finding, theil_sen
 from gpuprof.capture.job.phases import WatchData, compact_series, per_step_rss
 
 from .conftest import gpuprof_run

@@ -1,5 +1,5 @@
-"""The host-memory census (gpuprof.capture.hostleak) reads the user's source to name the line that keeps a loss
-with its graph, and names the holder from dictionaries: a source it cannot parse (binary, nested past the
+"""The host-memory census (gpuprof.capture.checks.memory.hostleak) reads the user's source to name the line that keeps
+a loss with its graph, and names the holder from dictionaries: a source it cannot parse (binary, nested past the
 parser's depth, too large) gives no line and no exception; a holder name that is not an identifier (set through
 setattr with escapes) is never named."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gpuprof.capture.hostleak as hostleak
-from gpuprof.capture.hostleak import Census, _statement
+import gpuprof.capture.checks.memory.hostleak as hostleak
+from gpuprof.capture.checks.memory.hostleak import Census, _statement
 
 
 def test_unparsable_sources_give_no_line(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ failing check is one warning and the others (and the training) go on:
   touch torch), only when ``checks`` is on.
 
 :class:`MonitorBase` gives every point a no-op, so a check implements the
-points it needs. Adding a check: one module in this package and one line in
-``MONITORS`` (``gpuprof/capture/checks/__init__.py``).
+points it needs. Adding a check: one module in this package (a folder when the check has modules of its own)
+and one line in ``monitors()`` (``gpuprof/capture/checks/__init__.py``).
 """
 
 from __future__ import annotations

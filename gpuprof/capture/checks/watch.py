@@ -86,7 +86,7 @@ class WatchCheck(MonitorBase):
         alloc = res = peak = None
         if memory is not None and len(memory[0]) >= n and any(memory[0]):  # all zero: CUDA present, unused
             alloc, res, peak = (np.array(m[:n], dtype=np.float64) for m in memory)
-        from gpuprof.capture.dataloader import available_cores
+        from gpuprof.capture.checks.loader.dataloader import available_cores
 
         return WatchData(step_s=step_s, fetch_s=fetch, eval_steps=tuple(i for i in self.eval_steps if i < n),
                          recorded_steps=recorded, own_steps=tuple(i for i in live.own_steps if i < n),

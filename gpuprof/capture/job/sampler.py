@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpuprof.capture.workerio import WorkerIo
-from gpuprof.capture.workerio import read_proc as _read
+from gpuprof.capture.checks.loader.workerio import WorkerIo
+from gpuprof.capture.checks.loader.workerio import read_proc as _read
 from gpuprof.report import JobSamples
 
 __all__ = ["Sampler", "CpuReader", "Nvml", "open_nvml", "INTERVAL_S", "MAX_SAMPLES", "child_pids", "worker_pids"]
@@ -110,7 +110,7 @@ class CpuReader:
         self._last_children: dict[int, float] = {}
         self._last_demand: dict[int, float] = {}
         self._last_t = time.monotonic()
-        self.pids: list[int] = []  # the workers read at the last read (their I/O is read too: capture.workerio)
+        self.pids: list[int] = []  # the workers read at the last read (their I/O is read too: checks.loader.workerio)
         if self.proc:
             for c in worker_pids(self.pid):
                 self.pids.append(c)

@@ -3,8 +3,8 @@ a DistributedSampler whose set_epoch() is never called (also without a process g
 
 from __future__ import annotations
 
-from gpuprof.capture import distcheck
 from gpuprof.capture.checks.base import Live, MonitorBase, cuda_used
+from gpuprof.capture.checks.distributed import distcheck
 from gpuprof.capture.checks.loader import LoaderCheck
 from gpuprof.findings import Finding
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuprof.capture.amp import AmpWarningWatcher
+from gpuprof.capture.checks.amp.amp import AmpWarningWatcher
 from gpuprof.capture.checks.base import Live, MonitorBase
 from gpuprof.findings import Finding
 

@@ -17,7 +17,7 @@ epoch visits the samples in the same order. Checked whatever the world size
 
 from __future__ import annotations
 
-from gpuprof.capture.dataloader import LoaderRecord
+from gpuprof.capture.checks.loader.dataloader import LoaderRecord
 from gpuprof.findings import Evidence, Finding, SourceLocation
 from gpuprof.runtimecodes import runtime_check
 

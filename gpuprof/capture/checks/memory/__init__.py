@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuprof.capture.checks.base import Live, MonitorBase
+from gpuprof.capture.checks.memory.hostleak import CHECK_EVERY, Census, CensusResult, host_growth, host_growth_finding
 from gpuprof.capture.guard import safe_text
-from gpuprof.capture.hostleak import CHECK_EVERY, Census, CensusResult, host_growth, host_growth_finding
 from gpuprof.capture.memory import MemorySampler, growth_finding
 from gpuprof.capture.oom import (
     HistoryRecorder,
@@ -34,7 +34,8 @@ class MemoryCheck(MonitorBase):
         self.oom: OOMObserver | None = None
         self.forensics = False  # the OOM-forensics history ring is on (ours to turn off)
         self.owners: OwnerRegistry | None = None  # parameters/gradients/optimizer state, named in OOM dumps
-        # host growth (gpuprof.capture.hostleak): the live check's next look, the census it started and its result
+        # host growth (gpuprof.capture.checks.memory.hostleak): the live check's next look, the census it started and
+        # its result
         self._next_check = 0
         self.census: Census | None = None
         self.census_result: CensusResult | None = None

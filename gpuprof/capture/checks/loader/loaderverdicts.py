@@ -1,10 +1,10 @@
 """Loader verdicts from the watch (GP605-GP607): why the loop waits for a loader that has workers.
 
-The DataLoader monitor (:mod:`gpuprof.capture.dataloader`) measures how long
+The DataLoader monitor (:mod:`gpuprof.capture.checks.loader.dataloader`) measures how long
 the loop waits for each loader's batches; the watch's sampler
 (:mod:`gpuprof.capture.job.sampler`) how much CPU the trainer's child processes (the
 workers) use and want, and what they read and how often they wake up
-(:mod:`gpuprof.capture.workerio`). Together they tell a CPU-bound loader
+(:mod:`gpuprof.capture.checks.loader.workerio`). Together they tell a CPU-bound loader
 (GP605: no core left; GP607: cores unused) from one whose workers are idle
 while the loop waits (GP606). GP606 names storage or the network only with
 I/O evidence (the workers read per sample, or block on block I/O); idle
@@ -22,9 +22,9 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuprof.capture.checks.loader.dataloader import LoaderRecord, _finding
+from gpuprof.capture.checks.loader.workerio import WorkerIoSamples
 from gpuprof.capture.config import CheckOptions
-from gpuprof.capture.dataloader import LoaderRecord, _finding
-from gpuprof.capture.workerio import WorkerIoSamples
 from gpuprof.findings import Evidence, Finding
 from gpuprof.trace.dataloading import data_loading_share
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Callable
 
-from gpuprof.capture import loaderplace, samplerepoch
+from gpuprof.capture.checks.loader import loaderplace, samplerepoch
+from gpuprof.capture.checks.loader.freecores import CoreUse
 from gpuprof.capture.config import CheckOptions
-from gpuprof.capture.freecores import CoreUse
 from gpuprof.codespec import INFO_BELOW_SHARE, severity_for_cost
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.runtimecodes import runtime_check
@@ -64,7 +64,7 @@ class LoaderRecord:
     iterable: bool = False  # an IterableDataset: shards itself, has no sampler to check
     # GP712: a shuffling DistributedSampler's ``epoch`` at each epoch start (the first MAX_EPOCHS_KEPT)
     sampler_epochs: list[int] = field(default_factory=list)
-    # with each: set_epoch() calls made on that sampler so far (:mod:`gpuprof.capture.samplerepoch`)
+    # with each: set_epoch() calls made on that sampler so far (:mod:`gpuprof.capture.checks.loader.samplerepoch`)
     set_epoch_calls: list[int] = field(default_factory=list)
     set_epoch_values: list[int] = field(default_factory=list)  # the values it was given (a few, distinct)
     set_epoch_location: SourceLocation | None = None  # the user's line of the first set_epoch() call
@@ -390,7 +390,7 @@ def dataloader_findings(
     core_use: CoreUse | None = None,
 ) -> list[Finding]:
     """GP601-GP604 for the loaders seen during the run. ``core_use``: the trainer's CPU and its cores' idle time
-    over the steps (:mod:`gpuprof.capture.freecores`), kept in GP601's evidence for its what-if."""
+    over the steps (:mod:`gpuprof.capture.checks.loader.freecores`), kept in GP601's evidence for its what-if."""
     measured = {} if core_use is None else {
         "trainer_cpu_cores": core_use.trainer_cores, "idle_cores": core_use.idle_cores,
         "cores_measured_s": core_use.seconds}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuprof.capture.checks.base import Live, MonitorBase
-from gpuprof.capture.syncs import SyncLocator
+from gpuprof.capture.checks.syncs.syncs import SyncLocator
 from gpuprof.findings import Finding
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuprof.capture.checks.base import Live, MonitorBase
-from gpuprof.capture.compiled import CompileMonitor, compile_findings
+from gpuprof.capture.checks.compile.compiled import CompileMonitor, compile_findings
 from gpuprof.findings import Finding
 
 

@@ -1,15 +1,15 @@
 """DataLoaders (GP601-GP607): every batch timed, each loader's settings read at its first iteration; the loader
 verdicts (GP605-GP607) from the watch's samples of the workers' CPU and I/O; the cores free beside the trainer over
-the steps outside recorded windows (:mod:`gpuprof.capture.freecores`), which cap GP601's what-if on a run without
-GPU work."""
+the steps outside recorded windows (:mod:`gpuprof.capture.checks.loader.freecores`), which cap GP601's what-if on
+a run without GPU work."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuprof.capture import dataloader as dlmod
 from gpuprof.capture.checks.base import Live, MonitorBase, cuda_used
-from gpuprof.capture.freecores import FreeCores
+from gpuprof.capture.checks.loader import dataloader as dlmod
+from gpuprof.capture.checks.loader.freecores import FreeCores
 from gpuprof.findings import Finding
 
 
@@ -21,7 +21,7 @@ class LoaderCheck(MonitorBase):
         self.monitor = dlmod.LoaderMonitor(on_fetch, max_signatures=max_signatures)
         self.free = FreeCores()
 
-    per_step = True  # the cores measurement's clock (gpuprof.capture.freecores: one clock read a step)
+    per_step = True  # the cores measurement's clock (gpuprof.capture.checks.loader.freecores: one clock read a step)
 
     def first_step(self, live: Live) -> None:
         self.free.start()
@@ -58,7 +58,7 @@ class LoaderCheck(MonitorBase):
         watch = live.find(WatchCheck)
         sampler = watch.sampler if watch is not None else None
         if sampler is not None:
-            from gpuprof.capture.loaderverdicts import loader_verdicts
+            from gpuprof.capture.checks.loader.loaderverdicts import loader_verdicts
 
             out += loader_verdicts(records, sampler.snapshot(), total_step_s=total, num_steps=steps,
                                    cores=cores, local_world_size=lws, options=live.config.options,

@@ -3,7 +3,7 @@ same value" from "never called").
 
 The sampler's ``epoch`` alone cannot tell them apart: ``set_epoch(0)`` before every epoch leaves it at
 0, as never calling it does, and the fix differs (pass the loop's epoch number, not add a call). While
-the DataLoader classes are patched (:mod:`gpuprof.capture.dataloader`), ``set_epoch`` is wrapped too:
+the DataLoader classes are patched (:mod:`gpuprof.capture.checks.loader.dataloader`), ``set_epoch`` is wrapped too:
 each call counts for its sampler (weakly held: a sampler dropped by the user is forgotten), with the
 values passed (a few) and the user's line of the first call, which is the line to fix.
 """

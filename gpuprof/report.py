@@ -17,9 +17,9 @@ import msgspec
 from gpuprof.findings import Finding, Severity, sort_findings
 from gpuprof.notebookhook import report_html
 from gpuprof.redact import scrub
-from gpuprof.trace.critpath.path import CriticalPart, CriticalPath  # defined with the code that fills them
+from gpuprof.trace.critpath.rows import CriticalPart, CriticalPath  # filled by trace.critpath.path; no numpy here
 from gpuprof.trace.model import DeviceInfo  # defined with the trace model (the loader makes it); part of the report
-from gpuprof.trace.stats import CopyStat, KernelStat, OpStat, SyncStat  # defined with the code that fills them
+from gpuprof.trace.statrows import CopyStat, KernelStat, OpStat, SyncStat  # filled by trace.stats; no numpy here
 from gpuprof.trace.timelinerows import Timeline  # defined with the code that fills it (docs/views.md, "Timeline")
 from gpuprof.trace.viewrows import Mfu, TraceViews  # defined with the code that fills them (docs/views.md)
 

@@ -166,11 +166,11 @@ def _print_card(logdir: str, before: dict[str, int], after: dict[str, int], *, h
     """The end-of-run card (gpuprof.run.card), once, after the job's last line; a failure of ours is one line."""
     import sys
 
-    from gpuprof.render.terminal import terminal_width
+    from gpuprof.render.width import width_for  # not the terminal renderer: the card loads no rich, no numpy
     from gpuprof.run.card import end_card
 
     try:
-        card = end_card(logdir, before, after, html=html, width=terminal_width(sys.stderr.isatty()))
+        card = end_card(logdir, before, after, html=html, width=width_for(sys.stderr.isatty()))
     except Exception as err:  # noqa: BLE001 - the job's exit code is what matters; say it once
         from gpuprof.render.safe import one_line
 

@@ -27,13 +27,15 @@ full text is in the JSON report.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from rich.cells import cell_len
-from rich.console import Console
-from rich.text import Text
 
 from gpuprof.render.safe import clip, shorten, visible
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: wrap_text (the end-of-run card's) needs no rich console
+    from rich.console import Console
+    from rich.text import Text
 
 __all__ = ["wrap_text", "table_lines", "emit_table", "GAP", "MIN_WRAP", "MAX_CELL_LINES", "INDENT"]
 
@@ -134,6 +136,8 @@ def table_lines(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[obje
     whole on one line) or ``"wrap"`` (wrapped to the width left). Cell text
     is made inert (:func:`gpuprof.render.safe.visible`) here.
     """
+    from rich.text import Text
+
     heads = [h for h, _ in columns]
     kinds = [k for _, k in columns]
     cells = [[clip(visible(c)) for c in row] for row in rows]
@@ -154,6 +158,8 @@ def table_lines(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[obje
 
 def _stacked(columns: Sequence[tuple[str, str]], cells: list[list[str]], width: int) -> list[Text]:
     """The narrow form: per row, its lead cell (the first wrapped column) then ``header value`` pairs, indented."""
+    from rich.text import Text
+
     kinds = [k for _, k in columns]
     lead = kinds.index("wrap") if "wrap" in kinds else 0
     inner = max(width - INDENT, 8)
@@ -183,6 +189,8 @@ def _stacked(columns: Sequence[tuple[str, str]], cells: list[list[str]], width: 
 def emit_table(console: Console, title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]], header: bool = True) -> None:
     """Print ``title`` (bold, wrapped) and the table of :func:`table_lines` at ``console.width``
     (``header`` False: no header line and rule, for key/value lists)."""
+    from rich.text import Text
+
     if title:
         for head in wrap_text(title, console.width):
             console.print(Text(head, style="bold"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import sys
 from typing import Any, Callable, Sequence
 
@@ -31,13 +30,12 @@ from gpuprof.render.groups import applies_to, group_cost, group_findings, groups
 from gpuprof.render.layout import GAP, emit_table, wrap_text
 from gpuprof.render.safe import clip, one_line, shorten, visible
 from gpuprof.render.sections import terminal_renderer
+from gpuprof.render.width import DEFAULT_WIDTH, MIN_WIDTH, width_for
 from gpuprof.report import JobSummary, Report, TraceSummary
 from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
 
 __all__ = ["render_terminal", "terminal_width", "DEFAULT_WIDTH", "MIN_WIDTH", "STACK_BELOW", "TOP_N"]
 
-DEFAULT_WIDTH = 120  # columns when the output is not a terminal and COLUMNS is unset (files, pipes, tests)
-MIN_WIDTH = 40  # narrower terminals are drawn as if this wide
 STACK_BELOW = 60  # tables narrower than this show each row as a name line plus its numbers
 TOP_N = 10  # rows of each top-kernels/ops/copies/syncs table
 PER_TRACE_NAME = 30  # in the tables with a column per trace, names wrap at this width to leave room for the traces
@@ -83,23 +81,10 @@ def render_terminal(report: Report, color: bool | None = None, width: int | None
 def terminal_width(is_tty: bool | None = None) -> int:
     """The width to draw at: the terminal's when stdout is one (``shutil.get_terminal_size``, which
     lets ``COLUMNS`` override it, as usual), else ``COLUMNS`` when it is a positive integer, else
-    :data:`DEFAULT_WIDTH`; never below :data:`MIN_WIDTH`."""
+    :data:`DEFAULT_WIDTH`; never below :data:`MIN_WIDTH` (:func:`gpuprof.render.width.width_for`)."""
     if is_tty is None:
         is_tty = _stdout_is_tty()
-    if is_tty:
-        cols = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
-    else:
-        cols = _env_columns() or DEFAULT_WIDTH
-    return max(cols, MIN_WIDTH)
-
-
-def _env_columns() -> int | None:
-    raw = os.environ.get("COLUMNS", "").strip()
-    try:
-        cols = int(raw)
-    except ValueError:
-        return None
-    return cols if cols > 0 else None
+    return width_for(is_tty)
 
 
 def _stdout_is_tty() -> bool:

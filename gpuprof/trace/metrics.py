@@ -44,7 +44,8 @@ from gpuprof.trace.gpuwork import device_sets, is_communication_kernel, kernel_s
 from gpuprof.trace.intervals import Interval, Intervals
 from gpuprof.trace.model import Event, Trace
 from gpuprof.trace.stacks import StackIndex
-from gpuprof.trace.stats import KernelStat, OpStat, kernel_stats, op_stats
+from gpuprof.trace.statrows import KernelStat, OpStat
+from gpuprof.trace.stats import kernel_stats, op_stats
 from gpuprof.trace.steps import Step, find_steps, main_thread, step_markers
 from gpuprof.trace.syncs import CopyEvent, SyncPoint, find_copies, sync_points
 from gpuprof.trace.threads import HostThread, ThreadIndex, thread_keys

@@ -36,63 +36,16 @@ runtime call and source line, with their count and total host time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from gpuprof.trace.attribution import OpAttribution, attribute
 from gpuprof.trace.columns import columns
 from gpuprof.trace.model import Trace
+from gpuprof.trace.statrows import CopyStat, KernelStat, OpStat, SyncStat
 from gpuprof.trace.syncs import CopyEvent, SyncPoint
 from gpuprof.trace.threads import ThreadIndex
 
 __all__ = ["KernelStat", "OpStat", "CopyStat", "SyncStat", "kernel_stats", "op_stats", "copy_stats", "sync_stats"]
-
-
-@dataclass(frozen=True)
-class KernelStat:
-    """Total GPU time of one kernel name over the whole trace."""
-
-    name: str
-    count: int
-    total_us: float
-    mean_us: float
-    share_of_gpu: float  # fraction of all kernel time
-
-
-@dataclass(frozen=True)
-class OpStat:
-    """Host-side time of one operator name (self time excludes child operators)."""
-
-    name: str
-    count: int
-    total_us: float
-    self_us: float
-    gpu_us: float  # GPU self time: the work this op launched itself (torch's self_device_time_total)
-    gpu_total_us: float = 0.0  # gpu_us plus that of the ops nested in it (torch's device_time_total)
-
-
-@dataclass(frozen=True)
-class CopyStat:
-    """Host/device copies of one direction and host-memory kind."""
-
-    direction: str  # "HtoD", "DtoH", "DtoD", "PtoP", "other"
-    memory: str  # "pageable", "pinned", "device", "unknown"
-    count: int
-    bytes: int
-    total_us: float
-    bandwidth_gbps: float | None
-
-
-@dataclass(frozen=True)
-class SyncStat:
-    """Host synchronisation points grouped by cause (op, runtime call and source line)."""
-
-    cause: str  # e.g. "aten::item", "cudaStreamSynchronize"
-    runtime: str  # the runtime call that blocked
-    count: int
-    total_us: float
-    location: str | None  # "file:line" when the trace has Python stacks
 
 
 def kernel_stats(trace: Trace) -> list[KernelStat]:

@@ -11,7 +11,8 @@ from gpuprof.findings import Finding, Severity
 from gpuprof.render import format as F
 from gpuprof.render import render
 from gpuprof.render.sections import register_section
-from gpuprof.render.terminal import DEFAULT_WIDTH, render_terminal
+from gpuprof.render.terminal import render_terminal
+from gpuprof.render.width import DEFAULT_WIDTH
 from gpuprof.report import KernelStat, Report, TraceSummary
 
 from .conftest import DemoSection, make_trace_summary

@@ -16,7 +16,8 @@ from gpuprof.analysis import analyze
 from gpuprof.render import format as F
 from gpuprof.render.groups import group_findings
 from gpuprof.render.safe import is_inert, shorten_distinct, visible
-from gpuprof.render.terminal import DEFAULT_WIDTH, TOP_N, render_terminal, terminal_width
+from gpuprof.render.terminal import TOP_N, render_terminal, terminal_width
+from gpuprof.render.width import DEFAULT_WIDTH
 from gpuprof.report import KernelStat, Report, TraceSummary
 from gpuprof.testing.tracegen import TraceBuilder
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpuprof.capture.run import CaptureSection
 from gpuprof.findings import Finding, Severity
 from gpuprof.render.jsonout import render_json
@@ -92,3 +94,31 @@ def test_the_run_log_takes_the_messages_and_shows_only_alarms(tmp_path: Path, ca
     err = capsys.readouterr().err
     assert "12 steps" not in err
     assert "no step finished" in err and "rank 1 resumed" in err
+
+
+_CARD_IMPORTS = """\
+import sys
+from gpuprof.cli.run import _print_card
+from gpuprof.run.launch import logdir_state
+_print_card(sys.argv[1], {}, logdir_state(sys.argv[1]), html=True)
+heavy = sorted(m for m in ("numpy", "rich.console", "rich.text", "torch") if m in sys.modules)
+print("loaded:", ",".join(heavy) or "none")
+"""
+
+
+@pytest.mark.slow  # an interpreter of its own (what the parent process has loaded must be seen from a fresh one)
+def test_the_card_loads_neither_numpy_nor_the_terminal_renderer(tmp_path: Path) -> None:
+    """The card is ``gpuprof run``'s own work after the job (issue 41, its cost): reading the reports back and
+    writing the page needs neither numpy (~0.08 s of CPU to import) nor rich's console."""
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "logs" / "job"
+    _report(run, [_finding("GP601", 1000.0)])
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+    out = subprocess.run([sys.executable, "-c", _CARD_IMPORTS, str(tmp_path / "logs")], capture_output=True,
+                         text=True, env=env, timeout=120, check=True)
+    assert "GP601" in out.stderr and (run / "report.html").is_file()  # the card was drawn, the page written
+    assert out.stdout.strip() == "loaded: none", out.stdout

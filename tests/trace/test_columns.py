@@ -23,7 +23,8 @@ from gpuprof.trace.columns import Columns, columns, gpu_columns
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
 from gpuprof.trace.model import Event, Trace
-from gpuprof.trace.stats import KernelStat, OpStat, kernel_stats, op_stats
+from gpuprof.trace.statrows import KernelStat, OpStat
+from gpuprof.trace.stats import kernel_stats, op_stats
 from gpuprof.trace.threads import ThreadIndex, group_by_thread
 from gpuprof.trace.vocab import Kind
 

@@ -17,8 +17,9 @@ import pytest
 
 from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.critpath.graph import WAIT_DATA, WAIT_SYNC, build_graph
-from gpuprof.trace.critpath.path import PATH_KINDS, CriticalPath, critical_path, critical_segments
+from gpuprof.trace.critpath.path import PATH_KINDS, critical_path, critical_segments
 from gpuprof.trace.critpath.replay import Removal, Replayer, replay_saving
+from gpuprof.trace.critpath.rows import CriticalPath
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 

@@ -14,7 +14,8 @@ import pytest
 
 from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.critpath.graph import build_graph
-from gpuprof.trace.critpath.path import CriticalPath, critical_path
+from gpuprof.trace.critpath.path import critical_path
+from gpuprof.trace.critpath.rows import CriticalPath
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 

@@ -15,7 +15,6 @@ from typing import Protocol
 from gpuprof.capture.run import CaptureSection
 from gpuprof.findings import Finding, Severity, sort_findings
 from gpuprof.render.format import fmt_cost, linked_message
-from gpuprof.render.markdown import md_code
 from gpuprof.render.safe import one_line, visible
 from gpuprof.render.sections import register_section
 from gpuprof.report import Report
@@ -36,6 +35,7 @@ class SummaryFacts(Protocol):
 
 def _section_markdown(sec: CaptureSection) -> str:
     # paths hold the worker name (host name, user-set) and may hold anything: code spans, visible controls
+    from gpuprof.render.markdown import md_code  # here: the end-of-run card reads this module without numpy
     from gpuprof.render.tbtext import capture_facts
 
     lines = ["## Capture", "", f"- run directory: {md_code(sec.run_dir)}"]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuprof.trace.critpath.graph import GPU_COPY, WAIT_DATA, StepGraph, build_graph
+from gpuprof.trace.critpath.rows import CriticalPart, CriticalPath
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.vocab import RuntimeClass, classify_runtime
@@ -43,27 +44,6 @@ NOTHING = "nothing recorded on the main thread"
 UNRESOLVED = "(path not resolved)"
 
 Segment = tuple[str, float, float, str, str]  # (lane, start µs, end µs, kind, name)
-
-
-@dataclass
-class CriticalPart:
-    """Time of the critical path spent in one kind of work under one name (µs, mean per step)."""
-
-    kind: str
-    name: str
-    us: float
-
-
-@dataclass
-class CriticalPath:
-    """The critical path of the recorded steps: ``length_us`` (the mean step time) and its ``parts``, whose
-    ``us`` add up to it (docs/report-schema.md)."""
-
-    length_us: float = 0.0
-    parts: list[CriticalPart] = field(default_factory=list)
-    # how long the host ran ahead of the GPU on the path: the mean, over the path's GPU time, of the time from each
-    # event's launch call to its start (the launch queue's depth; 0 without GPU work on the path)
-    host_ahead_us: float = 0.0
 
 
 @dataclass

@@ -429,11 +429,8 @@ class Profiler(FrameworkSeams):
             self.guard.run("TensorBoard writer", "no TensorBoard event files (pip install 'tensorboard>=2.21')",
                            self._open_writer)
         if live.paths is not None:
-            if not self._defer_window_report:
-                # the report thread's imports, done now (~60 ms once, before the first timed step); when the window's
-                # report waits for the end (gpuprof run) no thread imports them: the end imports what it uses, and
-                # the first step is not slowed by them (issue 41: start-up through the first step)
-                from gpuprof.capture.end.analyse import preload
+            if not self._defer_window_report:  # deferred (gpuprof run): the end imports what it uses, not step 1
+                from gpuprof.capture.end.analyse import preload  # the report thread's imports (~60 ms once)
 
                 self.guard.run("window report", "the report is written when the run ends instead", preload)
             if cfg.trigger and self.job.windows is not None:

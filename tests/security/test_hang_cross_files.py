@@ -99,3 +99,24 @@ def test_hostile_names_in_an_entry_keep_the_markdown_table(tmp_path: Path) -> No
     assert len(rows) == 3 and all(ln.count(" | ") == 4 for ln in rows[1:]), rows  # header, then one row a rank
     outside_code = re.sub(r"`[^`\n]*`", "", md)  # markup in a code span is text
     assert "<img" not in outside_code and "\n| forged" not in md
+
+
+def test_a_deeply_nested_hang_json_or_report_is_a_reason_not_an_exception(tmp_path: Path) -> None:
+    """json's RecursionError on a planted, deeply nested file: every reader of the hang's files (the rank's own
+    merge into hang.json, the culprit, the cross-rank verdict, the hang into report.json) gives a reason or
+    replaces the file; nothing raises it into the watchdog's thread."""
+    from gpuprof.capture.job.hang import HangRecord, hang_finding, hang_into_report, write_hang_files
+    from gpuprof.capture.job.hangfile import read_entries
+    from gpuprof.findings import SourceLocation
+
+    deep = "[" * 200_000 + "]" * 200_000
+    (tmp_path / "hang.json").write_text(deep)
+    assert read_entries(tmp_path)[1] is not None and "not valid JSON" in str(read_entries(tmp_path)[1])
+    assert set(_missing(tmp_path).values()) == {read_entries(tmp_path)[1]}
+    rec = HangRecord("rank0", 0, 7, "host", 20, 4.0, 3.0, 0.0, SourceLocation("/x/t.py", 14, "f"), [])
+    write_hang_files(tmp_path, rec)  # the damaged file is replaced by this rank's entry
+    assert [r["rank"] for r in read_entries(tmp_path)[0]] == [0]
+    (tmp_path / "report.json").write_text(deep)
+    with pytest.raises(ValueError, match="report.json is not valid JSON"):  # the watchdog says it, once
+        hang_into_report(tmp_path / "report.json", hang_finding(rec, str(tmp_path / "hang.md")))
+    assert (tmp_path / "report.json").read_text() == deep  # not overwritten: nothing of the user's lost

@@ -40,6 +40,7 @@ from pathlib import Path
 from types import FrameType
 
 from gpuprof.atomic import atomic_write
+from gpuprof.capture.job.hangfile import read_entries, read_json
 from gpuprof.findings import Evidence, Finding, SourceLocation
 
 __all__ = ["HANG_MIN_S", "HANG_STEP_FACTOR", "HANG_SCHEMA_VERSION", "HangRecord", "effective_timeout",
@@ -48,7 +49,6 @@ __all__ = ["HANG_MIN_S", "HANG_STEP_FACTOR", "HANG_SCHEMA_VERSION", "HangRecord"
 HANG_MIN_S = 300.0  # the default timeout is at least this...
 HANG_STEP_FACTOR = 20.0  # ...and at least this many median steps
 HANG_SCHEMA_VERSION = "1.0"
-MAX_HANG_JSON_BYTES = 32 * 2**20  # a hang.json larger than this is not merged (it is replaced)
 MAX_FRAMES = 200  # frames kept per thread (a runaway recursion stays bounded)
 
 Frame = tuple[str, int, str]  # file, line, function
@@ -278,33 +278,11 @@ def _locked(run_dir: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _read_ranks(path: Path) -> list[dict[str, object]]:
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return []
-    try:
-        import stat
-
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_HANG_JSON_BYTES:
-            return []
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            doc = json.loads(fh.read(MAX_HANG_JSON_BYTES))
-    except (OSError, ValueError):
-        return []
-    finally:
-        os.close(fd)
-    ranks = doc.get("ranks") if isinstance(doc, dict) else None
-    return [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
-
-
 def write_hang_files(run_dir: Path, rec: HangRecord) -> tuple[Path, Path]:
     """Merge this rank's entry into ``hang.json`` and rewrite ``hang.md`` (see the module docstring)."""
     jpath, mpath = run_dir / "hang.json", run_dir / "hang.md"
     with _locked(run_dir):
-        ranks = [r for r in _read_ranks(jpath) if r.get("worker") != rec.worker]
+        ranks = [r for r in read_entries(run_dir)[0] if r.get("worker") != rec.worker]
         ranks.append(rec.to_dict())
         ranks.sort(key=lambda r: (r.get("rank") if isinstance(r.get("rank"), int) else -1, str(r.get("worker"))))
         doc: dict[str, object] = {"hang_schema_version": HANG_SCHEMA_VERSION, "run_dir": str(run_dir),
@@ -371,21 +349,8 @@ def hang_into_report(path: Path, found: Finding) -> None:
     earlier GP651 replaced; a report holding only the hang when there is none yet. Written atomically."""
     from gpuprof.report import Report
 
-    doc: dict[str, object] | None = None
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        fd = -1
-    if fd >= 0:
-        import stat
-
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                with os.fdopen(os.dup(fd), "rb") as fh:
-                    raw = json.loads(fh.read(256 << 20))
-                doc = raw if isinstance(raw, dict) and raw.get("command") == "capture" else None
-        finally:
-            os.close(fd)
+    raw = read_json(path, 256 << 20)  # a link, a FIFO: Unreadable (an OSError); damaged: ValueError
+    doc = raw if isinstance(raw, dict) and raw.get("command") == "capture" else None
     found_list = doc.get("findings") if doc is not None else None
     if doc is None or not isinstance(found_list, list):
         from gpuprof.render.jsonout import render_json

@@ -20,20 +20,18 @@ that remain when the one that would be the culprit may be among the missing.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuprof.atomic import atomic_write
+from gpuprof.capture.job.hangfile import MAX_HANG_JSON_BYTES, read_entries, read_json, read_regular
 from gpuprof.findings import Evidence, Finding, SourceLocation
 
 __all__ = ["HANG_SECTION", "HangSection", "hang_verdict", "write_cross_hang", "add_to_report", "read_entries"]
 
 HANG_SECTION = "hang"
 SECTION_VERSION = 1
-MAX_HANG_JSON_BYTES = 32 * 2**20  # as gpuprof.capture.job.hang's bound
 MAX_SERIES_RANKS = 64  # ranks whose series the section carries (every rank's is in hang.json)
 MAX_NAMED = 8  # ranks named in one sentence
 CROSS_JSON, CROSS_MD = "report.cross_rank.json", "report.cross_rank.md"
@@ -49,36 +47,6 @@ class HangSection:
 
     def to_dict(self) -> dict[str, Any]:
         return self.data
-
-
-def read_entries(run_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
-    """The entries of ``run_dir/hang.json`` and, when the file exists but cannot be used, why (a link is not
-    followed, a FIFO not opened, a truncated file not half-read)."""
-    path = run_dir / "hang.json"
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return [], None
-    except OSError as err:
-        return [], f"hang.json cannot be read ({err.strerror or err})"
-    if stat.S_ISLNK(st.st_mode):
-        return [], "hang.json is a symbolic link (not followed)"
-    if not stat.S_ISREG(st.st_mode):
-        return [], "hang.json is not a regular file"
-    if st.st_size > MAX_HANG_JSON_BYTES:
-        return [], f"hang.json is larger than {MAX_HANG_JSON_BYTES:,} bytes"
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as fh:
-            doc = json.loads(fh.read(MAX_HANG_JSON_BYTES + 1))
-    except OSError as err:
-        return [], f"hang.json cannot be read ({err.strerror or err})"
-    except (ValueError, RecursionError) as err:
-        return [], f"hang.json is not valid JSON (truncated or damaged: {' '.join(str(err).split())[:120]})"
-    ranks = doc.get("ranks") if isinstance(doc, dict) else None
-    if not isinstance(ranks, list):
-        return [], "hang.json holds no list of ranks"
-    return [r for r in ranks if isinstance(r, dict)], None
 
 
 def _int(x: object) -> int | None:
@@ -301,10 +269,9 @@ def write_cross_hang(run_dir: Path, world: int | None) -> Path | None:
 
 def _existing(path: Path) -> dict[str, Any] | None:
     """The cross-rank report already written (a regular file, a JSON object with list fields), else None."""
-    raw = _text(path)
     try:
-        doc = json.loads(raw) if raw else None
-    except (ValueError, RecursionError):
+        doc = read_json(path)
+    except (OSError, ValueError):
         return None
     if not (isinstance(doc, dict) and doc.get("command") == "analyze" and isinstance(doc.get("sections", []), list)
             and isinstance(doc.get("findings", []), list)):
@@ -315,19 +282,10 @@ def _existing(path: Path) -> dict[str, Any] | None:
 def _text(path: Path) -> str:
     """A regular file's text (a link, a FIFO, a missing or huge file: "")."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        data = read_regular(path, MAX_HANG_JSON_BYTES)
     except OSError:
         return ""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_HANG_JSON_BYTES:
-            return ""
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            return fh.read(MAX_HANG_JSON_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
+    return data.decode("utf-8", "replace") if data else ""
 
 
 def _md_with(old: str, block: str) -> str:

@@ -15,7 +15,6 @@ from gpuprof.capture.job.hang import (
     HangRecord,
     _faulthandler_text,
     _flight_recorder,
-    _read_ranks,
     _where_shown,
     culprit,
     effective_timeout,
@@ -27,6 +26,7 @@ from gpuprof.capture.job.hang import (
     watch_timeout,
     write_hang_files,
 )
+from gpuprof.capture.job.hangfile import read_entries
 from gpuprof.findings import Finding
 
 __all__ = ["Watchdog"]
@@ -150,7 +150,7 @@ class Watchdog:
     def _late_culprit(self, rec: HangRecord) -> None:
         """While the stall lasts: another rank's entry written after ours may name the culprit; then this
         rank's finding says it too (the rank waiting in the collective usually writes first)."""
-        said = culprit(_read_ranks(self.run_dir / "hang.json"))
+        said = culprit(read_entries(self.run_dir)[0])
         if said is None:
             return
         self._culprit_known = True
@@ -174,8 +174,8 @@ class Watchdog:
         rec.finding = hang_finding(rec, str(self.run_dir / "hang.md"))
         said = None
         try:
-            jpath, _ = write_hang_files(self.run_dir, rec)
-            said = culprit(_read_ranks(jpath))
+            write_hang_files(self.run_dir, rec)
+            said = culprit(read_entries(self.run_dir)[0])
         except OSError as err:  # a planted link or FIFO, a full disk: the finding still reaches the report
             self._say(f"gpuprof: the hang report could not be written in {self.run_dir}: {err}. Watching goes on.")
         else:

@@ -52,7 +52,7 @@ def child_cpu(mode: str, path: Path) -> float:
 def default_input(workdir: Path) -> Path:
     """The ~200 MB shared-derived trace (built once with the shared ``make_big.py``)."""
     sys.path.insert(0, str(HERE))
-    sys.path.insert(1, str(HERE / "tests"))  # the test helpers (gpuprof_testing) live in tests/, outside the package
+    sys.path.insert(1, str(HERE / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
     from gpuprof_testing.realtraces import TRACES, shared_path
 
     out = workdir / "v100x6.pt.trace.json"

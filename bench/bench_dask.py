@@ -40,7 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
-sys.path.insert(1, str(REPO / "tests"))  # the test helpers (gpuprof_testing) live in tests/, outside the package
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 from bench_analyze import measure  # noqa: E402
 

@@ -43,7 +43,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(1, str(REPO / "tests"))  # the test helpers (gpuprof_testing) live in tests/, outside the package
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 from gpuprof_testing.realtraces import ROOT, TRACES  # noqa: E402
 

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test helpers, outside the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # the test helpers, outside the package
 from gpuprof_testing.synthpickle import write_snapshot  # noqa: E402
 
 _WHOLE = """

@@ -28,7 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(1, str(REPO / "tests"))  # the test helpers (gpuprof_testing) live in tests/, outside the package
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 
 def build(path: Path, mb: float, first_rank: int) -> None:

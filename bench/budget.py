@@ -56,7 +56,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
-sys.path.insert(1, str(REPO / "tests"))  # the test helpers (gpuprof_testing) live in tests/, outside the package
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 from bench_floor import FLOOR, SOURCES, ensure_input, floor_cmd, missing  # noqa: E402
 from bench_hta import HTA_CODE, hta_importable, stage  # noqa: E402
@@ -178,7 +178,7 @@ def memory_group(workdir: Path, rounds: int, tmp: Path) -> list[Ratio]:
         part = snap.with_name(snap.name + ".part")
         code = "import sys\nfrom gpuprof_testing.synthpickle import write_snapshot\nwrite_snapshot(sys.argv[1], int(sys.argv[2]))"
         subprocess.run([sys.executable, "-c", code, str(part), str(SNAP_ENTRIES)], check=True,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))},
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests" / "support")))},
                        cwd=tempfile.gettempdir())
         os.replace(part, snap)
     cmds: dict[str, Cmd] = {

@@ -26,7 +26,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
-sys.path.insert(1, str(HERE / "tests"))  # the test helpers (gpuprof_testing) live in tests/, outside the package
+sys.path.insert(1, str(HERE / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 from gpuprof.trace.columns import Columns  # noqa: E402
 from gpuprof.trace.load import load_trace  # noqa: E402

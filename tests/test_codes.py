@@ -193,7 +193,7 @@ def test_overlap_policy_folds_the_superseded_finding() -> None:
 def test_gpuprof_testing_needs_no_test_framework(tmp_path: Path) -> None:
     from gpuprof_testing import realtraces
 
-    # the helpers live in tests/, outside the package: the child finds them as a bench script does, by its path
+    # the helpers live in tests/support/, outside the package: the child finds them as a bench script does, by its path
     tests = str(Path(realtraces.__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p))
     code = ("import sys; sys.modules['pytest'] = None\n"

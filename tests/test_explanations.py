@@ -61,7 +61,7 @@ def test_explain_every_code_from_a_wheel_in_a_fresh_venv(tmp_path: Path) -> None
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
                     str(REPO)], check=True, env=env, cwd=tmp_path, timeout=300)
     (wheel,) = wheels.glob("gpuprof-*.whl")
-    # the wheel holds the package alone, no test helper (tests/gpuprof_testing; tests/test_package.py: the sources)
+    # the wheel holds the package alone, no test helper (tests/support/gpuprof_testing; tests/test_package.py: the sources)
     with zipfile.ZipFile(wheel) as whl:
         names = whl.namelist()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"gpuprof"}

@@ -149,7 +149,7 @@ def test_the_wheel_ships_no_test_helper_and_no_shipped_module_imports_one() -> N
 
     import gpuprof_testing
 
-    assert Path(gpuprof_testing.__file__).resolve().parent == ROOT / "tests" / "gpuprof_testing"
+    assert Path(gpuprof_testing.__file__).resolve().parent == ROOT / "tests" / "support" / "gpuprof_testing"
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     found = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
     shipped = set(find_packages(str(ROOT), include=found["find"]["include"], exclude=found["find"].get("exclude", ())))

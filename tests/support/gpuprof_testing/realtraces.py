@@ -29,7 +29,7 @@ __all__ = ["ENV", "ROOT", "TRACES", "SNAPSHOTS", "MISSING", "available", "locate
            "v100_samples", "shared_snapshot"]
 
 ENV = "GPUPROF_SHARED_TRACES"
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[3]
 
 
 def locate(value: str | os.PathLike[str] | None) -> tuple[Path, Path, Path]:

@@ -1,4 +1,4 @@
-"""gpuprof's test helpers, outside the package (tests/gpuprof_testing, not in the wheel): pytest imports them
+"""gpuprof's test helpers, outside the package (tests/support/gpuprof_testing, not in the wheel): pytest imports them
 through pyproject.toml's ``pythonpath = ["tests"]``, a bench script or a child interpreter with ``tests/`` on
 its path.
 

@@ -18,8 +18,7 @@ from gpuprof.render import render
 from gpuprof_testing import TraceBuilder, write_ranks
 
 pytestmark = pytest.mark.frameworks  # a real LocalCluster: worker processes that import dask
-pytest.importorskip("distributed.client")  # dask's; "distributed" alone also finds tests/distributed (tests/ is on the path)
-distributed = sys.modules["distributed"]
+distributed = pytest.importorskip("distributed")
 
 
 def _job(tb: TraceBuilder, rank: int) -> None:

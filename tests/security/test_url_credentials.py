@@ -220,7 +220,7 @@ def test_diff_reads_urls_as_it_reads_local_files(bucket: Bucket) -> None:
 
 
 def test_a_dask_address_never_shows_its_credentials(tmp_path: Path) -> None:
-    pytest.importorskip("distributed.client")  # dask's; "distributed" alone also finds tests/distributed (tests/ is on the path)
+    pytest.importorskip("distributed")
     trace = tmp_path / "t.json"
     trace.write_bytes(_trace_bytes(tmp_path))
     res = CliRunner().invoke(cli, ["analyze", str(trace), "--dask", "tcp://sched:Dk9pw0rd@127.0.0.1:9"],

@@ -43,7 +43,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from gpuprof.testing.realtraces import TRACES  # noqa: E402 - GPUPROF_SHARED_TRACES decides where the real data are
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
+from gpuprof_testing.realtraces import TRACES  # noqa: E402 - GPUPROF_SHARED_TRACES decides where the real data are
 
 DEFAULT_SOURCE = (TRACES / "tbplugin" / "samples" / "resnet50_num_workers_0"
                   / "worker0.1623143566756.pt.trace.json.gz")

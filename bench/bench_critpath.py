@@ -52,7 +52,8 @@ def child_cpu(mode: str, path: Path) -> float:
 def default_input(workdir: Path) -> Path:
     """The ~200 MB shared-derived trace (built once with the shared ``make_big.py``)."""
     sys.path.insert(0, str(HERE))
-    from gpuprof.testing.realtraces import TRACES, shared_path
+    sys.path.insert(1, str(HERE / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
+    from gpuprof_testing.realtraces import TRACES, shared_path
 
     out = workdir / "v100x6.pt.trace.json"
     if not out.exists():

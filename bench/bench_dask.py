@@ -1,6 +1,6 @@
 """Benchmark: many ranks on a Dask cluster (``--dask``) against the local pool (``--jobs``), and a projection.
 
-In one run, for N synthetic ranks (default 64 and 256; ``gpuprof.testing.write_ranks``: each rank
+In one run, for N synthetic ranks (default 64 and 256; ``gpuprof_testing.write_ranks``: each rank
 ``--steps`` steps of compute and an all-reduce, rank 1 slower so that the cross-rank rules have
 work), each in a fresh child process (wall time and peak RSS, ``bench_analyze.measure``):
 
@@ -40,6 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 from bench_analyze import measure  # noqa: E402
 
@@ -67,7 +68,7 @@ def body(steps: int) -> Any:
 
 
 def make_job(folder: Path, ranks: int, steps: int) -> list[Path]:
-    from gpuprof.testing import write_ranks
+    from gpuprof_testing import write_ranks
 
     if folder.exists():
         shutil.rmtree(folder)

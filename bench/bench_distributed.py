@@ -54,10 +54,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 from bench_analyze import MB, _Template, ensure_trace, measure  # noqa: E402
 
-from gpuprof.testing.realtraces import TRACES  # noqa: E402
+from gpuprof_testing.realtraces import TRACES  # noqa: E402
 
 SOURCE = TRACES / "hta" / "HolisticTraceAnalysis" / "tests" / "data" / "df_index_resolver" / "df_index_resolver.json.gz"
 # the small ranks: HTA's sampled rank 0 of a 128-rank NCCL job (1.7 MB of JSON)

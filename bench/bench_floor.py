@@ -43,8 +43,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
-from gpuprof.testing.realtraces import ROOT, TRACES  # noqa: E402
+from gpuprof_testing.realtraces import ROOT, TRACES  # noqa: E402
 
 FLOOR = ROOT / "bench" / "floor.py"
 MAKE_BIG = ROOT / "bench" / "make_big.py"

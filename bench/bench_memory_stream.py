@@ -1,6 +1,6 @@
 """Benchmark: ``gpuprof memory show`` on snapshots of a million entries and of more than 1 GB, streamed.
 
-Writes PyTorch-layout snapshots (``gpuprof.testing.synthpickle``: the opcodes
+Writes PyTorch-layout snapshots (``gpuprof_testing.synthpickle``: the opcodes
 ``torch.cuda.memory._dump_snapshot`` writes, a new frames list per entry, 17
 frames a stack) to a temporary folder (deleted at the end; never committed),
 then runs, each in a fresh child process, on the same file, in one run:
@@ -30,9 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-from gpuprof.testing.synthpickle import write_snapshot
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # the test helpers, outside the package
+from gpuprof_testing.synthpickle import write_snapshot  # noqa: E402
 
 _WHOLE = """
 import sys

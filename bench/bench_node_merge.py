@@ -28,6 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 
 def build(path: Path, mb: float, first_rank: int) -> None:
@@ -35,9 +36,9 @@ def build(path: Path, mb: float, first_rank: int) -> None:
 
     from gpuprof.distributed.summary import summarize
     from gpuprof.report import SCHEMA_VERSION
-    from gpuprof.testing.realtraces import shared_path
     from gpuprof.trace.load import load_trace
     from gpuprof.trace.metrics import compute_metrics
+    from gpuprof_testing.realtraces import shared_path
 
     src = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "timeline_analysis", "sampled_rank-0.json.gz")
     d = msgspec.to_builtins(summarize(compute_metrics(load_trace(src))))

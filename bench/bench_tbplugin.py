@@ -29,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 
 def main() -> None:
@@ -36,7 +37,7 @@ def main() -> None:
     from werkzeug.test import Client
 
     from gpuprof.tbplugin.plugin import GpuprofPlugin
-    from gpuprof.testing.realtraces import TRACES
+    from gpuprof_testing.realtraces import TRACES
 
     samples = TRACES / "tbplugin" / "samples"
     with tempfile.TemporaryDirectory() as tmp:

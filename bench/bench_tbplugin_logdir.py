@@ -29,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 
 def main() -> None:
@@ -39,7 +40,7 @@ def main() -> None:
     from werkzeug.test import Client
 
     from gpuprof.tbplugin.plugin import GpuprofPlugin
-    from gpuprof.testing.realtraces import shared_path
+    from gpuprof_testing.realtraces import shared_path
 
     with tempfile.TemporaryDirectory() as tmp:
         logdir = Path(tmp)

@@ -33,12 +33,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 V100 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143089861.pt.trace.json.gz")
 
 
 def default_traces() -> list[Path]:
-    from gpuprof.testing.realtraces import TRACES as root  # GPUPROF_SHARED_TRACES, default ../shared
+    from gpuprof_testing.realtraces import TRACES as root  # GPUPROF_SHARED_TRACES, default ../shared
 
     if not root.is_dir():
         return []
@@ -49,7 +50,7 @@ def default_traces() -> list[Path]:
 
 def big_input(size_mb: int, workdir: Path) -> Path | None:
     """The shared-derived ~``size_mb`` MB V100 input (shared/bench/README.md: 6 copies ~200 MB, 28 ~1 GB)."""
-    from gpuprof.testing.realtraces import ROOT, TRACES
+    from gpuprof_testing.realtraces import ROOT, TRACES
 
     make_big = ROOT / "bench" / "make_big.py"
     src = TRACES.joinpath(*V100)

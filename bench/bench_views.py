@@ -22,12 +22,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 TARGET = 0.15
 
 
 def default_traces() -> list[Path]:
-    from gpuprof.testing.realtraces import TRACES as root  # GPUPROF_SHARED_TRACES, default ../shared
+    from gpuprof_testing.realtraces import TRACES as root  # GPUPROF_SHARED_TRACES, default ../shared
 
     if not root.is_dir():
         return []

@@ -20,7 +20,7 @@ which a loaded machine disturbs less than wall time; memory is the child's peak 
 
 The inputs: ``v100-200``/``small-200`` and ``v100-1000``/``small-1000`` are the shared ``bench/make_big.py``
 inputs (``bench/bench_floor.py`` builds them: a V100 ResNet-50 trace x 6 / x 28, TraceLens's xDiT trace of
-many small events x 3 / x 16), the 1M-entry snapshot is ``gpuprof.testing.synthpickle``'s (as
+many small events x 3 / x 16), the 1M-entry snapshot is ``gpuprof_testing.synthpickle``'s (as
 ``bench/bench_memory_stream.py``); all are built in ``--workdir`` (default ``/tmp/gpuprof-budget``, outside
 the repository) when missing and reused after. The shared floor is ``bench/floor.py`` of
 ``GPUPROF_SHARED_TRACES`` (default ``../shared``): without it this says so in one line and exits 2.
@@ -56,6 +56,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
 from bench_floor import FLOOR, SOURCES, ensure_input, floor_cmd, missing  # noqa: E402
 from bench_hta import HTA_CODE, hta_importable, stage  # noqa: E402
@@ -175,9 +176,10 @@ def memory_group(workdir: Path, rounds: int, tmp: Path) -> list[Ratio]:
     if not snap.exists():
         workdir.mkdir(parents=True, exist_ok=True)
         part = snap.with_name(snap.name + ".part")
-        code = "import sys\nfrom gpuprof.testing.synthpickle import write_snapshot\nwrite_snapshot(sys.argv[1], int(sys.argv[2]))"
+        code = "import sys\nfrom gpuprof_testing.synthpickle import write_snapshot\nwrite_snapshot(sys.argv[1], int(sys.argv[2]))"
         subprocess.run([sys.executable, "-c", code, str(part), str(SNAP_ENTRIES)], check=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tempfile.gettempdir())
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests" / "support")))},
+                       cwd=tempfile.gettempdir())
         os.replace(part, snap)
     cmds: dict[str, Cmd] = {
         "gpuprof": _gpuprof("memory", "show", str(snap), "--fail-on", "never", "--html", str(tmp / "page.html")),

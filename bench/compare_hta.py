@@ -44,7 +44,8 @@ from pathlib import Path
 
 _REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_REPO))
-from gpuprof.testing.realtraces import TRACES as _DEFAULT  # noqa: E402 - GPUPROF_SHARED_TRACES, default ../shared
+sys.path.insert(1, str(_REPO / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
+from gpuprof_testing.realtraces import TRACES as _DEFAULT  # noqa: E402 - GPUPROF_SHARED_TRACES, default ../shared
 
 _SKIP_PARTS = ("plugin_outputs", "test_resources", "execution_trace/benchmark_simple_add_et")
 

@@ -76,7 +76,8 @@ def diff(a: Any, b: Any, path: str = "$", ignore: frozenset[str] = frozenset()) 
 
 def _shared_traces() -> Path:
     sys.path.insert(0, str(HERE))
-    from gpuprof.testing.realtraces import TRACES  # GPUPROF_SHARED_TRACES, default ../shared
+    sys.path.insert(1, str(HERE / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
+    from gpuprof_testing.realtraces import TRACES  # GPUPROF_SHARED_TRACES, default ../shared
 
     return TRACES
 

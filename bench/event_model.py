@@ -26,13 +26,14 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE / "tests" / "support"))  # the test helpers (gpuprof_testing) live in tests/support/, outside the package
 
-from gpuprof.testing.realtraces import TRACES  # noqa: E402
 from gpuprof.trace.columns import Columns  # noqa: E402
 from gpuprof.trace.load import load_trace  # noqa: E402
 from gpuprof.trace.model import Event  # noqa: E402
 from gpuprof.trace.table import EventTable  # noqa: E402
 from gpuprof.trace.vocab import Kind  # noqa: E402
+from gpuprof_testing.realtraces import TRACES  # noqa: E402
 
 DEFAULT = ["hta/TraceLens/tests/traces/inference/xdit_sd_3.5/profile_trace_rank_0.json.gz",
            "hta/HolisticTraceAnalysis/tests/data/df_index_resolver/df_index_resolver.json.gz"]

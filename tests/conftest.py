@@ -1,5 +1,5 @@
 """Shared fixtures, and which tests the README's fast command leaves out. Helpers for locating real traces
-live in gpuprof.testing.realtraces.
+live in gpuprof_testing.realtraces.
 
 **Fast and slow.** The README's test command runs ``pytest -m "not slow"``; ``.ci/run`` runs that, then
 ``pytest -m slow``, so CI runs every test. ``slow`` marks a test the fast command leaves out: one that trains
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from gpuprof.runner import STRICT_ENV
-from gpuprof.testing.realtraces import v100_samples as _v100_samples
-from gpuprof.testing.trackerruns import TRACKER_ENV, is_local_address, offline_env, reset_trackers
+from gpuprof_testing.realtraces import v100_samples as _v100_samples
+from gpuprof_testing.trackerruns import TRACKER_ENV, is_local_address, offline_env, reset_trackers
 
 
 @pytest.fixture(autouse=True)
@@ -131,7 +131,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 # Trackers in their offline modes (tests/trackers, tests/security): W&B with WANDB_MODE=offline, MLflow with a
-# file store, both in tmp_path (gpuprof.testing.trackerruns.offline_env says why a file store and not sqlite).
+# file store, both in tmp_path (gpuprof_testing.trackerruns.offline_env says why a file store and not sqlite).
 # ``no_network`` refuses and records every connection the test process opens to another machine (W&B's client
 # talks to its own service process over a local socket, which is allowed).
 

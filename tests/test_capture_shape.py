@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.cycles import cycles
+from gpuprof_testing.cycles import cycles
 
 CAPTURE = Path(__file__).resolve().parents[1] / "gpuprof" / "capture"
 MAX_LINES = 470  # "no module over ~450 lines": the limit with a little slack
@@ -55,7 +55,7 @@ def _graph() -> dict[str, set[str]]:
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Import circles of more than one module, each sorted (gpuprof.testing.cycles, as tests/test_layers.py)."""
+    """Import circles of more than one module, each sorted (gpuprof_testing.cycles, as tests/test_layers.py)."""
     return sorted(sorted(c) for c in cycles(graph))
 
 

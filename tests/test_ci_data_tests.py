@@ -22,12 +22,12 @@ def test_it_picks_the_tests_that_reach_the_data_and_no_others(tmp_path: Path) ->
     root = tmp_path / "tests"
     (root / "sub").mkdir(parents=True)
     (root / "conftest.py").write_text(
-        "import pytest\nfrom gpuprof.testing.realtraces import shared_path\n\n"
+        "import pytest\nfrom gpuprof_testing.realtraces import shared_path\n\n"
         "@pytest.fixture\ndef real():\n    return shared_path('a')\n\n"
         "@pytest.fixture\ndef plain():\n    return 1\n")
     (root / "sub" / "test_a.py").write_text(
         '"""Mentions TRACES in the docstring only."""\n'
-        "from gpuprof.testing.realtraces import shared_path\n\n"
+        "from gpuprof_testing.realtraces import shared_path\n\n"
         "def _helper():\n    return shared_path('b')\n\n"
         "def test_direct():\n    shared_path('c')\n\n"
         "def test_through_a_helper():\n    _helper()\n\n"
@@ -35,7 +35,7 @@ def test_it_picks_the_tests_that_reach_the_data_and_no_others(tmp_path: Path) ->
         "def test_plain(plain):\n    pass\n\n"
         "class TestGroup:\n    def test_method(self):\n        shared_path('d')\n")
     (root / "test_module_level.py").write_text(
-        "from gpuprof.testing.realtraces import TRACES\nFILES = sorted(TRACES.glob('*'))\n\n"
+        "from gpuprof_testing.realtraces import TRACES\nFILES = sorted(TRACES.glob('*'))\n\n"
         "def test_x():\n    pass\n")
     (root / "test_none.py").write_text("def test_y():\n    assert 1\n")
     got = _select(root)

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from gpuprof.cli import cli
 from gpuprof.rules.base import all_rules
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 NW0 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.memory.codes import MEMORY_CODES
 from gpuprof.rules.base import all_rules
 from gpuprof.runtimecodes import RUNTIME_CHECKS, runtime_check
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 REPO = Path(__file__).resolve().parents[1]
 NW0 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143089861.pt.trace.json.gz")
@@ -120,7 +121,7 @@ def test_analyze_option_applies_to_a_real_trace() -> None:
 
 def test_memory_option_and_its_alias_flag_apply(tmp_path: Path) -> None:
     from gpuprof.memory.snapshot import dump_snapshot
-    from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
+    from gpuprof_testing.snapshots import GiB, MiB, SnapshotBuilder
 
     b = SnapshotBuilder(device_memory=1 * GiB)
     b.alloc(800 * MiB, b.stack(("/home/u/m.py", 1, "f")))  # 78 % of the device
@@ -190,14 +191,18 @@ def test_overlap_policy_folds_the_superseded_finding() -> None:
 
 
 def test_gpuprof_testing_needs_no_test_framework(tmp_path: Path) -> None:
+    from gpuprof_testing import realtraces
+
+    # the helpers live in tests/support/, outside the package: the child finds them as a bench script does, by its path
+    tests = str(Path(realtraces.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p))
     code = ("import sys; sys.modules['pytest'] = None\n"
-            "import gpuprof.testing, gpuprof.testing.tracegen, gpuprof.testing.realtraces as rt, unittest\n"
+            "import gpuprof_testing, gpuprof_testing.tracegen, gpuprof_testing.realtraces as rt, unittest\n"
             "try:\n    rt.shared_path('no', 'such', 'file')\nexcept unittest.SkipTest as e:\n    print('skip:', e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("skip: real data "), out.stdout
     # with the data present the reason names the missing file; without it, the one reason for every such skip
-    from gpuprof.testing import realtraces
-
     assert ("no/such/file" in out.stdout) == realtraces.available(), out.stdout
     assert realtraces.available() or out.stdout.strip() == "skip: " + realtraces.MISSING

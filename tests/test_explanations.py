@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,11 @@ def test_explain_every_code_from_a_wheel_in_a_fresh_venv(tmp_path: Path) -> None
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
                     str(REPO)], check=True, env=env, cwd=tmp_path, timeout=300)
     (wheel,) = wheels.glob("gpuprof-*.whl")
+    # the wheel holds the package alone, no test helper (tests/support/gpuprof_testing; tests/test_package.py: the sources)
+    with zipfile.ZipFile(wheel) as whl:
+        names = whl.namelist()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"gpuprof"}
+    assert not [n for n in names if "testing" in n.split("/")], [n for n in names if "testing" in n]
     # the dependencies as wheels, from pip's cache or its configured index (once per machine)
     house = Path(os.environ.get("GPUPROF_TEST_WHEELHOUSE", Path.home() / ".cache" / "gpuprof-test-wheels"))
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(house), "msgspec", "numpy", "click", "rich"],

@@ -14,8 +14,8 @@ from gpuprof.errors import RuleError
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.flow import finish
 from gpuprof.runner import RuleUnit, Selection, run_rules
-from gpuprof.testing.realtraces import shared_path, v100_samples
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.realtraces import shared_path, v100_samples
+from gpuprof_testing.tracegen import TraceBuilder
 
 PKG = Path(__file__).resolve().parents[1] / "gpuprof"
 

@@ -123,7 +123,7 @@ def test_trace_over_the_cap_is_cut_to_its_first_steps(tmp_path: Path) -> None:
 def test_snapshot_over_the_cap_keeps_its_newest_history(tmp_path: Path) -> None:
     rec = _recorder()
     from gpuprof.memory.snapshot.safeload import load_pickle_file
-    from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+    from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
     b = SnapshotBuilder()
     keep = [b.alloc(1 * MiB, b.stack(("train.py", 10, "step")))]
@@ -151,7 +151,7 @@ def _manifest(folder: Path, entries: list[dict[str, Any]]) -> None:
 def test_oom_and_leak_snapshot_checks_pass_and_fail(tmp_path: Path) -> None:
     # Snapshots from gpuprof's allocator model in a temp folder (nothing is committed): the two
     # snapshot checks the GPU recordings will get, passing on the right numbers and failing on wrong ones.
-    from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+    from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
     b = SnapshotBuilder(device_memory=1024 * MiB)
     held = 0

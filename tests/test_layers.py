@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.cycles import cycles
+from gpuprof_testing.cycles import cycles
 
 PKG = Path(__file__).resolve().parents[1] / "gpuprof"
 
@@ -125,7 +125,7 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-_cycles = cycles  # gpuprof.testing.cycles: the one finder, shared with tests/test_capture_shape.py
+_cycles = cycles  # gpuprof_testing.cycles: the one finder, shared with tests/test_capture_shape.py
 
 
 def test_cycle_finder_finds_a_planted_circle() -> None:
@@ -192,7 +192,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the pytest plugin, over the launcher's step clock, capture and diff; gpuprof try's trials (launcher, diff's noise)
     ("pytest_plugin", "trials"),
     ("cli",),
-    ("__main__", "__init__", "testing", "data"),
+    ("__main__", "__init__", "data"),
 )
 LEVEL = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 

@@ -139,23 +139,27 @@ def test_the_command_says_the_one_version() -> None:
 
 
 def test_the_wheel_ships_no_test_helper_and_no_shipped_module_imports_one() -> None:
-    """The test helpers (``gpuprof.testing``: trace and snapshot writers) stay out of the wheel: the packages
-    setuptools finds with pyproject's include/exclude hold none, and nothing that ships imports them."""
+    """The test helpers (``gpuprof_testing``: trace and snapshot writers, the shared data's paths) live in the
+    tests tree, outside the package: pytest finds them through pyproject's ``pythonpath``, the packages
+    setuptools finds with pyproject's ``include`` are gpuprof's alone and none a test helper, and nothing that
+    ships imports them (the built wheel's names: tests/test_explanations.py's fresh-venv test)."""
     import ast
 
     from setuptools import find_packages
 
+    import gpuprof_testing
+
+    assert Path(gpuprof_testing.__file__).resolve().parent == ROOT / "tests" / "support" / "gpuprof_testing"
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     found = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
     shipped = set(find_packages(str(ROOT), include=found["find"]["include"], exclude=found["find"].get("exclude", ())))
     assert {"gpuprof", "gpuprof.memory", "gpuprof.memory.snapshot", "gpuprof.capture.job"} <= shipped
-    assert not {p for p in shipped if p.startswith("gpuprof.testing")}
+    assert all(p == "gpuprof" or p.startswith("gpuprof.") for p in shipped), sorted(shipped)
+    assert not {p for p in shipped if "testing" in p.split(".")}
     importers = []
     for path in (ROOT / "gpuprof").rglob("*.py"):
-        if "testing" in path.relative_to(ROOT / "gpuprof").parts[:1]:
-            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
                      else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            importers += [f"{path.name}: {n}" for n in names if n == "gpuprof.testing" or n.startswith("gpuprof.testing.")]
+            importers += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("gpuprof_testing", "tests")]
     assert not importers

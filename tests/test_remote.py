@@ -18,7 +18,7 @@ from gpuprof.errors import InputError
 from gpuprof.redact import redact
 from gpuprof.remote import Url, is_url, local_or_url
 from gpuprof.render import render
-from gpuprof.testing import TraceBuilder, simple_training, write_ranks
+from gpuprof_testing import TraceBuilder, simple_training, write_ranks
 
 fsspec = pytest.importorskip("fsspec")
 
@@ -146,7 +146,7 @@ def test_credentials_in_a_url_are_never_shown() -> None:
 
 
 def test_memory_command_reads_a_snapshot_by_url(mem: tuple[Any, str], tmp_path: Path) -> None:
-    from gpuprof.testing.snapshots import SnapshotBuilder
+    from gpuprof_testing.snapshots import SnapshotBuilder
 
     fs, root = mem
     sb = SnapshotBuilder()

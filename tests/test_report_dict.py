@@ -19,7 +19,7 @@ from gpuprof import __version__
 from gpuprof.analysis import analyze
 from gpuprof.findings import EventRef, Evidence, Finding, Severity, SourceLocation
 from gpuprof.report import SCHEMA_VERSION, Report
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 
 def _ref_location(loc: SourceLocation | None) -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing import KERNELS, NCCL_STREAM, TraceBuilder, gemm_kernel, simple_training, write_ranks
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import (
     DTYPE_BF16,
@@ -21,6 +20,7 @@ from gpuprof.trace.model import (
     op_dtypes,
 )
 from gpuprof.trace.vocab import step_number
+from gpuprof_testing import KERNELS, NCCL_STREAM, TraceBuilder, gemm_kernel, simple_training, write_ranks
 
 DIALECTS = ["modern", "2021"]
 

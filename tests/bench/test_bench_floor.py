@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.realtraces import ROOT, available
+from gpuprof_testing.realtraces import ROOT, available
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 REPO = Path(__file__).resolve().parents[2]
 

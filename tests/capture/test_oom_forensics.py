@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from gpuprof.capture.oom import OOMObserver
 from gpuprof.cli import cli
-from gpuprof.testing.realtraces import shared_snapshot
-from gpuprof.testing.snapshots import GiB
+from gpuprof_testing.realtraces import shared_snapshot
+from gpuprof_testing.snapshots import GiB
 
 
 class _Plain(pickle.Unpickler):

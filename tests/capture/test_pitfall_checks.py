@@ -269,7 +269,7 @@ def test_gp623_bad_on_cuda_is_a_warning_with_the_measured_wait() -> None:
 
 
 def test_gp623_launch_time_read_from_a_real_cuda_trace() -> None:
-    from gpuprof.testing.realtraces import shared_path
+    from gpuprof_testing.realtraces import shared_path
 
     facts = trace_op_facts([shared_path("tbplugin", "samples", "resnet50_num_workers_0",
                                         "worker0.1623143089861.pt.trace.json.gz")])

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from gpuprof.cli import cli
 from gpuprof.mcp.tools import TOOL_NAMES
 from gpuprof.mcp.wire import PROTOCOL_VERSIONS, TooLong, read_lines
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder, simple_training
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
 from .mcp_clients import sdk_call, server_for
 
@@ -313,7 +313,7 @@ def test_the_server_imports_neither_torch_nor_the_sdk(tmp_path: Path) -> None:
 
 
 def test_memory_answers_the_command_lines_json_on_a_real_snapshot() -> None:
-    from gpuprof.testing.realtraces import shared_snapshot
+    from gpuprof_testing.realtraces import shared_snapshot
 
     snap = shared_snapshot("cs336_magma_memory_snapshot.pickle")
     expected = cli_json("memory", str(snap))

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from gpuprof.analysis import analyze, analyze_trace
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.critpath.graph import build_graph
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.realtraces import shared_path
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample_trace"

@@ -14,8 +14,8 @@ from gpuprof.analysis import analyze
 from gpuprof.diff.compare import diff_reports
 from gpuprof.diff.render import render_diff_terminal
 from gpuprof.rules.base import all_rules
-from gpuprof.testing.realtraces import shared_path, v100_samples
-from gpuprof.testing.tracegen import TraceBuilder, simple_training, write_ranks
+from gpuprof_testing.realtraces import shared_path, v100_samples
+from gpuprof_testing.tracegen import TraceBuilder, simple_training, write_ranks
 
 SGEMM = "ampere_sgemm_128x64_nn"  # cuBLAS FP32 on an A100, no tensor cores
 TF32 = "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_stage3_warpsize2x2x1_tensor16x8x8_kernel"

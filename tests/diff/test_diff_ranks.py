@@ -9,7 +9,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.tracegen import TraceBuilder, write_ranks
+from gpuprof_testing.tracegen import TraceBuilder, write_ranks
 
 
 def _job(directory: Path, slow_rank_us: dict[int, int]) -> Path:

@@ -15,7 +15,7 @@ from gpuprof.cli import cli
 from gpuprof.diff.compare import diff_reports
 from gpuprof.diff.gate import judge, parse_threshold
 from gpuprof.stats import noise_band
-from gpuprof.testing.realtraces import v100_samples
+from gpuprof_testing.realtraces import v100_samples
 
 
 def run(*args: str) -> Any:

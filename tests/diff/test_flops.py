@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.flops import estimate_flops
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import op_concrete_inputs, op_flops, op_shape_key
 from gpuprof.trace.peaks import PEAKS, PRECISIONS, device_row, peak_for
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder
 
 H100_CONV = ("hta", "TraceLens", "tests", "traces", "h100", "Falconsai_nsfw_image_detection__1016002.json.gz")
 

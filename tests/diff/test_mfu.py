@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.flops import estimate_flops
+from gpuprof_testing.realtraces import shared_path
 
 H100 = ("hta", "TraceLens", "tests", "traces", "h100")
 BF16_PEAK = {"h100": 989.4, "mi300x": 1307.4}

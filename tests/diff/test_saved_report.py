@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.realtraces import v100_samples
+from gpuprof_testing.realtraces import v100_samples
 
 
 def run(*args: str) -> Any:
@@ -67,7 +67,7 @@ def test_malformed_report_is_exit_2(tmp_path: Path) -> None:
 
 
 def test_saved_multi_rank_report_keeps_its_sections(tmp_path: Path) -> None:
-    from gpuprof.testing.tracegen import TraceBuilder, write_ranks
+    from gpuprof_testing.tracegen import TraceBuilder, write_ranks
 
     def body(tb: TraceBuilder, rank: int) -> None:
         for _ in range(3):

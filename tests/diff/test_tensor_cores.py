@@ -16,7 +16,7 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.rules.precision import uses_tensor_cores
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 TRACES = [
     ("h100", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"),

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.realtraces import shared_path, v100_samples
 from gpuprof.trace.flops import estimate_flops
 from gpuprof.trace.peaks import device_row, peak_for
 from gpuprof.trace.precision import kernel_precision
+from gpuprof_testing.realtraces import shared_path, v100_samples
 
 
 def test_real_gpu_trace_views_add_up_to_the_kernel_total() -> None:
@@ -143,7 +143,7 @@ def test_an_unknown_gpu_gets_no_peak(name: str, cc: tuple[int, int], row: str | 
 
 
 def test_nested_same_name_operators_count_their_gpu_time_once(tmp_path: Path) -> None:
-    from gpuprof.testing.tracegen import TraceBuilder
+    from gpuprof_testing.tracegen import TraceBuilder
 
     tb = TraceBuilder()
     for _ in range(3):
@@ -186,7 +186,7 @@ def test_every_operator_call_is_counted_zero_length_ones_included(folder: str) -
 def test_shapes_written_over_several_lines_read_as_one_line_in_every_view(tmp_path: Path) -> None:
     from gpuprof.render.markdown import render_markdown
     from gpuprof.render.terminal import render_terminal
-    from gpuprof.testing.tracegen import TraceBuilder
+    from gpuprof_testing.tracegen import TraceBuilder
 
     tb = TraceBuilder(record_shapes=True)
     for _ in range(4):

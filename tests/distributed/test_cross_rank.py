@@ -17,9 +17,9 @@ import pytest
 from gpuprof.analysis import analyze
 from gpuprof.distributed.analysis import cross_rank
 from gpuprof.distributed.summary import RankSummary, summarize
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.realtraces import shared_path
 
 REPO = Path(__file__).resolve().parents[2]
 # rank 1's planted sleep per step: far above what a busy 2-core machine's scheduling adds

@@ -15,7 +15,7 @@ from gpuprof.analysis import analyze
 from gpuprof.cli import cli
 from gpuprof.errors import InputError
 from gpuprof.render import render
-from gpuprof.testing import TraceBuilder, write_ranks
+from gpuprof_testing import TraceBuilder, write_ranks
 
 pytestmark = pytest.mark.frameworks  # a real LocalCluster: worker processes that import dask
 distributed = pytest.importorskip("distributed")

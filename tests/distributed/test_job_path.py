@@ -19,9 +19,9 @@ from gpuprof.analysis import analyze
 from gpuprof.distributed.jobpath import JOB_KINDS, JobPath
 from gpuprof.distributed.merge import CrossRank
 from gpuprof.report import Report
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder, nccl_kernel
 from gpuprof.trace.critpath.path import PATH_KINDS
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder, nccl_kernel
 
 TRANSFER_US = 1_000.0
 GEMM_US = 5_000.0

@@ -21,9 +21,9 @@ from gpuprof.distributed.rules import CrossRankRule, all_cross_rank_rules
 from gpuprof.distributed.summary import RankSummary, summarize
 from gpuprof.errors import RuleError
 from gpuprof.report import Report
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.realtraces import shared_path
 
 HERE = Path(__file__).parent
 

@@ -12,9 +12,9 @@ from gpuprof.distributed.analysis import cross_rank
 from gpuprof.distributed.reports import problem_in
 from gpuprof.distributed.series import series_straggler
 from gpuprof.distributed.summary import RankSeries, RankSummary, summarize
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.realtraces import shared_path
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder
 
 HTA = ("hta", "HolisticTraceAnalysis", "tests", "data")
 

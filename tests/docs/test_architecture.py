@@ -11,9 +11,9 @@ import pytest
 
 import gpuprof.rules.base as base
 from gpuprof.rules.base import RuleContext
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.tracegen import TraceBuilder
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing import realtraces
+from gpuprof_testing import realtraces
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

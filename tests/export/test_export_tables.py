@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 from gpuprof.cli import cli
 from gpuprof.export.tables import TABLES
-from gpuprof.testing.realtraces import v100_samples
 from gpuprof.trace.viewrows import KernelRow, OperatorRow, RangeRow
+from gpuprof_testing.realtraces import v100_samples
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample_trace"

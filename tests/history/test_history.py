@@ -156,7 +156,7 @@ def test_real_v100_runs_mark_the_move_to_loader_workers(tmp_path: Path) -> None:
     No change point is expected: with two runs a side, the data-loading share of the two num_workers=0 runs
     differs by 10 points (39.2 % and 29.7 %), so a 29-point fall is under 4 noise widths.
     """
-    from gpuprof.testing.realtraces import v100_samples
+    from gpuprof_testing.realtraces import v100_samples
 
     docs = []
     for i, trace in enumerate(v100_samples()):

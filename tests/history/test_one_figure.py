@@ -94,7 +94,7 @@ def test_two_real_ranks_read_one_utilisation_in_history_and_diff(tmp_path: Path)
     """HTA's sampled ranks 0 and 1 (../shared): each rank's report under one run, and both ranks in one report.
     Their utilisations differ (44.5% and 46.8%, with different step times), so the plain mean of the traces
     (history before issue 45) is off the job's figure in the fifth digit; history and diff now state the same."""
-    from gpuprof.testing.realtraces import shared_path
+    from gpuprof_testing.realtraces import shared_path
 
     ranks = (shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "timeline_analysis", "sampled_rank-0.json.gz"),
              shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"))

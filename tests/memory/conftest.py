@@ -1,4 +1,4 @@
-"""Fixtures for the memory tests: planted snapshots built with gpuprof.testing.snapshots, and real traces."""
+"""Fixtures for the memory tests: planted snapshots built with gpuprof_testing.snapshots, and real traces."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.snapshots import GiB, MiB, SnapshotBuilder
 
 
 def real_trace(rel: str) -> Path:

@@ -10,7 +10,7 @@ from gpuprof.findings import Severity
 from gpuprof.memory.analysis import MemoryOptions, analyze_memory, memory_report
 from gpuprof.memory.frames import SiteTable
 from gpuprof.memory.snapshot import load_snapshot, parse_snapshot
-from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
+from gpuprof_testing.snapshots import GiB, MiB, SnapshotBuilder
 
 from .conftest import build_fragmented_oom, model_weights, train_steps
 

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from gpuprof.cli import cli
 from gpuprof.memory.attribution import CATEGORIES
-from gpuprof.testing.realtraces import shared_snapshot
-from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+from gpuprof_testing.realtraces import shared_snapshot
+from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
 ALL = ["cs336_magma_memory_snapshot.pickle", "ftcourse_memory_snapshot.pickle", "cs336_silmont_fwd_bf16_128.pickle",
        "eor_nn_snapshot.pickle", "cs336kk_2p7b_compiled_fwd.pickle", "cs336kk_ctx128_fwd_fp32.pickle",

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuprof.memory.analysis import analyze_memory
 from gpuprof.memory.snapshot import parse_snapshot
-from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
 T = "/usr/lib/python3.11/site-packages/torch"
 

@@ -10,9 +10,9 @@ from gpuprof.findings import Severity
 from gpuprof.memory.analysis import analyze_memory, memory_report
 from gpuprof.memory.diff import DiffOptions, diff_report
 from gpuprof.memory.load import load_memory, sniff
-from gpuprof.testing.snapshots import MiB
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import memory_totals
+from gpuprof_testing.snapshots import MiB
 
 from .conftest import CPU_TRACE, V100_2021, V100_TOTALS, real_trace
 

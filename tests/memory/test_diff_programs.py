@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from gpuprof.cli import cli
 from gpuprof.memory.diff import diff_memory, same_program
 from gpuprof.memory.snapshot import parse_snapshot
-from gpuprof.testing.realtraces import shared_snapshot
-from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+from gpuprof_testing.realtraces import shared_snapshot
+from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
 
 def _program(script: str, lines: list[tuple[str, int, str]], buffer_mib: int) -> SnapshotBuilder:

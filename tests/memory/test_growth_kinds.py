@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from gpuprof.cli import cli
 from gpuprof.findings import Severity
 from gpuprof.memory.diff import diff_report
-from gpuprof.testing.realtraces import shared_snapshot
-from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
+from gpuprof_testing.realtraces import shared_snapshot
+from gpuprof_testing.snapshots import GiB, MiB, SnapshotBuilder
 
 from .conftest import model_weights, train_steps
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpuprof.memory.analysis import analyze_memory
 from gpuprof.memory.frames import SiteTable
 from gpuprof.memory.snapshot import parse_snapshot
-from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
 
 def test_rounding_of_live_blocks_is_not_memory_from_before_the_history() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.realtraces import shared_snapshot
-from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
+from gpuprof_testing.realtraces import shared_snapshot
+from gpuprof_testing.snapshots import GiB, MiB, SnapshotBuilder
 
 
 class _Plain(pickle.Unpickler):

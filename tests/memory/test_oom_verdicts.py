@@ -1,6 +1,6 @@
 """Out-of-memory verdicts: fragmentation only when the pool the allocator searched held more free bytes than the
 request in no piece big enough (both figures given); a request larger than what is free is said to be so, never
-fragmentation, and the fixes are ranked by bytes. Planted snapshots (gpuprof.testing.snapshots), numbers exact."""
+fragmentation, and the fixes are ranked by bytes. Planted snapshots (gpuprof_testing.snapshots), numbers exact."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from gpuprof.findings import Severity
 from gpuprof.memory.analysis import analyze_memory
 from gpuprof.memory.snapshot import parse_snapshot
-from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
+from gpuprof_testing.snapshots import GiB, MiB, SnapshotBuilder
 
 from .conftest import build_fragmented_oom, model_weights
 

@@ -1,5 +1,5 @@
 """``gpuprof memory S0 S1 S2 S3``: several ranks' snapshots give one cross-rank view: identical within the stated
-tolerance, or which rank holds more and where. Planted ranks (gpuprof.testing.snapshots), exact numbers."""
+tolerance, or which rank holds more and where. Planted ranks (gpuprof_testing.snapshots), exact numbers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
+from gpuprof_testing.snapshots import GiB, MiB, SnapshotBuilder
 
 
 def _rank(extra_mib: int = 0) -> SnapshotBuilder:

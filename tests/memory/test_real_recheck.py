@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.realtraces import shared_snapshot
+from gpuprof_testing.realtraces import shared_snapshot
 
 ALL = ["cs336_magma_memory_snapshot.pickle", "ftcourse_memory_snapshot.pickle", "cs336_silmont_fwd_bf16_128.pickle",
        "eor_nn_snapshot.pickle", "cs336kk_2p7b_compiled_fwd.pickle", "cs336kk_ctx128_fwd_fp32.pickle",

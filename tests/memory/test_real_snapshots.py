@@ -14,7 +14,7 @@ from gpuprof.cli import cli
 from gpuprof.frames import is_user_file
 from gpuprof.memory.devices import bf16_support, precision_advice
 from gpuprof.memory.frames import SiteTable
-from gpuprof.testing.realtraces import shared_snapshot
+from gpuprof_testing.realtraces import shared_snapshot
 
 NAMES = ["cs336_magma_memory_snapshot.pickle", "ftcourse_memory_snapshot.pickle",
          "cs336_silmont_fwd_bf16_128.pickle", "eor_nn_snapshot.pickle"]

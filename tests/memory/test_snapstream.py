@@ -26,9 +26,9 @@ from gpuprof.memory.snapshot.parse import item_budget
 from gpuprof.memory.snapshot.pickstream import StreamReader
 from gpuprof.memory.snapshot.safeload import UnsafePickleError, load_pickle_file, safe_loads
 from gpuprof.memory.snapshot.stream import BuiltWhole, stream_snapshot
-from gpuprof.testing.realtraces import shared_snapshot
-from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
-from gpuprof.testing.synthpickle import write_snapshot
+from gpuprof_testing.realtraces import shared_snapshot
+from gpuprof_testing.snapshots import GiB, MiB, SnapshotBuilder
+from gpuprof_testing.synthpickle import write_snapshot
 
 REAL = ["cs336_magma_memory_snapshot.pickle", "cs336_silmont_fwd_bf16_128.pickle", "cs336kk_2p7b_compiled_fwd.pickle",
         "cs336kk_ctx128_fwd_fp32.pickle", "cs336kk_ctx128_fwd_mixed.pickle", "eor_nn_snapshot.pickle",

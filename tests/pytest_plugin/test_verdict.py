@@ -17,7 +17,7 @@ from gpuprof.pytest_plugin.capture import TestCapture
 from gpuprof.pytest_plugin.gate import failure
 from gpuprof.pytest_plugin.marker import parse_limits
 from gpuprof.pytest_plugin.verdict import judge
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample_trace"
@@ -180,7 +180,7 @@ def test_on_real_traces_the_gate_says_what_gpuprof_diff_says(tmp_path: Path) -> 
     from click.testing import CliRunner
 
     from gpuprof.cli import cli
-    from gpuprof.testing.realtraces import shared_path
+    from gpuprof_testing.realtraces import shared_path
 
     samples = shared_path("tbplugin", "samples")
     saved = {}

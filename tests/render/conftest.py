@@ -25,9 +25,9 @@ from gpuprof.report import (
     SyncStat,
     TraceSummary,
 )
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.timelinerows import Timeline, TimelineLane, TimelineMarker, TimelineStep
 from gpuprof.trace.viewrows import KernelRow, Mfu, ModuleMfu, OperatorRow, RangeRow, TraceViews
+from gpuprof_testing.realtraces import shared_path
 
 
 def shared_trace(rel: str) -> Path:

@@ -270,7 +270,7 @@ def test_cli_annotates_each_of_several_paths_into_a_directory(tmp_path):
     from click.testing import CliRunner
 
     from gpuprof.cli import cli
-    from gpuprof.testing.tracegen import TraceBuilder, simple_training
+    from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
     a = simple_training(TraceBuilder(), steps=3).write(tmp_path / "rank0" / "t.pt.trace.json")
     b = simple_training(TraceBuilder(), steps=4).write(tmp_path / "rank1" / "t.pt.trace.json")
@@ -297,7 +297,7 @@ def test_cli_annotate_to_a_name_ending_in_a_slash_writes_into_that_directory(tmp
     from click.testing import CliRunner
 
     from gpuprof.cli import cli
-    from gpuprof.testing.tracegen import TraceBuilder, simple_training
+    from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
     src = simple_training(TraceBuilder(), steps=3).write(tmp_path / "in" / "t.pt.trace.json")
     res = CliRunner().invoke(cli, ["analyze", str(src), "--annotate", f"{tmp_path / 'annotated'}/"])

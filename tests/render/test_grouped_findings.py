@@ -14,7 +14,7 @@ from gpuprof.analysis import analyze
 from gpuprof.htmlpage.page import report_page_data
 from gpuprof.render import render
 from gpuprof.render.format import fmt_location
-from gpuprof.testing.realtraces import v100_samples
+from gpuprof_testing.realtraces import v100_samples
 
 
 def _independent_groups(report) -> dict[tuple[str, str | None], set[str]]:

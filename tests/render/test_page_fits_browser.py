@@ -12,7 +12,7 @@ import pytest
 from gpuprof.analysis import analyze
 from gpuprof.htmlpage.page import report_page
 from gpuprof.render.groups import group_findings
-from gpuprof.testing.realtraces import v100_samples
+from gpuprof_testing.realtraces import v100_samples
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(
     (shutil.which("chromium") or shutil.which("chromium-browser")) is None, reason="needs Debian's chromium")]

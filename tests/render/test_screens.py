@@ -21,7 +21,7 @@ from gpuprof.memory.units import fmt_bytes
 from gpuprof.render.layout import reflow, table_lines, wrap_text
 from gpuprof.render.safe import one_line
 from gpuprof.render.terminal import TOP_N
-from gpuprof.testing.realtraces import TRACES, shared_path, v100_samples
+from gpuprof_testing.realtraces import TRACES, shared_path, v100_samples
 
 WIDTHS = [80, 200]
 SNAPSHOT = "cs336_magma_memory_snapshot.pickle"  # Windows paths: long sites with a line number at the end

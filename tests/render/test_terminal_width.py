@@ -19,7 +19,7 @@ from gpuprof.render.safe import is_inert, shorten_distinct, visible
 from gpuprof.render.terminal import TOP_N, render_terminal, terminal_width
 from gpuprof.render.width import DEFAULT_WIDTH
 from gpuprof.report import KernelStat, Report, TraceSummary
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 from .conftest import shared_trace
 

@@ -28,8 +28,8 @@ from gpuprof.render.format import fmt_cost
 from gpuprof.report import Report
 from gpuprof.tbplugin.data import analyse_trace_file, run_view
 from gpuprof.tbplugin.runs import find_runs
-from gpuprof.testing.realtraces import v100_samples
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.realtraces import v100_samples
+from gpuprof_testing.tracegen import TraceBuilder
 
 Row = tuple[str, str, str]  # (code, location as "file-basename:line" or "", cost figure or "")
 CODE = r"(GP\d{3})"

@@ -18,9 +18,9 @@ from gpuprof.analysis import analyze
 from gpuprof.htmlpage.page import report_page_data
 from gpuprof.render import web
 from gpuprof.render.format import fmt_cost, linked_message
-from gpuprof.testing.realtraces import v100_samples
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.realtraces import v100_samples
 
 CARDS = ("traces", "devices", "steps", "step_time_us", "step_time_mean_us", "gpu_utilization")
 

@@ -11,8 +11,8 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.rules.alignment import odd_dims
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder
 
 H100 = ("hta", "TraceLens", "tests", "traces", "h100")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 CODES = ["GP842", "GP860", "GP861", "GP862"]
 
@@ -115,7 +115,7 @@ def test_gp842_good(tmp_path: Path) -> None:
 def test_gp842_real_traces() -> None:
     """HTA samples: an SGD loop of 404 add_ per step is reported; apex FusedAdam (multi_tensor_apply
     kernels launched from no aten operator, one add_ per parameter for its step counter) is not."""
-    from gpuprof.testing.realtraces import shared_path
+    from gpuprof_testing.realtraces import shared_path
 
     def hta_trace(rel: str) -> Path:
         return shared_path("hta", "HolisticTraceAnalysis", "tests", "data", *rel.split("/"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpuprof.rules.common import host_step_of, host_steps_of
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.realtraces import shared_path
 
 
 @pytest.mark.slow  # whole real traces analysed: out of the README's fast command

@@ -12,9 +12,9 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.rules.compiled import compiled_region
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.phase import is_compile_phase
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder
 
 
 def _codes(path: Path, code: str, **options: object) -> list:

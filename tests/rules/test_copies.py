@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder, simple_training
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
 BATCH = 19_267_584  # 32 x 3 x 224 x 224 float32, the V100 samples' batch
 LABELS = 256  # 32 int64 labels

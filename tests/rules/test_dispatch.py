@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 
 def _trace(tmp_path: Path, tiny: int, gemm_us: float, device: str | None = None) -> Path:

@@ -16,9 +16,9 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.rules.dispatch import dispatch_stats
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.tracegen import TraceBuilder
 
 
 def _events(path: Path) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def test_without_view_operators_the_threshold_is_tiny_us(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_a_real_cpu_trace_splits_the_same_when_stretched(tmp_path: Path) -> None:
-    from gpuprof.testing.realtraces import shared_path
+    from gpuprof_testing.realtraces import shared_path
 
     src = next(shared_path("tbplugin", "generated_cpu_torch2.13", "tiny_cpu_nw0").glob("*.pt.trace.json.gz"))
     a = dispatch_stats(compute_metrics(load_trace(src)), 10.0, 20.0)

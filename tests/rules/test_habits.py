@@ -9,10 +9,10 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.findings import Severity
-from gpuprof.testing.realtraces import shared_path, v100_samples
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import op_records_autograd
+from gpuprof_testing.realtraces import shared_path, v100_samples
+from gpuprof_testing.tracegen import TraceBuilder
 
 
 def _gp840(path: Path) -> list:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import KERNELS, TraceBuilder, simple_training
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import KERNELS, TraceBuilder, simple_training
 
 TRACELENS = ("hta", "TraceLens", "tests", "traces")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from gpuprof.analysis import analyze
 from gpuprof.findings import Severity
 from gpuprof.rules.layout import is_layout_transpose
-from gpuprof.testing.realtraces import v100_samples
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.realtraces import v100_samples
+from gpuprof_testing.tracegen import TraceBuilder
 
 CONV = "sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x32"
 

@@ -11,11 +11,11 @@ from gpuprof.analysis import analyze
 from gpuprof.findings import Severity
 from gpuprof.report import DeviceInfo
 from gpuprof.rules.memory import device_peaks
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import Event, MemoryPayload, Trace
 from gpuprof.trace.vocab import Kind
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder
 
 GIB = 1 << 30
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 H100 = ("hta", "TraceLens", "tests", "traces", "h100")
 

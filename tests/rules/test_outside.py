@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.realtraces import shared_path, v100_samples
+from gpuprof_testing.realtraces import shared_path, v100_samples
 
 
 def _gp306(path: object) -> list:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.realtraces import shared_path, v100_samples
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
 from gpuprof.trace.phase import serving_engine, trace_phase
+from gpuprof_testing.realtraces import shared_path, v100_samples
 
 VLLM = ("hta", "TraceLens", "tests", "traces", "inference", "vllm_decode_full")
 

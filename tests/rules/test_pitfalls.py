@@ -12,9 +12,9 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.findings import Finding
-from gpuprof.testing.realtraces import shared_path, v100_samples
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.load import load_trace
+from gpuprof_testing.realtraces import shared_path, v100_samples
+from gpuprof_testing.tracegen import TraceBuilder
 
 CODES = ["GP403", "GP844", "GP852"]
 

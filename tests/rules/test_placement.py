@@ -8,8 +8,8 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.rules.placement import is_heavy_compute_op
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder, simple_training
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
 HTA = ("hta", "HolisticTraceAnalysis", "tests", "data")
 

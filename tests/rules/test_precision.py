@@ -6,8 +6,8 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.rules.precision import is_eligible_kernel, uses_tensor_cores
-from gpuprof.testing.realtraces import shared_path, v100_samples
-from gpuprof.testing.tracegen import KERNELS, TraceBuilder, simple_training
+from gpuprof_testing.realtraces import shared_path, v100_samples
+from gpuprof_testing.tracegen import KERNELS, TraceBuilder, simple_training
 
 V100 = dict(device="Tesla V100-SXM2-32GB", cc=(7, 0), total_memory=32 << 30)
 

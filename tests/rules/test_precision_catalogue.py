@@ -13,10 +13,10 @@ import pytest
 from gpuprof.analysis import analyze
 from gpuprof.render.format import fmt_mfu
 from gpuprof.rules.precision import uses_tensor_cores
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import KERNELS, TraceBuilder
 from gpuprof.trace.peaks import PEAKS, PRECISIONS, peak_for, reference_precision
 from gpuprof.trace.precision import name_precision
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import KERNELS, TraceBuilder
 
 H100 = dict(device="NVIDIA H100 80GB HBM3", cc=(9, 0))
 A100 = dict(device="NVIDIA A100-SXM4-80GB", cc=(8, 0))
@@ -259,7 +259,7 @@ def test_real_mi300x_hipblaslt_gemms_read_as_bf16() -> None:
 @pytest.mark.slow
 def test_real_v100_gp302_advises_float16_with_a_gradscaler() -> None:
     # the kineto ResNet-50 samples: FP32 convolutions on a V100 (compute capability 7.0, no BF16 tensor cores)
-    from gpuprof.testing.realtraces import v100_samples
+    from gpuprof_testing.realtraces import v100_samples
 
     path = v100_samples()[0]
     f = [f for f in analyze(str(path), select=["GP302"]).findings]

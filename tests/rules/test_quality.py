@@ -8,9 +8,9 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.findings import Severity
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder, simple_training
 from gpuprof.trace.load import load_trace
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
 HTA = ("hta", "HolisticTraceAnalysis", "tests", "data")
 

@@ -20,8 +20,8 @@ from gpuprof.errors import EXIT_INTERNAL, RuleError
 from gpuprof.render.format import findings_total
 from gpuprof.rules.base import all_rules, get_rule
 from gpuprof.runner import STRICT_ENV
-from gpuprof.testing import realtraces
-from gpuprof.testing.tracegen import TraceBuilder, simple_training
+from gpuprof_testing import realtraces
+from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]

@@ -8,10 +8,10 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.rules.runtime import _calls_by_kind, is_allocator_call
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder, simple_training
 from gpuprof.trace.model import Event
 from gpuprof.trace.vocab import Kind
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
 
 def _gp205(path, **options):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.tracegen import TraceBuilder, simple_training
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
 
 def _gp203(path, **options):

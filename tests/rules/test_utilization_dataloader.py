@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.tracegen import TraceBuilder, simple_training
+from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
 
 def _codes(path) -> dict[str, object]:

@@ -62,9 +62,9 @@ def test_framework_share_of_a_real_cpu_trace_from_its_raw_events() -> None:
     import statistics
 
     from gpuprof.rules.dispatch import dispatch_stats
-    from gpuprof.testing.realtraces import shared_path
     from gpuprof.trace.load import load_trace
     from gpuprof.trace.metrics import compute_metrics
+    from gpuprof_testing.realtraces import shared_path
 
     path = next(shared_path("tbplugin", "generated_cpu_torch2.13", "tiny_cpu_nw0").glob("*.pt.trace.json.gz"))
     st = dispatch_stats(compute_metrics(load_trace(path)), 10.0, 20.0)

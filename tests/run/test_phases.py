@@ -19,7 +19,7 @@ from gpuprof.capture.job.phases import (
     job_summary,
 )
 from gpuprof.report import JobPhase
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 
 def _kinds(phases: list[JobPhase]) -> list[tuple[str, int, int]]:

@@ -17,7 +17,7 @@ from gpuprof.capture.job.verdict import job_windows, window_verdicts
 from gpuprof.capture.job.windows import Anomaly, PlannedWindow
 from gpuprof.capture.run import TraceFile
 from gpuprof.report import JobWindow
-from gpuprof.testing.realtraces import v100_samples
+from gpuprof_testing.realtraces import v100_samples
 
 Span = tuple[float, float]
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "cuda_runtime", "Runtime",

@@ -10,8 +10,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from gpuprof.testing.snapshots import GiB, MiB, SnapshotBuilder
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.snapshots import GiB, MiB, SnapshotBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 #: A file name that is itself hostile (it becomes the page title).
 HOSTILE_FILE_STEM = "snap'\" autofocus onfocus='x'<!--<script>"

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.realtraces import v100_samples
+from gpuprof_testing.realtraces import v100_samples
 
 from .conftest import HTML_HOSTILE
 from .html_pages import HOSTILE_FILE_STEM, page_data, shown

@@ -18,9 +18,9 @@ from gpuprof.analysis import analyze
 from gpuprof.render import render
 from gpuprof.render.safe import MAX_TEXT, UNSAFE_CODEPOINTS, visible
 from gpuprof.render.terminal import render_terminal
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.critpath.margin import NOTE_HIDDEN, NOTE_NOT_REPLAYED, NOTE_STARVES
 from gpuprof.trace.critpath.path import MAX_PART_NAME, MAX_PARTS, PATH_KINDS
+from gpuprof_testing.tracegen import TraceBuilder
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 

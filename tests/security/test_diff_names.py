@@ -13,7 +13,7 @@ from gpuprof.analysis import analyze
 from gpuprof.diff.compare import diff_reports
 from gpuprof.diff.render import render_diff_markdown, render_diff_terminal
 from gpuprof.render.safe import MAX_TEXT, UNSAFE_CODEPOINTS, visible
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from gpuprof.analysis import analyze
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.flops import estimate_flops
+from gpuprof_testing.tracegen import TraceBuilder
 
 HUGE = 10**200  # a Python int JSON allows; products of a few overflow a float
 

@@ -22,9 +22,9 @@ from gpuprof.distributed.jobpath import JOB_KINDS
 from gpuprof.render import render
 from gpuprof.render.safe import UNSAFE_CODEPOINTS
 from gpuprof.render.terminal import render_terminal
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.critpath import hops
 from gpuprof.trace.critpath.path import MAX_PART_NAME, MAX_PARTS, PATH_KINDS
+from gpuprof_testing.tracegen import TraceBuilder
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 

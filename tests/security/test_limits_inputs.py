@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 REPO = Path(__file__).resolve().parents[2]
 CAP = 1536 * 1024 * 1024  # bytes of address space for the child: python + gpuprof need ~300 MB

@@ -13,9 +13,9 @@ import pytest
 from gpuprof.codes import apply_overlaps
 from gpuprof.findings import Evidence, Finding, Severity
 from gpuprof.rules.replayed import with_what_if
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.tracegen import TraceBuilder
 
 HOSTILE: list[Any] = [math.nan, math.inf, -math.inf, -1.0, True, "1", None, [1.0], {"a": 1}, 10**400, 1e308,
                       -0.0, 2**63]

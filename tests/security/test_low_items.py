@@ -88,7 +88,7 @@ def test_a_trace_without_a_top_level_traceevents_is_still_refused(tmp_path: Path
 
 @pytest.mark.parametrize("where", ["block", "segment", "device_trace", "history"])
 def test_a_snapshot_with_frames_not_a_list_is_read(tmp_path: Path, where: str) -> None:
-    from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+    from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
     b = SnapshotBuilder()
     b.alloc(4 * MiB)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.tracegen import TraceBuilder, simple_training
+from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
 from ..cli.mcp_clients import INITIALIZE, StdioServer, call, request
 

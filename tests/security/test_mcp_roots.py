@@ -16,7 +16,7 @@ import pytest
 
 from gpuprof.errors import InputError
 from gpuprof.mcp.roots import Roots
-from gpuprof.testing.tracegen import TraceBuilder, simple_training
+from gpuprof_testing.tracegen import TraceBuilder, simple_training
 
 from ..cli.mcp_clients import server_for
 

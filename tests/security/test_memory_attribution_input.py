@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 

@@ -18,7 +18,7 @@ from gpuprof.cli import cli
 from gpuprof.memory.diff import same_program
 from gpuprof.memory.snapshot import parse_snapshot
 from gpuprof.render.safe import UNSAFE_CODEPOINTS
-from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
 from .conftest import TEXT_HOSTILE
 

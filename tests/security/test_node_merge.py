@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import pytest
 
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 HTA = ("hta", "HolisticTraceAnalysis", "tests", "data")
 RANK0 = (*HTA, "timeline_analysis", "sampled_rank-0.json.gz")

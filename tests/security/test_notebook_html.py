@@ -18,7 +18,7 @@ from gpuprof.findings import Finding, Severity, SourceLocation
 from gpuprof.render.jsonout import render_json
 from gpuprof.render.safe import MAX_TEXT, UNSAFE_CODEPOINTS, visible
 from gpuprof.report import Report
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 

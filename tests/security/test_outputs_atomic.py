@@ -15,8 +15,8 @@ import gpuprof.atomic as atomic
 from gpuprof.atomic import atomic_path, atomic_write, refuse_input_as_output, write_output
 from gpuprof.cli import cli
 from gpuprof.errors import InputError
-from gpuprof.testing.snapshots import MiB, SnapshotBuilder
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.snapshots import MiB, SnapshotBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 PREVIOUS = b"the previous report, which must survive\n"
 

@@ -23,8 +23,8 @@ from click.testing import CliRunner
 from gpuprof.atomic import atomic_path, atomic_write, write_output
 from gpuprof.cli import cli
 from gpuprof.errors import InputError
-from gpuprof.testing.snapshots import MiB, SnapshotBuilder
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.snapshots import MiB, SnapshotBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 
 def _trace(path: Path) -> Path:

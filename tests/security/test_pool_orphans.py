@@ -187,7 +187,7 @@ def test_killing_a_threaded_caller_leaves_no_forkserver_and_no_semaphore(tmp_pat
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_killing_analyze_mid_run_on_real_rank_traces(tmp_path: Path, sig: signal.Signals) -> None:
     """Workers busy analysing real rank traces (not asleep on a FIFO) notice the kill too."""
-    from gpuprof.testing.realtraces import shared_path
+    from gpuprof_testing.realtraces import shared_path
 
     src = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "df_index_resolver", "df_index_resolver.json.gz")
     files = []

@@ -18,8 +18,8 @@ from gpuprof.render.markdown import render_markdown
 from gpuprof.render.safe import MAX_TEXT, UNSAFE_CODEPOINTS, shorten, visible
 from gpuprof.render.terminal import render_terminal
 from gpuprof.report import Report
-from gpuprof.testing.snapshots import MiB, SnapshotBuilder
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.snapshots import MiB, SnapshotBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 

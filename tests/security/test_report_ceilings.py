@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from gpuprof.cli import cli
 from gpuprof.errors import InputError
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 REPO = Path(__file__).resolve().parents[2]
 ALEXNET = ("hta", "HolisticTraceAnalysis", "tests", "data", "critical_path", "alexnet",

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from gpuprof.cli import cli
 from gpuprof.errors import InputError
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 ALEXNET = ("hta", "HolisticTraceAnalysis", "tests", "data", "critical_path", "alexnet",
            "benchmark_result_2869224_1695835535_trace.json.gz")

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from gpuprof.cli import cli
 from gpuprof.memory.htmlsafe import csp_hash
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 from .html_pages import HOSTILE_FILE_STEM, page_data, parse_page, shown

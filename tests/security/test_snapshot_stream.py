@@ -30,7 +30,7 @@ from gpuprof.memory.snapshot.parse import item_budget
 from gpuprof.memory.snapshot.pickops import UNSAFE
 from gpuprof.memory.snapshot.safeload import load_pickle_file
 from gpuprof.memory.snapshot.stream import BuiltWhole, stream_snapshot
-from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
 # A valid start: PROTO 4, the top dict, "segments": [] and "device_traces": [[ ... the entries follow
 _HEAD = (b"\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x0ddevice_traces\x94]\x94]\x94("

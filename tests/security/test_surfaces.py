@@ -24,7 +24,7 @@ import msgspec
 import pytest
 
 from gpuprof.render.safe import UNSAFE_CODEPOINTS
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 from .conftest import HUGE_NAME, TEXT_HOSTILE
 from .test_tbplugin_files import _get, _plugin, _until_ready
@@ -126,7 +126,7 @@ def test_plugin_snapshot_limits(tmp_path: Path, kind: str, words: str) -> None:
 # --- TensorBoard plugin: names and outputs --------------------------------------------------------------------
 
 def test_plugin_serves_hostile_names_as_inert_json_and_writes_nothing(tmp_path: Path) -> None:
-    from gpuprof.testing.tracegen import TraceBuilder
+    from gpuprof_testing.tracegen import TraceBuilder
 
     logdir = tmp_path / "logdir"
     names = TEXT_HOSTILE + ["</script><script>alert(1)</script>", HUGE_NAME]
@@ -315,7 +315,7 @@ def test_cli_json_keeps_the_exact_names(tmp_path: Path, name: str) -> None:
     from click.testing import CliRunner
 
     from gpuprof.cli import cli
-    from gpuprof.testing.tracegen import TraceBuilder
+    from gpuprof_testing.tracegen import TraceBuilder
 
     b = TraceBuilder()
     for _ in range(3):

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 pytest.importorskip("tensorboard")
 

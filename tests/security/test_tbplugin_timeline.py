@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.tracegen import TraceBuilder
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 

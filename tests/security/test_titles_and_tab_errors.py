@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 TRACE = ("hta", "HolisticTraceAnalysis", "tests", "data", "critical_path", "alexnet",
          "benchmark_result_2869224_1695835535_trace.json.gz")
@@ -77,7 +77,7 @@ def test_the_diff_page_title_names_the_files_only_and_inertly(hostile_trace: Pat
 
 
 def test_the_memory_page_title_names_the_file_only_and_inertly(tmp_path: Path) -> None:
-    from gpuprof.testing.realtraces import shared_snapshot
+    from gpuprof_testing.realtraces import shared_snapshot
 
     d = tmp_path / "private" / "home"
     d.mkdir(parents=True)

@@ -17,16 +17,16 @@ from click.testing import CliRunner
 
 from gpuprof.cli import cli
 from gpuprof.report import SCHEMA_VERSION
-from gpuprof.testing import TraceBuilder, simple_training
-from gpuprof.testing.trackerruns import (
-    offline_env,
-    read_mlflow_runs,
-    wandb_offline_runs,
-)
 from gpuprof.trackers.mlflow import MlflowTracker
 from gpuprof.trackers.payload import Publication, Window
 from gpuprof.trackers.send import send
 from gpuprof.trackers.wandb import artifact_name
+from gpuprof_testing import TraceBuilder, simple_training
+from gpuprof_testing.trackerruns import (
+    offline_env,
+    read_mlflow_runs,
+    wandb_offline_runs,
+)
 
 from .conftest import HTML_HOSTILE, HUGE_NAME, TEXT_HOSTILE
 

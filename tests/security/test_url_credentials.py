@@ -23,8 +23,8 @@ from gpuprof.cli import cli
 from gpuprof.errors import InputError, describe_error
 from gpuprof.redact import redact, scrub
 from gpuprof.render.tbtext import findings_text
-from gpuprof.testing import TraceBuilder, simple_training
-from gpuprof.testing.realtraces import shared_snapshot, v100_samples
+from gpuprof_testing import TraceBuilder, simple_training
+from gpuprof_testing.realtraces import shared_snapshot, v100_samples
 
 fsspec = pytest.importorskip("fsspec")
 

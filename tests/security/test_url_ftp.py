@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing import TraceBuilder, simple_training
+from gpuprof_testing import TraceBuilder, simple_training
 
 pytest.importorskip("fsspec")
 pytest.importorskip("pyftpdlib")

@@ -72,7 +72,7 @@ def _capture(logdir: Path, run: str, slow_loader: bool) -> None:
 
 
 def _hostile_run(logdir: Path) -> list[str]:
-    from gpuprof.testing.tracegen import TraceBuilder
+    from gpuprof_testing.tracegen import TraceBuilder
 
     names = HTML_HOSTILE + [HUGE_NAME[:5000]]
     b = TraceBuilder()
@@ -97,7 +97,7 @@ def _two_rank_job(logdir: Path) -> bool:
     import json
     import unittest
 
-    from gpuprof.testing.realtraces import shared_path
+    from gpuprof_testing.realtraces import shared_path
 
     try:
         src = shared_path("hta", "HolisticTraceAnalysis", "tests", "data", "timeline_analysis",
@@ -138,7 +138,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         _capture(logdir, "after", slow_loader=False)
     finally:
         torch.set_num_threads(threads)
-    from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+    from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
     snap = SnapshotBuilder()  # CPU captures write no snapshot: a CUDA-like one beside the "after" capture
     snap.alloc(64 * MiB, snap.stack(("/home/u/train.py", 42, "train_step")))

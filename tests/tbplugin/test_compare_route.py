@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.realtraces import v100_samples
+from gpuprof_testing.realtraces import v100_samples
 
 pytest.importorskip("tensorboard")
 

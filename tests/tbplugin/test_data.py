@@ -19,8 +19,8 @@ import pytest
 from gpuprof.tbplugin.data import analyse_trace_file, compare_views, read_report, run_view
 from gpuprof.tbplugin.runs import find_runs
 from gpuprof.tbplugin.store import Store
-from gpuprof.testing.realtraces import shared_path, v100_samples
-from gpuprof.testing.tracegen import TraceBuilder
+from gpuprof_testing.realtraces import shared_path, v100_samples
+from gpuprof_testing.tracegen import TraceBuilder
 
 pytest.importorskip("tensorboard", reason="the plugin needs the tensorboard package (gpuprof[tensorboard])")
 
@@ -240,7 +240,7 @@ def _until_ready(c: Any, url: str) -> dict[str, Any]:
 
 def test_routes_list_analyse_compare_and_serve_the_memory_viewer(client: Any, tmp_path: Path) -> None:
     from gpuprof.tbplugin import page
-    from gpuprof.testing.snapshots import MiB, SnapshotBuilder
+    from gpuprof_testing.snapshots import MiB, SnapshotBuilder
 
     c, plugin = client
     _trace(tmp_path / "before" / "w.pt.trace.json", loader_ms=4.0)

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.realtraces import shared_path
+from gpuprof_testing.realtraces import shared_path
 
 from ..security.html_pages import page_data
 

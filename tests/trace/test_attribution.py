@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.attribution import attribute
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.realtraces import shared_path
 
 GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
 RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "hip_runtime"}

@@ -17,8 +17,8 @@ import pytest
 import gpuprof.trace.chunks as C
 from gpuprof.analysis import analyze
 from gpuprof.errors import InputError
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
+from gpuprof_testing.realtraces import shared_path
 
 HTA = ("hta", "HolisticTraceAnalysis", "tests", "data")
 REAL = [

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.vocab import step_number
+from gpuprof_testing.realtraces import shared_path
 
 REPO = Path(__file__).resolve().parents[2]
 

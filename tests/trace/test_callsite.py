@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace import callsite
 from gpuprof.trace.callsite import callee_name
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.stacks import StackIndex
+from gpuprof_testing.tracegen import TraceBuilder
 
 SOURCE = """import torch
 

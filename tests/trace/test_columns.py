@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace import columns as columns_mod
 from gpuprof.trace.columns import Columns, columns, gpu_columns
 from gpuprof.trace.load import load_trace
@@ -27,6 +26,7 @@ from gpuprof.trace.statrows import KernelStat, OpStat
 from gpuprof.trace.stats import kernel_stats, op_stats
 from gpuprof.trace.threads import ThreadIndex, group_by_thread
 from gpuprof.trace.vocab import Kind
+from gpuprof_testing.realtraces import shared_path
 
 REAL = [
     ("hta", "HolisticTraceAnalysis", "tests", "data", "ns_resolution_trace", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"),

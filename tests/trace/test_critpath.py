@@ -1,6 +1,6 @@
 """The critical path and the what-if replay on synthetic traces with a hand-computed schedule.
 
-Each trace is built by :class:`~gpuprof.testing.tracegen.TraceBuilder`, whose clock
+Each trace is built by :class:`~gpuprof_testing.tracegen.TraceBuilder`, whose clock
 makes the schedule: a kernel starts when its launch call returns or its stream
 is free, a sync returns 2 µs after the GPU work it waits for. The expected
 figures below are computed from the events the builder returned, not from
@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.critpath.graph import WAIT_DATA, WAIT_SYNC, build_graph
 from gpuprof.trace.critpath.path import PATH_KINDS, critical_path, critical_segments
 from gpuprof.trace.critpath.replay import Removal, Replayer, replay_saving
 from gpuprof.trace.critpath.rows import CriticalPath
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
+from gpuprof_testing.tracegen import TraceBuilder
 
 
 def _metrics(b: TraceBuilder, tmp_path: Path) -> TraceMetrics:
@@ -133,7 +133,7 @@ def test_segments_named_by_another_threads_operator_lie_on_that_thread(tmp_path:
 
 
 def test_real_v100_backward_thread_segments_are_on_its_lane() -> None:
-    from gpuprof.testing.realtraces import shared_path
+    from gpuprof_testing.realtraces import shared_path
 
     m = compute_metrics(load_trace(str(shared_path("tbplugin", "samples", "resnet50_num_workers_0",
                                                    "worker0.1623143566756.pt.trace.json.gz"))))

@@ -1,6 +1,6 @@
 """Stream semantics of the step graph (issue 42): work queued behind its stream is the stream's, whatever the gap.
 
-Each trace is built by :class:`~gpuprof.testing.tracegen.TraceBuilder`; its ``stream_gaps_us`` starts queued GPU work
+Each trace is built by :class:`~gpuprof_testing.tracegen.TraceBuilder`; its ``stream_gaps_us`` starts queued GPU work
 4-9 µs after the previous work of its stream ends, as real GPUs do (above the graph's 3 µs tolerance). The expected
 figures are computed from the events the builder wrote, not from gpuprof's graph.
 """
@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.critpath.graph import build_graph
 from gpuprof.trace.critpath.path import critical_path
 from gpuprof.trace.critpath.rows import CriticalPath
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
+from gpuprof_testing.tracegen import TraceBuilder
 
 GAPS = (4.0, 6.0, 9.0, 5.0, 7.0, 8.0)
 

@@ -16,10 +16,10 @@ from types import ModuleType
 
 import pytest
 
-from gpuprof.testing.realtraces import TRACES, shared_path
 from gpuprof.trace.critpath.path import critical_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.realtraces import TRACES, shared_path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "critpath_truth.py"
 

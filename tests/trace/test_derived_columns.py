@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.columns import Columns, columns, gpu_columns
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import Event, Trace, kernel_config
 from gpuprof.trace.threads import ThreadIndex, group_by_thread, grouped_by_thread
 from gpuprof.trace.vocab import Kind
+from gpuprof_testing.realtraces import shared_path
 
 REAL = [
     ("hta", "HolisticTraceAnalysis", "tests", "data", "ns_resolution_trace", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"),

@@ -23,8 +23,8 @@ import gpuprof.trace.chunks as C
 import gpuprof.trace.load as L
 from gpuprof.cli import cli
 from gpuprof.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, InputError
-from gpuprof.testing import TraceBuilder, simple_training
-from gpuprof.testing.realtraces import MISSING, TRACES
+from gpuprof_testing import TraceBuilder, simple_training
+from gpuprof_testing.realtraces import MISSING, TRACES
 
 HTA = TRACES / "hta" / "HolisticTraceAnalysis" / "tests" / "data"
 # Small real traces of several dialects (15-70 KB of JSON each).

@@ -6,10 +6,10 @@ import statistics
 
 import pytest
 
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
 from gpuprof.trace.steps import _last_step_end
+from gpuprof_testing.realtraces import shared_path
 
 
 def test_the_host_sets_the_pace_the_drain_is_not_a_step() -> None:

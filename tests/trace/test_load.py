@@ -17,12 +17,12 @@ import pytest
 import gpuprof.trace.chunks as C
 import gpuprof.trace.source as S
 from gpuprof.errors import InputError
-from gpuprof.testing import TraceBuilder, simple_training
-from gpuprof.testing.realtraces import MISSING, TRACES, shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import Trace
 from gpuprof.trace.source import find_traces
 from gpuprof.trace.vocab import step_number
+from gpuprof_testing import TraceBuilder, simple_training
+from gpuprof_testing.realtraces import MISSING, TRACES, shared_path
 
 SAMPLE_NW0 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz")
 LIST_FORMAT = ("tbplugin", "historical_2020-12_list_format", "resnet50_num_workers_0", "worker0.pt.trace.json.gz")

@@ -23,9 +23,9 @@ import pytest
 import gpuprof.trace.chunks as C
 import gpuprof.trace.decode as D
 from gpuprof.errors import InputError
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.namerepair import repair_names, repair_note
+from gpuprof_testing.realtraces import shared_path
 
 from .test_load import CPU_ONLY, LIBKINETO, LIST_FORMAT, SAMPLE_NW0, _raw, signature
 

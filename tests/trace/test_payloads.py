@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from gpuprof.capture.settings import trace_op_facts
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import (
     DTYPE_DOUBLE,
@@ -22,6 +21,7 @@ from gpuprof.trace.model import (
     op_dtypes,
     op_records_autograd,
 )
+from gpuprof_testing.realtraces import shared_path
 
 V100_2021 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz")
 CPU_MEMORY = ("tbplugin", "generated_cpu_torch2.13", "tiny_cpu_nw0", "cpuworker.1795297193849114643.pt.trace.json.gz")

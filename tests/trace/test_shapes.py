@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
 from gpuprof.trace.model import op_shape_key
 from gpuprof.trace.shapes import step_shapes
 from gpuprof.trace.vocab import SHAPE_KEY_OPS
+from gpuprof_testing.realtraces import shared_path
 
 NW0 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143089861.pt.trace.json.gz")
 SAMPLED = ("hta", "HolisticTraceAnalysis", "tests", "data", "timeline_analysis", "sampled_rank-0.json.gz")

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import gpuprof.trace.normalise as N
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.decode import EVENTS_DECODER
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import DTYPE_BF16, DTYPE_FLOAT, DTYPE_FP16, DTYPE_HALF, op_dtypes
+from gpuprof_testing.realtraces import shared_path
 
 XDIT = ("hta", "TraceLens", "tests", "traces", "inference", "xdit_sd_3.5", "profile_trace_rank_0.json.gz")
 V100_2021 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz")

@@ -23,7 +23,6 @@ import pytest
 
 from gpuprof.analysis import analyze_trace
 from gpuprof.findings import SourceLocation
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trace.columns import Columns, columns, named
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.model import Event
@@ -31,6 +30,7 @@ from gpuprof.trace.stacks import StackIndex, user_location
 from gpuprof.trace.table import EventTable, TableBuilder, is_table
 from gpuprof.trace.threads import group_by_thread, on_thread
 from gpuprof.trace.vocab import Kind
+from gpuprof_testing.realtraces import shared_path
 
 TRACELENS = ("hta", "TraceLens", "tests", "traces")
 REAL = [

@@ -11,8 +11,6 @@ from gpuprof.analysis import analyze
 from gpuprof.findings import Finding, Severity
 from gpuprof.render import render
 from gpuprof.rules.replayed import declared_what_ifs, with_what_if
-from gpuprof.testing.realtraces import TRACES, shared_path
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.critpath.margin import (
     NOTE_HIDDEN,
     NOTE_MORE,
@@ -23,6 +21,8 @@ from gpuprof.trace.critpath.margin import (
 from gpuprof.trace.critpath.path import critical_path, critical_segments
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
+from gpuprof_testing.realtraces import TRACES, shared_path
+from gpuprof_testing.tracegen import TraceBuilder
 
 
 def _finding(report_findings: list[Finding], code: str) -> Finding:

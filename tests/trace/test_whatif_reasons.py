@@ -16,10 +16,10 @@ import pytest
 from gpuprof.findings import Finding, Severity
 from gpuprof.rules.loaderfix import NOTE_LOADER_CPU, loader_saving
 from gpuprof.rules.replayed import with_what_if
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.critpath.margin import NOTE_HIDDEN, NOTE_MORE, NOTE_STARVES, WHY_HOST
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
+from gpuprof_testing.tracegen import TraceBuilder
 
 GAPS = (4.0, 6.0, 9.0, 5.0, 7.0, 8.0)
 

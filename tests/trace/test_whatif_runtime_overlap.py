@@ -1,6 +1,6 @@
 """GP205's and GP702's what-ifs: runtime calls cut from the host, collectives overlapped with compute.
 
-The synthetic traces come from :class:`~gpuprof.testing.tracegen.TraceBuilder`, whose clock makes the
+The synthetic traces come from :class:`~gpuprof_testing.tracegen.TraceBuilder`, whose clock makes the
 schedule (a kernel starts when its launch call returns or its stream is free; a sync returns 2 µs after
 the GPU work it waits for); each expected figure is computed from the events it returned, not from
 gpuprof's graph. The real traces are the shared ones (skipped, with the reason, when absent).
@@ -21,14 +21,14 @@ from gpuprof.distributed.summary import RankSummary, summarize
 from gpuprof.distributed.whatif import OVERLAP_LESS, OVERLAP_MORE, OVERLAP_NOT_REPLAYED
 from gpuprof.findings import Finding
 from gpuprof.rules.replayed import NOTE_OTHER_THREADS
-from gpuprof.testing.realtraces import TRACES, shared_path
-from gpuprof.testing.tracegen import TraceBuilder
 from gpuprof.trace.critpath.graph import GPU_COMM, build_graph
 from gpuprof.trace.critpath.margin import NOTE_HIDDEN, NOTE_STARVES, margin_note
 from gpuprof.trace.critpath.overlap import overlap_saving, overlapped
 from gpuprof.trace.critpath.replay import Removal, Replayer, replay_saving
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
+from gpuprof_testing.realtraces import TRACES, shared_path
+from gpuprof_testing.tracegen import TraceBuilder
 
 HTA = ("hta", "HolisticTraceAnalysis", "tests", "data")
 

@@ -16,7 +16,7 @@ pytest.importorskip("mlflow", reason="needs the mlflow package (pip install mlfl
 
 import gpuprof  # noqa: E402
 from gpuprof.capture import GpuprofWarning, Schedule  # noqa: E402
-from gpuprof.testing.trackerruns import read_mlflow_runs, wandb_offline_runs  # noqa: E402
+from gpuprof_testing.trackerruns import read_mlflow_runs, wandb_offline_runs  # noqa: E402
 
 pytestmark = pytest.mark.slow  # trains a model, starts W&B's service, imports MLflow
 

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from gpuprof.capture import Schedule  # noqa: E402
 from gpuprof.integrations.lightning import GpuprofCallback  # noqa: E402
-from gpuprof.testing.trackerruns import wandb_offline_runs  # noqa: E402
+from gpuprof_testing.trackerruns import wandb_offline_runs  # noqa: E402
 
 
 class Tiny(L.LightningModule):

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.trackerruns import read_mlflow_runs
 from gpuprof.trackers.payload import FINDING_COLUMNS, windows
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.trackerruns import read_mlflow_runs
 
 pytest.importorskip("mlflow", reason="needs the mlflow package (pip install mlflow-skinny)")
 pytestmark = pytest.mark.slow  # importing MLflow alone takes about 2 s of CPU

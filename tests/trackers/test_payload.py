@@ -15,7 +15,6 @@ import pytest
 
 from gpuprof.codes import get_spec
 from gpuprof.saved import ReportProblem, SavedTrace, saved_report
-from gpuprof.testing.realtraces import shared_path
 from gpuprof.trackers.payload import (
     FINDING_COLUMNS,
     Artefact,
@@ -24,6 +23,7 @@ from gpuprof.trackers.payload import (
     trace_mfu,
     windows,
 )
+from gpuprof_testing.realtraces import shared_path
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")  # old traces spell them Kernel, Memcpy
 NW0 = ("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143566756.pt.trace.json.gz")

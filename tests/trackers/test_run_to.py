@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.testing.trackerruns import read_mlflow_runs, wandb_offline_runs
+from gpuprof_testing.trackerruns import read_mlflow_runs, wandb_offline_runs
 
 pytest.importorskip("torch")
 pytest.importorskip("wandb", reason="needs the wandb package (pip install wandb)")

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 import gpuprof.trackers as trackers
 from gpuprof.capture.config import CaptureConfig
 from gpuprof.cli import cli
-from gpuprof.testing import TraceBuilder, simple_training
 from gpuprof.trackers import missing_package, parse_targets
 from gpuprof.trackers.payload import Publication
 from gpuprof.trackers.send import send
+from gpuprof_testing import TraceBuilder, simple_training
 
 
 def test_names_are_checked_and_kept_once_in_order() -> None:

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset  # noqa: E402
 
 from gpuprof.capture import Schedule  # noqa: E402
 from gpuprof.integrations.transformers import GpuprofCallback  # noqa: E402
-from gpuprof.testing.trackerruns import read_mlflow_runs  # noqa: E402
+from gpuprof_testing.trackerruns import read_mlflow_runs  # noqa: E402
 
 
 class Tokens(Dataset[dict[str, Any]]):

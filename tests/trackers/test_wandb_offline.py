@@ -1,5 +1,5 @@
 """W&B in offline mode (WANDB_MODE=offline): ``gpuprof analyze --to wandb`` on a real trace, and a run the
-user started; the offline run's log is read back (gpuprof.testing.trackerruns) and compared with the
+user started; the offline run's log is read back (gpuprof_testing.trackerruns) and compared with the
 report. Nothing leaves the machine (the ``no_network`` fixture)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from gpuprof.cli import cli
-from gpuprof.testing.realtraces import shared_path
-from gpuprof.testing.trackerruns import wandb_offline_runs
 from gpuprof.trackers.payload import FINDING_COLUMNS, windows
+from gpuprof_testing.realtraces import shared_path
+from gpuprof_testing.trackerruns import wandb_offline_runs
 
 pytest.importorskip("wandb", reason="needs the wandb package (pip install wandb)")
 pytestmark = pytest.mark.slow  # W&B starts its service process (about 1 s of CPU per run)

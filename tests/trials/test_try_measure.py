@@ -278,8 +278,8 @@ def test_suggestions_from_a_real_traces_findings() -> None:
     cost of the findings that suggested it, computed here from the report's findings; the pageable copy in the
     script is a code change at its line."""
     import gpuprof
-    from gpuprof.testing.realtraces import shared_path
     from gpuprof.trials.suggest import SUGGESTS, code_change_rows, suggest
+    from gpuprof_testing.realtraces import shared_path
 
     path = shared_path("tbplugin", "samples", "resnet50_num_workers_0", "worker0.1623143089861.pt.trace.json.gz")
     findings = list(gpuprof.analyze(str(path)).findings)

@@ -19,13 +19,13 @@ from click.testing import CliRunner
 from gpuprof.analysis import analyze
 from gpuprof.cli import cli
 from gpuprof.findings import EventRef, Evidence, Finding, Severity
-from gpuprof.testing.realtraces import v100_samples
-from gpuprof.testing.tracegen import DEFAULT_STREAM, NCCL_STREAM, TraceBuilder
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import TraceMetrics, compute_metrics
 from gpuprof.trace.timelinerows import EVENT_KINDS, MAX_EVENTS, MAX_NAME, Timeline
 from gpuprof.views.decimate import decimate, decimate_to
 from gpuprof.views.timeline import build_timeline
+from gpuprof_testing.realtraces import v100_samples
+from gpuprof_testing.tracegen import DEFAULT_STREAM, NCCL_STREAM, TraceBuilder
 
 PID, SIDE = 4242, 4300
 

@@ -20,11 +20,11 @@ import pytest
 
 from gpuprof.analysis import analyze
 from gpuprof.htmlpage.page import report_page
-from gpuprof.testing.realtraces import v100_samples
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
 from gpuprof.trace.timelinerows import CriticalRow
 from gpuprof.views.timeline import build_timeline, critical_step
+from gpuprof_testing.realtraces import v100_samples
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [pytest.mark.browser,

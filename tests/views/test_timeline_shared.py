@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from gpuprof.errors import InputError
-from gpuprof.testing.realtraces import TRACES, shared_path
 from gpuprof.trace.load import load_trace
 from gpuprof.trace.metrics import compute_metrics
 from gpuprof.trace.timelinerows import MAX_EVENTS, MAX_LANES, MAX_NAME
 from gpuprof.views.timeline import build_timeline
+from gpuprof_testing.realtraces import TRACES, shared_path
 
 pytestmark = pytest.mark.slow
 

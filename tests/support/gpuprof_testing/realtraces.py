@@ -14,7 +14,7 @@ absent (a fresh clone with nothing beside it) the test is skipped, and every
 such skip has the same one-line reason (:data:`MISSING`), so pytest's summary
 shows it once. The skip is pytest's own when pytest is running, else
 :class:`unittest.SkipTest` (which unittest reports as a skip), so this module
-(shipped in the package) needs no test framework.
+(also read by bench/ scripts) needs no test framework.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ __all__ = ["ENV", "ROOT", "TRACES", "SNAPSHOTS", "MISSING", "available", "locate
            "v100_samples", "shared_snapshot"]
 
 ENV = "GPUPROF_SHARED_TRACES"
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[3]
 
 
 def locate(value: str | os.PathLike[str] | None) -> tuple[Path, Path, Path]:

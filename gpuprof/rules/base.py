@@ -35,18 +35,8 @@ from gpuprof.rules.whatif import WhatIf
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, Trace
 
-__all__ = [
-    "Rule",
-    "RuleSpec",
-    "RuleContext",
-    "register",
-    "all_rules",
-    "get_rule",
-    "add_rule",
-    "find_rule",
-    "event_refs",
-    "COMMON_OPTIONS",
-]
+__all__ = ["Rule", "RuleSpec", "RuleContext", "register", "all_rules", "get_rule", "add_rule", "find_rule",
+           "event_refs", "COMMON_OPTIONS"]
 
 MAX_EVENT_REFS = 20  # evidence keeps a bounded sample of events
 

@@ -17,14 +17,8 @@ from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, du
 from gpuprof.trace.precision import NARROW_FORMATS, TENSOR_CORE_FORMATS, name_precision
 from gpuprof.units import fmt_us
 
-__all__ = [
-    "NoTensorCores",
-    "PrecisionStats",
-    "precision_stats",
-    "is_eligible_kernel",
-    "uses_tensor_cores",
-    "device_capability",
-]
+__all__ = ["NoTensorCores", "PrecisionStats", "precision_stats", "is_eligible_kernel", "uses_tensor_cores",
+           "device_capability"]
 
 _LOCATION_TRIES = 200  # FP32 kernels tried when looking for a user source line
 _NAME_CHARS = 300  # the markers sit in the first part of a (possibly mangled, templated) kernel name

@@ -32,21 +32,8 @@ from typing import Any, Iterable, Mapping
 from gpuprof.codespec import ORIGINS, CodeSpec, Option
 from gpuprof.findings import Evidence, Finding, Link
 
-__all__ = [
-    "CodeSpec",
-    "Option",
-    "catalogue",
-    "declare",
-    "lookup",
-    "get_spec",
-    "explain_text",
-    "explain_parts",
-    "parse_options",
-    "parse_option_overrides",
-    "resolve_selectors",
-    "apply_overlaps",
-    "check_registry",
-]
+__all__ = ["CodeSpec", "Option", "catalogue", "declare", "lookup", "get_spec", "explain_text", "explain_parts",
+           "parse_options", "parse_option_overrides", "resolve_selectors", "apply_overlaps", "check_registry"]
 
 _DECLARED: dict[str, CodeSpec] = {}
 

@@ -13,16 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-__all__ = [
-    "Severity",
-    "SourceLocation",
-    "EventRef",
-    "Evidence",
-    "Finding",
-    "Link",
-    "sort_findings",
-    "code_matches",
-]
+__all__ = ["Severity", "SourceLocation", "EventRef", "Evidence", "Finding", "Link", "sort_findings", "code_matches"]
 
 
 class Severity(str, enum.Enum):

@@ -23,26 +23,9 @@ from gpuprof.trace.statrows import CopyStat, KernelStat, OpStat, SyncStat  # fil
 from gpuprof.trace.timelinerows import Timeline  # defined with the code that fills it (docs/views.md, "Timeline")
 from gpuprof.trace.viewrows import Mfu, TraceViews  # defined with the code that fills them (docs/views.md)
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "MAX_TRACE_US",
-    "StepUs",
-    "DeviceInfo",
-    "KernelStat",
-    "OpStat",
-    "CopyStat",
-    "SyncStat",
-    "TraceSummary",
-    "CriticalPath",
-    "CriticalPart",
-    "Section",
-    "JobPhase",
-    "JobSeries",
-    "JobSamples",
-    "JobSummary",
-    "JobWindow",
-    "Report",
-]
+__all__ = ["SCHEMA_VERSION", "MAX_TRACE_US", "StepUs", "DeviceInfo", "KernelStat", "OpStat", "CopyStat", "SyncStat",
+           "TraceSummary", "CriticalPath", "CriticalPart", "Section", "JobPhase", "JobSeries", "JobSamples",
+           "JobSummary", "JobWindow", "Report"]
 
 SCHEMA_VERSION = "1.7"
 MAX_TRACE_US = float(2**53)  # 285 years: no clock reads more; the trace loader leaves such events out too

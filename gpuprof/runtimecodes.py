@@ -171,31 +171,28 @@ RUNTIME_CHECKS: tuple[CodeSpec, ...] = (
         bad="model(torch.randn(4096, 3, 224, 224, device='cuda'))   # far more than the GPU holds",
         good="for chunk in torch.randn(4096, 3, 224, 224).split(256):\n    model(chunk.cuda())",
         aliases=("out-of-memory",), superseded_by=("GP512",)),
-    CodeSpec(
+    runtime_spec(
         "GP650", "anomaly-window", _W,
         "The steady state broke mid-run; the anomaly window says what changed against the steady window",
-        "runtime", bad_example="for i, (x, y) in enumerate(loader):    # from step 150 each batch is read from "
-        "a slow disk\n    train_step(x, y)",
-        good_example="loader = DataLoader(ds, num_workers=8, prefetch_factor=4)   # the wait hidden behind the step",
-        docs_page="capture.md", module="gpuprof.capture.job.verdict",
+        "job.verdict",
+        bad="for i, (x, y) in enumerate(loader):    # from step 150 each batch is read from a slow disk\n"
+            "    train_step(x, y)",
+        good="loader = DataLoader(ds, num_workers=8, prefetch_factor=4)   # the wait hidden behind the step",
         options=(Option("anomaly_factor", 1.5, "a step slower than this many times the rolling median of the "
                         "normal steps is slow"),
                  Option("anomaly_steps", 5, "slow steps in a row that break the steady state"),
                  Option("anomaly_min_ms", 1.0, "a slow step is also at least this much slower than the median "
                         "(noise on very short steps is no anomaly)", "ms"))),
-    CodeSpec(
+    runtime_spec(
         "GP651", "job-hang", _E,
-        "No step finished for the hang timeout: each rank's stacks written, the line it waits at named",
-        "runtime", bad_example="if rank == 1:\n    load_checkpoint()     # never returns\ndist.barrier()        "
-        "# rank 0 waits here for ever",
-        good_example="dist.init_process_group('gloo', timeout=timedelta(minutes=5))   # a collective fails "
-        "instead of hanging", docs_page="capture.md", module="gpuprof.capture.job.hang"),
-    CodeSpec(
+        "No step finished for the hang timeout: each rank's stacks written, the line it waits at named", "job.hang",
+        bad="if rank == 1:\n    load_checkpoint()     # never returns\ndist.barrier()        # rank 0 waits here for ever",
+        good="dist.init_process_group('gloo', timeout=timedelta(minutes=5))   # a collective fails instead of hanging"),
+    runtime_spec(
         "GP656", "host-contention", Severity.INFO,
-        "Steps slowed while the training thread waited for a core: other processes' load, not the job",
-        "runtime", bad_example="# 4 busy processes beside the job on a 2-core machine\nfor x, y in loader:\n"
-        "    train_step(x, y)", good_example="# the job on cores of its own (taskset -c 0-1 python train.py), the "
-        "other work elsewhere", docs_page="capture.md", module="gpuprof.capture.job.verdict"),
+        "Steps slowed while the training thread waited for a core: other processes' load, not the job", "job.verdict",
+        bad="# 4 busy processes beside the job on a 2-core machine\nfor x, y in loader:\n    train_step(x, y)",
+        good="# the job on cores of its own (taskset -c 0-1 python train.py), the other work elsewhere"),
     runtime_spec(
         "GP710", "missing-distributed-sampler", _W,
         "A DataLoader in a multi-rank run without DistributedSampler: every rank reads the same samples",

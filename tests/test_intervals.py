@@ -78,6 +78,6 @@ def test_covering_and_next_start():
 
 def test_unsorted_and_float_input():
     x = Intervals.from_pairs([(5.5, 6.25), (1.0, 2.0), (1.5, 3.0), (3.0, 4.0)])
-    assert x.to_list() == [(1.0, 4.0), (5.5, 6.25)]  # overlapping and touching intervals fuse
+    assert list(x) == [(1.0, 4.0), (5.5, 6.25)]  # overlapping and touching intervals fuse
     assert Intervals.from_pairs([]).total() == 0.0 and not Intervals.empty()
     assert Intervals.from_pairs([]).per_window([(0, 1)]) == [0.0]

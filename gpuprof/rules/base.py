@@ -35,18 +35,8 @@ from gpuprof.rules.whatif import WhatIf
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import Event, Trace
 
-__all__ = [
-    "Rule",
-    "RuleSpec",
-    "RuleContext",
-    "register",
-    "all_rules",
-    "get_rule",
-    "add_rule",
-    "find_rule",
-    "event_refs",
-    "COMMON_OPTIONS",
-]
+__all__ = ["Rule", "RuleSpec", "RuleContext", "register", "all_rules", "get_rule", "add_rule", "find_rule",
+           "event_refs", "COMMON_OPTIONS"]
 
 MAX_EVENT_REFS = 20  # evidence keeps a bounded sample of events
 
@@ -140,18 +130,9 @@ class Rule(RuleSpec):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def finding(
-        self,
-        ctx: RuleContext,
-        message: str,
-        advice: str,
-        *,
-        evidence: Iterable[Evidence] = (),
-        cost_us_per_step: float | None = None,
-        location: SourceLocation | None = None,
-        severity: Severity | None = None,
-        cost_label: str | None = None,
-    ) -> Finding:
+    def finding(self, ctx: RuleContext, message: str, advice: str, *, evidence: Iterable[Evidence] = (),
+                cost_us_per_step: float | None = None, location: SourceLocation | None = None,
+                severity: Severity | None = None, cost_label: str | None = None) -> Finding:
         """Build a Finding with this rule's code and the cost share of the mean step.
 
         With a cost, ``cost_label`` says what the cost is (``"GPU idle while

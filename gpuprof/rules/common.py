@@ -17,16 +17,8 @@ from gpuprof.trace.model import Event, ts_of
 from gpuprof.trace.syncs import CopyEvent, next_sync_call
 from gpuprof.units import fmt_us
 
-__all__ = [
-    "count_of",
-    "host_step_of",
-    "host_steps_of",
-    "kernel_busy",
-    "kernel_idle_within",
-    "copy_wait_calls",
-    "of_step",
-    "ThreadSpans",
-]
+__all__ = ["count_of", "host_step_of", "host_steps_of", "kernel_busy", "kernel_idle_within", "copy_wait_calls",
+           "of_step", "ThreadSpans"]
 
 
 def count_of(n: float, singular: str, plural: str | None = None) -> str:

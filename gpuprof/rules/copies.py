@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Iterable
 
 from gpuprof.codespec import Option
@@ -17,11 +17,7 @@ from gpuprof.trace.syncs import QUEUED_US, CopyEvent, queued_us
 from gpuprof.trace.vocab import is_synchronous_copy
 from gpuprof.units import fmt_bytes, fmt_us
 
-__all__ = [
-    "PageableCopy",
-    "BlockingCopy",
-    "SmallDeviceToHostCopies",
-]
+__all__ = ["PageableCopy", "BlockingCopy", "SmallDeviceToHostCopies"]
 
 
 def _copy_location(m: TraceMetrics, c: CopyEvent) -> SourceLocation | None:
@@ -31,10 +27,7 @@ def _copy_location(m: TraceMetrics, c: CopyEvent) -> SourceLocation | None:
 
 
 def _most_common(locs: Iterable[SourceLocation | None]) -> SourceLocation | None:
-    counts: dict[SourceLocation, int] = defaultdict(int)
-    for loc in locs:
-        if loc is not None:
-            counts[loc] += 1
+    counts = Counter(loc for loc in locs if loc is not None)
     return max(counts, key=lambda k: counts[k]) if counts else None
 
 
@@ -80,10 +73,7 @@ def pageable_copies(m: TraceMetrics, min_bytes_per_step: float) -> dict[str, lis
         if c.step is not None and c.kind.host_memory == "pageable" and c.kind.direction in _DIR_WORDS:
             by_dir[c.kind.direction].append(c)
     n = max(m.num_steps, 1)
-    return {
-        d: cs for d, cs in sorted(by_dir.items())
-        if sum(c.gpu.nbytes for c in cs) / n >= min_bytes_per_step
-    }
+    return {d: cs for d, cs in sorted(by_dir.items()) if sum(c.gpu.nbytes for c in cs) / n >= min_bytes_per_step}
 
 
 def _int_bytes(nums: dict[str, float]) -> dict[str, float | int]:
@@ -163,10 +153,8 @@ class PageableCopy(Rule):
                 f"(bytes / GPU copy time); {blocking} of the {len(copies)} copies in {m.num_steps} steps "
                 f"blocked the host",
                 advice,
-                evidence=[
-                    _copy_evidence("pageable_bytes_per_step", int(nums["bytes_per_step"]), ctx.opt("min_bytes_per_step"),
-                                   "bytes", nums, copies),
-                ],
+                evidence=[_copy_evidence("pageable_bytes_per_step", int(nums["bytes_per_step"]),
+                                         ctx.opt("min_bytes_per_step"), "bytes", nums, copies)],
                 cost_us_per_step=nums["kernel_idle_us_per_step"],
                 cost_label="host waiting in these copies with no kernel running",
                 location=_most_common(_copy_location(m, c) for c in copies),
@@ -262,15 +250,10 @@ class BlockingCopy(Rule):
             owned_host = _waits(m, owned)
             cost = _idle_per_step(m, own_host.subtract(owned_host))
             shared_us = max(nums["kernel_idle_us_per_step"] - cost, 0.0)
-            shared = [Evidence(
-                "cost_counted_in", "GP201", None, "",
-                extra={"kernel_idle_us_per_step": round(shared_us, 3),
-                       "copies": sum(1 for c in copies if id(c) in owned_ids)},
-            )]
-            label = (
-                f"that waiting less the {fmt_us(shared_us)} per step counted in GP201 "
-                f"(its pageable copies)"
-            )
+            shared = [Evidence("cost_counted_in", "GP201", None, "",
+                               extra={"kernel_idle_us_per_step": round(shared_us, 3),
+                                      "copies": sum(1 for c in copies if id(c) in owned_ids)})]
+            label = f"that waiting less the {fmt_us(shared_us)} per step counted in GP201 (its pageable copies)"
         else:
             label = "that waiting with no kernel running"
         yield self.finding(
@@ -286,22 +269,12 @@ class BlockingCopy(Rule):
             "the copy."
             + (" For small values made each step (torch.tensor(x, device='cuda')), create them on the GPU "
                "(torch.full(..., device='cuda')) or pass Python numbers." if nums["bytes_per_copy"] < _SMALL_COPY else ""),
-            evidence=[
-                Evidence(
-                    "host_blocked_us_per_step",
-                    round(nums["host_blocked_us_per_step"], 1),
-                    ctx.opt("min_blocked_us_per_step"),
-                    "us",
-                    events=event_refs(c.gpu for c in copies),
-                    extra={**_int_bytes(nums), "pageable_copies": pageable, "followed_by_sync": with_sync,
-                           "queued_behind_gpu_work_us_per_step": round(queued, 1),
-                           "synchronous_copy_calls": sync_api},
-                ),
-                *shared,
-            ],
-            cost_us_per_step=cost,
-            cost_label=label,
-            location=_most_common(_copy_location(m, c) for c in copies),
+            evidence=[Evidence("host_blocked_us_per_step", round(nums["host_blocked_us_per_step"], 1),
+                               ctx.opt("min_blocked_us_per_step"), "us", events=event_refs(c.gpu for c in copies),
+                               extra={**_int_bytes(nums), "pageable_copies": pageable, "followed_by_sync": with_sync,
+                                      "queued_behind_gpu_work_us_per_step": round(queued, 1),
+                                      "synchronous_copy_calls": sync_api}), *shared],
+            cost_us_per_step=cost, cost_label=label, location=_most_common(_copy_location(m, c) for c in copies),
         )
 
 
@@ -351,10 +324,8 @@ class SmallDeviceToHostCopies(Rule):
         m = ctx.metrics
         if m.num_steps < ctx.opt("min_steps"):
             return
-        small = [
-            c for c in m.copies
-            if c.step is not None and c.kind.direction == "DtoH" and 0 <= c.gpu.nbytes < ctx.opt("max_bytes")
-        ]
+        small = [c for c in m.copies
+                 if c.step is not None and c.kind.direction == "DtoH" and 0 <= c.gpu.nbytes < ctx.opt("max_bytes")]
         groups: dict[SourceLocation | None, list[CopyEvent]] = defaultdict(list)
         for c in small:
             groups[_copy_location(m, c)].append(c)
@@ -373,12 +344,9 @@ class SmallDeviceToHostCopies(Rule):
                 "Keep per-step scalars on the GPU (accumulate loss.detach() into a GPU tensor) and read them with "
                 ".item()/.cpu() only every N steps; for logging, copy into a pinned buffer with non_blocking=True and "
                 "read it after a later synchronisation.",
-                evidence=[
-                    Evidence("steps_with_small_dtoh_fraction", round(frac, 4), ctx.opt("min_step_fraction"), "fraction",
-                             events=event_refs(c.gpu for c in copies),
-                             extra={**_int_bytes(nums), "max_bytes": ctx.opt("max_bytes")}),
-                ],
+                evidence=[Evidence("steps_with_small_dtoh_fraction", round(frac, 4), ctx.opt("min_step_fraction"),
+                                   "fraction", events=event_refs(c.gpu for c in copies),
+                                   extra={**_int_bytes(nums), "max_bytes": ctx.opt("max_bytes")})],
                 cost_us_per_step=nums["kernel_idle_us_per_step"],
-                cost_label="host waiting in these copies with no kernel running",
-                location=loc,
+                cost_label="host waiting in these copies with no kernel running", location=loc,
             )

@@ -64,29 +64,19 @@ class DataLoaderMainProcess(Rule):
         if share < ctx.opt("min_share"):
             return
         per_step = sum(m.data_loading_per_step) / m.num_steps
-        loc = None
         ev0 = m.dataloader_events[0] if m.dataloader_events else None
-        if ev0 is not None:
-            loc = m.stacks.location(ev0.pid, ev0.tid, ev0.ts)
+        loc = m.stacks.location(ev0.pid, ev0.tid, ev0.ts) if ev0 is not None else None
         yield self.finding(
             ctx,
             f"DataLoader runs in the main process (num_workers=0): {of_step(m, per_step)} "
             "spent building batches on the training thread",
             "Set DataLoader(num_workers=N) with N around the number of CPU cores per GPU (start with 4-8), "
             "and pin_memory=True, persistent_workers=True so workers survive between epochs.",
-            evidence=[
-                Evidence(
-                    "data_loading_share",
-                    round(share, 4),
-                    ctx.opt("min_share"),
-                    "fraction",
-                    events=event_refs(m.dataloader_events),
-                    extra={"iterator": "_SingleProcessDataLoaderIter", "data_loading_us_per_step": round(per_step, 1)},
-                )
-            ],
-            cost_us_per_step=_gpu_idle_loading(ctx),
-            cost_label=_COST_LABEL,
-            location=loc,
+            evidence=[Evidence("data_loading_share", round(share, 4), ctx.opt("min_share"), "fraction",
+                               events=event_refs(m.dataloader_events),
+                               extra={"iterator": "_SingleProcessDataLoaderIter",
+                                      "data_loading_us_per_step": round(per_step, 1)})],
+            cost_us_per_step=_gpu_idle_loading(ctx), cost_label=_COST_LABEL, location=loc,
         )
 
 
@@ -133,17 +123,9 @@ class DataLoadingShare(Rule):
             f"(mean step {fmt_us(m.mean_step_time)})",
             "Workers cannot keep up: raise num_workers and prefetch_factor, make per-sample transforms cheaper "
             "(decode on the GPU, e.g. torchvision.io.decode_jpeg(device='cuda') or DALI), or cache preprocessed data.",
-            evidence=[
-                Evidence(
-                    "data_loading_share",
-                    round(share, 4),
-                    ctx.opt("max_share"),
-                    "fraction",
-                    events=event_refs(m.dataloader_events),
-                    extra={"data_loading_us_per_step": round(per_step, 1)},
-                )
-            ],
-            cost_us_per_step=_gpu_idle_loading(ctx),
-            cost_label=_COST_LABEL,
+            evidence=[Evidence("data_loading_share", round(share, 4), ctx.opt("max_share"), "fraction",
+                               events=event_refs(m.dataloader_events),
+                               extra={"data_loading_us_per_step": round(per_step, 1)})],
+            cost_us_per_step=_gpu_idle_loading(ctx), cost_label=_COST_LABEL,
             severity=Severity.ERROR if share > ctx.opt("error_above") else Severity.WARNING,
         )

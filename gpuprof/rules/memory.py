@@ -158,37 +158,16 @@ class MemoryNearCapacity(Rule):
                 advice = [f"Nothing to fix if {engine} runs as intended: its KV cache takes what its memory setting "
                           "allows (vLLM: gpu_memory_utilization; SGLang: mem_fraction_static). Lower that setting only "
                           "to leave room for another process on the GPU"]
-            yield self.finding(
-                ctx,
-                msg,
-                ". ".join(advice) + ".",
-                evidence=[
-                    Evidence(
-                        "peak_reserved_share",
-                        round(share, 4),
-                        ctx.opt("warn_share"),
-                        "fraction",
-                        events=(EventRef(name=p.at.name, ts=p.at.ts, pid=p.at.pid, tid=p.at.tid),),
-                        extra={
-                            "device": p.device,
-                            "capacity_bytes": p.capacity,
-                            "peak_reserved_bytes": p.reserved,
-                            "allocated_at_peak_bytes": p.allocated,
-                            "peak_allocated_bytes": p.max_allocated,
-                            "peak_allocated_share": round(p.max_allocated / p.capacity, 4),
-                            "step_id": m.steps[step].id if step is not None else None,
-                        },
-                    ),
-                    Evidence(
-                        "reserved_never_allocated_share",
-                        round(frag, 4),
-                        ctx.opt("fragmentation_share"),
-                        "fraction",
-                        extra={"reserved_never_allocated_bytes": slack},
-                    ),
-                ],
-                severity=sev,
-            )
+            yield self.finding(ctx, msg, ". ".join(advice) + ".", severity=sev, evidence=[
+                Evidence("peak_reserved_share", round(share, 4), ctx.opt("warn_share"), "fraction",
+                         events=(EventRef(name=p.at.name, ts=p.at.ts, pid=p.at.pid, tid=p.at.tid),),
+                         extra={"device": p.device, "capacity_bytes": p.capacity, "peak_reserved_bytes": p.reserved,
+                                "allocated_at_peak_bytes": p.allocated, "peak_allocated_bytes": p.max_allocated,
+                                "peak_allocated_share": round(p.max_allocated / p.capacity, 4),
+                                "step_id": m.steps[step].id if step is not None else None}),
+                Evidence("reserved_never_allocated_share", round(frag, 4), ctx.opt("fragmentation_share"), "fraction",
+                         extra={"reserved_never_allocated_bytes": slack}),
+            ])
 
 
 def _trace_start(ctx: RuleContext) -> float:

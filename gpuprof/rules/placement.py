@@ -151,25 +151,15 @@ class DataParallelUsed(Rule):
             "communication, no_sync under gradient accumulation: GP701-GP704, docs/distributed.md)."
             + (" With one GPU, drop the wrapper altogether." if gpus == 1
                else " Without a GPU it does nothing but call the module: drop the wrapper." if single else ""),
-            evidence=[
-                Evidence(
-                    "dataparallel_marks",
-                    sum(len(v) for v in marks.values()),
-                    None,
-                    "events",
-                    events=event_refs(sorted((e for evs in marks.values() for e in evs), key=lambda e: e.ts)),
-                    extra={
-                        "marks": {k: len(v) for k, v in marks.items()},
-                        "gpus_active": gpus,
-                        "forwards_per_step": round(forwards_ps, 3) if forwards_ps is not None else None,
-                        "overhead_us_per_step": round(overhead, 1) if overhead is not None else None,
-                        "host_overhead_us_per_step": round(host_overhead, 1),
-                        "peer_copy_bytes_per_step": int(p2p_bytes),
-                        "peer_copy_us_per_step": round(p2p_us, 1),
-                        "first_mark": first.name,
-                    },
-                )
-            ],
+            evidence=[Evidence(
+                "dataparallel_marks", sum(len(v) for v in marks.values()), None, "events",
+                events=event_refs(sorted((e for evs in marks.values() for e in evs), key=lambda e: e.ts)),
+                extra={"marks": {k: len(v) for k, v in marks.items()}, "gpus_active": gpus,
+                       "forwards_per_step": round(forwards_ps, 3) if forwards_ps is not None else None,
+                       "overhead_us_per_step": round(overhead, 1) if overhead is not None else None,
+                       "host_overhead_us_per_step": round(host_overhead, 1),
+                       "peer_copy_bytes_per_step": int(p2p_bytes), "peer_copy_us_per_step": round(p2p_us, 1),
+                       "first_mark": first.name})],
             cost_us_per_step=overhead,
             cost_label="DataParallel overhead: host time replicating/scattering/gathering plus GPU-to-GPU copy time",
             location=loc,
@@ -320,21 +310,12 @@ class CpuComputeWithGpu(Rule):
             "Move the model and its inputs to the GPU: model.to('cuda') after building every submodule (including "
             "heads, losses with weights and layers created later), inputs with .to('cuda', non_blocking=True); check "
             "with next(module.parameters()).device.",
-            evidence=[
-                Evidence(
-                    "cpu_compute_us_per_step",
-                    round(time_ps, 1),
-                    ctx.opt("min_us_per_step"),
-                    "us",
-                    events=event_refs(sorted(cpu_ops, key=lambda o: -o.dur)),
-                    extra={
-                        "share_of_step": round(share, 4),
-                        "ops_per_step": {k: round(v[0] / n, 3) for k, v in top[:10]},
-                        "op_us_per_step": {k: round(v[1] / n, 1) for k, v in top[:10]},
-                        "kernel_idle_us_per_step": round(cost, 1),
-                    },
-                )
-            ],
+            evidence=[Evidence("cpu_compute_us_per_step", round(time_ps, 1), ctx.opt("min_us_per_step"), "us",
+                               events=event_refs(sorted(cpu_ops, key=lambda o: -o.dur)),
+                               extra={"share_of_step": round(share, 4),
+                                      "ops_per_step": {k: round(v[0] / n, 3) for k, v in top[:10]},
+                                      "op_us_per_step": {k: round(v[1] / n, 1) for k, v in top[:10]},
+                                      "kernel_idle_us_per_step": round(cost, 1)})],
             cost_us_per_step=cost,
             cost_label="time in these CPU operators with no kernel running on the GPU",
             location=m.stacks.location(biggest.pid, biggest.tid, biggest.ts, op=biggest),

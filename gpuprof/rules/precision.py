@@ -17,14 +17,8 @@ from gpuprof.trace.model import DTYPE_DOUBLE, DTYPE_FLOAT, DTYPE_HALF, Event, du
 from gpuprof.trace.precision import NARROW_FORMATS, TENSOR_CORE_FORMATS, name_precision
 from gpuprof.units import fmt_us
 
-__all__ = [
-    "NoTensorCores",
-    "PrecisionStats",
-    "precision_stats",
-    "is_eligible_kernel",
-    "uses_tensor_cores",
-    "device_capability",
-]
+__all__ = ["NoTensorCores", "PrecisionStats", "precision_stats", "is_eligible_kernel", "uses_tensor_cores",
+           "device_capability"]
 
 _LOCATION_TRIES = 200  # FP32 kernels tried when looking for a user source line
 _NAME_CHARS = 300  # the markers sit in the first part of a (possibly mangled, templated) kernel name
@@ -366,24 +360,14 @@ class NoTensorCores(Rule):
             f"{ops}",
             advice,
             evidence=[
-                Evidence(
-                    "fp32_gemm_conv_share",
-                    round(fp32_share, 4),
-                    ctx.opt("min_fp32_share"),
-                    "fraction",
-                    events=event_refs(st.fp32_kernels),
-                    extra={
-                        "compute_capability": f"{cc[0]}.{cc[1]}",
-                        "device": dev.name if dev is not None else None,
-                        "tensor_core_share": round(tc_share, 4),
-                        "eligible_share": round(eligible_share, 4),
-                        "fp32_us_per_step": round(st.fp32_us / n, 1),
-                        "unknown_share": round(st.unknown_us / st.kernel_us, 4),
-                        "ops_fp32_inputs": st.ops_float,
-                        "ops_half_inputs": st.ops_half,
-                        "top_fp32_kernels": {k[:120]: round(v / n, 1) for k, v in top},
-                    },
-                ),
+                Evidence("fp32_gemm_conv_share", round(fp32_share, 4), ctx.opt("min_fp32_share"), "fraction",
+                         events=event_refs(st.fp32_kernels),
+                         extra={"compute_capability": f"{cc[0]}.{cc[1]}", "device": dev.name if dev is not None else None,
+                                "tensor_core_share": round(tc_share, 4), "eligible_share": round(eligible_share, 4),
+                                "fp32_us_per_step": round(st.fp32_us / n, 1),
+                                "unknown_share": round(st.unknown_us / st.kernel_us, 4),
+                                "ops_fp32_inputs": st.ops_float, "ops_half_inputs": st.ops_half,
+                                "top_fp32_kernels": {k[:120]: round(v / n, 1) for k, v in top}}),
                 Evidence("compute_capability", f"{cc[0]}.{cc[1]}", ctx.opt("min_compute_capability"), "", extra={"source": where}),
             ],
             cost_us_per_step=saving,
@@ -406,14 +390,10 @@ class NoTensorCores(Rule):
             "and its inputs to float32 with .float() (model.float(); x = x.float()), or create them as float32: FP64 "
             "runs at a fraction of the FP32 rate (1/2 on datacenter GPUs, 1/32 to 1/64 on others) and never on FP16/BF16 "
             "tensor cores. Then mixed precision (torch.autocast) can apply.",
-            evidence=[
-                Evidence(
-                    "fp64_gemm_conv_share", round(share, 4), ctx.opt("min_fp32_share"), "fraction",
-                    events=event_refs(st.fp64_kernels),
-                    extra={"fp64_us_per_step": round(st.fp64_us / n, 1), "ops_fp64_inputs": st.ops_double,
-                           "fp32_us_per_step": round(st.fp32_us / n, 1)},
-                ),
-            ],
+            evidence=[Evidence("fp64_gemm_conv_share", round(share, 4), ctx.opt("min_fp32_share"), "fraction",
+                               events=event_refs(st.fp64_kernels),
+                               extra={"fp64_us_per_step": round(st.fp64_us / n, 1), "ops_fp64_inputs": st.ops_double,
+                                      "fp32_us_per_step": round(st.fp32_us / n, 1)})],
             cost_us_per_step=st.fp64_us / n * ctx.opt("saving_fraction"),
             cost_label=f"estimated saving in float32 ({ctx.opt('saving_fraction'):.0%} of the FP64 GEMM/conv time)",
             location=st.location,

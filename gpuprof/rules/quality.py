@@ -136,17 +136,10 @@ class StepOutliers(Rule):
                 f"Lengthen the profiler schedule's warm-up so these steps are not recorded, e.g. "
                 f"torch.profiler.schedule(wait=1, warmup={n_warm + 2}, active={max(len(steps) - n_warm, 3)}); "
                 "the figures of this report are skewed by them until then.",
-                evidence=[
-                    Evidence(
-                        "warmup_step_ratio",
-                        round(warm[0].dur / median, 2),
-                        ctx.opt("warmup_factor"),
-                        "x median",
-                        events=tuple(_step_ref(s) for s in warm),
-                        extra={"step_ids": [s.id for s in warm], "step_us": [round(s.dur, 1) for s in warm],
-                               "median_step_us": round(median, 1), "grew": key},
-                    )
-                ],
+                evidence=[Evidence("warmup_step_ratio", round(warm[0].dur / median, 2), ctx.opt("warmup_factor"),
+                                   "x median", events=tuple(_step_ref(s) for s in warm),
+                                   extra={"step_ids": [s.id for s in warm], "step_us": [round(s.dur, 1) for s in warm],
+                                          "median_step_us": round(median, 1), "grew": key})],
                 cost_us_per_step=excess / len(steps),
                 cost_label="time of the warm-up steps above the median, spread over all steps",
                 severity=Severity.INFO,
@@ -167,17 +160,10 @@ class StepOutliers(Rule):
             "the training step, or save asynchronously), Python garbage collection (gc.freeze() after setup, or "
             "gc.disable() with periodic gc.collect()), or DataLoader stalls (more workers, prefetch_factor). "
             "Open the slow steps in the trace viewer (`gpuprof analyze --annotate`).",
-            evidence=[
-                Evidence(
-                    "slow_step_ratio",
-                    round(times[worst] / median, 2),
-                    ctx.opt("outlier_factor"),
-                    "x median",
-                    events=tuple(_step_ref(steps[i]) for i in slow[:20]),
-                    extra={"step_ids": [steps[i].id for i in slow], "step_us": [round(times[i], 1) for i in slow],
-                           "median_step_us": round(median, 1), "grew": key, "grew_us": round(grew, 1)},
-                )
-            ],
+            evidence=[Evidence("slow_step_ratio", round(times[worst] / median, 2), ctx.opt("outlier_factor"),
+                               "x median", events=tuple(_step_ref(steps[i]) for i in slow[:20]),
+                               extra={"step_ids": [steps[i].id for i in slow], "step_us": [round(times[i], 1) for i in slow],
+                                      "median_step_us": round(median, 1), "grew": key, "grew_us": round(grew, 1)})],
             cost_us_per_step=excess / len(steps),
             cost_label="time of the slow steps above the median, spread over all steps",
         )
@@ -234,16 +220,9 @@ class GpuActivityMissing(Rule):
             "CUPTI could not trace: close other profilers (Nsight Systems/Compute, DCGM profiling) that hold it, "
             "check for 'CUPTI_ERROR_INSUFFICIENT_PRIVILEGES' (set NVreg_RestrictProfilingToAdminUsers=0 or run "
             "with the needed capability), and do not mix the CUPTI range profiler with activity tracing.",
-            evidence=[
-                Evidence(
-                    "gpu_events",
-                    0,
-                    None,
-                    "events",
-                    events=event_refs(launches or t.runtime),
-                    extra={"devices": len(t.devices), "runtime_calls": len(t.runtime), "launch_calls": len(launches)},
-                )
-            ],
+            evidence=[Evidence("gpu_events", 0, None, "events", events=event_refs(launches or t.runtime),
+                               extra={"devices": len(t.devices), "runtime_calls": len(t.runtime),
+                                      "launch_calls": len(launches)})],
             severity=sev,
         )
 
@@ -291,10 +270,8 @@ class TraceTooLarge(Rule):
         per_step_bytes = size / n
         per_step_events = t.num_events / n
         # Steps that fit both limits (at least one).
-        fit = min(
-            max_bytes / per_step_bytes if per_step_bytes > 0 else math.inf,
-            ctx.opt("max_events") / per_step_events if per_step_events > 0 else math.inf,
-        )
+        fit = min(max_bytes / per_step_bytes if per_step_bytes > 0 else math.inf,
+                  ctx.opt("max_events") / per_step_events if per_step_events > 0 else math.inf)
         active = max(int(fit), 1)
         heavy = []
         if t.with_stack:
@@ -303,11 +280,9 @@ class TraceTooLarge(Rule):
             heavy.append("record_shapes=True")
         if t.profile_memory or t.memory:
             heavy.append("profile_memory=True")
-        advice = (
-            f"Record fewer steps: at about {fmt_bytes(per_step_bytes)} and {per_step_events:,.0f} events per step, "
-            f"torch.profiler.schedule(wait=1, warmup=2, active={active}, repeat=1) keeps the file under "
-            f"{fmt_bytes(max_bytes)}"
-        )
+        advice = (f"Record fewer steps: at about {fmt_bytes(per_step_bytes)} and {per_step_events:,.0f} events per "
+                  f"step, torch.profiler.schedule(wait=1, warmup=2, active={active}, repeat=1) keeps the file under "
+                  f"{fmt_bytes(max_bytes)}")
         if heavy:
             advice += f"; turn off {', '.join(heavy)} unless needed (each adds events or arguments to every op)"
         compiling = _share_in_compilation(m)
@@ -337,8 +312,6 @@ class TraceTooLarge(Rule):
             ],
             severity=sev,
         )
-
-
 
 
 def _share_in_compilation(m: TraceMetrics) -> float:

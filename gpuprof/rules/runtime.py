@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Iterable
@@ -212,9 +212,7 @@ class ExpensiveRuntimeCalls(Rule):
         if frac < ctx.opt("min_step_fraction"):
             return
         n = m.num_steps
-        per_name: dict[str, int] = defaultdict(int)
-        for r in calls:
-            per_name[r.name] += 1
+        per_name = Counter(r.name for r in calls)
         time_ps = sum(r.dur for r in calls) / n
         cost = _cost(m, calls)
         counts = ", ".join(f"{k} ×{v / n:.3g}" for k, v in sorted(per_name.items(), key=lambda kv: -kv[1]))
@@ -227,29 +225,14 @@ class ExpensiveRuntimeCalls(Rule):
             "sizes), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation, and allocate "
             "pinned host buffers once, outside the loop."
         )
-        yield self.finding(
-            ctx,
-            f"Allocator calls in {len(steps_hit)} of {n} steps ({counts} per step): "
-            f"{fmt_us(time_ps)} per step in cudaMalloc/cudaFree-like calls",
-            advice,
-            evidence=[
-                Evidence(
-                    "steps_with_allocator_calls_fraction",
-                    round(frac, 4),
-                    ctx.opt("min_step_fraction"),
-                    "fraction",
-                    events=event_refs(calls),
-                    extra={
-                        "calls_per_step": {k: round(v / n, 3) for k, v in per_name.items()},
-                        "allocator_us_per_step": round(time_ps, 1),
-                        "kernel_idle_us_per_step": round(cost, 1),
-                    },
-                )
-            ],
-            cost_us_per_step=cost,
-            cost_label="time in these calls with no kernel running",
-            location=_location(m, max(calls, key=lambda r: r.dur)),
-        )
+        evidence = Evidence("steps_with_allocator_calls_fraction", round(frac, 4), ctx.opt("min_step_fraction"),
+                            "fraction", events=event_refs(calls),
+                            extra={"calls_per_step": {k: round(v / n, 3) for k, v in per_name.items()},
+                                   "allocator_us_per_step": round(time_ps, 1), "kernel_idle_us_per_step": round(cost, 1)})
+        yield self._calls_finding(
+            ctx, f"Allocator calls in {len(steps_hit)} of {n} steps ({counts} per step): "
+            f"{fmt_us(time_ps)} per step in cudaMalloc/cudaFree-like calls", advice, evidence, cost,
+            max(calls, key=lambda r: r.dur))
 
     def _churn_whole_trace(self, ctx: RuleContext, calls: list[Event]) -> Iterable[Finding]:
         """Churn in a trace without steps: many allocator calls whose idle time weighs against the GPU work."""
@@ -262,13 +245,15 @@ class ExpensiveRuntimeCalls(Rule):
         cost = _cost(m, calls)
         if cost < ctx.opt("min_share") * m.total_time or cost < ctx.opt("min_busy_ratio") * busy:
             return
-        per_name: dict[str, int] = defaultdict(int)
-        for r in calls:
-            per_name[r.name] += 1
+        per_name = Counter(r.name for r in calls)
         total = sum(r.dur for r in calls)
         counts = ", ".join(f"{k} ×{v}" for k, v in sorted(per_name.items(), key=lambda kv: -kv[1]))
         ratio = f"{cost / busy:.1f}× the GPU's busy time ({fmt_us(busy)})"
-        yield self.finding(
+        evidence = Evidence("allocator_idle_us_vs_gpu_busy", round(cost / busy, 4), ctx.opt("min_busy_ratio"), "ratio",
+                            events=event_refs(sorted(calls, key=lambda r: -r.dur)),
+                            extra={"calls": dict(per_name), "allocator_us": round(total, 1),
+                                   "kernel_idle_us": round(cost, 1), "gpu_busy_us": round(busy, 1)})
+        yield self._calls_finding(
             ctx,
             f"{len(calls)} allocator calls in a trace without step markers ({counts}): {fmt_us(total)} in "
             f"cudaMalloc/cudaFree-like calls, {fmt_us(cost)} of it with no kernel running, {ratio}",
@@ -276,26 +261,7 @@ class ExpensiveRuntimeCalls(Rule):
             "cached blocks are reused, do not call torch.cuda.empty_cache() in the loop, set "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, allocate pinned buffers once; and profile a "
             "few steps after warm-up with torch.profiler.schedule(wait=1, warmup=1, active=3) so the steps "
-            "show whether this repeats.",
-            evidence=[
-                Evidence(
-                    "allocator_idle_us_vs_gpu_busy",
-                    round(cost / busy, 4),
-                    ctx.opt("min_busy_ratio"),
-                    "ratio",
-                    events=event_refs(sorted(calls, key=lambda r: -r.dur)),
-                    extra={
-                        "calls": dict(per_name),
-                        "allocator_us": round(total, 1),
-                        "kernel_idle_us": round(cost, 1),
-                        "gpu_busy_us": round(busy, 1),
-                    },
-                )
-            ],
-            cost_us_per_step=cost,
-            cost_label="time in these calls with no kernel running",
-            location=_location(m, max(calls, key=lambda r: r.dur)),
-        )
+            "show whether this repeats.", evidence, cost, max(calls, key=lambda r: r.dur))
 
     def _long_calls(self, ctx: RuleContext, name: str, calls: list[Event]) -> Iterable[Finding]:
         m = ctx.metrics
@@ -312,32 +278,23 @@ class ExpensiveRuntimeCalls(Rule):
                 return
         cost = _cost(m, calls)
         per = "per step" if m.has_step_markers else "in the trace"
-        yield self.finding(
-            ctx,
-            f"{name} takes {of_step(m, time_ps)} ({len(calls) / n:.3g} calls {per}, "
+        evidence = Evidence("runtime_us_per_step", round(time_ps, 1), ctx.opt("min_us_per_step"), "us",
+                            events=event_refs(sorted(calls, key=lambda r: -r.dur)),
+                            extra={"call": name, "calls_per_step": round(len(calls) / n, 3),
+                                   "longest_us": round(longest.dur, 1), "share_of_step": round(share, 4),
+                                   "kernel_idle_us_per_step": round(cost, 1)})
+        yield self._calls_finding(
+            ctx, f"{name} takes {of_step(m, time_ps)} ({len(calls) / n:.3g} calls {per}, "
             f"longest call {fmt_us(longest.dur)})",
             f"Move {name} out of the training step: create streams/events, query device attributes and load "
-            "modules once at start-up and reuse them.",
-            evidence=[
-                Evidence(
-                    "runtime_us_per_step",
-                    round(time_ps, 1),
-                    ctx.opt("min_us_per_step"),
-                    "us",
-                    events=event_refs(sorted(calls, key=lambda r: -r.dur)),
-                    extra={
-                        "call": name,
-                        "calls_per_step": round(len(calls) / n, 3),
-                        "longest_us": round(longest.dur, 1),
-                        "share_of_step": round(share, 4),
-                        "kernel_idle_us_per_step": round(cost, 1),
-                    },
-                )
-            ],
-            cost_us_per_step=cost,
-            cost_label="time in these calls with no kernel running",
-            location=_location(m, longest),
-        )
+            "modules once at start-up and reuse them.", evidence, cost, longest)
+
+    def _calls_finding(self, ctx: RuleContext, message: str, advice: str, evidence: Evidence, cost: float,
+                       longest: Event) -> Finding:
+        """A finding on runtime calls: costed by their time with no kernel running, located at the longest."""
+        return self.finding(ctx, message, advice, evidence=[evidence], cost_us_per_step=cost,
+                            cost_label="time in these calls with no kernel running",
+                            location=_location(ctx.metrics, longest))
 
 
 @dataclass(frozen=True)
@@ -468,8 +425,6 @@ def _calls_by_kind(runtime: list[Event], kernel_by_corr: dict[int, str], min_cal
     return first_of_pid, out
 
 
-
-
 def _startup_end(m: TraceMetrics) -> float:
     """Where start-up ends: the first step's start with step markers, else the first GPU work (copy, kernel...)."""
     if m.has_step_markers and m.steps:
@@ -570,27 +525,16 @@ class StartupCost(Rule):
             "context and cuDNN/cuBLAS handles early (torch.cuda.init(), one warm-up batch) and keep "
             "CUDA_MODULE_LOADING=LAZY (the default since CUDA 11.7) so only the kernels used are loaded."
         )
-        evidence = [
-            Evidence(
-                "startup_us",
-                round(total, 1),
-                ctx.opt("min_call_us"),
-                "us",
-                events=event_refs(f.call for f in found),
-                extra={
-                    "calls": [{"call": f.call.name, "us": round(f.call.dur, 1), "what": f.what,
-                               "others_median_us": None if f.others_median_us is None else round(f.others_median_us, 1)}
-                              for f in found],
-                    "in_lead_in_us": round(in_lead, 1),
-                    "in_steps_us": round(in_steps, 1),
-                },
-            )
-        ]
+        calls = [{"call": f.call.name, "us": round(f.call.dur, 1), "what": f.what,
+                  "others_median_us": None if f.others_median_us is None else round(f.others_median_us, 1)}
+                 for f in found]
+        evidence = [Evidence("startup_us", round(total, 1), ctx.opt("min_call_us"), "us",
+                             events=event_refs(f.call for f in found),
+                             extra={"calls": calls, "in_lead_in_us": round(in_lead, 1),
+                                    "in_steps_us": round(in_steps, 1)})]
         loc = _location(m, max(found, key=lambda f: f.call.dur).call)
         if cost <= 0:
             yield self.finding(ctx, msg, advice, evidence=evidence, location=loc, severity=Severity.INFO)
             return
-        yield self.finding(
-            ctx, msg, advice, evidence=evidence, location=loc, cost_us_per_step=cost,
-            cost_label="start-up time inside the profiled steps with no kernel running",
-        )
+        yield self.finding(ctx, msg, advice, evidence=evidence, location=loc, cost_us_per_step=cost,
+                           cost_label="start-up time inside the profiled steps with no kernel running")

@@ -270,27 +270,14 @@ class HostSync(Rule):
                 ctx,
                 f"{cause}{where}: {count_of(count, 'host sync')} per step, host blocked {fmt_us(blocked_ps)} per step",
                 _ADVICE.get(cause, _LOGGING_ADVICE if cause.endswith(_LOGGED) else _GENERIC_ADVICE),
-                evidence=[
-                    Evidence(
-                        "sync_cost_us_per_step",
-                        round(cost, 1),
-                        ctx.opt("min_cost_us_per_step"),
-                        "us",
-                        events=event_refs(s.runtime for s in syncs),
-                        extra={
-                            "cause": cause,
-                            "count_per_step": round(count, 3),
-                            "host_blocked_us_per_step": round(blocked_ps, 1),
-                            "op_chain": chain,
-                            "runtime_calls": runtime_names,
-                            "steps_with_sync": len({host_step_of(m, s.runtime.ts) for s in syncs}),
-                        },
-                    ),
-                    *shared,
-                ],
-                cost_us_per_step=cost,
-                cost_label=label,
-                location=loc,
+                evidence=[Evidence("sync_cost_us_per_step", round(cost, 1), ctx.opt("min_cost_us_per_step"), "us",
+                                   events=event_refs(s.runtime for s in syncs),
+                                   extra={"cause": cause, "count_per_step": round(count, 3),
+                                          "host_blocked_us_per_step": round(blocked_ps, 1), "op_chain": chain,
+                                          "runtime_calls": runtime_names,
+                                          "steps_with_sync": len({host_step_of(m, s.runtime.ts) for s in syncs})}),
+                          *shared],
+                cost_us_per_step=cost, cost_label=label, location=loc,
             )
 
 

@@ -63,10 +63,6 @@ class OpAttribution:
     op_dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
     op_name_code: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
-    def op_of_gpu_event(self, i: int) -> Event | None:
-        k = int(self.gpu_op[i])
-        return self.ops[k] if k >= 0 else None
-
     def per_name(self) -> dict[str, tuple[float, float]]:
         """Operator name -> (self GPU µs, inclusive GPU µs), summed over its calls, for names with any."""
         out: dict[str, tuple[float, float]] = {}

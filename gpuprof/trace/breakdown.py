@@ -62,15 +62,9 @@ def annotated_ranges(trace: Trace, main: HostThread | None, main_keys: frozenset
     return host_dl_events, optimizer_events
 
 
-def host_layers(
-    main_runtime: list[Event],
-    blocking_copy_calls: set[int],
-    host_dl_events: list[Event],
-    optimizer_events: list[Event],
-    threads: ThreadIndex,
-    main_keys: frozenset[HostThread],
-    trace: Trace | None = None,
-) -> dict[str, Intervals]:
+def host_layers(main_runtime: list[Event], blocking_copy_calls: set[int], host_dl_events: list[Event],
+                optimizer_events: list[Event], threads: ThreadIndex, main_keys: frozenset[HostThread],
+                trace: Trace | None = None) -> dict[str, Intervals]:
     """The main thread's time per activity: ``sync``, ``blocking_copy``, ``runtime`` (other runtime
     calls), ``runtime_all`` (the three), ``data_loading``, ``optimizer``, ``cpu_ops`` (operators)."""
     rc = _columns_of(trace, main_runtime)

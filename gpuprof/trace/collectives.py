@@ -26,15 +26,8 @@ import msgspec
 
 from gpuprof.trace.model import CommArgs
 
-__all__ = [
-    "COLLECTIVE_TYPES",
-    "is_comm_event_name",
-    "comm_args",
-    "collective_type",
-    "bus_factor",
-    "dtype_bytes",
-    "message_bytes",
-]
+__all__ = ["COLLECTIVE_TYPES", "is_comm_event_name", "comm_args", "collective_type", "bus_factor", "dtype_bytes",
+           "message_bytes"]
 
 # in the order reports list them
 COLLECTIVE_TYPES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv",

@@ -106,9 +106,6 @@ class Intervals:
         more = ", ..." if len(self) > 4 else ""
         return f"Intervals([{head}{more}], n={len(self)})"
 
-    def to_list(self) -> list[Interval]:
-        return list(self)
-
     # -- measures ----------------------------------------------------------------
     def total(self) -> float:
         """Summed length."""

@@ -51,10 +51,7 @@ from gpuprof.trace.syncs import CopyEvent, SyncPoint, find_copies, sync_points
 from gpuprof.trace.threads import HostThread, ThreadIndex, thread_keys
 from gpuprof.trace.vocab import Kind
 
-__all__ = [
-    "TraceMetrics",
-    "compute_metrics",
-]
+__all__ = ["TraceMetrics", "compute_metrics"]
 
 _T = TypeVar("_T")
 

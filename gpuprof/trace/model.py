@@ -18,34 +18,10 @@ import msgspec
 
 from gpuprof.trace.vocab import CopyKind, Kind
 
-__all__ = [
-    "DeviceInfo",
-    "Event",
-    "Trace",
-    "MemoryPayload",
-    "CommArgs",
-    "DTYPE_HALF",
-    "DTYPE_FLOAT",
-    "DTYPE_FP16",
-    "DTYPE_BF16",
-    "DTYPE_DOUBLE",
-    "ts_of",
-    "dur_of",
-    "name_of",
-    "op_dtypes",
-    "op_records_autograd",
-    "OP_AUTOGRAD",
-    "op_call_stack",
-    "op_shape_key",
-    "op_flops",
-    "op_concrete_inputs",
-    "CONCRETE_INPUT_OPS",
-    "copy_kind",
-    "memory_totals",
-    "memory_addr",
-    "KernelConfig",
-    "kernel_config",
-]
+__all__ = ["DeviceInfo", "Event", "Trace", "MemoryPayload", "CommArgs", "DTYPE_HALF", "DTYPE_FLOAT", "DTYPE_FP16",
+           "DTYPE_BF16", "DTYPE_DOUBLE", "ts_of", "dur_of", "name_of", "op_dtypes", "op_records_autograd",
+           "OP_AUTOGRAD", "op_call_stack", "op_shape_key", "op_flops", "op_concrete_inputs", "CONCRETE_INPUT_OPS",
+           "copy_kind", "memory_totals", "memory_addr", "KernelConfig", "kernel_config"]
 
 # Bit flags summarising an operator's input dtypes (from "Input type").
 DTYPE_FLOAT = 1  # float32

@@ -135,16 +135,9 @@ def _enclosing_ops(threads: ThreadIndex, ev: Event, direct: Event | None) -> lis
     return chain
 
 
-def sync_points(
-    main_runtime: list[Event],
-    blocking_copy_calls: set[int],
-    copies: list[CopyEvent],
-    threads: ThreadIndex,
-    op_by_ext: dict[int, Event],
-    stacks: StackIndex,
-    step_of: Callable[[float], int | None],
-    kernel_busy: Intervals | None = None,
-) -> list[SyncPoint]:
+def sync_points(main_runtime: list[Event], blocking_copy_calls: set[int], copies: list[CopyEvent], threads: ThreadIndex,
+                op_by_ext: dict[int, Event], stacks: StackIndex, step_of: Callable[[float], int | None],
+                kernel_busy: Intervals | None = None) -> list[SyncPoint]:
     """The sync points among the main thread's runtime calls (``main_runtime``, in time order).
 
     ``blocking_copy_calls`` holds the ``id()`` of the host calls of blocking

@@ -15,23 +15,9 @@ import enum
 import re
 from typing import Callable
 
-__all__ = [
-    "Kind",
-    "CATEGORY_KIND",
-    "CopyKind",
-    "parse_copy_name",
-    "RuntimeClass",
-    "classify_runtime",
-    "STEP_RE",
-    "step_number",
-    "is_dataloader_name",
-    "is_single_process_dataloader",
-    "is_optimizer_name",
-    "SYNC_OPS",
-    "LOGGING_FRAME_PREFIXES",
-    "SHAPE_KEY_OPS",
-    "logging_call_of",
-]
+__all__ = ["Kind", "CATEGORY_KIND", "CopyKind", "parse_copy_name", "RuntimeClass", "classify_runtime", "STEP_RE",
+           "step_number", "is_dataloader_name", "is_single_process_dataloader", "is_optimizer_name", "SYNC_OPS",
+           "LOGGING_FRAME_PREFIXES", "SHAPE_KEY_OPS", "logging_call_of"]
 
 
 class Kind(enum.IntEnum):

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 from operator import attrgetter
-from typing import NamedTuple, Sequence, TypedDict
+from typing import Iterator, NamedTuple, Sequence, TypedDict
 
 import numpy as np
 
@@ -170,13 +170,9 @@ def _inside_same_group(parent: np.ndarray, group: np.ndarray) -> np.ndarray:
     calls' inclusive times would count the inner call's kernels twice (issue 37). One numpy pass per level.
     """
     inside = np.zeros(len(parent), bool)
-    anc = parent.copy()
-    while True:
-        up = anc >= 0
-        if not up.any():
-            return inside
-        inside |= up & (group[np.maximum(anc, 0)] == group)
-        anc = np.where(up, parent[np.maximum(anc, 0)], -1)
+    for up, anc in _levels(parent):
+        inside |= up & (group[anc] == group)
+    return inside
 
 
 def _count_zero_length_calls(trace: Trace, views: TraceViews) -> None:
@@ -219,13 +215,19 @@ def _count_zero_length_calls(trace: Trace, views: TraceViews) -> None:
 def _depth(parent: np.ndarray) -> np.ndarray:
     """Nesting depth of each op (0 at top level), one numpy pass per level."""
     depth = np.zeros(len(parent), np.int64)
-    anc = parent.copy()
-    while True:
-        up = anc >= 0
-        if not up.any():
-            return depth
+    for up, _ in _levels(parent):
         depth += up
-        anc = np.where(up, parent[np.maximum(anc, 0)], -1)
+    return depth
+
+
+def _levels(parent: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Level by level up the nesting: which ops have an ancestor that many levels up, and that ancestor (0 where
+    none: mask with the first)."""
+    anc = parent.copy()
+    while (up := anc >= 0).any():
+        safe = np.maximum(anc, 0)
+        yield up, safe
+        anc = np.where(up, parent[safe], -1)
 
 
 def _op_fields(att: OpAttribution) -> tuple[np.ndarray, np.ndarray]:
@@ -410,15 +412,8 @@ def _launches(m: TraceMetrics, kernels: Sequence[Event]) -> tuple[np.ndarray, np
     return ts, thread
 
 
-def _ranges(
-    events: list[Event],
-    launch_ts: np.ndarray,
-    launch_thread: np.ndarray,
-    work: _KernelWork,
-    views: TraceViews,
-    view: str,
-    as_paths: bool,
-) -> list[RangeRow]:
+def _ranges(events: list[Event], launch_ts: np.ndarray, launch_thread: np.ndarray, work: _KernelWork, views: TraceViews,
+            view: str, as_paths: bool) -> list[RangeRow]:
     if not events:
         return []
     by_thread: dict[object, list[Event]] = {}

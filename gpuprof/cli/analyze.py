@@ -25,13 +25,8 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 @click.command("analyze")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @report_options
-@click.option(
-    "--option",
-    "rule_options",
-    multiple=True,
-    metavar="CODE.NAME=VALUE",
-    help="Set a rule threshold, e.g. GP101.min_utilization=0.6 (see `gpuprof explain CODE`).",
-)
+@click.option("--option", "rule_options", multiple=True, metavar="CODE.NAME=VALUE",
+              help="Set a rule threshold, e.g. GP101.min_utilization=0.6 (see `gpuprof explain CODE`).")
 @click.option(
     "--annotate",
     type=click.Path(dir_okay=True, path_type=str),
@@ -137,14 +132,8 @@ def _progress_factory(stack: ExitStack) -> Callable[[TraceFile], Any]:
     from gpuprof.render.safe import visible
 
     bar = stack.enter_context(
-        Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TimeRemainingColumn(),
-            transient=True,
-            console=_stderr_console(),
-        )
+        Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                 transient=True, console=_stderr_console())
     )
 
     def factory(path: TraceFile) -> Callable[[int, int], None] | None:

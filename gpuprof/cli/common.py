@@ -55,14 +55,8 @@ NEVER = "never"  # --fail-on value: report only, never exit 1 for findings
 def report_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add --format/-o/--select/--ignore/--fail-on to a command."""
     options = [
-        click.option(
-            "--format",
-            "fmt",
-            type=click.Choice(FORMATS),
-            default="terminal",
-            show_default=True,
-            help="Output format. json follows docs/report-schema.md.",
-        ),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="terminal", show_default=True,
+                     help="Output format. json follows docs/report-schema.md."),
         click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file."),
         click.option("--select", multiple=True, metavar="CODES", help="Only these codes or prefixes (GP1,GP203)."),
         click.option("--ignore", multiple=True, metavar="CODES", help="Drop these codes or prefixes."),

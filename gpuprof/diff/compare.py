@@ -60,15 +60,9 @@ MIN_ROW_CHANGE = 0.05  # 5% of the row's own before time
 MAX_ROWS = 200  # rows per list in the diff document
 
 # the part of the step a finding's cost comes out of, when it is one part (metric names as in `metrics`)
-PART_OF_CODE = {
-    "GP101": "gpu_idle",
-    "GP102": "breakdown.data_loading",
-    "GP601": "breakdown.data_loading",
-    "GP201": "idle.blocking_copy",
-    "GP202": "idle.blocking_copy",
-    "GP203": "idle.sync",
-    "GP302": "breakdown.kernel",
-}
+PART_OF_CODE = {"GP101": "gpu_idle", "GP102": "breakdown.data_loading", "GP601": "breakdown.data_loading",
+                "GP201": "idle.blocking_copy", "GP202": "idle.blocking_copy", "GP203": "idle.sync",
+                "GP302": "breakdown.kernel"}
 
 
 @dataclass

@@ -41,17 +41,10 @@ class Table:
 
 _WHERE = (Column("trace", "string"), Column("rank", "int"))  # which trace a row belongs to: every table but findings
 
-_RANGE = (
-    Column("name", "string"),
-    Column("calls", "int"),
-    Column("cpu_total_us", "float", "us"),
-    Column("gpu_self_us", "float", "us"),
-    Column("gpu_total_us", "float", "us"),
-    Column("mfu", "float", "fraction"),
-    Column("known_flops_share", "float", "fraction"),
-    Column("peak_precision", "string"),
-    Column("reference_mfu", "float", "fraction"),
-)
+_RANGE = (Column("name", "string"), Column("calls", "int"), Column("cpu_total_us", "float", "us"),
+          Column("gpu_self_us", "float", "us"), Column("gpu_total_us", "float", "us"),
+          Column("mfu", "float", "fraction"), Column("known_flops_share", "float", "fraction"),
+          Column("peak_precision", "string"), Column("reference_mfu", "float", "fraction"))
 
 
 def _where(t: SavedTrace) -> dict[str, Any]:
@@ -101,13 +94,11 @@ TABLES: tuple[Table, ...] = (
     ), _view_rows("kernels")),
     Table("modules", (*_WHERE, *_RANGE), _view_rows("modules")),
     Table("ranges", (*_WHERE, *_RANGE), _view_rows("ranges")),
-    Table("findings", (
-        Column("code", "string"), Column("name", "string"), Column("severity", "string"),
-        Column("message", "string"), Column("cost_us_per_step", "float", "us"),
-        Column("cost_share", "float", "fraction"), Column("location_file", "string"),
-        Column("location_line", "int"), Column("location_function", "string"), Column("origin", "string"),
-        Column("trace", "string"),
-    ), _finding_rows),
+    Table("findings", (Column("code", "string"), Column("name", "string"), Column("severity", "string"),
+                       Column("message", "string"), Column("cost_us_per_step", "float", "us"),
+                       Column("cost_share", "float", "fraction"), Column("location_file", "string"),
+                       Column("location_line", "int"), Column("location_function", "string"),
+                       Column("origin", "string"), Column("trace", "string")), _finding_rows),
 )
 TABLE_NAMES = tuple(t.name for t in TABLES)
 

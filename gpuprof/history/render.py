@@ -24,14 +24,9 @@ def _analyse(hist: History) -> tuple[list[ChangePoint], list[FindingChange]]:
 
 def history_dict(hist: History) -> dict[str, Any]:
     points, changes = _analyse(hist)
-    return {
-        "history_version": HISTORY_VERSION,
-        "root": hist.root,
-        "runs": [r.to_dict() for r in hist.runs],
-        "change_points": [asdict(p) for p in points],
-        "finding_changes": [asdict(c) for c in changes],
-        "notes": hist.notes,
-    }
+    return {"history_version": HISTORY_VERSION, "root": hist.root, "runs": [r.to_dict() for r in hist.runs],
+            "change_points": [asdict(p) for p in points], "finding_changes": [asdict(c) for c in changes],
+            "notes": hist.notes}
 
 
 def history_json(hist: History) -> str:

@@ -162,21 +162,10 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
                     {c for _, _, saved in reports for c in saved.failed_rules})
     for t in analysed:
         notes += [f"{t['file']}: {n}" for n in t["summary"].get("notes", [])]
-    return {
-        "name": run.name,
-        "kind": "capture" if reports else "traces",
-        "headline": _headline(analysed),
-        "traces": analysed,
-        "findings": _finished(findings),
-        "failed_rules": failed,
-        "ranks": _ranks(analysed, reports, logdir, cross),
-        "cross_rank": cross,
-        "capture": capture,
-        "job": job,
-        "snapshots": [rel_name(p, logdir) for p in run.snapshots],
-        "notes": notes,
-        "errors": errors,
-    }
+    return {"name": run.name, "kind": "capture" if reports else "traces", "headline": _headline(analysed),
+            "traces": analysed, "findings": _finished(findings), "failed_rules": failed,
+            "ranks": _ranks(analysed, reports, logdir, cross), "cross_rank": cross, "capture": capture, "job": job,
+            "snapshots": [rel_name(p, logdir) for p in run.snapshots], "notes": notes, "errors": errors}
 
 
 def _cross_rank(analysed: list[dict[str, Any]], logdir: Path

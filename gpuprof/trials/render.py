@@ -29,12 +29,10 @@ def _rows(doc: dict[str, Any]) -> list[list[str]]:
     for v in doc["variants"]:
         sp = v["speedup"]
         loss = v["loss_max_abs_diff"]
-        rows.append([
-            visible(v["name"]), f"{_ms(v['step_time_median_us'])}{_pm(v['interval_us'])}",
-            "-" if sp is None else f"{sp:.2f}x", _ms(v["measured_saving_us"]), _ms(v["predicted_saving_us"]),
-            _mib(v["memory_peak_bytes"]), "-" if loss is None else ("0" if loss == 0 else f"{loss:.2g}"),
-            v["verdict"] + (f": {visible(v['error'])}" if v["error"] else ""),
-        ])
+        rows.append([visible(v["name"]), f"{_ms(v['step_time_median_us'])}{_pm(v['interval_us'])}",
+                     "-" if sp is None else f"{sp:.2f}x", _ms(v["measured_saving_us"]), _ms(v["predicted_saving_us"]),
+                     _mib(v["memory_peak_bytes"]), "-" if loss is None else ("0" if loss == 0 else f"{loss:.2g}"),
+                     v["verdict"] + (f": {visible(v['error'])}" if v["error"] else "")])
     return rows
 
 

@@ -50,22 +50,10 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
               "themselves (URLs or a shared file system). See docs/distributed.md.")
 @to_option
 @usage_errors
-def analyze_cmd(
-    paths: tuple[str, ...],
-    fmt: str,
-    output: str | None,
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    fail_on: str,
-    rule_options: tuple[str, ...],
-    annotate: str | None,
-    html_out: str | None,
-    with_timeline: bool,
-    progress: bool | None,
-    jobs: int | None,
-    dask: str | None,
-    to: tuple[str, ...],
-) -> None:
+def analyze_cmd(paths: tuple[str, ...], fmt: str, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
+                fail_on: str, rule_options: tuple[str, ...], annotate: str | None, html_out: str | None,
+                with_timeline: bool, progress: bool | None, jobs: int | None, dask: str | None, to: tuple[str, ...]
+                ) -> None:
     """Diagnose a trace file (.json/.json.gz), a directory of traces, or several of them.
 
     PATHS are what torch.profiler wrote: export_chrome_trace's files, or the

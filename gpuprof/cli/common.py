@@ -78,14 +78,7 @@ def input_files(report: Report) -> list[str]:
     return list(report.inputs) + [t.path for t in report.traces]
 
 
-def emit_report(
-    report: Report,
-    fmt: str,
-    output: str | None,
-    fail_on: str,
-    *,
-    output_checked: bool = False,
-) -> int:
+def emit_report(report: Report, fmt: str, output: str | None, fail_on: str, *, output_checked: bool = False) -> int:
     """Render and write ``report`` (its findings finished already: gpuprof.flow.finish); return its exit code.
 
     ``output_checked``: the command refused an ``output`` that is one of the report's inputs already, before

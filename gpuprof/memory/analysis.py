@@ -507,9 +507,8 @@ def _observer_finding(da: DeviceAnalysis, source: str) -> Finding:
         "The run failed to allocate here. The categories and holders at snapshot time are what filled the device: "
         "shrink the largest of them; record the request's size with the observer's alloc argument next time."
         + _fixes_text(da.fixes),
-        [Evidence("requested", None, None, "bytes", extra={
-            "allocated": t.final_allocated, "reserved": t.final_reserved, "observer_dump": True,
-            "categories": cats})],
+        [Evidence("requested", None, None, "bytes", extra={"allocated": t.final_allocated, "reserved": t.final_reserved,
+                                                           "observer_dump": True, "categories": cats})],
         source,
     )
 

@@ -17,11 +17,8 @@ _TERMINAL: dict[str, Callable[[Any, Any], None]] = {}
 _MARKDOWN: dict[str, Callable[[Any], str]] = {}
 
 
-def register_section(
-    kind: str,
-    terminal: Callable[[Any, Any], None] | None = None,
-    markdown: Callable[[Any], str] | None = None,
-) -> None:
+def register_section(kind: str, terminal: Callable[[Any, Any], None] | None = None,
+                     markdown: Callable[[Any], str] | None = None) -> None:
     if terminal is not None:
         _TERMINAL[kind] = terminal
     if markdown is not None:

@@ -75,8 +75,7 @@ def analyse_trace_file(path: Path, logdir: Path | None = None) -> dict[str, Any]
     failures: list[RuleFailure] = []
     ranks: list[Any] = []
     summary, findings = analyze_trace(trace, failures=failures, metrics=metrics, rank_summaries=ranks)
-    steps = [{"id": s.id, "time_us": s.dur,
-              "breakdown_us": {k: bd.get(k, 0.0) for k in BREAKDOWN_KEYS},
+    steps = [{"id": s.id, "time_us": s.dur, "breakdown_us": {k: bd.get(k, 0.0) for k in BREAKDOWN_KEYS},
               "idle_us": {k: idle.get(k, 0.0) for k in IDLE_KEYS}}
              for s, bd, idle in zip(metrics.steps, metrics.breakdown_per_step, metrics.idle_per_step)]
     from gpuprof.render.format import fmt_comm_wait, fmt_mfu

@@ -63,11 +63,10 @@ def build(command: list[str], baseline: list[Outcome], variants: list[tuple[Vari
     runs = []
     for o in baseline:
         t = _times(o)
-        runs.append({
-            "steps": len(t), "step_time_median_us": statistics.median(t) if t else None,
-            "data_wait_median_us": _median((o.result or {}).get("data_wait_us")),
-            "memory_peak_bytes": _memory(o), "error": o.error, "directory": str(o.directory),
-            "wall_s": round(o.wall_s, 3)})
+        runs.append({"steps": len(t), "step_time_median_us": statistics.median(t) if t else None,
+                     "data_wait_median_us": _median((o.result or {}).get("data_wait_us")),
+                     "memory_peak_bytes": _memory(o), "error": o.error, "directory": str(o.directory),
+                     "wall_s": round(o.wall_s, 3)})
     ok = [o for o in baseline if o.error is None and _times(o)]
     pooled = [x for o in ok for x in _times(o)]
     medians = [statistics.median(_times(o)) for o in ok]

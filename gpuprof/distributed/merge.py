@@ -195,14 +195,13 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
             spans[i].extend(zip(starts.tolist(), (starts + mat[i] - fastest).tolist(), steps.tolist()))
         matched += m
     step_waits = [_union_per_step(sp, max(s.num_steps, 1)) for sp, s in zip(spans, sums)]
-    rows = []
-    for rank, s, w in zip(ranks, sums, step_waits):
-        rows.append(RankRow(rank=rank, path=s.path, device=s.device, num_steps=s.num_steps, step_us=s.step_us,
-                            compute_us=s.compute_us, comm_us=s.comm_us, exposed_comm_us=s.exposed_comm_us,
-                            data_loading_us=s.data_loading_us, host_us=s.host_us, sync_us=s.sync_us,
-                            unrecorded_us=s.unrecorded_us, wait_us=float(w.mean()) if s.num_steps else 0.0,
-                            wait_median_us=float(np.median(w)) if s.num_steps else 0.0,
-                            collectives_per_step=len(s.inst_type) / s.num_steps if s.num_steps else 0.0))
+    rows = [RankRow(rank=rank, path=s.path, device=s.device, num_steps=s.num_steps, step_us=s.step_us,
+                    compute_us=s.compute_us, comm_us=s.comm_us, exposed_comm_us=s.exposed_comm_us,
+                    data_loading_us=s.data_loading_us, host_us=s.host_us, sync_us=s.sync_us,
+                    unrecorded_us=s.unrecorded_us, wait_us=float(w.mean()) if s.num_steps else 0.0,
+                    wait_median_us=float(np.median(w)) if s.num_steps else 0.0,
+                    collectives_per_step=len(s.inst_type) / s.num_steps if s.num_steps else 0.0)
+            for rank, s, w in zip(ranks, sums, step_waits)]
     backends = sorted({s.backend for s in sums if s.backend})
     out = CrossRank(world_size=world, backend="/".join(backends), ranks=rows,
                     collectives=_collective_rows(sums, min_durs, small_bytes, world or len(sums)), matched=matched,

@@ -81,9 +81,6 @@ def history_terminal(hist: History) -> str:
     else:
         lines.append("No change point: every figure moved within its runs' noise.")
     if changes:
-        lines.append("Findings:")
-        for c in changes:
-            lines.append(f"  {c.code} {c.change} in {visible(c.run)}")
-    for n in hist.notes:
-        lines.append(f"note: {visible(n)}")
+        lines += ["Findings:", *(f"  {c.code} {c.change} in {visible(c.run)}" for c in changes)]
+    lines += [f"note: {visible(n)}" for n in hist.notes]
     return "\n".join(lines) + "\n"

@@ -91,8 +91,7 @@ def markdown(doc: dict[str, Any]) -> str:
            f"{'CUDA' if doc['cuda'] else 'no CUDA'}. Times are medians of the per-step times; ± is the noise the "
            "verdict uses (docs/try.md).", "",
            "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    for r in _rows(doc):
-        out.append("| " + " | ".join(_md(c) for c in r) + " |")
+    out += ["| " + " | ".join(_md(c) for c in r) + " |" for r in _rows(doc)]
     keep = [f"- {_md(v['name'])}: {_md(v['code_change'])}" for v in doc["variants"] if v.get("code_change")]
     if keep:
         out += ["", "To keep a faster variant, change:", "", *keep]

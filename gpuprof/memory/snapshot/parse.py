@@ -113,8 +113,6 @@ def _block_frames(b: dict[str, Any]) -> Any:
     return fr
 
 
-
-
 def item_budget(nbytes: int) -> int:
     """Items a snapshot of ``nbytes`` may describe (see ``SNAPSHOT_ITEMS_PER_BYTE``), with a floor for tiny files."""
     return max(nbytes, 4096) * SNAPSHOT_ITEMS_PER_BYTE.value()
@@ -375,7 +373,6 @@ class SnapshotParser:
         return MemoryData(path=self.path, source_type="snapshot", devices=devices, sites=self.sites, notes=notes,
                           settings=dict(settings) if isinstance(settings, dict) else {}, kinds=kinds,
                           annotations=annotations, pinned_host=pinned_host or None)
-
 
 
 _OWNER_KIND = {"parameters": ("parameters", "setup"), "gradients": ("gradients", "backward"),

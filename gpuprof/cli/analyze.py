@@ -25,13 +25,8 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 @click.command("analyze")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @report_options
-@click.option(
-    "--option",
-    "rule_options",
-    multiple=True,
-    metavar="CODE.NAME=VALUE",
-    help="Set a rule threshold, e.g. GP101.min_utilization=0.6 (see `gpuprof explain CODE`).",
-)
+@click.option("--option", "rule_options", multiple=True, metavar="CODE.NAME=VALUE",
+              help="Set a rule threshold, e.g. GP101.min_utilization=0.6 (see `gpuprof explain CODE`).")
 @click.option(
     "--annotate",
     type=click.Path(dir_okay=True, path_type=str),
@@ -55,22 +50,10 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
               "themselves (URLs or a shared file system). See docs/distributed.md.")
 @to_option
 @usage_errors
-def analyze_cmd(
-    paths: tuple[str, ...],
-    fmt: str,
-    output: str | None,
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    fail_on: str,
-    rule_options: tuple[str, ...],
-    annotate: str | None,
-    html_out: str | None,
-    with_timeline: bool,
-    progress: bool | None,
-    jobs: int | None,
-    dask: str | None,
-    to: tuple[str, ...],
-) -> None:
+def analyze_cmd(paths: tuple[str, ...], fmt: str, output: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
+                fail_on: str, rule_options: tuple[str, ...], annotate: str | None, html_out: str | None,
+                with_timeline: bool, progress: bool | None, jobs: int | None, dask: str | None, to: tuple[str, ...]
+                ) -> None:
     """Diagnose a trace file (.json/.json.gz), a directory of traces, or several of them.
 
     PATHS are what torch.profiler wrote: export_chrome_trace's files, or the
@@ -137,14 +120,8 @@ def _progress_factory(stack: ExitStack) -> Callable[[TraceFile], Any]:
     from gpuprof.render.safe import visible
 
     bar = stack.enter_context(
-        Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TimeRemainingColumn(),
-            transient=True,
-            console=_stderr_console(),
-        )
+        Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                 transient=True, console=_stderr_console())
     )
 
     def factory(path: TraceFile) -> Callable[[int, int], None] | None:

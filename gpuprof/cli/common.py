@@ -55,14 +55,8 @@ NEVER = "never"  # --fail-on value: report only, never exit 1 for findings
 def report_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add --format/-o/--select/--ignore/--fail-on to a command."""
     options = [
-        click.option(
-            "--format",
-            "fmt",
-            type=click.Choice(FORMATS),
-            default="terminal",
-            show_default=True,
-            help="Output format. json follows docs/report-schema.md.",
-        ),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="terminal", show_default=True,
+                     help="Output format. json follows docs/report-schema.md."),
         click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file."),
         click.option("--select", multiple=True, metavar="CODES", help="Only these codes or prefixes (GP1,GP203)."),
         click.option("--ignore", multiple=True, metavar="CODES", help="Drop these codes or prefixes."),
@@ -84,14 +78,7 @@ def input_files(report: Report) -> list[str]:
     return list(report.inputs) + [t.path for t in report.traces]
 
 
-def emit_report(
-    report: Report,
-    fmt: str,
-    output: str | None,
-    fail_on: str,
-    *,
-    output_checked: bool = False,
-) -> int:
+def emit_report(report: Report, fmt: str, output: str | None, fail_on: str, *, output_checked: bool = False) -> int:
     """Render and write ``report`` (its findings finished already: gpuprof.flow.finish); return its exit code.
 
     ``output_checked``: the command refused an ``output`` that is one of the report's inputs already, before

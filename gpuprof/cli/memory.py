@@ -64,12 +64,8 @@ def memory_cmd() -> None:
 
 # Threshold flags kept from before the registry: each is a thin alias of one --option (no default of its own;
 # the default is the option's, declared in gpuprof.memory.codes and shown by `gpuprof explain CODE`).
-_SHOW_ALIASES = {
-    "capacity_threshold": "GP510.capacity_threshold",
-    "fragmentation_ratio": "GP511.fragmentation_ratio",
-    "fragmentation_min": "GP511.fragmentation_min_bytes",
-    "pending_share": "GP513.pending_share",
-}
+_SHOW_ALIASES = {"capacity_threshold": "GP510.capacity_threshold", "fragmentation_ratio": "GP511.fragmentation_ratio",
+                 "fragmentation_min": "GP511.fragmentation_min_bytes", "pending_share": "GP513.pending_share"}
 _DIFF_ALIASES = {"min_growth": "GP520.min_growth"}
 
 

@@ -43,14 +43,13 @@ from gpuprof.saved.types import SavedFinding, SavedReport, SavedTrace, given
 from gpuprof.stats import mean_noise as mean_noise_us
 from gpuprof.stats import noise_band as noise_band_us
 from gpuprof.stats import rank_test_p
+from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
 
 __all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE", "METRICS"]
 
 DIFF_SCHEMA_VERSION = "1.1"
 
-BREAKDOWN = ("kernel", "communication", "memcpy", "memset", "runtime", "data_loading", "cpu_exec", "other")
-IDLE = ("sync", "blocking_copy", "runtime", "data_loading", "optimizer", "cpu_other")
-
+BREAKDOWN, IDLE = BREAKDOWN_KEYS, IDLE_KEYS  # the parts of the step and of the GPU's idle time, in the report's order
 # every metric a diff compares, in its order (`metrics[].name`)
 METRICS = ("step_time", "step_time_mean", "gpu_busy", "gpu_utilization", *(f"breakdown.{k}" for k in BREAKDOWN),
            *(f"idle.{k}" for k in IDLE), "gpu_idle")
@@ -60,15 +59,9 @@ MIN_ROW_CHANGE = 0.05  # 5% of the row's own before time
 MAX_ROWS = 200  # rows per list in the diff document
 
 # the part of the step a finding's cost comes out of, when it is one part (metric names as in `metrics`)
-PART_OF_CODE = {
-    "GP101": "gpu_idle",
-    "GP102": "breakdown.data_loading",
-    "GP601": "breakdown.data_loading",
-    "GP201": "idle.blocking_copy",
-    "GP202": "idle.blocking_copy",
-    "GP203": "idle.sync",
-    "GP302": "breakdown.kernel",
-}
+PART_OF_CODE = {"GP101": "gpu_idle", "GP102": "breakdown.data_loading", "GP601": "breakdown.data_loading",
+                "GP201": "idle.blocking_copy", "GP202": "idle.blocking_copy", "GP203": "idle.sync",
+                "GP302": "breakdown.kernel"}
 
 
 @dataclass
@@ -373,12 +366,10 @@ def _verdict(row: dict[str, Any], judged: Any, metrics: Mapping[str, dict[str, A
     if judged is not None:  # the rule's own cause figure decides, against its own per-step spread
         if judged.improved:
             return "fixed", None
-        if judged.improved is None and judged.improvement > 0:  # no spread with < 2 steps a side: the step decides
-            reason = _not_fixed_because(row, metrics, vendors, row_noise)
-            return ("fixed", None) if reason is None else ("not_confirmed", reason)
-        if judged.improved is None:
+        if judged.improved is not None:
+            return "still_there", f"still there: its cause did not improve beyond its noise: {judged.text()}"
+        if not judged.improvement > 0:  # with no spread (< 2 steps a side) a better cause leaves it to the step
             return "still_there", f"still there: its cause is not better (fewer than 2 steps a side): {judged.text()}"
-        return "still_there", f"still there: its cause did not improve beyond its noise: {judged.text()}"
     reason = _not_fixed_because(row, metrics, vendors, row_noise)
     return ("fixed", None) if reason is None else ("not_confirmed", reason)
 

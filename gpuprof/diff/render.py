@@ -17,10 +17,8 @@ __all__ = ["render_diff_terminal", "render_diff_markdown", "diff_tables", "Table
 
 TOP = 10  # rows per list in the terminal and markdown (the JSON has them all)
 
-_LABELS = {
-    "step_time": "Step median", "step_time_mean": "Step mean", "gpu_busy": "GPU busy", "gpu_utilization": "GPU utilisation",
-    "gpu_idle": "GPU idle",
-}
+_LABELS = {"step_time": "Step median", "step_time_mean": "Step mean", "gpu_busy": "GPU busy",
+           "gpu_utilization": "GPU utilisation", "gpu_idle": "GPU idle"}
 
 
 @dataclass

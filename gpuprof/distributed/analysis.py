@@ -12,13 +12,9 @@ from gpuprof.findings import Finding
 __all__ = ["cross_rank"]
 
 
-def cross_rank(
-    summaries: Sequence[RankSummary],
-    options: Mapping[str, Mapping[str, Any]] | None = None,
-    select: Iterable[str] = (),
-    ignore: Iterable[str] = (),
-    failures: list[tuple[str, BaseException]] | None = None,
-) -> tuple[CrossRank, list[Finding]]:
+def cross_rank(summaries: Sequence[RankSummary], options: Mapping[str, Mapping[str, Any]] | None = None,
+               select: Iterable[str] = (), ignore: Iterable[str] = (),
+               failures: list[tuple[str, BaseException]] | None = None) -> tuple[CrossRank, list[Finding]]:
     """The ``cross_rank`` section and the GP7xx findings of a job's rank summaries."""
     options = options or {}
     small = options.get(SmallCollectives.code, {}).get("small_bytes", SmallCollectives.defaults()["small_bytes"])

@@ -100,22 +100,14 @@ class Arrivals:
     what_if_us: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "stragglers": list(self.stragglers),
-            "waited_us_per_step": self.waited_us,
-            "waited_mean_us_per_step": self.waited_mean_us,
-            "steps_waited": self.steps_waited,
-            "steps": self.steps,
-            "straggler_phases_us": dict(self.phases),
-            "before_step_us_per_step": self.before_step_us,
-            "before_step_ranks": list(self.before_step_ranks),
-            "others_wait_for_rank_us": {str(k): v for k, v in sorted(self.in_step_us.items())},
-            "floor_us": self.floor_us,
-            "collectives_per_step": self.collectives_per_step,
-            "stragglers_last_at_per_step": self.last_at_per_step,
-            "what_if_us_per_step": self.what_if_us,
-            "collectives": [r.to_dict() for r in self.rows],
-        }
+        return {"stragglers": list(self.stragglers), "waited_us_per_step": self.waited_us,
+                "waited_mean_us_per_step": self.waited_mean_us, "steps_waited": self.steps_waited, "steps": self.steps,
+                "straggler_phases_us": dict(self.phases), "before_step_us_per_step": self.before_step_us,
+                "before_step_ranks": list(self.before_step_ranks),
+                "others_wait_for_rank_us": {str(k): v for k, v in sorted(self.in_step_us.items())},
+                "floor_us": self.floor_us, "collectives_per_step": self.collectives_per_step,
+                "stragglers_last_at_per_step": self.last_at_per_step, "what_if_us_per_step": self.what_if_us,
+                "collectives": [r.to_dict() for r in self.rows]}
 
 
 def arrivals(ranks: Sequence[int], sums: Sequence[RankSummary], step_us: float, min_wait_share: float,
@@ -262,11 +254,9 @@ def _rows(positions: dict[tuple[int, int], list[tuple[list[int], float, float]]]
             for r in last:
                 counts[r] = counts.get(r, 0) + 1
         top = max(counts.values())
-        rows.append(ArrivalRow(
-            position=pos, type=COLLECTIVE_TYPES[t], steps=len(seen),
-            last=sorted(r for r, c in counts.items() if c == top), last_share=top / len(seen),
-            others_wait_us=round(statistics.median(w for _l, w, _p in seen), 3),
-            before_step_us=round(statistics.median(p for _l, _w, p in seen), 3),
-        ))
+        rows.append(ArrivalRow(position=pos, type=COLLECTIVE_TYPES[t], steps=len(seen),
+                               last=sorted(r for r, c in counts.items() if c == top), last_share=top / len(seen),
+                               others_wait_us=round(statistics.median(w for _l, w, _p in seen), 3),
+                               before_step_us=round(statistics.median(p for _l, _w, p in seen), 3)))
     rows.sort(key=lambda r: -r.others_wait_us * r.steps)
     return sorted(rows[:MAX_ROWS], key=lambda r: r.position)

@@ -131,30 +131,21 @@ class CrossRank:
         return next(r for r in self.ranks if r.rank == rank)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": CROSS_RANK_VERSION,
-            "world_size": self.world_size,
-            "backend": self.backend,
-            "step_us": self.step_us,
-            "ranks": [r.to_dict() for r in self.ranks],
-            "collectives": [c.to_dict() for c in self.collectives],
-            "stragglers": list(self.stragglers),
-            "straggler_cause": self.straggler_cause,
-            "straggler_excess_us": self.straggler_excess_us,
-            "others_wait_us": self.others_wait_us,
-            "matched": self.matched,
-            "ddp_forwards_per_step": self.ddp_forwards_per_step,
-            "ddp_rounds_per_optimizer_step": self.ddp_rounds_per_optimizer_step,
-            "optimizer_steps_per_step": self.optimizer_steps_per_step,
-            "small_collectives_per_step": self.small_per_step,
-            "small_collectives_us_per_step": self.small_us_per_step,
-            "unused_parameter_search_us": self.unused_search_us,
-            "unused_parameter_searches_per_step": self.unused_searches_per_step,
-            "exposed_transfer_us": self.exposed_transfer_us,
-            "arrivals": self.arrivals.to_dict(),
-            "critical_path": self.critical_path.to_dict() if self.critical_path is not None else None,
-            "notes": list(self.notes),
-        }
+        return {"version": CROSS_RANK_VERSION, "world_size": self.world_size, "backend": self.backend,
+                "step_us": self.step_us, "ranks": [r.to_dict() for r in self.ranks],
+                "collectives": [c.to_dict() for c in self.collectives], "stragglers": list(self.stragglers),
+                "straggler_cause": self.straggler_cause, "straggler_excess_us": self.straggler_excess_us,
+                "others_wait_us": self.others_wait_us, "matched": self.matched,
+                "ddp_forwards_per_step": self.ddp_forwards_per_step,
+                "ddp_rounds_per_optimizer_step": self.ddp_rounds_per_optimizer_step,
+                "optimizer_steps_per_step": self.optimizer_steps_per_step,
+                "small_collectives_per_step": self.small_per_step,
+                "small_collectives_us_per_step": self.small_us_per_step,
+                "unused_parameter_search_us": self.unused_search_us,
+                "unused_parameter_searches_per_step": self.unused_searches_per_step,
+                "exposed_transfer_us": self.exposed_transfer_us, "arrivals": self.arrivals.to_dict(),
+                "critical_path": self.critical_path.to_dict() if self.critical_path is not None else None,
+                "notes": list(self.notes)}
 
 
 def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggler_min_share: float = 0.05) -> CrossRank:
@@ -204,16 +195,13 @@ def merge(summaries: Sequence[RankSummary], small_bytes: int = 1 << 20, straggle
             spans[i].extend(zip(starts.tolist(), (starts + mat[i] - fastest).tolist(), steps.tolist()))
         matched += m
     step_waits = [_union_per_step(sp, max(s.num_steps, 1)) for sp, s in zip(spans, sums)]
-    rows = []
-    for rank, s, w in zip(ranks, sums, step_waits):
-        rows.append(RankRow(
-            rank=rank, path=s.path, device=s.device, num_steps=s.num_steps, step_us=s.step_us,
-            compute_us=s.compute_us, comm_us=s.comm_us, exposed_comm_us=s.exposed_comm_us,
-            data_loading_us=s.data_loading_us, host_us=s.host_us, sync_us=s.sync_us, unrecorded_us=s.unrecorded_us,
-            wait_us=float(w.mean()) if s.num_steps else 0.0,
-            wait_median_us=float(np.median(w)) if s.num_steps else 0.0,
-            collectives_per_step=len(s.inst_type) / s.num_steps if s.num_steps else 0.0,
-        ))
+    rows = [RankRow(rank=rank, path=s.path, device=s.device, num_steps=s.num_steps, step_us=s.step_us,
+                    compute_us=s.compute_us, comm_us=s.comm_us, exposed_comm_us=s.exposed_comm_us,
+                    data_loading_us=s.data_loading_us, host_us=s.host_us, sync_us=s.sync_us,
+                    unrecorded_us=s.unrecorded_us, wait_us=float(w.mean()) if s.num_steps else 0.0,
+                    wait_median_us=float(np.median(w)) if s.num_steps else 0.0,
+                    collectives_per_step=len(s.inst_type) / s.num_steps if s.num_steps else 0.0)
+            for rank, s, w in zip(ranks, sums, step_waits)]
     backends = sorted({s.backend for s in sums if s.backend})
     out = CrossRank(world_size=world, backend="/".join(backends), ranks=rows,
                     collectives=_collective_rows(sums, min_durs, small_bytes, world or len(sums)), matched=matched,
@@ -301,15 +289,11 @@ def _collective_rows(sums: Sequence[RankSummary], min_durs: dict[int, np.ndarray
                     time += float(dur)
             bus = moved / time / 1e3 if time > 0 else None  # bytes/µs -> GB/s
         steps = max(ref.num_steps, 1)
-        rows.append(CollectiveRow(
-            type=kind,
-            per_step=statistics.median(per_step),
-            mean_us=float(fastest.mean()) if fastest is not None and len(fastest) else 0.0,
-            mean_bytes=sum(known) / len(known) if known else None,
-            bytes_per_step=sum(known) / steps if known else None,
-            small=sum(1 for b in known if b < small_bytes),
-            bus_gbps=bus,
-        ))
+        rows.append(CollectiveRow(type=kind, per_step=statistics.median(per_step),
+                                  mean_us=float(fastest.mean()) if fastest is not None and len(fastest) else 0.0,
+                                  mean_bytes=sum(known) / len(known) if known else None,
+                                  bytes_per_step=sum(known) / steps if known else None,
+                                  small=sum(1 for b in known if b < small_bytes), bus_gbps=bus))
     return rows
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuprof.render.markdown import md_escape, md_table
 from gpuprof.render.safe import clip
-from gpuprof.render.sections import register_section
+from gpuprof.render.sections import register_section, section_dict
 from gpuprof.units import fmt_bytes, fmt_gbps, fmt_pct, fmt_us
 
 __all__ = ["cross_rank_terminal", "cross_rank_markdown"]
@@ -20,10 +20,6 @@ _RANK_HEAD = ["rank", "step", "compute", "comm", "exposed comm", "wait", "data l
 _COLL_HEAD = ["collective", "per step", "mean time", "mean size", "bytes/step", "bus bandwidth"]
 _ARR_HEAD = ["# in step", "collective", "steps", "last to arrive", "of steps", "others wait (median)",
              "of it before the step"]
-
-
-def _d(section: Any) -> dict[str, Any]:
-    return section.to_dict() if hasattr(section, "to_dict") else dict(section)
 
 
 def _rank_rows(d: dict[str, Any]) -> list[list[str]]:
@@ -95,7 +91,7 @@ def cross_rank_terminal(console: Any, section: Any) -> None:
 
     from gpuprof.render.layout import emit_table, wrap_text
 
-    d = _d(section)
+    d = section_dict(section)
     for i, line in enumerate(wrap_text("Cross-rank: " + clip(_headline(d)), console.width)):
         console.print(Text(line, style="bold" if i == 0 else ""), no_wrap=True, crop=False)
 
@@ -119,7 +115,7 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def cross_rank_markdown(section: Any) -> str:
-    d = _d(section)
+    d = section_dict(section)
     parts = ["## Cross-rank", md_escape(_headline(d)), "**Per rank** (mean per step)",
              _md_table(_RANK_HEAD, _rank_rows(d))]
     if d["collectives"]:
@@ -136,7 +132,7 @@ def cross_rank_markdown(section: Any) -> str:
 
 def _summaries_line(section: Any) -> str:
     # the ranks are summaries (msgspec structs) in a live report, dicts in one read back from JSON
-    ranks = [r.get("rank") if isinstance(r, dict) else getattr(r, "rank", None) for r in _d(section)["ranks"]]
+    ranks = [r.get("rank") if isinstance(r, dict) else getattr(r, "rank", None) for r in section_dict(section)["ranks"]]
     return (f"rank summaries of {len(ranks)} rank{'s' if len(ranks) != 1 else ''} ({', '.join(map(str, ranks))}) "
             "are in the JSON report, for a later cross-rank merge (docs/distributed.md)")
 

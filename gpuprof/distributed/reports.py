@@ -100,8 +100,7 @@ def summaries_from_report(path: str | os.PathLike[str], taken: dict[int, str] | 
             raise InputError(p, f"malformed rank summaries section ({_json_problem(bytes(raw), err)})") from None
         if section.version != SUMMARY_VERSION:
             raise InputError(p, f"rank summaries of version {section.version!r}; this gpuprof reads {SUMMARY_VERSION}")
-        for i, rank_raw in enumerate(section.ranks):
-            out.append(_one_rank(p, i, rank_raw))
+        out += [_one_rank(p, i, rank_raw) for i, rank_raw in enumerate(section.ranks)]
     if not found:
         raise InputError(p, "a gpuprof report without rank summaries (analyse a trace with distributedInfo, "
                             "or a gpuprof version that writes them)")

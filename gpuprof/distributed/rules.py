@@ -55,12 +55,10 @@ class CrossRankRule(RuleSpec):
             cost_us = step
         share = cost_us / step if step > 0 else None
         tail = f" ({share:.1%} of the mean step)" if share is not None else ""
-        return Finding(
-            code=self.code, name=self.name, severity=self.severity,
-            message=f"{message}; cost: {cost_label}, {fmt_us(cost_us)} per step{tail}",
-            advice=" ".join(advice.split()), evidence=evidence,
-            cost_us_per_step=cost_us, cost_share=share, origin="trace", source="cross-rank",
-        )
+        return Finding(code=self.code, name=self.name, severity=self.severity,
+                       message=f"{message}; cost: {cost_label}, {fmt_us(cost_us)} per step{tail}",
+                       advice=" ".join(advice.split()), evidence=evidence, cost_us_per_step=cost_us, cost_share=share,
+                       origin="trace", source="cross-rank")
 
 
 _REGISTRY: dict[str, type[CrossRankRule]] = {}
@@ -399,10 +397,8 @@ class SmallCollectives(CrossRankRule):
     code = "GP704"
     name = "small-collectives"
     title = "Many small collectives per step"
-    options = (
-        Option("small_bytes", 1 << 20, "a collective under this many bytes is small"),
-        Option("min_per_step", 16, "report from this many small collectives per step"),
-    )
+    options = (Option("small_bytes", 1 << 20, "a collective under this many bytes is small"),
+               Option("min_per_step", 16, "report from this many small collectives per step"))
     bad_example = """\
         model = DDP(model, bucket_cap_mb=0.1)    # hundreds of tiny all-reduces
         for v in metrics.values():

@@ -211,14 +211,10 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         device = next((d.name for d in t.devices if d.id == dev and d.name), "") or f"GPU {dev}"
         # the arrival-gap phases: a partition of the device's time (see the module docstring)
         rest = idle.subtract(opt).subtract(comm)
-        phases = {
-            "data_loading": rest.intersect(dl),
-            "compute": compute.subtract(opt),
-            "optimizer": opt,
-            "sync": rest.intersect(sync_all).subtract(dl),
-            "host": rest.intersect(host_all).subtract(sync_all).subtract(dl),
-            "unrecorded": unrecorded.subtract(opt),
-        }
+        phases = {"data_loading": rest.intersect(dl), "compute": compute.subtract(opt), "optimizer": opt,
+                  "sync": rest.intersect(sync_all).subtract(dl),
+                  "host": rest.intersect(host_all).subtract(sync_all).subtract(dl),
+                  "unrecorded": unrecorded.subtract(opt)}
     else:
         ops = metrics.host_intervals["cpu_ops"]
         compute = ops.subtract(dl)
@@ -227,14 +223,8 @@ def summarize(metrics: TraceMetrics, backend: str = "") -> RankSummary:
         unrecorded = win.subtract(ops).subtract(dl).subtract(comm)
         data_loading = dl
         device = "cpu"
-        phases = {
-            "data_loading": dl,
-            "compute": compute.subtract(opt),
-            "optimizer": opt,
-            "sync": Intervals.empty(),
-            "host": Intervals.empty(),
-            "unrecorded": unrecorded.subtract(opt),
-        }
+        phases = {"data_loading": dl, "compute": compute.subtract(opt), "optimizer": opt, "sync": Intervals.empty(),
+                  "host": Intervals.empty(), "unrecorded": unrecorded.subtract(opt)}
 
     def mean(iv: Intervals) -> float:
         return float(sum(iv.per_window(windows))) / n if windows else 0.0

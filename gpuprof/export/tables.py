@@ -41,17 +41,10 @@ class Table:
 
 _WHERE = (Column("trace", "string"), Column("rank", "int"))  # which trace a row belongs to: every table but findings
 
-_RANGE = (
-    Column("name", "string"),
-    Column("calls", "int"),
-    Column("cpu_total_us", "float", "us"),
-    Column("gpu_self_us", "float", "us"),
-    Column("gpu_total_us", "float", "us"),
-    Column("mfu", "float", "fraction"),
-    Column("known_flops_share", "float", "fraction"),
-    Column("peak_precision", "string"),
-    Column("reference_mfu", "float", "fraction"),
-)
+_RANGE = (Column("name", "string"), Column("calls", "int"), Column("cpu_total_us", "float", "us"),
+          Column("gpu_self_us", "float", "us"), Column("gpu_total_us", "float", "us"),
+          Column("mfu", "float", "fraction"), Column("known_flops_share", "float", "fraction"),
+          Column("peak_precision", "string"), Column("reference_mfu", "float", "fraction"))
 
 
 def _where(t: SavedTrace) -> dict[str, Any]:
@@ -85,29 +78,25 @@ def _finding_rows(report: SavedReport) -> Iterable[dict[str, Any]]:
 TABLES: tuple[Table, ...] = (
     Table("steps", (*_WHERE, Column("step", "int"), Column("step_id", "int"), Column("step_time_us", "float", "us")),
           _step_rows),
-    Table("operators", (
-        *_WHERE, Column("name", "string"), Column("input_shapes", "string"), Column("calls", "int"),
-        Column("cpu_total_us", "float", "us"), Column("cpu_self_us", "float", "us"),
-        Column("gpu_self_us", "float", "us"), Column("gpu_total_us", "float", "us"), Column("stacks", "json"),
-        Column("flops", "float", "flop"), Column("flops_source", "string"), Column("tflops", "float", "TFLOP/s"),
-    ), _view_rows("operators")),
-    Table("kernels", (
-        *_WHERE, Column("name", "string"), Column("calls", "int"), Column("total_us", "float", "us"),
-        Column("mean_us", "float", "us"), Column("max_us", "float", "us"), Column("tensor_cores", "bool"),
-        Column("op_dtype", "string"), Column("precision", "string"), Column("flops", "float", "flop"),
-        Column("flops_source", "string"), Column("tflops", "float", "TFLOP/s"), Column("mfu", "float", "fraction"),
-        Column("grid", "json"), Column("block", "json"), Column("registers_per_thread", "int"),
-        Column("occupancy", "float", "fraction"), Column("reference_mfu", "float", "fraction"),
-    ), _view_rows("kernels")),
+    Table("operators", (*_WHERE, Column("name", "string"), Column("input_shapes", "string"), Column("calls", "int"),
+                        Column("cpu_total_us", "float", "us"), Column("cpu_self_us", "float", "us"),
+                        Column("gpu_self_us", "float", "us"), Column("gpu_total_us", "float", "us"),
+                        Column("stacks", "json"), Column("flops", "float", "flop"), Column("flops_source", "string"),
+                        Column("tflops", "float", "TFLOP/s")), _view_rows("operators")),
+    Table("kernels", (*_WHERE, Column("name", "string"), Column("calls", "int"), Column("total_us", "float", "us"),
+                      Column("mean_us", "float", "us"), Column("max_us", "float", "us"), Column("tensor_cores", "bool"),
+                      Column("op_dtype", "string"), Column("precision", "string"), Column("flops", "float", "flop"),
+                      Column("flops_source", "string"), Column("tflops", "float", "TFLOP/s"),
+                      Column("mfu", "float", "fraction"), Column("grid", "json"), Column("block", "json"),
+                      Column("registers_per_thread", "int"), Column("occupancy", "float", "fraction"),
+                      Column("reference_mfu", "float", "fraction")), _view_rows("kernels")),
     Table("modules", (*_WHERE, *_RANGE), _view_rows("modules")),
     Table("ranges", (*_WHERE, *_RANGE), _view_rows("ranges")),
-    Table("findings", (
-        Column("code", "string"), Column("name", "string"), Column("severity", "string"),
-        Column("message", "string"), Column("cost_us_per_step", "float", "us"),
-        Column("cost_share", "float", "fraction"), Column("location_file", "string"),
-        Column("location_line", "int"), Column("location_function", "string"), Column("origin", "string"),
-        Column("trace", "string"),
-    ), _finding_rows),
+    Table("findings", (Column("code", "string"), Column("name", "string"), Column("severity", "string"),
+                       Column("message", "string"), Column("cost_us_per_step", "float", "us"),
+                       Column("cost_share", "float", "fraction"), Column("location_file", "string"),
+                       Column("location_line", "int"), Column("location_function", "string"),
+                       Column("origin", "string"), Column("trace", "string")), _finding_rows),
 )
 TABLE_NAMES = tuple(t.name for t in TABLES)
 

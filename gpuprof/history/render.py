@@ -24,14 +24,9 @@ def _analyse(hist: History) -> tuple[list[ChangePoint], list[FindingChange]]:
 
 def history_dict(hist: History) -> dict[str, Any]:
     points, changes = _analyse(hist)
-    return {
-        "history_version": HISTORY_VERSION,
-        "root": hist.root,
-        "runs": [r.to_dict() for r in hist.runs],
-        "change_points": [asdict(p) for p in points],
-        "finding_changes": [asdict(c) for c in changes],
-        "notes": hist.notes,
-    }
+    return {"history_version": HISTORY_VERSION, "root": hist.root, "runs": [r.to_dict() for r in hist.runs],
+            "change_points": [asdict(p) for p in points], "finding_changes": [asdict(c) for c in changes],
+            "notes": hist.notes}
 
 
 def history_json(hist: History) -> str:
@@ -86,9 +81,6 @@ def history_terminal(hist: History) -> str:
     else:
         lines.append("No change point: every figure moved within its runs' noise.")
     if changes:
-        lines.append("Findings:")
-        for c in changes:
-            lines.append(f"  {c.code} {c.change} in {visible(c.run)}")
-    for n in hist.notes:
-        lines.append(f"note: {visible(n)}")
+        lines += ["Findings:", *(f"  {c.code} {c.change} in {visible(c.run)}" for c in changes)]
+    lines += [f"note: {visible(n)}" for n in hist.notes]
     return "\n".join(lines) + "\n"

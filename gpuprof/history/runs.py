@@ -29,12 +29,10 @@ __all__ = ["METRICS", "HistoryRun", "History", "read_history", "MAX_REPORTS"]
 REPORT_NAME = "report.json"
 MAX_REPORTS = 10_000  # far beyond a real log directory; bounds the time and memory a hostile tree costs
 # the figures each run has (RunFigures), in the order shown: name -> (label, unit)
-METRICS: dict[str, tuple[str, str]] = {
-    "step_time_us": ("step time", "us"),
-    "gpu_utilization": ("GPU utilisation", "fraction"),
-    "data_loading_share": ("data loading", "fraction"),
-    "memory_peak_bytes": ("memory peak", "bytes"),
-}
+METRICS: dict[str, tuple[str, str]] = {"step_time_us": ("step time", "us"),
+                                       "gpu_utilization": ("GPU utilisation", "fraction"),
+                                       "data_loading_share": ("data loading", "fraction"),
+                                       "memory_peak_bytes": ("memory peak", "bytes")}
 
 
 @dataclass

@@ -22,35 +22,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from gpuprof.memory.snapshot.read import SNAPSHOT_PICKLE_PROTOCOL, dump_snapshot, load_snapshot, parse_snapshot
     from gpuprof.memory.snapshot.safeload import UnsafePickleError, safe_loads
 
-__all__ = [
-    "MemoryOptions",
-    "MemorySection",
-    "analyze_memory",
-    "memory_report",
-    "DiffOptions",
-    "MemoryDiffSection",
-    "diff_memory",
-    "diff_report",
-    "load_memory",
-    "sniff",
-    "UnsafePickleError",
-    "safe_loads",
-    "SNAPSHOT_PICKLE_PROTOCOL",
-    "dump_snapshot",
-    "load_snapshot",
-    "parse_snapshot",
-]
+__all__ = ["MemoryOptions", "MemorySection", "analyze_memory", "memory_report", "DiffOptions", "MemoryDiffSection",
+           "diff_memory", "diff_report", "load_memory", "sniff", "UnsafePickleError", "safe_loads",
+           "SNAPSHOT_PICKLE_PROTOCOL", "dump_snapshot", "load_snapshot", "parse_snapshot"]
 
 # Each name from its module on first use: `gpuprof analyze` reads the memory codes (gpuprof.memory.codes)
 # for the code registry, and importing this package must not load the replay and the analysis for that.
-_LAZY = {
-    "MemoryOptions": "analysis", "MemorySection": "analysis", "analyze_memory": "analysis", "memory_report": "analysis",
-    "DiffOptions": "diff", "MemoryDiffSection": "diff", "diff_memory": "diff", "diff_report": "diff",
-    "load_memory": "load", "sniff": "load",
-    "UnsafePickleError": "snapshot.safeload", "safe_loads": "snapshot.safeload",
-    "SNAPSHOT_PICKLE_PROTOCOL": "snapshot.read", "dump_snapshot": "snapshot.read", "load_snapshot": "snapshot.read",
-    "parse_snapshot": "snapshot.read",
-}
+_LAZY = {"MemoryOptions": "analysis", "MemorySection": "analysis", "analyze_memory": "analysis",
+         "memory_report": "analysis", "DiffOptions": "diff", "MemoryDiffSection": "diff", "diff_memory": "diff",
+         "diff_report": "diff", "load_memory": "load", "sniff": "load", "UnsafePickleError": "snapshot.safeload",
+         "safe_loads": "snapshot.safeload", "SNAPSHOT_PICKLE_PROTOCOL": "snapshot.read",
+         "dump_snapshot": "snapshot.read", "load_snapshot": "snapshot.read", "parse_snapshot": "snapshot.read"}
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), __all__)

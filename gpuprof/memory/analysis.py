@@ -35,16 +35,8 @@ from gpuprof.memory.replay import Holders, ReplayResult, Totals, replay_holders,
 from gpuprof.memory.units import SIZE_CLASSES, fmt_bytes, size_class
 from gpuprof.report import Report
 
-__all__ = [
-    "MemoryOptions",
-    "MemorySection",
-    "DeviceAnalysis",
-    "analyze_device",
-    "analyze_memory",
-    "memory_report",
-    "CODES",
-    "memory_values",
-]
+__all__ = ["MemoryOptions", "MemorySection", "DeviceAnalysis", "analyze_device", "analyze_memory", "memory_report",
+           "CODES", "memory_values"]
 
 UNATTRIBUTED = "<unattributed: the trace records no allocation addresses>"
 
@@ -136,12 +128,8 @@ class DeviceAnalysis:
             "top_sites": self.top_sites,
             "size_classes": self.size_classes,
             "fragmentation": self.fragmentation,
-            "pending_free": {
-                "deferred_frees": r.pending_frees,
-                "deferred_bytes": r.pending_bytes_total,
-                "max_bytes_waiting": r.pending_max_bytes,
-                "max_wait": r.pending_max_wait,
-            },
+            "pending_free": {"deferred_frees": r.pending_frees, "deferred_bytes": r.pending_bytes_total,
+                             "max_bytes_waiting": r.pending_max_bytes, "max_wait": r.pending_max_wait},
             "ooms": self.ooms,
             # memory by category / stage / module / file at snapshot time, then at the allocated peak
             **self.state,
@@ -163,24 +151,16 @@ class MemorySection:
     kind: str = "memory"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "source_type": self.source_type,
-            "devices": self.devices,
-            "notes": list(self.notes),
-            "allocator_settings": self.settings,
-            "pinned_host": self.pinned_host,
-        }
+        return {"source": self.source, "source_type": self.source_type, "devices": self.devices,
+                "notes": list(self.notes), "allocator_settings": self.settings, "pinned_host": self.pinned_host}
 
 
 # --------------------------------------------------------------------------- per device
 
 
 # GP514 by the holder's origin (gpuprof.memory.frames.Site.origin): only a user line is "the line to change"
-_HOLDER_WHAT = {
-    "library": " (no frame of your code on its stack: this is the innermost library frame)",
-    "native": " (a stack of C++ frames only: not a line of your code)",
-}
+_HOLDER_WHAT = {"library": " (no frame of your code on its stack: this is the innermost library frame)",
+                "native": " (a stack of C++ frames only: not a line of your code)"}
 _HOLDER_ADVICE = {
     "user": "This line is where reducing memory pays most (smaller tensors, freeing them earlier, checkpointing "
             "the activations it creates).",
@@ -238,18 +218,9 @@ def _fragmentation(dm: DeviceMemory, t: Totals) -> dict[str, Any]:
                 if split:
                     split_n += 1
                     split_b += b.size
-    out.update(
-        segments=len(dm.segments),
-        reserved=reserved,
-        allocated=allocated,
-        pending_free=pending,
-        unallocated=reserved - allocated - pending,
-        free_blocks=free_n,
-        inactive_split_blocks=split_n,
-        inactive_split_bytes=split_b,
-        largest_free_block=largest,
-        expandable_segments=expandable,
-    )
+    out.update(segments=len(dm.segments), reserved=reserved, allocated=allocated, pending_free=pending,
+               unallocated=reserved - allocated - pending, free_blocks=free_n, inactive_split_blocks=split_n,
+               inactive_split_bytes=split_b, largest_free_block=largest, expandable_segments=expandable)
     return out
 
 
@@ -313,18 +284,9 @@ def analyze_device(dm: DeviceMemory, sites: SiteTable, opts: MemoryOptions, kind
             "growing_sites": _growing_sites(h, dm, sites, opts),
             "at_oom": _at_oom(dm, o, h, state, res_at, kinds, sites, ranges, opts),
         })
-    return DeviceAnalysis(
-        dm=dm,
-        totals=totals,
-        replay=rep,
-        peak_moment=peak_moment,
-        fragmentation=frag,
-        ooms=ooms,
-        top_sites=_site_rows(peak_h, sites, totals.peak_allocated, opts.top),
-        size_classes=_class_rows(peak_h),
-        state=state,
-        at_peak=at_peak,
-    )
+    return DeviceAnalysis(dm=dm, totals=totals, replay=rep, peak_moment=peak_moment, fragmentation=frag, ooms=ooms,
+                          top_sites=_site_rows(peak_h, sites, totals.peak_allocated, opts.top),
+                          size_classes=_class_rows(peak_h), state=state, at_peak=at_peak)
 
 
 def _at_oom(dm: DeviceMemory, o: OomEvent, h: Holders, state: dict[str, Any], res_at: int | None, kinds: KindTable,
@@ -545,9 +507,8 @@ def _observer_finding(da: DeviceAnalysis, source: str) -> Finding:
         "The run failed to allocate here. The categories and holders at snapshot time are what filled the device: "
         "shrink the largest of them; record the request's size with the observer's alloc argument next time."
         + _fixes_text(da.fixes),
-        [Evidence("requested", None, None, "bytes", extra={
-            "allocated": t.final_allocated, "reserved": t.final_reserved, "observer_dump": True,
-            "categories": cats})],
+        [Evidence("requested", None, None, "bytes", extra={"allocated": t.final_allocated, "reserved": t.final_reserved,
+                                                           "observer_dump": True, "categories": cats})],
         source,
     )
 

@@ -44,15 +44,7 @@ from functools import reduce
 from operator import or_
 from typing import Any, Sequence
 
-__all__ = [
-    "CATEGORIES",
-    "BLOCK_CATEGORIES",
-    "STAGES",
-    "StackKind",
-    "KindTable",
-    "UNKNOWN_KIND",
-    "annotation_stage",
-]
+__all__ = ["CATEGORIES", "BLOCK_CATEGORIES", "STAGES", "StackKind", "KindTable", "UNKNOWN_KIND", "annotation_stage"]
 
 # The keys of every ``categories`` object, in display order. All but non_pytorch add up to PyTorch's reserved bytes.
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_state", "activations", "temporaries",

@@ -100,14 +100,8 @@ class Site:
     origin: str = field(default="user", compare=False, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "site": self.label,
-            "file": self.file or None,
-            "line": self.line,
-            "function": self.function,
-            "origin": self.origin or None,
-            "stack": list(self.stack),
-        }
+        return {"site": self.label, "file": self.file or None, "line": self.line, "function": self.function,
+                "origin": self.origin or None, "stack": list(self.stack)}
 
 
 UNKNOWN_SITE = Site("<no stack recorded>", origin="")

@@ -102,13 +102,9 @@ def build_page_data(data: MemoryData, analyses: list[DeviceAnalysis], findings: 
             "peak_reserved": da.totals.peak_reserved,
             "events": len(dm),
         })
-    return {
-        "source": data.path,
-        "source_type": data.source_type,
-        "devices": devices,
-        "findings": [{"code": f.code, "severity": f.severity.value, "message": f.message} for f in findings],
-        "notes": list(data.notes),
-    }
+    return {"source": data.path, "source_type": data.source_type, "devices": devices,
+            "findings": [{"code": f.code, "severity": f.severity.value, "message": f.message} for f in findings],
+            "notes": list(data.notes)}
 
 
 _STATE = {"active_allocated": 0, "active_pending_free": 2, "inactive": 1}

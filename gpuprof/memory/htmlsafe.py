@@ -78,19 +78,10 @@ def page_policy(scripts: list[str], styles: list[str], *, connect: str = "'none'
     unless a page fetches its data from its own server (``'self'``, the
     TensorBoard plugin) or frames its own pages.
     """
-    return "; ".join([
-        "default-src 'none'",
-        "script-src " + " ".join(csp_hash(s) for s in scripts),
-        "style-src " + " ".join(csp_hash(s) for s in styles),
-        f"connect-src {connect}",
-        f"frame-src {frames}",
-        "img-src 'none'",
-        "base-uri 'none'",
-        "form-action 'none'",
-        "object-src 'none'",
-        "require-trusted-types-for 'script'",
-        "trusted-types 'none'",
-    ])
+    return "; ".join(["default-src 'none'", "script-src " + " ".join(csp_hash(s) for s in scripts),
+                      "style-src " + " ".join(csp_hash(s) for s in styles), f"connect-src {connect}",
+                      f"frame-src {frames}", "img-src 'none'", "base-uri 'none'", "form-action 'none'",
+                      "object-src 'none'", "require-trusted-types-for 'script'", "trusted-types 'none'"])
 
 
 def page_head(script: str, style: str) -> str:

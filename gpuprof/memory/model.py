@@ -18,22 +18,8 @@ from gpuprof.memory.attribution import KindTable
 from gpuprof.memory.frames import SiteTable
 from gpuprof.redact import scrub
 
-__all__ = [
-    "ALLOC",
-    "FREE_REQUESTED",
-    "FREE_COMPLETED",
-    "SEGMENT_ALLOC",
-    "SEGMENT_FREE",
-    "OOM",
-    "ACTION_NAMES",
-    "BlockState",
-    "Block",
-    "Segment",
-    "OomEvent",
-    "DeviceMemory",
-    "MemoryData",
-    "compact_columns",
-]
+__all__ = ["ALLOC", "FREE_REQUESTED", "FREE_COMPLETED", "SEGMENT_ALLOC", "SEGMENT_FREE", "OOM", "ACTION_NAMES",
+           "BlockState", "Block", "Segment", "OomEvent", "DeviceMemory", "MemoryData", "compact_columns"]
 
 # Event kinds (PyTorch's TraceEntry actions). segment_map/segment_unmap
 # (expandable segments growing/shrinking) count as SEGMENT_ALLOC/SEGMENT_FREE:
@@ -45,16 +31,9 @@ SEGMENT_ALLOC = 3
 SEGMENT_FREE = 4
 OOM = 5
 
-ACTION_NAMES = {
-    "alloc": ALLOC,
-    "free_requested": FREE_REQUESTED,
-    "free_completed": FREE_COMPLETED,
-    "segment_alloc": SEGMENT_ALLOC,
-    "segment_free": SEGMENT_FREE,
-    "segment_map": SEGMENT_ALLOC,
-    "segment_unmap": SEGMENT_FREE,
-    "oom": OOM,
-}
+ACTION_NAMES = {"alloc": ALLOC, "free_requested": FREE_REQUESTED, "free_completed": FREE_COMPLETED,
+                "segment_alloc": SEGMENT_ALLOC, "segment_free": SEGMENT_FREE, "segment_map": SEGMENT_ALLOC,
+                "segment_unmap": SEGMENT_FREE, "oom": OOM}
 
 
 class BlockState:

@@ -124,11 +124,9 @@ def ranks_view(files: Sequence[tuple[str, dict[str, Any]]]) -> RanksSection:
                        if c not in ("allocator_cache", "non_pytorch")), key=lambda kv: -abs(kv[1]))
     site_diff = sorted(((s, rows[hi]["_sites"].get(s, 0) - rows[lo]["_sites"].get(s, 0))
                         for s in set(rows[hi]["_sites"]) | set(rows[lo]["_sites"])), key=lambda kv: -abs(kv[1]))
-    where = {
-        "most": names[hi], "least": names[lo], "figure": key, "more_bytes": more,
-        "categories": [{"category": c, "bytes": b} for c, b in cat_diff if b][:5],
-        "sites": [{"site": s, "bytes": b} for s, b in site_diff if b][:5],
-    }
+    where = {"most": names[hi], "least": names[lo], "figure": key, "more_bytes": more,
+             "categories": [{"category": c, "bytes": b} for c, b in cat_diff if b][:5],
+             "sites": [{"site": s, "bytes": b} for s, b in site_diff if b][:5]}
     parts = ", ".join(f"{c.replace('_', ' ')} {'+' if b > 0 else '-'}{fmt_bytes(abs(b))}"
                       for c, b in cat_diff[:3] if b)
     sites = "; ".join(f"{s} {'+' if b > 0 else '-'}{fmt_bytes(abs(b))}" for s, b in site_diff[:2] if b)

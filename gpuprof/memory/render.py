@@ -20,15 +20,11 @@ from gpuprof.memory.units import fmt_bytes
 from gpuprof.render.layout import emit_table, wrap_text
 from gpuprof.render.markdown import md_code, md_escape, md_table
 from gpuprof.render.safe import one_line, shorten, visible
-from gpuprof.render.sections import register_section
+from gpuprof.render.sections import register_section, section_dict
 
 __all__ = ["memory_terminal", "memory_markdown", "diff_terminal", "diff_markdown"]
 
 SITE_WIDTH = 400  # allocation sites are cut in the middle beyond this many characters (a hostile frame name)
-
-
-def _d(section: Any) -> dict[str, Any]:
-    return section.to_dict() if hasattr(section, "to_dict") else dict(section)
 
 
 def _when(v: Any, unit: str, start: Any) -> str:
@@ -138,7 +134,7 @@ def memory_terminal(console: Any, section: Any) -> None:
     site (``file.py:LINE (function)``) wraps between its parts instead of losing its line number."""
     from rich.text import Text
 
-    d = _d(section)
+    d = section_dict(section)
     head = Text("Memory", style="bold")
     head.append(f" ({one_line(d['source_type'])}: {one_line(d['source'])})")
     for line in head.wrap(console, console.width, overflow="fold"):
@@ -193,7 +189,7 @@ def _md_site(site: Any) -> str:
 
 
 def memory_markdown(section: Any) -> str:
-    d = _d(section)
+    d = section_dict(section)
     parts = [f"## Memory\n\n{md_escape(d['source_type'])}: {md_code(d['source'])}"]
     for dev in d["devices"]:
         parts.append(f"### {md_escape(device_label(dev, d['devices']))}")
@@ -252,7 +248,7 @@ _DIFF_HEAD = ["site", "growth", "before", "after", "blocks", "kind"]
 
 
 def diff_terminal(console: Any, section: Any) -> None:
-    d = _d(section)
+    d = section_dict(section)
     _print_wrapped(console, f"Memory diff: {d['before']} -> {d['after']}", style="bold", indent=0)
     for dev in d["devices"]:
         console.print()
@@ -263,7 +259,7 @@ def diff_terminal(console: Any, section: Any) -> None:
 
 
 def diff_markdown(section: Any) -> str:
-    d = _d(section)
+    d = section_dict(section)
     parts = [f"## Memory diff\n\n{md_code(d['before'])} -> {md_code(d['after'])}"]
     for dev in d["devices"]:
         parts.append(f"### {md_escape(dev['device'])} ({md_escape(dev['before'])} -> {md_escape(dev['after'])})")
@@ -283,7 +279,7 @@ def _rank_rows(d: dict[str, Any]) -> list[list[str]]:
 
 
 def ranks_terminal(console: Any, section: Any) -> None:
-    d = _d(section)
+    d = section_dict(section)
     console.print()
     emit_table(console, "Across ranks", [(c, "wrap" if i == 0 else "right") for i, c in enumerate(_RANK_HEAD)],
                _rank_rows(d))
@@ -291,7 +287,7 @@ def ranks_terminal(console: Any, section: Any) -> None:
 
 
 def ranks_markdown(section: Any) -> str:
-    d = _d(section)
+    d = section_dict(section)
     rows = [[md_code(r[0], cell=True), *(md_escape(c) for c in r[1:])] for r in _rank_rows(d)]
     return "\n\n".join(["## Across ranks", md_table(_RANK_HEAD, rows), md_escape(_note(d["summary"]))]) + "\n"
 

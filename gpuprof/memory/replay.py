@@ -259,23 +259,12 @@ def replay_totals(dm: DeviceMemory, buckets: int = 400, mark: tuple[int, ...] = 
     unalloc = None
     if peak_r is not None:
         unalloc = peak_r - (a_at(peak_r_at) if peak_r_at >= 0 else init_a)
-    return Totals(
-        initial_allocated=init_a,
-        initial_reserved=init_r,
-        final_allocated=final_a,
-        final_reserved=final_r,
-        peak_allocated=peak_a,
-        peak_allocated_at=peak_a_at,
-        peak_reserved=peak_r,
-        peak_reserved_at=peak_r_at,
-        unallocated_at_peak_reserved=unalloc,
-        num_allocations=n_alloc,
-        timeline=tl,
-        allocated_at={i: a_at(i) for i in mark if 0 <= i < n},
-        reserved_at={i: r_at(i) for i in mark if 0 <= i < n},
-        inconsistent=inconsistent,
-        reserved_at_peak_allocated=(r_at(peak_a_at) if peak_a_at >= 0 else init_r) if n else final_r,
-    )
+    return Totals(initial_allocated=init_a, initial_reserved=init_r, final_allocated=final_a, final_reserved=final_r,
+                  peak_allocated=peak_a, peak_allocated_at=peak_a_at, peak_reserved=peak_r, peak_reserved_at=peak_r_at,
+                  unallocated_at_peak_reserved=unalloc, num_allocations=n_alloc, timeline=tl,
+                  allocated_at={i: a_at(i) for i in mark if 0 <= i < n},
+                  reserved_at={i: r_at(i) for i in mark if 0 <= i < n}, inconsistent=inconsistent,
+                  reserved_at_peak_allocated=(r_at(peak_a_at) if peak_a_at >= 0 else init_r) if n else final_r)
 
 
 @dataclass
@@ -396,14 +385,8 @@ def replay_holders(dm: DeviceMemory, moments: tuple[int, ...]) -> ReplayResult:
             for sz, st, kd in pre_live:
                 h.add(st if st != SiteTable.UNKNOWN else SiteTable.PRE_TRACE, sz, None, kd)
         holders[m] = h
-    return ReplayResult(
-        holders=holders,
-        pending_max_bytes=pend_max,
-        pending_frees=deferred,
-        pending_bytes_total=deferred_bytes,
-        pending_max_wait=max_wait,
-        pending_at=pend_at,
-    )
+    return ReplayResult(holders=holders, pending_max_bytes=pend_max, pending_frees=deferred,
+                        pending_bytes_total=deferred_bytes, pending_max_wait=max_wait, pending_at=pend_at)
 
 
 def site_series(dm: DeviceMemory, site_slot: dict[int, int], slots: int, buckets: int

@@ -335,16 +335,8 @@ def annotation_events(findings: Iterable[Finding], start_ts: float = 0.0) -> lis
             args = _finding_args(f)
             args["trace_event"] = ref.name
             out.append(
-                {
-                    "ph": "X",
-                    "cat": "gpuprof",
-                    "name": _slice_name(f),
-                    "pid": pid,
-                    "tid": tids[lane],
-                    "ts": ref.ts,
-                    "dur": max(ref.dur, 0.0),
-                    "args": args,
-                }
+                {"ph": "X", "cat": "gpuprof", "name": _slice_name(f), "pid": pid, "tid": tids[lane], "ts": ref.ts,
+                 "dur": max(ref.dur, 0.0), "args": args}
             )
         for f in group:
             if not any(e.events for e in f.evidence):
@@ -376,16 +368,9 @@ def _slice_name(f: Finding) -> str:
 
 
 def _finding_args(f: Finding) -> dict[str, Any]:
-    args: dict[str, Any] = {
-        "code": f.code,
-        "finding": f.name,
-        "severity": f.severity.value,
-        "message": F.linked_message(f),
-        "cost": F.fmt_cost(f),
-        "cost_us_per_step": f.cost_us_per_step,
-        "cost_share": f.cost_share,
-        "advice": f.advice,
-    }
+    args: dict[str, Any] = {"code": f.code, "finding": f.name, "severity": f.severity.value,
+                            "message": F.linked_message(f), "cost": F.fmt_cost(f),
+                            "cost_us_per_step": f.cost_us_per_step, "cost_share": f.cost_share, "advice": f.advice}
     if f.location is not None:
         args["location"] = str(f.location)
     if f.evidence:

@@ -14,15 +14,8 @@ __all__ = ["PATH_LABELS", "TOP_PARTS", "critical_rows", "fmt_what_if", "host_ahe
 
 TOP_PARTS = 6  # the section is short: the largest parts, the rest summed
 
-PATH_LABELS = {
-    "operator": "host op",
-    "kernel": "kernel",
-    "copy": "copy",
-    "sync_wait": "sync wait",
-    "data_wait": "data wait",
-    "launch_gap": "launch",
-    "idle": "idle",
-}
+PATH_LABELS = {"operator": "host op", "kernel": "kernel", "copy": "copy", "sync_wait": "sync wait",
+               "data_wait": "data wait", "launch_gap": "launch", "idle": "idle"}
 
 
 def critical_rows(t: TraceSummary, top: int = TOP_PARTS) -> list[tuple[str, str, str, str]]:

@@ -20,54 +20,21 @@ from gpuprof.units import fmt_bytes, fmt_gbps, fmt_pct, fmt_us
 # what a finding of origin "runtime" says about where it comes from (terminal and markdown)
 RUNTIME_ORIGIN = "the capture's runtime checks (measured while the run trained)"
 
-__all__ = [
-    "RUNTIME_ORIGIN",
-    "mfu_against",
-    "fmt_lead_in",
-    "BREAKDOWN_LABELS",
-    "IDLE_LABELS",
-    "fmt_number",
-    "fmt_value",
-    "fmt_cc",
-    "fmt_device",
-    "fmt_devices",
-    "CPU_ONLY",
-    "DEVICE_UNRECORDED",
-    "fmt_rank",
-    "fmt_steps",
-    "fmt_cost",
-    "fmt_evidence",
-    "fmt_location",
-    "ordered_items",
-    "step_basis_us",
-    "findings_total",
-    "short_message",
-    "linked_message",
-]
+__all__ = ["RUNTIME_ORIGIN", "mfu_against", "fmt_lead_in", "BREAKDOWN_LABELS", "IDLE_LABELS", "fmt_number", "fmt_value",
+           "fmt_cc", "fmt_device", "fmt_devices", "CPU_ONLY", "DEVICE_UNRECORDED", "fmt_rank", "fmt_steps", "fmt_cost",
+           "fmt_evidence", "fmt_location", "ordered_items", "step_basis_us", "findings_total", "short_message",
+           "linked_message"]
 
 # Row labels of the step-time and GPU-idle breakdowns; the keys and their order
 # come from the metrics module that defines them. A key without a label still
 # renders, under its own name.
 COMM_WAIT = "communication_wait"  # a sub-row of the breakdown's communication (breakdown_rows), not a part of it
-BREAKDOWN_LABELS: dict[str, str] = {
-    "kernel": "Kernels",
-    "memcpy": "Memcpy",
-    "memset": "Memset",
-    "communication": "Communication",
-    COMM_WAIT: "  of which waiting for other ranks",
-    "runtime": "CUDA runtime",
-    "data_loading": "Data loading",
-    "cpu_exec": "CPU exec",
-    "other": "Other",
-}
-IDLE_LABELS: dict[str, str] = {
-    "data_loading": "Data loading",
-    "sync": "Host sync",
-    "blocking_copy": "Blocking copy",
-    "runtime": "CUDA runtime",
-    "optimizer": "Optimizer (CPU)",
-    "cpu_other": "Other CPU work",
-}
+BREAKDOWN_LABELS: dict[str, str] = {"kernel": "Kernels", "memcpy": "Memcpy", "memset": "Memset",
+                                    "communication": "Communication", COMM_WAIT: "  of which waiting for other ranks",
+                                    "runtime": "CUDA runtime", "data_loading": "Data loading", "cpu_exec": "CPU exec",
+                                    "other": "Other"}
+IDLE_LABELS: dict[str, str] = {"data_loading": "Data loading", "sync": "Host sync", "blocking_copy": "Blocking copy",
+                               "runtime": "CUDA runtime", "optimizer": "Optimizer (CPU)", "cpu_other": "Other CPU work"}
 
 
 def fmt_number(x: Any) -> str:

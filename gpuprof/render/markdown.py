@@ -91,8 +91,7 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[str]], align: str |
     alignment to the viewer. Cells are already markdown."""
     seps = ["---"] * len(headers) if align is None else ["---:" if a == "r" else ":---" for a in align.ljust(len(headers), "l")]
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(seps) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(row) + " |")
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 

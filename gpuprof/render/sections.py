@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["register_section", "terminal_renderer", "markdown_renderer"]
+__all__ = ["register_section", "terminal_renderer", "markdown_renderer", "section_dict"]
 
 # terminal: fn(console: rich.console.Console, section) -> None
 # markdown: fn(section) -> str
@@ -17,15 +17,17 @@ _TERMINAL: dict[str, Callable[[Any, Any], None]] = {}
 _MARKDOWN: dict[str, Callable[[Any], str]] = {}
 
 
-def register_section(
-    kind: str,
-    terminal: Callable[[Any, Any], None] | None = None,
-    markdown: Callable[[Any], str] | None = None,
-) -> None:
+def register_section(kind: str, terminal: Callable[[Any, Any], None] | None = None,
+                     markdown: Callable[[Any], str] | None = None) -> None:
     if terminal is not None:
         _TERMINAL[kind] = terminal
     if markdown is not None:
         _MARKDOWN[kind] = markdown
+
+
+def section_dict(section: Any) -> dict[str, Any]:
+    """A section's JSON form: its ``to_dict()``, or the section itself when it was read back as a mapping."""
+    return section.to_dict() if hasattr(section, "to_dict") else dict(section)
 
 
 def terminal_renderer(kind: str) -> Callable[[Any, Any], None] | None:

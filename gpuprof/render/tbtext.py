@@ -66,13 +66,12 @@ def capture_facts(sec: Any, base: str | None) -> list[str]:
         lines.append(f"- steps: {sec.steps}{med}")
     if sec.data_loading_share is not None:
         lines.append(f"- data loading: {sec.data_loading_share:.1%} of step time")
-    for t, rng in zip(sec.traces, sec.recorded_steps):
-        lines.append(f"- trace (steps {rng[0]}-{rng[1]}): {md_code(relative_to(t, base))}")
+    lines += [f"- trace (steps {first}-{last}): {md_code(relative_to(t, base))}"
+              for t, (first, last) in zip(sec.traces, sec.recorded_steps)]
     for s in sec.memory_snapshots:
         rel = relative_to(s, base)
         lines.append(f"- memory snapshot: {md_code(rel)} ({md_code('gpuprof memory ' + shlex.quote(rel))})")
-    for s in sec.oom_files:
-        lines.append(f"- out-of-memory dump: {md_code(relative_to(s, base))}")
+    lines += [f"- out-of-memory dump: {md_code(relative_to(s, base))}" for s in sec.oom_files]
     for part, why in sec.failures.items():
         lines.append(f"- {md_escape(part)} failed: {md_escape(why)}")
     return lines

@@ -38,23 +38,11 @@ from gpuprof.render.safe import visible
 
 __all__ = ["TAGS", "TEXT_TAG", "TensorBoardWriter", "text_summary"]
 
-TAGS = {
-    "step_time_ms": "gpuprof/step_time_ms",
-    "data_loading_share": "gpuprof/data_loading_share",
-    "gpu_utilization": "gpuprof/gpu_utilization",
-    "memory_allocated_mib": "gpuprof/memory_allocated_mib",
-    "memory_reserved_mib": "gpuprof/memory_reserved_mib",
-    "memory_peak_mib": "gpuprof/memory_peak_mib",
-    "host_rss_mib": "gpuprof/host_rss_mib",
-    # the watch's samples (about once a second, docs/run.md)
-    "cpu_process_pct": "gpuprof/cpu_process_pct",
-    "cpu_workers_pct": "gpuprof/cpu_workers_pct",
-    "cpu_workers_demand_pct": "gpuprof/cpu_workers_demand_pct",
-    "nvml_gpu_util_pct": "gpuprof/nvml_gpu_util_pct",
-    "nvml_memory_used_mib": "gpuprof/nvml_memory_used_mib",
-    "nvml_sm_clock_mhz": "gpuprof/nvml_sm_clock_mhz",
-    "nvml_power_w": "gpuprof/nvml_power_w",
-}
+# metric -> its tag; the cpu_* and nvml_* ones are the watch's samples (about once a second, docs/run.md)
+TAGS = {k: "gpuprof/" + k for k in (
+    "step_time_ms", "data_loading_share", "gpu_utilization", "memory_allocated_mib", "memory_reserved_mib",
+    "memory_peak_mib", "host_rss_mib", "cpu_process_pct", "cpu_workers_pct", "cpu_workers_demand_pct",
+    "nvml_gpu_util_pct", "nvml_memory_used_mib", "nvml_sm_clock_mhz", "nvml_power_w")}
 TEXT_TAG = "gpuprof/findings"
 
 

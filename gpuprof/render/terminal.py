@@ -360,10 +360,8 @@ def _render_traces(console: Console, traces: Sequence[TraceSummary], labels_by_p
     row("GPU utilisation", [U.fmt_pct(t.gpu_utilization) if t.gpu_utilization is not None else "n/a" for t in traces])
     row("GPU busy (ms/step)", [U.fmt_ms(t.gpu_busy_us) for t in traces])
     row("Events", [U.fmt_count(t.num_events) for t in traces])
-    for _heading, attr, order, names in (
-        ("ms/step", "breakdown_us", BREAKDOWN_KEYS, F.BREAKDOWN_LABELS),
-        ("GPU idle, host in", "idle_breakdown_us", IDLE_KEYS, F.IDLE_LABELS),
-    ):
+    for _heading, attr, order, names in (("ms/step", "breakdown_us", BREAKDOWN_KEYS, F.BREAKDOWN_LABELS),
+                                         ("GPU idle, host in", "idle_breakdown_us", IDLE_KEYS, F.IDLE_LABELS)):
         seen: dict[str, None] = {}
         for t in traces:
             for k, _ in F.ordered_items(getattr(t, attr), order):

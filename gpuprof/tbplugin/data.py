@@ -75,8 +75,7 @@ def analyse_trace_file(path: Path, logdir: Path | None = None) -> dict[str, Any]
     failures: list[RuleFailure] = []
     ranks: list[Any] = []
     summary, findings = analyze_trace(trace, failures=failures, metrics=metrics, rank_summaries=ranks)
-    steps = [{"id": s.id, "time_us": s.dur,
-              "breakdown_us": {k: bd.get(k, 0.0) for k in BREAKDOWN_KEYS},
+    steps = [{"id": s.id, "time_us": s.dur, "breakdown_us": {k: bd.get(k, 0.0) for k in BREAKDOWN_KEYS},
               "idle_us": {k: idle.get(k, 0.0) for k in IDLE_KEYS}}
              for s, bd, idle in zip(metrics.steps, metrics.breakdown_per_step, metrics.idle_per_step)]
     from gpuprof.render.format import fmt_comm_wait, fmt_mfu
@@ -162,21 +161,10 @@ def run_view(run: Run, logdir: Path, traces: dict[Path, dict[str, Any] | str]) -
                     {c for _, _, saved in reports for c in saved.failed_rules})
     for t in analysed:
         notes += [f"{t['file']}: {n}" for n in t["summary"].get("notes", [])]
-    return {
-        "name": run.name,
-        "kind": "capture" if reports else "traces",
-        "headline": _headline(analysed),
-        "traces": analysed,
-        "findings": _finished(findings),
-        "failed_rules": failed,
-        "ranks": _ranks(analysed, reports, logdir, cross),
-        "cross_rank": cross,
-        "capture": capture,
-        "job": job,
-        "snapshots": [rel_name(p, logdir) for p in run.snapshots],
-        "notes": notes,
-        "errors": errors,
-    }
+    return {"name": run.name, "kind": "capture" if reports else "traces", "headline": _headline(analysed),
+            "traces": analysed, "findings": _finished(findings), "failed_rules": failed,
+            "ranks": _ranks(analysed, reports, logdir, cross), "cross_rank": cross, "capture": capture, "job": job,
+            "snapshots": [rel_name(p, logdir) for p in run.snapshots], "notes": notes, "errors": errors}
 
 
 def _cross_rank(analysed: list[dict[str, Any]], logdir: Path

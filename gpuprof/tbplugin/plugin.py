@@ -92,18 +92,10 @@ class GpuprofPlugin(base_plugin.TBPlugin):  # type: ignore[misc]  # tensorboard 
     # --- TensorBoard's side -------------------------------------------------------------------
 
     def get_plugin_apps(self) -> dict[str, Callable[..., Any]]:
-        return {
-            "/index.js": self._serve_js,
-            "/index.html": self._serve_index,
-            "/runs": self._serve_runs,
-            "/run": self._serve_run,
-            "/compare": self._serve_compare,
-            "/timeline": self._serve_timeline,
-            "/timeline_ranks": self._serve_timeline_ranks,
-            "/memory": self._serve_memory_status,
-            "/memory.html": self._serve_memory_page,
-            "/history.html": self._serve_history_page,
-        }
+        return {"/index.js": self._serve_js, "/index.html": self._serve_index, "/runs": self._serve_runs,
+                "/run": self._serve_run, "/compare": self._serve_compare, "/timeline": self._serve_timeline,
+                "/timeline_ranks": self._serve_timeline_ranks, "/memory": self._serve_memory_status,
+                "/memory.html": self._serve_memory_page, "/history.html": self._serve_history_page}
 
     def is_active(self) -> bool:
         return bool(self._runs())

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuprof.limits import Limit
-from gpuprof.trace.source import TRACE_SUFFIXES
+from gpuprof.trace.source import is_trace_name  # the names `gpuprof analyze DIR` takes as traces
 
 __all__ = ["Run", "find_runs", "FileSig", "MAX_DEPTH", "MAX_FILES", "RunIndex"]
 
@@ -80,15 +80,7 @@ def file_sig(path: Path) -> FileSig | None:
     return (os.fspath(path), st.st_size, st.st_mtime_ns)
 
 
-_OOM_VERDICT = re.compile(r"oom(\.\d+)?\.json")  # a capture's out-of-memory verdict, not a trace
-_OOM_SNAPSHOT = re.compile(r"oom(\.\d+)?\.pickle")  # and the snapshot written with it
-
-
-def is_trace_name(name: str) -> bool:
-    """The names ``gpuprof analyze DIR`` takes as traces (gpuprof's own JSON outputs excluded)."""
-    return (name.endswith(TRACE_SUFFIXES) and not name.startswith((".", "report."))
-            and not _OOM_VERDICT.fullmatch(name)
-            and not name.endswith((".gpuprof.json", ".gpuprof.json.gz")))
+_OOM_SNAPSHOT = re.compile(r"oom(\.\d+)?\.pickle")  # the snapshot a capture's out-of-memory verdict writes
 
 
 def find_runs(logdir: str | os.PathLike[str], notes: list[str] | None = None,

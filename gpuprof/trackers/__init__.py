@@ -21,10 +21,8 @@ __all__ = ["TRACKERS", "Tracker", "TrackerUnavailable", "TrackerTimeout", "activ
            "parse_targets"]
 
 # name given to --to / to= -> (the Python package it needs, the name shown, the gpuprof module that speaks to it)
-TRACKERS: dict[str, tuple[str, str, str]] = {
-    "wandb": ("wandb", "W&B", "gpuprof.trackers.wandb"),
-    "mlflow": ("mlflow", "MLflow", "gpuprof.trackers.mlflow"),
-}
+TRACKERS: dict[str, tuple[str, str, str]] = {"wandb": ("wandb", "W&B", "gpuprof.trackers.wandb"),
+                                             "mlflow": ("mlflow", "MLflow", "gpuprof.trackers.mlflow")}
 
 
 class TrackerUnavailable(RuntimeError):

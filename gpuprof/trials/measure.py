@@ -63,11 +63,10 @@ def build(command: list[str], baseline: list[Outcome], variants: list[tuple[Vari
     runs = []
     for o in baseline:
         t = _times(o)
-        runs.append({
-            "steps": len(t), "step_time_median_us": statistics.median(t) if t else None,
-            "data_wait_median_us": _median((o.result or {}).get("data_wait_us")),
-            "memory_peak_bytes": _memory(o), "error": o.error, "directory": str(o.directory),
-            "wall_s": round(o.wall_s, 3)})
+        runs.append({"steps": len(t), "step_time_median_us": statistics.median(t) if t else None,
+                     "data_wait_median_us": _median((o.result or {}).get("data_wait_us")),
+                     "memory_peak_bytes": _memory(o), "error": o.error, "directory": str(o.directory),
+                     "wall_s": round(o.wall_s, 3)})
     ok = [o for o in baseline if o.error is None and _times(o)]
     pooled = [x for o in ok for x in _times(o)]
     medians = [statistics.median(_times(o)) for o in ok]
@@ -84,11 +83,9 @@ def build(command: list[str], baseline: list[Outcome], variants: list[tuple[Vari
         "tool": {"name": "gpuprof", "version": __version__},
         "command": command,
         "warmup": warmup, "steps": steps, "cores": cores, "cuda": cuda, "interrupted": interrupted,
-        "baseline": {
-            "runs": runs, "step_time_median_us": base_median, "interval_us": between, "runs_spread_us": spread,
-            "data_wait_median_us": wait, "losses_reproducible": reproducible,
-            "throughput_steps_per_s": 1e6 / base_median if base_median else None,
-        },
+        "baseline": {"runs": runs, "step_time_median_us": base_median, "interval_us": between, "runs_spread_us": spread,
+                     "data_wait_median_us": wait, "losses_reproducible": reproducible,
+                     "throughput_steps_per_s": 1e6 / base_median if base_median else None},
         "variants": [],
         "analysis": {k: val for k, val in analysis.items() if k != "needs_code_change"} if analysis else None,
         "needs_code_change": list((analysis or {}).get("needs_code_change") or []),
@@ -177,14 +174,12 @@ def _variant(v: Variant, o: Outcome, base: list[float], base_median: float | Non
     return row
 
 
-_NOT_TAKEN = {
-    "num_workers": "no DataLoader took num_workers", "pin_memory": "no DataLoader took pin_memory",
-    "persistent_workers": "no DataLoader with workers took persistent_workers",
-    "prefetch_factor": "no DataLoader with workers took prefetch_factor",
-    "channels_last": "no 4-D parameter or input to convert (channels_last changes nothing here)",
-    "compile": "no model (a module holding parameters) was called", "autocast": "no model was called",
-    "optimizer_foreach": "no optimizer took foreach=True", "optimizer_fused": "no optimizer took fused=True",
-}
+_NOT_TAKEN = {"num_workers": "no DataLoader took num_workers", "pin_memory": "no DataLoader took pin_memory",
+              "persistent_workers": "no DataLoader with workers took persistent_workers",
+              "prefetch_factor": "no DataLoader with workers took prefetch_factor",
+              "channels_last": "no 4-D parameter or input to convert (channels_last changes nothing here)",
+              "compile": "no model (a module holding parameters) was called", "autocast": "no model was called",
+              "optimizer_foreach": "no optimizer took foreach=True", "optimizer_fused": "no optimizer took fused=True"}
 
 
 def _not_applied(keys: list[str]) -> str:

@@ -29,12 +29,10 @@ def _rows(doc: dict[str, Any]) -> list[list[str]]:
     for v in doc["variants"]:
         sp = v["speedup"]
         loss = v["loss_max_abs_diff"]
-        rows.append([
-            visible(v["name"]), f"{_ms(v['step_time_median_us'])}{_pm(v['interval_us'])}",
-            "-" if sp is None else f"{sp:.2f}x", _ms(v["measured_saving_us"]), _ms(v["predicted_saving_us"]),
-            _mib(v["memory_peak_bytes"]), "-" if loss is None else ("0" if loss == 0 else f"{loss:.2g}"),
-            v["verdict"] + (f": {visible(v['error'])}" if v["error"] else ""),
-        ])
+        rows.append([visible(v["name"]), f"{_ms(v['step_time_median_us'])}{_pm(v['interval_us'])}",
+                     "-" if sp is None else f"{sp:.2f}x", _ms(v["measured_saving_us"]), _ms(v["predicted_saving_us"]),
+                     _mib(v["memory_peak_bytes"]), "-" if loss is None else ("0" if loss == 0 else f"{loss:.2g}"),
+                     v["verdict"] + (f": {visible(v['error'])}" if v["error"] else "")])
     return rows
 
 
@@ -93,8 +91,7 @@ def markdown(doc: dict[str, Any]) -> str:
            f"{'CUDA' if doc['cuda'] else 'no CUDA'}. Times are medians of the per-step times; ± is the noise the "
            "verdict uses (docs/try.md).", "",
            "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    for r in _rows(doc):
-        out.append("| " + " | ".join(_md(c) for c in r) + " |")
+    out += ["| " + " | ".join(_md(c) for c in r) + " |" for r in _rows(doc)]
     keep = [f"- {_md(v['name'])}: {_md(v['code_change'])}" for v in doc["variants"] if v.get("code_change")]
     if keep:
         out += ["", "To keep a faster variant, change:", "", *keep]

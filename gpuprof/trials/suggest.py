@@ -108,10 +108,8 @@ def code_change_rows(findings: list[Any]) -> list[dict[str, Any]]:
             continue
         loc = getattr(f, "location", None)
         where = f"{loc.file}:{loc.line}" if loc is not None and getattr(loc, "file", None) else None
-        rows.append({
-            "code": code, "message": str(getattr(f, "message", "")), "change": change, "location": where,
-            "predicted_saving_us": _num(getattr(f, "cost_us_per_step", None)),
-            "predicted_what_if_us": _num(getattr(f, "what_if_saving_us", None)),
-        })
+        rows.append({"code": code, "message": str(getattr(f, "message", "")), "change": change, "location": where,
+                     "predicted_saving_us": _num(getattr(f, "cost_us_per_step", None)),
+                     "predicted_what_if_us": _num(getattr(f, "what_if_saving_us", None))})
     rows.sort(key=lambda r: -(_num(r["predicted_saving_us"]) or 0.0))
     return rows

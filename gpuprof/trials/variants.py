@@ -41,15 +41,13 @@ def numerics_of(given: Mapping[str, object]) -> str:
     return max(classes, key=lambda c: TOLERANCE[c], default="exact")
 
 #: names ``--set`` accepts -> the settings' field
-_ALIASES = {
-    "num_workers": "num_workers", "persistent_workers": "persistent_workers", "pin_memory": "pin_memory",
-    "prefetch_factor": "prefetch_factor", "matmul_precision": "matmul_precision",
-    "float32_matmul_precision": "matmul_precision", "allow_tf32": "allow_tf32",
-    "cudnn_benchmark": "cudnn_benchmark", "cudnn.benchmark": "cudnn_benchmark",
-    "zero_grad_set_to_none": "zero_grad_set_to_none", "set_to_none": "zero_grad_set_to_none",
-    "autocast": "autocast", "amp": "autocast", "channels_last": "channels_last", "compile": "compile",
-    "torch_compile": "compile", "foreach": "optimizer_foreach", "fused": "optimizer_fused",
-}
+_ALIASES = {"num_workers": "num_workers", "persistent_workers": "persistent_workers", "pin_memory": "pin_memory",
+            "prefetch_factor": "prefetch_factor", "matmul_precision": "matmul_precision",
+            "float32_matmul_precision": "matmul_precision", "allow_tf32": "allow_tf32",
+            "cudnn_benchmark": "cudnn_benchmark", "cudnn.benchmark": "cudnn_benchmark",
+            "zero_grad_set_to_none": "zero_grad_set_to_none", "set_to_none": "zero_grad_set_to_none",
+            "autocast": "autocast", "amp": "autocast", "channels_last": "channels_last", "compile": "compile",
+            "torch_compile": "compile", "foreach": "optimizer_foreach", "fused": "optimizer_fused"}
 _BOOLEAN = frozenset({"persistent_workers", "pin_memory", "cudnn_benchmark", "zero_grad_set_to_none", "channels_last",
                       "compile", "optimizer_foreach", "optimizer_fused"})
 

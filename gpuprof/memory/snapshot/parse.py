@@ -113,8 +113,6 @@ def _block_frames(b: dict[str, Any]) -> Any:
     return fr
 
 
-
-
 def item_budget(nbytes: int) -> int:
     """Items a snapshot of ``nbytes`` may describe (see ``SNAPSHOT_ITEMS_PER_BYTE``), with a floor for tiny files."""
     return max(nbytes, 4096) * SNAPSHOT_ITEMS_PER_BYTE.value()
@@ -221,14 +219,8 @@ class SnapshotParser:
             cursor = baddr + size
         assert dev.segments is not None
         dev.segments.append(
-            Segment(
-                address=addr,
-                total_size=total,
-                stream=_int(s.get("stream")),
-                segment_type=seg_type,
-                is_expandable=bool(s.get("is_expandable", False)),
-                blocks=blocks,
-            )
+            Segment(address=addr, total_size=total, stream=_int(s.get("stream")), segment_type=seg_type,
+                    is_expandable=bool(s.get("is_expandable", False)), blocks=blocks)
         )
 
     def entries(self, i: int, entries: Sequence[Any]) -> None:
@@ -378,18 +370,9 @@ class SnapshotParser:
         devices = [d for d in devices if len(d) or d.segments]
         for d in devices:  # the history's sizes are requests; the blocks live at the end count their own size
             align_history_sizes(d)
-        return MemoryData(
-            path=self.path,
-            source_type="snapshot",
-            devices=devices,
-            sites=self.sites,
-            notes=notes,
-            settings=dict(settings) if isinstance(settings, dict) else {},
-            kinds=kinds,
-            annotations=annotations,
-            pinned_host=pinned_host or None,
-        )
-
+        return MemoryData(path=self.path, source_type="snapshot", devices=devices, sites=self.sites, notes=notes,
+                          settings=dict(settings) if isinstance(settings, dict) else {}, kinds=kinds,
+                          annotations=annotations, pinned_host=pinned_host or None)
 
 
 _OWNER_KIND = {"parameters": ("parameters", "setup"), "gradients": ("gradients", "backward"),

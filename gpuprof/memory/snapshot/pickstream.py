@@ -195,7 +195,6 @@ def _entry(d: dict[Any, Any], buf: bytes, p: int, lim: int, memo: list[Any], str
     return -1
 
 
-
 class StreamReader:
     """One pass over a pickle from ``fh`` (``size`` bytes: declared lengths are checked against it).
 

@@ -332,7 +332,7 @@ DEFERRED_START = textwrap.dedent("""
     model = torch.nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with gpuprof.profile(logdir=sys.argv[1], run="r", schedule=Schedule(wait=3, warmup=1, active=2),
-                         print_report=False, tensorboard=False) as prof:
+                         print_report=True, tensorboard=False) as prof:
         for i in range(4):
             model(torch.randn(2, 4)).sum().backward()
             opt.step()
@@ -340,6 +340,7 @@ DEFERRED_START = textwrap.dedent("""
             if i == 0:
                 print("after the start:", "gpuprof.analysis" in sys.modules)
     print("at the end:", "gpuprof.analysis" in sys.modules)
+    print("not needed:", [m for m in ("gpuprof.render.terminal", "gpuprof.diff.compare") if m in sys.modules])
 """)
 
 
@@ -348,11 +349,12 @@ DEFERRED_START = textwrap.dedent("""
 def test_a_report_deferred_to_the_end_is_not_prepared_at_the_start(tmp_path: Path, how: str) -> None:
     """When a window's report waits for the end of the run (gpuprof run's default, ``GPUPROF_WINDOW_REPORT=end``),
     no thread imports the analysis during the run: the capture's start leaves it to the end, which imports what it
-    uses (issue 41: the first step's CPU); a report at the window's end still has it ready at the start."""
+    uses (issue 41: the first step's CPU) and no more; a report at the window's end still has it ready at the start."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
            "GPUPROF_WINDOW_REPORT": how}
     out = subprocess.run([sys.executable, "-c", DEFERRED_START, str(tmp_path)], capture_output=True, text=True,
                          env=env, timeout=300, check=True).stdout
     assert f"after the start: {how == 'window'}" in out, out
     assert "at the end: True" in out, out  # the report was still analysed and written
+    assert "not needed: []" in out, out  # the summary's width without rich; no window to compare without diff
     assert (tmp_path / "r" / "report.json").is_file()

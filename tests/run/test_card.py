@@ -98,10 +98,11 @@ def test_the_run_log_takes_the_messages_and_shows_only_alarms(tmp_path: Path, ca
 
 _CARD_IMPORTS = """\
 import sys
-from gpuprof.cli.run import _print_card
+from gpuprof.cli.run import _print_card, _say_unsupported
 from gpuprof.run.launch import logdir_state
+_say_unsupported({"watch": True, "trigger": True})  # run's defaults, as the launcher checks them
 _print_card(sys.argv[1], {}, logdir_state(sys.argv[1]), html=True)
-heavy = sorted(m for m in ("numpy", "rich.console", "rich.text", "torch") if m in sys.modules)
+heavy = sorted(m for m in ("numpy", "rich.console", "rich.text", "torch", "gpuprof.capture.config") if m in sys.modules)
 print("loaded:", ",".join(heavy) or "none")
 """
 

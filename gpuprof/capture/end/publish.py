@@ -144,15 +144,15 @@ def publish(facts: RunFacts, out: Outputs, report: Report, g: Guard, *, final: b
 
 
 def _width_of(stream: TextIO) -> int:
-    """The columns the summary is wrapped at: the terminal's when ``stream`` is one, else COLUMNS or 120,
-    as the terminal report (:func:`gpuprof.render.terminal.terminal_width`)."""
-    from gpuprof.render.terminal import terminal_width
+    """The columns the summary is wrapped at: the terminal's when ``stream`` is one, else COLUMNS or 120, as the
+    terminal report (:func:`gpuprof.render.width.width_for`: the end of a run imports no rich for this)."""
+    from gpuprof.render.width import width_for
 
     try:
         tty = stream.isatty()
     except (AttributeError, ValueError):  # a replaced or closed stream
         tty = False
-    return terminal_width(tty)
+    return width_for(tty)
 
 
 def make_result(facts: RunFacts, out: Outputs, report: Report | None, warnings: tuple[str, ...],

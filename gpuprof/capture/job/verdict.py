@@ -76,8 +76,6 @@ def _ms(us: float) -> str:
 def window_verdicts(traces: Sequence[TraceFile], report: Report,
                     location: SourceLocation | None) -> list[Finding]:
     """One GP650 finding per anomaly window that can be compared with the steady window."""
-    from gpuprof.diff.compare import diff_reports
-
     steady = next((t for t in sorted(traces, key=lambda t: t.first_step) if t.window is None), None)
     if steady is None:
         return []
@@ -91,6 +89,8 @@ def window_verdicts(traces: Sequence[TraceFile], report: Report,
         after = _side(report, tf)
         if not after["traces"]:
             continue
+        from gpuprof.diff.compare import diff_reports  # imported only when there is a window to compare
+
         diff = diff_reports(before, after, ("steady window", "anomaly window"))
         out.append(_finding(diff, steady, tf, location))
     return out
@@ -99,8 +99,6 @@ def window_verdicts(traces: Sequence[TraceFile], report: Report,
 def trigger_notes(traces: Sequence[TraceFile], report: Report) -> list[str]:
     """One note per window recorded on demand: what changed against the steady window (the same comparison
     as GP650's, said as a note: nobody claimed this window was anomalous)."""
-    from gpuprof.diff.compare import diff_reports
-
     steady = next((t for t in sorted(traces, key=lambda t: t.first_step) if t.window is None), None)
     before = _side(report, steady) if steady is not None else None
     out = []
@@ -109,6 +107,8 @@ def trigger_notes(traces: Sequence[TraceFile], report: Report) -> list[str]:
             continue
         after = _side(report, tf)
         if after["traces"]:
+            from gpuprof.diff.compare import diff_reports
+
             change, parts, _ = _changes(diff_reports(before, after, ("steady window", "trigger window")))
             what = ", ".join(f"{PART_WORDS[k]} {_ms(c)}" for k, c in parts) or "no part of the step moved by much"
             out.append(f"the window recorded on demand (steps {tf.first_step}-{tf.last_step}) against the steady "

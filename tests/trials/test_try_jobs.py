@@ -111,11 +111,16 @@ def test_ctrl_c_stops_the_trial_and_writes_what_was_measured(tmp_path: Path) -> 
                                  "--steps", "3", "--warmup", "1", "--variants", "num_workers=1,num_workers=2",
                                  "planted_loader.py", "--item-ms", "50"],
                                 cwd=user, env=_env(), stdout=subprocess.PIPE, stderr=err, text=True,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL,
+                                # SIGINT back to its default in the child, as a terminal has it: a suite started in
+                                # the background of a shell without job control inherits SIGINT ignored, and Python
+                                # then installs no KeyboardInterrupt handler (tests/integrations/test_interrupt_exit.py)
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 300
         while "trial 2/4" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
         time.sleep(1.0)
+        assert proc.poll() is None, log.read_text()  # still in its trials: the signal reaches a running try
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, log.read_text()

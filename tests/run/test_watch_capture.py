@@ -269,7 +269,9 @@ def test_summary_names_the_phases(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             prof.step()
             if i == 12:  # the steps while the window's report is analysed are gpuprof's own work (own_work)
                 assert prof.wait_for_report(120)
-    text = out.getvalue()
+    # beside other processes' load the end adds a host-contention note, and the summary is then printed whole,
+    # wrapped at the terminal's width (continuations indented 4): the phases line is read unwrapped
+    text = re.sub(r"\n {4}(?! )", " ", out.getvalue())
     line = next(x for x in text.splitlines() if x.startswith("gpuprof: watched 60 steps:"))
     assert line.count("steady ") >= 2 and "recorded 7-11" in line, line
     m = re.search(r"slowdown (29|30|31)-59 \(([56]\.\d\d) ms, (\d\.\d\d)x steady\)", line)

@@ -86,7 +86,8 @@ class TraceSummary:
 class JobPhase:
     """One phase of a watched job (``gpuprof/capture/job/phases.py`` finds them): a run of steps alike in step time.
 
-    ``kind``: ``warmup``, ``steady``, ``slowdown``, ``eval``, ``recorded`` or ``own_work`` (steps gpuprof slowed). Steps are the loop's step indices
+    ``kind``: ``warmup``, ``steady``, ``slowdown``, ``contention`` (slower because other processes had the cores),
+    ``eval``, ``recorded`` or ``own_work`` (steps gpuprof slowed). Steps are the loop's step indices
     (0 = the first step), ``end_step`` inclusive; the statistics are over the phase's steps.
     """
 
@@ -99,6 +100,8 @@ class JobPhase:
     step_time_p90_us: StepUs = 0.0
     step_time_max_us: StepUs = 0.0
     data_wait_share: float | None = None  # time waiting for batches / step time over the phase
+    # ``contention`` phases: the training thread's time runnable but waiting for a core / the phase's time
+    core_wait_share: float | None = None
 
 
 @dataclass
@@ -139,6 +142,11 @@ class JobSamples:
     # CPU-bound worker reads ~100 per worker even on a machine so busy that it gets less
     workers_demand_pct: list[float | None] = field(default_factory=list)
     workers: list[int | None] = field(default_factory=list)
+    # the training thread's time on a core and its time runnable but waiting for one (Linux schedstat), % of
+    # the interval; None (the columns empty) where not read: what tells a job that slowed from one that other
+    # processes kept off the cores (a ``contention`` phase)
+    thread_cpu_pct: list[float | None] | None = None
+    thread_wait_pct: list[float | None] | None = None
     gpu_util_pct: list[float | None] | None = None
     gpu_memory_used_mib: list[float | None] | None = None
     gpu_sm_clock_mhz: list[float | None] | None = None

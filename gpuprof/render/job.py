@@ -80,7 +80,9 @@ def job_lines(job: JobSummary) -> list[str]:
     shown, left = shown_phases(job.phases)
     parts = []
     for p in shown:
-        extra = f", {_ratio(p, ref)} steady" if p.kind == "slowdown" else ""
+        extra = f", {_ratio(p, ref)} steady" if p.kind in ("slowdown", "contention") else ""
+        if p.kind == "contention" and p.core_wait_share is not None:
+            extra += f", waiting for a core {fmt_pct(p.core_wait_share)}"
         parts.append(f"{_kind(p)} {p.start_step}-{p.end_step} ({fmt_us(p.step_time_median_us)}{extra})")
     if left:
         parts.insert(len(shown) - 2, f"... {left} more")

@@ -18,7 +18,7 @@ from gpuprof.capture.job.phases import (
     detect_phases,
     job_summary,
 )
-from gpuprof.report import JobPhase
+from gpuprof.report import JobPhase, JobSamples
 from gpuprof_testing.realtraces import shared_path
 
 
@@ -183,3 +183,64 @@ def test_phases_keep_their_labels_word(seed: int) -> None:
             stretch = 0
         if p.kind == "warmup":
             assert p.step_time_median_us > steady.step_time_median_us, _kinds(phases)
+
+
+def _samples(n: int, every: int, cpu: list[float], wait: list[float]) -> JobSamples:
+    """Sampler figures: a sample each ``every`` steps, the training thread's CPU and wait % per sample."""
+    steps = list(range(every, n + 1, every))
+    assert len(steps) == len(cpu) == len(wait)
+    return JobSamples(step=steps, process_cpu_pct=list(cpu), thread_cpu_pct=list(cpu), thread_wait_pct=list(wait))
+
+
+def _steady_then_slower(seed: int) -> np.ndarray:
+    t = _noisy(400, 0.006, 0.05, seed)
+    t[200:] *= 3.0  # steps 200-399 take 3x as long
+    return t
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_slowdown_the_core_wait_explains_is_contention(seed: int) -> None:
+    """Other processes took the cores from step 200: the thread's time on a core per step stayed (6 ms: 100% of
+    a 6 ms step, 33% of an 18 ms one) and its wait rose to two thirds of the step: contention, not a slowdown."""
+    t = _steady_then_slower(seed)
+    cpu = [100.0] * 10 + [33.3] * 10
+    wait = [0.0] * 10 + [66.7] * 10
+    phases = detect_phases(t, samples=_samples(400, 20, cpu, wait))
+    _covers(phases, 400)
+    assert [p.kind for p in phases] == ["steady", "contention"], _kinds(phases)
+    assert abs(phases[1].start_step - 200) <= 3
+    assert phases[1].core_wait_share == pytest.approx(0.667, abs=0.02)
+    assert phases[0].core_wait_share is None
+    # the same steps without the thread's figures (an older report, not Linux): a slowdown, as before
+    assert [p.kind for p in detect_phases(t)] == ["steady", "slowdown"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_job_that_does_more_work_stays_a_slowdown_beside_a_busy_machine(seed: int) -> None:
+    """A hog all along takes the same share of the cores before and after: the job's own work per step tripled
+    (its time on a core per step 3x) and so did its wait: the job slowed, whatever the machine's load."""
+    t = _steady_then_slower(seed)
+    cpu = [40.0] * 20
+    wait = [60.0] * 20
+    phases = detect_phases(t, samples=_samples(400, 20, cpu, wait))
+    assert [p.kind for p in phases] == ["steady", "slowdown"], _kinds(phases)
+    assert phases[1].core_wait_share is None
+
+
+def test_a_slowdown_with_no_added_wait_stays_a_slowdown() -> None:
+    """A planted sleep (the thread neither on a core nor waiting for one): the wait explains nothing."""
+    t = _steady_then_slower(0)
+    cpu = [100.0] * 10 + [33.3] * 10
+    wait = [2.0] * 20
+    assert [p.kind for p in detect_phases(t, samples=_samples(400, 20, cpu, wait))] == ["steady", "slowdown"]
+
+
+def test_contention_needs_figures_inside_both_phases() -> None:
+    """Samples that name no figure (None: a thread that ended, no /proc) relabel nothing; a lone sample
+    covering the whole job weighs in both phases alike and cannot tell them apart."""
+    t = _steady_then_slower(1)
+    none = JobSamples(step=[200, 400], process_cpu_pct=[100.0, 33.0], thread_cpu_pct=[None, None],
+                      thread_wait_pct=[None, None])
+    assert [p.kind for p in detect_phases(t, samples=none)] == ["steady", "slowdown"]
+    one = JobSamples(step=[400], process_cpu_pct=[60.0], thread_cpu_pct=[60.0], thread_wait_pct=[40.0])
+    assert [p.kind for p in detect_phases(t, samples=one)] == ["steady", "slowdown"]

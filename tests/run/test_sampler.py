@@ -69,6 +69,40 @@ def test_process_cpu_is_measured() -> None:
     assert proc / 100 * wall >= 0.2 - 0.02  # os.times() counts in clock ticks (10 ms)
 
 
+@linux
+def test_the_driving_threads_core_time_and_wait_are_read() -> None:
+    """The thread that drives the steps: its time on a core over the interval covers what it burnt (CPU seconds,
+    not a share a loaded machine moves), its wait is a share, and both are None for a thread /proc does not
+    have (or no thread named)."""
+    reader = S.CpuReader(driver_tid=threading.get_native_id())
+    w0, c0 = time.monotonic(), time.thread_time()
+    while time.thread_time() - c0 < 0.2:
+        pass
+    reader.read()
+    wall = time.monotonic() - w0
+    cpu, wait = reader.last_driver_pct
+    assert cpu is not None and wait is not None
+    assert cpu / 100 * wall >= 0.2 - 0.02 and 0.0 <= wait <= 100.0
+    assert S.CpuReader(driver_tid=2**30).driver(1.0) == (None, None)
+    assert S.CpuReader().driver(1.0) == (None, None)
+
+
+@linux
+def test_the_thread_figures_reach_the_samples() -> None:
+    """Each sample holds the driving thread's figures beside the process's; a sampler told no thread has none."""
+    s = S.Sampler(lambda: 3, interval_s=1.0, driver_tid=threading.get_native_id())
+    reader = S.CpuReader(driver_tid=threading.get_native_id())
+    for _ in range(3):
+        s._sample(reader)
+    snap = s.snapshot()
+    assert snap.thread_cpu_pct is not None and snap.thread_wait_pct is not None
+    assert len(snap.thread_cpu_pct) == len(snap.thread_wait_pct) == len(snap.step) == 3
+    assert all(v is not None and v >= 0 for v in snap.thread_wait_pct)
+    bare = S.Sampler(lambda: 3, interval_s=1.0)
+    bare._sample(S.CpuReader())
+    assert bare.snapshot().thread_wait_pct is None
+
+
 def test_samples_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(S, "MAX_SAMPLES", 8)
     steps = iter(range(10_000))

@@ -52,7 +52,10 @@ class WatchCheck(MonitorBase):
         self.eval_steps: list[int] = []
 
     def install(self, live: Live) -> None:
-        self.sampler = Sampler(lambda: live.step_num, self.interval_s)
+        import threading
+
+        # installed by the thread that drives the steps (the session's start): its run-queue wait is sampled
+        self.sampler = Sampler(lambda: live.step_num, self.interval_s, driver_tid=threading.get_native_id())
         self.sampler.start()
 
     def first_step(self, live: Live) -> None:

@@ -31,6 +31,15 @@ training loops (a garbage-collection pause, a checkpoint save, a slow batch):
    ``steady``. A segment shorter than ``MIN_PHASE`` steps takes its
    predecessor's label (a burst of a few slow steps is noise, not a phase),
    and neighbouring steps with the same label are one phase.
+6. Other processes' load: a ``slowdown`` phase becomes ``contention`` when the
+   sampler's figures of the training thread (:mod:`gpuprof.capture.job.sampler`,
+   about one a second, weighted by the steps each shares with the phase) say
+   the machine, not the job, made it slower: its time waiting for a core per
+   step rose by at least ``CAUSE_SHARE`` of the time the phase's median step
+   added over the steady reference's, and its time on a core per step did not
+   rise by ``SLOW_RATIO`` (a job that does more work per step stays a
+   ``slowdown``, busy machine or not). Without the figures (not Linux, a
+   report from an older gpuprof) nothing is relabelled.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpuprof.capture.job.windows import CAUSE_SHARE
 from gpuprof.report import JobPhase, JobSamples, JobSeries, JobSummary
 from gpuprof.stats import least_squares_split, running_median, segments, step_noise
 
@@ -105,8 +115,10 @@ def _merge_close(times: Floats, segs: list[Segment], min_change: float) -> list[
 
 def detect_phases(step_s: Sequence[float] | Floats, eval_steps: Sequence[int] = (),
                   fetch_s: Sequence[float] | Floats | None = None,
-                  recorded_steps: Sequence[int] = (), own_steps: Sequence[int] = ()) -> list[JobPhase]:
-    """The job's phases, in step order, covering every step (module docstring)."""
+                  recorded_steps: Sequence[int] = (), own_steps: Sequence[int] = (),
+                  samples: JobSamples | None = None) -> list[JobPhase]:
+    """The job's phases, in step order, covering every step (module docstring); ``samples``: the sampler's, for
+    ``contention`` (item 6)."""
     times = np.asarray(step_s, dtype=np.float64)
     n = len(times)
     if n == 0:
@@ -144,8 +156,59 @@ def detect_phases(step_s: Sequence[float] | Floats, eval_steps: Sequence[int] = 
         if lead and lead < segs[first].end:
             labels[idx[:lead]] = "warmup"
         _keep_word(labels, times, ref)
+        waits = _contention(labels, times, samples)
+    else:
+        waits = {}
     fetch = np.asarray(fetch_s, dtype=np.float64) if fetch_s is not None else None
-    return [_phase(label, start, end, times, fetch) for label, start, end in _runs(labels)]
+    return [_phase(label, start, end, times, fetch, waits.get(start)) for label, start, end in _runs(labels)]
+
+
+def _thread_share(samples: JobSamples, a: int, b: int) -> tuple[float, float] | None:
+    """(the training thread's share of time on a core, its share waiting for one) over steps ``[a, b)``: the
+    samples' figures, each weighted by the steps its interval shares with them; None when no sample has them."""
+    cpu, wait = samples.thread_cpu_pct, samples.thread_wait_pct
+    n = len(samples.step)
+    if not cpu or not wait or len(cpu) != n or len(wait) != n:
+        return None
+    done = np.asarray(samples.step, dtype=np.float64)  # steps completed at each sample: it covers [previous, done)
+    before = np.concatenate(([0.0], done[:-1]))
+    c = np.array([np.nan if v is None else v for v in cpu], dtype=np.float64)
+    w = np.array([np.nan if v is None else v for v in wait], dtype=np.float64)
+    weight = np.clip(np.minimum(done, b) - np.maximum(before, a), 0.0, None)
+    weight[np.isnan(c) | np.isnan(w)] = 0.0
+    total = float(weight.sum())
+    if total <= 0:
+        return None
+    return (float(np.nansum(weight * c)) / total / 100.0, float(np.nansum(weight * w)) / total / 100.0)
+
+
+def _contention(labels: npt.NDArray[np.object_], times: Floats, samples: JobSamples | None) -> dict[int, float]:
+    """Relabel as ``contention`` the slowdown runs that other processes' load explains (module docstring, item
+    6); returns the training thread's share of time waiting for a core by the start of each run relabelled."""
+    if samples is None or not samples.thread_wait_pct:
+        return {}
+    runs = _runs(labels)
+    ref = next(((a, b) for k, a, b in runs if k == "steady"), None)
+    if ref is None:
+        return {}
+    base = _thread_share(samples, *ref)
+    if base is None:
+        return {}
+    t0 = float(np.median(times[ref[0]:ref[1]]))
+    out: dict[int, float] = {}
+    for k, a, b in runs:
+        if k != "slowdown":
+            continue
+        got = _thread_share(samples, a, b)
+        if got is None:
+            continue
+        t = float(np.median(times[a:b]))
+        added = t - t0
+        more_wait = got[1] * t - base[1] * t0
+        if added > 0 and more_wait >= CAUSE_SHARE * added and got[0] * t < base[0] * t0 * (1 + SLOW_RATIO):
+            labels[a:b] = "contention"
+            out[a] = round(min(got[1], 1.0), 4)
+    return out
 
 
 def _runs(labels: npt.NDArray[np.object_]) -> list[tuple[str, int, int]]:
@@ -191,7 +254,7 @@ def _keep_word(labels: npt.NDArray[np.object_], times: Floats, ref: float) -> No
                 labels[a:b] = "steady"
 
 
-def _phase(kind: str, a: int, b: int, times: Floats, fetch: Floats | None) -> JobPhase:
+def _phase(kind: str, a: int, b: int, times: Floats, fetch: Floats | None, core_wait: float | None = None) -> JobPhase:
     part = times[a:b]
     total = float(part.sum())
     share = None
@@ -200,7 +263,7 @@ def _phase(kind: str, a: int, b: int, times: Floats, fetch: Floats | None) -> Jo
     return JobPhase(kind=kind, start_step=a, end_step=b - 1, step_time_median_us=float(np.median(part)) * 1e6,
                     steps=b - a, step_time_min_us=float(part.min()) * 1e6,
                     step_time_p90_us=float(np.percentile(part, 90)) * 1e6, step_time_max_us=float(part.max()) * 1e6,
-                    data_wait_share=share)
+                    data_wait_share=share, core_wait_share=core_wait)
 
 
 def _buckets(x: Floats, bucket: int) -> Floats:
@@ -261,5 +324,5 @@ def compact_series(data: WatchData, max_points: int = MAX_POINTS) -> JobSeries:
 def job_summary(data: WatchData) -> JobSummary:
     """report.json's ``job``: the step count, the phases, the compact series and the sampler's samples."""
     return JobSummary(steps=len(data.step_s), phases=detect_phases(data.step_s, data.eval_steps, data.fetch_s,
-                                                                   data.recorded_steps, data.own_steps),
+                                                                   data.recorded_steps, data.own_steps, data.samples),
                       series=compact_series(data), samples=data.samples, cores=data.cores)

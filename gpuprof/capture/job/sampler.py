@@ -10,6 +10,10 @@ process's (``_pid``), so it neither starts nor waits for one.
 
 * CPU of the trainer: ``os.times()`` (user + system of every thread of the
   process), as a percentage of one core over the interval.
+* The training thread's own time on a core and its time runnable but waiting for one
+  (``/proc/<pid>/task/<tid>/schedstat`` of the thread that installed the watch, the one driving the steps),
+  as percentages of the interval: what tells a job that slowed (more time on a core per step) from one that
+  other processes kept off the cores (more time waiting for one; :mod:`gpuprof.capture.job.phases`).
 * CPU of its workers: the trainer's child processes (DataLoader workers are
   forked or spawned by it), found through ``/proc/<pid>/task/*/children``
   (or, where the kernel lacks that file, a scan of ``/proc/*/stat`` for the
@@ -102,14 +106,17 @@ def child_pids(pid: int) -> list[int]:
 class CpuReader:
     """CPU seconds of this process and of its children, read again at each sample."""
 
-    def __init__(self, pid: int | None = None) -> None:
+    def __init__(self, pid: int | None = None, driver_tid: int | None = None) -> None:
         self.pid = pid if pid is not None else os.getpid()
         self.proc = os.path.isdir(f"/proc/{self.pid}")
         self._tick = _ticks_per_s()
         self._last_self = self._self_s()
+        self._driver = f"/proc/{self.pid}/task/{driver_tid}/schedstat" if driver_tid is not None and self.proc else None
+        self._last_driver = self._driver_s()
         self._last_children: dict[int, float] = {}
         self._last_demand: dict[int, float] = {}
         self._last_t = time.monotonic()
+        self.last_driver_pct: tuple[float | None, float | None] = (None, None)
         self.pids: list[int] = []  # the workers read at the last read (their I/O is read too: checks.loader.workerio)
         if self.proc:
             for c in worker_pids(self.pid):
@@ -146,13 +153,34 @@ class CpuReader:
         except (IndexError, ValueError):
             return None
 
+    def _driver_s(self) -> tuple[float, float] | None:
+        """(seconds on a core, seconds runnable and waiting for one) of the driving thread, or None."""
+        if self._driver is None:
+            return None
+        raw = _read(self._driver)
+        f = raw.split() if raw is not None else []
+        try:
+            return int(f[0]) / 1e9, int(f[1]) / 1e9
+        except (IndexError, ValueError):
+            return None
+
+    def driver(self, wall: float) -> tuple[float | None, float | None]:
+        """(the driving thread's CPU %, its run-queue wait %) since the previous call; (None, None) without them."""
+        now, last = self._driver_s(), self._last_driver
+        self._last_driver = now
+        if now is None or last is None:
+            return None, None
+        return (round(100.0 * max(now[0] - last[0], 0.0) / wall, 2), round(100.0 * max(now[1] - last[1], 0.0) / wall, 2))
+
     def read(self) -> tuple[float, float | None, float | None, int | None]:
-        """(process CPU %, workers' CPU %, workers' CPU demand %, workers) since the previous read; 100 = one core."""
+        """(process CPU %, workers' CPU %, workers' CPU demand %, workers) since the previous read; 100 = one core.
+        The driving thread's figures over the same interval are in :attr:`last_driver_pct` after it."""
         now = time.monotonic()
         wall = max(now - self._last_t, 1e-6)
         me = self._self_s()
         proc_pct = 100.0 * (me - self._last_self) / wall
         self._last_self, self._last_t = me, now
+        self.last_driver_pct = self.driver(wall)
         if not self.proc:
             return proc_pct, None, None, None
         busy = want = 0.0
@@ -244,6 +272,8 @@ class _Columns:
     workers_pct: list[float | None] = field(default_factory=list)
     demand_pct: list[float | None] = field(default_factory=list)
     workers: list[int | None] = field(default_factory=list)
+    driver_cpu: list[float | None] = field(default_factory=list)
+    driver_wait: list[float | None] = field(default_factory=list)
     gpu: list[tuple[float | None, float | None, float | None, float | None, int | None]] = field(default_factory=list)
 
 
@@ -251,8 +281,9 @@ class Sampler:
     """The daemon thread (module docstring). ``steps()`` tells it how many steps have completed."""
 
     def __init__(self, steps: Callable[[], int], interval_s: float = INTERVAL_S,
-                 nvml: Callable[[], Nvml | None] | None = None) -> None:
+                 nvml: Callable[[], Nvml | None] | None = None, driver_tid: int | None = None) -> None:
         self.steps = steps
+        self.driver_tid = driver_tid  # the native id of the thread driving the steps (None: not read)
         self.interval_s = interval_s
         self._nvml_open = nvml
         self._nvml: Nvml | None = None
@@ -290,7 +321,7 @@ class Sampler:
 
     def _run(self) -> None:
         try:
-            cpu = CpuReader()
+            cpu = CpuReader(driver_tid=self.driver_tid)
             self.io.prime(cpu.pids)
             while not self._stop.wait(self.interval_s):
                 self._open_nvml()
@@ -321,10 +352,12 @@ class Sampler:
             c.workers_pct.append(round(workers_pct, 2) if workers_pct is not None else None)
             c.demand_pct.append(round(demand_pct, 2) if demand_pct is not None else None)
             c.workers.append(workers)
+            c.driver_cpu.append(cpu.last_driver_pct[0])
+            c.driver_wait.append(cpu.last_driver_pct[1])
             c.gpu.append(gpu)
             if len(c.step) > MAX_SAMPLES:  # keep the memory bounded: every other sample, twice the period
                 self._cols = _Columns(c.step[::2], c.proc[::2], c.workers_pct[::2], c.demand_pct[::2], c.workers[::2],
-                                      c.gpu[::2])
+                                      c.driver_cpu[::2], c.driver_wait[::2], c.gpu[::2])
                 self.io.halve()
                 self.interval_s *= 2
 
@@ -335,6 +368,8 @@ class Sampler:
             samples = JobSamples(interval_s=self.interval_s, step=list(c.step), process_cpu_pct=list(c.proc),
                                  workers_cpu_pct=list(c.workers_pct), workers_demand_pct=list(c.demand_pct),
                                  workers=list(c.workers))
+            if any(v is not None for v in c.driver_wait):
+                samples.thread_cpu_pct, samples.thread_wait_pct = list(c.driver_cpu), list(c.driver_wait)
             if self.gpu:
                 samples.gpu_util_pct = [g[0] for g in c.gpu]
                 samples.gpu_memory_used_mib = [round(g[1], 1) if g[1] is not None else None for g in c.gpu]

@@ -14,14 +14,24 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["Unreadable", "read_regular", "read_regular_stat"]
+__all__ = ["TooLarge", "Unreadable", "read_regular", "read_regular_stat"]
 
 _FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class Unreadable(OSError):
     """A file that exists but is not read, with why (an OSError: the callers' handlers for a planted link or
-    FIFO already catch it)."""
+    FIFO already catch it); ``strerror``: the system's reason when the open or read failed, else None."""
+
+
+class TooLarge(Unreadable):
+    """A regular file over the bound (by its size, or by the bytes read)."""
+
+
+def _failed(name: str, err: OSError) -> Unreadable:
+    out = Unreadable(f"{name} cannot be read ({err.strerror or err})")
+    out.strerror = err.strerror
+    return out
 
 
 def read_regular(path: str | os.PathLike[str], limit: int) -> bytes | None:
@@ -39,17 +49,17 @@ def read_regular_stat(path: str | os.PathLike[str], limit: int) -> tuple[os.stat
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise Unreadable(f"{name} cannot be read ({err.strerror or err})") from None
+        raise _failed(name, err) from None
     if stat.S_ISLNK(st.st_mode):
         raise Unreadable(f"{name} is a symbolic link (not followed)")
     if not stat.S_ISREG(st.st_mode):
         raise Unreadable(f"{name} is not a regular file")
     if st.st_size > limit:
-        raise Unreadable(f"{name} is larger than {limit:,} bytes")
+        raise TooLarge(f"{name} is larger than {limit:,} bytes")
     try:
         fd = os.open(path, _FLAGS)
     except OSError as err:
-        raise Unreadable(f"{name} cannot be read ({err.strerror or err})") from None
+        raise _failed(name, err) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # swapped since the lstat
@@ -64,9 +74,9 @@ def read_regular_stat(path: str | os.PathLike[str], limit: int) -> tuple[os.stat
     except Unreadable:
         raise
     except OSError as err:
-        raise Unreadable(f"{name} cannot be read ({err.strerror or err})") from None
+        raise _failed(name, err) from None
     finally:
         os.close(fd)
     if got > limit:
-        raise Unreadable(f"{name} is larger than {limit:,} bytes")
+        raise TooLarge(f"{name} is larger than {limit:,} bytes")
     return st, b"".join(chunks)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof import safefile
-from gpuprof.safefile import Unreadable, read_regular, read_regular_stat
+from gpuprof.safefile import TooLarge, Unreadable, read_regular, read_regular_stat
 
 
 def test_a_regular_file_is_read_whole_bytes_as_they_are(tmp_path: Path) -> None:
@@ -82,10 +82,10 @@ def test_a_file_over_the_bound_is_refused(tmp_path: Path) -> None:
     big = tmp_path / "big.json"
     with big.open("wb") as f:
         f.truncate(10 * 2**30)  # sparse: no disk used, and never read
-    with pytest.raises(Unreadable, match=r"^big\.json is larger than 1,000 bytes$"):
+    with pytest.raises(TooLarge, match=r"^big\.json is larger than 1,000 bytes$"):
         read_regular(big, 1000)
     (tmp_path / "one.json").write_bytes(b"x" * 1001)
-    with pytest.raises(Unreadable, match="larger than 1,000 bytes"):
+    with pytest.raises(TooLarge, match="larger than 1,000 bytes"):
         read_regular(tmp_path / "one.json", 1000)
 
 
@@ -95,7 +95,7 @@ def test_a_file_whose_size_says_nothing_is_bounded_by_what_is_read() -> None:
     assert os.lstat("/proc/self/status").st_size == 0
     data = read_regular("/proc/self/status", 1 << 20)
     assert data is not None and len(data) > 100
-    with pytest.raises(Unreadable, match="larger than 100 bytes"):
+    with pytest.raises(TooLarge, match="larger than 100 bytes"):
         read_regular("/proc/self/status", 100)
 
 
@@ -105,5 +105,6 @@ def test_an_unreadable_file_is_a_reason_not_an_escape(tmp_path: Path) -> None:
     f = tmp_path / "closed.json"
     f.write_bytes(b"{}")
     f.chmod(0)
-    with pytest.raises(Unreadable, match=r"^closed\.json cannot be read \(Permission denied\)$"):
+    with pytest.raises(Unreadable, match=r"^closed\.json cannot be read \(Permission denied\)$") as err:
         read_regular(f, 100)
+    assert err.value.strerror == "Permission denied" and not isinstance(err.value, TooLarge)

@@ -20,6 +20,7 @@ traces are still analysed), never fatal: it is a by-product, not the input.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -116,15 +117,17 @@ def _read(rep: Path, command: str = "capture", codes: frozenset[str] | None = No
     """The runtime findings (of ``codes``, default every runtime check's) and job of a report written by
     ``command`` (None: another's); ValueError when it is unreadable or malformed (the typed reader's checks,
     :mod:`gpuprof.saved`)."""
+    from gpuprof.safefile import TooLarge, read_regular
     from gpuprof.saved.read import live_findings, loaded
 
-    try:
-        with open(rep, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > MAX_REPORT_BYTES:
-                raise ValueError(f"larger than {MAX_REPORT_BYTES:,} bytes, not a capture report")
-            raw = fh.read()
+    try:  # listed as a regular file (_regular); a link or FIFO put there since is refused, not followed or waited on
+        raw = read_regular(rep, MAX_REPORT_BYTES)
+    except TooLarge:
+        raise ValueError(f"larger than {MAX_REPORT_BYTES:,} bytes, not a capture report") from None
     except OSError as err:
         raise ValueError(f"cannot read it ({err.strerror or err})") from None
+    if raw is None:
+        raise ValueError(f"cannot read it ({os.strerror(errno.ENOENT)})")
     try:
         saved = loaded(raw, str(rep), MAX_REPORT_BYTES)[1]
         if saved.command != command:

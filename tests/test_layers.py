@@ -22,7 +22,7 @@ PKG = Path(__file__).resolve().parents[1] / "gpuprof"
 # package -> the gpuprof packages/modules it may import besides itself
 ALLOWED = {
     # remote: inputs named by URL; redact: what is shown of one (a leaf, like units)
-    "trace": {"errors", "findings", "frames", "inputs", "redact", "remote", "units"},
+    "trace": {"errors", "findings", "frames", "inputs", "redact", "remote", "safefile", "units"},
     "findings": {"units"},
     "report": {"findings", "notebookhook", "redact", "trace", "units", "version"},
     "rules": {"codes", "codespec", "errors", "findings", "report", "trace", "units"},
@@ -178,8 +178,8 @@ def test_no_import_circle_between_top_level_parts() -> None:
 # Lowest first. The package root (gpuprof/__init__.py) is the public facade: it may name anything, lazily.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # plain data and helpers every layer uses
-    ("version", "errors", "units", "findings", "codespec", "lazyexports", "atomic", "torchdep", "remote",
-     "frames", "inputs", "pool", "runner", "cluster", "limits", "redact", "stats"),
+    ("version", "errors", "units", "findings", "codespec", "lazyexports", "atomic", "safefile", "torchdep",
+     "remote", "frames", "inputs", "pool", "runner", "cluster", "limits", "redact", "stats"),
     ("trace",),  # load -> trace model and metrics
     ("report", "notebookhook", "rules", "views", "runtimecodes", "capturerun", "saved"),  # rules -> report
     ("render", "summarize"),  # report -> renderers

@@ -17,13 +17,11 @@ finding in the report.
 from __future__ import annotations
 
 import re
-import traceback
 from typing import Any
 
 from gpuprof.capture.guard import safe_text
-from gpuprof.capture.placement import _module_path, _own_tensors, _shape
-from gpuprof.findings import Evidence, Finding, SourceLocation
-from gpuprof.frames import is_user_file
+from gpuprof.capture.placement import _frames, _innermost_user, _module_path, _own_tensors, _shape
+from gpuprof.findings import Evidence, Finding
 from gpuprof.runtimecodes import runtime_check
 
 __all__ = ["is_dtype_error", "explain_dtype_error"]
@@ -80,13 +78,9 @@ def explain_dtype_error(err: BaseException, known_roots: list[Any]) -> Finding:
     """GP614's finding for ``err`` (never changes ``err``)."""
     import torch
 
-    frames = [f for f, _ in traceback.walk_tb(err.__traceback__)]
+    frames = _frames(err.__traceback__)
     module_frames = [f for f in frames if isinstance(f.f_locals.get("self"), torch.nn.Module)]
-    user_frames = [f for f in frames if is_user_file(f.f_code.co_filename)]
-    loc = None
-    if user_frames:
-        uf = user_frames[-1]
-        loc = SourceLocation(uf.f_code.co_filename, uf.f_lineno, uf.f_code.co_name)
+    uf, loc = _innermost_user(frames)
     text = safe_text(err, 2000).strip()
     first = text.splitlines()[0] if text else type(err).__name__
     path = None
@@ -100,8 +94,8 @@ def explain_dtype_error(err: BaseException, known_roots: list[Any]) -> Finding:
         own_ids = {id(t) for _, _, t in own}
         inputs = [(n, v) for n, v in inner.f_locals.items()
                   if isinstance(v, torch.Tensor) and n != "self" and id(v) not in own_ids]
-    elif user_frames:
-        inputs = [(n, v) for n, v in user_frames[-1].f_locals.items() if isinstance(v, torch.Tensor)][:12]
+    elif uf is not None:
+        inputs = [(n, v) for n, v in uf.f_locals.items() if isinstance(v, torch.Tensor)][:12]
     described = ([f"{kind} `{name}` {_shape(t)} {t.dtype}" for kind, name, t in own[:6]]
                  + [f"input `{n}` {_shape(t)} {t.dtype}" for n, t in inputs[:6]])
     default = str(torch.get_default_dtype())

@@ -323,6 +323,12 @@ def _frames(tb: TracebackType | None) -> list[Any]:
     return [f for f, _ in traceback.walk_tb(tb)]
 
 
+def _innermost_user(frames: list[Any]) -> tuple[Any, SourceLocation | None]:
+    """The innermost of a traceback's ``frames`` in the user's code, and its line ((None, None): none is)."""
+    f = next((f for f in reversed(frames) if is_user_file(f.f_code.co_filename)), None)
+    return (f, SourceLocation(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)) if f is not None else (None, None)
+
+
 def placement_from_traceback(err: BaseException, max_modules: int = 4096) -> PlacementMonitor:
     """What the step-0 placement check would have seen of the modules an error's traceback passes through.
 
@@ -336,8 +342,7 @@ def placement_from_traceback(err: BaseException, max_modules: int = 4096) -> Pla
     Module = _module_type()
     Tensor = _tensor_type()
     frames = _frames(err.__traceback__)
-    user = [f for f in frames if is_user_file(f.f_code.co_filename)]
-    loc = SourceLocation(user[-1].f_code.co_filename, user[-1].f_lineno, user[-1].f_code.co_name) if user else None
+    _, loc = _innermost_user(frames)
     for f in frames:  # torch's call wrappers hold the call's ``args`` tuple, forward its named inputs
         module = f.f_locals.get("self")
         if not isinstance(module, Module):
@@ -360,11 +365,7 @@ def enrich_device_error(err: RuntimeError, known_roots: list[Any]) -> tuple[Devi
     Tensor = _tensor_type()
     frames = _frames(err.__traceback__)
     module_frames = [f for f in frames if isinstance(f.f_locals.get("self"), Module)]
-    user_frames = [f for f in frames if is_user_file(f.f_code.co_filename)]
-    loc = None
-    if user_frames:
-        uf = user_frames[-1]
-        loc = SourceLocation(uf.f_code.co_filename, uf.f_lineno, uf.f_code.co_name)
+    uf, loc = _innermost_user(frames)
     lines: list[str] = []
     extra: dict[str, Any] = {}
     path = None
@@ -390,8 +391,7 @@ def enrich_device_error(err: RuntimeError, known_roots: list[Any]) -> tuple[Devi
         extra = {"module": path,
                  "tensors": {f"{k}:{n}": f"{_shape(t)} {t.device}" for k, n, t in own},
                  "inputs": {n: f"{_shape(t)} {t.device}" for n, t in inputs}}
-    elif user_frames:
-        uf = user_frames[-1]
+    elif uf is not None:
         tensors = [(n, v) for n, v in uf.f_locals.items() if isinstance(v, Tensor)]
         lines.append(f"gpuprof: raised at {loc}; tensors there:")
         for n, t in tensors[:12]:

@@ -45,14 +45,14 @@ from gpuprof.stats import noise_band as noise_band_us
 from gpuprof.stats import rank_test_p
 from gpuprof.trace.breakdown import BREAKDOWN_KEYS, IDLE_KEYS
 
-__all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "Side", "side_from_report", "PART_OF_CODE", "BREAKDOWN", "IDLE", "METRICS"]
+__all__ = ["DIFF_SCHEMA_VERSION", "diff_reports", "Side", "side_from_report", "PART_OF_CODE", "METRICS"]
 
 DIFF_SCHEMA_VERSION = "1.1"
 
-BREAKDOWN, IDLE = BREAKDOWN_KEYS, IDLE_KEYS  # the parts of the step and of the GPU's idle time, in the report's order
-# every metric a diff compares, in its order (`metrics[].name`)
-METRICS = ("step_time", "step_time_mean", "gpu_busy", "gpu_utilization", *(f"breakdown.{k}" for k in BREAKDOWN),
-           *(f"idle.{k}" for k in IDLE), "gpu_idle")
+# every metric a diff compares, in its order (`metrics[].name`): the parts of the step and of the GPU's idle time
+# in the report's order
+METRICS = ("step_time", "step_time_mean", "gpu_busy", "gpu_utilization", *(f"breakdown.{k}" for k in BREAKDOWN_KEYS),
+           *(f"idle.{k}" for k in IDLE_KEYS), "gpu_idle")
 
 MIN_ROW_SHARE = 0.002  # 0.2% of the before mean step
 MIN_ROW_CHANGE = 0.05  # 5% of the row's own before time
@@ -109,11 +109,11 @@ def side_from_report(doc: Mapping[str, Any] | SavedReport, label: str) -> Side:
     m["step_time_mean"] = sum(t.total_us() for t in traces) / total_steps if total_steps else None
     m["gpu_busy"] = sum(t.gpu_busy_us * t.num_steps for t in traces if t.gpu_utilization is not None) / n
     m["gpu_utilization"] = figures.gpu_utilization
-    for k in BREAKDOWN:
+    for k in BREAKDOWN_KEYS:
         m["breakdown." + k] = parts["breakdown." + k] / n
-    for k in IDLE:
+    for k in IDLE_KEYS:
         m["idle." + k] = parts["idle." + k] / n
-    m["gpu_idle"] = sum(parts["idle." + k] for k in IDLE) / n
+    m["gpu_idle"] = sum(parts["idle." + k] for k in IDLE_KEYS) / n
     for rows in (side.operators, side.kernels):
         for row in rows.values():
             for k in row:

@@ -38,7 +38,6 @@ import ast
 import builtins
 import os
 import re
-import stat
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuprof.frames import LIBRARY_ROOTS
+from gpuprof.safefile import read_regular_stat
 
 __all__ = ["MAX_SOURCE_BYTES", "call_line", "callee_name", "source_calls", "Call"]
 
@@ -119,32 +119,15 @@ _CACHE_SIZE = 64
 
 
 def _read_source(path: str) -> tuple[tuple[int, int], bytes] | None:
-    """((mtime_ns, size), bytes) of a regular file, opened without following a symlink or blocking."""
+    """((mtime_ns, size), bytes) of a regular file (:func:`gpuprof.safefile.read_regular`: no link followed, no
+    FIFO blocked on, nothing over :data:`MAX_SOURCE_BYTES` read)."""
     if "\0" in path:
         return None
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
-    except (OSError, ValueError):
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE_BYTES:
-            return None
-        chunks, got = [], 0
-        while got <= MAX_SOURCE_BYTES:
-            block = os.read(fd, 1 << 16)
-            if not block:
-                break
-            chunks.append(block)
-            got += len(block)
-        if got > MAX_SOURCE_BYTES:
-            return None  # grew while read
-        return (st.st_mtime_ns, st.st_size), b"".join(chunks)
+        got = read_regular_stat(path, MAX_SOURCE_BYTES)
     except OSError:
         return None
-    finally:
-        os.close(fd)
+    return None if got is None else ((got[0].st_mtime_ns, got[0].st_size), got[1])
 
 
 def _candidates(path: str) -> list[str]:

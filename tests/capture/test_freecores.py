@@ -42,7 +42,7 @@ def _scripted(monkeypatch: pytest.MonkeyPatch, reads: list[tuple[float, float, i
 
     monkeypatch.setattr(freecores, "_proc_stat", stat)
     monkeypatch.setattr(freecores, "_cpus", lambda: {0, 1})
-    monkeypatch.setattr(freecores, "_ticks_per_s", lambda: 100.0)
+    monkeypatch.setattr(freecores, "ticks_per_s", lambda: 100.0)
     monkeypatch.setattr(freecores.time, "monotonic", lambda: now["t"])
     monkeypatch.setattr(freecores.os, "times", lambda: SimpleNamespace(user=now["cpu"], system=0.0))
 

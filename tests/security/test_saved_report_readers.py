@@ -103,6 +103,40 @@ def test_a_report_over_the_size_bound_is_refused_unread(tmp_path: Path, monkeypa
         _one_line(CliRunner().invoke(cli, args), big, "larger than")
 
 
+def test_a_capture_report_over_the_bound_or_swapped_after_the_listing_is_a_note(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run directory's report is listed as a regular file (lstat), then read: over the bound it is a note; a
+    FIFO or a link put in its place after the listing is refused without blocking or following it."""
+    import os
+    import threading
+
+    import gpuprof.capturerun as capturerun
+
+    rep = _write(tmp_path / "run" / "report.json", dict(GOOD, command="capture", notes=["x" * 2000]))
+    monkeypatch.setattr(capturerun, "MAX_REPORT_BYTES", 1000)
+    found = capturerun.capture_findings(rep.parent)
+    assert not found.reports and found.notes == [f"skipped {rep}: larger than 1,000 bytes, not a capture report"]
+    rep.unlink()
+    os.mkfifo(rep)
+    done: list[str] = []
+
+    def read() -> None:
+        try:
+            capturerun._read(rep)
+        except ValueError as err:
+            done.append(str(err))
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(10)
+    assert done == ["cannot read it (report.json is not a regular file)"]  # no writer needed, nothing read
+    rep.unlink()
+    (tmp_path / "secret.json").write_text(json.dumps(dict(GOOD, command="capture")))
+    rep.symlink_to(tmp_path / "secret.json")
+    with pytest.raises(ValueError, match=r"^cannot read it \(report\.json is a symbolic link \(not followed\)\)$"):
+        capturerun._read(rep)
+
+
 def test_the_trackers_send_nothing_from_a_report_no_measurement_has() -> None:
     from gpuprof.trackers.send import send
 

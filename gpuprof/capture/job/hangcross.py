@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuprof.atomic import atomic_write
-from gpuprof.capture.job.hangfile import MAX_HANG_JSON_BYTES, read_entries, read_json, read_regular
+from gpuprof.capture.job.hangfile import MAX_HANG_JSON_BYTES, read_entries, read_json
 from gpuprof.findings import Evidence, Finding, SourceLocation
+from gpuprof.safefile import read_regular
 
 __all__ = ["HANG_SECTION", "HangSection", "hang_verdict", "write_cross_hang", "add_to_report", "read_entries"]
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpuprof.capture.checks.loader.workerio import WorkerIo
+from gpuprof.capture.checks.loader.workerio import WorkerIo, ticks_per_s
 from gpuprof.capture.checks.loader.workerio import read_proc as _read
 from gpuprof.report import JobSamples
 
@@ -45,13 +45,6 @@ __all__ = ["Sampler", "CpuReader", "Nvml", "open_nvml", "INTERVAL_S", "MAX_SAMPL
 
 INTERVAL_S = 1.0
 MAX_SAMPLES = 4096  # then every other sample is dropped and the interval doubles (bounded for any job length)
-
-
-def _ticks_per_s() -> float:
-    try:
-        return float(os.sysconf("SC_CLK_TCK"))
-    except (AttributeError, ValueError, OSError):
-        return 100.0
 
 
 def _stat_fields(raw: bytes) -> list[bytes]:
@@ -109,7 +102,7 @@ class CpuReader:
     def __init__(self, pid: int | None = None, driver_tid: int | None = None) -> None:
         self.pid = pid if pid is not None else os.getpid()
         self.proc = os.path.isdir(f"/proc/{self.pid}")
-        self._tick = _ticks_per_s()
+        self._tick = ticks_per_s()
         self._last_self = self._self_s()
         self._driver = f"/proc/{self.pid}/task/{driver_tid}/schedstat" if driver_tid is not None and self.proc else None
         self._last_driver = self._driver_s()

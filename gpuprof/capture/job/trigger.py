@@ -34,6 +34,7 @@ from types import FrameType
 
 from gpuprof.capture.job.windows import DEFAULT_WINDOW_STEPS, MAX_WINDOW_STEPS
 from gpuprof.errors import GpuprofError
+from gpuprof.safefile import read_regular
 
 __all__ = ["POLL_S", "TRIGGER_SIGNAL", "Registration", "RegistryError", "TriggerChannel", "TriggerError",
            "registry_dirs", "trigger"]
@@ -124,18 +125,10 @@ def private_dir(path: Path, create: bool) -> Path | None:
 
 def _read_small(path: Path) -> bytes | None:
     """A small regular file's bytes, never following a link nor blocking on a FIFO (None: not such a file)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, flags)
+        return read_regular(path, MAX_FILE_BYTES)
     except OSError:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
-            return None
-        return os.read(fd, MAX_FILE_BYTES + 1)[:MAX_FILE_BYTES]
-    finally:
-        os.close(fd)
 
 
 def _write_private(path: Path, data: bytes) -> None:

@@ -19,6 +19,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from gpuprof.capture.checks.loader.workerio import ticks_per_s
+
 __all__ = ["CoreUse", "FreeCores", "idle_seconds"]
 
 MIN_SPAN_S = 0.5  # under this much measured time the figures are not given (a few ticks of /proc/stat)
@@ -34,13 +36,6 @@ class CoreUse:
     trainer_cores: float
     idle_cores: float
     cores: int
-
-
-def _ticks_per_s() -> float:
-    try:
-        return float(os.sysconf("SC_CLK_TCK"))
-    except (AttributeError, ValueError, OSError):
-        return 100.0
 
 
 def _cpus() -> set[int] | None:
@@ -87,7 +82,7 @@ class FreeCores:
     """Sums the trainer's CPU and its cores' idle time over the spans between :meth:`start` and :meth:`stop`."""
 
     def __init__(self) -> None:
-        self._tick = _ticks_per_s()
+        self._tick = ticks_per_s()
         self._cpus = _cpus()
         self._cores = len(self._cpus) if self._cpus else (os.cpu_count() or 1)
         self._open: tuple[float, float, float] | None = None

@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["WorkerIo", "WorkerIoSamples", "delay_accounting", "read_proc"]
+__all__ = ["WorkerIo", "WorkerIoSamples", "delay_accounting", "read_proc", "ticks_per_s"]
 
 
 def read_proc(path: str) -> bytes | None:
@@ -56,7 +56,8 @@ def delay_accounting() -> bool | None:
     return raw.strip() == b"1"
 
 
-def _ticks_per_s() -> float:
+def ticks_per_s() -> float:
+    """The kernel's clock ticks per second (the unit of /proc's CPU times), 100 where it does not say."""
     try:
         return float(os.sysconf("SC_CLK_TCK"))
     except (AttributeError, ValueError, OSError):
@@ -114,7 +115,7 @@ class WorkerIo:
     def __init__(self) -> None:
         self._last: dict[int, _Counters] = {}
         self._t = time.monotonic()
-        self._tick = _ticks_per_s()
+        self._tick = ticks_per_s()
         self.delayacct = delay_accounting()
         self._cols = WorkerIoSamples()
         self._lock = threading.Lock()

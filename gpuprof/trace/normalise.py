@@ -108,6 +108,19 @@ def _as_int(x: object) -> int:
         return -1
 
 
+_UNSEEN = object()
+
+
+def _json_value(raw: bytes) -> object:
+    """An undecoded value as msgspec decodes it (None: absent, or not readable: 1e400, bytes that are not UTF-8)."""
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None
+
+
 def _dims(x: object) -> tuple[int, ...] | None:
     """A grid/block value: a list of up to 3 non-negative ints, else None."""
     if type(x) is not list:
@@ -179,10 +192,10 @@ class Builder:
         self._extras2: dict[tuple[int, str], tuple[int, str]] = {}
         self._extras5: dict[tuple[int, str | None, str | None, float | None, str | None], object] = {}
         self._configs: dict[tuple[tuple[int, ...] | None, tuple[int, ...] | None, int, float], KernelConfig] = {}
-        # (grid, block, registers, occupancy as written) -> the shared KernelConfig, for grids and blocks of
-        # three exact ints: registers and occupancy are compared as numbers (38 == 38.0), as
-        # _kernel_config reads them (int() and float() of equal numbers are equal)
-        self._config_keys: dict[tuple[object, ...], KernelConfig] = {}
+        # (grid and block texts, registers, occupancy as written) -> the shared KernelConfig (None: none, a
+        # null grid without registers): registers and occupancy are compared as numbers (38 == 38.0), as
+        # _kernel_config reads them (int() and float() of equal numbers are equal). Bounded as _type_flags
+        self._config_keys: dict[tuple[object, ...], KernelConfig | None] = {}
         # Python frames go to columns, not Events: most of a with_stack trace's events (see gpuprof.trace.table)
         self._python = TableBuilder(int(Kind.PYTHON_FUNCTION))
         self._device_props: list[R.RawDeviceProps] = []
@@ -290,6 +303,8 @@ class Builder:
                     a.seq_nr = _PRESENT
                 if a is not None and (a.kernel_flop or a.concrete_inputs):  # as Input Dims
                     a.kernel_flop, a.concrete_inputs = msgspec.Raw(bytes(a.kernel_flop)), msgspec.Raw(bytes(a.concrete_inputs))
+                if a is not None and (a.grid or a.block):  # as Input Dims
+                    a.grid, a.block = msgspec.Raw(bytes(a.grid)), msgspec.Raw(bytes(a.block))
                 self._slices.append(ev)  # paired in finish()
                 continue
             else:
@@ -404,23 +419,14 @@ class Builder:
                 nbytes = int(nb) if nb is not None and nb == nb and nb > 0 else 0
                 if kind == K_MEMCPY:
                     extra = parse_copy_name(name)
-                elif kind == K_KERNEL and (a.grid is not None or a.registers is not None):
-                    g, bl = a.grid, a.block
-                    if type(g) is list and type(bl) is list and len(g) == 3 and len(bl) == 3:
-                        # what Kineto writes: looked up by its values (exact ints only, so that a
-                        # true or 1.0 is never taken for 1), one call per distinct configuration
-                        g0, g1, g2 = g
-                        b0, b1, b2 = bl
-                        if (type(g0) is int and type(g1) is int and type(g2) is int
-                                and type(b0) is int and type(b1) is int and type(b2) is int):
-                            key8 = (g0, g1, g2, b0, b1, b2, a.registers, a.occupancy)
-                            extra = configs.get(key8)
-                            if extra is None:
-                                extra = configs[key8] = self._kernel_config(a)
-                        else:
-                            extra = self._kernel_config(a)
-                    else:
-                        extra = self._kernel_config(a)
+                elif kind == K_KERNEL and (a.grid or a.registers is not None):
+                    # the grid and block texts (undecoded) looked up as written: decoded once per distinct configuration
+                    key4 = (bytes(a.grid), bytes(a.block), a.registers, a.occupancy)
+                    extra = configs.get(key4, _UNSEEN)
+                    if extra is _UNSEEN:
+                        extra = self._kernel_config(*key4)
+                        if len(configs) < _TYPE_CACHE_MAX:
+                            configs[key4] = extra
                 else:
                     extra = None
                 out[kind].append(Event(kind, name, ts, same_dur(dur, dur), pid, tid, share(ext, ext), share(corr, corr), device, stream,
@@ -470,12 +476,15 @@ class Builder:
         key = (base[0], base[1], base[2] if len(base) == 3 else None, flop, concrete)
         return self._extras5.setdefault(key, key)
 
-    def _kernel_config(self, a: R.RawArgs) -> KernelConfig:
-        """One shared KernelConfig per distinct launch configuration (a value of the wrong type counts as absent)."""
-        regs, occ = a.registers, a.occupancy
+    def _kernel_config(self, grid_text: bytes, block_text: bytes, regs: float | None, occ: float | None) -> KernelConfig | None:
+        """One shared KernelConfig per distinct launch configuration (a value of the wrong type, or one that does
+        not decode, counts as absent); None for a null grid without registers (as no grid)."""
+        grid, block = _json_value(grid_text), _json_value(block_text)
+        if grid is None and regs is None:
+            return None
         registers = int(regs) if isinstance(regs, (int, float)) and 0 <= regs < 1e6 else -1  # NaN fails the test
         occupancy = float(occ) / 100.0 if isinstance(occ, (int, float)) and 0 <= occ <= 100 else -1.0
-        key = (_dims(a.grid), _dims(a.block), registers, occupancy)
+        key = (_dims(grid), _dims(block), registers, occupancy)
         got = self._configs.get(key)
         if got is None:
             got = self._configs[key] = KernelConfig(*key)

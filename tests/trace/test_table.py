@@ -202,7 +202,7 @@ def _same_table(a: EventTable, b: EventTable) -> None:
 def test_add_columns_makes_the_table_add_makes() -> None:
     rng = np.random.default_rng(7)
     rows = []
-    for i in range(3000):
+    for _ in range(3000):
         ext = int(rng.integers(0, 1000)) if rng.random() < 0.05 else -1
         corr = int(rng.integers(0, 1000)) if rng.random() < 0.03 else -1
         pid, tid = [(1, 7), ("Spans", 7), (1, "7"), (2, 99999)][int(rng.integers(0, 4))]

@@ -108,6 +108,19 @@ def _as_int(x: object) -> int:
         return -1
 
 
+_UNSEEN = object()
+
+
+def _json_value(raw: bytes) -> object:
+    """An undecoded value as msgspec decodes it (None: absent, or not readable: 1e400, bytes that are not UTF-8)."""
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None
+
+
 def _dims(x: object) -> tuple[int, ...] | None:
     """A grid/block value: a list of up to 3 non-negative ints, else None."""
     if type(x) is not list:
@@ -134,6 +147,14 @@ def _address(x: object) -> int:
     return -1
 
 
+def _cache_address(addresses: dict[object, int], x: object) -> int:
+    """``_address(x)``, remembered for a string (an allocation's free repeats its address)."""
+    got = _address(x)
+    if type(x) is str:
+        addresses[x] = got
+    return got
+
+
 class Builder:
     """Turns raw events into a :class:`Trace`: :meth:`ingest` chunk by chunk, then :meth:`finish`.
 
@@ -146,7 +167,10 @@ class Builder:
         self.trace = Trace(path=path)
         self.events_seen = 0
         self.names_repaired = 0  # set by the decoder (gpuprof.trace.namerepair)
-        self._names: dict[str, str] = {}  # one string object per distinct name
+        # per distinct name: one string object for all its events, whether it is a communication event
+        # (is_comm_event_name, asked once per name) and its code among the Python frames' names (given every
+        # name, see TableBuilder.add_columns): one look-up per event for the three
+        self._name_info: dict[str, tuple[str, bool, int]] = {}
         # one object per distinct int or str pid/tid: a trace has a few processes and threads, and
         # an unshared pid and tid cost 56-110 bytes per event (a third of a small event's memory).
         # (Durations are shared too, in _durations below, but only those of the events kept as rows: hashing
@@ -159,6 +183,7 @@ class Builder:
         # `analyze`'s peak memory on the 200 MB benchmark traces (issue 44). Both tables are emptied when
         # loading is done, and whenever one holds _NUMBERS_MAX / _DURATIONS_MAX values (bounded, whatever the trace)
         self._numbers: dict[int, int] = {}
+        self._addresses: dict[object, int] = {}  # a [memory] event's Addr written as a string -> its int, shared as the numbers
         self._durations: dict[float, float] = {}
         self._type_flags: dict[bytes, int] = {}  # Input type text -> DTYPE_* flags
         self._stacks: dict[str, str] = {}
@@ -167,11 +192,10 @@ class Builder:
         self._extras2: dict[tuple[int, str], tuple[int, str]] = {}
         self._extras5: dict[tuple[int, str | None, str | None, float | None, str | None], object] = {}
         self._configs: dict[tuple[tuple[int, ...] | None, tuple[int, ...] | None, int, float], KernelConfig] = {}
-        # (grid, block, registers, occupancy as written) -> the shared KernelConfig, for grids and blocks of
-        # three exact ints: registers and occupancy are compared as numbers (38 == 38.0), as
-        # _kernel_config reads them (int() and float() of equal numbers are equal)
-        self._config_keys: dict[tuple[object, ...], KernelConfig] = {}
-        self._comm_names: dict[str, bool] = {}  # name -> is it a communication event (asked once per name)
+        # (grid and block texts, registers, occupancy as written) -> the shared KernelConfig (None: none, a
+        # null grid without registers): registers and occupancy are compared as numbers (38 == 38.0), as
+        # _kernel_config reads them (int() and float() of equal numbers are equal). Bounded as _type_flags
+        self._config_keys: dict[tuple[object, ...], KernelConfig | None] = {}
         # Python frames go to columns, not Events: most of a with_stack trace's events (see gpuprof.trace.table)
         self._python = TableBuilder(int(Kind.PYTHON_FUNCTION))
         self._device_props: list[R.RawDeviceProps] = []
@@ -207,7 +231,7 @@ class Builder:
     def ingest(self, events: list[R.RawEvent]) -> None:  # noqa: C901 - one hot loop, kept flat for speed
         t = self.trace
         self.events_seen += len(events)
-        names = self._names
+        name_info = self._name_info
         cat_kind = _CAT_KIND
         out = {
             int(Kind.CPU_OP): t.ops,
@@ -225,18 +249,28 @@ class Builder:
         K_MEMCPY = int(Kind.MEMCPY)
         K_MEM = int(Kind.MEMORY)
         K_PY = int(Kind.PYTHON_FUNCTION)
-        py_add = self._python.add
+        # Python frames: their fields gathered here, added to the table's columns at the end of the chunk
+        py_code: list[int] = []
+        py_thread: list[tuple[int | str, int | str]] = []
+        py_ts: list[float] = []
+        py_dur: list[float] = []
+        py_ids: list[tuple[int, int, int]] = []  # (position, ext, corr) of the few with an id
+        py_name_codes = self._python.name_codes
+        ops_add = t.ops.append
+        mem_add = t.memory.append
         type_flags = self._type_flags
         # setdefault adds a value, get only shares one already there (see _INTERN_MAX)
         intern_id = self._ids.setdefault if len(self._ids) < _INTERN_MAX else self._ids.get
         if len(self._numbers) >= _NUMBERS_MAX:
             self._numbers.clear()
+        if len(self._addresses) >= _NUMBERS_MAX:
+            self._addresses.clear()
+        addresses = self._addresses
         share = self._numbers.setdefault
         if len(self._durations) >= _DURATIONS_MAX:
             self._durations.clear()
         same_dur = self._durations.setdefault
         stacks = self._stacks
-        comm_names = self._comm_names
         shapes = self._shapes
         extras = self._extras
         extras2 = self._extras2
@@ -269,6 +303,8 @@ class Builder:
                     a.seq_nr = _PRESENT
                 if a is not None and (a.kernel_flop or a.concrete_inputs):  # as Input Dims
                     a.kernel_flop, a.concrete_inputs = msgspec.Raw(bytes(a.kernel_flop)), msgspec.Raw(bytes(a.concrete_inputs))
+                if a is not None and (a.grid or a.block):  # as Input Dims
+                    a.grid, a.block = msgspec.Raw(bytes(a.grid)), msgspec.Raw(bytes(a.block))
                 self._slices.append(ev)  # paired in finish()
                 continue
             else:
@@ -290,24 +326,45 @@ class Builder:
             name = ev.name
             if type(name) is not str:
                 name = "" if name is None else str(name)
-            name = names.setdefault(name, name)  # one string object per distinct name
+            info = name_info.get(name)
+            if info is None:
+                info = name_info[name] = (name, is_comm_event_name(name), py_name_codes.setdefault(name, len(py_name_codes)))
+            name, is_comm, code = info  # one string object per distinct name
             # a float pid/tid (no profiler writes one) is kept as written; Event's types name the usual ones
-            pid: int | str = ev.pid if ev.pid is not None else -1  # type: ignore[assignment]
-            tid: int | str = ev.tid if ev.tid is not None else -1  # type: ignore[assignment]
-            if type(pid) is not float:  # a float is kept as written: 1.0 must not become 1
-                pid = intern_id(pid, pid)
-            if type(tid) is not float:
-                tid = intern_id(tid, tid)
+            pid: int | str | None = ev.pid  # type: ignore[assignment]
+            tid: int | str | None = ev.tid  # type: ignore[assignment]
             a = ev.args
-            if a is None:
-                if kind == K_PY:
-                    py_add(name, ts, dur, pid, tid, -1, -1)
-                else:
-                    out[kind].append(Event(kind, name, ts, dur, pid, tid))
+            if kind == K_PY:  # as columns (see TableBuilder.add_columns): nothing shared, no Event
+                if pid is None:
+                    pid = -1
+                if tid is None:
+                    tid = -1
+                py_code.append(code)
+                py_thread.append((pid, tid))
+                py_ts.append(ts)
+                py_dur.append(dur)
+                if a is None:
+                    continue
+                if is_comm:
+                    comm_out.append(Event(kind, name, ts, dur, pid, tid, extra=comm_args(a)))
+                x = a.external_id
+                if x is None:
+                    x = a.external_id_lc
+                c = a.correlation
+                if x is not None or c is not None:  # (Python frames have neither)
+                    py_ids.append((len(py_ts) - 1, x if type(x) is int else _as_int(x), c if type(c) is int else _as_int(c)))
                 continue
-            is_comm = comm_names.get(name)
-            if is_comm is None:
-                is_comm = comm_names[name] = is_comm_event_name(name)
+            if pid is None:
+                pid = -1
+            elif type(pid) is not float:  # a float is kept as written: 1.0 must not become 1
+                pid = intern_id(pid, pid)
+            if tid is None:
+                tid = -1
+            elif type(tid) is not float:
+                tid = intern_id(tid, tid)
+            if a is None:
+                out[kind].append(Event(kind, name, ts, dur, pid, tid))
+                continue
             if is_comm:
                 comm_out.append(Event(kind, name, ts, dur, pid, tid, extra=comm_args(a)))
             x = a.external_id
@@ -317,9 +374,7 @@ class Builder:
             ext = x if type(x) is int else -1 if x is None else _as_int(x)
             c = a.correlation
             corr = c if type(c) is int else -1 if c is None else _as_int(c)
-            if kind == K_PY:
-                py_add(name, ts, dur, pid, tid, ext, corr)
-            elif kind == K_OP:
+            if kind == K_OP:
                 flags = 0
                 it = a.input_type
                 if it:  # undecoded JSON text: decoded once per distinct text
@@ -350,7 +405,7 @@ class Builder:
                     extra = extras2.setdefault(key2, key2)  # shared, as the 3-tuples
                 if a.kernel_flop or (a.concrete_inputs and name in CONCRETE_INPUT_OPS):
                     extra = self._op_more(extra, a)
-                out[kind].append(Event(kind, name, ts, same_dur(dur, dur), pid, tid, share(ext, ext), corr, -1, -1, 0, extra))
+                ops_add(Event(kind, name, ts, same_dur(dur, dur), pid, tid, share(ext, ext), corr, -1, -1, 0, extra))
             elif kind in gpu_kinds:
                 d = a.device
                 device = d if type(d) is int else _as_int(d)
@@ -364,23 +419,14 @@ class Builder:
                 nbytes = int(nb) if nb is not None and nb == nb and nb > 0 else 0
                 if kind == K_MEMCPY:
                     extra = parse_copy_name(name)
-                elif kind == K_KERNEL and (a.grid is not None or a.registers is not None):
-                    g, bl = a.grid, a.block
-                    if type(g) is list and type(bl) is list and len(g) == 3 and len(bl) == 3:
-                        # what Kineto writes: looked up by its values (exact ints only, so that a
-                        # true or 1.0 is never taken for 1), one call per distinct configuration
-                        g0, g1, g2 = g
-                        b0, b1, b2 = bl
-                        if (type(g0) is int and type(g1) is int and type(g2) is int
-                                and type(b0) is int and type(b1) is int and type(b2) is int):
-                            key8 = (g0, g1, g2, b0, b1, b2, a.registers, a.occupancy)
-                            extra = configs.get(key8)
-                            if extra is None:
-                                extra = configs[key8] = self._kernel_config(a)
-                        else:
-                            extra = self._kernel_config(a)
-                    else:
-                        extra = self._kernel_config(a)
+                elif kind == K_KERNEL and (a.grid or a.registers is not None):
+                    # the grid and block texts (undecoded) looked up as written: decoded once per distinct configuration
+                    key4 = (bytes(a.grid), bytes(a.block), a.registers, a.occupancy)
+                    extra = configs.get(key4, _UNSEEN)
+                    if extra is _UNSEEN:
+                        extra = self._kernel_config(*key4)
+                        if len(configs) < _TYPE_CACHE_MAX:
+                            configs[key4] = extra
                 else:
                     extra = None
                 out[kind].append(Event(kind, name, ts, same_dur(dur, dur), pid, tid, share(ext, ext), share(corr, corr), device, stream,
@@ -397,14 +443,16 @@ class Builder:
                 extra = MemoryPayload(
                     None if allocated is None else share(allocated, allocated),
                     share(reserved, reserved),
-                    share(ad, ad) if type(ad) is int else _address(ad),
+                    share(ad, ad) if type(ad) is int else addresses.get(ad) or _cache_address(addresses, ad),
                 )
-                out[kind].append(
+                mem_add(
                     Event(kind, name, ts, 0.0, pid, tid, ext, corr, di if type(di) is int else _as_int(di),
                           dt if type(dt) is int else _as_int(dt), share(nbytes, nbytes), extra)
                 )
             else:  # runtime calls, user annotations
                 out[kind].append(Event(kind, name, ts, same_dur(dur, dur), pid, tid, share(ext, ext), share(corr, corr)))
+        if py_ts:
+            self._python.add_columns(py_code, py_thread, py_ts, py_dur, py_ids, intern_id)
 
     def _op_more(self, extra: object, a: R.RawArgs) -> object:
         """The 5-tuple payload (model.op_flops) of an op with recorded FLOPs or kept Concrete Inputs, shared."""
@@ -428,12 +476,15 @@ class Builder:
         key = (base[0], base[1], base[2] if len(base) == 3 else None, flop, concrete)
         return self._extras5.setdefault(key, key)
 
-    def _kernel_config(self, a: R.RawArgs) -> KernelConfig:
-        """One shared KernelConfig per distinct launch configuration (a value of the wrong type counts as absent)."""
-        regs, occ = a.registers, a.occupancy
+    def _kernel_config(self, grid_text: bytes, block_text: bytes, regs: float | None, occ: float | None) -> KernelConfig | None:
+        """One shared KernelConfig per distinct launch configuration (a value of the wrong type, or one that does
+        not decode, counts as absent); None for a null grid without registers (as no grid)."""
+        grid, block = _json_value(grid_text), _json_value(block_text)
+        if grid is None and regs is None:
+            return None
         registers = int(regs) if isinstance(regs, (int, float)) and 0 <= regs < 1e6 else -1  # NaN fails the test
         occupancy = float(occ) / 100.0 if isinstance(occ, (int, float)) and 0 <= occ <= 100 else -1.0
-        key = (_dims(a.grid), _dims(a.block), registers, occupancy)
+        key = (_dims(grid), _dims(block), registers, occupancy)
         got = self._configs.get(key)
         if got is None:
             got = self._configs[key] = KernelConfig(*key)

@@ -19,9 +19,10 @@ all of them reads the columns (:func:`gpuprof.trace.columns.columns`,
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import TypeGuard, Union, overload
+from typing import Any, TypeGuard, Union, overload
 
 import numpy as np
 
@@ -174,7 +175,9 @@ class TableBuilder:
 
     def __init__(self, kind: int) -> None:
         self.kind = kind
-        self._name_codes: dict[str, int] = {}
+        # name -> its code in self.name: a new name gets the next one (len); the loader gives every name it sees one
+        # (see add_columns), and table() keeps those of the events
+        self.name_codes: dict[str, int] = {}
         self._thread_codes: dict[tuple[object, ...], int] = {}
         self._threads: list[HostThread] = []
         self.ts = array("d")
@@ -187,9 +190,9 @@ class TableBuilder:
         self._any_corr = False
 
     def add(self, name: str, ts: float, dur: float, pid: Union[int, str], tid: Union[int, str], ext: int, corr: int) -> None:
-        nc = self._name_codes.get(name)
+        nc = self.name_codes.get(name)
         if nc is None:
-            nc = self._name_codes[name] = len(self._name_codes)
+            nc = self.name_codes[name] = len(self.name_codes)
         # a float pid/tid (no profiler writes one) is kept as written: 1.0 must not share int 1's entry
         key: tuple[object, ...] = (pid, tid) if type(pid) is not float and type(tid) is not float else (pid, tid, type(pid), type(tid))
         tc = self._thread_codes.get(key)
@@ -207,6 +210,48 @@ class TableBuilder:
         if corr != -1:
             self._any_corr = True
 
+    def add_columns(self, name_code: list[int], threads: list[HostThread], ts: list[float], dur: list[float],
+                    ids: list[tuple[int, int, int]], share: Callable[[Any, Any], Any] | None = None) -> None:
+        """Many events at once, as :meth:`add` would add them in turn: their name codes (the builder's
+        ``name_codes`` of each name, which the caller gave each new name), ``(pid, tid)``, starts, durations, and
+        ``(position, ext, corr)`` for those with an ext or corr (position in these lists; the rest have -1).
+        ``share(v, v)``: the one object of an int or str pid/tid the table holds (the loader's shared ids)."""
+        n = len(ts)
+        if share is None:
+            share = _same
+        if float in map(type, itertools.chain.from_iterable(threads)):  # (no profiler writes one) see add
+            names = list(self.name_codes)
+            ext_of, corr_of = [-1] * n, [-1] * n
+            for i, x, c in ids:
+                ext_of[i], corr_of[i] = x, c
+            for i in range(n):
+                pid, tid = threads[i]
+                self.add(names[name_code[i]], ts[i], dur[i], pid if type(pid) is float else share(pid, pid),  # type: ignore[arg-type]
+                         tid if type(tid) is float else share(tid, tid), ext_of[i], corr_of[i])  # type: ignore[arg-type]
+            return
+        # each column made by numpy and copied into the array's buffer (array's append or extend parses
+        # each value with a format string)
+        self.name.frombytes(np.array(name_code, np.int32).tobytes())
+        codes = self._thread_codes
+        known = len(codes)
+        # a new thread gets the next code, as in add (map asks the length before each setdefault)
+        self.thread.frombytes(np.fromiter(map(codes.setdefault, threads, iter(codes.__len__, -1)), np.int32, n).tobytes())
+        if len(codes) > known:  # the new threads, in the order of their codes
+            self._threads.extend((share(p, p), share(t, t)) for p, t in itertools.islice(codes, known, None))  # type: ignore[misc]
+        self.ts.frombytes(np.array(ts, np.float64).tobytes())
+        self.dur.frombytes(np.array(dur, np.float64).tobytes())
+        ext_col = np.full(n, -1, np.int64)
+        corr_col = np.full(n, -1, np.int64)
+        if ids:
+            at, ext, corr = zip(*ids)
+            pos = np.array(at, np.intp)
+            ext_col[pos] = ext
+            corr_col[pos] = corr
+            self._any_ext = self._any_ext or ext.count(-1) != len(ext)
+            self._any_corr = self._any_corr or corr.count(-1) != len(corr)
+        self.ext.frombytes(ext_col.tobytes())
+        self.corr.frombytes(corr_col.tobytes())
+
     def __len__(self) -> int:
         return len(self.ts)
 
@@ -214,7 +259,7 @@ class TableBuilder:
         """The events sorted by start (stable, as ``list.sort(key=ts_of)``); codes renumbered by first appearance."""
         ts = np.frombuffer(self.ts, np.float64)  # views of the arrays (empty ones too); sorted copies below
         order = np.argsort(ts, kind="stable")
-        names, name_code = _renumber(list(self._name_codes), np.frombuffer(self.name, np.int32)[order])
+        names, name_code = _renumber(list(self.name_codes), np.frombuffer(self.name, np.int32)[order])
         threads, thread_code = _renumber(self._threads, np.frombuffer(self.thread, np.int32)[order])
         out = EventTable(
             self.kind, names, threads, name_code, thread_code, ts[order],
@@ -224,6 +269,10 @@ class TableBuilder:
         )
         self.__init__(self.kind)  # type: ignore[misc]  # frees the arrays (one builder, one table)
         return out
+
+
+def _same(value: object, _default: object) -> object:
+    return value
 
 
 def _renumber(values: list, code: np.ndarray) -> tuple[list, np.ndarray]:  # type: ignore[type-arg]

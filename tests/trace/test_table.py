@@ -171,6 +171,61 @@ def test_builder_keeps_file_order_on_ties_float_ids_and_ids() -> None:
     assert t + [] == list(t) and [] + t == list(t)
 
 
+def _rows_table(rows: list[tuple], chunks: list[int]) -> tuple[EventTable, EventTable]:  # type: ignore[type-arg]
+    """The table of ``rows`` made by add (one row at a time) and by add_columns (``chunks``: rows per call)."""
+    one = TableBuilder(PY)
+    for r in rows:
+        one.add(*r)
+    many = TableBuilder(PY)
+    at = 0
+    for size in chunks:
+        part = rows[at : at + size]
+        at += size
+        codes = [many.name_codes.setdefault(r[0], len(many.name_codes)) for r in part]
+        ids = [(i, r[5], r[6]) for i, r in enumerate(part) if r[5] != -1 or r[6] != -1]
+        many.add_columns(codes, [(r[3], r[4]) for r in part], [r[1] for r in part], [r[2] for r in part], ids)
+    assert at == len(rows)
+    return one.table(), many.table()
+
+
+def _same_table(a: EventTable, b: EventTable) -> None:
+    assert a.names == b.names and a.threads == b.threads
+    assert [type(p) for p, _ in a.threads] == [type(p) for p, _ in b.threads]
+    for f in ("name_code", "thread_code", "ts", "dur", "ext", "corr"):
+        x, y = getattr(a, f), getattr(b, f)
+        assert (x is None) == (y is None), f
+        if x is not None:
+            assert x.dtype == y.dtype and np.array_equal(x, y), f
+    assert list(a) == list(b)
+
+
+def test_add_columns_makes_the_table_add_makes() -> None:
+    rng = np.random.default_rng(7)
+    rows = []
+    for _ in range(3000):
+        ext = int(rng.integers(0, 1000)) if rng.random() < 0.05 else -1
+        corr = int(rng.integers(0, 1000)) if rng.random() < 0.03 else -1
+        pid, tid = [(1, 7), ("Spans", 7), (1, "7"), (2, 99999)][int(rng.integers(0, 4))]
+        rows.append((f"f{int(rng.integers(0, 40))}", float(rng.integers(0, 500)), float(rng.random()), pid, tid, ext, corr))
+    # new names and threads in later calls, ties in start across calls, rows with and without ids
+    _same_table(*_rows_table(rows, [1, 999, 1500, 500]))
+    # no frame with an id: no ext/corr columns, as with add
+    plain = [(n, t, d, p, q, -1, -1) for n, t, d, p, q, _, _ in rows]
+    a, b = _rows_table(plain, [3000])
+    assert a.ext is None and b.ext is None and a.corr is None and b.corr is None
+    _same_table(a, b)
+
+
+def test_add_columns_keeps_a_float_pid_or_tid_as_written() -> None:
+    # 1.0 must not share int 1's thread, whichever comes first, within a call or across calls
+    rows = [("a", 1.0, 1.0, 1, 7, -1, -1), ("b", 2.0, 1.0, 1.0, 7, 3, -1), ("c", 3.0, 1.0, 1, 7.0, -1, 5),
+            ("d", 4.0, 1.0, 1, 7, -1, -1)]
+    for chunks in ([4], [1, 3], [2, 2], [1, 1, 1, 1]):
+        a, b = _rows_table(rows, chunks)
+        _same_table(a, b)
+        assert b.threads == [(1, 7), (1.0, 7), (1, 7.0)] and type(b.threads[1][0]) is float and type(b.threads[2][1]) is float
+
+
 def test_table_costs_a_fraction_of_events() -> None:
     b = TableBuilder(PY)
     for i in range(20_000):

@@ -97,15 +97,20 @@ def _type_flags(raw: bytes) -> int:
 MAX_TIME_US = float(2**53)
 
 
+_I64 = 2**63
+
+
 def _as_int(x: object) -> int:
+    """An id or index written as an int or a string; -1 when absent, unreadable or beyond int64 (the columns')."""
     if type(x) is int:
         return x
     if x is None:
         return -1
     try:
-        return int(x)  # type: ignore[call-overload,no-any-return]  # any value: a failure is -1 below
+        v = int(x)  # type: ignore[call-overload]  # any value: a failure is -1 below
     except (TypeError, ValueError):
         return -1
+    return v if -_I64 <= v < _I64 else -1
 
 
 _UNSEEN = object()

@@ -11,19 +11,23 @@ several spellings of one thing (``External id`` / ``external id``) into one.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 
-__all__ = ["RawArgs", "RawEvent", "RawDeviceProps", "RawDistributedInfo", "RawTrace"]
+__all__ = ["RawArgs", "RawEvent", "RawDeviceProps", "RawDistributedInfo", "RawTrace", "Id"]
+
+# an id the analysis keeps in int64 columns (external ids, correlations, devices, streams): one beyond int64
+# (no profiler writes one) is refused by the decoder, a one-line error naming the field, not an overflow later
+Id = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class RawArgs(msgspec.Struct, gc=False):
-    external_id: Union[int, str, None] = msgspec.field(name="External id", default=None)
-    external_id_lc: Union[int, str, None] = msgspec.field(name="external id", default=None)
-    correlation: Union[int, str, None] = None
-    device: Union[int, str, None] = None
-    stream: Union[int, str, None] = None
+    external_id: Union[Id, str, None] = msgspec.field(name="External id", default=None)
+    external_id_lc: Union[Id, str, None] = msgspec.field(name="external id", default=None)
+    correlation: Union[Id, str, None] = None
+    device: Union[Id, str, None] = None
+    stream: Union[Id, str, None] = None
     bytes: Union[int, float, None] = None
     # undecoded (msgspec.Raw, empty: absent): the normaliser decodes each distinct text once
     # (gpuprof.trace.normalise); decoding every operator's list of strings cost more than the rest

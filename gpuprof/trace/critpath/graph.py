@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuprof.trace.columns import Columns, columns, gpu_columns, gpu_launch_positions
+from gpuprof.trace.columns import Columns, columns, gpu_columns
 from gpuprof.trace.gpuwork import is_communication_kernel
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -140,7 +140,7 @@ def build_graph(m: TraceMetrics) -> StepGraph:
     first[1:] = stream[1:] != stream[:-1]
     prev = np.where(first, -1, np.arange(len(sel)) - 1)
     prev_end = np.where(first, -np.inf, np.concatenate(([-np.inf], end[:-1])) if len(sel) else 0.0)
-    at = gpu_launch_positions(m.trace)[sel] if len(sel) else np.zeros(0, np.int64)
+    at = m.gpu_launch[sel] if len(sel) else np.zeros(0, np.int64)
     rc = columns(m.trace, m.trace.runtime)
     launch = np.where(at >= 0, rc.ts[np.maximum(at, 0)] if rc.n else np.nan, np.nan)
     launch_end = np.where(at >= 0, rc.end[np.maximum(at, 0)] if rc.n else np.nan, np.nan)

@@ -31,6 +31,7 @@ from typing import Union
 
 import numpy as np
 
+from gpuprof.trace.arrays import start_order
 from gpuprof.trace.columns import Columns, columns, gpu_columns
 from gpuprof.trace.model import Event, Trace, name_of
 from gpuprof.trace.threads import group_by_thread
@@ -142,7 +143,8 @@ def attribute(
         sel = np.flatnonzero(keep)
         if not len(sel):
             continue
-        order = sel[np.lexsort((-dur[sel], ts[sel]))]  # by start; a parent before a child that starts with it
+        by_start = start_order(ts[sel], dur[sel])  # by start; a parent before a child that starts with it
+        order = sel if by_start is None else sel[by_start]
         first[key] = len(ops)
         ops.extend(map(group.__getitem__, order.tolist()))
         nest[key] = Nesting(ts[order], ts[order] + dur[order])

@@ -12,7 +12,7 @@ from gpuprof.findings import Evidence, Finding
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.precision import is_eligible_kernel, uses_tensor_cores
 from gpuprof.trace.flops import estimate_flops
-from gpuprof.trace.model import DTYPE_HALF, Event, op_concrete_inputs, op_dtypes, op_shape_key
+from gpuprof.trace.model import DTYPE_HALF, Event, dur_of, name_of, op_concrete_inputs, op_dtypes, op_shape_key
 
 __all__ = ["MisalignedGemm", "is_unaligned_kernel", "odd_dims"]
 
@@ -75,15 +75,19 @@ class MisalignedGemm(Rule):
         if not m.steps:
             return
         kernels = m.step_kernels
-        total = sum(k.dur for k in kernels)
+        total = sum(map(dur_of, kernels))  # the same additions in the same order, without a generator
         if total <= 0:
             return
         bad: list[Event] = []
         dims: Counter[int] = Counter()
         bad_flops = bad_us_known = good_flops = good_us = 0.0
+        # per distinct name: unaligned (True), an aligned tensor-core GEMM (False), neither (None)
+        verdict: dict[str, bool | None] = {}
+        for name in set(map(name_of, kernels)):
+            verdict[name] = True if is_unaligned_kernel(name) else False if uses_tensor_cores(name) is True else None
         for k in kernels:
-            unaligned = is_unaligned_kernel(k.name)
-            if not unaligned and uses_tensor_cores(k.name) is not True:
+            unaligned = verdict[k.name]
+            if unaligned is None:
                 continue
             launch = m.launch_by_corr.get(k.corr)
             op = m.op_by_ext.get(launch.ext if launch is not None else k.ext)
@@ -101,7 +105,7 @@ class MisalignedGemm(Rule):
             elif flops:
                 good_flops += flops
                 good_us += k.dur
-        bad_us = sum(k.dur for k in bad)
+        bad_us = sum(map(dur_of, bad))
         share = bad_us / total
         if not bad or share < ctx.opt("min_share"):
             return

@@ -13,7 +13,7 @@ from gpuprof.rules.base import Rule, RuleContext, event_refs, register
 from gpuprof.rules.cause import CauseFigure, kernels_per_step
 from gpuprof.rules.precision import is_eligible_kernel
 from gpuprof.trace.metrics import TraceMetrics
-from gpuprof.trace.model import Event
+from gpuprof.trace.model import Event, dur_of
 
 __all__ = ["UnfusedAttention", "attention_blocks", "AttentionBlock"]
 
@@ -140,7 +140,7 @@ class UnfusedAttention(Rule):
         if not m.steps or m.main_device is None:
             return
         kernels = m.step_kernels
-        total = sum(k.dur for k in kernels)
+        total = sum(map(dur_of, kernels))  # the same additions in the same order, without a generator
         if not kernels or total <= 0:
             return
         unique, blocks = eager_attention(m)

@@ -27,7 +27,7 @@ import numpy as np
 
 from gpuprof.rules.precision import is_eligible_kernel, uses_tensor_cores
 from gpuprof.trace.arrays import sorted_unique
-from gpuprof.trace.columns import Columns, columns
+from gpuprof.trace.columns import columns
 from gpuprof.trace.flops import ESTIMATED_OPS, estimate_flops
 from gpuprof.trace.metrics import TraceMetrics
 from gpuprof.trace.model import (
@@ -95,15 +95,10 @@ def _op_flops(m: TraceMetrics) -> OpFlops:
     if n == 0:
         return OpFlops(np.zeros(0), np.zeros(0, bool))
     assert att is not None
-    code = att.op_name_code if len(att.op_name_code) == n else Columns(ops).name_code
-    # the loader shares one name string and one payload object per distinct value: group by identity, so the
-    # Python loop runs once per distinct (name, payload)
-    _, by_name = np.unique(code, return_inverse=True)
-    extras, by_extra = np.unique(np.fromiter(map(id, map(_extra_of, ops)), np.int64, n), return_inverse=True)
-    uniq, first, inv = np.unique(by_name.reshape(-1) * len(extras) + by_extra.reshape(-1), return_index=True,
-                                 return_inverse=True)
-    u_flops = np.full(len(uniq), np.nan)
-    u_recorded = np.zeros(len(uniq), bool)
+    # the Python loop runs once per distinct (name, payload) (the loader shares one object per distinct value)
+    first, inv = att.name_and_payload_groups
+    u_flops = np.full(len(first), np.nan)
+    u_recorded = np.zeros(len(first), bool)
     for j, i in enumerate(first.tolist()):
         o = ops[i]
         rec = op_flops(o)
@@ -113,7 +108,6 @@ def _op_flops(m: TraceMetrics) -> OpFlops:
             est = estimate_flops(o.name, op_shape_key(o), op_concrete_inputs(o))
             if est is not None:
                 u_flops[j] = est
-    inv = inv.reshape(-1)
     return OpFlops(u_flops[inv], u_recorded[inv])
 
 

@@ -318,7 +318,7 @@ class NoTensorCores(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         m = ctx.metrics
-        st = precision_stats(m)
+        st = m.memo(precision_stats)  # the cause (off_tensor_core_per_step) reads the same figures
         if st is None or st.kernel_us <= 0 or st.eligible_us <= 0:
             return
         dev, cc, where = device_capability(m)

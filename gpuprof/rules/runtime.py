@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Iterable
@@ -13,9 +13,9 @@ import numpy as np
 from gpuprof.codespec import Option
 from gpuprof.findings import Evidence, Finding, Severity, SourceLocation
 from gpuprof.rules.base import Rule, RuleContext, event_refs, register
-from gpuprof.rules.common import host_step_of, host_steps_of, kernel_idle_within, of_step
+from gpuprof.rules.common import host_step_of, host_steps_at, kernel_idle_within, of_step
 from gpuprof.rules.whatif import ReplayContext, WhatIf
-from gpuprof.trace.columns import Columns, columns, named
+from gpuprof.trace.columns import Columns, columns
 from gpuprof.trace.critpath.replay import Removal
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -184,18 +184,26 @@ class ExpensiveRuntimeCalls(Rule):
             return  # a graph capture pass: its instantiation and capture calls are what recording needs
         startup = ctx.runs("GP206")
         skip = {id(f.call) for f in first_use_calls(m, startup["min_call_us"], startup["min_ratio"])} if startup else set()
-        alloc: list[Event] = []
-        other: dict[str, list[Event]] = defaultdict(list)
-        wanted = {name: _interest(name) for name in columns(m.trace, m.trace.runtime).names}  # per distinct name, once
-        timed = named(m.trace.runtime, lambda n: wanted[n] is not None, m.trace)  # launches, copies, syncs: not here
-        for r, step in zip(timed, host_steps_of(m, timed)):
-            what = wanted[r.name]
-            if step is None or id(r) in skip:
-                continue
-            if what:
-                alloc.append(r)
-            else:
-                other[r.name].append(r)
+        runtime = m.trace.runtime
+        rc = columns(m.trace, runtime)
+        # per distinct name, once: 1 an allocator call, 0 a call timed here, -1 none (launches, copies, syncs)
+        interest = np.fromiter((-1 if (w := _interest(name)) is None else int(w) for name in rc.names), np.int8,
+                               len(rc.names))[rc.name_code]
+        keep = (interest >= 0) & (host_steps_at(m, rc.ts) >= 0)  # in a step
+        if skip:
+            keep &= ~np.fromiter(map(skip.__contains__, map(id, runtime)), bool, rc.n)
+        at = np.flatnonzero(keep)
+        alloc: list[Event] = list(map(runtime.__getitem__, at[interest[at] == 1].tolist()))
+        at = at[interest[at] == 0]
+        # the calls of each name in list order, names in order of first call
+        by_code = np.argsort(rc.name_code[at], kind="stable")  # by name, in list order within one
+        code = rc.name_code[at][by_code]
+        starts = np.flatnonzero(np.concatenate(([True], code[1:] != code[:-1]))) if len(code) else np.zeros(0, np.int64)
+        ends = np.append(starts[1:], len(code))
+        other: dict[str, list[Event]] = {}
+        for g in np.argsort(by_code[starts], kind="stable").tolist():  # names in order of first call
+            a, b = int(starts[g]), int(ends[g])
+            other[rc.names[int(code[a])]] = list(map(runtime.__getitem__, at[by_code[a:b]].tolist()))
         yield from self._churn(ctx, alloc)
         for name, calls in other.items():
             yield from self._long_calls(ctx, name, calls)

@@ -1,4 +1,5 @@
-"""Two numpy reductions as numpy computes them, without importing ``numpy.ma``.
+"""Two numpy reductions as numpy computes them, without importing ``numpy.ma``; and a sort skipped where
+the order is there already (:func:`start_order`).
 
 numpy 2 imports its masked-array package (``numpy.ma``, ~5 ms: bench/README.md, "Start-up
 imports") the first time a plain ``np.unique`` or an ``np.median`` runs, only to ask whether the
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["sorted_unique", "median"]
+__all__ = ["sorted_unique", "median", "start_order"]
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
@@ -52,3 +53,14 @@ def median(values: np.ndarray) -> float:
         return float(np.mean(part[half:half + 1]))
     part = np.partition(values, (half - 1, half))
     return float(np.mean(part[half - 1:half + 1]))
+
+
+def start_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray | None:
+    """``np.lexsort((-dur, ts))`` (by start, the longest first on ties, stable), or None where that order is the
+    identity: events already in it, as a thread's events mostly are (one comparison pass instead of a sort)."""
+    if len(ts) > 1:
+        later, earlier = ts[1:], ts[:-1]
+        # each event after the one before it (or with it, no longer): a NaN compares false and sorts
+        if not bool(((later > earlier) | ((later == earlier) & (dur[1:] <= dur[:-1]))).all()):
+            return np.lexsort((-dur, ts))
+    return None

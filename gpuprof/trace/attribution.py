@@ -24,12 +24,15 @@ The work is vectorised: per host thread, one sort of the operators and a few
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Union
 
 import numpy as np
 
-from gpuprof.trace.columns import columns, gpu_columns
+from gpuprof.trace.arrays import start_order
+from gpuprof.trace.columns import Columns, columns, gpu_columns
 from gpuprof.trace.model import Event, Trace, name_of
 from gpuprof.trace.threads import group_by_thread
 from gpuprof.trace.vocab import step_number
@@ -37,6 +40,8 @@ from gpuprof.trace.vocab import step_number
 __all__ = ["OpAttribution", "attribute", "Nesting"]
 
 HostThread = tuple[Union[int, str], Union[int, str]]
+
+_extra_of = attrgetter("extra")
 
 
 @dataclass
@@ -62,6 +67,25 @@ class OpAttribution:
     # per op: its duration and a code of its name (equal codes, equal names), from the shared columns
     op_dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
     op_name_code: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @functools.cached_property
+    def name_and_payload_groups(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ops grouped by (name, payload object): per group the index of its first op, per op its group
+        (groups in no particular order). Built once: the operator FLOPs and the operators view both group so.
+
+        The loader shares one name string and one payload object per distinct value (dtype flags, stack,
+        shapes, recorded FLOPs, Concrete Inputs), so object identities group the ops in numpy; a loop over the
+        groups runs once per distinct (name, payload).
+        """
+        ops = self.ops
+        n = len(ops)
+        code = self.op_name_code if len(self.op_name_code) == n else Columns(ops).name_code
+        _, by_name = np.unique(code, return_inverse=True)  # names by value (codes of the shared columns)
+        extras, by_extra = np.unique(np.fromiter(map(id, map(_extra_of, ops)), np.int64, n), return_inverse=True)
+        # one exact int64 key per (name, payload) pair: name index * payloads + payload index
+        _, first, inv = np.unique(by_name.reshape(-1) * len(extras) + by_extra.reshape(-1), return_index=True,
+                                  return_inverse=True)
+        return first, inv.reshape(-1)
 
     def per_name(self) -> dict[str, tuple[float, float]]:
         """Operator name -> (self GPU µs, inclusive GPU µs), summed over its calls, for names with any."""
@@ -119,7 +143,8 @@ def attribute(
         sel = np.flatnonzero(keep)
         if not len(sel):
             continue
-        order = sel[np.lexsort((-dur[sel], ts[sel]))]  # by start; a parent before a child that starts with it
+        by_start = start_order(ts[sel], dur[sel])  # by start; a parent before a child that starts with it
+        order = sel if by_start is None else sel[by_start]
         first[key] = len(ops)
         ops.extend(map(group.__getitem__, order.tolist()))
         nest[key] = Nesting(ts[order], ts[order] + dur[order])

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from gpuprof.trace.arrays import sorted_unique
+from gpuprof.trace.arrays import sorted_unique, start_order
 from gpuprof.trace.columns import columns
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -152,8 +152,9 @@ def _add_overlapping(out: dict[tuple[str, str], float], kind: str, spans: list[n
     ts, dur = spans
     spans.clear()
     name_ids, names = named
-    order = np.lexsort((-dur, ts))  # stable: ties keep the thread's order, as sorted() did
-    ts, dur, name_ids = ts[order], dur[order], name_ids[order]
+    order = start_order(ts, dur)  # stable: ties keep the thread's order, as sorted() did
+    if order is not None:
+        ts, dur, name_ids = ts[order], dur[order], name_ids[order]
     del order
     pref = np.ones(len(names), bool) if prefer is None else np.fromiter(map(prefer, names), bool, len(names))
     sums = _Sums(len(names))

@@ -163,18 +163,21 @@ class Intervals:
     def intersect(self, other: "Intervals") -> "Intervals":
         if not self or not other:
             return Intervals.empty()
-        # each interval of self meets a contiguous run of other's intervals
-        lo = np.searchsorted(other.ends, self.starts, side="right")  # first with end > start
-        hi = np.searchsorted(other.starts, self.ends, side="left")  # first with start >= end
+        # the same set either way round, so the same arrays (normal form, endpoints taken as they are):
+        # the fewer intervals are the ones looked up in the others (a 39-interval rest against 37k calls)
+        one, two = (self, other) if len(self.starts) <= len(other.starts) else (other, self)
+        # each interval of one meets a contiguous run of two's intervals
+        lo = np.searchsorted(two.ends, one.starts, side="right")  # first with end > start
+        hi = np.searchsorted(two.starts, one.ends, side="left")  # first with start >= end
         count = np.maximum(hi - lo, 0)
         n = int(count.sum())
         if n == 0:
             return Intervals.empty()
-        a = np.repeat(np.arange(len(self.starts)), count)
+        a = np.repeat(np.arange(len(one.starts)), count)
         offset = np.arange(n) - np.repeat(np.cumsum(count) - count, count)
         b = np.repeat(lo, count) + offset
-        s = np.maximum(self.starts[a], other.starts[b])
-        e = np.minimum(self.ends[a], other.ends[b])
+        s = np.maximum(one.starts[a], two.starts[b])
+        e = np.minimum(one.ends[a], two.ends[b])
         keep = s < e
         return Intervals(s[keep], e[keep])
 

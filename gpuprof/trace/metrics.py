@@ -89,6 +89,8 @@ class TraceMetrics:
     attribution: OpAttribution | None = None
     # what memo() computed: figures the rules derive and several rules read, by function and arguments
     _memo: dict[tuple[Hashable, ...], object] = field(default_factory=dict, repr=False, compare=False)
+    # gives gpu_launch_positions(trace), found once (compute_metrics: the steps may have asked already)
+    _gpu_launch: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def memo(self, fn: Callable[..., _T], *args: Hashable) -> _T:
         """``fn(self, *args)``, computed once per trace and arguments: a figure that more than one rule
@@ -198,7 +200,7 @@ class TraceMetrics:
         """Per event of :func:`gpu_columns` (kernels, then copies, then memsets), the position in
         ``trace.runtime`` of its launch, ``launch_by_corr[corr]`` (the last call with its correlation
         id), -1 if none: for rules that look launches up for many GPU events, in numpy."""
-        return gpu_launch_positions(self.trace)
+        return self._gpu_launch() if self._gpu_launch is not None else gpu_launch_positions(self.trace)
 
 
 def _step_communication(trace: Trace, main_device: int | None, comm_by_dev: dict[int, Intervals],
@@ -225,7 +227,9 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
     markers = step_markers(trace)
     main = main_thread(trace, markers)
     launch_by_corr: dict[int, Event] = {r.corr: r for r in trace.runtime if r.corr >= 0}
-    steps, has_markers, lead_in = find_steps(trace, main, markers, launch_by_corr)
+    # each GPU event's launch: found once, for the steps (where they ask) and metrics.gpu_launch
+    gpu_launch = functools.cache(functools.partial(gpu_launch_positions, trace))
+    steps, has_markers, lead_in = find_steps(trace, main, markers, launch_by_corr, gpu_launch)
     windows = [(s.start, s.end) for s in steps]
 
     # GPU side: per device, the union of each kind of GPU work
@@ -287,6 +291,7 @@ def compute_metrics(trace: Trace) -> TraceMetrics:
         host_intervals=host,
         stacks=stacks,
         threads=threads,
+        _gpu_launch=gpu_launch,
     )
     for c in copy_events:
         c.step = metrics.step_of(c.gpu.ts)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,9 +90,13 @@ def main_thread(trace: Trace, markers: list[Event]) -> HostThread | None:
 
 
 def find_steps(
-    trace: Trace, main: HostThread | None, markers: list[Event], launch_by_corr: dict[int, Event]
+    trace: Trace, main: HostThread | None, markers: list[Event], launch_by_corr: dict[int, Event],
+    gpu_launch: Callable[[], np.ndarray] | None = None,
 ) -> tuple[list[Step], bool, Interval | None]:
-    """The steps in time order, whether they come from step markers, and the lead-in (if any)."""
+    """The steps in time order, whether they come from step markers, and the lead-in (if any).
+
+    ``gpu_launch``: gives :func:`~gpuprof.trace.columns.gpu_launch_positions` of ``trace`` when the caller
+    keeps it for later readers (asked only where the steps need it)."""
     main_keys = thread_keys(main)
     marks = sorted(
         (e.ts, e.end, step_number(e.name)) for e in markers if main is None or (e.pid, e.tid) in main_keys
@@ -113,7 +118,7 @@ def find_steps(
             lo = first
         return [Step(index=0, id=0, start=lo, end=hi, cpu_end=hi)], False, lead_in
 
-    gpu_end = _GpuEndByLaunch(trace)
+    gpu_end = _GpuEndByLaunch(trace, gpu_launch)
     steps: list[Step] = []
     for i, (s, e, n) in enumerate(dedup):
         if i + 1 < len(dedup):
@@ -164,8 +169,9 @@ def _first_gpu_work(trace: Trace, launch_by_corr: dict[int, Event]) -> float | N
 class _GpuEndByLaunch:
     """When the GPU work launched in a host time range ends (built on first use)."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, gpu_launch: Callable[[], np.ndarray] | None = None) -> None:
         self._trace = trace
+        self._gpu_launch = gpu_launch
         self._launch: np.ndarray | None = None
         self._end: np.ndarray | None = None
 
@@ -175,7 +181,8 @@ class _GpuEndByLaunch:
         (Only maxima over runs of launch starts are asked for, so the order among equal
         starts does not matter.)"""
         trace = self._trace
-        at = gpu_launch_positions(trace)  # the launch_by_corr look-up, for every GPU event at once
+        # the launch_by_corr look-up, for every GPU event at once
+        at = self._gpu_launch() if self._gpu_launch is not None else gpu_launch_positions(trace)
         hit = np.flatnonzero(at >= 0)
         launch = columns(trace, trace.runtime).ts[at[hit]]
         gc = gpu_columns(trace)

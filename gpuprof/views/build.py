@@ -78,7 +78,7 @@ def trace_views(m: TraceMetrics) -> TraceViews:
     views.unattributed_gpu_us = float(k_dur[k_op < 0].sum())
     views.peak_device = peak_device(m)
     views.reference_precision = reference_precision(views.peak_device)
-    group, keys = _group_ops(att.ops, _op_fields(att)[1])
+    group, keys = _group_ops(att)
     views.operators = _operators(m, k_op, k_dur, views, group, keys, op_flops_of(m))
     _count_zero_length_calls(trace, views)
     views.kernels = _kernels(m, k_dur, views)
@@ -122,14 +122,14 @@ def _operators(
     if n == 0:
         return []
     parent = att.parent
-    depth = _depth(parent)
+    depth, inside = _depth_and_inside(parent, group)
     k_total = _inclusive(k_self, parent, depth)
     dur = _op_fields(att)[0]
     child = parent >= 0
     cpu_self = dur - np.bincount(parent[child], weights=dur[child], minlength=n)
     g = len(keys)
     calls = np.bincount(group, minlength=g)
-    outer = ~_inside_same_group(parent, group)  # a call nested in a call of its own row is in that call's totals
+    outer = ~inside  # a call nested in a call of its own row is in that call's totals
     sums = {
         "cpu_total_us": np.bincount(group[outer], weights=dur[outer], minlength=g),
         "cpu_self_us": np.bincount(group, weights=np.maximum(cpu_self, 0.0), minlength=g),
@@ -163,16 +163,19 @@ def _operators(
     return rows
 
 
-def _inside_same_group(parent: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Per op: whether an enclosing op belongs to the same row (same name and input shapes).
+def _depth_and_inside(parent: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: its nesting depth (as :func:`_depth`), and whether an enclosing op belongs to the same row (same
+    name and input shapes), in one walk up the nesting (one numpy pass per level).
 
     Exporters nest an operator in one of its own name (``aten::linear`` in ``aten::linear``); adding both
-    calls' inclusive times would count the inner call's kernels twice (issue 37). One numpy pass per level.
+    calls' inclusive times would count the inner call's kernels twice (issue 37).
     """
+    depth = np.zeros(len(parent), np.int64)
     inside = np.zeros(len(parent), bool)
     for up, anc in _levels(parent):
+        depth += up
         inside |= up & (group[anc] == group)
-    return inside
+    return depth, inside
 
 
 def _count_zero_length_calls(trace: Trace, views: TraceViews) -> None:
@@ -238,30 +241,21 @@ def _op_fields(att: OpAttribution) -> tuple[np.ndarray, np.ndarray]:
     return c.dur, c.name_code
 
 
-def _group_ops(ops: list[Event], name_code: np.ndarray) -> tuple[np.ndarray, list[tuple[str, str | None]]]:
+def _group_ops(att: OpAttribution) -> tuple[np.ndarray, list[tuple[str, str | None]]]:
     """Each op's group index and the (name, input shapes) of each group.
 
-    The loader shares one string per distinct name and one payload object per
-    distinct (dtype flags, stack, shapes, recorded FLOPs, Concrete Inputs), so
-    object identities group the ops in numpy; the Python loop runs once per
-    distinct (name, payload).
+    The Python loop runs once per distinct (name, payload object) (:attr:`OpAttribution.name_and_payload_groups`).
     """
-    n = len(ops)
-    if n == 0:
+    ops = att.ops
+    if len(ops) == 0:
         return np.zeros(0, np.int64), []
-    _, by_name = np.unique(name_code, return_inverse=True)  # names by value (codes of the shared columns)
-    extras, by_extra = np.unique(np.fromiter(map(id, map(_extra_of, ops)), np.int64, n), return_inverse=True)
-    # one exact int64 key per (name, payload) pair: name index * payloads + payload index
-    uniq, first, inv = np.unique(by_name.reshape(-1) * len(extras) + by_extra.reshape(-1), return_index=True, return_inverse=True)
+    first, inv = att.name_and_payload_groups
     index: dict[tuple[str, str | None], int] = {}
-    to_group = np.empty(len(uniq), np.int64)
+    to_group = np.empty(len(first), np.int64)
     for j in np.argsort(first, kind="stable").tolist():  # groups numbered in order of first call: ties sort the same every run
         o = ops[int(first[j])]
         to_group[j] = index.setdefault((o.name, op_shape_key(o)), len(index))
-    return to_group[inv.reshape(-1)], list(index)
-
-
-_extra_of = attrgetter("extra")
+    return to_group[inv], list(index)
 
 
 def _samples(group: np.ndarray, keep: np.ndarray) -> dict[int, list[int]]:

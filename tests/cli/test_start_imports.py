@@ -123,6 +123,8 @@ def test_analyze_json_imports_no_timeline_code_and_no_tracker_without_asking(tmp
     assert "gpuprof.analysis" in mods and "gpuprof.trace.critpath.path" in mods  # it ran, the critical path too
     assert [m for m in TIMELINE_CODE if m in mods] == []
     assert not _loaded(mods, "gpuprof.trackers")  # no --to: the trackers' registry is not read
+    # the JSON writer's timeline tokens come from os.urandom: no secrets (hmac, hashlib, OpenSSL's constructors)
+    assert [m for m in ("secrets", "hmac", "hashlib") if m in mods] == []
 
 
 def test_the_timeline_code_is_still_imported_where_it_is_drawn(tmp_path: Path) -> None:

@@ -75,6 +75,30 @@ def test_gp205_bad_long_synchronous_call(tmp_path):
     assert f.location is not None and f.location.line == 12
 
 
+def test_gp205_long_calls_of_several_names(tmp_path):
+    # two timed names, interleaved, each slow every step; allocator calls too: one finding per timed name
+    # (and one for the allocator calls), each with its own calls only
+    tb = TraceBuilder()
+    for _ in range(4):
+        with tb.step():
+            with tb.frames(("train.py", 12, "train")):
+                tb.runtime("cudaStreamCreateWithFlags", ms=2.0)
+                tb.cuda_malloc(us=400.0)
+                tb.runtime("cudaEventCreateWithFlags", ms=3.0)
+                tb.runtime("cudaStreamCreateWithFlags", ms=1.0)
+            for _ in range(4):
+                tb.gemm(us=1000)
+            tb.cpu(ms=5.0)
+    found = _gp205(tb.write(tmp_path / "two_names.json"))
+    by_call = {f.evidence[0].extra.get("call"): f for f in found}
+    assert set(by_call) == {"cudaEventCreateWithFlags", "cudaStreamCreateWithFlags", None}, list(by_call)
+    assert "cudaMalloc" in by_call[None].evidence[0].extra["calls_per_step"]
+    stream, event = by_call["cudaStreamCreateWithFlags"], by_call["cudaEventCreateWithFlags"]
+    assert stream.evidence[0].extra["calls_per_step"] == 2 and event.evidence[0].extra["calls_per_step"] == 1
+    assert stream.evidence[0].value == 3000.0 and event.evidence[0].value == 3000.0
+    assert {e.name for e in stream.evidence[0].events} == {"cudaStreamCreateWithFlags"}
+
+
 def test_gp205_good(tmp_path):
     # cudaMalloc only in the first (warm-up) step of five: the cache is reused afterwards
     path = simple_training(TraceBuilder(), steps=5, warmup_steps=1).write(tmp_path / "warmup.json")

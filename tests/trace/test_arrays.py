@@ -1,4 +1,5 @@
-"""gpuprof.trace.arrays gives numpy's own results (np.unique, np.median) without importing numpy.ma."""
+"""gpuprof.trace.arrays gives numpy's own results (np.unique, np.median) without importing numpy.ma, and
+start_order np.lexsort's order (None only where that order is the identity)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from gpuprof.trace.arrays import median, sorted_unique
+from gpuprof.trace.arrays import median, sorted_unique, start_order
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,6 +44,39 @@ def test_sorted_unique_is_np_unique_on_edge_cases(values: np.ndarray) -> None:
 def test_sorted_unique_is_np_unique(values: np.ndarray) -> None:
     # hypothesis draws repeats, NaNs, infinities and both zeros into the float arrays
     assert _same(sorted_unique(values), np.unique(values))
+
+
+def _check_start_order(ts: np.ndarray, dur: np.ndarray) -> None:
+    want = np.lexsort((-dur, ts))
+    got = start_order(ts, dur)
+    if got is None:
+        assert np.array_equal(want, np.arange(len(ts)))
+    else:
+        assert np.array_equal(got, want)
+
+
+# few distinct values: ties in start (and in duration) are common, as in a trace's nested events
+_TIMES = st.sampled_from([0.0, 1.0, 2.0, 2.5, np.nan, -0.0, np.inf])
+
+
+@given(st.lists(st.tuples(_TIMES, _TIMES), max_size=30))
+def test_start_order_is_lexsort_by_start_longest_first(pairs: list[tuple[float, float]]) -> None:
+    ts = np.array([p[0] for p in pairs], np.float64)
+    dur = np.array([p[1] for p in pairs], np.float64)
+    _check_start_order(ts, dur)
+    order = np.lexsort((-dur, ts))
+    _check_start_order(ts[order], dur[order])  # sorted already: the identity, whichever way it says so
+
+
+def test_start_order_says_none_only_for_events_in_order() -> None:
+    ts = np.array([0.0, 0.0, 1.0, 1.0, 3.0])
+    dur = np.array([5.0, 2.0, 1.0, 1.0, 0.0])  # a parent before the child it starts with; equal ones stay
+    assert start_order(ts, dur) is None
+    assert start_order(ts[:1], dur[:1]) is None and start_order(ts[:0], dur[:0]) is None
+    swapped = np.array([1, 0, 2, 3, 4])  # the child first: sorted back
+    assert np.array_equal(start_order(ts[swapped], dur[swapped]), swapped)  # its own inverse
+    later = np.array([0.0, 2.0, 1.0])
+    assert np.array_equal(start_order(later, np.ones(3)), [0, 2, 1])
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=1, max_size=40))

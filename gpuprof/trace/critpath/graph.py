@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuprof.trace.columns import Columns, columns, gpu_columns, gpu_launch_positions
+from gpuprof.trace.columns import Columns, columns, gpu_columns
 from gpuprof.trace.gpuwork import is_communication_kernel
 from gpuprof.trace.intervals import Intervals
 from gpuprof.trace.metrics import TraceMetrics
@@ -140,7 +140,7 @@ def build_graph(m: TraceMetrics) -> StepGraph:
     first[1:] = stream[1:] != stream[:-1]
     prev = np.where(first, -1, np.arange(len(sel)) - 1)
     prev_end = np.where(first, -np.inf, np.concatenate(([-np.inf], end[:-1])) if len(sel) else 0.0)
-    at = gpu_launch_positions(m.trace)[sel] if len(sel) else np.zeros(0, np.int64)
+    at = m.gpu_launch[sel] if len(sel) else np.zeros(0, np.int64)
     rc = columns(m.trace, m.trace.runtime)
     launch = np.where(at >= 0, rc.ts[np.maximum(at, 0)] if rc.n else np.nan, np.nan)
     launch_end = np.where(at >= 0, rc.end[np.maximum(at, 0)] if rc.n else np.nan, np.nan)
@@ -369,9 +369,10 @@ def _host_runtime(m: TraceMetrics, keys: frozenset[HostThread], waits: set[int])
     if not calls:
         return []
     rc = columns(m.trace, calls)
-    keep = np.ones(rc.n, bool)
-    if waits:
-        keep[[i for i, r in enumerate(calls) if id(r) in waits]] = False  # (few: a list look-up per call would not be)
+    if waits:  # (a set: a list look-up per call would not be); the look-ups in C, no Python loop per call
+        keep = ~np.fromiter(map(waits.__contains__, map(id, calls)), bool, rc.n)
+    else:
+        keep = np.ones(rc.n, bool)
     code = rc.name_code[keep]
     ts, dur = rc.ts[keep], rc.dur[keep]
     order = np.argsort(code, kind="stable")

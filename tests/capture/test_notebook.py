@@ -14,9 +14,19 @@ from gpuprof.capture import session  # noqa: E402
 
 from .conftest import quick_schedule, tiny_model, train_step  # noqa: E402
 
+_BEFORE: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _threads_before() -> None:
+    """The gpuprof threads alive before the test (a TensorBoard plugin's analysis thread another test left to
+    finish, say): not this capture's, so not counted."""
+    _BEFORE.clear()
+    _BEFORE.update(t for t in threading.enumerate() if t.name.startswith("gpuprof"))
+
 
 def _ours() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("gpuprof")]
+    return [t for t in threading.enumerate() if t.name.startswith("gpuprof") and t not in _BEFORE]
 
 
 def _train(prof: gpuprof.Profiler, steps: int, seen: list[threading.Thread]) -> None:

@@ -18,15 +18,20 @@ Scalars (tag: meaning), one point per training step:
 All scalars of one step go into one event (one ``Summary`` with several
 values). Everything (scalars and the findings text) goes into one event
 file per writer, ``events.out.tfevents.<time>.<host>.<pid>.<n><suffix>``,
-written by gpuprof itself in the TFRecord layout TensorBoard reads: about
-9 µs a step, where torch's ``SummaryWriter`` (a queue, a writer thread and a
-slower CRC) took 27, and no second writer or second file per run. Writing
-needs only the ``tensorboard`` package (its protobufs), not torch.
+written by gpuprof itself in the TFRecord layout TensorBoard reads, no second
+writer or second file per run. The few protobuf messages it writes (``Event``,
+``Summary`` and its values, the text plugin's tensor) are encoded here, byte for
+byte as the ``tensorboard`` package's protobufs encode them
+(tests/render/test_tensorboard_writer.py): importing those (protobuf and its
+descriptors) cost 17-22 ms of CPU in every training process and building a
+step's messages 4 µs. Writing needs no torch; without the ``tensorboard``
+package (looked up, not imported) no file is written.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import socket
 import struct
@@ -46,38 +51,95 @@ TAGS = {k: "gpuprof/" + k for k in (
 TEXT_TAG = "gpuprof/findings"
 
 
-def _crc32c_table() -> list[int]:
-    table = []
+def _crc32c_tables() -> list[list[int]]:
+    """CRC-32C's byte table and the three more of slicing by 4 (each: one more zero byte after the first)."""
+    t0 = []
     for i in range(256):
         c = i
         for _ in range(8):
             c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
+        t0.append(c)
+    tables = [t0]
+    for _ in range(3):
+        prev = tables[-1]
+        tables.append([(prev[i] >> 8) ^ t0[prev[i] & 0xFF] for i in range(256)])
+    return tables
 
 
-_CRC_TABLE = _crc32c_table()
+_CRC_T0, _CRC_T1, _CRC_T2, _CRC_T3 = _crc32c_tables()
 _FILE_IDS = itertools.count()
 
 
 def masked_crc32c(data: bytes) -> int:
-    """CRC-32C of ``data``, masked as TFRecord files store it."""
+    """CRC-32C of ``data``, masked as TFRecord files store it (4 bytes a turn: a quarter less CPU than 1)."""
     crc = 0xFFFFFFFF
-    table = _CRC_TABLE
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    t0, t1, t2, t3 = _CRC_T0, _CRC_T1, _CRC_T2, _CRC_T3
+    n = len(data) & ~3
+    for (word,) in struct.iter_unpack("<I", data[:n]):
+        x = crc ^ word
+        crc = t3[x & 0xFF] ^ t2[(x >> 8) & 0xFF] ^ t1[(x >> 16) & 0xFF] ^ t0[x >> 24]
+    for b in data[n:]:
+        crc = t0[(crc ^ b) & 0xFF] ^ (crc >> 8)
     crc ^= 0xFFFFFFFF
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+# ----------------------------------------------------------------------- the protobuf messages, encoded by hand
+# Field numbers of tensorboard/compat/proto: Event {double wall_time = 1; int64 step = 2; string file_version = 3;
+# Summary summary = 5}, Summary {repeated Value value = 1}, Value {string tag = 1; float simple_value = 2;
+# TensorProto tensor = 8; SummaryMetadata metadata = 9}, TensorProto {DataType dtype = 1; TensorShapeProto
+# tensor_shape = 2; repeated bytes string_val = 8}, SummaryMetadata {PluginData plugin_data = 1},
+# PluginData {string plugin_name = 1; bytes content = 2}. Fields in number order, proto3 defaults left out
+# (a oneof member and a message field set are written even when empty), as protobuf serializes them.
+
+def _varint(n: int) -> bytes:
+    if n < 0:
+        n += 1 << 64  # int64: two's complement, ten bytes
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (string, bytes, message)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _float32(v: float) -> bytes:
+    """A ``float`` field's four bytes: the double rounded to single precision (out of its range: infinity, as
+    protobuf's C conversion gives, where ``struct`` refuses)."""
+    try:
+        return struct.pack("<f", v)
+    except OverflowError:
+        return struct.pack("<f", math.copysign(math.inf, v))
+
+
+def _event(wall_time: float, step: int = 0, *, file_version: str | None = None, summary: bytes | None = None) -> bytes:
+    """An ``Event`` message's bytes (``summary``: a ``Summary`` message's bytes)."""
+    out = b"\x09" + struct.pack("<d", wall_time) if wall_time != 0.0 else b""
+    if step:
+        out += b"\x10" + _varint(step)
+    if file_version is not None:
+        out += _field(3, file_version.encode("utf-8"))
+    if summary is not None:
+        out += _field(5, summary)
+    return out
+
+
+# a scalar's Summary.Value field up to its float: the value's key and length, its tag (1), simple_value's key (2)
+_SCALAR_HEAD = {k: _field(1, _field(1, tag.encode("utf-8")) + b"\x15" + bytes(4))[:-4] for k, tag in TAGS.items()}
+# the text plugin's SummaryMetadata (create_summary_metadata(None, None): plugin "text", version 0: no content)
+_TEXT_METADATA = _field(1, _field(1, b"text"))
+_DT_STRING = 7  # tensorboard.compat.proto.types_pb2.DT_STRING
 
 
 class _EventFile:
     """One event file, written directly (TFRecord framing); safe to write from several threads."""
 
     def __init__(self, log_dir: str, suffix: str) -> None:
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        self._Event, self._Summary = Event, Summary
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_IDS)}{suffix}"
         self.path = os.path.join(log_dir, name)
         # scalars come from the training thread's flusher, the findings text from the report thread
@@ -86,20 +148,24 @@ class _EventFile:
         # error (FileExistsError), never written through and never waited on
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         self._f: BinaryIO = os.fdopen(os.open(self.path, flags, 0o666), "ab")
-        self._record(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+        self._heads: dict[int, bytes] = {}  # a record's length and its CRC, by length (a few lengths repeat)
+        self._record(_event(time.time(), file_version="brain.Event:2"))
 
     def add(self, step: int, values: Mapping[str, float]) -> None:
-        vals = [self._Summary.Value(tag=TAGS[k], simple_value=float(v)) for k, v in values.items()]
+        vals = b"".join(_SCALAR_HEAD[k] + _float32(float(v)) for k, v in values.items())
         if vals:
-            ev = self._Event(wall_time=time.time(), step=step, summary=self._Summary(value=vals))
-            self._record(ev.SerializeToString())
+            self._record(_event(time.time(), step, summary=vals))
 
-    def add_summary(self, step: int, summary: Any) -> None:
-        self._record(self._Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
+    def add_summary(self, step: int, summary: bytes) -> None:
+        """An event holding ``summary`` (a ``Summary`` message's bytes, :func:`text_summary`)."""
+        self._record(_event(time.time(), step, summary=summary))
 
     def _record(self, data: bytes) -> None:
-        head = struct.pack("<Q", len(data))
-        rec = head + struct.pack("<I", masked_crc32c(head)) + data + struct.pack("<I", masked_crc32c(data))
+        head = self._heads.get(len(data))
+        if head is None:
+            length = struct.pack("<Q", len(data))
+            head = self._heads[len(data)] = length + struct.pack("<I", masked_crc32c(length))
+        rec = head + data + struct.pack("<I", masked_crc32c(data))
         with self._lock:
             self._f.write(rec)
 
@@ -112,27 +178,30 @@ class _EventFile:
             self._f.close()
 
 
-def text_summary(tag: str, text: str) -> Any:
-    """The ``Summary`` of one text, as ``tensorboard.plugins.text.summary_v2.text_pb`` makes it (the same bytes:
-    tests/render/test_tensorboard_writer.py), from the protobuf messages alone: ``text_pb`` goes through
-    ``tensor_util``, whose import loads TensorBoard's TensorFlow stub (and boto3 where it is installed): about
-    0.3 s of CPU in every training process, for one string."""
-    from tensorboard.compat.proto.summary_pb2 import Summary
-    from tensorboard.compat.proto.tensor_pb2 import TensorProto
-    from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
-    from tensorboard.compat.proto.types_pb2 import DT_STRING
-    from tensorboard.plugins.text.metadata import create_summary_metadata
+def text_summary(tag: str, text: str) -> bytes:
+    """The ``Summary`` message of one text, the bytes ``tensorboard.plugins.text.summary_v2.text_pb`` makes
+    (tests/render/test_tensorboard_writer.py), encoded here: ``text_pb`` goes through ``tensor_util``, whose import
+    loads TensorBoard's TensorFlow stub (and boto3 where it is installed), about 0.3 s of CPU in every training
+    process, for one string."""
+    tensor = _varint(1 << 3) + _varint(_DT_STRING) + _field(2, b"") + _field(8, text.encode("utf-8"))
+    return _field(1, _field(1, tag.encode("utf-8")) + _field(8, tensor) + _field(9, _TEXT_METADATA))
 
-    tensor = TensorProto(dtype=DT_STRING, tensor_shape=TensorShapeProto(), string_val=[text.encode("utf-8")])
-    summary = Summary()
-    summary.value.add(tag=tag, metadata=create_summary_metadata(display_name=None, description=None), tensor=tensor)
-    return summary
+
+def _need_tensorboard() -> None:
+    """ModuleNotFoundError, as importing it raised when the writer used its protobufs, without the ``tensorboard``
+    package: its files are for TensorBoard, and a capture without it says once what to install (looked up, not
+    imported)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is None:
+        raise ModuleNotFoundError("No module named 'tensorboard'", name="tensorboard")
 
 
 class TensorBoardWriter:
     """gpuprof's per-step scalars and findings text, in one event file under ``log_dir``."""
 
     def __init__(self, log_dir: str | os.PathLike[str], filename_suffix: str = "") -> None:
+        _need_tensorboard()
         self._log_dir = os.fspath(log_dir)
         os.makedirs(self._log_dir, exist_ok=True)
         self._file = _EventFile(self._log_dir, filename_suffix)

@@ -25,7 +25,45 @@ def test_text_summary_is_the_bytes_tensorboards_text_pb_makes(text):
     from tensorboard.plugins.text.summary_v2 import text_pb
 
     tag = "gpuprof/findings/text_summary"
-    assert text_summary(tag, text).SerializeToString() == text_pb(tag, text).SerializeToString()
+    assert text_summary(tag, text) == text_pb(tag, text).SerializeToString()
+
+
+@pytest.mark.parametrize("step", [0, 1, 127, 128, 300, 2**40])
+@pytest.mark.parametrize("values", [
+    {"step_time_ms": 10.5}, {"step_time_ms": 0.0, "host_rss_mib": 512.5},
+    {"step_time_ms": 0.1, "data_loading_share": 1 / 3, "cpu_process_pct": -2.5e-40},
+    {"step_time_ms": float("nan"), "host_rss_mib": float("inf"), "memory_peak_mib": -float("inf")},
+    {"step_time_ms": 1e39, "host_rss_mib": -1e39, "memory_allocated_mib": 3.4028235e38}])
+def test_scalar_event_is_the_bytes_protobuf_makes(step, values):
+    # gpuprof encodes the Event and Summary messages itself (no protobuf import in the training process)
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    from gpuprof.render.tensorboard import _SCALAR_HEAD, TAGS, _event, _float32
+
+    made = _event(1796682441.578931, step, summary=b"".join(_SCALAR_HEAD[k] + _float32(v) for k, v in values.items()))
+    vals = [Summary.Value(tag=TAGS[k], simple_value=v) for k, v in values.items()]
+    assert made == Event(wall_time=1796682441.578931, step=step, summary=Summary(value=vals)).SerializeToString()
+
+
+def test_file_version_event_is_the_bytes_protobuf_makes():
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    from gpuprof.render.tensorboard import _event
+
+    want = Event(wall_time=1796682441.5, file_version="brain.Event:2").SerializeToString()
+    assert _event(1796682441.5, file_version="brain.Event:2") == want
+
+
+def test_no_tensorboard_package_no_writer(tmp_path, monkeypatch):
+    # without the package the files would be for no reader: the capture says what to install (and writes none)
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    with pytest.raises(ModuleNotFoundError, match="tensorboard"):
+        TensorBoardWriter(tmp_path / "tb")
+    assert not (tmp_path / "tb").exists()
 
 
 def test_scalars_and_text_read_back_exactly(tmp_path):

@@ -172,6 +172,23 @@ def test_the_culprit_in_words_from_the_ranks_stacks() -> None:
     assert culprit([waits, {**sleeps, "resumed_at_step": 30}]) is None  # it came back: not the culprit
 
 
+def test_write_hang_files_names_the_culprit_it_wrote(tmp_path: Path) -> None:
+    # the watchdog names the culprit from what write_hang_files merged under its lock (no second read of hang.json)
+    from gpuprof.capture.job.hang import HangRecord, ThreadStack, write_hang_files
+    from gpuprof.findings import SourceLocation
+
+    def rec(r: int, line: int, frames: list[tuple[str, int, str]]) -> HangRecord:
+        return HangRecord(f"rank{r}", r, 100 + r, "host", 7, 4.0, 3.0, 0.0, SourceLocation("/x/train.py", line, "f"),
+                          [ThreadStack("MainThread", 1, False, True, frames)])
+
+    user = ("/x/train.py", 15, "<module>")
+    waits = rec(0, 15, [user, ("/p/torch/distributed/distributed_c10d.py", 9, "all_reduce")])
+    assert write_hang_files(tmp_path, waits) is None  # one rank alone names no culprit
+    said = write_hang_files(tmp_path, rec(1, 14, [("/x/train.py", 14, "<module>")]))
+    assert said == "rank 1 never reached the all_reduce that rank 0 waits in at train.py:15; rank 1 is at train.py:14"
+    assert json.loads((tmp_path / "hang.json").read_text())["culprit"] == said
+
+
 def test_the_hang_goes_into_report_json_when_detected(tmp_path: Path) -> None:
     from gpuprof.capture.job.hang import HangRecord, hang_finding, hang_into_report
     from gpuprof.capturerun import capture_findings

@@ -278,18 +278,20 @@ def _locked(run_dir: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def write_hang_files(run_dir: Path, rec: HangRecord) -> tuple[Path, Path]:
-    """Merge this rank's entry into ``hang.json`` and rewrite ``hang.md`` (see the module docstring)."""
+def write_hang_files(run_dir: Path, rec: HangRecord) -> str | None:
+    """Merge this rank's entry into ``hang.json`` and rewrite ``hang.md`` (see the module docstring); the
+    culprit in words that the merged entries name (:func:`culprit`), as written, or None."""
     jpath, mpath = run_dir / "hang.json", run_dir / "hang.md"
     with _locked(run_dir):
         ranks = [r for r in read_entries(run_dir)[0] if r.get("worker") != rec.worker]
         ranks.append(rec.to_dict())
         ranks.sort(key=lambda r: (r.get("rank") if isinstance(r.get("rank"), int) else -1, str(r.get("worker"))))
+        said = culprit(ranks)
         doc: dict[str, object] = {"hang_schema_version": HANG_SCHEMA_VERSION, "run_dir": str(run_dir),
-                                  "culprit": culprit(ranks), "ranks": ranks}
+                                  "culprit": said, "ranks": ranks}
         atomic_write(jpath, json.dumps(doc, indent=2) + "\n")
         atomic_write(mpath, hang_markdown(doc))
-    return jpath, mpath
+    return said
 
 
 #: torch.distributed's Python functions that wait for the other ranks (a rank inside one waits for them)

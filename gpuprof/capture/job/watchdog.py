@@ -174,8 +174,7 @@ class Watchdog:
         rec.finding = hang_finding(rec, str(self.run_dir / "hang.md"))
         said = None
         try:
-            write_hang_files(self.run_dir, rec)
-            said = culprit(read_entries(self.run_dir)[0])
+            said = write_hang_files(self.run_dir, rec)  # the culprit of the entries merged under the lock
         except OSError as err:  # a planted link or FIFO, a full disk: the finding still reaches the report
             self._say(f"gpuprof: the hang report could not be written in {self.run_dir}: {err}. Watching goes on.")
         else:

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuprof.capture.checks.base import Live, MonitorBase
 from gpuprof.capture.checks.memory.hostleak import CHECK_EVERY, Census, CensusResult, host_growth, host_growth_finding
 from gpuprof.capture.guard import safe_text
 from gpuprof.capture.memory import MemorySampler, growth_finding
-from gpuprof.capture.oom import (
-    HistoryRecorder,
-    OOMObserver,
-    oom_finding,
-    oom_message_facts,
-    start_forensics,
-    stop_forensics,
-)
 from gpuprof.capture.owners import OwnerRegistry
 from gpuprof.findings import Finding
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    # the CUDA parts (history, OOM observer and forensics, the snapshot readers: ~9 ms of CPU to import) are
+    # imported where they start: a run without CUDA never loads them
+    from gpuprof.capture.oom import HistoryRecorder, OOMObserver
 
 CENSUS = "host memory census"  # the guard's name for the census of live tensors when the host memory grows
 SAMPLING = "memory sampling"
@@ -53,6 +52,8 @@ class MemoryCheck(MonitorBase):
                    "locator are off; memory growth is checked on the host's resident memory of every step "
                    "and the recorded steps' allocations")
             return
+        from gpuprof.capture.oom import HistoryRecorder, OOMObserver, start_forensics
+
         paths = live.paths
         resume = None
         if cfg.oom_forensics and cfg.oom_observer and paths is not None:
@@ -119,6 +120,8 @@ class MemoryCheck(MonitorBase):
         if self.owners is not None:
             live.guard.run("OOM forensics", "none", self.owners.uninstall)
         if self.forensics:
+            from gpuprof.capture.oom import stop_forensics
+
             self.forensics = False
             live.guard.run("OOM forensics", "none", stop_forensics)
         if self.oom is not None:
@@ -142,6 +145,8 @@ class MemoryCheck(MonitorBase):
 
     def on_oom(self, live: Live, exc: BaseException) -> Finding:
         """The run hit CUDA out-of-memory: dump a snapshot now (unless the observer did) and say where."""
+        from gpuprof.capture.oom import oom_finding, oom_message_facts
+
         text = safe_text(exc, 2000)
         if self.oom is None:
             return oom_finding([], text)

@@ -81,7 +81,8 @@ def _ref_job(j: Any) -> dict[str, Any] | None:
         "phases": [{"kind": p.kind, "start_step": p.start_step, "end_step": p.end_step,
                     "step_time_median_us": p.step_time_median_us, "steps": p.steps,
                     "step_time_min_us": p.step_time_min_us, "step_time_p90_us": p.step_time_p90_us,
-                    "step_time_max_us": p.step_time_max_us, "data_wait_share": p.data_wait_share} for p in j.phases],
+                    "step_time_max_us": p.step_time_max_us, "data_wait_share": p.data_wait_share,
+                    "core_wait_share": p.core_wait_share} for p in j.phases],
         "series": {"bucket": s.bucket, "first_step": s.first_step, "step_time_us": s.step_time_us,
                    "step_time_min_us": s.step_time_min_us, "step_time_max_us": s.step_time_max_us,
                    "data_wait_us": s.data_wait_us, "cuda_allocated_mib": s.cuda_allocated_mib,
@@ -90,6 +91,7 @@ def _ref_job(j: Any) -> dict[str, Any] | None:
         "samples": None if m is None else {
             "interval_s": m.interval_s, "step": m.step, "process_cpu_pct": m.process_cpu_pct,
             "workers_cpu_pct": m.workers_cpu_pct, "workers_demand_pct": m.workers_demand_pct, "workers": m.workers,
+            "thread_cpu_pct": m.thread_cpu_pct, "thread_wait_pct": m.thread_wait_pct,
             "gpu_util_pct": m.gpu_util_pct, "gpu_memory_used_mib": m.gpu_memory_used_mib,
             "gpu_sm_clock_mhz": m.gpu_sm_clock_mhz, "gpu_power_w": m.gpu_power_w,
             "gpu_throttle_reasons": m.gpu_throttle_reasons},
@@ -160,11 +162,13 @@ def test_job_encodes_as_documented() -> None:
     """A capture's job (phases, compact series, the sampler's columns, NaN figures) in the documented layout."""
     from gpuprof.report import JobPhase, JobSamples, JobSeries, JobSummary, JobWindow
 
-    job = JobSummary(steps=3, phases=[JobPhase("steady", 0, 2, math.nan, 3, 1.0, 2.0, 3.0, None)],
+    job = JobSummary(steps=3, phases=[JobPhase("steady", 0, 1, math.nan, 2, 1.0, 2.0, 3.0, None),
+                                      JobPhase("contention", 2, 2, 9.0, 1, 9.0, 9.0, 9.0, None, 0.61)],
                      series=JobSeries(bucket=1, first_step=[0, 1, 2], step_time_us=[1.0, 2.0, 3.0],
                                       step_time_min_us=[1.0, 2.0, 3.0], step_time_max_us=[1.0, 2.0, 3.0]),
                      samples=JobSamples(step=[1], process_cpu_pct=[99.5], workers_cpu_pct=[None],
-                                        workers_demand_pct=[None], workers=[None]),
+                                        workers_demand_pct=[None], workers=[None], thread_cpu_pct=[40.0],
+                                        thread_wait_pct=[55.5]),
                      cores=4, windows=[JobWindow(7, 5, "default"), JobWindow(150, 5, "anomaly")])
     report = Report(command="capture", job=job)
     _same(report.to_dict(), _ref_report(report))

@@ -52,6 +52,16 @@ def _stat_fields(raw: bytes) -> list[bytes]:
     return raw[raw.rfind(b")") + 2:].split()
 
 
+def _schedstat(path: str) -> tuple[int, int] | None:
+    """(ns on a core, ns runnable and waiting for one) from a /proc schedstat file, or None."""
+    raw = _read(path)
+    f = raw.split() if raw is not None else []
+    try:
+        return int(f[0]), int(f[1])
+    except (IndexError, ValueError):
+        return None
+
+
 def worker_pids(pid: int) -> list[int]:
     """The processes that can be ``pid``'s DataLoader workers: its children, less Python's multiprocessing helpers
     (the resource tracker), with a forkserver replaced by the processes it forked (forkserver-started workers)."""
@@ -136,26 +146,14 @@ class CpuReader:
             return None
 
     def _demand_s(self, pid: int) -> float | None:
-        """Seconds on a core plus seconds runnable and waiting for one (/proc/<pid>/schedstat, in ns)."""
-        raw = _read(f"/proc/{pid}/schedstat")
-        if raw is None:
-            return None
-        f = raw.split()
-        try:
-            return (int(f[0]) + int(f[1])) / 1e9
-        except (IndexError, ValueError):
-            return None
+        """Seconds on a core plus seconds runnable and waiting for one (/proc/<pid>/schedstat)."""
+        got = _schedstat(f"/proc/{pid}/schedstat")
+        return None if got is None else (got[0] + got[1]) / 1e9
 
     def _driver_s(self) -> tuple[float, float] | None:
         """(seconds on a core, seconds runnable and waiting for one) of the driving thread, or None."""
-        if self._driver is None:
-            return None
-        raw = _read(self._driver)
-        f = raw.split() if raw is not None else []
-        try:
-            return int(f[0]) / 1e9, int(f[1]) / 1e9
-        except (IndexError, ValueError):
-            return None
+        got = None if self._driver is None else _schedstat(self._driver)
+        return None if got is None else (got[0] / 1e9, got[1] / 1e9)
 
     def driver(self, wall: float) -> tuple[float | None, float | None]:
         """(the driving thread's CPU %, its run-queue wait %) since the previous call; (None, None) without them."""

@@ -158,6 +158,22 @@ def test_child_stat_with_a_hostile_command_name(monkeypatch: pytest.MonkeyPatch)
     assert reader._demand_s(4242) is None  # no schedstat: the CPU used decides
 
 
+@pytest.mark.parametrize("raw", [b"", b"\n", b"x y z\n", b"12\n", b"1e400 5 1\n", b"-\x00 7 1\n"])
+def test_a_malformed_schedstat_is_no_figure(monkeypatch: pytest.MonkeyPatch, raw: bytes) -> None:
+    """A worker's or the training thread's schedstat that does not read as two counts (the kernel writes it; a
+    process cannot) gives no figure (None), never an exception on the sampler's thread; one that reads gives the
+    same seconds for the workers' demand and the thread's figures."""
+    from gpuprof.capture.job import sampler as S
+
+    monkeypatch.setattr(S, "_read", lambda path: raw if path.endswith("/schedstat") else None)
+    reader = S.CpuReader.__new__(S.CpuReader)
+    reader._driver = "/proc/1/task/1/schedstat"
+    assert reader._demand_s(4242) is None
+    assert reader._driver_s() is None
+    monkeypatch.setattr(S, "_read", lambda path: b"3000000000 1000000000 7\n")
+    assert reader._demand_s(4242) == pytest.approx(4.0) and reader._driver_s() == pytest.approx((3.0, 1.0))
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package (apt-get install -y chromium)")
 def test_job_chart_draws_hostile_kinds_as_text(tmp_path: Path, browser: Any) -> None:
